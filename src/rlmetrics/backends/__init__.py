@@ -1,0 +1,57 @@
+"""Logger backends: where each logged dict is written (a file, a tracker, the console).
+
+A backend is any object with ``log_metrics(metrics, step, prefix)`` and ``finish()``,
+offered by a plugin's ``register_backends`` hook under a name that ``Logger(backends=...)``
+selects. The built-in ``jsonl`` and ``console`` backends are plugins like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from ..events import STEP_KEY, WALL_TIME_KEY
+from ..plugins import Plugins, get_plugins
+
+__all__ = ["AXIS_KEYS", "Backend", "BackendFactory", "available_backends", "full_key"]
+
+#: Axis keys are logged as they are, never under the dict's prefix, so a tracker can bind
+#: a prefix's series to them.
+AXIS_KEYS = frozenset({STEP_KEY, WALL_TIME_KEY})
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What ``Logger`` needs of a backend."""
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        """Write one flat dict. ``full_key(prefix, key)`` gives the name a tracker shows."""
+
+    def finish(self) -> None:
+        """Flush and close. Called once, from ``Logger.finish()``; never from ``__del__``."""
+
+
+BackendFactory = Callable[..., Backend]
+
+
+def full_key(prefix: str, key: str) -> str:
+    """``prefix/key``, except for axis keys and an empty prefix."""
+    return key if not prefix or key in AXIS_KEYS else f"{prefix}/{key}"
+
+
+def available_backends(plugins: Plugins | None = None) -> dict[str, tuple[str, BackendFactory]]:
+    """``{name: (offering plugin, factory)}`` from every plugin's ``register_backends``."""
+    plugins = plugins or get_plugins()
+    found: dict[str, tuple[str, BackendFactory]] = {}
+    for impl in reversed(plugins.pm.hook.register_backends.get_hookimpls()):
+
+        def register(name: str, factory: BackendFactory, _owner: str = impl.plugin_name) -> None:
+            if name in found and found[name][1] is not factory:
+                raise ValueError(
+                    f"backend {name!r} is offered by both {found[name][0]} and {_owner}; "
+                    f"disable one with RLMETRICS_DISABLE_PLUGINS"
+                )
+            found[name] = (_owner, factory)
+
+        plugins.call_impl(impl, "register_backends", register=register)
+    return found

@@ -1,0 +1,212 @@
+"""Typed payloads of the typed hooks, and their round trip through a flat logger dict.
+
+A training loop can hand rlmetrics either the typed object (``Logger.log_rollout_checkpoint``)
+or the dict it already logs under the matching prefix (``Logger.log_metrics``); both reach
+the same hook with the same payload. Backends always see the flat dict (``to_metrics``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from .registry import as_number
+
+__all__ = [
+    "AGGREGATE_EFFICIENCY_KEYS",
+    "EFFICIENCY_PREFIX",
+    "ROLLOUT_EVENT_TYPES",
+    "SETUP_TIMING_PREFIX",
+    "STEP_KEY",
+    "WALL_TIME_KEY",
+    "CheckpointOutcome",
+    "CheckpointRestore",
+    "CheckpointSave",
+    "EfficiencySummary",
+    "RolloutEvent",
+    "ThroughputSample",
+    "rollout_event_from_metrics",
+]
+
+SETUP_TIMING_PREFIX = "timing/setup"
+EFFICIENCY_PREFIX = "efficiency/"
+#: Unix wall-clock time: the axis of the rollout-checkpoint streams, never the trainer step.
+WALL_TIME_KEY = "telemetry/wall_time_seconds"
+#: The explicit trainer-step axis that backends without a native step log as a metric.
+STEP_KEY = "rlmetrics/step"
+
+_SECONDS_SUFFIX = "_s"
+_PCT_KEY = EFFICIENCY_PREFIX + "efficiency_pct"
+_PCT_PER_STEP_KEY = EFFICIENCY_PREFIX + "efficiency_pct_is_per_step"
+#: Totals that share the ``efficiency/*_s`` shape but are sums, never categories.
+AGGREGATE_EFFICIENCY_KEYS = frozenset(
+    {"total_waste", "productive_time", "total_wall_time", "thread_seconds_total"}
+)
+
+
+def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
+    return {k: n for k, v in values.items() if (n := as_number(v)) is not None}
+
+
+@attrs.frozen
+class EfficiencySummary:
+    """Where one step's (and the run's) wall time went, per efficiency category.
+
+    ``seconds`` maps a category (``idle/buffer_starvation``) to seconds as its timer measured
+    them. ``step_wall_time_s`` is this step's wall time when the caller has it;
+    ``run_elapsed_s`` the time since the run started. ``efficiency_pct`` and ``pct_per_step``
+    carry a percentage the caller already computed (from a logged dict); when absent, the
+    efficiency family computes it from the categories.
+    """
+
+    seconds: Mapping[str, float] = attrs.field(factory=dict, converter=_numbers)
+    step_wall_time_s: float | None = None
+    run_elapsed_s: float | None = None
+    efficiency_pct: float | None = None
+    pct_per_step: bool | None = None
+
+    @classmethod
+    def from_metrics(cls, metrics: Mapping[str, Any]) -> EfficiencySummary:
+        """Read the ``efficiency/*`` keys of a flat logger dict; other keys are ignored."""
+        seconds: dict[str, Any] = {}
+        for key, value in metrics.items():
+            if not (key.startswith(EFFICIENCY_PREFIX) and key.endswith(_SECONDS_SUFFIX)):
+                continue
+            category = key[len(EFFICIENCY_PREFIX) : -len(_SECONDS_SUFFIX)]
+            if category and category not in AGGREGATE_EFFICIENCY_KEYS:
+                seconds[category] = value
+        per_step = as_number(metrics.get(_PCT_PER_STEP_KEY))
+        return cls(
+            seconds=seconds,
+            run_elapsed_s=as_number(metrics.get(EFFICIENCY_PREFIX + "total_wall_time_s")),
+            efficiency_pct=as_number(metrics.get(_PCT_KEY)),
+            pct_per_step=None if per_step is None else bool(per_step),
+        )
+
+    def to_metrics(self) -> dict[str, float]:
+        """The flat ``efficiency/*`` dict a backend logs."""
+        out: dict[str, float] = {
+            f"{EFFICIENCY_PREFIX}{category}{_SECONDS_SUFFIX}": value
+            for category, value in self.seconds.items()
+        }
+        if self.run_elapsed_s is not None:
+            out[EFFICIENCY_PREFIX + "total_wall_time_s"] = self.run_elapsed_s
+        if self.step_wall_time_s is not None:
+            out[EFFICIENCY_PREFIX + "step_wall_time_s"] = self.step_wall_time_s
+        if self.efficiency_pct is not None:
+            out[_PCT_KEY] = self.efficiency_pct
+            out[_PCT_PER_STEP_KEY] = float(bool(self.pct_per_step))
+        return out
+
+
+@attrs.frozen
+class RolloutEvent:
+    """One sample of a rollout-checkpoint stream, stamped with Unix wall time.
+
+    ``values`` holds the stream's numeric fields (``total_save_seconds``, ``snapshot_rows``…)
+    as the spec names them. The wall time, not the trainer step, is the stream's axis: these
+    samples continue through a long step and across a restart.
+    """
+
+    PREFIX: ClassVar[str] = ""
+
+    values: Mapping[str, float] = attrs.field(factory=dict, converter=_numbers)
+    wall_time_s: float = attrs.field(factory=time.time)
+
+    @property
+    def prefix(self) -> str:
+        return self.PREFIX
+
+    def to_metrics(self) -> dict[str, float]:
+        return {**self.values, WALL_TIME_KEY: self.wall_time_s}
+
+    @classmethod
+    def from_metrics(cls, metrics: Mapping[str, Any]) -> RolloutEvent:
+        values = {k: v for k, v in metrics.items() if k != WALL_TIME_KEY}
+        wall = as_number(metrics.get(WALL_TIME_KEY))
+        return cls(values=values, wall_time_s=time.time() if wall is None else float(wall))
+
+
+@attrs.frozen
+class CheckpointSave(RolloutEvent):
+    """A rollout checkpoint was saved: phase latencies (``*_seconds``) and captured volume."""
+
+    PREFIX: ClassVar[str] = "timing/rollout_checkpoint"
+
+
+@attrs.frozen
+class CheckpointRestore(RolloutEvent):
+    """Rollout state was restored: phase latencies (``*_seconds``) and reused work."""
+
+    PREFIX: ClassVar[str] = "timing/rollout_recovery"
+
+
+@attrs.frozen
+class ThroughputSample(RolloutEvent):
+    """One wall-clock sample of generation and committed-rollout throughput."""
+
+    PREFIX: ClassVar[str] = "rollout/throughput"
+
+
+OUTCOMES = ("completed", "skipped", "failed")
+_REASON_PREFIX = "reason_"
+
+
+def _outcome(value: str) -> str:
+    if value not in OUTCOMES:
+        raise ValueError(f"outcome must be one of {OUTCOMES}, got {value!r}")
+    return value
+
+
+@attrs.frozen
+class CheckpointOutcome(RolloutEvent):
+    """The result of one scheduled checkpoint attempt, with the reason when not completed.
+
+    As a dict: ``completed``/``skipped``/``failed`` (one of them 1) and ``reason_<reason>=1``,
+    plus cadence fields such as ``seconds_since_previous_success`` in ``values``.
+    """
+
+    PREFIX: ClassVar[str] = "rollout/checkpoint_outcome"
+
+    outcome: str = attrs.field(default="completed", converter=_outcome)
+    reason: str | None = None
+
+    def to_metrics(self) -> dict[str, float]:
+        out = {name: float(name == self.outcome) for name in OUTCOMES}
+        if self.reason:
+            out[_REASON_PREFIX + self.reason] = 1.0
+        return {**out, **super().to_metrics()}
+
+    @classmethod
+    def from_metrics(cls, metrics: Mapping[str, Any]) -> CheckpointOutcome:
+        outcome = next((o for o in OUTCOMES if as_number(metrics.get(o))), "completed")
+        reason = next(
+            (k[len(_REASON_PREFIX) :] for k, v in metrics.items()
+             if k.startswith(_REASON_PREFIX) and as_number(v)),
+            None,
+        )
+        rest = {
+            k: v for k, v in metrics.items()
+            if k not in OUTCOMES and not k.startswith(_REASON_PREFIX) and k != WALL_TIME_KEY
+        }
+        wall = as_number(metrics.get(WALL_TIME_KEY))
+        return cls(
+            values=rest,
+            wall_time_s=time.time() if wall is None else float(wall),
+            outcome=outcome,
+            reason=reason,
+        )
+
+
+ROLLOUT_EVENT_TYPES: dict[str, type[RolloutEvent]] = {
+    t.PREFIX: t for t in (CheckpointSave, CheckpointRestore, CheckpointOutcome, ThroughputSample)
+}
+
+
+def rollout_event_from_metrics(prefix: str, metrics: Mapping[str, Any]) -> RolloutEvent | None:
+    """The typed event a dict logged under a rollout-checkpoint prefix stands for."""
+    event_type = ROLLOUT_EVENT_TYPES.get(prefix)
+    return None if event_type is None else event_type.from_metrics(metrics)

@@ -1,0 +1,227 @@
+"""Telemetry lifecycle: ``start()`` builds the provider and freezes declarations; the handle
+shuts it down, within a bound, once.
+
+Everything is validated before anything is installed, so a bad argument leaves no half-started
+telemetry behind. The SDK is imported here lazily, through ``_providers``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ._warn import logger, warn_once
+from .plugins import call_hook, load_plugins
+from .registry import MetricRegistry, default_registry
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
+
+    from ._providers import Built
+
+__all__ = ["Telemetry", "TelemetryError", "current", "start"]
+
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
+_KNOWN_EXPORTERS = ("otlp", "prometheus", "console")
+
+
+class TelemetryError(RuntimeError):
+    """Telemetry was started in a way that cannot work."""
+
+
+class Telemetry:
+    """The handle ``rlmetrics.start()`` returns; a context manager that shuts down on exit."""
+
+    def __init__(
+        self,
+        built: Built | None,
+        registry: MetricRegistry,
+        resource: Mapping[str, Any],
+    ) -> None:
+        self._built = built
+        self._registry = registry
+        self.resource: dict[str, Any] = dict(resource)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def service_name(self) -> str:
+        return str(self.resource.get("service.name"))
+
+    @property
+    def run_id(self) -> str:
+        return str(self.resource.get("rlmetrics.run.id"))
+
+    @property
+    def exporting(self) -> bool:
+        """True while started with at least one reader; every tee is a no-op otherwise."""
+        return not self._closed and self._built is not None
+
+    @property
+    def prometheus_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the Prometheus endpoint, when that exporter runs."""
+        return None if self._built is None else self._built.prometheus_address
+
+    def force_flush(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
+        """Collect and export now, waiting at most ``timeout_s``. Never call it per step."""
+        built = self._built
+        if built is None or self._closed:
+            return
+        _bounded(lambda: built.provider.force_flush(int(timeout_s * 1000)), timeout_s, "force_flush")
+
+    def shutdown(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
+        """Export what is left and stop, returning within ``timeout_s`` even if the collector
+        is unreachable (what could not be sent by then is dropped). Idempotent."""
+        global _active
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            call_hook("telemetry_stopping", telemetry=self)
+            built = self._built
+            if built is not None:
+                _bounded(lambda: built.provider.shutdown(int(timeout_s * 1000)), timeout_s, "shutdown")
+                built.close_servers()
+        finally:
+            self._registry.release()
+            with _start_lock:
+                if _active is self:
+                    _active = None
+
+    def __enter__(self) -> Telemetry:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        state = "exporting" if self.exporting else ("stopped" if self._closed else "idle")
+        return f"<Telemetry service={self.service_name!r} run={self.run_id!r} {state}>"
+
+
+def _bounded(action: Any, timeout_s: float, what: str) -> None:
+    """Run ``action`` on a daemon thread and stop waiting after ``timeout_s``.
+
+    The OTLP exporter retries a dead collector for up to its own timeout (10 s by default)
+    whatever deadline its caller passes, so the bound has to be enforced from outside.
+    """
+
+    def run() -> None:
+        try:
+            action()
+        except Exception:
+            warn_once(f"telemetry:{what}", f"rlmetrics: telemetry {what} failed")
+
+    worker = threading.Thread(target=run, name=f"rlmetrics-{what}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        logger.warning(
+            "rlmetrics: telemetry %s did not finish within %.1f s (collector unreachable?); "
+            "what was not exported is dropped",
+            what,
+            timeout_s,
+        )
+
+
+_active: Telemetry | None = None
+_start_lock = threading.Lock()
+_atexit_registered = False
+
+
+def current() -> Telemetry | None:
+    """The running telemetry handle, if any."""
+    return _active
+
+
+def _shutdown_at_exit() -> None:
+    handle = _active
+    if handle is not None:
+        handle.shutdown()
+
+
+def start(
+    service_name: str | None = None,
+    *,
+    run_id: str | None = None,
+    exporters: Iterable[str] = (),
+    readers: Sequence[MetricReader] = (),
+    resource: Mapping[str, Any] | None = None,
+    service_version: str | None = None,
+    export_interval_s: float | None = None,
+    plugins: Iterable[str] | None = None,
+    disable_plugins: Iterable[str] | None = None,
+    prometheus_host: str | None = None,
+    prometheus_port: int | None = None,
+    otlp_endpoint: str | None = None,
+    registry: MetricRegistry | None = None,
+) -> Telemetry:
+    """Start exporting every declared series.
+
+    :param exporters: built-in readers by name: ``"otlp"`` (gRPC, configured by the standard
+        ``OTEL_EXPORTER_OTLP_*`` variables or ``otlp_endpoint``), ``"prometheus"`` (an HTTP
+        endpoint on ``prometheus_host``:``prometheus_port``, 127.0.0.1:9464 by default) and
+        ``"console"``.
+    :param readers: further OTel ``MetricReader`` instances (an ``InMemoryMetricReader`` in
+        tests); all readers run side by side on one MeterProvider.
+    :param export_interval_s: period of the push readers; ``OTEL_METRIC_EXPORT_INTERVAL`` (ms)
+        when None.
+    :param plugins / disable_plugins: allow- and deny-lists of plugin names, overriding
+        ``RLMETRICS_PLUGINS`` / ``RLMETRICS_DISABLE_PLUGINS``.
+
+    Raises :class:`TelemetryError` if telemetry is already running in this process.
+    """
+    global _active, _atexit_registered
+    exporters = tuple(exporters)
+    unknown = [name for name in exporters if name not in _KNOWN_EXPORTERS]
+    if unknown:
+        raise ValueError(f"unknown exporter(s) {unknown}; choose from {list(_KNOWN_EXPORTERS)}")
+    if export_interval_s is not None and export_interval_s <= 0:
+        raise ValueError(f"export_interval_s must be positive, got {export_interval_s}")
+    registry = registry or default_registry()
+    with _start_lock:
+        if _active is not None:
+            raise TelemetryError(
+                f"rlmetrics.start() called while telemetry is running ({_active!r}); one process "
+                "exports through one provider: shut the running handle down first, or use "
+                "rlmetrics.current() to reach it"
+            )
+        load_plugins(plugins, disable_plugins)
+        from ._providers import build_provider, resource_attributes
+
+        attributes = resource_attributes(service_name, service_version, run_id, resource)
+        built = None
+        if exporters or readers:
+            built = build_provider(
+                attributes,
+                exporters,
+                readers,
+                export_interval_s,
+                prometheus_host or os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+                prometheus_port
+                if prometheus_port is not None
+                else int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464")),
+                otlp_endpoint,
+            )
+            from . import __version__
+
+            registry.bind(built.provider.get_meter("rlmetrics", __version__))
+        else:
+            registry.freeze()
+        handle = Telemetry(built, registry, attributes)
+        _active = handle
+        if not _atexit_registered:
+            atexit.register(_shutdown_at_exit)
+            _atexit_registered = True
+    call_hook("telemetry_started", telemetry=handle)
+    return handle

@@ -1,0 +1,109 @@
+"""Helpers for testing rlmetrics and its plugins against the real SDK.
+
+``in_memory_telemetry()`` starts telemetry with an ``InMemoryMetricReader`` on an isolated
+copy of the registry; ``points(reader)`` collects once and flattens what was exported into
+plain :class:`Point` records to assert on. Plugin test suites use these too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from . import _warn, plugins, registry
+from .telemetry import Telemetry, current, start
+
+__all__ = ["Point", "in_memory_telemetry", "isolated_state", "points", "single"]
+
+
+@attrs.frozen
+class Point:
+    """One exported data point, with the instrument it belongs to."""
+
+    name: str
+    unit: str
+    kind: str  # "gauge", "sum" or "histogram"
+    monotonic: bool | None
+    attributes: dict[str, Any]
+    value: float | None = None  # gauge and sum
+    count: int | None = None  # histogram
+    sum: float | None = None
+    bucket_counts: tuple[int, ...] = ()
+    bounds: tuple[float, ...] = ()
+    resource: dict[str, Any] = attrs.field(factory=dict, repr=False)
+
+
+def points(reader: Any) -> list[Point]:
+    """Collect once from ``reader`` (an InMemoryMetricReader) and flatten the result."""
+    data = reader.get_metrics_data()
+    out: list[Point] = []
+    if data is None:
+        return out
+    for resource_metrics in data.resource_metrics:
+        resource = dict(resource_metrics.resource.attributes)
+        for scope in resource_metrics.scope_metrics:
+            for metric in scope.metrics:
+                kind = type(metric.data).__name__.lower()
+                monotonic = getattr(metric.data, "is_monotonic", None)
+                for dp in metric.data.data_points:
+                    common = {
+                        "name": metric.name,
+                        "unit": metric.unit,
+                        "kind": kind,
+                        "monotonic": monotonic,
+                        "attributes": dict(dp.attributes or {}),
+                        "resource": resource,
+                    }
+                    if kind == "histogram":
+                        out.append(Point(count=dp.count, sum=dp.sum,
+                                         bucket_counts=tuple(dp.bucket_counts),
+                                         bounds=tuple(dp.explicit_bounds), **common))
+                    else:
+                        out.append(Point(value=dp.value, **common))
+    return out
+
+
+def single(found: list[Point], name: str, **attributes: Any) -> Point:
+    """The one point named ``name`` whose attributes include ``attributes``."""
+    matches = [
+        p for p in found
+        if p.name == name and all(p.attributes.get(k) == v for k, v in attributes.items())
+    ]
+    if len(matches) != 1:
+        raise AssertionError(f"expected one {name} {attributes}, found {matches}")
+    return matches[0]
+
+
+@contextlib.contextmanager
+def isolated_state() -> Iterator[registry.MetricRegistry]:
+    """A fresh copy of the default registry and fresh plugin and warn-once state, restored
+    afterwards, so one test's start/declare cannot leak into the next."""
+    saved_registry, saved_plugins = registry._default, plugins._plugins
+    registry._default = saved_registry.copy()
+    plugins._plugins = None
+    _warn._reset()
+    try:
+        yield registry._default
+    finally:
+        handle = current()
+        if handle is not None:
+            handle.shutdown(timeout_s=5)
+        registry._default, plugins._plugins = saved_registry, saved_plugins
+        _warn._reset()
+
+
+@contextlib.contextmanager
+def in_memory_telemetry(**start_kwargs: Any) -> Iterator[tuple[Telemetry, Any]]:
+    """Start telemetry with an InMemoryMetricReader (plus any ``start`` arguments)."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    start_kwargs.setdefault("service_name", "rlmetrics-test")
+    handle = start(readers=[reader, *start_kwargs.pop("readers", ())], **start_kwargs)
+    try:
+        yield handle, reader
+    finally:
+        handle.shutdown(timeout_s=5)
