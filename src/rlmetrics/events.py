@@ -184,12 +184,16 @@ class CheckpointOutcome(RolloutEvent):
     def from_metrics(cls, metrics: Mapping[str, Any]) -> CheckpointOutcome:
         outcome = next((o for o in OUTCOMES if as_number(metrics.get(o))), "completed")
         reason = next(
-            (k[len(_REASON_PREFIX) :] for k, v in metrics.items()
-             if k.startswith(_REASON_PREFIX) and as_number(v)),
+            (
+                k[len(_REASON_PREFIX) :]
+                for k, v in metrics.items()
+                if k.startswith(_REASON_PREFIX) and as_number(v)
+            ),
             None,
         )
         rest = {
-            k: v for k, v in metrics.items()
+            k: v
+            for k, v in metrics.items()
             if k not in OUTCOMES and not k.startswith(_REASON_PREFIX) and k != WALL_TIME_KEY
         }
         wall = as_number(metrics.get(WALL_TIME_KEY))

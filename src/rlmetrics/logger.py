@@ -107,7 +107,9 @@ class Logger:
     def log_efficiency_summary(self, summary: EfficiencySummary, step: int = 0) -> None:
         """One step's efficiency accounting, typed; backends get its ``efficiency/*`` dict."""
         try:
-            self._log_typed(summary.to_metrics(), step, "", "on_efficiency_summary", summary=summary)
+            self._log_typed(
+                summary.to_metrics(), step, "", "on_efficiency_summary", summary=summary
+            )
         except Exception:
             warn_once("logger:efficiency", "rlmetrics: Logger.log_efficiency_summary failed")
 
@@ -118,7 +120,9 @@ class Logger:
         """
         try:
             step = self._next_sample(event.prefix)
-            self._log_typed(event.to_metrics(), step, event.prefix, "on_rollout_checkpoint", event=event)
+            self._log_typed(
+                event.to_metrics(), step, event.prefix, "on_rollout_checkpoint", event=event
+            )
         except Exception:
             warn_once("logger:rollout", "rlmetrics: Logger.log_rollout_checkpoint failed")
 
@@ -132,7 +136,9 @@ class Logger:
                 try:
                     backend.finish()
                 except Exception:
-                    warn_once(f"backend:{name}:finish", f"rlmetrics: backend {name!r} failed to finish")
+                    warn_once(
+                        f"backend:{name}:finish", f"rlmetrics: backend {name!r} failed to finish"
+                    )
 
     def __enter__(self) -> Logger:
         return self

@@ -30,6 +30,7 @@ __all__ = [
     "call_hook",
     "get_plugins",
     "load_plugins",
+    "register",
 ]
 
 ENTRY_POINT_GROUP = "rlmetrics"
@@ -132,13 +133,14 @@ def load_plugins(
     plugins = Plugins()
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
-        info = {
-            "name": ep.name,
-            "distribution": dist.name if dist is not None else None,
-            "version": dist.version if dist is not None else None,
-        }
+        info = PluginInfo(
+            name=ep.name,
+            distribution=dist.name if dist is not None else None,
+            version=dist.version if dist is not None else None,
+            status="disabled",
+        )
+        plugins.infos[ep.name] = info
         if (allowed is not None and not _matches(ep, allowed)) or _matches(ep, denied):
-            plugins.infos[ep.name] = PluginInfo(status="disabled", **info)
             continue
         if plugins.pm.has_plugin(ep.name):
             continue
@@ -150,14 +152,15 @@ def load_plugins(
                 f"rlmetrics: plugin {ep.name!r} ({ep.value}) failed to import and is skipped; "
                 f"the other plugins load: {exc!r}",
             )
-            plugins.infos[ep.name] = PluginInfo(status="failed", error=repr(exc), **info)
+            plugins.infos[ep.name] = attrs.evolve(info, status="failed", error=repr(exc))
             continue
         if plugins.register(plugin, ep.name):
-            plugins.infos[ep.name] = PluginInfo(
-                status="loaded", hooks=plugins.hooks_of(ep.name), **info
-            )
+            hooks = plugins.hooks_of(ep.name)
+            plugins.infos[ep.name] = attrs.evolve(info, status="loaded", hooks=hooks)
         else:
-            plugins.infos[ep.name] = PluginInfo(status="failed", error="invalid hooks", **info)
+            plugins.infos[ep.name] = attrs.evolve(info, status="failed", error="invalid hooks")
+    for name, plugin in _in_process.items():
+        plugins.register(plugin, name)
     global _plugins
     with _lock:
         _plugins = plugins
@@ -165,7 +168,21 @@ def load_plugins(
 
 
 _plugins: Plugins | None = None
+_in_process: dict[str, Any] = {}
 _lock = threading.Lock()
+
+
+def register(plugin: Any, name: str | None = None) -> bool:
+    """Register a plugin object from code (no entry point), for this process.
+
+    It stays registered when ``rlmetrics.start()`` reloads the entry points, and the allow-
+    and deny-lists do not apply to it: registering it is already an explicit choice.
+    """
+    name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+    if not get_plugins().register(plugin, name):
+        return False
+    _in_process[name] = plugin
+    return True
 
 
 def get_plugins() -> Plugins:

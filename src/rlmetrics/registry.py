@@ -105,7 +105,9 @@ class _Series:
         self.instrument: Any = None
         self.write: Callable[[float, dict[str, str]], None] | None = None
 
-    def admit(self, attributes: Mapping[str, Any] | None) -> tuple[AttributeSet, dict[str, str]] | str:
+    def admit(
+        self, attributes: Mapping[str, Any] | None
+    ) -> tuple[AttributeSet, dict[str, str]] | str:
         """The attribute set to record under, or why it is refused."""
         if not attributes:
             return frozenset(), {}
@@ -157,7 +159,11 @@ class _Session:
 
     def _build(self, series: _Series, meter: Meter) -> None:
         spec = series.spec
-        common: dict[str, Any] = {"name": spec.name, "unit": spec.unit, "description": spec.description}
+        common: dict[str, Any] = {
+            "name": spec.name,
+            "unit": spec.unit,
+            "description": spec.description,
+        }
         if spec.kind is Kind.COUNTER:
             series.instrument = meter.create_counter(**common)
             series.write = series.instrument.add
@@ -190,8 +196,11 @@ class _Session:
             try:
                 observed = list(spec.callback())  # type: ignore[misc]
             except Exception:
-                warn_once(f"observe:{where}", f"rlmetrics: the callback of {spec.name!r} raised; "
-                          "its series is skipped in this collection")
+                warn_once(
+                    f"observe:{where}",
+                    f"rlmetrics: the callback of {spec.name!r} raised; "
+                    "its series is skipped in this collection",
+                )
                 return []
             return list(self._checked_observations(series, observed))
 
@@ -204,28 +213,41 @@ class _Session:
             try:
                 value, attributes = item
             except (TypeError, ValueError):
-                warn_once(f"observe:{spec.name}:shape", f"rlmetrics: the callback of {spec.name!r} "
-                          f"must yield (value, attributes) pairs, got {item!r}")
+                warn_once(
+                    f"observe:{spec.name}:shape",
+                    f"rlmetrics: the callback of {spec.name!r} "
+                    f"must yield (value, attributes) pairs, got {item!r}",
+                )
                 continue
             number = as_number(value)
             if number is None or (spec.kind.monotonic and number < 0):
-                warn_once(f"observe:{spec.name}:value", f"rlmetrics: {spec.name!r} observed "
-                          f"{value!r}, which is not a finite{' non-negative' if spec.kind.monotonic else ''} number; dropped")
+                warn_once(
+                    f"observe:{spec.name}:value",
+                    f"rlmetrics: {spec.name!r} observed {value!r}, which is not a finite "
+                    f"{'non-negative ' if spec.kind.monotonic else ''}number; dropped",
+                )
                 continue
             admitted = _check_attributes(spec, attributes)
             if isinstance(admitted, str):
-                warn_once(f"observe:{spec.name}:attributes", f"rlmetrics: {spec.name!r}: {admitted}")
+                warn_once(
+                    f"observe:{spec.name}:attributes", f"rlmetrics: {spec.name!r}: {admitted}"
+                )
                 continue
             key, attrs_dict = admitted
             if spec.open_attributes and key not in seen and len(seen) >= spec.max_series:
-                warn_once(f"observe:{spec.name}:cap", f"rlmetrics: {spec.name!r} observed more than "
-                          f"max_series={spec.max_series} attribute sets; the rest are dropped")
+                warn_once(
+                    f"observe:{spec.name}:cap",
+                    f"rlmetrics: {spec.name!r} observed more than "
+                    f"max_series={spec.max_series} attribute sets; the rest are dropped",
+                )
                 continue
             seen.add(key)
             yield self._observation(number, attrs_dict)
 
 
-def _check_attributes(spec: MetricSpec, attributes: Any) -> tuple[AttributeSet, dict[str, str]] | str:
+def _check_attributes(
+    spec: MetricSpec, attributes: Any
+) -> tuple[AttributeSet, dict[str, str]] | str:
     """Validate one attribute set against a spec, without the series cap."""
     if not attributes:
         return frozenset(), {}
@@ -263,7 +285,9 @@ class MetricRegistry:
         owner = owner or _caller_module(1)
         specs = list(specs)
         if not isinstance(group, str) or not group:
-            raise DeclarationError(f"rlmetrics.declare from {owner}: group must be a non-empty string")
+            raise DeclarationError(
+                f"rlmetrics.declare from {owner}: group must be a non-empty string"
+            )
         for spec in specs:
             if not isinstance(spec, MetricSpec):
                 raise DeclarationError(
@@ -274,7 +298,8 @@ class MetricRegistry:
                 names = ", ".join(s.name for s in specs)
                 raise LateDeclarationError(
                     f"rlmetrics.declare({group!r}) from {owner} came after telemetry started, "
-                    f"so {names} would never be exported: declarations freeze at rlmetrics.start(). "
+                    f"so {names} would never be exported: declarations freeze at "
+                    "rlmetrics.start(). "
                     f"Import {owner} before rlmetrics.start(), or register it as an entry point in "
                     "the 'rlmetrics' group so it loads at start."
                 )
@@ -292,7 +317,11 @@ class MetricRegistry:
         rivals = [
             self._by_key.get((item.group, spec.key)),
             self._by_name.get(spec.name.lower()),
-            *(p for p in pending if p.spec.key == spec.key or p.spec.name.lower() == spec.name.lower()),
+            *(
+                p
+                for p in pending
+                if p.spec.key == spec.key or p.spec.name.lower() == spec.name.lower()
+            ),
         ]
         for rival in rivals:
             if rival is None:
@@ -368,35 +397,49 @@ class MetricRegistry:
     ) -> None:
         series_by_key = session.groups.get(group)
         if series_by_key is None:
-            warn_once(f"record:{group}:group", f"rlmetrics.record: no metric group {group!r} is "
-                      "declared; declare its specs before rlmetrics.start()")
+            warn_once(
+                f"record:{group}:group",
+                f"rlmetrics.record: no metric group {group!r} is "
+                "declared; declare its specs before rlmetrics.start()",
+            )
             return
         for key, value in values.items():
             if value is None:
                 continue
             series = series_by_key.get(key)
             if series is None:
-                warn_once(f"record:{group}:{key}:unknown", f"rlmetrics.record: {key!r} is not a "
-                          f"declared key of group {group!r}; dropped")
+                warn_once(
+                    f"record:{group}:{key}:unknown",
+                    f"rlmetrics.record: {key!r} is not a declared key of group {group!r}; dropped",
+                )
                 continue
             spec = series.spec
             number = as_number(value)
             if number is None:
-                warn_once(f"record:{group}:{key}:value", f"rlmetrics.record: {key!r}={value!r} is "
-                          "not a finite number; dropped")
+                warn_once(
+                    f"record:{group}:{key}:value",
+                    f"rlmetrics.record: {key!r}={value!r} is not a finite number; dropped",
+                )
                 continue
             if spec.kind.observable:
-                warn_once(f"record:{group}:{key}:observable", f"rlmetrics.record: {spec.name!r} is "
-                          f"a {spec.kind.value}, exported through its callback; not recordable")
+                warn_once(
+                    f"record:{group}:{key}:observable",
+                    f"rlmetrics.record: {spec.name!r} is "
+                    f"a {spec.kind.value}, exported through its callback; not recordable",
+                )
                 continue
             if spec.kind is Kind.COUNTER and number < 0:
-                warn_once(f"record:{group}:{key}:negative", f"rlmetrics.record: counter "
-                          f"{spec.name!r} cannot take {number}; dropped")
+                warn_once(
+                    f"record:{group}:{key}:negative",
+                    f"rlmetrics.record: counter {spec.name!r} cannot take {number}; dropped",
+                )
                 continue
             admitted = series.admit(attributes)
             if isinstance(admitted, str):
-                warn_once(f"record:{group}:{key}:attributes", f"rlmetrics.record: {spec.name!r}: "
-                          f"{admitted}")
+                warn_once(
+                    f"record:{group}:{key}:attributes",
+                    f"rlmetrics.record: {spec.name!r}: {admitted}",
+                )
                 continue
             attr_key, attr_dict = admitted
             if series.write is None:
@@ -412,8 +455,11 @@ class MetricRegistry:
         try:
             series = session.groups[group][key]
             if series.spec.kind is not Kind.GAUGE:
-                warn_once(f"retract:{group}:{key}", f"rlmetrics.retract: only gauges can retract "
-                          f"an attribute set; {series.spec.name!r} is a {series.spec.kind.value}")
+                warn_once(
+                    f"retract:{group}:{key}",
+                    f"rlmetrics.retract: only gauges can retract "
+                    f"an attribute set; {series.spec.name!r} is a {series.spec.kind.value}",
+                )
                 return
             series.retract(frozenset((attributes or {}).items()))
         except Exception:
@@ -441,7 +487,9 @@ def declare(group: str, specs: Iterable[MetricSpec]) -> None:
     _default.declare(group, specs, owner=_caller_module(1))
 
 
-def record(group: str, values: Mapping[str, Any], attributes: Mapping[str, str] | None = None) -> None:
+def record(
+    group: str, values: Mapping[str, Any], attributes: Mapping[str, str] | None = None
+) -> None:
     """Record ``values`` by registry key; a no-op unless telemetry is exporting. Never raises."""
     _default.record(group, values, attributes)
 

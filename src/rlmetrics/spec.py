@@ -64,7 +64,9 @@ _DEFAULT_MAX_SERIES = 100
 AttributeDecl = tuple[tuple[str, "frozenset[str] | None"], ...]
 
 
-def _freeze_attributes(value: Mapping[str, Iterable[str] | None] | AttributeDecl | None) -> AttributeDecl:
+def _freeze_attributes(
+    value: Mapping[str, Iterable[str] | None] | AttributeDecl | None,
+) -> AttributeDecl:
     if value is None:
         return ()
     items = value.items() if isinstance(value, Mapping) else value
@@ -141,7 +143,7 @@ class MetricSpec:
                 return "buckets", f"only a histogram takes buckets, this is a {self.kind.value}"
             if not self.buckets or not all(math.isfinite(b) for b in self.buckets):
                 return "buckets", "must be a non-empty sequence of finite numbers"
-            if any(a >= b for a, b in zip(self.buckets, self.buckets[1:])):
+            if any(a >= b for a, b in zip(self.buckets, self.buckets[1:], strict=False)):
                 return "buckets", "must be strictly increasing"
         if self.kind.observable:
             if not callable(self.callback):
@@ -179,7 +181,8 @@ class MetricSpec:
             "description": self.description,
             "key": self.key,
             "attributes": {
-                key: (None if allowed is None else sorted(allowed)) for key, allowed in self.attributes
+                key: (None if allowed is None else sorted(allowed))
+                for key, allowed in self.attributes
             },
             "buckets": list(self.buckets) if self.buckets is not None else None,
         }

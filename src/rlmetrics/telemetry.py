@@ -71,7 +71,9 @@ class Telemetry:
         built = self._built
         if built is None or self._closed:
             return
-        _bounded(lambda: built.provider.force_flush(int(timeout_s * 1000)), timeout_s, "force_flush")
+        _bounded(
+            lambda: built.provider.force_flush(int(timeout_s * 1000)), timeout_s, "force_flush"
+        )
 
     def shutdown(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
         """Export what is left and stop, returning within ``timeout_s`` even if the collector
@@ -85,7 +87,9 @@ class Telemetry:
             call_hook("telemetry_stopping", telemetry=self)
             built = self._built
             if built is not None:
-                _bounded(lambda: built.provider.shutdown(int(timeout_s * 1000)), timeout_s, "shutdown")
+                _bounded(
+                    lambda: built.provider.shutdown(int(timeout_s * 1000)), timeout_s, "shutdown"
+                )
                 built.close_servers()
         finally:
             self._registry.release()

@@ -58,9 +58,15 @@ def points(reader: Any) -> list[Point]:
                         "resource": resource,
                     }
                     if kind == "histogram":
-                        out.append(Point(count=dp.count, sum=dp.sum,
-                                         bucket_counts=tuple(dp.bucket_counts),
-                                         bounds=tuple(dp.explicit_bounds), **common))
+                        out.append(
+                            Point(
+                                count=dp.count,
+                                sum=dp.sum,
+                                bucket_counts=tuple(dp.bucket_counts),
+                                bounds=tuple(dp.explicit_bounds),
+                                **common,
+                            )
+                        )
                     else:
                         out.append(Point(value=dp.value, **common))
     return out
@@ -69,7 +75,8 @@ def points(reader: Any) -> list[Point]:
 def single(found: list[Point], name: str, **attributes: Any) -> Point:
     """The one point named ``name`` whose attributes include ``attributes``."""
     matches = [
-        p for p in found
+        p
+        for p in found
         if p.name == name and all(p.attributes.get(k) == v for k, v in attributes.items())
     ]
     if len(matches) != 1:
@@ -82,6 +89,7 @@ def isolated_state() -> Iterator[registry.MetricRegistry]:
     """A fresh copy of the default registry and fresh plugin and warn-once state, restored
     afterwards, so one test's start/declare cannot leak into the next."""
     saved_registry, saved_plugins = registry._default, plugins._plugins
+    saved_in_process = dict(plugins._in_process)
     registry._default = saved_registry.copy()
     plugins._plugins = None
     _warn._reset()
@@ -92,6 +100,8 @@ def isolated_state() -> Iterator[registry.MetricRegistry]:
         if handle is not None:
             handle.shutdown(timeout_s=5)
         registry._default, plugins._plugins = saved_registry, saved_plugins
+        plugins._in_process.clear()
+        plugins._in_process.update(saved_in_process)
         _warn._reset()
 
 

@@ -1,0 +1,334 @@
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rlmetrics
+from rlmetrics import Kind, MetricSpec
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.events import (
+    CheckpointOutcome,
+    CheckpointRestore,
+    CheckpointSave,
+    EfficiencySummary,
+    ThroughputSample,
+)
+from rlmetrics.logger import flatten
+from rlmetrics.plugins import register as register_plugin
+from rlmetrics.testing import in_memory_telemetry, points, single
+
+
+class Recorder:
+    """An in-process plugin that remembers every hook call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    @rlmetrics.hookimpl
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        self.calls.append(("log_metrics", (dict(metrics), step, prefix)))
+
+    @rlmetrics.hookimpl
+    def on_setup_timing(self, timings: Any) -> None:
+        self.calls.append(("on_setup_timing", dict(timings)))
+
+    @rlmetrics.hookimpl
+    def on_efficiency_summary(self, summary: Any) -> None:
+        self.calls.append(("on_efficiency_summary", summary))
+
+    @rlmetrics.hookimpl
+    def on_rollout_checkpoint(self, event: Any) -> None:
+        self.calls.append(("on_rollout_checkpoint", event))
+
+    def hooks(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+
+class FailingBackend:
+    def __init__(self, fail_on_start: bool = False) -> None:
+        if fail_on_start:
+            raise ConnectionError("tracker unreachable")
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        raise OSError("disk full")
+
+    def finish(self) -> None:
+        raise OSError("disk full")
+
+
+class FailingBackendPlugin:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("failing", FailingBackend)
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    recorder = Recorder()
+    assert register_plugin(recorder, "recorder")
+    return recorder
+
+
+def test_flatten_nested_dicts() -> None:
+    assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3, 4: {"f": 5}}) == {
+        "a/b": 1,
+        "a/c/d": 2,
+        "e": 3,
+        "4/f": 5,
+    }
+
+
+def test_setup_prefix_routes_to_on_setup_timing(recorder: Recorder) -> None:
+    rlmetrics.Logger(backends={}).log_metrics(
+        {"policy_init_time_s": 2.0}, step=0, prefix="timing/setup"
+    )
+    assert recorder.calls == [
+        ("on_setup_timing", {"policy_init_time_s": 2.0}),
+        ("log_metrics", ({"policy_init_time_s": 2.0}, 0, "timing/setup")),
+    ]
+
+
+def test_log_setup_timing_is_the_typed_twin(recorder: Recorder) -> None:
+    rlmetrics.Logger(backends={}).log_setup_timing({"total_setup_time_s": 9.0})
+    assert recorder.calls[0] == ("on_setup_timing", {"total_setup_time_s": 9.0})
+    assert recorder.calls[1][1][1:] == (0, "timing/setup")
+
+
+@pytest.mark.parametrize("prefix", ["train", ""])
+def test_efficiency_keys_of_a_train_dict_route_to_on_efficiency_summary(
+    recorder: Recorder, prefix: str
+) -> None:
+    rlmetrics.Logger(backends={}).log_metrics(
+        {
+            "efficiency/idle/refit_bubble_s": 1.5,
+            "efficiency/total_waste_s": 9.0,
+            "efficiency/efficiency_pct": 80.0,
+            "efficiency/efficiency_pct_is_per_step": 1.0,
+            "loss": 0.1,
+        },
+        step=4,
+        prefix=prefix,
+    )
+    assert recorder.hooks() == ["on_efficiency_summary", "log_metrics"]
+    summary = recorder.calls[0][1]
+    assert summary == EfficiencySummary(
+        seconds={"idle/refit_bubble": 1.5}, efficiency_pct=80.0, pct_per_step=True
+    )
+
+
+def test_efficiency_keys_under_another_prefix_are_not_routed(recorder: Recorder) -> None:
+    rlmetrics.Logger(backends={}).log_metrics({"efficiency/idle/x_s": 1.0}, step=1, prefix="val")
+    assert recorder.hooks() == ["log_metrics"]
+
+
+def test_log_efficiency_summary_is_the_typed_twin(recorder: Recorder, tmp_path: Path) -> None:
+    summary = EfficiencySummary(seconds={"idle/validation": 2.0}, step_wall_time_s=10.0)
+    with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger:
+        logger.log_efficiency_summary(summary, step=3)
+    assert recorder.calls[0] == ("on_efficiency_summary", summary)
+    [row] = read_jsonl(tmp_path / "m.jsonl")
+    assert row["step"] == 3
+    assert row["metrics"] == {
+        "efficiency/idle/validation_s": 2.0,
+        "efficiency/step_wall_time_s": 10.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("event", "prefix"),
+    [
+        (
+            CheckpointSave({"total_save_seconds": 1.5}, wall_time_s=100.0),
+            "timing/rollout_checkpoint",
+        ),
+        (
+            CheckpointRestore({"total_load_seconds": 2.5}, wall_time_s=100.0),
+            "timing/rollout_recovery",
+        ),
+        (
+            CheckpointOutcome({}, wall_time_s=100.0, outcome="skipped", reason="busy"),
+            "rollout/checkpoint_outcome",
+        ),
+        (
+            ThroughputSample({"committed_groups_per_second": 3.0}, wall_time_s=100.0),
+            "rollout/throughput",
+        ),
+    ],
+)
+def test_rollout_prefixes_route_to_on_rollout_checkpoint(
+    recorder: Recorder, tmp_path: Path, event: Any, prefix: str
+) -> None:
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+    logger.log_rollout_checkpoint(event)
+    logger.log_rollout_checkpoint(event)
+    # The same dict through log_metrics reaches the hook as an equal typed event.
+    logger.log_metrics(event.to_metrics(), step=7, prefix=prefix)
+    logger.finish()
+    routed = [payload for hook, payload in recorder.calls if hook == "on_rollout_checkpoint"]
+    assert routed == [event, event, event]
+    rows = list(read_jsonl(tmp_path / "m.jsonl"))
+    assert [(r["step"], r["prefix"]) for r in rows] == [(0, prefix), (1, prefix), (7, prefix)]
+    assert all(r["metrics"]["telemetry/wall_time_seconds"] == 100.0 for r in rows)
+
+
+def test_outcome_round_trip_through_a_dict() -> None:
+    event = CheckpointOutcome(
+        {"seconds_since_last_success": 30.0}, wall_time_s=5.0, outcome="failed", reason="tq_error"
+    )
+    flat = event.to_metrics()
+    assert flat == {
+        "completed": 0.0,
+        "skipped": 0.0,
+        "failed": 1.0,
+        "reason_tq_error": 1.0,
+        "seconds_since_last_success": 30.0,
+        "telemetry/wall_time_seconds": 5.0,
+    }
+    assert CheckpointOutcome.from_metrics(flat) == event
+
+
+def test_failing_backend_is_isolated(recorder: Recorder, tmp_path: Path, caplog: Any) -> None:
+    assert register_plugin(FailingBackendPlugin(), "failing-plugin")
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger = rlmetrics.Logger(
+            backends={
+                "failing": {},
+                "jsonl": {"path": tmp_path / "m.jsonl"},
+            }
+        )
+        logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+        logger.log_metrics({"loss": 0.5}, step=2, prefix="train")
+        logger.finish()
+    assert [r["metrics"]["loss"] for r in read_jsonl(tmp_path / "m.jsonl")] == [1.0, 0.5]
+    assert recorder.hooks() == ["log_metrics", "log_metrics"]
+    assert caplog.text.count("backend 'failing' failed to log") == 1
+    assert "backend 'failing' failed to finish" in caplog.text
+
+
+def test_backend_failing_to_start_is_skipped(tmp_path: Path, caplog: Any) -> None:
+    register_plugin(FailingBackendPlugin(), "failing-plugin")
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger = rlmetrics.Logger(
+            backends={"failing": {"fail_on_start": True}, "jsonl": {"path": tmp_path / "m.jsonl"}}
+        )
+    assert list(logger.backends) == ["jsonl"]
+    assert "'failing' (from plugin 'failing-plugin') failed to start" in caplog.text
+
+
+def test_unknown_backend_fails_early_with_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"unknown backend\(s\) \['wandbb'\]; available: .*jsonl"):
+        rlmetrics.Logger(backends={"wandbb": {}})
+
+
+def test_default_backend_is_jsonl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with rlmetrics.Logger() as logger:
+        logger.log_metrics({"reward": 1.0}, step=1, prefix="train")
+    [row] = read_jsonl(tmp_path / "rlmetrics.jsonl")
+    assert row["metrics"] == {"reward": 1.0}
+
+
+def test_logger_works_without_telemetry(tmp_path: Path) -> None:
+    assert rlmetrics.current() is None
+    with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger:
+        logger.log_metrics({"loss": 2.0}, step=1, prefix="train")
+    assert [r["metrics"] for r in read_jsonl(tmp_path / "m.jsonl")] == [{"loss": 2.0}]
+
+
+def test_backends_run_before_families(tmp_path: Path) -> None:
+    order: list[str] = []
+
+    class Family:
+        @rlmetrics.hookimpl
+        def log_metrics(self) -> None:
+            order.append("family")
+
+    class Backend:
+        def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+            order.append("backend")
+
+        def finish(self) -> None: ...
+
+    class BackendPlugin:
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register("ordered", Backend)
+
+    register_plugin(Family(), "family")
+    register_plugin(BackendPlugin(), "backend-plugin")
+    rlmetrics.Logger(backends={"ordered": {}}).log_metrics({"x": 1}, step=1)
+    assert order == ["backend", "family"]
+
+
+def test_finish_is_idempotent_and_later_logging_is_dropped(tmp_path: Path) -> None:
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+    logger.finish()
+    logger.finish()
+    logger.log_metrics({"loss": 1.0}, step=1)
+    assert list(read_jsonl(tmp_path / "m.jsonl")) == []
+
+
+# -- never raises -------------------------------------------------------------------------
+
+_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.lists(st.integers(), max_size=3),
+    st.just(object()),
+    st.complex_numbers(),
+)
+_keys = st.one_of(st.text(max_size=8), st.integers(), st.none(), st.tuples(st.integers()))
+_nested = st.recursive(
+    st.dictionaries(_keys, _leaves, max_size=6),
+    lambda children: st.dictionaries(_keys, st.one_of(_leaves, children), max_size=4),
+    max_leaves=20,
+)
+_prefixes = st.sampled_from(
+    ["train", "", "timing/setup", "rollout/throughput", "rollout/checkpoint_outcome", "validation"]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(metrics=_nested, step=st.one_of(st.integers(), st.none(), st.floats()), prefix=_prefixes)
+def test_log_metrics_never_raises(metrics: dict[Any, Any], step: Any, prefix: str) -> None:
+    logger = rlmetrics.Logger(backends={"console": {"stream": _Sink()}})
+    logger.log_metrics(metrics, step=step, prefix=prefix)
+    logger.finish()
+
+
+class _Sink:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None: ...
+
+
+def test_record_never_raises_and_valid_values_land() -> None:
+    rlmetrics.declare(
+        "h",
+        [
+            MetricSpec("h.gauge", Kind.GAUGE, key="g", attributes={"a": None}, max_series=5),
+            MetricSpec("h.counter", Kind.COUNTER, key="c"),
+        ],
+    )
+    with in_memory_telemetry() as (_handle, reader):
+
+        @settings(max_examples=150, deadline=None)
+        @given(values=_nested, attributes=st.one_of(st.none(), _nested))
+        def check(values: dict[Any, Any], attributes: Any) -> None:
+            rlmetrics.record("h", values, attributes)
+            rlmetrics.record("h", {**values, "c": 1})
+
+        check()
+        counter = single(points(reader), "h.counter")
+    assert counter.value >= 1 and math.isfinite(counter.value)

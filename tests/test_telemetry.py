@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import rlmetrics
+import rlmetrics.plugins
+from rlmetrics import Kind, MetricSpec, TelemetryError
+from rlmetrics.testing import in_memory_telemetry, points, single
+
+
+def test_import_does_not_import_the_sdk() -> None:
+    code = (
+        "import sys, rlmetrics; "
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk') "
+        "or m.startswith('grpc') or m.startswith('prometheus_client')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_resource_attributes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=rl,rlmetrics.run.id=from-env")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    rlmetrics.declare("r", [MetricSpec("r.g", Kind.GAUGE, key="g")])
+    with in_memory_telemetry(
+        service_name="trainer", resource={"rl.algorithm": "grpo"}, service_version="1.2"
+    ) as (handle, reader):
+        rlmetrics.record("r", {"g": 1.0})
+        resource = single(points(reader), "r.g").resource
+    assert resource["service.name"] == "trainer"
+    assert resource["service.version"] == "1.2"
+    assert resource["team"] == "rl" and resource["rl.algorithm"] == "grpo"
+    # The environment's run id beats SLURM's; an argument beats both.
+    assert resource["rlmetrics.run.id"] == "from-env" == handle.run_id
+    assert resource["telemetry.sdk.name"] == "opentelemetry"
+
+
+@pytest.mark.parametrize(
+    ("env", "kwargs", "service", "run_id"),
+    [
+        ({"SLURM_JOB_ID": "4242"}, {}, "rlmetrics", "4242"),
+        (
+            {"SLURM_JOB_ID": "4242", "OTEL_SERVICE_NAME": "from-env"},
+            {"run_id": "arg"},
+            "from-env",
+            "arg",
+        ),
+        ({"OTEL_SERVICE_NAME": "from-env"}, {"service_name": "arg"}, "arg", None),
+    ],
+)
+def test_service_name_and_run_id_precedence(
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    kwargs: dict[str, Any],
+    service: str,
+    run_id: str | None,
+) -> None:
+    for name in ("SLURM_JOB_ID", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with rlmetrics.start(**kwargs) as handle:
+        assert handle.service_name == service
+        if run_id is None:
+            assert len(handle.run_id) == 12 and int(handle.run_id, 16) >= 0
+        else:
+            assert handle.run_id == run_id
+
+
+def test_second_start_is_refused_while_running() -> None:
+    with in_memory_telemetry() as (handle, _reader):
+        with pytest.raises(TelemetryError, match="shut the running handle down first"):
+            rlmetrics.start(service_name="again")
+        assert rlmetrics.current() is handle
+    with rlmetrics.start(service_name="after"):
+        pass
+
+
+def test_shutdown_is_idempotent_and_stops_exporting() -> None:
+    rlmetrics.declare("s", [MetricSpec("s.g", Kind.GAUGE, key="g")])
+    with in_memory_telemetry() as (handle, _reader):
+        pass
+    handle.shutdown()
+    handle.shutdown(timeout_s=0.1)
+    assert not handle.exporting and rlmetrics.current() is None
+    rlmetrics.record("s", {"g": 1.0})  # a no-op now
+
+
+def test_lifecycle_hooks_are_called() -> None:
+    seen: list[tuple[str, bool]] = []
+
+    class Lifecycle:
+        @rlmetrics.hookimpl
+        def telemetry_started(self, telemetry: Any) -> None:
+            seen.append(("started", telemetry.exporting))
+
+        @rlmetrics.hookimpl
+        def telemetry_stopping(self, telemetry: Any) -> None:
+            seen.append(("stopping", rlmetrics.is_exporting()))
+
+    rlmetrics.plugins.register(Lifecycle(), "lifecycle")
+    with in_memory_telemetry():
+        pass
+    assert seen == [("started", True), ("stopping", True)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"exporters": ["zipkin"]}, "unknown exporter"), ({"export_interval_s": 0}, "positive")],
+)
+def test_bad_arguments_fail_before_anything_starts(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        rlmetrics.start(**kwargs)
+    assert rlmetrics.current() is None
+
+
+def test_console_exporter_runs_beside_the_in_memory_reader() -> None:
+    # In a child process: the SDK's console exporter binds sys.stdout at its import.
+    code = """
+import rlmetrics
+from rlmetrics import Kind, MetricSpec
+from rlmetrics.testing import in_memory_telemetry, points, single
+rlmetrics.declare("c", [MetricSpec("c.g", Kind.GAUGE, key="g")])
+with in_memory_telemetry(exporters=["console"], export_interval_s=60) as (handle, reader):
+    rlmetrics.record("c", {"g": 4.0})
+    print("in-memory", single(points(reader), "c.g").value)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert "in-memory 4.0" in out
+    assert '"name": "c.g"' in out and '"value": 4.0' in out
