@@ -1,0 +1,32 @@
+"""rlmetrics for vLLM: per-step engine deltas (``rl.vllm.*``) and driver-side ``gen_ai.*``.
+
+The engine reader is re-exported here. The family modules (:mod:`rlmetrics_vllm.family`,
+:mod:`rlmetrics_vllm.gen_ai`) declare series when imported, so they are left to the entry
+points, which rlmetrics loads at ``start()`` before declarations freeze; importing this package
+never declares anything.
+"""
+
+from __future__ import annotations
+
+from .engine import (
+    STEP_KEYS,
+    Snapshot,
+    merge_snapshots,
+    read_registry,
+    read_text,
+    scrape,
+    step_metrics,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "STEP_KEYS",
+    "Snapshot",
+    "__version__",
+    "merge_snapshots",
+    "read_registry",
+    "read_text",
+    "scrape",
+    "step_metrics",
+]

@@ -1,0 +1,288 @@
+"""Per-step vLLM engine metrics from two readings of vLLM's own Prometheus counters.
+
+vLLM already counts tokens, request lengths and finish reasons in its Prometheus registry. The
+counters are cumulative since the engine started, so one step's work is the difference between
+a reading taken before generation and one taken after. A reading comes from the engine's
+in-process ``prometheus_client`` registry (:func:`read_registry`) or from an HTTP scrape of a
+running server's ``/metrics`` (:func:`scrape`); both go through ``prometheus_client``'s own
+family model, so they give the same :class:`Snapshot` for the same engine state.
+
+:func:`step_metrics` turns a pair of snapshots into the logger keys the training loop merges
+into its train dict; the ``vllm`` family (:mod:`rlmetrics_vllm.family`) tees those keys into
+the ``rl.vllm.*`` series. Readers and :func:`step_metrics` never raise: a failed reading is an
+empty snapshot, and everything that cannot be known for the step is left out, never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from rlmetrics import warn_once
+
+__all__ = [
+    "ENGINE_FAMILIES",
+    "FINISHED_REASON_LABEL",
+    "GENERATIONS_FAILED_KEY",
+    "GENERATIONS_OK_KEY",
+    "GENERATION_LENGTH_FAMILY",
+    "GENERATION_LENGTH_MEAN_KEY",
+    "GENERATION_TOKENS_FAMILY",
+    "GENERATION_TOKENS_KEY",
+    "OK_FINISH_REASONS",
+    "PROMPT_LENGTH_FAMILY",
+    "PROMPT_LENGTH_MEAN_KEY",
+    "PROMPT_TOKENS_FAMILY",
+    "PROMPT_TOKENS_KEY",
+    "REQUEST_SUCCESS_FAMILY",
+    "STEP_KEYS",
+    "Snapshot",
+    "merge_snapshots",
+    "read_families",
+    "read_registry",
+    "read_text",
+    "scrape",
+    "step_metrics",
+]
+
+# -- vLLM's names ------------------------------------------------------------------------------
+# Family names as prometheus_client reports them, from an in-process registry and from its
+# text parser alike: a counter's family name has no ``_total``, its sample names do.
+
+PROMPT_TOKENS_FAMILY = "vllm:prompt_tokens"
+GENERATION_TOKENS_FAMILY = "vllm:generation_tokens"
+REQUEST_SUCCESS_FAMILY = "vllm:request_success"
+PROMPT_LENGTH_FAMILY = "vllm:request_prompt_tokens"
+GENERATION_LENGTH_FAMILY = "vllm:request_generation_tokens"
+
+#: Every family read, with its Prometheus type.
+ENGINE_FAMILIES: Mapping[str, str] = {
+    PROMPT_TOKENS_FAMILY: "counter",
+    GENERATION_TOKENS_FAMILY: "counter",
+    REQUEST_SUCCESS_FAMILY: "counter",
+    PROMPT_LENGTH_FAMILY: "histogram",
+    GENERATION_LENGTH_FAMILY: "histogram",
+}
+
+FINISHED_REASON_LABEL = "finished_reason"
+#: The finish reasons that leave a usable sample. ``length`` is a normal RL outcome (a rollout
+#: runs to max_tokens); everything else, including reasons a future vLLM adds, is failed.
+OK_FINISH_REASONS: frozenset[str] = frozenset({"stop", "length"})
+
+# -- logger keys (what step_metrics returns; the vllm family tees exactly these) --------------
+
+PROMPT_TOKENS_KEY = "vllm/prompt_tokens"
+GENERATION_TOKENS_KEY = "vllm/generation_tokens"
+PROMPT_LENGTH_MEAN_KEY = "vllm/prompt_length_mean"
+GENERATION_LENGTH_MEAN_KEY = "vllm/generation_length_mean"
+GENERATIONS_OK_KEY = "vllm/generations_ok"
+GENERATIONS_FAILED_KEY = "vllm/generations_failed"
+
+STEP_KEYS: tuple[str, ...] = (
+    PROMPT_TOKENS_KEY,
+    GENERATION_TOKENS_KEY,
+    PROMPT_LENGTH_MEAN_KEY,
+    GENERATION_LENGTH_MEAN_KEY,
+    GENERATIONS_OK_KEY,
+    GENERATIONS_FAILED_KEY,
+)
+
+# The samples kept from each family: cumulative totals only (buckets would give approximate
+# means; the exact ones come from _sum/_count, and ``_created`` carries no count).
+_WANTED: Mapping[str, frozenset[str]] = {
+    name: (
+        frozenset({f"{name}_total"})
+        if kind == "counter"
+        else frozenset({f"{name}_sum", f"{name}_count"})
+    )
+    for name, kind in ENGINE_FAMILIES.items()
+}
+
+_SCRAPE_HEADERS = {
+    # Ask for the classic text format: it is what vLLM serves by default and what
+    # prometheus_client's text parser reads.
+    "Accept": "text/plain;version=0.0.4",
+}
+
+Labels = tuple[tuple[str, str], ...]
+SampleKey = tuple[str, Labels]
+# A series' identity across readings: (part index, sample name, labels). The part index keeps
+# two data-parallel leaders that both call their engine "0" apart.
+_SourceKey = tuple[int, str, Labels]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Cumulative totals of vLLM's engine families at one instant.
+
+    ``parts`` holds one reading per source (an engine process or an HTTP server): a mapping of
+    ``(sample name, sorted labels)`` to the cumulative value. Merged snapshots (several
+    data-parallel leaders) hold several parts, in the order they were merged. A snapshot is
+    plain data, so it pickles across process boundaries (Ray actors, RPC).
+    """
+
+    parts: tuple[dict[SampleKey, float], ...] = field(default_factory=lambda: ({},))
+
+    def sources(self) -> dict[_SourceKey, float]:
+        """Every sample with its part index, the identity :func:`step_metrics` matches on."""
+        return {
+            (index, name, labels): value
+            for index, part in enumerate(self.parts)
+            for (name, labels), value in part.items()
+        }
+
+
+# -- readers -----------------------------------------------------------------------------------
+
+
+def read_families(families: Iterable[Metric]) -> Snapshot:
+    """A snapshot from ``prometheus_client`` metric families (``Metric`` objects).
+
+    Keeps the ``_total`` samples of the counter families and the ``_sum``/``_count`` samples of
+    the histogram families; label sets stay apart, so engines are summed only when a step's
+    deltas are taken (that is what lets a restart of one engine be detected).
+    """
+    part: dict[SampleKey, float] = {}
+    for family in families:
+        wanted = _WANTED.get(family.name)
+        if wanted is None:
+            continue
+        for sample in family.samples:
+            value = float(sample.value)
+            if sample.name not in wanted or not math.isfinite(value):
+                continue
+            key = (sample.name, tuple(sorted(sample.labels.items())))
+            part[key] = part.get(key, 0.0) + value
+    return Snapshot((part,))
+
+
+def read_registry(registry: Collector | None = None) -> Snapshot:
+    """A snapshot of an in-process registry (default: ``prometheus_client.REGISTRY``, where
+    vLLM's ``PrometheusStatLogger`` registers). Never raises: a failure gives an empty snapshot.
+    """
+    try:
+        if registry is None:
+            from prometheus_client import REGISTRY as registry
+        return read_families(registry.collect())
+    except Exception:
+        warn_once("vllm:read_registry", "rlmetrics-vllm: reading the prometheus_client registry "
+                  "failed; this reading is empty, so the step's rl.vllm.* series are omitted")
+        return Snapshot()
+
+
+def read_text(text: str) -> Snapshot:
+    """A snapshot of a Prometheus text exposition (what a vLLM server's ``/metrics`` serves).
+    Never raises: unparsable text gives an empty snapshot."""
+    try:
+        return read_families(text_string_to_metric_families(text))
+    except Exception:
+        warn_once("vllm:read_text", "rlmetrics-vllm: the vLLM metrics text did not parse; this "
+                  "reading is empty, so the step's rl.vllm.* series are omitted")
+        return Snapshot()
+
+
+def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
+    """A snapshot scraped over HTTP from a running vLLM server (``http://host:port/metrics``).
+    Never raises: an unreachable server or a bad answer gives an empty snapshot."""
+    try:
+        request = urllib.request.Request(url, headers=_SCRAPE_HEADERS)
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            charset = response.headers.get_content_charset() or "utf-8"
+            text = response.read().decode(charset)
+    except Exception:
+        warn_once(f"vllm:scrape:{url}", f"rlmetrics-vllm: scraping {url} failed; this reading is "
+                  "empty, so the step's rl.vllm.* series are omitted")
+        return Snapshot()
+    return read_text(text)
+
+
+def merge_snapshots(snapshots: Iterable[Snapshot]) -> Snapshot:
+    """One snapshot of several sources (data-parallel leaders), their parts kept in order.
+
+    Merge the before and the after readings in the same order: a source is matched with
+    itself by its position.
+    """
+    return Snapshot(tuple(part for snapshot in snapshots for part in snapshot.parts))
+
+
+# -- deltas ------------------------------------------------------------------------------------
+
+
+def step_metrics(
+    before: Snapshot | Iterable[Snapshot],
+    after: Snapshot | Iterable[Snapshot],
+) -> dict[str, float | int]:
+    """The step's logger keys (:data:`STEP_KEYS`) from a reading before and one after.
+
+    Counters carry the step's delta summed over every engine and source; the means are the
+    histograms' sum delta over their count delta. A key is left out when its family matched
+    nothing, when a total went backwards or a source appeared or vanished between the readings
+    (an engine restarted: the step's work is unknowable), and, for the means, when the engine
+    served no request. Several snapshots on either side are merged. Never raises.
+    """
+    try:
+        return _step_metrics(_one(before).sources(), _one(after).sources())
+    except Exception:
+        warn_once("vllm:step_metrics", "rlmetrics-vllm: step_metrics failed; no rl.vllm.* "
+                  "values for this step")
+        return {}
+
+
+def _one(snapshots: Snapshot | Iterable[Snapshot]) -> Snapshot:
+    return snapshots if isinstance(snapshots, Snapshot) else merge_snapshots(snapshots)
+
+
+def _step_metrics(
+    before: Mapping[_SourceKey, float], after: Mapping[_SourceKey, float]
+) -> dict[str, float | int]:
+    out: dict[str, float | int] = {}
+    for key, family in ((PROMPT_TOKENS_KEY, PROMPT_TOKENS_FAMILY),
+                        (GENERATION_TOKENS_KEY, GENERATION_TOKENS_FAMILY)):
+        deltas = _deltas(before, after, f"{family}_total")
+        if deltas is not None:
+            out[key] = _tidy(sum(deltas.values()))
+    for key, family in ((PROMPT_LENGTH_MEAN_KEY, PROMPT_LENGTH_FAMILY),
+                        (GENERATION_LENGTH_MEAN_KEY, GENERATION_LENGTH_FAMILY)):
+        sums = _deltas(before, after, f"{family}_sum")
+        counts = _deltas(before, after, f"{family}_count")
+        if sums is None or counts is None:
+            continue
+        count = sum(counts.values())
+        if count > 0:  # no request served: a mean of nothing is omitted, not 0
+            out[key] = sum(sums.values()) / count
+    finished = _deltas(before, after, f"{REQUEST_SUCCESS_FAMILY}_total")
+    if finished is not None:
+        total = sum(finished.values())
+        ok = sum(v for (_, labels), v in finished.items()
+                 if dict(labels).get(FINISHED_REASON_LABEL) in OK_FINISH_REASONS)
+        out[GENERATIONS_OK_KEY] = _tidy(ok)
+        # The remainder, not a list of failure reasons: a reason vLLM adds later is counted,
+        # and ok + failed is the engine's own total.
+        out[GENERATIONS_FAILED_KEY] = _tidy(total - ok)
+    return out
+
+
+def _deltas(
+    before: Mapping[_SourceKey, float], after: Mapping[_SourceKey, float], sample: str
+) -> dict[tuple[int, Labels], float] | None:
+    """Per-source deltas of one sample name, or None when the step's value is unknowable."""
+    old = {(index, labels): v for (index, name, labels), v in before.items() if name == sample}
+    new = {(index, labels): v for (index, name, labels), v in after.items() if name == sample}
+    if not new or old.keys() != new.keys():
+        # Nothing matched (a visible gap), or an engine came or went mid-step.
+        return None
+    deltas = {source: value - old[source] for source, value in new.items()}
+    if any(delta < 0 for delta in deltas.values()):
+        return None  # a total went backwards: an engine restarted mid-step
+    return deltas
+
+
+def _tidy(value: float) -> float | int:
+    """Counts as ints when they are whole (they always are for vLLM's counters)."""
+    return int(value) if float(value).is_integer() else value

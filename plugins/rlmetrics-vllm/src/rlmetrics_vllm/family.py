@@ -1,0 +1,87 @@
+"""The ``vllm`` family: tees the engine's per-step keys into the ``rl.vllm.*`` series.
+
+The training loop merges :func:`rlmetrics_vllm.engine.step_metrics` into its train dict, so the
+trackers get the ``vllm/*`` keys like any other scalar; this plugin's ``log_metrics`` hook
+mirrors the same values into OpenTelemetry. Each spec's registry key is the logger key, the
+constant the engine reader emits, so a rename cannot orphan a series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import rlmetrics
+from rlmetrics import Kind, MetricSpec, hookimpl, is_exporting, record, warn_once
+from rlmetrics.logger import TRAIN_PREFIXES
+
+from .engine import (
+    GENERATION_LENGTH_MEAN_KEY,
+    GENERATION_TOKENS_KEY,
+    GENERATIONS_FAILED_KEY,
+    GENERATIONS_OK_KEY,
+    PROMPT_LENGTH_MEAN_KEY,
+    PROMPT_TOKENS_KEY,
+)
+
+__all__ = ["GROUP", "SPECS", "log_metrics", "tee_values"]
+
+GROUP = "vllm"
+
+SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "rl.vllm.prompt_tokens", Kind.COUNTER, unit="{token}", key=PROMPT_TOKENS_KEY,
+        description="Prefill tokens the vLLM engines processed in the step "
+                    "(delta of vllm:prompt_tokens, summed over engines and DP leaders).",
+    ),
+    MetricSpec(
+        "rl.vllm.generation_tokens", Kind.COUNTER, unit="{token}", key=GENERATION_TOKENS_KEY,
+        description="Tokens the vLLM engines generated in the step "
+                    "(delta of vllm:generation_tokens, summed over engines and DP leaders).",
+    ),
+    MetricSpec(
+        "rl.vllm.prompt_length.mean", Kind.GAUGE, unit="{token}", key=PROMPT_LENGTH_MEAN_KEY,
+        description="Mean prompt length of the requests finished in the step (sum/count delta "
+                    "of the vllm:request_prompt_tokens histogram); absent when none finished.",
+    ),
+    MetricSpec(
+        "rl.vllm.generation_length.mean", Kind.GAUGE, unit="{token}",
+        key=GENERATION_LENGTH_MEAN_KEY,
+        description="Mean generation length of the requests finished in the step (sum/count "
+                    "delta of vllm:request_generation_tokens); absent when none finished.",
+    ),
+    MetricSpec(
+        "rl.vllm.generations.ok", Kind.COUNTER, unit="{generation}", key=GENERATIONS_OK_KEY,
+        description="Requests finished in the step with reason stop or length "
+                    "(vllm:request_success).",
+    ),
+    MetricSpec(
+        "rl.vllm.generations.failed", Kind.COUNTER, unit="{generation}",
+        key=GENERATIONS_FAILED_KEY,
+        description="Requests finished in the step with any other reason (abort, error, "
+                    "repetition, or one added later): vllm:request_success total minus ok.",
+    ),
+)
+
+rlmetrics.declare(GROUP, SPECS)
+
+
+def tee_values(metrics: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """The registry values one logged dict carries: the ``vllm/*`` keys of a train dict."""
+    if prefix not in TRAIN_PREFIXES:
+        return {}
+    return {spec.key: metrics[spec.key] for spec in SPECS if metrics.get(spec.key) is not None}
+
+
+@hookimpl
+def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
+    """Mirror a train dict's ``vllm/*`` keys into ``rl.vllm.*``."""
+    if not is_exporting():
+        return
+    # One record per key, each in its own guard: a bad value costs only its own series.
+    for key, value in tee_values(metrics, prefix).items():
+        try:
+            record(GROUP, {key: value})
+        except Exception:
+            warn_once(f"vllm:tee:{key}", f"rlmetrics-vllm: teeing {key!r} failed; the other "
+                      "rl.vllm.* series still record")

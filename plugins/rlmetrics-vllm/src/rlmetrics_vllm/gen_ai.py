@@ -1,0 +1,137 @@
+"""The ``gen_ai`` family: what the driver received from each vLLM ``generate()`` call.
+
+:func:`record_generation` is called after each ``generate()`` with the per-request input and
+output lengths it returned and the batch's wall clock. Token counts follow the OpenTelemetry
+GenAI semantic conventions (``gen_ai.client.token.usage``, their attributes and buckets).
+
+``gen_ai.server.request.duration`` is not recorded: it is defined per inference request, and
+one ``generate()`` here is a whole batch spread over every data-parallel shard, so no
+per-request latency exists on the driver. The batch's wall clock goes to
+``rl.vllm.batch.duration`` instead.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+import rlmetrics
+from rlmetrics import OPEN, Kind, MetricSpec, is_exporting, record, warn_once
+
+__all__ = [
+    "BATCH_DURATION",
+    "BATCH_DURATION_BUCKETS",
+    "DEFAULT_OPERATION",
+    "DEFAULT_PROVIDER",
+    "GROUP",
+    "OPERATION_NAME",
+    "PROVIDER_NAME",
+    "REQUEST_MODEL",
+    "SPECS",
+    "TOKEN_TYPE",
+    "TOKEN_USAGE",
+    "TOKEN_USAGE_BUCKETS",
+    "generation_attributes",
+    "record_generation",
+]
+
+GROUP = "gen_ai"
+
+# Attribute keys from the GenAI semantic conventions.
+OPERATION_NAME = "gen_ai.operation.name"
+PROVIDER_NAME = "gen_ai.provider.name"
+REQUEST_MODEL = "gen_ai.request.model"
+TOKEN_TYPE = "gen_ai.token.type"
+
+DEFAULT_PROVIDER = "vllm"
+#: RL rollouts send token ids to ``LLM.generate()``: a completion, not a chat exchange.
+DEFAULT_OPERATION = "text_completion"
+
+#: The GenAI conventions' recommended boundaries for ``gen_ai.client.token.usage`` (powers of 4).
+TOKEN_USAGE_BUCKETS: tuple[float, ...] = tuple(float(4**i) for i in range(14))
+
+#: The GenAI duration boundaries (0.01 s doubling to 81.92 s), extended by doubling to
+#: 2621.44 s: one RL generation batch routinely takes minutes, and the conventions' last
+#: bucket would put every slow batch into overflow.
+BATCH_DURATION_BUCKETS: tuple[float, ...] = tuple(round(0.01 * 2**i, 2) for i in range(19))
+
+TOKEN_USAGE = MetricSpec(
+    "gen_ai.client.token.usage", Kind.HISTOGRAM, unit="{token}",
+    description="Tokens per request of a vLLM generate() batch, as the driver received them, "
+                "split by gen_ai.token.type (input / output).",
+    attributes={TOKEN_TYPE: {"input", "output"}, PROVIDER_NAME: OPEN, OPERATION_NAME: OPEN,
+                REQUEST_MODEL: OPEN},
+    buckets=TOKEN_USAGE_BUCKETS,
+)
+
+BATCH_DURATION = MetricSpec(
+    "rl.vllm.batch.duration", Kind.HISTOGRAM, unit="s",
+    description="Wall clock of one vLLM generate() batch across every data-parallel shard.",
+    attributes={PROVIDER_NAME: OPEN, OPERATION_NAME: OPEN, REQUEST_MODEL: OPEN},
+    buckets=BATCH_DURATION_BUCKETS,
+)
+
+SPECS: tuple[MetricSpec, ...] = (TOKEN_USAGE, BATCH_DURATION)
+
+rlmetrics.declare(GROUP, SPECS)
+
+
+def generation_attributes(
+    *, model: str | None = None, provider: str = DEFAULT_PROVIDER,
+    operation: str = DEFAULT_OPERATION,
+) -> dict[str, str]:
+    """The attributes every point of one batch carries; ``gen_ai.request.model`` only when
+    known (the conventions make it conditionally required)."""
+    attributes = {PROVIDER_NAME: provider, OPERATION_NAME: operation}
+    if model:
+        attributes[REQUEST_MODEL] = model
+    return attributes
+
+
+def _lengths(values: Any) -> list[Any]:
+    """A flat list from a list, NumPy array or torch tensor of per-request lengths."""
+    if values is None:
+        return []
+    tolist = getattr(values, "tolist", None)  # one conversion, not one .item() per request
+    listed = tolist() if callable(tolist) else values
+    return list(listed) if isinstance(listed, Iterable) else [listed]
+
+
+def record_generation(
+    input_lengths: Any = None,
+    output_lengths: Any = None,
+    duration_s: float | None = None,
+    *,
+    model: str | None = None,
+    provider: str = DEFAULT_PROVIDER,
+    operation: str = DEFAULT_OPERATION,
+) -> None:
+    """Record one ``generate()`` batch: a token-usage point per request and side, and the
+    batch's wall clock. A cheap no-op unless telemetry is exporting; never raises.
+
+    :param input_lengths / output_lengths: one length per request (list, array or tensor),
+        as the call returned them; None skips that side.
+    :param duration_s: the batch's wall clock in seconds; None skips it.
+    """
+    if not is_exporting():
+        return
+    base = generation_attributes(model=model, provider=provider, operation=operation)
+    # Each part in its own guard, so bad lengths cannot cost the batch duration or vice versa.
+    for token_type, lengths in (("input", input_lengths), ("output", output_lengths)):
+        try:
+            attributes = {**base, TOKEN_TYPE: token_type}
+            for length in _lengths(lengths):
+                if isinstance(length, numbers.Real) and length < 0:
+                    warn_once(f"gen_ai:{token_type}:negative", "rlmetrics-vllm: a negative "
+                              f"{token_type} length ({length}) is not a token count; dropped")
+                    continue
+                record(GROUP, {TOKEN_USAGE.key: length}, attributes)
+        except Exception:
+            warn_once(f"gen_ai:{token_type}", f"rlmetrics-vllm: recording {token_type} token "
+                      "usage failed; that side of the batch is dropped")
+    try:
+        if duration_s is not None:
+            record(GROUP, {BATCH_DURATION.key: duration_s}, base)
+    except Exception:
+        warn_once("gen_ai:duration", "rlmetrics-vllm: recording the batch duration failed")
