@@ -39,12 +39,16 @@ WALL_TIME_KEY = "telemetry/wall_time_seconds"
 STEP_KEY = "rlmetrics/step"
 
 _SECONDS_SUFFIX = "_s"
+_STEP_WALL_KEY = EFFICIENCY_PREFIX + "step_wall_time_s"
+_RUN_ELAPSED_KEY = EFFICIENCY_PREFIX + "total_wall_time_s"
 _PCT_KEY = EFFICIENCY_PREFIX + "efficiency_pct"
 _PCT_PER_STEP_KEY = EFFICIENCY_PREFIX + "efficiency_pct_is_per_step"
 #: Totals that share the ``efficiency/*_s`` shape but are sums, never categories.
 AGGREGATE_EFFICIENCY_KEYS = frozenset(
     {"total_waste", "productive_time", "total_wall_time", "thread_seconds_total"}
 )
+# The step's wall time shares the shape too; it is the summary's denominator.
+_NOT_CATEGORIES = AGGREGATE_EFFICIENCY_KEYS | {"step_wall_time"}
 
 
 def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
@@ -76,12 +80,13 @@ class EfficiencySummary:
             if not (key.startswith(EFFICIENCY_PREFIX) and key.endswith(_SECONDS_SUFFIX)):
                 continue
             category = key[len(EFFICIENCY_PREFIX) : -len(_SECONDS_SUFFIX)]
-            if category and category not in AGGREGATE_EFFICIENCY_KEYS:
+            if category and category not in _NOT_CATEGORIES:
                 seconds[category] = value
         per_step = as_number(metrics.get(_PCT_PER_STEP_KEY))
         return cls(
             seconds=seconds,
-            run_elapsed_s=as_number(metrics.get(EFFICIENCY_PREFIX + "total_wall_time_s")),
+            step_wall_time_s=as_number(metrics.get(_STEP_WALL_KEY)),
+            run_elapsed_s=as_number(metrics.get(_RUN_ELAPSED_KEY)),
             efficiency_pct=as_number(metrics.get(_PCT_KEY)),
             pct_per_step=None if per_step is None else bool(per_step),
         )
@@ -93,9 +98,9 @@ class EfficiencySummary:
             for category, value in self.seconds.items()
         }
         if self.run_elapsed_s is not None:
-            out[EFFICIENCY_PREFIX + "total_wall_time_s"] = self.run_elapsed_s
+            out[_RUN_ELAPSED_KEY] = self.run_elapsed_s
         if self.step_wall_time_s is not None:
-            out[EFFICIENCY_PREFIX + "step_wall_time_s"] = self.step_wall_time_s
+            out[_STEP_WALL_KEY] = self.step_wall_time_s
         if self.efficiency_pct is not None:
             out[_PCT_KEY] = self.efficiency_pct
             out[_PCT_PER_STEP_KEY] = float(bool(self.pct_per_step))

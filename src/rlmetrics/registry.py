@@ -342,6 +342,11 @@ class MetricRegistry:
         with self._lock:
             return list(self._by_key.values())
 
+    def keys(self, group: str) -> frozenset[str]:
+        """The registry keys declared under ``group``."""
+        with self._lock:
+            return frozenset(key for g, key in self._by_key if g == group)
+
     @property
     def frozen(self) -> bool:
         return self._frozen

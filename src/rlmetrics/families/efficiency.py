@@ -1,0 +1,289 @@
+"""Async efficiency: where wall time went, per category, as two dimensioned gauges.
+
+Three clocks measure these categories and only one of them may be summed against elapsed
+time, so every point says which clock (``rl.efficiency.measurement``) and which period
+(``rl.efficiency.window``) it covers:
+
+- ``wall_clock``: the driver, sequentially; the per-step idle categories are deltas of one
+  step (window ``step``), ``init/total`` a run constant republished every step (``run``);
+- ``collector_wall_clock``: the collector's loop thread, concurrent with the driver (``run``);
+- ``thread_seconds``: summed over the collector's worker threads, not durations at all (8
+  threads backing off 10 s give 80) (``run``).
+
+``EfficiencyTimer`` (driver, reset per step) and ``CollectorTimer`` (thread-safe, never reset)
+produce the :class:`~rlmetrics.events.EfficiencySummary` this family exports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar
+
+from .. import hookimpl
+from .._warn import warn_once
+from ..events import EFFICIENCY_PREFIX, EfficiencySummary
+from ..registry import as_number, declare, is_exporting, record
+from ..spec import OPEN, Kind, MetricSpec
+
+__all__ = [
+    "COLLECTOR_WALL_CLOCK",
+    "GROUP",
+    "RUN_WINDOW",
+    "STEP_WINDOW",
+    "THREAD_SECONDS",
+    "WALL_CLOCK",
+    "CollectorTimer",
+    "EfficiencyTimer",
+    "efficiency_bucket",
+    "efficiency_measurements",
+    "efficiency_pct",
+    "efficiency_window",
+    "map_efficiency_seconds",
+]
+
+GROUP = "rl.efficiency"
+SECONDS = "rl.efficiency.seconds"
+PCT = "rl.efficiency.pct"
+CATEGORY_ATTR = "rl.efficiency.category"
+MEASUREMENT_ATTR = "rl.efficiency.measurement"
+WINDOW_ATTR = "rl.efficiency.window"
+BUCKET_ATTR = "rl.bucket"
+
+WALL_CLOCK = "wall_clock"
+COLLECTOR_WALL_CLOCK = "collector_wall_clock"
+THREAD_SECONDS = "thread_seconds"
+STEP_WINDOW = "step"
+RUN_WINDOW = "run"
+INIT_TOTAL = "init/total"
+
+_MEASUREMENTS = {
+    INIT_TOTAL: WALL_CLOCK,
+    "idle/buffer_starvation": WALL_CLOCK,
+    "idle/refit_bubble": WALL_CLOCK,
+    "idle/validation": WALL_CLOCK,
+    "idle/refit_event_wait": COLLECTOR_WALL_CLOCK,
+    "idle/generation_limit_pause": COLLECTOR_WALL_CLOCK,
+    "idle/buffer_full_backoff": THREAD_SECONDS,
+    "wasted/failed_trajectory": THREAD_SECONDS,
+}
+
+declare(
+    GROUP,
+    [
+        MetricSpec(
+            SECONDS,
+            Kind.GAUGE,
+            unit="s",
+            description="Time attributed to one efficiency category; filter on "
+            "rl.efficiency.measurement before summing against elapsed time",
+            attributes={
+                CATEGORY_ATTR: OPEN,
+                MEASUREMENT_ATTR: {WALL_CLOCK, COLLECTOR_WALL_CLOCK, THREAD_SECONDS},
+                WINDOW_ATTR: {STEP_WINDOW, RUN_WINDOW},
+                BUCKET_ATTR: {"productive", "overhead", "idle", "wasted"},
+            },
+            max_series=32,
+        ),
+        MetricSpec(
+            PCT,
+            Kind.GAUGE,
+            unit="%",
+            description="Productive share of driver-side wall clock over the window named by "
+            "rl.efficiency.window",
+            attributes={MEASUREMENT_ATTR: {WALL_CLOCK}, WINDOW_ATTR: {STEP_WINDOW, RUN_WINDOW}},
+        ),
+    ],
+)
+
+
+def efficiency_measurements() -> dict[str, str]:
+    """Each canonical category's measurement: wall_clock, collector_wall_clock, thread_seconds."""
+    return dict(_MEASUREMENTS)
+
+
+def efficiency_window(category: str, measurement: str) -> str:
+    """``step`` for the driver's per-step categories; ``run`` for ``init/total`` (a constant
+    republished every step) and everything from the never-reset collector timer."""
+    return STEP_WINDOW if measurement == WALL_CLOCK and category != INIT_TOTAL else RUN_WINDOW
+
+
+def efficiency_bucket(category: str) -> str:
+    """The goodput bucket a category's seconds belong to (``init/total`` is overhead)."""
+    head = category.split("/", 1)[0]
+    return head if head in ("idle", "wasted", "productive") else "overhead"
+
+
+def map_efficiency_seconds(
+    metrics: Mapping[str, Any], measurement_by_category: Mapping[str, str]
+) -> dict[str, float]:
+    """``{category: seconds}`` from a raw logger dict's ``efficiency/<category>_s`` keys.
+
+    Only the categories in ``measurement_by_category`` are read, which keeps the aggregate
+    keys (``total_waste_s``, ``productive_time_s``…) out although they share the shape.
+    """
+    seconds = {}
+    for category in measurement_by_category:
+        value = as_number(metrics.get(f"{EFFICIENCY_PREFIX}{category}_s"))
+        if value is not None:
+            seconds[category] = float(value)
+    return seconds
+
+
+def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
+    """``(percent, window)``: the productive share of driver wall clock.
+
+    A percentage the caller already computed wins, with the window its flag names (``run``
+    when absent). Otherwise, against a per-step wall time the numerator is the three
+    step-window idle categories only (``init/total`` is a run constant and the collector is
+    on another clock); against the run's elapsed time it is every wall-clock category, which
+    says little: that ratio climbs toward 100% as the run lengthens.
+    """
+    if summary.efficiency_pct is not None:
+        return summary.efficiency_pct, STEP_WINDOW if summary.pct_per_step else RUN_WINDOW
+    if summary.step_wall_time_s is not None:
+        total, window = summary.step_wall_time_s, STEP_WINDOW
+    elif summary.run_elapsed_s is not None:
+        total, window = summary.run_elapsed_s, RUN_WINDOW
+    else:
+        return None
+    waste = sum(
+        seconds
+        for category, seconds in summary.seconds.items()
+        if _MEASUREMENTS.get(category) == WALL_CLOCK
+        and (window == RUN_WINDOW or efficiency_window(category, WALL_CLOCK) == STEP_WINDOW)
+    )
+    if total <= 0:
+        return 100.0, window
+    return 100.0 * (1.0 - min(waste, total) / total), window
+
+
+@hookimpl
+def on_efficiency_summary(summary: EfficiencySummary) -> None:
+    if not is_exporting():
+        return
+    for category, seconds in summary.seconds.items():
+        measurement = _MEASUREMENTS.get(category)
+        if measurement is None:
+            warn_once(
+                f"efficiency:unknown:{category}",
+                f"rlmetrics: efficiency category {category!r} has no known measurement "
+                f"(known: {sorted(_MEASUREMENTS)}); not exported",
+            )
+            continue
+        record(
+            GROUP,
+            {SECONDS: seconds},
+            {
+                CATEGORY_ATTR: category,
+                MEASUREMENT_ATTR: measurement,
+                WINDOW_ATTR: efficiency_window(category, measurement),
+                BUCKET_ATTR: efficiency_bucket(category),
+            },
+        )
+    pct = efficiency_pct(summary)
+    if pct is not None:
+        record(GROUP, {PCT: pct[0]}, {MEASUREMENT_ATTR: WALL_CLOCK, WINDOW_ATTR: pct[1]})
+
+
+# -- the accounting ---------------------------------------------------------------------------
+
+
+def _check_category(category: str, allowed: frozenset[str], timer: str) -> None:
+    if category not in allowed:
+        raise ValueError(
+            f"{timer} times {sorted(allowed)}; {category!r} is not one of them "
+            f"(measurements: {_MEASUREMENTS})"
+        )
+
+
+class EfficiencyTimer:
+    """The driver's timer: wall-clock categories of one step, reset by :meth:`step_summary`.
+
+    ``init/total`` is timed once before the loop and republished in every summary, so it
+    does not vanish from a dashboard after the first step.
+    """
+
+    CATEGORIES: ClassVar[frozenset[str]] = frozenset(
+        c for c, m in _MEASUREMENTS.items() if m == WALL_CLOCK
+    )
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._run_start = self._step_start = clock()
+        self._seconds: dict[str, float] = {}
+        self._init_total: float | None = None
+
+    @contextlib.contextmanager
+    def time(self, category: str) -> Iterator[None]:
+        _check_category(category, self.CATEGORIES, "EfficiencyTimer")
+        start = self._clock()
+        try:
+            yield
+        finally:
+            self.record(category, self._clock() - start)
+
+    def record(self, category: str, seconds: float) -> None:
+        _check_category(category, self.CATEGORIES, "EfficiencyTimer")
+        if category == INIT_TOTAL:
+            self._init_total = (self._init_total or 0.0) + seconds
+        else:
+            self._seconds[category] = self._seconds.get(category, 0.0) + seconds
+
+    def start_step(self) -> None:
+        """Start the step's wall clock (the end of the previous step's summary does it too)."""
+        self._step_start = self._clock()
+
+    def step_summary(self, collector: CollectorTimer | None = None) -> EfficiencySummary:
+        """This step's summary (plus the collector's run totals), then reset for the next."""
+        now = self._clock()
+        seconds = dict(self._seconds)
+        if self._init_total is not None:
+            seconds[INIT_TOTAL] = self._init_total
+        if collector is not None:
+            seconds.update(collector.snapshot())
+        summary = EfficiencySummary(
+            seconds=seconds,
+            step_wall_time_s=now - self._step_start,
+            run_elapsed_s=now - self._run_start,
+        )
+        self._seconds.clear()
+        self._step_start = now
+        return summary
+
+
+class CollectorTimer:
+    """The collector's timer: thread-safe, never reset, so its values cover the run.
+
+    ``time()`` the loop thread's waits (collector_wall_clock) and ``record()`` the seconds
+    each worker thread spent (thread_seconds; they add up across threads).
+    """
+
+    CATEGORIES: ClassVar[frozenset[str]] = frozenset(
+        c for c, m in _MEASUREMENTS.items() if m != WALL_CLOCK
+    )
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._seconds: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def time(self, category: str) -> Iterator[None]:
+        _check_category(category, self.CATEGORIES, "CollectorTimer")
+        start = self._clock()
+        try:
+            yield
+        finally:
+            self.record(category, self._clock() - start)
+
+    def record(self, category: str, seconds: float) -> None:
+        _check_category(category, self.CATEGORIES, "CollectorTimer")
+        with self._lock:
+            self._seconds[category] = self._seconds.get(category, 0.0) + seconds
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._seconds)

@@ -1,0 +1,223 @@
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlmetrics.events import AGGREGATE_EFFICIENCY_KEYS, EfficiencySummary
+from rlmetrics.families.efficiency import (
+    CollectorTimer,
+    EfficiencyTimer,
+    efficiency_measurements,
+    efficiency_pct,
+    map_efficiency_seconds,
+)
+from rlmetrics.testing import Point, points
+
+# (category, measurement, window, bucket) as the spec tabulates them.
+EXPECTED = {
+    "init/total": ("wall_clock", "run", "overhead"),
+    "idle/buffer_starvation": ("wall_clock", "step", "idle"),
+    "idle/refit_bubble": ("wall_clock", "step", "idle"),
+    "idle/validation": ("wall_clock", "step", "idle"),
+    "idle/refit_event_wait": ("collector_wall_clock", "run", "idle"),
+    "idle/generation_limit_pause": ("collector_wall_clock", "run", "idle"),
+    "idle/buffer_full_backoff": ("thread_seconds", "run", "idle"),
+    "wasted/failed_trajectory": ("thread_seconds", "run", "wasted"),
+}
+
+# What NeMo-RL's print_efficiency_summary logs with prefix "": categories, per-category pct,
+# the aggregates that share the _s shape, and the pct with its window flag.
+LOGGED = {
+    **{f"efficiency/{c}_s": float(i + 1) for i, c in enumerate(EXPECTED)},
+    "efficiency/idle/refit_bubble_pct": 3.0,
+    "efficiency/total_waste_s": 10.0,
+    "efficiency/productive_time_s": 90.0,
+    "efficiency/total_wall_time_s": 100.0,
+    "efficiency/thread_seconds_total_s": 15.0,
+    "efficiency/efficiency_pct": 90.0,
+    "efficiency/efficiency_pct_is_per_step": 1.0,
+}
+
+
+def _seconds(found: list[Point]) -> dict[str, Point]:
+    return {
+        p.attributes["rl.efficiency.category"]: p
+        for p in found
+        if p.name == "rl.efficiency.seconds"
+    }
+
+
+def _pct(found: list[Point]) -> list[tuple[float | None, dict[str, Any]]]:
+    return [(p.value, p.attributes) for p in found if p.name == "rl.efficiency.pct"]
+
+
+@pytest.mark.parametrize("prefix", ["", "train"])
+def test_every_category_is_labelled_with_its_clock_window_and_bucket(
+    exporting: Any, prefix: str
+) -> None:
+    logger, reader = exporting
+    logger.log_metrics(LOGGED, step=3, prefix=prefix)
+    found = points(reader)
+    seconds = _seconds(found)
+    assert set(seconds) == set(EXPECTED)  # aggregates never become categories
+    for i, (category, (measurement, window, bucket)) in enumerate(EXPECTED.items()):
+        point = seconds[category]
+        assert (point.kind, point.unit, point.value) == ("gauge", "s", float(i + 1))
+        assert point.attributes == {
+            "rl.efficiency.category": category,
+            "rl.efficiency.measurement": measurement,
+            "rl.efficiency.window": window,
+            "rl.bucket": bucket,
+        }
+    [(value, attributes)] = _pct(found)
+    assert value == 90.0
+    assert attributes == {"rl.efficiency.measurement": "wall_clock", "rl.efficiency.window": "step"}
+    assert [p.unit for p in found if p.name == "rl.efficiency.pct"] == ["%"]
+
+
+@pytest.mark.parametrize(("flag", "window"), [(1.0, "step"), (0.0, "run"), (None, "run")])
+def test_pct_window_follows_what_the_caller_passed(
+    exporting: Any, flag: float | None, window: str
+) -> None:
+    logger, reader = exporting
+    logged: dict[str, Any] = {"efficiency/efficiency_pct": 42.0}
+    if flag is not None:
+        logged["efficiency/efficiency_pct_is_per_step"] = flag
+    logger.log_metrics(logged, step=1, prefix="")
+    assert _pct(points(reader)) == [
+        (42.0, {"rl.efficiency.measurement": "wall_clock", "rl.efficiency.window": window})
+    ]
+
+
+def test_none_or_non_numeric_category_drops_only_itself(exporting: Any) -> None:
+    logger, reader = exporting
+    logger.log_metrics(
+        {
+            "efficiency/idle/refit_bubble_s": None,
+            "efficiency/idle/validation_s": "slow",
+            "efficiency/init/total_s": 12.0,
+            "efficiency/idle/made_up_s": 1.0,
+        },
+        step=1,
+        prefix="",
+    )
+    assert {c: p.value for c, p in _seconds(points(reader)).items()} == {"init/total": 12.0}
+
+
+def test_thread_seconds_can_exceed_the_wall_time_and_stay_labelled(exporting: Any) -> None:
+    # Eight threads backing off 10 s in the same 10 s window: 80 thread-seconds, not 10.
+    logger, reader = exporting
+    collector = CollectorTimer()
+    workers = [
+        threading.Thread(target=collector.record, args=("idle/buffer_full_backoff", 10.0))
+        for _ in range(8)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    logger.log_efficiency_summary(
+        EfficiencySummary(seconds=collector.snapshot(), step_wall_time_s=10.0)
+    )
+    found = points(reader)
+    point = _seconds(found)["idle/buffer_full_backoff"]
+    assert point.value == 80.0
+    assert point.attributes["rl.efficiency.measurement"] == "thread_seconds"
+    assert point.attributes["rl.efficiency.window"] == "run"
+    # ... and it does not count against the step's productive share.
+    assert _pct(found)[0][0] == 100.0
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_timers_produce_the_summary_and_the_step_pct(exporting: Any) -> None:
+    logger, reader = exporting
+    clock = FakeClock()
+    driver, collector = EfficiencyTimer(clock), CollectorTimer(clock)
+    with driver.time("init/total"):
+        clock.now += 50.0
+    driver.start_step()
+    with driver.time("idle/refit_bubble"):
+        clock.now += 2.0
+    with collector.time("idle/refit_event_wait"):
+        clock.now += 3.0
+    driver.record("idle/validation", 1.0)
+    clock.now += 5.0  # productive work
+    summary = driver.step_summary(collector)
+    assert summary.seconds == {
+        "init/total": 50.0,
+        "idle/refit_bubble": 2.0,
+        "idle/validation": 1.0,
+        "idle/refit_event_wait": 3.0,
+    }
+    assert (summary.step_wall_time_s, summary.run_elapsed_s) == (10.0, 60.0)
+    logger.log_efficiency_summary(summary, step=1)
+    # Numerator: the step-window categories only (2 + 1 of 10 s); init/total and the
+    # collector's clock are excluded.
+    assert _pct(points(reader)) == [
+        (70.0, {"rl.efficiency.measurement": "wall_clock", "rl.efficiency.window": "step"})
+    ]
+
+    # Next step: per-step categories were reset, init/total is republished, collector
+    # values are cumulative.
+    with collector.time("idle/refit_event_wait"):
+        clock.now += 1.0
+    second = driver.step_summary(collector)
+    assert second.seconds == {"init/total": 50.0, "idle/refit_event_wait": 4.0}
+    assert second.step_wall_time_s == 1.0
+
+
+def test_timers_refuse_a_category_of_the_other_clock() -> None:
+    with pytest.raises(ValueError, match="EfficiencyTimer times"):
+        EfficiencyTimer().record("idle/buffer_full_backoff", 1.0)
+    with pytest.raises(ValueError, match="CollectorTimer times"):
+        CollectorTimer().record("idle/refit_bubble", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("summary", "expected"),
+    [
+        (EfficiencySummary(seconds={"idle/validation": 5.0}, run_elapsed_s=50.0), (90.0, "run")),
+        (EfficiencySummary(seconds={"init/total": 60.0}, run_elapsed_s=50.0), (0.0, "run")),
+        (EfficiencySummary(seconds={"init/total": 60.0}, step_wall_time_s=10.0), (100.0, "step")),
+        (EfficiencySummary(step_wall_time_s=0.0), (100.0, "step")),
+        (EfficiencySummary(seconds={"idle/validation": 5.0}), None),
+    ],
+)
+def test_efficiency_pct(summary: EfficiencySummary, expected: Any) -> None:
+    assert efficiency_pct(summary) == expected
+
+
+_categories = st.sampled_from(sorted(efficiency_measurements()))
+_aggregates = st.sampled_from(sorted(AGGREGATE_EFFICIENCY_KEYS))
+_keys = st.one_of(
+    _categories.map(lambda c: f"efficiency/{c}_s"),
+    _categories.map(lambda c: f"efficiency/{c}_pct"),
+    _aggregates.map(lambda a: f"efficiency/{a}_s"),
+    st.text(max_size=12),
+)
+_values = st.one_of(st.none(), st.floats(), st.integers(), st.text(max_size=3), st.booleans())
+
+
+@given(st.dictionaries(_keys, _values, max_size=12))
+def test_map_efficiency_seconds_reads_only_canonical_categories(metrics: dict[str, Any]) -> None:
+    mapped = map_efficiency_seconds(metrics, efficiency_measurements())
+    assert set(mapped) <= set(efficiency_measurements())
+    assert not set(mapped) & AGGREGATE_EFFICIENCY_KEYS
+    for category, seconds in mapped.items():
+        raw = metrics[f"efficiency/{category}_s"]
+        assert not isinstance(raw, (bool, str)) and raw is not None
+        assert seconds == float(raw)
+    for category in set(efficiency_measurements()) - set(mapped):
+        raw = metrics.get(f"efficiency/{category}_s")
+        assert raw is None or isinstance(raw, (bool, str)) or raw != raw or abs(raw) == float("inf")
