@@ -1,0 +1,327 @@
+"""The engine reader: names against vLLM 0.32.0's real exposition, step deltas from readings
+derived from it, from a real prometheus_client registry, and over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import prometheus_client
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from rlmetrics_vllm.engine import (
+    ENGINE_FAMILIES,
+    GENERATION_LENGTH_FAMILY,
+    GENERATION_LENGTH_MEAN_KEY,
+    GENERATION_TOKENS_FAMILY,
+    GENERATION_TOKENS_KEY,
+    GENERATIONS_FAILED_KEY,
+    GENERATIONS_OK_KEY,
+    OK_FINISH_REASONS,
+    PROMPT_LENGTH_FAMILY,
+    PROMPT_LENGTH_MEAN_KEY,
+    PROMPT_TOKENS_FAMILY,
+    PROMPT_TOKENS_KEY,
+    REQUEST_SUCCESS_FAMILY,
+    STEP_KEYS,
+    Snapshot,
+    merge_snapshots,
+    read_registry,
+    read_text,
+    scrape,
+    step_metrics,
+)
+from vllm_support import FINISH_REASONS, EngineValues, TextServer, VllmRegistry
+
+Render = Callable[..., str]
+
+# Two engines' totals before a step, and after it: engine 0 served 3 requests (2 stop,
+# 1 length), engine 1 served 2 (1 stop, 1 abort).
+BEFORE = {
+    "0": EngineValues(100, 400, 100, 4, 400, 4, {"stop": 3, "length": 1}),
+    "1": EngineValues(50, 90, 50, 2, 90, 2, {"stop": 1, "abort": 1}),
+}
+AFTER = {
+    "0": EngineValues(160, 700, 160, 7, 700, 7, {"stop": 5, "length": 2}),
+    "1": EngineValues(90, 150, 90, 4, 150, 4, {"stop": 2, "abort": 2}),
+}
+EXPECTED = {
+    PROMPT_TOKENS_KEY: 100,  # (160-100) + (90-50)
+    GENERATION_TOKENS_KEY: 360,  # (700-400) + (150-90)
+    PROMPT_LENGTH_MEAN_KEY: 100 / 5,  # sum delta 100 over count delta 3 + 2
+    GENERATION_LENGTH_MEAN_KEY: 360 / 5,
+    GENERATIONS_OK_KEY: 4,  # stop 2 + length 1 + stop 1
+    GENERATIONS_FAILED_KEY: 1,  # abort 1
+}
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+def test_family_names_match_the_vllm_exposition_exactly(fixture_text: str) -> None:
+    families = {f.name: f for f in text_string_to_metric_families(fixture_text)}
+    for name, kind in ENGINE_FAMILIES.items():
+        assert name in families, f"{name} is not in vLLM 0.32.0's /metrics"
+        assert families[name].type == kind
+        sample_names = {s.name for s in families[name].samples}
+        wanted = {f"{name}_total"} if kind == "counter" else {f"{name}_sum", f"{name}_count"}
+        assert wanted <= sample_names
+    reasons = {s.labels["finished_reason"] for s in families[REQUEST_SUCCESS_FAMILY].samples}
+    assert reasons == set(FINISH_REASONS)
+    assert reasons >= OK_FINISH_REASONS
+
+
+def test_family_names_match_vllm_itself() -> None:
+    """vLLM's own metric definitions, when vLLM is installed (it needs CUDA torch; CI skips)."""
+    pytest.importorskip("vllm", reason="vllm is not installed (CUDA-only and ~3.5 GB); the "
+                        "names are checked against its 0.32.0 /metrics fixture instead")
+    from vllm.v1.engine import FINISH_REASON_STRINGS
+    from vllm.v1.metrics import loggers
+
+    source = Path(loggers.__file__).read_text()
+    for name in ENGINE_FAMILIES:
+        # vLLM declares counters with or without "_total"; prometheus_client strips it.
+        assert f'"{name}"' in source or f'"{name}_total"' in source, name
+    assert set(FINISH_REASON_STRINGS) >= OK_FINISH_REASONS
+
+
+def test_the_fixture_with_no_request_served_gives_zero_counts_and_no_means(
+    fixture_text: str,
+) -> None:
+    reading = read_text(fixture_text)
+    assert step_metrics(reading, reading) == {
+        PROMPT_TOKENS_KEY: 0,
+        GENERATION_TOKENS_KEY: 0,
+        GENERATIONS_OK_KEY: 0,
+        GENERATIONS_FAILED_KEY: 0,
+    }
+
+
+# -- readings derived from the fixture -----------------------------------------------------------
+
+
+def test_deltas_means_and_ok_failed_summed_over_engines(render: Render) -> None:
+    result = step_metrics(read_text(render(BEFORE)), read_text(render(AFTER)))
+    assert result == pytest.approx(EXPECTED)
+    assert set(result) == set(STEP_KEYS)
+
+
+def test_a_finish_reason_vllm_adds_later_counts_as_failed(render: Render) -> None:
+    before = {"0": EngineValues(finished={"stop": 1, "timeout": 1})}
+    after = {"0": EngineValues(finished={"stop": 2, "abort": 1, "timeout": 4})}
+    result = step_metrics(read_text(render(before)), read_text(render(after)))
+    assert result[GENERATIONS_OK_KEY] == 1
+    assert result[GENERATIONS_FAILED_KEY] == 1 + 3  # abort + timeout
+    assert result[GENERATIONS_OK_KEY] + result[GENERATIONS_FAILED_KEY] == 5
+
+
+def test_a_step_with_no_request_served_omits_the_means(render: Render) -> None:
+    result = step_metrics(read_text(render(AFTER)), read_text(render(AFTER)))
+    assert PROMPT_LENGTH_MEAN_KEY not in result
+    assert GENERATION_LENGTH_MEAN_KEY not in result
+    assert result[PROMPT_TOKENS_KEY] == 0
+    assert result[GENERATIONS_OK_KEY] == result[GENERATIONS_FAILED_KEY] == 0
+
+
+@pytest.mark.parametrize(
+    ("family", "gone"),
+    [
+        (PROMPT_TOKENS_FAMILY, {PROMPT_TOKENS_KEY}),
+        (GENERATION_TOKENS_FAMILY, {GENERATION_TOKENS_KEY}),
+        (PROMPT_LENGTH_FAMILY, {PROMPT_LENGTH_MEAN_KEY}),
+        (GENERATION_LENGTH_FAMILY, {GENERATION_LENGTH_MEAN_KEY}),
+        (REQUEST_SUCCESS_FAMILY, {GENERATIONS_OK_KEY, GENERATIONS_FAILED_KEY}),
+    ],
+)
+def test_a_series_that_matches_nothing_is_omitted(
+    render: Render, family: str, gone: set[str]
+) -> None:
+    drop = frozenset({family})
+    for before, after in [
+        (render(BEFORE, drop), render(AFTER, drop)),  # absent from both readings
+        (render(BEFORE), render(AFTER, drop)),  # vanished between them
+    ]:
+        result = step_metrics(read_text(before), read_text(after))
+        assert set(result) == set(STEP_KEYS) - gone
+        assert result == pytest.approx({k: v for k, v in EXPECTED.items() if k not in gone})
+
+
+def test_a_total_that_went_backwards_omits_that_series_only(render: Render) -> None:
+    restarted = {
+        # engine 1 restarted mid-step: its prompt tokens and histogram count dropped, while
+        # engine 0's growth would otherwise hide that in the sum
+        "0": AFTER["0"],
+        "1": EngineValues(10, 150, 90, 1, 150, 4, {"stop": 2, "abort": 2}),
+    }
+    result = step_metrics(read_text(render(BEFORE)), read_text(render(restarted)))
+    assert PROMPT_TOKENS_KEY not in result
+    assert PROMPT_LENGTH_MEAN_KEY not in result
+    assert result[GENERATION_TOKENS_KEY] == EXPECTED[GENERATION_TOKENS_KEY]
+    assert result[GENERATION_LENGTH_MEAN_KEY] == pytest.approx(EXPECTED[GENERATION_LENGTH_MEAN_KEY])
+    assert result[GENERATIONS_OK_KEY] == EXPECTED[GENERATIONS_OK_KEY]
+
+
+def test_one_finish_reason_going_backwards_omits_ok_and_failed(render: Render) -> None:
+    after = {"0": AFTER["0"], "1": EngineValues(90, 150, 90, 4, 150, 4, {"stop": 9, "abort": 0})}
+    result = step_metrics(read_text(render(BEFORE)), read_text(render(after)))
+    assert GENERATIONS_OK_KEY not in result
+    assert GENERATIONS_FAILED_KEY not in result
+    assert result[PROMPT_TOKENS_KEY] == EXPECTED[PROMPT_TOKENS_KEY]
+
+
+def test_an_engine_that_appeared_mid_step_omits_the_series(render: Render) -> None:
+    result = step_metrics(read_text(render({"0": BEFORE["0"]})), read_text(render(AFTER)))
+    assert result == {}
+
+
+def test_data_parallel_leaders_merge_by_position(render: Render) -> None:
+    # Two leaders, each calling its only engine "0"; their totals must not be matched together.
+    leader_a = ({"0": BEFORE["0"]}, {"0": AFTER["0"]})
+    leader_b = ({"0": BEFORE["1"]}, {"0": AFTER["1"]})
+    before = [read_text(render(leader_a[0])), read_text(render(leader_b[0]))]
+    after = [read_text(render(leader_a[1])), read_text(render(leader_b[1]))]
+    assert step_metrics(before, after) == pytest.approx(EXPECTED)
+    assert step_metrics(merge_snapshots(before), merge_snapshots(after)) == pytest.approx(EXPECTED)
+    # A leader missing from one side leaves nothing that can be trusted.
+    assert step_metrics(before, after[:1]) == {}
+
+
+def test_readers_never_raise_and_a_failed_reading_omits_everything(render: Render) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = scrape(f"http://127.0.0.1:{port}/metrics", timeout_s=2)
+    assert dead == Snapshot()
+    assert read_text("this is {not prometheus") == Snapshot()
+    assert read_registry(object()) == Snapshot()  # type: ignore[arg-type]
+    assert step_metrics(read_text(render(BEFORE)), dead) == {}
+    assert step_metrics(dead, dead) == {}
+    # A failed leader keeps its position, so the other leader's engines stay matched right.
+    good = read_text(render(BEFORE))
+    assert step_metrics([good, good], [good, dead]) == {}
+
+
+def test_a_snapshot_pickles(render: Render) -> None:
+    snapshot = merge_snapshots([read_text(render(BEFORE)), read_text(render(AFTER))])
+    assert pickle.loads(pickle.dumps(snapshot)) == snapshot
+
+
+# -- a real prometheus_client registry -------------------------------------------------------------
+
+
+def _serve_step(engine: VllmRegistry) -> None:
+    """Engine 0 of the registry finishes four requests: two stop, one length, one abort."""
+    engine.finish("0", prompt=10, generated=30, reason="stop")
+    engine.finish("0", prompt=20, generated=50, reason="stop")
+    engine.finish("0", prompt=30, generated=64, reason="length")
+    engine.finish("0", prompt=40, generated=0, reason="abort")
+
+
+STEP_FROM_REGISTRY = {
+    PROMPT_TOKENS_KEY: 100,
+    GENERATION_TOKENS_KEY: 144,
+    PROMPT_LENGTH_MEAN_KEY: 25.0,
+    GENERATION_LENGTH_MEAN_KEY: 36.0,
+    GENERATIONS_OK_KEY: 3,
+    GENERATIONS_FAILED_KEY: 1,
+}
+
+
+def test_step_from_an_in_process_registry(vllm_registry: VllmRegistry) -> None:
+    vllm_registry.finish("0", prompt=7, generated=9)  # an earlier step, not counted
+    before = read_registry(vllm_registry.registry)
+    _serve_step(vllm_registry)
+    after = read_registry(vllm_registry.registry)
+    assert step_metrics(before, after) == STEP_FROM_REGISTRY
+
+
+def test_step_from_the_default_registry() -> None:
+    """vLLM registers in prometheus_client.REGISTRY; read_registry() reads it by default."""
+    engine = VllmRegistry.__new__(VllmRegistry)
+    engine.registry, engine.engines, engine.model = prometheus_client.REGISTRY, ("0",), "m"
+    engine._build()
+    try:
+        before = read_registry()
+        _serve_step(engine)
+        assert step_metrics(before, read_registry()) == STEP_FROM_REGISTRY
+    finally:
+        for collector in engine._collectors:
+            prometheus_client.REGISTRY.unregister(collector)
+
+
+def test_registry_and_its_text_exposition_read_the_same(vllm_registry: VllmRegistry) -> None:
+    _serve_step(vllm_registry)
+    text = generate_latest(vllm_registry.registry).decode()
+    assert "vllm:prompt_tokens_total{" in text  # samples carry _total on this path
+    assert read_text(text) == read_registry(vllm_registry.registry)
+
+
+def test_an_engine_restart_in_the_registry_omits_every_series(vllm_registry: VllmRegistry) -> None:
+    _serve_step(vllm_registry)
+    before = read_registry(vllm_registry.registry)
+    vllm_registry.restart()
+    vllm_registry.finish("0", prompt=5, generated=5)
+    result = step_metrics(before, read_registry(vllm_registry.registry))
+    assert result == {}
+    assert all(v >= 0 for v in result.values())
+
+
+def test_engines_in_one_registry_are_summed() -> None:
+    engine = VllmRegistry(engines=("0", "1"))
+    before = read_registry(engine.registry)
+    engine.finish("0", prompt=10, generated=20, reason="stop")
+    engine.finish("1", prompt=30, generated=40, reason="error")
+    result = step_metrics(before, read_registry(engine.registry))
+    assert result == {
+        PROMPT_TOKENS_KEY: 40,
+        GENERATION_TOKENS_KEY: 60,
+        PROMPT_LENGTH_MEAN_KEY: 20.0,
+        GENERATION_LENGTH_MEAN_KEY: 30.0,
+        GENERATIONS_OK_KEY: 1,
+        GENERATIONS_FAILED_KEY: 1,
+    }
+
+
+# -- real HTTP servers on 127.0.0.1 ------------------------------------------------------------
+
+
+def test_step_from_scrapes_of_a_served_registry(
+    vllm_registry: VllmRegistry, serve_registry: Callable[..., str]
+) -> None:
+    url = serve_registry(vllm_registry.registry)
+    before = scrape(url)
+    assert before == read_registry(vllm_registry.registry)  # same reading on both paths
+    _serve_step(vllm_registry)
+    assert step_metrics(before, scrape(url)) == STEP_FROM_REGISTRY
+    # The engine restarts behind the same URL: the step's totals went backwards.
+    before = scrape(url)
+    vllm_registry.restart()
+    vllm_registry.finish("0", prompt=1, generated=1)
+    assert step_metrics(before, scrape(url)) == {}
+
+
+def test_step_from_scrapes_of_a_server_serving_fixture_readings(
+    text_server: TextServer, render: Render
+) -> None:
+    assert scrape(text_server.url) == read_text(text_server.text)
+    text_server.text = render(BEFORE)
+    before = scrape(text_server.url)
+    text_server.text = render(AFTER)
+    assert step_metrics(before, scrape(text_server.url)) == pytest.approx(EXPECTED)
+    text_server.text = render(AFTER, frozenset({GENERATION_TOKENS_FAMILY}))
+    assert GENERATION_TOKENS_KEY not in step_metrics(before, scrape(text_server.url))
+
+
+def test_data_parallel_leaders_scraped_over_http(render: Render) -> None:
+    servers = [TextServer(render({"0": BEFORE["0"]})), TextServer(render({"0": BEFORE["1"]}))]
+    try:
+        before = [scrape(s.url) for s in servers]
+        servers[0].text, servers[1].text = render({"0": AFTER["0"]}), render({"0": AFTER["1"]})
+        result = step_metrics(before, [scrape(s.url) for s in servers])
+        assert result == pytest.approx(EXPECTED)
+    finally:
+        for server in servers:
+            server.close()

@@ -1,0 +1,133 @@
+"""The vllm family: a train dict's ``vllm/*`` keys reach ``rl.vllm.*`` through Logger.log_metrics,
+read back from an in-memory reader."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rlmetrics_vllm import family
+from rlmetrics_vllm.engine import (
+    GENERATION_LENGTH_MEAN_KEY,
+    GENERATION_TOKENS_KEY,
+    GENERATIONS_FAILED_KEY,
+    GENERATIONS_OK_KEY,
+    PROMPT_LENGTH_MEAN_KEY,
+    PROMPT_TOKENS_KEY,
+    STEP_KEYS,
+    read_registry,
+    step_metrics,
+)
+from vllm_support import VllmRegistry
+
+import rlmetrics
+from rlmetrics.testing import isolated_state, points, single
+
+NAMES = {
+    PROMPT_TOKENS_KEY: ("rl.vllm.prompt_tokens", "sum", "{token}"),
+    GENERATION_TOKENS_KEY: ("rl.vllm.generation_tokens", "sum", "{token}"),
+    PROMPT_LENGTH_MEAN_KEY: ("rl.vllm.prompt_length.mean", "gauge", "{token}"),
+    GENERATION_LENGTH_MEAN_KEY: ("rl.vllm.generation_length.mean", "gauge", "{token}"),
+    GENERATIONS_OK_KEY: ("rl.vllm.generations.ok", "sum", "{generation}"),
+    GENERATIONS_FAILED_KEY: ("rl.vllm.generations.failed", "sum", "{generation}"),
+}
+
+
+def _log(metrics: dict[str, Any], step: int = 1, prefix: str = "train") -> None:
+    rlmetrics.Logger(backends={}).log_metrics(metrics, step=step, prefix=prefix)
+
+
+def test_every_step_key_has_one_spec() -> None:
+    assert [spec.key for spec in family.SPECS] == list(STEP_KEYS)
+    assert {spec.key: (spec.name, spec.unit) for spec in family.SPECS} == {
+        key: (name, unit) for key, (name, _, unit) in NAMES.items()
+    }
+
+
+def test_a_train_dict_from_a_real_registry_reaches_the_series(telemetry: Any) -> None:
+    _, reader = telemetry
+    engine = VllmRegistry()
+    before = read_registry(engine.registry)
+    for prompt, generated, reason in [(10, 30, "stop"), (20, 50, "length"), (30, 4, "abort")]:
+        engine.finish("0", prompt, generated, reason)
+    vllm_keys = step_metrics(before, read_registry(engine.registry))
+    # The loop nests or merges the keys into its train dict; both flatten to vllm/*.
+    _log({"loss": 0.5, "vllm": {k.split("/", 1)[1]: v for k, v in vllm_keys.items()}})
+
+    found = points(reader)
+    expected = {
+        PROMPT_TOKENS_KEY: 60,
+        GENERATION_TOKENS_KEY: 84,
+        PROMPT_LENGTH_MEAN_KEY: 20.0,
+        GENERATION_LENGTH_MEAN_KEY: 28.0,
+        GENERATIONS_OK_KEY: 2,
+        GENERATIONS_FAILED_KEY: 1,
+    }
+    for key, value in expected.items():
+        name, kind, unit = NAMES[key]
+        point = single(found, name)
+        assert (point.value, point.kind, point.unit, point.attributes) == (value, kind, unit, {})
+        if kind == "sum":
+            assert point.monotonic is True
+
+
+def test_counters_accumulate_the_step_deltas(telemetry: Any) -> None:
+    _, reader = telemetry
+    _log({PROMPT_TOKENS_KEY: 7, GENERATIONS_OK_KEY: 2, GENERATIONS_FAILED_KEY: 0}, step=1)
+    _log({PROMPT_TOKENS_KEY: 5, GENERATIONS_OK_KEY: 3, GENERATIONS_FAILED_KEY: 1}, step=2)
+    found = points(reader)
+    assert single(found, "rl.vllm.prompt_tokens").value == 12
+    assert single(found, "rl.vllm.generations.ok").value == 5
+    assert single(found, "rl.vllm.generations.failed").value == 1
+
+
+def test_an_omitted_mean_leaves_a_gap_not_a_zero(telemetry: Any) -> None:
+    _, reader = telemetry
+    _log({PROMPT_TOKENS_KEY: 0, GENERATIONS_OK_KEY: 0})  # a step with no request served
+    found = points(reader)
+    assert single(found, "rl.vllm.prompt_tokens").value == 0
+    assert not [p for p in found if p.name.endswith(".mean")]
+
+
+@pytest.mark.parametrize("prefix", ["", "train"])
+def test_both_train_prefixes_are_teed(telemetry: Any, prefix: str) -> None:
+    _, reader = telemetry
+    _log({GENERATION_TOKENS_KEY: 9}, prefix=prefix)
+    assert single(points(reader), "rl.vllm.generation_tokens").value == 9
+
+
+@pytest.mark.parametrize("prefix", ["validation", "timing/setup", "eval"])
+def test_other_prefixes_are_not_teed(telemetry: Any, prefix: str) -> None:
+    _, reader = telemetry
+    _log({GENERATION_TOKENS_KEY: 9, PROMPT_LENGTH_MEAN_KEY: 3.0}, prefix=prefix)
+    assert not [p for p in points(reader) if p.name.startswith("rl.vllm.")]
+
+
+def test_one_bad_value_does_not_silence_the_others(telemetry: Any) -> None:
+    _, reader = telemetry
+    _log({
+        PROMPT_TOKENS_KEY: "lots",  # not a number
+        GENERATION_TOKENS_KEY: -4,  # a counter cannot go down
+        PROMPT_LENGTH_MEAN_KEY: float("nan"),
+        GENERATION_LENGTH_MEAN_KEY: 12.5,
+        GENERATIONS_OK_KEY: 3,
+    })
+    found = [p for p in points(reader) if p.name.startswith("rl.vllm.")]
+    assert {p.name: p.value for p in found} == {
+        "rl.vllm.generation_length.mean": 12.5,
+        "rl.vllm.generations.ok": 3,
+    }
+
+
+def test_the_tee_is_a_no_op_when_not_exporting() -> None:
+    with isolated_state():
+        assert not rlmetrics.is_exporting()
+        family.log_metrics({PROMPT_TOKENS_KEY: 1}, "train")  # must not raise
+        _log({PROMPT_TOKENS_KEY: 1})
+
+
+def test_tee_values_picks_the_vllm_keys_of_train_dicts_only() -> None:
+    metrics = {PROMPT_TOKENS_KEY: 1, "loss": 2.0, GENERATIONS_OK_KEY: None}
+    assert family.tee_values(metrics, "train") == {PROMPT_TOKENS_KEY: 1}
+    assert family.tee_values(metrics, "") == {PROMPT_TOKENS_KEY: 1}
+    assert family.tee_values(metrics, "validation") == {}

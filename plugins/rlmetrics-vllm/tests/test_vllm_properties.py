@@ -1,0 +1,68 @@
+"""Properties of step_metrics over random pairs of readings written into vLLM's exposition."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rlmetrics_vllm.engine import (
+    GENERATION_LENGTH_MEAN_KEY,
+    GENERATIONS_FAILED_KEY,
+    GENERATIONS_OK_KEY,
+    PROMPT_LENGTH_MEAN_KEY,
+    read_text,
+    step_metrics,
+)
+from vllm_support import FINISH_REASONS, EngineValues
+
+# The fixture's reasons plus one vLLM may add later; totals small enough to stay exact.
+REASONS = (*FINISH_REASONS, "timeout")
+totals = st.integers(min_value=0, max_value=10**9)
+# Mostly growth, sometimes a total that went backwards (an engine restart).
+changes = st.integers(min_value=-3, max_value=10**6)
+
+
+@st.composite
+def reading_pairs(draw: st.DrawFn) -> tuple[dict[str, EngineValues], dict[str, EngineValues]]:
+    engines = draw(st.sampled_from([("0",), ("0", "1"), ("0", "1", "2")]))
+    before: dict[str, EngineValues] = {}
+    after: dict[str, EngineValues] = {}
+    for engine in engines:
+        reasons = draw(st.lists(st.sampled_from(REASONS), unique=True, max_size=len(REASONS)))
+        old = [draw(totals) for _ in range(6)]
+        new = [max(0, v + draw(changes)) for v in old]
+        old_finished = {r: draw(totals) for r in reasons}
+        new_finished = {r: max(0, v + draw(changes)) for r, v in old_finished.items()}
+        before[engine] = EngineValues(*old, finished=old_finished)
+        after[engine] = EngineValues(*new, finished=new_finished)
+    return before, after
+
+
+@settings(max_examples=100, deadline=None)
+@given(pair=reading_pairs())
+def test_ok_plus_failed_is_the_total_delta_and_nothing_is_negative(
+    render: Callable[..., str],
+    pair: tuple[dict[str, EngineValues], dict[str, EngineValues]],
+) -> None:
+    before, after = pair
+    result = step_metrics(
+        read_text(render(before, only_read=True)), read_text(render(after, only_read=True))
+    )
+
+    assert all(value >= 0 for value in result.values()), result
+    reason_deltas = [
+        after[engine].finished.get(reason, 0) - before[engine].finished.get(reason, 0)
+        for engine in before
+        for reason in REASONS
+    ]
+    if GENERATIONS_OK_KEY in result and GENERATIONS_FAILED_KEY in result:
+        assert result[GENERATIONS_OK_KEY] + result[GENERATIONS_FAILED_KEY] == sum(reason_deltas)
+    else:
+        # Only a reason total that went backwards can withhold them: the family is in the
+        # fixture, so it always matches something.
+        assert any(delta < 0 for delta in reason_deltas)
+    for key, count_of in ((PROMPT_LENGTH_MEAN_KEY, lambda v: v.prompt_count),
+                          (GENERATION_LENGTH_MEAN_KEY, lambda v: v.generation_count)):
+        if key in result:  # a mean only for a step that served requests
+            assert sum(count_of(after[e]) - count_of(before[e]) for e in before) > 0

@@ -1,0 +1,215 @@
+"""Test support for rlmetrics-vllm: readings derived from vLLM 0.32.0's real exposition, a real
+prometheus_client registry holding vLLM's families, and an HTTP server on 127.0.0.1.
+
+A module of its own (not conftest.py) so test modules can import it by a name no other test
+folder uses; the fixtures built on it are in conftest.py.
+"""
+
+from __future__ import annotations
+
+import http.server
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from rlmetrics_vllm.engine import (
+    ENGINE_FAMILIES,
+    GENERATION_LENGTH_FAMILY,
+    GENERATION_TOKENS_FAMILY,
+    PROMPT_LENGTH_FAMILY,
+    PROMPT_TOKENS_FAMILY,
+    REQUEST_SUCCESS_FAMILY,
+)
+
+__all__ = [
+    "FINISH_REASONS",
+    "FIXTURE",
+    "MODEL",
+    "EngineValues",
+    "TextServer",
+    "VllmRegistry",
+    "render_exposition",
+]
+
+FIXTURE = Path(__file__).parent / "fixtures" / "vllm-0.32.0-metrics.txt"
+MODEL = "tiny-model"
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+# -- readings derived from the fixture -----------------------------------------------------------
+
+
+@dataclass
+class EngineValues:
+    """One engine's cumulative totals, written into the fixture's sample lines."""
+
+    prompt_tokens: float = 0
+    generation_tokens: float = 0
+    prompt_sum: float = 0
+    prompt_count: float = 0
+    generation_sum: float = 0
+    generation_count: float = 0
+    finished: dict[str, float] = field(default_factory=dict)
+
+
+_SAMPLE = re.compile(r"^(?P<name>[^{\s#]+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)$")
+_COMMENT = re.compile(r"^# (?:HELP|TYPE) (?P<name>\S+)")
+_FIXTURE_LINES = tuple(FIXTURE.read_text().splitlines())
+_SUFFIXES = ("", "_total", "_created", "_sum", "_count", "_bucket")
+
+
+def _value(name: str, labels: str, values: EngineValues) -> float | None:
+    """The value ``values`` gives a sample of one of the families read, else None."""
+    table = {
+        f"{PROMPT_TOKENS_FAMILY}_total": values.prompt_tokens,
+        f"{GENERATION_TOKENS_FAMILY}_total": values.generation_tokens,
+        f"{PROMPT_LENGTH_FAMILY}_sum": values.prompt_sum,
+        f"{PROMPT_LENGTH_FAMILY}_count": values.prompt_count,
+        f"{GENERATION_LENGTH_FAMILY}_sum": values.generation_sum,
+        f"{GENERATION_LENGTH_FAMILY}_count": values.generation_count,
+    }
+    if name in table:
+        return table[name]
+    if name == f"{REQUEST_SUCCESS_FAMILY}_total":
+        reason = re.search(r'finished_reason="([^"]*)"', labels)
+        return values.finished.get(reason.group(1) if reason else "", 0)
+    for family, count in ((PROMPT_LENGTH_FAMILY, values.prompt_count),
+                          (GENERATION_LENGTH_FAMILY, values.generation_count)):
+        if name == f"{family}_bucket":
+            # Cumulative buckets: every request above the last finite bound keeps them valid.
+            return count if 'le="+Inf"' in labels else 0
+    return None
+
+
+def render_exposition(
+    engines: Mapping[str, EngineValues],
+    drop: frozenset[str] = frozenset(),
+    *,
+    only_read: bool = False,
+) -> str:
+    """The fixture with its engine-"0" samples rewritten once per engine in ``engines``, and
+    the families in ``drop`` removed entirely (with ``only_read``, every family the engine
+    reader does not read too: parsing is then ~10x faster). Reasons a fixture engine does not
+    list (a future finish reason) are added after its ``stop`` sample."""
+    dropped = {f"{family}{suffix}" for family in drop for suffix in _SUFFIXES}
+    kept = {f"{family}{suffix}" for family in ENGINE_FAMILIES for suffix in _SUFFIXES} - dropped
+
+    def keep(name: str) -> bool:
+        return name in kept if only_read else name not in dropped
+
+    out: list[str] = []
+    for line in _FIXTURE_LINES:
+        comment = _COMMENT.match(line)
+        if comment:
+            if keep(comment.group("name")):
+                out.append(line)
+            continue
+        sample = _SAMPLE.match(line)
+        if sample is None or not keep(sample.group("name")):
+            continue
+        name, labels = sample.group("name"), sample.group("labels") or ""
+        if 'engine="0"' not in labels or _value(name, labels, EngineValues()) is None:
+            out.append(line)
+            continue
+        for engine, values in engines.items():
+            engine_labels = labels.replace('engine="0"', f'engine="{engine}"')
+            out.append(f"{name}{{{engine_labels}}} {float(_value(name, labels, values) or 0)}")
+            if 'finished_reason="stop"' in labels:
+                for reason in sorted(set(values.finished) - set(FINISH_REASONS)):
+                    extra = engine_labels.replace('"stop"', f'"{reason}"')
+                    out.append(f"{name}{{{extra}}} {float(values.finished[reason])}")
+    return "\n".join(out) + "\n"
+
+
+# -- a real prometheus_client registry with vLLM's families ---------------------------------------
+
+
+class VllmRegistry:
+    """A ``CollectorRegistry`` holding vLLM's families, labelled and pre-created the way
+    vLLM's ``PrometheusStatLogger`` does, driven by :meth:`finish` as requests complete."""
+
+    def __init__(self, engines: tuple[str, ...] = ("0",), model: str = MODEL) -> None:
+        self.registry = CollectorRegistry()
+        self.engines = engines
+        self.model = model
+        self._collectors: list[Any] = []
+        self._build()
+
+    def _build(self) -> None:
+        labels = ["model_name", "engine"]
+        self.prompt_tokens = Counter(PROMPT_TOKENS_FAMILY, "Number of prefill tokens processed.",
+                                     labels, registry=self.registry)
+        self.generation_tokens = Counter(GENERATION_TOKENS_FAMILY,
+                                         "Number of generation tokens processed.", labels,
+                                         registry=self.registry)
+        self.request_success = Counter(REQUEST_SUCCESS_FAMILY,
+                                       "Count of successfully processed requests.",
+                                       [*labels, "finished_reason"], registry=self.registry)
+        buckets = [1, 2, 5, 10, 20, 50, 100]
+        self.prompt_length = Histogram(PROMPT_LENGTH_FAMILY, "Number of prefill tokens processed.",
+                                       labels, buckets=buckets, registry=self.registry)
+        self.generation_length = Histogram(GENERATION_LENGTH_FAMILY,
+                                           "Number of generation tokens processed.", labels,
+                                           buckets=buckets, registry=self.registry)
+        self._collectors = [self.prompt_tokens, self.generation_tokens, self.request_success,
+                            self.prompt_length, self.generation_length]
+        for engine in self.engines:  # vLLM binds every child up front
+            for metric in self._collectors:
+                if metric is self.request_success:
+                    for reason in FINISH_REASONS:
+                        metric.labels(self.model, engine, reason)
+                else:
+                    metric.labels(self.model, engine)
+
+    def finish(self, engine: str, prompt: int, generated: int, reason: str = "stop") -> None:
+        """One request completed on ``engine``."""
+        self.prompt_tokens.labels(self.model, engine).inc(prompt)
+        self.generation_tokens.labels(self.model, engine).inc(generated)
+        self.prompt_length.labels(self.model, engine).observe(prompt)
+        self.generation_length.labels(self.model, engine).observe(generated)
+        self.request_success.labels(self.model, engine, reason).inc()
+
+    def restart(self) -> None:
+        """The engine process restarted: every total starts again from zero."""
+        for metric in self._collectors:
+            self.registry.unregister(metric)
+        self._build()
+
+
+# -- a real HTTP server on 127.0.0.1 ------------------------------------------------------------
+
+
+class TextServer:
+    """An ``http.server`` on 127.0.0.1 answering /metrics with whatever ``text`` holds."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = owner.text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # keep the test output clean
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
