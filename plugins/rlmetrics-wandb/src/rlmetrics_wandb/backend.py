@@ -1,0 +1,110 @@
+"""The W&B backend: each logged dict becomes one W&B history row with its own axis value."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import wandb
+
+from rlmetrics.backends import full_key
+from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
+
+from .axes import StepAxes
+from .values import SKIP, to_wandb
+
+__all__ = ["WandbBackend"]
+
+
+class WandbBackend:
+    """Logs to a W&B run it starts with ``wandb.init`` (or to a run you pass in).
+
+    :param project, entity, name, tags, mode, dir, group, notes, config: passed to
+        ``wandb.init`` when set (``mode`` defaults to ``WANDB_MODE``, else W&B's default).
+    :param init_kwargs: any other ``wandb.init`` arguments (``settings``, ``id``, ``resume``,
+        ``job_type``…); they win over the named ones.
+    :param run: an already started ``wandb.Run`` to log into instead. The backend binds its
+        axes on it but never finishes it: its owner does.
+    """
+
+    def __init__(
+        self,
+        project: str | None = None,
+        entity: str | None = None,
+        name: str | None = None,
+        tags: Sequence[str] | None = None,
+        mode: str | None = None,
+        dir: str | os.PathLike[str] | None = None,
+        group: str | None = None,
+        notes: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        init_kwargs: Mapping[str, Any] | None = None,
+        run: Any = None,
+    ) -> None:
+        self._finished = False
+        if run is not None:
+            self.run = run
+            self._owns_run = False
+        else:
+            named = {
+                "project": project, "entity": entity, "name": name,
+                "tags": list(tags) if tags is not None else None, "mode": mode,
+                "dir": os.fspath(dir) if dir is not None else None, "group": group,
+                "notes": notes, "config": dict(config) if config is not None else None,
+            }
+            kwargs = {k: v for k, v in named.items() if v is not None}
+            kwargs.update(init_kwargs or {})
+            if kwargs.get("dir") is not None:
+                # wandb.init warns and falls back to a temp dir when dir is missing.
+                Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
+            previous = wandb.run
+            try:
+                self.run = wandb.init(**kwargs)
+            except Exception as exc:
+                shown = {k: v for k, v in kwargs.items() if k != "config"}
+                raise RuntimeError(
+                    f"rlmetrics-wandb: wandb.init({shown}) failed: {exc}"
+                ) from exc
+            # With W&B's default reinit policy, init returns the script's own active run:
+            # log into it, but leave finishing it to the script.
+            self._owns_run = self.run is not previous
+        self.axes = StepAxes(self.run.define_metric)
+
+    @property
+    def run_dir(self) -> Path:
+        """The run's local directory (holds ``run-<id>.wandb``, the transaction log)."""
+        return Path(self.run.dir).parent
+
+    @property
+    def transaction_log(self) -> Path:
+        """``run-<id>.wandb``: readable with ``wandb leet inspect --json``, syncable offline."""
+        return self.run_dir / f"run-{self.run.id}.wandb"
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        row: dict[str, Any] = {}
+        for key, value in metrics.items():
+            converted = to_wandb(value)
+            if converted is not SKIP:
+                row[full_key(prefix, key)] = converted
+        if not row:
+            return
+        if self.axes.is_rollout(prefix):
+            # The stream's axis is wall time; a dict logged without it gets "now".
+            row.setdefault(WALL_TIME_KEY, time.time())
+        else:
+            row[STEP_KEY] = int(step)
+            self.axes.bind(prefix, row)
+        # Never step=: W&B drops a row whose step is below its last one, and trainer steps
+        # repeat or go back (resume, eval loops). The axis value in the row is the x instead.
+        self.run.log(row)
+
+    def finish(self) -> None:
+        """Finish the run (flushing it), once; a run passed in is left to its owner."""
+        if self._finished:
+            return
+        self._finished = True
+        if self._owns_run:
+            self.run.finish()

@@ -1,0 +1,50 @@
+"""What a logged value becomes in a W&B history row.
+
+W&B users expect ``wandb.log`` semantics, so values go through as they are wherever W&B takes
+them: numbers, bools and strings as themselves, NaN and ±inf as NaN/Infinity (a diverging loss
+stays visible), lists as lists, NumPy arrays and torch tensors by W&B's own rules (over 32
+elements they become histograms), W&B media objects (``wandb.Image``, ``wandb.Histogram``…)
+untouched. Two exceptions:
+
+* ``None`` is skipped: nothing was measured, and a null would break a chart's line;
+* a value ``wandb.log`` cannot serialise (any other object) would make W&B refuse the whole
+  row, so it is logged as its ``str()`` instead.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+__all__ = ["SKIP", "to_wandb"]
+
+#: Returned for a value that should not appear in the row at all.
+SKIP: Any = object()
+
+# Packages whose arrays, tensors and scalars wandb converts itself.
+_NATIVE_MODULES = ("numpy", "torch", "jax", "jaxlib", "tensorflow", "wandb", "pandas")
+
+
+def _is_native(value: Any) -> bool:
+    module = type(value).__module__ or ""
+    return module.split(".", 1)[0] in _NATIVE_MODULES
+
+
+def to_wandb(value: Any, _depth: int = 0) -> Any:
+    """``value`` as ``run.log`` should get it, or :data:`SKIP`."""
+    if value is None:
+        return SKIP
+    if isinstance(value, (bool, str, int, float)) or _is_native(value):
+        return value
+    if isinstance(value, numbers.Real):  # Fraction, Decimal-like reals: JSON needs a float
+        return float(value)
+    if isinstance(value, (list, tuple)) and _depth < 8:
+        # None stays inside a list (it is a position); odd elements become text.
+        return [
+            None if item is None else to_wandb(item, _depth + 1)
+            for item in value
+        ]
+    try:
+        return str(value)
+    except Exception:
+        return f"<unrepresentable {type(value).__name__}>"

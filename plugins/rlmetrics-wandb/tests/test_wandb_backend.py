@@ -1,0 +1,147 @@
+"""WandbBackend against a real offline W&B run, read back from its transaction log."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import wandb
+from rlmetrics_wandb import WandbBackend
+from wandb_helpers import read_run
+
+import rlmetrics
+from rlmetrics.events import (
+    ROLLOUT_EVENT_TYPES,
+    STEP_KEY,
+    WALL_TIME_KEY,
+    CheckpointOutcome,
+    CheckpointSave,
+    ThroughputSample,
+)
+
+
+def _backend(tmp_path: Path, **config: object) -> WandbBackend:
+    return WandbBackend(project="rlmetrics-test", dir=tmp_path / "wandb", **config)
+
+
+def test_smaller_and_repeated_trainer_steps_keep_every_row(tmp_path: Path) -> None:
+    backend = _backend(tmp_path)
+    for step, loss in [(5, 0.5), (3, 0.3), (7, 0.7), (7, 0.75)]:
+        backend.log_metrics({"loss": loss}, step, "train")
+    backend.finish()
+
+    rows = read_run(backend.transaction_log).history
+    assert [(row[STEP_KEY], row["train/loss"]) for row in rows] == [
+        (5, 0.5), (3, 0.3), (7, 0.7), (7, 0.75)
+    ]
+
+
+def test_trainer_and_rollout_streams_get_their_own_axes(tmp_path: Path) -> None:
+    logger = rlmetrics.Logger(backends={"wandb": {"project": "p", "dir": tmp_path / "wandb"}})
+    backend = logger.backends["wandb"]
+    logger.log_setup_timing({"total_setup_time_s": 12.5})
+    logger.log_metrics({"loss": 1.5, "reward": {"mean": 0.25}}, step=1, prefix="train")
+    logger.log_metrics({"efficiency/idle/buffer_starvation_s": 2.0, "lr": 0.1}, step=1)
+    logger.log_rollout_checkpoint(
+        CheckpointSave(values={"total_save_seconds": 3.0}, wall_time_s=1_700_000_000.0)
+    )
+    logger.log_rollout_checkpoint(
+        ThroughputSample(values={"committed_groups_per_second": 4.0}, wall_time_s=1_700_000_030.0)
+    )
+    logger.log_rollout_checkpoint(
+        CheckpointOutcome(outcome="skipped", reason="busy", wall_time_s=1_700_000_060.0)
+    )
+    logger.finish()
+    log = read_run(backend.transaction_log)
+
+    definitions = log.metrics
+    for trainer in ("train/*", "timing/setup/*", "efficiency/idle/buffer_starvation_s", "lr"):
+        assert definitions[trainer]["step_metric"] == STEP_KEY, trainer
+        assert definitions[trainer]["options"]["step_sync"] is True, trainer
+    for prefix in ROLLOUT_EVENT_TYPES:
+        assert definitions[f"{prefix}/*"]["step_metric"] == WALL_TIME_KEY, prefix
+    for axis in (STEP_KEY, WALL_TIME_KEY):
+        assert "step_metric" not in definitions[axis]
+    # No key is claimed by two globs: nothing broader than a rollout prefix is a glob.
+    globs = [name[:-2] for name in definitions if name.endswith("/*")]
+    assert not any(a != b and b.startswith(a + "/") for a in globs for b in globs)
+
+    assert log.history == [
+        {"timing/setup/total_setup_time_s": 12.5, STEP_KEY: 0},
+        {"train/loss": 1.5, "train/reward/mean": 0.25, STEP_KEY: 1},
+        {"efficiency/idle/buffer_starvation_s": 2.0, "lr": 0.1, STEP_KEY: 1},
+        {"timing/rollout_checkpoint/total_save_seconds": 3.0, WALL_TIME_KEY: 1_700_000_000.0},
+        {"rollout/throughput/committed_groups_per_second": 4.0, WALL_TIME_KEY: 1_700_000_030.0},
+        {
+            "rollout/checkpoint_outcome/completed": 0.0,
+            "rollout/checkpoint_outcome/skipped": 1.0,
+            "rollout/checkpoint_outcome/failed": 0.0,
+            "rollout/checkpoint_outcome/reason_busy": 1.0,
+            WALL_TIME_KEY: 1_700_000_060.0,
+        },
+    ]
+
+
+def test_rollout_dict_without_wall_time_is_stamped_now(tmp_path: Path) -> None:
+    backend = _backend(tmp_path)
+    backend.log_metrics({"committed_groups_per_second": 2.0}, 0, "rollout/throughput")
+    backend.finish()
+
+    (row,) = read_run(backend.transaction_log).history
+    assert STEP_KEY not in row
+    assert row["rollout/throughput/committed_groups_per_second"] == 2.0
+    assert row[WALL_TIME_KEY] > 1_700_000_000
+
+
+def test_values_are_logged_the_way_wandb_log_takes_them(tmp_path: Path) -> None:
+    backend = _backend(tmp_path)
+    backend.log_metrics(
+        {
+            "text": "hello", "flag": True, "nan": math.nan, "inf": -math.inf,
+            "samples": [1, 2.5, None], "missing": None, "path": Path("/ckpt/7"),
+            "fraction": Fraction(1, 4), "big": 2**40,
+        },
+        2, "val",
+    )
+    backend.finish()
+
+    (row,) = read_run(backend.transaction_log).history
+    # leet prints NaN and infinities as their JSON-compatible spellings.
+    assert row == {
+        "val/text": "hello", "val/flag": True, "val/nan": "NaN", "val/inf": "-Infinity",
+        "val/samples": [1, 2.5, None], "val/path": "/ckpt/7", "val/fraction": 0.25,
+        "val/big": 2**40, STEP_KEY: 2,
+    }
+
+
+def test_config_reaches_wandb_init(tmp_path: Path) -> None:
+    backend = _backend(
+        tmp_path, name="grpo-7b", tags=["rl", "grpo"], group="sweep-1", notes="baseline",
+        config={"lr": 1e-6, "model": {"name": "m"}}, init_kwargs={"job_type": "train"},
+    )
+    backend.finish()
+
+    run = read_run(backend.transaction_log).run
+    assert run["project"] == "rlmetrics-test"
+    assert run["display_name"] == "grpo-7b"
+    assert run["tags"] == ["rl", "grpo"]
+    assert run["run_group"] == "sweep-1"
+    assert run["notes"] == "baseline"
+    assert run["job_type"] == "train"
+    assert run["config"]["update"]["lr"] == 1e-6
+    assert run["config"]["update"]["model"] == {"name": "m"}
+    assert backend.run_dir.parent == tmp_path / "wandb" / "wandb"
+
+
+def test_finish_flushes_once_and_a_run_passed_in_stays_with_its_owner(tmp_path: Path) -> None:
+    run = wandb.init(project="rlmetrics-test", dir=tmp_path)
+    backend = WandbBackend(run=run)
+    backend.log_metrics({"loss": 1.0}, 1, "train")
+    backend.finish()
+    backend.finish()
+    run.log({"owner/extra": 1})  # still open: the backend did not finish it
+    run.finish()
+
+    rows = read_run(backend.transaction_log).history
+    assert rows == [{"train/loss": 1.0, STEP_KEY: 1}, {"owner/extra": 1}]
