@@ -6,7 +6,9 @@ imported by ``rlmetrics.start()`` and builds one MeterProvider with every reader
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,7 +18,16 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
-__all__ = ["Built", "EXPORTERS", "build_provider", "resource_attributes"]
+from ._warn import warn_once
+
+__all__ = [
+    "DEFAULT_OTLP_TIMEOUT_S",
+    "EXPORTERS",
+    "Built",
+    "build_provider",
+    "otlp_timeout_s",
+    "resource_attributes",
+]
 
 EXPORTERS = ("otlp", "prometheus", "console")
 RUN_ID_ATTR = "rlmetrics.run.id"
@@ -31,6 +42,7 @@ class Built:
     provider: MeterProvider
     prometheus_server: Any = None
     prometheus_address: tuple[str, int] | None = None
+    readers: list[MetricReader] = attrs.Factory(list)
 
     def close_servers(self) -> None:
         if self.prometheus_server is not None:
@@ -59,27 +71,157 @@ def resource_attributes(
     }
     attributes.update(OTELResourceDetector().detect().attributes)
     attributes.update(caller or {})
-    explicit = {"service.name": service_name, "service.version": service_version, RUN_ID_ATTR: run_id}
+    explicit = {
+        "service.name": service_name,
+        "service.version": service_version,
+        RUN_ID_ATTR: run_id,
+    }
     attributes.update({k: v for k, v in explicit.items() if v is not None})
     return attributes
 
 
-def _otlp_reader(interval_ms: float | None, endpoint: str | None) -> MetricReader:
+#: Seconds one OTLP export may take, retries included, unless OTEL_EXPORTER_OTLP_TIMEOUT or
+#: OTEL_EXPORTER_OTLP_METRICS_TIMEOUT says otherwise (the SDK's own default is 10 s). Shorter
+#: than the default shutdown bound (5 s), so the last export of a run against a dead collector
+#: gives up inside ``shutdown()`` instead of being abandoned mid-retry; long enough for a live
+#: collector across a cluster network, and for one retry after a collector restart.
+DEFAULT_OTLP_TIMEOUT_S = 3.0
+_OTLP_TIMEOUT_ENV = ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+
+
+def otlp_timeout_s() -> float | None:
+    """The ``timeout=`` rlmetrics passes to the OTLP exporter: None (let the SDK read the
+    environment) when either timeout variable is set, else :data:`DEFAULT_OTLP_TIMEOUT_S`."""
+    if any(os.environ.get(name, "").strip() for name in _OTLP_TIMEOUT_ENV):
+        return None
+    return DEFAULT_OTLP_TIMEOUT_S
+
+
+class _RecordingStub:
+    """Wraps the exporter's gRPC stub to remember why the last call failed.
+
+    The SDK exporter logs a failure and returns FAILURE without saying why; the status code
+    is what tells a dead collector (UNAVAILABLE) from one that rejects us (INVALID_ARGUMENT,
+    UNAUTHENTICATED...), so it is what a report is keyed on.
+    """
+
+    def __init__(self, stub: Any, owner: Any) -> None:
+        self._stub = stub
+        self._owner = owner
+
+    def Export(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._stub.Export(*args, **kwargs)
+        except Exception as error:
+            self._owner._rlmetrics_last_error = error
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stub, name)
+
+
+def _describe_rpc_error(error: BaseException | None) -> tuple[str, str]:
+    """``(cause, details)`` of a failed export: the gRPC status name, or the exception type."""
+    if error is None:
+        return "FAILURE", "the exporter gave up without an RPC error (shutting down?)"
+    code = getattr(error, "code", None)
+    if callable(code):
+        try:
+            status = code()
+            details = error.details()  # type: ignore[attr-defined]
+            return str(getattr(status, "name", status)), str(details)
+        except Exception:
+            pass
+    return type(error).__name__, str(error)
+
+
+@functools.cache
+def _otlp_exporter_class() -> type:
     try:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     except ImportError as exc:
-        raise ImportError(f"exporter 'otlp' needs the OTLP gRPC exporter: {_INSTALL_HINT['otlp']}") from exc
+        raise ImportError(
+            f"exporter 'otlp' needs the OTLP gRPC exporter: {_INSTALL_HINT['otlp']}"
+        ) from exc
+    from opentelemetry.sdk.metrics.export import MetricExportResult
+
+    class ReportingOTLPMetricExporter(OTLPMetricExporter):  # type: ignore[misc]
+        """The SDK's OTLP gRPC metric exporter, reporting failed exports through
+        ``warn_once``: once per endpoint and cause at WARNING, at DEBUG afterwards.
+
+        The SDK drops a failed batch (with cumulative temporality the next successful export
+        carries the totals again) and only logs; this makes the failure visible in the
+        ``rlmetrics`` log where the rest of the telemetry failures are reported.
+        """
+
+        _rlmetrics_last_error: BaseException | None = None
+
+        def _initialize_channel_and_stub(self) -> None:
+            # Called at construction and again when the SDK rebuilds a channel after UNAVAILABLE.
+            super()._initialize_channel_and_stub()
+            if self._client is not None:
+                self._client = _RecordingStub(self._client, self)
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+            self._rlmetrics_last_error = None
+            try:
+                result = super().export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            except Exception as exc:
+                warn_once(
+                    f"otlp:export:{self._endpoint}:{type(exc).__name__}",
+                    f"rlmetrics: OTLP export to {self._endpoint} raised {exc!r}; these points "
+                    "are dropped and training goes on",
+                )
+                return MetricExportResult.FAILURE
+            if result is not MetricExportResult.SUCCESS:
+                cause, details = _describe_rpc_error(self._rlmetrics_last_error)
+                warn_once(
+                    f"otlp:export:{self._endpoint}:{cause}",
+                    f"rlmetrics: OTLP export to {self._endpoint} failed ({cause}: {details}); "
+                    "these points are dropped and training goes on (cumulative totals are sent "
+                    "again by the next export that succeeds). Later failures with this cause are "
+                    "logged at DEBUG.",
+                )
+            return result
+
+    return ReportingOTLPMetricExporter
+
+
+class _OTLPReader(PeriodicExportingMetricReader):
+    """A periodic reader whose shutdown cuts the OTLP exporter's retry backoff short.
+
+    The SDK tells the exporter about shutdown only after the reader's last collection, so
+    with a dead collector that collection (and any export still in flight) sleeps through
+    the exporter's retry backoff, up to its whole timeout. Setting the exporter's interrupt
+    first keeps one attempt per export: a live collector still gets the final points, a dead
+    one fails at once instead of holding ``shutdown()`` for the full bound.
+    """
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        interrupt = getattr(self._exporter, "_shutdown_in_progress", None)
+        if isinstance(interrupt, threading.Event):
+            interrupt.set()
+        super().shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
+def _otlp_reader(interval_ms: float | None, endpoint: str | None) -> MetricReader:
+    exporter_class = _otlp_exporter_class()
     kwargs: dict[str, Any] = {}
     if endpoint is not None:
         kwargs["endpoint"] = endpoint
         kwargs["insecure"] = not endpoint.startswith("https://")
-    return PeriodicExportingMetricReader(OTLPMetricExporter(**kwargs), export_interval_millis=interval_ms)
+    timeout = otlp_timeout_s()
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    return _OTLPReader(exporter_class(**kwargs), export_interval_millis=interval_ms)
 
 
 def _console_reader(interval_ms: float | None) -> MetricReader:
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
-    return PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=interval_ms)
+    return PeriodicExportingMetricReader(
+        ConsoleMetricExporter(), export_interval_millis=interval_ms
+    )
 
 
 def _prometheus_reader(host: str, port: int) -> tuple[MetricReader, Any, tuple[str, int]]:
@@ -121,6 +263,7 @@ def build_provider(
                 )
                 all_readers.append(reader)
         all_readers.extend(readers)
+        built.readers = all_readers
         # shutdown_on_exit=False: the SDK's atexit shutdown is unbounded with a dead
         # collector; rlmetrics registers its own, bounded one.
         built.provider = MeterProvider(

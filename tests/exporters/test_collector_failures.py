@@ -1,0 +1,313 @@
+"""An OTLP collector that is dead, comes back, restarts mid-run or refuses our data.
+
+The training path must never wait on the network, no exception may reach the caller,
+``handle.shutdown(timeout_s=T)`` must return within T (plus scheduling slack), and each
+distinct failure is reported once through ``warn_once``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import grpc
+import pytest
+
+import rlmetrics
+from rlmetrics import _providers
+from rlmetrics.plugins import get_plugins
+
+from ._peers import (
+    COUNTER,
+    GAUGE,
+    GROUP,
+    INTERVAL_S,
+    UP_DOWN,
+    WAIT_S,
+    BlackHole,
+    OtlpReceiver,
+    WarnOnceLog,
+    declare_test_series,
+    record_test_series,
+    wait_until,
+)
+
+#: Slack on top of a shutdown bound: thread scheduling on a loaded 2-core CI machine.
+SHUTDOWN_SLACK_S = 1.5
+#: A training step's log_metrics call must return in well under this, collector or not.
+LOG_CALL_BOUND_S = 0.25
+TIMEOUT_ENV = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")
+
+
+def _failed(peer: OtlpReceiver, status: str) -> str:
+    """The text of rlmetrics' report that an export to ``peer`` failed with ``status``."""
+    return f"OTLP export to 127.0.0.1:{peer.port} failed ({status}"
+
+
+@pytest.fixture
+def default_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No OTLP timeout in the environment: rlmetrics' own default applies."""
+    for name in TIMEOUT_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def _start(endpoint: str, **kwargs: Any) -> rlmetrics.Telemetry:
+    return rlmetrics.start(
+        "failures-test",
+        run_id=kwargs.pop("run_id", "run-failures"),
+        exporters=("otlp",),
+        otlp_endpoint=endpoint,
+        export_interval_s=INTERVAL_S,
+        **kwargs,
+    )
+
+
+class _Tee:
+    """A family plugin: mirrors the ``tokens`` and ``step_time`` keys a loop logs."""
+
+    @rlmetrics.hookimpl
+    def log_metrics(self, metrics: dict[str, Any], step: int, prefix: str) -> None:
+        if "tokens" in metrics:
+            rlmetrics.record(GROUP, {"tokens": metrics["tokens"]}, {"gen_ai.token.type": "input"})
+        if "step_time" in metrics:
+            rlmetrics.record(GROUP, {"step_time": metrics["step_time"]}, {"rl.phase": "train"})
+
+
+def _exporter_timeout(handle: rlmetrics.Telemetry) -> float:
+    """The timeout the running OTLP exporter was built with (white box, for the record)."""
+    return float(_exporter(handle)._timeout)
+
+
+def _exporter(handle: rlmetrics.Telemetry) -> Any:
+    """The running OTLP exporter (white box)."""
+    readers = handle._built.readers  # type: ignore[union-attr]
+    return next(r._exporter for r in readers if hasattr(r, "_exporter"))
+
+
+def test_default_otlp_timeout_only_when_the_environment_sets_none(
+    monkeypatch: pytest.MonkeyPatch, default_timeout: None, dead_endpoint: OtlpReceiver
+) -> None:
+    assert _providers.otlp_timeout_s() == _providers.DEFAULT_OTLP_TIMEOUT_S
+    with _start(dead_endpoint.endpoint) as handle:
+        assert _exporter_timeout(handle) == _providers.DEFAULT_OTLP_TIMEOUT_S
+        handle.shutdown(timeout_s=1)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "7")
+    assert _providers.otlp_timeout_s() is None
+    with _start(dead_endpoint.endpoint) as handle:
+        assert _exporter_timeout(handle) == 7.0
+        handle.shutdown(timeout_s=1)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "4")
+    with _start(dead_endpoint.endpoint) as handle:
+        assert _exporter_timeout(handle) == 4.0  # the signal-specific variable wins
+        handle.shutdown(timeout_s=1)
+
+
+def test_log_metrics_never_waits_for_a_dead_collector_and_a_returning_one_gets_later_points(
+    default_timeout: None, dead_endpoint: OtlpReceiver, rlmetrics_log: WarnOnceLog
+) -> None:
+    unavailable = _failed(dead_endpoint, "UNAVAILABLE")
+    declare_test_series()
+    handle = _start(dead_endpoint.endpoint)
+    get_plugins().register(_Tee(), "exporters-test-tee")
+    logger = rlmetrics.Logger(backends={})
+    logger.log_metrics({"tokens": 10, "step_time": 0.5}, step=0, prefix="train")
+    rlmetrics_log.wait_for(unavailable)  # exports are failing now
+
+    # Log steps while exports keep failing, until another failed export has come and gone
+    # during the loop (so the calls overlapped its connection attempts and backoff waits).
+    failures_before = len(rlmetrics_log.matching(unavailable))
+    latencies: list[float] = []
+    deadline = time.monotonic() + 20
+    while (
+        len(rlmetrics_log.matching(unavailable)) < failures_before + 1
+        and time.monotonic() < deadline
+        and len(latencies) < 2000
+    ):
+        started = time.perf_counter()
+        step = len(latencies) + 1
+        logger.log_metrics({"tokens": 10, "step_time": 0.5}, step=step, prefix="train")
+        latencies.append(time.perf_counter() - started)
+        rlmetrics_log.wait_for_any(0.02)
+    assert len(rlmetrics_log.matching(unavailable)) > failures_before, "no failed export?"
+    print(f"log_metrics with a dead collector: {len(latencies)} calls, "
+          f"max {max(latencies) * 1000:.2f} ms")
+    assert max(latencies) < LOG_CALL_BOUND_S
+    # Reported once at WARNING; the repetitions went to DEBUG.
+    assert len(rlmetrics_log.matching(unavailable, logging.WARNING)) == 1
+
+    # The collector comes back on the same address; what is recorded after it returned
+    # arrives, and the cumulative counter carries every token logged while it was away.
+    dead_endpoint.start()
+    logger.log_metrics({"tokens": 10, "step_time": 42.0}, step=10_000, prefix="train")
+    total = 10 * (len(latencies) + 2)
+    dead_endpoint.wait_for(
+        lambda r: getattr(r.find(GAUGE, **{"rl.phase": "train"}), "value", None) == 42.0
+        and getattr(r.find(COUNTER, **{"gen_ai.token.type": "input"}), "value", None) == total,
+        what="the step logged after the collector came back",
+    )
+    started = time.monotonic()
+    handle.shutdown(timeout_s=5)
+    assert time.monotonic() - started < 5 + SHUTDOWN_SLACK_S
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param({}, id="rlmetrics-default-timeout"),
+        pytest.param({"OTEL_EXPORTER_OTLP_TIMEOUT": "10"}, id="sdk-default-10s"),
+        pytest.param({"OTEL_EXPORTER_OTLP_METRICS_TIMEOUT": "0.5"}, id="short-0.5s"),
+    ],
+)
+@pytest.mark.parametrize("bound_s", [1.0, 3.0])
+def test_shutdown_returns_within_its_bound_with_a_dead_collector(
+    env: dict[str, str],
+    bound_s: float,
+    default_timeout: None,
+    monkeypatch: pytest.MonkeyPatch,
+    dead_endpoint: OtlpReceiver,
+    rlmetrics_log: WarnOnceLog,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    declare_test_series()
+    handle = _start(dead_endpoint.endpoint)
+    record_test_series()
+    exporter = _exporter(handle)
+    # An export is under way and has met the dead collector (it is retrying or giving up).
+    wait_until(lambda: exporter._rlmetrics_last_error is not None, what="a failed attempt")
+    started = time.monotonic()
+    handle.shutdown(timeout_s=bound_s)
+    elapsed = time.monotonic() - started
+    print(f"shutdown(timeout_s={bound_s}) with a dead collector, env {env}: {elapsed:.2f} s")
+    assert elapsed < bound_s + SHUTDOWN_SLACK_S
+    assert not handle.exporting
+    handle.shutdown(timeout_s=bound_s)  # idempotent, and immediate the second time
+    assert time.monotonic() - started < bound_s + SHUTDOWN_SLACK_S
+    rlmetrics.record(GROUP, {"tokens": 1}, {"gen_ai.token.type": "input"})  # a no-op now
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param({}, id="rlmetrics-default-timeout"),
+        pytest.param({"OTEL_EXPORTER_OTLP_TIMEOUT": "10"}, id="sdk-default-10s"),
+    ],
+)
+def test_shutdown_bound_holds_when_the_collector_never_answers(
+    env: dict[str, str],
+    default_timeout: None,
+    monkeypatch: pytest.MonkeyPatch,
+    blackhole: BlackHole,
+) -> None:
+    """The worst case: every RPC hangs until the exporter's deadline, which no interrupt
+    shortens, so only the handle's own bound ends shutdown."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    declare_test_series()
+    handle = _start(blackhole.endpoint)
+    record_test_series()
+    assert blackhole.connected.wait(WAIT_S), "the exporter never connected"
+    started = time.monotonic()
+    handle.shutdown(timeout_s=1.0)
+    elapsed = time.monotonic() - started
+    print(f"shutdown(timeout_s=1.0), collector never answers, env {env}: {elapsed:.2f} s")
+    assert elapsed < 1.0 + SHUTDOWN_SLACK_S
+
+
+def test_shutdown_at_its_default_bound_when_the_collector_never_answers(
+    default_timeout: None, blackhole: BlackHole
+) -> None:
+    declare_test_series()
+    handle = _start(blackhole.endpoint)
+    record_test_series()
+    assert blackhole.connected.wait(WAIT_S), "the exporter never connected"
+    started = time.monotonic()
+    handle.shutdown()
+    elapsed = time.monotonic() - started
+    print(f"shutdown() (default bound), collector never answers: {elapsed:.2f} s")
+    assert elapsed < 5.0 + SHUTDOWN_SLACK_S
+
+
+def test_receiver_restart_mid_run(
+    default_timeout: None, otlp_receiver: OtlpReceiver, rlmetrics_log: WarnOnceLog
+) -> None:
+    unavailable = _failed(otlp_receiver, "UNAVAILABLE")
+    declare_test_series()
+    with _start(otlp_receiver.endpoint, run_id="run-restart") as handle:
+        rlmetrics.record(GROUP, {"in_flight": 1})
+        otlp_receiver.wait_for(lambda r: getattr(r.find(UP_DOWN), "value", None) == 1)
+
+        otlp_receiver.stop()
+        rlmetrics.record(GROUP, {"in_flight": 1})  # recorded while the receiver is down
+        rlmetrics_log.wait_for(unavailable)
+        received_before = len(otlp_receiver.requests)
+
+        otlp_receiver.start()  # same port
+        rlmetrics.record(GROUP, {"in_flight": 1})
+        otlp_receiver.wait_for(
+            lambda r: len(r.requests) > received_before
+            and getattr(r.find(UP_DOWN), "value", None) == 3,
+            what="the restarted receiver to get the cumulative value",
+        )
+        handle.force_flush(timeout_s=2)
+    assert len(rlmetrics_log.matching(unavailable, logging.WARNING)) == 1
+    assert {p.resource["rlmetrics.run.id"] for p in otlp_receiver.points()} == {"run-restart"}
+
+
+def test_receiver_that_answers_with_an_error(
+    default_timeout: None,
+    otlp_receiver: OtlpReceiver,
+    rlmetrics_log: WarnOnceLog,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    rejected = _failed(otlp_receiver, "INVALID_ARGUMENT")
+    otlp_receiver.reject_with = grpc.StatusCode.INVALID_ARGUMENT
+    declare_test_series()
+    with _start(otlp_receiver.endpoint) as handle:
+        for _ in range(3):
+            record_test_series()  # never raises
+        otlp_receiver.wait_for(lambda r: r.rejected >= 4, what="four rejected exports")
+        rlmetrics_log.wait_for(rejected, count=3)
+        warnings = rlmetrics_log.matching(rejected, logging.WARNING)
+        assert len(warnings) == 1, [r.getMessage() for r in warnings]
+        assert "rlmetrics test receiver rejects this request" in warnings[0].getMessage()
+        assert rlmetrics_log.matching(rejected, logging.DEBUG)
+        # Not retryable: one RPC per export, not a retry storm.
+        assert otlp_receiver.rejected <= len(rlmetrics_log.matching(rejected)) + 1
+
+        otlp_receiver.reject_with = None  # the collector accepts again
+        otlp_receiver.wait_for(
+            lambda r: getattr(r.find(COUNTER, **{"gen_ai.token.type": "input"}), "value", None)
+            == 300,
+            what="the accepted export with every recorded token",
+        )
+        handle.shutdown(timeout_s=2)
+    assert not [r for r in caplog.records if "Exception while exporting" in r.getMessage()]
+
+
+def test_an_exporter_that_raises_is_reported_once_and_contained(
+    monkeypatch: pytest.MonkeyPatch,
+    otlp_receiver: OtlpReceiver,
+    rlmetrics_log: WarnOnceLog,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+    def broken(self: Any, data: Any) -> Any:
+        raise RuntimeError("translation exploded")
+
+    monkeypatch.setattr(OTLPMetricExporter, "_translate_data", broken)
+    caplog.set_level(logging.DEBUG)
+    declare_test_series()
+    with _start(otlp_receiver.endpoint) as handle:
+        record_test_series()
+        rlmetrics_log.wait_for("translation exploded", count=2)
+        handle.shutdown(timeout_s=2)
+    warnings = rlmetrics_log.matching("translation exploded", logging.WARNING)
+    assert len(warnings) == 1
+    assert "RuntimeError" in warnings[0].getMessage()
+    assert warnings[0].exc_info is not None  # the first report carries the traceback
+    assert not [r for r in caplog.records if "Exception while exporting" in r.getMessage()]
+    assert otlp_receiver.requests == []

@@ -1,0 +1,181 @@
+"""rlmetrics' OTLP gRPC exporter against a real gRPC metrics receiver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+
+import rlmetrics
+
+from ._peers import (
+    BUCKETS,
+    COUNTER,
+    GAUGE,
+    HISTOGRAM,
+    INTERVAL_S,
+    UP_DOWN,
+    OtlpReceiver,
+    declare_test_series,
+    flatten_request,
+    record_test_series,
+)
+
+#: AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE in opentelemetry.proto.metrics.v1
+CUMULATIVE = 2
+
+
+def _all_arrived(receiver: OtlpReceiver, scale: int = 1) -> bool:
+    """Whether the latest export carries every value ``record_test_series(scale)`` made."""
+    hist = receiver.find(HISTOGRAM, worker="w0")
+    return (
+        getattr(receiver.find(GAUGE, **{"rl.phase": "train"}), "value", None) == 1.5 * scale
+        and getattr(receiver.find(COUNTER, **{"gen_ai.token.type": "output"}), "value", None)
+        == 40 * scale
+        and getattr(receiver.find(UP_DOWN), "value", None) == 3 * scale
+        and hist is not None
+        and hist.count == 4
+    )
+
+
+def test_every_kind_arrives_with_name_unit_type_attributes_values_and_resource(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    declare_test_series()
+    with rlmetrics.start(
+        "exporters-test-service",
+        run_id="run-otlp-1",
+        service_version="9.9.9",
+        resource={"deployment.environment": "test"},
+        exporters=("otlp",),
+        otlp_endpoint=otlp_receiver.endpoint,
+        export_interval_s=INTERVAL_S,
+    ) as handle:
+        record_test_series()
+        otlp_receiver.wait_for(_all_arrived, what="every recorded value")
+
+    gauge_train = otlp_receiver.find(GAUGE, **{"rl.phase": "train"})
+    gauge_eval = otlp_receiver.find(GAUGE, **{"rl.phase": "eval"})
+    assert gauge_train is not None and gauge_eval is not None
+    assert (gauge_train.kind, gauge_train.unit, gauge_train.value) == ("gauge", "s", 1.5)
+    assert gauge_eval.value == 0.25
+    assert gauge_train.description == "Wall clock of one step"
+
+    tokens_in = otlp_receiver.find(COUNTER, **{"gen_ai.token.type": "input"})
+    tokens_out = otlp_receiver.find(COUNTER, **{"gen_ai.token.type": "output"})
+    assert tokens_in is not None and tokens_out is not None
+    assert (tokens_in.kind, tokens_in.monotonic, tokens_in.unit) == ("sum", True, "{token}")
+    assert tokens_in.temporality == CUMULATIVE
+    assert (tokens_in.value, tokens_out.value) == (100, 40)
+
+    in_flight = otlp_receiver.find(UP_DOWN)
+    assert in_flight is not None
+    assert (in_flight.kind, in_flight.monotonic, in_flight.unit) == ("sum", False, "{request}")
+    assert in_flight.attributes == {}
+    assert in_flight.value == 3
+
+    hist = otlp_receiver.find(HISTOGRAM, worker="w0")
+    assert hist is not None
+    assert (hist.kind, hist.unit, hist.temporality) == ("histogram", "s", CUMULATIVE)
+    assert hist.bounds == BUCKETS
+    assert hist.bucket_counts == (1, 2, 0, 1)
+    assert hist.count == 4
+    assert hist.sum == pytest.approx(21.25)
+
+    # Every point of the run carries the run's resource, and comes from rlmetrics' scope.
+    points = otlp_receiver.points()
+    assert points
+    for point in points:
+        assert point.resource["service.name"] == "exporters-test-service"
+        assert point.resource["rlmetrics.run.id"] == "run-otlp-1" == handle.run_id
+        assert point.resource["service.version"] == "9.9.9"
+        assert point.resource["deployment.environment"] == "test"
+        assert point.scope == "rlmetrics"
+    # Only declared series were exported, and only the attribute sets recorded.
+    assert {p.name for p in points} == {GAUGE, COUNTER, UP_DOWN, HISTOGRAM}
+    assert {frozenset(p.attributes.items()) for p in points if p.name == GAUGE} == {
+        frozenset({("rl.phase", "train")}),
+        frozenset({("rl.phase", "eval")}),
+    }
+
+
+def test_later_recordings_and_a_retracted_gauge_reach_the_receiver(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    declare_test_series()
+    with rlmetrics.start(
+        run_id="run-otlp-2",
+        exporters=("otlp",),
+        otlp_endpoint=otlp_receiver.endpoint,
+        export_interval_s=INTERVAL_S,
+    ) as handle:
+        record_test_series()
+        otlp_receiver.wait_for(_all_arrived, what="the first round")
+        record_test_series()  # cumulative: counters double, gauges keep their last value
+        rlmetrics.retract("exporters-test", "step_time", {"rl.phase": "eval"})
+        handle.force_flush(timeout_s=5)
+
+        def second_round(receiver: OtlpReceiver) -> bool:
+            last = receiver.requests[-1] if receiver.requests else None
+            if last is None:
+                return False
+            latest = {(p.name, frozenset(p.attributes.items())): p for p in flatten_request(last)}
+            out = latest.get((COUNTER, frozenset({("gen_ai.token.type", "output")})))
+            return out is not None and out.value == 80 and (
+                GAUGE, frozenset({("rl.phase", "eval")})
+            ) not in latest
+
+        otlp_receiver.wait_for(second_round, what="the second round without the retracted gauge")
+    assert otlp_receiver.find(UP_DOWN).value == 6  # type: ignore[union-attr]
+    assert otlp_receiver.find(HISTOGRAM, worker="w0").count == 8  # type: ignore[union-attr]
+
+
+def test_otlp_and_prometheus_side_by_side_export_the_same_run(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    declare_test_series()
+    with rlmetrics.start(
+        "side-by-side",
+        run_id="run-both-1",
+        exporters=("otlp", "prometheus"),
+        otlp_endpoint=otlp_receiver.endpoint,
+        prometheus_port=0,
+        export_interval_s=INTERVAL_S,
+    ) as handle:
+        record_test_series()
+        otlp_receiver.wait_for(_all_arrived, what="every recorded value over OTLP")
+        address = handle.prometheus_address
+        assert address is not None and address[0] == "127.0.0.1" and address[1] > 0
+        with urllib.request.urlopen(f"http://{address[0]}:{address[1]}/metrics", timeout=5) as r:
+            exposition = r.read().decode()
+
+    samples = {
+        (s.name, frozenset((k, v) for k, v in s.labels.items() if not k.startswith("otel_scope"))):
+        s.value
+        for family in text_string_to_metric_families(exposition)
+        for s in family.samples
+    }
+    assert samples[("rl_test_step_duration_seconds", frozenset({("rl_phase", "train")}))] == 1.5
+    assert samples[("rl_test_step_duration_seconds", frozenset({("rl_phase", "eval")}))] == 0.25
+    assert samples[("rl_test_tokens_total", frozenset({("gen_ai_token_type", "input")}))] == 100
+    assert samples[("rl_test_tokens_total", frozenset({("gen_ai_token_type", "output")}))] == 40
+    assert samples[("rl_test_requests_in_flight", frozenset())] == 3
+    assert samples[("rl_test_batch_duration_seconds_count", frozenset({("worker", "w0")}))] == 4
+    assert samples[("rl_test_batch_duration_seconds_sum", frozenset({("worker", "w0")}))] == (
+        pytest.approx(21.25)
+    )
+    assert samples[
+        ("rl_test_batch_duration_seconds_bucket", frozenset({("worker", "w0"), ("le", "1.0")}))
+    ] == 3
+    target_info = [
+        labels for (name, labels), _ in samples.items() if name == "target_info"
+    ]
+    assert len(target_info) == 1
+    assert ("service_name", "side-by-side") in target_info[0]
+    assert ("rlmetrics_run_id", "run-both-1") in target_info[0]
+
+    # And the OTLP peer saw the same values for the same run.
+    assert otlp_receiver.find(COUNTER, **{"gen_ai.token.type": "input"}).value == 100  # type: ignore[union-attr]
+    assert {p.resource["rlmetrics.run.id"] for p in otlp_receiver.points()} == {"run-both-1"}
