@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 AttributeSet = frozenset[tuple[str, str]]
+# Shared by every unlabelled record: the SDK reads attributes, it never mutates them.
+_NO_ATTRIBUTES: tuple[AttributeSet, dict[str, str]] = (frozenset(), {})
 
 
 class DeclarationError(ValueError):
@@ -73,6 +75,11 @@ def as_number(value: Any) -> float | int | None:
     Accepts Python and NumPy scalars and single-element arrays or tensors (through ``item()``);
     refuses bools (a flag is not a measurement), strings, NaN and infinities.
     """
+    kind = type(value)
+    if kind is float:  # the hot path: a plain float from a training dict
+        return value if math.isfinite(value) else None
+    if kind is int:
+        return value
     if isinstance(value, bool):
         return None
     if not isinstance(value, numbers.Real):
@@ -94,11 +101,24 @@ def as_number(value: Any) -> float | int | None:
 class _Series:
     """One spec's live state for a telemetry session."""
 
-    __slots__ = ("admitted", "declared", "instrument", "lock", "spec", "table", "write")
+    __slots__ = (
+        "admitted",
+        "counter",
+        "declared",
+        "instrument",
+        "lock",
+        "observable",
+        "spec",
+        "table",
+        "write",
+    )
 
     def __init__(self, declared: Declared) -> None:
         self.declared = declared
         self.spec = declared.spec
+        # Read on every record: precomputed rather than derived from the kind each time.
+        self.observable = self.spec.kind.observable
+        self.counter = self.spec.kind is Kind.COUNTER
         self.admitted: set[AttributeSet] = set()
         self.table: dict[AttributeSet, tuple[float, dict[str, str]]] = {}
         self.lock = threading.Lock()
@@ -110,7 +130,7 @@ class _Series:
     ) -> tuple[AttributeSet, dict[str, str]] | str:
         """The attribute set to record under, or why it is refused."""
         if not attributes:
-            return frozenset(), {}
+            return _NO_ATTRIBUTES
         try:
             key = frozenset(attributes.items())
         except (AttributeError, TypeError):
@@ -426,14 +446,14 @@ class MetricRegistry:
                     f"rlmetrics.record: {key!r}={value!r} is not a finite number; dropped",
                 )
                 continue
-            if spec.kind.observable:
+            if series.observable:
                 warn_once(
                     f"record:{group}:{key}:observable",
                     f"rlmetrics.record: {spec.name!r} is "
                     f"a {spec.kind.value}, exported through its callback; not recordable",
                 )
                 continue
-            if spec.kind is Kind.COUNTER and number < 0:
+            if series.counter and number < 0:
                 warn_once(
                     f"record:{group}:{key}:negative",
                     f"rlmetrics.record: counter {spec.name!r} cannot take {number}; dropped",
