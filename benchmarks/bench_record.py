@@ -20,8 +20,13 @@ from rlmetrics import OPEN, Kind, MetricSpec
 from rlmetrics.testing import in_memory_telemetry, isolated_state
 
 TRAIN_DICT = {
-    "reward": 0.5, "loss": 0.1, "kl_penalty": 0.01, "grad_norm": 1.2, "lr": 1e-6,
-    "approx_entropy": 2.3, "mean_gen_tokens_per_sample": 512.0,
+    "reward": 0.5,
+    "loss": 0.1,
+    "kl_penalty": 0.01,
+    "grad_norm": 1.2,
+    "lr": 1e-6,
+    "approx_entropy": 2.3,
+    "mean_gen_tokens_per_sample": 512.0,
     **{f"advantages/{s}": 0.1 for s in ("mean", "max", "min")},
     **{f"probs_ratio{s}": 1.0 for s in ("", "_clamped", "_min", "_max")},
     **{f"extra/{i}": float(i) for i in range(15)},
@@ -55,33 +60,64 @@ def main() -> None:
 
     rows: list[tuple[str, float, float]] = []
     with isolated_state():
-        rlmetrics.declare("bench", [
-            MetricSpec("b.counter", Kind.COUNTER, key="counter"),
-            MetricSpec("b.histogram", Kind.HISTOGRAM, unit="s", key="histogram", buckets=[0.1, 1]),
-            MetricSpec("b.gauge", Kind.GAUGE, unit="s", key="gauge", attributes={"phase": OPEN}),
-        ])
+        rlmetrics.declare(
+            "bench",
+            [
+                MetricSpec("b.counter", Kind.COUNTER, key="counter"),
+                MetricSpec(
+                    "b.histogram", Kind.HISTOGRAM, unit="s", key="histogram", buckets=[0.1, 1]
+                ),
+                MetricSpec(
+                    "b.gauge", Kind.GAUGE, unit="s", key="gauge", attributes={"phase": OPEN}
+                ),
+            ],
+        )
         idle = best(lambda: rlmetrics.record("bench", {"counter": 1}), n, r)
         logger = rlmetrics.Logger(backends={})
-        idle_logger = best(lambda: logger.log_metrics(TRAIN_DICT, step=1, prefix="train"), n // 10, r)
+        idle_logger = best(
+            lambda: logger.log_metrics(TRAIN_DICT, step=1, prefix="train"), n // 10, r
+        )
         with in_memory_telemetry():
-            rows.append(("record counter", best(lambda: rlmetrics.record("bench", {"counter": 1}),
-                                                n, r), baseline["counter"]))
-            rows.append(("record histogram", best(
-                lambda: rlmetrics.record("bench", {"histogram": 0.5}), n, r), baseline["histogram"]))
-            rows.append(("record gauge+attrs", best(
-                lambda: rlmetrics.record("bench", {"gauge": 1.0}, attrs), n, r),
-                baseline["gauge+attrs"]))
-            rows.append(("Logger.log_metrics (30 keys, 7 teed)", best(
-                lambda: logger.log_metrics(TRAIN_DICT, step=1, prefix="train"), n // 10, r),
-                raw_train))
+            rows.append(
+                (
+                    "record counter",
+                    best(lambda: rlmetrics.record("bench", {"counter": 1}), n, r),
+                    baseline["counter"],
+                )
+            )
+            rows.append(
+                (
+                    "record histogram",
+                    best(lambda: rlmetrics.record("bench", {"histogram": 0.5}), n, r),
+                    baseline["histogram"],
+                )
+            )
+            rows.append(
+                (
+                    "record gauge+attrs",
+                    best(lambda: rlmetrics.record("bench", {"gauge": 1.0}, attrs), n, r),
+                    baseline["gauge+attrs"],
+                )
+            )
+            rows.append(
+                (
+                    "Logger.log_metrics (30 keys, 7 teed)",
+                    best(
+                        lambda: logger.log_metrics(TRAIN_DICT, step=1, prefix="train"), n // 10, r
+                    ),
+                    raw_train,
+                )
+            )
     rows.append(("record, telemetry not started", idle, baseline["counter"]))
     rows.append(("Logger.log_metrics, telemetry not started", idle_logger, raw_train))
 
     print(f"{'case':<44} {'us/call':>9} {'baseline us':>12} {'ratio':>7}")
     for name, ours, base in rows:
         print(f"{name:<44} {ours * 1e6:>9.2f} {base * 1e6:>12.2f} {ours / base:>7.2f}")
-    print("\nbaselines: raw Counter.add, Histogram.record, sync Gauge.set with one attribute; "
-          "for log_metrics, 7 raw Gauge.set calls (the teed keys) per dict")
+    print(
+        "\nbaselines: raw Counter.add, Histogram.record, sync Gauge.set with one attribute; "
+        "for log_metrics, 7 raw Gauge.set calls (the teed keys) per dict"
+    )
 
 
 if __name__ == "__main__":

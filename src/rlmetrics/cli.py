@@ -1,7 +1,7 @@
 """``rlmetrics``: list plugins and the metric catalogue they declare.
 
-    rlmetrics plugins [--json]        every entry point, its status and hooks
-    rlmetrics metrics [--json]        every declared series (docs/metrics.md is this, as markdown)
+rlmetrics plugins [--json]        every entry point, its status and hooks
+rlmetrics metrics [--json]        every declared series (docs/metrics.md is this, as markdown)
 """
 
 from __future__ import annotations
@@ -38,8 +38,13 @@ def metrics_markdown(declared: Sequence[Declared]) -> str:
     for item in declared:
         by_owner.setdefault(item.owner, []).append(item)
     for owner in sorted(by_owner):
-        lines += ["", f"## `{owner}`", "", "| Metric | Kind | Unit | Attributes | Key | Description |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## `{owner}`",
+            "",
+            "| Metric | Kind | Unit | Attributes | Key | Description |",
+            "|---|---|---|---|---|---|",
+        ]
         for item in sorted(by_owner[owner], key=lambda d: d.spec.name):
             spec = item.spec
             buckets = f" Buckets: {list(spec.buckets)}." if spec.buckets else ""
@@ -64,11 +69,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "plugins":
         infos = sorted(plugins.infos.values(), key=lambda i: i.name)
         if args.json:
-            print(json.dumps([
-                {"name": i.name, "distribution": i.distribution, "version": i.version,
-                 "status": i.status, "hooks": list(i.hooks), "error": i.error}
-                for i in infos
-            ], indent=2))
+            print(
+                json.dumps(
+                    [
+                        {
+                            "name": i.name,
+                            "distribution": i.distribution,
+                            "version": i.version,
+                            "status": i.status,
+                            "hooks": list(i.hooks),
+                            "error": i.error,
+                        }
+                        for i in infos
+                    ],
+                    indent=2,
+                )
+            )
         else:
             for i in infos:
                 where = f"{i.distribution} {i.version}" if i.distribution else "?"
@@ -78,8 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     declared = default_registry().declared()
     if args.json:
-        print(json.dumps([{"group": d.group, "owner": d.owner, **d.spec.describe()}
-                          for d in declared], indent=2))
+        print(
+            json.dumps(
+                [{"group": d.group, "owner": d.owner, **d.spec.describe()} for d in declared],
+                indent=2,
+            )
+        )
     elif args.markdown:
         sys.stdout.write(metrics_markdown(declared))
     else:

@@ -77,9 +77,9 @@ def as_number(value: Any) -> float | int | None:
     """
     kind = type(value)
     if kind is float:  # the hot path: a plain float from a training dict
-        return value if math.isfinite(value) else None
+        return float(value) if math.isfinite(value) else None
     if kind is int:
-        return value
+        return int(value)
     if isinstance(value, bool):
         return None
     if not isinstance(value, numbers.Real):
