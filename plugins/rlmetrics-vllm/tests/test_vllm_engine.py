@@ -76,8 +76,11 @@ def test_family_names_match_the_vllm_exposition_exactly(fixture_text: str) -> No
 
 def test_family_names_match_vllm_itself() -> None:
     """vLLM's own metric definitions, when vLLM is installed (it needs CUDA torch; CI skips)."""
-    pytest.importorskip("vllm", reason="vllm is not installed (CUDA-only and ~3.5 GB); the "
-                        "names are checked against its 0.32.0 /metrics fixture instead")
+    pytest.importorskip(
+        "vllm",
+        reason="vllm is not installed (CUDA-only and ~3.5 GB); the "
+        "names are checked against its 0.32.0 /metrics fixture instead",
+    )
     from vllm.v1.engine import FINISH_REASON_STRINGS
     from vllm.v1.metrics import loggers
 

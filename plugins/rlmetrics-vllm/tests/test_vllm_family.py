@@ -105,13 +105,15 @@ def test_other_prefixes_are_not_teed(telemetry: Any, prefix: str) -> None:
 
 def test_one_bad_value_does_not_silence_the_others(telemetry: Any) -> None:
     _, reader = telemetry
-    _log({
-        PROMPT_TOKENS_KEY: "lots",  # not a number
-        GENERATION_TOKENS_KEY: -4,  # a counter cannot go down
-        PROMPT_LENGTH_MEAN_KEY: float("nan"),
-        GENERATION_LENGTH_MEAN_KEY: 12.5,
-        GENERATIONS_OK_KEY: 3,
-    })
+    _log(
+        {
+            PROMPT_TOKENS_KEY: "lots",  # not a number
+            GENERATION_TOKENS_KEY: -4,  # a counter cannot go down
+            PROMPT_LENGTH_MEAN_KEY: float("nan"),
+            GENERATION_LENGTH_MEAN_KEY: 12.5,
+            GENERATIONS_OK_KEY: 3,
+        }
+    )
     found = [p for p in points(reader) if p.name.startswith("rl.vllm.")]
     assert {p.name: p.value for p in found} == {
         "rl.vllm.generation_length.mean": 12.5,

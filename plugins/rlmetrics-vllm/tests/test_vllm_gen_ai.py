@@ -17,8 +17,22 @@ from rlmetrics_vllm.gen_ai import (
 import rlmetrics
 from rlmetrics.testing import isolated_state, points, single
 
-GENAI_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
-                          20.48, 40.96, 81.92)
+GENAI_DURATION_BUCKETS = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
 
 
 def _usage(found: list[Any], token_type: str) -> Any:
@@ -26,8 +40,22 @@ def _usage(found: list[Any], token_type: str) -> Any:
 
 
 def test_buckets_follow_the_genai_conventions() -> None:
-    assert TOKEN_USAGE_BUCKETS == (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576,
-                                   4194304, 16777216, 67108864)
+    assert TOKEN_USAGE_BUCKETS == (
+        1,
+        4,
+        16,
+        64,
+        256,
+        1024,
+        4096,
+        16384,
+        65536,
+        262144,
+        1048576,
+        4194304,
+        16777216,
+        67108864,
+    )
     # The conventions' duration buckets, extended for batches that take minutes.
     assert BATCH_DURATION_BUCKETS[: len(GENAI_DURATION_BUCKETS)] == GENAI_DURATION_BUCKETS
     assert BATCH_DURATION_BUCKETS[-1] > 30 * 60
@@ -71,15 +99,21 @@ def test_a_slow_batch_lands_in_an_extended_bucket(telemetry: Any) -> None:
 def test_lengths_as_arrays_and_custom_attributes(telemetry: Any) -> None:
     _, reader = telemetry
     # Anything with tolist() (NumPy arrays, torch tensors) is converted in one call.
-    record_generation(array.array("i", [5, 6]), array.array("q", [1]), provider="my-vllm",
-                      operation="generate_content")
+    record_generation(
+        array.array("i", [5, 6]),
+        array.array("q", [1]),
+        provider="my-vllm",
+        operation="generate_content",
+    )
     found = points(reader)
     point = _usage(found, "input")
     assert (point.count, point.sum) == (2, 11)
     # No model given: gen_ai.request.model is left out, as the conventions allow.
-    assert point.attributes == {"gen_ai.provider.name": "my-vllm",
-                                "gen_ai.operation.name": "generate_content",
-                                "gen_ai.token.type": "input"}
+    assert point.attributes == {
+        "gen_ai.provider.name": "my-vllm",
+        "gen_ai.operation.name": "generate_content",
+        "gen_ai.token.type": "input",
+    }
     assert _usage(found, "output").count == 1
     assert not [p for p in found if p.name == "rl.vllm.batch.duration"]
 

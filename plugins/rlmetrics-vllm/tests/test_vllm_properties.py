@@ -62,7 +62,9 @@ def test_ok_plus_failed_is_the_total_delta_and_nothing_is_negative(
         # Only a reason total that went backwards can withhold them: the family is in the
         # fixture, so it always matches something.
         assert any(delta < 0 for delta in reason_deltas)
-    for key, count_of in ((PROMPT_LENGTH_MEAN_KEY, lambda v: v.prompt_count),
-                          (GENERATION_LENGTH_MEAN_KEY, lambda v: v.generation_count)):
+    for key, count_of in (
+        (PROMPT_LENGTH_MEAN_KEY, lambda v: v.prompt_count),
+        (GENERATION_LENGTH_MEAN_KEY, lambda v: v.generation_count),
+    ):
         if key in result:  # a mean only for a step that served requests
             assert sum(count_of(after[e]) - count_of(before[e]) for e in before) > 0

@@ -77,8 +77,10 @@ def _value(name: str, labels: str, values: EngineValues) -> float | None:
     if name == f"{REQUEST_SUCCESS_FAMILY}_total":
         reason = re.search(r'finished_reason="([^"]*)"', labels)
         return values.finished.get(reason.group(1) if reason else "", 0)
-    for family, count in ((PROMPT_LENGTH_FAMILY, values.prompt_count),
-                          (GENERATION_LENGTH_FAMILY, values.generation_count)):
+    for family, count in (
+        (PROMPT_LENGTH_FAMILY, values.prompt_count),
+        (GENERATION_LENGTH_FAMILY, values.generation_count),
+    ):
         if name == f"{family}_bucket":
             # Cumulative buckets: every request above the last finite bound keeps them valid.
             return count if 'le="+Inf"' in labels else 0
@@ -141,22 +143,46 @@ class VllmRegistry:
 
     def _build(self) -> None:
         labels = ["model_name", "engine"]
-        self.prompt_tokens = Counter(PROMPT_TOKENS_FAMILY, "Number of prefill tokens processed.",
-                                     labels, registry=self.registry)
-        self.generation_tokens = Counter(GENERATION_TOKENS_FAMILY,
-                                         "Number of generation tokens processed.", labels,
-                                         registry=self.registry)
-        self.request_success = Counter(REQUEST_SUCCESS_FAMILY,
-                                       "Count of successfully processed requests.",
-                                       [*labels, "finished_reason"], registry=self.registry)
+        self.prompt_tokens = Counter(
+            PROMPT_TOKENS_FAMILY,
+            "Number of prefill tokens processed.",
+            labels,
+            registry=self.registry,
+        )
+        self.generation_tokens = Counter(
+            GENERATION_TOKENS_FAMILY,
+            "Number of generation tokens processed.",
+            labels,
+            registry=self.registry,
+        )
+        self.request_success = Counter(
+            REQUEST_SUCCESS_FAMILY,
+            "Count of successfully processed requests.",
+            [*labels, "finished_reason"],
+            registry=self.registry,
+        )
         buckets = [1, 2, 5, 10, 20, 50, 100]
-        self.prompt_length = Histogram(PROMPT_LENGTH_FAMILY, "Number of prefill tokens processed.",
-                                       labels, buckets=buckets, registry=self.registry)
-        self.generation_length = Histogram(GENERATION_LENGTH_FAMILY,
-                                           "Number of generation tokens processed.", labels,
-                                           buckets=buckets, registry=self.registry)
-        self._collectors = [self.prompt_tokens, self.generation_tokens, self.request_success,
-                            self.prompt_length, self.generation_length]
+        self.prompt_length = Histogram(
+            PROMPT_LENGTH_FAMILY,
+            "Number of prefill tokens processed.",
+            labels,
+            buckets=buckets,
+            registry=self.registry,
+        )
+        self.generation_length = Histogram(
+            GENERATION_LENGTH_FAMILY,
+            "Number of generation tokens processed.",
+            labels,
+            buckets=buckets,
+            registry=self.registry,
+        )
+        self._collectors = [
+            self.prompt_tokens,
+            self.generation_tokens,
+            self.request_success,
+            self.prompt_length,
+            self.generation_length,
+        ]
         for engine in self.engines:  # vLLM binds every child up front
             for metric in self._collectors:
                 if metric is self.request_success:

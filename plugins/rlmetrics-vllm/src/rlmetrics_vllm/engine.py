@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from prometheus_client import REGISTRY
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
@@ -154,11 +155,8 @@ def read_families(families: Iterable[Metric]) -> Snapshot:
         if wanted is None:
             continue
         for sample in family.samples:
-            value = float(sample.value)
-            if sample.name not in wanted or not math.isfinite(value):
-                continue
-            key = (sample.name, tuple(sorted(sample.labels.items())))
-            part[key] = part.get(key, 0.0) + value
+            if sample.name in wanted and math.isfinite(sample.value):
+                part[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
     return Snapshot((part,))
 
 
@@ -167,12 +165,13 @@ def read_registry(registry: Collector | None = None) -> Snapshot:
     vLLM's ``PrometheusStatLogger`` registers). Never raises: a failure gives an empty snapshot.
     """
     try:
-        if registry is None:
-            from prometheus_client import REGISTRY as registry
-        return read_families(registry.collect())
+        return read_families((REGISTRY if registry is None else registry).collect())
     except Exception:
-        warn_once("vllm:read_registry", "rlmetrics-vllm: reading the prometheus_client registry "
-                  "failed; this reading is empty, so the step's rl.vllm.* series are omitted")
+        warn_once(
+            "vllm:read_registry",
+            "rlmetrics-vllm: reading the prometheus_client registry "
+            "failed; this reading is empty, so the step's rl.vllm.* series are omitted",
+        )
         return Snapshot()
 
 
@@ -182,8 +181,11 @@ def read_text(text: str) -> Snapshot:
     try:
         return read_families(text_string_to_metric_families(text))
     except Exception:
-        warn_once("vllm:read_text", "rlmetrics-vllm: the vLLM metrics text did not parse; this "
-                  "reading is empty, so the step's rl.vllm.* series are omitted")
+        warn_once(
+            "vllm:read_text",
+            "rlmetrics-vllm: the vLLM metrics text did not parse; this "
+            "reading is empty, so the step's rl.vllm.* series are omitted",
+        )
         return Snapshot()
 
 
@@ -196,8 +198,11 @@ def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
             charset = response.headers.get_content_charset() or "utf-8"
             text = response.read().decode(charset)
     except Exception:
-        warn_once(f"vllm:scrape:{url}", f"rlmetrics-vllm: scraping {url} failed; this reading is "
-                  "empty, so the step's rl.vllm.* series are omitted")
+        warn_once(
+            f"vllm:scrape:{url}",
+            f"rlmetrics-vllm: scraping {url} failed; this reading is "
+            "empty, so the step's rl.vllm.* series are omitted",
+        )
         return Snapshot()
     return read_text(text)
 
@@ -229,8 +234,10 @@ def step_metrics(
     try:
         return _step_metrics(_one(before).sources(), _one(after).sources())
     except Exception:
-        warn_once("vllm:step_metrics", "rlmetrics-vllm: step_metrics failed; no rl.vllm.* "
-                  "values for this step")
+        warn_once(
+            "vllm:step_metrics",
+            "rlmetrics-vllm: step_metrics failed; no rl.vllm.* values for this step",
+        )
         return {}
 
 
@@ -242,13 +249,17 @@ def _step_metrics(
     before: Mapping[_SourceKey, float], after: Mapping[_SourceKey, float]
 ) -> dict[str, float | int]:
     out: dict[str, float | int] = {}
-    for key, family in ((PROMPT_TOKENS_KEY, PROMPT_TOKENS_FAMILY),
-                        (GENERATION_TOKENS_KEY, GENERATION_TOKENS_FAMILY)):
+    for key, family in (
+        (PROMPT_TOKENS_KEY, PROMPT_TOKENS_FAMILY),
+        (GENERATION_TOKENS_KEY, GENERATION_TOKENS_FAMILY),
+    ):
         deltas = _deltas(before, after, f"{family}_total")
         if deltas is not None:
             out[key] = _tidy(sum(deltas.values()))
-    for key, family in ((PROMPT_LENGTH_MEAN_KEY, PROMPT_LENGTH_FAMILY),
-                        (GENERATION_LENGTH_MEAN_KEY, GENERATION_LENGTH_FAMILY)):
+    for key, family in (
+        (PROMPT_LENGTH_MEAN_KEY, PROMPT_LENGTH_FAMILY),
+        (GENERATION_LENGTH_MEAN_KEY, GENERATION_LENGTH_FAMILY),
+    ):
         sums = _deltas(before, after, f"{family}_sum")
         counts = _deltas(before, after, f"{family}_count")
         if sums is None or counts is None:
@@ -259,8 +270,11 @@ def _step_metrics(
     finished = _deltas(before, after, f"{REQUEST_SUCCESS_FAMILY}_total")
     if finished is not None:
         total = sum(finished.values())
-        ok = sum(v for (_, labels), v in finished.items()
-                 if dict(labels).get(FINISHED_REASON_LABEL) in OK_FINISH_REASONS)
+        ok = sum(
+            v
+            for (_, labels), v in finished.items()
+            if dict(labels).get(FINISHED_REASON_LABEL) in OK_FINISH_REASONS
+        )
         out[GENERATIONS_OK_KEY] = _tidy(ok)
         # The remainder, not a list of failure reasons: a reason vLLM adds later is counted,
         # and ok + failed is the engine's own total.

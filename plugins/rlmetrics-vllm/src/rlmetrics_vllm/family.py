@@ -30,36 +30,52 @@ GROUP = "vllm"
 
 SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
-        "rl.vllm.prompt_tokens", Kind.COUNTER, unit="{token}", key=PROMPT_TOKENS_KEY,
+        "rl.vllm.prompt_tokens",
+        Kind.COUNTER,
+        unit="{token}",
+        key=PROMPT_TOKENS_KEY,
         description="Prefill tokens the vLLM engines processed in the step "
-                    "(delta of vllm:prompt_tokens, summed over engines and DP leaders).",
+        "(delta of vllm:prompt_tokens, summed over engines and DP leaders).",
     ),
     MetricSpec(
-        "rl.vllm.generation_tokens", Kind.COUNTER, unit="{token}", key=GENERATION_TOKENS_KEY,
+        "rl.vllm.generation_tokens",
+        Kind.COUNTER,
+        unit="{token}",
+        key=GENERATION_TOKENS_KEY,
         description="Tokens the vLLM engines generated in the step "
-                    "(delta of vllm:generation_tokens, summed over engines and DP leaders).",
+        "(delta of vllm:generation_tokens, summed over engines and DP leaders).",
     ),
     MetricSpec(
-        "rl.vllm.prompt_length.mean", Kind.GAUGE, unit="{token}", key=PROMPT_LENGTH_MEAN_KEY,
+        "rl.vllm.prompt_length.mean",
+        Kind.GAUGE,
+        unit="{token}",
+        key=PROMPT_LENGTH_MEAN_KEY,
         description="Mean prompt length of the requests finished in the step (sum/count delta "
-                    "of the vllm:request_prompt_tokens histogram); absent when none finished.",
+        "of the vllm:request_prompt_tokens histogram); absent when none finished.",
     ),
     MetricSpec(
-        "rl.vllm.generation_length.mean", Kind.GAUGE, unit="{token}",
+        "rl.vllm.generation_length.mean",
+        Kind.GAUGE,
+        unit="{token}",
         key=GENERATION_LENGTH_MEAN_KEY,
         description="Mean generation length of the requests finished in the step (sum/count "
-                    "delta of vllm:request_generation_tokens); absent when none finished.",
+        "delta of vllm:request_generation_tokens); absent when none finished.",
     ),
     MetricSpec(
-        "rl.vllm.generations.ok", Kind.COUNTER, unit="{generation}", key=GENERATIONS_OK_KEY,
+        "rl.vllm.generations.ok",
+        Kind.COUNTER,
+        unit="{generation}",
+        key=GENERATIONS_OK_KEY,
         description="Requests finished in the step with reason stop or length "
-                    "(vllm:request_success).",
+        "(vllm:request_success).",
     ),
     MetricSpec(
-        "rl.vllm.generations.failed", Kind.COUNTER, unit="{generation}",
+        "rl.vllm.generations.failed",
+        Kind.COUNTER,
+        unit="{generation}",
         key=GENERATIONS_FAILED_KEY,
         description="Requests finished in the step with any other reason (abort, error, "
-                    "repetition, or one added later): vllm:request_success total minus ok.",
+        "repetition, or one added later): vllm:request_success total minus ok.",
     ),
 )
 
@@ -83,5 +99,7 @@ def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
         try:
             record(GROUP, {key: value})
         except Exception:
-            warn_once(f"vllm:tee:{key}", f"rlmetrics-vllm: teeing {key!r} failed; the other "
-                      "rl.vllm.* series still record")
+            warn_once(
+                f"vllm:tee:{key}",
+                f"rlmetrics-vllm: teeing {key!r} failed; the other rl.vllm.* series still record",
+            )

@@ -57,16 +57,24 @@ TOKEN_USAGE_BUCKETS: tuple[float, ...] = tuple(float(4**i) for i in range(14))
 BATCH_DURATION_BUCKETS: tuple[float, ...] = tuple(round(0.01 * 2**i, 2) for i in range(19))
 
 TOKEN_USAGE = MetricSpec(
-    "gen_ai.client.token.usage", Kind.HISTOGRAM, unit="{token}",
+    "gen_ai.client.token.usage",
+    Kind.HISTOGRAM,
+    unit="{token}",
     description="Tokens per request of a vLLM generate() batch, as the driver received them, "
-                "split by gen_ai.token.type (input / output).",
-    attributes={TOKEN_TYPE: {"input", "output"}, PROVIDER_NAME: OPEN, OPERATION_NAME: OPEN,
-                REQUEST_MODEL: OPEN},
+    "split by gen_ai.token.type (input / output).",
+    attributes={
+        TOKEN_TYPE: {"input", "output"},
+        PROVIDER_NAME: OPEN,
+        OPERATION_NAME: OPEN,
+        REQUEST_MODEL: OPEN,
+    },
     buckets=TOKEN_USAGE_BUCKETS,
 )
 
 BATCH_DURATION = MetricSpec(
-    "rl.vllm.batch.duration", Kind.HISTOGRAM, unit="s",
+    "rl.vllm.batch.duration",
+    Kind.HISTOGRAM,
+    unit="s",
     description="Wall clock of one vLLM generate() batch across every data-parallel shard.",
     attributes={PROVIDER_NAME: OPEN, OPERATION_NAME: OPEN, REQUEST_MODEL: OPEN},
     buckets=BATCH_DURATION_BUCKETS,
@@ -78,7 +86,9 @@ rlmetrics.declare(GROUP, SPECS)
 
 
 def generation_attributes(
-    *, model: str | None = None, provider: str = DEFAULT_PROVIDER,
+    *,
+    model: str | None = None,
+    provider: str = DEFAULT_PROVIDER,
     operation: str = DEFAULT_OPERATION,
 ) -> dict[str, str]:
     """The attributes every point of one batch carries; ``gen_ai.request.model`` only when
@@ -123,13 +133,19 @@ def record_generation(
             attributes = {**base, TOKEN_TYPE: token_type}
             for length in _lengths(lengths):
                 if isinstance(length, numbers.Real) and length < 0:
-                    warn_once(f"gen_ai:{token_type}:negative", "rlmetrics-vllm: a negative "
-                              f"{token_type} length ({length}) is not a token count; dropped")
+                    warn_once(
+                        f"gen_ai:{token_type}:negative",
+                        "rlmetrics-vllm: a negative "
+                        f"{token_type} length ({length}) is not a token count; dropped",
+                    )
                     continue
                 record(GROUP, {TOKEN_USAGE.key: length}, attributes)
         except Exception:
-            warn_once(f"gen_ai:{token_type}", f"rlmetrics-vllm: recording {token_type} token "
-                      "usage failed; that side of the batch is dropped")
+            warn_once(
+                f"gen_ai:{token_type}",
+                f"rlmetrics-vllm: recording {token_type} token "
+                "usage failed; that side of the batch is dropped",
+            )
     try:
         if duration_s is not None:
             record(GROUP, {BATCH_DURATION.key: duration_s}, base)
