@@ -191,15 +191,36 @@ def on_efficiency_summary(summary: EfficiencySummary) -> None:
 # -- the accounting ---------------------------------------------------------------------------
 
 
-def _check_category(category: str, allowed: frozenset[str], timer: str) -> None:
-    if category not in allowed:
-        raise ValueError(
-            f"{timer} times {sorted(allowed)}; {category!r} is not one of them "
-            f"(measurements: {_MEASUREMENTS})"
-        )
+class _CategoryTimer:
+    """Times named categories; subclasses say which categories and how to store them."""
+
+    CATEGORIES: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+
+    def _check(self, category: str) -> None:
+        if category not in self.CATEGORIES:
+            raise ValueError(
+                f"{type(self).__name__} times {sorted(self.CATEGORIES)}; {category!r} is not one "
+                f"of them (measurements: {_MEASUREMENTS})"
+            )
+
+    @contextlib.contextmanager
+    def time(self, category: str) -> Iterator[None]:
+        """Add the wall time of the ``with`` block to ``category``."""
+        self._check(category)
+        start = self._clock()
+        try:
+            yield
+        finally:
+            self.record(category, self._clock() - start)
+
+    def record(self, category: str, seconds: float) -> None:
+        raise NotImplementedError
 
 
-class EfficiencyTimer:
+class EfficiencyTimer(_CategoryTimer):
     """The driver's timer: wall-clock categories of one step, reset by :meth:`step_summary`.
 
     ``init/total`` is timed once before the loop and republished in every summary, so it
@@ -211,22 +232,13 @@ class EfficiencyTimer:
     )
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._clock = clock
+        super().__init__(clock)
         self._run_start = self._step_start = clock()
         self._seconds: dict[str, float] = {}
         self._init_total: float | None = None
 
-    @contextlib.contextmanager
-    def time(self, category: str) -> Iterator[None]:
-        _check_category(category, self.CATEGORIES, "EfficiencyTimer")
-        start = self._clock()
-        try:
-            yield
-        finally:
-            self.record(category, self._clock() - start)
-
     def record(self, category: str, seconds: float) -> None:
-        _check_category(category, self.CATEGORIES, "EfficiencyTimer")
+        self._check(category)
         if category == INIT_TOTAL:
             self._init_total = (self._init_total or 0.0) + seconds
         else:
@@ -254,7 +266,7 @@ class EfficiencyTimer:
         return summary
 
 
-class CollectorTimer:
+class CollectorTimer(_CategoryTimer):
     """The collector's timer: thread-safe, never reset, so its values cover the run.
 
     ``time()`` the loop thread's waits (collector_wall_clock) and ``record()`` the seconds
@@ -266,21 +278,12 @@ class CollectorTimer:
     )
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._clock = clock
+        super().__init__(clock)
         self._seconds: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    @contextlib.contextmanager
-    def time(self, category: str) -> Iterator[None]:
-        _check_category(category, self.CATEGORIES, "CollectorTimer")
-        start = self._clock()
-        try:
-            yield
-        finally:
-            self.record(category, self._clock() - start)
-
     def record(self, category: str, seconds: float) -> None:
-        _check_category(category, self.CATEGORIES, "CollectorTimer")
+        self._check(category)
         with self._lock:
             self._seconds[category] = self._seconds.get(category, 0.0) + seconds
 
