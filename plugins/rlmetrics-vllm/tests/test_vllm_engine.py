@@ -288,6 +288,32 @@ def test_engines_in_one_registry_are_summed() -> None:
     }
 
 
+@pytest.mark.parametrize("over_http", [False, True], ids=["in-process", "http"])
+def test_no_request_and_missing_families_from_a_real_registry(
+    vllm_registry: VllmRegistry, serve_registry: Callable[..., str], over_http: bool
+) -> None:
+    url = serve_registry(vllm_registry.registry) if over_http else ""
+
+    def read() -> Snapshot:
+        return scrape(url) if over_http else read_registry(vllm_registry.registry)
+
+    before = read()
+    assert step_metrics(before, read()) == {  # no request served: counts 0, no means
+        PROMPT_TOKENS_KEY: 0,
+        GENERATION_TOKENS_KEY: 0,
+        GENERATIONS_OK_KEY: 0,
+        GENERATIONS_FAILED_KEY: 0,
+    }
+    # An engine without two of the families (an older vLLM, say): those keys leave a gap.
+    vllm_registry.registry.unregister(vllm_registry.generation_tokens)
+    vllm_registry.registry.unregister(vllm_registry.generation_length)
+    before = read()
+    _serve_step(vllm_registry)
+    expected = dict(STEP_FROM_REGISTRY)
+    del expected[GENERATION_TOKENS_KEY], expected[GENERATION_LENGTH_MEAN_KEY]
+    assert step_metrics(before, read()) == expected
+
+
 # -- real HTTP servers on 127.0.0.1 ------------------------------------------------------------
 
 

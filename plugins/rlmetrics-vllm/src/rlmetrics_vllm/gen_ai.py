@@ -100,7 +100,7 @@ def generation_attributes(
 
 
 def _lengths(values: Any) -> list[Any]:
-    """A flat list from a list, NumPy array or torch tensor of per-request lengths."""
+    """The per-request lengths of a list, NumPy array or torch tensor, as a list."""
     if values is None:
         return []
     tolist = getattr(values, "tolist", None)  # one conversion, not one .item() per request
