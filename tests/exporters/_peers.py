@@ -403,6 +403,11 @@ class PrometheusServer:
             ) from None
         return last
 
+    def metadata(self) -> dict[str, dict[str, Any]]:
+        """Per metric family, what Prometheus learnt from the scrape: type, help, unit."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/metadata", timeout=5) as response:
+            return {name: entries[0] for name, entries in json.load(response)["data"].items()}
+
     def targets(self) -> Any:
         try:
             with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=5) as response:

@@ -1,0 +1,157 @@
+"""rlmetrics' Prometheus endpoint: the names it serves, and a real Prometheus server scraping it."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import rlmetrics
+
+from ._peers import (
+    GROUP,
+    PrometheusServer,
+    declare_test_series,
+    record_test_series,
+)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "exporters.md"
+_CODE = re.compile(r"`([^`]*)`")
+
+
+def _translation_rows() -> list[dict[str, object]]:
+    """The name-translation table of docs/exporters.md, parsed."""
+    text = DOCS.read_text()
+    start, end = "<!-- prometheus-names:start -->", "<!-- prometheus-names:end -->"
+    assert start in text and end in text, f"{DOCS} lost its translation table markers"
+    rows = []
+    for line in text.split(start, 1)[1].split(end, 1)[0].strip().splitlines()[2:]:
+        name, kind, unit, attribute, samples = (c.strip() for c in line.strip("|").split("|"))
+        attr = _CODE.findall(attribute)
+        rows.append({
+            "name": _CODE.findall(name)[0],
+            "kind": rlmetrics.Kind(kind),
+            "unit": _CODE.findall(unit)[0],
+            "attribute": attr[0] if attr else None,
+            "label": attr[1] if attr else None,
+            "samples": _CODE.findall(samples),
+        })
+    assert len(rows) >= 10
+    return rows
+
+
+def _scrape(address: tuple[str, int]) -> str:
+    with urllib.request.urlopen(f"http://{address[0]}:{address[1]}/metrics", timeout=5) as r:
+        return str(r.read().decode())
+
+
+def test_documented_name_translations_hold() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    rows = _translation_rows()
+    specs = []
+    for row in rows:
+        attributes = {row["attribute"]: rlmetrics.OPEN} if row["attribute"] else {}
+        callback = None
+        if row["kind"].observable:  # type: ignore[attr-defined]
+            observed = [(1, {row["attribute"]: "x"} if row["attribute"] else {})]
+
+            def callback(observed: list[object] = observed) -> list[object]:
+                return observed
+        specs.append(rlmetrics.MetricSpec(
+            row["name"], row["kind"], unit=row["unit"], attributes=attributes,  # type: ignore[arg-type]
+            callback=callback,
+        ))
+    rlmetrics.declare("translation", specs)
+    with rlmetrics.start(exporters=("prometheus",), prometheus_port=0) as handle:
+        for row in rows:
+            if not row["kind"].observable:  # type: ignore[attr-defined]
+                labels = {row["attribute"]: "x"} if row["attribute"] else {}
+                rlmetrics.record("translation", {row["name"]: 1}, attributes=labels)  # type: ignore[dict-item]
+        assert handle.prometheus_address is not None
+        exposition = _scrape(handle.prometheus_address)
+
+    served: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            served.setdefault(sample.name, set()).update(sample.labels)
+    expected = set()
+    for row in rows:
+        for sample in row["samples"]:  # type: ignore[attr-defined]
+            expected.add(sample)
+            assert sample in served, f"{row['name']} ({row['unit']}): {sample} not served"
+            assert {"otel_scope_name", "otel_scope_version"} <= served[sample]
+            if row["label"]:
+                assert row["label"] in served[sample], f"{sample} lacks label {row['label']}"
+    assert set(served) - expected == {"target_info"}, "undocumented series served"
+
+
+def test_prometheus_server_scrapes_translated_series(
+    prometheus_server: Callable[[tuple[str, int]], PrometheusServer],
+) -> None:
+    declare_test_series()
+    with rlmetrics.start(
+        "prom-scrape-test", run_id="run-prom-1", exporters=("prometheus",), prometheus_port=0
+    ) as handle:
+        address = handle.prometheus_address
+        assert address is not None and address[0] == "127.0.0.1"
+        record_test_series()
+        server = prometheus_server(address)
+        instance = f"127.0.0.1:{address[1]}"
+
+        def one(expr: str, value: float, scoped: bool = True) -> dict[str, str]:
+            """Wait until ``expr`` is one series of ``value``; return its labels."""
+            result = server.wait_for(
+                expr, lambda r: len(r) == 1 and float(r[0]["value"][1]) == value
+            )
+            labels = dict(result[0]["metric"])
+            assert labels["job"] == "rlmetrics" and labels["instance"] == instance
+            if scoped:
+                assert labels["otel_scope_name"] == "rlmetrics"
+            return labels
+
+        tokens = one('rl_test_tokens_total{gen_ai_token_type="input"}', 100)
+        assert tokens["__name__"] == "rl_test_tokens_total"
+        one('rl_test_tokens_total{gen_ai_token_type="output"}', 40)
+        one('rl_test_step_duration_seconds{rl_phase="train"}', 1.5)
+        one('rl_test_step_duration_seconds{rl_phase="eval"}', 0.25)
+        assert set(one("rl_test_requests_in_flight", 3)) == {
+            "__name__", "job", "instance", "otel_scope_name", "otel_scope_version"
+        }
+        one('rl_test_batch_duration_seconds_count{worker="w0"}', 4)
+        one('rl_test_batch_duration_seconds_sum{worker="w0"}', 21.25)
+        one('rl_test_batch_duration_seconds_bucket{worker="w0",le="1.0"}', 3)
+        one('rl_test_batch_duration_seconds_bucket{worker="w0",le="+Inf"}', 4)
+        info = one('target_info{rlmetrics_run_id="run-prom-1"}', 1, scoped=False)
+        assert info["service_name"] == "prom-scrape-test"
+
+        # Prometheus typed the families as the OTel instruments say.
+        metadata = server.metadata()
+        assert metadata["rl_test_tokens"]["type"] == "counter"
+        assert metadata["rl_test_step_duration_seconds"]["type"] == "gauge"
+        assert metadata["rl_test_step_duration_seconds"]["unit"] == "seconds"
+        assert metadata["rl_test_requests_in_flight"]["type"] == "gauge"
+        assert metadata["rl_test_batch_duration_seconds"]["type"] == "histogram"
+        assert metadata["rl_test_tokens"]["help"] == "Tokens processed"
+
+        # Later recordings reach the server through the next scrapes.
+        record_test_series()
+        rlmetrics.record(GROUP, {"step_time": 9.0}, attributes={"rl.phase": "train"})
+        one('rl_test_tokens_total{gen_ai_token_type="input"}', 200)
+        one('rl_test_step_duration_seconds{rl_phase="train"}', 9.0)
+        one("rl_test_requests_in_flight", 6)
+
+
+def test_prometheus_endpoint_binds_loopback_and_closes_on_shutdown() -> None:
+    declare_test_series()
+    handle = rlmetrics.start(exporters=("prometheus",), prometheus_port=0)
+    address = handle.prometheus_address
+    assert address is not None and address[0] == "127.0.0.1"
+    record_test_series()
+    assert "rl_test_tokens_total" in _scrape(address)
+    handle.shutdown(timeout_s=2)
+    with pytest.raises(OSError):
+        _scrape(address)
