@@ -89,6 +89,19 @@ def test_an_omitted_mean_leaves_a_gap_not_a_zero(telemetry: Any) -> None:
     assert not [p for p in found if p.name.endswith(".mean")]
 
 
+def test_a_step_without_requests_ends_the_previous_mean(telemetry: Any) -> None:
+    _, reader = telemetry
+    _log({PROMPT_TOKENS_KEY: 40, PROMPT_LENGTH_MEAN_KEY: 20.0, GENERATION_LENGTH_MEAN_KEY: 5.0})
+    assert single(points(reader), "rl.vllm.prompt_length.mean").value == 20.0
+    _log({PROMPT_TOKENS_KEY: 0, GENERATIONS_OK_KEY: 0}, step=2)
+    found = points(reader)
+    assert single(found, "rl.vllm.prompt_tokens").value == 40
+    assert not [p for p in found if p.name.endswith(".mean")]
+    _log({"loss": 1.0}, step=3)  # a train dict without vllm keys leaves the series alone
+    _log({PROMPT_TOKENS_KEY: 10, PROMPT_LENGTH_MEAN_KEY: 10.0}, step=4)
+    assert single(points(reader), "rl.vllm.prompt_length.mean").value == 10.0
+
+
 @pytest.mark.parametrize("prefix", ["", "train"])
 def test_both_train_prefixes_are_teed(telemetry: Any, prefix: str) -> None:
     _, reader = telemetry

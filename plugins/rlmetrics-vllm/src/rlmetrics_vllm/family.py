@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import rlmetrics
-from rlmetrics import Kind, MetricSpec, hookimpl, is_exporting, record, warn_once
+from rlmetrics import Kind, MetricSpec, hookimpl, is_exporting, record, retract
 from rlmetrics.logger import TRAIN_PREFIXES
 
 from .engine import (
@@ -89,17 +89,18 @@ def tee_values(metrics: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     return {spec.key: metrics[spec.key] for spec in SPECS if metrics.get(spec.key) is not None}
 
 
+_MEAN_KEYS = frozenset({PROMPT_LENGTH_MEAN_KEY, GENERATION_LENGTH_MEAN_KEY})
+
+
 @hookimpl
 def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
     """Mirror a train dict's ``vllm/*`` keys into ``rl.vllm.*``."""
     if not is_exporting():
         return
-    # One record per key, each in its own guard: a bad value costs only its own series.
-    for key, value in tee_values(metrics, prefix).items():
-        try:
-            record(GROUP, {key: value})
-        except Exception:
-            warn_once(
-                f"vllm:tee:{key}",
-                f"rlmetrics-vllm: teeing {key!r} failed; the other rl.vllm.* series still record",
-            )
+    values = tee_values(metrics, prefix)
+    record(GROUP, values)
+    if values:
+        # A step that served no request omits its means; the gauge would go on exporting the
+        # previous step's mean, so end it: the dashboard shows a gap, not a stale value.
+        for key in _MEAN_KEYS - values.keys():
+            retract(GROUP, key)
