@@ -1,0 +1,142 @@
+"""The MLflow backend: each logged dict becomes one ``log_batch`` call at the trainer step.
+
+It talks to the tracking store through an ``MlflowClient`` of its own and never touches
+MLflow's fluent "active run", so it cannot end or log into a run the training script
+manages itself, and two Loggers in one process do not share state.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
+
+from rlmetrics import warn_once
+from rlmetrics.backends import full_key
+from rlmetrics.logger import flatten
+
+from .keys import KeyMap
+from .values import Skipped, metric_values
+
+__all__ = ["MlflowBackend"]
+
+_T = TypeVar("_T")
+
+
+def _chunks(items: Sequence[_T], size: int) -> Iterable[Sequence[_T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else repr(value) if value is None else str(value)
+
+
+class MlflowBackend:
+    """Logs metrics to an MLflow run, creating (or resuming) it at construction.
+
+    :param tracking_uri: where the tracking store is (``sqlite:///mlflow.db``,
+        ``http://127.0.0.1:5000``…); default ``MLFLOW_TRACKING_URI``, else MLflow's default.
+    :param experiment_name: created when missing; default ``MLFLOW_EXPERIMENT_NAME``, else
+        MLflow's Default experiment.
+    :param run_name: the new run's name; default ``MLFLOW_RUN_NAME``, else MLflow picks one.
+    :param run_id: resume this run instead of creating one; default ``MLFLOW_RUN_ID``.
+    :param tags: run tags, set once at start.
+    :param params: hyperparameters (nested dicts are flattened with ``/``), logged once at
+        start; values become strings, as MLflow params are.
+    :param artifact_location: for a newly created experiment only.
+    """
+
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        experiment_name: str | None = None,
+        run_name: str | None = None,
+        run_id: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        artifact_location: str | None = None,
+    ) -> None:
+        self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        self._keys = KeyMap()
+        self._finished = False
+        run_id = run_id or os.environ.get("MLFLOW_RUN_ID") or None
+        experiment_name = experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or None
+        run_name = run_name or os.environ.get("MLFLOW_RUN_NAME") or None
+        run_tags = self._named(tags or {})
+        if run_id is not None:
+            self.run_id = self.client.get_run(run_id).info.run_id
+            self.client.update_run(self.run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+            initial_tags = [RunTag(k, v) for k, v in run_tags.items()]
+        else:
+            experiment_id = self._experiment_id(experiment_name, artifact_location)
+            run = self.client.create_run(experiment_id, tags=run_tags, run_name=run_name)
+            self.run_id = run.info.run_id
+            initial_tags = []
+        flat_params = self._named(flatten(params or {}))
+        param_list = [Param(k, v) for k, v in flat_params.items()]
+        # Params and tags once, at start: MLflow refuses to change a param's value later.
+        for chunk in _chunks(param_list, MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=chunk, synchronous=True)
+        for tag_chunk in _chunks(initial_tags, MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, tags=tag_chunk, synchronous=True)
+
+    def _experiment_id(self, name: str | None, artifact_location: str | None) -> str:
+        if name is None:
+            return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return str(found.experiment_id)
+        try:
+            return str(self.client.create_experiment(name, artifact_location=artifact_location))
+        except MlflowException:
+            # Another rank created it between our lookup and create.
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return str(found.experiment_id)
+
+    def _named(self, values: Mapping[str, Any]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, value in values.items():
+            name = self._keys(str(key))
+            if name is not None:
+                out[name] = _text(value)
+        return out
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        timestamp = int(time.time() * 1000)
+        step = int(step)
+        batch: dict[str, Metric] = {}
+        for key, value in metric_values(metrics):
+            full = full_key(prefix, key)
+            if isinstance(value, Skipped):
+                warn_once(
+                    f"mlflow:skip:{full}",
+                    f"rlmetrics-mlflow: {full!r} is {value.reason}, which MLflow cannot store "
+                    "as a metric; it is skipped (the JSONL backend keeps it). Log constant "
+                    "text as a tag or param when creating the backend",
+                )
+                continue
+            name = self._keys(full)
+            # A key the loop logged wins over a list summary (``x/mean`` of a list ``x``)
+            # that lands on the same name, whatever their order in the dict.
+            if name is None or (name in batch and key not in metrics):
+                continue
+            batch[name] = Metric(name, value, timestamp, step)
+        # One request per logged dict (split only past MLflow's 1000-metric batch limit).
+        for chunk in _chunks(list(batch.values()), MAX_METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=chunk, synchronous=True)
+
+    def finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FINISHED))
