@@ -65,12 +65,16 @@ def test_documented_name_translations_hold() -> None:
             row["name"], row["kind"], unit=row["unit"], attributes=attributes,  # type: ignore[arg-type]
             callback=callback,
         ))
-    rlmetrics.declare("translation", specs)
-    with rlmetrics.start(exporters=("prometheus",), prometheus_port=0) as handle:
+    # A registry of its own: the real families may already hold these names.
+    registry = rlmetrics.MetricRegistry()
+    registry.declare("translation", specs)
+    with rlmetrics.start(
+        exporters=("prometheus",), prometheus_port=0, registry=registry, plugins=[]
+    ) as handle:
         for row in rows:
             if not row["kind"].observable:  # type: ignore[attr-defined]
                 labels = {row["attribute"]: "x"} if row["attribute"] else {}
-                rlmetrics.record("translation", {row["name"]: 1}, attributes=labels)  # type: ignore[dict-item]
+                registry.record("translation", {row["name"]: 1}, attributes=labels)  # type: ignore[dict-item]
         assert handle.prometheus_address is not None
         exposition = _scrape(handle.prometheus_address)
 
