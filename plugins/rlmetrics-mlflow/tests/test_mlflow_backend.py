@@ -158,3 +158,14 @@ def test_a_store_that_is_not_a_database_fails_at_construction(tmp_path: Path) ->
     db.write_text("not a database " * 20)
     with pytest.raises(Exception, match="file is not a database"):
         MlflowBackend(tracking_uri=f"sqlite:///{db}")
+
+
+def test_odd_steps_fall_back_to_the_previous_step(tracking_uri: str) -> None:
+    backend = MlflowBackend(tracking_uri=tracking_uri)
+    backend.log_metrics({"loss": 1.0}, 4, "train")
+    backend.log_metrics({"loss": 2.0}, 6.0, "train")  # type: ignore[arg-type]
+    backend.log_metrics({"loss": 3.0}, None, "train")  # type: ignore[arg-type]
+    backend.finish()
+
+    client = MlflowClient(tracking_uri)
+    assert history(client, backend.run_id, "train/loss") == [(4, 1.0), (6, 2.0), (6, 3.0)]

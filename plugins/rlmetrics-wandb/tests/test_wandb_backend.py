@@ -145,3 +145,18 @@ def test_finish_flushes_once_and_a_run_passed_in_stays_with_its_owner(tmp_path: 
 
     rows = read_run(backend.transaction_log).history
     assert rows == [{"train/loss": 1.0, STEP_KEY: 1}, {"owner/extra": 1}]
+
+
+def test_odd_steps_never_cost_the_row(tmp_path: Path) -> None:
+    backend = _backend(tmp_path)
+    backend.log_metrics({"loss": 1.0}, 4, "train")
+    backend.log_metrics({"loss": 2.0}, 5.0, "train")  # type: ignore[arg-type]
+    backend.log_metrics({"loss": 3.0}, None, "train")  # type: ignore[arg-type]
+    backend.finish()
+
+    # A row without a usable step is kept, and W&B's step_sync files it under the last one.
+    assert read_run(backend.transaction_log).history == [
+        {"train/loss": 1.0, STEP_KEY: 4},
+        {"train/loss": 2.0, STEP_KEY: 5},
+        {"train/loss": 3.0, STEP_KEY: 5},
+    ]

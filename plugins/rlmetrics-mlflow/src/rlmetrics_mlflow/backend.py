@@ -22,7 +22,7 @@ from rlmetrics.backends import full_key
 from rlmetrics.logger import flatten
 
 from .keys import KeyMap
-from .values import Skipped, metric_values
+from .values import Skipped, as_step, metric_values
 
 __all__ = ["MlflowBackend"]
 
@@ -67,6 +67,7 @@ class MlflowBackend:
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self._keys = KeyMap()
         self._finished = False
+        self._last_step = 0
         run_id = run_id or os.environ.get("MLFLOW_RUN_ID") or None
         experiment_name = experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or None
         run_name = run_name or os.environ.get("MLFLOW_RUN_NAME") or None
@@ -113,7 +114,16 @@ class MlflowBackend:
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         timestamp = int(time.time() * 1000)
-        step = int(step)
+        number = as_step(step)
+        if number is None:
+            # MLflow needs an integer step; the last good one keeps the point near its peers.
+            warn_once(
+                "mlflow:bad-step",
+                f"rlmetrics-mlflow: step {step!r} is not a number; such dicts are logged at "
+                "the previous step",
+            )
+        step = self._last_step if number is None else number
+        self._last_step = step
         batch: dict[str, Metric] = {}
         for key, value in metric_values(metrics):
             full = full_key(prefix, key)

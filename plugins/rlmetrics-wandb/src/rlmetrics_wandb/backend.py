@@ -10,10 +10,11 @@ from typing import Any
 
 import wandb
 
+from rlmetrics import warn_once
 from rlmetrics.backends import full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 
-from .axes import StepAxes
+from .axes import StepAxes, as_step
 from .values import SKIP, to_wandb
 
 __all__ = ["WandbBackend"]
@@ -95,7 +96,16 @@ class WandbBackend:
             # The stream's axis is wall time; a dict logged without it gets "now".
             row.setdefault(WALL_TIME_KEY, time.time())
         else:
-            row[STEP_KEY] = int(step)
+            number = as_step(step)
+            if number is not None:
+                row[STEP_KEY] = number
+            else:
+                # W&B's step_sync fills in the last rlmetrics/step it saw (checked in tests).
+                warn_once(
+                    "wandb:bad-step",
+                    f"rlmetrics-wandb: step {step!r} is not a number; rows without one are "
+                    "plotted at the previous rlmetrics/step",
+                )
             self.axes.bind(prefix, row)
         # Never step=: W&B drops a row whose step is below its last one, and trainer steps
         # repeat or go back (resume, eval loops). The axis value in the row is the x instead.
