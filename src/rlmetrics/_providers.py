@@ -18,7 +18,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
-from ._warn import warn_once
+from ._warn import logger, warn_once
 
 __all__ = [
     "DEFAULT_OTLP_TIMEOUT_S",
@@ -174,15 +174,29 @@ def _otlp_exporter_class() -> type:
                 )
                 return MetricExportResult.FAILURE
             if result is not MetricExportResult.SUCCESS:
-                cause, details = _describe_rpc_error(self._rlmetrics_last_error)
-                warn_once(
-                    f"otlp:export:{self._endpoint}:{cause}",
-                    f"rlmetrics: OTLP export to {self._endpoint} failed ({cause}: {details}); "
-                    "these points are dropped and training goes on (cumulative totals are sent "
-                    "again by the next export that succeeds). Later failures with this cause are "
-                    "logged at DEBUG.",
-                )
+                self._report_failure()
             return result
+
+        def _report_failure(self) -> None:
+            error = self._rlmetrics_last_error
+            cause, details = _describe_rpc_error(error)
+            message = (
+                f"rlmetrics: OTLP export to {self._endpoint} failed ({cause}: {details}); "
+                "these points are dropped and training goes on (cumulative totals are sent "
+                "again by the next export that succeeds). Later failures with this cause are "
+                "logged at DEBUG."
+            )
+            if getattr(self, "_shutdown", False):
+                # The export outlived shutdown's bound, which telemetry already reported.
+                logger.debug(message)
+                return
+            if error is None:
+                warn_once(f"otlp:export:{self._endpoint}:{cause}", message)
+                return
+            try:  # so the first report carries the RPC error's traceback, not this thread's
+                raise error
+            except Exception:
+                warn_once(f"otlp:export:{self._endpoint}:{cause}", message)
 
     return ReportingOTLPMetricExporter
 

@@ -24,6 +24,8 @@ from ._peers import (
 #: AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE in opentelemetry.proto.metrics.v1
 CUMULATIVE = 2
 
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 
 def _all_arrived(receiver: OtlpReceiver, scale: int = 1) -> bool:
     """Whether the latest export carries every value ``record_test_series(scale)`` made."""

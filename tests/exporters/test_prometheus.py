@@ -21,6 +21,8 @@ from ._peers import (
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "exporters.md"
 _CODE = re.compile(r"`([^`]*)`")
 
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 
 def _translation_rows() -> list[dict[str, object]]:
     """The name-translation table of docs/exporters.md, parsed."""
