@@ -68,7 +68,10 @@ def as_step(step: Any) -> int | None:
             return None
     if isinstance(step, bool) or not isinstance(step, numbers.Real):
         return None
-    return int(step) if math.isfinite(step) else None
+    if isinstance(step, numbers.Integral):
+        return int(step)
+    number = float(step)
+    return int(number) if math.isfinite(number) else None
 
 
 def _elements(value: Any) -> list[Any] | None:

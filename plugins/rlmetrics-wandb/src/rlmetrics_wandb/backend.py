@@ -50,13 +50,13 @@ class WandbBackend:
             self.run = run
             self._owns_run = False
         else:
-            named = {
+            named: dict[str, Any] = {
                 "project": project, "entity": entity, "name": name,
                 "tags": list(tags) if tags is not None else None, "mode": mode,
                 "dir": os.fspath(dir) if dir is not None else None, "group": group,
                 "notes": notes, "config": dict(config) if config is not None else None,
             }
-            kwargs = {k: v for k, v in named.items() if v is not None}
+            kwargs: dict[str, Any] = {k: v for k, v in named.items() if v is not None}
             kwargs.update(init_kwargs or {})
             if kwargs.get("dir") is not None:
                 # wandb.init warns and falls back to a temp dir when dir is missing.
