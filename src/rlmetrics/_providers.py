@@ -158,7 +158,7 @@ def _otlp_exporter_class() -> type:
 
         def _initialize_channel_and_stub(self) -> None:
             # Called at construction and again when the SDK rebuilds a channel after UNAVAILABLE.
-            super()._initialize_channel_and_stub()
+            super()._initialize_channel_and_stub()  # type: ignore[no-untyped-call]
             if self._client is not None:
                 self._client = _RecordingStub(self._client, self)
 
