@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 import pytest
-from rlmetrics_mlflow.values import Skipped, as_step, metric_values
+from rlmetrics_mlflow.values import Skipped, metric_values
 
 
 class _Scalar:
@@ -80,8 +80,3 @@ def test_numpy_values() -> None:
     out = _values({"s": np.float32(1.5), "a": np.array([1.0, 2.0, 3.0]), "b": np.bool_(True)})
     assert out == {"s": 1.5, "a/mean": 2.0, "a/p50": 2.0, "a/p90": pytest.approx(2.8),
                    "a/max": 3.0, "b": 1.0}
-
-
-def test_as_step_takes_integral_numbers_only() -> None:
-    assert [as_step(v) for v in (3, 3.0, _Scalar(7))] == [3, 3, 7]
-    assert [as_step(v) for v in (None, True, "3", math.nan, math.inf)] == [None] * 5

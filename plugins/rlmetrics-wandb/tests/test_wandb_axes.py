@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from rlmetrics_wandb.axes import StepAxes, as_step
+from rlmetrics_wandb.axes import StepAxes
 
 from rlmetrics.events import ROLLOUT_EVENT_TYPES, STEP_KEY, WALL_TIME_KEY
 
@@ -56,12 +55,3 @@ def test_rollout_prefixes_are_recognised() -> None:
     axes = StepAxes(_Definitions())
     assert all(axes.is_rollout(prefix) for prefix in ROLLOUT_EVENT_TYPES)
     assert not axes.is_rollout("train")
-
-
-def test_as_step_takes_integral_numbers_only() -> None:
-    class _Scalar:
-        def item(self) -> int:
-            return 7
-
-    assert [as_step(v) for v in (3, 3.0, _Scalar())] == [3, 3, 7]
-    assert [as_step(v) for v in (None, True, "3", math.nan, math.inf)] == [None] * 5

@@ -12,8 +12,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..events import STEP_KEY, WALL_TIME_KEY
 from ..plugins import Plugins, get_plugins
+from ..registry import as_number
 
-__all__ = ["AXIS_KEYS", "Backend", "BackendFactory", "available_backends", "full_key"]
+__all__ = ["AXIS_KEYS", "Backend", "BackendFactory", "as_step", "available_backends", "full_key"]
 
 #: Axis keys are logged as they are, never under the dict's prefix, so a tracker can bind
 #: a prefix's series to them.
@@ -37,6 +38,15 @@ BackendFactory = Callable[..., Backend]
 def full_key(prefix: str, key: str) -> str:
     """``prefix/key``, except for axis keys and an empty prefix."""
     return key if not prefix or key in AXIS_KEYS else f"{prefix}/{key}"
+
+
+def as_step(step: Any) -> int | None:
+    """The integer trainer step ``step`` stands for (Python, NumPy or torch scalar), else None.
+
+    A tracker with a numeric step axis needs one; what to do without it is the backend's call.
+    """
+    number = as_number(step)
+    return None if number is None else int(number)
 
 
 def available_backends(plugins: Plugins | None = None) -> dict[str, tuple[str, BackendFactory]]:

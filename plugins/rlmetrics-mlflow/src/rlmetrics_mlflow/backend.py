@@ -18,11 +18,11 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
 
 from rlmetrics import warn_once
-from rlmetrics.backends import full_key
+from rlmetrics.backends import as_step, full_key
 from rlmetrics.logger import flatten
 
 from .keys import KeyMap
-from .values import Skipped, as_step, metric_values
+from .values import Skipped, metric_values
 
 __all__ = ["MlflowBackend"]
 

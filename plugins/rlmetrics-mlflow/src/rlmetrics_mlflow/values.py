@@ -20,7 +20,7 @@ import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["LIST_SUMMARIES", "Skipped", "as_step", "metric_values"]
+__all__ = ["LIST_SUMMARIES", "Skipped", "metric_values"]
 
 #: Summary suffixes for a logged list, in the order they are written.
 LIST_SUMMARIES = ("mean", "p50", "p90", "max")
@@ -57,21 +57,6 @@ def _scalar(value: Any, depth: int = 0) -> float | None:
         except Exception:
             return None
     return None
-
-
-def as_step(step: Any) -> int | None:
-    """The integer trainer step ``step`` stands for (Python, NumPy or torch), else None."""
-    if hasattr(step, "item") and not isinstance(step, (int, float)):
-        try:
-            step = step.item()
-        except Exception:
-            return None
-    if isinstance(step, bool) or not isinstance(step, numbers.Real):
-        return None
-    if isinstance(step, numbers.Integral):
-        return int(step)
-    number = float(step)
-    return int(number) if math.isfinite(number) else None
 
 
 def _elements(value: Any) -> list[Any] | None:

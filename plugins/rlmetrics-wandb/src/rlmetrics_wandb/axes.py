@@ -18,31 +18,14 @@ globs and W&B's glob precedence never matters.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from rlmetrics.events import ROLLOUT_EVENT_TYPES, STEP_KEY, WALL_TIME_KEY
 
-__all__ = ["StepAxes", "as_step"]
+__all__ = ["StepAxes"]
 
 DefineMetric = Callable[..., Any]
-
-
-def as_step(step: Any) -> int | None:
-    """The integer trainer step ``step`` stands for (Python, NumPy or torch), else None."""
-    if hasattr(step, "item") and not isinstance(step, (int, float)):
-        try:
-            step = step.item()
-        except Exception:
-            return None
-    if isinstance(step, bool) or not isinstance(step, numbers.Real):
-        return None
-    if isinstance(step, numbers.Integral):
-        return int(step)
-    number = float(step)
-    return int(number) if math.isfinite(number) else None
 
 
 class StepAxes:

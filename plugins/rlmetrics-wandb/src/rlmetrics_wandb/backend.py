@@ -11,10 +11,10 @@ from typing import Any
 import wandb
 
 from rlmetrics import warn_once
-from rlmetrics.backends import full_key
+from rlmetrics.backends import as_step, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 
-from .axes import StepAxes, as_step
+from .axes import StepAxes
 from .values import SKIP, to_wandb
 
 __all__ = ["WandbBackend"]
