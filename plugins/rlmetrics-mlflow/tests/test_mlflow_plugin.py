@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from mlflow_helpers import TeePlugin, declare_tee, history
+from mlflow_helpers import history
 
 import rlmetrics
 from rlmetrics.backends import available_backends
@@ -32,9 +32,7 @@ def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRe
 def test_a_run_deleted_mid_training_is_isolated_and_reported_once(
     tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    declare_tee()
     with in_memory_telemetry() as (_handle, reader):
-        get_plugins().register(TeePlugin(), "tee")
         logger = rlmetrics.Logger(backends={
             "jsonl": {"path": tmp_path / "m.jsonl"},
             "mlflow": {"tracking_uri": tracking_uri, "experiment_name": "e"},
@@ -46,7 +44,7 @@ def test_a_run_deleted_mid_training_is_isolated_and_reported_once(
         for step in (2, 3, 4):
             logger.log_metrics({"loss": step / 10}, step=step, prefix="train")
         logger.finish()
-        tee = single(points(reader), "tee.loss")
+        tee = single(points(reader), "rl.policy.loss")  # the core training family
 
     assert [row["step"] for row in read_jsonl(tmp_path / "m.jsonl")] == [1, 2, 3, 4]
     assert tee.value == pytest.approx(0.4)

@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 
 import pytest
-from wandb_helpers import TeePlugin, declare_tee
 
 import rlmetrics
 from rlmetrics.backends import available_backends
@@ -31,9 +30,7 @@ def _wandb_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]
 def test_a_finished_run_is_isolated_and_reported_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    declare_tee()
     with in_memory_telemetry() as (_handle, reader):
-        get_plugins().register(TeePlugin(), "tee")
         logger = rlmetrics.Logger(backends={
             "jsonl": {"path": tmp_path / "m.jsonl"},
             "wandb": {"project": "p", "dir": tmp_path / "wandb"},
@@ -44,7 +41,7 @@ def test_a_finished_run_is_isolated_and_reported_once(
         for step in (1, 2, 3):
             logger.log_metrics({"loss": step / 10}, step=step, prefix="train")
         logger.finish()
-        tee = single(points(reader), "tee.loss")
+        tee = single(points(reader), "rl.policy.loss")  # the core training family
 
     assert [row["step"] for row in read_jsonl(tmp_path / "m.jsonl")] == [1, 2, 3]
     assert tee.value == pytest.approx(0.3)

@@ -10,9 +10,7 @@ from typing import Any
 
 import attrs
 
-import rlmetrics
-
-__all__ = ["RunLog", "TeePlugin", "declare_tee", "read_run"]
+__all__ = ["RunLog", "read_run"]
 
 
 @attrs.frozen
@@ -50,19 +48,3 @@ def read_run(transaction_log: Path) -> RunLog:
         check=True, capture_output=True, text=True, timeout=60,
     )
     return RunLog([json.loads(line) for line in out.stdout.splitlines() if line.strip()])
-
-
-class TeePlugin:
-    """A tiny telemetry family: mirrors ``train/loss`` into an OTel gauge ``tee.loss``."""
-
-    GROUP = "tee"
-
-    @rlmetrics.hookimpl
-    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
-        if prefix == "train" and "loss" in metrics:
-            rlmetrics.record(self.GROUP, {"loss": metrics["loss"]})
-
-
-def declare_tee() -> None:
-    rlmetrics.declare(TeePlugin.GROUP, [rlmetrics.MetricSpec("tee.loss", rlmetrics.Kind.GAUGE,
-                                                              key="loss")])
