@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import rlmetrics
-from rlmetrics.testing import isolated_state
 
 from ._peers import (
     REQUIRE_PROMETHEUS_ENV,
@@ -23,10 +22,12 @@ from ._peers import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _isolated() -> Iterator[rlmetrics.MetricRegistry]:
-    with isolated_state() as registry:
-        yield registry
+def _stop_telemetry() -> None:
+    """Telemetry still pointing at a peer must stop before the peer does, or the test's
+    teardown would wait on a dead collector."""
+    handle = rlmetrics.current()
+    if handle is not None:
+        handle.shutdown(timeout_s=2)
 
 
 @pytest.fixture
@@ -35,11 +36,7 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
     try:
         yield receiver
     finally:
-        # Telemetry still pointing here must stop before its peer does, or the test's
-        # teardown would wait on a dead collector.
-        handle = rlmetrics.current()
-        if handle is not None:
-            handle.shutdown(timeout_s=2)
+        _stop_telemetry()
         receiver.stop()
 
 
@@ -51,9 +48,7 @@ def dead_endpoint() -> Iterator[OtlpReceiver]:
     try:
         yield receiver
     finally:
-        handle = rlmetrics.current()
-        if handle is not None:
-            handle.shutdown(timeout_s=2)
+        _stop_telemetry()
         receiver.stop()
 
 
@@ -65,9 +60,7 @@ def blackhole() -> Iterator[BlackHole]:
     try:
         yield hole
     finally:
-        handle = rlmetrics.current()
-        if handle is not None:
-            handle.shutdown(timeout_s=2)
+        _stop_telemetry()
         hole.close()
 
 
