@@ -183,3 +183,22 @@ def test_otlp_and_prometheus_side_by_side_export_the_same_run(
     # And the OTLP peer saw the same values for the same run.
     assert otlp_receiver.find(COUNTER, **{"gen_ai.token.type": "input"}).value == 100  # type: ignore[union-attr]
     assert {p.resource["rlmetrics.run.id"] for p in otlp_receiver.points()} == {"run-both-1"}
+
+
+def test_standard_environment_variables_configure_the_reader(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No endpoint, no interval in code: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT routes the export
+    # and OTEL_METRIC_EXPORT_INTERVAL (ms) paces it, as in any OTel-instrumented process.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", otlp_receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_INSECURE", "true")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    declare_test_series()
+    with rlmetrics.start(exporters=("otlp",)):
+        record_test_series()
+        # Several periodic exports before shutdown: only the 100 ms interval explains them
+        # (the SDK default is 60 s).
+        otlp_receiver.wait_for(lambda r: len(r.requests) >= 3, what="three periodic exports")
+    resource = otlp_receiver.points()[0].resource
+    assert resource["service.name"] == "from-env"
