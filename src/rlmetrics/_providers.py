@@ -22,14 +22,12 @@ from ._warn import logger, warn_once
 
 __all__ = [
     "DEFAULT_OTLP_TIMEOUT_S",
-    "EXPORTERS",
     "Built",
     "build_provider",
     "otlp_timeout_s",
     "resource_attributes",
 ]
 
-EXPORTERS = ("otlp", "prometheus", "console")
 RUN_ID_ATTR = "rlmetrics.run.id"
 _INSTALL_HINT = {
     "otlp": "pip install 'rlmetrics[otlp]'",

@@ -107,6 +107,12 @@ class EfficiencySummary:
         return out
 
 
+def _wall_time(metrics: Mapping[str, Any]) -> float:
+    """The dict's Unix wall time, or now for a dict logged without one."""
+    wall = as_number(metrics.get(WALL_TIME_KEY))
+    return time.time() if wall is None else float(wall)
+
+
 @attrs.frozen
 class RolloutEvent:
     """One sample of a rollout-checkpoint stream, stamped with Unix wall time.
@@ -131,8 +137,7 @@ class RolloutEvent:
     @classmethod
     def from_metrics(cls, metrics: Mapping[str, Any]) -> RolloutEvent:
         values = {k: v for k, v in metrics.items() if k != WALL_TIME_KEY}
-        wall = as_number(metrics.get(WALL_TIME_KEY))
-        return cls(values=values, wall_time_s=time.time() if wall is None else float(wall))
+        return cls(values=values, wall_time_s=_wall_time(metrics))
 
 
 @attrs.frozen
@@ -201,10 +206,9 @@ class CheckpointOutcome(RolloutEvent):
             for k, v in metrics.items()
             if k not in OUTCOMES and not k.startswith(_REASON_PREFIX) and k != WALL_TIME_KEY
         }
-        wall = as_number(metrics.get(WALL_TIME_KEY))
         return cls(
             values=rest,
-            wall_time_s=time.time() if wall is None else float(wall),
+            wall_time_s=_wall_time(metrics),
             outcome=outcome,
             reason=reason,
         )

@@ -50,6 +50,11 @@ class PluginInfo:
     error: str | None = None
 
 
+def _plugin_name(plugin: Any) -> str:
+    """A module's name, else the object's class name."""
+    return str(getattr(plugin, "__name__", None) or type(plugin).__name__)
+
+
 def _split(value: str | None) -> set[str] | None:
     if value is None:
         return None
@@ -66,7 +71,7 @@ class Plugins:
 
     def register(self, plugin: Any, name: str | None = None) -> bool:
         """Register ``plugin``; on a validation error, skip it with a warning naming it."""
-        name = name or getattr(plugin, "__name__", None) or repr(plugin)
+        name = name or _plugin_name(plugin)
         try:
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
@@ -76,11 +81,6 @@ class Plugins:
             logger.warning("rlmetrics: plugin %r skipped: %s", name, exc)
             return False
         return True
-
-    def unregister(self, name: str) -> None:
-        plugin = self.pm.get_plugin(name)
-        if plugin is not None:
-            self.pm.unregister(plugin)
 
     def call(self, hook: str, **kwargs: Any) -> list[Any]:
         """Call every implementation of ``hook``, each in its own guard; collect results."""
@@ -178,7 +178,7 @@ def register(plugin: Any, name: str | None = None) -> bool:
     It stays registered when ``rlmetrics.start()`` reloads the entry points, and the allow-
     and deny-lists do not apply to it: registering it is already an explicit choice.
     """
-    name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+    name = name or _plugin_name(plugin)
     if not get_plugins().register(plugin, name):
         return False
     _in_process[name] = plugin
