@@ -127,7 +127,8 @@ def record_generation(
     if not is_exporting():
         return
     base = generation_attributes(model=model, provider=provider, operation=operation)
-    # Each part in its own guard, so bad lengths cannot cost the batch duration or vice versa.
+    # Each side in its own guard (converting lengths can raise), so bad lengths cost only
+    # their side; record() itself never raises.
     for token_type, lengths in (("input", input_lengths), ("output", output_lengths)):
         try:
             attributes = {**base, TOKEN_TYPE: token_type}
@@ -146,8 +147,5 @@ def record_generation(
                 f"rlmetrics-vllm: recording {token_type} token "
                 "usage failed; that side of the batch is dropped",
             )
-    try:
-        if duration_s is not None:
-            record(GROUP, {BATCH_DURATION.key: duration_s}, base)
-    except Exception:
-        warn_once("gen_ai:duration", "rlmetrics-vllm: recording the batch duration failed")
+    if duration_s is not None:
+        record(GROUP, {BATCH_DURATION.key: duration_s}, base)
