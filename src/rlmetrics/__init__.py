@@ -13,6 +13,7 @@ from .registry import (
     DeclarationError,
     LateDeclarationError,
     MetricRegistry,
+    as_number,
     declare,
     default_registry,
     is_exporting,
@@ -22,7 +23,7 @@ from .registry import (
 from .spec import OPEN, Kind, MetricSpec, SpecError
 from .telemetry import Telemetry, TelemetryError, current, start
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "OPEN",
@@ -36,6 +37,7 @@ __all__ = [
     "Telemetry",
     "TelemetryError",
     "__version__",
+    "as_number",
     "current",
     "declare",
     "default_registry",

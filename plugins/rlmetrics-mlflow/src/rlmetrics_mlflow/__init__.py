@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KeyMap", "MlflowBackend", "__version__", "is_valid_key", "mlflow_key"]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> Any:

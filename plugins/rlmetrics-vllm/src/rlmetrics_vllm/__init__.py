@@ -18,7 +18,7 @@ from .engine import (
     step_metrics,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "STEP_KEYS",

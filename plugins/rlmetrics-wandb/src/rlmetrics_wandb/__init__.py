@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["StepAxes", "WandbBackend", "__version__"]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {"StepAxes": ".axes", "WandbBackend": ".backend"}
 

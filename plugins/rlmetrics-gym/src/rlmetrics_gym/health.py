@@ -1,0 +1,1 @@
+"""Placeholder: this family module is being written."""
