@@ -97,9 +97,49 @@ def test_a_step_without_requests_ends_the_previous_mean(telemetry: Any) -> None:
     found = points(reader)
     assert single(found, "rl.vllm.prompt_tokens").value == 40
     assert not [p for p in found if p.name.endswith(".mean")]
-    _log({"loss": 1.0}, step=3)  # a train dict without vllm keys leaves the series alone
-    _log({PROMPT_TOKENS_KEY: 10, PROMPT_LENGTH_MEAN_KEY: 10.0}, step=4)
+    _log({PROMPT_TOKENS_KEY: 10, PROMPT_LENGTH_MEAN_KEY: 10.0}, step=3)  # served again
     assert single(points(reader), "rl.vllm.prompt_length.mean").value == 10.0
+
+
+def test_an_engine_restart_step_leaves_the_means_a_gap(telemetry: Any) -> None:
+    """A step whose totals went backwards (the engine restarted mid-step) omits its deltas;
+    the means must not go on showing the previous step's values either."""
+    _, reader = telemetry
+    engine = VllmRegistry()
+    before = read_registry(engine.registry)
+    engine.finish("0", prompt=10, generated=30)
+    engine.finish("0", prompt=20, generated=50)
+    _log({"loss": 0.5, **step_metrics(before, read_registry(engine.registry))}, step=1)
+    found = points(reader)
+    assert single(found, "rl.vllm.prompt_length.mean").value == 15.0
+    assert single(found, "rl.vllm.generation_length.mean").value == 40.0
+
+    before = read_registry(engine.registry)
+    engine.restart()
+    engine.finish("0", prompt=4, generated=6)
+    restart_step = step_metrics(before, read_registry(engine.registry))
+    assert restart_step == {}  # every total went backwards: nothing about the step is known
+    _log({"loss": 0.4, **restart_step}, step=2)
+    found = points(reader)
+    assert not [p for p in found if p.name.endswith(".mean")]
+    assert single(found, "rl.vllm.prompt_tokens").value == 30  # step 1's only
+    assert single(found, "rl.policy.loss").value == 0.4
+
+    # Counting resumes on the restarted engine.
+    before = read_registry(engine.registry)
+    engine.finish("0", prompt=8, generated=2)
+    _log({"loss": 0.3, **step_metrics(before, read_registry(engine.registry))}, step=3)
+    found = points(reader)
+    assert single(found, "rl.vllm.prompt_length.mean").value == 8.0
+    assert single(found, "rl.vllm.generation_length.mean").value == 2.0
+    assert single(found, "rl.vllm.prompt_tokens").value == 38
+
+
+def test_a_second_train_dict_of_the_same_step_leaves_the_means_alone(telemetry: Any) -> None:
+    _, reader = telemetry
+    _log({PROMPT_TOKENS_KEY: 40, PROMPT_LENGTH_MEAN_KEY: 20.0}, step=1)
+    _log({"loss": 1.0}, step=1)  # the same step, logged in two dicts
+    assert single(points(reader), "rl.vllm.prompt_length.mean").value == 20.0
 
 
 @pytest.mark.parametrize("prefix", ["", "train"])
@@ -137,7 +177,7 @@ def test_one_bad_value_does_not_silence_the_others(telemetry: Any) -> None:
 def test_the_tee_is_a_no_op_when_not_exporting() -> None:
     with isolated_state():
         assert not rlmetrics.is_exporting()
-        family.log_metrics({PROMPT_TOKENS_KEY: 1}, "train")  # must not raise
+        family.log_metrics({PROMPT_TOKENS_KEY: 1}, 1, "train")  # must not raise
         _log({PROMPT_TOKENS_KEY: 1})
 
 

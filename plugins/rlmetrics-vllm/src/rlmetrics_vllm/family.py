@@ -8,6 +8,7 @@ constant the engine reader emits, so a rename cannot orphan a series.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,16 +92,30 @@ def tee_values(metrics: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 _MEAN_KEYS = frozenset({PROMPT_LENGTH_MEAN_KEY, GENERATION_LENGTH_MEAN_KEY})
 
+# The step each mean gauge is showing. A gauge goes on exporting its last value, so a mean
+# must be ended when a later step brings none: step_metrics leaves a restart step with no
+# vllm/* key at all, and nothing else tells that step apart from one with no reading.
+_mean_steps: dict[str, int] = {}
+_mean_steps_lock = threading.Lock()
+
 
 @hookimpl
-def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
+def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
     """Mirror a train dict's ``vllm/*`` keys into ``rl.vllm.*``."""
     if not is_exporting():
         return
     values = tee_values(metrics, prefix)
     record(GROUP, values)
-    if values:
-        # A step that served no request omits its means; the gauge would go on exporting the
-        # previous step's mean, so end it: the dashboard shows a gap, not a stale value.
-        for key in _MEAN_KEYS - values.keys():
-            retract(GROUP, key)
+    if prefix not in TRAIN_PREFIXES:
+        return
+    with _mean_steps_lock:
+        for key in _MEAN_KEYS:
+            if key in values:
+                _mean_steps[key] = step
+            elif key in _mean_steps and (values or _mean_steps[key] != step):
+                # A reading without this mean (no request finished, or its totals went
+                # backwards), or a later step without one (a restart omitted every key): the
+                # dashboard shows a gap, not the previous step's value. Another train dict of
+                # the same step without vllm/* keys leaves it alone.
+                del _mean_steps[key]
+                retract(GROUP, key)
