@@ -175,6 +175,25 @@ def test_one_finish_reason_going_backwards_omits_ok_and_failed(render: Render) -
     assert result[PROMPT_TOKENS_KEY] == EXPECTED[PROMPT_TOKENS_KEY]
 
 
+def test_a_restart_whose_totals_passed_the_old_ones_is_seen_by_its_created_time(
+    render: Render,
+) -> None:
+    # Engine 1 restarted and has already served more than before: every total grew, but each
+    # of its series was created anew. Only its _created time tells.
+    restarted = {
+        "0": AFTER["0"],
+        "1": EngineValues(900, 950, 900, 9, 950, 9, {"stop": 8, "abort": 1}, created=2e9),
+    }
+    result = step_metrics(read_text(render(BEFORE)), read_text(render(restarted)))
+    assert result == {}
+    # Engine 0 alone restarted the same way, engine 1 kept going: again nothing can be known.
+    renewed = {"0": EngineValues(**{**vars(AFTER["0"]), "created": 2e9}), "1": AFTER["1"]}
+    assert step_metrics(read_text(render(BEFORE)), read_text(render(renewed))) == {}
+    # The same totals with unchanged creation times are an ordinary step.
+    same = {"0": AFTER["0"], "1": EngineValues(**{**vars(restarted["1"]), "created": None})}
+    assert step_metrics(read_text(render(BEFORE)), read_text(render(same)))[PROMPT_TOKENS_KEY] > 0
+
+
 def test_an_engine_that_appeared_mid_step_omits_the_series(render: Render) -> None:
     result = step_metrics(read_text(render({"0": BEFORE["0"]})), read_text(render(AFTER)))
     assert result == {}
@@ -272,6 +291,26 @@ def test_an_engine_restart_in_the_registry_omits_every_series(vllm_registry: Vll
     assert all(v >= 0 for v in result.values())
 
 
+def test_a_restarted_engine_that_served_more_than_before_omits_every_series(
+    vllm_registry: VllmRegistry,
+) -> None:
+    vllm_registry.finish("0", prompt=3, generated=2)
+    before = read_registry(vllm_registry.registry)
+    vllm_registry.restart()
+    _serve_step(vllm_registry)  # every new total is above the old one
+    after = read_registry(vllm_registry.registry)
+    assert all(
+        after.parts[0][key] >= value
+        for key, value in before.parts[0].items()
+        if not key[0].endswith("_created")
+    )
+    assert step_metrics(before, after) == {}
+    # Counting resumes from the restarted engine's own totals.
+    before = after
+    _serve_step(vllm_registry)
+    assert step_metrics(before, read_registry(vllm_registry.registry)) == STEP_FROM_REGISTRY
+
+
 def test_engines_in_one_registry_are_summed() -> None:
     engine = VllmRegistry(engines=("0", "1"))
     before = read_registry(engine.registry)
@@ -329,6 +368,12 @@ def test_step_from_scrapes_of_a_served_registry(
     before = scrape(url)
     vllm_registry.restart()
     vllm_registry.finish("0", prompt=1, generated=1)
+    assert step_metrics(before, scrape(url)) == {}
+    # ... or it restarts and serves more than before: only the creation times tell.
+    before = scrape(url)
+    vllm_registry.restart()
+    _serve_step(vllm_registry)
+    _serve_step(vllm_registry)
     assert step_metrics(before, scrape(url)) == {}
 
 

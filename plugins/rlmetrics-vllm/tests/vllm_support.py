@@ -54,12 +54,16 @@ class EngineValues:
     generation_sum: float = 0
     generation_count: float = 0
     finished: dict[str, float] = field(default_factory=dict)
+    #: The series' creation time (``_created``); None keeps the fixture's. A new one is what an
+    #: engine restart looks like even when the new totals have passed the old ones.
+    created: float | None = None
 
 
 _SAMPLE = re.compile(r"^(?P<name>[^{\s#]+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)$")
 _COMMENT = re.compile(r"^# (?:HELP|TYPE) (?P<name>\S+)")
 _FIXTURE_LINES = tuple(FIXTURE.read_text().splitlines())
 _SUFFIXES = ("", "_total", "_created", "_sum", "_count", "_bucket")
+_CREATED = frozenset(f"{family}_created" for family in ENGINE_FAMILIES)
 
 
 def _value(name: str, labels: str, values: EngineValues) -> float | None:
@@ -114,6 +118,12 @@ def render_exposition(
         if sample is None or not keep(sample.group("name")):
             continue
         name, labels = sample.group("name"), sample.group("labels") or ""
+        if 'engine="0"' in labels and name in _CREATED:
+            for engine, values in engines.items():
+                stamp = sample.group("value") if values.created is None else repr(values.created)
+                engine_labels = labels.replace('engine="0"', f'engine="{engine}"')
+                out.append(f"{name}{{{engine_labels}}} {stamp}")
+            continue
         if 'engine="0"' not in labels or _value(name, labels, EngineValues()) is None:
             out.append(line)
             continue

@@ -94,15 +94,21 @@ STEP_KEYS: tuple[str, ...] = (
     GENERATIONS_FAILED_KEY,
 )
 
-# The samples kept from each family: cumulative totals only (buckets would give approximate
-# means; the exact ones come from _sum/_count, and ``_created`` carries no count).
+# The samples kept from each family: cumulative totals (buckets would give approximate means;
+# the exact ones come from _sum/_count) and each series' ``_created`` timestamp, which changes
+# when an engine restarts even if its new totals have already passed the old ones. An
+# in-process registry reports ``_created`` inside the family; the text parser reads it as a
+# family of its own, so both names are kept.
 _WANTED: Mapping[str, frozenset[str]] = {
-    name: (
-        frozenset({f"{name}_total"})
-        if kind == "counter"
-        else frozenset({f"{name}_sum", f"{name}_count"})
-    )
-    for name, kind in ENGINE_FAMILIES.items()
+    **{
+        name: (
+            frozenset({f"{name}_total", f"{name}_created"})
+            if kind == "counter"
+            else frozenset({f"{name}_sum", f"{name}_count", f"{name}_created"})
+        )
+        for name, kind in ENGINE_FAMILIES.items()
+    },
+    **{f"{name}_created": frozenset({f"{name}_created"}) for name in ENGINE_FAMILIES},
 }
 
 _SCRAPE_HEADERS = {
@@ -123,7 +129,8 @@ class Snapshot:
     """Cumulative totals of vLLM's engine families at one instant.
 
     ``parts`` holds one reading per source (an engine process or an HTTP server): a mapping of
-    ``(sample name, sorted labels)`` to the cumulative value. Merged snapshots (several
+    ``(sample name, sorted labels)`` to the cumulative value, or for ``_created`` samples to the
+    series' creation time. Merged snapshots (several
     data-parallel leaders) hold several parts, in the order they were merged. A snapshot is
     plain data, so it pickles across process boundaries (Ray actors, RPC).
     """
@@ -145,9 +152,10 @@ class Snapshot:
 def read_families(families: Iterable[Metric]) -> Snapshot:
     """A snapshot from ``prometheus_client`` metric families (``Metric`` objects).
 
-    Keeps the ``_total`` samples of the counter families and the ``_sum``/``_count`` samples of
-    the histogram families; label sets stay apart, so engines are summed only when a step's
-    deltas are taken (that is what lets a restart of one engine be detected).
+    Keeps the ``_total`` samples of the counter families, the ``_sum``/``_count`` samples of
+    the histogram families and their ``_created`` samples; label sets stay apart, so engines
+    are summed only when a step's deltas are taken (that is what lets a restart of one engine
+    be detected).
     """
     part: dict[SampleKey, float] = {}
     for family in families:
@@ -227,9 +235,10 @@ def step_metrics(
 
     Counters carry the step's delta summed over every engine and source; the means are the
     histograms' sum delta over their count delta. A key is left out when its family matched
-    nothing, when a total went backwards or a source appeared or vanished between the readings
-    (an engine restarted: the step's work is unknowable), and, for the means, when the engine
-    served no request. Several snapshots on either side are merged. Never raises.
+    nothing, when a total went backwards, a series was created anew (its ``_created`` time
+    changed) or a source appeared or vanished between the readings (an engine restarted: the
+    step's work is unknowable), and, for the means, when the engine served no request.
+    Several snapshots on either side are merged. Never raises.
     """
     try:
         return _step_metrics(_one(before).sources(), _one(after).sources())
@@ -291,6 +300,10 @@ def _deltas(
     if not new or old.keys() != new.keys():
         # Nothing matched (a visible gap), or an engine came or went mid-step.
         return None
+    created = f"{sample.rpartition('_')[0]}_created"
+    for index, labels in new:
+        if before.get((index, created, labels)) != after.get((index, created, labels)):
+            return None  # the series was created anew: an engine restarted mid-step
     deltas = {source: value - old[source] for source, value in new.items()}
     if any(delta < 0 for delta in deltas.values()):
         return None  # a total went backwards: an engine restarted mid-step
