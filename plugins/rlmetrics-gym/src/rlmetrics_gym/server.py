@@ -1,1 +1,474 @@
-"""Placeholder: this family module is being written."""
+"""What an HTTP server does with its requests: an ASGI middleware and the series it feeds.
+
+:class:`GymServerMetricsMiddleware` counts, per process:
+
+- ``gym.server.requests.in_flight``: requests being handled;
+- ``gym.server.responses_total`` by ``http.response.status_code``: responses started;
+- ``gym.server.requests.cancelled_total`` by ``http.route`` (the registered route template,
+  after stripping a rollout prefix; ``<unmatched>`` otherwise, never a raw path) and
+  ``nemo.gym.request.phase`` (``before_response_start`` until ``http.response.start`` was
+  sent, then ``response_started``): requests whose client left before the response finished;
+- ``gym.server.requests.unhandled_exceptions_total``: requests whose handler raised an
+  exception that no middleware turned into a response.
+
+The request path does integer updates on plain per-middleware totals; the exporter's thread
+reads them through observables when it collects, so a request makes no OpenTelemetry call,
+takes no lock and allocates one small object.
+
+Disconnects: uvicorn does not cancel the app when the client goes away. It marks the request
+disconnected, ``receive()`` then answers ``http.disconnect`` and ``send()`` silently drops
+what the app sends. So a disconnect is seen (1) when the app's own ``receive()`` returns
+``http.disconnect`` (Starlette's streaming responses listen for it), and (2) by polling
+``receive()`` without waiting right before ``http.response.start`` and the last body message
+go out, and when the app ends without finishing the response. Servers that do cancel the app
+(hypercorn) raise ``CancelledError``, a ``BaseException``, which is counted as a cancellation
+too and re-raised.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+import rlmetrics
+from rlmetrics import OPEN, Kind, MetricSpec, warn_once
+
+__all__ = [
+    "BEFORE_RESPONSE_START",
+    "CANCELLED",
+    "GROUP",
+    "IN_FLIGHT",
+    "PHASE_ATTR",
+    "PHASES",
+    "RESPONSES",
+    "RESPONSE_STARTED",
+    "ROUTE_ATTR",
+    "SPECS",
+    "STATUS_ATTR",
+    "UNHANDLED",
+    "UNMATCHED",
+    "GymServerMetricsMiddleware",
+    "ServerTotals",
+    "route_template",
+    "status_attribute",
+    "strip_rollout_prefix",
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+GROUP = "gym.server"
+
+IN_FLIGHT = "gym.server.requests.in_flight"
+RESPONSES = "gym.server.responses_total"
+CANCELLED = "gym.server.requests.cancelled_total"
+UNHANDLED = "gym.server.requests.unhandled_exceptions_total"
+
+STATUS_ATTR = "http.response.status_code"
+ROUTE_ATTR = "http.route"
+PHASE_ATTR = "nemo.gym.request.phase"
+BEFORE_RESPONSE_START = "before_response_start"
+RESPONSE_STARTED = "response_started"
+PHASES: frozenset[str] = frozenset({BEFORE_RESPONSE_START, RESPONSE_STARTED})
+UNMATCHED = "<unmatched>"
+
+_STATUS_CODES = frozenset(str(code) for code in range(100, 600))
+#: Route templates are the app's registered routes (two phases each), so this only bounds a
+#: misconfigured app; cancellations of templates past it are dropped with a warning.
+_MAX_CANCELLED_SERIES = 512
+
+
+def _observe_in_flight() -> list[tuple[float, Mapping[str, str]]]:
+    return [(sum(totals.in_flight for totals in tuple(_all_totals)), {})]
+
+
+def _observe_responses() -> list[tuple[float, Mapping[str, str]]]:
+    summed: dict[int, int] = {}
+    for totals in tuple(_all_totals):
+        for status, count in list(totals.responses.items()):
+            summed[status] = summed.get(status, 0) + count
+    out: list[tuple[float, Mapping[str, str]]] = []
+    for status, count in summed.items():
+        attribute = status_attribute(status)
+        if attribute is None:
+            warn_once(
+                "gym:server:status",
+                "rlmetrics-gym: an ASGI app sent a response status outside 100-599; "
+                f"{count} such response(s) are left out of {RESPONSES}",
+            )
+            continue
+        out.append((count, {STATUS_ATTR: attribute}))
+    return out
+
+
+def _observe_cancelled() -> list[tuple[float, Mapping[str, str]]]:
+    summed: dict[tuple[str, str], int] = {}
+    for totals in tuple(_all_totals):
+        for key, count in list(totals.cancelled.items()):
+            summed[key] = summed.get(key, 0) + count
+    return [
+        (count, {ROUTE_ATTR: route, PHASE_ATTR: phase}) for (route, phase), count in summed.items()
+    ]
+
+
+def _observe_unhandled() -> list[tuple[float, Mapping[str, str]]]:
+    return [(sum(totals.unhandled for totals in tuple(_all_totals)), {})]
+
+
+SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        IN_FLIGHT,
+        Kind.OBSERVABLE_UP_DOWN_COUNTER,
+        unit="{request}",
+        description="HTTP requests the server is handling.",
+        callback=_observe_in_flight,
+    ),
+    MetricSpec(
+        RESPONSES,
+        Kind.OBSERVABLE_COUNTER,
+        unit="{response}",
+        description="Responses the server started sending, by status code (an exception that "
+        "escaped before any response started counts as the 500 the server answers with).",
+        attributes={STATUS_ATTR: _STATUS_CODES},
+        callback=_observe_responses,
+    ),
+    MetricSpec(
+        CANCELLED,
+        Kind.OBSERVABLE_COUNTER,
+        unit="{request}",
+        description="Requests cancelled because the client disconnected before the response "
+        "finished, by route template and by whether http.response.start had been sent.",
+        attributes={ROUTE_ATTR: OPEN, PHASE_ATTR: PHASES},
+        max_series=_MAX_CANCELLED_SERIES,
+        callback=_observe_cancelled,
+    ),
+    MetricSpec(
+        UNHANDLED,
+        Kind.OBSERVABLE_COUNTER,
+        unit="{request}",
+        description="Requests whose handler raised an exception that no middleware turned into "
+        "a response (a handled HTTPException is a response, counted in "
+        "gym.server.responses_total instead).",
+        callback=_observe_unhandled,
+    ),
+)
+
+rlmetrics.declare(GROUP, SPECS)
+
+
+# -- mappings -----------------------------------------------------------------------------------
+
+
+def status_attribute(status: Any) -> str | None:
+    """The ``http.response.status_code`` value of an ASGI status, or None outside 100-599."""
+    if type(status) is not int or not 100 <= status <= 599:
+        return None
+    return str(status)
+
+
+def strip_rollout_prefix(path: str, prefix: re.Pattern[str] | None) -> str:
+    """``path`` without a leading rollout prefix (``prefix`` matched at the start, ending at a
+    segment boundary); unchanged when it does not match."""
+    if prefix is None:
+        return path
+    match = prefix.match(path)
+    if match is None or match.end() == 0:
+        return path
+    rest = path[match.end() :]
+    if not rest:
+        return "/"
+    return rest if rest.startswith("/") else path
+
+
+def route_template(routes: Iterable[Any], scope: Mapping[str, Any]) -> str | None:
+    """The registered template (``/items/{item_id}``) of the route ``scope`` reaches, or None.
+
+    Walks Starlette-shaped routes (FastAPI's included): ``route.matches(scope)`` as the router
+    does, into ``Mount`` and ``Host`` (their routes, their path as a prefix). A full match wins;
+    otherwise the first partial one (a method the route does not allow: its 405 still belongs
+    to the route).
+    """
+    partial: str | None = None
+    for route in routes:
+        try:
+            match, child_scope = route.matches(scope)
+        except Exception:
+            continue
+        level = getattr(match, "value", 0)
+        if not level:
+            continue
+        template = _template_of(route, {**scope, **child_scope})
+        if template is None:
+            continue
+        if level >= 2:
+            return template
+        if partial is None:
+            partial = template
+    return partial
+
+
+def _template_of(route: Any, child_scope: Mapping[str, Any]) -> str | None:
+    inner = getattr(route, "routes", None)
+    path_format = getattr(route, "path_format", None)
+    if not isinstance(path_format, str):
+        path_format = getattr(route, "path", None)
+    if not inner:
+        # A route, or a Mount of an app without routes (its template ends in /{path}).
+        return path_format if isinstance(path_format, str) else None
+    # A Mount or a Host around routes: the inner route's template after the mount's path.
+    mount_prefix = ""
+    if isinstance(path_format, str) and path_format.endswith("/{path}"):
+        mount_prefix = path_format[: -len("/{path}")]
+    found = route_template(inner, child_scope)
+    return None if found is None else mount_prefix + found
+
+
+# -- the middleware -----------------------------------------------------------------------------
+
+
+class ServerTotals:
+    """One middleware's counts. Written on its event loop, read by the exporter's thread (a
+    dict's ``items()`` copy and an int read are single operations under the GIL)."""
+
+    __slots__ = ("cancelled", "in_flight", "responses", "unhandled")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.unhandled = 0
+        self.responses: dict[int, int] = {}
+        self.cancelled: dict[tuple[str, str], int] = {}
+
+
+# Every middleware's totals, for the process-wide series. Held for the process's life: a server
+# builds its middleware once, and dropping one would make its counters go backwards.
+_all_totals: list[ServerTotals] = []
+
+
+class GymServerMetricsMiddleware:
+    """ASGI middleware counting requests, responses, cancellations and unhandled exceptions.
+
+    Wrap the whole app, so the 500 Starlette's error middleware sends passes through it::
+
+        app = GymServerMetricsMiddleware(Starlette(routes=...), rollout_prefix=r"/rollouts/[^/]+")
+        uvicorn.run(app, host="127.0.0.1")
+
+    (``app.add_middleware(GymServerMetricsMiddleware)`` counts the same: an exception escaping
+    before any response started is counted as the 500 the server answers with.)
+
+    :param rollout_prefix: a regular expression matched at the start of the path and removed
+        before the route template is looked up, so ``/rollouts/abc/items/7`` is counted as
+        ``/items/{item_id}``; it must end at a segment boundary.
+    :param routes: the routes to resolve templates against; by default the wrapped app's
+        ``routes``, else those of the Starlette app or router the request reached.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        rollout_prefix: str | re.Pattern[str] | None = None,
+        routes: Sequence[Any] | None = None,
+    ) -> None:
+        self.app = app
+        self.rollout_prefix = (
+            re.compile(rollout_prefix) if isinstance(rollout_prefix, str) else rollout_prefix
+        )
+        self.routes = routes
+        self.totals = ServerTotals()
+        _all_totals.append(self.totals)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        exchange = _Exchange(self, scope, receive, send)
+        totals = self.totals
+        totals.in_flight += 1
+        try:
+            await self.app(scope, exchange.receive, exchange.send)
+        except BaseException as exc:
+            exchange.failed(exc)
+            raise
+        else:
+            if not exchange.complete and not exchange.cancelled and exchange.client_gone():
+                exchange.cancel()
+        finally:
+            totals.in_flight -= 1
+
+    def template(
+        self, scope: Mapping[str, Any], path: str | None = None, root_path: str = ""
+    ) -> str:
+        """The ``http.route`` of a request (only computed when one is cancelled).
+
+        ``path`` and ``root_path`` are the request's as it arrived (a router mutates the scope
+        it routes: a Mount extends its ``root_path``); by default the scope's own.
+        """
+        try:
+            routes = self.routes
+            if routes is None:
+                routes = getattr(self.app, "routes", None)
+            if routes is None:
+                for holder in (scope.get("app"), scope.get("router")):
+                    routes = getattr(holder, "routes", None)
+                    if routes is not None:
+                        break
+            if routes is None:
+                return UNMATCHED
+            if path is None:
+                path, root_path = scope.get("path", ""), scope.get("root_path", "")
+            if root_path and path.startswith(root_path):
+                path = path[len(root_path) :]
+            stripped = root_path + strip_rollout_prefix(path, self.rollout_prefix)
+            found = route_template(routes, {**scope, "path": stripped, "root_path": root_path})
+        except Exception:
+            warn_once(
+                "gym:server:route",
+                "rlmetrics-gym: resolving the route template of a cancelled request failed; "
+                f"it is counted under http.route={UNMATCHED!r}",
+            )
+            return UNMATCHED
+        return UNMATCHED if found is None else found
+
+
+class _Exchange:
+    """One request's progress, behind the wrapped ``receive`` and ``send``."""
+
+    __slots__ = (
+        "_receive",
+        "_send",
+        "cancelled",
+        "complete",
+        "disconnected",
+        "middleware",
+        "path",
+        "pending",
+        "root_path",
+        "scope",
+        "started",
+        "trailers",
+    )
+
+    def __init__(
+        self, middleware: GymServerMetricsMiddleware, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        self.middleware = middleware
+        self.scope = scope
+        self.path: str = scope.get("path", "")  # as it arrived: routers rewrite the scope
+        self.root_path: str = scope.get("root_path", "")
+        self._receive = receive
+        self._send = send
+        self.started = False  # http.response.start was sent
+        self.complete = False  # the last message of the response was sent
+        self.disconnected = False  # receive() answered http.disconnect before completion
+        self.cancelled = False  # counted in cancelled_total
+        self.trailers = False
+        self.pending: Message | None = None  # a message a poll took, for the app's next receive
+
+    async def receive(self) -> Message:
+        message = self.pending
+        if message is None:
+            message = await self._receive()
+        else:
+            self.pending = None
+        if message["type"] == "http.disconnect" and not self.complete:
+            self.disconnected = True
+            if not self.cancelled:
+                self.cancel()
+        return message
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if not self.cancelled and self.client_gone():
+                self.cancel()
+            await self._send(message)
+            self.started = True
+            self.trailers = bool(message.get("trailers", False))
+            if not self.cancelled:
+                responses = self.middleware.totals.responses
+                status: int = message.get("status", 0)
+                responses[status] = responses.get(status, 0) + 1
+        elif _is_last(kind, message, self.trailers):
+            if not self.cancelled and self.client_gone():
+                self.cancel()
+            await self._send(message)
+            self.complete = True
+        else:
+            await self._send(message)
+
+    def client_gone(self) -> bool:
+        """Whether the client has disconnected, asking ``receive()`` without waiting.
+
+        Drives one step of the server's ``receive`` coroutine: a server that already knows the
+        client left answers at once; one that would wait has nothing to say, and the step is
+        abandoned (closing it runs its cleanup). A request-body message taken this way is
+        handed to the app on its next ``receive()``; once the last body chunk is held, a later
+        poll looks past it (only ``http.disconnect`` can follow it).
+        """
+        if self.disconnected:
+            return True
+        pending = self.pending
+        if self.complete or (pending is not None and pending.get("more_body", False)):
+            return False  # (a second body chunk could not be kept: leave the server's to read)
+        try:
+            step = self._receive().__await__()
+        except Exception:
+            return False
+        try:
+            step.send(None)
+        except StopIteration as done:
+            message = done.value
+            if isinstance(message, MutableMapping) and message.get("type") == "http.disconnect":
+                self.disconnected = True
+                return True
+            if pending is None:
+                self.pending = message
+            # else: after the last body chunk only http.disconnect can come; nothing to keep
+            return False
+        except Exception:
+            return False
+        step.close()
+        return False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        key = (
+            self.middleware.template(self.scope, self.path, self.root_path),
+            RESPONSE_STARTED if self.started else BEFORE_RESPONSE_START,
+        )
+        cancelled = self.middleware.totals.cancelled
+        cancelled[key] = cancelled.get(key, 0) + 1
+
+    def failed(self, exc: BaseException) -> None:
+        """The app raised ``exc``: a cancellation, or an unhandled exception."""
+        if self.cancelled:
+            return
+        if not isinstance(exc, Exception):
+            # CancelledError (a server that cancels on disconnect, a shutdown), KeyboardInterrupt:
+            # the request ends unfinished.
+            if not self.complete:
+                self.cancel()
+        elif not self.complete and self.client_gone():
+            self.cancel()  # ClientDisconnect, OSError on send: the client's leaving, not a bug
+        else:
+            totals = self.middleware.totals
+            totals.unhandled += 1
+            if not self.started:
+                # Starlette's error middleware outside this one, or the server itself, answers
+                # with a 500: count it here, so both placements count the same.
+                totals.responses[500] = totals.responses.get(500, 0) + 1
+
+
+def _is_last(kind: str, message: Message, trailers: bool) -> bool:
+    """Whether ``message`` is the last one of its response."""
+    if kind == "http.response.body":
+        return not trailers and not message.get("more_body", False)
+    if kind == "http.response.trailers":
+        return not message.get("more_trailers", False)
+    if kind == "http.response.zerocopysend":
+        return not message.get("more_body", False)
+    return kind == "http.response.pathsend"

@@ -1,0 +1,375 @@
+"""The ASGI middleware under a real uvicorn on 127.0.0.1, serving a real Starlette app, hit by
+real HTTP clients (http.client, raw sockets); counts read back from the in-memory reader."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from gym_support_server import (
+    DEADLINE_S,
+    HandlerFailed,
+    Holds,
+    Served,
+    counter_values,
+    delta,
+    get,
+    hold_and_leave,
+    serve,
+    serve_test_app,
+    wait_equal,
+    wait_until,
+)
+from rlmetrics_gym.server import (
+    BEFORE_RESPONSE_START,
+    CANCELLED,
+    IN_FLIGHT,
+    PHASE_ATTR,
+    RESPONSE_STARTED,
+    RESPONSES,
+    ROUTE_ATTR,
+    STATUS_ATTR,
+    UNHANDLED,
+    UNMATCHED,
+    GymServerMetricsMiddleware,
+)
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from rlmetrics.testing import points, single
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[Served, Holds]]:
+    """The test app under a real uvicorn on 127.0.0.1: ``(served, holds)``."""
+    with serve_test_app() as running:
+        yield running
+
+
+def responses(status: int) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    return (RESPONSES, ((STATUS_ATTR, str(status)),))
+
+
+def cancelled(route: str, phase: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    return (CANCELLED, tuple(sorted({ROUTE_ATTR: route, PHASE_ATTR: phase}.items())))
+
+
+UNHANDLED_KEY = (UNHANDLED, ())
+
+
+def in_flight(reader: Any) -> float:
+    value = single(points(reader), IN_FLIGHT).value
+    assert value is not None
+    return value
+
+
+def test_series_are_declared_with_their_units_and_kinds(telemetry: Any) -> None:
+    _, reader = telemetry
+    found = {p.name: p for p in points(reader) if p.name.startswith("gym.server.")}
+    assert found[IN_FLIGHT].unit == "{request}"
+    assert (found[IN_FLIGHT].kind, found[IN_FLIGHT].monotonic) == ("sum", False)
+    assert (found[UNHANDLED].kind, found[UNHANDLED].monotonic) == ("sum", True)
+
+
+def test_responses_by_status_normal_404_handled_and_raising(
+    telemetry: Any, served: tuple[Served, Holds]
+) -> None:
+    _, reader = telemetry
+    running, _ = served
+    before = counter_values(reader)
+    assert get(running.port, "/ok") == (200, b"ok")
+    assert get(running.port, "/items/7") == (200, b'{"item_id":"7"}')
+    assert get(running.port, "/missing")[0] == 404
+    assert get(running.port, "/teapot")[0] == 418  # HTTPException: a response
+    assert get(running.port, "/boom")[0] == 500  # raised: Starlette answers 500, then re-raises
+    # The client has its 500 before the exception has left the middleware: wait for it.
+    wait_equal(
+        lambda: delta(before, counter_values(reader)),
+        {
+            responses(200): 2,
+            responses(404): 1,
+            responses(418): 1,
+            responses(500): 1,
+            UNHANDLED_KEY: 1,
+        },
+    )
+
+
+def test_add_middleware_placement_counts_the_same(telemetry: Any) -> None:
+    """Inside Starlette's error middleware the exception passes by before any response: it is
+    counted as the 500 the outer middleware then sends."""
+    _, reader = telemetry
+
+    async def boom(_: Request) -> Response:
+        raise HandlerFailed("unhandled on purpose")
+
+    async def ok(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/boom", boom), Route("/ok", ok)])
+    app.add_middleware(GymServerMetricsMiddleware)
+    before = counter_values(reader)
+    with serve(app) as running:
+        assert get(running.port, "/boom")[0] == 500
+        assert get(running.port, "/ok")[0] == 200
+    assert delta(before, counter_values(reader)) == {
+        responses(500): 1,
+        responses(200): 1,
+        UNHANDLED_KEY: 1,
+    }
+
+
+def test_in_flight_counts_a_request_until_it_ends(
+    telemetry: Any, served: tuple[Served, Holds]
+) -> None:
+    _, reader = telemetry
+    running, holds = served
+    token = "in-flight"
+    client = socket.create_connection(("127.0.0.1", running.port), timeout=DEADLINE_S)
+    with client:
+        client.sendall(f"GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\nx-hold: {token}\r\n\r\n".encode())
+        assert holds.entered(token).wait(DEADLINE_S)
+        assert in_flight(reader) == 1
+        holds.release(token)
+        assert client.recv(1024).startswith(b"HTTP/1.1 200")
+    wait_until(lambda: in_flight(reader) == 0, what="in_flight back to 0")
+
+
+def test_templated_route_cancelled_with_many_ids_is_one_series(
+    telemetry: Any, served: tuple[Served, Holds]
+) -> None:
+    _, reader = telemetry
+    running, holds = served
+    before = counter_values(reader)
+    ids = ["1", "42", "abc", "9f86d081", "rollout-7", "x" * 40, "0", "2", "3", "4", "5", "6"]
+    hold_and_leave(running, holds, [f"/items/{item_id}" for item_id in ids])
+    key = cancelled("/items/{item_id}", BEFORE_RESPONSE_START)
+    wait_until(lambda: delta(before, counter_values(reader)).get(key) == len(ids))
+    wait_until(lambda: in_flight(reader) == 0)
+    # One series; the responses sent to nobody are not counted as responses.
+    assert delta(before, counter_values(reader)) == {key: len(ids)}
+
+
+def test_cancelled_route_is_the_template_after_prefix_and_mount_else_unmatched(
+    telemetry: Any, served: tuple[Served, Holds]
+) -> None:
+    _, reader = telemetry
+    running, holds = served
+    before = counter_values(reader)
+    hold_and_leave(
+        running,
+        holds,
+        [
+            "/rollouts/r-17/items/5",  # the rollout prefix is stripped before matching
+            "/rollouts/r-18/items/6",
+            "/api/things/3",  # inside a Mount: the mount's path + the route's template
+            "/api/things/not-an-int",  # the convertor refuses it: no route
+            "/nowhere/5",
+        ],
+    )
+    expected = {
+        cancelled("/items/{item_id}", BEFORE_RESPONSE_START): 2,
+        cancelled("/api/things/{thing_id}", BEFORE_RESPONSE_START): 1,
+        cancelled(UNMATCHED, BEFORE_RESPONSE_START): 2,
+    }
+    wait_equal(lambda: delta(before, counter_values(reader)), expected)
+    wait_until(lambda: in_flight(reader) == 0)
+
+
+def test_sse_client_leaving_mid_stream_is_cancelled_after_response_start(
+    telemetry: Any, served: tuple[Served, Holds]
+) -> None:
+    _, reader = telemetry
+    running, _ = served
+    before = counter_values(reader)
+    conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=DEADLINE_S)
+    try:
+        conn.request("GET", "/events")
+        response = conn.getresponse()
+        assert response.status == 200
+        assert response.getheader("content-type", "").startswith("text/event-stream")
+        events = 0
+        while events < 2:
+            line = response.fp.readline()
+            assert line, "the stream ended early"
+            events += line.startswith(b"data: ")
+    finally:
+        conn.close()  # the client leaves mid-stream
+    expected = {responses(200): 1, cancelled("/events", RESPONSE_STARTED): 1}
+    wait_equal(lambda: delta(before, counter_values(reader)), expected)
+    wait_until(lambda: in_flight(reader) == 0)
+
+
+def test_a_response_sent_before_the_body_is_read_still_gets_its_body(telemetry: Any) -> None:
+    """The poll at response start may take the request body from the server; the app's next
+    receive() gets it."""
+    _, reader = telemetry
+
+    async def echo_after_start(scope: Any, receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        await send({"type": "http.response.body", "body": body})
+
+    before = counter_values(reader)
+    with serve(GymServerMetricsMiddleware(echo_after_start)) as running:
+        conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=DEADLINE_S)
+        try:
+            conn.request("POST", "/echo", body=b"hello, gym")
+            response = conn.getresponse()
+            assert (response.status, response.read()) == (200, b"hello, gym")
+        finally:
+            conn.close()
+    assert delta(before, counter_values(reader)) == {responses(200): 1}
+
+
+# -- cancellation (CancelledError), as servers that cancel the app on disconnect deliver it ----
+
+
+async def _run_until_cancelled(app: Any, path: str, parked: asyncio.Event) -> list[str]:
+    """Call the middleware-wrapped ``app`` the way an ASGI server does and, once the handler
+    is parked, cancel the request task (what hypercorn does when the client leaves)."""
+    sent: list[str] = []
+    requested = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()  # the client says nothing more
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message["type"])
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    task = asyncio.ensure_future(app(scope, receive, send))
+    await asyncio.wait_for(parked.wait(), DEADLINE_S)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return sent
+
+
+def test_cancellation_is_counted_by_phase_and_re_raised(telemetry: Any) -> None:
+    _, reader = telemetry
+    parked: dict[str, asyncio.Event] = {}
+
+    async def park(_: Request) -> Response:
+        parked["/park/3"].set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def stream_forever(_: Request) -> Response:
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"data: 1\n\n"
+            parked["/stream"].set()  # the first chunk went out
+            await asyncio.Event().wait()
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/park/{n}", park), Route("/stream", stream_forever)])
+    wrapped = GymServerMetricsMiddleware(app)
+    before = counter_values(reader)
+
+    async def scenario() -> None:
+        parked.update({"/park/3": asyncio.Event(), "/stream": asyncio.Event()})
+        assert await _run_until_cancelled(wrapped, "/park/3", parked["/park/3"]) == []
+        sent = await _run_until_cancelled(wrapped, "/stream", parked["/stream"])
+        assert sent == ["http.response.start", "http.response.body"]
+
+    asyncio.run(scenario())
+    assert delta(before, counter_values(reader)) == {
+        cancelled("/park/{n}", BEFORE_RESPONSE_START): 1,
+        cancelled("/stream", RESPONSE_STARTED): 1,
+        responses(200): 1,
+    }
+    assert in_flight(reader) == 0
+
+
+def test_lifespan_and_websocket_scopes_pass_through(telemetry: Any) -> None:
+    _, reader = telemetry
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+
+    wrapped = GymServerMetricsMiddleware(app)
+    before = counter_values(reader)
+
+    async def noop_receive() -> dict[str, Any]:
+        return {}
+
+    async def noop_send(_: Any) -> None:
+        return None
+
+    asyncio.run(wrapped({"type": "lifespan"}, noop_receive, noop_send))
+    asyncio.run(wrapped({"type": "websocket", "path": "/ws"}, noop_receive, noop_send))
+    assert seen == ["lifespan", "websocket"]
+    assert delta(before, counter_values(reader)) == {}
+
+
+def test_app_returning_without_finishing_after_the_client_left_is_cancelled(
+    telemetry: Any,
+) -> None:
+    """An app that stops streaming on its own once the client is gone (no exception)."""
+    _, reader = telemetry
+    holds = Holds()
+
+    async def half_stream(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        await holds.middleware(_return_immediately)(scope, receive, send)
+
+    before = counter_values(reader)
+    with serve(GymServerMetricsMiddleware(half_stream)) as running:
+        hold_and_leave(running, holds, ["/half"])
+        expected = {responses(200): 1, cancelled(UNMATCHED, RESPONSE_STARTED): 1}
+        wait_equal(lambda: delta(before, counter_values(reader)), expected)
+
+
+async def _return_immediately(scope: Any, receive: Any, send: Any) -> None:
+    return None
+
+
+def test_route_templates_come_from_the_wrapped_app_or_the_app_the_request_reached() -> None:
+    """Without ``routes=``: the wrapped app's own routes, else ``scope["app"]`` (what Starlette
+    sets when the middleware sits inside it), else ``<unmatched>``."""
+    starlette_app = Starlette(routes=[Route("/items/{item_id}", _return_ok)])
+    scope = {"type": "http", "method": "GET", "path": "/items/9"}
+    assert GymServerMetricsMiddleware(starlette_app).template(scope) == "/items/{item_id}"
+    behind_a_function = GymServerMetricsMiddleware(Holds().middleware(starlette_app))
+    assert behind_a_function.template(scope) == UNMATCHED
+    assert behind_a_function.template({**scope, "app": starlette_app}) == "/items/{item_id}"
+    assert behind_a_function.template({**scope, "router": starlette_app.router}) == (
+        "/items/{item_id}"
+    )
+
+
+async def _return_ok(_: Request) -> Response:
+    return PlainTextResponse("ok")
