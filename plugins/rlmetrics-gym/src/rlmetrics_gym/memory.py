@@ -148,8 +148,8 @@ class HostReading:
 def read_tree(root: psutil.Process, memory_types: Iterable[str]) -> TreeReading | None:
     """Sum ``memory_types`` (``rss``, ``pss``) over ``root`` and its descendants.
 
-    None when the root itself is gone. A descendant that exits or cannot be read during the
-    walk is skipped (it is not counted in ``processes`` either). PSS is left out when the
+    None when the root itself is gone (or a zombie). A descendant that exits, is a zombie or
+    cannot be read during the walk is skipped (it is not counted in ``processes`` either). PSS is left out when the
     platform does not report it.
     """
     wanted = tuple(memory_types)
@@ -165,6 +165,10 @@ def read_tree(root: psutil.Process, memory_types: Iterable[str]) -> TreeReading 
     for process in members:
         try:
             with process.oneshot():
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    if process is root:
+                        return None  # the server exited; its parent has not reaped it yet
+                    continue  # exited, not yet reaped: it holds no memory
                 readings: dict[str, int] = {}
                 if RSS in usage:
                     readings[RSS] = process.memory_info().rss

@@ -280,10 +280,18 @@ class EventLoopSampler:
         return self._task is not None and not self._task.done()
 
     def stop(self) -> None:
-        """Stop sampling (from the loop's thread). Idempotent."""
+        """Stop sampling (from the loop's thread); the sampler ends at the loop's next turn.
+        Idempotent."""
         task = self._task
         if task is not None and not task.done():
             task.cancel()
+
+    async def aclose(self) -> None:
+        """Stop sampling and wait until the sampler has ended."""
+        self.stop()
+        task = self._task
+        if task is not None:
+            await asyncio.wait([task])  # never raises the sampler's cancellation into us
 
     async def _run(self) -> None:
         loop, interval, attributes = self.loop, self.interval_s, self._attributes
@@ -365,7 +373,7 @@ async def event_loop_sampler(
     try:
         yield sampler
     finally:
-        sampler.stop()
+        await sampler.aclose()
 
 
 # -- garbage collector --------------------------------------------------------------------------
