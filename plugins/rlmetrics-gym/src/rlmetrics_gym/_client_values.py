@@ -11,6 +11,7 @@ server name) or become a fixed fallback. Every function here is pure and never r
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any, Final
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "TYPE_NAME",
     "bounded",
     "flag",
+    "member",
 ]
 
 # -- attribute keys shared by more than one module ------------------------------------------
@@ -42,6 +44,12 @@ IDENTIFIER: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 SERVER_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 #: A Python class name, as ``type(exc).__name__`` gives it.
 TYPE_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def member(value: Any, closed: Collection[str]) -> bool:
+    """Whether ``value`` is one of the strings in ``closed`` (False, never TypeError, for an
+    unhashable value such as a list)."""
+    return isinstance(value, str) and value in closed
 
 
 def bounded(value: Any, template: re.Pattern[str], fallback: str) -> str:

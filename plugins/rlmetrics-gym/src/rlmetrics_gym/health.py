@@ -35,7 +35,7 @@ import pluggy
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, is_exporting, record, warn_once
 
-from ._client_values import IDENTIFIER, OUTCOME_ATTR
+from ._client_values import IDENTIFIER, OUTCOME_ATTR, member
 
 __all__ = [
     "CHECK_ATTR",
@@ -160,7 +160,7 @@ def load_checks() -> tuple[TrajectoryCheck, ...]:
             continue
         try:
             manager.register(ep.load(), name=ep.name)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin's import may call sys.exit
             warn_once(
                 f"gym:health:load:{ep.name}",
                 f"rlmetrics-gym: health-check plugin {ep.name!r} ({ep.value}) could not be "
@@ -336,7 +336,7 @@ def record_health(result: HealthResult, outcome: str) -> None:
     if not is_exporting():
         return
     try:
-        if outcome not in HEALTH_OUTCOMES or result.verdict not in VERDICTS:
+        if not member(outcome, HEALTH_OUTCOMES) or not member(result.verdict, VERDICTS):
             warn_once(
                 "gym:health:outcome",
                 f"rlmetrics-gym: health is counted for outcomes {sorted(HEALTH_OUTCOMES)} "

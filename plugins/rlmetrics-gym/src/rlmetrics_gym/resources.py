@@ -41,6 +41,7 @@ import rlmetrics
 from rlmetrics import Kind, MetricSpec, record, warn_once
 
 from ._client_counts import Tally
+from ._client_values import member
 
 __all__ = [
     "ACTIVE",
@@ -137,12 +138,12 @@ rlmetrics.declare(GROUP, SPECS)
 
 def operation_value(operation: Any) -> str:
     """``operation`` when it is one of :data:`OPERATIONS`, else ``other``."""
-    return operation if operation in OPERATIONS else "other"
+    return operation if member(operation, OPERATIONS) else "other"
 
 
 def executor_value(executor: Any) -> str:
     """``executor`` when it is one of :data:`EXECUTORS`, else ``other``."""
-    return executor if executor in EXECUTORS else "other"
+    return executor if member(executor, EXECUTORS) else "other"
 
 
 _TIMEOUTS: tuple[type[BaseException], ...] = (
@@ -243,7 +244,7 @@ class ResourcesOperation:
                 self._limit.release()  # type: ignore[union-attr]
         try:
             outcome = self.outcome
-            if outcome is not None and outcome not in OUTCOMES:
+            if outcome is not None and not member(outcome, OUTCOMES):
                 warn_once(
                     "gym:resources:outcome",
                     f"rlmetrics-gym: op.outcome must be one of {sorted(OUTCOMES)}, got a "

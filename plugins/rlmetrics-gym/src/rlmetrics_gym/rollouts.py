@@ -43,6 +43,7 @@ from ._client_values import (
     TYPE_NAME,
     bounded,
     flag,
+    member,
 )
 
 __all__ = [
@@ -297,7 +298,7 @@ def completed_attributes(
 ) -> dict[str, str] | None:
     """The attributes of one ``completed_total`` point, or None for an outcome outside
     :data:`OUTCOMES` (a caller's mistake: nothing is counted rather than a guess)."""
-    if outcome not in OUTCOMES:
+    if not member(outcome, OUTCOMES):
         return None
     attributes = {
         OUTCOME_ATTR: outcome,

@@ -25,7 +25,7 @@ import psutil
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, is_exporting, record, warn_once
 
-from ._client_values import SERVER_NAME, bounded, flag
+from ._client_values import SERVER_NAME, bounded, flag, member
 
 __all__ = [
     "GROUP",
@@ -100,11 +100,11 @@ def stage_attributes(
 ) -> dict[str, str] | None:
     """The attributes of one stage point, or None for a stage outside :data:`STAGES` (it
     cannot be mapped to a stage without guessing, so it is not recorded)."""
-    if stage not in STAGES:
+    if not member(stage, STAGES):
         return None
     return {
         SERVER_NAME_ATTR: bounded(server_name, SERVER_NAME, UNKNOWN_SERVER),
-        SERVER_TYPE_ATTR: server_type if server_type in SERVER_TYPES else "other",
+        SERVER_TYPE_ATTR: server_type if member(server_type, SERVER_TYPES) else "other",
         STAGE_ATTR: stage,
         WORKER_ATTR: flag(worker),
     }
@@ -181,7 +181,7 @@ class StartupTimeline:
         with self._lock:
             problem = (
                 "outside the stage list"
-                if stage not in STAGES
+                if not member(stage, STAGES)
                 else "marked twice"
                 if stage in self._seen
                 else "ending before the previous stage"

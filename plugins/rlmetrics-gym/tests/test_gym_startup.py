@@ -1,0 +1,106 @@
+"""gym.server.startup_stage_duration_ms from a StartupTimeline: contiguous stages, stages
+ended before telemetry started, worker and main-process points, refused stages."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psutil
+from gym_support_client import find, total
+from hypothesis import given
+from hypothesis import strategies as st
+from rlmetrics_gym.startup import (
+    STAGE_DURATION,
+    STAGES,
+    StartupTimeline,
+    process_start_ns,
+    record_stage,
+)
+
+from rlmetrics.testing import in_memory_telemetry, isolated_state, points
+
+NAME = "nemo.gym.server.name"
+TYPE = "nemo.gym.server.type"
+STAGE = "nemo.gym.startup.stage"
+WORKER = "nemo.gym.server.worker"
+MS = 1_000_000  # ns
+
+
+def test_stages_before_telemetry_are_recorded_by_the_first_mark_while_exporting() -> None:
+    timeline = StartupTimeline("math_with_judge", "resources_servers", started_ns=0)
+    with isolated_state():
+        assert timeline.mark("interpreter_start", now_ns=800 * MS) == 800.0
+        assert timeline.mark("load_config", now_ns=850 * MS) == 50.0
+        with in_memory_telemetry() as (_, reader):
+            assert timeline.mark("init_telemetry", now_ns=900 * MS) == 50.0
+            timeline.mark("setup_webserver", now_ns=1000 * MS)
+            timeline.mark("uvicorn_startup", now_ns=3000 * MS)
+            found = points(reader)
+    by_stage = {p.attributes[STAGE]: p for p in find(found, STAGE_DURATION)}
+    assert {stage: p.sum for stage, p in by_stage.items()} == {
+        "interpreter_start": 800.0,
+        "load_config": 50.0,
+        "init_telemetry": 50.0,
+        "setup_webserver": 100.0,
+        "uvicorn_startup": 2000.0,
+    }
+    point = by_stage["load_config"]
+    assert (point.unit, point.kind, point.count) == ("ms", "histogram", 1)
+    assert point.attributes == {
+        NAME: "math_with_judge",
+        TYPE: "resources_servers",
+        STAGE: "load_config",
+        WORKER: "false",
+    }
+    # Contiguous: the stages add up to start → accepting connections.
+    assert sum(p.sum or 0 for p in by_stage.values()) == 3000.0
+    assert [stage for stage, _ in timeline.stages] == list(by_stage)
+
+
+def test_a_worker_reports_its_own_stages_from_worker_start(telemetry: Any) -> None:
+    _, reader = telemetry
+    handoff = time.time_ns()
+    main = StartupTimeline("policy", "responses_api_models", started_ns=handoff - 500 * MS)
+    main.mark("init_server", now_ns=handoff)
+    worker = StartupTimeline("policy", "responses_api_models", worker=True, started_ns=handoff)
+    worker.mark("worker_start", now_ns=handoff + 300 * MS)
+    worker.mark("init_server", now_ns=handoff + 700 * MS)
+    found = points(reader)
+    assert total(found, STAGE_DURATION, **{STAGE: "init_server", WORKER: "false"}) == (1, 500.0)
+    assert total(found, STAGE_DURATION, **{STAGE: "init_server", WORKER: "true"}) == (1, 400.0)
+    assert total(found, STAGE_DURATION, **{STAGE: "worker_start", WORKER: "true"}) == (1, 300.0)
+
+
+def test_unknown_repeated_and_backwards_stages_are_refused(telemetry: Any, caplog: Any) -> None:
+    _, reader = telemetry
+    timeline = StartupTimeline("env", "resources_servers", started_ns=0)
+    assert timeline.mark("warm_caches", now_ns=10 * MS) is None
+    assert timeline.mark("load_config", now_ns=20 * MS) == 20.0
+    assert timeline.mark("load_config", now_ns=30 * MS) is None
+    assert timeline.mark("init_server", now_ns=5 * MS) is None
+    assert not record_stage("warm_caches", 1.0, server_name="env", server_type="x")
+    assert record_stage("venv_setup", 12.0, server_name="env", server_type="x")
+    found = points(reader)
+    stages = {p.attributes[STAGE]: p for p in find(found, STAGE_DURATION)}
+    assert set(stages) == {"load_config", "venv_setup"}
+    assert stages["venv_setup"].attributes[TYPE] == "other"
+    assert "outside the stage list" in caplog.text and "marked twice" in caplog.text
+
+
+def test_the_default_start_is_the_process_start() -> None:
+    started = process_start_ns()
+    assert abs(started / 1e9 - psutil.Process(os.getpid()).create_time()) < 1e-3
+    assert started <= time.time_ns()
+
+
+@given(st.permutations(STAGES), st.lists(st.integers(0, 10**12), min_size=11, max_size=11))
+def test_marked_stages_always_add_up_to_the_last_mark(order: list[str], steps: list[int]) -> None:
+    timeline = StartupTimeline("env", "resources_servers", started_ns=0)
+    now = 0
+    for stage, step in zip(order, steps, strict=True):
+        now += step
+        timeline.mark(stage, now_ns=now)
+    assert [stage for stage, _ in timeline.stages] == list(order)
+    assert abs(sum(ms for _, ms in timeline.stages) - now / 1e6) < 1e-6 * max(1, now / 1e6)
