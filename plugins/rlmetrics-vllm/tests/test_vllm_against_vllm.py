@@ -37,6 +37,8 @@ from rlmetrics_vllm.engine import (
 from vllm_real import (
     MODEL,
     VllmFamilies,
+    engine_step,
+    engine_totals,
     fixture_name,
     remove_vllm_metrics,
     require_vllm,
@@ -144,36 +146,6 @@ def expected(requests: Sequence[Request]) -> dict[str, float | int]:
     return out
 
 
-def engine_counters(engines: Sequence[str] = ("0",)) -> dict[str, float]:
-    """vLLM's own totals, read sample by sample with prometheus_client's public API."""
-
-    def total(sample: str, **labels: str) -> float:
-        values = [
-            REGISTRY.get_sample_value(sample, {"model_name": MODEL, "engine": e, **labels})
-            for e in engines
-        ]
-        assert all(v is not None for v in values), sample
-        return sum(v for v in values if v is not None)
-
-    reasons = {
-        r: total(f"{REQUEST_SUCCESS_FAMILY}_total", finished_reason=r) for r in FINISH_REASONS
-    }
-    return {
-        PROMPT_TOKENS_KEY: total("vllm:prompt_tokens_total"),
-        GENERATION_TOKENS_KEY: total("vllm:generation_tokens_total"),
-        "prompt_sum": total("vllm:request_prompt_tokens_sum"),
-        "prompt_count": total("vllm:request_prompt_tokens_count"),
-        "generation_sum": total("vllm:request_generation_tokens_sum"),
-        "generation_count": total("vllm:request_generation_tokens_count"),
-        GENERATIONS_OK_KEY: reasons["stop"] + reasons["length"],
-        GENERATIONS_FAILED_KEY: sum(reasons.values()) - reasons["stop"] - reasons["length"],
-    }
-
-
-def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {key: after[key] - before[key] for key in before}
-
-
 # The step of the spec: one request of each finish reason vLLM has.
 STEP = (
     Request(prompt=12, generated=7, reason="stop"),
@@ -256,7 +228,7 @@ def test_a_step_of_every_finish_reason(
 ) -> None:
     logger = new_logger()
     serve(logger, [Request(4, 2), Request(6, 1, "abort")])  # an earlier step, not counted
-    before, totals = read(), engine_counters()
+    before, totals = read(), engine_totals(REGISTRY.collect())
     serve(logger, STEP)
     result = step_metrics(before, read())
     assert result == expected(STEP)
@@ -268,19 +240,8 @@ def test_a_step_of_every_finish_reason(
         GENERATIONS_OK_KEY: 3,
         GENERATIONS_FAILED_KEY: 3,
     }
-    # ... and equals what vLLM itself counted, sample by sample.
-    counted = counter_deltas(totals, engine_counters())
-    for key in (
-        PROMPT_TOKENS_KEY,
-        GENERATION_TOKENS_KEY,
-        GENERATIONS_OK_KEY,
-        GENERATIONS_FAILED_KEY,
-    ):
-        assert result[key] == counted[key]
-    assert result[PROMPT_LENGTH_MEAN_KEY] == counted["prompt_sum"] / counted["prompt_count"]
-    assert result[GENERATION_LENGTH_MEAN_KEY] == (
-        counted["generation_sum"] / counted["generation_count"]
-    )
+    # ... and equals what vLLM itself counted, read from its samples directly.
+    assert result == engine_step(totals, engine_totals(REGISTRY.collect()))
 
 
 def test_a_step_where_no_request_finished_omits_the_means(
@@ -317,7 +278,7 @@ def test_an_engine_restart_leaves_a_gap_and_counting_resumes(
     before = read()
     logger = new_logger()  # the engine restarted: vLLM registers its families anew
     serve(logger, STEP)  # and has served more than before, so no total went backwards
-    assert engine_counters()[PROMPT_TOKENS_KEY] > sum(r.prompt for r in STEP[:1])
+    assert engine_totals(REGISTRY.collect())["vllm:prompt_tokens_total"] > STEP[0].prompt
     assert step_metrics(before, read()) == {}
     before = read()
     serve(logger, STEP[1:3])

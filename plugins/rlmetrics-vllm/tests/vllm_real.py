@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,6 +28,8 @@ __all__ = [
     "REQUIRE_VLLM_ENV",
     "VOCAB_SIZE",
     "VllmFamilies",
+    "engine_step",
+    "engine_totals",
     "fixture_name",
     "remove_vllm_metrics",
     "require_vllm",
@@ -166,3 +169,55 @@ def vllm_exposition() -> str:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(VllmFamilies())
     return generate_latest(registry).decode()
+
+
+# -- vLLM's own totals, read without the reader under test -----------------------------------------
+
+_TOTALS = (
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:request_prompt_tokens_sum",
+    "vllm:request_prompt_tokens_count",
+    "vllm:request_generation_tokens_sum",
+    "vllm:request_generation_tokens_count",
+)
+
+
+def engine_totals(families: Iterable[Metric]) -> dict[str, float]:
+    """vLLM's cumulative totals summed over its engines, straight from the samples
+    (``REGISTRY.collect()`` or the text parser's families); finish reasons as ``reason:<r>``."""
+    totals = dict.fromkeys(_TOTALS, 0.0)
+    for family in families:
+        for sample in family.samples:
+            if sample.name in totals:
+                totals[sample.name] += sample.value
+            elif sample.name == "vllm:request_success_total":
+                key = f"reason:{sample.labels['finished_reason']}"
+                totals[key] = totals.get(key, 0.0) + sample.value
+    return totals
+
+
+def engine_step(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What vLLM itself counted between two :func:`engine_totals`, under the step keys:
+    token deltas, finished requests by reason (stop and length ok, the rest failed) and the
+    histograms' sum/count means (left out when no request finished)."""
+    delta = {key: after[key] - before.get(key, 0.0) for key in after}
+    reasons = {
+        key.removeprefix("reason:"): value
+        for key, value in delta.items()
+        if key.startswith("reason:")
+    }
+    ok = reasons.get("stop", 0.0) + reasons.get("length", 0.0)
+    step = {
+        "vllm/prompt_tokens": delta["vllm:prompt_tokens_total"],
+        "vllm/generation_tokens": delta["vllm:generation_tokens_total"],
+        "vllm/generations_ok": ok,
+        "vllm/generations_failed": sum(reasons.values()) - ok,
+    }
+    for key, family in (
+        ("vllm/prompt_length_mean", "vllm:request_prompt_tokens"),
+        ("vllm/generation_length_mean", "vllm:request_generation_tokens"),
+    ):
+        if delta[f"{family}_count"] > 0:
+            step[key] = delta[f"{family}_sum"] / delta[f"{family}_count"]
+    return step
