@@ -1,0 +1,143 @@
+"""How the host memory monitor that telemetry starts is configured, and which one runs.
+
+Settings come from :func:`configure` (call it before ``rlmetrics.start()``), else from the
+environment, else from the defaults:
+
+- ``enabled``: ``RLMETRICS_RAY_HOST_MEMORY`` (``0``, ``false``, ``no``, ``off`` disable); on.
+- ``interval_s``: ``RLMETRICS_RAY_HOST_MEMORY_INTERVAL_S``; 10 s from cycle start to start.
+- ``timeout_s``: ``RLMETRICS_RAY_HOST_MEMORY_TIMEOUT_S``; 5 s per endpoint, whole request.
+- ``resolver``, ``nodes``, ``max_concurrency``: :func:`configure` only (see
+  :class:`HostMemorySettings`).
+
+This module declares nothing, so importing it (or the package) is safe at any time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rlmetrics import warn_once
+
+from .nodes import NodeSource, Resolver, metrics_url
+
+if TYPE_CHECKING:
+    from .monitor import HostMemoryMonitor
+
+__all__ = [
+    "ENABLED_ENV",
+    "INTERVAL_ENV",
+    "TIMEOUT_ENV",
+    "HostMemorySettings",
+    "active_monitor",
+    "configure",
+    "settings",
+]
+
+ENABLED_ENV = "RLMETRICS_RAY_HOST_MEMORY"
+INTERVAL_ENV = "RLMETRICS_RAY_HOST_MEMORY_INTERVAL_S"
+TIMEOUT_ENV = "RLMETRICS_RAY_HOST_MEMORY_TIMEOUT_S"
+_OFF = frozenset({"0", "false", "no", "off"})
+
+
+@attrs.frozen
+class HostMemorySettings:
+    """What the next ``rlmetrics.start()`` builds its monitor with.
+
+    ``nodes`` None means this driver's ``ray.nodes()``, and then the monitor is started only
+    in a process that can be a Ray driver (Ray installed, and not running as a Ray worker);
+    give a node source to run it anywhere.
+    """
+
+    enabled: bool = True
+    interval_s: float = 10.0
+    timeout_s: float = 5.0
+    resolver: Resolver = metrics_url
+    nodes: NodeSource | None = None
+    max_concurrency: int = 256
+
+
+_explicit: dict[str, Any] = {}
+_lock = threading.Lock()
+_active: HostMemoryMonitor | None = None
+
+
+def configure(**changes: Any) -> None:
+    """Set monitor settings for the next ``rlmetrics.start()`` (the running monitor keeps
+    its own). Keys are :class:`HostMemorySettings` fields; ``None`` resets one to its
+    environment/default value. A wrong key or value raises at once."""
+    fields = attrs.fields_dict(HostMemorySettings)
+    unknown = sorted(set(changes) - set(fields))
+    if unknown:
+        raise TypeError(f"configure(): unknown setting(s) {unknown}; choose from {sorted(fields)}")
+    for key, value in changes.items():
+        if value is not None:
+            _check(key, value)
+    with _lock:
+        for key, value in changes.items():
+            if value is None:
+                _explicit.pop(key, None)
+            else:
+                _explicit[key] = value
+
+
+def _check(key: str, value: Any) -> None:
+    if key in ("interval_s", "timeout_s"):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not (math.isfinite(value) and value > 0)
+        ):
+            raise ValueError(
+                f"configure(): {key} must be a positive number of seconds, got {value!r}"
+            )
+    elif key == "max_concurrency":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"configure(): max_concurrency must be a positive int, got {value!r}")
+    elif key == "enabled":
+        if not isinstance(value, bool):
+            raise ValueError(f"configure(): enabled must be a bool, got {value!r}")
+    elif not callable(value):
+        raise TypeError(f"configure(): {key} must be callable, got {type(value).__name__}")
+
+
+def settings() -> HostMemorySettings:
+    """The settings in force: :func:`configure`'s, else the environment's, else defaults."""
+    from_env: dict[str, Any] = {}
+    enabled = os.environ.get(ENABLED_ENV)
+    if enabled is not None and enabled.strip():
+        from_env["enabled"] = enabled.strip().lower() not in _OFF
+    for key, name in (("interval_s", INTERVAL_ENV), ("timeout_s", TIMEOUT_ENV)):
+        raw = os.environ.get(name)
+        if raw is None or not raw.strip():
+            continue
+        try:
+            value = float(raw)
+            _check(key, value)
+        except ValueError:
+            warn_once(
+                f"ray:config:{name}",
+                f"rlmetrics-ray: {name} must be a positive number of seconds (got a "
+                f"{len(raw)}-character value); using the default",
+            )
+            continue
+        from_env[key] = value
+    with _lock:
+        return HostMemorySettings(**{**from_env, **_explicit})
+
+
+def active_monitor() -> HostMemoryMonitor | None:
+    """The monitor telemetry started in this process, while it runs."""
+    return _active
+
+
+def _set_active(monitor: HostMemoryMonitor | None) -> HostMemoryMonitor | None:
+    """Install ``monitor`` as the process's; returns the one it replaces."""
+    global _active
+    with _lock:
+        previous, _active = _active, monitor
+    return previous

@@ -1,0 +1,147 @@
+"""The ``ray_host_memory`` family: every Ray host's memory as ``rl.host.memory.*``.
+
+Both series are observable gauges over the snapshot of the process's
+:class:`~rlmetrics_ray.monitor.HostMemoryMonitor`, which ``telemetry_started`` starts on the
+driver and ``telemetry_stopping`` stops. Nothing records them: an export reads the latest
+snapshot, so a host whose label changed reports only the new label (a sum by ``host.name``
+never counts it twice, on SDK 1.44 and 1.45 alike) and a host that failed its last scrape
+has no point (a gap, not its last value).
+
+- ``host.name``: Ray's ``NodeManagerHostname``, else the node's address; one point per host
+  per cycle, however many raylets share it.
+- ``rl.worker_groups``: the worker groups resident on the host, sorted and comma-joined, or
+  ``none``. A descriptor to pick hosts with, never to aggregate on: the value is the whole
+  host's memory (object store, raylet and driver included), shared by every group on it.
+- ``rl.host.memory.source``: ``host`` when the figures are Ray's ``ray_node_mem_*_host``
+  series (the machine's), ``cgroup`` when they are the cgroup-aware ``ray_node_mem_used`` /
+  ``ray_node_mem_total`` (inside a container: the container's limit and usage).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import rlmetrics
+from rlmetrics import OPEN, Kind, MetricSpec
+
+from .config import _set_active, active_monitor, settings
+from .exposition import SOURCES
+from .monitor import (
+    HOST_NAME_ATTR,
+    SOURCE_ATTR,
+    WORKER_GROUPS_ATTR,
+    HostMemoryMonitor,
+    Observation,
+)
+from .nodes import ray_nodes
+
+__all__ = [
+    "GROUP",
+    "MAX_HOSTS",
+    "TOTAL",
+    "USED",
+    "in_ray_worker",
+    "observe_total",
+    "observe_used",
+    "telemetry_started",
+    "telemetry_stopping",
+]
+
+GROUP = "rl.host.memory"
+USED = "rl.host.memory.used"
+TOTAL = "rl.host.memory.total"
+#: Hosts one collection may report; one attribute set per host.
+MAX_HOSTS = 4096
+
+_ATTRIBUTES = {HOST_NAME_ATTR: OPEN, WORKER_GROUPS_ATTR: OPEN, SOURCE_ATTR: SOURCES}
+
+rlmetrics.declare(
+    GROUP,
+    [
+        MetricSpec(
+            USED,
+            Kind.OBSERVABLE_GAUGE,
+            unit="By",
+            description="Memory in use on a Ray host, from its raylet's metrics endpoint",
+            attributes=_ATTRIBUTES,
+            max_series=MAX_HOSTS,
+            callback=lambda: observe_used(),
+        ),
+        MetricSpec(
+            TOTAL,
+            Kind.OBSERVABLE_GAUGE,
+            unit="By",
+            description="Total memory of a Ray host, from its raylet's metrics endpoint",
+            attributes=_ATTRIBUTES,
+            max_series=MAX_HOSTS,
+            callback=lambda: observe_total(),
+        ),
+    ],
+)
+
+
+def observe_used() -> Sequence[Observation]:
+    """The ``rl.host.memory.used`` callback: the running monitor's latest snapshot."""
+    monitor = active_monitor()
+    return () if monitor is None else monitor.used()
+
+
+def observe_total() -> Sequence[Observation]:
+    """The ``rl.host.memory.total`` callback: the running monitor's latest snapshot."""
+    monitor = active_monitor()
+    return () if monitor is None else monitor.total()
+
+
+def in_ray_worker() -> bool:
+    """Whether this process is a Ray worker (connected, and not as a driver). The plugin
+    never imports Ray: a process that has not imported it is no Ray worker."""
+    ray: Any = sys.modules.get("ray")
+    if ray is None:
+        return False
+    try:
+        if not ray.is_initialized():
+            return False
+        mode = ray.get_runtime_context().worker.mode
+    except Exception:
+        return False
+    return bool(mode != getattr(ray, "SCRIPT_MODE", 0))
+
+
+def _may_be_driver() -> bool:
+    # Ray initialised later (telemetry first, then ray.init()) is the usual order on a
+    # driver; a Ray worker has always connected before any user code runs.
+    return importlib.util.find_spec("ray") is not None and not in_ray_worker()
+
+
+@rlmetrics.hookimpl
+def telemetry_started(telemetry: rlmetrics.Telemetry) -> None:
+    """Start the process's monitor on an exporting driver; it waits for ``ray.init()``."""
+    previous = _set_active(None)  # a stopped monitor of an earlier session reports no more
+    if previous is not None:
+        previous.stop()
+    if not telemetry.exporting:
+        return
+    current = settings()
+    if not current.enabled or (current.nodes is None and not _may_be_driver()):
+        return
+    monitor = HostMemoryMonitor(
+        interval_s=current.interval_s,
+        timeout_s=current.timeout_s,
+        resolver=current.resolver,
+        nodes=current.nodes if current.nodes is not None else ray_nodes,
+        max_concurrency=current.max_concurrency,
+    )
+    _set_active(monitor)
+    monitor.start()
+
+
+@rlmetrics.hookimpl
+def telemetry_stopping(telemetry: rlmetrics.Telemetry) -> None:
+    """Stop the monitor's thread. Its last snapshot stays readable, so the final export
+    still carries every host's latest reading (while it is fresh)."""
+    monitor = active_monitor()
+    if monitor is not None:
+        monitor.stop()

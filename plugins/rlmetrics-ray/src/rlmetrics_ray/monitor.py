@@ -1,0 +1,399 @@
+"""HostMemoryMonitor: every host's memory, scraped on a timer into a snapshot.
+
+The monitor runs on its own thread. Once per interval it lists the alive nodes
+(``ray.nodes()``), groups them by host, resolves every host's worker groups, scrapes one
+metrics endpoint per host (all at once, each request bounded by ``timeout_s``) and then
+**replaces** its snapshot wholesale. The metric callbacks only read the snapshot, so an
+export never waits on HTTP, however slow or dead a node is.
+
+Replacing rather than merging is what makes a failed or slow scrape a gap for that host
+instead of a flat line at its last value, and what makes a host whose ``rl.worker_groups``
+changed report only its new label from the next cycle on. A snapshot older than
+``max_age_s`` (the monitor stalled: Ray's control plane hung, say) is not reported at all.
+
+Scraping uses one event loop with aiohttp, not a thread per node: 256 nodes with a tenth of
+them black-holed take one timeout, not one timeout per wave of a thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+import attrs
+
+from rlmetrics import warn_once
+
+from .exposition import SOURCES, MemoryReading, read_memory
+from .nodes import Host, NodeSource, Resolver, alive_nodes, group_by_host, metrics_url, ray_nodes
+from .worker_groups import WORKER_GROUPS, WorkerGroups, label
+
+__all__ = [
+    "HOST_NAME_ATTR",
+    "MAX_EXPOSITION_BYTES",
+    "SOURCE_ATTR",
+    "WORKER_GROUPS_ATTR",
+    "HostMemory",
+    "HostMemoryMonitor",
+    "Observation",
+    "Snapshot",
+    "build_snapshot",
+]
+
+HOST_NAME_ATTR = "host.name"
+WORKER_GROUPS_ATTR = "rl.worker_groups"
+SOURCE_ATTR = "rl.host.memory.source"
+
+#: A node's exposition is ~215 KB on Ray 2.60; anything past this is not a raylet's.
+MAX_EXPOSITION_BYTES = 32 * 1024 * 1024
+_HEADERS = {"Accept": "text/plain;version=0.0.4"}  # the classic text format Ray serves
+_CHUNK = 256 * 1024
+
+Observation = tuple[float, dict[str, str]]
+
+
+@attrs.frozen
+class HostMemory:
+    """One host's reading in a snapshot."""
+
+    host_name: str
+    used: float | None
+    total: float | None
+    source: str
+    worker_groups: str
+
+    @property
+    def attributes(self) -> dict[str, str]:
+        return {
+            HOST_NAME_ATTR: self.host_name,
+            WORKER_GROUPS_ATTR: self.worker_groups,
+            SOURCE_ATTR: self.source,
+        }
+
+
+@attrs.frozen
+class Snapshot:
+    """What one cycle found. ``used`` and ``total`` are the observations the callbacks
+    return, built once per cycle so that a collection costs nothing but the lookup."""
+
+    hosts: tuple[HostMemory, ...] = ()
+    failures: tuple[tuple[str, str], ...] = ()  # (host name, cause) of the hosts left out
+    taken_at: float = -math.inf  # time.monotonic() at the end of the cycle
+    used: tuple[Observation, ...] = ()
+    total: tuple[Observation, ...] = ()
+
+
+def build_snapshot(
+    hosts: Sequence[HostMemory],
+    taken_at: float,
+    failures: Sequence[tuple[str, str]] = (),
+) -> Snapshot:
+    """A snapshot of ``hosts`` with its observations (one per host and value present)."""
+    used: list[Observation] = []
+    total: list[Observation] = []
+    for host in hosts:
+        attributes = host.attributes
+        if host.used is not None:
+            used.append((host.used, attributes))
+        if host.total is not None:
+            total.append((host.total, attributes))
+    return Snapshot(
+        hosts=tuple(hosts),
+        failures=tuple(failures),
+        taken_at=taken_at,
+        used=tuple(used),
+        total=tuple(total),
+    )
+
+
+class _Failure(str):
+    """Why a host was left out of a cycle (the warn-once cause)."""
+
+
+class _ScrapeFailed(Exception):
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+class HostMemoryMonitor:
+    """Scrapes every Ray host's memory on its own thread; see the module docstring.
+
+    :param interval_s: time from the start of one cycle to the start of the next.
+    :param timeout_s: bound on each endpoint's whole request (connect, headers, body).
+    :param resolver: node → metrics URL (default ``http://<address>:<port>/metrics``).
+    :param nodes: returns the entries of ``ray.nodes()`` (default: this driver's cluster).
+    :param worker_groups: the registry that labels hosts (default: the process's).
+    :param max_concurrency: endpoints scraped at once; more wait for a free slot.
+    :param max_age_s: a snapshot older than this is not reported (default: two intervals
+        plus one timeout, so one slow cycle does not cost a collection).
+    """
+
+    def __init__(
+        self,
+        *,
+        interval_s: float = 10.0,
+        timeout_s: float = 5.0,
+        resolver: Resolver = metrics_url,
+        nodes: NodeSource = ray_nodes,
+        worker_groups: WorkerGroups = WORKER_GROUPS,
+        max_concurrency: int = 256,
+        max_age_s: float | None = None,
+    ) -> None:
+        for name, value in (("interval_s", interval_s), ("timeout_s", timeout_s)):
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(
+                    f"HostMemoryMonitor: {name} must be a positive number of seconds, got {value!r}"
+                )
+        if not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(
+                f"HostMemoryMonitor: max_concurrency must be a positive int, got "
+                f"{max_concurrency!r}"
+            )
+        if not callable(resolver) or not callable(nodes):
+            raise TypeError("HostMemoryMonitor: resolver and nodes must be callables")
+        self.interval_s = float(interval_s)
+        self.timeout_s = float(timeout_s)
+        self.resolver = resolver
+        self.nodes = nodes
+        self.worker_groups = worker_groups
+        self.max_concurrency = max_concurrency
+        self.max_age_s = (
+            float(max_age_s) if max_age_s is not None else 2 * self.interval_s + self.timeout_s
+        )
+        self._snapshot = Snapshot()
+        self._cycles = 0
+        self._cond = threading.Condition()
+        # One stop event per start(), so a thread that outlived stop()'s wait never resumes.
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._in_flight: set[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = set()
+
+    # -- what the callbacks read ------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @property
+    def cycles(self) -> int:
+        """Cycles completed so far (each replaced the snapshot)."""
+        return self._cycles
+
+    def used(self) -> Sequence[Observation]:
+        """``rl.host.memory.used`` observations of the latest snapshot, if it is fresh."""
+        snapshot = self._snapshot
+        return snapshot.used if self._fresh(snapshot) else ()
+
+    def total(self) -> Sequence[Observation]:
+        """``rl.host.memory.total`` observations of the latest snapshot, if it is fresh."""
+        snapshot = self._snapshot
+        return snapshot.total if self._fresh(snapshot) else ()
+
+    def _fresh(self, snapshot: Snapshot) -> bool:
+        return time.monotonic() - snapshot.taken_at <= self.max_age_s
+
+    # -- one cycle ---------------------------------------------------------------------------
+
+    def refresh(self) -> Snapshot:
+        """Run one cycle now, on the calling thread (which must not be running an event
+        loop), replace the snapshot and return it. Never raises."""
+        return self._cycle(None)
+
+    def _cycle(self, stopping: threading.Event | None) -> Snapshot:
+        try:
+            hosts = self._hosts()
+            by_node = self._worker_groups_by_node()
+            targets: list[tuple[Host, str]] = []
+            failures: list[tuple[str, str]] = []
+            for host in hosts:
+                url = self._resolve(host)
+                if url is None:
+                    failures.append((host.name, "no endpoint"))
+                else:
+                    targets.append((host, url))
+            outcomes = asyncio.run(self._scrape(targets, stopping)) if targets else []
+        except asyncio.CancelledError:
+            return self._snapshot  # stopped mid-cycle: keep what there was, stop() follows
+        except Exception:
+            warn_once(
+                "ray:host-memory:cycle",
+                "rlmetrics-ray: a host memory cycle failed; rl.host.memory.* is left out "
+                "until a cycle succeeds",
+            )
+            hosts, targets, outcomes, failures, by_node = [], [], [], [], {}
+        readings: list[HostMemory] = []
+        failed_urls: dict[str, str] = {}
+        for (host, url), outcome in zip(targets, outcomes, strict=True):
+            if isinstance(outcome, MemoryReading) and outcome.source in SOURCES:
+                groups = {name for node in host.nodes for name in by_node.get(node.node_id, ())}
+                readings.append(
+                    HostMemory(
+                        host.name, outcome.used, outcome.total, outcome.source, label(groups)
+                    )
+                )
+            else:
+                failures.append((host.name, str(outcome)))
+                failed_urls[host.name] = url
+        self._report(failures, failed_urls)
+        snapshot = build_snapshot(readings, time.monotonic(), failures)
+        with self._cond:
+            self._snapshot = snapshot
+            self._cycles += 1
+            self._cond.notify_all()
+        return snapshot
+
+    def _hosts(self) -> list[Host]:
+        try:
+            infos = list(self.nodes())
+        except Exception:
+            warn_once(
+                "ray:host-memory:nodes",
+                "rlmetrics-ray: listing the Ray nodes failed; no host is reported this cycle",
+            )
+            return []
+        return group_by_host(alive_nodes(infos))
+
+    def _worker_groups_by_node(self) -> dict[str, frozenset[str]]:
+        try:
+            return self.worker_groups.by_node()
+        except Exception:
+            warn_once(
+                "ray:host-memory:worker-groups",
+                "rlmetrics-ray: resolving worker groups failed; hosts are labelled none this cycle",
+            )
+            return {}
+
+    def _resolve(self, host: Host) -> str | None:
+        try:
+            url = self.resolver(host.target)
+        except Exception:
+            warn_once(
+                "ray:host-memory:resolver",
+                f"rlmetrics-ray: the address resolver raised for host {host.name!r}; that "
+                "host is left out of this cycle",
+            )
+            return None
+        return url if isinstance(url, str) and url else None
+
+    def _report(self, failures: Sequence[tuple[str, str]], urls: dict[str, str]) -> None:
+        """One report per cause per cycle (WARNING the first time, DEBUG after)."""
+        by_cause: dict[str, list[str]] = {}
+        for host_name, cause in failures:
+            by_cause.setdefault(cause, []).append(host_name)
+        for cause, host_names in by_cause.items():
+            first = host_names[0]
+            where = f" at {urls[first]}" if first in urls else ""
+            others = f" and {len(host_names) - 1} more" if len(host_names) > 1 else ""
+            warn_once(
+                f"ray:host-memory:scrape:{cause}",
+                f"rlmetrics-ray: host {first!r}{where}{others}: {cause}; their "
+                "rl.host.memory.* points are left out until a scrape succeeds (a gap, not "
+                "the last value). Later failures with this cause are logged at DEBUG.",
+            )
+
+    async def _scrape(
+        self, targets: Sequence[tuple[Host, str]], stopping: threading.Event | None
+    ) -> list[object]:
+        task = asyncio.current_task()
+        assert task is not None
+        key = (asyncio.get_running_loop(), task)
+        with self._cond:
+            if stopping is not None and stopping.is_set():
+                raise asyncio.CancelledError  # stop() came between the cycle's start and here
+            self._in_flight.add(key)
+        try:
+            semaphore = asyncio.Semaphore(self.max_concurrency)
+            connector = aiohttp.TCPConnector(limit=0, force_close=True)
+            # trust_env=False: node endpoints are never reached through an HTTP proxy.
+            async with aiohttp.ClientSession(
+                connector=connector, headers=_HEADERS, trust_env=False
+            ) as session:
+                return await asyncio.gather(
+                    *(self._scrape_one(session, semaphore, host, url) for host, url in targets)
+                )
+        finally:
+            with self._cond:
+                self._in_flight.discard(key)
+
+    async def _scrape_one(
+        self,
+        session: aiohttp.ClientSession,
+        semaphore: asyncio.Semaphore,
+        host: Host,
+        url: str,
+    ) -> object:
+        async with semaphore:
+            try:
+                body, charset = await asyncio.wait_for(self._get(session, url), self.timeout_s)
+            except asyncio.TimeoutError:
+                return _Failure("timeout")
+            except _ScrapeFailed as failed:
+                return _Failure(failed.cause)
+            except (aiohttp.ClientError, OSError, ValueError):
+                return _Failure("unreachable")
+        try:
+            reading = read_memory(body.decode(charset, errors="replace"), host.target.address)
+        except Exception:
+            return _Failure("unparsable exposition")
+        return reading if reading is not None else _Failure("no memory series")
+
+    async def _get(self, session: aiohttp.ClientSession, url: str) -> tuple[bytes, str]:
+        async with session.get(url, allow_redirects=False) as response:
+            if response.status != 200:
+                raise _ScrapeFailed(f"HTTP {response.status}")
+            body = bytearray()
+            async for chunk in response.content.iter_chunked(_CHUNK):
+                body += chunk
+                if len(body) > MAX_EXPOSITION_BYTES:
+                    raise _ScrapeFailed("exposition too large")
+            return bytes(body), response.charset or "utf-8"
+
+    # -- the thread --------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def start(self) -> None:
+        """Start cycling on a daemon thread (the first cycle runs at once)."""
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._stopping = stopping = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(stopping,), name="rlmetrics-ray-host-memory", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop the thread: a cycle in flight is cancelled (its scrapes are abandoned and the
+        snapshot is not replaced). Waits at most ``timeout_s``."""
+        with self._cond:
+            self._stopping.set()
+            thread, self._thread = self._thread, None
+            in_flight = list(self._in_flight)
+        for loop, task in in_flight:
+            # RuntimeError: that loop already closed, so its cycle is over.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(task.cancel)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    def wait_for_cycles(self, count: int, timeout_s: float) -> bool:
+        """Wait until at least ``count`` cycles completed; False after ``timeout_s``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._cycles >= count, timeout=timeout_s)
+
+    def _run(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
+            started = time.monotonic()
+            self._cycle(stopping)
+            stopping.wait(max(0.0, self.interval_s - (time.monotonic() - started)))

@@ -1,0 +1,342 @@
+"""Test support for rlmetrics-ray: Ray 2.60's real node exposition and ``ray.nodes()`` entry
+(captured by ``fixtures/capture_ray.py``) and readings derived from them, HTTP servers on
+127.0.0.1 that serve them (answering, failing, holding or never answering), and an OTLP gRPC
+receiver on 127.0.0.1.
+
+A module of its own (not conftest.py) so test modules import it by a name no other test
+folder uses. Every server binds 127.0.0.1; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "EXPOSITION",
+    "FIXTURES",
+    "HOLD_BOUND_S",
+    "NODE_FIXTURE",
+    "PLACEMENT_GROUP_TABLE",
+    "WAIT_S",
+    "BlackHole",
+    "ExpositionServer",
+    "OtlpReceiver",
+    "dead_port",
+    "node_info",
+    "render_exposition",
+    "wait_until",
+]
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RAY_VERSION = "2.60.0"
+EXPOSITION = (FIXTURES / f"ray-{RAY_VERSION}-node-metrics.txt").read_text()
+NODE_FIXTURE: dict[str, Any] = json.loads(
+    (FIXTURES / f"ray-{RAY_VERSION}-nodes.json").read_text()
+)[0]
+PLACEMENT_GROUP_TABLE: dict[str, Any] = json.loads(
+    (FIXTURES / f"ray-{RAY_VERSION}-placement-group-table.json").read_text()
+)
+
+#: Upper bound for anything that should happen within a few cycles.
+WAIT_S = 20.0
+#: A held response is released at teardown, or after this long at the latest.
+HOLD_BOUND_S = 30.0
+
+_MEMORY_FAMILIES = (
+    "ray_node_mem_used_host",
+    "ray_node_mem_total_host",
+    "ray_node_mem_used",
+    "ray_node_mem_total",
+)
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float = WAIT_S, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:.1f} s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+# -- readings derived from the fixtures -----------------------------------------------------------
+
+
+def render_exposition(
+    used: float | None = None,
+    total: float | None = None,
+    used_host: float | None = None,
+    total_host: float | None = None,
+    *,
+    ip: str | None = None,
+    text: str = EXPOSITION,
+) -> str:
+    """Ray's real exposition with the value of each memory family replaced, or the family
+    removed (HELP, TYPE and samples) when its value is None. ``ip`` rewrites the ``ip``
+    label of the memory samples. Every other family stays as Ray served it."""
+    values = {
+        "ray_node_mem_used": used,
+        "ray_node_mem_total": total,
+        "ray_node_mem_used_host": used_host,
+        "ray_node_mem_total_host": total_host,
+    }
+    out: list[str] = []
+    for line in text.splitlines():
+        family = _memory_family(line)
+        if family is None:
+            out.append(line)
+            continue
+        value = values[family]
+        if value is None:
+            continue
+        if line.startswith("#"):
+            out.append(line)
+            continue
+        labels, _, _old = line.rpartition(" ")
+        if ip is not None:
+            labels = re.sub(r'ip="[^"]*"', f'ip="{ip}"', labels)
+        out.append(f"{labels} {float(value)!r}")
+    return "\n".join(out) + "\n"
+
+
+def _memory_family(line: str) -> str | None:
+    name = line
+    for comment in ("# HELP ", "# TYPE "):
+        if line.startswith(comment):
+            name = line[len(comment) :]
+    for family in _MEMORY_FAMILIES:
+        if name.startswith(family) and name[len(family) : len(family) + 1] in ("{", " "):
+            return family
+    return None
+
+
+def node_info(
+    node_id: str,
+    hostname: str,
+    metrics_port: int | None,
+    *,
+    address: str = "127.0.0.1",
+    alive: bool = True,
+) -> dict[str, Any]:
+    """An entry of ``ray.nodes()``: the captured one with its identity replaced."""
+    info = copy.deepcopy(NODE_FIXTURE)
+    info.update(
+        NodeID=node_id,
+        NodeManagerHostname=hostname,
+        NodeManagerAddress=address,
+        NodeName=address,
+        MetricsExportPort=metrics_port,
+        Alive=alive,
+        alive=alive,
+    )
+    return info
+
+
+def dead_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (connections are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- HTTP servers on 127.0.0.1 --------------------------------------------------------------------
+
+
+class ExpositionServer:
+    """An HTTP server on 127.0.0.1 answering ``/metrics`` with ``text``.
+
+    ``mode``: ``"ok"`` answers; ``"error"`` answers HTTP 500; ``"hold"`` accepts the request
+    and answers only when :meth:`release` is called (or after :data:`HOLD_BOUND_S`), like a
+    node whose agent is stuck. ``requests`` counts the requests received and ``arrived`` is
+    set by each one.
+    """
+
+    def __init__(self, text: str = EXPOSITION, mode: str = "ok") -> None:
+        self.text = text
+        self.mode = mode
+        self.requests = 0
+        self.arrived = threading.Event()
+        self._released = threading.Event()
+        self._lock = threading.Lock()
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with owner._lock:
+                    owner.requests += 1
+                    mode, text = owner.mode, owner.text
+                owner.arrived.set()
+                if mode == "hold":
+                    owner._released.wait(HOLD_BOUND_S)
+                if mode == "error":
+                    self.send_error(500, "agent failed")
+                    return
+                body = text.encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the scraper gave up on a held request: nothing to answer
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_port)
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    def set(self, text: str | None = None, mode: str | None = None) -> None:
+        with self._lock:
+            if text is not None:
+                self.text = text
+            if mode is not None:
+                self.mode = mode
+                if mode == "hold":
+                    self._released.clear()
+                    self.arrived.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    @property
+    def holding(self) -> bool:
+        """Whether a held request is still waiting for :meth:`release`."""
+        return self.mode == "hold" and not self._released.is_set()
+
+    def close(self) -> None:
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+
+class BlackHole:
+    """A TCP endpoint on 127.0.0.1 that accepts connections and never answers."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self._sock.settimeout(0.05)
+        self.port = int(self._sock.getsockname()[1])
+        self.connected = threading.Event()
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="blackhole", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set() and len(self._held) < 256:
+            try:
+                conn, _ = self._sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self._held.append(conn)
+            self.connected.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for conn in self._held:
+            conn.close()
+        self._sock.close()
+
+
+# -- OTLP gRPC receiver on 127.0.0.1 --------------------------------------------------------------
+
+
+def _any_value(value: Any) -> Any:
+    field = value.WhichOneof("value")
+    return None if field is None else getattr(value, field)
+
+
+class OtlpReceiver:
+    """A real OTLP gRPC metrics endpoint on 127.0.0.1 that keeps every request.
+
+    ``resources()`` lists the resource of each ResourceMetrics received (as dicts) with the
+    metric names it carried.
+    """
+
+    def __init__(self) -> None:
+        import grpc
+        from opentelemetry.proto.collector.metrics.v1 import (
+            metrics_service_pb2,
+            metrics_service_pb2_grpc,
+        )
+
+        self._cond = threading.Condition()
+        self.requests: list[Any] = []
+        receiver = self
+
+        class Servicer(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
+            def Export(self, request: Any, context: Any) -> Any:
+                with receiver._cond:
+                    receiver.requests.append(request)
+                    receiver._cond.notify_all()
+                return metrics_service_pb2.ExportMetricsServiceResponse()
+
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Servicer(), self._server)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        if not self.port:
+            raise RuntimeError("could not bind the OTLP receiver on 127.0.0.1")
+        self._server.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def resources(self) -> list[tuple[dict[str, Any], frozenset[str]]]:
+        with self._cond:
+            requests = list(self.requests)
+        out = []
+        for request in requests:
+            for rm in request.resource_metrics:
+                resource = {kv.key: _any_value(kv.value) for kv in rm.resource.attributes}
+                names = frozenset(m.name for sm in rm.scope_metrics for m in sm.metrics)
+                out.append((resource, names))
+        return out
+
+    def wait_for(
+        self, predicate: Callable[[OtlpReceiver], Any], timeout_s: float = WAIT_S, what: str = ""
+    ) -> Any:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                result = predicate(self)
+                if result:
+                    return result
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(
+                        f"OTLP receiver: timed out after {timeout_s:.1f} s waiting for {what}; "
+                        f"{len(self.requests)} requests received"
+                    )
+                self._cond.wait(min(remaining, 0.5))
+
+    def close(self) -> None:
+        self._server.stop(grace=None).wait(5)
+

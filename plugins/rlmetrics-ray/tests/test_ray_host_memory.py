@@ -1,0 +1,233 @@
+"""The ``ray_host_memory`` family: its declarations, the hooks that start and stop the
+process's monitor, and its settings."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import threading
+from typing import Any
+
+import pytest
+import rlmetrics_ray.host_memory as family
+from ray_support import WAIT_S, ExpositionServer, OtlpReceiver, node_info, render_exposition
+
+import rlmetrics
+from rlmetrics_ray import HostMemorySettings, active_monitor, configure, settings
+from rlmetrics_ray.config import ENABLED_ENV, INTERVAL_ENV, TIMEOUT_ENV
+from rlmetrics_ray.host_memory import GROUP, MAX_HOSTS, TOTAL, USED, in_ray_worker
+from rlmetrics_ray.nodes import loopback_metrics_url
+
+from rlmetrics.testing import in_memory_telemetry, isolated_state, points
+
+GiB = 1024**3
+RAY_INSTALLED = importlib.util.find_spec("ray") is not None
+
+
+def test_the_family_declares_two_observable_byte_gauges() -> None:
+    declared = {
+        item.spec.name: item.spec
+        for item in rlmetrics.default_registry().declared()
+        if item.group == GROUP
+    }
+    assert set(declared) == {USED, TOTAL}
+    for spec in declared.values():
+        assert spec.kind is rlmetrics.Kind.OBSERVABLE_GAUGE
+        assert spec.unit == "By"
+        assert dict(spec.attributes) == {
+            "host.name": None,
+            "rl.worker_groups": None,
+            "rl.host.memory.source": frozenset({"host", "cgroup"}),
+        }
+        assert spec.max_series == MAX_HOSTS >= 256
+
+
+def test_the_plugin_is_an_entry_point_with_both_hooks() -> None:
+    from rlmetrics.plugins import load_plugins
+
+    with isolated_state():
+        info = load_plugins().infos["ray_host_memory"]
+    assert (info.status, info.distribution) == ("loaded", "rlmetrics-ray")
+    assert set(info.hooks) == {"telemetry_started", "telemetry_stopping"}
+
+
+def one_host(server: ExpositionServer) -> list[dict[str, Any]]:
+    return [node_info("a" * 56, "gpu-1", server.port)]
+
+
+def test_exporting_starts_a_monitor_and_shutdown_stops_it() -> None:
+    server = ExpositionServer(render_exposition(1 * GiB, 4 * GiB, 3 * GiB, 16 * GiB))
+    try:
+        configure(nodes=lambda: one_host(server), interval_s=3600.0)
+        with isolated_state(), in_memory_telemetry() as (handle, reader):
+            monitor = active_monitor()
+            assert monitor is not None and monitor.running
+            assert monitor.wait_for_cycles(1, WAIT_S)
+            assert {p.name for p in points(reader)} >= {USED, TOTAL}
+            handle.shutdown()
+            assert not monitor.running
+    finally:
+        server.close()
+
+
+def test_the_final_export_still_carries_the_last_snapshot() -> None:
+    server = ExpositionServer(render_exposition(1 * GiB, 4 * GiB, 3 * GiB, 16 * GiB))
+    receiver = OtlpReceiver()
+    try:
+        configure(nodes=lambda: one_host(server), interval_s=3600.0)
+        with isolated_state():
+            handle = rlmetrics.start(
+                exporters=["otlp"], otlp_endpoint=receiver.endpoint, export_interval_s=3600
+            )
+            monitor = active_monitor()
+            assert monitor is not None and monitor.wait_for_cycles(1, WAIT_S)
+            handle.shutdown()  # the only export of this run happens here
+        names = receiver.wait_for(
+            lambda r: {n for _res, names in r.resources() for n in names},
+            what="the final export",
+        )
+        assert {USED, TOTAL} <= names
+    finally:
+        receiver.close()
+        server.close()
+
+
+def test_a_session_that_is_not_exporting_starts_no_monitor() -> None:
+    configure(nodes=lambda: [])
+    with isolated_state():
+        handle = rlmetrics.start()  # no exporter, no reader
+        try:
+            assert active_monitor() is None
+        finally:
+            handle.shutdown()
+
+
+@pytest.mark.parametrize("how", ["configure", "environment"])
+def test_the_monitor_can_be_disabled(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    configure(nodes=lambda: [])
+    if how == "configure":
+        configure(enabled=False)
+    else:
+        monkeypatch.setenv(ENABLED_ENV, "off")
+    with isolated_state(), in_memory_telemetry():
+        assert active_monitor() is None
+
+
+def test_a_new_session_replaces_the_previous_monitor() -> None:
+    configure(nodes=lambda: [], interval_s=3600.0)
+    with isolated_state():
+        with in_memory_telemetry():
+            first = active_monitor()
+        with in_memory_telemetry():
+            second = active_monitor()
+            assert second is not None and second is not first and second.running
+        assert first is not None and not first.running
+
+
+@pytest.mark.skipif(RAY_INSTALLED, reason="Ray is installed in this environment")
+def test_without_ray_and_without_a_node_source_no_monitor_runs() -> None:
+    with isolated_state(), in_memory_telemetry():
+        assert active_monitor() is None
+    assert not in_ray_worker()
+
+
+@pytest.mark.skipif(not RAY_INSTALLED, reason="Ray is not installed in this environment")
+def test_with_ray_installed_the_driver_monitor_waits_for_ray_init() -> None:
+    import sys
+
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        pytest.skip("Ray is initialised in this process (the cluster tests' fixture)")
+    with isolated_state(), in_memory_telemetry() as (_handle, reader):
+        monitor = active_monitor()
+        assert monitor is not None and monitor.wait_for_cycles(1, WAIT_S)
+        assert monitor.snapshot.hosts == () and monitor.snapshot.failures == ()
+        assert not [p for p in points(reader) if p.name in (USED, TOTAL)]
+
+
+# -- settings ----------------------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    assert settings() == HostMemorySettings(
+        enabled=True, interval_s=10.0, timeout_s=5.0, max_concurrency=256
+    )
+
+
+def test_configure_wins_over_the_environment_and_none_resets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(INTERVAL_ENV, "2.5")
+    monkeypatch.setenv(TIMEOUT_ENV, "1")
+    assert (settings().interval_s, settings().timeout_s) == (2.5, 1.0)
+    configure(interval_s=30, resolver=loopback_metrics_url, max_concurrency=8)
+    current = settings()
+    assert (current.interval_s, current.timeout_s) == (30, 1.0)
+    assert current.resolver is loopback_metrics_url and current.max_concurrency == 8
+    configure(interval_s=None)
+    assert settings().interval_s == 2.5
+
+
+def test_the_started_monitor_uses_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TIMEOUT_ENV, "0.75")
+    configure(nodes=lambda: [], interval_s=42.0, max_concurrency=3)
+    with isolated_state(), in_memory_telemetry():
+        monitor = active_monitor()
+        assert monitor is not None
+        assert (monitor.interval_s, monitor.timeout_s, monitor.max_concurrency) == (42.0, 0.75, 3)
+
+
+@pytest.mark.parametrize("value", ["soon", "-3", "0", "nan"])
+def test_a_bad_environment_value_warns_once_and_uses_the_default(
+    value: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(INTERVAL_ENV, value)
+    caplog.set_level(logging.WARNING, logger="rlmetrics")
+    with isolated_state():  # fresh warn-once state
+        assert settings().interval_s == 10.0
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and INTERVAL_ENV in messages[0] and value not in messages[0]
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"interval": 5}, TypeError),
+        ({"interval_s": 0}, ValueError),
+        ({"timeout_s": "5"}, ValueError),
+        ({"timeout_s": True}, ValueError),
+        ({"max_concurrency": 1.5}, ValueError),
+        ({"enabled": "yes"}, ValueError),
+        ({"resolver": "http://127.0.0.1"}, TypeError),
+        ({"nodes": [1, 2]}, TypeError),
+    ],
+)
+def test_configure_refuses_what_cannot_work(changes: dict[str, Any], error: type) -> None:
+    with pytest.raises(error, match="configure"):
+        configure(**changes)
+    assert settings() == HostMemorySettings()
+
+
+def test_callbacks_report_nothing_without_a_monitor() -> None:
+    assert active_monitor() is None
+    assert family.observe_used() == () and family.observe_total() == ()
+
+
+def test_the_callbacks_never_block_while_a_cycle_runs() -> None:
+    # A cycle holds no lock the callbacks need: read the snapshot from another thread while
+    # a cycle is stuck mid-scrape (the HTTP-level version is in test_ray_monitor).
+    server = ExpositionServer(render_exposition(1 * GiB, 4 * GiB, 3 * GiB, 16 * GiB))
+    try:
+        configure(nodes=lambda: one_host(server), interval_s=3600.0, timeout_s=WAIT_S)
+        with isolated_state(), in_memory_telemetry():
+            monitor = active_monitor()
+            assert monitor is not None and monitor.wait_for_cycles(1, WAIT_S)
+            server.set(mode="hold")
+            cycle = threading.Thread(target=monitor.refresh)
+            cycle.start()
+            assert server.arrived.wait(WAIT_S)
+            assert [v for v, _ in family.observe_used()] == [3 * GiB]
+            assert server.holding
+            server.release()
+            cycle.join(WAIT_S)
+    finally:
+        server.close()
