@@ -27,10 +27,10 @@ without it and imports it only when a trace config or connector is built.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import rlmetrics
@@ -165,10 +165,10 @@ def destination_value(name: Any) -> str:
     """The attribute value for a destination: the server name when it is one (template
     ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``), ``external`` otherwise; past
     :data:`MAX_DESTINATIONS` distinct names, ``overflow``."""
+    if type(name) is str and name in _known:  # the common case: a name seen before
+        return name
     if not isinstance(name, str) or not SERVER_NAME.fullmatch(name):
         return EXTERNAL
-    if name in _known:
-        return name
     with _known_lock:
         if name not in _known and len(_known) >= MAX_DESTINATIONS:
             return OVERFLOW
@@ -181,16 +181,34 @@ def current_destination() -> str:
     return _destination.get()
 
 
-@contextlib.contextmanager
-def http_destination(name: str) -> Iterator[str]:
+class http_destination:
     """Label the outbound calls made inside the block (in this task or thread) with
-    destination server ``name``; yields the value actually used."""
-    value = destination_value(name)
-    token = _destination.set(value)
-    try:
-        yield value
-    finally:
-        _destination.reset(token)
+    destination server ``name``: ``with http_destination("policy_model"): ...``; the block
+    gets the value actually used (see :func:`destination_value`).
+
+    A class rather than a generator-based context manager: it wraps every outbound call, so
+    its own cost is part of the request path.
+    """
+
+    __slots__ = ("_token", "value")
+
+    def __init__(self, name: str) -> None:
+        self.value = destination_value(name)
+        self._token: contextvars.Token[str] | None = None
+
+    def __enter__(self) -> str:
+        self._token = _destination.set(self.value)
+        return self.value
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _destination.reset(self._token)
+            self._token = None
 
 
 # -- aiohttp ----------------------------------------------------------------------------------
