@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 from gym_support_server import wait_until
-from rlmetrics_gym import runtime
+from rlmetrics_gym import runtime as runtime_module
 from rlmetrics_gym.runtime import (
     EVENT_LOOP_ATTR,
     FD_COUNT,
@@ -22,14 +22,26 @@ from rlmetrics_gym.runtime import (
     GC_GENERATION_ATTR,
     LAG_MS,
     TASKS,
+    enable_runtime_metrics,
     event_loop_sampler,
     report_file_descriptors_as,
     start_event_loop_sampler,
 )
 
-from rlmetrics.testing import Point, points, single
+from rlmetrics.testing import Point, in_memory_telemetry, isolated_state, points, single
 
 MiB = 1 << 20
+
+
+@pytest.fixture
+def runtime(telemetry: Any) -> Any:
+    """Started telemetry with the gc and process series enabled: ``(handle, reader)``."""
+    enable_runtime_metrics()
+    return telemetry
+
+
+def _runtime_names(reader: Any) -> set[str]:
+    return {p.name for p in points(reader) if p.name.startswith(("gym.gc.", "process."))}
 
 
 def _histogram_points(reader: Any, name: str) -> list[Any]:
@@ -180,9 +192,9 @@ def frequent_gc() -> Iterator[None]:
 
 
 def test_gc_metrics_under_concurrent_exports_without_deadlock(
-    telemetry: Any, frequent_gc: None
+    runtime: Any, frequent_gc: None
 ) -> None:
-    _, reader = telemetry
+    _, reader = runtime
     cycles = 50
     stop = threading.Event()
     exports = [0]
@@ -239,22 +251,44 @@ def test_gc_metrics_under_concurrent_exports_without_deadlock(
     assert set(gauge) == {"0", "1", "2"}
 
 
-def test_gc_callback_is_installed_only_while_telemetry_exports(telemetry: Any) -> None:
-    handle, _ = telemetry
-    assert runtime._on_gc in gc.callbacks
+def test_gc_callback_is_installed_only_while_telemetry_exports(runtime: Any) -> None:
+    handle, _ = runtime
+    assert runtime_module._on_gc in gc.callbacks
     handle.shutdown()
-    assert runtime._on_gc not in gc.callbacks
+    assert runtime_module._on_gc not in gc.callbacks
+
+
+def test_gc_and_process_series_only_for_a_process_that_enables_them(telemetry: Any) -> None:
+    _, reader = telemetry
+    assert _runtime_names(reader) == set()
+    assert runtime_module._on_gc not in gc.callbacks
+    enable_runtime_metrics()  # while exporting: from the next collection on
+    assert runtime_module._on_gc in gc.callbacks
+    gc.collect()
+    assert {"gym.gc.collections_total", "gym.gc.pause_duration_ms", "process.cpu.time"} <= (
+        _runtime_names(reader)
+    )
+
+
+def test_enabling_before_start_applies_to_that_session_only() -> None:
+    with isolated_state():
+        enable_runtime_metrics()  # nothing runs yet: for the next session
+        with in_memory_telemetry() as (_, reader):
+            assert "process.memory.usage" in _runtime_names(reader)
+        with in_memory_telemetry() as (_, reader):  # a later session starts without them
+            assert _runtime_names(reader) == set()
+            assert runtime_module._on_gc not in gc.callbacks
 
 
 def test_pauses_the_collector_overwrote_during_a_drain_are_dropped() -> None:
-    size = runtime.PAUSE_RING_SIZE
+    size = runtime_module.PAUSE_RING_SIZE
     copied = [(0, float(i)) for i in range(10, 20)]
-    assert runtime.intact_pauses(20, 10, copied, 20) == copied  # nothing written meanwhile
+    assert runtime_module.intact_pauses(20, 10, copied, 20) == copied  # nothing written meanwhile
     # 5 written during the copy wrapped onto the slots of indices 10..14 - size
-    assert runtime.intact_pauses(20, 10, copied, 25) == copied
+    assert runtime_module.intact_pauses(20, 10, copied, 25) == copied
     # size + 15 written: indices below 15 are overwritten
-    assert runtime.intact_pauses(20, 10, copied, size + 15) == copied[5:]
-    assert runtime.intact_pauses(20, 10, copied, size + 30) == []
+    assert runtime_module.intact_pauses(20, 10, copied, size + 15) == copied[5:]
+    assert runtime_module.intact_pauses(20, 10, copied, size + 30) == []
 
 
 # -- process -------------------------------------------------------------------------------------
@@ -268,8 +302,8 @@ def _process_values(reader: Any) -> dict[tuple[str, str], float]:
     }
 
 
-def test_process_series_follow_this_process(telemetry: Any, tmp_path: Any) -> None:
-    _, reader = telemetry
+def test_process_series_follow_this_process(runtime: Any, tmp_path: Any) -> None:
+    _, reader = runtime
     before = _process_values(reader)
     release = threading.Event()
     threads = [threading.Thread(target=release.wait, args=(20,)) for _ in range(3)]
@@ -310,8 +344,8 @@ def test_process_series_follow_this_process(telemetry: Any, tmp_path: Any) -> No
     del ballast
 
 
-def test_file_descriptors_under_the_current_semconv_name_on_request(telemetry: Any) -> None:
-    _, reader = telemetry
+def test_file_descriptors_under_the_current_semconv_name_on_request(runtime: Any) -> None:
+    _, reader = runtime
     try:
         report_file_descriptors_as(FD_COUNT_UNIX)
         names = {p.name for p in points(reader)}
@@ -328,12 +362,12 @@ def test_file_descriptors_under_the_current_semconv_name_on_request(telemetry: A
 
 
 def test_a_forked_child_reports_itself_not_its_parent() -> None:
-    parent = runtime._process()
+    parent = runtime_module._process()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report what runtime reads as "this process"
         try:
-            os.write(write, str(runtime._process().pid).encode())
+            os.write(write, str(runtime_module._process().pid).encode())
         finally:
             os._exit(0)
     os.close(write)

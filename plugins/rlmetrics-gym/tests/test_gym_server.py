@@ -71,6 +71,7 @@ def in_flight(reader: Any) -> float:
 
 def test_series_are_declared_with_their_units_and_kinds(telemetry: Any) -> None:
     _, reader = telemetry
+    GymServerMetricsMiddleware(Starlette())  # a process reports them once it serves
     found = {p.name: p for p in points(reader) if p.name.startswith("gym.server.")}
     assert found[IN_FLIGHT].unit == "{request}"
     assert (found[IN_FLIGHT].kind, found[IN_FLIGHT].monotonic) == ("sum", False)

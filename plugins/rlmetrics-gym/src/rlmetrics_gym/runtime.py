@@ -16,8 +16,9 @@ Three sources, none on a request's path:
 - **Process.** ``process.*`` under the OpenTelemetry process semantic-convention names, units
   and ``cpu.mode`` attribute, read through psutil when the exporter collects.
 
-The callback is installed while telemetry is exporting (``telemetry_started`` /
-``telemetry_stopping``); the process series are observables, so they need nothing started.
+The garbage-collector and process series are exported once the process asks for them with
+:func:`enable_runtime_metrics` (a Gym server, supervisor or driver does, where it sets up
+telemetry); the gc callback is installed only while they are exported.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ __all__ = [
     "PAUSE_RING_SIZE",
     "TASKS",
     "EventLoopSampler",
+    "enable_runtime_metrics",
     "event_loop_sampler",
     "intact_pauses",
     "wake_lag_ms",
@@ -105,21 +107,25 @@ def _observe_gc_uncollectable() -> list[tuple[float, Mapping[str, str]]]:
 
 
 def _observe_gc_count() -> list[tuple[float, Mapping[str, str]]]:
+    if not _enabled():
+        return []
     _drain_pauses()
     return [(count, _GENERATION_ATTRS[g]) for g, count in enumerate(gc.get_count()[:3])]
 
 
 def _observe_cpu_time() -> list[tuple[float, Mapping[str, str]]]:
+    if not _enabled():
+        return []
     times = _process().cpu_times()
     return [(times.user, _USER), (times.system, _SYSTEM)]
 
 
 def _observe_memory_usage() -> list[tuple[float, Mapping[str, str]]]:
-    return [(_process().memory_info().rss, {})]
+    return [(_process().memory_info().rss, {})] if _enabled() else []
 
 
 def _observe_thread_count() -> list[tuple[float, Mapping[str, str]]]:
-    return [(_process().num_threads(), {})]
+    return [(_process().num_threads(), {})] if _enabled() else []
 
 
 def _observe_fd_count() -> list[tuple[float, Mapping[str, str]]]:
@@ -456,6 +462,8 @@ def _drain_pauses() -> None:
 
 
 def _gc_totals(field: int) -> list[tuple[float, Mapping[str, str]]]:
+    if not _enabled():
+        return []
     _drain_pauses()
     return [
         (_totals[3 * g + field] - _baseline[3 * g + field], _GENERATION_ATTRS[g])
@@ -507,21 +515,50 @@ def _process() -> psutil.Process:
 
 
 def _fd_count(name: str) -> list[tuple[float, Mapping[str, str]]]:
-    if name not in _fd_names:
+    if name not in _fd_names or not _enabled():
         return []
     num_fds = getattr(_process(), "num_fds", None)  # POSIX only
     return [] if num_fds is None else [(num_fds(), {})]
 
 
 # -- lifecycle ----------------------------------------------------------------------------------
+# The garbage-collector and process series belong to the processes that ask for them (a Gym
+# server, supervisor or driver): a process that merely has this distribution installed, such as
+# a trainer exporting only its own families, exports none of them.
+
+_PENDING = object()  # enabled before start(): applies to the next telemetry session
+_enabled_for: list[object] = [None]  # the Telemetry handle the series are enabled for
+
+
+def enable_runtime_metrics() -> None:
+    """Export the ``gym.gc.*`` and ``process.*`` series (and time GC pauses) for the running
+    telemetry session, or for the next one when none runs yet. Call it where a Gym process
+    sets up its telemetry; it is idempotent. The event-loop series have their own switch,
+    :func:`start_event_loop_sampler`."""
+    handle = rlmetrics.current()
+    if handle is not None and handle.exporting:
+        _enabled_for[0] = handle
+        _install_gc_callback()
+    else:
+        _enabled_for[0] = _PENDING
+
+
+def _enabled() -> bool:
+    session = _enabled_for[0]
+    return session is not None and session is rlmetrics.current()
 
 
 @hookimpl
 def telemetry_started(telemetry: Any) -> None:
-    if telemetry.exporting:
+    pending = _enabled_for[0] is _PENDING
+    _enabled_for[0] = None  # an earlier session's choice does not carry over
+    if pending and telemetry.exporting:
+        _enabled_for[0] = telemetry
         _install_gc_callback()
 
 
 @hookimpl
 def telemetry_stopping() -> None:
+    # The series stay on for the final export (which drains the last pauses); the handle
+    # they are enabled for is closed, so a later session starts with them off.
     _remove_gc_callback()

@@ -83,7 +83,9 @@ _MAX_CANCELLED_SERIES = 512
 
 
 def _observe_in_flight() -> list[tuple[float, Mapping[str, str]]]:
-    return [(sum(totals.in_flight for totals in tuple(_all_totals)), {})]
+    # Nothing until this process builds a middleware: only servers report server series.
+    every = tuple(_all_totals)
+    return [(sum(totals.in_flight for totals in every), {})] if every else []
 
 
 def _observe_responses() -> list[tuple[float, Mapping[str, str]]]:
@@ -116,7 +118,8 @@ def _observe_cancelled() -> list[tuple[float, Mapping[str, str]]]:
 
 
 def _observe_unhandled() -> list[tuple[float, Mapping[str, str]]]:
-    return [(sum(totals.unhandled for totals in tuple(_all_totals)), {})]
+    every = tuple(_all_totals)
+    return [(sum(totals.unhandled for totals in every), {})] if every else []
 
 
 SPECS: tuple[MetricSpec, ...] = (
