@@ -156,6 +156,15 @@ def test_a_loop_has_one_sampler_which_ends_with_the_loop(
 
     asyncio.run(next_loop())
 
+    async def nested_block() -> None:
+        outer = start_event_loop_sampler("server", interval_s=INTERVAL_S)
+        async with event_loop_sampler("server", interval_s=INTERVAL_S) as inner:
+            assert inner is outer
+        assert outer.running  # the block did not start it, so it does not stop it
+        await outer.aclose()
+
+    asyncio.run(nested_block())
+
 
 def test_sampler_arguments_are_checked_early() -> None:
     with pytest.raises(ValueError, match="role 'worker'"):

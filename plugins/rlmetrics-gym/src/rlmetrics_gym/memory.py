@@ -149,8 +149,8 @@ def read_tree(root: psutil.Process, memory_types: Iterable[str]) -> TreeReading 
     """Sum ``memory_types`` (``rss``, ``pss``) over ``root`` and its descendants.
 
     None when the root itself is gone (or a zombie). A descendant that exits, is a zombie or
-    cannot be read during the walk is skipped (it is not counted in ``processes`` either). PSS is left out when the
-    platform does not report it.
+    cannot be read during the walk is skipped (it is not counted in ``processes`` either). PSS
+    is left out when the platform does not report it.
     """
     wanted = tuple(memory_types)
     try:

@@ -40,25 +40,35 @@ import rlmetrics
 from rlmetrics import Kind, MetricSpec, hookimpl, warn_once
 
 __all__ = [
+    "CPU_MODE_ATTR",
+    "CPU_TIME",
     "EVENT_LOOP_ATTR",
     "EVENT_LOOP_ROLES",
     "FD_COUNT",
     "FD_COUNT_NAMES",
     "FD_COUNT_UNIX",
+    "GC_COLLECTED",
+    "GC_COLLECTIONS",
+    "GC_COUNT",
     "GC_GENERATION_ATTR",
+    "GC_PAUSE_MS",
+    "GC_UNCOLLECTABLE",
     "GROUP",
     "LAG_MS",
+    "MEMORY_USAGE",
     "PAUSE_RING_SIZE",
+    "SPECS",
     "TASKS",
+    "THREAD_COUNT",
     "EventLoopSampler",
     "enable_runtime_metrics",
     "event_loop_sampler",
     "intact_pauses",
-    "wake_lag_ms",
     "report_file_descriptors_as",
     "start_event_loop_sampler",
     "telemetry_started",
     "telemetry_stopping",
+    "wake_lag_ms",
 ]
 
 GROUP = "gym.runtime"
@@ -311,7 +321,16 @@ class EventLoopSampler:
                     continue
                 rlmetrics.record(GROUP, {LAG_MS: wake_lag_ms(expected, loop.time())}, attributes)
                 if self.task_count:
-                    rlmetrics.record(GROUP, {TASKS: len(asyncio.all_tasks(loop))}, attributes)
+                    try:
+                        tasks = len(asyncio.all_tasks(loop))
+                    except RuntimeError:  # the task set kept changing under all_tasks()
+                        warn_once(
+                            "gym:event_loop:tasks",
+                            "rlmetrics-gym: counting the loop's tasks failed; "
+                            "gym.event_loop.tasks skips this sample",
+                        )
+                        continue
+                    rlmetrics.record(GROUP, {TASKS: tasks}, attributes)
         finally:
             with _samplers_lock:
                 if _samplers.get(loop) is self:
@@ -365,7 +384,7 @@ def start_event_loop_sampler(
             return sampler
         sampler = EventLoopSampler(loop, role, interval_s, task_count)
         _samplers[loop] = sampler
-    sampler._task = loop.create_task(sampler._run(), name=f"rlmetrics-gym-lag-{role}")
+        sampler._task = loop.create_task(sampler._run(), name=f"rlmetrics-gym-lag-{role}")
     return sampler
 
 
@@ -374,12 +393,16 @@ async def event_loop_sampler(
     role: str = "server", *, interval_s: float = 0.1, task_count: bool = False
 ) -> AsyncIterator[EventLoopSampler]:
     """``async with event_loop_sampler("server"): ...`` samples the loop for the block (an
-    ASGI lifespan, a driver's main coroutine)."""
+    ASGI lifespan, a driver's main coroutine). A sampler that was already running on the loop
+    is used and left running."""
+    running = _samplers.get(asyncio.get_running_loop())
+    already = running is not None and running.running
     sampler = start_event_loop_sampler(role, interval_s=interval_s, task_count=task_count)
     try:
         yield sampler
     finally:
-        await sampler.aclose()
+        if not already:
+            await sampler.aclose()
 
 
 # -- garbage collector --------------------------------------------------------------------------
