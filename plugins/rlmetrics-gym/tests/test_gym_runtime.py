@@ -224,11 +224,16 @@ def test_gc_metrics_under_concurrent_exports_without_deadlock(
     try:
         wait_until(lambda: exports[0] >= 1 or not exporter.is_alive(), what="a first export")
         first = exports[0]
-        # Force collections of every generation until several exports ran meanwhile.
-        while forced < 60 or (exports[0] - first < 5 and forced < 20000 and exporter.is_alive()):
+        # Force collections of every generation until several exports ran meanwhile (the
+        # exporter's own allocations trigger collections inside its collect() as well).
+        deadline = time.monotonic() + 15
+        while forced < 60 or (
+            exports[0] - first < 5 and exporter.is_alive() and time.monotonic() < deadline
+        ):
             _make_cycles(cycles)
             gc.collect(forced % 3)
             forced += 1
+            time.sleep(0)  # hand the GIL over, so exports and collections interleave
         assert exports[0] - first >= 5
     finally:
         stop.set()
