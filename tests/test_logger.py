@@ -17,6 +17,7 @@ from rlmetrics.events import (
     CheckpointRestore,
     CheckpointSave,
     EfficiencySummary,
+    SetupTimings,
     ThroughputSample,
 )
 from rlmetrics.logger import flatten
@@ -36,11 +37,11 @@ class Recorder:
 
     @rlmetrics.hookimpl
     def on_setup_timing(self, timings: Any) -> None:
-        self.calls.append(("on_setup_timing", dict(timings)))
+        self.calls.append(("on_setup_timing", timings))
 
     @rlmetrics.hookimpl
-    def on_efficiency_summary(self, summary: Any) -> None:
-        self.calls.append(("on_efficiency_summary", summary))
+    def on_efficiency_summary(self, summary: Any, step: int) -> None:
+        self.calls.append(("on_efficiency_summary", (summary, step)))
 
     @rlmetrics.hookimpl
     def on_rollout_checkpoint(self, event: Any) -> None:
@@ -85,18 +86,20 @@ def test_flatten_nested_dicts() -> None:
 
 
 def test_setup_prefix_routes_to_on_setup_timing(recorder: Recorder) -> None:
-    rlmetrics.Logger(backends={}).log_metrics(
-        {"policy_init_time_s": 2.0}, step=0, prefix="timing/setup"
-    )
+    logged = {"policy_init_time_s": 2.0, "parallel_init_enabled": 1.0}
+    rlmetrics.Logger(backends={}).log_metrics(logged, step=0, prefix="timing/setup")
     assert recorder.calls == [
-        ("on_setup_timing", {"policy_init_time_s": 2.0}),
-        ("log_metrics", ({"policy_init_time_s": 2.0}, 0, "timing/setup")),
+        (
+            "on_setup_timing",
+            SetupTimings(seconds={"policy_init": 2.0}, flags={"parallel_init_enabled": 1.0}),
+        ),
+        ("log_metrics", (logged, 0, "timing/setup")),
     ]
 
 
 def test_log_setup_timing_is_the_typed_twin(recorder: Recorder) -> None:
     rlmetrics.Logger(backends={}).log_setup_timing({"total_setup_time_s": 9.0})
-    assert recorder.calls[0] == ("on_setup_timing", {"total_setup_time_s": 9.0})
+    assert recorder.calls[0] == ("on_setup_timing", SetupTimings(seconds={"total_setup": 9.0}))
     assert recorder.calls[1][1][1:] == (0, "timing/setup")
 
 
@@ -116,10 +119,11 @@ def test_efficiency_keys_of_a_train_dict_route_to_on_efficiency_summary(
         prefix=prefix,
     )
     assert recorder.hooks() == ["on_efficiency_summary", "log_metrics"]
-    summary = recorder.calls[0][1]
+    summary, step = recorder.calls[0][1]
     assert summary == EfficiencySummary(
         seconds={"idle/refit_bubble": 1.5}, efficiency_pct=80.0, pct_per_step=True
     )
+    assert step == 4
 
 
 def test_efficiency_keys_under_another_prefix_are_not_routed(recorder: Recorder) -> None:
@@ -131,7 +135,7 @@ def test_log_efficiency_summary_is_the_typed_twin(recorder: Recorder, tmp_path: 
     summary = EfficiencySummary(seconds={"idle/validation": 2.0}, step_wall_time_s=10.0)
     with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger:
         logger.log_efficiency_summary(summary, step=3)
-    assert recorder.calls[0] == ("on_efficiency_summary", summary)
+    assert recorder.calls[0] == ("on_efficiency_summary", (summary, 3))
     [row] = read_jsonl(tmp_path / "m.jsonl")
     assert row["step"] == 3
     assert row["metrics"] == {
@@ -332,3 +336,17 @@ def test_record_never_raises_and_valid_values_land() -> None:
         check()
         counter = single(points(reader), "h.counter")
     assert counter.value >= 1 and math.isfinite(counter.value)
+
+
+def test_a_rollout_dict_without_wall_time_is_stamped_for_backends_and_hook(
+    recorder: Recorder, tmp_path: Path
+) -> None:
+    with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger:
+        logger.log_metrics(
+            {"committed_groups_per_second": 2.0}, step=3, prefix="rollout/throughput"
+        )
+    [row] = read_jsonl(tmp_path / "m.jsonl")
+    stamped = row["metrics"]["telemetry/wall_time_seconds"]
+    assert abs(stamped - row["time"]) < 60
+    [event] = [payload for hook, payload in recorder.calls if hook == "on_rollout_checkpoint"]
+    assert event.wall_time_s == stamped  # backends and the hook agree on the stream's time

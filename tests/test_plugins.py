@@ -1,28 +1,48 @@
-"""Plugin discovery through a real installed distribution, built by the test in a temp dir."""
+"""Plugin loading through real installed distributions, laid out by the tests in a temp dir:
+discovery, allow/deny lists, name clashes, failures at import (after declaring, or by
+``SystemExit``), guarded hooks and wrappers, and exporters offered by a plugin."""
 
 from __future__ import annotations
 
 import logging
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rlmetrics_test_dists import install
 
 import rlmetrics
-from rlmetrics.plugins import Plugins, load_plugins
+from rlmetrics.plugins import DISABLED, FAILED, LOADED, Plugins, load_plugins
+from rlmetrics.testing import in_memory_telemetry, points, single
 
-PACKAGE = "rlmetrics_testplugin"
+
+class Site:
+    """A site-packages folder on ``sys.path`` for the test's distributions."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def install(self, name: str, files: dict[str, str], entry_points: dict[str, str]) -> None:
+        install(self.path, name, files, entry_points)
 
 
-def _install_test_distribution(site: Path) -> None:
-    """Lay out what an installer leaves in site-packages: the package and its dist-info."""
-    package = site / PACKAGE
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text(
-        textwrap.dedent("""
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
+    path = tmp_path / "site"
+    path.mkdir()
+    monkeypatch.syspath_prepend(str(path))
+    for name in ("RLMETRICS_PLUGINS", "RLMETRICS_DISABLE_PLUGINS", "RLMETRICS_OVERRIDE_PLUGINS"):
+        monkeypatch.delenv(name, raising=False)
+    yield Site(path)
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(str(path)):
+            del sys.modules[name]
+
+
+TESTPLUGIN = {
+    "rlmetrics_testplugin/__init__.py": """
         import rlmetrics
 
         calls = []
@@ -46,10 +66,8 @@ def _install_test_distribution(site: Path) -> None:
         @rlmetrics.hookimpl
         def register_backends(register):
             register("memory", MemoryBackend)
-    """)
-    )
-    (package / "raising.py").write_text(
-        textwrap.dedent("""
+    """,
+    "rlmetrics_testplugin/raising.py": """
         import rlmetrics
         from rlmetrics_testplugin import calls
 
@@ -57,144 +75,399 @@ def _install_test_distribution(site: Path) -> None:
         def log_metrics(metrics, step, prefix):
             calls.append(("raising", prefix, dict(metrics)))
             raise RuntimeError("plugin bug")
-    """)
-    )
-    (package / "broken.py").write_text("import a_module_that_does_not_exist\n")
-    (package / "badhook.py").write_text(
-        textwrap.dedent("""
+    """,
+    "rlmetrics_testplugin/broken.py": "import a_module_that_does_not_exist\n",
+    "rlmetrics_testplugin/badhook.py": """
         import rlmetrics
 
         @rlmetrics.hookimpl
         def log_metrcs(metrics):  # typo: no such hook
             pass
-    """)
-    )
-    dist_info = site / "rlmetrics_testplugin-0.1.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: rlmetrics-testplugin\nVersion: 0.1\n"
-    )
-    # Order matters: "raising" is registered after "good", so pluggy's LIFO order calls it
-    # first; the good plugin must still run.
-    (dist_info / "entry_points.txt").write_text(
-        textwrap.dedent("""
-        [rlmetrics]
-        good = rlmetrics_testplugin
-        broken = rlmetrics_testplugin.broken
-        badhook = rlmetrics_testplugin.badhook
-        raising = rlmetrics_testplugin.raising
-    """)
-    )
+    """,
+}
+# Loaded in name order within a distribution: "raising" registers after "good", so pluggy's
+# LIFO order calls it first, and the good plugin must still run.
+TESTPLUGIN_ENTRY_POINTS = {
+    "good": "rlmetrics_testplugin",
+    "broken": "rlmetrics_testplugin.broken",
+    "badhook": "rlmetrics_testplugin.badhook",
+    "raising": "rlmetrics_testplugin.raising",
+}
 
 
 @pytest.fixture
-def test_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    _install_test_distribution(tmp_path / "site")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.delenv("RLMETRICS_PLUGINS", raising=False)
-    monkeypatch.delenv("RLMETRICS_DISABLE_PLUGINS", raising=False)
-    yield __import__(PACKAGE)
-    for name in [m for m in sys.modules if m.startswith(PACKAGE)]:
-        del sys.modules[name]
+def testplugin(site: Site) -> Any:
+    site.install("rlmetrics-testplugin", TESTPLUGIN, TESTPLUGIN_ENTRY_POINTS)
+    return __import__("rlmetrics_testplugin")
 
 
-def test_installed_distribution_is_discovered(test_distribution: Any) -> None:
+def _info(plugins: Plugins, name: str) -> Any:
+    info = plugins.info(name)
+    assert info is not None, f"no row for {name}"
+    return info
+
+
+# -- discovery ---------------------------------------------------------------------------------
+
+
+def test_installed_distribution_is_discovered(testplugin: Any) -> None:
     plugins = load_plugins()
-    good = plugins.infos["good"]
-    assert (good.status, good.distribution, good.version) == (
-        "loaded",
+    good = _info(plugins, "good")
+    assert (good.status, good.distribution, good.version, good.builtin) == (
+        LOADED,
         "rlmetrics-testplugin",
         "0.1",
+        False,
     )
     assert good.hooks == ("log_metrics", "register_backends")
     # The built-ins load through the same entry point group.
-    assert plugins.infos["jsonl"].status == "loaded"
-    assert plugins.infos["jsonl"].distribution == "rlmetrics"
+    jsonl = _info(plugins, "jsonl")
+    assert (jsonl.status, jsonl.distribution, jsonl.builtin) == (LOADED, "rlmetrics", True)
 
 
-def test_broken_import_is_skipped_and_named(test_distribution: Any, caplog: Any) -> None:
+def test_broken_import_is_skipped_and_named(testplugin: Any, caplog: Any) -> None:
     with caplog.at_level(logging.WARNING, logger="rlmetrics"):
         plugins = load_plugins()
-    assert plugins.infos["broken"].status == "failed"
-    assert "a_module_that_does_not_exist" in (plugins.infos["broken"].error or "")
+    broken = _info(plugins, "broken")
+    assert broken.status == FAILED
+    assert "a_module_that_does_not_exist" in (broken.reason or "")
     assert "'broken'" in caplog.text and "failed to import" in caplog.text
-    assert plugins.infos["good"].status == "loaded"
+    assert _info(plugins, "good").status == LOADED
 
 
-def test_plugin_with_unknown_hook_is_skipped_and_named(test_distribution: Any, caplog: Any) -> None:
+def test_plugin_with_unknown_hook_is_skipped_and_named(testplugin: Any, caplog: Any) -> None:
     with caplog.at_level(logging.WARNING, logger="rlmetrics"):
         plugins = load_plugins()
-    assert plugins.infos["badhook"].status == "failed"
+    assert _info(plugins, "badhook").status == FAILED
     assert "'badhook' skipped" in caplog.text and "log_metrcs" in caplog.text
     assert "badhook" not in plugins.names()
 
 
-def test_raising_hook_does_not_stop_the_other_plugin(test_distribution: Any, caplog: Any) -> None:
+def test_raising_hook_does_not_stop_the_other_plugin(testplugin: Any, caplog: Any) -> None:
     load_plugins()
     with caplog.at_level(logging.WARNING, logger="rlmetrics"):
         rlmetrics.Logger(backends={}).log_metrics({"loss": 1.0}, step=1, prefix="train")
-    assert [c[0] for c in test_distribution.calls] == ["raising", "good"]
-    assert test_distribution.calls[1] == ("good", "train", {"loss": 1.0})
+    assert [c[0] for c in testplugin.calls] == ["raising", "good"]
+    assert testplugin.calls[1] == ("good", "train", {"loss": 1.0})
     assert "plugin 'raising' raised in hook 'log_metrics'" in caplog.text
 
 
-def test_backend_from_a_third_party_plugin(test_distribution: Any) -> None:
+def test_backend_from_a_third_party_plugin(testplugin: Any) -> None:
     load_plugins(allow=["good"])
     with rlmetrics.Logger(backends={"memory": {"tag": "m1"}}) as logger:
         logger.log_metrics({"a": {"b": 2}}, step=3, prefix="train")
-    assert test_distribution.MemoryBackend.rows == [
+    assert testplugin.MemoryBackend.rows == [
         ("m1", 3, "train", {"a/b": 2}),
         ("m1", "finished"),
     ]
 
 
+# -- allow and deny lists ------------------------------------------------------------------
+
+
+THIRD_PARTY = {"good", "raising", "broken", "badhook"}
+BUILTINS = {"jsonl", "console", "training", "setup", "efficiency", "rollout_checkpoint", "otlp"}
+
+
 @pytest.mark.parametrize(
     ("allow", "deny", "loaded"),
     [
-        (["good"], None, {"good"}),
-        (["rlmetrics-testplugin"], ["broken", "badhook"], {"good", "raising"}),
-        (None, ["rlmetrics-testplugin"], {"jsonl", "console"}),
-        ([], None, set()),
+        (["good"], None, {"good", *BUILTINS}),
+        (["rlmetrics-testplugin"], ["broken", "badhook"], {"good", "raising", *BUILTINS}),
+        # PEP 503: the distribution's name in any spelling.
+        (["RLMetrics_TestPlugin"], ["broken", "badhook"], {"good", "raising", *BUILTINS}),
+        (None, ["rlmetrics-testplugin"], BUILTINS),
+        # An empty allow-list loads no third-party plugin; the built-ins still load.
+        ([], None, BUILTINS),
+        # A built-in is not loaded only when denied by name.
+        ([], ["jsonl", "otlp"], BUILTINS - {"jsonl", "otlp"}),
     ],
 )
 def test_allow_and_deny_lists(
-    test_distribution: Any, allow: list[str] | None, deny: list[str] | None, loaded: set[str]
+    testplugin: Any, allow: list[str] | None, deny: list[str] | None, loaded: set[str]
 ) -> None:
     plugins = load_plugins(allow=allow, deny=deny)
-    watched = {"good", "raising", "broken", "badhook", "jsonl", "console"}
+    watched = THIRD_PARTY | BUILTINS
     assert set(plugins.names()) & watched == loaded
     for name in watched - loaded - {"broken", "badhook"}:
-        assert plugins.infos[name].status == "disabled"
+        info = _info(plugins, name)
+        assert info.status == DISABLED
+        assert info.reason in ("not in the allow-list allow=", "denied by deny=")
 
 
-def test_lists_from_the_environment(
-    test_distribution: Any, monkeypatch: pytest.MonkeyPatch
+def test_an_allow_list_naming_only_a_third_party_keeps_the_core_working(
+    testplugin: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    monkeypatch.setenv("RLMETRICS_PLUGINS", "rlmetrics_testplugin")
+    plugins = load_plugins()
+    assert _info(plugins, "good").status == LOADED
+    assert _info(plugins, "jsonl").status == LOADED
+    # The default backend is the core's jsonl: an allow-list for a third party cannot lose it.
+    with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger:
+        logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+    assert (tmp_path / "m.jsonl").read_text().count("\n") == 1
+
+
+def test_lists_from_the_environment(testplugin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RLMETRICS_PLUGINS", "good, jsonl")
-    assert set(load_plugins().names()) == {"good", "jsonl"}
+    plugins = load_plugins()
+    assert set(plugins.names()) & THIRD_PARTY == {"good"}
+    assert _info(plugins, "raising").reason == "not in the allow-list RLMETRICS_PLUGINS"
     monkeypatch.delenv("RLMETRICS_PLUGINS")
     monkeypatch.setenv("RLMETRICS_DISABLE_PLUGINS", "raising,broken,badhook,console")
-    names = set(load_plugins().names())
+    plugins = load_plugins()
+    names = set(plugins.names())
     assert "good" in names and "jsonl" in names
     assert not names & {"raising", "broken", "badhook", "console"}
+    assert _info(plugins, "console").reason == "denied by RLMETRICS_DISABLE_PLUGINS"
 
 
 def test_start_arguments_override_the_environment(
-    test_distribution: Any, monkeypatch: pytest.MonkeyPatch
+    testplugin: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RLMETRICS_PLUGINS", "jsonl")
+    monkeypatch.setenv("RLMETRICS_PLUGINS", "raising")
     with rlmetrics.start(service_name="t", plugins=["good"], disable_plugins=[]):
         from rlmetrics.plugins import get_plugins
 
-        assert get_plugins().names() == ["good"]
+        assert set(get_plugins().names()) & THIRD_PARTY == {"good"}
 
 
-def test_in_process_registration_validates() -> None:
-    plugins = Plugins()
+# -- name clashes ------------------------------------------------------------------------------
 
+# A third party that ships an entry point named like the core's training family.
+ACME_DUP = {
+    "acme_dup/__init__.py": "",
+    "acme_dup/mod.py": """
+        import rlmetrics
+
+        @rlmetrics.hookimpl
+        def log_metrics(metrics):
+            pass
+    """,
+}
+
+
+def test_a_third_party_entry_point_never_silently_replaces_a_builtin(
+    site: Site, caplog: Any
+) -> None:
+    site.install("acme-dup", ACME_DUP, {"training": "acme_dup.mod"})
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        plugins = load_plugins()
+    rows = {(i.name, i.distribution): i for i in plugins.infos if i.name == "training"}
+    assert rows[("training", "rlmetrics")].status == LOADED
+    assert rows[("training", "acme-dup")].status == DISABLED
+    assert "name clash" in (rows[("training", "acme-dup")].reason or "")
+    # The clash is warned naming both distributions.
+    assert "'rlmetrics', 'acme-dup'" in caplog.text
+    # And the core's family still tees.
+    with in_memory_telemetry() as (_handle, reader):
+        rlmetrics.Logger(backends={}).log_metrics({"reward": 0.5}, step=1, prefix="train")
+        assert single(points(reader), "rl.reward.mean").value == 0.5
+
+
+def test_a_deliberate_override_replaces_a_builtin(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site.install("acme-dup", ACME_DUP, {"training": "acme_dup.mod"})
+    monkeypatch.setenv("RLMETRICS_OVERRIDE_PLUGINS", "training=acme_dup")
+    plugins = load_plugins()
+    rows = {i.distribution: i.status for i in plugins.infos if i.name == "training"}
+    assert rows == {"acme-dup": LOADED, "rlmetrics": DISABLED}
+
+
+def test_a_clash_between_third_parties_is_deterministic(site: Site) -> None:
+    site.install("zeta-queue", {"zeta_queue.py": ""}, {"queue": "zeta_queue"})
+    site.install("alpha-queue", {"alpha_queue.py": ""}, {"queue": "alpha_queue"})
+    rows = {i.distribution: i.status for i in load_plugins().infos if i.name == "queue"}
+    assert rows == {"alpha-queue": LOADED, "zeta-queue": DISABLED}
+
+
+# -- failures at import ------------------------------------------------------------------------
+
+
+def test_a_plugin_that_fails_after_declaring_leaves_nothing_declared(site: Site) -> None:
+    site.install(
+        "half-done",
+        {
+            "half_done.py": """
+                import rlmetrics
+
+                observed = []
+
+                def callback():
+                    observed.append("called")
+                    return [(1.0, {})]
+
+                rlmetrics.declare("half", [
+                    rlmetrics.MetricSpec("half.gauge", rlmetrics.Kind.GAUGE),
+                    rlmetrics.MetricSpec("half.observed", rlmetrics.Kind.OBSERVABLE_GAUGE,
+                                         callback=callback),
+                ])
+                raise RuntimeError("configuration missing")
+            """
+        },
+        {"half": "half_done"},
+    )
+    plugins = load_plugins()
+    assert _info(plugins, "half").status == FAILED
+    declared = {d.spec.name for d in rlmetrics.default_registry().declared()}
+    assert not declared & {"half.gauge", "half.observed"}
+    with in_memory_telemetry() as (_handle, reader):
+        exported = {p.name for p in points(reader)}
+    assert not exported & {"half.gauge", "half.observed"}
+    assert "half_done" not in sys.modules  # its callback cannot have been kept anywhere
+
+
+def test_system_exit_at_a_plugins_import_does_not_end_the_process(
+    site: Site, caplog: Any
+) -> None:
+    site.install("quitter", {"quitter.py": "import sys\nsys.exit(3)\n"}, {"quitter": "quitter"})
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        plugins = load_plugins()
+        rlmetrics.Logger(backends={})
+    info = _info(plugins, "quitter")
+    assert info.status == FAILED and "SystemExit(3)" in (info.reason or "")
+    assert _info(plugins, "training").status == LOADED
+
+
+def test_system_exit_in_a_hook_is_reported_and_the_others_run(caplog: Any) -> None:
+    seen: list[str] = []
+
+    class Quits:
+        @rlmetrics.hookimpl(tryfirst=True)
+        def log_metrics(self) -> None:
+            raise SystemExit(1)
+
+    class Records:
+        @rlmetrics.hookimpl
+        def log_metrics(self, metrics: Any) -> None:
+            seen.append("ran")
+
+    rlmetrics.plugins.register(Quits(), "quits")
+    rlmetrics.plugins.register(Records(), "records")
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        rlmetrics.Logger(backends={}).log_metrics({"x": 1}, step=1)
+    assert seen == ["ran"]
+    assert "plugin 'quits' raised in hook 'log_metrics'" in caplog.text
+
+
+def test_keyboard_interrupt_in_a_hook_still_reaches_the_caller() -> None:
+    class Interrupted:
+        @rlmetrics.hookimpl
+        def log_metrics(self) -> None:
+            raise KeyboardInterrupt
+
+    rlmetrics.plugins.register(Interrupted(), "interrupted")
+    with pytest.raises(KeyboardInterrupt):
+        rlmetrics.Logger(backends={}).log_metrics({"x": 1}, step=1)
+
+
+def test_in_process_registration_validates(caplog: Any) -> None:
     class Typo:
         @rlmetrics.hookimpl
         def on_setup_timings(self, timings: Any) -> None: ...
 
-    assert not plugins.register(Typo(), "typo")
-    assert "typo" not in plugins.names()
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        assert not rlmetrics.plugins.register(Typo(), "typo")
+    assert "'typo' skipped" in caplog.text and "on_setup_timings" in caplog.text
+    assert "typo" not in rlmetrics.plugins.get_plugins().names()
+
+
+# -- wrappers ----------------------------------------------------------------------------------
+
+
+class _Plain:
+    def __init__(self, order: list[str]) -> None:
+        self.order = order
+
+    @rlmetrics.hookimpl
+    def log_metrics(self) -> None:
+        self.order.append("plain")
+
+
+def test_a_wrapper_runs_around_the_other_implementations() -> None:
+    order: list[str] = []
+
+    class NewStyle:
+        @rlmetrics.hookimpl(wrapper=True)
+        def log_metrics(self, prefix: str) -> Iterator[None]:
+            order.append(f"new:before:{prefix}")
+            result = yield
+            order.append("new:after")
+            return result
+
+    class OldStyle:
+        @rlmetrics.hookimpl(hookwrapper=True)
+        def log_metrics(self) -> Iterator[None]:
+            order.append("old:before")
+            outcome = yield
+            order.append(f"old:after:{outcome.exception is None}")
+
+    rlmetrics.plugins.register(_Plain(order), "plain")
+    rlmetrics.plugins.register(NewStyle(), "new")
+    rlmetrics.plugins.register(OldStyle(), "old")
+    rlmetrics.Logger(backends={}).log_metrics({"x": 1}, step=1, prefix="train")
+    assert order == ["old:before", "new:before:train", "plain", "new:after", "old:after:True"]
+
+
+@pytest.mark.parametrize("fails", ["before", "after", "no-yield"])
+def test_a_failing_wrapper_is_reported_and_steps_aside(fails: str, caplog: Any) -> None:
+    order: list[str] = []
+
+    class Failing:
+        @rlmetrics.hookimpl(wrapper=True)
+        def log_metrics(self) -> Iterator[None]:
+            if fails == "before":
+                raise RuntimeError("before")
+            if fails == "no-yield":
+                return None  # type: ignore[return-value]
+            yield
+            raise RuntimeError("after")
+
+    rlmetrics.plugins.register(_Plain(order), "plain")
+    rlmetrics.plugins.register(Failing(), "failing")
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        rlmetrics.Logger(backends={}).log_metrics({"x": 1}, step=1)
+    assert order == ["plain"]
+    expected = "failed after its yield" if fails == "after" else "failed before its yield"
+    assert f"plugin 'failing' {expected} in hook 'log_metrics'" in caplog.text
+
+
+# -- exporters from a plugin -------------------------------------------------------------------
+
+
+def test_a_third_party_exporter_is_a_plugin(site: Site) -> None:
+    site.install(
+        "rlmetrics-memory-exporter",
+        {
+            "memory_exporter.py": """
+                import rlmetrics
+                from rlmetrics.exporters import Exporter
+
+                readers = []
+
+                def make(export_interval_s=None, tag="m"):
+                    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+                    reader = InMemoryMetricReader()
+                    readers.append((tag, reader))
+                    return Exporter(reader)
+
+                @rlmetrics.hookimpl
+                def register_exporters(register):
+                    register("memory", make)
+            """
+        },
+        {"memory_exporter": "memory_exporter"},
+    )
+    rlmetrics.declare("exp", [rlmetrics.MetricSpec("exp.gauge", rlmetrics.Kind.GAUGE, key="g")])
+    with rlmetrics.start(exporters={"memory": {"tag": "t1"}}) as handle:
+        rlmetrics.record("exp", {"g": 2.0})
+        import memory_exporter
+
+        [(tag, reader)] = memory_exporter.readers
+        assert tag == "t1"
+        assert single(points(reader), "exp.gauge").value == 2.0
+        assert handle.exporter_addresses == {}
+    info = rlmetrics.plugins.get_plugins().info("memory_exporter")
+    assert info is not None and info.hooks == ("register_exporters",)

@@ -1,9 +1,13 @@
 """warn_once: report a recurring telemetry failure once, loudly, then quietly.
 
 Telemetry failures are usually per-step and deterministic: a broken sink fails the same way
-on every step. A warning per step would bury the run's log in identical tracebacks while
-saying nothing the first one did not; silence would hide a dead sink. So: WARNING with a
-traceback the first time a key fails, DEBUG afterwards, so the repetition stays recoverable.
+on every step. A warning per step would bury the run's log in identical reports while saying
+nothing the first one did not; silence would hide a dead sink. So: one WARNING line the first
+time a key fails, DEBUG afterwards, so the repetition stays recoverable.
+
+Keys name a cause (a plugin and what failed), never a logged value, so the set of keys stays
+bounded; as a backstop it is capped. A message never quotes a logged string (it may be a
+secret): :func:`describe_value` gives its type and length instead.
 """
 
 from __future__ import annotations
@@ -11,11 +15,16 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from typing import Any
 
-__all__ = ["logger", "warn_once"]
+__all__ = ["MAX_WARNING_KEYS", "describe_value", "logger", "warn_once"]
 
 logger = logging.getLogger("rlmetrics")
 
+#: Distinct warn-once keys remembered per process; past it, new causes are logged at DEBUG.
+MAX_WARNING_KEYS = 4096
+
+_OVERFLOW = "\0overflow"
 _warned: set[str] = set()
 _lock = threading.Lock()
 
@@ -23,17 +32,35 @@ _lock = threading.Lock()
 def warn_once(key: str, message: str) -> None:
     """Log ``message`` at WARNING the first time ``key`` is seen, at DEBUG afterwards.
 
-    The first report carries the active exception's traceback, or the call stack when there
-    is none, so it points at the cause.
+    Called while handling an exception (plugin or SDK code that raised), the first report
+    carries its traceback; otherwise it is the one line ``message``.
     """
     with _lock:
-        first = key not in _warned
-        _warned.add(key)
-    if first:
-        in_except = sys.exc_info()[0] is not None
-        logger.warning(message, exc_info=in_except, stack_info=not in_except)
-    else:
-        logger.debug(message, exc_info=sys.exc_info()[0] is not None)
+        known = key in _warned
+        first = not known and len(_warned) < MAX_WARNING_KEYS
+        overflowing = not known and not first and _OVERFLOW not in _warned
+        if first:
+            _warned.add(key)
+        if overflowing:
+            _warned.add(_OVERFLOW)  # one past the cap: the cap itself is reported once
+    if overflowing:
+        logger.warning(
+            "rlmetrics: more than %d distinct telemetry warnings; further new ones are "
+            "logged at DEBUG",
+            MAX_WARNING_KEYS,
+        )
+    in_except = sys.exc_info()[0] is not None
+    logger.log(logging.WARNING if first else logging.DEBUG, message, exc_info=in_except)
+
+
+def describe_value(value: Any) -> str:
+    """What a value is, for a warning, without quoting it: ``a str of length 12``,
+    ``a float``, ``a dict``."""
+    kind = type(value).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    if isinstance(value, (str, bytes, bytearray)):
+        return f"{article} {kind} of length {len(value)}"
+    return f"{article} {kind}"
 
 
 def _reset() -> None:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from .registry import as_number
+from .values import as_number
 
 __all__ = [
     "AGGREGATE_EFFICIENCY_KEYS",
@@ -21,16 +21,21 @@ __all__ = [
     "ROLLOUT_EVENT_TYPES",
     "SETUP_TIMING_PREFIX",
     "STEP_KEY",
+    "TRAIN_PREFIXES",
     "WALL_TIME_KEY",
     "CheckpointOutcome",
     "CheckpointRestore",
     "CheckpointSave",
     "EfficiencySummary",
     "RolloutEvent",
+    "SetupTimings",
     "ThroughputSample",
     "rollout_event_from_metrics",
+    "setup_phase",
 ]
 
+#: The prefixes per-step train dicts arrive under (NeMo-RL logs efficiency/* with "").
+TRAIN_PREFIXES = ("train", "")
 SETUP_TIMING_PREFIX = "timing/setup"
 EFFICIENCY_PREFIX = "efficiency/"
 #: Unix wall-clock time: the axis of the rollout-checkpoint streams, never the trainer step.
@@ -53,6 +58,44 @@ _NOT_CATEGORIES = AGGREGATE_EFFICIENCY_KEYS | {"step_wall_time"}
 
 def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
     return {k: n for k, v in values.items() if (n := as_number(v)) is not None}
+
+
+# Longest first: "generation_init_time_s" must lose "_time_s", not just "_s".
+_SETUP_SUFFIXES = ("_time_s", "_s")
+
+
+def setup_phase(key: str) -> str | None:
+    """The phase a setup key times (``generation_init_time_s`` → ``generation_init``), or None
+    for a key that is not a duration (``parallel_init_enabled``)."""
+    for suffix in _SETUP_SUFFIXES:
+        if key.endswith(suffix) and len(key) > len(suffix):
+            return key[: -len(suffix)]
+    return None
+
+
+@attrs.frozen
+class SetupTimings:
+    """Startup phase durations of one run, as the ``timing/setup`` dict logged them.
+
+    ``seconds`` maps each phase to its seconds (the key with its ``_time_s`` / ``_s`` suffix
+    stripped: ``policy_init_time_s`` is phase ``policy_init``); ``flags`` keeps every other
+    entry (``parallel_init_enabled``…), which is not a duration.
+    """
+
+    seconds: Mapping[str, float] = attrs.field(factory=dict)
+    flags: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def from_metrics(cls, metrics: Mapping[str, Any]) -> SetupTimings:
+        seconds: dict[str, float] = {}
+        flags: dict[str, Any] = {}
+        for key, value in metrics.items():
+            phase = setup_phase(key)
+            if phase is None:
+                flags[key] = value
+            elif (number := as_number(value)) is not None:
+                seconds[phase] = number
+        return cls(seconds=seconds, flags=flags)
 
 
 @attrs.frozen

@@ -3,11 +3,15 @@
 A plugin is a module (or object) with functions named after these specs and marked with
 ``@rlmetrics.hookimpl``; it is found through an entry point in the ``rlmetrics`` group. An
 implementation may accept any subset of a hook's arguments, so hooks can grow arguments
-without breaking plugins.
+without breaking plugins. ``@rlmetrics.hookimpl(wrapper=True)`` (and pluggy's older
+``hookwrapper=True``) wrap the other implementations of a hook, as in pluggy.
 
-Each implementation runs in its own guard: if it raises, rlmetrics reports it once (plugin
-and hook named) and goes on with the other plugins. A hook never raises into the training
-loop, so do not rely on raising to signal anything.
+Each implementation runs in its own guard: if it raises (anything but ``KeyboardInterrupt``,
+``SystemExit`` included), rlmetrics reports it once, naming plugin and hook, and goes on with
+the other plugins. A hook never raises into the training loop, so do not rely on raising to
+signal anything.
+
+rlmetrics calls these through :class:`rlmetrics.hooks.Hooks`, one typed method per hook.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from .backends import Backend
-    from .events import EfficiencySummary, RolloutEvent
+    from .backends import BackendFactory
+    from .events import EfficiencySummary, RolloutEvent, SetupTimings
+    from .exporters import ExporterFactory
     from .telemetry import Telemetry
 
 __all__ = ["hookimpl", "hookspec"]
@@ -49,21 +54,23 @@ def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
 
 
 @hookspec
-def on_setup_timing(timings: Mapping[str, Any]) -> None:
+def on_setup_timing(timings: SetupTimings) -> None:
     """Startup phase durations, once per run.
 
-    :param timings: ``{"<phase>_time_s" | "<phase>_s": seconds, ...}`` as logged under the
-        ``timing/setup`` prefix at step 0, plus non-duration flags such as
-        ``parallel_init_enabled`` that an implementation should skip.
+    :param timings: a :class:`rlmetrics.events.SetupTimings`: ``timings.seconds`` maps each
+        phase (``policy_init`` from the logged key ``policy_init_time_s``) to its seconds;
+        ``timings.flags`` holds the dict's other entries (``parallel_init_enabled``…), which
+        are not durations.
     """
 
 
 @hookspec
-def on_efficiency_summary(summary: EfficiencySummary) -> None:
+def on_efficiency_summary(summary: EfficiencySummary, step: int) -> None:
     """Where wall time went in one step (and in the run so far).
 
     :param summary: an :class:`rlmetrics.events.EfficiencySummary`; from a logged dict it is
         built from the ``efficiency/*`` keys of a ``train`` or ``""`` dict.
+    :param step: the trainer step it belongs to.
     """
 
 
@@ -104,11 +111,23 @@ def telemetry_stopping(telemetry: Telemetry) -> None:
 
 
 @hookspec
-def register_backends(register: Callable[[str, Callable[..., Backend]], None]) -> None:
+def register_backends(register: Callable[[str, BackendFactory], None]) -> None:
     """Offer logger backends by name.
 
     Call ``register("name", factory)`` for each; ``Logger(backends={"name": {...}})`` then
     builds one with ``factory(**config)``. The object must provide
     ``log_metrics(metrics, step, prefix)`` and ``finish()`` (see
     :class:`rlmetrics.backends.Backend`).
+    """
+
+
+@hookspec
+def register_exporters(register: Callable[[str, ExporterFactory], None]) -> None:
+    """Offer OpenTelemetry exporters by name.
+
+    Call ``register("name", factory)`` for each; ``rlmetrics.start(exporters=["name"])`` then
+    calls ``factory(export_interval_s=..., **options)`` and attaches the
+    :class:`rlmetrics.exporters.Exporter` it returns (its ``reader`` joins the one
+    MeterProvider). Import the SDK inside the factory, not at module level: plugin modules are
+    imported by every process that uses rlmetrics, telemetry or not.
     """

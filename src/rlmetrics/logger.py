@@ -1,8 +1,8 @@
 """Logger: the one object a training loop talks to.
 
 Each logged dict is flattened, written by every configured backend first, then handed to the
-plugins: routed by prefix to a typed hook (``timing/setup``, the rollout-checkpoint streams,
-``efficiency/*`` keys of a train dict) and always to ``log_metrics``. Every backend and every
+plugins: to a typed hook where the routing table (:mod:`rlmetrics.routing`) recognises it, and
+always to ``log_metrics``. Every backend and every
 plugin runs in its own guard, so one failing tracker never costs the others a step, and
 nothing raises into the training loop.
 """
@@ -10,26 +10,26 @@ nothing raises into the training loop.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
 from ._warn import warn_once
 from .backends import Backend, available_backends
 from .events import (
-    EFFICIENCY_PREFIX,
-    ROLLOUT_EVENT_TYPES,
     SETUP_TIMING_PREFIX,
+    TRAIN_PREFIXES,
+    WALL_TIME_KEY,
     EfficiencySummary,
     RolloutEvent,
-    rollout_event_from_metrics,
 )
-from .plugins import get_plugins
+from .hooks import Hooks
+from .plugins import hooks
+from .routing import routes_for
 
 __all__ = ["TRAIN_PREFIXES", "Logger", "flatten"]
 
-#: The prefixes per-step train dicts arrive under (NeMo-RL logs efficiency/* with "").
-TRAIN_PREFIXES = ("train", "")
 _MAX_DEPTH = 32
 
 
@@ -94,9 +94,15 @@ class Logger:
         try:
             flat = flatten(metrics)
             prefix = prefix or ""
-            self._to_backends(flat, step, prefix)
-            self._route(flat, prefix)
-            get_plugins().call("log_metrics", metrics=flat, step=step, prefix=prefix)
+            routes = [route for route in routes_for(prefix) if route.wants(flat)]
+            if any(route.wall_clock for route in routes):
+                flat.setdefault(WALL_TIME_KEY, time.time())
+
+            def deliver(plugins: Hooks) -> None:
+                for route in routes:
+                    route.deliver(plugins, route.parse(prefix, flat), step)
+
+            self._log(flat, step, prefix, deliver)
         except Exception:
             warn_once("logger:log_metrics", "rlmetrics: Logger.log_metrics failed; step dropped")
 
@@ -107,8 +113,11 @@ class Logger:
     def log_efficiency_summary(self, summary: EfficiencySummary, step: int = 0) -> None:
         """One step's efficiency accounting, typed; backends get its ``efficiency/*`` dict."""
         try:
-            self._log_typed(
-                summary.to_metrics(), step, "", "on_efficiency_summary", summary=summary
+            self._log(
+                summary.to_metrics(),
+                step,
+                "",
+                lambda plugins: plugins.on_efficiency_summary(summary, step),
             )
         except Exception:
             warn_once("logger:efficiency", "rlmetrics: Logger.log_efficiency_summary failed")
@@ -119,9 +128,11 @@ class Logger:
         The backends' step is the stream's own sample index, not the trainer step.
         """
         try:
-            step = self._next_sample(event.prefix)
-            self._log_typed(
-                event.to_metrics(), step, event.prefix, "on_rollout_checkpoint", event=event
+            self._log(
+                event.to_metrics(),
+                self._next_sample(event.prefix),
+                event.prefix,
+                lambda plugins: plugins.on_rollout_checkpoint(event),
             )
         except Exception:
             warn_once("logger:rollout", "rlmetrics: Logger.log_rollout_checkpoint failed")
@@ -158,13 +169,18 @@ class Logger:
             self._samples[prefix] = self._samples.get(prefix, -1) + 1
             return self._samples[prefix]
 
-    def _log_typed(
-        self, flat: Mapping[str, Any], step: int, prefix: str, hook: str, **payload: Any
+    def _log(
+        self,
+        flat: Mapping[str, Any],
+        step: int,
+        prefix: str,
+        typed: Callable[[Hooks], None],
     ) -> None:
+        """Backends first, then the typed hook this dict stands for, then ``log_metrics``."""
         self._to_backends(flat, step, prefix)
-        plugins = get_plugins()
-        plugins.call(hook, **payload)
-        plugins.call("log_metrics", metrics=flat, step=step, prefix=prefix)
+        plugins = hooks()
+        typed(plugins)
+        plugins.log_metrics(flat, step, prefix)
 
     def _to_backends(self, flat: Mapping[str, Any], step: int, prefix: str) -> None:
         # One lock for all backends: a sampler thread and the training loop may both log,
@@ -182,15 +198,3 @@ class Logger:
                         "and telemetry still got it",
                     )
 
-    def _route(self, flat: Mapping[str, Any], prefix: str) -> None:
-        plugins = get_plugins()
-        if prefix == SETUP_TIMING_PREFIX:
-            plugins.call("on_setup_timing", timings=flat)
-        elif prefix in ROLLOUT_EVENT_TYPES:
-            plugins.call("on_rollout_checkpoint", event=rollout_event_from_metrics(prefix, flat))
-        elif prefix in TRAIN_PREFIXES and any(_efficiency_keys(flat)):
-            plugins.call("on_efficiency_summary", summary=EfficiencySummary.from_metrics(flat))
-
-
-def _efficiency_keys(flat: Mapping[str, Any]) -> Iterator[str]:
-    return (key for key in flat if key.startswith(EFFICIENCY_PREFIX))

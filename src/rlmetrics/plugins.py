@@ -1,107 +1,132 @@
-"""Finding plugins through entry points, and calling their hooks one guard at a time.
+"""Finding plugins through entry points, one at a time, in a way that cannot be fooled.
 
-pluggy's own ``load_setuptools_entrypoints`` stops at the first import error and a bare
-``pm.hook.x(...)`` stops at the first implementation that raises. Telemetry must survive
-both, so plugins are loaded one entry point at a time and every implementation is called in
-its own guard: a broken plugin is skipped and named, the others run.
+pluggy's ``load_setuptools_entrypoints`` stops at the first import error, lets two
+distributions claim one entry-point name by metadata order, and keeps whatever a failed import
+declared. Telemetry must survive all three, so entry points are loaded here one by one:
 
-Built-in plugins (the JSONL and console backends, the families) are entry points of the core
-distribution, so they load, list and can be disabled exactly like third-party ones.
+- a plugin whose import or registration fails (any exception, ``SystemExit`` included) is
+  skipped and named, and what it declared is rolled back; the others load;
+- an entry-point name offered by two distributions is reported naming both; the core's
+  built-in always wins, and between third parties the choice is deterministic (the first
+  distribution by name) unless ``RLMETRICS_OVERRIDE_PLUGINS=name=distribution`` picks one;
+- the core's built-ins (backends, families, exporters) load unless explicitly denied; the
+  allow-list (``RLMETRICS_PLUGINS``) selects among third-party plugins only. Names match after
+  PEP 503 normalisation (``acme_rlmetrics`` is ``acme-rlmetrics``).
+
+Entry points are read on first use, never at ``import rlmetrics``.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
+import re
 import threading
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
 
 from . import hookspecs
 from ._warn import logger, warn_once
+from .hooks import Hooks, guard_implementations
+from .registry import default_registry
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = [
+    "ALLOW_ENV",
+    "CORE_DISTRIBUTION",
+    "DENY_ENV",
     "ENTRY_POINT_GROUP",
+    "OVERRIDE_ENV",
     "PluginInfo",
     "Plugins",
-    "call_hook",
     "get_plugins",
+    "hooks",
     "load_plugins",
+    "normalize",
     "register",
 ]
 
 ENTRY_POINT_GROUP = "rlmetrics"
+CORE_DISTRIBUTION = "rlmetrics"
 ALLOW_ENV = "RLMETRICS_PLUGINS"
 DENY_ENV = "RLMETRICS_DISABLE_PLUGINS"
+OVERRIDE_ENV = "RLMETRICS_OVERRIDE_PLUGINS"
+
+LOADED, FAILED, DISABLED = "loaded", "failed", "disabled"
 
 
 @attrs.frozen
 class PluginInfo:
-    """One entry point and what became of it."""
+    """One entry point (or in-process plugin) and what became of it.
+
+    ``reason`` says why a row is disabled or failed; ``series`` names what a loaded plugin
+    declared (a plugin may only declare series and implement no hook).
+    """
 
     name: str
     distribution: str | None
     version: str | None
-    status: str  # "loaded", "failed", "disabled"
+    status: str  # LOADED, FAILED or DISABLED
     hooks: tuple[str, ...] = ()
-    error: str | None = None
+    series: tuple[str, ...] = ()
+    reason: str | None = None
+    builtin: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self, recurse=False, value_serializer=_listify)
 
 
-def _plugin_name(plugin: Any) -> str:
-    """A module's name, else the object's class name."""
-    return str(getattr(plugin, "__name__", None) or type(plugin).__name__)
+def _listify(_instance: Any, _field: Any, value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
-def _split(value: str | None) -> set[str] | None:
+def normalize(name: str) -> str:
+    """PEP 503 normalisation: ``Acme_RLMetrics`` and ``acme-rlmetrics`` are one name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _names(value: Iterable[str] | str | None) -> set[str] | None:
     if value is None:
         return None
-    return {part.strip() for part in value.split(",") if part.strip()}
+    parts = value.split(",") if isinstance(value, str) else value
+    return {normalize(part.strip()) for part in parts if part.strip()}
+
+
+def _overrides(value: str | None) -> dict[str, str]:
+    """``"training=acme-dup, jsonl=fast-jsonl"`` → ``{"training": "acme-dup", ...}``."""
+    chosen: dict[str, str] = {}
+    for part in (value or "").split(","):
+        name, _, dist = part.partition("=")
+        if name.strip() and dist.strip():
+            chosen[normalize(name.strip())] = normalize(dist.strip())
+    return chosen
 
 
 class Plugins:
-    """A plugin manager plus the record of what loaded, failed or was disabled."""
+    """A plugin manager, its typed hooks, and the record of what loaded, failed or was
+    disabled."""
 
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
         self.pm.add_hookspecs(hookspecs)
-        self.infos: dict[str, PluginInfo] = {}
+        self.hooks = Hooks(self.pm)
+        self.infos: list[PluginInfo] = []
 
-    def register(self, plugin: Any, name: str | None = None) -> bool:
-        """Register ``plugin``; on a validation error, skip it with a warning naming it."""
-        name = name or _plugin_name(plugin)
+    def register(self, plugin: Any, name: str) -> str | None:
+        """Register ``plugin`` with its hooks guarded; on failure, why (and nothing stays)."""
         try:
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
         except Exception as exc:
             if self.pm.is_registered(plugin):
                 self.pm.unregister(plugin)
-            logger.warning("rlmetrics: plugin %r skipped: %s", name, exc)
-            return False
-        return True
-
-    def call(self, hook: str, **kwargs: Any) -> list[Any]:
-        """Call every implementation of ``hook``, each in its own guard; collect results."""
-        results = []
-        for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
-            result = self.call_impl(impl, hook, **kwargs)
-            if result is not None:
-                results.append(result)
-        return results
-
-    def call_impl(self, impl: pluggy.HookImpl, hook: str, **kwargs: Any) -> Any:
-        """Call one implementation in its own guard; None if it raised."""
-        try:
-            return impl.function(*(kwargs[arg] for arg in impl.argnames))
-        except Exception:
-            warn_once(
-                f"hook:{impl.plugin_name}:{hook}",
-                f"rlmetrics: plugin {impl.plugin_name!r} raised in hook {hook!r}; the other "
-                "plugins ran and training goes on",
-            )
-            return None
+            return str(exc)
+        guard_implementations(self.pm, plugin)
+        return None
 
     def hooks_of(self, name: str) -> tuple[str, ...]:
         plugin = self.pm.get_plugin(name)
@@ -110,12 +135,128 @@ class Plugins:
         return tuple(sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ()))
 
     def names(self) -> list[str]:
+        """The registered plugins' names."""
         return [name for name, _ in self.pm.list_name_plugin()]
 
+    def info(self, name: str) -> PluginInfo | None:
+        """The row for ``name`` that loaded, else the first row of that name."""
+        rows = [info for info in self.infos if info.name == name]
+        return next((info for info in rows if info.status == LOADED), rows[0] if rows else None)
 
-def _matches(ep: importlib.metadata.EntryPoint, names: set[str]) -> bool:
-    dist = getattr(ep, "dist", None)
-    return ep.name in names or (dist is not None and dist.name in names)
+
+@attrs.frozen
+class _Candidate:
+    entry_point: EntryPoint
+    distribution: str | None
+    version: str | None
+
+    @property
+    def builtin(self) -> bool:
+        return self.distribution is not None and normalize(self.distribution) == CORE_DISTRIBUTION
+
+    def row(self, status: str, **fields: Any) -> PluginInfo:
+        return PluginInfo(
+            self.entry_point.name,
+            self.distribution,
+            self.version,
+            status,
+            builtin=self.builtin,
+            **fields,
+        )
+
+
+def _candidates() -> list[_Candidate]:
+    """Every entry point of the group, with its distribution read once."""
+    from importlib.metadata import entry_points
+
+    found = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep, "dist", None)
+        metadata = dist.metadata if dist is not None else None  # parsed once, not per field
+        found.append(
+            _Candidate(
+                ep,
+                metadata["Name"] if metadata is not None else None,
+                metadata["Version"] if metadata is not None else None,
+            )
+        )
+    # Built-ins first (their declarations come first), then by distribution and name.
+    found.sort(key=lambda c: (not c.builtin, normalize(c.distribution or ""), c.entry_point.name))
+    return found
+
+
+def _resolve_clashes(
+    candidates: list[_Candidate], overrides: Mapping[str, str]
+) -> tuple[list[_Candidate], list[PluginInfo]]:
+    """One candidate per entry-point name; rows for the others, each saying why."""
+    by_name: dict[str, list[_Candidate]] = {}
+    for candidate in candidates:
+        by_name.setdefault(normalize(candidate.entry_point.name), []).append(candidate)
+    chosen: list[_Candidate] = []
+    shadowed: list[PluginInfo] = []
+    for name, rivals in by_name.items():
+        wanted = overrides.get(name)
+        winner = next(
+            (c for c in rivals if wanted and normalize(c.distribution or "") == wanted),
+            rivals[0],  # sorted: the built-in if there is one, else the first distribution
+        )
+        chosen.append(winner)
+        losers = [c for c in rivals if c is not winner]
+        if not losers:
+            continue
+        offered = ", ".join(repr(c.distribution) for c in rivals)
+        warn_once(
+            f"plugin-clash:{name}",
+            f"rlmetrics: entry point {winner.entry_point.name!r} is offered by {offered}; "
+            f"{winner.distribution!r} is used. Entry-point names share one namespace with the "
+            f"core's: rename one, or choose with {OVERRIDE_ENV}={name}=<distribution>",
+        )
+        for loser in losers:
+            shadowed.append(
+                loser.row(
+                    DISABLED,
+                    reason=f"entry-point name clash: {winner.distribution!r} is used "
+                    f"({OVERRIDE_ENV}={name}={loser.distribution} chooses this one)",
+                )
+            )
+    return chosen, shadowed
+
+
+def _matches(candidate: _Candidate, names: set[str]) -> bool:
+    return normalize(candidate.entry_point.name) in names or (
+        candidate.distribution is not None and normalize(candidate.distribution) in names
+    )
+
+
+def _load(plugins: Plugins, candidate: _Candidate) -> PluginInfo:
+    """Import and register one entry point; a failure rolls back what it declared."""
+    ep = candidate.entry_point
+    registry = default_registry()
+    mark = registry.mark()
+    try:
+        plugin = ep.load()
+        problem = plugins.register(plugin, ep.name)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit at a plugin's import must not end the job
+        registry.rollback(mark)
+        warn_once(
+            f"plugin-load:{ep.name}",
+            f"rlmetrics: plugin {ep.name!r} ({ep.value}, from {candidate.distribution}) failed "
+            f"to import and is skipped; the other plugins load: {exc!r}",
+        )
+        return candidate.row(FAILED, reason=f"import failed: {exc!r}")
+    if problem is not None:
+        registry.rollback(mark)
+        logger.warning("rlmetrics: plugin %r skipped: %s", ep.name, problem)
+        return candidate.row(FAILED, reason=f"invalid hooks: {problem}")
+    module = ep.module
+    series = tuple(
+        item.spec.name
+        for item in registry.declared()
+        if item.owner == module or item.owner.startswith(module + ".")
+    )
+    return candidate.row(LOADED, hooks=plugins.hooks_of(ep.name), series=series)
 
 
 def load_plugins(
@@ -124,43 +265,28 @@ def load_plugins(
 ) -> Plugins:
     """Build the process's plugin manager from the ``rlmetrics`` entry points.
 
-    ``allow`` (else ``RLMETRICS_PLUGINS``) lists the entry point or distribution names to load,
-    all others being skipped; ``deny`` (else ``RLMETRICS_DISABLE_PLUGINS``) lists names never
-    to load. A set-but-empty allow-list loads nothing.
+    ``allow`` (else ``RLMETRICS_PLUGINS``) lists the third-party entry point or distribution
+    names to load, all other third-party plugins being skipped; the core's built-ins load
+    regardless. ``deny`` (else ``RLMETRICS_DISABLE_PLUGINS``) lists names never to load,
+    built-ins included.
     """
-    allowed = set(allow) if allow is not None else _split(os.environ.get(ALLOW_ENV))
-    denied = set(deny) if deny is not None else (_split(os.environ.get(DENY_ENV)) or set())
+    allow_source = "allow=" if allow is not None else ALLOW_ENV
+    deny_source = "deny=" if deny is not None else DENY_ENV
+    allowed = _names(allow if allow is not None else os.environ.get(ALLOW_ENV))
+    denied = _names(deny if deny is not None else os.environ.get(DENY_ENV)) or set()
     plugins = Plugins()
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        dist = getattr(ep, "dist", None)
-        info = PluginInfo(
-            name=ep.name,
-            distribution=dist.name if dist is not None else None,
-            version=dist.version if dist is not None else None,
-            status="disabled",
-        )
-        plugins.infos[ep.name] = info
-        if (allowed is not None and not _matches(ep, allowed)) or _matches(ep, denied):
-            continue
-        if plugins.pm.has_plugin(ep.name):
-            continue
-        try:
-            plugin = ep.load()
-        except Exception as exc:
-            warn_once(
-                f"plugin-load:{ep.name}",
-                f"rlmetrics: plugin {ep.name!r} ({ep.value}) failed to import and is skipped; "
-                f"the other plugins load: {exc!r}",
-            )
-            plugins.infos[ep.name] = attrs.evolve(info, status="failed", error=repr(exc))
-            continue
-        if plugins.register(plugin, ep.name):
-            hooks = plugins.hooks_of(ep.name)
-            plugins.infos[ep.name] = attrs.evolve(info, status="loaded", hooks=hooks)
+    chosen, shadowed = _resolve_clashes(_candidates(), _overrides(os.environ.get(OVERRIDE_ENV)))
+    for candidate in chosen:
+        if _matches(candidate, denied):
+            info = candidate.row(DISABLED, reason=f"denied by {deny_source}")
+        elif allowed is not None and not candidate.builtin and not _matches(candidate, allowed):
+            info = candidate.row(DISABLED, reason=f"not in the allow-list {allow_source}")
         else:
-            plugins.infos[ep.name] = attrs.evolve(info, status="failed", error="invalid hooks")
+            info = _load(plugins, candidate)
+        plugins.infos.append(info)
+    plugins.infos.extend(shadowed)
     for name, plugin in _in_process.items():
-        plugins.register(plugin, name)
+        _register_in_process(plugins, plugin, name)
     global _plugins
     with _lock:
         _plugins = plugins
@@ -172,14 +298,31 @@ _in_process: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
+def _plugin_name(plugin: Any) -> str:
+    """A module's name, else the object's class name."""
+    return str(getattr(plugin, "__name__", None) or type(plugin).__name__)
+
+
+def _register_in_process(plugins: Plugins, plugin: Any, name: str) -> str | None:
+    problem = plugins.register(plugin, name)
+    status = FAILED if problem else LOADED
+    plugins.infos.append(
+        PluginInfo(name, None, None, status, hooks=plugins.hooks_of(name), reason=problem)
+    )
+    return problem
+
+
 def register(plugin: Any, name: str | None = None) -> bool:
     """Register a plugin object from code (no entry point), for this process.
 
     It stays registered when ``rlmetrics.start()`` reloads the entry points, and the allow-
-    and deny-lists do not apply to it: registering it is already an explicit choice.
+    and deny-lists do not apply to it: registering it is already an explicit choice. Returns
+    False, with a warning naming it, if its hooks are invalid.
     """
     name = name or _plugin_name(plugin)
-    if not get_plugins().register(plugin, name):
+    problem = _register_in_process(get_plugins(), plugin, name)
+    if problem is not None:
+        logger.warning("rlmetrics: plugin %r skipped: %s", name, problem)
         return False
     _in_process[name] = plugin
     return True
@@ -191,6 +334,6 @@ def get_plugins() -> Plugins:
     return plugins if plugins is not None else load_plugins()
 
 
-def call_hook(hook: str, **kwargs: Any) -> list[Any]:
-    """Call ``hook`` on every loaded plugin, each in its own guard."""
-    return get_plugins().call(hook, **kwargs)
+def hooks() -> Hooks:
+    """The typed hooks of the loaded plugins."""
+    return get_plugins().hooks

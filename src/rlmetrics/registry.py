@@ -1,32 +1,26 @@
-"""MetricRegistry: declared series, frozen at telemetry start, recorded by key.
+"""MetricRegistry: the declared series, frozen while telemetry runs, recorded by key.
 
 Families declare their specs at import (``declare``); ``rlmetrics.start()`` freezes the
-registry and builds one instrument per spec (``bind``); ``record`` then writes by registry
-key. Recording is the training loop's path, so it never raises: every bad value, key or
-attribute set is dropped on its own with ``warn_once`` while the rest of the call lands.
-
-Gauges are not exported through the SDK's synchronous gauge: SDK 1.44 forgets its value after
-each collection and 1.45 keeps every attribute set forever. The registry keeps the last value
-per attribute set itself and exports the table through an observable gauge, so every SDK
-version exports the same series and ``retract`` can end one.
+registry and binds every spec to an OpenTelemetry instrument (:mod:`rlmetrics.instruments`);
+``record`` then writes by registry key, and is a cheap no-op while no session is bound.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 import sys
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ._warn import warn_once
-from .spec import Kind, MetricSpec
+from .spec import MetricSpec
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
+
+    from .instruments import Session
 
 __all__ = [
     "DeclarationError",
@@ -37,12 +31,9 @@ __all__ = [
     "default_registry",
     "is_exporting",
     "record",
+    "record_declared",
     "retract",
 ]
-
-AttributeSet = frozenset[tuple[str, str]]
-# Shared by every unlabelled record: the SDK reads attributes, it never mutates them.
-_NO_ATTRIBUTES: tuple[AttributeSet, dict[str, str]] = (frozenset(), {})
 
 
 class DeclarationError(ValueError):
@@ -69,222 +60,6 @@ def _caller_module(depth: int) -> str:
         return "<unknown>"
 
 
-def as_number(value: Any) -> float | int | None:
-    """The finite real number ``value`` stands for, or None.
-
-    Accepts Python and NumPy scalars and single-element arrays or tensors (through ``item()``);
-    refuses bools (a flag is not a measurement), strings, NaN and infinities.
-    """
-    kind = type(value)
-    if kind is float:  # the hot path: a plain float from a training dict
-        return float(value) if math.isfinite(value) else None
-    if kind is int:
-        return int(value)
-    if isinstance(value, bool):
-        return None
-    if not isinstance(value, numbers.Real):
-        item = getattr(value, "item", None)
-        if item is None or isinstance(value, (str, bytes)):
-            return None
-        try:
-            value = item()
-        except Exception:
-            return None
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            return None
-    number = value if isinstance(value, int) else float(value)
-    if isinstance(number, float) and not math.isfinite(number):
-        return None
-    return number
-
-
-class _Series:
-    """One spec's live state for a telemetry session."""
-
-    __slots__ = (
-        "admitted",
-        "counter",
-        "declared",
-        "instrument",
-        "lock",
-        "observable",
-        "spec",
-        "table",
-        "write",
-    )
-
-    def __init__(self, declared: Declared) -> None:
-        self.declared = declared
-        self.spec = declared.spec
-        # Read on every record: precomputed rather than derived from the kind each time.
-        self.observable = self.spec.kind.observable
-        self.counter = self.spec.kind is Kind.COUNTER
-        self.admitted: set[AttributeSet] = set()
-        self.table: dict[AttributeSet, tuple[float, dict[str, str]]] = {}
-        self.lock = threading.Lock()
-        self.instrument: Any = None
-        self.write: Callable[[float, dict[str, str]], None] | None = None
-
-    def admit(
-        self, attributes: Mapping[str, Any] | None
-    ) -> tuple[AttributeSet, dict[str, str]] | str:
-        """The attribute set to record under, or why it is refused."""
-        if not attributes:
-            return _NO_ATTRIBUTES
-        try:
-            key = frozenset(attributes.items())
-        except (AttributeError, TypeError):
-            return f"attributes must be a mapping of str to str, got {type(attributes).__name__}"
-        if key in self.admitted:
-            return key, dict(attributes)
-        checked = _check_attributes(self.spec, attributes)
-        if isinstance(checked, str):
-            return checked
-        with self.lock:
-            if self.spec.open_attributes and len(self.admitted) >= self.spec.max_series:
-                return (
-                    f"more than max_series={self.spec.max_series} distinct attribute sets; "
-                    f"{dict(attributes)} dropped"
-                )
-            self.admitted.add(key)
-        return key, dict(attributes)
-
-    def set_gauge(self, value: float, key: AttributeSet, attributes: dict[str, str]) -> None:
-        with self.lock:
-            self.table[key] = (value, attributes)
-
-    def retract(self, key: AttributeSet) -> None:
-        with self.lock:
-            self.table.pop(key, None)
-            self.admitted.discard(key)
-
-    def gauge_snapshot(self) -> list[tuple[float, dict[str, str]]]:
-        with self.lock:
-            return list(self.table.values())
-
-
-class _Session:
-    """Instruments built on one Meter; exists only while telemetry is started."""
-
-    def __init__(self, declared: Iterable[Declared], meter: Meter) -> None:
-        from opentelemetry.metrics import Observation as OtelObservation
-
-        self._observation = OtelObservation
-        self.active = True
-        self.groups: dict[str, dict[str, _Series]] = {}
-        for item in declared:
-            series = _Series(item)
-            self.groups.setdefault(item.group, {})[item.spec.key] = series
-            self._build(series, meter)
-
-    def _build(self, series: _Series, meter: Meter) -> None:
-        spec = series.spec
-        common: dict[str, Any] = {
-            "name": spec.name,
-            "unit": spec.unit,
-            "description": spec.description,
-        }
-        if spec.kind is Kind.COUNTER:
-            series.instrument = meter.create_counter(**common)
-            series.write = series.instrument.add
-        elif spec.kind is Kind.UP_DOWN_COUNTER:
-            series.instrument = meter.create_up_down_counter(**common)
-            series.write = series.instrument.add
-        elif spec.kind is Kind.HISTOGRAM:
-            if spec.buckets is not None:
-                common["explicit_bucket_boundaries_advisory"] = list(spec.buckets)
-            series.instrument = meter.create_histogram(**common)
-            series.write = series.instrument.record
-        else:
-            create = {
-                Kind.GAUGE: meter.create_observable_gauge,
-                Kind.OBSERVABLE_GAUGE: meter.create_observable_gauge,
-                Kind.OBSERVABLE_COUNTER: meter.create_observable_counter,
-                Kind.OBSERVABLE_UP_DOWN_COUNTER: meter.create_observable_up_down_counter,
-            }[spec.kind]
-            series.instrument = create(callbacks=[self._callback(series)], **common)
-
-    def _callback(self, series: _Series) -> Callable[[Any], list[Any]]:
-        spec = series.spec
-        where = f"{series.declared.group}/{spec.key}"
-
-        def observe(_options: Any) -> list[Any]:
-            if not self.active:
-                return []
-            if spec.kind is Kind.GAUGE:
-                return [self._observation(v, a) for v, a in series.gauge_snapshot()]
-            try:
-                observed = list(spec.callback())  # type: ignore[misc]
-            except Exception:
-                warn_once(
-                    f"observe:{where}",
-                    f"rlmetrics: the callback of {spec.name!r} raised; "
-                    "its series is skipped in this collection",
-                )
-                return []
-            return list(self._checked_observations(series, observed))
-
-        return observe
-
-    def _checked_observations(self, series: _Series, observed: list[Any]) -> Iterator[Any]:
-        spec = series.spec
-        seen: set[AttributeSet] = set()
-        for item in observed:
-            try:
-                value, attributes = item
-            except (TypeError, ValueError):
-                warn_once(
-                    f"observe:{spec.name}:shape",
-                    f"rlmetrics: the callback of {spec.name!r} "
-                    f"must yield (value, attributes) pairs, got {item!r}",
-                )
-                continue
-            number = as_number(value)
-            if number is None or (spec.kind.monotonic and number < 0):
-                warn_once(
-                    f"observe:{spec.name}:value",
-                    f"rlmetrics: {spec.name!r} observed {value!r}, which is not a finite "
-                    f"{'non-negative ' if spec.kind.monotonic else ''}number; dropped",
-                )
-                continue
-            admitted = _check_attributes(spec, attributes)
-            if isinstance(admitted, str):
-                warn_once(
-                    f"observe:{spec.name}:attributes", f"rlmetrics: {spec.name!r}: {admitted}"
-                )
-                continue
-            key, attrs_dict = admitted
-            if spec.open_attributes and key not in seen and len(seen) >= spec.max_series:
-                warn_once(
-                    f"observe:{spec.name}:cap",
-                    f"rlmetrics: {spec.name!r} observed more than "
-                    f"max_series={spec.max_series} attribute sets; the rest are dropped",
-                )
-                continue
-            seen.add(key)
-            yield self._observation(number, attrs_dict)
-
-
-def _check_attributes(
-    spec: MetricSpec, attributes: Any
-) -> tuple[AttributeSet, dict[str, str]] | str:
-    """Validate one attribute set against a spec, without the series cap."""
-    if not attributes:
-        return frozenset(), {}
-    if not isinstance(attributes, Mapping):
-        return f"attributes must be a mapping, got {type(attributes).__name__}"
-    allowed = dict(spec.attributes)
-    for attr, value in attributes.items():
-        if attr not in allowed:
-            return f"attribute {attr!r} is not declared (declared: {sorted(allowed) or 'none'})"
-        if not isinstance(value, str):
-            return f"attribute {attr!r} must be a string, got {type(value).__name__}"
-        closed = allowed[attr]
-        if closed is not None and value not in closed:
-            return f"attribute {attr}={value!r} is outside its closed set {sorted(closed)}"
-    return frozenset(attributes.items()), dict(attributes)
-
-
 class MetricRegistry:
     """Declarations by group and key; instruments while a telemetry session is bound."""
 
@@ -293,7 +68,7 @@ class MetricRegistry:
         self._by_key: dict[tuple[str, str], Declared] = {}
         self._by_name: dict[str, Declared] = {}
         self._frozen = False
-        self._session: _Session | None = None
+        self._session: Session | None = None
 
     # -- declaration ----------------------------------------------------------------------
 
@@ -329,8 +104,9 @@ class MetricRegistry:
                 self._check_conflict(item, pending)
                 pending.append(item)
             for item in pending:
-                self._by_key[(group, item.spec.key)] = item
-                self._by_name[item.spec.name.lower()] = item
+                # setdefault: an identical re-declaration keeps the first owner and position.
+                self._by_key.setdefault((group, item.spec.key), item)
+                self._by_name.setdefault(item.spec.name.lower(), item)
 
     def _check_conflict(self, item: Declared, pending: list[Declared]) -> None:
         spec = item.spec
@@ -370,22 +146,36 @@ class MetricRegistry:
         with self._lock:
             return frozenset(key for g, key in self._by_key if g == group)
 
-    @property
-    def frozen(self) -> bool:
-        return self._frozen
-
     def freeze(self) -> None:
         """Close declaration (telemetry start does this through ``bind``)."""
         with self._lock:
             self._frozen = True
 
+    def mark(self) -> int:
+        """A point to :meth:`rollback` to: what a failed plugin declared is undone."""
+        with self._lock:
+            return len(self._by_key)
+
+    def rollback(self, mark: int) -> list[Declared]:
+        """Forget every declaration made since ``mark``; returns them."""
+        with self._lock:
+            if self._frozen:
+                raise LateDeclarationError("rlmetrics: cannot roll declarations back while frozen")
+            undone = list(self._by_key.values())[mark:]
+            for item in undone:
+                del self._by_key[(item.group, item.spec.key)]
+                del self._by_name[item.spec.name.lower()]
+            return undone
+
     # -- sessions -------------------------------------------------------------------------
 
     def bind(self, meter: Meter) -> None:
         """Freeze and build every declared instrument on ``meter``; recording starts."""
+        from .instruments import Session
+
         with self._lock:
             self._frozen = True
-            self._session = _Session(self._by_key.values(), meter)
+            self._session = Session(self._by_key.values(), meter)
 
     def release(self) -> None:
         """End the session: recording becomes a no-op and declaration reopens."""
@@ -412,68 +202,34 @@ class MetricRegistry:
         if session is None:
             return
         try:
-            self._record(session, group, values, attributes)
+            session.record(group, values, attributes)
         except Exception:
             warn_once(f"record:{group}", f"rlmetrics.record({group!r}) failed; values dropped")
 
-    def _record(
+    def record_declared(
         self,
-        session: _Session,
         group: str,
-        values: Mapping[str, Any],
-        attributes: Mapping[str, str] | None,
-    ) -> None:
-        series_by_key = session.groups.get(group)
-        if series_by_key is None:
-            warn_once(
-                f"record:{group}:group",
-                f"rlmetrics.record: no metric group {group!r} is "
-                "declared; declare its specs before rlmetrics.start()",
-            )
-            return
-        for key, value in values.items():
-            if value is None:
-                continue
-            series = series_by_key.get(key)
-            if series is None:
-                warn_once(
-                    f"record:{group}:{key}:unknown",
-                    f"rlmetrics.record: {key!r} is not a declared key of group {group!r}; dropped",
-                )
-                continue
-            spec = series.spec
-            number = as_number(value)
-            if number is None:
-                warn_once(
-                    f"record:{group}:{key}:value",
-                    f"rlmetrics.record: {key!r}={value!r} is not a finite number; dropped",
-                )
-                continue
-            if series.observable:
-                warn_once(
-                    f"record:{group}:{key}:observable",
-                    f"rlmetrics.record: {spec.name!r} is "
-                    f"a {spec.kind.value}, exported through its callback; not recordable",
-                )
-                continue
-            if series.counter and number < 0:
-                warn_once(
-                    f"record:{group}:{key}:negative",
-                    f"rlmetrics.record: counter {spec.name!r} cannot take {number}; dropped",
-                )
-                continue
-            admitted = series.admit(attributes)
-            if isinstance(admitted, str):
-                warn_once(
-                    f"record:{group}:{key}:attributes",
-                    f"rlmetrics.record: {spec.name!r}: {admitted}",
-                )
-                continue
-            attr_key, attr_dict = admitted
-            if series.write is None:
-                series.set_gauge(number, attr_key, attr_dict)
-            else:
-                series.write(number, attr_dict)
+        metrics: Mapping[str, Any],
+        attributes: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Record every key declared under ``group`` that ``metrics`` carries (None skipped);
+        returns what it found. The teeing family's one call: the declared keys are looked up
+        in the dict, not the dict scanned. Never raises."""
+        session = self._session
+        if session is None:
+            return {}
+        try:
+            present = {
+                key: value
+                for key in session.groups.get(group, ())
+                if (value := metrics.get(key)) is not None
+            }
+        except Exception:
+            warn_once(f"record:{group}:lookup", f"rlmetrics: reading the {group!r} keys failed")
+            return {}
+        if present:
+            self.record(group, present, attributes)
+        return present
 
     def retract(self, group: str, key: str, attributes: Mapping[str, str] | None = None) -> None:
         """Stop exporting one gauge attribute set (it disappears from the next collection)."""
@@ -481,15 +237,7 @@ class MetricRegistry:
         if session is None:
             return
         try:
-            series = session.groups[group][key]
-            if series.spec.kind is not Kind.GAUGE:
-                warn_once(
-                    f"retract:{group}:{key}",
-                    f"rlmetrics.retract: only gauges can retract "
-                    f"an attribute set; {series.spec.name!r} is a {series.spec.kind.value}",
-                )
-                return
-            series.retract(frozenset((attributes or {}).items()))
+            session.retract(group, key, attributes)
         except Exception:
             warn_once(f"retract:{group}:{key}", f"rlmetrics.retract({group!r}, {key!r}) failed")
 
@@ -520,6 +268,14 @@ def record(
 ) -> None:
     """Record ``values`` by registry key; a no-op unless telemetry is exporting. Never raises."""
     _default.record(group, values, attributes)
+
+
+def record_declared(
+    group: str, metrics: Mapping[str, Any], attributes: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Record every declared key of ``group`` present in ``metrics``; returns them. A no-op
+    (returning ``{}``) unless telemetry is exporting. Never raises."""
+    return _default.record_declared(group, metrics, attributes)
 
 
 def retract(group: str, key: str, attributes: Mapping[str, str] | None = None) -> None:

@@ -9,6 +9,7 @@ the spec and the field to change.
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -64,27 +65,131 @@ _DEFAULT_MAX_SERIES = 100
 AttributeDecl = tuple[tuple[str, "frozenset[str] | None"], ...]
 
 
-def _freeze_attributes(
-    value: Mapping[str, Iterable[str] | None] | AttributeDecl | None,
-) -> AttributeDecl:
+def _freeze_attributes(value: Any) -> Any:
+    """``{key: allowed}`` → sorted ``((key, frozenset | None), ...)``; anything malformed is
+    left as it is for the validator to name."""
     if value is None:
         return ()
-    items = value.items() if isinstance(value, Mapping) else value
-    frozen = []
-    for key, allowed in items:
-        if allowed is not None:
-            if isinstance(allowed, str):
-                raise SpecError(
-                    f"attribute {key!r}: the allowed values must be a collection of strings, "
-                    f"got the single string {allowed!r} (wrap it in a set)"
-                )
-            allowed = frozenset(allowed)
-        frozen.append((key, allowed))
-    return tuple(sorted(frozen, key=lambda kv: kv[0]))
+    try:
+        items = value.items() if isinstance(value, Mapping) else value
+        frozen = []
+        for key, allowed in items:
+            if allowed is not None and not isinstance(allowed, str):
+                allowed = frozenset(allowed)
+            frozen.append((key, allowed))
+        return tuple(sorted(frozen, key=lambda kv: str(kv[0])))
+    except (TypeError, ValueError):
+        return value
 
 
-def _freeze_buckets(value: Iterable[float] | None) -> tuple[float, ...] | None:
-    return None if value is None else tuple(float(b) for b in value)
+def _freeze_buckets(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bytes)):
+        return value
+    try:
+        return tuple(float(b) for b in value)
+    except (TypeError, ValueError):
+        return value
+
+
+def _to_kind(value: Any) -> Any:
+    try:
+        return Kind(value)
+    except ValueError:
+        return value
+
+
+_Validator = Callable[["MetricSpec", "attrs.Attribute[Any]", Any], None]
+
+
+def _check(problem: Callable[[MetricSpec, Any], str | None]) -> _Validator:
+    """An attrs validator raising :class:`SpecError` that names the spec and the field."""
+
+    def validate(spec: MetricSpec, attribute: attrs.Attribute[Any], value: Any) -> None:
+        message = problem(spec, value)
+        if message:
+            raise SpecError(f"MetricSpec {spec.name!r}: field {attribute.name!r}: {message}")
+
+    return validate
+
+
+def _name_problem(spec: MetricSpec, name: Any) -> str | None:
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return None
+    return (
+        "must start with a letter and hold at most 255 characters from [A-Za-z0-9_.-/] "
+        "(OpenTelemetry instrument-name syntax)"
+    )
+
+
+def _kind_problem(spec: MetricSpec, kind: Any) -> str | None:
+    if isinstance(kind, Kind):
+        return None
+    return f"{kind!r} is not a kind; choose from {[k.value for k in Kind]}"
+
+
+def _unit_problem(spec: MetricSpec, unit: Any) -> str | None:
+    if isinstance(unit, str) and len(unit) <= 63 and _UNIT.fullmatch(unit):
+        return None
+    return (
+        f"{unit!r} is not a UCUM unit: at most 63 printable ASCII characters, no spaces, "
+        "annotations in balanced braces (for example 's', 'By', '{token}', '1')"
+    )
+
+
+def _description_problem(spec: MetricSpec, description: Any) -> str | None:
+    return None if isinstance(description, str) else "must be a string"
+
+
+def _key_problem(spec: MetricSpec, key: Any) -> str | None:
+    return None if isinstance(key, str) and key else "must be a non-empty string"
+
+
+def _attributes_problem(spec: MetricSpec, attributes: Any) -> str | None:
+    if not isinstance(attributes, tuple):
+        return "must map attribute keys to a collection of strings or OPEN"
+    for key, allowed in attributes:
+        if not isinstance(key, str) or not key:
+            return f"attribute keys must be non-empty strings, got {key!r}"
+        if isinstance(allowed, str):
+            return (
+                f"attribute {key!r}: the allowed values must be a collection of strings, got "
+                f"the single string {allowed!r} (wrap it in a set)"
+            )
+        if allowed is not None and (not allowed or not all(isinstance(v, str) for v in allowed)):
+            return f"{key!r} must allow a non-empty set of strings"
+    return None
+
+
+def _max_series_problem(spec: MetricSpec, max_series: Any) -> str | None:
+    if isinstance(max_series, int) and not isinstance(max_series, bool) and max_series >= 1:
+        return None
+    return "must be a positive int"
+
+
+def _buckets_problem(spec: MetricSpec, buckets: Any) -> str | None:
+    if buckets is None:
+        return None
+    if spec.kind is not Kind.HISTOGRAM:
+        return f"only a histogram takes buckets, this is a {getattr(spec.kind, 'value', spec.kind)}"
+    if not isinstance(buckets, tuple) or not buckets or not all(math.isfinite(b) for b in buckets):
+        return "must be a non-empty sequence of finite numbers"
+    if any(a >= b for a, b in itertools.pairwise(buckets)):
+        return "must be strictly increasing"
+    return None
+
+
+def _callback_problem(spec: MetricSpec, callback: Any) -> str | None:
+    if not isinstance(spec.kind, Kind):
+        return None  # the kind's own validator reports it
+    if spec.kind.observable:
+        if not callable(callback):
+            return f"a {spec.kind.value} needs a callable that yields observations"
+    elif callback is not None:
+        return (
+            f"only observable kinds take a callback; record a {spec.kind.value} with "
+            "rlmetrics.record() instead"
+        )
+    return None
 
 
 @attrs.frozen(eq=True)
@@ -98,66 +203,26 @@ class MetricSpec:
     returns an iterable of ``(value, attributes)`` pairs.
     """
 
-    name: str
-    kind: Kind = attrs.field(converter=Kind)
-    unit: str = "1"
-    description: str = ""
-    key: str = attrs.field(default=attrs.Factory(lambda self: self.name, takes_self=True))
-    attributes: AttributeDecl = attrs.field(default=(), converter=_freeze_attributes)
-    max_series: int = _DEFAULT_MAX_SERIES
-    buckets: tuple[float, ...] | None = attrs.field(default=None, converter=_freeze_buckets)
-    callback: Callable[[], Iterable[Observation]] | None = attrs.field(default=None, eq=False)
-
-    def __attrs_post_init__(self) -> None:
-        problem = self._problem()
-        if problem:
-            field, message = problem
-            raise SpecError(f"MetricSpec {self.name!r}: field {field!r}: {message}")
-
-    def _problem(self) -> tuple[str, str] | None:
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            return "name", (
-                "must start with a letter and hold at most 255 characters from "
-                "[A-Za-z0-9_.-/] (OpenTelemetry instrument-name syntax)"
-            )
-        if not isinstance(self.unit, str) or len(self.unit) > 63 or not _UNIT.fullmatch(self.unit):
-            return "unit", (
-                f"{self.unit!r} is not a UCUM unit: at most 63 printable ASCII characters, no "
-                "spaces, annotations in balanced braces (for example 's', 'By', '{token}', '1')"
-            )
-        if not isinstance(self.description, str):
-            return "description", "must be a string"
-        if not isinstance(self.key, str) or not self.key:
-            return "key", "must be a non-empty string"
-        for attr_key, allowed in self.attributes:
-            if not isinstance(attr_key, str) or not attr_key:
-                return "attributes", f"attribute keys must be non-empty strings, got {attr_key!r}"
-            if allowed is not None and (
-                not allowed or not all(isinstance(v, str) for v in allowed)
-            ):
-                return "attributes", f"{attr_key!r} must allow a non-empty set of strings"
-        if not isinstance(self.max_series, int) or self.max_series < 1:
-            return "max_series", "must be a positive int"
-        if self.buckets is not None:
-            if self.kind is not Kind.HISTOGRAM:
-                return "buckets", f"only a histogram takes buckets, this is a {self.kind.value}"
-            if not self.buckets or not all(math.isfinite(b) for b in self.buckets):
-                return "buckets", "must be a non-empty sequence of finite numbers"
-            if any(a >= b for a, b in zip(self.buckets, self.buckets[1:], strict=False)):
-                return "buckets", "must be strictly increasing"
-        if self.kind.observable:
-            if not callable(self.callback):
-                return "callback", f"a {self.kind.value} needs a callable that yields observations"
-        elif self.callback is not None:
-            return "callback", (
-                f"only observable kinds take a callback; record a {self.kind.value} with "
-                "rlmetrics.record() instead"
-            )
-        return None
-
-    @property
-    def attribute_keys(self) -> frozenset[str]:
-        return frozenset(key for key, _ in self.attributes)
+    name: str = attrs.field(validator=_check(_name_problem))
+    kind: Kind = attrs.field(converter=_to_kind, validator=_check(_kind_problem))
+    unit: str = attrs.field(default="1", validator=_check(_unit_problem))
+    description: str = attrs.field(default="", validator=_check(_description_problem))
+    key: str = attrs.field(
+        default=attrs.Factory(lambda self: self.name, takes_self=True),
+        validator=_check(_key_problem),
+    )
+    attributes: AttributeDecl = attrs.field(
+        default=(), converter=_freeze_attributes, validator=_check(_attributes_problem)
+    )
+    max_series: int = attrs.field(
+        default=_DEFAULT_MAX_SERIES, validator=_check(_max_series_problem)
+    )
+    buckets: tuple[float, ...] | None = attrs.field(
+        default=None, converter=_freeze_buckets, validator=_check(_buckets_problem)
+    )
+    callback: Callable[[], Iterable[Observation]] | None = attrs.field(
+        default=None, eq=False, validator=_check(_callback_problem)
+    )
 
     @property
     def open_attributes(self) -> bool:

@@ -8,14 +8,14 @@ telemetry behind. The SDK is imported here lazily, through ``_providers``.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from ._warn import logger, warn_once
-from .plugins import call_hook, load_plugins
+from .plugins import hooks, load_plugins
 from .registry import MetricRegistry, default_registry
 
 if TYPE_CHECKING:
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["Telemetry", "TelemetryError", "current", "start"]
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
-_KNOWN_EXPORTERS = ("otlp", "prometheus", "console")
 
 
 class TelemetryError(RuntimeError):
@@ -62,9 +61,20 @@ class Telemetry:
         return not self._closed and self._built is not None
 
     @property
+    def exporter_addresses(self) -> dict[str, tuple[str, int]]:
+        """``{exporter: (host, port)}`` of every exporter that listens (Prometheus does)."""
+        if self._built is None:
+            return {}
+        return {
+            name: exporter.address
+            for name, exporter in self._built.exporters.items()
+            if exporter.address is not None
+        }
+
+    @property
     def prometheus_address(self) -> tuple[str, int] | None:
         """``(host, port)`` of the Prometheus endpoint, when that exporter runs."""
-        return None if self._built is None else self._built.prometheus_address
+        return self.exporter_addresses.get("prometheus")
 
     def force_flush(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
         """Collect and export now, waiting at most ``timeout_s``. Never call it per step."""
@@ -84,13 +94,13 @@ class Telemetry:
                 return
             self._closed = True
         try:
-            call_hook("telemetry_stopping", telemetry=self)
+            hooks().telemetry_stopping(self)
             built = self._built
             if built is not None:
                 _bounded(
                     lambda: built.provider.shutdown(int(timeout_s * 1000)), timeout_s, "shutdown"
                 )
-                built.close_servers()
+                built.close_exporters()
         finally:
             self._registry.release()
             with _start_lock:
@@ -158,7 +168,7 @@ def start(
     service_name: str | None = None,
     *,
     run_id: str | None = None,
-    exporters: Iterable[str] = (),
+    exporters: Iterable[str] | Mapping[str, Mapping[str, Any]] = (),
     readers: Sequence[MetricReader] = (),
     resource: Mapping[str, Any] | None = None,
     service_version: str | None = None,
@@ -168,31 +178,31 @@ def start(
     prometheus_host: str | None = None,
     prometheus_port: int | None = None,
     otlp_endpoint: str | None = None,
-    registry: MetricRegistry | None = None,
 ) -> Telemetry:
     """Start exporting every declared series.
 
-    :param exporters: built-in readers by name: ``"otlp"`` (gRPC, configured by the standard
+    :param exporters: exporters by name, each offered by a plugin's ``register_exporters``
+        hook: the core offers ``"otlp"`` (gRPC, configured by the standard
         ``OTEL_EXPORTER_OTLP_*`` variables or ``otlp_endpoint``), ``"prometheus"`` (an HTTP
         endpoint on ``prometheus_host``:``prometheus_port``, 127.0.0.1:9464 by default) and
-        ``"console"``.
+        ``"console"``. A mapping ``{name: {option: value}}`` passes options to each factory.
     :param readers: further OTel ``MetricReader`` instances (an ``InMemoryMetricReader`` in
         tests); all readers run side by side on one MeterProvider.
     :param export_interval_s: period of the push readers; ``OTEL_METRIC_EXPORT_INTERVAL`` (ms)
         when None.
     :param plugins / disable_plugins: allow- and deny-lists of plugin names, overriding
         ``RLMETRICS_PLUGINS`` / ``RLMETRICS_DISABLE_PLUGINS``.
+    :param service_version: the version of *your* service; unset unless given.
 
-    Raises :class:`TelemetryError` if telemetry is already running in this process.
+    Raises :class:`TelemetryError` if telemetry is already running in this process or an
+    exporter cannot start (nothing is left running then), and ``ValueError`` for an unknown
+    exporter or a bad argument.
     """
     global _active, _atexit_registered
-    exporters = tuple(exporters)
-    unknown = [name for name in exporters if name not in _KNOWN_EXPORTERS]
-    if unknown:
-        raise ValueError(f"unknown exporter(s) {unknown}; choose from {list(_KNOWN_EXPORTERS)}")
     if export_interval_s is not None and export_interval_s <= 0:
         raise ValueError(f"export_interval_s must be positive, got {export_interval_s}")
-    registry = registry or default_registry()
+    wanted = _exporter_options(exporters, prometheus_host, prometheus_port, otlp_endpoint)
+    registry = default_registry()
     with _start_lock:
         if _active is not None:
             raise TelemetryError(
@@ -200,25 +210,28 @@ def start(
                 "exports through one provider: shut the running handle down first, or use "
                 "rlmetrics.current() to reach it"
             )
-        load_plugins(plugins, disable_plugins)
+        loaded = load_plugins(plugins, disable_plugins)
+        from .exporters import available_exporters
+
+        offered = available_exporters(loaded)
+        unknown = [name for name in wanted if name not in offered]
+        if unknown:
+            raise ValueError(
+                f"unknown exporter(s) {unknown}; available: {sorted(offered)}. An exporter comes "
+                "from a plugin's register_exporters hook (check RLMETRICS_PLUGINS / "
+                "RLMETRICS_DISABLE_PLUGINS and `rlmetrics plugins`)"
+            )
         from ._providers import build_provider, resource_attributes
 
         attributes = resource_attributes(service_name, service_version, run_id, resource)
         built = None
-        if exporters or readers:
+        if wanted or readers:
             built = build_provider(
                 attributes,
-                exporters,
+                {name: (offered[name][1], options) for name, options in wanted.items()},
                 readers,
                 export_interval_s,
-                prometheus_host or os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
-                prometheus_port
-                if prometheus_port is not None
-                else int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464")),
-                otlp_endpoint,
             )
-            from . import __version__
-
             registry.bind(built.provider.get_meter("rlmetrics", __version__))
         else:
             registry.freeze()
@@ -227,5 +240,29 @@ def start(
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
-    call_hook("telemetry_started", telemetry=handle)
+    hooks().telemetry_started(handle)
     return handle
+
+
+def _exporter_options(
+    exporters: Iterable[str] | Mapping[str, Mapping[str, Any]],
+    prometheus_host: str | None,
+    prometheus_port: int | None,
+    otlp_endpoint: str | None,
+) -> dict[str, dict[str, Any]]:
+    """``{exporter: options}``, the named ``start()`` arguments folded into the options of
+    the exporter they configure."""
+    wanted: dict[str, dict[str, Any]]
+    if isinstance(exporters, Mapping):
+        wanted = {str(name): dict(options or {}) for name, options in exporters.items()}
+    else:
+        wanted = {name: {} for name in exporters}
+    shortcuts: dict[str, dict[str, Any]] = {
+        "prometheus": {"host": prometheus_host, "port": prometheus_port},
+        "otlp": {"endpoint": otlp_endpoint},
+    }
+    for name, options in shortcuts.items():
+        if name in wanted:
+            given = {key: value for key, value in options.items() if value is not None}
+            wanted[name] = {**given, **wanted[name]}
+    return wanted

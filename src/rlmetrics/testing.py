@@ -85,15 +85,18 @@ def single(found: list[Point], name: str, **attributes: Any) -> Point:
 
 
 @contextlib.contextmanager
-def isolated_state() -> Iterator[registry.MetricRegistry]:
-    """A fresh copy of the default registry and fresh plugin and warn-once state, restored
-    afterwards, so one test's start/declare cannot leak into the next."""
+def isolated_state(
+    replacement: registry.MetricRegistry | None = None,
+) -> Iterator[registry.MetricRegistry]:
+    """A fresh copy of the default registry (or ``replacement``, say an empty one) and fresh
+    plugin and warn-once state, restored afterwards, so one test's start/declare cannot leak
+    into the next."""
     # Import every installed plugin first, so their import-time declarations land in the
     # process registry that every test's copy starts from.
     plugins.get_plugins()
     saved_registry, saved_plugins = registry._default, plugins._plugins
     saved_in_process = dict(plugins._in_process)
-    registry._default = saved_registry.copy()
+    registry._default = replacement if replacement is not None else saved_registry.copy()
     plugins._plugins = None
     _warn._reset()
     try:

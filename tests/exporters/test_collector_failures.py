@@ -15,8 +15,8 @@ import grpc
 import pytest
 
 import rlmetrics
-from rlmetrics import _providers
-from rlmetrics.plugins import get_plugins
+from rlmetrics.exporters import otlp
+from rlmetrics.plugins import register
 
 from ._peers import (
     COUNTER,
@@ -84,19 +84,18 @@ def _exporter_timeout(handle: rlmetrics.Telemetry) -> float:
 
 def _exporter(handle: rlmetrics.Telemetry) -> Any:
     """The running OTLP exporter (white box)."""
-    readers = handle._built.readers  # type: ignore[union-attr]
-    return next(r._exporter for r in readers if hasattr(r, "_exporter"))
+    return handle._built.exporters["otlp"].reader._exporter  # type: ignore[union-attr]
 
 
 def test_default_otlp_timeout_only_when_the_environment_sets_none(
     monkeypatch: pytest.MonkeyPatch, default_timeout: None, dead_endpoint: OtlpReceiver
 ) -> None:
-    assert _providers.otlp_timeout_s() == _providers.DEFAULT_OTLP_TIMEOUT_S
+    assert otlp.otlp_timeout_s() == otlp.DEFAULT_OTLP_TIMEOUT_S
     with _start(dead_endpoint.endpoint) as handle:
-        assert _exporter_timeout(handle) == _providers.DEFAULT_OTLP_TIMEOUT_S
+        assert _exporter_timeout(handle) == otlp.DEFAULT_OTLP_TIMEOUT_S
         handle.shutdown(timeout_s=1)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "7")
-    assert _providers.otlp_timeout_s() is None
+    assert otlp.otlp_timeout_s() is None
     with _start(dead_endpoint.endpoint) as handle:
         assert _exporter_timeout(handle) == 7.0
         handle.shutdown(timeout_s=1)
@@ -112,7 +111,7 @@ def test_log_metrics_never_waits_for_a_dead_collector_and_a_returning_one_gets_l
     unavailable = _failed(dead_endpoint, "UNAVAILABLE")
     declare_test_series()
     handle = _start(dead_endpoint.endpoint)
-    get_plugins().register(_Tee(), "exporters-test-tee")
+    register(_Tee(), "exporters-test-tee")
     logger = rlmetrics.Logger(backends={})
     logger.log_metrics({"tokens": 10, "step_time": 0.5}, step=0, prefix="train")
     rlmetrics_log.wait_for(unavailable)  # exports are failing now

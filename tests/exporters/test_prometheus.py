@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import re
+import socket
+import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
 import rlmetrics
+from rlmetrics.testing import in_memory_telemetry, isolated_state
 
 from ._peers import (
     GROUP,
+    INTERVAL_S,
+    OtlpReceiver,
     PrometheusServer,
     declare_test_series,
     record_test_series,
@@ -68,15 +75,13 @@ def test_documented_name_translations_hold() -> None:
             callback=callback,
         ))
     # A registry of its own: the real families may already hold these names.
-    registry = rlmetrics.MetricRegistry()
-    registry.declare("translation", specs)
-    with rlmetrics.start(
-        exporters=("prometheus",), prometheus_port=0, registry=registry, plugins=[]
-    ) as handle:
+    with isolated_state(rlmetrics.MetricRegistry()):
+        rlmetrics.declare("translation", specs)
+        handle = rlmetrics.start(exporters=("prometheus",), prometheus_port=0)
         for row in rows:
             if not row["kind"].observable:  # type: ignore[attr-defined]
                 labels = {row["attribute"]: "x"} if row["attribute"] else {}
-                registry.record("translation", {row["name"]: 1}, attributes=labels)  # type: ignore[dict-item]
+                rlmetrics.record("translation", {row["name"]: 1}, attributes=labels)  # type: ignore[dict-item]
         assert handle.prometheus_address is not None
         exposition = _scrape(handle.prometheus_address)
 
@@ -161,3 +166,72 @@ def test_prometheus_endpoint_binds_loopback_and_closes_on_shutdown() -> None:
     handle.shutdown(timeout_s=2)
     with pytest.raises(OSError):
         _scrape(address)
+
+
+def _listening_ports() -> set[tuple[str, int]]:
+    """The TCP addresses this process listens on."""
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that another listener holds for the whole test."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        yield int(holder.getsockname()[1])
+    finally:
+        holder.close()
+
+
+@pytest.mark.parametrize("through", ["argument", "environment"])
+def test_a_taken_port_fails_start_clearly_and_leaves_nothing_running(
+    through: str,
+    taken_port: int,
+    otlp_receiver: OtlpReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads_before = {t.ident for t in threading.enumerate()}
+    listening_before = _listening_ports()
+    options: dict[str, Any] = {"prometheus_port": taken_port}
+    if through == "environment":
+        monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(taken_port))
+        options = {}
+    with pytest.raises(rlmetrics.TelemetryError) as raised:
+        # The OTLP exporter is built first: its reader thread must be stopped again.
+        rlmetrics.start(
+            exporters=["otlp", "prometheus"],
+            otlp_endpoint=otlp_receiver.endpoint,
+            export_interval_s=INTERVAL_S,
+            **options,
+        )
+    message = str(raised.value)
+    assert f"127.0.0.1:{taken_port}" in message
+    assert "prometheus_port" in message and "OTEL_EXPORTER_PROMETHEUS_PORT" in message
+    assert rlmetrics.current() is None and not rlmetrics.is_exporting()
+    left = [t.name for t in threading.enumerate() if t.ident not in threads_before]
+    assert not left, f"threads left running: {left}"
+    assert _listening_ports() == listening_before
+    # Nothing half-started blocks the next attempt.
+    monkeypatch.delenv("OTEL_EXPORTER_PROMETHEUS_PORT", raising=False)
+    with rlmetrics.start(exporters=["prometheus"], prometheus_port=0) as handle:
+        assert handle.prometheus_address is not None
+
+
+def test_the_prometheus_variables_only_matter_to_the_prometheus_exporter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "")
+    with in_memory_telemetry() as (handle, _reader):
+        assert handle.exporting
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "not-a-port")
+    with in_memory_telemetry() as (handle, _reader):
+        assert handle.exporting
+    with pytest.raises(rlmetrics.TelemetryError, match="PROMETHEUS_PORT='not-a-port'"):
+        rlmetrics.start(exporters=["prometheus"])
+    assert rlmetrics.current() is None

@@ -4,16 +4,12 @@ import threading
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from rlmetrics.events import AGGREGATE_EFFICIENCY_KEYS, EfficiencySummary
+from rlmetrics.events import EfficiencySummary
 from rlmetrics.families.efficiency import (
     CollectorTimer,
     EfficiencyTimer,
-    efficiency_measurements,
     efficiency_pct,
-    map_efficiency_seconds,
 )
 from rlmetrics.testing import Point, points
 
@@ -196,28 +192,3 @@ def test_timers_refuse_a_category_of_the_other_clock() -> None:
 )
 def test_efficiency_pct(summary: EfficiencySummary, expected: Any) -> None:
     assert efficiency_pct(summary) == expected
-
-
-_categories = st.sampled_from(sorted(efficiency_measurements()))
-_aggregates = st.sampled_from(sorted(AGGREGATE_EFFICIENCY_KEYS))
-_keys = st.one_of(
-    _categories.map(lambda c: f"efficiency/{c}_s"),
-    _categories.map(lambda c: f"efficiency/{c}_pct"),
-    _aggregates.map(lambda a: f"efficiency/{a}_s"),
-    st.text(max_size=12),
-)
-_values = st.one_of(st.none(), st.floats(), st.integers(), st.text(max_size=3), st.booleans())
-
-
-@given(st.dictionaries(_keys, _values, max_size=12))
-def test_map_efficiency_seconds_reads_only_canonical_categories(metrics: dict[str, Any]) -> None:
-    mapped = map_efficiency_seconds(metrics, efficiency_measurements())
-    assert set(mapped) <= set(efficiency_measurements())
-    assert not set(mapped) & AGGREGATE_EFFICIENCY_KEYS
-    for category, seconds in mapped.items():
-        raw = metrics[f"efficiency/{category}_s"]
-        assert not isinstance(raw, (bool, str)) and raw is not None
-        assert seconds == float(raw)
-    for category in set(efficiency_measurements()) - set(mapped):
-        raw = metrics.get(f"efficiency/{category}_s")
-        assert raw is None or isinstance(raw, (bool, str)) or raw != raw or abs(raw) == float("inf")

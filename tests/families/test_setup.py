@@ -2,10 +2,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given
-from hypothesis import strategies as st
-
-from rlmetrics.families.setup import map_setup_seconds, setup_phase
 from rlmetrics.testing import points
 
 TIMINGS = {
@@ -62,31 +58,3 @@ def test_phase_set_is_capped(exporting: Any) -> None:
     logger, reader = exporting
     logger.log_setup_timing({f"phase{i}_time_s": float(i) for i in range(80)})
     assert len(_phases(reader)) == 64
-
-
-def test_setup_phase_examples() -> None:
-    assert setup_phase("generation_init_time_s") == "generation_init"
-    assert setup_phase("parallel_wall_s") == "parallel_wall"
-    assert setup_phase("parallel_init_enabled") is None
-    assert setup_phase("_s") is None
-    assert map_setup_seconds(TIMINGS) == {**EXPECTED, "collective_init": "pending"}
-
-
-_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max_size=20)
-
-
-@given(phase=_names.filter(lambda p: not p.endswith("_time")))
-def test_setup_phase_strips_exactly_one_suffix(phase: str) -> None:
-    assert setup_phase(phase + "_time_s") == phase
-    assert setup_phase(phase + "_s") == phase
-
-
-@given(key=st.text(max_size=30))
-def test_setup_phase_is_none_exactly_for_non_durations(key: str) -> None:
-    phase = setup_phase(key)
-    if phase is None:
-        assert not key.endswith("_s") or key == "_s"
-    else:
-        assert phase and key in (phase + "_s", phase + "_time_s")
-        if key.endswith("_time_s") and len(key) > len("_time_s"):
-            assert key == phase + "_time_s"

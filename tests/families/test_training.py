@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 import rlmetrics
-from rlmetrics.families.training import map_teed_scalars, tee_scalar
+from rlmetrics.families.training import tee_scalar
 from rlmetrics.testing import in_memory_telemetry, points, single
 
 ROWS = [
@@ -93,8 +93,3 @@ def test_a_downstream_algorithm_declares_its_own_row() -> None:
 def test_a_conflicting_row_fails_at_declaration() -> None:
     with pytest.raises(rlmetrics.DeclarationError, match=r"rlmetrics\.families\.training"):
         tee_scalar("reward", "rl.reward.mean", unit="s")
-
-
-def test_map_teed_scalars_is_pure() -> None:
-    metrics = {"reward": 1.0, "loss": None, "other": 3.0}
-    assert map_teed_scalars(metrics, ["reward", "loss", "lr"]) == {"reward": 1.0}

@@ -19,7 +19,7 @@ from rlmetrics.testing import in_memory_telemetry, points, single
 def test_the_entry_point_offers_the_mlflow_backend() -> None:
     owner, _factory = available_backends()["mlflow"]
     assert owner == "mlflow"
-    assert get_plugins().infos["mlflow"].distribution == "rlmetrics-mlflow"
+    assert get_plugins().info("mlflow").distribution  # type: ignore[union-attr] == "rlmetrics-mlflow"
 
 
 def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from rlmetrics_wandb.axes import StepAxes
 
-from rlmetrics.events import ROLLOUT_EVENT_TYPES, STEP_KEY, WALL_TIME_KEY
+from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 
 
 class _Definitions:
@@ -20,38 +20,23 @@ class _Definitions:
         self.calls.append((name, step_metric, step_sync))
 
 
-def test_axes_and_rollout_streams_are_defined_up_front() -> None:
+def test_the_axes_are_defined_up_front() -> None:
     defined = _Definitions()
     StepAxes(defined)
-    assert defined.calls[:2] == [(STEP_KEY, None, False), (WALL_TIME_KEY, None, False)]
-    assert sorted(defined.calls[2:]) == sorted(
-        (f"{prefix}/*", WALL_TIME_KEY, False) for prefix in ROLLOUT_EVENT_TYPES
-    )
+    assert defined.calls == [(STEP_KEY, None, False), (WALL_TIME_KEY, None, False)]
 
 
-def test_a_trainer_prefix_is_bound_by_glob_once() -> None:
+def test_each_key_is_bound_once_to_its_dicts_axis() -> None:
     defined = _Definitions()
-    axes = StepAxes(defined, rollout_prefixes=())
-    axes.bind("train", ["train/loss", STEP_KEY])
-    axes.bind("train", ["train/loss", "train/new_key", STEP_KEY])
-    assert defined.calls[2:] == [("train/*", STEP_KEY, True)]
-
-
-def test_keys_without_a_safe_glob_are_bound_one_by_one() -> None:
-    defined = _Definitions()
-    axes = StepAxes(defined, rollout_prefixes=("timing/rollout_checkpoint",))
-    # "timing/*" would also match the rollout stream, and "" has no glob at all.
-    axes.bind("timing", ["timing/generation", STEP_KEY])
-    axes.bind("", ["loss", "efficiency/idle_s", "loss", STEP_KEY])
-    axes.bind("", ["timing/rollout_checkpoint/x"])  # its stream's glob already binds it
-    assert defined.calls[3:] == [
+    axes = StepAxes(defined)
+    axes.bind(["train/loss", STEP_KEY], STEP_KEY)
+    axes.bind(["train/loss", "train/new_key", STEP_KEY], STEP_KEY)
+    # A stream under a prefix that shares a trainer prefix's head stays on its own axis.
+    axes.bind(["timing/rollout_checkpoint/total_save_seconds", WALL_TIME_KEY], WALL_TIME_KEY)
+    axes.bind(["timing/generation"], STEP_KEY)
+    assert defined.calls[2:] == [
+        ("train/loss", STEP_KEY, True),
+        ("train/new_key", STEP_KEY, True),
+        ("timing/rollout_checkpoint/total_save_seconds", WALL_TIME_KEY, False),
         ("timing/generation", STEP_KEY, True),
-        ("loss", STEP_KEY, True),
-        ("efficiency/idle_s", STEP_KEY, True),
     ]
-
-
-def test_rollout_prefixes_are_recognised() -> None:
-    axes = StepAxes(_Definitions())
-    assert all(axes.is_rollout(prefix) for prefix in ROLLOUT_EVENT_TYPES)
-    assert not axes.is_rollout("train")

@@ -17,7 +17,7 @@ from rlmetrics.testing import in_memory_telemetry, points, single
 def test_the_entry_point_offers_the_wandb_backend() -> None:
     owner, _factory = available_backends()["wandb"]
     assert owner == "wandb"
-    assert get_plugins().infos["wandb"].distribution == "rlmetrics-wandb"
+    assert get_plugins().info("wandb").distribution  # type: ignore[union-attr] == "rlmetrics-wandb"
 
 
 def _wandb_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

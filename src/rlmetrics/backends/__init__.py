@@ -11,8 +11,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from ..events import STEP_KEY, WALL_TIME_KEY
+from ..hooks import collect_offers
 from ..plugins import Plugins, get_plugins
-from ..registry import as_number
+from ..values import as_number
 
 __all__ = ["AXIS_KEYS", "Backend", "BackendFactory", "as_step", "available_backends", "full_key"]
 
@@ -51,17 +52,4 @@ def as_step(step: Any) -> int | None:
 
 def available_backends(plugins: Plugins | None = None) -> dict[str, tuple[str, BackendFactory]]:
     """``{name: (offering plugin, factory)}`` from every plugin's ``register_backends``."""
-    plugins = plugins or get_plugins()
-    found: dict[str, tuple[str, BackendFactory]] = {}
-    for impl in reversed(plugins.pm.hook.register_backends.get_hookimpls()):
-
-        def register(name: str, factory: BackendFactory, _owner: str = impl.plugin_name) -> None:
-            if name in found and found[name][1] is not factory:
-                raise ValueError(
-                    f"backend {name!r} is offered by both {found[name][0]} and {_owner}; "
-                    f"disable one with RLMETRICS_DISABLE_PLUGINS"
-                )
-            found[name] = (_owner, factory)
-
-        plugins.call_impl(impl, "register_backends", register=register)
-    return found
+    return collect_offers("backend", (plugins or get_plugins()).hooks.register_backends)

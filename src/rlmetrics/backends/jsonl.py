@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from .. import hookimpl
 from .._warn import logger
+from ..values import as_plain
 
 __all__ = ["JsonlBackend", "read_jsonl", "register_backends", "to_json_value"]
 
@@ -25,21 +26,16 @@ DEFAULT_PATH = "rlmetrics.jsonl"
 
 
 def to_json_value(value: Any, _depth: int = 0) -> Any:
-    """A JSON-safe stand-in for ``value``: numbers and strings as they are, NaN and
-    infinities and anything else JSON cannot hold as their ``repr``."""
+    """A JSON-safe stand-in for ``value``: numbers, bools and strings as they are (NumPy and
+    torch ones as their plain Python form), lists element by element, and NaN, infinities and
+    anything else JSON cannot hold as their ``repr``."""
+    value = as_plain(value)
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
-    if _depth < 8:
-        item = getattr(value, "item", None)  # NumPy and torch scalars, 1-element arrays
-        if callable(item):
-            try:
-                return to_json_value(item(), _depth + 1)
-            except Exception:
-                pass
-        if isinstance(value, (list, tuple)):
-            return [to_json_value(v, _depth + 1) for v in value]
+    if isinstance(value, (list, tuple)) and _depth < 8:
+        return [to_json_value(v, _depth + 1) for v in value]
     try:
         return repr(value)
     except Exception:

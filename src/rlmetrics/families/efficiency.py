@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator
+from typing import ClassVar
 
 from .. import hookimpl
 from .._warn import warn_once
-from ..events import EFFICIENCY_PREFIX, EfficiencySummary
-from ..registry import as_number, declare, is_exporting, record
+from ..events import EfficiencySummary
+from ..registry import declare, is_exporting, record
 from ..spec import OPEN, Kind, MetricSpec
 
 __all__ = [
@@ -38,10 +38,8 @@ __all__ = [
     "CollectorTimer",
     "EfficiencyTimer",
     "efficiency_bucket",
-    "efficiency_measurements",
     "efficiency_pct",
     "efficiency_window",
-    "map_efficiency_seconds",
 ]
 
 GROUP = "rl.efficiency"
@@ -99,11 +97,6 @@ declare(
 )
 
 
-def efficiency_measurements() -> dict[str, str]:
-    """Each canonical category's measurement: wall_clock, collector_wall_clock, thread_seconds."""
-    return dict(_MEASUREMENTS)
-
-
 def efficiency_window(category: str, measurement: str) -> str:
     """``step`` for the driver's per-step categories; ``run`` for ``init/total`` (a constant
     republished every step) and everything from the never-reset collector timer."""
@@ -114,22 +107,6 @@ def efficiency_bucket(category: str) -> str:
     """The goodput bucket a category's seconds belong to (``init/total`` is overhead)."""
     head = category.split("/", 1)[0]
     return head if head in ("idle", "wasted", "productive") else "overhead"
-
-
-def map_efficiency_seconds(
-    metrics: Mapping[str, Any], measurement_by_category: Mapping[str, str]
-) -> dict[str, float]:
-    """``{category: seconds}`` from a raw logger dict's ``efficiency/<category>_s`` keys.
-
-    Only the categories in ``measurement_by_category`` are read, which keeps the aggregate
-    keys (``total_waste_s``, ``productive_time_s``…) out although they share the shape.
-    """
-    seconds = {}
-    for category in measurement_by_category:
-        value = as_number(metrics.get(f"{EFFICIENCY_PREFIX}{category}_s"))
-        if value is not None:
-            seconds[category] = float(value)
-    return seconds
 
 
 def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
@@ -168,9 +145,10 @@ def on_efficiency_summary(summary: EfficiencySummary) -> None:
         measurement = _MEASUREMENTS.get(category)
         if measurement is None:
             warn_once(
-                f"efficiency:unknown:{category}",
-                f"rlmetrics: efficiency category {category!r} has no known measurement "
-                f"(known: {sorted(_MEASUREMENTS)}); not exported",
+                "efficiency:unknown-category",
+                f"rlmetrics: efficiency category {category!r} has no known "
+                f"measurement (known: {sorted(_MEASUREMENTS)}); not exported. Later unknown "
+                "categories are reported at DEBUG",
             )
             continue
         record(

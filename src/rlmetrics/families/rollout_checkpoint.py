@@ -255,9 +255,10 @@ def on_rollout_checkpoint(event: RolloutEvent) -> None:
         attributes = attempt_attributes(event)
         if event.reason and attributes[REASON_ATTR] == "other":
             warn_once(
-                f"rollout:reason:{event.reason}",
-                f"rlmetrics: checkpoint reason {event.reason!r} is not one of {sorted(REASONS)}; "
-                "counted as 'other' (backends keep the exact reason)",
+                "rollout:unknown-reason",
+                f"rlmetrics: checkpoint reason {event.reason!r} is not one of "
+                f"{sorted(REASONS)}; counted as 'other' (backends keep the exact reason). Later "
+                "unknown reasons are reported at DEBUG",
             )
         record(GROUP, {ATTEMPTS: 1}, attributes)
     record(GROUP, gauge_values(event.prefix, event.values))

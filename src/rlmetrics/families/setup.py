@@ -8,14 +8,12 @@ attribute with a cap keeps it bounded. No ``rl.bucket``: phases overlap by const
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from .. import hookimpl
+from ..events import SetupTimings
 from ..registry import declare, is_exporting, record
 from ..spec import OPEN, Kind, MetricSpec
 
-__all__ = ["DURATION", "GROUP", "PHASE_ATTR", "map_setup_seconds", "setup_phase"]
+__all__ = ["DURATION", "GROUP", "PHASE_ATTR"]
 
 GROUP = "rl.setup"
 DURATION = "rl.setup.duration"
@@ -36,32 +34,9 @@ declare(
     ],
 )
 
-# Longest first: "generation_init_time_s" must lose "_time_s", not just "_s".
-_SUFFIXES = ("_time_s", "_s")
-
-
-def setup_phase(key: str) -> str | None:
-    """The phase a setup key times (``generation_init_time_s`` → ``generation_init``), or None
-    for a key that is not a duration (``parallel_init_enabled``)."""
-    for suffix in _SUFFIXES:
-        if key.endswith(suffix) and len(key) > len(suffix):
-            return key[: -len(suffix)]
-    return None
-
-
-def map_setup_seconds(timings: Mapping[str, Any]) -> dict[str, Any]:
-    """``{phase: value}`` for every duration key; None values and non-durations are left out."""
-    phases: dict[str, Any] = {}
-    for key, value in timings.items():
-        phase = setup_phase(key)
-        if phase is not None and value is not None:
-            phases[phase] = value
-    return phases
-
-
 @hookimpl
-def on_setup_timing(timings: Mapping[str, Any]) -> None:
+def on_setup_timing(timings: SetupTimings) -> None:
     if not is_exporting():
         return
-    for phase, seconds in map_setup_seconds(timings).items():
+    for phase, seconds in timings.seconds.items():
         record(GROUP, {DURATION: seconds}, {PHASE_ATTR: phase})

@@ -7,15 +7,15 @@ from the constant it logs with — no rlmetrics release, no edit here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .. import hookimpl
-from ..logger import TRAIN_PREFIXES
-from ..registry import _caller_module, default_registry, is_exporting, record
+from ..events import TRAIN_PREFIXES
+from ..registry import _caller_module, default_registry, record_declared
 from ..spec import Kind, MetricSpec
 
-__all__ = ["GROUP", "map_teed_scalars", "tee_scalar"]
+__all__ = ["GROUP", "tee_scalar"]
 
 GROUP = "rl.train"
 
@@ -68,13 +68,7 @@ tee_scalar(
 )
 
 
-def map_teed_scalars(metrics: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
-    """``{registry key: value}`` for every declared key present in ``metrics`` (None skipped)."""
-    return {key: metrics[key] for key in keys if metrics.get(key) is not None}
-
-
 @hookimpl
 def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
-    if prefix not in TRAIN_PREFIXES or not is_exporting():
-        return
-    record(GROUP, map_teed_scalars(metrics, default_registry().keys(GROUP)))
+    if prefix in TRAIN_PREFIXES:
+        record_declared(GROUP, metrics)

@@ -17,7 +17,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
 
-from rlmetrics import warn_once
+from rlmetrics import describe_value, warn_once
 from rlmetrics.backends import as_step, full_key
 from rlmetrics.logger import flatten
 
@@ -119,8 +119,8 @@ class MlflowBackend:
             # MLflow needs an integer step; the last good one keeps the point near its peers.
             warn_once(
                 "mlflow:bad-step",
-                f"rlmetrics-mlflow: step {step!r} is not a number; such dicts are logged at "
-                "the previous step",
+                f"rlmetrics-mlflow: a step ({describe_value(step)}) is not a number; such dicts "
+                "are logged at the previous step",
             )
         step = self._last_step if number is None else number
         self._last_step = step
@@ -129,10 +129,11 @@ class MlflowBackend:
             full = full_key(prefix, key)
             if isinstance(value, Skipped):
                 warn_once(
-                    f"mlflow:skip:{full}",
+                    f"mlflow:skip:{value.reason}",
                     f"rlmetrics-mlflow: {full!r} is {value.reason}, which MLflow cannot store "
                     "as a metric; it is skipped (the JSONL backend keeps it). Log constant "
-                    "text as a tag or param when creating the backend",
+                    "text as a tag or param when creating the backend. Later keys skipped for "
+                    "this reason are reported at DEBUG",
                 )
                 continue
             name = self._keys(full)

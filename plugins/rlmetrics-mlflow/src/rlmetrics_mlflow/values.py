@@ -16,15 +16,16 @@
 from __future__ import annotations
 
 import math
-import numbers
+import statistics
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from rlmetrics import as_plain, as_real
 
 __all__ = ["LIST_SUMMARIES", "Skipped", "metric_values"]
 
 #: Summary suffixes for a logged list, in the order they are written.
 LIST_SUMMARIES = ("mean", "p50", "p90", "max")
-_MAX_DEPTH = 4
 
 
 class Skipped:
@@ -36,62 +37,29 @@ class Skipped:
         self.reason = reason
 
 
-def _scalar(value: Any, depth: int = 0) -> float | None:
-    """The float a scalar-like value stands for (bools as 0/1), or None."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, (str, bytes)) or depth >= _MAX_DEPTH:
-        return None
-    # torch: numel(); NumPy: the int attribute size. Either tells a scalar from an array.
-    numel = getattr(value, "numel", None)
-    size = numel() if callable(numel) else getattr(value, "size", None)
-    if not isinstance(size, int):
-        size = None
-    item = getattr(value, "item", None)
-    # NumPy/torch scalars and one-element arrays or tensors; a longer array is a sequence.
-    if callable(item) and (size is None or size == 1):
-        try:
-            return _scalar(item(), depth + 1)
-        except Exception:
-            return None
-    return None
-
-
-def _elements(value: Any) -> list[Any] | None:
-    """The elements of a list-like value (list, tuple, array, tensor), else None."""
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist) and not isinstance(value, (str, bytes)):
-        try:
-            out = tolist()
-        except Exception:
-            return None
-        return out if isinstance(out, list) else None
-    return None
-
-
-def _percentile(ordered: list[float], q: float) -> float:
-    """Linear-interpolation percentile (NumPy's default) of a sorted, non-empty list."""
-    position = (len(ordered) - 1) * q
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+def _scalar(plain: Any) -> float | None:
+    """The float a plain value stands for (bools as 0/1, NaN kept), or None."""
+    if isinstance(plain, bool):
+        return float(plain)
+    number = as_real(plain)
+    return None if number is None else float(number)
 
 
 def _summaries(elements: list[Any]) -> dict[str, float] | None:
     finite = sorted(
-        n for e in elements
-        if not isinstance(e, bool) and (n := _scalar(e)) is not None and math.isfinite(n)
+        n
+        for e in elements
+        if not isinstance(e, bool) and (n := as_real(e)) is not None and math.isfinite(n)
     )
     if not finite:
         return None
+    # Deciles by linear interpolation between the closest ranks (NumPy's default percentile);
+    # one element is its own every percentile.
+    deciles = statistics.quantiles(finite, n=10, method="inclusive") if len(finite) > 1 else None
     return {
         "mean": math.fsum(finite) / len(finite),
-        "p50": _percentile(finite, 0.5),
-        "p90": _percentile(finite, 0.9),
+        "p50": deciles[4] if deciles else finite[0],
+        "p90": deciles[8] if deciles else finite[0],
         "max": finite[-1],
     }
 
@@ -104,12 +72,13 @@ def metric_values(metrics: Mapping[str, Any]) -> Iterator[tuple[str, float | Ski
     for key, value in metrics.items():
         if value is None:
             continue
-        number = _scalar(value)
+        plain = as_plain(value)
+        number = _scalar(plain)
         if number is not None:
             yield key, number
             continue
-        elements = _elements(value)
-        if elements is not None:
+        if isinstance(plain, (list, tuple)):
+            elements = list(plain)
             if not elements:
                 continue
             summary = _summaries(elements)

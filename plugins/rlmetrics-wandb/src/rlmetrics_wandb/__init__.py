@@ -1,9 +1,9 @@
 """Weights & Biases backend for rlmetrics: ``Logger(backends={"wandb": {...}})``.
 
 Every logged dict is one W&B history row carrying its own x-axis value: ``rlmetrics/step``
-for trainer-correlated dicts, ``telemetry/wall_time_seconds`` for the rollout-checkpoint
-streams (:mod:`.axes`). W&B's own ``step=`` is never used, so a repeated or smaller trainer
-step is never dropped.
+for trainer-correlated dicts, ``telemetry/wall_time_seconds`` for dicts that carry it (the
+rollout-checkpoint streams; :mod:`.axes`). W&B's own ``step=`` is never used, so a repeated
+or smaller trainer step is never dropped.
 
 The names below load lazily: the entry point imports this package in every rlmetrics
 process, and importing wandb costs about a second.

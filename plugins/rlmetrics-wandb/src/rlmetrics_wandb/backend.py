@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import wandb
 
-from rlmetrics import warn_once
+from rlmetrics import describe_value, warn_once
 from rlmetrics.backends import as_step, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 
@@ -92,10 +91,10 @@ class WandbBackend:
                 row[full_key(prefix, key)] = converted
         if not row:
             return
-        if self.axes.is_rollout(prefix):
-            # The stream's axis is wall time; a dict logged without it gets "now".
-            row.setdefault(WALL_TIME_KEY, time.time())
+        if WALL_TIME_KEY in row:
+            axis = WALL_TIME_KEY  # an event stream on wall-clock time, not the trainer step
         else:
+            axis = STEP_KEY
             number = as_step(step)
             if number is not None:
                 row[STEP_KEY] = number
@@ -103,10 +102,11 @@ class WandbBackend:
                 # W&B's step_sync fills in the last rlmetrics/step it saw (checked in tests).
                 warn_once(
                     "wandb:bad-step",
-                    f"rlmetrics-wandb: step {step!r} is not a number; rows without one are "
+                    f"rlmetrics-wandb: a step ({describe_value(step)}) is not a number; rows "
+                    "without one are "
                     "plotted at the previous rlmetrics/step",
                 )
-            self.axes.bind(prefix, row)
+        self.axes.bind(row, axis)
         # Never step=: W&B drops a row whose step is below its last one, and trainer steps
         # repeat or go back (resume, eval loops). The axis value in the row is the x instead.
         self.run.log(row)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+from rlmetrics import as_real
+
 __all__ = ["SKIP", "to_wandb"]
 
 #: Returned for a value that should not appear in the row at all.
@@ -37,7 +39,9 @@ def to_wandb(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, (bool, str, int, float)) or _is_native(value):
         return value
     if isinstance(value, numbers.Real):  # Fraction, Decimal-like reals: JSON needs a float
-        return float(value)
+        number = as_real(value)  # None when float() overflows: then the text below
+        if number is not None:
+            return number
     if isinstance(value, (list, tuple)) and _depth < 8:
         # None stays inside a list (it is a position); odd elements become text.
         return [

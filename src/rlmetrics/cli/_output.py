@@ -1,0 +1,31 @@
+"""Output helpers shared by the commands: JSON, aligned tables with a header row."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["add_format_options", "print_json", "print_table"]
+
+
+def add_format_options(parser: argparse.ArgumentParser, *, markdown: bool = False) -> None:
+    """``--json`` (and ``--markdown``), mutually exclusive."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    if markdown:
+        group.add_argument("--markdown", action="store_true", help="print a markdown document")
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2) + "\n")
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Columns padded to their widest cell; the last column is left ragged."""
+    widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header) - 1)]
+    for row in (header, *rows):
+        cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)]
+        sys.stdout.write("  ".join([*cells, str(row[-1])]).rstrip() + "\n")

@@ -1,0 +1,50 @@
+"""List every plugin: the entry points of the ``rlmetrics`` group (built-ins included) and
+the plugins registered from code, with what became of each — loaded (with its hooks and the
+series it declares), failed or disabled (with the reason)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..plugins import LOADED, PluginInfo, load_plugins
+from ._output import add_format_options, print_json, print_table
+
+__all__ = ["HELP", "NAME", "add_arguments", "run"]
+
+NAME = "plugins"
+HELP = "list plugins, their status, hooks and declared series"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_format_options(parser)
+
+
+def _detail(info: PluginInfo) -> str:
+    if info.status != LOADED:
+        return info.reason or ""
+    parts = []
+    if info.hooks:
+        parts.append("hooks: " + ", ".join(info.hooks))
+    if info.series:
+        parts.append(f"declares {len(info.series)} series")
+    return "; ".join(parts) or "no hooks, no series"
+
+
+def run(args: argparse.Namespace) -> int:
+    infos = sorted(load_plugins().infos, key=lambda i: (i.name, i.distribution or ""))
+    if args.json:
+        print_json([info.as_dict() for info in infos])
+        return 0
+    print_table(
+        ("NAME", "STATUS", "DISTRIBUTION", "DETAIL"),
+        [
+            (
+                info.name,
+                info.status,
+                f"{info.distribution} {info.version}" if info.distribution else "(in process)",
+                _detail(info),
+            )
+            for info in infos
+        ],
+    )
+    return 0

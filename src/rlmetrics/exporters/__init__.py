@@ -1,0 +1,69 @@
+"""Exporters: where OpenTelemetry points go, offered by plugins like everything else.
+
+A plugin's ``register_exporters`` hook calls ``register(name, factory)``;
+``rlmetrics.start(exporters=[name])`` calls ``factory(export_interval_s=..., **options)`` and
+attaches the :class:`Exporter` it returns to the process's one MeterProvider. The core's own
+``otlp``, ``prometheus`` and ``console`` exporters are entry points of the core distribution,
+loaded, listed and deniable like any third-party one.
+
+A factory imports the OpenTelemetry SDK (and its exporter package) when called, never at
+module level: plugin modules are imported by every process that uses rlmetrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..hooks import collect_offers
+from ..plugins import Plugins, get_plugins
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
+
+__all__ = ["Exporter", "ExporterFactory", "available_exporters", "periodic_reader"]
+
+
+def _nothing() -> None:
+    return None
+
+
+@attrs.define
+class Exporter:
+    """What an exporter factory returns.
+
+    :param reader: the ``MetricReader`` to attach (a ``PeriodicExportingMetricReader`` around a
+        push exporter, or a pull reader such as Prometheus').
+    :param address: ``(host, port)`` a pull exporter listens on, for ``Telemetry`` to report.
+    :param close: releases what the reader does not (an HTTP server); called once, after the
+        provider shut down, or when ``start()`` fails after this exporter was built.
+    """
+
+    reader: MetricReader
+    address: tuple[str, int] | None = None
+    close: Callable[[], None] = _nothing
+
+
+ExporterFactory = Callable[..., Exporter]
+
+
+def available_exporters(plugins: Plugins | None = None) -> dict[str, tuple[str, ExporterFactory]]:
+    """``{name: (offering plugin, factory)}`` from every plugin's ``register_exporters``."""
+    return collect_offers("exporter", (plugins or get_plugins()).hooks.register_exporters)
+
+
+def periodic_reader(
+    exporter: Any, export_interval_s: float | None, reader_class: type | None = None
+) -> MetricReader:
+    """``exporter`` (a push ``MetricExporter``) on a ``PeriodicExportingMetricReader`` (or
+    ``reader_class``) exporting every ``export_interval_s`` seconds; None means
+    ``OTEL_METRIC_EXPORT_INTERVAL``, else the SDK's 60 s."""
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    interval_ms = None if export_interval_s is None else export_interval_s * 1000.0
+    reader: MetricReader = (reader_class or PeriodicExportingMetricReader)(
+        exporter, export_interval_millis=interval_ms
+    )
+    return reader

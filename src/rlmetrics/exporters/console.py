@@ -1,0 +1,22 @@
+"""The ``console`` exporter: each export printed to stdout as JSON, for a quick look."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import hookimpl
+from . import Exporter, periodic_reader
+
+__all__ = ["make_exporter"]
+
+
+def make_exporter(export_interval_s: float | None = None) -> Exporter:
+    """The SDK's ``ConsoleMetricExporter`` on a periodic reader."""
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+    return Exporter(periodic_reader(ConsoleMetricExporter(), export_interval_s))
+
+
+@hookimpl
+def register_exporters(register: Callable[[str, Callable[..., Exporter]], None]) -> None:
+    register("console", make_exporter)

@@ -1,0 +1,187 @@
+"""Calling the hooks: one typed method per hook, through pluggy, each implementation guarded.
+
+pluggy's fan-out stops at the first implementation that raises, and the training loop must
+survive any plugin. So when a plugin is registered, each of its implementations is wrapped in
+a guard that reports a failure once (plugin and hook named) and returns nothing; the call then
+goes through pluggy's own hook caller, which keeps its ordering (``tryfirst``/``trylast``),
+argument subsets and wrappers. Wrappers are guarded too: one that fails before its ``yield``
+steps aside and the others still run; one that fails after it leaves the result as it was.
+
+The typed methods make a misspelt hook a type error rather than a silent no-op.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Callable, Generator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pluggy
+
+from ._warn import warn_once
+
+if TYPE_CHECKING:
+    from .backends import BackendFactory
+    from .events import EfficiencySummary, RolloutEvent, SetupTimings
+    from .exporters import ExporterFactory
+    from .telemetry import Telemetry
+
+__all__ = ["Hooks", "collect_offers", "current_plugin", "guard_implementations"]
+
+_Factory = TypeVar("_Factory")
+
+_current_plugin: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "rlmetrics_current_plugin", default=None
+)
+
+
+def current_plugin() -> str | None:
+    """The name of the plugin whose hook implementation is running, if any (so a
+    ``register`` callback can say who offered what)."""
+    return _current_plugin.get()
+
+
+def collect_offers(
+    what: str, call: Callable[[Callable[[str, _Factory], None]], None]
+) -> dict[str, tuple[str, _Factory]]:
+    """``{name: (offering plugin, factory)}`` from a registration hook (``call`` is, say,
+    ``hooks.register_backends``). A name offered twice keeps its first offer, in pluggy's call
+    order, with a warning naming both plugins."""
+    found: dict[str, tuple[str, _Factory]] = {}
+
+    def register(name: str, factory: _Factory) -> None:
+        owner = current_plugin() or "?"
+        if name in found and found[name][1] is not factory:
+            warn_once(
+                f"{what}-clash:{name}",
+                f"rlmetrics: {what} {name!r} is offered by both {found[name][0]!r} and "
+                f"{owner!r}; {found[name][0]!r} is used. Disable one with "
+                "RLMETRICS_DISABLE_PLUGINS",
+            )
+            return
+        found[name] = (owner, factory)
+
+    call(register)
+    return found
+
+
+def _report(plugin: str, hook: str, what: str = "raised") -> None:
+    warn_once(
+        f"hook:{plugin}:{hook}",
+        f"rlmetrics: plugin {plugin!r} {what} in hook {hook!r}; the other plugins ran and "
+        "training goes on",
+    )
+
+
+def _guard(function: Callable[..., Any], plugin: str, hook: str) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        token = _current_plugin.set(plugin)
+        try:
+            return function(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # SystemExit from a plugin must not end the training job
+            _report(plugin, hook)
+            return None
+        finally:
+            _current_plugin.reset(token)
+
+    return guarded
+
+
+def _guard_wrapper(function: Callable[..., Any], plugin: str, hook: str) -> Callable[..., Any]:
+    """Guard a ``wrapper=True`` or ``hookwrapper=True`` implementation: drive its generator,
+    passing through whatever pluggy sends (the result, or a ``Result`` for old-style ones)."""
+
+    @functools.wraps(function)
+    def guarded(*args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+        try:
+            wrapped = function(*args, **kwargs)
+            next(wrapped)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # raised, or returned without yielding
+            _report(plugin, hook, "failed before its yield")
+            return (yield)  # step aside: the other implementations still run
+        try:
+            sent = yield
+        except BaseException as exc:  # thrown in by pluggy: let the wrapper clean up
+            try:
+                wrapped.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            raise
+        try:
+            wrapped.send(sent)
+        except StopIteration as stop:
+            return stop.value
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            _report(plugin, hook, "failed after its yield")
+            return sent
+        wrapped.close()
+        _report(plugin, hook, "yielded twice")
+        return sent
+
+    return guarded
+
+
+def guard_implementations(pm: pluggy.PluginManager, plugin: object) -> None:
+    """Wrap every hook implementation of a registered ``plugin`` in its own guard."""
+    for caller in pm.get_hookcallers(plugin) or ():
+        for impl in caller.get_hookimpls():
+            if impl.plugin is not plugin:
+                continue
+            guard = _guard_wrapper if (impl.wrapper or impl.hookwrapper) else _guard
+            # pluggy calls ``impl.function``; replacing it is how the guard goes through
+            # pluggy's own fan-out (typed Final in pluggy, hence setattr).
+            setattr(impl, "function", guard(impl.function, impl.plugin_name, caller.name))  # noqa: B010
+
+
+def _fan_out(caller: pluggy.HookCaller, **kwargs: Any) -> None:
+    # Every implementation is guarded; this catches what pluggy itself raises.
+    try:
+        caller(**kwargs)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        warn_once(f"hook:{caller.name}", f"rlmetrics: calling hook {caller.name!r} failed")
+
+
+class Hooks:
+    """The hooks of one plugin manager, one typed method each (see :mod:`.hookspecs`)."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self._hook = pm.hook
+
+    def implemented(self, name: str) -> bool:
+        """Whether any registered plugin implements hook ``name``."""
+        caller = getattr(self._hook, name, None)
+        return caller is not None and bool(caller.get_hookimpls())
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        _fan_out(self._hook.log_metrics, metrics=metrics, step=step, prefix=prefix)
+
+    def on_setup_timing(self, timings: SetupTimings) -> None:
+        _fan_out(self._hook.on_setup_timing, timings=timings)
+
+    def on_efficiency_summary(self, summary: EfficiencySummary, step: int) -> None:
+        _fan_out(self._hook.on_efficiency_summary, summary=summary, step=step)
+
+    def on_rollout_checkpoint(self, event: RolloutEvent) -> None:
+        _fan_out(self._hook.on_rollout_checkpoint, event=event)
+
+    def telemetry_started(self, telemetry: Telemetry) -> None:
+        _fan_out(self._hook.telemetry_started, telemetry=telemetry)
+
+    def telemetry_stopping(self, telemetry: Telemetry) -> None:
+        _fan_out(self._hook.telemetry_stopping, telemetry=telemetry)
+
+    def register_backends(self, register: Callable[[str, BackendFactory], None]) -> None:
+        _fan_out(self._hook.register_backends, register=register)
+
+    def register_exporters(self, register: Callable[[str, ExporterFactory], None]) -> None:
+        _fan_out(self._hook.register_exporters, register=register)

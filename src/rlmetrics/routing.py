@@ -1,0 +1,91 @@
+"""Which logged dicts also reach a typed hook: one table, no family named.
+
+A training loop logs plain dicts; some of them are, by their prefix or keys, a setup-timing
+report, a rollout-checkpoint event or an efficiency summary. Each row of :data:`ROUTES` says
+how to recognise one, how to parse it into its typed payload (:mod:`rlmetrics.events`, the
+hook contract) and which hook receives it. Mapping the payload to OpenTelemetry is the
+families' business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from .events import (
+    EFFICIENCY_PREFIX,
+    ROLLOUT_EVENT_TYPES,
+    SETUP_TIMING_PREFIX,
+    TRAIN_PREFIXES,
+    EfficiencySummary,
+    SetupTimings,
+    rollout_event_from_metrics,
+)
+from .hooks import Hooks
+
+__all__ = ["ROUTES", "Route", "routes_for"]
+
+
+@attrs.frozen
+class Route:
+    """Dicts logged under one of ``prefixes`` (and, if ``key_prefix`` is set, carrying a key
+    that starts with it) are parsed by ``parse(prefix, flat)`` and handed to ``deliver(hooks,
+    payload, step)``; ``hook`` names the hook for listings.
+
+    ``wall_clock`` marks an event stream whose axis is Unix time, not the trainer step: a dict
+    logged without ``telemetry/wall_time_seconds`` is stamped with the time it was logged,
+    before any backend sees it, so every backend and the hook agree on its time.
+    """
+
+    hook: str
+    prefixes: frozenset[str]
+    parse: Callable[[str, Mapping[str, Any]], Any]
+    deliver: Callable[[Hooks, Any, int], None]
+    key_prefix: str | None = None
+    wall_clock: bool = False
+
+    def wants(self, flat: Mapping[str, Any]) -> bool:
+        key_prefix = self.key_prefix
+        return key_prefix is None or any(key.startswith(key_prefix) for key in flat)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "on_setup_timing",
+        frozenset({SETUP_TIMING_PREFIX}),
+        parse=lambda _prefix, flat: SetupTimings.from_metrics(flat),
+        deliver=lambda hooks, timings, _step: hooks.on_setup_timing(timings),
+    ),
+    Route(
+        "on_rollout_checkpoint",
+        frozenset(ROLLOUT_EVENT_TYPES),
+        parse=rollout_event_from_metrics,
+        deliver=lambda hooks, event, _step: hooks.on_rollout_checkpoint(event),
+        wall_clock=True,
+    ),
+    Route(
+        "on_efficiency_summary",
+        frozenset(TRAIN_PREFIXES),
+        parse=lambda _prefix, flat: EfficiencySummary.from_metrics(flat),
+        deliver=lambda hooks, summary, step: hooks.on_efficiency_summary(summary, step),
+        key_prefix=EFFICIENCY_PREFIX,
+    ),
+)
+
+
+def _index(routes: Iterable[Route]) -> dict[str, tuple[Route, ...]]:
+    index: dict[str, tuple[Route, ...]] = {}
+    for route in routes:
+        for prefix in route.prefixes:
+            index[prefix] = (*index.get(prefix, ()), route)
+    return index
+
+
+_BY_PREFIX = _index(ROUTES)
+
+
+def routes_for(prefix: str) -> tuple[Route, ...]:
+    """The routes a dict logged under ``prefix`` may take."""
+    return _BY_PREFIX.get(prefix, ())

@@ -1,0 +1,102 @@
+"""What a logged value stands for, and whether a point can be exported.
+
+One conversion serves the registry, the backends and the families: a training loop logs Python
+numbers, NumPy and torch scalars, one-element arrays, lists and tensors, and every consumer
+must read them the same way. Nothing here raises: a value whose conversion raises (a
+``.item()`` that fails, a ``__float__`` that overflows) simply stands for nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+from .spec import MetricSpec
+
+__all__ = [
+    "AttributeSet",
+    "as_number",
+    "as_plain",
+    "as_real",
+    "check_attributes",
+]
+
+AttributeSet = frozenset[tuple[str, str]]
+
+_NOT_SCALARS = (str, bytes, bytearray)
+_PLAIN = frozenset({float, int, bool, str, type(None)})
+
+
+def as_real(value: Any) -> int | float | None:
+    """The real number ``value`` stands for, NaN and infinities included, or None.
+
+    Python ints and floats as they are; other reals (``Fraction``, NumPy scalars) through
+    ``int()`` or ``float()``; one-element NumPy arrays and torch tensors through ``.item()``.
+    Bools are not numbers here (a flag is not a measurement); neither are strings or bytes.
+    """
+    kind = type(value)
+    if kind is float or kind is int:  # the hot path: plain numbers from a training dict
+        return value  # type: ignore[no-any-return]
+    if kind is bool or isinstance(value, _NOT_SCALARS):
+        return None
+    try:
+        if not isinstance(value, numbers.Real):
+            item = getattr(value, "item", None)
+            if not callable(item):
+                return None
+            value = item()  # raises for an array of more than one element
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                return None
+        return int(value) if isinstance(value, numbers.Integral) else float(value)
+    except Exception:
+        return None
+
+
+def as_number(value: Any) -> int | float | None:
+    """The finite real number ``value`` stands for, or None (see :func:`as_real`)."""
+    number = as_real(value)
+    if type(number) is float and not math.isfinite(number):
+        return None
+    return number
+
+
+def as_plain(value: Any) -> Any:
+    """The plain Python form of a NumPy or torch value: a scalar or one-element array through
+    ``.item()``, a longer array or tensor through ``.tolist()`` (one conversion, not one
+    ``.item()`` per element); any other value, or one whose conversion raises, as it is."""
+    if type(value) in _PLAIN or isinstance(value, (*_NOT_SCALARS, list, tuple, Mapping)):
+        return value
+    for method in ("item", "tolist"):
+        convert = getattr(value, method, None)
+        if callable(convert):
+            try:
+                return convert()
+            except Exception:
+                continue
+    return value
+
+
+def check_attributes(
+    spec: MetricSpec, attributes: Any
+) -> tuple[AttributeSet, dict[str, str]] | str:
+    """``(hashable key, attributes)`` for an attribute set the spec allows, else why not.
+
+    Only the declaration is checked here; the spec's ``max_series`` cap is the binding's.
+    """
+    if not attributes:
+        return frozenset(), {}
+    if not isinstance(attributes, Mapping):
+        return f"attributes must be a mapping, got {type(attributes).__name__}"
+    allowed = dict(spec.attributes)
+    for attr, value in attributes.items():
+        if attr not in allowed:
+            return f"attribute {attr!r} is not declared (declared: {sorted(allowed) or 'none'})"
+        if not isinstance(value, str):
+            return f"attribute {attr!r} must be a string, got {type(value).__name__}"
+        closed = allowed[attr]
+        if closed is not None and value not in closed:
+            return f"attribute {attr!r} has a value outside its closed set {sorted(closed)}"
+    plain = dict(attributes)
+    return frozenset(plain.items()), plain

@@ -1,0 +1,103 @@
+"""The typed hook payloads parsed from logged dicts: pure functions, checked as properties."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlmetrics.events import (
+    AGGREGATE_EFFICIENCY_KEYS,
+    EfficiencySummary,
+    SetupTimings,
+    setup_phase,
+)
+from rlmetrics.values import as_number
+
+SETUP_DICT = {
+    "generation_init_time_s": 30.0,
+    "policy_init_time_s": 25.0,
+    "parallel_wall_s": 31.0,
+    "parallel_init_enabled": 1.0,
+    "teacher_model_init_time_s": None,
+    "collective_init_time_s": "pending",
+    "weight_sync_time_s": 0.0,
+}
+
+
+def test_setup_timings_separate_durations_from_flags() -> None:
+    timings = SetupTimings.from_metrics(SETUP_DICT)
+    assert timings.seconds == {
+        "generation_init": 30.0,
+        "policy_init": 25.0,
+        "parallel_wall": 31.0,
+        "weight_sync": 0.0,
+    }
+    # Not a duration: the payload carries it apart, so no implementation has to skip it.
+    assert timings.flags == {"parallel_init_enabled": 1.0}
+
+
+def test_setup_phase_examples() -> None:
+    assert setup_phase("generation_init_time_s") == "generation_init"
+    assert setup_phase("parallel_wall_s") == "parallel_wall"
+    assert setup_phase("parallel_init_enabled") is None
+    assert setup_phase("_s") is None
+
+
+_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max_size=20)
+
+
+@given(phase=_names.filter(lambda p: not p.endswith("_time")))
+def test_setup_phase_strips_exactly_one_suffix(phase: str) -> None:
+    assert setup_phase(phase + "_time_s") == phase
+    assert setup_phase(phase + "_s") == phase
+
+
+@given(key=st.text(max_size=30))
+def test_setup_phase_is_none_exactly_for_non_durations(key: str) -> None:
+    phase = setup_phase(key)
+    if phase is None:
+        assert not key.endswith("_s") or key == "_s"
+    else:
+        assert phase and key in (phase + "_s", phase + "_time_s")
+        if key.endswith("_time_s") and len(key) > len("_time_s"):
+            assert key == phase + "_time_s"
+
+
+_values = st.one_of(st.none(), st.floats(), st.integers(), st.text(max_size=3), st.booleans())
+
+
+@given(st.dictionaries(st.text(max_size=30), _values, max_size=12))
+def test_setup_timings_every_entry_is_a_phase_or_a_flag(metrics: dict[str, Any]) -> None:
+    timings = SetupTimings.from_metrics(metrics)
+    assert set(timings.flags) == {key for key in metrics if setup_phase(key) is None}
+    for phase, seconds in timings.seconds.items():
+        assert math.isfinite(seconds) and not isinstance(seconds, bool)
+        assert seconds in (metrics.get(phase + "_time_s"), metrics.get(phase + "_s"))
+
+
+_categories = st.sampled_from(
+    ["init/total", "idle/buffer_starvation", "idle/validation", "wasted/failed_trajectory"]
+)
+_efficiency_keys = st.one_of(
+    _categories.map(lambda c: f"efficiency/{c}_s"),
+    _categories.map(lambda c: f"efficiency/{c}_pct"),
+    st.sampled_from(sorted(AGGREGATE_EFFICIENCY_KEYS)).map(lambda a: f"efficiency/{a}_s"),
+    st.text(max_size=12),
+)
+
+
+@given(st.dictionaries(_efficiency_keys, _values, max_size=12))
+def test_efficiency_summary_reads_exactly_the_category_seconds(metrics: dict[str, Any]) -> None:
+    """Categories are the ``efficiency/<category>_s`` keys with a finite number, minus the
+    aggregates and the step's wall time, which share that shape."""
+    not_categories = AGGREGATE_EFFICIENCY_KEYS | {"step_wall_time", ""}
+    expected = {}
+    for key, raw in metrics.items():
+        category = key.removeprefix("efficiency/").removesuffix("_s")
+        shaped = key.startswith("efficiency/") and key.endswith("_s")
+        if shaped and category not in not_categories and as_number(raw) is not None:
+            expected[category] = float(raw)
+    assert EfficiencySummary.from_metrics(metrics).seconds == expected

@@ -1,0 +1,100 @@
+"""One conversion of logged values, shared by the registry, the backends and the families."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlmetrics.values import as_number, as_plain, as_real
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1, 1),
+        (2.5, 2.5),
+        (True, None),
+        ("1", None),
+        (float("nan"), None),
+        (float("-inf"), None),
+        (None, None),
+        ([1], None),
+        (b"1", None),
+    ],
+)
+def test_as_number(value: Any, expected: Any) -> None:
+    assert as_number(value) == expected
+
+
+def test_as_number_takes_item_of_scalar_like_objects() -> None:
+    class Scalar:
+        def __init__(self, v: Any) -> None:
+            self.v = v
+
+        def item(self) -> Any:
+            return self.v
+
+    assert as_number(Scalar(3.5)) == 3.5
+    assert as_number(Scalar(float("nan"))) is None
+    assert as_number(Scalar("s")) is None
+    assert as_number(Scalar(True)) is None
+
+
+class _Raises:
+    """An object whose every conversion raises, as a broken tensor wrapper might."""
+
+    def item(self) -> Any:
+        raise RuntimeError("item")
+
+    def tolist(self) -> Any:
+        raise RuntimeError("tolist")
+
+    def __float__(self) -> float:
+        raise RuntimeError("float")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (float("nan"), "nan"),
+        (Fraction(3, 2), 1.5),
+        (Fraction(10**400), None),  # float() overflows: stands for nothing, never raises
+        (_Raises(), None),
+        (True, None),
+    ],
+)
+def test_as_real_keeps_non_finite_and_never_raises(value: Any, expected: Any) -> None:
+    got = as_real(value)
+    assert (str(got) if got != got else got) == expected
+
+
+def test_as_plain_unwraps_scalars_and_arrays_once() -> None:
+    class Array:
+        def __init__(self, values: list[Any]) -> None:
+            self.values = values
+
+        def item(self) -> Any:
+            if len(self.values) != 1:
+                raise ValueError("only one element arrays can be converted")
+            return self.values[0]
+
+        def tolist(self) -> list[Any]:
+            return list(self.values)
+
+    assert as_plain(Array([2.5])) == 2.5
+    assert as_plain(Array([1, 2, 3])) == [1, 2, 3]
+    raising = _Raises()
+    assert as_plain(raising) is raising
+    assert as_plain([1, Array([2])])[1].values == [2]  # containers are left to the caller
+
+
+@given(st.one_of(st.integers(), st.floats(), st.booleans(), st.text(), st.none()))
+def test_as_number_is_finite_and_never_a_bool(value: Any) -> None:
+    number = as_number(value)
+    if number is not None:
+        assert not isinstance(number, bool)
+        assert number == value and number - number == 0
