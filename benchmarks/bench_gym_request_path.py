@@ -35,7 +35,6 @@ from typing import Any
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from rlmetrics_gym import _client_aiohttp, http_client, resources
-from yarl import URL
 
 DESTINATION_ATTR = "nemo.gym.http.destination.server.name"
 TARGET = 0.25
@@ -161,8 +160,8 @@ async def _connector() -> Any:
 def _connection_key() -> Any:
     from aiohttp.client_reqrep import ConnectionKey
 
-    url = URL("http://127.0.0.1:8000/")
-    return ConnectionKey(url.host, url.port, False, True, None, None, None)
+    # host, port, is_ssl, ssl, proxy, proxy_auth, proxy_headers_hash
+    return ConnectionKey("127.0.0.1", 8000, False, True, None, None, None)
 
 
 def main() -> None:

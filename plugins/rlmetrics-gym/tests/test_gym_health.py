@@ -142,7 +142,7 @@ def test_live_counters_count_verdicts_and_each_flagging_check_once(telemetry: An
         (NO_USAGE, "scored"),
     ]:
         assert observe_rollout(record, outcome, suite) is not None
-    observe_rollout(HEALTHY, "omitted", suite)  # omitted attempts are not evaluated
+    assert observe_rollout(HEALTHY, "omitted", suite) is None  # omitted: not evaluated
     found = points(reader)
     verdicts = {
         (p.attributes[VERDICT], p.attributes[OUTCOME]): p.value for p in find(found, VERDICT_TOTAL)

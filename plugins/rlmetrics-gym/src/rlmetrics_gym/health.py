@@ -359,6 +359,13 @@ def observe_rollout(
     when telemetry is not exporting (nothing is evaluated then). Never raises."""
     if not is_exporting():
         return None
+    if not member(outcome, HEALTH_OUTCOMES):  # omitted attempts wrote nothing to evaluate
+        warn_once(
+            "gym:health:outcome",
+            f"rlmetrics-gym: health is evaluated for outcomes {sorted(HEALTH_OUTCOMES)} only; "
+            "this rollout is not evaluated",
+        )
+        return None
     try:
         result = (suite or default_suite()).evaluate(rollout)
     except Exception:

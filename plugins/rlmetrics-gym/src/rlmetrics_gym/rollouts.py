@@ -418,7 +418,7 @@ def record_verify(duration_ms: float | None, succeeded: bool) -> None:
         return
     with _verify.lock:
         _verify.total += 1
-        _verify.completed += 1 if succeeded is True else 0
+        _verify.completed += 1 if flag(succeeded) == "true" else 0
     if duration_ms is not None:
         record(GROUP, {VERIFY_DURATION: duration_ms})
 
