@@ -52,7 +52,15 @@ from rlmetrics_vllm.engine import (
     step_metrics,
 )
 from rlmetrics_vllm.gen_ai import record_generation
-from vllm_real import MODEL, VOCAB_SIZE, engine_step, engine_totals, require_vllm, write_tiny_model
+from vllm_real import (
+    MODEL,
+    VOCAB_SIZE,
+    engine_step,
+    engine_totals,
+    remove_vllm_metrics,
+    require_vllm,
+    write_tiny_model,
+)
 
 import rlmetrics
 from rlmetrics.testing import points, single
@@ -256,6 +264,7 @@ def in_process(model_dir: Path) -> Iterator[list[InProcessEngine]]:
             yield engines
         finally:
             engines[-1].stop()
+            remove_vllm_metrics()  # a stopped engine leaves its families registered
 
 
 def registry_totals() -> dict[str, float]:
