@@ -130,9 +130,9 @@ class Snapshot:
 
     ``parts`` holds one reading per source (an engine process or an HTTP server): a mapping of
     ``(sample name, sorted labels)`` to the cumulative value, or for ``_created`` samples to the
-    series' creation time. Merged snapshots (several
-    data-parallel leaders) hold several parts, in the order they were merged. A snapshot is
-    plain data, so it pickles across process boundaries (Ray actors, RPC).
+    series' creation time. Merged snapshots (several data-parallel leaders) hold several parts,
+    in the order they were merged. A snapshot is plain data, so it pickles across process
+    boundaries (Ray actors, RPC).
     """
 
     parts: tuple[dict[SampleKey, float], ...] = field(default_factory=lambda: ({},))
