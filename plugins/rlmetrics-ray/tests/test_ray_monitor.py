@@ -36,8 +36,9 @@ GiB = 1024**3
 Serve = Callable[..., ExpositionServer]
 
 
-def memory(used: float, total: float, used_host: float | None = None,
-           total_host: float | None = None) -> str:
+def memory(
+    used: float, total: float, used_host: float | None = None, total_host: float | None = None
+) -> str:
     return render_exposition(used=used, total=total, used_host=used_host, total_host=total_host)
 
 
@@ -338,9 +339,7 @@ def test_the_thread_cycles_on_its_timer(serve: Serve, cluster: Cluster) -> None:
     assert not monitor.running
 
 
-def test_stop_cancels_a_cycle_stuck_on_a_dead_node(
-    cluster: Cluster, black_hole: BlackHole
-) -> None:
+def test_stop_cancels_a_cycle_stuck_on_a_dead_node(cluster: Cluster, black_hole: BlackHole) -> None:
     cluster.add("a" * 56, "gpu-1", black_hole.port)
     monitor = HostMemoryMonitor(nodes=cluster, timeout_s=3600.0, worker_groups=WorkerGroups())
     monitor.start()
@@ -364,9 +363,12 @@ def _no_thread_left() -> Iterator[None]:
     before = {t.ident for t in threading.enumerate()}
     yield
     wait_until(
-        lambda: not [
-            t for t in threading.enumerate()
-            if t.ident not in before and t.name == "rlmetrics-ray-host-memory"
-        ],
+        lambda: (
+            not [
+                t
+                for t in threading.enumerate()
+                if t.ident not in before and t.name == "rlmetrics-ray-host-memory"
+            ]
+        ),
         what="the monitor thread to end",
     )

@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 from ray_support import WAIT_S, OtlpReceiver
-
-import rlmetrics
 from rlmetrics_ray import runtime_env
 from rlmetrics_ray.resource import RayProcessResourceDetector, process_attributes
 from rlmetrics_ray.workers import (
@@ -31,6 +29,7 @@ from rlmetrics_ray.workers import (
     parse_resource_env,
 )
 
+import rlmetrics
 from rlmetrics.testing import in_memory_telemetry, isolated_state
 
 # What a worker process does: a plain start(), one logged step, a bounded shutdown (which
@@ -60,11 +59,14 @@ def driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[rlmetrics.Telemetry]:
             monkeypatch.delenv(name)
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "60000")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "4")
-    with isolated_state(), in_memory_telemetry(
-        service_name="grpo",
-        run_id="run-42",
-        resource={"rl.algorithm": "grpo", "rl.model": "Qwen/Qwen3-0.6B", "process.pid": 1},
-    ) as (handle, _reader):
+    with (
+        isolated_state(),
+        in_memory_telemetry(
+            service_name="grpo",
+            run_id="run-42",
+            resource={"rl.algorithm": "grpo", "rl.model": "Qwen/Qwen3-0.6B", "process.pid": 1},
+        ) as (handle, _reader),
+    ):
         yield handle
 
 
@@ -74,8 +76,11 @@ def run_workers(env_vars: dict[str, str], count: int) -> list[dict[str, Any]]:
     env.update(env_vars)
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-c", WORKER],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(count)
     ]
