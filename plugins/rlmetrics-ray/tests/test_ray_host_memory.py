@@ -247,3 +247,14 @@ def test_the_callbacks_never_block_while_a_cycle_runs() -> None:
             cycle.join(WAIT_S)
     finally:
         server.close()
+
+
+def test_the_environment_runs_the_sdk_it_says() -> None:
+    # Ray accepts any SDK >= 1.30: make sure the ray env's pin is the SDK actually installed.
+    import os
+    from importlib.metadata import version
+
+    expected = os.environ.get("RLMETRICS_EXPECT_SDK")
+    if not expected:
+        pytest.skip("not running under a tox env (RLMETRICS_EXPECT_SDK unset)")
+    assert version("opentelemetry-sdk") == expected

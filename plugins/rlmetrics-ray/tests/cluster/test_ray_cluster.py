@@ -7,7 +7,8 @@ is imported, and checked) makes Ray use 127.0.0.1 as the node address, so every 
 listens and talks on loopback, and the monitor additionally scrapes through the loopback
 resolver. Every port chosen here is outside Ray's worker range (10002-19999).
 
-Skipped where Ray is not installed (the SDK envs); the tox env ``ray`` runs them.
+Skipped where Ray is not installed (the SDK envs); the tox env ``ray`` runs them, with
+``RLMETRICS_REQUIRE_RAY=1`` so that a missing Ray fails there instead of skipping.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 import pytest
 
 if importlib.util.find_spec("ray") is None:
+    if os.environ.get("RLMETRICS_REQUIRE_RAY") == "1":  # the ray env: missing Ray is a failure
+        raise ImportError("RLMETRICS_REQUIRE_RAY=1 but Ray is not installed")
     pytest.skip("needs Ray (ray[default]); the tox env 'ray' installs it", allow_module_level=True)
 
 from ray_support_cluster import RAY_ENV, RayHead
