@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import string
+from collections.abc import MutableMapping
 from typing import Any
 
 from hypothesis import given
@@ -128,7 +129,7 @@ class _UvicornLikeCycle:
             await self.wake.wait()
         return {"type": "http.disconnect"}  # even over an unread body, as uvicorn does
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: MutableMapping[str, Any]) -> None:
         if self.disconnected:
             return
         self.delivered += 1
