@@ -50,9 +50,18 @@ RAY_WAIT_S = 90.0
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[list[dict[str, Any]]]:
-    """A one-node Ray cluster (``ray start --head``, two CPUs) for this module, with this
-    process connected as its driver; ``ray.nodes()``."""
+def head() -> Iterator[RayHead]:
+    """A one-node Ray cluster (``ray start --head``, two CPUs) for this module."""
+    ray_head = RayHead(num_cpus=2)
+    try:
+        yield ray_head.start()
+    finally:
+        ray_head.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(head: RayHead) -> Iterator[list[dict[str, Any]]]:
+    """This process connected to ``head`` as its driver; ``ray.nodes()``."""
     from ray._private import ray_constants  # the flag the environment variable sets
 
     if ray_constants.ENABLE_RAY_CLUSTER:
@@ -60,20 +69,19 @@ def cluster() -> Iterator[list[dict[str, Any]]]:
             "Ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set, so it would "
             "advertise this machine's interface address: refusing to start it"
         )
-    head = RayHead(num_cpus=2)
+    connect(head)
     try:
-        head.start()
-        ray.init(address=head.address, log_to_driver=False, logging_level=logging.WARNING)
-        try:
-            nodes = ray.nodes()
-            addresses = {node["NodeManagerAddress"] for node in nodes}
-            assert addresses == {"127.0.0.1"}, f"Ray advertises {addresses}, not loopback"
-            assert {node["MetricsExportPort"] for node in nodes} == {head.metrics_port}
-            yield nodes
-        finally:
-            ray.shutdown()
+        nodes = ray.nodes()
+        addresses = {node["NodeManagerAddress"] for node in nodes}
+        assert addresses == {"127.0.0.1"}, f"Ray advertises {addresses}, not loopback"
+        assert {node["MetricsExportPort"] for node in nodes} == {head.metrics_port}
+        yield nodes
     finally:
-        head.close()
+        ray.shutdown()
+
+
+def connect(head: RayHead, **options: Any) -> None:
+    ray.init(address=head.address, log_to_driver=False, logging_level=logging.WARNING, **options)
 
 
 def host_points(reader: Any) -> list[Any]:
@@ -186,3 +194,53 @@ def test_two_actors_export_with_the_drivers_run_id_and_their_own_resources(
         assert res["rl.worker_group"] == "rollout"
         assert res["ray.node.id"] == node["NodeID"]
     assert len({res["service.instance.id"] for res in resources.values()}) == 2
+
+
+def test_telemetry_started_before_ray_init_waits_for_it_and_the_job_runtime_env_carries_the_run(
+    head: RayHead, cluster: list[dict[str, Any]]
+) -> None:
+    # NeMo-RL's order: telemetry on the driver first, then ray.init() with the job's runtime
+    # env; a task (no runtime env of its own) then exports as part of the run.
+    (node,) = cluster
+    ray.shutdown()
+    receiver = OtlpReceiver()
+    configure(resolver=loopback_metrics_url, interval_s=0.2)
+    try:
+        with (
+            isolated_state(),
+            in_memory_telemetry(service_name="grpo", run_id="run-job") as (
+                _handle,
+                reader,
+            ),
+        ):
+            monitor = active_monitor()
+            assert monitor is not None, "no monitor while Ray is not initialised yet"
+            assert monitor.wait_for_cycles(2, WAIT_S)
+            assert monitor.snapshot.hosts == () and not host_points(reader)
+
+            connect(head, runtime_env=runtime_env(otlp_endpoint=receiver.endpoint))
+            found = wait_until(lambda: host_points(reader), RAY_WAIT_S, "the node's memory")
+            assert {p.attributes["host.name"] for p in found} == {node["NodeManagerHostname"]}
+
+            @ray.remote(num_cpus=0)
+            def task() -> int:
+                import os
+
+                import rlmetrics
+
+                handle = rlmetrics.start(exporters=["otlp"])
+                rlmetrics.Logger(backends={}).log_metrics({"reward": 1.0}, step=1, prefix="train")
+                handle.shutdown(timeout_s=10)
+                return os.getpid()
+
+            pid = ray.get(task.remote(), timeout=RAY_WAIT_S)
+
+        def exported(r: OtlpReceiver) -> list[dict[str, Any]]:
+            return [res for res, names in r.resources() if "rl.reward.mean" in names]
+
+        (resource,) = receiver.wait_for(exported, WAIT_S, "the task's export")
+    finally:
+        receiver.close()
+    assert resource["rlmetrics.run.id"] == "run-job" and resource["service.name"] == "grpo"
+    assert resource["process.pid"] == pid and resource["ray.node.id"] == node["NodeID"]
+    assert "rl.worker_group" not in resource
