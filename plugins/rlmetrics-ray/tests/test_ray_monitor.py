@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ray_support import (
     WAIT_S,
     BlackHole,
@@ -26,7 +28,7 @@ from ray_support import (
 )
 from rlmetrics_ray import active_monitor, configure, register_worker_group_nodes
 from rlmetrics_ray.host_memory import TOTAL, USED
-from rlmetrics_ray.monitor import HostMemoryMonitor
+from rlmetrics_ray.monitor import HostMemory, HostMemoryMonitor, build_snapshot
 from rlmetrics_ray.nodes import RayNode, metrics_url
 from rlmetrics_ray.worker_groups import WorkerGroups
 
@@ -371,4 +373,35 @@ def _no_thread_left() -> Iterator[None]:
             ]
         ),
         what="the monitor thread to end",
+    )
+
+
+byte_counts = st.one_of(st.none(), st.floats(min_value=0, max_value=2**60))
+host_memories = st.lists(
+    st.builds(
+        HostMemory,
+        st.text(min_size=1, max_size=8),
+        byte_counts,
+        byte_counts,
+        st.sampled_from(["host", "cgroup"]),
+        st.sampled_from(["none", "lm_policy", "lm_policy,vllm_policy"]),
+    ),
+    max_size=10,
+    unique_by=lambda host: host.host_name,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(host_memories)
+def test_a_snapshot_observes_each_value_a_host_has_once(hosts: list[HostMemory]) -> None:
+    snapshot = build_snapshot(hosts, taken_at=0.0)
+    assert snapshot.used == tuple(
+        (h.used, attributes(h.host_name, h.worker_groups, h.source))
+        for h in hosts
+        if h.used is not None
+    )
+    assert snapshot.total == tuple(
+        (h.total, attributes(h.host_name, h.worker_groups, h.source))
+        for h in hosts
+        if h.total is not None
     )
