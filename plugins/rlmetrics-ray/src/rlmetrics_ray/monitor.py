@@ -367,13 +367,14 @@ class HostMemoryMonitor:
 
     @property
     def running(self) -> bool:
+        """Whether the monitor's thread is alive (after :meth:`stop`, until it has ended)."""
         thread = self._thread
         return thread is not None and thread.is_alive()
 
     def start(self) -> None:
         """Start cycling on a daemon thread (the first cycle runs at once)."""
         with self._cond:
-            if self._thread is not None:
+            if self.running and not self._stopping.is_set():
                 return
             self._stopping = stopping = threading.Event()
             self._thread = threading.Thread(
@@ -386,7 +387,7 @@ class HostMemoryMonitor:
         snapshot is not replaced). Waits at most ``timeout_s``."""
         with self._cond:
             self._stopping.set()
-            thread, self._thread = self._thread, None
+            thread = self._thread
             in_flight = list(self._in_flight)
         for loop, task in in_flight:
             # RuntimeError: that loop already closed, so its cycle is over.
