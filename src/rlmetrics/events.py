@@ -151,9 +151,12 @@ class EfficiencySummary:
 
 
 def _wall_time(metrics: Mapping[str, Any]) -> float:
-    """The dict's Unix wall time, or now for a dict logged without one."""
+    """The dict's Unix wall time, or now for a dict logged without a usable one."""
     wall = as_number(metrics.get(WALL_TIME_KEY))
-    return time.time() if wall is None else float(wall)
+    try:
+        return time.time() if wall is None else float(wall)
+    except OverflowError:  # an int beyond any float: not a time
+        return time.time()
 
 
 @attrs.frozen

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._warn import describe_value, warn_once
 from .spec import Kind
-from .values import AttributeSet, as_number, check_attributes
+from .values import AttributeSet, as_number, check_attributes, encodable
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
@@ -72,6 +72,8 @@ class _Series:
         number = as_number(value)
         if number is None:
             return f"{describe_value(value)} is not a finite number"
+        if not encodable(number):
+            return "an int beyond the int64 range an exporter can encode"
         if self.counter and number < 0:
             return f"a {spec.kind.value} cannot take a negative value"
         if not attributes:

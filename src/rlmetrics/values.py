@@ -16,14 +16,20 @@ from typing import Any
 from .spec import MetricSpec
 
 __all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
     "AttributeSet",
     "as_number",
     "as_plain",
     "as_real",
     "check_attributes",
+    "encodable",
 ]
 
 AttributeSet = frozenset[tuple[str, str]]
+
+#: What an integer point can carry: OTLP encodes integer points as int64.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _NOT_SCALARS = (str, bytes, bytearray)
 _PLAIN = frozenset({float, int, bool, str, type(None)})
@@ -62,6 +68,13 @@ def as_number(value: Any) -> int | float | None:
     return number
 
 
+def encodable(number: int | float) -> bool:
+    """Whether an exporter can carry ``number`` as a point: an int within int64, or a finite
+    float (``as_number`` gives only those floats). One out-of-range int would otherwise make
+    every later OTLP export of its instrument fail to encode."""
+    return type(number) is not int or INT64_MIN <= number <= INT64_MAX
+
+
 def as_plain(value: Any) -> Any:
     """The plain Python form of a NumPy or torch value: a scalar or one-element array through
     ``.item()``, a longer array or tensor through ``.tolist()`` (one conversion, not one
@@ -69,12 +82,12 @@ def as_plain(value: Any) -> Any:
     if type(value) in _PLAIN or isinstance(value, (*_NOT_SCALARS, list, tuple, Mapping)):
         return value
     for method in ("item", "tolist"):
-        convert = getattr(value, method, None)
-        if callable(convert):
-            try:
+        try:  # getattr too: a property that raises is as broken as a method that does
+            convert = getattr(value, method, None)
+            if callable(convert):
                 return convert()
-            except Exception:
-                continue
+        except Exception:
+            continue
     return value
 
 
