@@ -436,7 +436,8 @@ def test_one_bad_value_costs_only_itself(bad: Any, tmp_path: Path) -> None:
     assert names["rl.policy.loss"].value == 0.75
     assert names["rl.learning_rate"].value == 1e-4
     assert names["rl.rollout.checkpoint.snapshot.rows"].value == 7
-    duration = single(found, "rl.rollout.checkpoint.duration", **{"rl.rollout.checkpoint.phase": "total_save"})
+    phase = {"rl.rollout.checkpoint.phase": "total_save"}
+    duration = single(found, "rl.rollout.checkpoint.duration", **phase)
     assert duration.count == 1 and duration.sum == 1.5
     rows = list(read_jsonl(tmp_path / "m.jsonl"))
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # every row written

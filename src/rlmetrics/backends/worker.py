@@ -13,6 +13,7 @@ the console) declare ``inline = True`` and are called on the caller's thread ins
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -78,10 +79,8 @@ class BackendWorker:
         dropped or left unwritten."""
         if os.getpid() != self._pid:
             return
-        try:
+        with contextlib.suppress(queue.Full):  # a full queue: the join below reports it
             self._queue.put(_FINISH, timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Full:
-            pass
         self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
             logger.warning(
