@@ -17,6 +17,8 @@ import sys
 import threading
 from typing import Any
 
+from ._fork import reset_in_child
+
 __all__ = ["MAX_WARNING_KEYS", "describe_value", "logger", "warn_once"]
 
 logger = logging.getLogger("rlmetrics")
@@ -61,6 +63,12 @@ def describe_value(value: Any) -> str:
     if isinstance(value, (str, bytes, bytearray)):
         return f"{article} {kind} of length {len(value)}"
     return f"{article} {kind}"
+
+
+@reset_in_child
+def _new_lock_after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
 
 
 def _reset() -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from ._fork import forget_in_child
 from ._warn import describe_value, warn_once
 from .backends import Backend, available_backends
 from .backends.worker import DEFAULT_QUEUE_SIZE, BackendWorker, is_inline
@@ -189,6 +190,12 @@ class Logger:
         self._lock = threading.Lock()
         self._samples: dict[str, int] = {}
         self._finished = False
+        forget_in_child(self)
+
+    def _after_fork_in_child(self) -> None:
+        # Another thread may have held the lock when the process forked; the child has no
+        # such thread. (Queued backends drop what a child logs: their threads stayed behind.)
+        self._lock = threading.Lock()
 
     # -- the training loop's calls --------------------------------------------------------
 

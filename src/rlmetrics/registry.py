@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._fork import forget_in_child
 from ._warn import warn_once
 from .spec import MetricSpec
 
@@ -69,6 +70,14 @@ class MetricRegistry:
         self._by_name: dict[str, Declared] = {}
         self._frozen = False
         self._session: Session | None = None
+        forget_in_child(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's session is not the child's: recording is a no-op until the child
+        # starts telemetry itself. The SDK objects are left alone, never shut down from here.
+        self._lock = threading.RLock()
+        self._session = None
+        self._frozen = False
 
     # -- declaration ----------------------------------------------------------------------
 

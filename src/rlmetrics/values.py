@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._warn import describe_value, warn_once
 from .spec import MetricSpec
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "as_real",
     "check_attributes",
     "encodable",
+    "key_attribute",
 ]
 
 AttributeSet = frozenset[tuple[str, str]]
@@ -89,6 +92,29 @@ def as_plain(value: Any) -> Any:
         except Exception:
             continue
     return value
+
+
+_KEY_ATTRIBUTE = re.compile(r"[A-Za-z0-9_./-]{1,64}")
+
+
+def key_attribute(name: str, what: str | None = None) -> str | None:
+    """``name`` (derived from a logged key: a setup phase, a checkpoint phase) if it is safe as
+    an attribute value — at most 64 characters of ``[A-Za-z0-9_./-]`` — else None, reported
+    once per ``what`` (``"setup phase"``) when given.
+
+    A logged key is data: it may be long, carry whitespace or even a secret by mistake. A value
+    outside this charset is not exported, and its warning gives its length, never its text.
+    """
+    if type(name) is str and _KEY_ATTRIBUTE.fullmatch(name):
+        return name
+    if what is not None:
+        warn_once(
+            f"key-attribute:{what}",
+            f"rlmetrics: a {what} name ({describe_value(name)}) is not a safe attribute value "
+            "(up to 64 of [A-Za-z0-9_./-]); not exported (the backends keep its key). Later "
+            "ones are reported at DEBUG",
+        )
+    return None
 
 
 def check_attributes(

@@ -29,6 +29,7 @@ from ..events import (
 )
 from ..registry import declare, is_exporting, record
 from ..spec import OPEN, Kind, MetricSpec
+from ..values import key_attribute
 
 if TYPE_CHECKING:
     from ..logger import Logger
@@ -250,7 +251,8 @@ def on_rollout_checkpoint(event: RolloutEvent) -> None:
     operation = _OPERATIONS.get(event.prefix)
     if operation is not None:
         for phase, seconds in phase_durations(event.values).items():
-            record(GROUP, {DURATION: seconds}, {OPERATION_ATTR: operation, PHASE_ATTR: phase})
+            if key_attribute(phase, "checkpoint phase") is not None:
+                record(GROUP, {DURATION: seconds}, {OPERATION_ATTR: operation, PHASE_ATTR: phase})
     if isinstance(event, CheckpointOutcome):
         attributes = attempt_attributes(event)
         if event.reason and attributes[REASON_ATTR] == "other":
