@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .. import hookimpl
-from .._warn import warn_once
+from .._warn import describe_value, warn_once
 from ..events import (
     CheckpointOutcome,
     CheckpointRestore,
@@ -258,7 +258,7 @@ def on_rollout_checkpoint(event: RolloutEvent) -> None:
         if event.reason and attributes[REASON_ATTR] == "other":
             warn_once(
                 "rollout:unknown-reason",
-                f"rlmetrics: checkpoint reason {event.reason!r} is not one of "
+                f"rlmetrics: a checkpoint reason ({describe_value(event.reason)}) is not one of "
                 f"{sorted(REASONS)}; counted as 'other' (backends keep the exact reason). Later "
                 "unknown reasons are reported at DEBUG",
             )
