@@ -1,6 +1,6 @@
 """What the Gym server middleware costs a request, as ratios to the same app without it.
 
-    python benchmarks/bench_gym_middleware.py [--rounds 30] [--requests 2000] [--http-rounds 20]
+    python benchmarks/bench_gym_middleware.py [--rounds 100] [--requests 1000] [--http-rounds 60]
 
 Needs the rlmetrics-gym plugin, starlette and uvicorn installed.
 
@@ -14,9 +14,10 @@ with and without ``GymServerMetricsMiddleware``, while telemetry exports to an i
 - **HTTP**: real requests from a keep-alive ``http.client`` connection to two uvicorn servers
   on 127.0.0.1 (one per app), what a client of a Gym server sees.
 
-Rounds alternate A B then B A (so drift hits both sides equally); each round gives one ratio
-(with / without), and the min, median and max of those ratios are reported with the median
-per-request times. Absolute times on a shared 2-core machine are noise; read the ratios.
+Times are CPU seconds of this process (the client and both servers run in it), so other load
+on a shared machine does not count. Rounds alternate A B then B A (so drift hits both sides
+equally); each round gives one ratio (with / without), and the min, median and max of those
+ratios are reported with the median per-request CPU times. Read the ratios.
 """
 
 from __future__ import annotations
@@ -88,11 +89,11 @@ class _Cycle:
 
 async def _asgi_round(app: Any, requests: int) -> float:
     """Seconds per request of ``requests`` in-process ASGI calls."""
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(requests):
         cycle = _Cycle()
         await app(dict(SCOPE), cycle.receive, cycle.send)
-    return (time.perf_counter() - start) / requests
+    return (time.process_time() - start) / requests
 
 
 def _interleaved(
@@ -112,7 +113,9 @@ def _interleaved(
 
 @contextlib.contextmanager
 def _serve(app: Any) -> Iterator[int]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only then (as when
+    # uvicorn binds the address itself); without it every response waits 40 ms for an ACK.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(
@@ -136,13 +139,13 @@ def _serve(app: Any) -> Iterator[int]:
 
 
 def _http_round(conn: http.client.HTTPConnection, requests: int) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(requests):
         conn.request("GET", "/items/42")
         response = conn.getresponse()
         if response.read() != b"ok":
             raise RuntimeError("unexpected response")
-    return (time.perf_counter() - start) / requests
+    return (time.process_time() - start) / requests
 
 
 def _row(name: str, base: list[float], ours: list[float]) -> str:
@@ -157,10 +160,10 @@ def _row(name: str, base: list[float], ours: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=30, help="ASGI rounds")
-    parser.add_argument("--requests", type=int, default=2000, help="ASGI requests per round")
-    parser.add_argument("--http-rounds", type=int, default=20)
-    parser.add_argument("--http-requests", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=100, help="ASGI rounds")
+    parser.add_argument("--requests", type=int, default=1000, help="ASGI requests per round")
+    parser.add_argument("--http-rounds", type=int, default=60)
+    parser.add_argument("--http-requests", type=int, default=200)
     args = parser.parse_args()
 
     rows: list[str] = []
@@ -206,8 +209,9 @@ def main() -> None:
     )
     print("\n".join(rows))
     print(
-        "\nratios: per-request time with the middleware / without it, one per round, rounds "
-        "alternating A B / B A;\n'+us/req' is the median per-round difference"
+        "\nus: median CPU microseconds per request; ratios: with the middleware / without it, "
+        "one per round,\nrounds alternating A B / B A; '+us/req' is the median per-round "
+        "difference"
     )
 
 

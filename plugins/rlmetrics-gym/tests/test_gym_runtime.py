@@ -365,7 +365,7 @@ def test_file_descriptors_under_the_current_semconv_name_on_request(runtime: Any
         names = {p.name for p in points(reader)}
         assert FD_COUNT_UNIX in names and FD_COUNT not in names
         report_file_descriptors_as(FD_COUNT, FD_COUNT_UNIX)  # both, while dashboards migrate
-        found = {p.name: p.value for p in points(reader)}
+        found = {p.name: p.value or 0.0 for p in points(reader)}
         assert found[FD_COUNT] == found[FD_COUNT_UNIX] >= 3
         with pytest.raises(ValueError, match=r"process\.unix\.file_descriptor\.count"):
             report_file_descriptors_as("process.fds")

@@ -374,3 +374,27 @@ def test_route_templates_come_from_the_wrapped_app_or_the_app_the_request_reache
 
 async def _return_ok(_: Request) -> Response:
     return PlainTextResponse("ok")
+
+
+def test_a_status_outside_100_599_is_left_out_with_a_warning(
+    telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, reader = telemetry
+
+    async def odd_status(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 999, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    wrapped = GymServerMetricsMiddleware(odd_status)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(_: Any) -> None:
+        return None
+
+    before = counter_values(reader)
+    asyncio.run(wrapped({"type": "http", "method": "GET", "path": "/"}, receive, send))
+    assert wrapped.totals.responses == {999: 1}
+    assert delta(before, counter_values(reader)) == {}
+    assert "outside 100-599" in caplog.text

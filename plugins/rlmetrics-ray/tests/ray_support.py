@@ -40,9 +40,9 @@ __all__ = [
 FIXTURES = Path(__file__).parent / "fixtures"
 RAY_VERSION = "2.60.0"
 EXPOSITION = (FIXTURES / f"ray-{RAY_VERSION}-node-metrics.txt").read_text()
-NODE_FIXTURE: dict[str, Any] = json.loads(
-    (FIXTURES / f"ray-{RAY_VERSION}-nodes.json").read_text()
-)[0]
+NODE_FIXTURE: dict[str, Any] = json.loads((FIXTURES / f"ray-{RAY_VERSION}-nodes.json").read_text())[
+    0
+]
 PLACEMENT_GROUP_TABLE: dict[str, Any] = json.loads(
     (FIXTURES / f"ray-{RAY_VERSION}-placement-group-table.json").read_text()
 )
@@ -339,4 +339,3 @@ class OtlpReceiver:
 
     def close(self) -> None:
         self._server.stop(grace=None).wait(5)
-

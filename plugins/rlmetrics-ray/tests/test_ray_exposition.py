@@ -99,9 +99,7 @@ def test_a_value_that_is_not_a_byte_count_is_not_used(bad: str) -> None:
 def test_the_sample_of_the_nodes_own_ip_wins() -> None:
     own = render_exposition(used_host=3 * GiB, total_host=16 * GiB, ip="10.0.0.2")
     other = render_exposition(used_host=5 * GiB, total_host=32 * GiB, ip="10.0.0.9")
-    text = memory_lines(other) + memory_lines(own).replace("# HELP", "#").replace(
-        "# TYPE", "#"
-    )
+    text = memory_lines(other) + memory_lines(own).replace("# HELP", "#").replace("# TYPE", "#")
     assert read_memory(text, ip="10.0.0.2") == MemoryReading(3 * GiB, 16 * GiB, SOURCE_HOST)
     assert read_memory(text, ip="10.0.0.9") == MemoryReading(5 * GiB, 32 * GiB, SOURCE_HOST)
     assert read_memory(text, ip=None) == MemoryReading(5 * GiB, 32 * GiB, SOURCE_HOST)

@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import subprocess
+import sys
 import threading
 from typing import Any
 
 import pytest
 import rlmetrics_ray.host_memory as family
 from ray_support import WAIT_S, ExpositionServer, OtlpReceiver, node_info, render_exposition
-
-import rlmetrics
 from rlmetrics_ray import HostMemorySettings, active_monitor, configure, settings
 from rlmetrics_ray.config import ENABLED_ENV, INTERVAL_ENV, TIMEOUT_ENV
 from rlmetrics_ray.host_memory import GROUP, MAX_HOSTS, TOTAL, USED, in_ray_worker
 from rlmetrics_ray.nodes import loopback_metrics_url
 
+import rlmetrics
 from rlmetrics.testing import in_memory_telemetry, isolated_state, points
 
 GiB = 1024**3
@@ -42,13 +43,28 @@ def test_the_family_declares_two_observable_byte_gauges() -> None:
         assert spec.max_series == MAX_HOSTS >= 256
 
 
-def test_the_plugin_is_an_entry_point_with_both_hooks() -> None:
+def test_the_plugin_is_an_entry_point_with_both_hooks_and_both_series() -> None:
     from rlmetrics.plugins import load_plugins
 
     with isolated_state():
-        info = load_plugins().infos["ray_host_memory"]
+        info = load_plugins().info("ray_host_memory")
+    assert info is not None
     assert (info.status, info.distribution) == ("loaded", "rlmetrics-ray")
     assert set(info.hooks) == {"telemetry_started", "telemetry_stopping"}
+    assert set(info.series) == {USED, TOTAL}
+
+
+def test_loading_the_plugin_imports_neither_ray_nor_aiohttp_nor_the_sdk() -> None:
+    # Every process that uses rlmetrics imports the family module, telemetry or not.
+    code = (
+        "import sys, rlmetrics_ray, rlmetrics_ray.host_memory\n"
+        "heavy = ['ray', 'aiohttp', 'prometheus_client', 'opentelemetry.sdk']\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"
 
 
 def one_host(server: ExpositionServer) -> list[dict[str, Any]]:
@@ -231,3 +247,14 @@ def test_the_callbacks_never_block_while_a_cycle_runs() -> None:
             cycle.join(WAIT_S)
     finally:
         server.close()
+
+
+def test_the_environment_runs_the_sdk_it_says() -> None:
+    # Ray accepts any SDK >= 1.30: make sure the ray env's pin is the SDK actually installed.
+    import os
+    from importlib.metadata import version
+
+    expected = os.environ.get("RLMETRICS_EXPECT_SDK")
+    if not expected:
+        pytest.skip("not running under a tox env (RLMETRICS_EXPECT_SDK unset)")
+    assert version("opentelemetry-sdk") == expected

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ray_support import (
     WAIT_S,
     BlackHole,
@@ -26,7 +28,7 @@ from ray_support import (
 )
 from rlmetrics_ray import active_monitor, configure, register_worker_group_nodes
 from rlmetrics_ray.host_memory import TOTAL, USED
-from rlmetrics_ray.monitor import HostMemoryMonitor
+from rlmetrics_ray.monitor import HostMemory, HostMemoryMonitor, build_snapshot
 from rlmetrics_ray.nodes import RayNode, metrics_url
 from rlmetrics_ray.worker_groups import WorkerGroups
 
@@ -36,8 +38,9 @@ GiB = 1024**3
 Serve = Callable[..., ExpositionServer]
 
 
-def memory(used: float, total: float, used_host: float | None = None,
-           total_host: float | None = None) -> str:
+def memory(
+    used: float, total: float, used_host: float | None = None, total_host: float | None = None
+) -> str:
     return render_exposition(used=used, total=total, used_host=used_host, total_host=total_host)
 
 
@@ -338,9 +341,7 @@ def test_the_thread_cycles_on_its_timer(serve: Serve, cluster: Cluster) -> None:
     assert not monitor.running
 
 
-def test_stop_cancels_a_cycle_stuck_on_a_dead_node(
-    cluster: Cluster, black_hole: BlackHole
-) -> None:
+def test_stop_cancels_a_cycle_stuck_on_a_dead_node(cluster: Cluster, black_hole: BlackHole) -> None:
     cluster.add("a" * 56, "gpu-1", black_hole.port)
     monitor = HostMemoryMonitor(nodes=cluster, timeout_s=3600.0, worker_groups=WorkerGroups())
     monitor.start()
@@ -364,9 +365,43 @@ def _no_thread_left() -> Iterator[None]:
     before = {t.ident for t in threading.enumerate()}
     yield
     wait_until(
-        lambda: not [
-            t for t in threading.enumerate()
-            if t.ident not in before and t.name == "rlmetrics-ray-host-memory"
-        ],
+        lambda: (
+            not [
+                t
+                for t in threading.enumerate()
+                if t.ident not in before and t.name == "rlmetrics-ray-host-memory"
+            ]
+        ),
         what="the monitor thread to end",
+    )
+
+
+byte_counts = st.one_of(st.none(), st.floats(min_value=0, max_value=2**60))
+host_memories = st.lists(
+    st.builds(
+        HostMemory,
+        st.text(min_size=1, max_size=8),
+        byte_counts,
+        byte_counts,
+        st.sampled_from(["host", "cgroup"]),
+        st.sampled_from(["none", "lm_policy", "lm_policy,vllm_policy"]),
+    ),
+    max_size=10,
+    unique_by=lambda host: host.host_name,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(host_memories)
+def test_a_snapshot_observes_each_value_a_host_has_once(hosts: list[HostMemory]) -> None:
+    snapshot = build_snapshot(hosts, taken_at=0.0)
+    assert snapshot.used == tuple(
+        (h.used, attributes(h.host_name, h.worker_groups, h.source))
+        for h in hosts
+        if h.used is not None
+    )
+    assert snapshot.total == tuple(
+        (h.total, attributes(h.host_name, h.worker_groups, h.source))
+        for h in hosts
+        if h.total is not None
     )

@@ -14,11 +14,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ray_support import WAIT_S, OtlpReceiver
-
-import rlmetrics
 from rlmetrics_ray import runtime_env
 from rlmetrics_ray.resource import RayProcessResourceDetector, process_attributes
 from rlmetrics_ray.workers import (
@@ -31,6 +32,7 @@ from rlmetrics_ray.workers import (
     parse_resource_env,
 )
 
+import rlmetrics
 from rlmetrics.testing import in_memory_telemetry, isolated_state
 
 # What a worker process does: a plain start(), one logged step, a bounded shutdown (which
@@ -60,11 +62,14 @@ def driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[rlmetrics.Telemetry]:
             monkeypatch.delenv(name)
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "60000")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "4")
-    with isolated_state(), in_memory_telemetry(
-        service_name="grpo",
-        run_id="run-42",
-        resource={"rl.algorithm": "grpo", "rl.model": "Qwen/Qwen3-0.6B", "process.pid": 1},
-    ) as (handle, _reader):
+    with (
+        isolated_state(),
+        in_memory_telemetry(
+            service_name="grpo",
+            run_id="run-42",
+            resource={"rl.algorithm": "grpo", "rl.model": "Qwen/Qwen3-0.6B", "process.pid": 1},
+        ) as (handle, _reader),
+    ):
         yield handle
 
 
@@ -74,8 +79,11 @@ def run_workers(env_vars: dict[str, str], count: int) -> list[dict[str, Any]]:
     env.update(env_vars)
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-c", WORKER],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(count)
     ]
@@ -171,3 +179,30 @@ def test_the_detector_gives_the_pid_and_no_node_outside_ray() -> None:
         pytest.skip("Ray is initialised in this process")
     assert process_attributes() == {"process.pid": os.getpid()}
     assert dict(RayProcessResourceDetector().detect().attributes) == {"process.pid": os.getpid()}
+
+
+# Text an environment variable can hold: no NUL, no lone surrogates.
+env_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(run_id=env_text, group=env_text, service=env_text)
+def test_the_sdk_reads_back_exactly_what_the_runtime_env_carries(
+    run_id: str, group: str, service: str
+) -> None:
+    # The SDK's own parser is the oracle: it is what builds the worker's resource.
+    from opentelemetry.sdk.resources import OTELResourceDetector
+
+    env_vars = runtime_env(group, run_id=run_id, service_name=service)["env_vars"]
+    carried = {k: env_vars[k] for k in (RESOURCE_ENV, SERVICE_NAME_ENV)}
+    with mock.patch.dict(os.environ, carried):
+        detected = dict(OTELResourceDetector().detect().attributes)
+    assert parse_resource_env(env_vars[RESOURCE_ENV]) == {
+        RUN_ID_ATTR: run_id,
+        WORKER_GROUP_ATTR: group,
+    }
+    assert detected == {RUN_ID_ATTR: run_id, WORKER_GROUP_ATTR: group, "service.name": service}

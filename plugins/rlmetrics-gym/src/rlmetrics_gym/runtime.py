@@ -178,7 +178,7 @@ SPECS: tuple[MetricSpec, ...] = (
         GC_COLLECTIONS,
         Kind.OBSERVABLE_COUNTER,
         unit="{collection}",
-        description="Garbage collections since telemetry started.",
+        description="Garbage collections since enable_runtime_metrics().",
         attributes=_GENERATION,
         callback=_observe_gc_collections,
     ),
@@ -186,7 +186,7 @@ SPECS: tuple[MetricSpec, ...] = (
         GC_COLLECTED,
         Kind.OBSERVABLE_COUNTER,
         unit="{object}",
-        description="Objects the garbage collector freed since telemetry started.",
+        description="Objects the garbage collector freed since enable_runtime_metrics().",
         attributes=_GENERATION,
         callback=_observe_gc_collected,
     ),
@@ -194,8 +194,8 @@ SPECS: tuple[MetricSpec, ...] = (
         GC_UNCOLLECTABLE,
         Kind.OBSERVABLE_COUNTER,
         unit="{object}",
-        description="Objects the garbage collector found but could not free, since telemetry "
-        "started.",
+        description="Objects the garbage collector found but could not free, since "
+        "enable_runtime_metrics().",
         attributes=_GENERATION,
         callback=_observe_gc_uncollectable,
     ),

@@ -19,10 +19,10 @@ Disconnects: uvicorn does not cancel the app when the client goes away. It marks
 disconnected, ``receive()`` then answers ``http.disconnect`` and ``send()`` silently drops
 what the app sends. So a disconnect is seen (1) when the app's own ``receive()`` returns
 ``http.disconnect`` (Starlette's streaming responses listen for it), and (2) by polling
-``receive()`` without waiting right before ``http.response.start`` and the last body message
-go out, and when the app ends without finishing the response. Servers that do cancel the app
-(hypercorn) raise ``CancelledError``, a ``BaseException``, which is counted as a cancellation
-too and re-raised.
+``receive()`` without waiting right before ``http.response.start`` goes out, before the last
+message of a streamed body, and when the app ends without finishing the response. Servers
+that do cancel the app (hypercorn) raise ``CancelledError``, a ``BaseException``, which is
+counted as a cancellation too and re-raised.
 """
 
 from __future__ import annotations
@@ -136,7 +136,10 @@ SPECS: tuple[MetricSpec, ...] = (
         unit="{response}",
         description="Responses the server started sending, by status code (an exception that "
         "escaped before any response started counts as the 500 the server answers with).",
-        attributes={STATUS_ATTR: _STATUS_CODES},
+        # Open in the declaration (the catalogue would list 500 values); status_attribute()
+        # admits only 100-599, so the cap is never reached.
+        attributes={STATUS_ATTR: OPEN},
+        max_series=len(_STATUS_CODES),
         callback=_observe_responses,
     ),
     MetricSpec(
@@ -352,6 +355,7 @@ class _Exchange:
         "root_path",
         "scope",
         "started",
+        "streamed",
         "trailers",
     )
 
@@ -369,6 +373,7 @@ class _Exchange:
         self.disconnected = False  # receive() answered http.disconnect before completion
         self.cancelled = False  # counted in cancelled_total
         self.trailers = False
+        self.streamed = False  # a body message other than the last one was sent
         self.pending: Message | None = None  # a message a poll took, for the app's next receive
 
     async def receive(self) -> Message:
@@ -396,11 +401,14 @@ class _Exchange:
                 status: int = message.get("status", 0)
                 responses[status] = responses.get(status, 0) + 1
         elif _is_last(kind, message, self.trailers):
-            if not self.cancelled and self.client_gone():
+            # A body sent in one message follows its start without the app waiting on anything,
+            # so the poll before the start answered for it; a streamed one gets its own poll.
+            if self.streamed and not self.cancelled and self.client_gone():
                 self.cancel()
             await self._send(message)
             self.complete = True
         else:
+            self.streamed = True
             await self._send(message)
 
     def client_gone(self) -> bool:

@@ -19,7 +19,6 @@ import math
 from collections.abc import Iterable, Mapping
 
 import attrs
-from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
     "MEMORY_FAMILIES",
@@ -108,6 +107,8 @@ def read_memory(text: str, ip: str | None = None) -> MemoryReading | None:
     node's own ``ip`` wins, else the first. Raises ValueError when the memory families do not
     parse (the rest of the exposition is never parsed).
     """
+    from prometheus_client.parser import text_string_to_metric_families  # not at plugin load
+
     samples = _samples(text_string_to_metric_families(memory_lines(text)))
     readings = [
         MemoryReading(

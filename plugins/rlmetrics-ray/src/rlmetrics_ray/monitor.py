@@ -12,7 +12,9 @@ changed report only its new label from the next cycle on. A snapshot older than
 ``max_age_s`` (the monitor stalled: Ray's control plane hung, say) is not reported at all.
 
 Scraping uses one event loop with aiohttp, not a thread per node: 256 nodes with a tenth of
-them black-holed take one timeout, not one timeout per wave of a thread pool.
+them black-holed take one timeout, not one timeout per wave of a thread pool. aiohttp is
+imported by the first cycle, not with the module: every process that uses rlmetrics imports
+the plugin's family module, and most of them never scrape anything.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import attrs
 
 from rlmetrics import warn_once
@@ -33,6 +34,9 @@ from rlmetrics import warn_once
 from .exposition import SOURCES, MemoryReading, read_memory
 from .nodes import Host, NodeSource, Resolver, alive_nodes, group_by_host, metrics_url, ray_nodes
 from .worker_groups import WORKER_GROUPS, WorkerGroups, label
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = [
     "HOST_NAME_ATTR",
@@ -309,6 +313,8 @@ class HostMemoryMonitor:
                 raise asyncio.CancelledError  # stop() came between the cycle's start and here
             self._in_flight.add(key)
         try:
+            import aiohttp
+
             semaphore = asyncio.Semaphore(self.max_concurrency)
             connector = aiohttp.TCPConnector(limit=0, force_close=True)
             # trust_env=False: node endpoints are never reached through an HTTP proxy.
@@ -329,6 +335,8 @@ class HostMemoryMonitor:
         host: Host,
         url: str,
     ) -> object:
+        import aiohttp
+
         async with semaphore:
             try:
                 body, charset = await asyncio.wait_for(self._get(session, url), self.timeout_s)

@@ -1,0 +1,126 @@
+"""A real one-node Ray cluster on 127.0.0.1 for the cluster tests: ``ray start --head
+--block`` in a process session of its own.
+
+- Loopback only: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray use 127.0.0.1 as the node
+  address (instead of the machine's interface address, which tests must never send traffic
+  to), so every Ray process listens and talks on loopback.
+- Ports: every port Ray would otherwise pick from a fixed default is chosen here, from the
+  kernel's ephemeral range, which lies outside Ray's worker range (10002-19999).
+- Stopping: SIGINT makes ``ray start --block`` stop every process it started; the session is
+  ours, so its process group is killed by id if that does not happen. ``ray stop`` is never
+  used (it stops every Ray on the machine).
+- Ray waits a hard-coded 30 s for its raylet to register; on a loaded 2-core machine that can
+  run out, so a start that fails is cleaned up and tried again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["RAY_ENV", "RayHead", "free_port"]
+
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # node address 127.0.0.1
+    "RAY_USAGE_STATS_ENABLED": "0",  # no usage report leaves the machine
+    "RAY_AUTH_MODE": "disabled",  # no token written under $HOME
+}
+_STARTED = "Ray runtime started"
+
+
+def free_port() -> int:
+    """A free port on 127.0.0.1, never in Ray's worker range."""
+    for _ in range(20):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if not 10002 <= port <= 19999:
+            return port
+    raise RuntimeError("the kernel keeps handing out ports in Ray's worker range")
+
+
+class RayHead:
+    """``ray start --head --block`` on 127.0.0.1; :attr:`address` is the GCS address."""
+
+    def __init__(self, num_cpus: int = 2) -> None:
+        self.num_cpus = num_cpus
+        self.gcs_port = free_port()
+        self.metrics_port = free_port()
+        self.address = f"127.0.0.1:{self.gcs_port}"
+        self.temp_dir = tempfile.mkdtemp(prefix="rlr", dir="/tmp")  # short: socket paths
+        self.log = Path(self.temp_dir) / "ray-start.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 120.0, attempts: int = 2) -> RayHead:
+        for attempt in range(1, attempts + 1):
+            if self._start_once(timeout_s):
+                return self
+            self.stop()
+            if attempt == attempts:
+                raise RuntimeError(f"ray start failed {attempts} times:\n{self.log_tail()}")
+        return self
+
+    def _start_once(self, timeout_s: float) -> bool:
+        ray = str(Path(sys.executable).with_name("ray"))
+        command = [
+            ray, "start", "--head", "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={self.gcs_port}",
+            f"--metrics-export-port={self.metrics_port}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+            f"--num-cpus={self.num_cpus}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={self.temp_dir}",
+        ]  # fmt: skip
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **RAY_ENV},
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if _STARTED in self.log.read_text(errors="replace"):
+                return True
+            if self.process.poll() is not None:
+                return False
+            time.sleep(0.2)
+        return False
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "<no log>"
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(60)
+        # Whatever it left behind is in its own process group: ours, stopped by its id.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.wait(10)
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
