@@ -29,6 +29,7 @@ from .events import (
 from .hooks import Hooks
 from .plugins import hooks
 from .routing import routes_for
+from .values import readable_items
 
 __all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logger", "flatten"]
 
@@ -64,32 +65,6 @@ def _key_name(key: Any) -> str:
         return f"<{type(key).__name__}>"
 
 
-def _entries(node: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
-    """A mapping's items, each read in its own guard: a mapping that raises on one entry (an
-    OmegaConf ``DictConfig`` with a ``???`` field) costs that entry only."""
-    if type(node) is dict:
-        return list(node.items())
-    try:
-        keys = list(node)
-    except Exception:
-        warn_once(
-            "flatten:unreadable",
-            f"rlmetrics: a logged {type(node).__name__} could not be iterated; it is skipped",
-        )
-        return []
-    entries = []
-    for key in keys:
-        try:
-            entries.append((key, node[key]))
-        except Exception:
-            warn_once(
-                "flatten:unreadable-entry",
-                f"rlmetrics: an entry of a logged {type(node).__name__} could not be read; it "
-                "is skipped and the rest of the dict is logged",
-            )
-    return entries
-
-
 def flatten(metrics: Mapping[Any, Any], sep: str = "/") -> dict[str, Any]:
     """``{"a": {"b": 1}}`` → ``{"a/b": 1}``; keys become strings. Never raises.
 
@@ -103,7 +78,7 @@ def flatten(metrics: Mapping[Any, Any], sep: str = "/") -> dict[str, Any]:
     def walk(node: Mapping[Any, Any], path: str, depth: int) -> bool:
         on_path.add(id(node))
         try:
-            for key, value in _entries(node):
+            for key, value in readable_items(node):
                 name = _key_name(key)
                 full = f"{path}{sep}{name}" if path else name
                 if depth < _MAX_DEPTH and _is_mapping(value):
@@ -203,7 +178,7 @@ class Logger:
         """Log one dict under ``prefix``. Never raises."""
         try:
             flat = flatten(metrics)
-            prefix = prefix or ""
+            prefix = _key_name(prefix) if prefix else ""
             routes = [route for route in routes_for(prefix) if route.wants(flat)]
             if any(route.wall_clock for route in routes):
                 flat.setdefault(WALL_TIME_KEY, time.time())

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ._warn import describe_value, warn_once
+from ._warn import describe_key, describe_value, warn_once
 from .spec import MetricSpec
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "check_attributes",
     "encodable",
     "key_attribute",
+    "readable_items",
 ]
 
 AttributeSet = frozenset[tuple[str, str]]
@@ -94,6 +95,32 @@ def as_plain(value: Any) -> Any:
     return value
 
 
+def readable_items(node: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
+    """A mapping's items, each read in its own guard: a mapping that raises on one entry (an
+    OmegaConf ``DictConfig`` with a ``???`` field) costs that entry only."""
+    if type(node) is dict:
+        return list(node.items())
+    try:
+        keys = list(node)
+    except Exception:
+        warn_once(
+            "flatten:unreadable",
+            f"rlmetrics: a logged {type(node).__name__} could not be iterated; it is skipped",
+        )
+        return []
+    entries = []
+    for key in keys:
+        try:
+            entries.append((key, node[key]))
+        except Exception:
+            warn_once(
+                "flatten:unreadable-entry",
+                f"rlmetrics: an entry of a logged {type(node).__name__} could not be read; it "
+                "is skipped and the rest of the dict is logged",
+            )
+    return entries
+
+
 _KEY_ATTRIBUTE = re.compile(r"[A-Za-z0-9_./-]{1,64}")
 
 
@@ -131,7 +158,8 @@ def check_attributes(
     allowed = dict(spec.attributes)
     for attr, value in attributes.items():
         if attr not in allowed:
-            return f"attribute {attr!r} is not declared (declared: {sorted(allowed) or 'none'})"
+            declared = sorted(allowed) or "none"
+            return f"attribute {describe_key(attr)} is not declared (declared: {declared})"
         if not isinstance(value, str):
             return f"attribute {attr!r} must be a string, got {type(value).__name__}"
         closed = allowed[attr]
