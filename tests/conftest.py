@@ -6,7 +6,9 @@ from typing import Any
 import pytest
 
 from rlmetrics.registry import MetricRegistry
-from rlmetrics.testing import in_memory_telemetry, isolated_state
+from rlmetrics.testing import in_memory_telemetry, isolated_state, load_hypothesis_profile
+
+load_hypothesis_profile()
 
 
 @pytest.fixture(autouse=True)

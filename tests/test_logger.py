@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+from collections.abc import Iterator, Mapping
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ from rlmetrics.events import (
     SetupTimings,
     ThroughputSample,
 )
-from rlmetrics.logger import flatten
+from rlmetrics.logger import MAX_FLAT_KEYS, flatten
 from rlmetrics.plugins import register as register_plugin
 from rlmetrics.testing import in_memory_telemetry, points, single
 
@@ -245,7 +248,9 @@ def test_logger_works_without_telemetry(tmp_path: Path) -> None:
     assert [r["metrics"] for r in read_jsonl(tmp_path / "m.jsonl")] == [{"loss": 2.0}]
 
 
-def test_backends_run_before_families(tmp_path: Path) -> None:
+def test_inline_backends_run_before_families(tmp_path: Path) -> None:
+    """An inline backend has written the dict before any family sees it (a queued one has
+    been handed it, and writes it on its own thread)."""
     order: list[str] = []
 
     class Family:
@@ -254,6 +259,8 @@ def test_backends_run_before_families(tmp_path: Path) -> None:
             order.append("family")
 
     class Backend:
+        inline = True
+
         def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
             order.append("backend")
 
@@ -350,3 +357,141 @@ def test_a_rollout_dict_without_wall_time_is_stamped_for_backends_and_hook(
     assert abs(stamped - row["time"]) < 60
     [event] = [payload for hook, payload in recorder.calls if hook == "on_rollout_checkpoint"]
     assert event.wall_time_s == stamped  # backends and the hook agree on the stream's time
+
+
+# -- hardening: no input costs more than itself, nothing hangs ------------------------------
+
+
+def _in_thread(action: Any, bound_s: float = 30.0) -> None:
+    """Run ``action``; fail (rather than hang the suite) if it has not returned in ``bound_s``."""
+    worker = threading.Thread(target=action, daemon=True)
+    worker.start()
+    worker.join(bound_s)
+    assert not worker.is_alive(), f"did not return within {bound_s} s"
+
+
+def test_a_self_referencing_dict_is_cut_and_the_rest_lands(tmp_path: Path) -> None:
+    looped: dict[str, Any] = {"loss": 1.0}
+    looped["a"] = looped
+    looped["b"] = looped
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+        _in_thread(lambda: logger.log_metrics(looped, step=1, prefix="train"))
+        assert single(points(reader), "rl.policy.loss").value == 1.0
+    [row] = read_jsonl(tmp_path / "m.jsonl")
+    assert row["metrics"] == {"loss": 1.0}  # the cycle is cut, not expanded
+
+
+def test_flatten_caps_the_keys_of_one_call_and_reports_once(caplog: Any) -> None:
+    wide = {f"k{i}": {f"j{j}": float(j) for j in range(100)} for i in range(200)}
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        for _ in range(3):
+            flat = flatten(wide)
+    assert len(flat) == MAX_FLAT_KEYS
+    assert flat["k0/j0"] == 0.0
+    assert caplog.text.count(f"more than {MAX_FLAT_KEYS} keys") == 1
+
+
+class _RaisesEverywhere:
+    """A value whose every conversion raises, as a broken tensor wrapper might."""
+
+    @property
+    def item(self) -> Any:
+        raise RuntimeError("item")
+
+    def __float__(self) -> float:
+        raise RuntimeError("float")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    def __str__(self) -> str:
+        raise RuntimeError("str")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [Fraction(10**400), 10**400, 2**63, _RaisesEverywhere(), float("nan")],
+    ids=["fraction-overflow", "int-10**400", "int-2**63", "raises-everywhere", "nan"],
+)
+def test_one_bad_value_costs_only_itself(bad: Any, tmp_path: Path) -> None:
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+        logger.log_metrics({"reward": bad, "loss": 0.5, "lr": 1e-4}, step=1, prefix="train")
+        logger.log_metrics({"loss": 0.75, "efficiency/idle/validation_s": bad}, step=2)
+        logger.log_metrics(
+            {"total_save_seconds": 1.5, "snapshot_rows": bad},
+            step=3,
+            prefix="timing/rollout_checkpoint",
+        )
+        logger.log_metrics(
+            {"snapshot_rows": 7, "telemetry/wall_time_seconds": bad},
+            step=4,
+            prefix="timing/rollout_checkpoint",
+        )
+        found = points(reader)
+        logger.finish()
+    names = {p.name: p for p in found}
+    assert "rl.reward.mean" not in names
+    assert names["rl.policy.loss"].value == 0.75
+    assert names["rl.learning_rate"].value == 1e-4
+    assert names["rl.rollout.checkpoint.snapshot.rows"].value == 7
+    phase = {"rl.rollout.checkpoint.phase": "total_save"}
+    duration = single(found, "rl.rollout.checkpoint.duration", **phase)
+    assert duration.count == 1 and duration.sum == 1.5
+    rows = list(read_jsonl(tmp_path / "m.jsonl"))
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # every row written
+    assert rows[0]["metrics"]["loss"] == 0.5 and rows[1]["metrics"]["loss"] == 0.75
+
+
+class _MissingValue(Exception):
+    pass
+
+
+class _ConfigWithAMissingField(Mapping[str, Any]):
+    """Shaped like an OmegaConf DictConfig holding a ``???`` field: reading it raises."""
+
+    def __init__(self) -> None:
+        self._data = {"lr": 3e-4, "missing": None, "loss": 0.25}
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "missing":
+            raise _MissingValue("Missing mandatory value: missing")
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def items(self) -> Any:  # DictConfig.items() reads every value, so it raises too
+        return [(k, self[k]) for k in self._data]
+
+
+class _RaisesOnIteration(Mapping[str, Any]):
+    def __getitem__(self, key: str) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("cannot iterate")
+
+    def __len__(self) -> int:
+        return 1
+
+
+def test_a_mapping_that_raises_costs_only_what_raised(tmp_path: Path) -> None:
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+        logger.log_metrics(
+            {"reward": 1.0, "config": _ConfigWithAMissingField(), "odd": _RaisesOnIteration()},
+            step=1,
+            prefix="train",
+        )
+        found = {p.name: p.value for p in points(reader)}
+        logger.finish()
+    assert found["rl.reward.mean"] == 1.0
+    [row] = read_jsonl(tmp_path / "m.jsonl")
+    assert row["metrics"]["reward"] == 1.0
+    assert row["metrics"]["config/lr"] == 3e-4 and row["metrics"]["config/loss"] == 0.25
+    assert "config/missing" not in row["metrics"]

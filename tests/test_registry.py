@@ -336,3 +336,42 @@ def test_declaration_reopens_after_shutdown() -> None:
 def test_declare_rejects_a_non_spec() -> None:
     with pytest.raises(DeclarationError, match="expected MetricSpec"):
         rlmetrics.declare(GROUP, ["rl.reward.mean"])  # type: ignore[list-item]
+
+
+def test_an_observable_callback_past_max_series_exports_the_cap_and_warns_once(
+    caplog: Any,
+) -> None:
+    observed = [(float(i), {"host": f"h{i}"}) for i in range(4)]  # the cap is 3
+    rlmetrics.declare(
+        GROUP,
+        [
+            MetricSpec(
+                "t.obs.capped",
+                Kind.OBSERVABLE_GAUGE,
+                key="capped",
+                attributes={"host": OPEN},
+                max_series=3,
+                callback=lambda: observed,
+            )
+        ],
+    )
+    with caplog.at_level(logging.DEBUG, logger="rlmetrics"), in_memory_telemetry() as (_h, reader):
+        first = [p for p in points(reader) if p.name == "t.obs.capped"]
+        second = [p for p in points(reader) if p.name == "t.obs.capped"]
+    assert sorted(p.attributes["host"] for p in first) == ["h0", "h1", "h2"]
+    assert len(second) == 3
+    warnings = [r for r in caplog.records if "t.obs.capped" in r.getMessage()]
+    assert [r.levelno for r in warnings] == [logging.WARNING, logging.DEBUG]
+    assert "max_series=3" in warnings[0].getMessage()
+
+
+def test_retracting_an_attribute_set_frees_its_slot_under_the_cap() -> None:
+    _declare_all_kinds([])  # t.gauge: open "phase", max_series=3
+    with in_memory_telemetry() as (_handle, reader):
+        for phase in ("a", "b", "c"):
+            rlmetrics.record(GROUP, {"gauge": 1.0}, {"phase": phase})
+        rlmetrics.record(GROUP, {"gauge": 1.0}, {"phase": "d"})  # over the cap: dropped
+        rlmetrics.retract(GROUP, "gauge", {"phase": "a"})
+        rlmetrics.record(GROUP, {"gauge": 2.0}, {"phase": "e"})  # takes the freed slot
+        found = {p.attributes["phase"]: p.value for p in points(reader) if p.name == "t.gauge"}
+    assert found == {"b": 1.0, "c": 1.0, "e": 2.0}

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -134,3 +137,40 @@ with in_memory_telemetry(exporters=["console"], export_interval_s=60) as (handle
     ).stdout
     assert "in-memory 4.0" in out
     assert '"name": "c.g"' in out and '"value": 4.0' in out
+
+
+class _BlockingReader:
+    """A MetricReader whose flush and shutdown block for ~6 s (a wedged exporter)."""
+
+    def __new__(cls) -> Any:
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        class Blocking(InMemoryMetricReader):
+            released = threading.Event()
+
+            def force_flush(self, *args: Any, **kwargs: Any) -> bool:
+                self.released.wait(6)
+                return True
+
+            def shutdown(self, *args: Any, **kwargs: Any) -> None:
+                self.released.wait(6)
+
+        return Blocking()
+
+
+@pytest.mark.parametrize("call", ["shutdown", "force_flush"])
+def test_shutdown_and_force_flush_return_within_their_bound(call: str, caplog: Any) -> None:
+    """The bound is rlmetrics' own: a reader that blocks longer than it holds neither call
+    (the SDK's exporter timeouts never come into it: there is no exporter here)."""
+    reader = _BlockingReader()
+    handle = rlmetrics.start(readers=[reader])
+    try:
+        with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+            started = time.monotonic()
+            getattr(handle, call)(timeout_s=1)
+            took = time.monotonic() - started
+        assert took < 1 + 1.5, f"{call} took {took:.1f} s"
+        assert f"telemetry {call} did not finish within 1.0 s" in caplog.text
+    finally:
+        reader.released.set()
+        handle.shutdown(timeout_s=5)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlmetrics.values import as_number, as_plain, as_real
+from rlmetrics.values import as_number, as_plain, as_real, key_attribute
 
 
 @pytest.mark.parametrize(
@@ -98,3 +98,29 @@ def test_as_number_is_finite_and_never_a_bool(value: Any) -> None:
     if number is not None:
         assert not isinstance(number, bool)
         assert number == value and number - number == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "safe"),
+    [
+        ("generation_init", True),
+        ("vllm_nccl_sparse_init", True),
+        ("idle/validation", True),
+        ("tq-save.v2", True),
+        ("a" * 64, True),
+        ("a" * 65, False),
+        ("", False),
+        ("api key=sk-123", False),
+        ("phase\\n", False),
+        ("fäse", False),
+    ],
+)
+def test_key_attribute_values_are_a_safe_charset_and_length(name: str, safe: bool) -> None:
+    assert (key_attribute(name) == name) is safe
+    assert safe or key_attribute(name) is None
+
+
+@given(st.text(max_size=100))
+def test_key_attribute_never_lets_an_unsafe_value_through(name: str) -> None:
+    value = key_attribute(name)
+    assert value is None or (value == name and len(value) <= 64 and value.isascii())

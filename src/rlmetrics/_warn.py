@@ -17,7 +17,9 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["MAX_WARNING_KEYS", "describe_value", "logger", "warn_once"]
+from ._fork import reset_in_child
+
+__all__ = ["MAX_WARNING_KEYS", "describe_key", "describe_value", "logger", "warn_once"]
 
 logger = logging.getLogger("rlmetrics")
 
@@ -61,6 +63,18 @@ def describe_value(value: Any) -> str:
     if isinstance(value, (str, bytes, bytearray)):
         return f"{article} {kind} of length {len(value)}"
     return f"{article} {kind}"
+
+
+@reset_in_child
+def _new_lock_after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+def describe_key(key: Any) -> str:
+    """A key or name for a message: a string quoted, anything else described (its ``repr``
+    may raise, or be a logged value)."""
+    return repr(key) if type(key) is str else describe_value(key)
 
 
 def _reset() -> None:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from .values import as_number
+from .values import as_number, readable_items
 
 __all__ = [
     "AGGREGATE_EFFICIENCY_KEYS",
@@ -56,8 +56,13 @@ AGGREGATE_EFFICIENCY_KEYS = frozenset(
 _NOT_CATEGORIES = AGGREGATE_EFFICIENCY_KEYS | {"step_wall_time"}
 
 
+def _fields(metrics: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """A logged dict's readable entries with a string key (a field name); never raises."""
+    return [(k, v) for k, v in readable_items(metrics) if type(k) is str]
+
+
 def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
-    return {k: n for k, v in values.items() if (n := as_number(v)) is not None}
+    return {k: n for k, v in _fields(values) if (n := as_number(v)) is not None}
 
 
 # Longest first: "generation_init_time_s" must lose "_time_s", not just "_s".
@@ -89,7 +94,7 @@ class SetupTimings:
     def from_metrics(cls, metrics: Mapping[str, Any]) -> SetupTimings:
         seconds: dict[str, float] = {}
         flags: dict[str, Any] = {}
-        for key, value in metrics.items():
+        for key, value in _fields(metrics):
             phase = setup_phase(key)
             if phase is None:
                 flags[key] = value
@@ -119,18 +124,19 @@ class EfficiencySummary:
     def from_metrics(cls, metrics: Mapping[str, Any]) -> EfficiencySummary:
         """Read the ``efficiency/*`` keys of a flat logger dict; other keys are ignored."""
         seconds: dict[str, Any] = {}
-        for key, value in metrics.items():
+        fields = dict(_fields(metrics))
+        for key, value in fields.items():
             if not (key.startswith(EFFICIENCY_PREFIX) and key.endswith(_SECONDS_SUFFIX)):
                 continue
             category = key[len(EFFICIENCY_PREFIX) : -len(_SECONDS_SUFFIX)]
             if category and category not in _NOT_CATEGORIES:
                 seconds[category] = value
-        per_step = as_number(metrics.get(_PCT_PER_STEP_KEY))
+        per_step = as_number(fields.get(_PCT_PER_STEP_KEY))
         return cls(
             seconds=seconds,
-            step_wall_time_s=as_number(metrics.get(_STEP_WALL_KEY)),
-            run_elapsed_s=as_number(metrics.get(_RUN_ELAPSED_KEY)),
-            efficiency_pct=as_number(metrics.get(_PCT_KEY)),
+            step_wall_time_s=as_number(fields.get(_STEP_WALL_KEY)),
+            run_elapsed_s=as_number(fields.get(_RUN_ELAPSED_KEY)),
+            efficiency_pct=as_number(fields.get(_PCT_KEY)),
             pct_per_step=None if per_step is None else bool(per_step),
         )
 
@@ -150,10 +156,13 @@ class EfficiencySummary:
         return out
 
 
-def _wall_time(metrics: Mapping[str, Any]) -> float:
-    """The dict's Unix wall time, or now for a dict logged without one."""
-    wall = as_number(metrics.get(WALL_TIME_KEY))
-    return time.time() if wall is None else float(wall)
+def _wall_time(fields: Mapping[str, Any]) -> float:
+    """The dict's Unix wall time, or now for a dict logged without a usable one."""
+    wall = as_number(fields.get(WALL_TIME_KEY))
+    try:
+        return time.time() if wall is None else float(wall)
+    except OverflowError:  # an int beyond any float: not a time
+        return time.time()
 
 
 @attrs.frozen
@@ -179,8 +188,9 @@ class RolloutEvent:
 
     @classmethod
     def from_metrics(cls, metrics: Mapping[str, Any]) -> RolloutEvent:
-        values = {k: v for k, v in metrics.items() if k != WALL_TIME_KEY}
-        return cls(values=values, wall_time_s=_wall_time(metrics))
+        fields = dict(_fields(metrics))
+        values = {k: v for k, v in fields.items() if k != WALL_TIME_KEY}
+        return cls(values=values, wall_time_s=_wall_time(fields))
 
 
 @attrs.frozen
@@ -235,23 +245,24 @@ class CheckpointOutcome(RolloutEvent):
 
     @classmethod
     def from_metrics(cls, metrics: Mapping[str, Any]) -> CheckpointOutcome:
-        outcome = next((o for o in OUTCOMES if as_number(metrics.get(o))), "completed")
+        fields = dict(_fields(metrics))
+        outcome = next((o for o in OUTCOMES if as_number(fields.get(o))), "completed")
         reason = next(
             (
                 k[len(_REASON_PREFIX) :]
-                for k, v in metrics.items()
+                for k, v in fields.items()
                 if k.startswith(_REASON_PREFIX) and as_number(v)
             ),
             None,
         )
         rest = {
             k: v
-            for k, v in metrics.items()
+            for k, v in fields.items()
             if k not in OUTCOMES and not k.startswith(_REASON_PREFIX) and k != WALL_TIME_KEY
         }
         return cls(
             values=rest,
-            wall_time_s=_wall_time(metrics),
+            wall_time_s=_wall_time(fields),
             outcome=outcome,
             reason=reason,
         )

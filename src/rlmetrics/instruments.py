@@ -17,9 +17,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._warn import describe_value, warn_once
+from ._warn import describe_key, describe_value, warn_once
 from .spec import Kind
-from .values import AttributeSet, as_number, check_attributes
+from .values import AttributeSet, as_number, check_attributes, encodable
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
@@ -72,6 +72,8 @@ class _Series:
         number = as_number(value)
         if number is None:
             return f"{describe_value(value)} is not a finite number"
+        if not encodable(number):
+            return "an int beyond the int64 range an exporter can encode"
         if self.counter and number < 0:
             return f"a {spec.kind.value} cannot take a negative value"
         if not attributes:
@@ -154,8 +156,9 @@ class Session:
         series_by_key = self.groups.get(group)
         if series_by_key is None:
             warn_once(
-                f"record:{group}:group",
-                f"rlmetrics.record: no metric group {group!r} is declared; declare its specs "
+                f"record:{describe_key(group)}:group",
+                f"rlmetrics.record: no metric group {describe_key(group)} is declared; declare "
+                "its specs "
                 "before rlmetrics.start()",
             )
             return
@@ -166,7 +169,8 @@ class Session:
             if series is None:
                 warn_once(
                     f"record:{group}:unknown-key",
-                    f"rlmetrics.record: {key!r} is not a declared key of group {group!r}; "
+                    f"rlmetrics.record: {describe_key(key)} is not a declared key of group "
+                    f"{group!r}; "
                     "dropped (later unknown keys of this group are reported at DEBUG)",
                 )
                 continue

@@ -15,8 +15,10 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
-from ._warn import warn_once
+from ._fork import forget_in_child
+from ._warn import describe_value, warn_once
 from .backends import Backend, available_backends
+from .backends.worker import DEFAULT_QUEUE_SIZE, BackendWorker, is_inline
 from .events import (
     SETUP_TIMING_PREFIX,
     TRAIN_PREFIXES,
@@ -27,29 +29,86 @@ from .events import (
 from .hooks import Hooks
 from .plugins import hooks
 from .routing import routes_for
+from .values import readable_items
 
-__all__ = ["TRAIN_PREFIXES", "Logger", "flatten"]
+__all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logger", "flatten"]
 
+#: How long ``Logger.finish()`` waits for queued backends to write what they hold.
+DEFAULT_FINISH_TIMEOUT_S = 30.0
+
+#: Keys one logged dict may flatten to. A dict past it (a runaway nested structure) keeps its
+#: first MAX_FLAT_KEYS keys; the overflow is reported once.
+MAX_FLAT_KEYS = 10_000
 _MAX_DEPTH = 32
+# Exact types that are never mappings: the common leaves skip the ABC check.
+_LEAVES = frozenset({float, int, str, bool, type(None), list, tuple, bytes})
+
+
+def _is_mapping(value: Any) -> bool:
+    kind = type(value)
+    if kind is dict:
+        return True
+    if kind in _LEAVES:
+        return False
+    try:
+        return isinstance(value, Mapping)
+    except Exception:
+        return False
+
+
+def _key_name(key: Any) -> str:
+    if type(key) is str:
+        return key  # type: ignore[no-any-return]
+    try:
+        return str(key)
+    except Exception:
+        return f"<{type(key).__name__}>"
 
 
 def flatten(metrics: Mapping[Any, Any], sep: str = "/") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` → ``{"a/b": 1}``; keys become strings; never raises on odd keys."""
+    """``{"a": {"b": 1}}`` → ``{"a/b": 1}``; keys become strings. Never raises.
+
+    A mapping that contains itself is not entered again (the cycle is cut), nesting stops at
+    32 levels, at most :data:`MAX_FLAT_KEYS` keys are kept, and an entry that cannot be read
+    is skipped on its own; each is reported once.
+    """
     flat: dict[str, Any] = {}
+    on_path: set[int] = set()
 
-    def walk(node: Mapping[Any, Any], path: str, depth: int) -> None:
-        for key, value in list(node.items()):
-            try:
-                name = key if isinstance(key, str) else str(key)
-            except Exception:
-                name = f"<{type(key).__name__}>"
-            full = f"{path}{sep}{name}" if path else name
-            if isinstance(value, Mapping) and depth < _MAX_DEPTH:
-                walk(value, full, depth + 1)
-            else:
+    def walk(node: Mapping[Any, Any], path: str, depth: int) -> bool:
+        on_path.add(id(node))
+        try:
+            for key, value in readable_items(node):
+                name = _key_name(key)
+                full = f"{path}{sep}{name}" if path else name
+                if depth < _MAX_DEPTH and _is_mapping(value):
+                    if id(value) in on_path:
+                        warn_once(
+                            "flatten:cycle",
+                            "rlmetrics: a logged mapping contains itself; the cycle is cut",
+                        )
+                    elif not walk(value, full, depth + 1):
+                        return False
+                    continue
+                if len(flat) >= MAX_FLAT_KEYS:
+                    warn_once(
+                        "flatten:too-many-keys",
+                        f"rlmetrics: a logged dict flattens to more than {MAX_FLAT_KEYS} keys; "
+                        "the rest are dropped",
+                    )
+                    return False
                 flat[full] = value
+        finally:
+            on_path.discard(id(node))
+        return True
 
-    walk(metrics, "", 0)
+    if _is_mapping(metrics):
+        walk(metrics, "", 0)
+    else:
+        warn_once(
+            "flatten:not-a-mapping",
+            f"rlmetrics: log_metrics takes a mapping, got {describe_value(metrics)}; dropped",
+        )
     return flat
 
 
@@ -60,9 +119,20 @@ class Logger:
     means the JSONL backend with its default path. An unknown name is a configuration mistake
     and raises here; a backend that fails to start (no credentials, store gone) is skipped
     with a warning and the others run.
+
+    Every backend but the inline ones (JSONL, console) writes on a thread of its own behind a
+    queue of ``queue_size`` rows (:mod:`rlmetrics.backends.worker`), so a stalled tracker
+    costs its own rows, never the loop's time; ``finish()`` waits at most
+    ``finish_timeout_s`` for them.
     """
 
-    def __init__(self, backends: Mapping[str, Mapping[str, Any] | None] | None = None) -> None:
+    def __init__(
+        self,
+        backends: Mapping[str, Mapping[str, Any] | None] | None = None,
+        *,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        finish_timeout_s: float = DEFAULT_FINISH_TIMEOUT_S,
+    ) -> None:
         config = {"jsonl": {}} if backends is None else dict(backends)
         factories = available_backends()
         unknown = sorted(set(config) - set(factories))
@@ -83,9 +153,24 @@ class Logger:
                     f"rlmetrics: backend {name!r} (from plugin {owner!r}) failed to start and is "
                     "skipped; the other backends and telemetry still get every step",
                 )
+        self.finish_timeout_s = finish_timeout_s
+        # Inline backends are called under the lock on the caller's thread; the others are
+        # handed to their worker, which queues without blocking.
+        self._inline = {n: b for n, b in self.backends.items() if is_inline(b)}
+        self._workers = {
+            n: BackendWorker(n, b, queue_size)
+            for n, b in self.backends.items()
+            if n not in self._inline
+        }
         self._lock = threading.Lock()
         self._samples: dict[str, int] = {}
         self._finished = False
+        forget_in_child(self)
+
+    def _after_fork_in_child(self) -> None:
+        # Another thread may have held the lock when the process forked; the child has no
+        # such thread. (Queued backends drop what a child logs: their threads stayed behind.)
+        self._lock = threading.Lock()
 
     # -- the training loop's calls --------------------------------------------------------
 
@@ -93,14 +178,23 @@ class Logger:
         """Log one dict under ``prefix``. Never raises."""
         try:
             flat = flatten(metrics)
-            prefix = prefix or ""
+            prefix = _key_name(prefix) if prefix else ""
             routes = [route for route in routes_for(prefix) if route.wants(flat)]
             if any(route.wall_clock for route in routes):
                 flat.setdefault(WALL_TIME_KEY, time.time())
 
             def deliver(plugins: Hooks) -> None:
                 for route in routes:
-                    route.deliver(plugins, route.parse(prefix, flat), step)
+                    try:  # a dict its route cannot parse still reaches log_metrics
+                        payload = route.parse(prefix, flat)
+                    except Exception:
+                        warn_once(
+                            f"route:{route.hook}",
+                            f"rlmetrics: a dict logged under {prefix!r} could not be read for "
+                            f"{route.hook}; that hook misses it, log_metrics still gets it",
+                        )
+                        continue
+                    route.deliver(plugins, payload, step)
 
             self._log(flat, step, prefix, deliver)
         except Exception:
@@ -137,19 +231,24 @@ class Logger:
         except Exception:
             warn_once("logger:rollout", "rlmetrics: Logger.log_rollout_checkpoint failed")
 
-    def finish(self) -> None:
-        """Flush and close every backend, once."""
+    def finish(self, timeout_s: float | None = None) -> None:
+        """Write what is queued and close every backend, once, waiting at most ``timeout_s``
+        (default ``finish_timeout_s``) for the queued ones; says what did not make it."""
         with self._lock:
             if self._finished:
                 return
             self._finished = True
-            for name, backend in self.backends.items():
+            for name, backend in self._inline.items():
                 try:
                     backend.finish()
                 except Exception:
                     warn_once(
                         f"backend:{name}:finish", f"rlmetrics: backend {name!r} failed to finish"
                     )
+        bound = self.finish_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + bound
+        for worker in self._workers.values():
+            worker.finish(deadline, bound)
 
     def __enter__(self) -> Logger:
         return self
@@ -183,12 +282,12 @@ class Logger:
         plugins.log_metrics(flat, step, prefix)
 
     def _to_backends(self, flat: Mapping[str, Any], step: int, prefix: str) -> None:
-        # One lock for all backends: a sampler thread and the training loop may both log,
-        # and no backend should have to be thread-safe for that.
+        # One lock for the inline backends: a sampler thread and the training loop may both
+        # log, and no backend should have to be thread-safe for that.
         with self._lock:
             if self._finished:
                 return
-            for name, backend in self.backends.items():
+            for name, backend in self._inline.items():
                 try:
                     backend.log_metrics(flat, step, prefix)
                 except Exception:
@@ -197,4 +296,5 @@ class Logger:
                         f"rlmetrics: backend {name!r} failed to log a step; the other backends "
                         "and telemetry still got it",
                     )
-
+        for worker in self._workers.values():
+            worker.log_metrics(flat, step, prefix)

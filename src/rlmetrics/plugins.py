@@ -28,6 +28,7 @@ import attrs
 import pluggy
 
 from . import hookspecs
+from ._fork import reset_in_child
 from ._warn import logger, warn_once
 from .hooks import Hooks, guard_implementations
 from .registry import default_registry
@@ -296,6 +297,12 @@ def load_plugins(
 _plugins: Plugins | None = None
 _in_process: dict[str, Any] = {}
 _lock = threading.Lock()
+
+
+@reset_in_child
+def _new_lock_after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
 
 
 def _plugin_name(plugin: Any) -> str:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._warn import warn_once
+from ._fork import forget_in_child
+from ._warn import describe_key, warn_once
 from .spec import MetricSpec
 
 if TYPE_CHECKING:
@@ -69,6 +70,14 @@ class MetricRegistry:
         self._by_name: dict[str, Declared] = {}
         self._frozen = False
         self._session: Session | None = None
+        forget_in_child(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's session is not the child's: recording is a no-op until the child
+        # starts telemetry itself. The SDK objects are left alone, never shut down from here.
+        self._lock = threading.RLock()
+        self._session = None
+        self._frozen = False
 
     # -- declaration ----------------------------------------------------------------------
 
@@ -204,7 +213,10 @@ class MetricRegistry:
         try:
             session.record(group, values, attributes)
         except Exception:
-            warn_once(f"record:{group}", f"rlmetrics.record({group!r}) failed; values dropped")
+            warn_once(
+                f"record:{describe_key(group)}",
+                f"rlmetrics.record({describe_key(group)}) failed; values dropped",
+            )
 
     def record_declared(
         self,
@@ -225,7 +237,10 @@ class MetricRegistry:
                 if (value := metrics.get(key)) is not None
             }
         except Exception:
-            warn_once(f"record:{group}:lookup", f"rlmetrics: reading the {group!r} keys failed")
+            warn_once(
+                f"record:{describe_key(group)}:lookup",
+                f"rlmetrics: reading the {describe_key(group)} keys failed",
+            )
             return {}
         if present:
             self.record(group, present, attributes)
@@ -239,7 +254,8 @@ class MetricRegistry:
         try:
             session.retract(group, key, attributes)
         except Exception:
-            warn_once(f"retract:{group}:{key}", f"rlmetrics.retract({group!r}, {key!r}) failed")
+            where = f"{describe_key(group)}, {describe_key(key)}"
+            warn_once(f"retract:{where}", f"rlmetrics.retract({where}) failed")
 
     def copy(self) -> MetricRegistry:
         """An unfrozen registry holding the same declarations (tests)."""

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._fork import reset_in_child
 from ._version import __version__
 from ._warn import logger, warn_once
 from .plugins import hooks, load_plugins
@@ -151,6 +152,15 @@ def _bounded(action: Any, timeout_s: float, what: str) -> None:
 _active: Telemetry | None = None
 _start_lock = threading.Lock()
 _atexit_registered = False
+
+
+@reset_in_child
+def _forget_after_fork() -> None:
+    """In a forked child the parent's handle is not ours: telemetry is off (and the child's
+    exit does not shut the parent's exporter down) until the child calls ``start()``."""
+    global _active, _start_lock
+    _active = None
+    _start_lock = threading.Lock()
 
 
 def current() -> Telemetry | None:

@@ -16,7 +16,18 @@ import attrs
 from . import _warn, plugins, registry
 from .telemetry import Telemetry, current, start
 
-__all__ = ["Point", "in_memory_telemetry", "isolated_state", "points", "single"]
+__all__ = [
+    "FUZZ_PROFILE_ENV",
+    "Point",
+    "in_memory_telemetry",
+    "isolated_state",
+    "load_hypothesis_profile",
+    "points",
+    "single",
+]
+
+#: Names the hypothesis profile a test session runs: ``default`` or ``fuzz`` (10**5 examples).
+FUZZ_PROFILE_ENV = "RLMETRICS_HYPOTHESIS_PROFILE"
 
 
 @attrs.frozen
@@ -109,6 +120,27 @@ def isolated_state(
         plugins._in_process.clear()
         plugins._in_process.update(saved_in_process)
         _warn._reset()
+
+
+def load_hypothesis_profile() -> str:
+    """Register rlmetrics' hypothesis profiles and load the one ``RLMETRICS_HYPOTHESIS_PROFILE``
+    names (call it from a ``conftest.py``): ``default`` is hypothesis' own (100 examples a
+    property); ``fuzz`` runs 10**5 examples a property with no deadline (``tox -e fuzz``).
+    Properties that set ``max_examples`` themselves keep it."""
+    import os
+
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "fuzz",
+        max_examples=100_000,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
+    name = os.environ.get(FUZZ_PROFILE_ENV, "default")
+    settings.load_profile(name)
+    return name
 
 
 @contextlib.contextmanager

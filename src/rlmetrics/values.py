@@ -10,20 +10,30 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._warn import describe_key, describe_value, warn_once
 from .spec import MetricSpec
 
 __all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
     "AttributeSet",
     "as_number",
     "as_plain",
     "as_real",
     "check_attributes",
+    "encodable",
+    "key_attribute",
+    "readable_items",
 ]
 
 AttributeSet = frozenset[tuple[str, str]]
+
+#: What an integer point can carry: OTLP encodes integer points as int64.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _NOT_SCALARS = (str, bytes, bytearray)
 _PLAIN = frozenset({float, int, bool, str, type(None)})
@@ -62,6 +72,13 @@ def as_number(value: Any) -> int | float | None:
     return number
 
 
+def encodable(number: int | float) -> bool:
+    """Whether an exporter can carry ``number`` as a point: an int within int64, or a finite
+    float (``as_number`` gives only those floats). One out-of-range int would otherwise make
+    every later OTLP export of its instrument fail to encode."""
+    return type(number) is not int or INT64_MIN <= number <= INT64_MAX
+
+
 def as_plain(value: Any) -> Any:
     """The plain Python form of a NumPy or torch value: a scalar or one-element array through
     ``.item()``, a longer array or tensor through ``.tolist()`` (one conversion, not one
@@ -69,13 +86,62 @@ def as_plain(value: Any) -> Any:
     if type(value) in _PLAIN or isinstance(value, (*_NOT_SCALARS, list, tuple, Mapping)):
         return value
     for method in ("item", "tolist"):
-        convert = getattr(value, method, None)
-        if callable(convert):
-            try:
+        try:  # getattr too: a property that raises is as broken as a method that does
+            convert = getattr(value, method, None)
+            if callable(convert):
                 return convert()
-            except Exception:
-                continue
+        except Exception:
+            continue
     return value
+
+
+def readable_items(node: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
+    """A mapping's items, each read in its own guard: a mapping that raises on one entry (an
+    OmegaConf ``DictConfig`` with a ``???`` field) costs that entry only."""
+    if type(node) is dict:
+        return list(node.items())
+    try:
+        keys = list(node)
+    except Exception:
+        warn_once(
+            "flatten:unreadable",
+            f"rlmetrics: a logged {type(node).__name__} could not be iterated; it is skipped",
+        )
+        return []
+    entries = []
+    for key in keys:
+        try:
+            entries.append((key, node[key]))
+        except Exception:
+            warn_once(
+                "flatten:unreadable-entry",
+                f"rlmetrics: an entry of a logged {type(node).__name__} could not be read; it "
+                "is skipped and the rest of the dict is logged",
+            )
+    return entries
+
+
+_KEY_ATTRIBUTE = re.compile(r"[A-Za-z0-9_./-]{1,64}")
+
+
+def key_attribute(name: str, what: str | None = None) -> str | None:
+    """``name`` (derived from a logged key: a setup phase, a checkpoint phase) if it is safe as
+    an attribute value — at most 64 characters of ``[A-Za-z0-9_./-]`` — else None, reported
+    once per ``what`` (``"setup phase"``) when given.
+
+    A logged key is data: it may be long, carry whitespace or even a secret by mistake. A value
+    outside this charset is not exported, and its warning gives its length, never its text.
+    """
+    if type(name) is str and _KEY_ATTRIBUTE.fullmatch(name):
+        return name
+    if what is not None:
+        warn_once(
+            f"key-attribute:{what}",
+            f"rlmetrics: a {what} name ({describe_value(name)}) is not a safe attribute value "
+            "(up to 64 of [A-Za-z0-9_./-]); not exported (the backends keep its key). Later "
+            "ones are reported at DEBUG",
+        )
+    return None
 
 
 def check_attributes(
@@ -92,7 +158,8 @@ def check_attributes(
     allowed = dict(spec.attributes)
     for attr, value in attributes.items():
         if attr not in allowed:
-            return f"attribute {attr!r} is not declared (declared: {sorted(allowed) or 'none'})"
+            declared = sorted(allowed) or "none"
+            return f"attribute {describe_key(attr)} is not declared (declared: {declared})"
         if not isinstance(value, str):
             return f"attribute {attr!r} must be a string, got {type(value).__name__}"
         closed = allowed[attr]

@@ -3,6 +3,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +102,90 @@ def test_non_json_values_are_written_as_repr(tmp_path: Path) -> None:
 )
 def test_to_json_value_always_serialises(value: Any) -> None:
     json.dumps(to_json_value(value), allow_nan=False)
+
+
+# -- hardening ---------------------------------------------------------------------------------
+
+
+class _ItemRaises:
+    @property
+    def item(self) -> Any:
+        raise RuntimeError("item")
+
+    def __repr__(self) -> str:
+        return "<item raises>"
+
+
+def test_a_value_json_cannot_hold_costs_only_itself(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    backend = JsonlBackend(path)
+    backend.log_metrics(
+        {"loss": 0.5, "big": 10**5000, "odd": _ItemRaises(), "fine": 2**70}, 1, "train"
+    )
+    backend.finish()
+    [row] = read_jsonl(path)
+    assert row["metrics"] == {
+        "loss": 0.5,
+        "big": "<int of 5001 digits>",  # the documented marker: JSON readers refuse such ints
+        "odd": "<item raises>",
+        "fine": 2**70,
+    }
+
+
+def test_read_jsonl_skips_a_line_it_cannot_parse_and_reads_on(tmp_path: Path, caplog: Any) -> None:
+    path = tmp_path / "m.jsonl"
+    good = json.dumps({"step": 1, "prefix": "", "metrics": {"x": 1}})
+    path.write_text(
+        good + "\n" + "[" * 100_000 + "\n" + '{"step": ' + "9" * 5000 + "}\n" + good + "\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        rows = list(read_jsonl(path))
+    assert [r["step"] for r in rows] == [1, 1]
+    assert "malformed line 2" in caplog.text and "malformed line 3" in caplog.text
+
+
+def test_a_row_appended_after_a_torn_line_is_not_lost(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    first = JsonlBackend(path)
+    first.log_metrics({"x": 1.0}, 1, "train")
+    first.finish()
+    with path.open("a") as handle:  # a kill -9 mid-write leaves a prefix and no newline
+        handle.write('{"time": 1.0, "step": 2, "pre')
+    restarted = JsonlBackend(path)
+    restarted.log_metrics({"x": 3.0}, 3, "train")
+    restarted.finish()
+    assert [r["step"] for r in read_jsonl(path)] == [1, 3]
+
+
+def test_a_row_is_on_disk_when_log_metrics_returns(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    backend = JsonlBackend(path)
+    backend.log_metrics({"x": 1.0}, 1, "train")
+    # Read through another handle, before finish(): the row is in the file, not a buffer.
+    assert [r["metrics"] for r in read_jsonl(path)] == [{"x": 1.0}]
+    backend.finish()
+
+
+def test_rows_survive_the_writer_being_killed(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    script = (
+        "import sys, time\n"
+        "from rlmetrics.backends.jsonl import JsonlBackend\n"
+        "backend = JsonlBackend(sys.argv[1])\n"
+        "for step in range(3):\n"
+        "    backend.log_metrics({'x': float(step)}, step, 'train')\n"
+        "    print('logged', step, flush=True)\n"
+        "time.sleep(600)\n"  # killed long before: finish() never runs
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        for step in range(3):
+            assert child.stdout.readline().split() == ["logged", str(step)]
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait(10)
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2]

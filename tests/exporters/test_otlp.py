@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import urllib.request
 
 import pytest
@@ -12,6 +13,7 @@ from ._peers import (
     BUCKETS,
     COUNTER,
     GAUGE,
+    GROUP,
     HISTOGRAM,
     INTERVAL_S,
     UP_DOWN,
@@ -202,3 +204,36 @@ def test_standard_environment_variables_configure_the_reader(
         otlp_receiver.wait_for(lambda r: len(r.requests) >= 3, what="three periodic exports")
     resource = otlp_receiver.points()[0].resource
     assert resource["service.name"] == "from-env"
+
+
+def test_out_of_range_values_are_dropped_alone_and_every_later_export_is_accepted(
+    otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An int past int64 used to reach the SDK: every later export of its instrument then
+    failed to encode (0 of 10 accepted), and a 10**400 gauge logged an SDK error per
+    collection. Each is now dropped on its own before it enters the SDK."""
+    declare_test_series()
+    with caplog.at_level(logging.ERROR, logger="opentelemetry"), rlmetrics.start(
+        "exporters-test-service",
+        exporters=("otlp",),
+        otlp_endpoint=otlp_receiver.endpoint,
+        export_interval_s=INTERVAL_S,
+    ):
+        logger = rlmetrics.Logger(backends={})
+        logger.log_setup_timing({"x_time_s": 2**63, "policy_init_time_s": 2.0})
+        rlmetrics.record(GROUP, {"tokens": 2**64}, {"gen_ai.token.type": "input"})
+        rlmetrics.record(GROUP, {"step_time": 10**400}, {"rl.phase": "train"})
+        record_test_series()
+        otlp_receiver.wait_for(_all_arrived, what="every good value")
+        arrived = len(otlp_receiver.requests)
+        otlp_receiver.wait_for(
+            lambda r: len(r.requests) >= arrived + 3, what="three more accepted exports"
+        )
+        setup = {
+            p.attributes["rl.setup.phase"]: p.value
+            for p in otlp_receiver.points()
+            if p.name == "rl.setup.duration"
+        }
+    assert setup == {"policy_init": 2.0}
+    assert otlp_receiver.find(COUNTER, **{"gen_ai.token.type": "input"}).value == 100  # type: ignore[union-attr]
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]

@@ -161,11 +161,15 @@ def test_prometheus_endpoint_binds_loopback_and_closes_on_shutdown() -> None:
     handle = rlmetrics.start(exporters=("prometheus",), prometheus_port=0)
     address = handle.prometheus_address
     assert address is not None and address[0] == "127.0.0.1"
+    # What the socket is bound to, not what rlmetrics reports: loopback, never every interface.
+    bound = {host for host, port in _listening_ports() if port == address[1]}
+    assert bound == {"127.0.0.1"}
     record_test_series()
     assert "rl_test_tokens_total" in _scrape(address)
     handle.shutdown(timeout_s=2)
     with pytest.raises(OSError):
         _scrape(address)
+    assert address not in _listening_ports()
 
 
 def _listening_ports() -> set[tuple[str, int]]:

@@ -192,3 +192,37 @@ def test_timers_refuse_a_category_of_the_other_clock() -> None:
 )
 def test_efficiency_pct(summary: EfficiencySummary, expected: Any) -> None:
     assert efficiency_pct(summary) == expected
+
+
+def test_a_step_window_category_absent_from_a_step_reports_zero(exporting: Any) -> None:
+    """The driver's timer resets every step: a category timed in step 1 and absent in step 2
+    spent no time in step 2. Reporting step 1's 0.5 again would disagree with step 2's own
+    pct and count the 0.5 s twice when summed across steps."""
+    logger, reader = exporting
+    logger.log_metrics(
+        {"efficiency/idle/validation_s": 0.5, "efficiency/step_wall_time_s": 10.0}, step=1
+    )
+    logger.log_metrics(
+        {"efficiency/idle/buffer_starvation_s": 1.0, "efficiency/step_wall_time_s": 10.0}, step=2
+    )
+    found = points(reader)
+    seconds = {category: p.value for category, p in _seconds(found).items()}
+    assert seconds == {
+        "idle/validation": 0.0,
+        "idle/buffer_starvation": 1.0,
+        "idle/refit_bubble": 0.0,
+    }
+    [(pct, _attributes)] = _pct(found)
+    assert pct == 90.0  # 1.0 s of 10 idle: the same step the seconds describe
+
+
+def test_the_timers_report_zero_for_a_category_not_timed_in_a_step(exporting: Any) -> None:
+    logger, reader = exporting
+    now = [0.0]
+    driver = EfficiencyTimer(clock=lambda: now[0])
+    driver.record("idle/validation", 0.5)
+    now[0] = 10.0
+    logger.log_efficiency_summary(driver.step_summary(), step=1)
+    now[0] = 20.0
+    logger.log_efficiency_summary(driver.step_summary(), step=2)
+    assert _seconds(points(reader))["idle/validation"].value == 0.0

@@ -235,3 +235,16 @@ def test_sampler_is_off_by_default_and_stops_promptly() -> None:
 def test_sampler_refuses_a_bad_interval() -> None:
     with pytest.raises(ValueError, match="positive or None"):
         ThroughputSampler(rlmetrics.Logger(backends={}), dict, telemetry_interval_s=0)
+
+
+def test_a_phase_outside_the_safe_charset_is_dropped(exporting: Any) -> None:
+    logger, reader = exporting
+    logger.log_rollout_checkpoint(
+        CheckpointSave({"total_save_seconds": 1.0, "bad phase!_seconds": 2.0}, wall_time_s=1.0)
+    )
+    phases = {
+        p.attributes["rl.rollout.checkpoint.phase"]
+        for p in points(reader)
+        if p.name == "rl.rollout.checkpoint.duration"
+    }
+    assert phases == {"total_save"}

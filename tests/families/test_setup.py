@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from rlmetrics.testing import points
@@ -58,3 +59,20 @@ def test_phase_set_is_capped(exporting: Any) -> None:
     logger, reader = exporting
     logger.log_setup_timing({f"phase{i}_time_s": float(i) for i in range(80)})
     assert len(_phases(reader)) == 64
+
+
+def test_a_phase_outside_the_safe_charset_is_dropped_without_printing_it(
+    exporting: Any, caplog: Any
+) -> None:
+    logger, reader = exporting
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger.log_setup_timing(
+            {
+                "token=hunter2 init_time_s": 1.0,
+                ("x" * 100) + "_time_s": 2.0,
+                "policy_init_time_s": 3.0,
+            }
+        )
+    assert _phases(reader) == {"policy_init": 3.0}
+    assert "hunter2" not in caplog.text and "x" * 100 not in caplog.text
+    assert "a str of length 18" in caplog.text  # the phase: the key without "_time_s"

@@ -21,7 +21,9 @@ import rlmetrics_vllm.gen_ai  # noqa: F401
 from prometheus_client import CollectorRegistry, start_http_server
 from vllm_support import FIXTURE, TextServer, VllmRegistry, render_exposition
 
-from rlmetrics.testing import in_memory_telemetry, isolated_state
+from rlmetrics.testing import in_memory_telemetry, isolated_state, load_hypothesis_profile
+
+load_hypothesis_profile()
 
 
 @pytest.fixture(scope="session")

@@ -181,8 +181,11 @@ def test_the_tee_is_a_no_op_when_not_exporting() -> None:
         _log({PROMPT_TOKENS_KEY: 1})
 
 
-def test_tee_values_picks_the_vllm_keys_of_train_dicts_only() -> None:
+def test_only_the_vllm_keys_of_train_dicts_are_teed(telemetry: Any) -> None:
+    _handle, reader = telemetry
+    logger = rlmetrics.Logger(backends={})
     metrics = {PROMPT_TOKENS_KEY: 1, "loss": 2.0, GENERATIONS_OK_KEY: None}
-    assert family.tee_values(metrics, "train") == {PROMPT_TOKENS_KEY: 1}
-    assert family.tee_values(metrics, "") == {PROMPT_TOKENS_KEY: 1}
-    assert family.tee_values(metrics, "validation") == {}
+    for step, prefix in enumerate(("train", "", "validation")):
+        logger.log_metrics(metrics, step=step, prefix=prefix)
+    found = [p for p in points(reader) if p.name.startswith("rl.vllm.")]
+    assert [(p.name, p.value) for p in found] == [("rl.vllm.prompt_tokens", 2)]

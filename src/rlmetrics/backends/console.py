@@ -21,6 +21,9 @@ def _format(value: Any) -> str:
 class ConsoleBackend:
     """Prints ``step N | prefix/key=value ...`` to ``stream`` (stdout by default)."""
 
+    #: A print: on the caller's thread, in order with the loop's own output.
+    inline = True
+
     def __init__(self, stream: TextIO | None = None, max_keys: int = 50) -> None:
         self.stream = stream
         self.max_keys = max_keys

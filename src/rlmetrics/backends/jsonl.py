@@ -1,8 +1,15 @@
 """The JSONL backend: the embedded default, one JSON object per logged dict.
 
-Append-only and flushed per call, so a crash loses at most the line being written, and a
-reader skips that torn last line with a warning. Rows are schema-free: a new key costs
-nothing (a CSV logger rewrites the whole file when a column appears).
+Append-only and flushed per call, so a row is in the file when ``log_metrics`` returns and a
+crash loses at most the line being written; a writer that reopens a file ending in such a
+torn line starts on a new line, and a reader skips the torn one with a warning. Rows are
+schema-free: a new key costs nothing (a CSV logger rewrites the whole file when a column
+appears). It writes on the caller's thread — that is what makes a returned row durable — so
+it is the one backend that is not queued (see :mod:`rlmetrics.backends.worker`).
+
+Values JSON cannot hold faithfully are written as strings: NaN and infinities as ``"nan"``,
+``"inf"``, ``"-inf"``; an int with more digits than Python's JSON reader accepts (4300) as
+``"<int of N digits>"``; any other object as its ``repr``.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -25,12 +33,29 @@ __all__ = ["JsonlBackend", "read_jsonl", "register_backends", "to_json_value"]
 DEFAULT_PATH = "rlmetrics.jsonl"
 
 
+#: The most digits an int may have and still be read back by ``json.loads``.
+_MAX_INT_DIGITS: int = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or 4300
+_INT_LIMIT = 10**_MAX_INT_DIGITS
+
+
+def _digits(value: int) -> int:
+    """The decimal digits of ``value``, without converting it to a string."""
+    digits = max(1, int(abs(value).bit_length() * math.log10(2)))
+    while 10**digits <= abs(value):
+        digits += 1
+    return digits
+
+
 def to_json_value(value: Any, _depth: int = 0) -> Any:
     """A JSON-safe stand-in for ``value``: numbers, bools and strings as they are (NumPy and
-    torch ones as their plain Python form), lists element by element, and NaN, infinities and
-    anything else JSON cannot hold as their ``repr``."""
+    torch ones as their plain Python form), lists element by element, and what JSON cannot
+    hold faithfully as a string (see the module's docstring). Never raises."""
     value = as_plain(value)
-    if value is None or isinstance(value, (bool, int, str)):
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        if abs(value) >= _INT_LIMIT:
+            return f"<int of {_digits(value)} digits>"
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
@@ -45,11 +70,19 @@ def to_json_value(value: Any, _depth: int = 0) -> Any:
 class JsonlBackend:
     """Appends ``{"time", "step", "prefix", "metrics"}`` per call to ``path``."""
 
+    #: Writes on the caller's thread (see the module's docstring), never through a queue.
+    inline = True
+
     def __init__(self, path: str | os.PathLike[str] = DEFAULT_PATH) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: TextIO | None = self.path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
+        if not _ends_a_line(self.path):
+            # A writer killed mid-line left a fragment: a row appended to it would be lost
+            # with it, so the next row starts on a line of its own.
+            self._file.write("\n")
+            self._file.flush()
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         row = {
@@ -72,15 +105,25 @@ class JsonlBackend:
                 self._file = None
 
 
+def _ends_a_line(path: Path) -> bool:
+    """Whether ``path`` is empty or ends with a newline."""
+    with path.open("rb") as handle:
+        if handle.seek(0, os.SEEK_END) == 0:
+            return True
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
+
+
 def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Yield the rows of a JSONL metrics file, skipping (with a warning) a torn line."""
+    """Yield the rows of a JSONL metrics file, skipping with a warning each line that does not
+    parse (a torn last line, a line nested too deeply or with an int too long to read)."""
     with Path(path).open(encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 where = "torn last line" if not line.endswith("\n") else "malformed line"
                 logger.warning("rlmetrics: %s %d of %s skipped", where, number, path)
                 continue

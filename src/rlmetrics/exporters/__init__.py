@@ -12,6 +12,7 @@ module level: plugin modules are imported by every process that uses rlmetrics.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from ..plugins import Plugins, get_plugins
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
 
-__all__ = ["Exporter", "ExporterFactory", "available_exporters", "periodic_reader"]
+__all__ = ["Exporter", "ExporterFactory", "ForkSafe", "available_exporters", "periodic_reader"]
 
 
 def _nothing() -> None:
@@ -47,6 +48,27 @@ class Exporter:
 
 
 ExporterFactory = Callable[..., Exporter]
+
+
+class ForkSafe:
+    """Mixin for a push ``MetricExporter``: in a process forked after it was built, every
+    export is dropped (and reported done), so a child never sends the parent's values under
+    the parent's identity. The SDK restarts a periodic reader's thread in a forked child; this
+    is what keeps that thread quiet until the child starts telemetry of its own.
+
+    ``class MyExporter(ForkSafe, MetricExporter): ...`` (the mixin first).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._rlmetrics_pid = os.getpid()
+
+    def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+        if os.getpid() != self._rlmetrics_pid:
+            from opentelemetry.sdk.metrics.export import MetricExportResult
+
+            return MetricExportResult.SUCCESS
+        return super().export(metrics_data, timeout_millis=timeout_millis, **kwargs)  # type: ignore[misc]
 
 
 def available_exporters(plugins: Plugins | None = None) -> dict[str, tuple[str, ExporterFactory]]:

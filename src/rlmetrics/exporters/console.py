@@ -5,16 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .. import hookimpl
-from . import Exporter, periodic_reader
+from . import Exporter, ForkSafe, periodic_reader
 
 __all__ = ["make_exporter"]
 
 
 def make_exporter(export_interval_s: float | None = None) -> Exporter:
-    """The SDK's ``ConsoleMetricExporter`` on a periodic reader."""
+    """The SDK's ``ConsoleMetricExporter`` on a periodic reader (quiet in a forked child)."""
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
-    return Exporter(periodic_reader(ConsoleMetricExporter(), export_interval_s))
+    class ForkSafeConsoleExporter(ForkSafe, ConsoleMetricExporter):
+        pass
+
+    return Exporter(periodic_reader(ForkSafeConsoleExporter(), export_interval_s))
 
 
 @hookimpl

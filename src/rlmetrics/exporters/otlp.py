@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import hookimpl
 from .._warn import logger, warn_once
-from . import Exporter, periodic_reader
+from . import Exporter, ForkSafe, periodic_reader
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -112,9 +112,10 @@ def _exporter_class() -> type:
         raise ImportError(f"exporter 'otlp' needs the OTLP gRPC exporter: {INSTALL_HINT}") from exc
     from opentelemetry.sdk.metrics.export import MetricExportResult
 
-    class ReportingOTLPMetricExporter(OTLPMetricExporter):  # type: ignore[misc]
+    class ReportingOTLPMetricExporter(ForkSafe, OTLPMetricExporter):  # type: ignore[misc]
         """The SDK's OTLP gRPC metric exporter, reporting failed exports through
-        ``warn_once``: once per endpoint and cause at WARNING, at DEBUG afterwards.
+        ``warn_once``: once per endpoint and cause at WARNING, at DEBUG afterwards, and quiet
+        in a forked child (:class:`~rlmetrics.exporters.ForkSafe`).
 
         The SDK drops a failed batch (with cumulative temporality the next successful export
         carries the totals again) and only logs; this makes the failure visible in the

@@ -40,6 +40,7 @@ __all__ = [
     "efficiency_bucket",
     "efficiency_pct",
     "efficiency_window",
+    "step_seconds",
 ]
 
 GROUP = "rl.efficiency"
@@ -137,11 +138,35 @@ def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
     return 100.0 * (1.0 - min(waste, total) / total), window
 
 
+_STEP_CATEGORIES = tuple(
+    c for c, m in _MEASUREMENTS.items() if efficiency_window(c, m) == STEP_WINDOW
+)
+
+
+def step_seconds(summary: EfficiencySummary) -> dict[str, float]:
+    """``summary.seconds`` with every step-window category a step summary lacks set to 0.
+
+    The driver's timer resets every step, so a category absent from a step spent no time in
+    it: its gauge must say 0, not repeat the previous step's value (which the step's own pct
+    leaves out, and which summing across steps would count twice). A summary is a step's
+    when it carries a step wall time, a per-step pct or any step-window category.
+    """
+    seconds = dict(summary.seconds)
+    if (
+        summary.step_wall_time_s is not None
+        or summary.pct_per_step
+        or any(category in seconds for category in _STEP_CATEGORIES)
+    ):
+        for category in _STEP_CATEGORIES:
+            seconds.setdefault(category, 0.0)
+    return seconds
+
+
 @hookimpl
 def on_efficiency_summary(summary: EfficiencySummary) -> None:
     if not is_exporting():
         return
-    for category, seconds in summary.seconds.items():
+    for category, seconds in step_seconds(summary).items():
         measurement = _MEASUREMENTS.get(category)
         if measurement is None:
             warn_once(

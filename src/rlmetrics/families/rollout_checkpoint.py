@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .. import hookimpl
-from .._warn import warn_once
+from .._warn import describe_value, warn_once
 from ..events import (
     CheckpointOutcome,
     CheckpointRestore,
@@ -29,6 +29,7 @@ from ..events import (
 )
 from ..registry import declare, is_exporting, record
 from ..spec import OPEN, Kind, MetricSpec
+from ..values import key_attribute
 
 if TYPE_CHECKING:
     from ..logger import Logger
@@ -250,13 +251,14 @@ def on_rollout_checkpoint(event: RolloutEvent) -> None:
     operation = _OPERATIONS.get(event.prefix)
     if operation is not None:
         for phase, seconds in phase_durations(event.values).items():
-            record(GROUP, {DURATION: seconds}, {OPERATION_ATTR: operation, PHASE_ATTR: phase})
+            if key_attribute(phase, "checkpoint phase") is not None:
+                record(GROUP, {DURATION: seconds}, {OPERATION_ATTR: operation, PHASE_ATTR: phase})
     if isinstance(event, CheckpointOutcome):
         attributes = attempt_attributes(event)
         if event.reason and attributes[REASON_ATTR] == "other":
             warn_once(
                 "rollout:unknown-reason",
-                f"rlmetrics: checkpoint reason {event.reason!r} is not one of "
+                f"rlmetrics: a checkpoint reason ({describe_value(event.reason)}) is not one of "
                 f"{sorted(REASONS)}; counted as 'other' (backends keep the exact reason). Later "
                 "unknown reasons are reported at DEBUG",
             )

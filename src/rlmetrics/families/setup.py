@@ -12,6 +12,7 @@ from .. import hookimpl
 from ..events import SetupTimings
 from ..registry import declare, is_exporting, record
 from ..spec import OPEN, Kind, MetricSpec
+from ..values import key_attribute
 
 __all__ = ["DURATION", "GROUP", "PHASE_ATTR"]
 
@@ -39,4 +40,5 @@ def on_setup_timing(timings: SetupTimings) -> None:
     if not is_exporting():
         return
     for phase, seconds in timings.seconds.items():
-        record(GROUP, {DURATION: seconds}, {PHASE_ATTR: phase})
+        if key_attribute(phase, "setup phase") is not None:
+            record(GROUP, {DURATION: seconds}, {PHASE_ATTR: phase})

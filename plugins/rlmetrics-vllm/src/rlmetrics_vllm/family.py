@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import rlmetrics
-from rlmetrics import Kind, MetricSpec, hookimpl, is_exporting, record, retract
-from rlmetrics.logger import TRAIN_PREFIXES
+from rlmetrics import Kind, MetricSpec, hookimpl, is_exporting, record_declared, retract
+from rlmetrics.events import TRAIN_PREFIXES
 
 from .engine import (
     GENERATION_LENGTH_MEAN_KEY,
@@ -25,7 +25,7 @@ from .engine import (
     PROMPT_TOKENS_KEY,
 )
 
-__all__ = ["GROUP", "SPECS", "log_metrics", "tee_values"]
+__all__ = ["GROUP", "SPECS", "log_metrics"]
 
 GROUP = "vllm"
 
@@ -83,13 +83,6 @@ SPECS: tuple[MetricSpec, ...] = (
 rlmetrics.declare(GROUP, SPECS)
 
 
-def tee_values(metrics: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    """The registry values one logged dict carries: the ``vllm/*`` keys of a train dict."""
-    if prefix not in TRAIN_PREFIXES:
-        return {}
-    return {spec.key: metrics[spec.key] for spec in SPECS if metrics.get(spec.key) is not None}
-
-
 _MEAN_KEYS = frozenset({PROMPT_LENGTH_MEAN_KEY, GENERATION_LENGTH_MEAN_KEY})
 
 # The step each mean gauge is showing. A gauge goes on exporting its last value, so a mean
@@ -104,10 +97,9 @@ def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
     """Mirror a train dict's ``vllm/*`` keys into ``rl.vllm.*``."""
     if not is_exporting():
         return
-    values = tee_values(metrics, prefix)
-    record(GROUP, values)
     if prefix not in TRAIN_PREFIXES:
         return
+    values = record_declared(GROUP, metrics)
     with _mean_steps_lock:
         for key in _MEAN_KEYS:
             if key in values:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import rlmetrics
-from rlmetrics import OPEN, Kind, MetricSpec, is_exporting, record, warn_once
+from rlmetrics import OPEN, Kind, MetricSpec, as_plain, is_exporting, record, warn_once
 
 __all__ = [
     "BATCH_DURATION",
@@ -100,12 +100,14 @@ def generation_attributes(
 
 
 def _lengths(values: Any) -> list[Any]:
-    """The per-request lengths of a list, NumPy array or torch tensor, as a list."""
+    """The per-request lengths of a list, NumPy array or torch tensor, as a list (an array
+    converts once, not one ``.item()`` per request)."""
     if values is None:
         return []
-    tolist = getattr(values, "tolist", None)  # one conversion, not one .item() per request
-    listed = tolist() if callable(tolist) else values
-    return list(listed) if isinstance(listed, Iterable) else [listed]
+    plain = as_plain(values)
+    if isinstance(plain, Iterable) and not isinstance(plain, (str, bytes)):
+        return list(plain)
+    return [plain]
 
 
 def record_generation(

@@ -1,0 +1,128 @@
+"""A backend that stalls (a remote tracker that stops answering) costs its own rows, never
+the training loop's time: every backend but the inline ones runs on a thread of its own
+behind a bounded queue."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rlmetrics
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.plugins import register
+
+#: A log_metrics call must return well within this, whatever a backend does.
+CALL_BOUND_S = 0.25
+
+
+class Stalling:
+    """A tracker whose server hangs: log_metrics sleeps until the test ends (up to 60 s)."""
+
+    wake = threading.Event()
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        self.wake.wait(60)
+        self.rows.append(step)
+
+    def finish(self) -> None:
+        self.wake.wait(60)
+
+
+class Slow:
+    """A tracker that keeps up, slowly."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.finished = False
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        time.sleep(0.0002)
+        self.rows.append(step)
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+class Offers:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("stalling", Stalling)
+        register("slow", Slow)
+
+
+@pytest.fixture
+def offered() -> Iterator[None]:
+    Stalling.wake.clear()
+    register(Offers(), "offers-stalling")
+    yield
+    Stalling.wake.set()  # let the abandoned worker thread end
+
+
+def _log_from_threads(logger: rlmetrics.Logger, threads: int, rows: int) -> list[float]:
+    """Log ``rows`` steps from each of ``threads`` threads (thread i logs steps i*1000...);
+    returns every call's latency."""
+    latencies: list[float] = []
+
+    def loop(offset: int) -> None:
+        for step in range(offset, offset + rows):
+            started = time.perf_counter()
+            logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
+            latencies.append(time.perf_counter() - started)
+
+    loops = [threading.Thread(target=loop, args=(i * 1000,)) for i in range(threads)]
+    for thread in loops:
+        thread.start()
+    for thread in loops:
+        thread.join(60)
+    return latencies
+
+
+def test_a_stalled_backend_costs_the_loop_no_time_and_only_its_own_rows(
+    offered: None, tmp_path: Path, caplog: Any
+) -> None:
+    logger = rlmetrics.Logger(
+        backends={"stalling": {}, "jsonl": {"path": tmp_path / "m.jsonl"}}, queue_size=10
+    )
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        latencies = _log_from_threads(logger, threads=2, rows=25)
+        started = time.monotonic()
+        logger.finish(timeout_s=1.0)
+        finish_took = time.monotonic() - started
+    assert max(latencies) < CALL_BOUND_S, f"slowest log_metrics: {max(latencies):.3f} s"
+    assert finish_took < 1.0 + 1.5  # the bound, plus scheduling slack on a loaded machine
+    assert len(list(read_jsonl(tmp_path / "m.jsonl"))) == 50  # the other backend got every row
+    # The stalled one: its queue filled, the rest were dropped and counted, once reported.
+    assert caplog.text.count("backend 'stalling' is not keeping up") == 1
+    assert "backend 'stalling' did not finish within 1.0 s" in caplog.text
+    # 50 rows: 10 queued, one held by the stalled call if it took one before the queue filled.
+    dropped = re.search(r"(\d+) rows dropped while it was not keeping up", caplog.text)
+    assert dropped is not None and int(dropped.group(1)) in (39, 40)
+
+
+def test_a_backend_that_keeps_up_gets_every_row_in_each_threads_order(offered: None) -> None:
+    logger = rlmetrics.Logger(backends={"slow": {}})
+    _log_from_threads(logger, threads=4, rows=200)
+    logger.finish(timeout_s=30)
+    slow = logger.backends["slow"]
+    assert len(slow.rows) == 800  # type: ignore[attr-defined]
+    for offset in (0, 1000, 2000, 3000):
+        mine = [s for s in slow.rows if offset <= s < offset + 200]  # type: ignore[attr-defined]
+        assert mine == list(range(offset, offset + 200))
+    assert slow.finished  # type: ignore[attr-defined]
+
+
+def test_inline_backends_write_on_the_callers_thread(tmp_path: Path) -> None:
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+    logger.log_metrics({"x": 1}, step=1)
+    assert len(list(read_jsonl(tmp_path / "m.jsonl"))) == 1  # before finish(): already there
+    logger.finish()

@@ -1,0 +1,221 @@
+"""Every public entry under hostile input: no exception reaches the caller, each call
+returns within a bound, and every good value of the same call lands — read back from the
+in-memory reader and from the JSONL file.
+
+The default run uses the ``default`` hypothesis profile (100 examples a property); the
+``fuzz`` tox env runs the ``fuzz`` profile (10**5 examples each). See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fuzz_hostile import hostile_dicts, hostile_keys, hostile_values
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rlmetrics
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.events import (
+    CheckpointOutcome,
+    CheckpointSave,
+    EfficiencySummary,
+    SetupTimings,
+    ThroughputSample,
+)
+from rlmetrics.testing import in_memory_telemetry, points
+
+#: A liveness bound, not a performance figure: a call that takes longer is stuck.
+CALL_BOUND_S = 5.0
+
+_good = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+_steps = st.one_of(st.integers(), hostile_values)
+# Health checks: the strategies are deliberately large and slow to draw.
+_fuzz = settings(deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def _timed(call: Callable[[], Any]) -> None:
+    started = time.monotonic()
+    call()  # an exception here fails the property: nothing may reach the caller
+    took = time.monotonic() - started
+    assert took < CALL_BOUND_S, f"a call took {took:.1f} s"
+
+
+def _without(metrics: dict[Any, Any], reserved: Callable[[str], bool]) -> dict[Any, Any]:
+    """The hostile dict minus top-level keys that would land on a good value's series."""
+    return {k: v for k, v in metrics.items() if not (isinstance(k, str) and reserved(k))}
+
+
+def _value(reader: Any, name: str, **attributes: Any) -> Any:
+    found = [
+        p
+        for p in points(reader)
+        if p.name == name and all(p.attributes.get(k) == v for k, v in attributes.items())
+    ]
+    assert len(found) == 1, (name, attributes, found)
+    point = found[0]
+    return point.value if point.kind != "histogram" else (point.count, point.sum)
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[tuple[rlmetrics.Logger, Any, Path]]:
+    path = tmp_path / "fuzz.jsonl"
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": path}})
+        yield logger, reader, path
+        logger.finish()
+
+
+def _last_row(path: Path) -> dict[str, Any]:
+    *_, row = read_jsonl(path)
+    return row
+
+
+def test_fuzz_log_metrics(session: tuple[rlmetrics.Logger, Any, Path]) -> None:
+    logger, reader, path = session
+
+    @_fuzz
+    @given(hostile=hostile_dicts, reward=_good, loss=_good, step=_steps, prefix=hostile_keys)
+    def check(hostile: dict[Any, Any], reward: float, loss: float, step: Any, prefix: Any) -> None:
+        metrics = {**_without(hostile, {"reward", "loss"}.__contains__), "reward": reward}
+        metrics["loss"] = loss
+        _timed(lambda: logger.log_metrics(hostile, step=step, prefix=prefix))
+        _timed(lambda: logger.log_metrics(metrics, step=step, prefix="train"))
+        assert _value(reader, "rl.reward.mean") == reward
+        assert _value(reader, "rl.policy.loss") == loss
+        row = _last_row(path)
+        assert (row["metrics"]["reward"], row["metrics"]["loss"]) == (reward, loss)
+
+    check()
+
+
+def test_fuzz_log_setup_timing(session: tuple[rlmetrics.Logger, Any, Path]) -> None:
+    logger, reader, path = session
+
+    def reserved(key: str) -> bool:
+        return key in ("policy_init_time_s", "policy_init_s")
+
+    @_fuzz
+    @given(hostile=hostile_dicts, seconds=_good.map(abs))
+    def check(hostile: dict[Any, Any], seconds: float) -> None:
+        timings = {**_without(hostile, reserved), "policy_init_time_s": seconds}
+        _timed(lambda: logger.log_setup_timing(timings))
+        assert _value(reader, "rl.setup.duration", **{"rl.setup.phase": "policy_init"}) == seconds
+        assert _last_row(path)["metrics"]["policy_init_time_s"] == seconds
+
+    check()
+
+
+def test_fuzz_log_efficiency_summary(session: tuple[rlmetrics.Logger, Any, Path]) -> None:
+    logger, reader, path = session
+
+    @_fuzz
+    @given(hostile=hostile_dicts, seconds=_good.map(abs), step=_steps)
+    def check(hostile: dict[Any, Any], seconds: float, step: Any) -> None:
+        # The typed payload's parser meets the hostile dict; the summary logged is good.
+        _timed(lambda: EfficiencySummary.from_metrics(hostile))
+        _timed(lambda: SetupTimings.from_metrics(hostile))
+        summary = EfficiencySummary(seconds={"idle/validation": seconds}, step_wall_time_s=1e7)
+        _timed(lambda: logger.log_efficiency_summary(summary, step=step))
+        category = {"rl.efficiency.category": "idle/validation"}
+        assert _value(reader, "rl.efficiency.seconds", **category) == seconds
+        assert _last_row(path)["metrics"]["efficiency/idle/validation_s"] == seconds
+
+    check()
+
+
+def _saves(reader: Any) -> tuple[int, float]:
+    """(count, sum) of the total_save phase so far (0, 0.0 before the first)."""
+    found = [
+        p
+        for p in points(reader)
+        if p.name == "rl.rollout.checkpoint.duration"
+        and p.attributes.get("rl.rollout.checkpoint.phase") == "total_save"
+    ]
+    return (found[0].count or 0, found[0].sum or 0.0) if found else (0, 0.0)
+
+
+def test_fuzz_log_rollout_checkpoint(session: tuple[rlmetrics.Logger, Any, Path]) -> None:
+    logger, reader, _path = session
+
+    def reserved(key: str) -> bool:
+        return key in ("total_save_seconds", "snapshot_rows")
+
+    @_fuzz
+    @given(
+        hostile=hostile_dicts,
+        seconds=_good.map(abs),
+        rows=st.integers(0, 10**9),
+        wall=hostile_values,
+        reason=st.one_of(st.none(), st.text(max_size=30)),
+    )
+    def check(hostile: dict[Any, Any], seconds: float, rows: int, wall: Any, reason: Any) -> None:
+        values = {**_without(hostile, reserved), "total_save_seconds": seconds}
+        values["snapshot_rows"] = rows
+        count, total = _saves(reader)
+        _timed(lambda: logger.log_rollout_checkpoint(CheckpointSave(values, wall_time_s=wall)))
+        assert _saves(reader) == (count + 1, total + seconds)
+        _timed(lambda: logger.log_rollout_checkpoint(ThroughputSample(hostile)))
+        outcome = CheckpointOutcome(outcome="failed", reason=reason)
+        _timed(lambda: logger.log_rollout_checkpoint(outcome))
+        _timed(lambda: logger.log_metrics(hostile, step=0, prefix="rollout/checkpoint_outcome"))
+        assert _value(reader, "rl.rollout.checkpoint.snapshot.rows") == rows
+
+    check()
+
+
+def test_fuzz_record(session: tuple[rlmetrics.Logger, Any, Path]) -> None:
+    _logger, reader, _path = session
+
+    @_fuzz
+    @given(
+        hostile=hostile_dicts,
+        attributes=st.one_of(
+            st.none(), hostile_dicts, st.dictionaries(hostile_keys, hostile_values)
+        ),
+        reward=_good,
+    )
+    def check(hostile: dict[Any, Any], attributes: Any, reward: float) -> None:
+        _timed(lambda: rlmetrics.record("rl.train", hostile, attributes))
+        for group in ("no.such.group", *hostile):  # hostile group names too
+            _timed(lambda group=group: rlmetrics.record(group, hostile))
+        _timed(lambda: rlmetrics.retract("rl.train", "reward", attributes))
+        _timed(lambda: rlmetrics.record("rl.train", {**hostile, "reward": reward}))
+        assert _value(reader, "rl.reward.mean") == reward
+
+    check()
+
+
+_json_rows = st.fixed_dictionaries(
+    {"step": st.integers(-(2**63), 2**63 - 1), "prefix": st.text(max_size=10)},
+    optional={"metrics": st.dictionaries(st.text(max_size=10), _good, max_size=4)},
+)
+_garbage = st.one_of(
+    st.text(max_size=200).map(lambda s: s.replace("\n", " ")),
+    st.integers(1, 200_000).map(lambda n: "[" * n),
+    st.integers(4301, 6000).map(lambda n: '{"step": ' + "9" * n + "}"),
+    st.just('{"time": 1.0, "step": 2, "pre'),
+    st.just("[1, 2, 3]"),
+)
+
+
+def test_fuzz_read_jsonl(tmp_path: Path) -> None:
+    path = tmp_path / "read.jsonl"
+
+    @_fuzz
+    @given(lines=st.lists(st.one_of(_json_rows, _garbage), max_size=8))
+    def check(lines: list[Any]) -> None:
+        good = [line for line in lines if isinstance(line, dict)]
+        text = (json.dumps(line) if isinstance(line, dict) else line for line in lines)
+        path.write_text("".join(line + "\n" for line in text))
+        read: list[dict[str, Any]] = []
+        _timed(lambda: read.extend(read_jsonl(path)))
+        # Every good row, in order; a garbage line that happens to be a JSON object is a row too.
+        assert [r for r in read if r in good] == good
+
+    check()
