@@ -71,6 +71,10 @@ RULES: Mapping[str, str] = {
 }
 
 
+def _names(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(names)
+
+
 @attrs.frozen
 class Exemption:
     """A deliberate departure from one rule for named series, with the reason.
@@ -82,7 +86,7 @@ class Exemption:
     """
 
     rule: str = attrs.field()
-    metrics: frozenset[str] = attrs.field(converter=frozenset)
+    metrics: frozenset[str] = attrs.field(converter=_names)
     reason: str = attrs.field()
     attribute: str | None = None
 
@@ -161,16 +165,45 @@ _BASE_ATOMS = ("s", "By", "bit", "Hz", "W", "J", "V", "A", "g", "m", "Cel", "K")
 _ATOMS = frozenset(p + a for p in _PREFIXES for a in _BASE_ATOMS) | {"min", "h", "d", "1", "%"}
 _ANNOTATION = re.compile(r"\{[!-z|~]*\}")
 _WORDS = {
-    "second": "s", "seconds": "s", "sec": "s", "secs": "s", "millisecond": "ms",
-    "milliseconds": "ms", "byte": "By", "bytes": "By", "count": "1 or {thing}",
-    "percent": "%", "ratio": "1", "fraction": "1", "tokens": "{token}", "token": "{token}",
-    "requests": "{request}", "items": "{item}",
+    "second": "s",
+    "seconds": "s",
+    "sec": "s",
+    "secs": "s",
+    "millisecond": "ms",
+    "milliseconds": "ms",
+    "byte": "By",
+    "bytes": "By",
+    "count": "1 or {thing}",
+    "percent": "%",
+    "ratio": "1",
+    "fraction": "1",
+    "tokens": "{token}",
+    "token": "{token}",
+    "requests": "{request}",
+    "items": "{item}",
 }
 
 # A name's last segment that spells a unit (after an underscore, or as the whole segment).
 _UNIT_TOKENS = (
-    "seconds", "second", "secs", "sec", "s", "ms", "millis", "milliseconds", "us", "ns",
-    "bytes", "by", "mb", "gb", "kb", "pct", "percent", "per_second", "per_sec",
+    "seconds",
+    "second",
+    "secs",
+    "sec",
+    "s",
+    "ms",
+    "millis",
+    "milliseconds",
+    "us",
+    "ns",
+    "bytes",
+    "by",
+    "mb",
+    "gb",
+    "kb",
+    "pct",
+    "percent",
+    "per_second",
+    "per_sec",
 )
 
 # Open attribute keys that carry per-event values. Matched on the key's last dotted segment.
@@ -182,9 +215,19 @@ _UNBOUNDED = re.compile(
 #: Resource attributes: stable for the whole run, so never a metric attribute.
 RESOURCE_ATTRIBUTES = frozenset(
     {
-        "service.name", "service.instance.id", "service.version", "service.namespace",
-        "rlmetrics.run.id", "nemo.run.id", "rl.run.id", "rl.algorithm", "rl.model",
-        "process.pid", "process.runtime.name", "host.id", "telemetry.sdk.version",
+        "service.name",
+        "service.instance.id",
+        "service.version",
+        "service.namespace",
+        "rlmetrics.run.id",
+        "nemo.run.id",
+        "rl.run.id",
+        "rl.algorithm",
+        "rl.model",
+        "process.pid",
+        "process.runtime.name",
+        "host.id",
+        "telemetry.sdk.version",
     }
 )
 
@@ -299,8 +342,14 @@ def check_declared(
             add(item, "total-suffix", ERROR, problem, None)
         if spec.kind is Kind.HISTOGRAM:
             if not spec.buckets:
-                add(item, "histogram-buckets", ERROR, "no buckets: the SDK default (0…10000) "
-                    "fits neither seconds nor tokens; declare buckets=[...]", None)
+                add(
+                    item,
+                    "histogram-buckets",
+                    ERROR,
+                    "no buckets: the SDK default (0…10000) "
+                    "fits neither seconds nor tokens; declare buckets=[...]",
+                    None,
+                )
             elif any(a >= b for a, b in itertools.pairwise(spec.buckets)):
                 add(item, "histogram-buckets", ERROR, "buckets are not strictly increasing", None)
         for severity, message, attribute in _attribute_findings(item):
@@ -319,7 +368,10 @@ def check_declared(
     for info in failed:
         raw.append(
             Finding(
-                ERROR, "load", _plugin_label(info), "-",
+                ERROR,
+                "load",
+                _plugin_label(info),
+                "-",
                 f"the plugin failed to load, so nothing it declares is checked: {info.reason}",
             )
         )

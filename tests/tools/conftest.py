@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from exporters._peers import REQUIRE_PROMETHEUS_ENV, PrometheusServer
 
 #: The console script the installed distribution put beside this interpreter.

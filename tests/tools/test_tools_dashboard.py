@@ -69,9 +69,23 @@ def test_every_panel_reads_declared_series_and_restricts_to_the_run() -> None:
 def _start_demo(port: int, output: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
-            RLMETRICS, "demo", "--steps", "24", "--interval", "0.25", "--seed", "7",
-            "--prometheus-port", str(port), "--output", str(output), "--run-id", RUN_ID,
-            "--serve", "--json", "--no-plot",
+            RLMETRICS,
+            "demo",
+            "--steps",
+            "24",
+            "--interval",
+            "0.25",
+            "--seed",
+            "7",
+            "--prometheus-port",
+            str(port),
+            "--output",
+            str(output),
+            "--run-id",
+            RUN_ID,
+            "--serve",
+            "--json",
+            "--no-plot",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -129,7 +143,7 @@ def test_every_panel_returns_data_from_a_real_prometheus_scraping_the_demo(
     finally:
         if demo.poll() is None:
             demo.send_signal(signal.SIGINT)
-        stdout, stderr = demo.communicate(timeout=30)
+        _stdout, stderr = demo.communicate(timeout=30)
     assert demo.returncode == 0, stderr
     assert "Traceback" not in stderr
     # The run's JSONL, fed to `rlmetrics report`, agrees with what the demo reported.

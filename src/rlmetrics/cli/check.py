@@ -26,7 +26,8 @@ HELP = "lint every declared series (names, units, buckets, attributes); non-zero
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--plugin", metavar="NAME",
+        "--plugin",
+        metavar="NAME",
         help="check only this plugin (its entry-point or distribution name)",
     )
     add_format_options(parser)

@@ -41,29 +41,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=_positive, default=40, help="steps to run (default 40)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
     parser.add_argument(
-        "--output", type=Path, default=DEFAULT_OUTPUT,
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
         help=f"folder for metrics.jsonl and report.png (default ./{DEFAULT_OUTPUT})",
     )
     parser.add_argument(
-        "--interval", type=float, default=0.1, metavar="SECONDS",
+        "--interval",
+        type=float,
+        default=0.1,
+        metavar="SECONDS",
         help="real time between steps, so a scraper sees the run move (default 0.1)",
     )
     parser.add_argument(
-        "--prometheus-port", type=int, default=9464, metavar="PORT",
+        "--prometheus-port",
+        type=int,
+        default=9464,
+        metavar="PORT",
         help="port of the Prometheus endpoint on 127.0.0.1 (default 9464; 0 picks a free one)",
     )
     parser.add_argument(
-        "--otlp-endpoint", metavar="URL",
+        "--otlp-endpoint",
+        metavar="URL",
         help="also export over OTLP gRPC to this collector (host:port or http://host:port)",
     )
     parser.add_argument("--run-id", help="the run id resource attribute (default: generated)")
     parser.add_argument(
-        "--serve", action="store_true",
+        "--serve",
+        action="store_true",
         help="keep the Prometheus endpoint up after the run until interrupted (Ctrl-C)",
     )
-    parser.add_argument(
-        "--no-plot", action="store_true", help=f"do not write OUTPUT/{PLOT_NAME}"
-    )
+    parser.add_argument("--no-plot", action="store_true", help=f"do not write OUTPUT/{PLOT_NAME}")
     add_format_options(parser)
 
 

@@ -25,7 +25,9 @@ HELP = "summarise a run's JSONL (goodput, setup, trends, vLLM, checkpoints); --p
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("jsonl", type=Path, metavar="RUN.jsonl", help="the run's JSONL file")
     parser.add_argument(
-        "--plot", type=Path, metavar="FILE.png",
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
         help="also write the report's picture (needs the 'report' extra: matplotlib)",
     )
     add_format_options(parser)

@@ -52,8 +52,9 @@ def training_row(names: Names) -> Row:
 
 def goodput_row(names: Names) -> Row:
     seconds = names.gauge(_SECONDS)
-    category, measurement = names.label("rl.efficiency.category"), names.label(
-        "rl.efficiency.measurement"
+    category, measurement = (
+        names.label("rl.efficiency.category"),
+        names.label("rl.efficiency.measurement"),
     )
     window, bucket = names.label("rl.efficiency.window"), names.label("rl.bucket")
 
@@ -72,8 +73,10 @@ def goodput_row(names: Names) -> Row:
                 "Goodput per step (productive share of the step's wall clock)",
                 [
                     Query(
-                        for_run(names.gauge(_PCT) + "{" + f'{measurement}="wall_clock", '
-                                f'{window}="step"' + "}"),
+                        for_run(
+                            names.gauge(_PCT) + "{" + f'{measurement}="wall_clock", '
+                            f'{window}="step"' + "}"
+                        ),
                         "goodput",
                     )
                 ],
@@ -104,9 +107,7 @@ def goodput_row(names: Names) -> Row:
             ),
             Panel(
                 "Collector waits (cumulative since start)",
-                [
-                    Query(f"sum by ({category}) ({collector})", f"{{{{{category}}}}}")
-                ],
+                [Query(f"sum by ({category}) ({collector})", f"{{{{{category}}}}}")],
                 reads=[_SECONDS],
                 description="measurement=collector_wall_clock, window=run: the collector loop's "
                 "own clock, concurrent with the driver's; cumulative, so each point already "
@@ -116,9 +117,7 @@ def goodput_row(names: Names) -> Row:
             ),
             Panel(
                 "Worker-thread saturation (threads busy at once)",
-                [
-                    Query(f"sum by ({category}) ({threads})", f"{{{{{category}}}}}")
-                ],
+                [Query(f"sum by ({category}) ({threads})", f"{{{{{category}}}}}")],
                 reads=[_SECONDS],
                 description="measurement=thread_seconds summed over concurrent worker threads: "
                 "not durations. Their growth per second is how many threads were in the "
@@ -150,9 +149,7 @@ def setup_row(names: Names) -> Row:
             ),
             Panel(
                 "Setup phases (they overlap: read one at a time)",
-                [
-                    Query(f"max by ({phase}) ({phases})", f"{{{{{phase}}}}}")
-                ],
+                [Query(f"max by ({phase}) ({phases})", f"{{{{{phase}}}}}")],
                 reads=[_SETUP],
                 description="Phases contain each other (parallel_wall covers the concurrent "
                 "builds, generation_init its reserve and load parts): never sum them.",
@@ -167,11 +164,13 @@ def setup_row(names: Names) -> Row:
 
 def checkpoint_row(names: Names) -> Row:
     attempts = names.counter(_ATTEMPTS)
-    outcome, reason = names.label("rl.rollout.checkpoint.outcome"), names.label(
-        "rl.rollout.checkpoint.reason"
+    outcome, reason = (
+        names.label("rl.rollout.checkpoint.outcome"),
+        names.label("rl.rollout.checkpoint.reason"),
     )
-    operation, phase = names.label("rl.rollout.checkpoint.operation"), names.label(
-        "rl.rollout.checkpoint.phase"
+    operation, phase = (
+        names.label("rl.rollout.checkpoint.operation"),
+        names.label("rl.rollout.checkpoint.phase"),
     )
     totals = names.histogram(_DURATION) + "{" + phase + '=~"total_save|total_load"}'
     by_outcome = for_run(f"increase({attempts}[$__range])")

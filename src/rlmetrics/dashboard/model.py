@@ -8,7 +8,7 @@ registry and the Prometheus test checks against a real server.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 
@@ -18,6 +18,26 @@ __all__ = ["PANEL_TYPES", "Panel", "Query", "Row", "RowBuilder", "Variable"]
 
 #: Grafana panel types the generator lays out.
 PANEL_TYPES = frozenset({"timeseries", "stat", "bargauge", "gauge"})
+
+
+def _queries(items: Iterable[Query]) -> tuple[Query, ...]:
+    return tuple(items)
+
+
+def _strings(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(items)
+
+
+def _steps(items: Iterable[tuple[float, str]]) -> tuple[tuple[float, str], ...]:
+    return tuple(items)
+
+
+def _panels(items: Iterable[Panel]) -> tuple[Panel, ...]:
+    return tuple(items)
+
+
+def _variables(items: Iterable[Variable]) -> tuple[Variable, ...]:
+    return tuple(items)
 
 
 @attrs.frozen
@@ -45,21 +65,23 @@ class Panel:
     """
 
     title: str
-    queries: tuple[Query, ...] = attrs.field(converter=tuple)
-    reads: tuple[str, ...] = attrs.field(converter=tuple)
+    queries: tuple[Query, ...] = attrs.field(converter=_queries)
+    reads: tuple[str, ...] = attrs.field(converter=_strings)
     description: str = ""
     type: str = attrs.field(default="timeseries")
     unit: str = "short"
     stacked: bool = False
     bars: bool = False
-    thresholds: tuple[tuple[float, str], ...] = attrs.field(default=(), converter=tuple)
+    thresholds: tuple[tuple[float, str], ...] = attrs.field(default=(), converter=_steps)
     width: int = 12
     height: int = 8
 
     @type.validator
     def _check_type(self, _attribute: object, value: str) -> None:
         if value not in PANEL_TYPES:
-            raise ValueError(f"panel {self.title!r}: type {value!r} is not one of {sorted(PANEL_TYPES)}")
+            raise ValueError(
+                f"panel {self.title!r}: type {value!r} is not one of {sorted(PANEL_TYPES)}"
+            )
 
 
 @attrs.frozen
@@ -79,9 +101,9 @@ class Row:
     50 and up; ties by title)."""
 
     title: str
-    panels: tuple[Panel, ...] = attrs.field(converter=tuple)
+    panels: tuple[Panel, ...] = attrs.field(converter=_panels)
     order: int = 100
-    variables: tuple[Variable, ...] = attrs.field(default=(), converter=tuple)
+    variables: tuple[Variable, ...] = attrs.field(default=(), converter=_variables)
     description: str = ""
 
 

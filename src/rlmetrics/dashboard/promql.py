@@ -157,8 +157,13 @@ class Names:
 
     def gauge(self, name: str) -> str:
         """A gauge's (or up-down counter's) series name."""
-        return self._kind(name, Kind.GAUGE, Kind.OBSERVABLE_GAUGE, Kind.UP_DOWN_COUNTER,
-                          Kind.OBSERVABLE_UP_DOWN_COUNTER)
+        return self._kind(
+            name,
+            Kind.GAUGE,
+            Kind.OBSERVABLE_GAUGE,
+            Kind.UP_DOWN_COUNTER,
+            Kind.OBSERVABLE_UP_DOWN_COUNTER,
+        )
 
     def counter(self, name: str) -> str:
         """A counter's sample name, ``_total`` included (read it through ``rate``/``increase``)."""

@@ -74,8 +74,10 @@ def _build_parts(settings: DemoSettings) -> dict[str, DemoPart]:
         try:
             parts[name] = factory(settings)
         except Exception:
-            warn_once(f"demo-part:{name}", f"rlmetrics demo: part {name!r} (from {plugin!r}) "
-                      "failed to start and is left out")
+            warn_once(
+                f"demo-part:{name}",
+                f"rlmetrics demo: part {name!r} (from {plugin!r}) failed to start and is left out",
+            )
     return parts
 
 
@@ -85,8 +87,10 @@ def _step_parts(parts: dict[str, DemoPart], step: Any) -> dict[str, Any]:
         try:
             extra = parts[name].step(step)
         except Exception:
-            warn_once(f"demo-part-step:{name}",
-                      f"rlmetrics demo: part {name!r} failed at step {step.step}; left out from here")
+            warn_once(
+                f"demo-part-step:{name}",
+                f"rlmetrics demo: part {name!r} failed at step {step.step}; left out from here",
+            )
             _close(name, parts.pop(name))
             continue
         if isinstance(extra, Mapping):
@@ -157,8 +161,9 @@ def run_demo(
                     for event in simulated.events:
                         logger.log_rollout_checkpoint(event)
                     logger.log_metrics(train, step=step, prefix="train")
-                    bar.update(step, reward=train["reward"],
-                               goodput=train["efficiency/efficiency_pct"])
+                    bar.update(
+                        step, reward=train["reward"], goodput=train["efficiency/efficiency_pct"]
+                    )
                     if options.interval_s > 0 and step < options.steps:
                         time.sleep(options.interval_s)  # pacing, so a scraper sees the run move
             finally:

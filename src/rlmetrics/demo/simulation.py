@@ -174,8 +174,9 @@ class Simulation:
             prompt = int(_clip(r.gauss(190, 55), 24, 900))
             for _ in range(_GENERATIONS_PER_PROMPT):
                 prompts.append(prompt)
-                responses.append(int(_clip(r.lognormvariate(math.log(mean_response), 0.45), 8,
-                                           _MAX_TOKENS)))
+                responses.append(
+                    int(_clip(r.lognormvariate(math.log(mean_response), 0.45), 8, _MAX_TOKENS))
+                )
                 u = r.random()
                 rewards.append(1.0 if u < solve else 0.5 if u < solve + 0.08 else 0.0)
         generation_s = sum(responses) / 2400.0 + r.uniform(1.0, 2.0)
@@ -221,9 +222,7 @@ class Simulation:
         out["efficiency/efficiency_pct_is_per_step"] = 1.0
         return out
 
-    def _checkpoint_events(
-        self, step: int, r: Any, demo: DemoStep
-    ) -> tuple[RolloutEvent, ...]:
+    def _checkpoint_events(self, step: int, r: Any, demo: DemoStep) -> tuple[RolloutEvent, ...]:
         now = DEMO_EPOCH_S + self.elapsed_s
         committed = sum(demo.response_tokens) / max(demo.generation_s, 1e-9)
         due = step % self.checkpoint_every == 0
@@ -274,7 +273,9 @@ class Simulation:
             )
         )
         events.append(
-            CheckpointOutcome(self._cadence(now, completed=True), wall_time_s=now, outcome="completed")
+            CheckpointOutcome(
+                self._cadence(now, completed=True), wall_time_s=now, outcome="completed"
+            )
         )
         return tuple(events)
 

@@ -77,8 +77,14 @@ def _goodput(axes: Any, report: RunReport) -> None:
     share.set_ylabel("goodput %")
     handles, labels = axes.get_legend_handles_labels()
     more, more_labels = share.get_legend_handles_labels()
-    axes.legend(handles + more, labels + more_labels, loc="upper left",
-                bbox_to_anchor=(1.05, 1.0), fontsize=8, frameon=False)
+    axes.legend(
+        handles + more,
+        labels + more_labels,
+        loc="upper left",
+        bbox_to_anchor=(1.05, 1.0),
+        fontsize=8,
+        frameon=False,
+    )
 
 
 def _reward(axes: Any, report: RunReport) -> None:

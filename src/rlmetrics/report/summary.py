@@ -50,15 +50,14 @@ _VLLM_COUNTERS = (
 _VLLM_MEANS = ("vllm/prompt_length_mean", "vllm/generation_length_mean")
 _TRENDS = (("reward", "reward"), ("kl_penalty", "kl"), ("loss", "loss"))
 _SECONDS_SUFFIX = "_s"
-_NOT_CATEGORIES = frozenset({"step_wall_time", "total_wall_time", "total_waste", "productive_time",
-                             "thread_seconds_total"})
+_NOT_CATEGORIES = frozenset(
+    {"step_wall_time", "total_wall_time", "total_waste", "productive_time", "thread_seconds_total"}
+)
 
 
 def measurement_of(category: str) -> str | None:
     """The clock that measured an efficiency category (the efficiency family's table)."""
-    table: Mapping[str, str] = getattr(efficiency, "MEASUREMENTS", None) or getattr(
-        efficiency, "_MEASUREMENTS"  # noqa: B009 - until the family publishes its table
-    )
+    table: Mapping[str, str] = getattr(efficiency, "MEASUREMENTS", None) or efficiency._MEASUREMENTS
     return table.get(category)
 
 
@@ -85,8 +84,9 @@ class RunReport:
     checkpoints: dict[str, Any] | None
 
     def as_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self, value_serializer=lambda _i, _f, v: list(v) if isinstance(
-            v, tuple) else v)
+        return attrs.asdict(
+            self, value_serializer=lambda _i, _f, v: list(v) if isinstance(v, tuple) else v
+        )
 
 
 def _number(value: Any) -> float | None:
@@ -129,7 +129,9 @@ def _latency(values: Sequence[float]) -> dict[str, float] | None:
     }
 
 
-def build_report(rows: Iterable[Mapping[str, Any]], source: str = "", skipped: int = 0) -> RunReport:
+def build_report(
+    rows: Iterable[Mapping[str, Any]], source: str = "", skipped: int = 0
+) -> RunReport:
     """Summarise the rows of one run's JSONL (in the order they were written)."""
     by_step: dict[int, dict[str, Any]] = {}
     setup: dict[str, Any] | None = None
@@ -160,8 +162,11 @@ def build_report(rows: Iterable[Mapping[str, Any]], source: str = "", skipped: i
             if outcome.reason:
                 reasons[outcome.reason] = reasons.get(outcome.reason, 0) + 1
             attempt_log.append(
-                {"wall_time_s": outcome.wall_time_s, "outcome": outcome.outcome,
-                 "reason": outcome.reason}
+                {
+                    "wall_time_s": outcome.wall_time_s,
+                    "outcome": outcome.outcome,
+                    "reason": outcome.reason,
+                }
             )
     steps = [_step_row(step, by_step[step]) for step in sorted(by_step)]
     return RunReport(
@@ -212,18 +217,23 @@ def _step_row(step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _goodput(steps: Sequence[dict[str, Any]], by_step: Mapping[int, Mapping[str, Any]]) -> dict[
-    str, Any
-]:
+def _goodput(
+    steps: Sequence[dict[str, Any]], by_step: Mapping[int, Mapping[str, Any]]
+) -> dict[str, Any]:
     timed = [s for s in steps if s.get("goodput_pct") is not None]
     wall = sum(s["wall_time_s"] for s in timed)
     idle: dict[str, float] = {}
     for s in timed:
         for category, seconds in s["idle_s"].items():
             idle[category] = idle.get(category, 0.0) + seconds
-    last = by_step[max(by_step)] if by_step else {}
-    latest = _efficiency(last)
-    elapsed = _number(last.get(EFFICIENCY_PREFIX + "total_wall_time_s"))
+    # A step whose idle exceeds its wall time (a malformed log) counts as 0 productive.
+    productive = sum(s["productive_s"] for s in timed)
+    # Run-window values are cumulative: the latest of each, in step order, never a sum.
+    latest: dict[str, float] = {}
+    elapsed: float | None = None
+    for step in sorted(by_step):
+        latest.update(_efficiency(by_step[step]))
+        elapsed = _number(by_step[step].get(EFFICIENCY_PREFIX + "total_wall_time_s")) or elapsed
     collector = {
         c: s for c, s in latest.items() if measurement_of(c) == efficiency.COLLECTOR_WALL_CLOCK
     }
@@ -237,8 +247,8 @@ def _goodput(steps: Sequence[dict[str, Any]], by_step: Mapping[int, Mapping[str,
         "steps": len(timed),
         "step_wall_time_s": wall,
         "idle_s": idle,
-        "productive_s": wall - sum(idle.values()),
-        "goodput_pct": 100.0 * (wall - sum(idle.values())) / wall if wall > 0 else None,
+        "productive_s": productive,
+        "goodput_pct": 100.0 * productive / wall if wall > 0 else None,
         "init_total_s": latest.get("init/total"),
         "run_elapsed_s": elapsed,
         "collector_wall_clock_s": collector,
@@ -295,18 +305,26 @@ def _checkpoints(
         "attempts": dict(attempts),
         "reasons": dict(reasons),
         "attempt_log": list(attempt_log),
-        "save_latency_s": _latency([e["total_save_seconds"] for e in saves
-                                    if "total_save_seconds" in e]),
-        "restore_latency_s": _latency([e["total_load_seconds"] for e in restores
-                                       if "total_load_seconds" in e]),
+        "save_latency_s": _latency(
+            [e["total_save_seconds"] for e in saves if "total_save_seconds" in e]
+        ),
+        "restore_latency_s": _latency(
+            [e["total_load_seconds"] for e in restores if "total_load_seconds" in e]
+        ),
         "saves": [
-            {"wall_time_s": e.get(WALL_TIME_KEY), "total_s": e.get("total_save_seconds"),
-             "phases_s": phases(e)}
+            {
+                "wall_time_s": e.get(WALL_TIME_KEY),
+                "total_s": e.get("total_save_seconds"),
+                "phases_s": phases(e),
+            }
             for e in saves
         ],
         "restores": [
-            {"wall_time_s": e.get(WALL_TIME_KEY), "total_s": e.get("total_load_seconds"),
-             "phases_s": phases(e)}
+            {
+                "wall_time_s": e.get(WALL_TIME_KEY),
+                "total_s": e.get("total_load_seconds"),
+                "phases_s": phases(e),
+            }
             for e in restores
         ],
     }

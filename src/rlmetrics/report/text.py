@@ -19,9 +19,11 @@ def _seconds(values: Mapping[str, float]) -> str:
 
 
 def render(report: RunReport) -> str:
-    lines = [f"Run report: {report.source or '(rows)'} ({report.rows} rows"
-             + (f", {report.skipped_lines} unreadable lines skipped" if report.skipped_lines else "")
-             + ")"]
+    lines = [
+        f"Run report: {report.source or '(rows)'} ({report.rows} rows"
+        + (f", {report.skipped_lines} unreadable lines skipped" if report.skipped_lines else "")
+        + ")"
+    ]
     if report.steps:
         lines += _steps(report)
     lines += _goodput(report.goodput)
@@ -32,7 +34,8 @@ def render(report: RunReport) -> str:
             "",
             f"Setup: {_s(report.setup['total_setup_s'])} s total_setup, as logged "
             "(phases overlap, never summed)",
-            "  " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(shown.items(), key=lambda kv: -kv[1])),
+            "  "
+            + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(shown.items(), key=lambda kv: -kv[1])),
         ]
     if report.trends:
         lines += ["", "Trends (first -> last; mean of first / last quarter):"]
@@ -58,8 +61,10 @@ def _steps(report: RunReport) -> list[str]:
             str(s["step"]),
             _s(s["wall_time_s"]),
             _s(s.get("goodput_pct")),
-            *[_s(s["idle_s"].get(c, 0.0) if s["wall_time_s"] is not None else None)
-              for c in categories],
+            *[
+                _s(s["idle_s"].get(c, 0.0) if s["wall_time_s"] is not None else None)
+                for c in categories
+            ],
             _s(s.get("reward"), 3),
             _s(s.get("kl"), 4),
             _s(s.get("loss"), 4),
@@ -84,19 +89,25 @@ def _goodput(goodput: Mapping[str, Any]) -> list[str]:
         f"  idle (driver wall clock, summed over steps): {_seconds(goodput['idle_s'])}",
     ]
     if goodput["init_total_s"] is not None:
-        lines.append(f"  overhead: init/total {_s(goodput['init_total_s'])} s before the first "
-                     "step (a run constant, counted once)")
+        lines.append(
+            f"  overhead: init/total {_s(goodput['init_total_s'])} s before the first "
+            "step (a run constant, counted once)"
+        )
     if goodput["collector_wall_clock_s"]:
-        lines.append("  collector clock (cumulative, latest value, not comparable with the "
-                     f"driver's): {_seconds(goodput['collector_wall_clock_s'])}")
+        lines.append(
+            "  collector clock (cumulative, latest value, not comparable with the "
+            f"driver's): {_seconds(goodput['collector_wall_clock_s'])}"
+        )
     for category, values in sorted(goodput["thread_seconds"].items()):
         lines.append(
             f"  saturation: {category} {_s(values['threads_busy'], 2)} threads busy on average "
             f"({_s(values['thread_seconds'])} thread-seconds: not a duration)"
         )
     if goodput["unknown_categories"]:
-        lines.append(f"  categories of unknown measurement, not shown: "
-                     f"{', '.join(goodput['unknown_categories'])}")
+        lines.append(
+            f"  categories of unknown measurement, not shown: "
+            f"{', '.join(goodput['unknown_categories'])}"
+        )
     return lines
 
 
@@ -110,8 +121,12 @@ def _vllm(vllm: Mapping[str, Any]) -> list[str]:
         + (f" ({100 * vllm['failed_share']:.1f}%)" if vllm["failed_share"] is not None else ""),
     ]
     if means:
-        lines.append("  mean lengths (mean of step means): " + ", ".join(
-            f"{k.removesuffix('_length_mean')} {v:.0f} tokens" for k, v in sorted(means.items())))
+        lines.append(
+            "  mean lengths (mean of step means): "
+            + ", ".join(
+                f"{k.removesuffix('_length_mean')} {v:.0f} tokens" for k, v in sorted(means.items())
+            )
+        )
     if vllm["steps_without_reading"]:
         lines.append(
             f"  no engine reading at steps {vllm['steps_without_reading']} (an engine restarted "
@@ -122,10 +137,21 @@ def _vllm(vllm: Mapping[str, Any]) -> list[str]:
 
 def _checkpoints(checkpoints: Mapping[str, Any]) -> list[str]:
     attempts = checkpoints["attempts"]
-    lines = ["", "Rollout checkpoints: " + (", ".join(
-        f"{n} {outcome}" for outcome, n in sorted(attempts.items())) or "no scheduled attempts")
-        + ("" if not checkpoints["reasons"] else " (reasons: " + ", ".join(
-            f"{r} {n}" for r, n in sorted(checkpoints["reasons"].items())) + ")")]
+    lines = [
+        "",
+        "Rollout checkpoints: "
+        + (
+            ", ".join(f"{n} {outcome}" for outcome, n in sorted(attempts.items()))
+            or "no scheduled attempts"
+        )
+        + (
+            ""
+            if not checkpoints["reasons"]
+            else " (reasons: "
+            + ", ".join(f"{r} {n}" for r, n in sorted(checkpoints["reasons"].items()))
+            + ")"
+        ),
+    ]
     for what, key in (("save", "save_latency_s"), ("restore", "restore_latency_s")):
         latency = checkpoints[key]
         if latency is not None:
