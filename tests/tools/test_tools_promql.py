@@ -143,7 +143,7 @@ def test_the_translation_matches_the_exporter(
 def test_names_refuse_what_nobody_declared_and_the_wrong_kind() -> None:
     names = Names([MetricSpec("rl.x", Kind.COUNTER, unit="s")])
     assert names.counter("rl.x") == "rl_x_seconds_total"
-    with pytest.raises(KeyError, match="no installed plugin declares 'rl.y'"):
+    with pytest.raises(KeyError, match=r"no installed plugin declares 'rl\.y'"):
         names.gauge("rl.y")
     with pytest.raises(ValueError, match="is a counter"):
         names.gauge("rl.x")
