@@ -7,6 +7,7 @@ rlmetrics check       every declared series linted; non-zero exit on errors
 rlmetrics dashboard   the Grafana dashboard (docs/grafana/rlmetrics.json is its output)
 rlmetrics plugins     every entry point, its status, hooks and declared series
 rlmetrics metrics     every declared series (docs/metrics.md is its ``--markdown``)
+rlmetrics docs        the metric tables marked in docs pages, regenerated
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from .._version import __version__
-from . import check, dashboard, demo, metrics, plugins, report
+from . import check, dashboard, demo, docs, metrics, plugins, report
 
 __all__ = ["COMMANDS", "main"]
 
 #: The subcommands, in the order ``--help`` lists them.
-COMMANDS: tuple[ModuleType, ...] = (demo, report, check, dashboard, plugins, metrics)
+COMMANDS: tuple[ModuleType, ...] = (demo, report, check, dashboard, plugins, metrics, docs)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -105,6 +105,11 @@ def _efficiency(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def _percent(part: float, whole: float) -> float:
+    """``part`` as a percentage of ``whole``, within 0-100 (rounding can pass 100 by an ulp)."""
+    return min(100.0, max(0.0, 100.0 * part / whole))
+
+
 def _trend(values: Sequence[float]) -> dict[str, float]:
     quarter = max(1, len(values) // 4)
     return {
@@ -207,7 +212,7 @@ def _step_row(step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
     if wall is not None and wall > 0:
         productive = max(0.0, wall - sum(idle.values()))
         row["productive_s"] = productive
-        row["goodput_pct"] = 100.0 * productive / wall
+        row["goodput_pct"] = _percent(productive, wall)
     per_step = _number(metrics.get(EFFICIENCY_PREFIX + "efficiency_pct_is_per_step"))
     logged = _number(metrics.get(EFFICIENCY_PREFIX + "efficiency_pct"))
     if logged is not None and per_step:
@@ -248,7 +253,7 @@ def _goodput(
         "step_wall_time_s": wall,
         "idle_s": idle,
         "productive_s": productive,
-        "goodput_pct": 100.0 * productive / wall if wall > 0 else None,
+        "goodput_pct": _percent(productive, wall) if wall > 0 else None,
         "init_total_s": latest.get("init/total"),
         "run_elapsed_s": elapsed,
         "collector_wall_clock_s": collector,

@@ -1,0 +1,70 @@
+"""Metric tables generated from the registry, kept inside the docs pages that explain them.
+
+A page marks where a table goes with a pair of comments naming the declaring modules::
+
+    <!-- rlmetrics:metrics rlmetrics_vllm.family rlmetrics_vllm.gen_ai -->
+    ...generated...
+    <!-- /rlmetrics:metrics -->
+
+:func:`update_tables` rewrites what is between them (``rlmetrics docs FILE...``); a test fails
+when a committed page differs from what the installed plugins declare, as it does for
+``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from .registry import Declared
+
+__all__ = ["END", "START", "metrics_table", "update_tables"]
+
+START = "<!-- rlmetrics:metrics "
+END = "<!-- /rlmetrics:metrics -->"
+_BLOCK = re.compile(
+    r"(?P<open><!-- rlmetrics:metrics (?P<modules>[\w. ]+?) -->\n)(?P<body>.*?)(?P<close>"
+    + re.escape(END)
+    + ")",
+    re.DOTALL,
+)
+
+
+def _attributes(item: Declared) -> str:
+    parts = []
+    for key, allowed in item.spec.attributes:
+        values = "open" if allowed is None else ", ".join(f"`{v}`" for v in sorted(allowed))
+        parts.append(f"`{key}` ({values})")
+    return "; ".join(parts) or "—"
+
+
+def metrics_table(declared: Sequence[Declared], modules: Iterable[str]) -> str:
+    """A markdown table of what ``modules`` declare, module by module, in declaration order."""
+    lines = [
+        "| Metric | Kind | Unit | Attributes | Logger key | Description |",
+        "|---|---|---|---|---|---|",
+    ]
+    for module in modules:
+        for item in declared:
+            if item.owner != module:
+                continue
+            spec = item.spec
+            buckets = (
+                f" Buckets: {', '.join(f'{b:.12g}' for b in spec.buckets)}." if spec.buckets else ""
+            )
+            description = (spec.description + buckets).replace("|", "\\|").strip()
+            lines.append(
+                f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | `{spec.unit}` | "
+                f"{_attributes(item)} | `{spec.key}` | {description} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def update_tables(text: str, declared: Sequence[Declared]) -> str:
+    """``text`` with every marked table regenerated from ``declared``."""
+
+    def replace(match: re.Match[str]) -> str:
+        modules = match.group("modules").split()
+        return match.group("open") + metrics_table(declared, modules) + match.group("close")
+
+    return _BLOCK.sub(replace, text)
