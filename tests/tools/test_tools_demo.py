@@ -85,3 +85,46 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
 def test_steps_must_be_a_positive_count(steps: str, tmp_path: Path) -> None:
     done = run_cli("demo", "--steps", steps, "--output", tmp_path)
     assert done.returncode == 2 and "--steps" in done.stderr
+
+
+def test_otlp_endpoint_receives_the_run(tmp_path: Path) -> None:
+    from exporters._peers import OtlpReceiver
+
+    receiver = OtlpReceiver().start()
+    try:
+        options = DemoOptions(
+            steps=3,
+            output=tmp_path,
+            interval_s=0.0,
+            prometheus_port=0,
+            otlp_endpoint=receiver.endpoint,
+            run_id="otlp-demo",
+        )
+        run_demo(options, say=io.StringIO(), progress=io.StringIO())
+        # Shutdown exported the final state: the last step's reward, under the run's id.
+        last = [row for row in read_jsonl(tmp_path / "metrics.jsonl") if row["prefix"] == "train"]
+        point = receiver.find("rl.reward.mean")
+        assert point is not None and point.value == last[-1]["metrics"]["reward"]
+        assert point.resource["rlmetrics.run.id"] == "otlp-demo"
+        names = {p.name for p in receiver.points()}
+        assert {
+            "rl.efficiency.seconds",
+            "gen_ai.client.token.usage",
+            "rl.host.memory.used",
+            "gym.rollout.completed_total",
+        } <= names
+    finally:
+        receiver.stop()
+
+
+def test_the_progress_bar_on_a_terminal_and_plain_lines_elsewhere() -> None:
+    from rlmetrics.demo.progress import Progress
+
+    bar_stream, plain_stream = io.StringIO(), io.StringIO()
+    bar, plain = Progress(2, bar_stream, bar=True), Progress(2, plain_stream)  # not a TTY
+    for progress in (bar, plain):
+        progress.update(1, reward=0.5)
+        progress.update(2, reward=0.75)
+        progress.close()
+    assert plain_stream.getvalue() == "step 1/2 reward=0.5\nstep 2/2 reward=0.75\n"
+    assert "\r" in bar_stream.getvalue() and "2/2" in bar_stream.getvalue()  # tqdm redraws

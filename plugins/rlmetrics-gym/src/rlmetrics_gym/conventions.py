@@ -62,5 +62,3 @@ def exemptions(specs: Iterable[MetricSpec]) -> list[Exemption]:
 def register_check_exemptions(register: Callable[[Exemption], None]) -> None:
     for exemption in exemptions(_gym_specs()):
         register(exemption)
-
-

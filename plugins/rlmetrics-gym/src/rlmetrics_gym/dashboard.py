@@ -52,8 +52,9 @@ def rollouts_row(names: Names) -> Row:
             Panel(
                 "Rollout duration (p50, p95)",
                 [
-                    Query(f"histogram_quantile({q}, sum by (le) ({duration}))",
-                          f"p{round(q * 100)}")
+                    Query(
+                        f"histogram_quantile({q}, sum by (le) ({duration}))", f"p{round(q * 100)}"
+                    )
                     for q in (0.5, 0.95)
                 ],
                 reads=[ROLLOUT_DURATION],

@@ -39,8 +39,12 @@ def host_memory_row(names: Names) -> Row:
             ),
             Panel(
                 "Memory in use (% of total)",
-                [Query(f"100 * max by ({host}) ({used}) / max by ({host}) ({total})",
-                       f"{{{{{host}}}}}")],
+                [
+                    Query(
+                        f"100 * max by ({host}) ({used}) / max by ({host}) ({total})",
+                        f"{{{{{host}}}}}",
+                    )
+                ],
                 reads=[_USED, _TOTAL],
                 type="gauge",
                 unit="percent",

@@ -6,7 +6,8 @@ Before telemetry starts the part serves each host's memory in the shape Ray 2.60
 (``ray_node_mem_used_host`` / ``ray_node_mem_total_host`` and the cgroup pair, labelled as a
 raylet labels them), points the monitor at them (:func:`rlmetrics_ray.configure` with a node
 source and a resolver; nothing is sent anywhere but 127.0.0.1) and places two worker groups,
-so ``rl.worker_groups`` labels the worker host. Memory in use grows with the run.
+so ``rl.worker_groups`` labels the worker host. Memory in use grows with the run; each step
+also runs one monitor cycle, so a run shorter than the scrape interval is still exported.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import rlmetrics
 from rlmetrics.demo.parts import DemoSettings, DemoStep
 
-from .config import configure
+from .config import active_monitor, configure
 from .nodes import RayNode
 from .worker_groups import register_worker_group_nodes, unregister_worker_group
 
@@ -46,7 +47,7 @@ class SimulatedRaylet:
         raylet = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:
                 body = raylet.exposition().encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -54,7 +55,7 @@ class SimulatedRaylet:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass  # the demo's terminal is for the demo
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -75,8 +76,9 @@ class SimulatedRaylet:
     def exposition(self) -> str:
         with self._lock:
             used, total = self.used, self.total
+        kind = "head" if self.head else "worker"
         labels = (
-            f'IsHeadNode="{str(self.head).lower()}",RayNodeType="{"head" if self.head else "worker"}",'
+            f'IsHeadNode="{str(self.head).lower()}",RayNodeType="{kind}",'
             'SessionName="session_demo",Version="2.60.0",ip="127.0.0.1"'
         )
         lines = []
@@ -87,8 +89,11 @@ class SimulatedRaylet:
             ("ray_node_mem_total", total),
             ("ray_node_mem_available", total - used),
         ):
-            lines += [f"# HELP {family} Memory of the node.", f"# TYPE {family} gauge",
-                      f"{family}{{{labels}}} {float(value)!r}"]
+            lines += [
+                f"# HELP {family} Memory of the node.",
+                f"# TYPE {family} gauge",
+                f"{family}{{{labels}}} {float(value)!r}",
+            ]
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:
@@ -109,8 +114,13 @@ class HostMemoryDemoPart:
                 self.raylets[node_id] = SimulatedRaylet(host, head, total, used)
                 self.node_ids[host] = node_id
             self._start = {node_id: r.used for node_id, r in self.raylets.items()}
-            configure(enabled=True, nodes=self._nodes, resolver=self._resolve, interval_s=1.0,
-                      timeout_s=1.0)
+            configure(
+                enabled=True,
+                nodes=self._nodes,
+                resolver=self._resolve,
+                interval_s=1.0,
+                timeout_s=1.0,
+            )
             worker = self.node_ids["demo-worker-1"]
             for group in _WORKER_GROUPS:
                 register_worker_group_nodes(group, [worker])
@@ -138,8 +148,14 @@ class HostMemoryDemoPart:
         rng = step.random("host_memory")
         for node_id, raylet in self.raylets.items():
             growth = (0.35 if raylet.head else 0.55) * raylet.total * step.step / self.steps
-            raylet.set_used(int(self._start[node_id] + growth + rng.uniform(-0.01, 0.01)
-                                * raylet.total))
+            raylet.set_used(
+                int(self._start[node_id] + growth + rng.uniform(-0.01, 0.01) * raylet.total)
+            )
+        # Scrape now as well as on the monitor's own timer, so every step's memory is exported
+        # even in a run shorter than one interval (refresh() replaces the snapshot, as a cycle).
+        monitor = active_monitor()
+        if monitor is not None:
+            monitor.refresh()
 
     def close(self) -> None:
         for group in _WORKER_GROUPS:

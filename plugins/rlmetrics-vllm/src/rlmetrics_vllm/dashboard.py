@@ -54,8 +54,7 @@ def engine_row(names: Names) -> Row:
             ),
             Panel(
                 "Failed share",
-                [Query(f"{increase(_FAILED)} / ({increase(_OK)} + {increase(_FAILED)})",
-                       "failed")],
+                [Query(f"{increase(_FAILED)} / ({increase(_OK)} + {increase(_FAILED)})", "failed")],
                 reads=[_OK, _FAILED],
                 type="stat",
                 unit="percentunit",
@@ -106,8 +105,9 @@ def gen_ai_row(names: Names) -> Row:
             Panel(
                 "generate() batch duration (p50, p95)",
                 [
-                    Query(f"histogram_quantile({q}, sum by (le) ({batch_rate}))",
-                          f"p{round(q * 100)}")
+                    Query(
+                        f"histogram_quantile({q}, sum by (le) ({batch_rate}))", f"p{round(q * 100)}"
+                    )
                     for q in (0.5, 0.95)
                 ],
                 reads=[_BATCH],

@@ -61,21 +61,45 @@ class EngineSimulator:
 
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
-        self._prompt_tokens = Counter(PROMPT_TOKENS_FAMILY, "Number of prefill tokens processed.",
-                                      labels, registry=self.registry)
-        self._generation_tokens = Counter(GENERATION_TOKENS_FAMILY,
-                                          "Number of generation tokens processed.", labels,
-                                          registry=self.registry)
-        self._success = Counter(REQUEST_SUCCESS_FAMILY, "Count of successfully processed requests.",
-                                [*labels, FINISHED_REASON_LABEL], registry=self.registry)
-        self._prompt_length = Histogram(PROMPT_LENGTH_FAMILY, "Number of prefill tokens processed.",
-                                        labels, buckets=_LENGTH_BUCKETS, registry=self.registry)
-        self._generation_length = Histogram(GENERATION_LENGTH_FAMILY,
-                                            "Number of generation tokens processed.", labels,
-                                            buckets=_LENGTH_BUCKETS, registry=self.registry)
+        self._prompt_tokens = Counter(
+            PROMPT_TOKENS_FAMILY,
+            "Number of prefill tokens processed.",
+            labels,
+            registry=self.registry,
+        )
+        self._generation_tokens = Counter(
+            GENERATION_TOKENS_FAMILY,
+            "Number of generation tokens processed.",
+            labels,
+            registry=self.registry,
+        )
+        self._success = Counter(
+            REQUEST_SUCCESS_FAMILY,
+            "Count of successfully processed requests.",
+            [*labels, FINISHED_REASON_LABEL],
+            registry=self.registry,
+        )
+        self._prompt_length = Histogram(
+            PROMPT_LENGTH_FAMILY,
+            "Number of prefill tokens processed.",
+            labels,
+            buckets=_LENGTH_BUCKETS,
+            registry=self.registry,
+        )
+        self._generation_length = Histogram(
+            GENERATION_LENGTH_FAMILY,
+            "Number of generation tokens processed.",
+            labels,
+            buckets=_LENGTH_BUCKETS,
+            registry=self.registry,
+        )
         for engine in self.engines:  # vLLM binds every child up front, so zeros are exposed
-            for metric in (self._prompt_tokens, self._generation_tokens, self._prompt_length,
-                           self._generation_length):
+            for metric in (
+                self._prompt_tokens,
+                self._generation_tokens,
+                self._prompt_length,
+                self._generation_length,
+            ):
                 metric.labels(self.model, engine)
             for reason in _REASONS:
                 self._success.labels(self.model, engine, reason)
@@ -136,5 +160,7 @@ class VllmDemoPart:
 
 
 @rlmetrics.hookimpl
-def register_demo_parts(register: Callable[[str, Callable[[DemoSettings], VllmDemoPart]], None]) -> None:
+def register_demo_parts(
+    register: Callable[[str, Callable[[DemoSettings], VllmDemoPart]], None],
+) -> None:
     register("vllm", VllmDemoPart)
