@@ -1,5 +1,5 @@
-"""Fixtures for the tools' tests: the installed ``rlmetrics`` console script, run as a user
-runs it, and Debian's real Prometheus server on 127.0.0.1.
+"""Fixtures for the tools' tests: Debian's real Prometheus server on 127.0.0.1 (the installed
+``rlmetrics`` console script is run through ``tools_support.run_cli``).
 
 Test modules here are named ``test_tools_*`` so none collides with another folder's when CI
 collects every test folder in one pytest run.
@@ -9,29 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from exporters._peers import REQUIRE_PROMETHEUS_ENV, PrometheusServer
-
-#: The console script the installed distribution put beside this interpreter.
-RLMETRICS = str(Path(sys.executable).with_name("rlmetrics"))
-
-
-def run_cli(
-    *args: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """``rlmetrics ARGS`` in a subprocess; stdout and stderr captured as text."""
-    return subprocess.run(
-        [RLMETRICS, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 from rlmetrics_test_dists import install
+from tools_support import run_cli
 
 from rlmetrics import OPEN, Kind, MetricSpec
 from rlmetrics.check import ERROR, RULES, Exemption, Finding, check_declared

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import RLMETRICS, run_cli
 from exporters._peers import PrometheusServer, free_port, wait_until
+from tools_support import RLMETRICS, run_cli
 
 from rlmetrics.dashboard.grafana import (
     build_dashboard,

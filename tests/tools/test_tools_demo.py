@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from tools_support import run_cli
 
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.demo.run import DemoOptions, run_demo

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import run_cli
+from tools_support import run_cli
 
 from rlmetrics.catalogue import END, START, metrics_table, update_tables
 from rlmetrics.registry import Declared, default_registry

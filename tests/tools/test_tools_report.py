@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
 from hypothesis import given
 from hypothesis import strategies as st
+from tools_support import run_cli
 
 from rlmetrics.report.plot import PLOT_SIZE_PX
 from rlmetrics.report.summary import build_report
