@@ -174,3 +174,9 @@ def test_shutdown_and_force_flush_return_within_their_bound(call: str, caplog: A
     finally:
         reader.released.set()
         handle.shutdown(timeout_s=5)
+
+
+def test_every_public_name_resolves_and_is_listed() -> None:
+    for name in rlmetrics.__all__:
+        getattr(rlmetrics, name)  # OPEN is None: resolving is what counts
+    assert set(rlmetrics.__all__) == {"__version__", *rlmetrics._WHERE}  # type: ignore[attr-defined]
