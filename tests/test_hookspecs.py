@@ -8,6 +8,7 @@ docs/writing-a-plugin.md or without its ``test_hook_<name>`` here.
 from __future__ import annotations
 
 import inspect
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pluggy
 
 import rlmetrics
 from rlmetrics import hookspecs
+from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.events import CheckpointSave, EfficiencySummary, SetupTimings
 from rlmetrics.exporters import Exporter
 from rlmetrics.plugins import register
@@ -155,6 +157,92 @@ def test_hook_register_exporters() -> None:
         rlmetrics.record("hooked", {"hooked.gauge": 3.0})
         assert single(points(reader), "hooked.gauge").value == 3.0
     assert options == [(2, {"flavour": "x"})]
+
+
+def test_hook_register_demo_parts(tmp_path: Path) -> None:
+    from rlmetrics.demo.run import DemoOptions, run_demo
+
+    steps = rlmetrics.MetricSpec("hooked.demo.steps", rlmetrics.Kind.GAUGE)
+    rlmetrics.declare("hooked.demo", [steps])
+    seen: list[Any] = []
+
+    class Part:
+        def __init__(self, settings: Any) -> None:
+            seen.append(("built", settings.seed, settings.steps, rlmetrics.is_exporting()))
+
+        def step(self, step: Any) -> dict[str, Any]:
+            rlmetrics.record("hooked.demo", {"hooked.demo.steps": step.step})
+            seen.append(("step", step.step, len(step.rewards) == len(step.response_tokens)))
+            return {"hooked/step": step.step}
+
+        def close(self) -> None:
+            seen.append("closed")
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_demo_parts(self, register: Any) -> None:
+            register("hooked", Part)
+
+    register(Offers(), "offers-demo-part")
+    options = DemoOptions(steps=2, seed=5, output=tmp_path, interval_s=0, prometheus_port=0)
+    result = run_demo(options, say=io.StringIO(), progress=io.StringIO())
+    # Built before telemetry started, stepped in order, closed once; its keys were logged.
+    assert seen[0] == ("built", 5, 2, False)
+    assert seen[1:] == [("step", 1, True), ("step", 2, True), "closed"]
+    assert "hooked" in result.parts
+    logged = [row["metrics"].get("hooked/step") for row in read_jsonl(result.jsonl)
+              if row["prefix"] == "train"]
+    assert logged == [1, 2]
+
+
+def test_hook_register_dashboard_rows() -> None:
+    from rlmetrics.dashboard.grafana import build_dashboard, collect_rows, panel_queries
+    from rlmetrics.dashboard.model import Panel, Query, Row
+
+    rlmetrics.declare("hooked.dash", [
+        rlmetrics.MetricSpec("hooked.dash.latency", rlmetrics.Kind.HISTOGRAM, unit="s",
+                             buckets=[1.0])
+    ])
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_dashboard_rows(self, register: Any) -> None:
+            register(lambda names: Row("Hooked", [Panel(
+                "Latency", [Query(names.histogram("hooked.dash.latency"))],
+                reads=["hooked.dash.latency"])], order=999))
+            register(lambda names: Row("Broken", [Panel("x", [Query(names.gauge("nope"))],
+                                                         reads=["nope"])]))
+
+    register(Offers(), "offers-dashboard-row")
+    rows, problems = collect_rows()
+    assert rows[-1].title == "Hooked"
+    assert [("nope" in p.reason) for p in problems] == [True]  # reported, the others built
+    queries = panel_queries(build_dashboard(rows))
+    assert ("Latency", "hooked_dash_latency_seconds_bucket") in queries
+
+
+def test_hook_register_check_exemptions() -> None:
+    from rlmetrics.check import Exemption, check_plugins
+    from rlmetrics.plugins import get_plugins
+    from rlmetrics.registry import default_registry
+
+    rlmetrics.declare("hooked.check", [
+        rlmetrics.MetricSpec("hooked.check.wait_ms", rlmetrics.Kind.GAUGE, unit="ms",
+                             description="d")
+    ])
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_check_exemptions(self, register: Any) -> None:
+            register(Exemption("unit-in-name", {"hooked.check.wait_ms"}, "a spec fixes it"))
+
+    def findings() -> list[str]:
+        result = check_plugins(get_plugins(), default_registry().declared())
+        return [f.rule for f in result.findings if f.metric == "hooked.check.wait_ms"]
+
+    assert findings() == ["unit-in-name"]
+    register(Offers(), "offers-exemption")
+    assert findings() == []
 
 
 # -- the checks on the checks -------------------------------------------------------------------

@@ -215,3 +215,18 @@ class Hooks:
 
     def register_exporters(self, register: Callable[[str, ExporterFactory], None]) -> None:
         _fan_out(self._hook.register_exporters, register=register)
+
+    def register_demo_parts(self, register: Callable[[str, DemoPartFactory], None]) -> None:
+        _fan_out(self._hook.register_demo_parts, register=register)
+
+    def register_dashboard_rows(self, register: Callable[[RowBuilder], None]) -> None:
+        _fan_out(self._hook.register_dashboard_rows, register=register)
+
+    def register_check_exemptions(self, register: Callable[[Exemption], None]) -> None:
+        _fan_out(self._hook.register_check_exemptions, register=register)
+
+
+if TYPE_CHECKING:
+    from .check import Exemption
+    from .dashboard.model import RowBuilder
+    from .demo.parts import DemoPartFactory

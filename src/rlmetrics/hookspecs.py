@@ -167,3 +167,45 @@ def register_exporters(register: Callable[[str, ExporterFactory], None]) -> None
     MeterProvider). Import the SDK inside the factory, not at module level: plugin modules are
     imported by every process that uses rlmetrics, telemetry or not.
     """
+
+
+# -- the user's tools: demo, dashboard, check ----------------------------------------------
+
+if TYPE_CHECKING:
+    from .check import Exemption
+    from .dashboard.model import RowBuilder
+    from .demo.parts import DemoPartFactory
+
+
+@hookspec
+def register_demo_parts(register: Callable[[str, DemoPartFactory], None]) -> None:
+    """Offer parts of ``rlmetrics demo`` by name: what your family contributes to the
+    simulated run.
+
+    Call ``register("name", factory)``; the demo calls ``factory(settings)`` (a
+    :class:`rlmetrics.demo.parts.DemoSettings`) *before* telemetry starts, so a part can
+    configure its family first, then ``part.step(step)`` once per simulated step (a
+    :class:`rlmetrics.demo.parts.DemoStep`) and ``part.close()`` at the end. ``step`` may
+    record through your family and may return ``{key: value}`` to merge into the step's
+    train dict. Parts run in name order; one that raises is skipped from then on.
+    """
+
+
+@hookspec
+def register_dashboard_rows(register: Callable[[RowBuilder], None]) -> None:
+    """Offer rows of the generated Grafana dashboard (``rlmetrics dashboard``).
+
+    Call ``register(build)``; ``build(names)`` gets a :class:`rlmetrics.dashboard.promql.Names`
+    (the Prometheus name of every declared series, from the frozen registry) and returns a
+    :class:`rlmetrics.dashboard.model.Row` of panels whose PromQL reads your family's series.
+    """
+
+
+@hookspec
+def register_check_exemptions(register: Callable[[Exemption], None]) -> None:
+    """Declare deliberate departures from one ``rlmetrics check`` rule.
+
+    Call ``register(Exemption(rule, names, reason))`` for series whose names a specification
+    fixes (NeMo Gym's ``_ms`` and ``_total`` names, say); ``rlmetrics check`` then reports
+    them as exempt, with the reason, instead of as findings.
+    """

@@ -1,6 +1,10 @@
 """``rlmetrics``: the command line. One module per command, each with ``add_arguments`` and
 ``run``; every listing has ``--json``.
 
+rlmetrics demo        a simulated GRPO run end to end: JSONL, Prometheus endpoint, report
+rlmetrics report      a run's JSONL summarised (goodput, setup, trends, vLLM, checkpoints)
+rlmetrics check       every declared series linted; non-zero exit on errors
+rlmetrics dashboard   the Grafana dashboard (docs/grafana/rlmetrics.json is its output)
 rlmetrics plugins     every entry point, its status, hooks and declared series
 rlmetrics metrics     every declared series (docs/metrics.md is its ``--markdown``)
 """
@@ -14,19 +18,19 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from .._version import __version__
-from . import metrics, plugins
+from . import check, dashboard, demo, metrics, plugins, report
 
 __all__ = ["COMMANDS", "main"]
 
 #: The subcommands, in the order ``--help`` lists them.
-COMMANDS: tuple[ModuleType, ...] = (plugins, metrics)
+COMMANDS: tuple[ModuleType, ...] = (demo, report, check, dashboard, plugins, metrics)
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="rlmetrics",
-        description="Telemetry for RL post-training loops: inspect the installed plugins and "
-        "the series they declare.",
+        description="Telemetry for RL post-training loops: run the demo, report on a run, "
+        "lint and list the series the installed plugins declare.",
     )
     top.add_argument("--version", action="version", version=f"rlmetrics {__version__}")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -1,0 +1,157 @@
+"""The host-memory part of ``rlmetrics demo``: two simulated Ray hosts whose raylet metrics
+endpoints are real HTTP servers on 127.0.0.1, scraped by this distribution's real
+:class:`~rlmetrics_ray.monitor.HostMemoryMonitor`.
+
+Before telemetry starts the part serves each host's memory in the shape Ray 2.60 exposes it
+(``ray_node_mem_used_host`` / ``ray_node_mem_total_host`` and the cgroup pair, labelled as a
+raylet labels them), points the monitor at them (:func:`rlmetrics_ray.configure` with a node
+source and a resolver; nothing is sent anywhere but 127.0.0.1) and places two worker groups,
+so ``rl.worker_groups`` labels the worker host. Memory in use grows with the run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import rlmetrics
+from rlmetrics.demo.parts import DemoSettings, DemoStep
+
+from .config import configure
+from .nodes import RayNode
+from .worker_groups import register_worker_group_nodes, unregister_worker_group
+
+__all__ = ["HostMemoryDemoPart", "SimulatedRaylet", "register_demo_parts"]
+
+_GIB = 1024**3
+_WORKER_GROUPS = ("lm_policy", "vllm_policy")
+# (host name, node id, head?, total bytes, bytes in use at the start)
+_HOSTS = (
+    ("demo-head", "a1" * 28, True, 64 * _GIB, 9 * _GIB),
+    ("demo-worker-1", "b2" * 28, False, 256 * _GIB, 41 * _GIB),
+)
+
+
+class SimulatedRaylet:
+    """One raylet's ``/metrics`` endpoint on 127.0.0.1, serving its host's memory."""
+
+    def __init__(self, host_name: str, head: bool, total: int, used: int) -> None:
+        self.host_name = host_name
+        self.head = head
+        self.total = total
+        self.used = used
+        self._lock = threading.Lock()
+        raylet = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                body = raylet.exposition().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass  # the demo's terminal is for the demo
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, name=f"demo-raylet-{host_name}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+
+    def set_used(self, used: int) -> None:
+        with self._lock:
+            self.used = min(used, self.total)
+
+    def exposition(self) -> str:
+        with self._lock:
+            used, total = self.used, self.total
+        labels = (
+            f'IsHeadNode="{str(self.head).lower()}",RayNodeType="{"head" if self.head else "worker"}",'
+            'SessionName="session_demo",Version="2.60.0",ip="127.0.0.1"'
+        )
+        lines = []
+        for family, value in (
+            ("ray_node_mem_used_host", used),
+            ("ray_node_mem_total_host", total),
+            ("ray_node_mem_used", used),
+            ("ray_node_mem_total", total),
+            ("ray_node_mem_available", total - used),
+        ):
+            lines += [f"# HELP {family} Memory of the node.", f"# TYPE {family} gauge",
+                      f"{family}{{{labels}}} {float(value)!r}"]
+        return "\n".join(lines) + "\n"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+
+class HostMemoryDemoPart:
+    """Two raylets on 127.0.0.1 and the monitor pointed at them."""
+
+    def __init__(self, settings: DemoSettings) -> None:
+        self.steps = settings.steps
+        self.raylets: dict[str, SimulatedRaylet] = {}
+        self.node_ids: dict[str, str] = {}
+        try:
+            for host, node_id, head, total, used in _HOSTS:
+                self.raylets[node_id] = SimulatedRaylet(host, head, total, used)
+                self.node_ids[host] = node_id
+            self._start = {node_id: r.used for node_id, r in self.raylets.items()}
+            configure(enabled=True, nodes=self._nodes, resolver=self._resolve, interval_s=1.0,
+                      timeout_s=1.0)
+            worker = self.node_ids["demo-worker-1"]
+            for group in _WORKER_GROUPS:
+                register_worker_group_nodes(group, [worker])
+        except BaseException:
+            self.close()
+            raise
+
+    def _nodes(self) -> Sequence[Mapping[str, Any]]:
+        return [
+            {
+                "NodeID": node_id,
+                "Alive": True,
+                "NodeManagerAddress": "127.0.0.1",
+                "NodeManagerHostname": raylet.host_name,
+                "MetricsExportPort": raylet.server.server_address[1],
+            }
+            for node_id, raylet in self.raylets.items()
+        ]
+
+    def _resolve(self, node: RayNode) -> str | None:
+        raylet = self.raylets.get(node.node_id)
+        return None if raylet is None else raylet.url
+
+    def step(self, step: DemoStep) -> None:
+        rng = step.random("host_memory")
+        for node_id, raylet in self.raylets.items():
+            growth = (0.35 if raylet.head else 0.55) * raylet.total * step.step / self.steps
+            raylet.set_used(int(self._start[node_id] + growth + rng.uniform(-0.01, 0.01)
+                                * raylet.total))
+
+    def close(self) -> None:
+        for group in _WORKER_GROUPS:
+            unregister_worker_group(group)
+        configure(enabled=None, nodes=None, resolver=None, interval_s=None, timeout_s=None)
+        for raylet in self.raylets.values():
+            raylet.close()
+        self.raylets.clear()
+
+
+@rlmetrics.hookimpl
+def register_demo_parts(
+    register: Callable[[str, Callable[[DemoSettings], HostMemoryDemoPart]], None],
+) -> None:
+    register("host_memory", HostMemoryDemoPart)

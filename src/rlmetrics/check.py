@@ -1,0 +1,425 @@
+"""``rlmetrics check``: every declared spec linted the way a reviewer of an OTel schema would.
+
+Each rule returns findings that name the plugin (entry point and distribution) and the spec.
+``error`` findings make the command fail; ``warning`` findings are advice. A family whose
+specification fixes a name that breaks a rule (NeMo Gym's ``_ms`` and ``_total`` names)
+declares an :class:`Exemption` through the ``register_check_exemptions`` hook, and the finding
+is reported as exempt, with the reason, instead.
+
+Rules:
+
+- ``name``: lower-case dot-separated segments of ``[a-z][a-z0-9_]*`` under a namespace (at least
+  two segments); no name may also be the namespace of another (``a.b`` beside ``a.b.c``).
+- ``unit``: a UCUM unit: known atoms (``s``, ``ms``, ``By``…), ``1``, ``%``, annotations such as
+  ``{token}``, one ``/`` (``{token}/s``); never a word such as ``seconds``, ``bytes`` or
+  ``count``.
+- ``unit-in-name``: the name does not repeat its unit (``*_ms``, ``*.seconds``, ``*_bytes``,
+  ``*.pct``, ``*_per_second``): the exporter appends the unit word itself, so Prometheus would
+  show it twice or show a name that disagrees with the unit.
+- ``total-suffix``: no OpenTelemetry name ends in ``_total`` or ``.total``: Prometheus adds
+  ``_total`` to counters (and on anything else it lies about the type).
+- ``histogram-buckets``: a histogram declares its buckets (the SDK default of 0…10000 suits
+  neither seconds nor tokens), strictly increasing.
+- ``unbounded-attribute``: an open attribute must not look unbounded (ids, steps, paths, urls,
+  free text, timestamps) and must not be a resource attribute (the run id, the service): the
+  spec's *metric vs span tag vs resource attribute* rule.
+- ``duplicate-name``: no two series share a name, case-insensitively or once translated to
+  Prometheus (``a.b_c`` and ``a.b.c`` are both ``a_b_c``).
+- ``description``: a spec says what it measures (a warning).
+- ``load``: a plugin that failed to import declared nothing that can be checked (an error:
+  its declarations may be the reason).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .dashboard.promql import prometheus_name, prometheus_unit
+from .plugins import FAILED, PluginInfo, Plugins, normalize
+from .registry import Declared
+from .spec import Kind
+
+__all__ = [
+    "ERROR",
+    "RULES",
+    "WARNING",
+    "CheckResult",
+    "Exemption",
+    "Finding",
+    "check_declared",
+    "check_plugins",
+]
+
+ERROR, WARNING = "error", "warning"
+
+#: Every rule, with what it checks (``rlmetrics check --json`` lists them).
+RULES: Mapping[str, str] = {
+    "name": "lower-case dotted name under a namespace; no name is another's namespace",
+    "unit": "a UCUM unit, not a word",
+    "unit-in-name": "the name does not repeat its unit",
+    "total-suffix": "no OpenTelemetry name ends in _total (Prometheus adds it to counters)",
+    "histogram-buckets": "histograms declare strictly increasing buckets",
+    "unbounded-attribute": "open attributes are bounded and not resource attributes",
+    "duplicate-name": "one name, one series (also once translated to Prometheus)",
+    "description": "every series says what it measures",
+    "load": "the plugin imported (a failed one declared nothing checkable)",
+}
+
+
+def _names(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(names)
+
+
+@attrs.frozen
+class Exemption:
+    """A deliberate departure from one rule for named series, with the reason.
+
+    :param rule: a key of :data:`RULES`.
+    :param metrics: the OpenTelemetry names it covers.
+    :param reason: why (cite the specification that fixes the name).
+    :param attribute: for ``unbounded-attribute``, the one attribute key it covers.
+    """
+
+    rule: str = attrs.field()
+    metrics: frozenset[str] = attrs.field(converter=_names)
+    reason: str = attrs.field()
+    attribute: str | None = None
+
+    @rule.validator
+    def _known_rule(self, _attribute: object, value: str) -> None:
+        if value not in RULES:
+            raise ValueError(f"Exemption: unknown rule {value!r}; choose from {sorted(RULES)}")
+
+    @reason.validator
+    def _has_reason(self, _attribute: object, value: str) -> None:
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError("Exemption: say why (cite the specification that fixes the name)")
+
+    def covers(self, finding: Finding) -> bool:
+        return (
+            finding.rule == self.rule
+            and finding.metric in self.metrics
+            and (self.attribute is None or finding.attribute == self.attribute)
+        )
+
+
+@attrs.frozen
+class Finding:
+    """One problem with one spec (or one plugin, for ``load``)."""
+
+    severity: str
+    rule: str
+    plugin: str
+    metric: str
+    message: str
+    attribute: str | None = None
+    exempt_because: str | None = None
+
+    def line(self) -> str:
+        subject = self.metric + (f" [{self.attribute}]" if self.attribute else "")
+        text = f"{self.severity}: {self.plugin}: {subject}: {self.rule}: {self.message}"
+        return text + (f" (exempt: {self.exempt_because})" if self.exempt_because else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class CheckResult:
+    findings: tuple[Finding, ...]
+    exempt: tuple[Finding, ...]
+    checked: tuple[str, ...]
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for f in self.findings if f.severity == ERROR)
+
+    @property
+    def warnings(self) -> int:
+        return sum(1 for f in self.findings if f.severity == WARNING)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "checked": len(self.checked),
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "findings": [f.as_dict() for f in self.findings],
+            "exempt": [f.as_dict() for f in self.exempt],
+            "rules": dict(RULES),
+        }
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+_SEGMENT = re.compile(r"[a-z][a-z0-9_]*")
+
+# UCUM atoms a metric unit is made of (the ones OpenTelemetry semantic conventions use, with
+# their common prefixes); anything else must be an annotation in braces.
+_PREFIXES = ("", "k", "M", "G", "T", "m", "u", "n", "Ki", "Mi", "Gi", "Ti")
+_BASE_ATOMS = ("s", "By", "bit", "Hz", "W", "J", "V", "A", "g", "m", "Cel", "K")
+_ATOMS = frozenset(p + a for p in _PREFIXES for a in _BASE_ATOMS) | {"min", "h", "d", "1", "%"}
+_ANNOTATION = re.compile(r"\{[!-z|~]*\}")
+_WORDS = {
+    "second": "s",
+    "seconds": "s",
+    "sec": "s",
+    "secs": "s",
+    "millisecond": "ms",
+    "milliseconds": "ms",
+    "byte": "By",
+    "bytes": "By",
+    "count": "1 or {thing}",
+    "percent": "%",
+    "ratio": "1",
+    "fraction": "1",
+    "tokens": "{token}",
+    "token": "{token}",
+    "requests": "{request}",
+    "items": "{item}",
+}
+
+# A name's last segment that spells a unit (after an underscore, or as the whole segment).
+_UNIT_TOKENS = (
+    "seconds",
+    "second",
+    "secs",
+    "sec",
+    "s",
+    "ms",
+    "millis",
+    "milliseconds",
+    "us",
+    "ns",
+    "bytes",
+    "by",
+    "mb",
+    "gb",
+    "kb",
+    "pct",
+    "percent",
+    "per_second",
+    "per_sec",
+)
+
+# Open attribute keys that carry per-event values. Matched on the key's last dotted segment.
+_UNBOUNDED = re.compile(
+    r"(^|_)(id|ids|uuid|guid|step|steps|iteration|iter|epoch|index|idx|path|file|filename|"
+    r"dir|url|uri|query|prompt|text|message|msg|error_message|detail|details|timestamp|"
+    r"time|ts|token_ids|sequence|seed|pid|tid|trace|span)$"
+)
+#: Resource attributes: stable for the whole run, so never a metric attribute.
+RESOURCE_ATTRIBUTES = frozenset(
+    {
+        "service.name",
+        "service.instance.id",
+        "service.version",
+        "service.namespace",
+        "rlmetrics.run.id",
+        "nemo.run.id",
+        "rl.run.id",
+        "rl.algorithm",
+        "rl.model",
+        "process.pid",
+        "process.runtime.name",
+        "host.id",
+        "telemetry.sdk.version",
+    }
+)
+
+
+def _name_findings(item: Declared, names: Iterable[str]) -> list[tuple[str, str, str | None]]:
+    name = item.spec.name
+    out: list[tuple[str, str, str | None]] = []
+    segments = name.split(".")
+    if len(segments) < 2:
+        out.append((ERROR, f"{name!r} has no namespace: name it <namespace>.<name>", None))
+    bad = [s for s in segments if not _SEGMENT.fullmatch(s)]
+    if bad:
+        out.append(
+            (ERROR, f"segments {bad} are not lower-case [a-z][a-z0-9_]* (dots separate them)", None)
+        )
+    for other in names:
+        if other.startswith(name + "."):
+            out.append((ERROR, f"{name!r} is also the namespace of {other!r}", None))
+            break
+    return out
+
+
+def _unit_problem(unit: str) -> str | None:
+    parts = unit.split("/")
+    if len(parts) > 2:
+        return f"unit {unit!r} has more than one '/'"
+    for part in parts:
+        rest = _ANNOTATION.sub("", part)
+        if rest in _ATOMS or (rest == "" and part):
+            continue
+        word = _WORDS.get(rest.lower())
+        hint = f" (UCUM writes it {word!r})" if word else ""
+        return f"unit {unit!r} is not UCUM: {rest!r} is not a unit atom{hint}"
+    return None
+
+
+def _unit_in_name(item: Declared) -> str | None:
+    last = item.spec.name.rsplit(".", 1)[-1].lower()
+    for token in _UNIT_TOKENS:
+        if last == token or last.endswith("_" + token):
+            exposed = prometheus_name(item.spec)
+            return (
+                f"the name ends in {token!r}, a unit (unit {item.spec.unit!r}); the exporter "
+                f"adds {prometheus_unit(item.spec.unit)!r} itself and Prometheus shows "
+                f"{exposed!r}: drop it from the name"
+            )
+    return None
+
+
+def _total_suffix(item: Declared) -> str | None:
+    spec = item.spec
+    if spec.kind.monotonic and spec.name.endswith("_total"):
+        return "a counter's name ends in _total: that is Prometheus' suffix, which it adds itself"
+    if not spec.kind.monotonic and prometheus_name(spec).endswith("_total"):
+        return (
+            f"a {spec.kind.value} exposed as {prometheus_name(spec)!r}: Prometheus tools read "
+            "a _total name as a counter"
+        )
+    return None
+
+
+def _attribute_findings(item: Declared) -> list[tuple[str, str, str | None]]:
+    out: list[tuple[str, str, str | None]] = []
+    for key, allowed in item.spec.attributes:
+        if key in RESOURCE_ATTRIBUTES:
+            out.append(
+                (
+                    ERROR,
+                    f"{key!r} is stable for the whole run: a resource attribute "
+                    "(rlmetrics.start(resource=...)), not a metric attribute",
+                    key,
+                )
+            )
+        elif allowed is None and _UNBOUNDED.search(key.rsplit(".", 1)[-1].lower()):
+            out.append(
+                (
+                    ERROR,
+                    f"open attribute {key!r} looks unbounded (an id, step, path or free text): "
+                    "one series per value. Keep it on a span or a log, or close its values",
+                    key,
+                )
+            )
+    return out
+
+
+def check_declared(
+    declared: Sequence[Declared],
+    plugin_of: Callable[[Declared], str],
+    exemptions: Iterable[Exemption] = (),
+    failed: Iterable[PluginInfo] = (),
+) -> CheckResult:
+    """Lint ``declared``; ``plugin_of`` names the plugin each declaration came from."""
+    exemptions = list(exemptions)
+    raw: list[Finding] = []
+    names = [item.spec.name for item in declared]
+
+    def add(item: Declared, rule: str, severity: str, message: str, attribute: str | None) -> None:
+        raw.append(Finding(severity, rule, plugin_of(item), item.spec.name, message, attribute))
+
+    for item in declared:
+        spec = item.spec
+        for severity, message, attribute in _name_findings(item, names):
+            add(item, "name", severity, message, attribute)
+        problem = _unit_problem(spec.unit)
+        if problem:
+            add(item, "unit", ERROR, problem, None)
+        problem = _unit_in_name(item)
+        if problem:
+            add(item, "unit-in-name", ERROR, problem, None)
+        problem = _total_suffix(item)
+        if problem:
+            add(item, "total-suffix", ERROR, problem, None)
+        if spec.kind is Kind.HISTOGRAM:
+            if not spec.buckets:
+                add(
+                    item,
+                    "histogram-buckets",
+                    ERROR,
+                    "no buckets: the SDK default (0…10000) "
+                    "fits neither seconds nor tokens; declare buckets=[...]",
+                    None,
+                )
+            elif any(a >= b for a, b in itertools.pairwise(spec.buckets)):
+                add(item, "histogram-buckets", ERROR, "buckets are not strictly increasing", None)
+        for severity, message, attribute in _attribute_findings(item):
+            add(item, "unbounded-attribute", severity, message, attribute)
+        if not spec.description.strip():
+            add(item, "description", WARNING, "no description: say what it measures", None)
+    for one, two in itertools.combinations(declared, 2):
+        a, b = one.spec, two.spec
+        if a.name.lower() == b.name.lower():
+            message = f"declared twice (also by {plugin_of(two)} in group {two.group!r})"
+        elif prometheus_name(a) == prometheus_name(b):
+            message = f"{b.name!r} is exposed under the same Prometheus name {prometheus_name(a)!r}"
+        else:
+            continue
+        add(one, "duplicate-name", ERROR, message, None)
+    for info in failed:
+        raw.append(
+            Finding(
+                ERROR,
+                "load",
+                _plugin_label(info),
+                "-",
+                f"the plugin failed to load, so nothing it declares is checked: {info.reason}",
+            )
+        )
+    findings: list[Finding] = []
+    exempt: list[Finding] = []
+    for finding in raw:
+        waiver = next((e for e in exemptions if e.covers(finding)), None)
+        if waiver is None:
+            findings.append(finding)
+        else:
+            exempt.append(attrs.evolve(finding, exempt_because=waiver.reason))
+    return CheckResult(tuple(findings), tuple(exempt), tuple(names))
+
+
+def _plugin_label(info: PluginInfo) -> str:
+    return f"{info.distribution or '(in process)'}:{info.name}"
+
+
+def _owning_plugin(plugins: Plugins) -> Callable[[Declared], str]:
+    by_series: dict[str, PluginInfo] = {}
+    for info in plugins.infos:
+        for series in info.series:
+            by_series.setdefault(series, info)
+
+    def plugin_of(item: Declared) -> str:
+        info = by_series.get(item.spec.name)
+        return _plugin_label(info) if info is not None else f"(module {item.owner})"
+
+    return plugin_of
+
+
+def check_plugins(
+    plugins: Plugins, declared: Sequence[Declared], only: str | None = None
+) -> CheckResult:
+    """Check what ``plugins`` declared (``declared`` is the registry's list); ``only`` keeps
+    the plugins whose entry point or distribution has that name."""
+    exemptions: list[Exemption] = []
+    plugins.hooks.register_check_exemptions(exemptions.append)
+    plugin_of = _owning_plugin(plugins)
+    failed = [info for info in plugins.infos if info.status == FAILED]
+    if only is not None:
+        wanted = normalize(only)
+        chosen = {
+            info.name
+            for info in plugins.infos
+            if normalize(info.name) == wanted or normalize(info.distribution or "") == wanted
+        }
+        keep = {s for info in plugins.infos if info.name in chosen for s in info.series}
+        declared = [item for item in declared if item.spec.name in keep]
+        failed = [info for info in failed if info.name in chosen]
+    return check_declared(declared, plugin_of, exemptions, failed)

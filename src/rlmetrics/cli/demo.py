@@ -1,0 +1,132 @@
+"""Run a simulated async GRPO run through the real Logger and telemetry, on embedded defaults:
+reward, KL and loss curves; setup phases at step 0; efficiency summaries with every
+measurement kind and window; rollout-checkpoint events with one failed save; and whatever the
+installed family distributions add (vLLM engine deltas with a mid-run engine restart, gen_ai
+token usage, host memory, Gym rollouts).
+
+Writes OUTPUT/metrics.jsonl, serves the Prometheus endpoint on 127.0.0.1 while it runs (and
+after, with --serve), and ends with the report of its own JSONL (and OUTPUT/report.png when
+matplotlib is installed). Deterministic for a seed: every logged value is the same from run to
+run."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from ..demo.run import DEFAULT_OUTPUT, DemoOptions, DemoResult, run_demo
+from ..report.text import render
+from ..telemetry import TelemetryError
+from ._output import add_format_options, print_json
+
+__all__ = ["HELP", "NAME", "add_arguments", "run"]
+
+NAME = "demo"
+HELP = "run a simulated GRPO run end to end: JSONL, Prometheus endpoint, report"
+PLOT_NAME = "report.png"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=_positive, default=40, help="steps to run (default 40)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help=f"folder for metrics.jsonl and report.png (default ./{DEFAULT_OUTPUT})",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=0.1,
+        metavar="SECONDS",
+        help="real time between steps, so a scraper sees the run move (default 0.1)",
+    )
+    parser.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=9464,
+        metavar="PORT",
+        help="port of the Prometheus endpoint on 127.0.0.1 (default 9464; 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="also export over OTLP gRPC to this collector (host:port or http://host:port)",
+    )
+    parser.add_argument("--run-id", help="the run id resource attribute (default: generated)")
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep the Prometheus endpoint up after the run until interrupted (Ctrl-C)",
+    )
+    parser.add_argument("--no-plot", action="store_true", help=f"do not write OUTPUT/{PLOT_NAME}")
+    add_format_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = DemoOptions(
+        steps=args.steps,
+        seed=args.seed,
+        output=args.output,
+        interval_s=max(0.0, args.interval),
+        prometheus_port=args.prometheus_port,
+        otlp_endpoint=args.otlp_endpoint,
+        serve=args.serve,
+        run_id=args.run_id,
+    )
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda _n, _f: _stop(stop))
+    # With --json stdout carries the JSON document only; the rest goes to stderr.
+    say = sys.stderr if args.json else sys.stdout
+
+    def show(result: DemoResult) -> None:
+        plot = None if args.no_plot else _plot(result)
+        if args.json:
+            print_json({**result.as_dict(), "plot": plot})
+        else:
+            say.write("\n" + render(result.report))
+            if plot:
+                say.write(f"\nPicture: {plot}\n")
+        sys.stdout.flush()
+
+    try:
+        run_demo(options, say=say, progress=sys.stderr, stop=stop, on_result=show)
+    except TelemetryError as exc:
+        sys.stderr.write(f"rlmetrics demo: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("rlmetrics demo: interrupted\n")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def _stop(stop: threading.Event, _frame: FrameType | None = None) -> None:
+    # SIGTERM ends the demo as Ctrl-C does: cleanly, telemetry shut down, parts closed.
+    stop.set()
+    raise KeyboardInterrupt
+
+
+def _plot(result: DemoResult) -> str | None:
+    from ..report.plot import MissingExtra, plot_report
+
+    path = result.jsonl.parent / PLOT_NAME
+    try:
+        plot_report(result.report, path)
+    except MissingExtra as exc:
+        sys.stderr.write(f"rlmetrics demo: no picture: {exc}\n")
+        return None
+    return str(path)

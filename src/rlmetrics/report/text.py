@@ -1,0 +1,162 @@
+"""The report as text: a per-step table, then one short section per subject."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .summary import RunReport
+
+__all__ = ["render"]
+
+
+def _s(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _seconds(values: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} {v:.1f}s" for k, v in sorted(values.items())) or "none"
+
+
+def render(report: RunReport) -> str:
+    lines = [
+        f"Run report: {report.source or '(rows)'} ({report.rows} rows"
+        + (f", {report.skipped_lines} unreadable lines skipped" if report.skipped_lines else "")
+        + ")"
+    ]
+    if report.steps:
+        lines += _steps(report)
+    lines += _goodput(report.goodput)
+    if report.setup is not None:
+        phases = report.setup["phases"]
+        shown = {k: v for k, v in phases.items() if k != "total_setup"}
+        lines += [
+            "",
+            f"Setup: {_s(report.setup['total_setup_s'])} s total_setup, as logged "
+            "(phases overlap, never summed)",
+            "  "
+            + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(shown.items(), key=lambda kv: -kv[1])),
+        ]
+    if report.trends:
+        lines += ["", "Trends (first -> last; mean of first / last quarter):"]
+        for name, trend in report.trends.items():
+            lines.append(
+                f"  {name:<7} {trend['first']:.4g} -> {trend['last']:.4g}  "
+                f"({trend['first_quarter_mean']:.4g} / {trend['last_quarter_mean']:.4g}; "
+                f"min {trend['min']:.4g}, max {trend['max']:.4g})"
+            )
+    if report.vllm is not None:
+        lines += _vllm(report.vllm)
+    if report.checkpoints is not None:
+        lines += _checkpoints(report.checkpoints)
+    return "\n".join(lines) + "\n"
+
+
+def _steps(report: RunReport) -> list[str]:
+    categories = sorted({c for s in report.steps for c in s["idle_s"]})
+    short = [c.split("/", 1)[-1] for c in categories]
+    header = ["step", "wall s", "goodput %", *[f"{c} s" for c in short], "reward", "kl", "loss"]
+    rows = [
+        [
+            str(s["step"]),
+            _s(s["wall_time_s"]),
+            _s(s.get("goodput_pct")),
+            *[
+                _s(s["idle_s"].get(c, 0.0) if s["wall_time_s"] is not None else None)
+                for c in categories
+            ],
+            _s(s.get("reward"), 3),
+            _s(s.get("kl"), 4),
+            _s(s.get("loss"), 4),
+        ]
+        for s in report.steps
+    ]
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    return ["", "Per step (idle = driver wall clock, step window):"] + [
+        "  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+        for row in (header, *rows)
+    ]
+
+
+def _goodput(goodput: Mapping[str, Any]) -> list[str]:
+    if not goodput["steps"]:
+        return ["", "Goodput: no step carried efficiency/step_wall_time_s"]
+    lines = [
+        "",
+        f"Goodput over {goodput['steps']} steps: {_s(goodput['goodput_pct'])}% "
+        f"({_s(goodput['productive_s'])} s productive of {_s(goodput['step_wall_time_s'])} s "
+        "step wall time)",
+        f"  idle (driver wall clock, summed over steps): {_seconds(goodput['idle_s'])}",
+    ]
+    if goodput["init_total_s"] is not None:
+        lines.append(
+            f"  overhead: init/total {_s(goodput['init_total_s'])} s before the first "
+            "step (a run constant, counted once)"
+        )
+    if goodput["collector_wall_clock_s"]:
+        lines.append(
+            "  collector clock (cumulative, latest value, not comparable with the "
+            f"driver's): {_seconds(goodput['collector_wall_clock_s'])}"
+        )
+    for category, values in sorted(goodput["thread_seconds"].items()):
+        lines.append(
+            f"  saturation: {category} {_s(values['threads_busy'], 2)} threads busy on average "
+            f"({_s(values['thread_seconds'])} thread-seconds: not a duration)"
+        )
+    if goodput["unknown_categories"]:
+        lines.append(
+            f"  categories of unknown measurement, not shown: "
+            f"{', '.join(goodput['unknown_categories'])}"
+        )
+    return lines
+
+
+def _vllm(vllm: Mapping[str, Any]) -> list[str]:
+    means = vllm["mean_of_step_means"]
+    lines = [
+        "",
+        f"vLLM: {vllm['prompt_tokens']:.0f} prompt and {vllm['generation_tokens']:.0f} "
+        f"generated tokens; {vllm['generations_ok']:.0f} generations ok, "
+        f"{vllm['generations_failed']:.0f} failed"
+        + (f" ({100 * vllm['failed_share']:.1f}%)" if vllm["failed_share"] is not None else ""),
+    ]
+    if means:
+        lines.append(
+            "  mean lengths (mean of step means): "
+            + ", ".join(
+                f"{k.removesuffix('_length_mean')} {v:.0f} tokens" for k, v in sorted(means.items())
+            )
+        )
+    if vllm["steps_without_reading"]:
+        lines.append(
+            f"  no engine reading at steps {vllm['steps_without_reading']} (an engine restarted "
+            "mid-step: the step's work is unknowable, so it is left out, not guessed)"
+        )
+    return lines
+
+
+def _checkpoints(checkpoints: Mapping[str, Any]) -> list[str]:
+    attempts = checkpoints["attempts"]
+    lines = [
+        "",
+        "Rollout checkpoints: "
+        + (
+            ", ".join(f"{n} {outcome}" for outcome, n in sorted(attempts.items()))
+            or "no scheduled attempts"
+        )
+        + (
+            ""
+            if not checkpoints["reasons"]
+            else " (reasons: "
+            + ", ".join(f"{r} {n}" for r, n in sorted(checkpoints["reasons"].items()))
+            + ")"
+        ),
+    ]
+    for what, key in (("save", "save_latency_s"), ("restore", "restore_latency_s")):
+        latency = checkpoints[key]
+        if latency is not None:
+            lines.append(
+                f"  {what} latency over {latency['count']}: p50 {latency['p50']:.2f} s, "
+                f"mean {latency['mean']:.2f} s, max {latency['max']:.2f} s"
+            )
+    return lines

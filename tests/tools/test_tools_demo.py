@@ -1,0 +1,87 @@
+"""``rlmetrics demo``: the README's first command, as a user runs it, and deterministic for a
+seed. (Its endpoint scraped by a real Prometheus during the run: test_tools_dashboard.py.)"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.demo.run import DemoOptions, run_demo
+
+
+def _logged(path: Path) -> list[tuple[Any, str, dict[str, Any]]]:
+    """What the run logged, without the JSONL's own write time."""
+    return [(row["step"], row["prefix"], row["metrics"]) for row in read_jsonl(path)]
+
+
+def _run_in_process(output: Path, seed: int) -> list[tuple[Any, str, dict[str, Any]]]:
+    options = DemoOptions(steps=6, seed=seed, output=output, interval_s=0.0, prometheus_port=0)
+    result = run_demo(options, say=io.StringIO(), progress=io.StringIO())
+    return _logged(result.jsonl)
+
+
+def test_the_run_is_deterministic_for_a_seed(tmp_path: Path) -> None:
+    first = _run_in_process(tmp_path / "a", seed=3)
+    again = _run_in_process(tmp_path / "b", seed=3)
+    other = _run_in_process(tmp_path / "c", seed=4)
+    assert first == again
+    assert first != other
+    prefixes = {prefix for _, prefix, _ in first}
+    assert prefixes == {
+        "timing/setup",
+        "train",
+        "timing/rollout_recovery",
+        "timing/rollout_checkpoint",
+        "rollout/checkpoint_outcome",
+        "rollout/throughput",
+    }
+
+
+def test_the_demo_as_a_user_runs_it(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    done = run_cli(
+        "demo", "--steps", "10", "--interval", "0", "--prometheus-port", "0", "--output", output
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert f"metrics (JSONL):     {output / 'metrics.jsonl'}" in out
+    assert "Prometheus endpoint: http://127.0.0.1:" in out
+    assert "family parts:        gym, host_memory, vllm" in out
+    # It ends with the report of its own JSONL, and its picture.
+    assert "Goodput over 10 steps:" in out and "Rollout checkpoints:" in out
+    assert "vLLM:" in out and "no engine reading at steps [6]" in out
+    assert out.rstrip().endswith(f"Picture: {output / 'report.png'}")
+    assert (output / "report.png").stat().st_size > 10_000
+    # Not a terminal: one plain progress line per step, no carriage returns.
+    progress = [line for line in done.stderr.splitlines() if line.startswith("step ")]
+    assert len(progress) == 10 and progress[-1].startswith("step 10/10 reward=")
+    assert "\r" not in done.stderr and "Traceback" not in done.stderr
+    # Every kind of logged dict is in the JSONL the report read.
+    summary = json.loads(run_cli("report", output / "metrics.jsonl", "--json").stdout)
+    assert len(summary["steps"]) == 10 and summary["skipped_lines"] == 0
+    assert summary["checkpoints"]["attempts"] == {"completed": 4, "failed": 1}
+    assert summary["vllm"]["generations_failed"] > 0
+
+
+def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("demo", "--steps", "2", "--prometheus-port", str(port), "--output", tmp_path)
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("steps", ["0", "-3", "x"])
+def test_steps_must_be_a_positive_count(steps: str, tmp_path: Path) -> None:
+    done = run_cli("demo", "--steps", steps, "--output", tmp_path)
+    assert done.returncode == 2 and "--steps" in done.stderr

@@ -1,0 +1,270 @@
+"""``rlmetrics report``: the measurement and window rules kept, a torn last line tolerated,
+JSON parsed, the PNG decoded at its stated size, and a clear message without matplotlib."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlmetrics.report.plot import PLOT_SIZE_PX
+from rlmetrics.report.summary import build_report
+
+
+def _row(step: int, prefix: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    return {"time": 0.0, "step": step, "prefix": prefix, "metrics": metrics}
+
+
+ROWS = [
+    _row(
+        0,
+        "timing/setup",
+        {
+            "policy_init_time_s": 80.0,
+            "generation_init_time_s": 90.0,
+            "parallel_wall_time_s": 95.0,
+            "total_setup_time_s": 120.0,
+            "parallel_init_enabled": True,
+        },
+    ),
+    _row(
+        0,
+        "timing/rollout_recovery",
+        {"tq_load_seconds": 6.0, "total_load_seconds": 7.5, "telemetry/wall_time_seconds": 1000.0},
+    ),
+    _row(
+        1,
+        "train",
+        {
+            "reward": 0.2,
+            "kl_penalty": 0.01,
+            "loss": 0.05,
+            "efficiency/step_wall_time_s": 10.0,
+            "efficiency/idle/buffer_starvation_s": 2.0,
+            "efficiency/idle/refit_bubble_s": 1.0,
+            "efficiency/init/total_s": 100.0,
+            "efficiency/idle/refit_event_wait_s": 3.0,
+            "efficiency/idle/buffer_full_backoff_s": 40.0,
+            "efficiency/total_wall_time_s": 110.0,
+            "efficiency/efficiency_pct": 70.0,
+            "efficiency/efficiency_pct_is_per_step": 1.0,
+            "vllm/prompt_tokens": 100,
+            "vllm/generation_tokens": 400,
+            "vllm/generations_ok": 9,
+            "vllm/generations_failed": 1,
+            "vllm/generation_length_mean": 40.0,
+        },
+    ),
+    _row(
+        0,
+        "timing/rollout_checkpoint",
+        {
+            "tq_save_seconds": 3.0,
+            "barrier_wait_seconds": 0.5,
+            "total_save_seconds": 3.5,
+            "telemetry/wall_time_seconds": 1100.0,
+        },
+    ),
+    _row(
+        0,
+        "rollout/checkpoint_outcome",
+        {"completed": 1.0, "failed": 0.0, "skipped": 0.0, "telemetry/wall_time_seconds": 1100.0},
+    ),
+    _row(
+        2,
+        "train",
+        {
+            "reward": 0.4,
+            "kl_penalty": 0.02,
+            "loss": 0.03,
+            "efficiency/step_wall_time_s": 10.0,
+            "efficiency/idle/buffer_starvation_s": 1.0,
+            "efficiency/idle/validation_s": 3.0,
+            "efficiency/init/total_s": 100.0,
+            "efficiency/idle/refit_event_wait_s": 5.0,
+            "efficiency/idle/buffer_full_backoff_s": 80.0,
+            "efficiency/total_wall_time_s": 120.0,
+        },
+    ),
+    _row(
+        0,
+        "rollout/checkpoint_outcome",
+        {
+            "completed": 0.0,
+            "failed": 1.0,
+            "skipped": 0.0,
+            "reason_storage_error": 1.0,
+            "telemetry/wall_time_seconds": 1200.0,
+        },
+    ),
+    _row(
+        3,
+        "train",
+        {
+            "reward": 0.5,
+            "kl_penalty": 0.03,
+            "loss": 0.02,
+            "vllm/prompt_tokens": 50,
+            "vllm/generation_tokens": 200,
+            "vllm/generations_ok": 5,
+            "vllm/generations_failed": 0,
+            "vllm/generation_length_mean": 40.0,
+        },
+    ),
+    _row(4, "train", {"reward": 0.6, "kl_penalty": 0.03, "loss": 0.01}),
+    _row(
+        5,
+        "train",
+        {
+            "reward": 0.6,
+            "vllm/prompt_tokens": 10,
+            "vllm/generation_tokens": 20,
+            "vllm/generations_ok": 1,
+            "vllm/generations_failed": 0,
+        },
+    ),
+]
+
+
+def test_goodput_keeps_the_measurement_and_window_rules() -> None:
+    report = build_report(ROWS)
+    first, second = report.steps[0], report.steps[1]
+    # Step-window wall-clock idle against the step's wall time; validation absent = 0 s.
+    assert first["idle_s"] == {"idle/buffer_starvation": 2.0, "idle/refit_bubble": 1.0}
+    assert first["goodput_pct"] == pytest.approx(70.0) == first["logged_efficiency_pct"]
+    assert second["goodput_pct"] == pytest.approx(60.0)
+    goodput = report.goodput
+    assert goodput["goodput_pct"] == pytest.approx(65.0)
+    assert goodput["idle_s"] == {
+        "idle/buffer_starvation": 3.0,
+        "idle/refit_bubble": 1.0,
+        "idle/validation": 3.0,
+    }
+    # Run-window values: the latest, never a sum across steps; init/total counted once.
+    assert goodput["init_total_s"] == 100.0
+    assert goodput["collector_wall_clock_s"] == {"idle/refit_event_wait": 5.0}
+    # Thread-seconds are saturation (threads busy at once), not time.
+    assert goodput["thread_seconds"]["idle/buffer_full_backoff"] == {
+        "thread_seconds": 80.0,
+        "threads_busy": pytest.approx(80.0 / 120.0),
+    }
+
+
+def test_setup_trends_vllm_and_checkpoints() -> None:
+    report = build_report(ROWS)
+    assert report.setup is not None and report.setup["total_setup_s"] == 120.0  # as logged
+    assert report.trends["reward"]["first"] == 0.2 and report.trends["reward"]["last"] == 0.6
+    assert report.vllm is not None
+    assert (report.vllm["prompt_tokens"], report.vllm["generations_failed"]) == (160, 1)
+    assert report.vllm["failed_share"] == pytest.approx(1 / 16)
+    assert report.vllm["steps_without_reading"] == [2, 4]
+    checkpoints = report.checkpoints
+    assert checkpoints is not None
+    assert checkpoints["attempts"] == {"completed": 1, "failed": 1}
+    assert checkpoints["reasons"] == {"storage_error": 1}
+    assert checkpoints["save_latency_s"]["max"] == 3.5
+    assert checkpoints["restores"][0]["phases_s"] == {"tq_load": 6.0}
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0.01, 1e5), st.floats(0, 1e5), st.floats(0, 1e5), st.floats(0, 1e6)),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_goodput_is_a_share_and_run_values_are_never_summed(
+    steps: list[tuple[float, float, float, float]],
+) -> None:
+    rows = [
+        _row(
+            i + 1,
+            "train",
+            {
+                "efficiency/step_wall_time_s": wall,
+                "efficiency/idle/buffer_starvation_s": starved,
+                "efficiency/idle/refit_bubble_s": bubble,
+                "efficiency/idle/generation_limit_pause_s": collector,
+            },
+        )
+        for i, (wall, starved, bubble, collector) in enumerate(steps)
+    ]
+    report = build_report(rows)
+    for step in report.steps:
+        assert 0.0 <= step["goodput_pct"] <= 100.0
+    assert 0.0 <= report.goodput["goodput_pct"] <= 100.0
+    assert report.goodput["collector_wall_clock_s"] == {"idle/generation_limit_pause": steps[-1][3]}
+
+
+def _write(path: Path, rows: list[dict[str, Any]], torn: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + torn)
+    return path
+
+
+def test_the_command_reads_a_torn_file_and_prints_json(tmp_path: Path) -> None:
+    jsonl = _write(tmp_path / "run.jsonl", ROWS, torn='{"time": 1, "step": 6, "pre')
+    done = run_cli("report", jsonl, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["rows"], result["skipped_lines"]) == (len(ROWS), 1)
+    assert [s["step"] for s in result["steps"]] == [1, 2, 3, 4, 5]
+    assert result["plot"] is None
+    text = run_cli("report", jsonl)
+    assert text.returncode == 0
+    assert "Goodput over 2 steps: 65.0%" in text.stdout
+    assert "1 unreadable lines skipped" in text.stdout
+    assert "no engine reading at steps [2, 4]" in text.stdout
+
+
+def test_a_missing_file_is_an_error(tmp_path: Path) -> None:
+    done = run_cli("report", tmp_path / "nope.jsonl")
+    assert done.returncode == 2 and "no such file" in done.stderr
+
+
+def test_plot_writes_a_png_of_the_stated_size(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    jsonl = _write(tmp_path / "run.jsonl", ROWS)
+    done = run_cli("report", jsonl, "--plot", tmp_path / "run.png", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["plot"] == str(tmp_path / "run.png")
+    with Image.open(tmp_path / "run.png") as image:
+        assert image.format == "PNG"
+        assert image.size == PLOT_SIZE_PX == (1600, 1000)
+        image.load()  # decodes every pixel
+        assert len(image.getcolors(maxcolors=1 << 20) or ()) > 10  # something was drawn
+
+
+def test_plot_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
+    jsonl = _write(tmp_path / "run.jsonl", ROWS)
+    # A user without the extra: matplotlib cannot be imported.
+    script = textwrap.dedent(
+        f"""
+        import sys
+
+        class NoMatplotlib:
+            def find_spec(self, name, path=None, target=None):
+                if name == "matplotlib" or name.startswith("matplotlib."):
+                    raise ModuleNotFoundError(f"No module named {{name!r}}")
+                return None
+
+        sys.meta_path.insert(0, NoMatplotlib())
+        from rlmetrics.cli import main
+        sys.exit(main(["report", {str(jsonl)!r}, "--plot", {str(tmp_path / "x.png")!r}]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "pip install 'rlmetrics[report]'" in done.stderr
+    assert not (tmp_path / "x.png").exists()
