@@ -15,11 +15,16 @@ from rlmetrics import Kind, MetricSpec, TelemetryError
 from rlmetrics.testing import in_memory_telemetry, points, single
 
 
-def test_import_does_not_import_the_sdk() -> None:
+def test_import_loads_no_sdk_no_entry_points_and_no_plugin() -> None:
+    """``import rlmetrics`` (and the names a plugin module uses) stay light: no OpenTelemetry
+    SDK, no gRPC or prometheus_client, no ``importlib.metadata`` (entry points are read on
+    first use), and no plugin distribution."""
     code = (
-        "import sys, rlmetrics; "
-        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk') "
-        "or m.startswith('grpc') or m.startswith('prometheus_client')))"
+        "import sys, rlmetrics\n"
+        "from rlmetrics import Kind, MetricSpec, OPEN, declare, hookimpl, record\n"
+        "heavy = ('opentelemetry.sdk', 'grpc', 'prometheus_client', 'importlib.metadata',\n"
+        "         'rlmetrics_')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -174,3 +179,9 @@ def test_shutdown_and_force_flush_return_within_their_bound(call: str, caplog: A
     finally:
         reader.released.set()
         handle.shutdown(timeout_s=5)
+
+
+def test_every_public_name_resolves_and_is_listed() -> None:
+    for name in rlmetrics.__all__:
+        getattr(rlmetrics, name)  # OPEN is None: resolving is what counts
+    assert set(rlmetrics.__all__) == {"__version__", *rlmetrics._WHERE}  # type: ignore[attr-defined]

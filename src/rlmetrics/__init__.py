@@ -1,43 +1,80 @@
 """rlmetrics: the metrics dicts an RL training loop logs, sent to experiment trackers and
 mirrored into OpenTelemetry with declared, documented semantics.
 
-``import rlmetrics`` imports neither the OpenTelemetry SDK nor ``importlib.metadata``;
-``rlmetrics.start()`` does, and entry points are read on first use.
+``import rlmetrics`` is nearly free: each public name is imported from its module on first
+use, so a process that only imports rlmetrics (a plugin's module, a library that may log)
+pays for nothing it does not touch. Neither the OpenTelemetry SDK nor ``importlib.metadata``
+is imported before ``rlmetrics.start()`` or the first plugin lookup.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from ._warn import describe_value, warn_once
-from .hookspecs import hookimpl
-from .logger import Logger
-from .registry import (
-    DeclarationError,
-    LateDeclarationError,
-    MetricRegistry,
-    declare,
-    default_registry,
-    is_exporting,
-    record,
-    record_declared,
-    retract,
-)
-from .spec import OPEN, Kind, MetricSpec, SpecError
-from .telemetry import Telemetry, TelemetryError, current, start
-from .values import as_number, as_plain, as_real
+
+if TYPE_CHECKING:
+    from ._warn import describe_value, warn_once
+    from .hookspecs import hookimpl
+    from .logger import Logger
+    from .registry import (
+        DeclarationError,
+        LateDeclarationError,
+        MetricRegistry,
+        declare,
+        default_registry,
+        is_exporting,
+        record,
+        record_declared,
+        record_points,
+        retract,
+    )
+    from .spec import OPEN, Kind, MetricSpec, SpecError
+    from .telemetry import Telemetry, TelemetryError, current, start
+    from .values import as_number, as_plain, as_real
+
+#: Each public name and the module it lives in.
+_WHERE = {
+    "describe_value": "._warn",
+    "warn_once": "._warn",
+    "hookimpl": ".hookspecs",
+    "Logger": ".logger",
+    "DeclarationError": ".registry",
+    "LateDeclarationError": ".registry",
+    "MetricRegistry": ".registry",
+    "declare": ".registry",
+    "default_registry": ".registry",
+    "is_exporting": ".registry",
+    "record": ".registry",
+    "record_declared": ".registry",
+    "record_points": ".registry",
+    "retract": ".registry",
+    "OPEN": ".spec",
+    "Kind": ".spec",
+    "MetricSpec": ".spec",
+    "SpecError": ".spec",
+    "Telemetry": ".telemetry",
+    "TelemetryError": ".telemetry",
+    "current": ".telemetry",
+    "start": ".telemetry",
+    "as_number": ".values",
+    "as_plain": ".values",
+    "as_real": ".values",
+}
 
 __all__ = [
-    "OPEN",
+    "__version__",
     "DeclarationError",
     "Kind",
     "LateDeclarationError",
     "Logger",
     "MetricRegistry",
     "MetricSpec",
+    "OPEN",
     "SpecError",
     "Telemetry",
     "TelemetryError",
-    "__version__",
     "as_number",
     "as_plain",
     "as_real",
@@ -49,7 +86,21 @@ __all__ = [
     "is_exporting",
     "record",
     "record_declared",
+    "record_points",
     "retract",
     "start",
     "warn_once",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlmetrics' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups find it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

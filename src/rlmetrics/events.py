@@ -125,12 +125,12 @@ class EfficiencySummary:
         """Read the ``efficiency/*`` keys of a flat logger dict; other keys are ignored."""
         seconds: dict[str, Any] = {}
         fields = dict(_fields(metrics))
+        start, end = len(EFFICIENCY_PREFIX), -len(_SECONDS_SUFFIX)
         for key, value in fields.items():
-            if not (key.startswith(EFFICIENCY_PREFIX) and key.endswith(_SECONDS_SUFFIX)):
-                continue
-            category = key[len(EFFICIENCY_PREFIX) : -len(_SECONDS_SUFFIX)]
-            if category and category not in _NOT_CATEGORIES:
-                seconds[category] = value
+            if key.endswith(_SECONDS_SUFFIX) and key.startswith(EFFICIENCY_PREFIX):
+                category = key[start:end]
+                if category and category not in _NOT_CATEGORIES:
+                    seconds[category] = value
         per_step = as_number(fields.get(_PCT_PER_STEP_KEY))
         return cls(
             seconds=seconds,

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pluggy
 
 from ._warn import warn_once
+from .hookspecs import TEE_ATTRIBUTE
+from .registry import is_exporting
 
 if TYPE_CHECKING:
     from .backends import BackendFactory
@@ -135,10 +137,13 @@ def guard_implementations(pm: pluggy.PluginManager, plugin: object) -> None:
         for impl in caller.get_hookimpls():
             if impl.plugin is not plugin:
                 continue
+            tee = getattr(impl.function, TEE_ATTRIBUTE, False)
             guard = _guard_wrapper if (impl.wrapper or impl.hookwrapper) else _guard
             # pluggy calls ``impl.function``; replacing it is how the guard goes through
             # pluggy's own fan-out (typed Final in pluggy, hence setattr).
-            setattr(impl, "function", guard(impl.function, impl.plugin_name, caller.name))  # noqa: B010
+            guarded = guard(impl.function, impl.plugin_name, caller.name)
+            setattr(guarded, TEE_ATTRIBUTE, tee)
+            setattr(impl, "function", guarded)  # noqa: B010
 
 
 def _fan_out(caller: pluggy.HookCaller, **kwargs: Any) -> None:
@@ -156,23 +161,48 @@ class Hooks:
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self._hook = pm.hook
+        self._wanted_unexported: dict[str, bool] = {}
 
     def implemented(self, name: str) -> bool:
         """Whether any registered plugin implements hook ``name``."""
         caller = getattr(self._hook, name, None)
         return caller is not None and bool(caller.get_hookimpls())
 
+    def wanted(self, name: str) -> bool:
+        """Whether calling hook ``name`` can do anything now: telemetry is exporting, or an
+        implementation not marked ``tee=True`` exists."""
+        if is_exporting():
+            return True
+        wanted = self._wanted_unexported.get(name)
+        if wanted is None:
+            caller = getattr(self._hook, name, None)
+            impls = caller.get_hookimpls() if caller is not None else ()
+            wanted = any(not getattr(i.function, TEE_ATTRIBUTE, False) for i in impls)
+            self._wanted_unexported[name] = wanted
+        return wanted
+
+    def changed(self) -> None:
+        """A plugin was registered: forget what :meth:`wanted` worked out."""
+        self._wanted_unexported.clear()
+
+    # The data hooks are skipped when only tee implementations would run and telemetry is
+    # not exporting: they would all return at once.
+
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
-        _fan_out(self._hook.log_metrics, metrics=metrics, step=step, prefix=prefix)
+        if self.wanted("log_metrics"):
+            _fan_out(self._hook.log_metrics, metrics=metrics, step=step, prefix=prefix)
 
     def on_setup_timing(self, timings: SetupTimings) -> None:
-        _fan_out(self._hook.on_setup_timing, timings=timings)
+        if self.wanted("on_setup_timing"):
+            _fan_out(self._hook.on_setup_timing, timings=timings)
 
     def on_efficiency_summary(self, summary: EfficiencySummary, step: int) -> None:
-        _fan_out(self._hook.on_efficiency_summary, summary=summary, step=step)
+        if self.wanted("on_efficiency_summary"):
+            _fan_out(self._hook.on_efficiency_summary, summary=summary, step=step)
 
     def on_rollout_checkpoint(self, event: RolloutEvent) -> None:
-        _fan_out(self._hook.on_rollout_checkpoint, event=event)
+        if self.wanted("on_rollout_checkpoint"):
+            _fan_out(self._hook.on_rollout_checkpoint, event=event)
 
     def telemetry_started(self, telemetry: Telemetry) -> None:
         _fan_out(self._hook.telemetry_started, telemetry=telemetry)

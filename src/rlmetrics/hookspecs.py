@@ -17,7 +17,7 @@ rlmetrics calls these through :class:`rlmetrics.hooks.Hooks`, one typed method p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pluggy
 
@@ -27,10 +27,46 @@ if TYPE_CHECKING:
     from .exporters import ExporterFactory
     from .telemetry import Telemetry
 
-__all__ = ["hookimpl", "hookspec"]
+__all__ = ["TEE_ATTRIBUTE", "hookimpl", "hookspec"]
 
 hookspec = pluggy.HookspecMarker("rlmetrics")
-hookimpl = pluggy.HookimplMarker("rlmetrics")
+_pluggy_hookimpl = pluggy.HookimplMarker("rlmetrics")
+
+#: Set on a hook implementation marked ``tee=True``.
+TEE_ATTRIBUTE = "rlmetrics_tee"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@overload
+def hookimpl(function: _F, /) -> _F: ...
+
+
+@overload
+def hookimpl(
+    function: None = None, /, *, tee: bool = False, **options: Any
+) -> Callable[[_F], _F]: ...
+
+
+def hookimpl(
+    function: _F | None = None, /, *, tee: bool = False, **options: Any
+) -> _F | Callable[[_F], _F]:
+    """Mark a hook implementation: ``@rlmetrics.hookimpl`` or ``@rlmetrics.hookimpl(...)``
+    with pluggy's options (``tryfirst``, ``trylast``, ``wrapper``, ``hookwrapper``,
+    ``specname``).
+
+    ``tee=True`` says the implementation only mirrors data into OpenTelemetry, so it is
+    called only while telemetry is exporting: when no other implementation wants a hook,
+    rlmetrics then skips the call — and the parsing of its payload — altogether.
+    """
+
+    def mark(target: _F) -> _F:
+        marked: _F = _pluggy_hookimpl(**options)(target)
+        if tee:
+            setattr(marked, TEE_ATTRIBUTE, True)
+        return marked
+
+    return mark(function) if function is not None else mark
 
 
 # -- per-step metrics -----------------------------------------------------------------------

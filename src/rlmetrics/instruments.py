@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._warn import describe_key, describe_value, warn_once
 from .spec import Kind
-from .values import AttributeSet, as_number, check_attributes, encodable
+from .values import INT64_MAX, INT64_MIN, AttributeSet, as_number, check_attributes, encodable
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
@@ -28,22 +28,40 @@ if TYPE_CHECKING:
 
 __all__ = ["Session"]
 
-# Shared by every unlabelled record: the SDK reads attributes, it never mutates them.
-_NO_ATTRIBUTES: tuple[AttributeSet, dict[str, str]] = (frozenset(), {})
+_NO_KEY: AttributeSet = frozenset()
+#: Validated attribute sets remembered per series (several times any sane max_series).
+_MAX_VALID = 4096
+_MISSING: Any = object()
+
+
+def _not_finite(value: Any) -> str:
+    return f"{describe_value(value)} is not a finite number"
+
+
+_BEYOND_INT64 = "an int beyond the int64 range an exporter can encode"
 
 
 class _Series:
-    """One spec's live state for a telemetry session."""
+    """One spec's live state for a telemetry session.
+
+    A recorded series' instrument is created on its first point, not at start: a series
+    that is never recorded costs no collection. Admitted attribute sets map to the copy of
+    the attributes the SDK gets (copied once, so a caller reusing its dict cannot change an
+    exported point). A gauge's last-value table is written without a lock: a dict assignment
+    is atomic, and the collection reads it with one C-level copy.
+    """
 
     __slots__ = (
         "admitted",
         "counter",
         "declared",
+        "gauge",
         "instrument",
         "lock",
         "observable",
         "spec",
         "table",
+        "valid",
         "write",
     )
 
@@ -53,58 +71,77 @@ class _Series:
         # Read on every record: precomputed rather than derived from the kind each time.
         self.observable = self.spec.kind.observable
         self.counter = self.spec.kind.monotonic
-        self.admitted: set[AttributeSet] = set()
-        self.table: dict[AttributeSet, tuple[float, dict[str, str]]] = {}
+        self.gauge = self.spec.kind is Kind.GAUGE
+        self.admitted: dict[AttributeSet, dict[str, str]] = {}
+        # Attribute sets already checked against the declaration: an observable callback
+        # yields the same sets every collection, and checking is most of its cost.
+        self.valid: dict[AttributeSet, tuple[AttributeSet, dict[str, str]]] = {}
+        # A gauge's last value per attribute set, kept as the Observation the collection
+        # returns, so a collection builds nothing.
+        self.table: dict[AttributeSet, Any] = {}
         self.lock = threading.Lock()
         self.instrument: Any = None
-        self.write: Callable[[float, dict[str, str]], None] | None = None
+        self.write: Callable[[float, dict[str, str] | None], None] | None = None
 
     def point(
-        self, value: Any, attributes: Any, admitted: set[AttributeSet]
-    ) -> tuple[int | float, AttributeSet, dict[str, str]] | str:
+        self, value: Any, attributes: Any, admitted: dict[AttributeSet, dict[str, str]]
+    ) -> tuple[int | float, AttributeSet, dict[str, str] | None] | str:
         """``(number, attribute key, attributes)`` for an exportable point, else why not.
 
         ``admitted`` holds the attribute sets already counted against the spec's
         ``max_series`` cap: the session's for a recorded series, one collection's for an
         observed one.
         """
-        spec = self.spec
-        number = as_number(value)
-        if number is None:
-            return f"{describe_value(value)} is not a finite number"
-        if not encodable(number):
-            return "an int beyond the int64 range an exporter can encode"
+        kind = type(value)
+        if kind is float:  # the hot path: finite unless x - x is not 0 (NaN, ±inf)
+            if value - value != 0:
+                return _not_finite(value)
+            number: int | float = value
+        elif kind is int:
+            if not INT64_MIN <= value <= INT64_MAX:
+                return _BEYOND_INT64
+            number = value
+        else:
+            converted = as_number(value)
+            if converted is None:
+                return _not_finite(value)
+            if not encodable(converted):
+                return _BEYOND_INT64
+            number = converted
         if self.counter and number < 0:
-            return f"a {spec.kind.value} cannot take a negative value"
+            return f"a {self.spec.kind.value} cannot take a negative value"
         if not attributes:
-            return (number, *_NO_ATTRIBUTES)
+            return number, _NO_KEY, None
         try:
             key = frozenset(attributes.items())
         except (AttributeError, TypeError):
             return f"attributes must be a mapping of str to str, got {type(attributes).__name__}"
-        if key in admitted:
-            return number, key, dict(attributes)
-        checked = check_attributes(spec, attributes)
-        if isinstance(checked, str):
-            return checked
+        known = admitted.get(key, _MISSING)
+        if known is not _MISSING:
+            return number, key, known
+        checked = self.valid.get(key)
+        if checked is None:
+            problem = check_attributes(self.spec, attributes)
+            if isinstance(problem, str):
+                return problem
+            if len(self.valid) >= _MAX_VALID:
+                self.valid.clear()  # a callback whose attribute sets churn: start over
+            self.valid[key] = checked = problem
+        spec = self.spec
         with self.lock:
             if spec.open_attributes and len(admitted) >= spec.max_series:
                 return f"more than max_series={spec.max_series} distinct attribute sets"
-            admitted.add(key)
+            admitted[key] = checked[1]
         return (number, *checked)
 
-    def set_gauge(self, value: float, key: AttributeSet, attributes: dict[str, str]) -> None:
-        with self.lock:
-            self.table[key] = (value, attributes)
-
     def retract(self, key: AttributeSet) -> None:
+        self.table.pop(key, None)
         with self.lock:
-            self.table.pop(key, None)
-            self.admitted.discard(key)
+            self.admitted.pop(key, None)
 
-    def gauge_snapshot(self) -> list[tuple[float, dict[str, str]]]:
-        with self.lock:
-            return list(self.table.values())
+    def gauge_snapshot(self) -> list[Any]:
+        """The gauge's current observations: one C-level copy, atomic under the GIL."""
+        return list(self.table.values())
 
 
 class Session:
@@ -114,89 +151,124 @@ class Session:
         from opentelemetry.metrics import Observation
 
         self._observation = Observation
+        self._meter = meter
         self.active = True
         self.groups: dict[str, dict[str, _Series]] = {}
         for item in declared:
             series = _Series(item)
             self.groups.setdefault(item.group, {})[item.spec.key] = series
-            self._build(series, meter)
+            if series.observable:  # a callback may have points from the start
+                self._bind(series)
 
-    def _build(self, series: _Series, meter: Meter) -> None:
-        spec = series.spec
-        common: dict[str, Any] = {
-            "name": spec.name,
-            "unit": spec.unit,
-            "description": spec.description,
-        }
-        if spec.kind is Kind.COUNTER:
-            series.instrument = meter.create_counter(**common)
-            series.write = series.instrument.add
-        elif spec.kind is Kind.UP_DOWN_COUNTER:
-            series.instrument = meter.create_up_down_counter(**common)
-            series.write = series.instrument.add
-        elif spec.kind is Kind.HISTOGRAM:
-            if spec.buckets is not None:
-                common["explicit_bucket_boundaries_advisory"] = list(spec.buckets)
-            series.instrument = meter.create_histogram(**common)
-            series.write = series.instrument.record
-        else:
-            create = {
-                Kind.GAUGE: meter.create_observable_gauge,
-                Kind.OBSERVABLE_GAUGE: meter.create_observable_gauge,
-                Kind.OBSERVABLE_COUNTER: meter.create_observable_counter,
-                Kind.OBSERVABLE_UP_DOWN_COUNTER: meter.create_observable_up_down_counter,
-            }[spec.kind]
-            series.instrument = create(callbacks=[self._callback(series)], **common)
+    def _bind(self, series: _Series) -> None:
+        """Create the series' instrument (once; a recorded series on its first point)."""
+        with series.lock:
+            if series.instrument is not None:
+                return
+            spec, meter = series.spec, self._meter
+            common: dict[str, Any] = {
+                "name": spec.name,
+                "unit": spec.unit,
+                "description": spec.description,
+            }
+            instrument: Any
+            if spec.kind is Kind.COUNTER:
+                instrument = meter.create_counter(**common)
+                series.write = instrument.add
+            elif spec.kind is Kind.UP_DOWN_COUNTER:
+                instrument = meter.create_up_down_counter(**common)
+                series.write = instrument.add
+            elif spec.kind is Kind.HISTOGRAM:
+                if spec.buckets is not None:
+                    common["explicit_bucket_boundaries_advisory"] = list(spec.buckets)
+                instrument = meter.create_histogram(**common)
+                series.write = instrument.record
+            else:
+                create = {
+                    Kind.GAUGE: meter.create_observable_gauge,
+                    Kind.OBSERVABLE_GAUGE: meter.create_observable_gauge,
+                    Kind.OBSERVABLE_COUNTER: meter.create_observable_counter,
+                    Kind.OBSERVABLE_UP_DOWN_COUNTER: meter.create_observable_up_down_counter,
+                }[spec.kind]
+                instrument = create(callbacks=[self._callback(series)], **common)
+            series.instrument = instrument
 
     # -- recording (the training loop's path) -------------------------------------------------
 
     def record(
         self, group: str, values: Mapping[str, Any], attributes: Mapping[str, str] | None
     ) -> None:
-        series_by_key = self.groups.get(group)
+        series_by_key = self._group(group)
         if series_by_key is None:
-            warn_once(
-                f"record:{describe_key(group)}:group",
-                f"rlmetrics.record: no metric group {describe_key(group)} is declared; declare "
-                "its specs "
-                "before rlmetrics.start()",
-            )
             return
         for key, value in values.items():
             if value is None:
                 continue
             series = series_by_key.get(key)
             if series is None:
-                warn_once(
-                    f"record:{group}:unknown-key",
-                    f"rlmetrics.record: {describe_key(key)} is not a declared key of group "
-                    f"{group!r}; "
-                    "dropped (later unknown keys of this group are reported at DEBUG)",
-                )
-                continue
-            if series.observable:
-                warn_once(
-                    f"record:{group}:{key}:observable",
-                    f"rlmetrics.record: {series.spec.name!r} is a {series.spec.kind.value}, "
-                    "exported through its callback; not recordable",
-                )
-                continue
-            point = series.point(value, attributes, series.admitted)
-            if isinstance(point, str):
-                warn_once(
-                    f"record:{group}:{key}:dropped",
-                    f"rlmetrics.record: {series.spec.name} (key {key!r}) dropped a value: {point}",
-                )
-                continue
-            number, attr_key, attr_dict = point
-            if series.write is None:
-                series.set_gauge(number, attr_key, attr_dict)
+                self._unknown(group, key)
             else:
-                series.write(number, attr_dict)
+                self._write(series, group, key, value, attributes)
+
+    def record_points(
+        self, group: str, key: str, points: Iterable[tuple[Any, Mapping[str, str] | None]]
+    ) -> None:
+        series_by_key = self._group(group)
+        if series_by_key is None:
+            return
+        series = series_by_key.get(key)
+        if series is None:
+            self._unknown(group, key)
+            return
+        for value, attributes in points:
+            if value is not None:
+                self._write(series, group, key, value, attributes)
+
+    def _group(self, group: str) -> dict[str, _Series] | None:
+        series_by_key = self.groups.get(group)
+        if series_by_key is None:
+            warn_once(
+                f"record:{describe_key(group)}:group",
+                f"rlmetrics.record: no metric group {describe_key(group)} is declared; declare "
+                "its specs before rlmetrics.start()",
+            )
+        return series_by_key
+
+    def _unknown(self, group: str, key: Any) -> None:
+        warn_once(
+            f"record:{group}:unknown-key",
+            f"rlmetrics.record: {describe_key(key)} is not a declared key of group {group!r}; "
+            "dropped (later unknown keys of this group are reported at DEBUG)",
+        )
+
+    def _write(
+        self, series: _Series, group: str, key: str, value: Any, attributes: Any
+    ) -> None:
+        if series.observable:
+            warn_once(
+                f"record:{group}:{key}:observable",
+                f"rlmetrics.record: {series.spec.name!r} is a {series.spec.kind.value}, "
+                "exported through its callback; not recordable",
+            )
+            return
+        point = series.point(value, attributes, series.admitted)
+        if isinstance(point, str):
+            warn_once(
+                f"record:{group}:{key}:dropped",
+                f"rlmetrics.record: {series.spec.name} (key {key!r}) dropped a value: {point}",
+            )
+            return
+        number, attr_key, attr_dict = point
+        if series.instrument is None:
+            self._bind(series)
+        if series.gauge:
+            series.table[attr_key] = self._observation(number, attr_dict)
+        else:
+            series.write(number, attr_dict)  # type: ignore[misc]
 
     def retract(self, group: str, key: str, attributes: Mapping[str, str] | None) -> None:
         series = self.groups[group][key]
-        if series.spec.kind is not Kind.GAUGE:
+        if not series.gauge:
             warn_once(
                 f"retract:{group}:{key}",
                 f"rlmetrics.retract: only gauges can retract an attribute set; "
@@ -213,8 +285,8 @@ class Session:
         def observe(_options: Any) -> list[Any]:
             if not self.active:
                 return []
-            if spec.kind is Kind.GAUGE:
-                return [self._observation(v, a) for v, a in series.gauge_snapshot()]
+            if series.gauge:
+                return series.gauge_snapshot()
             try:
                 observed = list(spec.callback())  # type: ignore[misc]
             except Exception:
@@ -230,7 +302,7 @@ class Session:
 
     def _observations(self, series: _Series, observed: list[Any]) -> Iterator[Any]:
         spec = series.spec
-        seen: set[AttributeSet] = set()  # the cap applies to one collection's attribute sets
+        seen: dict[AttributeSet, dict[str, str]] = {}  # the cap applies to one collection
         for item in observed:
             try:
                 value, attributes = item

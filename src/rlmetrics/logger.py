@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from ._fork import forget_in_child
-from ._warn import describe_value, warn_once
+from ._warn import warn_once
 from .backends import Backend, available_backends
 from .backends.worker import DEFAULT_QUEUE_SIZE, BackendWorker, is_inline
 from .events import (
@@ -26,91 +26,15 @@ from .events import (
     EfficiencySummary,
     RolloutEvent,
 )
+from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
 from .plugins import hooks
 from .routing import routes_for
-from .values import readable_items
 
 __all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logger", "flatten"]
 
 #: How long ``Logger.finish()`` waits for queued backends to write what they hold.
 DEFAULT_FINISH_TIMEOUT_S = 30.0
-
-#: Keys one logged dict may flatten to. A dict past it (a runaway nested structure) keeps its
-#: first MAX_FLAT_KEYS keys; the overflow is reported once.
-MAX_FLAT_KEYS = 10_000
-_MAX_DEPTH = 32
-# Exact types that are never mappings: the common leaves skip the ABC check.
-_LEAVES = frozenset({float, int, str, bool, type(None), list, tuple, bytes})
-
-
-def _is_mapping(value: Any) -> bool:
-    kind = type(value)
-    if kind is dict:
-        return True
-    if kind in _LEAVES:
-        return False
-    try:
-        return isinstance(value, Mapping)
-    except Exception:
-        return False
-
-
-def _key_name(key: Any) -> str:
-    if type(key) is str:
-        return key  # type: ignore[no-any-return]
-    try:
-        return str(key)
-    except Exception:
-        return f"<{type(key).__name__}>"
-
-
-def flatten(metrics: Mapping[Any, Any], sep: str = "/") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` → ``{"a/b": 1}``; keys become strings. Never raises.
-
-    A mapping that contains itself is not entered again (the cycle is cut), nesting stops at
-    32 levels, at most :data:`MAX_FLAT_KEYS` keys are kept, and an entry that cannot be read
-    is skipped on its own; each is reported once.
-    """
-    flat: dict[str, Any] = {}
-    on_path: set[int] = set()
-
-    def walk(node: Mapping[Any, Any], path: str, depth: int) -> bool:
-        on_path.add(id(node))
-        try:
-            for key, value in readable_items(node):
-                name = _key_name(key)
-                full = f"{path}{sep}{name}" if path else name
-                if depth < _MAX_DEPTH and _is_mapping(value):
-                    if id(value) in on_path:
-                        warn_once(
-                            "flatten:cycle",
-                            "rlmetrics: a logged mapping contains itself; the cycle is cut",
-                        )
-                    elif not walk(value, full, depth + 1):
-                        return False
-                    continue
-                if len(flat) >= MAX_FLAT_KEYS:
-                    warn_once(
-                        "flatten:too-many-keys",
-                        f"rlmetrics: a logged dict flattens to more than {MAX_FLAT_KEYS} keys; "
-                        "the rest are dropped",
-                    )
-                    return False
-                flat[full] = value
-        finally:
-            on_path.discard(id(node))
-        return True
-
-    if _is_mapping(metrics):
-        walk(metrics, "", 0)
-    else:
-        warn_once(
-            "flatten:not-a-mapping",
-            f"rlmetrics: log_metrics takes a mapping, got {describe_value(metrics)}; dropped",
-        )
-    return flat
-
 
 class Logger:
     """Fan a training loop's metrics out to backends and to the telemetry plugins.
@@ -178,15 +102,25 @@ class Logger:
         """Log one dict under ``prefix``. Never raises."""
         try:
             flat = flatten(metrics)
-            prefix = _key_name(prefix) if prefix else ""
-            routes = [route for route in routes_for(prefix) if route.wants(flat)]
-            if any(route.wall_clock for route in routes):
+            prefix = key_text(prefix) if prefix else ""
+            wanted = hooks().wanted
+            # A route whose hook only tees implement is skipped while telemetry is off (no
+            # scan, no parse); a wall-clock stream is still stamped for the backends.
+            routes = [
+                (route, selected)
+                for route in routes_for(prefix)
+                if (route.wall_clock or wanted(route.hook))
+                and (selected := route.select(flat)) is not None
+            ]
+            if any(route.wall_clock for route, _ in routes):
                 flat.setdefault(WALL_TIME_KEY, time.time())
 
             def deliver(plugins: Hooks) -> None:
-                for route in routes:
+                for route, selected in routes:
+                    if not plugins.wanted(route.hook):
+                        continue  # only tees implement it and telemetry is off: skip parsing
                     try:  # a dict its route cannot parse still reaches log_metrics
-                        payload = route.parse(prefix, flat)
+                        payload = route.parse(prefix, selected)
                     except Exception:
                         warn_once(
                             f"route:{route.hook}",

@@ -127,6 +127,7 @@ class Plugins:
                 self.pm.unregister(plugin)
             return str(exc)
         guard_implementations(self.pm, plugin)
+        self.hooks.changed()
         return None
 
     def hooks_of(self, name: str) -> tuple[str, ...]:

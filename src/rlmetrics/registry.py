@@ -33,6 +33,7 @@ __all__ = [
     "is_exporting",
     "record",
     "record_declared",
+    "record_points",
     "retract",
 ]
 
@@ -218,6 +219,25 @@ class MetricRegistry:
                 f"rlmetrics.record({describe_key(group)}) failed; values dropped",
             )
 
+    def record_points(
+        self,
+        group: str,
+        key: str,
+        points: Iterable[tuple[Any, Mapping[str, str] | None]],
+    ) -> None:
+        """Record several ``(value, attributes)`` points of one series (a dimensioned gauge
+        updated for every attribute set at once). Never raises; skips None."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            session.record_points(group, key, points)
+        except Exception:
+            warn_once(
+                f"record:{describe_key(group)}",
+                f"rlmetrics.record({describe_key(group)}) failed; values dropped",
+            )
+
     def record_declared(
         self,
         group: str,
@@ -284,6 +304,14 @@ def record(
 ) -> None:
     """Record ``values`` by registry key; a no-op unless telemetry is exporting. Never raises."""
     _default.record(group, values, attributes)
+
+
+def record_points(
+    group: str, key: str, points: Iterable[tuple[Any, Mapping[str, str] | None]]
+) -> None:
+    """Record several ``(value, attributes)`` points of one series by registry key; a no-op
+    unless telemetry is exporting. Never raises."""
+    _default.record_points(group, key, points)
 
 
 def record_declared(

@@ -31,8 +31,9 @@ __all__ = ["ROUTES", "Route", "routes_for"]
 @attrs.frozen
 class Route:
     """Dicts logged under one of ``prefixes`` (and, if ``key_prefix`` is set, carrying a key
-    that starts with it) are parsed by ``parse(prefix, flat)`` and handed to ``deliver(hooks,
-    payload, step)``; ``hook`` names the hook for listings.
+    that starts with it) are parsed by ``parse(prefix, selected)`` — ``selected`` is the dict,
+    or only its ``key_prefix`` keys — and handed to ``deliver(hooks, payload, step)``;
+    ``hook`` names the hook for listings.
 
     ``wall_clock`` marks an event stream whose axis is Unix time, not the trainer step: a dict
     logged without ``telemetry/wall_time_seconds`` is stamped with the time it was logged,
@@ -46,9 +47,14 @@ class Route:
     key_prefix: str | None = None
     wall_clock: bool = False
 
-    def wants(self, flat: Mapping[str, Any]) -> bool:
+    def select(self, flat: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """What this route parses of ``flat`` (one pass over its keys), or None if the dict
+        is not this route's."""
         key_prefix = self.key_prefix
-        return key_prefix is None or any(key.startswith(key_prefix) for key in flat)
+        if key_prefix is None:
+            return flat
+        selected = {key: value for key, value in flat.items() if key.startswith(key_prefix)}
+        return selected or None
 
 
 ROUTES: tuple[Route, ...] = (

@@ -57,6 +57,8 @@ _LLAMA = {
     "num_hidden_layers": 2,
     "num_attention_heads": 2,
     "num_key_value_heads": 1,
+    # The fixture's vLLM exposition was made with this length (its histogram buckets follow
+    # it); the CPU engine tests write a longer model (``write_tiny_model(max_positions=...)``).
     "max_position_embeddings": 128,
     "bos_token_id": 1,
     "eos_token_id": 2,
@@ -99,9 +101,10 @@ def write_tiny_config(directory: Path) -> Path:
     return directory
 
 
-def write_tiny_model(directory: Path, seed: int = 0) -> Path:
+def write_tiny_model(directory: Path, seed: int = 0, max_positions: int = 128) -> Path:
     """A complete, servable model folder: the tiny Llama with random weights (safetensors) and
-    a word-level tokenizer over ``<unk> <s> </s> w3 … w255`` (``tokenizer.json``)."""
+    a word-level tokenizer over ``<unk> <s> </s> w3 … w255`` (``tokenizer.json``), taking
+    sequences of up to ``max_positions`` tokens."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -119,6 +122,7 @@ def write_tiny_model(directory: Path, seed: int = 0) -> Path:
         pad_token="</s>",
     ).save_pretrained(directory)
     settings = {k: v for k, v in _LLAMA.items() if k not in ("architectures", "model_type")}
+    settings["max_position_embeddings"] = max_positions
     torch.manual_seed(seed)
     LlamaForCausalLM(LlamaConfig(**settings)).save_pretrained(directory)
     return directory

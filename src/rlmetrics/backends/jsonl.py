@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from .. import hookimpl
 from .._warn import logger
+from ..flatten import key_text
 from ..values import as_plain
 
 __all__ = ["JsonlBackend", "read_jsonl", "register_backends", "to_json_value"]
@@ -85,13 +86,16 @@ class JsonlBackend:
             self._file.flush()
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
-        row = {
-            "time": time.time(),
-            "step": to_json_value(step),
-            "prefix": prefix,
-            "metrics": {str(k): to_json_value(v) for k, v in metrics.items()},
-        }
-        line = json.dumps(row, allow_nan=False) + "\n"
+        row = {"time": time.time(), "step": step, "prefix": prefix, "metrics": metrics}
+        try:
+            # Almost every row is plain numbers and strings, which json encodes as they are;
+            # only a row it refuses (NaN, a tensor, a huge int...) is converted value by value.
+            line = json.dumps(row, allow_nan=False) + "\n"
+        except Exception:
+            row["step"] = to_json_value(step)
+            row["prefix"] = to_json_value(prefix)
+            row["metrics"] = {key_text(k): to_json_value(v) for k, v in metrics.items()}
+            line = json.dumps(row, allow_nan=False) + "\n"
         with self._lock:
             if self._file is None:
                 raise ValueError(f"JSONL backend {self.path} is finished")

@@ -25,7 +25,7 @@ from typing import ClassVar
 from .. import hookimpl
 from .._warn import warn_once
 from ..events import EfficiencySummary
-from ..registry import declare, is_exporting, record
+from ..registry import declare, is_exporting, record, record_points
 from ..spec import OPEN, Kind, MetricSpec
 
 __all__ = [
@@ -162,13 +162,26 @@ def step_seconds(summary: EfficiencySummary) -> dict[str, float]:
     return seconds
 
 
-@hookimpl
+# Each known category's attributes, built once: the family records them every step.
+_CATEGORY_ATTRIBUTES = {
+    category: {
+        CATEGORY_ATTR: category,
+        MEASUREMENT_ATTR: measurement,
+        WINDOW_ATTR: efficiency_window(category, measurement),
+        BUCKET_ATTR: efficiency_bucket(category),
+    }
+    for category, measurement in _MEASUREMENTS.items()
+}
+
+
+@hookimpl(tee=True)
 def on_efficiency_summary(summary: EfficiencySummary) -> None:
     if not is_exporting():
         return
+    points = []
     for category, seconds in step_seconds(summary).items():
-        measurement = _MEASUREMENTS.get(category)
-        if measurement is None:
+        attributes = _CATEGORY_ATTRIBUTES.get(category)
+        if attributes is None:
             warn_once(
                 "efficiency:unknown-category",
                 f"rlmetrics: efficiency category {category!r} has no known "
@@ -176,16 +189,8 @@ def on_efficiency_summary(summary: EfficiencySummary) -> None:
                 "categories are reported at DEBUG",
             )
             continue
-        record(
-            GROUP,
-            {SECONDS: seconds},
-            {
-                CATEGORY_ATTR: category,
-                MEASUREMENT_ATTR: measurement,
-                WINDOW_ATTR: efficiency_window(category, measurement),
-                BUCKET_ATTR: efficiency_bucket(category),
-            },
-        )
+        points.append((seconds, attributes))
+    record_points(GROUP, SECONDS, points)
     pct = efficiency_pct(summary)
     if pct is not None:
         record(GROUP, {PCT: pct[0]}, {MEASUREMENT_ATTR: WALL_CLOCK, WINDOW_ATTR: pct[1]})

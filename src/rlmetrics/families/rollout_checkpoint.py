@@ -244,7 +244,7 @@ def attempt_attributes(event: CheckpointOutcome) -> dict[str, str]:
     return {OUTCOME_ATTR: event.outcome, REASON_ATTR: reason if reason in REASONS else "other"}
 
 
-@hookimpl
+@hookimpl(tee=True)
 def on_rollout_checkpoint(event: RolloutEvent) -> None:
     if not is_exporting():
         return

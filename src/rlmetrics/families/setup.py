@@ -35,7 +35,7 @@ declare(
     ],
 )
 
-@hookimpl
+@hookimpl(tee=True)
 def on_setup_timing(timings: SetupTimings) -> None:
     if not is_exporting():
         return

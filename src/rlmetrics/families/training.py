@@ -68,7 +68,7 @@ tee_scalar(
 )
 
 
-@hookimpl
+@hookimpl(tee=True)
 def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
     if prefix in TRAIN_PREFIXES:
         record_declared(GROUP, metrics)

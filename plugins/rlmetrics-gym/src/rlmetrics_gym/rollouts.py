@@ -470,7 +470,7 @@ def telemetry_started() -> None:
         _verify.completed = _verify.total = 0
 
 
-@hookimpl
+@hookimpl(tee=True)
 def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
     """A rollout result dict logged under :data:`ROLLOUT_PREFIX`: the attempt's outcome
     counters and, when it carries ``duration_ms``, the rollout duration."""

@@ -92,7 +92,7 @@ _mean_steps: dict[str, int] = {}
 _mean_steps_lock = threading.Lock()
 
 
-@hookimpl
+@hookimpl(tee=True)
 def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
     """Mirror a train dict's ``vllm/*`` keys into ``rl.vllm.*``."""
     if not is_exporting():

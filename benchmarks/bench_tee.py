@@ -1,0 +1,299 @@
+"""The tee at the cost of hand-written OpenTelemetry calls: every case against its baseline.
+
+    python benchmarks/bench_tee.py [--rounds 31] [--quick] [--update-readme]
+
+Run it in each SDK's bench env (``tox -e bench-otel144,bench-otel1451,bench-otel1452``):
+``--update-readme`` rewrites this SDK's table in benchmarks/README.md. Every case logs the
+realistic 60-key GRPO step of ``grpo_step.py`` with the core's built-in families on (every
+installed plugin too with ``--all-families``) and one in-memory reader; each baseline does by
+hand what the case does (the same 16 series, with the same attributes, through raw SDK
+calls). Ratios are per round, rounds alternate A B / B A
+(``_harness.py``); read the median, and the spread for how noisy the machine was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import os
+import platform
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from _harness import Comparison, compare
+from grpo_step import GRPO_STEP
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+import rlmetrics
+from rlmetrics.testing import in_memory_telemetry, isolated_state
+
+HERE = Path(__file__).resolve().parent
+README = HERE / "README.md"
+
+#: (case, baseline, goal) per row; the goal is the median ratio the project holds itself to.
+GOALS = {
+    "log_metrics, no backend": 1.0,
+    "log_metrics, JSONL backend": 1.0,
+    "one step + one collection": 1.3,
+    "record() counter": 1.2,
+    "record() histogram": 1.2,
+    "Logger + JSONL, telemetry not started": 1.5,
+    "import rlmetrics (CPU, fresh process)": 1.2,
+}
+
+_EFFICIENCY = {
+    "init/total": ("wall_clock", "run", "overhead"),
+    "idle/buffer_starvation": ("wall_clock", "step", "idle"),
+    "idle/refit_bubble": ("wall_clock", "step", "idle"),
+    "idle/validation": ("wall_clock", "step", "idle"),
+    "idle/refit_event_wait": ("collector_wall_clock", "run", "idle"),
+    "idle/generation_limit_pause": ("collector_wall_clock", "run", "idle"),
+    "idle/buffer_full_backoff": ("thread_seconds", "run", "idle"),
+    "wasted/failed_trajectory": ("thread_seconds", "run", "wasted"),
+}
+_TRAINING = {
+    "reward": "rl.reward.mean",
+    "loss": "rl.policy.loss",
+    "kl_penalty": "rl.kl.divergence",
+    "grad_norm": "rl.grad_norm",
+    "lr": "rl.learning_rate",
+    "approx_entropy": "rl.entropy",
+    "critic/loss": "rl.value.loss",
+}
+
+
+class RawTee:
+    """The 16 series of GRPO_STEP written by hand with raw SDK calls: what rlmetrics replaces."""
+
+    def __init__(self) -> None:
+        self.reader = InMemoryMetricReader()
+        self.provider = MeterProvider(metric_readers=[self.reader], shutdown_on_exit=False)
+        meter = self.provider.get_meter("raw")
+        self.gauges = {key: meter.create_gauge(name) for key, name in _TRAINING.items()}
+        self.seconds = meter.create_gauge("rl.efficiency.seconds", unit="s")
+        self.pct = meter.create_gauge("rl.efficiency.pct", unit="%")
+        self.category_attributes = {
+            category: {
+                "rl.efficiency.category": category,
+                "rl.efficiency.measurement": measurement,
+                "rl.efficiency.window": window,
+                "rl.bucket": bucket,
+            }
+            for category, (measurement, window, bucket) in _EFFICIENCY.items()
+        }
+        self.pct_attributes = {
+            "rl.efficiency.measurement": "wall_clock",
+            "rl.efficiency.window": "step",
+        }
+
+    def step(self, metrics: dict[str, Any]) -> None:
+        for key, gauge in self.gauges.items():
+            gauge.set(metrics[key])
+        for category, attributes in self.category_attributes.items():
+            self.seconds.set(metrics[f"efficiency/{category}_s"], attributes)
+        self.pct.set(metrics["efficiency/efficiency_pct"], self.pct_attributes)
+
+    def collect(self) -> None:
+        self.reader.get_metrics_data()
+
+
+def _write_json_row(handle: io.TextIOBase, metrics: dict[str, Any], step: int) -> None:
+    """What a hand-written JSONL logger does per step."""
+    row = {"time": time.time(), "step": step, "prefix": "train", "metrics": metrics}
+    handle.write(json.dumps(row) + "\n")
+    handle.flush()
+
+
+def _child_cpu(code: str) -> float:
+    """CPU seconds (user + system) of a fresh interpreter running ``code``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", code], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _import_rounds(rounds: int) -> Comparison:
+    ratios, case_times, base_times = [], [], []
+    for index in range(rounds):
+        order = ("case", "base") if index % 2 == 0 else ("base", "case")
+        code = {"case": "import rlmetrics", "base": "import pluggy, attrs, logging"}
+        took = {side: _child_cpu(code[side]) for side in order}
+        ratios.append(took["case"] / took["base"])
+        case_times.append(took["case"])
+        base_times.append(took["base"])
+    return Comparison(tuple(ratios), statistics.median(case_times), statistics.median(base_times))
+
+
+def measure(rounds: int, number: int) -> dict[str, Comparison]:
+    results: dict[str, Comparison] = {}
+    raw = RawTee()
+    workdir = Path(tempfile.mkdtemp(prefix="rlmetrics-bench-"))
+    step = dict(GRPO_STEP)
+
+    # -- telemetry not started: the Logger and JSONL alone -----------------------------------
+    with isolated_state():
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": workdir / "off.jsonl"}})
+        with open(workdir / "off-raw.jsonl", "a", encoding="utf-8") as handle:
+            results["Logger + JSONL, telemetry not started"] = compare(
+                lambda: logger.log_metrics(step, step=1, prefix="train"),
+                lambda: _write_json_row(handle, step, 1),
+                number=number,
+                rounds=rounds,
+            )
+        logger.finish()
+
+    # -- telemetry started, every installed family on ----------------------------------------
+    with isolated_state():
+        rlmetrics.declare(
+            "bench",
+            [
+                rlmetrics.MetricSpec("bench.counter", rlmetrics.Kind.COUNTER, key="counter"),
+                rlmetrics.MetricSpec(
+                    "bench.histogram", rlmetrics.Kind.HISTOGRAM, unit="s", key="histogram",
+                    buckets=[0.1, 1, 10],
+                ),
+            ],
+        )
+        with in_memory_telemetry() as (_handle, reader):
+            quiet = rlmetrics.Logger(backends={})
+            results["log_metrics, no backend"] = compare(
+                lambda: quiet.log_metrics(step, step=1, prefix="train"),
+                lambda: raw.step(step),
+                number=number,
+                rounds=rounds,
+            )
+            writer = rlmetrics.Logger(backends={"jsonl": {"path": workdir / "on.jsonl"}})
+            with open(workdir / "on-raw.jsonl", "a", encoding="utf-8") as handle:
+
+                def raw_with_json() -> None:
+                    raw.step(step)
+                    _write_json_row(handle, step, 1)
+
+                results["log_metrics, JSONL backend"] = compare(
+                    lambda: writer.log_metrics(step, step=1, prefix="train"),
+                    raw_with_json,
+                    number=number,
+                    rounds=rounds,
+                )
+
+            def ours_and_collect() -> None:
+                quiet.log_metrics(step, step=1, prefix="train")
+                reader.get_metrics_data()
+
+            def raw_and_collect() -> None:
+                raw.step(step)
+                raw.collect()
+
+            results["one step + one collection"] = compare(
+                ours_and_collect, raw_and_collect, number=max(1, number // 10), rounds=rounds
+            )
+            meter = raw.provider.get_meter("raw-record")
+            raw_counter = meter.create_counter("raw.counter")
+            raw_histogram = meter.create_histogram("raw.histogram", unit="s")
+            results["record() counter"] = compare(
+                lambda: rlmetrics.record("bench", {"counter": 1}),
+                lambda: raw_counter.add(1),
+                number=number * 4,
+                rounds=rounds,
+            )
+            results["record() histogram"] = compare(
+                lambda: rlmetrics.record("bench", {"histogram": 0.5}),
+                lambda: raw_histogram.record(0.5),
+                number=number * 4,
+                rounds=rounds,
+            )
+            scaling = {}
+            for keys in (10, 100, 1000):
+                wide = {f"scalar/{i}": float(i) for i in range(keys)}
+                timed = compare(
+                    lambda wide=wide: writer.log_metrics(wide, step=1, prefix="train"),
+                    lambda: None,
+                    number=max(1, number * 10 // keys),
+                    rounds=max(3, rounds // 3),
+                )
+                scaling[keys] = timed.case_s
+            writer.finish()
+    results["import rlmetrics (CPU, fresh process)"] = _import_rounds(max(5, rounds // 2))
+    global _SCALING
+    _SCALING = scaling
+    return results
+
+
+_SCALING: dict[int, float] = {}
+
+
+def table(results: dict[str, Comparison], families: str) -> str:
+    sdk = version("opentelemetry-sdk")
+    header = (
+        f"OTel SDK {sdk}, CPython {platform.python_version()}, {os.cpu_count()} cores, "
+        f"{datetime.date.today().isoformat()}, {families}"
+    )
+    lines = [
+        f"#### {header}",
+        "",
+        "| case | ratio min | median | max | goal | case | baseline |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, result in results.items():
+        low, mid, high = result.spread
+        goal = GOALS[name]
+        met = "met" if mid <= goal else "**missed**"
+        lines.append(
+            f"| {name} | {low:.2f} | **{mid:.2f}** | {high:.2f} | ≤{goal} {met} "
+            f"| {result.case_s * 1e6:.1f} µs | {result.base_s * 1e6:.1f} µs |"
+        )
+    per_key = ", ".join(
+        f"{keys} keys: {seconds / keys * 1e6:.2f} µs/key" for keys, seconds in _SCALING.items()
+    )
+    lines += ["", f"Scaling (log_metrics + JSONL, untreed keys): {per_key}."]
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(block: str) -> None:
+    sdk = version("opentelemetry-sdk")
+    start, end = f"<!-- bench-tee:{sdk}:start -->", f"<!-- bench-tee:{sdk}:end -->"
+    text = README.read_text()
+    section = f"{start}\n{block}{end}"
+    if start in text:
+        pattern = re.escape(start) + r".*?" + re.escape(end)
+        text = re.sub(pattern, lambda _match: section, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    README.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--all-families", action="store_true", help="load every installed plugin, not only the core"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=31, help="rounds per case (odd: a true median)"
+    )
+    parser.add_argument("--number", type=int, default=500, help="calls per side per round")
+    parser.add_argument("--quick", action="store_true", help="5 rounds of 100 calls (a smoke run)")
+    parser.add_argument("--update-readme", action="store_true", help="rewrite this SDK's table")
+    args = parser.parse_args()
+    if not args.all_families:
+        os.environ["RLMETRICS_PLUGINS"] = ""  # an empty allow-list: the core's built-ins only
+    rounds, number = (5, 100) if args.quick else (args.rounds, args.number)
+    families = "every installed family" if args.all_families else "the core's families"
+    block = table(measure(rounds, number), families)
+    sys.stdout.write(block)
+    if args.update_readme:
+        update_readme(block)
+
+
+if __name__ == "__main__":
+    main()
