@@ -62,7 +62,8 @@ def _fields(metrics: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 
 def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
-    return {k: n for k, v in _fields(values) if (n := as_number(v)) is not None}
+    items = values.items() if type(values) is dict else _fields(values)
+    return {k: n for k, v in items if type(k) is str and (n := as_number(v)) is not None}
 
 
 # Longest first: "generation_init_time_s" must lose "_time_s", not just "_s".

@@ -201,12 +201,23 @@ class Session:
         series_by_key = self._group(group)
         if series_by_key is None:
             return
+        observation = self._observation
         for key, value in values.items():
             if value is None:
                 continue
             series = series_by_key.get(key)
             if series is None:
                 self._unknown(group, key)
+            elif (
+                series.gauge
+                and type(value) is float
+                and value - value == 0
+                and not attributes
+                and series.instrument is not None
+            ):
+                # The commonest point of all, a finite float on an unlabelled gauge that
+                # already has its instrument, written without a call.
+                series.table[_NO_KEY] = observation(value)
             else:
                 self._write(series, group, key, value, attributes)
 
