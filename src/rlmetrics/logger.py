@@ -2,9 +2,8 @@
 
 Each logged dict is flattened, written by every configured backend first, then handed to the
 plugins: to a typed hook where the routing table (:mod:`rlmetrics.routing`) recognises it, and
-always to ``log_metrics``. Every backend and every
-plugin runs in its own guard, so one failing tracker never costs the others a step, and
-nothing raises into the training loop.
+always to ``log_metrics``. Every backend and every plugin runs in its own guard, so one failing
+tracker never costs the others a step, and nothing raises into the training loop.
 """
 
 from __future__ import annotations
@@ -15,21 +14,15 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from . import routing
 from ._fork import forget_in_child
 from ._warn import warn_once
 from .backends import Backend, available_backends
 from .backends.worker import DEFAULT_QUEUE_SIZE, BackendWorker, is_inline
-from .events import (
-    SETUP_TIMING_PREFIX,
-    TRAIN_PREFIXES,
-    WALL_TIME_KEY,
-    EfficiencySummary,
-    RolloutEvent,
-)
+from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
 from .plugins import hooks
-from .routing import routes_for
 
 __all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logger", "flatten"]
 
@@ -103,34 +96,10 @@ class Logger:
         try:
             flat = flatten(metrics)
             prefix = key_text(prefix) if prefix else ""
-            wanted = hooks().wanted
-            # A route whose hook only tees implement is skipped while telemetry is off (no
-            # scan, no parse); a wall-clock stream is still stamped for the backends.
-            routes = [
-                (route, selected)
-                for route in routes_for(prefix)
-                if (route.wall_clock or wanted(route.hook))
-                and (selected := route.select(flat)) is not None
-            ]
-            if any(route.wall_clock for route, _ in routes):
-                flat.setdefault(WALL_TIME_KEY, time.time())
-
-            def deliver(plugins: Hooks) -> None:
-                for route, selected in routes:
-                    if not plugins.wanted(route.hook):
-                        continue  # only tees implement it and telemetry is off: skip parsing
-                    try:  # a dict its route cannot parse still reaches log_metrics
-                        payload = route.parse(prefix, selected)
-                    except Exception:
-                        warn_once(
-                            f"route:{route.hook}",
-                            f"rlmetrics: a dict logged under {prefix!r} could not be read for "
-                            f"{route.hook}; that hook misses it, log_metrics still gets it",
-                        )
-                        continue
-                    route.deliver(plugins, payload, step)
-
-            self._log(flat, step, prefix, deliver)
+            taken = routing.take(prefix, flat, hooks().wanted)
+            self._log(
+                flat, step, prefix, lambda plugins: routing.deliver(taken, plugins, prefix, step)
+            )
         except Exception:
             warn_once("logger:log_metrics", "rlmetrics: Logger.log_metrics failed; step dropped")
 

@@ -9,23 +9,26 @@ families' business.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from ._warn import warn_once
 from .events import (
     EFFICIENCY_PREFIX,
     ROLLOUT_EVENT_TYPES,
     SETUP_TIMING_PREFIX,
     TRAIN_PREFIXES,
+    WALL_TIME_KEY,
     EfficiencySummary,
     SetupTimings,
     rollout_event_from_metrics,
 )
 from .hooks import Hooks
 
-__all__ = ["ROUTES", "Route", "routes_for"]
+__all__ = ["ROUTES", "Route", "Taken", "deliver", "routes_for", "take"]
 
 
 @attrs.frozen
@@ -90,6 +93,46 @@ def _index(routes: Iterable[Route]) -> dict[str, tuple[Route, ...]]:
 
 
 _BY_PREFIX = _index(ROUTES)
+
+
+#: The routes one dict takes, each with what it selected of the dict.
+Taken = list[tuple[Route, Mapping[str, Any]]]
+
+
+def take(prefix: str, flat: dict[str, Any], wanted: Callable[[str], bool]) -> Taken:
+    """The routes a dict logged under ``prefix`` takes, before any backend sees it.
+
+    A route whose hook is not ``wanted`` (only tees implement it and telemetry is off) is not
+    even scanned for; a wall-clock stream's dict without a wall time is stamped here, so the
+    backends and the hook agree on it.
+    """
+    taken = [
+        (route, selected)
+        for route in routes_for(prefix)
+        if (route.wall_clock or wanted(route.hook))
+        and (selected := route.select(flat)) is not None
+    ]
+    if any(route.wall_clock for route, _ in taken):
+        flat.setdefault(WALL_TIME_KEY, time.time())
+    return taken
+
+
+def deliver(taken: Taken, hooks: Hooks, prefix: str, step: int) -> None:
+    """Parse each taken route's payload and call its hook; a dict a route cannot parse costs
+    that hook only (``log_metrics`` still gets it)."""
+    for route, selected in taken:
+        if not hooks.wanted(route.hook):
+            continue
+        try:
+            payload = route.parse(prefix, selected)
+        except Exception:
+            warn_once(
+                f"route:{route.hook}",
+                f"rlmetrics: a dict logged under {prefix!r} could not be read for "
+                f"{route.hook}; that hook misses it, log_metrics still gets it",
+            )
+            continue
+        route.deliver(hooks, payload, step)
 
 
 def routes_for(prefix: str) -> tuple[Route, ...]:
