@@ -48,6 +48,8 @@ def test_stages_before_telemetry_are_recorded_by_the_first_mark_while_exporting(
     }
     point = by_stage["load_config"]
     assert (point.unit, point.kind, point.count) == ("ms", "histogram", 1)
+    # Its own buckets, from a reused venv to a model load: not the SDK's 0-10000 defaults.
+    assert point.bounds[0] == 1.0 and point.bounds[-1] == 1_800_000.0
     assert point.attributes == {
         NAME: "math_with_judge",
         TYPE: "resources_servers",

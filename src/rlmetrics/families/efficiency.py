@@ -30,6 +30,7 @@ from ..spec import OPEN, Kind, MetricSpec
 
 __all__ = [
     "COLLECTOR_WALL_CLOCK",
+    "MEASUREMENTS",
     "GROUP",
     "RUN_WINDOW",
     "STEP_WINDOW",
@@ -58,7 +59,8 @@ STEP_WINDOW = "step"
 RUN_WINDOW = "run"
 INIT_TOTAL = "init/total"
 
-_MEASUREMENTS = {
+#: Each known category and the clock that measures it.
+MEASUREMENTS = {
     INIT_TOTAL: WALL_CLOCK,
     "idle/buffer_starvation": WALL_CLOCK,
     "idle/refit_bubble": WALL_CLOCK,
@@ -130,7 +132,7 @@ def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
     waste = sum(
         seconds
         for category, seconds in summary.seconds.items()
-        if _MEASUREMENTS.get(category) == WALL_CLOCK
+        if MEASUREMENTS.get(category) == WALL_CLOCK
         and (window == RUN_WINDOW or efficiency_window(category, WALL_CLOCK) == STEP_WINDOW)
     )
     if total <= 0:
@@ -139,7 +141,7 @@ def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
 
 
 _STEP_CATEGORIES = tuple(
-    c for c, m in _MEASUREMENTS.items() if efficiency_window(c, m) == STEP_WINDOW
+    c for c, m in MEASUREMENTS.items() if efficiency_window(c, m) == STEP_WINDOW
 )
 
 
@@ -170,7 +172,7 @@ _CATEGORY_ATTRIBUTES = {
         WINDOW_ATTR: efficiency_window(category, measurement),
         BUCKET_ATTR: efficiency_bucket(category),
     }
-    for category, measurement in _MEASUREMENTS.items()
+    for category, measurement in MEASUREMENTS.items()
 }
 
 
@@ -185,7 +187,7 @@ def on_efficiency_summary(summary: EfficiencySummary) -> None:
             warn_once(
                 "efficiency:unknown-category",
                 f"rlmetrics: efficiency category {category!r} has no known "
-                f"measurement (known: {sorted(_MEASUREMENTS)}); not exported. Later unknown "
+                f"measurement (known: {sorted(MEASUREMENTS)}); not exported. Later unknown "
                 "categories are reported at DEBUG",
             )
             continue
@@ -211,7 +213,7 @@ class _CategoryTimer:
         if category not in self.CATEGORIES:
             raise ValueError(
                 f"{type(self).__name__} times {sorted(self.CATEGORIES)}; {category!r} is not one "
-                f"of them (measurements: {_MEASUREMENTS})"
+                f"of them (measurements: {MEASUREMENTS})"
             )
 
     @contextlib.contextmanager
@@ -236,7 +238,7 @@ class EfficiencyTimer(_CategoryTimer):
     """
 
     CATEGORIES: ClassVar[frozenset[str]] = frozenset(
-        c for c, m in _MEASUREMENTS.items() if m == WALL_CLOCK
+        c for c, m in MEASUREMENTS.items() if m == WALL_CLOCK
     )
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -282,7 +284,7 @@ class CollectorTimer(_CategoryTimer):
     """
 
     CATEGORIES: ClassVar[frozenset[str]] = frozenset(
-        c for c, m in _MEASUREMENTS.items() if m != WALL_CLOCK
+        c for c, m in MEASUREMENTS.items() if m != WALL_CLOCK
     )
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:

@@ -57,8 +57,7 @@ _NOT_CATEGORIES = frozenset(
 
 def measurement_of(category: str) -> str | None:
     """The clock that measured an efficiency category (the efficiency family's table)."""
-    table: Mapping[str, str] = getattr(efficiency, "MEASUREMENTS", None) or efficiency._MEASUREMENTS
-    return table.get(category)
+    return efficiency.MEASUREMENTS.get(category)
 
 
 def _is_step_category(category: str) -> bool:

@@ -89,6 +89,7 @@ SPECS: tuple[MetricSpec, ...] = (
             WORKER_ATTR: {"true", "false"},
         },
         max_series=1000,
+        buckets=_BUCKETS,
     ),
 )
 
