@@ -375,3 +375,20 @@ def test_retracting_an_attribute_set_frees_its_slot_under_the_cap() -> None:
         rlmetrics.record(GROUP, {"gauge": 2.0}, {"phase": "e"})  # takes the freed slot
         found = {p.attributes["phase"]: p.value for p in points(reader) if p.name == "t.gauge"}
     assert found == {"b": 1.0, "c": 1.0, "e": 2.0}
+
+
+def test_a_prepared_attribute_set_records_like_its_mapping(caplog: Any) -> None:
+    _declare_all_kinds([])
+    prepared = frozenset({"phase": "load"}.items())
+    with caplog.at_level(logging.DEBUG, logger="rlmetrics"), in_memory_telemetry() as (_h, r):
+        rlmetrics.record(GROUP, {"gauge": 1.0}, prepared)
+        rlmetrics.record(GROUP, {"gauge": 2.0}, {"phase": "load"})  # the same series
+        rlmetrics.record(GROUP, {"gauge": 3.0}, frozenset({"not", "pairs"}))
+        rlmetrics.record(GROUP, {"gauge": 4.0}, frozenset({("undeclared", "x")}))
+        found = [p for p in points(r) if p.name == "t.gauge"]
+        rlmetrics.retract(GROUP, "gauge", prepared)
+        after = [p for p in points(r) if p.name == "t.gauge"]
+    assert [(p.attributes, p.value) for p in found] == [({"phase": "load"}, 2.0)]
+    assert after == []
+    assert "must hold (key, value) pairs" in caplog.text
+    assert "attribute 'undeclared' is not declared" in caplog.text

@@ -125,10 +125,11 @@ class EfficiencySummary:
     def from_metrics(cls, metrics: Mapping[str, Any]) -> EfficiencySummary:
         """Read the ``efficiency/*`` keys of a flat logger dict; other keys are ignored."""
         seconds: dict[str, Any] = {}
-        fields = dict(_fields(metrics))
+        fields = metrics if type(metrics) is dict else dict(_fields(metrics))
         start, end = len(EFFICIENCY_PREFIX), -len(_SECONDS_SUFFIX)
         for key, value in fields.items():
-            if key.endswith(_SECONDS_SUFFIX) and key.startswith(EFFICIENCY_PREFIX):
+            shaped = type(key) is str and key.endswith(_SECONDS_SUFFIX)
+            if shaped and key[:start] == EFFICIENCY_PREFIX:
                 category = key[start:end]
                 if category and category not in _NOT_CATEGORIES:
                     seconds[category] = value

@@ -79,7 +79,6 @@ def _report(plugin: str, hook: str, what: str = "raised") -> None:
 def _guard(function: Callable[..., Any], plugin: str, hook: str) -> Callable[..., Any]:
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        token = _current_plugin.set(plugin)
         try:
             return function(*args, **kwargs)
         except KeyboardInterrupt:
@@ -87,10 +86,20 @@ def _guard(function: Callable[..., Any], plugin: str, hook: str) -> Callable[...
         except BaseException:  # SystemExit from a plugin must not end the training job
             _report(plugin, hook)
             return None
+
+    if not hook.startswith("register_"):
+        return guarded
+
+    @functools.wraps(function)
+    def naming(*args: Any, **kwargs: Any) -> Any:
+        # A registration hook's ``register`` callback asks which plugin is offering.
+        token = _current_plugin.set(plugin)
+        try:
+            return guarded(*args, **kwargs)
         finally:
             _current_plugin.reset(token)
 
-    return guarded
+    return naming
 
 
 def _guard_wrapper(function: Callable[..., Any], plugin: str, hook: str) -> Callable[..., Any]:

@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from ._warn import describe_key, describe_value, warn_once
 from .spec import Kind
-from .values import INT64_MAX, INT64_MIN, AttributeSet, as_number, check_attributes, encodable
+from .values import (
+    INT64_MAX,
+    INT64_MIN,
+    Attributes,
+    AttributeSet,
+    as_number,
+    attribute_set,
+    check_attributes,
+    encodable,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
@@ -113,7 +122,8 @@ class _Series:
         if not attributes:
             return number, _NO_KEY, None
         try:
-            key = frozenset(attributes.items())
+            # A frozenset of (key, value) pairs is an attribute set prepared once by its caller.
+            key = attribute_set(attributes)
         except (AttributeError, TypeError):
             return f"attributes must be a mapping of str to str, got {type(attributes).__name__}"
         known = admitted.get(key, _MISSING)
@@ -121,7 +131,13 @@ class _Series:
             return number, key, known
         checked = self.valid.get(key)
         if checked is None:
-            problem = check_attributes(self.spec, attributes)
+            mapping = attributes
+            if attributes is key:
+                try:
+                    mapping = dict(key)
+                except (TypeError, ValueError):
+                    return "an attribute set must hold (key, value) pairs"
+            problem = check_attributes(self.spec, mapping)
             if isinstance(problem, str):
                 return problem
             if len(self.valid) >= _MAX_VALID:
@@ -196,7 +212,7 @@ class Session:
     # -- recording (the training loop's path) -------------------------------------------------
 
     def record(
-        self, group: str, values: Mapping[str, Any], attributes: Mapping[str, str] | None
+        self, group: str, values: Mapping[str, Any], attributes: Attributes
     ) -> None:
         series_by_key = self._group(group)
         if series_by_key is None:
@@ -222,7 +238,7 @@ class Session:
                 self._write(series, group, key, value, attributes)
 
     def record_points(
-        self, group: str, key: str, points: Iterable[tuple[Any, Mapping[str, str] | None]]
+        self, group: str, key: str, points: Iterable[tuple[Any, Attributes]]
     ) -> None:
         series_by_key = self._group(group)
         if series_by_key is None:
@@ -277,7 +293,7 @@ class Session:
         else:
             series.write(number, attr_dict)  # type: ignore[misc]
 
-    def retract(self, group: str, key: str, attributes: Mapping[str, str] | None) -> None:
+    def retract(self, group: str, key: str, attributes: Attributes) -> None:
         series = self.groups[group][key]
         if not series.gauge:
             warn_once(
@@ -286,7 +302,7 @@ class Session:
                 f"{series.spec.name!r} is a {series.spec.kind.value}",
             )
             return
-        series.retract(frozenset((attributes or {}).items()))
+        series.retract(attribute_set(attributes))
 
     # -- observing (the exporter's thread) ---------------------------------------------------
 

@@ -17,6 +17,7 @@ import attrs
 from ._fork import forget_in_child
 from ._warn import describe_key, warn_once
 from .spec import MetricSpec
+from .values import Attributes
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
@@ -205,7 +206,7 @@ class MetricRegistry:
         self,
         group: str,
         values: Mapping[str, Any],
-        attributes: Mapping[str, str] | None = None,
+        attributes: Attributes = None,
     ) -> None:
         """Record ``values`` by registry key under ``attributes``. Never raises; skips None."""
         session = self._session
@@ -223,7 +224,7 @@ class MetricRegistry:
         self,
         group: str,
         key: str,
-        points: Iterable[tuple[Any, Mapping[str, str] | None]],
+        points: Iterable[tuple[Any, Attributes]],
     ) -> None:
         """Record several ``(value, attributes)`` points of one series (a dimensioned gauge
         updated for every attribute set at once). Never raises; skips None."""
@@ -242,7 +243,7 @@ class MetricRegistry:
         self,
         group: str,
         metrics: Mapping[str, Any],
-        attributes: Mapping[str, str] | None = None,
+        attributes: Attributes = None,
     ) -> dict[str, Any]:
         """Record every key declared under ``group`` that ``metrics`` carries (None skipped);
         returns what it found. The teeing family's one call: the declared keys are looked up
@@ -266,7 +267,7 @@ class MetricRegistry:
             self.record(group, present, attributes)
         return present
 
-    def retract(self, group: str, key: str, attributes: Mapping[str, str] | None = None) -> None:
+    def retract(self, group: str, key: str, attributes: Attributes = None) -> None:
         """Stop exporting one gauge attribute set (it disappears from the next collection)."""
         session = self._session
         if session is None:
@@ -300,14 +301,14 @@ def declare(group: str, specs: Iterable[MetricSpec]) -> None:
 
 
 def record(
-    group: str, values: Mapping[str, Any], attributes: Mapping[str, str] | None = None
+    group: str, values: Mapping[str, Any], attributes: Attributes = None
 ) -> None:
     """Record ``values`` by registry key; a no-op unless telemetry is exporting. Never raises."""
     _default.record(group, values, attributes)
 
 
 def record_points(
-    group: str, key: str, points: Iterable[tuple[Any, Mapping[str, str] | None]]
+    group: str, key: str, points: Iterable[tuple[Any, Attributes]]
 ) -> None:
     """Record several ``(value, attributes)`` points of one series by registry key; a no-op
     unless telemetry is exporting. Never raises."""
@@ -315,14 +316,14 @@ def record_points(
 
 
 def record_declared(
-    group: str, metrics: Mapping[str, Any], attributes: Mapping[str, str] | None = None
+    group: str, metrics: Mapping[str, Any], attributes: Attributes = None
 ) -> dict[str, Any]:
     """Record every declared key of ``group`` present in ``metrics``; returns them. A no-op
     (returning ``{}``) unless telemetry is exporting. Never raises."""
     return _default.record_declared(group, metrics, attributes)
 
 
-def retract(group: str, key: str, attributes: Mapping[str, str] | None = None) -> None:
+def retract(group: str, key: str, attributes: Attributes = None) -> None:
     """End one attribute set of a gauge in the default registry."""
     _default.retract(group, key, attributes)
 

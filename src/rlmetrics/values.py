@@ -21,9 +21,11 @@ __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "AttributeSet",
+    "Attributes",
     "as_number",
     "as_plain",
     "as_real",
+    "attribute_set",
     "check_attributes",
     "encodable",
     "key_attribute",
@@ -31,6 +33,9 @@ __all__ = [
 ]
 
 AttributeSet = frozenset[tuple[str, str]]
+#: What ``record`` takes as attributes: a mapping, or an attribute set (a frozenset of
+#: ``(key, value)`` pairs) a caller prepared once to skip building it on every call.
+Attributes = Mapping[str, str] | AttributeSet | None
 
 #: What an integer point can carry: OTLP encodes integer points as int64.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -142,6 +147,13 @@ def key_attribute(name: str, what: str | None = None) -> str | None:
             "ones are reported at DEBUG",
         )
     return None
+
+
+def attribute_set(attributes: Attributes) -> AttributeSet:
+    """The hashable attribute set ``attributes`` stands for (raises on an unhashable value)."""
+    if isinstance(attributes, frozenset):
+        return attributes
+    return frozenset((attributes or {}).items())
 
 
 def check_attributes(

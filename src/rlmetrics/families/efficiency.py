@@ -164,15 +164,22 @@ def step_seconds(summary: EfficiencySummary) -> dict[str, float]:
     return seconds
 
 
-# Each known category's attributes, built once: the family records them every step.
+# Each known category's attribute set, prepared once (a frozenset of pairs, which record
+# takes as it is): the family records every category every step.
 _CATEGORY_ATTRIBUTES = {
-    category: {
-        CATEGORY_ATTR: category,
-        MEASUREMENT_ATTR: measurement,
-        WINDOW_ATTR: efficiency_window(category, measurement),
-        BUCKET_ATTR: efficiency_bucket(category),
-    }
+    category: frozenset(
+        {
+            CATEGORY_ATTR: category,
+            MEASUREMENT_ATTR: measurement,
+            WINDOW_ATTR: efficiency_window(category, measurement),
+            BUCKET_ATTR: efficiency_bucket(category),
+        }.items()
+    )
     for category, measurement in MEASUREMENTS.items()
+}
+_PCT_ATTRIBUTES = {
+    window: frozenset({MEASUREMENT_ATTR: WALL_CLOCK, WINDOW_ATTR: window}.items())
+    for window in (STEP_WINDOW, RUN_WINDOW)
 }
 
 
@@ -195,7 +202,7 @@ def on_efficiency_summary(summary: EfficiencySummary) -> None:
     record_points(GROUP, SECONDS, points)
     pct = efficiency_pct(summary)
     if pct is not None:
-        record(GROUP, {PCT: pct[0]}, {MEASUREMENT_ATTR: WALL_CLOCK, WINDOW_ATTR: pct[1]})
+        record(GROUP, {PCT: pct[0]}, _PCT_ATTRIBUTES[pct[1]])
 
 
 # -- the accounting ---------------------------------------------------------------------------
