@@ -104,6 +104,30 @@ class SetupTimings:
         return cls(seconds=seconds, flags=flags)
 
 
+_categories: dict[str, str | None] = {}
+
+
+def _category(key: Any) -> str | None:
+    """The efficiency category an ``efficiency/<category>_s`` key times, else None; keys
+    repeat every step, so each is worked out once (a bounded memo)."""
+    if type(key) is not str:
+        return None
+    category = _categories.get(key, _UNSEEN)
+    if category is _UNSEEN:
+        category = None
+        if key.startswith(EFFICIENCY_PREFIX) and key.endswith(_SECONDS_SUFFIX):
+            name = key[len(EFFICIENCY_PREFIX) : -len(_SECONDS_SUFFIX)]
+            if name and name not in _NOT_CATEGORIES:
+                category = name
+        if len(_categories) >= 4096:
+            _categories.clear()
+        _categories[key] = category
+    return category if category is None else str(category)
+
+
+_UNSEEN: Any = object()
+
+
 @attrs.frozen
 class EfficiencySummary:
     """Where one step's (and the run's) wall time went, per efficiency category.
@@ -126,13 +150,10 @@ class EfficiencySummary:
         """Read the ``efficiency/*`` keys of a flat logger dict; other keys are ignored."""
         seconds: dict[str, Any] = {}
         fields = metrics if type(metrics) is dict else dict(_fields(metrics))
-        start, end = len(EFFICIENCY_PREFIX), -len(_SECONDS_SUFFIX)
         for key, value in fields.items():
-            shaped = type(key) is str and key.endswith(_SECONDS_SUFFIX)
-            if shaped and key[:start] == EFFICIENCY_PREFIX:
-                category = key[start:end]
-                if category and category not in _NOT_CATEGORIES:
-                    seconds[category] = value
+            category = _category(key)
+            if category is not None:
+                seconds[category] = value
         per_step = as_number(fields.get(_PCT_PER_STEP_KEY))
         return cls(
             seconds=seconds,

@@ -68,6 +68,7 @@ class _Series:
         "instrument",
         "lock",
         "observable",
+        "recordable",
         "spec",
         "table",
         "valid",
@@ -91,6 +92,8 @@ class _Series:
         self.lock = threading.Lock()
         self.instrument: Any = None
         self.write: Callable[[float, dict[str, str] | None], None] | None = None
+        # Recordable and bound: a point can go straight to its instrument or table.
+        self.recordable = False
 
     def point(
         self, value: Any, attributes: Any, admitted: dict[AttributeSet, dict[str, str]]
@@ -208,6 +211,7 @@ class Session:
                 }[spec.kind]
                 instrument = create(callbacks=[self._callback(series)], **common)
             series.instrument = instrument
+            series.recordable = not series.observable
 
     # -- recording (the training loop's path) -------------------------------------------------
 
@@ -225,15 +229,20 @@ class Session:
             if series is None:
                 self._unknown(group, key)
             elif (
-                series.gauge
-                and type(value) is float
-                and value - value == 0
-                and not attributes
-                and series.instrument is not None
+                not attributes
+                and series.recordable
+                and (
+                    (type(value) is float and value - value == 0)
+                    or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
+                )
+                and not (series.counter and value < 0)
             ):
-                # The commonest point of all, a finite float on an unlabelled gauge that
+                # The commonest point of all, a finite number on an unlabelled series that
                 # already has its instrument, written without a call.
-                series.table[_NO_KEY] = observation(value)
+                if series.gauge:
+                    series.table[_NO_KEY] = observation(value)
+                else:
+                    series.write(value, None)  # type: ignore[misc]
             else:
                 self._write(series, group, key, value, attributes)
 
@@ -247,8 +256,25 @@ class Session:
         if series is None:
             self._unknown(group, key)
             return
+        observation, admitted = self._observation, series.admitted
         for value, attributes in points:
-            if value is not None:
+            if value is None:
+                continue
+            known = admitted.get(attributes) if isinstance(attributes, frozenset) else None
+            if (
+                known is not None
+                and series.recordable
+                and type(value) is float
+                and value - value == 0
+                and not (series.counter and value < 0)
+            ):
+                # A finite float under a prepared attribute set already admitted: the
+                # dimensioned gauge's every-step case, written without a call.
+                if series.gauge:
+                    series.table[attributes] = observation(value, known)  # type: ignore[index]
+                else:
+                    series.write(value, known)  # type: ignore[misc]
+            else:
                 self._write(series, group, key, value, attributes)
 
     def _group(self, group: str) -> dict[str, _Series] | None:

@@ -98,7 +98,10 @@ class Logger:
             prefix = key_text(prefix) if prefix else ""
             taken = routing.take(prefix, flat, hooks().wanted)
             self._log(
-                flat, step, prefix, lambda plugins: routing.deliver(taken, plugins, prefix, step)
+                flat,
+                step,
+                prefix,
+                lambda plugins: routing.deliver(taken, plugins, prefix, flat, step),
             )
         except Exception:
             warn_once("logger:log_metrics", "rlmetrics: Logger.log_metrics failed; step dropped")

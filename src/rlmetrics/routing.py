@@ -17,7 +17,6 @@ import attrs
 
 from ._warn import warn_once
 from .events import (
-    EFFICIENCY_PREFIX,
     ROLLOUT_EVENT_TYPES,
     SETUP_TIMING_PREFIX,
     TRAIN_PREFIXES,
@@ -28,15 +27,14 @@ from .events import (
 )
 from .hooks import Hooks
 
-__all__ = ["ROUTES", "Route", "Taken", "deliver", "routes_for", "take"]
+__all__ = ["ROUTES", "Route", "deliver", "routes_for", "take"]
 
 
 @attrs.frozen
 class Route:
-    """Dicts logged under one of ``prefixes`` (and, if ``key_prefix`` is set, carrying a key
-    that starts with it) are parsed by ``parse(prefix, selected)`` — ``selected`` is the dict,
-    or only its ``key_prefix`` keys — and handed to ``deliver(hooks, payload, step)``;
-    ``hook`` names the hook for listings.
+    """Dicts logged under one of ``prefixes`` are parsed by ``parse(prefix, flat)`` and handed
+    to ``deliver(hooks, payload, step)``; a payload of None means the dict holds nothing for
+    this hook (a train dict without ``efficiency/*`` keys). ``hook`` names the hook.
 
     ``wall_clock`` marks an event stream whose axis is Unix time, not the trainer step: a dict
     logged without ``telemetry/wall_time_seconds`` is stamped with the time it was logged,
@@ -47,17 +45,15 @@ class Route:
     prefixes: frozenset[str]
     parse: Callable[[str, Mapping[str, Any]], Any]
     deliver: Callable[[Hooks, Any, int], None]
-    key_prefix: str | None = None
     wall_clock: bool = False
 
-    def select(self, flat: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """What this route parses of ``flat`` (one pass over its keys), or None if the dict
-        is not this route's."""
-        key_prefix = self.key_prefix
-        if key_prefix is None:
-            return flat
-        selected = {key: value for key, value in flat.items() if key.startswith(key_prefix)}
-        return selected or None
+
+_NO_SUMMARY = EfficiencySummary()
+
+
+def _efficiency_summary(_prefix: str, flat: Mapping[str, Any]) -> EfficiencySummary | None:
+    summary = EfficiencySummary.from_metrics(flat)
+    return None if summary == _NO_SUMMARY else summary
 
 
 ROUTES: tuple[Route, ...] = (
@@ -77,9 +73,8 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "on_efficiency_summary",
         frozenset(TRAIN_PREFIXES),
-        parse=lambda _prefix, flat: EfficiencySummary.from_metrics(flat),
+        parse=_efficiency_summary,
         deliver=lambda hooks, summary, step: hooks.on_efficiency_summary(summary, step),
-        key_prefix=EFFICIENCY_PREFIX,
     ),
 )
 
@@ -95,36 +90,29 @@ def _index(routes: Iterable[Route]) -> dict[str, tuple[Route, ...]]:
 _BY_PREFIX = _index(ROUTES)
 
 
-#: The routes one dict takes, each with what it selected of the dict.
-Taken = list[tuple[Route, Mapping[str, Any]]]
-
-
-def take(prefix: str, flat: dict[str, Any], wanted: Callable[[str], bool]) -> Taken:
+def take(prefix: str, flat: dict[str, Any], wanted: Callable[[str], bool]) -> list[Route]:
     """The routes a dict logged under ``prefix`` takes, before any backend sees it.
 
-    A route whose hook is not ``wanted`` (only tees implement it and telemetry is off) is not
-    even scanned for; a wall-clock stream's dict without a wall time is stamped here, so the
-    backends and the hook agree on it.
+    A route whose hook is not ``wanted`` (only tees implement it and telemetry is off) is left
+    out, so its payload is never parsed; a wall-clock stream's dict without a wall time is
+    stamped here, so the backends and the hook agree on it.
     """
-    taken = [
-        (route, selected)
-        for route in routes_for(prefix)
-        if (route.wall_clock or wanted(route.hook))
-        and (selected := route.select(flat)) is not None
-    ]
-    if any(route.wall_clock for route, _ in taken):
+    taken = [route for route in routes_for(prefix) if route.wall_clock or wanted(route.hook)]
+    if any(route.wall_clock for route in taken):
         flat.setdefault(WALL_TIME_KEY, time.time())
     return taken
 
 
-def deliver(taken: Taken, hooks: Hooks, prefix: str, step: int) -> None:
+def deliver(
+    taken: list[Route], hooks: Hooks, prefix: str, flat: Mapping[str, Any], step: int
+) -> None:
     """Parse each taken route's payload and call its hook; a dict a route cannot parse costs
     that hook only (``log_metrics`` still gets it)."""
-    for route, selected in taken:
+    for route in taken:
         if not hooks.wanted(route.hook):
             continue
         try:
-            payload = route.parse(prefix, selected)
+            payload = route.parse(prefix, flat)
         except Exception:
             warn_once(
                 f"route:{route.hook}",
@@ -132,7 +120,8 @@ def deliver(taken: Taken, hooks: Hooks, prefix: str, step: int) -> None:
                 f"{route.hook}; that hook misses it, log_metrics still gets it",
             )
             continue
-        route.deliver(hooks, payload, step)
+        if payload is not None:
+            route.deliver(hooks, payload, step)
 
 
 def routes_for(prefix: str) -> tuple[Route, ...]:
