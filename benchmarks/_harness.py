@@ -55,6 +55,4 @@ def compare(
         ratios.append(case_t / base_t)
         case_times.append(case_t / number)
         base_times.append(base_t / number)
-    return Comparison(
-        tuple(ratios), statistics.median(case_times), statistics.median(base_times)
-    )
+    return Comparison(tuple(ratios), statistics.median(case_times), statistics.median(base_times))

@@ -187,7 +187,10 @@ def measure(rounds: int, number: int) -> dict[str, Comparison]:
             [
                 rlmetrics.MetricSpec("bench.counter", rlmetrics.Kind.COUNTER, key="counter"),
                 rlmetrics.MetricSpec(
-                    "bench.histogram", rlmetrics.Kind.HISTOGRAM, unit="s", key="histogram",
+                    "bench.histogram",
+                    rlmetrics.Kind.HISTOGRAM,
+                    unit="s",
+                    key="histogram",
                     buckets=[0.1, 1, 10],
                 ),
             ],
@@ -279,8 +282,10 @@ def table(results: dict[str, Comparison], families: str) -> str:
     for name, result in results.items():
         low, mid, high = result.spread
         goal = GOALS.get(name)
-        judged = "(reference)" if goal is None else f"≤{goal} " + (
-            "met" if mid <= goal else "**missed**"
+        judged = (
+            "(reference)"
+            if goal is None
+            else f"≤{goal} " + ("met" if mid <= goal else "**missed**")
         )
         lines.append(
             f"| {name} | {low:.2f} | **{mid:.2f}** | {high:.2f} | {judged} "

@@ -27,17 +27,29 @@ def main() -> None:
     logger = rlmetrics.Logger(backends={"jsonl": {"path": OUT / "metrics.jsonl"}})
     driver, collector = EfficiencyTimer(), CollectorTimer()
     with telemetry, logger:
-        logger.log_setup_timing({"policy_init_time_s": 12.5, "generation_init_time_s": 30.1,
-                                 "total_setup_time_s": 44.0, "parallel_init_enabled": 0.0})
+        logger.log_setup_timing(
+            {
+                "policy_init_time_s": 12.5,
+                "generation_init_time_s": 30.1,
+                "total_setup_time_s": 44.0,
+                "parallel_init_enabled": 0.0,
+            }
+        )
         for step in range(1, 6):
             with driver.time("idle/refit_bubble"):  # waiting for weights: idle
                 time.sleep(random.uniform(0.005, 0.02))
             time.sleep(0.05)  # the step's productive work
             collector.record("idle/buffer_full_backoff", random.uniform(0.0, 2.0))
             logger.log_metrics(
-                {"reward": random.random(), "loss": 1 / step, "kl_penalty": 0.01 * step,
-                 "lr": 1e-6, "grad_norm": random.uniform(0.5, 1.5)},
-                step=step, prefix="train",
+                {
+                    "reward": random.random(),
+                    "loss": 1 / step,
+                    "kl_penalty": 0.01 * step,
+                    "lr": 1e-6,
+                    "grad_norm": random.uniform(0.5, 1.5),
+                },
+                step=step,
+                prefix="train",
             )
             logger.log_efficiency_summary(driver.step_summary(collector), step=step)
         logger.log_rollout_checkpoint(

@@ -190,8 +190,11 @@ def test_hook_register_demo_parts(tmp_path: Path) -> None:
     assert seen[0] == ("built", 5, 2, False)
     assert seen[1:] == [("step", 1, True), ("step", 2, True), "closed"]
     assert "hooked" in result.parts
-    logged = [row["metrics"].get("hooked/step") for row in read_jsonl(result.jsonl)
-              if row["prefix"] == "train"]
+    logged = [
+        row["metrics"].get("hooked/step")
+        for row in read_jsonl(result.jsonl)
+        if row["prefix"] == "train"
+    ]
     assert logged == [1, 2]
 
 
@@ -199,19 +202,36 @@ def test_hook_register_dashboard_rows() -> None:
     from rlmetrics.dashboard.grafana import build_dashboard, collect_rows, panel_queries
     from rlmetrics.dashboard.model import Panel, Query, Row
 
-    rlmetrics.declare("hooked.dash", [
-        rlmetrics.MetricSpec("hooked.dash.latency", rlmetrics.Kind.HISTOGRAM, unit="s",
-                             buckets=[1.0])
-    ])
+    rlmetrics.declare(
+        "hooked.dash",
+        [
+            rlmetrics.MetricSpec(
+                "hooked.dash.latency", rlmetrics.Kind.HISTOGRAM, unit="s", buckets=[1.0]
+            )
+        ],
+    )
 
     class Offers:
         @rlmetrics.hookimpl
         def register_dashboard_rows(self, register: Any) -> None:
-            register(lambda names: Row("Hooked", [Panel(
-                "Latency", [Query(names.histogram("hooked.dash.latency"))],
-                reads=["hooked.dash.latency"])], order=999))
-            register(lambda names: Row("Broken", [Panel("x", [Query(names.gauge("nope"))],
-                                                         reads=["nope"])]))
+            register(
+                lambda names: Row(
+                    "Hooked",
+                    [
+                        Panel(
+                            "Latency",
+                            [Query(names.histogram("hooked.dash.latency"))],
+                            reads=["hooked.dash.latency"],
+                        )
+                    ],
+                    order=999,
+                )
+            )
+            register(
+                lambda names: Row(
+                    "Broken", [Panel("x", [Query(names.gauge("nope"))], reads=["nope"])]
+                )
+            )
 
     register(Offers(), "offers-dashboard-row")
     rows, problems = collect_rows()
@@ -226,10 +246,14 @@ def test_hook_register_check_exemptions() -> None:
     from rlmetrics.plugins import get_plugins
     from rlmetrics.registry import default_registry
 
-    rlmetrics.declare("hooked.check", [
-        rlmetrics.MetricSpec("hooked.check.wait_ms", rlmetrics.Kind.GAUGE, unit="ms",
-                             description="d")
-    ])
+    rlmetrics.declare(
+        "hooked.check",
+        [
+            rlmetrics.MetricSpec(
+                "hooked.check.wait_ms", rlmetrics.Kind.GAUGE, unit="ms", description="d"
+            )
+        ],
+    )
 
     class Offers:
         @rlmetrics.hookimpl

@@ -318,9 +318,7 @@ def test_a_plugin_that_fails_after_declaring_leaves_nothing_declared(site: Site)
     assert "half_done" not in sys.modules  # its callback cannot have been kept anywhere
 
 
-def test_system_exit_at_a_plugins_import_does_not_end_the_process(
-    site: Site, caplog: Any
-) -> None:
+def test_system_exit_at_a_plugins_import_does_not_end_the_process(site: Site, caplog: Any) -> None:
     site.install("quitter", {"quitter.py": "import sys\nsys.exit(3)\n"}, {"quitter": "quitter"})
     with caplog.at_level(logging.WARNING, logger="rlmetrics"):
         plugins = load_plugins()

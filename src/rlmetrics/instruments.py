@@ -215,9 +215,7 @@ class Session:
 
     # -- recording (the training loop's path) -------------------------------------------------
 
-    def record(
-        self, group: str, values: Mapping[str, Any], attributes: Attributes
-    ) -> None:
+    def record(self, group: str, values: Mapping[str, Any], attributes: Attributes) -> None:
         series_by_key = self._group(group)
         if series_by_key is None:
             return
@@ -246,9 +244,7 @@ class Session:
             else:
                 self._write(series, group, key, value, attributes)
 
-    def record_points(
-        self, group: str, key: str, points: Iterable[tuple[Any, Attributes]]
-    ) -> None:
+    def record_points(self, group: str, key: str, points: Iterable[tuple[Any, Attributes]]) -> None:
         series_by_key = self._group(group)
         if series_by_key is None:
             return
@@ -294,9 +290,7 @@ class Session:
             "dropped (later unknown keys of this group are reported at DEBUG)",
         )
 
-    def _write(
-        self, series: _Series, group: str, key: str, value: Any, attributes: Any
-    ) -> None:
+    def _write(self, series: _Series, group: str, key: str, value: Any, attributes: Any) -> None:
         if series.observable:
             warn_once(
                 f"record:{group}:{key}:observable",

@@ -29,6 +29,7 @@ __all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logge
 #: How long ``Logger.finish()`` waits for queued backends to write what they hold.
 DEFAULT_FINISH_TIMEOUT_S = 30.0
 
+
 class Logger:
     """Fan a training loop's metrics out to backends and to the telemetry plugins.
 

@@ -300,16 +300,12 @@ def declare(group: str, specs: Iterable[MetricSpec]) -> None:
     _default.declare(group, specs, owner=_caller_module(1))
 
 
-def record(
-    group: str, values: Mapping[str, Any], attributes: Attributes = None
-) -> None:
+def record(group: str, values: Mapping[str, Any], attributes: Attributes = None) -> None:
     """Record ``values`` by registry key; a no-op unless telemetry is exporting. Never raises."""
     _default.record(group, values, attributes)
 
 
-def record_points(
-    group: str, key: str, points: Iterable[tuple[Any, Attributes]]
-) -> None:
+def record_points(group: str, key: str, points: Iterable[tuple[Any, Attributes]]) -> None:
     """Record several ``(value, attributes)`` points of one series by registry key; a no-op
     unless telemetry is exporting. Never raises."""
     _default.record_points(group, key, points)

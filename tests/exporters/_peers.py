@@ -116,11 +116,16 @@ def flatten_request(request: Any) -> list[OtlpPoint]:
                 for dp in data.data_points:
                     attributes = _key_values(dp.attributes)
                     if kind == "histogram":
-                        out.append(OtlpPoint(
-                            attributes=attributes, count=dp.count, sum=dp.sum,
-                            bucket_counts=tuple(dp.bucket_counts),
-                            bounds=tuple(dp.explicit_bounds), **common,
-                        ))
+                        out.append(
+                            OtlpPoint(
+                                attributes=attributes,
+                                count=dp.count,
+                                sum=dp.sum,
+                                bucket_counts=tuple(dp.bucket_counts),
+                                bounds=tuple(dp.explicit_bounds),
+                                **common,
+                            )
+                        )
                     elif kind in ("gauge", "sum"):
                         value = getattr(dp, dp.WhichOneof("value"))
                         out.append(OtlpPoint(attributes=attributes, value=value, **common))
@@ -275,8 +280,7 @@ class WarnOnceLog:
         with self._cond:
             records = list(self.records)
         return [
-            r for r in records
-            if text in r.getMessage() and (level is None or r.levelno == level)
+            r for r in records if text in r.getMessage() and (level is None or r.levelno == level)
         ]
 
     def wait_for(self, text: str, count: int = 1, timeout_s: float = WAIT_S) -> None:
@@ -384,7 +388,9 @@ class PrometheusServer:
         return list(body["data"]["result"])
 
     def wait_for(
-        self, expr: str, check: Callable[[list[dict[str, Any]]], Any] = bool,
+        self,
+        expr: str,
+        check: Callable[[list[dict[str, Any]]], Any] = bool,
         timeout_s: float = 30.0,
     ) -> list[dict[str, Any]]:
         """Poll ``expr`` until ``check(result)`` holds, failing after ``timeout_s``."""
@@ -442,25 +448,43 @@ BUCKETS = (0.1, 1.0, 10.0)
 
 def declare_test_series() -> None:
     """One series of each recorded kind, with attributes and units that Prometheus translates."""
-    rlmetrics.declare(GROUP, [
-        rlmetrics.MetricSpec(
-            GAUGE, rlmetrics.Kind.GAUGE, unit="s", key="step_time",
-            description="Wall clock of one step", attributes={"rl.phase": {"train", "eval"}},
-        ),
-        rlmetrics.MetricSpec(
-            COUNTER, rlmetrics.Kind.COUNTER, unit="{token}", key="tokens",
-            description="Tokens processed", attributes={"gen_ai.token.type": {"input", "output"}},
-        ),
-        rlmetrics.MetricSpec(
-            UP_DOWN, rlmetrics.Kind.UP_DOWN_COUNTER, unit="{request}", key="in_flight",
-            description="Requests in flight",
-        ),
-        rlmetrics.MetricSpec(
-            HISTOGRAM, rlmetrics.Kind.HISTOGRAM, unit="s", key="batch_time",
-            description="Wall clock of one batch", buckets=BUCKETS,
-            attributes={"worker": rlmetrics.OPEN},
-        ),
-    ])
+    rlmetrics.declare(
+        GROUP,
+        [
+            rlmetrics.MetricSpec(
+                GAUGE,
+                rlmetrics.Kind.GAUGE,
+                unit="s",
+                key="step_time",
+                description="Wall clock of one step",
+                attributes={"rl.phase": {"train", "eval"}},
+            ),
+            rlmetrics.MetricSpec(
+                COUNTER,
+                rlmetrics.Kind.COUNTER,
+                unit="{token}",
+                key="tokens",
+                description="Tokens processed",
+                attributes={"gen_ai.token.type": {"input", "output"}},
+            ),
+            rlmetrics.MetricSpec(
+                UP_DOWN,
+                rlmetrics.Kind.UP_DOWN_COUNTER,
+                unit="{request}",
+                key="in_flight",
+                description="Requests in flight",
+            ),
+            rlmetrics.MetricSpec(
+                HISTOGRAM,
+                rlmetrics.Kind.HISTOGRAM,
+                unit="s",
+                key="batch_time",
+                description="Wall clock of one batch",
+                buckets=BUCKETS,
+                attributes={"worker": rlmetrics.OPEN},
+            ),
+        ],
+    )
 
 
 def record_test_series(scale: int = 1) -> None:

@@ -52,7 +52,6 @@ def dead_endpoint() -> Iterator[OtlpReceiver]:
         receiver.stop()
 
 
-
 @pytest.fixture
 def blackhole() -> Iterator[BlackHole]:
     """A collector address that accepts TCP and never answers (RPCs hang to their deadline)."""
@@ -78,7 +77,6 @@ def rlmetrics_log() -> Iterator[WarnOnceLog]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(saved)
-
 
 
 @pytest.fixture
@@ -111,5 +109,3 @@ def prometheus_server(tmp_path: Path) -> Iterator[Callable[[tuple[str, int]], Pr
     finally:
         for server in started:
             server.stop()
-
-

@@ -132,8 +132,10 @@ def test_log_metrics_never_waits_for_a_dead_collector_and_a_returning_one_gets_l
         latencies.append(time.perf_counter() - started)
         rlmetrics_log.wait_for_any(0.02)
     assert len(rlmetrics_log.matching(unavailable)) > failures_before, "no failed export?"
-    print(f"log_metrics with a dead collector: {len(latencies)} calls, "
-          f"max {max(latencies) * 1000:.2f} ms")
+    print(
+        f"log_metrics with a dead collector: {len(latencies)} calls, "
+        f"max {max(latencies) * 1000:.2f} ms"
+    )
     assert max(latencies) < LOG_CALL_BOUND_S
     # Reported once at WARNING; the repetitions went to DEBUG.
     (warning,) = rlmetrics_log.matching(unavailable, logging.WARNING)
@@ -145,8 +147,10 @@ def test_log_metrics_never_waits_for_a_dead_collector_and_a_returning_one_gets_l
     logger.log_metrics({"tokens": 10, "step_time": 42.0}, step=10_000, prefix="train")
     total = 10 * (len(latencies) + 2)
     dead_endpoint.wait_for(
-        lambda r: getattr(r.find(GAUGE, **{"rl.phase": "train"}), "value", None) == 42.0
-        and getattr(r.find(COUNTER, **{"gen_ai.token.type": "input"}), "value", None) == total,
+        lambda r: (
+            getattr(r.find(GAUGE, **{"rl.phase": "train"}), "value", None) == 42.0
+            and getattr(r.find(COUNTER, **{"gen_ai.token.type": "input"}), "value", None) == total
+        ),
         what="the step logged after the collector came back",
     )
     started = time.monotonic()
@@ -249,8 +253,9 @@ def test_receiver_restart_mid_run(
         otlp_receiver.start()  # same port
         rlmetrics.record(GROUP, {"in_flight": 1})
         otlp_receiver.wait_for(
-            lambda r: len(r.requests) > received_before
-            and getattr(r.find(UP_DOWN), "value", None) == 3,
+            lambda r: (
+                len(r.requests) > received_before and getattr(r.find(UP_DOWN), "value", None) == 3
+            ),
             what="the restarted receiver to get the cumulative value",
         )
         handle.force_flush(timeout_s=2)
@@ -282,8 +287,9 @@ def test_receiver_that_answers_with_an_error(
 
         otlp_receiver.reject_with = None  # the collector accepts again
         otlp_receiver.wait_for(
-            lambda r: getattr(r.find(COUNTER, **{"gen_ai.token.type": "input"}), "value", None)
-            == 300,
+            lambda r: (
+                getattr(r.find(COUNTER, **{"gen_ai.token.type": "input"}), "value", None) == 300
+            ),
             what="the accepted export with every recorded token",
         )
         handle.shutdown(timeout_s=2)

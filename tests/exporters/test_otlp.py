@@ -97,7 +97,10 @@ def test_every_kind_arrives_with_name_unit_type_attributes_values_and_resource(
         assert point.scope == "rlmetrics"
     # Only declared series were exported, and only the attribute sets recorded.
     assert {p.name for p in points if p.name.startswith("rl.test.")} == {
-        GAUGE, COUNTER, UP_DOWN, HISTOGRAM
+        GAUGE,
+        COUNTER,
+        UP_DOWN,
+        HISTOGRAM,
     }
     assert {frozenset(p.attributes.items()) for p in points if p.name == GAUGE} == {
         frozenset({("rl.phase", "train")}),
@@ -127,9 +130,11 @@ def test_later_recordings_and_a_retracted_gauge_reach_the_receiver(
                 return False
             latest = {(p.name, frozenset(p.attributes.items())): p for p in flatten_request(last)}
             out = latest.get((COUNTER, frozenset({("gen_ai.token.type", "output")})))
-            return out is not None and out.value == 80 and (
-                GAUGE, frozenset({("rl.phase", "eval")})
-            ) not in latest
+            return (
+                out is not None
+                and out.value == 80
+                and (GAUGE, frozenset({("rl.phase", "eval")})) not in latest
+            )
 
         otlp_receiver.wait_for(second_round, what="the second round without the retracted gauge")
     assert otlp_receiver.find(UP_DOWN).value == 6  # type: ignore[union-attr]
@@ -158,8 +163,10 @@ def test_otlp_and_prometheus_side_by_side_export_the_same_run(
             exposition = r.read().decode()
 
     samples = {
-        (s.name, frozenset((k, v) for k, v in s.labels.items() if not k.startswith("otel_scope"))):
-        s.value
+        (
+            s.name,
+            frozenset((k, v) for k, v in s.labels.items() if not k.startswith("otel_scope")),
+        ): s.value
         for family in text_string_to_metric_families(exposition)
         for s in family.samples
     }
@@ -172,12 +179,13 @@ def test_otlp_and_prometheus_side_by_side_export_the_same_run(
     assert samples[("rl_test_batch_duration_seconds_sum", frozenset({("worker", "w0")}))] == (
         pytest.approx(21.25)
     )
-    assert samples[
-        ("rl_test_batch_duration_seconds_bucket", frozenset({("worker", "w0"), ("le", "1.0")}))
-    ] == 3
-    target_info = [
-        labels for (name, labels), _ in samples.items() if name == "target_info"
-    ]
+    assert (
+        samples[
+            ("rl_test_batch_duration_seconds_bucket", frozenset({("worker", "w0"), ("le", "1.0")}))
+        ]
+        == 3
+    )
+    target_info = [labels for (name, labels), _ in samples.items() if name == "target_info"]
     assert len(target_info) == 1
     assert ("service_name", "side-by-side") in target_info[0]
     assert ("rlmetrics_run_id", "run-both-1") in target_info[0]
@@ -213,11 +221,14 @@ def test_out_of_range_values_are_dropped_alone_and_every_later_export_is_accepte
     failed to encode (0 of 10 accepted), and a 10**400 gauge logged an SDK error per
     collection. Each is now dropped on its own before it enters the SDK."""
     declare_test_series()
-    with caplog.at_level(logging.ERROR, logger="opentelemetry"), rlmetrics.start(
-        "exporters-test-service",
-        exporters=("otlp",),
-        otlp_endpoint=otlp_receiver.endpoint,
-        export_interval_s=INTERVAL_S,
+    with (
+        caplog.at_level(logging.ERROR, logger="opentelemetry"),
+        rlmetrics.start(
+            "exporters-test-service",
+            exporters=("otlp",),
+            otlp_endpoint=otlp_receiver.endpoint,
+            export_interval_s=INTERVAL_S,
+        ),
     ):
         logger = rlmetrics.Logger(backends={})
         logger.log_setup_timing({"x_time_s": 2**63, "policy_init_time_s": 2.0})

@@ -40,14 +40,16 @@ def _translation_rows() -> list[dict[str, object]]:
     for line in text.split(start, 1)[1].split(end, 1)[0].strip().splitlines()[2:]:
         name, kind, unit, attribute, samples = (c.strip() for c in line.strip("|").split("|"))
         attr = _CODE.findall(attribute)
-        rows.append({
-            "name": _CODE.findall(name)[0],
-            "kind": rlmetrics.Kind(kind),
-            "unit": _CODE.findall(unit)[0],
-            "attribute": attr[0] if attr else None,
-            "label": attr[1] if attr else None,
-            "samples": _CODE.findall(samples),
-        })
+        rows.append(
+            {
+                "name": _CODE.findall(name)[0],
+                "kind": rlmetrics.Kind(kind),
+                "unit": _CODE.findall(unit)[0],
+                "attribute": attr[0] if attr else None,
+                "label": attr[1] if attr else None,
+                "samples": _CODE.findall(samples),
+            }
+        )
     assert len(rows) >= 10
     return rows
 
@@ -70,10 +72,16 @@ def test_documented_name_translations_hold() -> None:
 
             def callback(observed: list[object] = observed) -> list[object]:
                 return observed
-        specs.append(rlmetrics.MetricSpec(
-            row["name"], row["kind"], unit=row["unit"], attributes=attributes,  # type: ignore[arg-type]
-            callback=callback,
-        ))
+
+        specs.append(
+            rlmetrics.MetricSpec(
+                row["name"],
+                row["kind"],
+                unit=row["unit"],
+                attributes=attributes,  # type: ignore[arg-type]
+                callback=callback,
+            )
+        )
     # A registry of its own: the real families may already hold these names.
     with isolated_state(rlmetrics.MetricRegistry()):
         rlmetrics.declare("translation", specs)
@@ -130,7 +138,11 @@ def test_prometheus_server_scrapes_translated_series(
         one('rl_test_step_duration_seconds{rl_phase="train"}', 1.5)
         one('rl_test_step_duration_seconds{rl_phase="eval"}', 0.25)
         assert set(one("rl_test_requests_in_flight", 3)) == {
-            "__name__", "job", "instance", "otel_scope_name", "otel_scope_version"
+            "__name__",
+            "job",
+            "instance",
+            "otel_scope_name",
+            "otel_scope_version",
         }
         one('rl_test_batch_duration_seconds_count{worker="w0"}', 4)
         one('rl_test_batch_duration_seconds_sum{worker="w0"}', 21.25)

@@ -70,8 +70,15 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # ...then every extra's third-party dependencies from the index.
     extras = ",".join(_extras())
     _run(
-        uv, "pip", "install", "--python", python, "--find-links", wheelhouse,
-        f"rlmetrics[{extras}]", "acme-rlmetrics",
+        uv,
+        "pip",
+        "install",
+        "--python",
+        python,
+        "--find-links",
+        wheelhouse,
+        f"rlmetrics[{extras}]",
+        "acme-rlmetrics",
     )
     _run(uv, "pip", "check", "--python", python)
     return venv

@@ -16,7 +16,10 @@ from rlmetrics.registry import MetricRegistry
 from rlmetrics.testing import isolated_state
 
 _MLFLOW_ENV = (
-    "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID",
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_EXPERIMENT_ID",
+    "MLFLOW_RUN_ID",
     "MLFLOW_RUN_NAME",
 )
 

@@ -52,8 +52,13 @@ def test_one_batch_per_logged_dict(tracking_uri: str) -> None:
     metrics = client.get_run(backend.run_id).data.metrics
     assert len(metrics) == 1520 and metrics["big/k1499"] == 1499.0
     # Every metric of one dict shares the dict's timestamp.
-    assert len({m.timestamp for m in client.get_metric_history(backend.run_id, "train/k0")}
-               | {m.timestamp for m in client.get_metric_history(backend.run_id, "train/k19")}) == 1
+    assert (
+        len(
+            {m.timestamp for m in client.get_metric_history(backend.run_id, "train/k0")}
+            | {m.timestamp for m in client.get_metric_history(backend.run_id, "train/k19")}
+        )
+        == 1
+    )
 
 
 def test_values_mlflow_cannot_store_are_mapped_or_skipped(
@@ -62,9 +67,17 @@ def test_values_mlflow_cannot_store_are_mapped_or_skipped(
     backend = MlflowBackend(tracking_uri=tracking_uri)
     for step in (1, 2):
         backend.log_metrics(
-            {"nan": math.nan, "inf": math.inf, "flag": True, "note": "hello", "none": None,
-             "rewards": [0.0, 1.0, 1.0, 0.0, 1.0], "rewards/mean": 99.0},
-            step, "train",
+            {
+                "nan": math.nan,
+                "inf": math.inf,
+                "flag": True,
+                "note": "hello",
+                "none": None,
+                "rewards": [0.0, 1.0, 1.0, 0.0, 1.0],
+                "rewards/mean": 99.0,
+            },
+            step,
+            "train",
         )
     backend.finish()
 
@@ -81,7 +94,8 @@ def test_values_mlflow_cannot_store_are_mapped_or_skipped(
         "train/rewards/max": [(1, 1.0), (2, 1.0)],
     }
     skipped = [
-        r for r in caplog.records
+        r
+        for r in caplog.records
         if r.levelno >= logging.WARNING and "'train/note'" in r.getMessage()
     ]
     assert len(skipped) == 1 and "a string" in skipped[0].getMessage()
@@ -105,7 +119,9 @@ def test_keys_mlflow_refuses_are_renamed_without_collisions(tracking_uri: str) -
 
 def test_params_and_tags_are_logged_once_at_start(tracking_uri: str) -> None:
     backend = MlflowBackend(
-        tracking_uri=tracking_uri, experiment_name="e", run_name="run-3",
+        tracking_uri=tracking_uri,
+        experiment_name="e",
+        run_name="run-3",
         tags={"team": "rl", "bad key?": 1},
         params={"lr": 1e-6, "model": {"name": "qwen", "layers": 28}, "opt@": None},
     )
@@ -115,7 +131,10 @@ def test_params_and_tags_are_logged_once_at_start(tracking_uri: str) -> None:
     run = MlflowClient(tracking_uri).get_run(backend.run_id)
     assert run.info.run_name == "run-3"
     assert run.data.params == {
-        "lr": "1e-06", "model/name": "qwen", "model/layers": "28", mlflow_key("opt@"): "None",
+        "lr": "1e-06",
+        "model/name": "qwen",
+        "model/layers": "28",
+        mlflow_key("opt@"): "None",
     }
     assert run.data.tags["team"] == "rl"
     assert run.data.tags[mlflow_key("bad key?")] == "1"

@@ -11,8 +11,8 @@ from rlmetrics_mlflow.keys import MAX_KEY_LENGTH, KeyMap, is_valid_key, mlflow_k
 # Keys as training loops build them, plus the characters and path shapes MLflow refuses.
 _tricky = st.sampled_from(list("ab/._- :@#()[]=%é\0\n\t\\*")) | st.characters()
 _keys = st.text(_tricky, max_size=300) | st.builds(
-    "/".join, st.lists(st.sampled_from(["train", "", ".", "..", "loss", "acc@1", "a b"]),
-                       max_size=6)
+    "/".join,
+    st.lists(st.sampled_from(["train", "", ".", "..", "loss", "acc@1", "a b"]), max_size=6),
 )
 
 

@@ -24,7 +24,8 @@ def test_the_entry_point_offers_the_mlflow_backend() -> None:
 
 def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
     return [
-        r for r in caplog.records
+        r
+        for r in caplog.records
         if r.levelno >= logging.WARNING and "'mlflow'" in r.getMessage() and text in r.getMessage()
     ]
 
@@ -33,10 +34,12 @@ def test_a_run_deleted_mid_training_is_isolated_and_reported_once(
     tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with in_memory_telemetry() as (_handle, reader):
-        logger = rlmetrics.Logger(backends={
-            "jsonl": {"path": tmp_path / "m.jsonl"},
-            "mlflow": {"tracking_uri": tracking_uri, "experiment_name": "e"},
-        })
+        logger = rlmetrics.Logger(
+            backends={
+                "jsonl": {"path": tmp_path / "m.jsonl"},
+                "mlflow": {"tracking_uri": tracking_uri, "experiment_name": "e"},
+            }
+        )
         run_id = logger.backends["mlflow"].run_id
         logger.log_metrics({"loss": 0.1}, step=1, prefix="train")
         # Someone deletes the run in the MLflow UI: every later write is refused.
@@ -59,10 +62,12 @@ def test_a_backend_that_cannot_start_is_skipped_and_reported_once(
 ) -> None:
     broken = tmp_path / "mlflow.db"
     broken.write_text("not a database " * 20)
-    logger = rlmetrics.Logger(backends={
-        "jsonl": {"path": tmp_path / "m.jsonl"},
-        "mlflow": {"tracking_uri": f"sqlite:///{broken}"},
-    })
+    logger = rlmetrics.Logger(
+        backends={
+            "jsonl": {"path": tmp_path / "m.jsonl"},
+            "mlflow": {"tracking_uri": f"sqlite:///{broken}"},
+        }
+    )
     logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
     logger.finish()
 

@@ -44,8 +44,9 @@ def _values(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_numbers_bools_and_scalars_become_floats() -> None:
-    out = _values({"i": 3, "f": 0.5, "t": True, "n": False, "s": _Scalar(2.5),
-                   "one": _Tensor([4.0])})
+    out = _values(
+        {"i": 3, "f": 0.5, "t": True, "n": False, "s": _Scalar(2.5), "one": _Tensor([4.0])}
+    )
     assert out == {"i": 3.0, "f": 0.5, "t": 1.0, "n": 0.0, "s": 2.5, "one": 4.0}
     assert all(type(v) is float for v in out.values())
 
@@ -58,8 +59,14 @@ def test_nan_and_infinities_are_kept() -> None:
 def test_lists_become_summaries_over_their_finite_numbers() -> None:
     out = _values({"r": [1, 2, 3, 4, math.nan, "x", None, True], "t": _Tensor([1.0, 3.0])})
     assert out == {
-        "r/mean": 2.5, "r/p50": 2.5, "r/p90": pytest.approx(3.7), "r/max": 4.0,
-        "t/mean": 2.0, "t/p50": 2.0, "t/p90": pytest.approx(2.8), "t/max": 3.0,
+        "r/mean": 2.5,
+        "r/p50": 2.5,
+        "r/p90": pytest.approx(3.7),
+        "r/max": 4.0,
+        "t/mean": 2.0,
+        "t/p50": 2.0,
+        "t/p90": pytest.approx(2.8),
+        "t/max": 3.0,
     }
 
 
@@ -70,7 +77,9 @@ def test_none_and_empty_lists_are_dropped_silently() -> None:
 def test_text_and_objects_are_skipped_with_a_reason() -> None:
     out = _values({"s": "hello", "b": b"x", "o": object(), "l": ["a", "b"]})
     assert {k: v.reason for k, v in out.items() if isinstance(v, Skipped)} == {
-        "s": "a string", "b": "a string", "o": "a object value",
+        "s": "a string",
+        "b": "a string",
+        "o": "a object value",
         "l": "a list without finite numbers",
     }
 
@@ -78,5 +87,11 @@ def test_text_and_objects_are_skipped_with_a_reason() -> None:
 def test_numpy_values() -> None:
     np = pytest.importorskip("numpy")
     out = _values({"s": np.float32(1.5), "a": np.array([1.0, 2.0, 3.0]), "b": np.bool_(True)})
-    assert out == {"s": 1.5, "a/mean": 2.0, "a/p50": 2.0, "a/p90": pytest.approx(2.8),
-                   "a/max": 3.0, "b": 1.0}
+    assert out == {
+        "s": 1.5,
+        "a/mean": 2.0,
+        "a/p50": 2.0,
+        "a/p90": pytest.approx(2.8),
+        "a/max": 3.0,
+        "b": 1.0,
+    }

@@ -15,8 +15,9 @@ class _Definitions:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str | None, bool]] = []
 
-    def __call__(self, name: str, step_metric: str | None = None, step_sync: bool = False,
-                 **_: Any) -> None:
+    def __call__(
+        self, name: str, step_metric: str | None = None, step_sync: bool = False, **_: Any
+    ) -> None:
         self.calls.append((name, step_metric, step_sync))
 
 

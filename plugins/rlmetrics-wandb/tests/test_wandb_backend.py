@@ -32,7 +32,10 @@ def test_smaller_and_repeated_trainer_steps_keep_every_row(tmp_path: Path) -> No
 
     rows = read_run(backend.transaction_log).history
     assert [(row[STEP_KEY], row["train/loss"]) for row in rows] == [
-        (5, 0.5), (3, 0.3), (7, 0.7), (7, 0.75)
+        (5, 0.5),
+        (3, 0.3),
+        (7, 0.7),
+        (7, 0.75),
     ]
 
 
@@ -107,27 +110,45 @@ def test_values_are_logged_the_way_wandb_log_takes_them(tmp_path: Path) -> None:
     backend = _backend(tmp_path)
     backend.log_metrics(
         {
-            "text": "hello", "flag": True, "nan": math.nan, "inf": -math.inf,
-            "samples": [1, 2.5, None], "missing": None, "path": Path("/ckpt/7"),
-            "fraction": Fraction(1, 4), "big": 2**40,
+            "text": "hello",
+            "flag": True,
+            "nan": math.nan,
+            "inf": -math.inf,
+            "samples": [1, 2.5, None],
+            "missing": None,
+            "path": Path("/ckpt/7"),
+            "fraction": Fraction(1, 4),
+            "big": 2**40,
         },
-        2, "val",
+        2,
+        "val",
     )
     backend.finish()
 
     (row,) = read_run(backend.transaction_log).history
     # leet prints NaN and infinities as their JSON-compatible spellings.
     assert row == {
-        "val/text": "hello", "val/flag": True, "val/nan": "NaN", "val/inf": "-Infinity",
-        "val/samples": [1, 2.5, None], "val/path": "/ckpt/7", "val/fraction": 0.25,
-        "val/big": 2**40, STEP_KEY: 2,
+        "val/text": "hello",
+        "val/flag": True,
+        "val/nan": "NaN",
+        "val/inf": "-Infinity",
+        "val/samples": [1, 2.5, None],
+        "val/path": "/ckpt/7",
+        "val/fraction": 0.25,
+        "val/big": 2**40,
+        STEP_KEY: 2,
     }
 
 
 def test_config_reaches_wandb_init(tmp_path: Path) -> None:
     backend = _backend(
-        tmp_path, name="grpo-7b", tags=["rl", "grpo"], group="sweep-1", notes="baseline",
-        config={"lr": 1e-6, "model": {"name": "m"}}, init_kwargs={"job_type": "train"},
+        tmp_path,
+        name="grpo-7b",
+        tags=["rl", "grpo"],
+        group="sweep-1",
+        notes="baseline",
+        config={"lr": 1e-6, "model": {"name": "m"}},
+        init_kwargs={"job_type": "train"},
     )
     backend.finish()
 

@@ -22,8 +22,7 @@ def test_the_entry_point_offers_the_wandb_backend() -> None:
 
 def _wandb_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [
-        r for r in caplog.records
-        if r.levelno >= logging.WARNING and "'wandb'" in r.getMessage()
+        r for r in caplog.records if r.levelno >= logging.WARNING and "'wandb'" in r.getMessage()
     ]
 
 
@@ -31,10 +30,12 @@ def test_a_finished_run_is_isolated_and_reported_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with in_memory_telemetry() as (_handle, reader):
-        logger = rlmetrics.Logger(backends={
-            "jsonl": {"path": tmp_path / "m.jsonl"},
-            "wandb": {"project": "p", "dir": tmp_path / "wandb"},
-        })
+        logger = rlmetrics.Logger(
+            backends={
+                "jsonl": {"path": tmp_path / "m.jsonl"},
+                "wandb": {"project": "p", "dir": tmp_path / "wandb"},
+            }
+        )
         # Someone else ends the run (a crashed service process does the same): every
         # later run.log raises.
         logger.backends["wandb"].run.finish()
@@ -54,10 +55,12 @@ def test_a_finished_run_is_isolated_and_reported_once(
 def test_a_backend_that_cannot_start_is_skipped_and_reported_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    logger = rlmetrics.Logger(backends={
-        "jsonl": {"path": tmp_path / "m.jsonl"},
-        "wandb": {"dir": tmp_path / "wandb", "init_kwargs": {"mode": "no-such-mode"}},
-    })
+    logger = rlmetrics.Logger(
+        backends={
+            "jsonl": {"path": tmp_path / "m.jsonl"},
+            "wandb": {"dir": tmp_path / "wandb", "init_kwargs": {"mode": "no-such-mode"}},
+        }
+    )
     logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
     logger.finish()
 

@@ -24,7 +24,8 @@ class RunLog:
         """The logged items of each history row, W&B's own ``_``-keys removed."""
         return [
             {k: v for k, v in r["history"]["item"].items() if not k.startswith("_")}
-            for r in self.records if r["type"] == "history"
+            for r in self.records
+            if r["type"] == "history"
         ]
 
     @property
@@ -45,6 +46,9 @@ class RunLog:
 def read_run(transaction_log: Path) -> RunLog:
     out = subprocess.run(
         [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(transaction_log)],
-        check=True, capture_output=True, text=True, timeout=60,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return RunLog([json.loads(line) for line in out.stdout.splitlines() if line.strip()])

@@ -35,6 +35,7 @@ declare(
     ],
 )
 
+
 @hookimpl(tee=True)
 def on_setup_timing(timings: SetupTimings) -> None:
     if not is_exporting():

@@ -50,10 +50,15 @@ class WandbBackend:
             self._owns_run = False
         else:
             named: dict[str, Any] = {
-                "project": project, "entity": entity, "name": name,
-                "tags": list(tags) if tags is not None else None, "mode": mode,
-                "dir": os.fspath(dir) if dir is not None else None, "group": group,
-                "notes": notes, "config": dict(config) if config is not None else None,
+                "project": project,
+                "entity": entity,
+                "name": name,
+                "tags": list(tags) if tags is not None else None,
+                "mode": mode,
+                "dir": os.fspath(dir) if dir is not None else None,
+                "group": group,
+                "notes": notes,
+                "config": dict(config) if config is not None else None,
             }
             kwargs: dict[str, Any] = {k: v for k, v in named.items() if v is not None}
             kwargs.update(init_kwargs or {})
@@ -65,9 +70,7 @@ class WandbBackend:
                 self.run = wandb.init(**kwargs)
             except Exception as exc:
                 shown = {k: v for k, v in kwargs.items() if k != "config"}
-                raise RuntimeError(
-                    f"rlmetrics-wandb: wandb.init({shown}) failed: {exc}"
-                ) from exc
+                raise RuntimeError(f"rlmetrics-wandb: wandb.init({shown}) failed: {exc}") from exc
             # With W&B's default reinit policy, init returns the script's own active run:
             # log into it, but leave finishing it to the script.
             self._owns_run = self.run is not previous

@@ -44,10 +44,7 @@ def to_wandb(value: Any, _depth: int = 0) -> Any:
             return number
     if isinstance(value, (list, tuple)) and _depth < 8:
         # None stays inside a list (it is a position); odd elements become text.
-        return [
-            None if item is None else to_wandb(item, _depth + 1)
-            for item in value
-        ]
+        return [None if item is None else to_wandb(item, _depth + 1) for item in value]
     try:
         return str(value)
     except Exception:
