@@ -150,8 +150,12 @@ class EfficiencySummary:
         """Read the ``efficiency/*`` keys of a flat logger dict; other keys are ignored."""
         seconds: dict[str, Any] = {}
         fields = metrics if type(metrics) is dict else dict(_fields(metrics))
+        memo = _categories
         for key, value in fields.items():
-            category = _category(key)
+            # The memo hit inline: this loop sees every key of every step.
+            category = memo.get(key, _UNSEEN) if type(key) is str else None
+            if category is _UNSEEN:
+                category = _category(key)
             if category is not None:
                 seconds[category] = value
         per_step = as_number(fields.get(_PCT_PER_STEP_KEY))
