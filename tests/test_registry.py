@@ -191,6 +191,8 @@ def test_record_drops_each_bad_input_and_keeps_the_valid_values(caplog: Any) -> 
             rlmetrics.record("nope", {"gauge": 1.0})
             rlmetrics.record(GROUP, ["not", "a", "mapping"])  # type: ignore[arg-type]
             rlmetrics.record(GROUP, {"gauge": 1.0}, "phase=a")  # type: ignore[arg-type]
+            rlmetrics.record(["unhashable"], {"gauge": 1.0})  # type: ignore[arg-type]
+            rlmetrics.record_points(GROUP, "gauge", 5)  # type: ignore[arg-type]
         found = points(reader)
 
     assert {p.attributes["phase"]: p.value for p in found if p.name == "t.gauge"} == {
@@ -212,6 +214,8 @@ def test_record_drops_each_bad_input_and_keeps_the_valid_values(caplog: Any) -> 
         "a counter cannot take a negative value",
         "max_series=3",
         "no metric group 'nope'",
+        "rlmetrics.record(a list) failed; values dropped",
+        "rlmetrics.record('t') failed; values dropped",
     ]:
         assert fragment in messages, fragment
     # One line per dropped value: no stack, and never the logged string itself.

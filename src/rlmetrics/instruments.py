@@ -50,6 +50,13 @@ def _not_finite(value: Any) -> str:
 _BEYOND_INT64 = "an int beyond the int64 range an exporter can encode"
 
 
+def _record_failed(group: Any) -> None:
+    warn_once(
+        f"record:{describe_key(group)}",
+        f"rlmetrics.record({describe_key(group)}) failed; values dropped",
+    )
+
+
 class _Series:
     """One spec's live state for a telemetry session.
 
@@ -216,72 +223,80 @@ class Session:
     # -- recording (the training loop's path) -------------------------------------------------
 
     def record(self, group: str, values: Mapping[str, Any], attributes: Attributes) -> None:
-        series_by_key = self._group(group)
-        if series_by_key is None:
-            return
-        observation = self._observation
-        for key, value in values.items():
-            if value is None:
-                continue
+        """Record ``values`` by key. Never raises: the public ``record`` calls this directly,
+        so the guard lives here rather than in another frame on the hot path."""
+        try:
+            series_by_key = self.groups.get(group)
+            if series_by_key is None:
+                self._no_group(group)
+                return
+            observation = self._observation
+            for key, value in values.items():
+                if value is None:
+                    continue
+                series = series_by_key.get(key)
+                if series is None:
+                    self._unknown(group, key)
+                elif (
+                    not attributes
+                    and series.recordable
+                    and (
+                        (type(value) is float and value - value == 0)
+                        or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
+                    )
+                    and not (series.counter and value < 0)
+                ):
+                    # The commonest point of all, a finite number on an unlabelled series
+                    # that already has its instrument, written without a call.
+                    if series.gauge:
+                        series.table[_NO_KEY] = observation(value)
+                    else:
+                        series.write(value, None)  # type: ignore[misc]
+                else:
+                    self._write(series, group, key, value, attributes)
+        except Exception:
+            _record_failed(group)
+
+    def record_points(self, group: str, key: str, points: Iterable[tuple[Any, Attributes]]) -> None:
+        """Record several points of one series. Never raises (as :meth:`record`)."""
+        try:
+            series_by_key = self.groups.get(group)
+            if series_by_key is None:
+                self._no_group(group)
+                return
             series = series_by_key.get(key)
             if series is None:
                 self._unknown(group, key)
-            elif (
-                not attributes
-                and series.recordable
-                and (
-                    (type(value) is float and value - value == 0)
-                    or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
-                )
-                and not (series.counter and value < 0)
-            ):
-                # The commonest point of all, a finite number on an unlabelled series that
-                # already has its instrument, written without a call.
-                if series.gauge:
-                    series.table[_NO_KEY] = observation(value)
+                return
+            observation, admitted = self._observation, series.admitted
+            for value, attributes in points:
+                if value is None:
+                    continue
+                known = admitted.get(attributes) if isinstance(attributes, frozenset) else None
+                if (
+                    known is not None
+                    and series.recordable
+                    and type(value) is float
+                    and value - value == 0
+                    and not (series.counter and value < 0)
+                ):
+                    # A finite float under a prepared attribute set already admitted: the
+                    # dimensioned gauge's every-step case, written without a call.
+                    if series.gauge:
+                        series.table[attributes] = observation(value, known)  # type: ignore[index]
+                    else:
+                        series.write(value, known)  # type: ignore[misc]
                 else:
-                    series.write(value, None)  # type: ignore[misc]
-            else:
-                self._write(series, group, key, value, attributes)
+                    self._write(series, group, key, value, attributes)
+        except Exception:
+            _record_failed(group)
 
-    def record_points(self, group: str, key: str, points: Iterable[tuple[Any, Attributes]]) -> None:
-        series_by_key = self._group(group)
-        if series_by_key is None:
-            return
-        series = series_by_key.get(key)
-        if series is None:
-            self._unknown(group, key)
-            return
-        observation, admitted = self._observation, series.admitted
-        for value, attributes in points:
-            if value is None:
-                continue
-            known = admitted.get(attributes) if isinstance(attributes, frozenset) else None
-            if (
-                known is not None
-                and series.recordable
-                and type(value) is float
-                and value - value == 0
-                and not (series.counter and value < 0)
-            ):
-                # A finite float under a prepared attribute set already admitted: the
-                # dimensioned gauge's every-step case, written without a call.
-                if series.gauge:
-                    series.table[attributes] = observation(value, known)  # type: ignore[index]
-                else:
-                    series.write(value, known)  # type: ignore[misc]
-            else:
-                self._write(series, group, key, value, attributes)
-
-    def _group(self, group: str) -> dict[str, _Series] | None:
-        series_by_key = self.groups.get(group)
-        if series_by_key is None:
-            warn_once(
-                f"record:{describe_key(group)}:group",
-                f"rlmetrics.record: no metric group {describe_key(group)} is declared; declare "
-                "its specs before rlmetrics.start()",
-            )
-        return series_by_key
+    def _no_group(self, group: str) -> None:
+        warn_once(
+            f"record:{describe_key(group)}:group",
+            f"rlmetrics.record: no metric group {describe_key(group)} is declared; declare "
+            "its specs before rlmetrics.start()",
+        )
 
     def _unknown(self, group: str, key: Any) -> None:
         warn_once(
