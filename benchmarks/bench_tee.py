@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import io
+import itertools
 import json
 import os
 import platform
@@ -162,7 +163,8 @@ def _import_rounds(rounds: int) -> Comparison:
     return Comparison(tuple(ratios), statistics.median(case_times), statistics.median(base_times))
 
 
-def measure(rounds: int, number: int) -> dict[str, Comparison]:
+def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, float]]:
+    """Every case's comparison, and log_metrics' seconds per call by key count."""
     results: dict[str, Comparison] = {}
     raw = RawTee()
     workdir = Path(tempfile.mkdtemp(prefix="rlmetrics-bench-"))
@@ -259,15 +261,10 @@ def measure(rounds: int, number: int) -> dict[str, Comparison]:
                 scaling[keys] = timed.case_s
             writer.finish()
     results["import rlmetrics (CPU, fresh process)"] = _import_rounds(max(5, rounds // 2))
-    global _SCALING
-    _SCALING = scaling
-    return results
+    return results, scaling
 
 
-_SCALING: dict[int, float] = {}
-
-
-def table(results: dict[str, Comparison], families: str) -> str:
+def table(results: dict[str, Comparison], scaling: dict[int, float], families: str) -> str:
     sdk = version("opentelemetry-sdk")
     header = (
         f"OTel SDK {sdk}, CPython {platform.python_version()}, {os.cpu_count()} cores, "
@@ -291,10 +288,18 @@ def table(results: dict[str, Comparison], families: str) -> str:
             f"| {name} | {low:.2f} | **{mid:.2f}** | {high:.2f} | {judged} "
             f"| {result.case_s * 1e6:.1f} µs | {result.base_s * 1e6:.1f} µs |"
         )
-    per_key = ", ".join(
-        f"{keys} keys: {seconds / keys * 1e6:.2f} µs/key" for keys, seconds in _SCALING.items()
+    sizes = sorted(scaling)
+    per_call = ", ".join(f"{keys} keys {scaling[keys] * 1e6:.0f} µs" for keys in sizes)
+    # The slope between sizes: the fixed cost of a call cancels, what each key adds remains.
+    per_extra_key = ", ".join(
+        f"{low}→{high}: {(scaling[high] - scaling[low]) / (high - low) * 1e6:.2f} µs"
+        for low, high in itertools.pairwise(sizes)
     )
-    lines += ["", f"Scaling (log_metrics + JSONL, untreed keys): {per_key}."]
+    lines += [
+        "",
+        f"Scaling (log_metrics + JSONL, untreed keys): {per_call}; "
+        f"each extra key {per_extra_key}.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -327,7 +332,7 @@ def main() -> None:
         os.environ["RLMETRICS_PLUGINS"] = ""  # an empty allow-list: the core's built-ins only
     rounds, number = (5, 100) if args.quick else (args.rounds, args.number)
     families = "every installed family" if args.all_families else "the core's families"
-    block = table(measure(rounds, number), families)
+    block = table(*measure(rounds, number), families)
     sys.stdout.write(block)
     if args.update_readme:
         update_readme(block)
