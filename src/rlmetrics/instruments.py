@@ -14,7 +14,7 @@ exports the same series and ``retract`` can end one.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._warn import describe_key, describe_value, warn_once
@@ -69,6 +69,7 @@ class _Series:
 
     __slots__ = (
         "admitted",
+        "capped",
         "counter",
         "declared",
         "gauge",
@@ -89,6 +90,8 @@ class _Series:
         self.observable = self.spec.kind.observable
         self.counter = self.spec.kind.monotonic
         self.gauge = self.spec.kind is Kind.GAUGE
+        # Only a spec with an open attribute has a max_series cap to enforce.
+        self.capped = self.spec.open_attributes
         self.admitted: dict[AttributeSet, dict[str, str]] = {}
         # Attribute sets already checked against the declaration: an observable callback
         # yields the same sets every collection, and checking is most of its cost.
@@ -155,7 +158,7 @@ class _Series:
             self.valid[key] = checked = problem
         spec = self.spec
         with self.lock:
-            if spec.open_attributes and len(admitted) >= spec.max_series:
+            if self.capped and len(admitted) >= spec.max_series:
                 return f"more than max_series={spec.max_series} distinct attribute sets"
             admitted[key] = checked[1]
         return (number, *checked)
@@ -358,23 +361,48 @@ class Session:
                     "this collection",
                 )
                 return []
-            return list(self._observations(series, observed))
+            return self._observations(series, observed)
 
         return observe
 
-    def _observations(self, series: _Series, observed: list[Any]) -> Iterator[Any]:
-        spec = series.spec
+    def _observations(self, series: _Series, observed: list[Any]) -> list[Any]:
+        spec, valid, observation = series.spec, series.valid, self._observation
+        limit = spec.max_series if series.capped else None
         seen: dict[AttributeSet, dict[str, str]] = {}  # the cap applies to one collection
+        out: list[Any] = []
         for item in observed:
             try:
                 value, attributes = item
             except (TypeError, ValueError):
+                value = attributes = _MISSING
+            if value is _MISSING:  # reported outside the except: a traceback would say nothing
                 warn_once(
                     f"observe:{spec.name}:shape",
                     f"rlmetrics: the callback of {spec.name!r} must yield (value, attributes) "
                     f"pairs, got a {type(item).__name__}",
                 )
                 continue
+            if type(attributes) is dict and (
+                (type(value) is float and value - value == 0)
+                or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
+            ):
+                # A callback yields the same attribute sets every collection: a finite number
+                # under a set already checked, new to this collection and within the cap,
+                # goes straight out (hundreds of hosts per collection, for example).
+                try:
+                    key = frozenset(attributes.items())
+                except TypeError:  # an unhashable value: point() says why
+                    key = None
+                checked = None if key is None else valid.get(key)
+                if (
+                    checked is not None
+                    and key not in seen
+                    and (limit is None or len(seen) < limit)
+                    and not (series.counter and value < 0)
+                ):
+                    seen[key] = checked[1]  # type: ignore[index]
+                    out.append(observation(value, checked[1]))
+                    continue
             point = series.point(value, attributes, seen)
             if isinstance(point, str):
                 warn_once(
@@ -383,4 +411,5 @@ class Session:
                 )
                 continue
             number, _key, attr_dict = point
-            yield self._observation(number, attr_dict)
+            out.append(observation(number, attr_dict))
+        return out
