@@ -12,14 +12,25 @@ happened to be running.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import io
+import os
+import platform
+import re
 import statistics
+import sys
 import time
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from importlib.metadata import version
+from pathlib import Path
 
 import attrs
 
-__all__ = ["Comparison", "compare"]
+__all__ = ["Comparison", "compare", "machine", "printed_into_readme", "update_readme"]
+
+README = Path(__file__).resolve().parent / "README.md"
 
 
 @attrs.frozen
@@ -56,3 +67,49 @@ def compare(
         case_times.append(case_t / number)
         base_times.append(base_t / number)
     return Comparison(tuple(ratios), statistics.median(case_times), statistics.median(base_times))
+
+
+def machine() -> str:
+    """What a result was measured on: the SDK, the interpreter, the cores and the date."""
+    return (
+        f"OTel SDK {version('opentelemetry-sdk')}, CPython {platform.python_version()}, "
+        f"{os.cpu_count()} cores, {datetime.date.today().isoformat()}"
+    )
+
+
+def update_readme(marker: str, block: str) -> None:
+    """Put ``block`` between ``<!-- marker:start -->`` and ``<!-- marker:end -->`` in
+    README.md, appending the pair when the README has none yet."""
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
+    text = README.read_text()
+    section = f"{start}\n{block}{end}"
+    if start in text:
+        pattern = re.escape(start) + r".*?" + re.escape(end)
+        text = re.sub(pattern, lambda _match: section, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    README.write_text(text)
+
+
+class _Tee(io.StringIO):
+    def __init__(self, out: io.TextIOBase | object) -> None:
+        super().__init__()
+        self._out = out
+
+    def write(self, text: str) -> int:
+        self._out.write(text)  # type: ignore[attr-defined]
+        return super().write(text)
+
+
+@contextlib.contextmanager
+def printed_into_readme(marker: str | None) -> Iterator[None]:
+    """Print :func:`machine`, then as usual; with a ``marker``, also put what was printed into
+    README.md as a text block (a benchmark whose report is its printed table)."""
+    print(machine(), end="\n\n")
+    if marker is None:
+        yield
+        return
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        yield
+    update_readme(marker, f"{machine()}\n\n```text\n{tee.getvalue().rstrip()}\n```\n")

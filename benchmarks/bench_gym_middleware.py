@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+from _harness import printed_into_readme
 from rlmetrics_gym.server import GymServerMetricsMiddleware
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -164,7 +165,15 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000, help="ASGI requests per round")
     parser.add_argument("--http-rounds", type=int, default=60)
     parser.add_argument("--http-requests", type=int, default=200)
+    parser.add_argument(
+        "--update-readme", action="store_true", help="put the output into benchmarks/README.md"
+    )
     args = parser.parse_args()
+    with printed_into_readme("bench-gym-middleware" if args.update_readme else None):
+        _report(args)
+
+
+def _report(args: argparse.Namespace) -> None:
 
     rows: list[str] = []
     with isolated_state(), in_memory_telemetry():

@@ -32,6 +32,7 @@ from collections.abc import Callable, Coroutine
 from types import SimpleNamespace
 from typing import Any
 
+from _harness import printed_into_readme
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from rlmetrics_gym import _client_aiohttp, http_client, resources
@@ -168,7 +169,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=41)
     parser.add_argument("--number", type=int, default=20000)
+    parser.add_argument(
+        "--update-readme", action="store_true", help="put the output into benchmarks/README.md"
+    )
     args = parser.parse_args()
+    with printed_into_readme("bench-gym-request" if args.update_readme else None):
+        _report(args)
+
+
+def _report(args: argparse.Namespace) -> None:
     rows = measure(args.number, args.rounds)
     print(f"{'case':<30} {'min':>6} {'median':>7} {'max':>6}   (ratio to one raw Counter.add)")
     for name, values in rows:

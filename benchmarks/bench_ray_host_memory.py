@@ -40,6 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _harness import printed_into_readme
+
 FIXTURE = (
     Path(__file__).resolve().parent.parent
     / "plugins/rlmetrics-ray/tests/fixtures/ray-2.60.0-node-metrics.txt"
@@ -304,10 +306,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument(
+        "--update-readme", action="store_true", help="put the output into benchmarks/README.md"
+    )
     args = parser.parse_args()
-    from importlib.metadata import version
+    with printed_into_readme("bench-ray" if args.update_readme else None):
+        _report(args)
 
-    print(f"OTel SDK {version('opentelemetry-sdk')}, Python {sys.version.split()[0]}")
+
+def _report(args: argparse.Namespace) -> None:
     holes = round(args.hosts * args.black_holed)
     endpoints = Endpoints(args.hosts, holes)
     try:

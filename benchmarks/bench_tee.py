@@ -14,13 +14,10 @@ calls). Ratios are per round, rounds alternate A B / B A
 from __future__ import annotations
 
 import argparse
-import datetime
 import io
 import itertools
 import json
 import os
-import platform
-import re
 import resource
 import statistics
 import subprocess
@@ -31,7 +28,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from _harness import Comparison, compare
+from _harness import Comparison, compare, machine, update_readme
 from grpo_step import GRPO_STEP
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -39,10 +36,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import rlmetrics
 from rlmetrics.testing import in_memory_telemetry, isolated_state
 
-HERE = Path(__file__).resolve().parent
-README = HERE / "README.md"
-
-#: (case, baseline, goal) per row; the goal is the median ratio the project holds itself to.
+#: The median ratio each case is held to.
 GOALS = {
     "log_metrics, no backend": 1.0,
     "log_metrics, JSONL backend": 1.0,
@@ -265,13 +259,8 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
 
 
 def table(results: dict[str, Comparison], scaling: dict[int, float], families: str) -> str:
-    sdk = version("opentelemetry-sdk")
-    header = (
-        f"OTel SDK {sdk}, CPython {platform.python_version()}, {os.cpu_count()} cores, "
-        f"{datetime.date.today().isoformat()}, {families}"
-    )
     lines = [
-        f"#### {header}",
+        f"#### {machine()}, {families}",
         "",
         "| case | ratio min | median | max | goal | case | baseline |",
         "|---|---|---|---|---|---|---|",
@@ -297,23 +286,9 @@ def table(results: dict[str, Comparison], scaling: dict[int, float], families: s
     )
     lines += [
         "",
-        f"Scaling (log_metrics + JSONL, untreed keys): {per_call}; "
-        f"each extra key {per_extra_key}.",
+        f"Scaling (log_metrics + JSONL, untreed keys): {per_call}; each extra key {per_extra_key}.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def update_readme(block: str) -> None:
-    sdk = version("opentelemetry-sdk")
-    start, end = f"<!-- bench-tee:{sdk}:start -->", f"<!-- bench-tee:{sdk}:end -->"
-    text = README.read_text()
-    section = f"{start}\n{block}{end}"
-    if start in text:
-        pattern = re.escape(start) + r".*?" + re.escape(end)
-        text = re.sub(pattern, lambda _match: section, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    README.write_text(text)
 
 
 def main() -> None:
@@ -335,7 +310,7 @@ def main() -> None:
     block = table(*measure(rounds, number), families)
     sys.stdout.write(block)
     if args.update_readme:
-        update_readme(block)
+        update_readme(f"bench-tee:{version('opentelemetry-sdk')}", block)
 
 
 if __name__ == "__main__":
