@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from mlflow.tracking import MlflowClient
 
-__all__ = ["history"]
+__all__ = ["history", "wait_for_history"]
+
+#: How long a queued row may take to reach the store before a test gives up on it.
+WAIT_S = 30.0
 
 
 def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
     """``[(step, value), ...]`` of one metric, sorted (the store does not keep log order)."""
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def wait_for_history(
+    client: MlflowClient, run_id: str, key: str, expected: list[tuple[int, float]]
+) -> list[tuple[int, float]]:
+    """Wait (bounded) until the backend's own thread has written ``expected``: the MLflow
+    backend is queued, so a row is in the store some time after ``log_metrics`` returns."""
+    pause = threading.Event()
+    deadline = time.monotonic() + WAIT_S
+    while (found := history(client, run_id, key)) != expected and time.monotonic() < deadline:
+        pause.wait(0.05)
+    return found

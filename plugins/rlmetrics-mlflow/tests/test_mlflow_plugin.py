@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from mlflow_helpers import history
+from mlflow_helpers import history, wait_for_history
 
 import rlmetrics
 from rlmetrics.backends import available_backends
@@ -42,6 +42,9 @@ def test_a_run_deleted_mid_training_is_isolated_and_reported_once(
         )
         run_id = logger.backends["mlflow"].run_id
         logger.log_metrics({"loss": 0.1}, step=1, prefix="train")
+        # The backend writes on its own thread: step 1 must be in the store before the run goes.
+        written = wait_for_history(MlflowClient(tracking_uri), run_id, "train/loss", [(1, 0.1)])
+        assert written == [(1, 0.1)]
         # Someone deletes the run in the MLflow UI: every later write is refused.
         MlflowClient(tracking_uri).delete_run(run_id)
         for step in (2, 3, 4):
