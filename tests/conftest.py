@@ -1,9 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from exporters._peers import REQUIRE_PROMETHEUS_ENV, PrometheusServer
 
 from rlmetrics.registry import MetricRegistry
 from rlmetrics.testing import in_memory_telemetry, isolated_state, load_hypothesis_profile
@@ -23,3 +27,32 @@ def telemetry() -> Iterator[tuple[Any, Any]]:
     """Started telemetry with an in-memory reader: ``(handle, reader)``."""
     with in_memory_telemetry() as started:
         yield started
+
+
+@pytest.fixture
+def prometheus_server(tmp_path: Path) -> Iterator[Callable[[tuple[str, int]], PrometheusServer]]:
+    """``prometheus_server((host, port))`` starts Debian's prometheus scraping that target
+    every second. Skips without the binary unless ``RLMETRICS_REQUIRE_PROMETHEUS=1`` (CI)."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        reason = (
+            "the 'prometheus' server binary is not on PATH (Debian: apt-get install -y "
+            "--no-install-recommends prometheus)"
+        )
+        if os.environ.get(REQUIRE_PROMETHEUS_ENV) == "1":
+            pytest.fail(f"{REQUIRE_PROMETHEUS_ENV}=1 but {reason}")
+        pytest.skip(reason)
+    started: list[PrometheusServer] = []
+
+    def start(target: tuple[str, int]) -> PrometheusServer:
+        workdir = tmp_path / f"prometheus-{len(started)}"
+        workdir.mkdir()
+        server = PrometheusServer(binary, workdir)
+        started.append(server)
+        return server.start(target)
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()

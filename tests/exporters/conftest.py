@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
 import rlmetrics
 
 from ._peers import (
-    REQUIRE_PROMETHEUS_ENV,
     BlackHole,
     OtlpReceiver,
-    PrometheusServer,
     WarnOnceLog,
     _ListHandler,
 )
@@ -77,35 +72,3 @@ def rlmetrics_log() -> Iterator[WarnOnceLog]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(saved)
-
-
-@pytest.fixture
-def prometheus_server(tmp_path: Path) -> Iterator[Callable[[tuple[str, int]], PrometheusServer]]:
-    """A factory: ``prometheus_server((host, port))`` starts a server scraping that target.
-
-    Skips when the ``prometheus`` binary is missing, unless ``RLMETRICS_REQUIRE_PROMETHEUS=1``
-    (CI installs it and sets that), in which case the test fails.
-    """
-    binary = shutil.which("prometheus")
-    if binary is None:
-        reason = (
-            "the 'prometheus' server binary is not on PATH (Debian: apt-get install -y "
-            "--no-install-recommends prometheus)"
-        )
-        if os.environ.get(REQUIRE_PROMETHEUS_ENV) == "1":
-            pytest.fail(f"{REQUIRE_PROMETHEUS_ENV}=1 but {reason}")
-        pytest.skip(reason)
-    started: list[PrometheusServer] = []
-
-    def start(target: tuple[str, int]) -> PrometheusServer:
-        workdir = tmp_path / f"prometheus-{len(started)}"
-        workdir.mkdir()
-        server = PrometheusServer(binary, workdir)
-        started.append(server)
-        return server.start(target)
-
-    try:
-        yield start
-    finally:
-        for server in started:
-            server.stop()
