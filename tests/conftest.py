@@ -4,13 +4,15 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from exporters._peers import REQUIRE_PROMETHEUS_ENV, PrometheusServer
 
 from rlmetrics.registry import MetricRegistry
 from rlmetrics.testing import in_memory_telemetry, isolated_state, load_hypothesis_profile
+
+if TYPE_CHECKING:
+    from exporters._peers import PrometheusServer
 
 load_hypothesis_profile()
 
@@ -33,6 +35,9 @@ def telemetry() -> Iterator[tuple[Any, Any]]:
 def prometheus_server(tmp_path: Path) -> Iterator[Callable[[tuple[str, int]], PrometheusServer]]:
     """``prometheus_server((host, port))`` starts Debian's prometheus scraping that target
     every second. Skips without the binary unless ``RLMETRICS_REQUIRE_PROMETHEUS=1`` (CI)."""
+    # Imported here: _peers needs grpcio, which an env without the exporters (wheels) lacks.
+    from exporters._peers import REQUIRE_PROMETHEUS_ENV, PrometheusServer
+
     binary = shutil.which("prometheus")
     if binary is None:
         reason = (
