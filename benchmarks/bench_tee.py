@@ -286,7 +286,8 @@ def table(results: dict[str, Comparison], scaling: dict[int, float], families: s
     )
     lines += [
         "",
-        f"Scaling (log_metrics + JSONL, untreed keys): {per_call}; each extra key {per_extra_key}.",
+        f"Scaling (log_metrics + JSONL, keys no family tees): {per_call}; "
+        f"each extra key {per_extra_key}.",
     ]
     return "\n".join(lines) + "\n"
 
