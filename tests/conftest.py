@@ -1,3 +1,10 @@
+"""Fixtures every core test folder shares: isolated registry and plugin state, started
+telemetry with an in-memory reader, and Debian's real Prometheus server on 127.0.0.1.
+
+Test modules carry their folder in their name (``test_tools_*``, ``test_cli_*``) where a bare
+name would collide with another folder's, since CI collects every folder in one pytest run.
+"""
+
 from __future__ import annotations
 
 import os
