@@ -4,6 +4,7 @@ aiohttp server on 127.0.0.1, with pool limits small enough that acquisitions que
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +30,16 @@ CONSTRAINT = "nemo.gym.http.connection_pool.constraint"
 POLICY = {DESTINATION: "policy_model"}
 
 
+async def get_text(
+    session: aiohttp.ClientSession, url: str, destination: str | None = "policy_model"
+) -> str:
+    """GET ``url`` on ``session`` for ``destination`` (None: no destination set)."""
+    labelled = contextlib.nullcontext() if destination is None else http_destination(destination)
+    with labelled:
+        async with session.get(url) as response:
+            return await response.text()
+
+
 def queued_signal() -> tuple[aiohttp.TraceConfig, asyncio.Event]:
     """A test-side TraceConfig (aiohttp's own hook) telling the test an acquisition queued."""
     queued = asyncio.Event()
@@ -50,12 +61,7 @@ async def hold_then_queue(
     """Start a request the server holds (it occupies the pool's only slot), then ``second``,
     which must queue; returns both tasks once the second is queued."""
 
-    async def held() -> str:
-        with http_destination("policy_model"):
-            async with session.get(f"{server.url}/hold") as response:
-                return await response.text()
-
-    first = asyncio.create_task(held())
+    first = asyncio.create_task(get_text(session, f"{server.url}/hold"))
     await eventually(lambda: server.arrived == 1, "the held request reached the server")
     waiting = asyncio.create_task(second())
     await asyncio.wait_for(queued.wait(), 10)
@@ -72,10 +78,8 @@ def test_a_queued_acquisition_on_the_total_limit(telemetry: Any) -> None:
             instrumented_session(connector_kwargs={"limit": 1}, trace_configs=[signal]) as session,
         ):
 
-            async def fast() -> str:
-                with http_destination("policy_model"):
-                    async with session.get(f"{server.url}/fast") as response:
-                        return await response.text()
+            def fast() -> Awaitable[str]:
+                return get_text(session, f"{server.url}/fast")
 
             first, second = await hold_then_queue(server, session, queued, fast)
             # Both requests wait for their headers: one at the server, one in the pool.
@@ -109,10 +113,8 @@ def test_a_queued_acquisition_on_the_per_host_limit(telemetry: Any) -> None:
             ) as session,
         ):
 
-            async def fast() -> str:
-                with http_destination("policy_model"):
-                    async with session.get(f"{server.url}/fast") as response:
-                        return await response.text()
+            def fast() -> Awaitable[str]:
+                return get_text(session, f"{server.url}/fast")
 
             first, second = await hold_then_queue(server, session, queued, fast)
             server.release()
@@ -229,13 +231,11 @@ def test_requests_work_the_same_without_telemetry() -> None:
             held_server() as server,
             instrumented_session(connector_kwargs={"limit": 1}) as session,
         ):
-
-            async def get(path: str) -> str:
-                async with session.get(f"{server.url}{path}") as response:
-                    return await response.text()
-
             server.release()
-            return list(await asyncio.gather(*(get(p) for p in ("/hold", "/fast", "/redirect"))))
+            paths = ("/hold", "/fast", "/redirect")
+            return list(
+                await asyncio.gather(*(get_text(session, server.url + p, None) for p in paths))
+            )
 
     with isolated_state():
         assert run(main()) == ["held", "fast", "fast"]
