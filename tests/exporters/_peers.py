@@ -224,43 +224,6 @@ class OtlpReceiver:
         return self.latest().get((name, frozenset(attributes.items())))
 
 
-class BlackHole:
-    """A TCP endpoint on 127.0.0.1 that accepts connections and never answers: an OTLP
-    RPC to it hangs until its deadline, like a collector behind a dropped route."""
-
-    def __init__(self) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(16)
-        self._sock.settimeout(0.2)
-        self.port = int(self._sock.getsockname()[1])
-        self.connected = threading.Event()
-        self._held: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name="blackhole", daemon=True)
-        self._thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _accept(self) -> None:
-        while not self._stop.is_set() and len(self._held) < 64:
-            try:
-                conn, _ = self._sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self._held.append(conn)
-            self.connected.set()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        for conn in self._held:
-            conn.close()
-        self._sock.close()
-
-
 # -- log capture ------------------------------------------------------------------------------
 
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 import rlmetrics
+from rlmetrics.testing import BlackHole
 
 from ._peers import (
-    BlackHole,
     OtlpReceiver,
     WarnOnceLog,
     _ListHandler,

@@ -17,6 +17,7 @@ import pytest
 import rlmetrics
 from rlmetrics.exporters import otlp
 from rlmetrics.plugins import register
+from rlmetrics.testing import BlackHole
 
 from ._peers import (
     COUNTER,
@@ -25,7 +26,6 @@ from ._peers import (
     INTERVAL_S,
     UP_DOWN,
     WAIT_S,
-    BlackHole,
     OtlpReceiver,
     WarnOnceLog,
     declare_test_series,

@@ -18,8 +18,9 @@ import pytest
 
 import rlmetrics
 from rlmetrics.plugins import register
+from rlmetrics.testing import BlackHole
 
-from ._peers import INTERVAL_S, BlackHole, OtlpReceiver
+from ._peers import INTERVAL_S, OtlpReceiver
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 

@@ -15,11 +15,11 @@ import pytest
 # The family module is imported here, before any test isolates the registry, so its
 # declarations live in the default registry that every isolated copy starts from.
 import rlmetrics_ray.host_memory  # noqa: F401
-from ray_support import BlackHole, ExpositionServer
+from ray_support import ExpositionServer
 from rlmetrics_ray import config
 from rlmetrics_ray.worker_groups import WORKER_GROUPS
 
-from rlmetrics.testing import in_memory_telemetry, isolated_state
+from rlmetrics.testing import BlackHole, in_memory_telemetry, isolated_state
 
 
 @pytest.fixture(autouse=True)

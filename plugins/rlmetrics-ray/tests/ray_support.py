@@ -10,7 +10,6 @@ folder uses. Every server binds 127.0.0.1; every wait is bounded.
 from __future__ import annotations
 
 import copy
-import http.server
 import json
 import re
 import socket
@@ -21,6 +20,8 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+from rlmetrics import testing
+
 __all__ = [
     "EXPOSITION",
     "FIXTURES",
@@ -28,7 +29,6 @@ __all__ = [
     "NODE_FIXTURE",
     "PLACEMENT_GROUP_TABLE",
     "WAIT_S",
-    "BlackHole",
     "ExpositionServer",
     "OtlpReceiver",
     "dead_port",
@@ -157,7 +157,7 @@ def dead_port() -> int:
 # -- HTTP servers on 127.0.0.1 --------------------------------------------------------------------
 
 
-class ExpositionServer:
+class ExpositionServer(testing.ExpositionServer):
     """An HTTP server on 127.0.0.1 answering ``/metrics`` with ``text``.
 
     ``mode``: ``"ok"`` answers; ``"error"`` answers HTTP 500; ``"hold"`` accepts the request
@@ -173,40 +173,18 @@ class ExpositionServer:
         self.arrived = threading.Event()
         self._released = threading.Event()
         self._lock = threading.Lock()
-        owner = self
+        super().__init__(self._answer)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                with owner._lock:
-                    owner.requests += 1
-                    mode, text = owner.mode, owner.text
-                owner.arrived.set()
-                if mode == "hold":
-                    owner._released.wait(HOLD_BOUND_S)
-                if mode == "error":
-                    self.send_error(500, "agent failed")
-                    return
-                body = text.encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass  # the scraper gave up on a held request: nothing to answer
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_port)
-        self.url = f"http://127.0.0.1:{self.port}/metrics"
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+    def _answer(self) -> str:
+        with self._lock:
+            self.requests += 1
+            mode, text = self.mode, self.text
+        self.arrived.set()
+        if mode == "hold":
+            self._released.wait(HOLD_BOUND_S)
+        if mode == "error":
+            raise RuntimeError("agent failed")  # the server answers HTTP 500
+        return text
 
     def set(self, text: str | None = None, mode: str | None = None) -> None:
         with self._lock:
@@ -228,41 +206,7 @@ class ExpositionServer:
 
     def close(self) -> None:
         self.release()
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(5)
-
-
-class BlackHole:
-    """A TCP endpoint on 127.0.0.1 that accepts connections and never answers."""
-
-    def __init__(self) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(64)
-        self._sock.settimeout(0.05)
-        self.port = int(self._sock.getsockname()[1])
-        self.connected = threading.Event()
-        self._held: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name="blackhole", daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set() and len(self._held) < 256:
-            try:
-                conn, _ = self._sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self._held.append(conn)
-            self.connected.set()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        for conn in self._held:
-            conn.close()
-        self._sock.close()
+        super().close()
 
 
 # -- OTLP gRPC receiver on 127.0.0.1 --------------------------------------------------------------

@@ -23,7 +23,7 @@ def test_the_monitor_scrapes_the_simulated_hosts(tmp_path: Path) -> None:
     try:
         # Ray's shape: the plugin's own reader finds the host pair in what a raylet serves.
         raylet = next(iter(part.raylets.values()))
-        with urllib.request.urlopen(raylet.url, timeout=5) as answer:
+        with urllib.request.urlopen(raylet.endpoint.url, timeout=5) as answer:
             reading = read_memory(answer.read().decode(), "127.0.0.1")
         assert reading is not None and reading.source == "host"
         assert (reading.used, reading.total) == (raylet.used, raylet.total)

@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ray_support import (
     WAIT_S,
-    BlackHole,
     ExpositionServer,
     dead_port,
     node_info,
@@ -32,7 +31,7 @@ from rlmetrics_ray.monitor import HostMemory, HostMemoryMonitor, build_snapshot
 from rlmetrics_ray.nodes import RayNode, metrics_url
 from rlmetrics_ray.worker_groups import WorkerGroups
 
-from rlmetrics.testing import in_memory_telemetry, isolated_state, points
+from rlmetrics.testing import BlackHole, in_memory_telemetry, isolated_state, points
 
 GiB = 1024**3
 Serve = Callable[..., ExpositionServer]

@@ -7,9 +7,7 @@ folder uses; the fixtures built on it are in conftest.py.
 
 from __future__ import annotations
 
-import http.server
 import re
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +22,8 @@ from rlmetrics_vllm.engine import (
     PROMPT_TOKENS_FAMILY,
     REQUEST_SUCCESS_FAMILY,
 )
+
+from rlmetrics.testing import ExpositionServer
 
 __all__ = [
     "FINISH_REASONS",
@@ -219,33 +219,9 @@ class VllmRegistry:
 # -- a real HTTP server on 127.0.0.1 ------------------------------------------------------------
 
 
-class TextServer:
-    """An ``http.server`` on 127.0.0.1 answering /metrics with whatever ``text`` holds."""
+class TextServer(ExpositionServer):
+    """A metrics endpoint on 127.0.0.1 answering with whatever ``text`` holds."""
 
     def __init__(self, text: str) -> None:
         self.text = text
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = owner.text.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # keep the test output clean
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        super().__init__(lambda: self.text)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import rlmetrics
 from rlmetrics.demo.parts import DemoSettings, DemoStep
+from rlmetrics.testing import ExpositionServer
 
 from .config import active_monitor, configure
 from .nodes import RayNode
@@ -44,30 +44,7 @@ class SimulatedRaylet:
         self.total = total
         self.used = used
         self._lock = threading.Lock()
-        raylet = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = raylet.exposition().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # the demo's terminal is for the demo
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, name=f"demo-raylet-{host_name}", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        self.endpoint = ExpositionServer(self.exposition, name=f"demo-raylet-{host_name}")
 
     def set_used(self, used: int) -> None:
         with self._lock:
@@ -97,9 +74,7 @@ class SimulatedRaylet:
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(5)
+        self.endpoint.close()
 
 
 class HostMemoryDemoPart:
@@ -135,14 +110,14 @@ class HostMemoryDemoPart:
                 "Alive": True,
                 "NodeManagerAddress": "127.0.0.1",
                 "NodeManagerHostname": raylet.host_name,
-                "MetricsExportPort": raylet.server.server_address[1],
+                "MetricsExportPort": raylet.endpoint.port,
             }
             for node_id, raylet in self.raylets.items()
         ]
 
     def _resolve(self, node: RayNode) -> str | None:
         raylet = self.raylets.get(node.node_id)
-        return None if raylet is None else raylet.url
+        return None if raylet is None else raylet.endpoint.url
 
     def step(self, step: DemoStep) -> None:
         rng = step.random("host_memory")

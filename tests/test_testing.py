@@ -1,0 +1,52 @@
+"""rlmetrics.testing's peers (a metrics endpoint, a black hole), read back over real sockets."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+
+from rlmetrics.testing import BlackHole, ExpositionServer
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return answer.status, answer.headers["Content-Type"], answer.read().decode()
+
+
+def test_each_request_gets_what_render_returns_then() -> None:
+    texts = iter(["a_total 1\n", "a_total 2\n"])
+    with ExpositionServer(lambda: next(texts)) as server:
+        assert server.url == f"http://127.0.0.1:{server.port}/metrics"
+        first, second = _get(server.url), _get(server.url)
+    assert first == (200, "text/plain; version=0.0.4; charset=utf-8", "a_total 1\n")
+    assert second[2] == "a_total 2\n"
+
+
+def test_a_render_that_raises_answers_500() -> None:
+    def failing() -> str:
+        raise RuntimeError("agent failed")
+
+    with ExpositionServer(failing) as server, pytest.raises(urllib.error.HTTPError) as error:
+        _get(server.url)
+    assert error.value.code == 500
+
+
+def test_it_listens_on_loopback_only_and_closes() -> None:
+    server = ExpositionServer(lambda: "")
+    assert server.server.socket.getsockname()[0] == "127.0.0.1"
+    server.close()
+    with socket.socket() as probe, pytest.raises(ConnectionRefusedError):
+        probe.connect(("127.0.0.1", server.port))
+
+
+def test_a_black_hole_accepts_and_never_answers() -> None:
+    with BlackHole() as hole, socket.create_connection(("127.0.0.1", hole.port), 5) as client:
+        assert hole.endpoint == f"http://127.0.0.1:{hole.port}"
+        assert hole.connected.wait(5)
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        client.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            client.recv(1)
