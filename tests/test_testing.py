@@ -1,4 +1,5 @@
-"""rlmetrics.testing's peers (a metrics endpoint, a black hole), read back over real sockets."""
+"""rlmetrics.testing's peers (a metrics endpoint, a black hole), read back over real sockets,
+and its bounded wait."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from rlmetrics.testing import BlackHole, ExpositionServer
+from rlmetrics.testing import BlackHole, ExpositionServer, wait_until
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -50,3 +51,13 @@ def test_a_black_hole_accepts_and_never_answers() -> None:
         client.settimeout(0.3)
         with pytest.raises(TimeoutError):
             client.recv(1)
+
+
+def test_wait_until_returns_the_first_truthy_result() -> None:
+    answers = iter([None, 0, [], "ready"])
+    assert wait_until(lambda: next(answers), 5, "an answer") == "ready"
+
+
+def test_wait_until_fails_naming_what_it_waited_for() -> None:
+    with pytest.raises(AssertionError, match=r"timed out after 0\.1 s waiting for the moon"):
+        wait_until(lambda: False, 0.1, "the moon")

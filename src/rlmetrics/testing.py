@@ -13,6 +13,7 @@ import contextlib
 import http.server
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "load_hypothesis_profile",
     "points",
     "single",
+    "wait_until",
 ]
 
 #: Names the hypothesis profile a test session runs: ``default`` or ``fuzz`` (10**5 examples).
@@ -101,6 +103,24 @@ def single(found: list[Point], name: str, **attributes: Any) -> Point:
     if len(matches) != 1:
         raise AssertionError(f"expected one {name} {attributes}, found {matches}")
     return matches[0]
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy and return that; fail the test
+    (``AssertionError`` naming ``what``) after ``timeout_s``. For what no event announces:
+    a reader's next collection, a store another thread writes, a process's exit."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"timed out after {timeout_s:.1f} s waiting for {what or predicate}"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
 
 
 @contextlib.contextmanager

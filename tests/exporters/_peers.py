@@ -25,6 +25,7 @@ import attrs
 import pytest
 
 import rlmetrics
+from rlmetrics import testing
 
 grpc = pytest.importorskip("grpc", reason="the OTLP receiver needs grpcio")
 metrics_service_pb2_grpc = pytest.importorskip(
@@ -47,19 +48,8 @@ def free_port() -> int:
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = WAIT_S, what: str = "") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.01
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"timed out after {timeout_s:.1f} s waiting for {what or predicate}"
-            )
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
+    """:func:`rlmetrics.testing.wait_until` with these tests' bound."""
+    return testing.wait_until(predicate, timeout_s, what)
 
 
 # -- OTLP gRPC receiver -----------------------------------------------------------------------

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
+from rlmetrics import testing
 from rlmetrics.testing import Point, points
 
 __all__ = [
@@ -53,12 +54,8 @@ DEADLINE_S = 10.0
 def wait_until(
     condition: Callable[[], bool], timeout_s: float = DEADLINE_S, what: str = ""
 ) -> None:
-    """Poll ``condition`` until it holds, failing the test after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or condition}")
-        time.sleep(0.005)
+    """:func:`rlmetrics.testing.wait_until` with these tests' bound."""
+    testing.wait_until(condition, timeout_s, what)
 
 
 def wait_equal(read: Callable[[], Any], expected: Any, timeout_s: float = DEADLINE_S) -> None:

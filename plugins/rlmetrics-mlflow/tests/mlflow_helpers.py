@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import threading
-import time
-
 from mlflow.tracking import MlflowClient
+
+from rlmetrics.testing import wait_until
 
 __all__ = ["history", "wait_for_history"]
 
@@ -23,8 +22,5 @@ def wait_for_history(
 ) -> list[tuple[int, float]]:
     """Wait (bounded) until the backend's own thread has written ``expected``: the MLflow
     backend is queued, so a row is in the store some time after ``log_metrics`` returns."""
-    pause = threading.Event()
-    deadline = time.monotonic() + WAIT_S
-    while (found := history(client, run_id, key)) != expected and time.monotonic() < deadline:
-        pause.wait(0.05)
-    return found
+    wait_until(lambda: history(client, run_id, key) == expected, WAIT_S, f"{key} {expected}")
+    return history(client, run_id, key)

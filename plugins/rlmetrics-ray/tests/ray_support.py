@@ -61,17 +61,8 @@ _MEMORY_FAMILIES = (
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = WAIT_S, what: str = "") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.005
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:.1f} s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+    """:func:`rlmetrics.testing.wait_until` with these tests' bound."""
+    return testing.wait_until(predicate, timeout_s, what)
 
 
 # -- readings derived from the fixtures -----------------------------------------------------------
