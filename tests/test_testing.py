@@ -1,5 +1,5 @@
 """rlmetrics.testing's peers (a metrics endpoint, a black hole), read back over real sockets,
-and its bounded wait."""
+and its bounded wait; an OTLP receiver fed by the real exporter."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import urllib.request
 
 import pytest
 
-from rlmetrics.testing import BlackHole, ExpositionServer, wait_until
+import rlmetrics
+from rlmetrics.testing import BlackHole, ExpositionServer, OtlpReceiver, wait_until
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -61,3 +62,29 @@ def test_wait_until_returns_the_first_truthy_result() -> None:
 def test_wait_until_fails_naming_what_it_waited_for() -> None:
     with pytest.raises(AssertionError, match=r"timed out after 0\.1 s waiting for the moon"):
         wait_until(lambda: False, 0.1, "the moon")
+
+
+def test_the_otlp_receiver_keeps_each_resource_with_its_metric_names() -> None:
+    pytest.importorskip("grpc", reason="the OTLP receiver needs grpcio")
+    rlmetrics.declare(
+        "testing-peers", [rlmetrics.MetricSpec("rl.test.depth", rlmetrics.Kind.GAUGE, key="depth")]
+    )
+    receiver = OtlpReceiver().start()
+    try:
+        with rlmetrics.start(
+            "peers-test",
+            run_id="run-peers",
+            exporters=("otlp",),
+            otlp_endpoint=receiver.endpoint,
+            export_interval_s=3600,
+        ):
+            rlmetrics.record("testing-peers", {"depth": 3.0})
+        # shutdown() exported once: the receiver holds that request.
+        ((resource, names),) = receiver.wait_for(lambda r: r.resources(), 5, "the export")
+        assert resource["service.name"] == "peers-test"
+        assert resource["rlmetrics.run.id"] == "run-peers"
+        assert "rl.test.depth" in names
+        assert receiver.find("rl.test.depth").value == 3.0  # type: ignore[union-attr]
+    finally:
+        receiver.close()
+    assert not receiver.running

@@ -1,7 +1,8 @@
-"""Real peers for the exporter tests: an OTLP gRPC metrics receiver and a Prometheus server,
-plus the series every exporter test declares and records.
+"""Real peers for the exporter tests: a Prometheus server and a log capture (the OTLP receiver
+is :class:`rlmetrics.testing.OtlpReceiver`), plus the series every exporter test declares and
+records.
 
-Both listen on 127.0.0.1 only. Every wait polls with a deadline; nothing sleeps a fixed time
+The server listens on 127.0.0.1 only. Every wait polls with a deadline; nothing sleeps a fixed time
 hoping something happened.
 """
 
@@ -17,22 +18,20 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 
 import rlmetrics
 from rlmetrics import testing
 
-grpc = pytest.importorskip("grpc", reason="the OTLP receiver needs grpcio")
-metrics_service_pb2_grpc = pytest.importorskip(
+# rlmetrics.testing's OtlpReceiver needs both: skip these tests where the otlp extra is missing.
+pytest.importorskip("grpc", reason="the OTLP receiver needs grpcio")
+pytest.importorskip(
     "opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc",
     reason="the OTLP receiver needs opentelemetry-proto",
 )
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2  # noqa: E402
 
 #: Generous upper bound for anything that should happen within a few export intervals.
 WAIT_S = 15.0
@@ -50,168 +49,6 @@ def free_port() -> int:
 def wait_until(predicate: Callable[[], Any], timeout_s: float = WAIT_S, what: str = "") -> Any:
     """:func:`rlmetrics.testing.wait_until` with these tests' bound."""
     return testing.wait_until(predicate, timeout_s, what)
-
-
-# -- OTLP gRPC receiver -----------------------------------------------------------------------
-
-
-@attrs.frozen
-class OtlpPoint:
-    """One data point as it arrived on the wire, with its metric and resource."""
-
-    name: str
-    unit: str
-    description: str
-    kind: str  # "gauge", "sum", "histogram"
-    monotonic: bool | None
-    temporality: int | None
-    attributes: dict[str, Any]
-    resource: dict[str, Any]
-    scope: str
-    value: float | int | None = None
-    count: int | None = None
-    sum: float | None = None
-    bucket_counts: tuple[int, ...] = ()
-    bounds: tuple[float, ...] = ()
-
-
-def _any_value(value: Any) -> Any:
-    field = value.WhichOneof("value")
-    return None if field is None else getattr(value, field)
-
-
-def _key_values(items: Any) -> dict[str, Any]:
-    return {kv.key: _any_value(kv.value) for kv in items}
-
-
-def flatten_request(request: Any) -> list[OtlpPoint]:
-    """Every data point of one ``ExportMetricsServiceRequest``."""
-    out: list[OtlpPoint] = []
-    for rm in request.resource_metrics:
-        resource = _key_values(rm.resource.attributes)
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                kind = metric.WhichOneof("data")
-                data = getattr(metric, kind)
-                common: dict[str, Any] = {
-                    "name": metric.name,
-                    "unit": metric.unit,
-                    "description": metric.description,
-                    "kind": kind,
-                    "monotonic": data.is_monotonic if kind == "sum" else None,
-                    "temporality": getattr(data, "aggregation_temporality", None),
-                    "resource": resource,
-                    "scope": sm.scope.name,
-                }
-                for dp in data.data_points:
-                    attributes = _key_values(dp.attributes)
-                    if kind == "histogram":
-                        out.append(
-                            OtlpPoint(
-                                attributes=attributes,
-                                count=dp.count,
-                                sum=dp.sum,
-                                bucket_counts=tuple(dp.bucket_counts),
-                                bounds=tuple(dp.explicit_bounds),
-                                **common,
-                            )
-                        )
-                    elif kind in ("gauge", "sum"):
-                        value = getattr(dp, dp.WhichOneof("value"))
-                        out.append(OtlpPoint(attributes=attributes, value=value, **common))
-    return out
-
-
-class _Servicer(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc,name-defined]
-    def __init__(self, receiver: OtlpReceiver) -> None:
-        self.receiver = receiver
-
-    def Export(self, request: Any, context: Any) -> Any:
-        return self.receiver._handle(request, context)
-
-
-class OtlpReceiver:
-    """A real OTLP gRPC metrics endpoint on 127.0.0.1, recording what it receives.
-
-    ``reject_with`` makes it answer every request with that (non-retryable) status, as a
-    collector that refuses our data would; ``stop()`` and ``start()`` take it down and bring
-    it back on the same port.
-    """
-
-    def __init__(self) -> None:
-        self.port = 0
-        self._server: Any = None
-        self._cond = threading.Condition()
-        self.requests: list[Any] = []
-        self.rejected = 0
-        self.reject_with: Any = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> OtlpReceiver:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_Servicer(self), server)
-        port = server.add_insecure_port(f"127.0.0.1:{self.port}")
-        if port == 0:
-            raise RuntimeError(f"could not bind the OTLP receiver to 127.0.0.1:{self.port}")
-        server.start()
-        self.port, self._server = port, server
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.stop(grace=None).wait(5)
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
-    def _handle(self, request: Any, context: Any) -> Any:
-        with self._cond:
-            status = self.reject_with
-            if status is not None:
-                self.rejected += 1
-            else:
-                self.requests.append(request)
-            self._cond.notify_all()
-        if status is not None:
-            context.abort(status, "rlmetrics test receiver rejects this request")
-        return metrics_service_pb2.ExportMetricsServiceResponse()
-
-    def points(self) -> list[OtlpPoint]:
-        with self._cond:
-            requests = list(self.requests)
-        return [p for r in requests for p in flatten_request(r)]
-
-    def latest(self) -> dict[tuple[str, frozenset[tuple[str, Any]]], OtlpPoint]:
-        """The last point received for each (name, attribute set)."""
-        return {(p.name, frozenset(p.attributes.items())): p for p in self.points()}
-
-    def wait_for(
-        self, predicate: Callable[[OtlpReceiver], Any], timeout_s: float = WAIT_S, what: str = ""
-    ) -> Any:
-        """Wait, woken by each arriving request, until ``predicate(self)`` is truthy."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                result = predicate(self)
-                if result:
-                    return result
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(
-                        f"OTLP receiver: timed out after {timeout_s:.1f} s waiting for "
-                        f"{what or predicate}; {len(self.requests)} requests received, "
-                        f"{self.rejected} rejected"
-                    )
-                self._cond.wait(min(remaining, 0.5))
-
-    def find(self, name: str, **attributes: Any) -> OtlpPoint | None:
-        """The latest point named ``name`` whose attributes equal ``attributes``."""
-        return self.latest().get((name, frozenset(attributes.items())))
 
 
 # -- log capture ------------------------------------------------------------------------------

@@ -8,10 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 import rlmetrics
-from rlmetrics.testing import BlackHole
+from rlmetrics.testing import BlackHole, OtlpReceiver
 
 from ._peers import (
-    OtlpReceiver,
     WarnOnceLog,
     _ListHandler,
 )

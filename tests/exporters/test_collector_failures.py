@@ -17,7 +17,7 @@ import pytest
 import rlmetrics
 from rlmetrics.exporters import otlp
 from rlmetrics.plugins import register
-from rlmetrics.testing import BlackHole
+from rlmetrics.testing import BlackHole, OtlpReceiver
 
 from ._peers import (
     COUNTER,
@@ -26,7 +26,6 @@ from ._peers import (
     INTERVAL_S,
     UP_DOWN,
     WAIT_S,
-    OtlpReceiver,
     WarnOnceLog,
     declare_test_series,
     record_test_series,

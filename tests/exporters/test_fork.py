@@ -18,9 +18,9 @@ import pytest
 
 import rlmetrics
 from rlmetrics.plugins import register
-from rlmetrics.testing import BlackHole
+from rlmetrics.testing import BlackHole, OtlpReceiver
 
-from ._peers import INTERVAL_S, OtlpReceiver
+from ._peers import INTERVAL_S
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 

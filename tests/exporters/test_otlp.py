@@ -8,6 +8,8 @@ import urllib.request
 import pytest
 
 import rlmetrics
+from rlmetrics.testing import OtlpReceiver
+from rlmetrics.testing.peers import flatten_request
 
 from ._peers import (
     BUCKETS,
@@ -17,9 +19,7 @@ from ._peers import (
     HISTOGRAM,
     INTERVAL_S,
     UP_DOWN,
-    OtlpReceiver,
     declare_test_series,
-    flatten_request,
     record_test_series,
 )
 

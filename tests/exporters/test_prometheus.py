@@ -14,12 +14,11 @@ import psutil
 import pytest
 
 import rlmetrics
-from rlmetrics.testing import in_memory_telemetry, isolated_state
+from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, isolated_state
 
 from ._peers import (
     GROUP,
     INTERVAL_S,
-    OtlpReceiver,
     PrometheusServer,
     declare_test_series,
     record_test_series,

@@ -14,6 +14,7 @@ from tools_support import run_cli
 
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.demo.run import DemoOptions, run_demo
+from rlmetrics.testing import OtlpReceiver
 
 
 def _logged(path: Path) -> list[tuple[Any, str, dict[str, Any]]]:
@@ -88,8 +89,6 @@ def test_steps_must_be_a_positive_count(steps: str, tmp_path: Path) -> None:
 
 
 def test_otlp_endpoint_receives_the_run(tmp_path: Path) -> None:
-    from exporters._peers import OtlpReceiver
-
     receiver = OtlpReceiver().start()
     try:
         options = DemoOptions(

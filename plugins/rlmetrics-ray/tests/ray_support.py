@@ -14,9 +14,7 @@ import json
 import re
 import socket
 import threading
-import time
 from collections.abc import Callable
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,6 @@ __all__ = [
     "PLACEMENT_GROUP_TABLE",
     "WAIT_S",
     "ExpositionServer",
-    "OtlpReceiver",
     "dead_port",
     "node_info",
     "render_exposition",
@@ -198,79 +195,3 @@ class ExpositionServer(testing.ExpositionServer):
     def close(self) -> None:
         self.release()
         super().close()
-
-
-# -- OTLP gRPC receiver on 127.0.0.1 --------------------------------------------------------------
-
-
-def _any_value(value: Any) -> Any:
-    field = value.WhichOneof("value")
-    return None if field is None else getattr(value, field)
-
-
-class OtlpReceiver:
-    """A real OTLP gRPC metrics endpoint on 127.0.0.1 that keeps every request.
-
-    ``resources()`` lists the resource of each ResourceMetrics received (as dicts) with the
-    metric names it carried.
-    """
-
-    def __init__(self) -> None:
-        import grpc
-        from opentelemetry.proto.collector.metrics.v1 import (
-            metrics_service_pb2,
-            metrics_service_pb2_grpc,
-        )
-
-        self._cond = threading.Condition()
-        self.requests: list[Any] = []
-        receiver = self
-
-        class Servicer(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
-            def Export(self, request: Any, context: Any) -> Any:
-                with receiver._cond:
-                    receiver.requests.append(request)
-                    receiver._cond.notify_all()
-                return metrics_service_pb2.ExportMetricsServiceResponse()
-
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Servicer(), self._server)
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
-        if not self.port:
-            raise RuntimeError("could not bind the OTLP receiver on 127.0.0.1")
-        self._server.start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def resources(self) -> list[tuple[dict[str, Any], frozenset[str]]]:
-        with self._cond:
-            requests = list(self.requests)
-        out = []
-        for request in requests:
-            for rm in request.resource_metrics:
-                resource = {kv.key: _any_value(kv.value) for kv in rm.resource.attributes}
-                names = frozenset(m.name for sm in rm.scope_metrics for m in sm.metrics)
-                out.append((resource, names))
-        return out
-
-    def wait_for(
-        self, predicate: Callable[[OtlpReceiver], Any], timeout_s: float = WAIT_S, what: str = ""
-    ) -> Any:
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                result = predicate(self)
-                if result:
-                    return result
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(
-                        f"OTLP receiver: timed out after {timeout_s:.1f} s waiting for {what}; "
-                        f"{len(self.requests)} requests received"
-                    )
-                self._cond.wait(min(remaining, 0.5))
-
-    def close(self) -> None:
-        self._server.stop(grace=None).wait(5)

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 import rlmetrics_ray.host_memory as family
-from ray_support import WAIT_S, ExpositionServer, OtlpReceiver, node_info, render_exposition
+from ray_support import WAIT_S, ExpositionServer, node_info, render_exposition
 from rlmetrics_ray import HostMemorySettings, active_monitor, configure, settings
 from rlmetrics_ray.config import ENABLED_ENV, INTERVAL_ENV, TIMEOUT_ENV
 from rlmetrics_ray.host_memory import GROUP, MAX_HOSTS, TOTAL, USED, in_ray_worker
 from rlmetrics_ray.nodes import loopback_metrics_url
 
 import rlmetrics
-from rlmetrics.testing import in_memory_telemetry, isolated_state, points
+from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, isolated_state, points
 
 GiB = 1024**3
 RAY_INSTALLED = importlib.util.find_spec("ray") is not None
@@ -88,7 +88,7 @@ def test_exporting_starts_a_monitor_and_shutdown_stops_it() -> None:
 
 def test_the_final_export_still_carries_the_last_snapshot() -> None:
     server = ExpositionServer(render_exposition(1 * GiB, 4 * GiB, 3 * GiB, 16 * GiB))
-    receiver = OtlpReceiver()
+    receiver = OtlpReceiver().start()
     try:
         configure(nodes=lambda: one_host(server), interval_s=3600.0)
         with isolated_state():
@@ -100,7 +100,8 @@ def test_the_final_export_still_carries_the_last_snapshot() -> None:
             handle.shutdown()  # the only export of this run happens here
         names = receiver.wait_for(
             lambda r: {n for _res, names in r.resources() for n in names},
-            what="the final export",
+            WAIT_S,
+            "the final export",
         )
         assert {USED, TOTAL} <= names
     finally:

@@ -19,7 +19,7 @@ from unittest import mock
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ray_support import WAIT_S, OtlpReceiver
+from ray_support import WAIT_S
 from rlmetrics_ray import runtime_env
 from rlmetrics_ray.resource import RayProcessResourceDetector, process_attributes
 from rlmetrics_ray.workers import (
@@ -33,7 +33,7 @@ from rlmetrics_ray.workers import (
 )
 
 import rlmetrics
-from rlmetrics.testing import in_memory_telemetry, isolated_state
+from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, isolated_state
 
 # What a worker process does: a plain start(), one logged step, a bounded shutdown (which
 # exports what it recorded), and its own view of who it was.
@@ -49,7 +49,7 @@ print(json.dumps({"pid": os.getpid(), "run_id": handle.run_id}))
 
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:
-    otlp = OtlpReceiver()
+    otlp = OtlpReceiver().start()
     yield otlp
     otlp.close()
 

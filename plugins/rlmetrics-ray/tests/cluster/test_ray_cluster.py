@@ -33,7 +33,7 @@ os.environ.update(RAY_ENV)  # before Ray is imported: it reads them at import
 import psutil
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
-from ray_support import WAIT_S, OtlpReceiver, wait_until
+from ray_support import WAIT_S, wait_until
 from rlmetrics_ray import (
     active_monitor,
     configure,
@@ -43,7 +43,7 @@ from rlmetrics_ray import (
 )
 from rlmetrics_ray.host_memory import TOTAL, USED
 
-from rlmetrics.testing import in_memory_telemetry, isolated_state, points
+from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, isolated_state, points
 
 #: Starting Ray takes ~20 s on these machines; a first scrape can take a few more.
 RAY_WAIT_S = 90.0
@@ -141,7 +141,7 @@ def test_two_actors_export_with_the_drivers_run_id_and_their_own_resources(
     cluster: list[dict[str, Any]],
 ) -> None:
     (node,) = cluster
-    receiver = OtlpReceiver()
+    receiver = OtlpReceiver().start()
 
     # Defined here so cloudpickle ships it by value (the workers cannot import this file).
     @ray.remote(num_cpus=0)
@@ -203,7 +203,7 @@ def test_telemetry_started_before_ray_init_waits_for_it_and_the_job_runtime_env_
     # env; a task (no runtime env of its own) then exports as part of the run.
     (node,) = cluster
     ray.shutdown()
-    receiver = OtlpReceiver()
+    receiver = OtlpReceiver().start()
     configure(resolver=loopback_metrics_url, interval_s=0.2)
     try:
         with (

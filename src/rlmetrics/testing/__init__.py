@@ -2,31 +2,30 @@
 
 ``in_memory_telemetry()`` starts telemetry with an ``InMemoryMetricReader`` on an isolated
 copy of the registry; ``points(reader)`` collects once and flattens what was exported into
-plain :class:`Point` records to assert on; :class:`ExpositionServer` is a metrics endpoint on
-127.0.0.1 for a family that scrapes one, :class:`BlackHole` a peer that never answers. Plugin
-test suites (and demo parts) use these too.
+plain :class:`Point` records to assert on. :mod:`rlmetrics.testing.peers` holds real peers on
+127.0.0.1: a metrics endpoint for a family that scrapes one, a peer that never answers, an OTLP
+receiver. Plugin test suites (and demo parts) use these too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.server
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
-from types import TracebackType
 from typing import Any
 
 import attrs
 
-from . import _warn, plugins, registry
-from .telemetry import Telemetry, current, start
+from .. import _warn, plugins, registry
+from ..telemetry import Telemetry, current, start
+from .peers import BlackHole, ExpositionServer, OtlpPoint, OtlpReceiver
 
 __all__ = [
     "FUZZ_PROFILE_ENV",
     "BlackHole",
     "ExpositionServer",
+    "OtlpPoint",
+    "OtlpReceiver",
     "Point",
     "in_memory_telemetry",
     "isolated_state",
@@ -183,113 +182,3 @@ def in_memory_telemetry(**start_kwargs: Any) -> Iterator[tuple[Telemetry, Any]]:
         yield handle, reader
     finally:
         handle.shutdown(timeout_s=5)
-
-
-class ExpositionServer:
-    """A Prometheus text exposition served at ``url`` (``/metrics`` on 127.0.0.1, a free
-    port) from a thread of its own: the endpoint a scraping family reads, made real.
-
-    ``render()`` is called for every request and its text is the answer; a ``render`` that
-    raises answers HTTP 500, as a failing agent would, and one that blocks holds the request.
-    """
-
-    def __init__(self, render: Callable[[], str], name: str = "exposition-server") -> None:
-        self.render = render
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                try:
-                    body = owner.render().encode()
-                except Exception as exc:
-                    self.send_error(500, type(exc).__name__)
-                    return
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass  # the scraper gave up waiting: nobody to answer
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # a test's or the demo's output is not for access logs
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_port)
-        self.url = f"http://127.0.0.1:{self.port}/metrics"
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True
-        )
-        self._thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(5)
-
-    def __enter__(self) -> ExpositionServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class BlackHole:
-    """A TCP endpoint on 127.0.0.1 that accepts connections and never answers: a request to
-    it hangs until the client's own deadline, like a collector or a node agent behind a
-    dropped route. ``connected`` is set by the first connection."""
-
-    #: Connections held open at most; later ones wait in the listen backlog.
-    MAX_HELD = 256
-
-    def __init__(self) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(64)
-        self._sock.settimeout(0.05)  # how soon close() is noticed
-        self.port = int(self._sock.getsockname()[1])
-        self.connected = threading.Event()
-        self._held: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name="blackhole", daemon=True)
-        self._thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        """``http://127.0.0.1:<port>``, as an OTLP exporter or a scraper is given it."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def _accept(self) -> None:
-        while not self._stop.is_set() and len(self._held) < self.MAX_HELD:
-            try:
-                conn, _ = self._sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self._held.append(conn)
-            self.connected.set()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        for conn in self._held:
-            conn.close()
-        self._sock.close()
-
-    def __enter__(self) -> BlackHole:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

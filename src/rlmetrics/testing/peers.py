@@ -1,0 +1,318 @@
+"""Real peers on 127.0.0.1 for tests (and demo parts): a metrics endpoint a scraping family
+reads (:class:`ExpositionServer`), a peer that accepts and never answers (:class:`BlackHole`)
+and an OTLP gRPC metrics receiver that records what it gets (:class:`OtlpReceiver`, which
+needs the ``otlp`` extra: grpcio and opentelemetry-proto).
+
+Each listens on 127.0.0.1 only, on a port the system picks.
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from types import TracebackType
+from typing import Any
+
+import attrs
+
+__all__ = ["BlackHole", "ExpositionServer", "OtlpPoint", "OtlpReceiver", "flatten_request"]
+
+
+class ExpositionServer:
+    """A Prometheus text exposition served at ``url`` (``/metrics`` on 127.0.0.1, a free
+    port) from a thread of its own: the endpoint a scraping family reads, made real.
+
+    ``render()`` is called for every request and its text is the answer; a ``render`` that
+    raises answers HTTP 500, as a failing agent would, and one that blocks holds the request.
+    """
+
+    def __init__(self, render: Callable[[], str], name: str = "exposition-server") -> None:
+        self.render = render
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                try:
+                    body = owner.render().encode()
+                except Exception as exc:
+                    self.send_error(500, type(exc).__name__)
+                    return
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the scraper gave up waiting: nobody to answer
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # a test's or the demo's output is not for access logs
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_port)
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> ExpositionServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class BlackHole:
+    """A TCP endpoint on 127.0.0.1 that accepts connections and never answers: a request to
+    it hangs until the client's own deadline, like a collector or a node agent behind a
+    dropped route. ``connected`` is set by the first connection."""
+
+    #: Connections held open at most; later ones wait in the listen backlog.
+    MAX_HELD = 256
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self._sock.settimeout(0.05)  # how soon close() is noticed
+        self.port = int(self._sock.getsockname()[1])
+        self.connected = threading.Event()
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="blackhole", daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        """``http://127.0.0.1:<port>``, as an OTLP exporter or a scraper is given it."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._stop.is_set() and len(self._held) < self.MAX_HELD:
+            try:
+                conn, _ = self._sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self._held.append(conn)
+            self.connected.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for conn in self._held:
+            conn.close()
+        self._sock.close()
+
+    def __enter__(self) -> BlackHole:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@attrs.frozen
+class OtlpPoint:
+    """One data point as it arrived on the wire, with its metric and resource."""
+
+    name: str
+    unit: str
+    description: str
+    kind: str  # "gauge", "sum", "histogram"
+    monotonic: bool | None
+    temporality: int | None
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    scope: str
+    value: float | int | None = None
+    count: int | None = None
+    sum: float | None = None
+    bucket_counts: tuple[int, ...] = ()
+    bounds: tuple[float, ...] = ()
+
+
+def _any_value(value: Any) -> Any:
+    field = value.WhichOneof("value")
+    return None if field is None else getattr(value, field)
+
+
+def _key_values(items: Any) -> dict[str, Any]:
+    return {kv.key: _any_value(kv.value) for kv in items}
+
+
+def flatten_request(request: Any) -> list[OtlpPoint]:
+    """Every data point of one ``ExportMetricsServiceRequest``."""
+    out: list[OtlpPoint] = []
+    for rm in request.resource_metrics:
+        resource = _key_values(rm.resource.attributes)
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                kind = metric.WhichOneof("data")
+                data = getattr(metric, kind)
+                common: dict[str, Any] = {
+                    "name": metric.name,
+                    "unit": metric.unit,
+                    "description": metric.description,
+                    "kind": kind,
+                    "monotonic": data.is_monotonic if kind == "sum" else None,
+                    "temporality": getattr(data, "aggregation_temporality", None),
+                    "resource": resource,
+                    "scope": sm.scope.name,
+                }
+                for dp in data.data_points:
+                    attributes = _key_values(dp.attributes)
+                    if kind == "histogram":
+                        out.append(
+                            OtlpPoint(
+                                attributes=attributes,
+                                count=dp.count,
+                                sum=dp.sum,
+                                bucket_counts=tuple(dp.bucket_counts),
+                                bounds=tuple(dp.explicit_bounds),
+                                **common,
+                            )
+                        )
+                    elif kind in ("gauge", "sum"):
+                        value = getattr(dp, dp.WhichOneof("value"))
+                        out.append(OtlpPoint(attributes=attributes, value=value, **common))
+    return out
+
+
+class OtlpReceiver:
+    """A real OTLP gRPC metrics endpoint on 127.0.0.1, recording what it receives.
+
+    ``reject_with`` makes it answer every request with that (non-retryable) status, as a
+    collector that refuses our data would; ``stop()`` and ``start()`` take it down and bring
+    it back on the same port.
+    """
+
+    #: How long :meth:`wait_for` waits unless told.
+    WAIT_S = 15.0
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._server: Any = None
+        self._cond = threading.Condition()
+        self.requests: list[Any] = []
+        self.rejected = 0
+        self.reject_with: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> OtlpReceiver:
+        import grpc
+        from opentelemetry.proto.collector.metrics.v1 import (
+            metrics_service_pb2,
+            metrics_service_pb2_grpc,
+        )
+
+        receiver = self
+
+        class Servicer(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
+            def Export(self, request: Any, context: Any) -> Any:
+                receiver._handle(request, context)
+                return metrics_service_pb2.ExportMetricsServiceResponse()
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        add_servicer = metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server
+        add_servicer(Servicer(), server)  # type: ignore[no-untyped-call]
+        port = server.add_insecure_port(f"127.0.0.1:{self.port}")
+        if port == 0:
+            raise RuntimeError(f"could not bind the OTLP receiver to 127.0.0.1:{self.port}")
+        server.start()
+        self.port, self._server = port, server
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop(grace=None).wait(5)
+
+    close = stop
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def _handle(self, request: Any, context: Any) -> None:
+        with self._cond:
+            status = self.reject_with
+            if status is not None:
+                self.rejected += 1
+            else:
+                self.requests.append(request)
+            self._cond.notify_all()
+        if status is not None:
+            context.abort(status, "rlmetrics test receiver rejects this request")
+
+    def points(self) -> list[OtlpPoint]:
+        with self._cond:
+            requests = list(self.requests)
+        return [p for r in requests for p in flatten_request(r)]
+
+    def latest(self) -> dict[tuple[str, frozenset[tuple[str, Any]]], OtlpPoint]:
+        """The last point received for each (name, attribute set)."""
+        return {(p.name, frozenset(p.attributes.items())): p for p in self.points()}
+
+    def find(self, name: str, **attributes: Any) -> OtlpPoint | None:
+        """The latest point named ``name`` whose attributes equal ``attributes``."""
+        return self.latest().get((name, frozenset(attributes.items())))
+
+    def resources(self) -> list[tuple[dict[str, Any], frozenset[str]]]:
+        """Each exported resource's attributes with the metric names it carried, one entry
+        per resource of every request (a process that exports nothing has none)."""
+        with self._cond:
+            requests = list(self.requests)
+        return [
+            (
+                _key_values(rm.resource.attributes),
+                frozenset(m.name for sm in rm.scope_metrics for m in sm.metrics),
+            )
+            for request in requests
+            for rm in request.resource_metrics
+        ]
+
+    def wait_for(
+        self,
+        predicate: Callable[[OtlpReceiver], Any],
+        timeout_s: float = WAIT_S,
+        what: str = "",
+    ) -> Any:
+        """Wait, woken by each arriving request, until ``predicate(self)`` is truthy."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                result = predicate(self)
+                if result:
+                    return result
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(
+                        f"OTLP receiver: timed out after {timeout_s:.1f} s waiting for "
+                        f"{what or predicate}; {len(self.requests)} requests received, "
+                        f"{self.rejected} rejected"
+                    )
+                self._cond.wait(min(remaining, 0.5))
