@@ -14,9 +14,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import (
+    ExemplarReservoir,
+    MeterProvider,
+    ObservableCounter,
+    ObservableGauge,
+    ObservableUpDownCounter,
+)
 from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+from opentelemetry.util.types import Attributes
 
 from ._warn import warn_once
 from .exporters import Exporter
@@ -73,6 +82,40 @@ def resource_attributes(
     return attributes
 
 
+class _NoExemplars(ExemplarReservoir):
+    """The exemplar reservoir of an observable instrument: one that never holds anything.
+
+    An exemplar ties a measurement to the trace it was made in, and the default filter
+    (``trace_based``) admits only measurements made inside a sampled span. An observable's
+    measurements are made by its callback on the reader's thread, where no span is active, so
+    its default reservoir stays empty while every point still pays for emptying it at each
+    collection; this one costs nothing.
+    """
+
+    def offer(
+        self, value: int | float, time_unix_nano: int, attributes: Attributes, context: Context
+    ) -> None:
+        return None
+
+    def collect(self, point_attributes: Attributes) -> list[Any]:
+        return []
+
+
+def _views() -> list[View]:
+    """:class:`_NoExemplars` for every observable instrument, unless the environment asks
+    for every measurement to be an exemplar (``OTEL_METRICS_EXEMPLAR_FILTER=always_on``)."""
+    if os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER") == "always_on":  # as the SDK reads it
+        return []
+    return [
+        View(instrument_type=kind, exemplar_reservoir_factory=_no_exemplars)
+        for kind in (ObservableGauge, ObservableCounter, ObservableUpDownCounter)
+    ]
+
+
+def _no_exemplars(_aggregation: type[Any]) -> Callable[..., ExemplarReservoir]:
+    return _NoExemplars
+
+
 def build_provider(
     resource: Mapping[str, Any],
     exporters: Mapping[str, tuple[Callable[..., Exporter], Mapping[str, Any]]],
@@ -95,6 +138,7 @@ def build_provider(
         provider = MeterProvider(
             metric_readers=[*(e.reader for e in built.values()), *readers],
             resource=Resource.create(dict(resource)),
+            views=_views(),
             shutdown_on_exit=False,
         )
     except BaseException:

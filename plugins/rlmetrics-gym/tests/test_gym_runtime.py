@@ -28,7 +28,14 @@ from rlmetrics_gym.runtime import (
     start_event_loop_sampler,
 )
 
-from rlmetrics.testing import Point, in_memory_telemetry, isolated_state, points, single
+from rlmetrics.testing import (
+    Point,
+    data_points,
+    in_memory_telemetry,
+    isolated_state,
+    points,
+    single,
+)
 
 MiB = 1 << 20
 
@@ -42,20 +49,6 @@ def runtime(telemetry: Any) -> Any:
 
 def _runtime_names(reader: Any) -> set[str]:
     return {p.name for p in points(reader) if p.name.startswith(("gym.gc.", "process."))}
-
-
-def _histogram_points(reader: Any, name: str) -> list[Any]:
-    """The SDK's own histogram data points of ``name`` (they carry ``max``, which
-    :func:`rlmetrics.testing.points` leaves out)."""
-    data = reader.get_metrics_data()
-    return [
-        point
-        for resource_metrics in data.resource_metrics
-        for scope in resource_metrics.scope_metrics
-        for metric in scope.metrics
-        if metric.name == name
-        for point in metric.data.data_points
-    ]
 
 
 def _by_generation(found: list[Point], name: str) -> dict[str, Point]:
@@ -74,7 +67,7 @@ def test_a_blocked_loop_shows_at_least_the_blocked_time_as_lag(telemetry: Any) -
     def max_lag_ms() -> float:
         found = [
             p
-            for p in _histogram_points(reader, LAG_MS)
+            for p in data_points(reader.get_metrics_data(), LAG_MS)
             if p.attributes.get(EVENT_LOOP_ATTR) == "driver"
         ]
         return max((p.max for p in found), default=0.0)

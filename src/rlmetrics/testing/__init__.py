@@ -27,6 +27,7 @@ __all__ = [
     "OtlpPoint",
     "OtlpReceiver",
     "Point",
+    "data_points",
     "in_memory_telemetry",
     "isolated_state",
     "load_hypothesis_profile",
@@ -90,6 +91,21 @@ def points(reader: Any) -> list[Point]:
                     else:
                         out.append(Point(value=dp.value, **common))
     return out
+
+
+def data_points(data: Any, name: str) -> list[Any]:
+    """The SDK's own data points of metric ``name`` in ``data`` (a collected ``MetricsData``),
+    for what :class:`Point` leaves out: a histogram's ``max``, a point's exemplars."""
+    if data is None:
+        return []
+    return [
+        point
+        for resource_metrics in data.resource_metrics
+        for scope in resource_metrics.scope_metrics
+        for metric in scope.metrics
+        if metric.name == name
+        for point in metric.data.data_points
+    ]
 
 
 def single(found: list[Point], name: str, **attributes: Any) -> Point:
