@@ -67,3 +67,56 @@ def test_a_hook_only_tees_implement_is_not_parsed_while_telemetry_is_off(
         logger.log_metrics({"efficiency/idle/validation_s": 1.0, "loss": 0.5}, step=2)
     # Parsed once, while exporting.
     assert parsed == [{"efficiency/idle/validation_s": 1.0, "loss": 0.5}]
+
+
+def test_plain_implementations_run_in_pluggys_order_with_the_arguments_they_name() -> None:
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    class First:
+        @rlmetrics.hookimpl(tryfirst=True)
+        def log_metrics(self, prefix: str) -> None:
+            calls.append(("first", (prefix,)))
+
+    class Middle:
+        @rlmetrics.hookimpl
+        def log_metrics(self, step: int, metrics: Any) -> None:
+            calls.append(("middle", (step, dict(metrics))))
+
+    class Last:
+        @rlmetrics.hookimpl(trylast=True)
+        def log_metrics(self) -> None:
+            calls.append(("last", ()))
+
+    for plugin, name in ((Last(), "last"), (Middle(), "middle"), (First(), "first")):
+        register(plugin, name)
+    rlmetrics.Logger(backends={}).log_metrics({"x": 1}, step=7, prefix="val")
+    expected = [("first", ("val",)), ("middle", (7, {"x": 1})), ("last", ())]
+    assert calls == expected
+    # pluggy's own caller, asked directly, agrees on order and arguments.
+    calls.clear()
+    rlmetrics.plugins.get_plugins().pm.hook.log_metrics(metrics={"x": 1}, step=7, prefix="val")
+    assert calls == expected
+
+
+def test_a_wrapper_registered_after_the_first_call_runs_on_the_next() -> None:
+    order: list[str] = []
+
+    class Plain:
+        @rlmetrics.hookimpl
+        def log_metrics(self) -> None:
+            order.append("plain")
+
+    class Wrapper:
+        @rlmetrics.hookimpl(wrapper=True)
+        def log_metrics(self) -> Any:
+            order.append("before")
+            result = yield
+            order.append("after")
+            return result
+
+    register(Plain(), "plain")
+    logger = rlmetrics.Logger(backends={})
+    logger.log_metrics({"x": 1}, step=1)
+    register(Wrapper(), "wrapper")
+    logger.log_metrics({"x": 1}, step=2)
+    assert order == ["plain", "before", "plain", "after"]

@@ -7,6 +7,12 @@ goes through pluggy's own hook caller, which keeps its ordering (``tryfirst``/``
 argument subsets and wrappers. Wrappers are guarded too: one that fails before its ``yield``
 steps aside and the others still run; one that fails after it leaves the result as it was.
 
+The data hooks are called on every logged dict, and pluggy's caller costs about 4 µs a call
+(its checks, a copy of the implementation list, the wrapper machinery): a tenth of a step. So
+while every implementation of a data hook is a plain one (no wrapper, no keyword-only
+argument), the hook calls them itself, in the order pluggy would, with the arguments each
+names; one wrapper anywhere sends the call back through pluggy.
+
 The typed methods make a misspelt hook a type error rather than a silent no-op.
 """
 
@@ -165,12 +171,26 @@ def _fan_out(caller: pluggy.HookCaller, **kwargs: Any) -> None:
         warn_once(f"hook:{caller.name}", f"rlmetrics: calling hook {caller.name!r} failed")
 
 
+_PlainCalls = tuple[tuple[Callable[..., Any], tuple[str, ...]], ...]
+
+
+def _plain_calls(caller: pluggy.HookCaller) -> _PlainCalls | None:
+    """``(function, argument names)`` of each implementation in pluggy's call order (its list
+    reversed), if every one is plain; None if any is a wrapper or takes keyword-only
+    arguments, which only pluggy's caller handles."""
+    impls = caller.get_hookimpls()
+    if any(impl.wrapper or impl.hookwrapper or impl.kwargnames for impl in impls):
+        return None
+    return tuple((impl.function, tuple(impl.argnames)) for impl in reversed(impls))
+
+
 class Hooks:
     """The hooks of one plugin manager, one typed method each (see :mod:`.hookspecs`)."""
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self._hook = pm.hook
         self._wanted_unexported: dict[str, bool] = {}
+        self._plain: dict[str, _PlainCalls | None] = {}
 
     def implemented(self, name: str) -> bool:
         """Whether any registered plugin implements hook ``name``."""
@@ -191,27 +211,42 @@ class Hooks:
         return wanted
 
     def changed(self) -> None:
-        """A plugin was registered: forget what :meth:`wanted` worked out."""
+        """A plugin was registered: forget what :meth:`wanted` and the data hooks' calls
+        worked out."""
         self._wanted_unexported.clear()
+        self._plain.clear()
+
+    def _call_data_hook(self, name: str, **kwargs: Any) -> None:
+        if name in self._plain:
+            plain = self._plain[name]
+        else:
+            plain = self._plain[name] = _plain_calls(getattr(self._hook, name))
+        if plain is None:
+            _fan_out(getattr(self._hook, name), **kwargs)
+            return
+        # Every implementation is guarded (it cannot raise), and pluggy checked at
+        # registration that each names only arguments of the hook's spec.
+        for function, argnames in plain:
+            function(*[kwargs[argname] for argname in argnames])
 
     # The data hooks are skipped when only tee implementations would run and telemetry is
     # not exporting: they would all return at once.
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         if self.wanted("log_metrics"):
-            _fan_out(self._hook.log_metrics, metrics=metrics, step=step, prefix=prefix)
+            self._call_data_hook("log_metrics", metrics=metrics, step=step, prefix=prefix)
 
     def on_setup_timing(self, timings: SetupTimings) -> None:
         if self.wanted("on_setup_timing"):
-            _fan_out(self._hook.on_setup_timing, timings=timings)
+            self._call_data_hook("on_setup_timing", timings=timings)
 
     def on_efficiency_summary(self, summary: EfficiencySummary, step: int) -> None:
         if self.wanted("on_efficiency_summary"):
-            _fan_out(self._hook.on_efficiency_summary, summary=summary, step=step)
+            self._call_data_hook("on_efficiency_summary", summary=summary, step=step)
 
     def on_rollout_checkpoint(self, event: RolloutEvent) -> None:
         if self.wanted("on_rollout_checkpoint"):
-            _fan_out(self._hook.on_rollout_checkpoint, event=event)
+            self._call_data_hook("on_rollout_checkpoint", event=event)
 
     def telemetry_started(self, telemetry: Telemetry) -> None:
         _fan_out(self._hook.telemetry_started, telemetry=telemetry)
