@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rlmetrics.events import (
@@ -101,3 +101,31 @@ def test_efficiency_summary_reads_exactly_the_category_seconds(metrics: dict[str
         if shaped and category not in not_categories and as_number(raw) is not None:
             expected[category] = as_number(raw)
     assert EfficiencySummary.from_metrics(metrics).seconds == expected
+
+
+def test_a_dict_logged_again_is_read_afresh_whatever_its_keys_order_or_number() -> None:
+    step = {"efficiency/idle/validation_s": 1.0, "loss": 0.1, "efficiency/init/total_s": 2.0}
+    assert EfficiencySummary.from_metrics(step).seconds == {
+        "idle/validation": 1.0,
+        "init/total": 2.0,
+    }
+    again = {**step, "efficiency/idle/validation_s": 5.0}
+    assert EfficiencySummary.from_metrics(again).seconds["idle/validation"] == 5.0
+    reordered = dict(reversed(list(step.items())))
+    assert EfficiencySummary.from_metrics(reordered).seconds == {
+        "idle/validation": 1.0,
+        "init/total": 2.0,
+    }
+    # More distinct key sets than the parser remembers: each is still read right.
+    for index in range(600):
+        keys = {f"efficiency/custom/c{index}_s": float(index), "loss": 0.0}
+        assert EfficiencySummary.from_metrics(keys).seconds == {f"custom/c{index}": float(index)}
+
+
+@given(st.dictionaries(st.text(max_size=6), _values, max_size=8))
+@example({"a": 1e308, "b": 1e308})  # finite values whose sum is not
+@example({"a": 1.0, "b": float("nan")})
+@example({"a": 1.0, "b": float("-inf")})
+def test_a_summary_keeps_exactly_its_finite_seconds(seconds: dict[str, Any]) -> None:
+    expected = {k: as_number(v) for k, v in seconds.items() if as_number(v) is not None}
+    assert EfficiencySummary(seconds=seconds).seconds == expected

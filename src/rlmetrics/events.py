@@ -7,6 +7,7 @@ the same hook with the same payload. Backends always see the flat dict (``to_met
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -56,12 +57,24 @@ AGGREGATE_EFFICIENCY_KEYS = frozenset(
 _NOT_CATEGORIES = AGGREGATE_EFFICIENCY_KEYS | {"step_wall_time"}
 
 
+_STR = frozenset({str})
+_FLOAT = frozenset({float})
+
+
 def _fields(metrics: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """A logged dict's readable entries with a string key (a field name); never raises."""
     return [(k, v) for k, v in readable_items(metrics) if type(k) is str]
 
 
 def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
+    if (
+        type(values) is dict
+        and set(map(type, values)) <= _STR
+        and set(map(type, values.values())) <= _FLOAT
+        # A NaN or an infinity makes the sum one; a finite sum means every value is finite.
+        and math.isfinite(sum(values.values()))
+    ):
+        return dict(values)  # a summary's every-step case, checked in C
     items = values.items() if type(values) is dict else _fields(values)
     return {k: n for k, v in items if type(k) is str and (n := as_number(v)) is not None}
 
@@ -104,28 +117,31 @@ class SetupTimings:
         return cls(seconds=seconds, flags=flags)
 
 
-_categories: dict[str, str | None] = {}
-
-
 def _category(key: Any) -> str | None:
-    """The efficiency category an ``efficiency/<category>_s`` key times, else None; keys
-    repeat every step, so each is worked out once (a bounded memo)."""
-    if type(key) is not str:
-        return None
-    category = _categories.get(key, _UNSEEN)
-    if category is _UNSEEN:
-        category = None
-        if key.startswith(EFFICIENCY_PREFIX) and key.endswith(_SECONDS_SUFFIX):
-            name = key[len(EFFICIENCY_PREFIX) : -len(_SECONDS_SUFFIX)]
-            if name and name not in _NOT_CATEGORIES:
-                category = name
-        if len(_categories) >= 4096:
-            _categories.clear()
-        _categories[key] = category
-    return category if category is None else str(category)
+    """The efficiency category an ``efficiency/<category>_s`` key times, else None."""
+    if type(key) is str and key.startswith(EFFICIENCY_PREFIX) and key.endswith(_SECONDS_SUFFIX):
+        name = key[len(EFFICIENCY_PREFIX) : -len(_SECONDS_SUFFIX)]
+        if name and name not in _NOT_CATEGORIES:
+            return name
+    return None
 
 
-_UNSEEN: Any = object()
+#: A training loop logs the same keys in the same order every step, so which of them are
+#: categories is worked out once per key sequence: a step then costs one tuple of its keys
+#: and a lookup, not a string test per key.
+_plans: dict[tuple[Any, ...], tuple[tuple[str, str], ...]] = {}
+_MAX_PLANS = 256
+
+
+def _category_plan(keys: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
+    """``(key, category)`` for each category key of a dict with these keys, in order."""
+    plan = _plans.get(keys)
+    if plan is None:
+        plan = tuple((key, c) for key in keys if (c := _category(key)) is not None)
+        if len(_plans) >= _MAX_PLANS:  # key sets that churn every step: start over
+            _plans.clear()
+        _plans[keys] = plan
+    return plan
 
 
 @attrs.frozen
@@ -148,16 +164,8 @@ class EfficiencySummary:
     @classmethod
     def from_metrics(cls, metrics: Mapping[str, Any]) -> EfficiencySummary:
         """Read the ``efficiency/*`` keys of a flat logger dict; other keys are ignored."""
-        seconds: dict[str, Any] = {}
         fields = metrics if type(metrics) is dict else dict(_fields(metrics))
-        memo = _categories
-        for key, value in fields.items():
-            # The memo hit inline: this loop sees every key of every step.
-            category = memo.get(key, _UNSEEN) if type(key) is str else None
-            if category is _UNSEEN:
-                category = _category(key)
-            if category is not None:
-                seconds[category] = value
+        seconds = {category: fields[key] for key, category in _category_plan(tuple(fields))}
         per_step = as_number(fields.get(_PCT_PER_STEP_KEY))
         return cls(
             seconds=seconds,
