@@ -33,6 +33,7 @@ from .values import (
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
 
+    from .last_value import LastValue
     from .registry import Declared
 
 __all__ = ["Session"]
@@ -64,7 +65,7 @@ class _Series:
     that is never recorded costs no collection. Admitted attribute sets map to the copy of
     the attributes the SDK gets (copied once, so a caller reusing its dict cannot change an
     exported point). A gauge's last-value table is written without a lock: a dict assignment
-    is atomic, and the collection reads it with one C-level copy.
+    and an attribute store are atomic, and the collection reads it with one C-level copy.
     """
 
     __slots__ = (
@@ -96,9 +97,9 @@ class _Series:
         # Attribute sets already checked against the declaration: an observable callback
         # yields the same sets every collection, and checking is most of its cost.
         self.valid: dict[AttributeSet, tuple[AttributeSet, dict[str, str]]] = {}
-        # A gauge's last value per attribute set, kept as the Observation the collection
-        # returns, so a collection builds nothing.
-        self.table: dict[AttributeSet, Any] = {}
+        # A gauge's last value per attribute set, kept as the observation the collection
+        # returns and overwritten in place (:mod:`rlmetrics.last_value`).
+        self.table: dict[AttributeSet, LastValue] = {}
         self.lock = threading.Lock()
         self.instrument: Any = None
         self.write: Callable[[float, dict[str, str] | None], None] | None = None
@@ -168,10 +169,6 @@ class _Series:
         with self.lock:
             self.admitted.pop(key, None)
 
-    def gauge_snapshot(self) -> list[Any]:
-        """The gauge's current observations: one C-level copy, atomic under the GIL."""
-        return list(self.table.values())
-
 
 class Session:
     """Instruments built on one Meter; exists only while telemetry is started."""
@@ -179,7 +176,10 @@ class Session:
     def __init__(self, declared: Iterable[Declared], meter: Meter) -> None:
         from opentelemetry.metrics import Observation
 
+        from .last_value import LastValue
+
         self._observation = Observation
+        self._last_value = LastValue
         self._meter = meter
         self.active = True
         self.groups: dict[str, dict[str, _Series]] = {}
@@ -233,28 +233,34 @@ class Session:
             if series_by_key is None:
                 self._no_group(group)
                 return
-            observation = self._observation
             for key, value in values.items():
-                if value is None:
-                    continue
                 series = series_by_key.get(key)
-                if series is None:
-                    self._unknown(group, key)
-                elif (
-                    not attributes
+                if (
+                    series is not None
                     and series.recordable
+                    and not attributes
                     and (
                         (type(value) is float and value - value == 0)
-                        or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
+                        # int64, as literals: constants load faster than globals
+                        or (type(value) is int and -(2**63) <= value <= 2**63 - 1)
                     )
-                    and not (series.counter and value < 0)
+                    and (value >= 0 or not series.counter)
                 ):
                     # The commonest point of all, a finite number on an unlabelled series
-                    # that already has its instrument, written without a call.
+                    # that already has its instrument, written without a call. (Checked
+                    # first: every test it saves is time on the training loop's thread.)
                     if series.gauge:
-                        series.table[_NO_KEY] = observation(value)
+                        last = series.table.get(_NO_KEY)
+                        if last is None:
+                            series.table[_NO_KEY] = self._last_value(value, None)
+                        else:
+                            last.current = value
                     else:
                         series.write(value, None)  # type: ignore[misc]
+                elif value is None:
+                    continue
+                elif series is None:
+                    self._unknown(group, key)
                 else:
                     self._write(series, group, key, value, attributes)
         except Exception:
@@ -271,25 +277,26 @@ class Session:
             if series is None:
                 self._unknown(group, key)
                 return
-            observation, admitted = self._observation, series.admitted
+            last_value, admitted = self._last_value, series.admitted
+            table = series.table if series.gauge else None
             for value, attributes in points:
-                if value is None:
-                    continue
-                known = admitted.get(attributes) if isinstance(attributes, frozenset) else None
                 if (
-                    known is not None
-                    and series.recordable
-                    and type(value) is float
+                    type(value) is float
                     and value - value == 0
-                    and not (series.counter and value < 0)
+                    and series.recordable
+                    and type(attributes) is frozenset
+                    and (known := admitted.get(attributes)) is not None
+                    and (value >= 0 or not series.counter)
                 ):
                     # A finite float under a prepared attribute set already admitted: the
                     # dimensioned gauge's every-step case, written without a call.
-                    if series.gauge:
-                        series.table[attributes] = observation(value, known)  # type: ignore[index]
-                    else:
+                    if table is None:
                         series.write(value, known)  # type: ignore[misc]
-                else:
+                    elif (last := table.get(attributes)) is None:
+                        table[attributes] = last_value(value, known)
+                    else:
+                        last.current = value
+                elif value is not None:
                     self._write(series, group, key, value, attributes)
         except Exception:
             _record_failed(group)
@@ -327,7 +334,7 @@ class Session:
         if series.instrument is None:
             self._bind(series)
         if series.gauge:
-            series.table[attr_key] = self._observation(number, attr_dict)
+            series.table[attr_key] = self._last_value(number, attr_dict)
         else:
             series.write(number, attr_dict)  # type: ignore[misc]
 
@@ -346,12 +353,18 @@ class Session:
 
     def _callback(self, series: _Series) -> Callable[[Any], list[Any]]:
         spec = series.spec
+        if series.gauge:
+            table = series.table
+
+            def observe_table(_options: Any) -> list[Any]:
+                # One C-level copy of the last-value table, atomic under the GIL.
+                return list(table.values()) if self.active else []
+
+            return observe_table
 
         def observe(_options: Any) -> list[Any]:
             if not self.active:
                 return []
-            if series.gauge:
-                return series.gauge_snapshot()
             try:
                 observed = list(spec.callback())  # type: ignore[misc]
             except Exception:
