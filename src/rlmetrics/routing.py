@@ -95,11 +95,14 @@ def take(prefix: str, flat: dict[str, Any], wanted: Callable[[str], bool]) -> li
 
     A route whose hook is not ``wanted`` (only tees implement it and telemetry is off) is left
     out, so its payload is never parsed; a wall-clock stream's dict without a wall time is
-    stamped here, so the backends and the hook agree on it.
+    stamped here all the same, so the backends and the hook agree on it.
     """
-    taken = [route for route in routes_for(prefix) if route.wall_clock or wanted(route.hook)]
-    if any(route.wall_clock for route in taken):
-        flat.setdefault(WALL_TIME_KEY, time.time())
+    taken = []
+    for route in _BY_PREFIX.get(prefix, ()):
+        if route.wall_clock:
+            flat.setdefault(WALL_TIME_KEY, time.time())
+        if wanted(route.hook):
+            taken.append(route)
     return taken
 
 
@@ -109,8 +112,6 @@ def deliver(
     """Parse each taken route's payload and call its hook; a dict a route cannot parse costs
     that hook only (``log_metrics`` still gets it)."""
     for route in taken:
-        if not hooks.wanted(route.hook):
-            continue
         try:
             payload = route.parse(prefix, flat)
         except Exception:

@@ -25,7 +25,7 @@ from typing import ClassVar
 from .. import hookimpl
 from .._warn import warn_once
 from ..events import EfficiencySummary
-from ..registry import declare, is_exporting, record, record_points
+from ..registry import declare, is_exporting, record_points
 from ..spec import OPEN, Kind, MetricSpec
 
 __all__ = [
@@ -140,9 +140,11 @@ def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
     return 100.0 * (1.0 - min(waste, total) / total), window
 
 
-_STEP_CATEGORIES = tuple(
-    c for c, m in MEASUREMENTS.items() if efficiency_window(c, m) == STEP_WINDOW
-)
+_STEP_ZEROS = {
+    category: 0.0
+    for category, measurement in MEASUREMENTS.items()
+    if efficiency_window(category, measurement) == STEP_WINDOW
+}
 
 
 def step_seconds(summary: EfficiencySummary) -> dict[str, float]:
@@ -153,15 +155,14 @@ def step_seconds(summary: EfficiencySummary) -> dict[str, float]:
     leaves out, and which summing across steps would count twice). A summary is a step's
     when it carries a step wall time, a per-step pct or any step-window category.
     """
-    seconds = dict(summary.seconds)
+    seconds = summary.seconds
     if (
         summary.step_wall_time_s is not None
         or summary.pct_per_step
-        or any(category in seconds for category in _STEP_CATEGORIES)
+        or not seconds.keys().isdisjoint(_STEP_ZEROS)
     ):
-        for category in _STEP_CATEGORIES:
-            seconds.setdefault(category, 0.0)
-    return seconds
+        return {**_STEP_ZEROS, **seconds}
+    return dict(seconds)
 
 
 # Each known category's attribute set, prepared once (a frozenset of pairs, which record
@@ -187,22 +188,24 @@ _PCT_ATTRIBUTES = {
 def on_efficiency_summary(summary: EfficiencySummary) -> None:
     if not is_exporting():
         return
-    points = []
-    for category, seconds in step_seconds(summary).items():
-        attributes = _CATEGORY_ATTRIBUTES.get(category)
-        if attributes is None:
-            warn_once(
-                "efficiency:unknown-category",
-                f"rlmetrics: efficiency category {category!r} has no known "
-                f"measurement (known: {sorted(MEASUREMENTS)}); not exported. Later unknown "
-                "categories are reported at DEBUG",
-            )
-            continue
-        points.append((seconds, attributes))
+    seconds = step_seconds(summary)
+    points = [
+        (value, attributes)
+        for category, value in seconds.items()
+        if (attributes := _CATEGORY_ATTRIBUTES.get(category)) is not None
+    ]
+    if len(points) < len(seconds):
+        unknown = sorted(set(seconds) - set(_CATEGORY_ATTRIBUTES))
+        warn_once(
+            "efficiency:unknown-category",
+            f"rlmetrics: efficiency categories {unknown} have no known measurement (known: "
+            f"{sorted(MEASUREMENTS)}); not exported. Later unknown categories are reported at "
+            "DEBUG",
+        )
     record_points(GROUP, SECONDS, points)
     pct = efficiency_pct(summary)
     if pct is not None:
-        record(GROUP, {PCT: pct[0]}, _PCT_ATTRIBUTES[pct[1]])
+        record_points(GROUP, PCT, [(pct[0], _PCT_ATTRIBUTES[pct[1]])])
 
 
 # -- the accounting ---------------------------------------------------------------------------
