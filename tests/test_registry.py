@@ -139,6 +139,30 @@ def test_gauge_keeps_the_last_value_per_attribute_set() -> None:
     assert {p.attributes["phase"]: p.value for p in found} == {"a": 3.0, "b": 5.0}
 
 
+def test_each_collection_exports_the_value_last_written_over_the_previous() -> None:
+    # A gauge's point is overwritten in place from the second write on; each path that writes
+    # one (unlabelled, a prepared attribute set, a mapping) must still export its last value.
+    _declare_all_kinds([])
+    prepared = frozenset({"phase": "a"}.items())
+    exported = []
+    with in_memory_telemetry() as (_handle, reader):
+        for value in (1.0, 2.0, 3):
+            rlmetrics.record(GROUP, {"gauge": value})
+            rlmetrics.record_points(GROUP, "gauge", [(value + 10.0, prepared)])
+            rlmetrics.record(GROUP, {"gauge": value + 20}, {"phase": "b"})
+            found = [p for p in points(reader) if p.name == "t.gauge"]
+            exported.append({p.attributes.get("phase"): p.value for p in found})
+        rlmetrics.retract(GROUP, "gauge", prepared)
+        rlmetrics.record_points(GROUP, "gauge", [(9.0, prepared)])
+        found = [p for p in points(reader) if p.name == "t.gauge"]
+    assert exported == [
+        {None: 1.0, "a": 11.0, "b": 21.0},
+        {None: 2.0, "a": 12.0, "b": 22.0},
+        {None: 3, "a": 13.0, "b": 23},
+    ]
+    assert {p.attributes.get("phase"): p.value for p in found} == {None: 3, "a": 9.0, "b": 23}
+
+
 def test_retracted_attribute_set_disappears() -> None:
     _declare_all_kinds([])
     with in_memory_telemetry() as (_handle, reader):
