@@ -240,9 +240,9 @@ class Session:
                     and series.recordable
                     and not attributes
                     and (
-                        (type(value) is float and value - value == 0)
+                        ((kind := type(value)) is float and value - value == 0)
                         # int64, as literals: constants load faster than globals
-                        or (type(value) is int and -(2**63) <= value <= 2**63 - 1)
+                        or (kind is int and -(2**63) <= value <= 2**63 - 1)
                     )
                     and (value >= 0 or not series.counter)
                 ):

@@ -54,8 +54,8 @@ def as_real(value: Any) -> int | float | None:
     kind = type(value)
     if kind is float or kind is int:  # the hot path: plain numbers from a training dict
         return value  # type: ignore[no-any-return]
-    if kind is bool or isinstance(value, _NOT_SCALARS):
-        return None
+    if value is None or kind is bool or isinstance(value, _NOT_SCALARS):
+        return None  # (None first: an absent key, looked up every step, skips the ABC checks)
     try:
         if not isinstance(value, numbers.Real):
             item = getattr(value, "item", None)
@@ -76,6 +76,8 @@ def as_number(value: Any) -> int | float | None:
         return value if value - value == 0 else None  # type: ignore[no-any-return]
     if kind is int:
         return value  # type: ignore[no-any-return]
+    if value is None:  # an absent key's lookup
+        return None
     number = as_real(value)
     if type(number) is float and not math.isfinite(number):
         return None
