@@ -5,6 +5,10 @@ so neither always runs on a warmer cache or a quieter machine — and keeps the 
 What is reported is the min, median and max of the per-round ratios, never the fastest round
 alone: on a shared 2-core machine absolute times are noise, and one lucky round says nothing.
 
+A process's memory layout shifts its timings as a whole (by ±0.05 in a ratio, run to run),
+which more rounds in the same process cannot average out; so a benchmark runs its rounds in
+several fresh processes and pools them (:meth:`Comparison.pooled`).
+
 Time is this process's CPU time (``time.process_time``), not wall time: on these VMs the
 hypervisor steals a third of the CPU at times, which wall time would charge to whichever side
 happened to be running.
@@ -44,6 +48,16 @@ class Comparison:
     @property
     def spread(self) -> tuple[float, float, float]:
         return min(self.ratios), statistics.median(self.ratios), max(self.ratios)
+
+    @classmethod
+    def pooled(cls, parts: list[Comparison]) -> Comparison:
+        """One comparison from several processes' rounds: every round's ratio counts once;
+        the seconds are the median of the processes' medians (for scale only)."""
+        return cls(
+            tuple(ratio for part in parts for ratio in part.ratios),
+            statistics.median(part.case_s for part in parts),
+            statistics.median(part.base_s for part in parts),
+        )
 
 
 def _cpu(call: Callable[[], object], number: int) -> float:

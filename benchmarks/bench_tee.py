@@ -1,14 +1,15 @@
 """The tee at the cost of hand-written OpenTelemetry calls: every case against its baseline.
 
-    python benchmarks/bench_tee.py [--rounds 31] [--quick] [--update-readme]
+    python benchmarks/bench_tee.py [--processes 5] [--rounds 31] [--quick] [--update-readme]
 
 Run it in each SDK's bench env (``tox -e bench-otel144,bench-otel1451,bench-otel1452``):
 ``--update-readme`` rewrites this SDK's table in benchmarks/README.md. Every case logs the
 realistic 60-key GRPO step of ``grpo_step.py`` with the core's built-in families on (every
 installed plugin too with ``--all-families``) and one in-memory reader; each baseline does by
 hand what the case does (the same 16 series, with the same attributes, through raw SDK
-calls). Ratios are per round, rounds alternate A B / B A
-(``_harness.py``); read the median, and the spread for how noisy the machine was.
+calls). Ratios are per round, rounds alternate A B / B A, and the rounds of ``--processes``
+fresh processes are pooled (``_harness.py``); read the median, and the spread for how noisy
+the machine was.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import attrs
 from _harness import Comparison, compare, machine, update_readme
 from grpo_step import GRPO_STEP
 from opentelemetry.sdk.metrics import MeterProvider
@@ -48,6 +50,8 @@ GOALS = {
 }
 #: Rows that explain others and have no goal of their own.
 REFERENCE = "SDK alone: observable gauges' collection vs sync set + collection"
+OURS_COLLECTED = "rlmetrics' collection alone vs sync set + collection"
+FLOOR = "Python alone: a function, a method and a dict loop around Counter.add, no checks"
 
 _EFFICIENCY = {
     "init/total": ("wall_clock", "run", "overhead"),
@@ -128,6 +132,19 @@ class RawObservable:
 
     def collect(self) -> None:
         self.reader.get_metrics_data()
+
+
+class _Floor:
+    """What any ``record(group, {key: value})`` costs before it checks anything: the public
+    function finds the live session (telemetry can start and stop), whose method loops over
+    the dict into the instrument."""
+
+    def __init__(self, counter: Any) -> None:
+        self.counter = counter
+
+    def record(self, _group: str, values: dict[str, Any], _attributes: Any) -> None:
+        for _key, value in values.items():
+            self.counter.add(value, None)
 
 
 def _write_json_row(handle: io.TextIOBase, metrics: dict[str, Any], step: int) -> None:
@@ -228,11 +245,25 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
             results[REFERENCE] = compare(
                 observable.collect, raw_and_collect, number=max(1, number // 4), rounds=rounds
             )
+            results[OURS_COLLECTED] = compare(
+                reader.get_metrics_data, raw_and_collect, number=max(1, number // 4), rounds=rounds
+            )
             meter = raw.provider.get_meter("raw-record")
             raw_counter = meter.create_counter("raw.counter")
             raw_histogram = meter.create_histogram("raw.histogram", unit="s")
             results["record() counter"] = compare(
                 lambda: rlmetrics.record("bench", {"counter": 1}),
+                lambda: raw_counter.add(1),
+                number=number * 4,
+                rounds=rounds,
+            )
+            floor = _Floor(raw_counter)
+
+            def floor_record(group: str, values: dict[str, Any], attributes: Any = None) -> None:
+                floor.record(group, values, attributes)
+
+            results[FLOOR] = compare(
+                lambda: floor_record("bench", {"counter": 1}),
                 lambda: raw_counter.add(1),
                 number=number * 4,
                 rounds=rounds,
@@ -292,23 +323,81 @@ def table(results: dict[str, Comparison], scaling: dict[int, float], families: s
     return "\n".join(lines) + "\n"
 
 
+def _as_json(results: dict[str, Comparison], scaling: dict[int, float]) -> str:
+    return json.dumps(
+        {
+            "results": {name: attrs.asdict(result) for name, result in results.items()},
+            "scaling": scaling,
+        }
+    )
+
+
+def _in_processes(
+    processes: int, child_args: list[str]
+) -> tuple[dict[str, Comparison], dict[int, float]]:
+    """Run the measurement in ``processes`` fresh interpreters, one after the other (never
+    side by side on two cores), and pool their rounds."""
+    runs = []
+    for _ in range(processes):
+        done = subprocess.run(
+            [sys.executable, __file__, "--as-json", *child_args],
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ,
+        )
+        runs.append(json.loads(done.stdout))
+    results = {
+        name: Comparison.pooled(
+            [
+                Comparison(tuple(run["results"][name]["ratios"]), **_seconds(run, name))
+                for run in runs
+            ]
+        )
+        for name in runs[0]["results"]
+    }
+    scaling = {
+        int(keys): statistics.median(run["scaling"][keys] for run in runs)
+        for keys in runs[0]["scaling"]
+    }
+    return results, scaling
+
+
+def _seconds(run: dict[str, Any], name: str) -> dict[str, float]:
+    return {side: run["results"][name][side] for side in ("case_s", "base_s")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--all-families", action="store_true", help="load every installed plugin, not only the core"
     )
     parser.add_argument(
-        "--rounds", type=int, default=31, help="rounds per case (odd: a true median)"
+        "--processes", type=int, default=5, help="fresh processes whose rounds are pooled"
     )
+    parser.add_argument("--rounds", type=int, default=31, help="rounds per case in each process")
     parser.add_argument("--number", type=int, default=500, help="calls per side per round")
-    parser.add_argument("--quick", action="store_true", help="5 rounds of 100 calls (a smoke run)")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 process, 5 rounds of 100 calls (a smoke run)"
+    )
     parser.add_argument("--update-readme", action="store_true", help="rewrite this SDK's table")
+    parser.add_argument("--as-json", action="store_true", help=argparse.SUPPRESS)  # a child run
     args = parser.parse_args()
     if not args.all_families:
         os.environ["RLMETRICS_PLUGINS"] = ""  # an empty allow-list: the core's built-ins only
-    rounds, number = (5, 100) if args.quick else (args.rounds, args.number)
+    processes, rounds, number = (
+        (1, 5, 100) if args.quick else (args.processes, args.rounds, args.number)
+    )
+    if args.as_json:
+        sys.stdout.write(_as_json(*measure(rounds, number)))
+        return
     families = "every installed family" if args.all_families else "the core's families"
-    block = table(*measure(rounds, number), families)
+    measured = (
+        measure(rounds, number)
+        if processes == 1
+        else _in_processes(processes, ["--rounds", str(rounds), "--number", str(number)])
+    )
+    block = table(*measured, f"{families}, {processes} processes of {rounds} rounds")
     sys.stdout.write(block)
     if args.update_readme:
         update_readme(f"bench-tee:{version('opentelemetry-sdk')}", block)
