@@ -395,7 +395,11 @@ def main() -> None:
     measured = (
         measure(rounds, number)
         if processes == 1
-        else _in_processes(processes, ["--rounds", str(rounds), "--number", str(number)])
+        else _in_processes(
+            processes,
+            ["--rounds", str(rounds), "--number", str(number)]
+            + (["--all-families"] if args.all_families else []),
+        )
     )
     block = table(*measured, f"{families}, {processes} processes of {rounds} rounds")
     sys.stdout.write(block)
