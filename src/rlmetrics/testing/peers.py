@@ -15,14 +15,34 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 __all__ = ["BlackHole", "ExpositionServer", "OtlpPoint", "OtlpReceiver", "flatten_request"]
 
+_PeerT = TypeVar("_PeerT", bound="_Peer")
 
-class ExpositionServer:
+
+class _Peer:
+    """A peer that a ``with`` block closes on the way out."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _PeerT) -> _PeerT:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class ExpositionServer(_Peer):
     """A Prometheus text exposition served at ``url`` (``/metrics`` on 127.0.0.1, a free
     port) from a thread of its own: the endpoint a scraping family reads, made real.
 
@@ -67,19 +87,8 @@ class ExpositionServer:
         self.server.server_close()
         self._thread.join(5)
 
-    def __enter__(self) -> ExpositionServer:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class BlackHole:
+class BlackHole(_Peer):
     """A TCP endpoint on 127.0.0.1 that accepts connections and never answers: a request to
     it hangs until the client's own deadline, like a collector or a node agent behind a
     dropped route. ``connected`` is set by the first connection."""
@@ -119,17 +128,6 @@ class BlackHole:
         for conn in self._held:
             conn.close()
         self._sock.close()
-
-    def __enter__(self) -> BlackHole:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 @attrs.frozen
