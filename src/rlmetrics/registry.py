@@ -316,4 +316,4 @@ def retract(group: str, key: str, attributes: Attributes = None) -> None:
 
 def is_exporting() -> bool:
     """Whether a started telemetry session is exporting (every tee is a no-op otherwise)."""
-    return _default._session is not None  # asked several times a step: not the property
+    return _default.exporting

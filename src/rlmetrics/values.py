@@ -76,8 +76,6 @@ def as_number(value: Any) -> int | float | None:
         return value if value - value == 0 else None  # type: ignore[no-any-return]
     if kind is int:
         return value  # type: ignore[no-any-return]
-    if value is None:  # an absent key's lookup
-        return None
     number = as_real(value)
     if type(number) is float and not math.isfinite(number):
         return None
