@@ -1,5 +1,5 @@
-"""The observed path: a callback's later collections take a fast path for attribute sets
-already checked, and must export exactly what the first (fully checked) collection did."""
+"""The fast paths must export exactly what the fully checked paths do: ``record``'s for an
+unlabelled finite number, and an observable callback's for attribute sets already checked."""
 
 from __future__ import annotations
 
@@ -70,3 +70,37 @@ def test_later_collections_export_what_the_first_did(observed: list[Any], kind: 
     # max_series caps the labelled sets (the unlabelled point is not one of them).
     assert len({attributes for attributes, _value in first if attributes}) <= 2
     assert all(dict(attributes).keys() <= {"host"} for attributes, _value in first)
+
+
+_RECORDED_KINDS = [Kind.GAUGE, Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.HISTOGRAM]
+
+
+def _by_attributes(reader: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for point in points(reader):
+        if point.name == "t.recorded":
+            shown = point.value if point.kind != "histogram" else (point.count, point.sum)
+            out[point.attributes.get("host", "unlabelled")] = shown
+    return out
+
+
+@given(value=_values, kind=st.sampled_from(_RECORDED_KINDS))
+@example(value=2**30 - 1, kind=Kind.COUNTER)  # the largest int the fast path compares
+@example(value=2**30, kind=Kind.COUNTER)  # the smallest it leaves to the checked path
+@example(value=-(2**30) + 1, kind=Kind.UP_DOWN_COUNTER)
+@example(value=-(2**30), kind=Kind.UP_DOWN_COUNTER)
+@example(value=2**63 - 1, kind=Kind.GAUGE)  # int64's edges, checked there
+@example(value=2**63, kind=Kind.GAUGE)
+@example(value=-(2**63) - 1, kind=Kind.HISTOGRAM)
+def test_an_unlabelled_point_exports_what_a_checked_one_does(value: Any, kind: Kind) -> None:
+    """The same two records, unlabelled (after the first, written without a check call) and
+    under an attribute set (every one checked), must export the same thing."""
+    with isolated_state():
+        spec = MetricSpec("t.recorded", kind, key="recorded", attributes={"host": {"a"}})
+        rlmetrics.declare("t", [spec])
+        with in_memory_telemetry() as (_handle, reader):
+            for attributes in (None, {"host": "a"}):
+                rlmetrics.record("t", {"recorded": 1}, attributes)  # binds the instrument
+                rlmetrics.record("t", {"recorded": value}, attributes)
+            exported = _by_attributes(reader)
+    assert exported["unlabelled"] == exported["a"]

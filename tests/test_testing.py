@@ -10,7 +10,16 @@ import urllib.request
 import pytest
 
 import rlmetrics
-from rlmetrics.testing import BlackHole, ExpositionServer, OtlpReceiver, wait_until
+from rlmetrics.testing import (
+    BlackHole,
+    ExpositionServer,
+    OtlpReceiver,
+    in_memory_telemetry,
+    isolated_state,
+    points,
+    single,
+    wait_until,
+)
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -88,3 +97,18 @@ def test_the_otlp_receiver_keeps_each_resource_with_its_metric_names() -> None:
     finally:
         receiver.close()
     assert not receiver.running
+
+
+def test_isolated_state_keeps_the_registry_record_is_bound_to() -> None:
+    """``rlmetrics.record`` is a method bound to the default registry, so a test's own state
+    must be swapped into that object and back out, never put in a new one."""
+    outer = rlmetrics.default_registry()
+    before = outer.declared()
+    with isolated_state(rlmetrics.MetricRegistry()) as registry:
+        assert registry is outer and rlmetrics.record.__self__ is outer  # type: ignore[attr-defined]
+        rlmetrics.declare("t", [rlmetrics.MetricSpec("t.inside", rlmetrics.Kind.GAUGE, key="g")])
+        with in_memory_telemetry() as (_handle, reader):
+            rlmetrics.record("t", {"g": 2.0})
+            assert single(points(reader), "t.inside").value == 2.0
+        assert [item.spec.name for item in registry.declared()] == ["t.inside"]
+    assert outer.declared() == before

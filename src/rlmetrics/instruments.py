@@ -1,9 +1,10 @@
 """Binding declared specs to OpenTelemetry instruments, for one telemetry session.
 
-A :class:`Session` exists only while telemetry is started: it holds one instrument per spec
-and is what ``record`` writes through. Recording is the training loop's path, so it never
-raises: every bad value, key or attribute set is dropped on its own with ``warn_once`` while
-the rest of the call lands.
+A :class:`Session` exists only while telemetry is started: it holds one instrument per spec.
+The :class:`Recorder` (the registry's recording half, whose methods ``rlmetrics.record`` and
+its siblings are) writes into it. Recording is the training loop's path, so it never raises:
+every bad value, key or attribute set is dropped on its own with ``warn_once`` while the rest
+of the call lands.
 
 Gauges are not exported through the SDK's synchronous gauge: SDK 1.44 forgets its value after
 each collection and 1.45 keeps every attribute set forever. A gauge keeps the last value per
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from .last_value import LastValue
     from .registry import Declared
 
-__all__ = ["Session"]
+__all__ = ["Recorder", "Session"]
 
 _NO_KEY: AttributeSet = frozenset()
 #: Validated attribute sets remembered per series (several times any sane max_series).
@@ -55,6 +56,22 @@ def _record_failed(group: Any) -> None:
     warn_once(
         f"record:{describe_key(group)}",
         f"rlmetrics.record({describe_key(group)}) failed; values dropped",
+    )
+
+
+def _no_group(group: Any) -> None:
+    warn_once(
+        f"record:{describe_key(group)}:group",
+        f"rlmetrics.record: no metric group {describe_key(group)} is declared; declare "
+        "its specs before rlmetrics.start()",
+    )
+
+
+def _unknown(group: str, key: Any) -> None:
+    warn_once(
+        f"record:{group}:unknown-key",
+        f"rlmetrics.record: {describe_key(key)} is not a declared key of group {group!r}; "
+        "dropped (later unknown keys of this group are reported at DEBUG)",
     )
 
 
@@ -170,6 +187,140 @@ class _Series:
             self.admitted.pop(key, None)
 
 
+class Recorder:
+    """The recording half of :class:`~rlmetrics.registry.MetricRegistry`: the calls a
+    training loop makes, written into the bound :class:`Session`, and no-ops while none is.
+
+    The loops live here rather than in the session: ``rlmetrics.record`` is this method
+    bound to the default registry, so a call reaches its loop in one Python frame (a
+    function finding the session and calling into it made two). None of these raise.
+    """
+
+    _session: Session | None = None
+
+    def record(self, group: str, values: Mapping[str, Any], attributes: Attributes = None) -> None:
+        """Record ``values`` by registry key under ``attributes``; a no-op unless telemetry
+        is exporting. Never raises; skips None."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            series_by_key = session.groups.get(group)
+            if series_by_key is None:
+                _no_group(group)
+                return
+            for key, value in values.items():
+                series = series_by_key.get(key)
+                if (
+                    series is not None
+                    and series.recordable
+                    and not attributes
+                    and (
+                        ((kind := type(value)) is float and value - value == 0)
+                        # Bounds of one 30-bit digit, which CPython compares on its fast
+                        # path; a larger int takes write()'s int64 check.
+                        or (kind is int and -(2**30 - 1) <= value <= 2**30 - 1)
+                    )
+                    and (value >= 0 or not series.counter)
+                ):
+                    # The commonest point of all, a finite number on an unlabelled series
+                    # that already has its instrument, written without a call. (Checked
+                    # first: every test it saves is time on the training loop's thread.)
+                    if series.gauge:
+                        last = series.table.get(_NO_KEY)
+                        if last is None:
+                            series.table[_NO_KEY] = session.last_value(value, None)
+                        else:
+                            last.current = value
+                    else:
+                        series.write(value, None)  # type: ignore[misc]
+                elif value is None:
+                    continue
+                elif series is None:
+                    _unknown(group, key)
+                else:
+                    session.write(series, group, key, value, attributes)
+        except Exception:
+            _record_failed(group)
+
+    def record_points(self, group: str, key: str, points: Iterable[tuple[Any, Attributes]]) -> None:
+        """Record several ``(value, attributes)`` points of one series by registry key (a
+        dimensioned gauge updated for every attribute set at once); a no-op unless telemetry
+        is exporting. Never raises; skips None."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            series_by_key = session.groups.get(group)
+            if series_by_key is None:
+                _no_group(group)
+                return
+            series = series_by_key.get(key)
+            if series is None:
+                _unknown(group, key)
+                return
+            last_value, admitted = session.last_value, series.admitted
+            table = series.table if series.gauge else None
+            for value, attributes in points:
+                if (
+                    type(value) is float
+                    and value - value == 0
+                    and series.recordable
+                    and type(attributes) is frozenset
+                    and (known := admitted.get(attributes)) is not None
+                    and (value >= 0 or not series.counter)
+                ):
+                    # A finite float under a prepared attribute set already admitted: the
+                    # dimensioned gauge's every-step case, written without a call.
+                    if table is None:
+                        series.write(value, known)  # type: ignore[misc]
+                    elif (last := table.get(attributes)) is None:
+                        table[attributes] = last_value(value, known)
+                    else:
+                        last.current = value
+                elif value is not None:
+                    session.write(series, group, key, value, attributes)
+        except Exception:
+            _record_failed(group)
+
+    def record_declared(
+        self, group: str, metrics: Mapping[str, Any], attributes: Attributes = None
+    ) -> dict[str, Any]:
+        """Record every key declared under ``group`` that ``metrics`` carries (None skipped);
+        returns what it found, or ``{}`` unless telemetry is exporting. The teeing family's
+        one call: the declared keys are looked up in the dict, not the dict scanned. Never
+        raises."""
+        session = self._session
+        if session is None:
+            return {}
+        try:
+            present = {
+                key: value
+                for key in session.groups.get(group, ())
+                if (value := metrics.get(key)) is not None
+            }
+        except Exception:
+            warn_once(
+                f"record:{describe_key(group)}:lookup",
+                f"rlmetrics: reading the {describe_key(group)} keys failed",
+            )
+            return {}
+        if present:
+            self.record(group, present, attributes)
+        return present
+
+    def retract(self, group: str, key: str, attributes: Attributes = None) -> None:
+        """Stop exporting one gauge attribute set: it disappears from the next collection."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            session.retract(group, key, attributes)
+        except Exception:
+            where = f"{describe_key(group)}, {describe_key(key)}"
+            warn_once(f"retract:{where}", f"rlmetrics.retract({where}) failed")
+
+
 class Session:
     """Instruments built on one Meter; exists only while telemetry is started."""
 
@@ -179,7 +330,7 @@ class Session:
         from .last_value import LastValue
 
         self._observation = Observation
-        self._last_value = LastValue
+        self.last_value = LastValue
         self._meter = meter
         self.active = True
         self.groups: dict[str, dict[str, _Series]] = {}
@@ -223,99 +374,10 @@ class Session:
             series.instrument = instrument
             series.recordable = not series.observable
 
-    # -- recording (the training loop's path) -------------------------------------------------
+    # -- the checked path (every point the recorder's loop does not write itself) -----------
 
-    def record(self, group: str, values: Mapping[str, Any], attributes: Attributes) -> None:
-        """Record ``values`` by key. Never raises: the public ``record`` calls this directly,
-        so the guard lives here rather than in another frame on the hot path."""
-        try:
-            series_by_key = self.groups.get(group)
-            if series_by_key is None:
-                self._no_group(group)
-                return
-            for key, value in values.items():
-                series = series_by_key.get(key)
-                if (
-                    series is not None
-                    and series.recordable
-                    and not attributes
-                    and (
-                        ((kind := type(value)) is float and value - value == 0)
-                        # int64, as literals: constants load faster than globals
-                        or (kind is int and -(2**63) <= value <= 2**63 - 1)
-                    )
-                    and (value >= 0 or not series.counter)
-                ):
-                    # The commonest point of all, a finite number on an unlabelled series
-                    # that already has its instrument, written without a call. (Checked
-                    # first: every test it saves is time on the training loop's thread.)
-                    if series.gauge:
-                        last = series.table.get(_NO_KEY)
-                        if last is None:
-                            series.table[_NO_KEY] = self._last_value(value, None)
-                        else:
-                            last.current = value
-                    else:
-                        series.write(value, None)  # type: ignore[misc]
-                elif value is None:
-                    continue
-                elif series is None:
-                    self._unknown(group, key)
-                else:
-                    self._write(series, group, key, value, attributes)
-        except Exception:
-            _record_failed(group)
-
-    def record_points(self, group: str, key: str, points: Iterable[tuple[Any, Attributes]]) -> None:
-        """Record several points of one series. Never raises (as :meth:`record`)."""
-        try:
-            series_by_key = self.groups.get(group)
-            if series_by_key is None:
-                self._no_group(group)
-                return
-            series = series_by_key.get(key)
-            if series is None:
-                self._unknown(group, key)
-                return
-            last_value, admitted = self._last_value, series.admitted
-            table = series.table if series.gauge else None
-            for value, attributes in points:
-                if (
-                    type(value) is float
-                    and value - value == 0
-                    and series.recordable
-                    and type(attributes) is frozenset
-                    and (known := admitted.get(attributes)) is not None
-                    and (value >= 0 or not series.counter)
-                ):
-                    # A finite float under a prepared attribute set already admitted: the
-                    # dimensioned gauge's every-step case, written without a call.
-                    if table is None:
-                        series.write(value, known)  # type: ignore[misc]
-                    elif (last := table.get(attributes)) is None:
-                        table[attributes] = last_value(value, known)
-                    else:
-                        last.current = value
-                elif value is not None:
-                    self._write(series, group, key, value, attributes)
-        except Exception:
-            _record_failed(group)
-
-    def _no_group(self, group: str) -> None:
-        warn_once(
-            f"record:{describe_key(group)}:group",
-            f"rlmetrics.record: no metric group {describe_key(group)} is declared; declare "
-            "its specs before rlmetrics.start()",
-        )
-
-    def _unknown(self, group: str, key: Any) -> None:
-        warn_once(
-            f"record:{group}:unknown-key",
-            f"rlmetrics.record: {describe_key(key)} is not a declared key of group {group!r}; "
-            "dropped (later unknown keys of this group are reported at DEBUG)",
-        )
-
-    def _write(self, series: _Series, group: str, key: str, value: Any, attributes: Any) -> None:
+    def write(self, series: _Series, group: str, key: str, value: Any, attributes: Any) -> None:
+        """Check one point against its series and write it, or drop it with a warning."""
         if series.observable:
             warn_once(
                 f"record:{group}:{key}:observable",
@@ -334,7 +396,7 @@ class Session:
         if series.instrument is None:
             self._bind(series)
         if series.gauge:
-            series.table[attr_key] = self._last_value(number, attr_dict)
+            series.table[attr_key] = self.last_value(number, attr_dict)
         else:
             series.write(number, attr_dict)  # type: ignore[misc]
 

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ._fork import forget_in_child
-from ._warn import describe_key, warn_once
+from .instruments import Recorder, Session
 from .spec import MetricSpec
-from .values import Attributes
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
-
-    from .instruments import Session
 
 __all__ = [
     "DeclarationError",
@@ -63,15 +60,16 @@ def _caller_module(depth: int) -> str:
         return "<unknown>"
 
 
-class MetricRegistry:
-    """Declarations by group and key; instruments while a telemetry session is bound."""
+class MetricRegistry(Recorder):
+    """Declarations by group and key; instruments while a telemetry session is bound, and
+    the :class:`~rlmetrics.instruments.Recorder` calls that write into them."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._by_key: dict[tuple[str, str], Declared] = {}
         self._by_name: dict[str, Declared] = {}
         self._frozen = False
-        self._session: Session | None = None
+        self._session = None
         forget_in_child(self)
 
     def _after_fork_in_child(self) -> None:
@@ -182,8 +180,6 @@ class MetricRegistry:
 
     def bind(self, meter: Meter) -> None:
         """Freeze and build every declared instrument on ``meter``; recording starts."""
-        from .instruments import Session
-
         with self._lock:
             self._frozen = True
             self._session = Session(self._by_key.values(), meter)
@@ -200,70 +196,6 @@ class MetricRegistry:
     def exporting(self) -> bool:
         return self._session is not None
 
-    # -- recording ------------------------------------------------------------------------
-
-    def record(
-        self,
-        group: str,
-        values: Mapping[str, Any],
-        attributes: Attributes = None,
-    ) -> None:
-        """Record ``values`` by registry key under ``attributes``. Never raises; skips None."""
-        session = self._session
-        if session is not None:
-            session.record(group, values, attributes)  # guarded inside
-
-    def record_points(
-        self,
-        group: str,
-        key: str,
-        points: Iterable[tuple[Any, Attributes]],
-    ) -> None:
-        """Record several ``(value, attributes)`` points of one series (a dimensioned gauge
-        updated for every attribute set at once). Never raises; skips None."""
-        session = self._session
-        if session is not None:
-            session.record_points(group, key, points)  # guarded inside
-
-    def record_declared(
-        self,
-        group: str,
-        metrics: Mapping[str, Any],
-        attributes: Attributes = None,
-    ) -> dict[str, Any]:
-        """Record every key declared under ``group`` that ``metrics`` carries (None skipped);
-        returns what it found. The teeing family's one call: the declared keys are looked up
-        in the dict, not the dict scanned. Never raises."""
-        session = self._session
-        if session is None:
-            return {}
-        try:
-            present = {
-                key: value
-                for key in session.groups.get(group, ())
-                if (value := metrics.get(key)) is not None
-            }
-        except Exception:
-            warn_once(
-                f"record:{describe_key(group)}:lookup",
-                f"rlmetrics: reading the {describe_key(group)} keys failed",
-            )
-            return {}
-        if present:
-            session.record(group, present, attributes)  # guarded inside
-        return present
-
-    def retract(self, group: str, key: str, attributes: Attributes = None) -> None:
-        """Stop exporting one gauge attribute set (it disappears from the next collection)."""
-        session = self._session
-        if session is None:
-            return
-        try:
-            session.retract(group, key, attributes)
-        except Exception:
-            where = f"{describe_key(group)}, {describe_key(key)}"
-            warn_once(f"retract:{where}", f"rlmetrics.retract({where}) failed")
-
     def copy(self) -> MetricRegistry:
         """An unfrozen registry holding the same declarations (tests)."""
         clone = MetricRegistry()
@@ -271,6 +203,16 @@ class MetricRegistry:
             clone._by_key = dict(self._by_key)
             clone._by_name = dict(self._by_name)
         return clone
+
+    def _exchange(self, other: MetricRegistry) -> None:
+        """Trade declarations and session with ``other``: how ``isolated_state`` gives a test
+        its own default registry without replacing the object ``rlmetrics.record`` is bound
+        to."""
+        with self._lock, other._lock:
+            self._by_key, other._by_key = other._by_key, self._by_key
+            self._by_name, other._by_name = other._by_name, self._by_name
+            self._frozen, other._frozen = other._frozen, self._frozen
+            self._session, other._session = other._session, self._session
 
 
 _default = MetricRegistry()
@@ -286,32 +228,14 @@ def declare(group: str, specs: Iterable[MetricSpec]) -> None:
     _default.declare(group, specs, owner=_caller_module(1))
 
 
-def record(group: str, values: Mapping[str, Any], attributes: Attributes = None) -> None:
-    """Record ``values`` by registry key; a no-op unless telemetry is exporting. Never raises."""
-    # The session directly, not through MetricRegistry.record: one frame less per call on
-    # the path a training loop takes most.
-    session = _default._session
-    if session is not None:
-        session.record(group, values, attributes)
-
-
-def record_points(group: str, key: str, points: Iterable[tuple[Any, Attributes]]) -> None:
-    """Record several ``(value, attributes)`` points of one series by registry key; a no-op
-    unless telemetry is exporting. Never raises."""
-    _default.record_points(group, key, points)
-
-
-def record_declared(
-    group: str, metrics: Mapping[str, Any], attributes: Attributes = None
-) -> dict[str, Any]:
-    """Record every declared key of ``group`` present in ``metrics``; returns them. A no-op
-    (returning ``{}``) unless telemetry is exporting. Never raises."""
-    return _default.record_declared(group, metrics, attributes)
-
-
-def retract(group: str, key: str, attributes: Attributes = None) -> None:
-    """End one attribute set of a gauge in the default registry."""
-    _default.retract(group, key, attributes)
+# The recording calls are methods of the one default registry, bound as ``random.random``
+# is to random's hidden instance: a training loop's call reaches the recording loop in one
+# frame, where a function looking the registry up would add a second. For that the default
+# registry is never replaced; ``rlmetrics.testing.isolated_state`` swaps what it holds.
+record = _default.record
+record_points = _default.record_points
+record_declared = _default.record_declared
+retract = _default.retract
 
 
 def is_exporting() -> bool:

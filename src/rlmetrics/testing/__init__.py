@@ -142,24 +142,28 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str = "") -
 def isolated_state(
     replacement: registry.MetricRegistry | None = None,
 ) -> Iterator[registry.MetricRegistry]:
-    """A fresh copy of the default registry (or ``replacement``, say an empty one) and fresh
-    plugin and warn-once state, restored afterwards, so one test's start/declare cannot leak
-    into the next."""
+    """A fresh copy of the default registry's declarations (or ``replacement``'s, say an
+    empty one's) and fresh plugin and warn-once state, restored afterwards, so one test's
+    start/declare cannot leak into the next. Yields the default registry."""
     # Import every installed plugin first, so their import-time declarations land in the
     # process registry that every test's copy starts from.
     plugins.get_plugins()
-    saved_registry, saved_plugins = registry._default, plugins._plugins
+    default, saved_plugins = registry._default, plugins._plugins
     saved_in_process = dict(plugins._in_process)
-    registry._default = replacement if replacement is not None else saved_registry.copy()
+    # The default registry's contents are swapped, never the object: rlmetrics.record and
+    # its siblings are bound to it. The stand-in holds the process's state meanwhile.
+    stand_in = replacement if replacement is not None else default.copy()
+    default._exchange(stand_in)
     plugins._plugins = None
     _warn._reset()
     try:
-        yield registry._default
+        yield default
     finally:
         handle = current()
         if handle is not None:
             handle.shutdown(timeout_s=5)
-        registry._default, plugins._plugins = saved_registry, saved_plugins
+        default._exchange(stand_in)
+        plugins._plugins = saved_plugins
         plugins._in_process.clear()
         plugins._in_process.update(saved_in_process)
         _warn._reset()
