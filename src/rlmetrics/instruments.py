@@ -119,7 +119,7 @@ class _Series:
         self.table: dict[AttributeSet, LastValue] = {}
         self.lock = threading.Lock()
         self.instrument: Any = None
-        self.write: Callable[[float, dict[str, str] | None], None] | None = None
+        self.write: Callable[..., None] | None = None
         # Recordable and bound: a point can go straight to its instrument or table.
         self.recordable = False
 
@@ -205,21 +205,27 @@ class Recorder:
         if session is None:
             return
         try:
-            series_by_key = session.groups.get(group)
-            if series_by_key is None:
+            try:
+                series_by_key = session.groups[group]
+            except KeyError:
                 _no_group(group)
                 return
-            for key, value in values.items():
-                series = series_by_key.get(key)
+            for key in values:  # not items(): that builds a view and a tuple per key
+                value = values[key]
+                try:
+                    series = series_by_key[key]
+                except KeyError:
+                    if value is not None:
+                        _unknown(group, key)
+                    continue
                 if (
-                    series is not None
-                    and series.recordable
+                    series.recordable
                     and not attributes
                     and (
                         ((kind := type(value)) is float and value - value == 0)
-                        # Bounds of one 30-bit digit, which CPython compares on its fast
-                        # path; a larger int takes write()'s int64 check.
-                        or (kind is int and -(2**30 - 1) <= value <= 2**30 - 1)
+                        # Within one 30-bit digit, which CPython compares on its fast path
+                        # (unchained: two fewer steps); a larger int takes write()'s check.
+                        or (kind is int and value <= 2**30 - 1 and value >= -(2**30 - 1))
                     )
                     and (value >= 0 or not series.counter)
                 ):
@@ -233,12 +239,8 @@ class Recorder:
                         else:
                             last.current = value
                     else:
-                        series.write(value, None)  # type: ignore[misc]
-                elif value is None:
-                    continue
-                elif series is None:
-                    _unknown(group, key)
-                else:
+                        series.write(value)  # type: ignore[misc]
+                elif value is not None:
                     session.write(series, group, key, value, attributes)
         except Exception:
             _record_failed(group)
