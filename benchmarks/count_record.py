@@ -1,0 +1,125 @@
+"""Interpreter instructions per ``record()`` call, counted by callgrind: repeatable where the
+timings of these shared VMs are not, for telling apart changes smaller than timing noise.
+
+    python benchmarks/count_record.py [--calls 20000] [--update-readme]
+
+Every case runs in a fresh interpreter under ``valgrind --tool=callgrind``, after the same
+setup and the same warm-up of every case, then ``--calls`` calls of that case alone; a run
+with no calls gives what the setup costs, and the difference over the calls is one call's
+instructions. Instructions are not time (mispredicted branches and cache misses are not in
+them, and they cost the interpreter's dispatch more than its arithmetic): compare versions
+of the code here, and hold the goals with ``bench_tee.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from importlib.metadata import version
+
+from _harness import machine, update_readme
+from bench_tee import FLOOR, _Floor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+import rlmetrics
+from rlmetrics.testing import in_memory_telemetry, isolated_state
+
+#: Each case and the raw call it is read against.
+CASES = {
+    "raw Counter.add": None,
+    FLOOR: "raw Counter.add",
+    "record() counter": "raw Counter.add",
+    "raw Histogram.record": None,
+    "record() histogram": "raw Histogram.record",
+}
+_WARM_UP = 200
+
+
+def _run_case(name: str | None, calls: int) -> None:
+    """Set up, warm every case up, then call ``name`` ``calls`` times (under callgrind)."""
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()], shutdown_on_exit=False)
+    meter = provider.get_meter("raw-record")
+    raw_counter = meter.create_counter("raw.counter")
+    raw_histogram = meter.create_histogram("raw.histogram", unit="s")
+    with isolated_state():
+        rlmetrics.declare(
+            "bench",
+            [
+                rlmetrics.MetricSpec("bench.counter", rlmetrics.Kind.COUNTER, key="counter"),
+                rlmetrics.MetricSpec(
+                    "bench.histogram", rlmetrics.Kind.HISTOGRAM, unit="s", key="histogram"
+                ),
+            ],
+        )
+        with in_memory_telemetry():
+            floor_record = _Floor(raw_counter).record
+            cases: dict[str, Callable[[], object]] = {
+                "raw Counter.add": lambda: raw_counter.add(1),
+                FLOOR: lambda: floor_record("bench", {"counter": 1}, None),
+                "record() counter": lambda: rlmetrics.record("bench", {"counter": 1}),
+                "raw Histogram.record": lambda: raw_histogram.record(0.5),
+                "record() histogram": lambda: rlmetrics.record("bench", {"histogram": 0.5}),
+            }
+            for call in cases.values():
+                for _ in range(_WARM_UP):
+                    call()
+            if name is not None:
+                call = cases[name]
+                for _ in range(calls):
+                    call()
+    provider.shutdown()
+
+
+def _instructions(valgrind: str, name: str | None, calls: int) -> int:
+    child = [sys.executable, __file__, "--child", "--calls", str(calls)]
+    if name is not None:
+        child += ["--case", name]
+    done = subprocess.run(
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *child],
+        check=True,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dict layouts every run
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"callgrind printed no total:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20_000, help="calls of the counted case")
+    parser.add_argument("--update-readme", action="store_true", help="rewrite this SDK's table")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ["RLMETRICS_PLUGINS"] = ""  # an empty allow-list: the core's built-ins only
+    if args.child:
+        _run_case(args.case, args.calls)
+        return
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("count_record.py needs valgrind (Debian's package valgrind)")
+    setup = _instructions(valgrind, None, 0)
+    per_call = {
+        name: (_instructions(valgrind, name, args.calls) - setup) / args.calls for name in CASES
+    }
+    rows = ["| case | instructions a call | against the raw call |", "|---|---|---|"]
+    for name, raw in CASES.items():
+        ratio = "" if raw is None else f"{per_call[name] / per_call[raw]:.3f}"
+        rows.append(f"| {name} | {per_call[name]:,.0f} | {ratio} |")
+    block = f"{machine()}, {args.calls} calls\n\n" + "\n".join(rows) + "\n"
+    sys.stdout.write(block)
+    if args.update_readme:
+        update_readme(f"count-record:{version('opentelemetry-sdk')}", block)
+
+
+if __name__ == "__main__":
+    main()
