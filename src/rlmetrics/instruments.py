@@ -187,142 +187,6 @@ class _Series:
             self.admitted.pop(key, None)
 
 
-class Recorder:
-    """The recording half of :class:`~rlmetrics.registry.MetricRegistry`: the calls a
-    training loop makes, written into the bound :class:`Session`, and no-ops while none is.
-
-    The loops live here rather than in the session: ``rlmetrics.record`` is this method
-    bound to the default registry, so a call reaches its loop in one Python frame (a
-    function finding the session and calling into it made two). None of these raise.
-    """
-
-    _session: Session | None = None
-
-    def record(self, group: str, values: Mapping[str, Any], attributes: Attributes = None) -> None:
-        """Record ``values`` by registry key under ``attributes``; a no-op unless telemetry
-        is exporting. Never raises; skips None."""
-        session = self._session
-        if session is None:
-            return
-        try:
-            try:
-                series_by_key = session.groups[group]
-            except KeyError:
-                _no_group(group)
-                return
-            for key in values:  # not items(): that builds a view and a tuple per key
-                value = values[key]
-                try:
-                    series = series_by_key[key]
-                except KeyError:
-                    if value is not None:
-                        _unknown(group, key)
-                    continue
-                if (
-                    series.recordable
-                    and not attributes
-                    and (
-                        ((kind := type(value)) is float and value - value == 0)
-                        # Within one 30-bit digit, which CPython compares on its fast path
-                        # (unchained: two fewer steps); a larger int takes write()'s check.
-                        or (kind is int and value <= 2**30 - 1 and value >= -(2**30 - 1))
-                    )
-                    and (value >= 0 or not series.counter)
-                ):
-                    # The commonest point of all, a finite number on an unlabelled series
-                    # that already has its instrument, written without a call. (Checked
-                    # first: every test it saves is time on the training loop's thread.)
-                    if series.gauge:
-                        last = series.table.get(_NO_KEY)
-                        if last is None:
-                            series.table[_NO_KEY] = session.last_value(value, None)
-                        else:
-                            last.current = value
-                    else:
-                        series.write(value)  # type: ignore[misc]
-                elif value is not None:
-                    session.write(series, group, key, value, attributes)
-        except Exception:
-            _record_failed(group)
-
-    def record_points(self, group: str, key: str, points: Iterable[tuple[Any, Attributes]]) -> None:
-        """Record several ``(value, attributes)`` points of one series by registry key (a
-        dimensioned gauge updated for every attribute set at once); a no-op unless telemetry
-        is exporting. Never raises; skips None."""
-        session = self._session
-        if session is None:
-            return
-        try:
-            series_by_key = session.groups.get(group)
-            if series_by_key is None:
-                _no_group(group)
-                return
-            series = series_by_key.get(key)
-            if series is None:
-                _unknown(group, key)
-                return
-            last_value, admitted = session.last_value, series.admitted
-            table = series.table if series.gauge else None
-            for value, attributes in points:
-                if (
-                    type(value) is float
-                    and value - value == 0
-                    and series.recordable
-                    and type(attributes) is frozenset
-                    and (known := admitted.get(attributes)) is not None
-                    and (value >= 0 or not series.counter)
-                ):
-                    # A finite float under a prepared attribute set already admitted: the
-                    # dimensioned gauge's every-step case, written without a call.
-                    if table is None:
-                        series.write(value, known)  # type: ignore[misc]
-                    elif (last := table.get(attributes)) is None:
-                        table[attributes] = last_value(value, known)
-                    else:
-                        last.current = value
-                elif value is not None:
-                    session.write(series, group, key, value, attributes)
-        except Exception:
-            _record_failed(group)
-
-    def record_declared(
-        self, group: str, metrics: Mapping[str, Any], attributes: Attributes = None
-    ) -> dict[str, Any]:
-        """Record every key declared under ``group`` that ``metrics`` carries (None skipped);
-        returns what it found, or ``{}`` unless telemetry is exporting. The teeing family's
-        one call: the declared keys are looked up in the dict, not the dict scanned. Never
-        raises."""
-        session = self._session
-        if session is None:
-            return {}
-        try:
-            present = {
-                key: value
-                for key in session.groups.get(group, ())
-                if (value := metrics.get(key)) is not None
-            }
-        except Exception:
-            warn_once(
-                f"record:{describe_key(group)}:lookup",
-                f"rlmetrics: reading the {describe_key(group)} keys failed",
-            )
-            return {}
-        if present:
-            self.record(group, present, attributes)
-        return present
-
-    def retract(self, group: str, key: str, attributes: Attributes = None) -> None:
-        """Stop exporting one gauge attribute set: it disappears from the next collection."""
-        session = self._session
-        if session is None:
-            return
-        try:
-            session.retract(group, key, attributes)
-        except Exception:
-            where = f"{describe_key(group)}, {describe_key(key)}"
-            warn_once(f"retract:{where}", f"rlmetrics.retract({where}) failed")
-
-
 class Session:
     """Instruments built on one Meter; exists only while telemetry is started."""
 
@@ -490,3 +354,139 @@ class Session:
             number, _key, attr_dict = point
             out.append(observation(number, attr_dict))
         return out
+
+
+class Recorder:
+    """The recording half of :class:`~rlmetrics.registry.MetricRegistry`: the calls a
+    training loop makes, written into the bound :class:`Session`, and no-ops while none is.
+
+    The loops live here rather than in the session: ``rlmetrics.record`` is this method
+    bound to the default registry, so a call reaches its loop in one Python frame (a
+    function finding the session and calling into it made two). None of these raise.
+    """
+
+    _session: Session | None = None
+
+    def record(self, group: str, values: Mapping[str, Any], attributes: Attributes = None) -> None:
+        """Record ``values`` by registry key under ``attributes``; a no-op unless telemetry
+        is exporting. Never raises; skips None."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            try:
+                series_by_key = session.groups[group]
+            except KeyError:
+                _no_group(group)
+                return
+            for key in values:  # not items(): that builds a view and a tuple per key
+                value = values[key]
+                try:
+                    series = series_by_key[key]
+                except KeyError:
+                    if value is not None:
+                        _unknown(group, key)
+                    continue
+                if (
+                    series.recordable
+                    and not attributes
+                    and (
+                        ((kind := type(value)) is float and value - value == 0)
+                        # Within one 30-bit digit, which CPython compares on its fast path
+                        # (unchained: two fewer steps); a larger int takes write()'s check.
+                        or (kind is int and value <= 2**30 - 1 and value >= -(2**30 - 1))
+                    )
+                    and (value >= 0 or not series.counter)
+                ):
+                    # The commonest point of all, a finite number on an unlabelled series
+                    # that already has its instrument, written without a call. (Checked
+                    # first: every test it saves is time on the training loop's thread.)
+                    if series.gauge:
+                        last = series.table.get(_NO_KEY)
+                        if last is None:
+                            series.table[_NO_KEY] = session.last_value(value, None)
+                        else:
+                            last.current = value
+                    else:
+                        series.write(value)  # type: ignore[misc]
+                elif value is not None:
+                    session.write(series, group, key, value, attributes)
+        except Exception:
+            _record_failed(group)
+
+    def record_points(self, group: str, key: str, points: Iterable[tuple[Any, Attributes]]) -> None:
+        """Record several ``(value, attributes)`` points of one series by registry key (a
+        dimensioned gauge updated for every attribute set at once); a no-op unless telemetry
+        is exporting. Never raises; skips None."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            series_by_key = session.groups.get(group)
+            if series_by_key is None:
+                _no_group(group)
+                return
+            series = series_by_key.get(key)
+            if series is None:
+                _unknown(group, key)
+                return
+            last_value, admitted = session.last_value, series.admitted
+            table = series.table if series.gauge else None
+            for value, attributes in points:
+                if (
+                    type(value) is float
+                    and value - value == 0
+                    and series.recordable
+                    and type(attributes) is frozenset
+                    and (known := admitted.get(attributes)) is not None
+                    and (value >= 0 or not series.counter)
+                ):
+                    # A finite float under a prepared attribute set already admitted: the
+                    # dimensioned gauge's every-step case, written without a call.
+                    if table is None:
+                        series.write(value, known)  # type: ignore[misc]
+                    elif (last := table.get(attributes)) is None:
+                        table[attributes] = last_value(value, known)
+                    else:
+                        last.current = value
+                elif value is not None:
+                    session.write(series, group, key, value, attributes)
+        except Exception:
+            _record_failed(group)
+
+    def record_declared(
+        self, group: str, metrics: Mapping[str, Any], attributes: Attributes = None
+    ) -> dict[str, Any]:
+        """Record every key declared under ``group`` that ``metrics`` carries (None skipped);
+        returns what it found, or ``{}`` unless telemetry is exporting. The teeing family's
+        one call: the declared keys are looked up in the dict, not the dict scanned. Never
+        raises."""
+        session = self._session
+        if session is None:
+            return {}
+        try:
+            present = {
+                key: value
+                for key in session.groups.get(group, ())
+                if (value := metrics.get(key)) is not None
+            }
+        except Exception:
+            warn_once(
+                f"record:{describe_key(group)}:lookup",
+                f"rlmetrics: reading the {describe_key(group)} keys failed",
+            )
+            return {}
+        if present:
+            self.record(group, present, attributes)
+        return present
+
+    def retract(self, group: str, key: str, attributes: Attributes = None) -> None:
+        """Stop exporting one gauge attribute set: it disappears from the next collection."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            session.retract(group, key, attributes)
+        except Exception:
+            where = f"{describe_key(group)}, {describe_key(key)}"
+            warn_once(f"retract:{where}", f"rlmetrics.retract({where}) failed")
