@@ -57,52 +57,53 @@ class Point:
     resource: dict[str, Any] = attrs.field(factory=dict, repr=False)
 
 
-def points(reader: Any) -> list[Point]:
-    """Collect once from ``reader`` (an InMemoryMetricReader) and flatten the result."""
-    data = reader.get_metrics_data()
-    out: list[Point] = []
+def _metrics(data: Any) -> Iterator[tuple[Any, Any]]:
+    """Each ``(resource_metrics, metric)`` of a collected ``MetricsData`` (None holds none)."""
     if data is None:
-        return out
+        return
     for resource_metrics in data.resource_metrics:
-        resource = dict(resource_metrics.resource.attributes)
         for scope in resource_metrics.scope_metrics:
             for metric in scope.metrics:
-                kind = type(metric.data).__name__.lower()
-                monotonic = getattr(metric.data, "is_monotonic", None)
-                for dp in metric.data.data_points:
-                    common = {
-                        "name": metric.name,
-                        "unit": metric.unit,
-                        "kind": kind,
-                        "monotonic": monotonic,
-                        "attributes": dict(dp.attributes or {}),
-                        "resource": resource,
-                    }
-                    if kind == "histogram":
-                        out.append(
-                            Point(
-                                count=dp.count,
-                                sum=dp.sum,
-                                bucket_counts=tuple(dp.bucket_counts),
-                                bounds=tuple(dp.explicit_bounds),
-                                **common,
-                            )
-                        )
-                    else:
-                        out.append(Point(value=dp.value, **common))
+                yield resource_metrics, metric
+
+
+def points(reader: Any) -> list[Point]:
+    """Collect once from ``reader`` (an InMemoryMetricReader) and flatten the result."""
+    out: list[Point] = []
+    for resource_metrics, metric in _metrics(reader.get_metrics_data()):
+        resource = dict(resource_metrics.resource.attributes)
+        kind = type(metric.data).__name__.lower()
+        monotonic = getattr(metric.data, "is_monotonic", None)
+        for dp in metric.data.data_points:
+            common = {
+                "name": metric.name,
+                "unit": metric.unit,
+                "kind": kind,
+                "monotonic": monotonic,
+                "attributes": dict(dp.attributes or {}),
+                "resource": resource,
+            }
+            if kind == "histogram":
+                out.append(
+                    Point(
+                        count=dp.count,
+                        sum=dp.sum,
+                        bucket_counts=tuple(dp.bucket_counts),
+                        bounds=tuple(dp.explicit_bounds),
+                        **common,
+                    )
+                )
+            else:
+                out.append(Point(value=dp.value, **common))
     return out
 
 
 def data_points(data: Any, name: str) -> list[Any]:
     """The SDK's own data points of metric ``name`` in ``data`` (a collected ``MetricsData``),
     for what :class:`Point` leaves out: a histogram's ``max``, a point's exemplars."""
-    if data is None:
-        return []
     return [
         point
-        for resource_metrics in data.resource_metrics
-        for scope in resource_metrics.scope_metrics
-        for metric in scope.metrics
+        for _resource_metrics, metric in _metrics(data)
         if metric.name == name
         for point in metric.data.data_points
     ]
