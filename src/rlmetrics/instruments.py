@@ -365,7 +365,7 @@ class Recorder:
     function finding the session and calling into it made two). None of these raise.
     """
 
-    _session: Session | None = None
+    _session: Session | None  # set by MetricRegistry: at init, bind, release and fork
 
     def record(self, group: str, values: Mapping[str, Any], attributes: Attributes = None) -> None:
         """Record ``values`` by registry key under ``attributes``; a no-op unless telemetry
