@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,8 +21,10 @@ from .spec import MetricSpec
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
+    "OTHER",
     "AttributeSet",
     "Attributes",
+    "BoundedValues",
     "as_number",
     "as_plain",
     "as_real",
@@ -152,6 +155,50 @@ def key_attribute(name: str, what: str | None = None) -> str | None:
             "ones are reported at DEBUG",
         )
     return None
+
+
+#: The attribute value a :class:`BoundedValues` gives every value past its limit.
+OTHER = "other"
+
+
+class BoundedValues:
+    """An open attribute's values kept bounded: the first ``limit`` distinct values stand for
+    themselves, every later one for ``overflow`` (``other``).
+
+    What a family uses when its attribute values come from logged keys (reward components,
+    dataset names): the series stays within its cap and an export still says that values
+    were folded, where dropping them would make a sum over the attribute undercount
+    silently. Memory holds at most ``limit`` values, however many distinct ones arrive.
+    """
+
+    __slots__ = ("_lock", "_seen", "limit", "overflow")
+
+    def __init__(self, limit: int, overflow: str = OTHER) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"BoundedValues: limit must be a positive int, got {limit!r}")
+        self.limit = limit
+        self.overflow = overflow
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        """``value`` if it is among the first ``limit`` distinct values, else ``overflow``."""
+        if value in self._seen:  # the every-step case, without the lock
+            return value
+        with self._lock:
+            if value not in self._seen:
+                if len(self._seen) >= self.limit:
+                    return self.overflow
+                self._seen.add(value)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def clear(self) -> None:
+        """Forget the values admitted so far (a new telemetry session starts over)."""
+        with self._lock:
+            self._seen = set()
 
 
 def attribute_set(attributes: Attributes) -> AttributeSet:

@@ -3,8 +3,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import rlmetrics
+from rlmetrics.families import training
 from rlmetrics.families.training import tee_scalar
 from rlmetrics.testing import in_memory_telemetry, points, single
 
@@ -93,3 +96,237 @@ def test_a_downstream_algorithm_declares_its_own_row() -> None:
 def test_a_conflicting_row_fails_at_declaration() -> None:
     with pytest.raises(rlmetrics.DeclarationError, match=r"rlmetrics\.families\.training"):
         tee_scalar("reward", "rl.reward.mean", unit="s")
+
+
+# -- reward components and per-dataset metrics -------------------------------------------------
+
+COMPONENT = "rl.reward.component_mean"
+CAP = training.MAX_REWARD_COMPONENTS
+
+
+def _by_attribute(reader: Any, name: str, attribute: str) -> dict[str, float]:
+    found = [p for p in points(reader) if p.name == name]
+    assert all(p.kind == "gauge" and set(p.attributes) == {attribute} for p in found), found
+    return {p.attributes[attribute]: p.value for p in found}
+
+
+def test_reward_components_are_one_gauge_with_the_component_as_attribute(exporting: Any) -> None:
+    logger, reader = exporting
+    logger.log_metrics(
+        {
+            "reward": 0.75,
+            "reward/format": 1.0,
+            "reward/accuracy": 0.5,
+            "reward/judge/mean": 0.25,  # prime-rl's shape: the component's mean
+            "reward/judge/std": 9.0,  # another statistic of it: not a component
+            "reward/mean": 9.0,  # statistics of the total reward (prime-rl): not components
+            "reward/std": 9.0,
+        },
+        step=1,
+        prefix="train",
+    )
+    found = points(reader)
+    assert single(found, "rl.reward.mean").value == 0.75
+    assert _by_attribute(reader, COMPONENT, "rl.reward.component") == {
+        "format": 1.0,
+        "accuracy": 0.5,
+        "judge": 0.25,
+    }
+
+
+def test_nested_reward_dict_and_last_step_wins(exporting: Any) -> None:
+    logger, reader = exporting
+    logger.log_metrics({"reward": {"format": 1.0, "accuracy": 0.0}}, step=1, prefix="")
+    logger.log_metrics({"reward": {"format": 0.5}}, step=2, prefix="")
+    assert _by_attribute(reader, COMPONENT, "rl.reward.component") == {
+        "format": 0.5,
+        "accuracy": 0.0,
+    }
+
+
+@pytest.mark.parametrize("one_dict", [True, False], ids=["one-dict", "one-name-a-step"])
+@pytest.mark.parametrize("distinct", [3, 300, 3000])
+def test_reward_components_past_the_cap_are_other(
+    exporting: Any, distinct: int, one_dict: bool
+) -> None:
+    logger, reader = exporting
+    names = [f"c{i}" for i in range(distinct)]
+    if one_dict:
+        logger.log_metrics({f"reward/{n}": float(i) for i, n in enumerate(names)}, 1, "train")
+    else:
+        for i, n in enumerate(names):
+            logger.log_metrics({f"reward/{n}": float(i)}, step=i, prefix="train")
+    exported = _by_attribute(reader, COMPONENT, "rl.reward.component")
+    kept = {n: float(i) for i, n in enumerate(names[:CAP])}
+    if distinct <= CAP:
+        assert exported == kept
+    else:
+        # other holds the last folded component's value: it says components were folded.
+        assert exported == {**kept, "other": float(distinct - 1)}
+    assert len(training._components.bounded) == min(distinct, CAP)
+    assert len(training._components._sets) == min(distinct, CAP)
+
+
+def test_reward_component_memory_stays_flat_past_the_cap(exporting: Any) -> None:
+    import tracemalloc
+
+    logger, _reader = exporting
+
+    def log(first: int, last: int) -> None:
+        for i in range(first, last):
+            logger.log_metrics({"reward/format": 1.0, f"reward/c{i}": float(i)}, i, "train")
+
+    log(0, 300)  # the cap is full
+    tracemalloc.start()
+    readings = []
+    try:
+        for first in range(300, 6300, 1000):
+            log(first, first + 1000)
+            readings.append(tracemalloc.get_traced_memory()[0])
+    finally:
+        tracemalloc.stop()
+    # 6000 more distinct names. What is held is bounded by the per-key-sequence caches (a
+    # few hundred dicts' keys, cleared when full), never by the names seen: a leak of even
+    # 50 bytes a name would pass 300 KB.
+    assert max(readings) < 128 * 1024, readings
+
+
+def test_a_new_session_admits_its_own_first_components() -> None:
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={})
+        logger.log_metrics({f"reward/a{i}": 1.0 for i in range(CAP + 5)}, 1, "train")
+        assert "other" in _by_attribute(reader, COMPONENT, "rl.reward.component")
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={})
+        logger.log_metrics({"reward/b": 2.0}, 1, "train")
+        assert _by_attribute(reader, COMPONENT, "rl.reward.component") == {"b": 2.0}
+
+
+def test_an_unsafe_or_bad_component_drops_only_itself(
+    exporting: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    logger, reader = exporting
+    logger.log_metrics(
+        {"reward/with space": 1.0, "reward/ok": 0.5, "reward/text": "high", "reward/none": None},
+        step=1,
+        prefix="train",
+    )
+    assert _by_attribute(reader, COMPONENT, "rl.reward.component") == {"ok": 0.5}
+    assert any("reward component" in r.getMessage() for r in caplog.records)
+    assert not any("with space" in r.getMessage() for r in caplog.records)
+
+
+def test_record_reward_components_for_adapters(exporting: Any) -> None:
+    _logger, reader = exporting
+    training.record_reward_components({"accuracy_reward": 0.5, "format_reward": 1.0})
+    assert _by_attribute(reader, COMPONENT, "rl.reward.component") == {
+        "accuracy_reward": 0.5,
+        "format_reward": 1.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("prefix", "metrics"),
+    [
+        ("train", {"validation/gsm8k/accuracy": 0.5, "validation/math500/accuracy": 0.25}),
+        ("", {"validation": {"gsm8k": {"accuracy": 0.5}, "math500": {"accuracy": 0.25}}}),
+        ("validation", {"gsm8k/accuracy": 0.5, "math500/accuracy": 0.25}),
+    ],
+    ids=["train-dict", "nested", "validation-prefix"],
+)
+def test_per_dataset_validation_metrics(exporting: Any, prefix: str, metrics: Any) -> None:
+    logger, reader = exporting
+    logger.log_metrics(metrics, step=3, prefix=prefix)
+    assert _by_attribute(reader, "rl.validation.accuracy", "rl.dataset") == {
+        "gsm8k": 0.5,
+        "math500": 0.25,
+    }
+
+
+def test_dpo_per_dataset_prefix(exporting: Any) -> None:
+    logger, reader = exporting
+    logger.log_metrics({"accuracy": 0.5, "loss": 1.5, "avg_length": 120}, 1, "validation-gsm8k")
+    logger.log_metrics({"accuracy": 0.25}, step=1, prefix="validation-data-math500")
+    found = points(reader)
+    assert single(found, "rl.validation.accuracy", **{"rl.dataset": "gsm8k"}).value == 0.5
+    assert single(found, "rl.validation.accuracy", **{"rl.dataset": "data-math500"}).value == 0.25
+    assert single(found, "rl.validation.loss").value == 1.5
+    length = single(found, "rl.validation.response.length.mean")
+    assert (length.unit, length.value) == ("{token}", 120)
+
+
+def test_undeclared_dataset_metric_reaches_backends_only(exporting: Any, tmp_path: Any) -> None:
+    _logger, reader = exporting
+    path = tmp_path / "m.jsonl"
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": str(path)}})
+    logger.log_metrics({"gsm8k/pass@1": 0.5, "gsm8k/accuracy": 0.5}, 1, "validation")
+    logger.finish()
+    assert "gsm8k/pass@1" in path.read_text()
+    assert {p.name for p in points(reader) if p.name.startswith("rl.validation")} == {
+        "rl.validation.accuracy"
+    }
+
+
+def test_a_downstream_project_declares_its_dataset_metric() -> None:
+    training.tee_dataset_metric("pass_at_1", "rl.validation.pass_at_1", description="pass@1")
+    with in_memory_telemetry() as (_handle, reader):
+        rlmetrics.Logger(backends={}).log_metrics(
+            {"validation/aime/pass_at_1": 0.125}, step=1, prefix="train"
+        )
+        assert _by_attribute(reader, "rl.validation.pass_at_1", "rl.dataset") == {"aime": 0.125}
+
+
+@pytest.mark.parametrize("distinct", [3, 300, 3000])
+def test_datasets_past_the_cap_are_other(exporting: Any, distinct: int) -> None:
+    logger, reader = exporting
+    logger.log_metrics({f"d{i}/accuracy": i / 4096 for i in range(distinct)}, 1, "validation")
+    exported = _by_attribute(reader, "rl.validation.accuracy", "rl.dataset")
+    kept = min(distinct, training.MAX_DATASETS)
+    assert {k: v for k, v in exported.items() if k != "other"} == {
+        f"d{i}": i / 4096 for i in range(kept)
+    }
+    assert ("other" in exported) == (distinct > training.MAX_DATASETS)
+    assert len(training._datasets._sets) == kept
+
+
+# Property tests for the two key parsers, against a model of the documented shapes.
+
+_SEGMENT = st.text(alphabet="abc/_", min_size=0, max_size=6)
+_KEYS = st.lists(
+    st.one_of(
+        st.builds("{}/{}".format, st.sampled_from(["reward", "validation", "x"]), _SEGMENT),
+        _SEGMENT,
+    ),
+    max_size=12,
+)
+
+
+@given(_KEYS)
+def test_reward_components_property(keys: list[str]) -> None:
+    metrics = {k: i for i, k in enumerate(keys)}
+    expected = {}
+    for key, value in metrics.items():
+        head, *rest = key.split("/")
+        if head != "reward" or not rest or not rest[0]:
+            continue
+        plain = len(rest) == 1 and rest[0] not in training._REWARD_STATISTICS
+        if plain or rest[1:] == ["mean"]:
+            expected[rest[0]] = value
+    assert training.reward_components(metrics) == expected
+
+
+@given(_KEYS, st.sampled_from(["train", "", "validation", "validation-ds", "validation-"]))
+def test_dataset_metrics_property(keys: list[str], prefix: str) -> None:
+    metrics = {k: i for i, k in enumerate(keys)}
+    expected = []
+    for key, value in metrics.items():
+        parts = key.split("/")
+        if prefix == "validation-ds":
+            parts = ["validation", "ds", *parts]
+        elif prefix == "validation":
+            parts = ["validation", *parts]
+        elif prefix == "validation-":
+            continue
+        if len(parts) == 3 and parts[0] == "validation" and parts[1] and parts[2]:
+            expected.append((parts[1], parts[2], value))
+    assert training.dataset_metrics(metrics, prefix) == expected

@@ -1,8 +1,18 @@
-"""Training scalars: the per-step keys every RL loop logs, mirrored as unlabelled gauges.
+"""Training scalars: the per-step keys every RL loop logs, mirrored as unlabelled gauges;
+reward components and per-dataset validation metrics, as one gauge each with a bounded
+attribute.
 
 Each row is declared from the logger key its algorithm logs, so a rename cannot leave a gauge
 silently reporting nothing. A downstream algorithm adds its own row with :func:`tee_scalar`
-from the constant it logs with — no rlmetrics release, no edit here.
+(or :func:`tee_dataset_metric`) from the constant it logs with — no rlmetrics release, no
+edit here.
+
+Keys whose middle is a name the loop chose (``reward/<component>``,
+``validation/<dataset>/<metric>``) are not one series per name: that would be a series nobody
+declared per component, reaching only the trackers. They become one gauge per quantity with
+the name as an attribute (``rl.reward.component``, ``rl.dataset``), bounded per telemetry
+session: the first :data:`MAX_REWARD_COMPONENTS` components (:data:`MAX_DATASETS` datasets)
+stand for themselves, every later one is recorded as ``other``.
 """
 
 from __future__ import annotations
@@ -12,10 +22,34 @@ from typing import Any
 
 from .. import hookimpl
 from ..events import TRAIN_PREFIXES
-from ..registry import _caller_module, default_registry, record_declared
-from ..spec import Kind, MetricSpec
+from ..registry import (
+    _caller_module,
+    declare,
+    default_registry,
+    is_exporting,
+    record_declared,
+    record_points,
+)
+from ..spec import OPEN, Kind, MetricSpec
+from ..values import AttributeSet, BoundedValues, key_attribute
 
-__all__ = ["GROUP", "tee_scalar"]
+__all__ = [
+    "COMPONENT_ATTR",
+    "DATASET_ATTR",
+    "DATASET_GROUP",
+    "GROUP",
+    "MAX_DATASETS",
+    "MAX_REWARD_COMPONENTS",
+    "REWARD_COMPONENT",
+    "REWARD_COMPONENT_GROUP",
+    "VALIDATION_PREFIX",
+    "dataset_metrics",
+    "record_dataset_metrics",
+    "record_reward_components",
+    "reward_components",
+    "tee_dataset_metric",
+    "tee_scalar",
+]
 
 GROUP = "rl.train"
 
@@ -68,7 +102,224 @@ tee_scalar(
 )
 
 
+# -- reward components and per-dataset metrics -------------------------------------------------
+
+REWARD_COMPONENT_GROUP = "rl.reward.components"
+#: One gauge for every component; the attribute names the component. Not a metric under an
+#: ``rl.reward.component`` namespace: OpenTelemetry names and attributes share one hierarchy,
+#: and a name should not also be a namespace.
+REWARD_COMPONENT = "rl.reward.component_mean"
+COMPONENT_ATTR = "rl.reward.component"
+DATASET_GROUP = "rl.validation"
+DATASET_ATTR = "rl.dataset"
+#: Distinct components (datasets) one telemetry session exports by name; later ones are
+#: recorded as ``other``.
+MAX_REWARD_COMPONENTS = 64
+MAX_DATASETS = 64
+
+_REWARD_PREFIX = "reward/"
+#: A dict logged under this prefix holds ``<dataset>/<metric>`` keys (NeMo-RL logs its
+#: validation dict so); under ``validation-<dataset>`` (DPO's per-dataset prefix), ``<metric>``
+#: keys; a train dict holds ``validation/<dataset>/<metric>``.
+VALIDATION_PREFIX = "validation"
+_VALIDATION_KEY_PREFIX = VALIDATION_PREFIX + "/"
+_DATASET_PREFIX = VALIDATION_PREFIX + "-"
+#: ``reward/<these>`` are statistics of the total reward (prime-rl logs ``reward/mean``), and
+#: ``reward/<component>/<these but mean>`` other statistics of a component: neither is a
+#: component's mean.
+_REWARD_STATISTICS = frozenset({"mean", "std", "min", "max", "median", "sum", "count"})
+
+declare(
+    REWARD_COMPONENT_GROUP,
+    [
+        MetricSpec(
+            REWARD_COMPONENT,
+            Kind.GAUGE,
+            description="Mean of one reward component (one reward function or verifier) over "
+            "the step's samples, from reward/<component> keys; past the cap, components are "
+            "recorded as other",
+            attributes={COMPONENT_ATTR: OPEN},
+            max_series=MAX_REWARD_COMPONENTS + 1,
+        )
+    ],
+)
+
+
+def tee_dataset_metric(
+    metric_key: str, name: str, *, unit: str = "1", description: str = ""
+) -> MetricSpec:
+    """Declare that a validation metric logged per dataset (``validation/<dataset>/<metric_key>``
+    in a train dict, ``<dataset>/<metric_key>`` under the ``validation`` prefix) is teed as
+    gauge ``name`` with the dataset as ``rl.dataset``. Call it at import time of the module
+    that logs the key, as :func:`tee_scalar`."""
+    spec = MetricSpec(
+        name,
+        Kind.GAUGE,
+        unit=unit,
+        description=description,
+        key=metric_key,
+        attributes={DATASET_ATTR: OPEN},
+        max_series=MAX_DATASETS + 1,
+    )
+    default_registry().declare(DATASET_GROUP, [spec], owner=_caller_module(1))
+    return spec
+
+
+# NeMo-RL's validation dict (accuracy, avg_length; SFT's val_loss) and the DPO/RM loss.
+tee_dataset_metric(
+    "accuracy", "rl.validation.accuracy", description="Validation accuracy on one dataset"
+)
+tee_dataset_metric(
+    "avg_length",
+    "rl.validation.response.length.mean",
+    unit="{token}",
+    description="Mean generated tokens per validation sample on one dataset",
+)
+tee_dataset_metric("loss", "rl.validation.loss", description="Validation loss on one dataset")
+tee_dataset_metric(
+    "reward", "rl.validation.reward.mean", description="Mean validation reward on one dataset"
+)
+
+
+def reward_components(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``{component: value}`` from the ``reward/<component>`` (or ``reward/<component>/mean``)
+    keys of a flat train dict; statistics of the total (``reward/mean``, ``reward/std``) and of
+    a component other than its mean (``reward/<component>/std``) are not components."""
+    return {
+        component: metrics[key] for key in metrics if (component := _component(key)) is not None
+    }
+
+
+def _component(key: Any) -> str | None:
+    if type(key) is not str or not key.startswith(_REWARD_PREFIX):
+        return None
+    parts = key[len(_REWARD_PREFIX) :].split("/")
+    if not parts[0]:
+        return None
+    if len(parts) == 1:
+        return None if parts[0] in _REWARD_STATISTICS else parts[0]
+    return parts[0] if parts[1:] == ["mean"] else None
+
+
+def dataset_metrics(metrics: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str, Any]]:
+    """``(dataset, metric, value)`` for each per-dataset validation key of a flat dict logged
+    under ``prefix``: ``validation/<dataset>/<metric>`` in a train dict, ``<dataset>/<metric>``
+    under ``validation``, ``<metric>`` under ``validation-<dataset>``."""
+    out: list[tuple[str, str, Any]] = []
+    if prefix.startswith(_DATASET_PREFIX):
+        dataset = prefix[len(_DATASET_PREFIX) :]
+        if not dataset:
+            return out
+        return [(dataset, k, metrics[k]) for k in metrics if type(k) is str and k and "/" not in k]
+    strip = "" if prefix == VALIDATION_PREFIX else _VALIDATION_KEY_PREFIX
+    for key in metrics:
+        if type(key) is not str or not key.startswith(strip):
+            continue
+        dataset, _, metric = key[len(strip) :].partition("/")
+        if dataset and metric and "/" not in metric:
+            out.append((dataset, metric, metrics[key]))
+    return out
+
+
+class _Labels:
+    """One bounded attribute: the admitted names and each one's prepared attribute set."""
+
+    def __init__(self, attribute: str, limit: int, what: str) -> None:
+        self.attribute = attribute
+        self.what = what
+        self.bounded = BoundedValues(limit)
+        self._sets: dict[str, AttributeSet] = {}
+
+    def attributes(self, name: str) -> AttributeSet | None:
+        """The attribute set ``name`` is recorded under (``other`` past the cap), or None
+        for a name that is not a safe attribute value (reported once)."""
+        prepared = self._sets.get(name)
+        if prepared is not None:
+            return prepared
+        if key_attribute(name, self.what) is None:
+            return None
+        label = self.bounded(name)
+        prepared = frozenset({(self.attribute, label)})
+        if label == name:  # an overflowed name is not remembered: memory stays flat
+            self._sets[name] = prepared
+        return prepared
+
+    def clear(self) -> None:
+        self.bounded.clear()
+        self._sets = {}
+
+
+_components = _Labels(COMPONENT_ATTR, MAX_REWARD_COMPONENTS, "reward component")
+_datasets = _Labels(DATASET_ATTR, MAX_DATASETS, "dataset")
+
+
+def record_reward_components(components: Mapping[str, Any]) -> None:
+    """Record ``{component: mean}`` as ``rl.reward.component_mean`` (what the train-dict tee
+    does with ``reward/<component>`` keys; for adapters whose trainer names them otherwise,
+    such as TRL's ``rewards/<function>/mean``). A no-op unless exporting; never raises."""
+    if not is_exporting():
+        return
+    points = [
+        (value, attributes)
+        for name, value in components.items()
+        if (attributes := _components.attributes(name)) is not None
+    ]
+    if points:
+        record_points(REWARD_COMPONENT_GROUP, REWARD_COMPONENT, points)
+
+
+def record_dataset_metrics(rows: list[tuple[str, str, Any]]) -> None:
+    """Record ``(dataset, metric, value)`` rows against the per-dataset metrics declared with
+    :func:`tee_dataset_metric`; a metric nobody declared reaches the backends only. A no-op
+    unless exporting; never raises."""
+    if not is_exporting():
+        return
+    declared = default_registry().keys(DATASET_GROUP)
+    by_metric: dict[str, list[tuple[Any, AttributeSet]]] = {}
+    for dataset, metric, value in rows:
+        if metric in declared and (attributes := _datasets.attributes(dataset)) is not None:
+            by_metric.setdefault(metric, []).append((value, attributes))
+    for metric, points in by_metric.items():
+        record_points(DATASET_GROUP, metric, points)
+
+
 @hookimpl(tee=True)
 def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
     if prefix in TRAIN_PREFIXES:
         record_declared(GROUP, metrics)
+        keys = _labelled_keys(metrics)
+        if keys:
+            labelled = {k: metrics[k] for k in keys}
+            record_reward_components(reward_components(labelled))
+            record_dataset_metrics(dataset_metrics(labelled))
+    elif prefix == VALIDATION_PREFIX or prefix.startswith(_DATASET_PREFIX):
+        record_dataset_metrics(dataset_metrics(metrics, prefix))
+
+
+@hookimpl
+def telemetry_started() -> None:
+    # Each session admits its own first components and datasets, as it does attribute sets.
+    _components.clear()
+    _datasets.clear()
+
+
+#: A loop logs the same keys every step: which of them are components or per-dataset
+#: metrics is worked out once per key sequence, so a step costs a tuple and a lookup.
+_plans: dict[tuple[Any, ...], tuple[str, ...]] = {}
+_MAX_PLANS = 256
+
+
+def _labelled_keys(metrics: Mapping[str, Any]) -> tuple[str, ...]:
+    keys = tuple(metrics)
+    plan = _plans.get(keys)
+    if plan is None:
+        plan = tuple(
+            k
+            for k in keys
+            if type(k) is str
+            and (k.startswith(_REWARD_PREFIX) or k.startswith(_VALIDATION_KEY_PREFIX))
+        )
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()  # a loop whose keys churn: start over rather than grow
+        _plans[keys] = plan
+    return plan
