@@ -36,6 +36,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import rlmetrics
+from rlmetrics.backends.worker import snapshot
 from rlmetrics.testing import in_memory_telemetry, isolated_state
 
 #: The median ratio each case is held to.
@@ -52,6 +53,8 @@ GOALS = {
 REFERENCE = "SDK alone: observable gauges' collection vs sync set + collection"
 OURS_COLLECTED = "rlmetrics' collection alone vs sync set + collection"
 FLOOR = "Python alone: a bound method and a dict loop around Counter.add, no checks"
+SNAPSHOT = "queued backends' snapshot of the step vs log_metrics, JSONL backend"
+SNAPSHOT_ARRAYS = "the same, step + 4 NumPy arrays of 256 floats"
 
 _EFFICIENCY = {
     "init/total": ("wall_clock", "run", "overhead"),
@@ -145,6 +148,18 @@ class _Floor:
     def record(self, _group: str, values: dict[str, Any], _attributes: Any) -> None:
         for _key, value in values.items():
             self.counter.add(value, None)
+
+
+def _with_arrays(step: dict[str, Any]) -> dict[str, Any] | None:
+    """``step`` plus per-sample arrays, as a loop logs rewards and lengths (None without
+    NumPy)."""
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    rng = np.random.default_rng(0)
+    names = ("rewards", "advantages", "prompt_lengths", "response_lengths")
+    return {**step, **{f"per_sample/{name}": rng.random(256) for name in names}}
 
 
 def _write_json_row(handle: io.TextIOBase, metrics: dict[str, Any], step: int) -> None:
@@ -270,6 +285,22 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
                 number=number * 4,
                 rounds=rounds,
             )
+            # What a queued backend (W&B, MLflow) adds to the caller's thread: the step taken
+            # as plain values before it is queued, once for all of them.
+            results[SNAPSHOT] = compare(
+                lambda: snapshot(step),
+                lambda: writer.log_metrics(step, step=1, prefix="train"),
+                number=number,
+                rounds=rounds,
+            )
+            with_arrays = _with_arrays(step)
+            if with_arrays is not None:
+                results[SNAPSHOT_ARRAYS] = compare(
+                    lambda: snapshot(with_arrays),
+                    lambda: writer.log_metrics(with_arrays, step=1, prefix="train"),
+                    number=max(1, number // 4),
+                    rounds=rounds,
+                )
             scaling = {}
             for keys in (10, 100, 1000):
                 wide = {f"scalar/{i}": float(i) for i in range(keys)}

@@ -18,7 +18,7 @@ from . import routing
 from ._fork import forget_in_child
 from ._warn import warn_once
 from .backends import Backend, available_backends
-from .backends.worker import DEFAULT_QUEUE_SIZE, BackendWorker, is_inline
+from .backends.worker import DEFAULT_QUEUE_SIZE, BackendWorker, is_inline, snapshot
 from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
@@ -203,5 +203,9 @@ class Logger:
                         f"rlmetrics: backend {name!r} failed to log a step; the other backends "
                         "and telemetry still got it",
                     )
-        for worker in self._workers.values():
-            worker.log_metrics(flat, step, prefix)
+        if self._workers:
+            # Taken now, once for every queued backend: the loop may refill its buffers
+            # before their threads write the row.
+            queued, queued_step = snapshot(flat), snapshot(step)
+            for worker in self._workers.values():
+                worker.log_metrics(queued, queued_step, prefix)

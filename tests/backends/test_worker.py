@@ -16,6 +16,7 @@ import pytest
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.backends.worker import snapshot
 from rlmetrics.plugins import register
 
 #: A log_metrics call must return well within this, whatever a backend does.
@@ -126,3 +127,138 @@ def test_inline_backends_write_on_the_callers_thread(tmp_path: Path) -> None:
     logger.log_metrics({"x": 1}, step=1)
     assert len(list(read_jsonl(tmp_path / "m.jsonl"))) == 1  # before finish(): already there
     logger.finish()
+
+
+class Gated:
+    """A queued tracker that writes nothing until the loop has logged every row (its thread
+    lags behind, as a network tracker's does), then keeps what it was handed, as it is then."""
+
+    opened = threading.Event()
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, Any]] = []
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        self.opened.wait(60)
+        # What a tracker serialises on its own thread: the values as they are now.
+        self.rows.append((repr(dict(metrics)), repr(step)))
+
+    def finish(self) -> None: ...
+
+
+class OffersGated:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("gated", Gated)
+
+
+def test_a_queued_backend_writes_what_the_loop_logged_at_the_call_not_later(
+    tmp_path: Path,
+) -> None:
+    """A loop that reuses its buffers (a NumPy array, a list, a nested dict, a 0-d array as the
+    step) and refills them after each call: the queued backend's rows are the values of each
+    call, as the inline JSONL's are."""
+    np = pytest.importorskip("numpy")
+    Gated.opened.clear()
+    register(OffersGated(), "offers-gated")
+    logger = rlmetrics.Logger(
+        backends={"gated": {}, "jsonl": {"path": tmp_path / "m.jsonl"}}, queue_size=100
+    )
+    array, values, nested, step = np.zeros(3), [0, 0], {"deep": [0.0]}, np.array(0)
+    try:
+        for s in range(20):
+            array[:] = s
+            values[:] = [s, -s]
+            nested["deep"][0] = float(s)
+            step[...] = s
+            logger.log_metrics(
+                {"arr": array, "xs": values, "scalar": array[0], "cfg": {"n": nested}},
+                step=step,
+                prefix="train",
+            )
+    finally:
+        Gated.opened.set()
+        logger.finish(timeout_s=30)
+    gated = logger.backends["gated"]
+    expected = [
+        (
+            repr(
+                {
+                    "arr": [float(s)] * 3,
+                    "xs": [s, -s],
+                    "scalar": float(s),
+                    "cfg/n/deep": [float(s)],
+                }
+            ),
+            repr(s),
+        )
+        for s in range(20)
+    ]
+    assert gated.rows == expected  # type: ignore[attr-defined]
+    jsonl = [(r["step"], r["metrics"]["xs"]) for r in read_jsonl(tmp_path / "m.jsonl")]
+    assert jsonl == [(s, [s, -s]) for s in range(20)]
+
+
+def test_snapshot_gives_plain_independent_data() -> None:
+    np = pytest.importorskip("numpy")
+    buffer = bytearray(b"ab")
+    inner = [np.float32(1.5), {"k": np.arange(2)}]
+    value = {
+        "f": 1.0,
+        "s": "text",
+        "b": b"x",
+        "ba": buffer,
+        "none": None,
+        "flag": np.bool_(True),
+        "one": np.array([4]),
+        "matrix": np.zeros((2, 2)),
+        "t": (np.int64(3), "a"),
+        "list": inner,
+        1: "int key",
+    }
+    taken = snapshot(value)
+    assert taken == {
+        "f": 1.0,
+        "s": "text",
+        "b": b"x",
+        "ba": b"ab",
+        "none": None,
+        "flag": True,
+        "one": 4,
+        "matrix": [[0.0, 0.0], [0.0, 0.0]],
+        "t": (3, "a"),
+        "list": [1.5, {"k": [0, 1]}],
+        "1": "int key",
+    }
+    assert type(taken["flag"]) is bool and type(taken["t"][0]) is int
+    buffer[0] = 0
+    inner.append(2.0)
+    assert taken["ba"] == b"ab" and len(taken["list"]) == 2
+    plain = {"a": 1.0, "b": [1, 2]}
+    assert snapshot(plain) == plain and snapshot(plain) is not plain
+    assert snapshot(plain)["b"] is not plain["b"]
+
+
+def test_snapshot_cuts_cycles_and_depth_and_never_raises() -> None:
+    looped: list[Any] = [1.0]
+    looped.extend([looped] * 50)  # a cycle that would multiply without the cut
+    assert snapshot(looped) == [1.0] + ["<a list inside itself>"] * 50
+    deep: list[Any] = [0]
+    for _ in range(100):
+        deep = [deep]
+    walked = snapshot(deep)
+    for _ in range(32):
+        walked = walked[0]
+    assert walked == "<a list nested too deeply>"
+
+    class Broken(list):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            raise RuntimeError("no")
+
+    class Media:  # a tracker's own object (wandb.Image): passed as it is
+        pass
+
+    media = Media()
+    taken = snapshot({"x": Broken([1]), "m": media, "y": 2.0})
+    assert taken == {"x": "<unreadable Broken>", "m": media, "y": 2.0}
+    assert taken["m"] is media

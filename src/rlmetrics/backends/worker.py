@@ -9,6 +9,11 @@ counted, reported once. ``finish()`` waits a bounded time and says what did not 
 
 Backends that never block and must be durable when the call returns (the local JSONL file,
 the console) declare ``inline = True`` and are called on the caller's thread instead.
+
+A queued row is written later, on another thread, while the loop goes on refilling its buffers
+(a NumPy array reused every step, a list cleared and appended to). So what is queued is a
+:func:`snapshot` taken on the caller's thread: plain numbers, strings and fresh containers,
+never a reference to the loop's objects.
 """
 
 from __future__ import annotations
@@ -21,14 +26,79 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .._warn import logger, warn_once
+from .._warn import describe_value, logger, warn_once
+from ..flatten import key_text
+from ..values import as_plain, readable_items
 
-__all__ = ["DEFAULT_QUEUE_SIZE", "BackendWorker", "is_inline"]
+__all__ = ["DEFAULT_QUEUE_SIZE", "MAX_SNAPSHOT_DEPTH", "BackendWorker", "is_inline", "snapshot"]
 
 #: Rows a backend may fall behind before further rows for it are dropped.
 DEFAULT_QUEUE_SIZE = 10_000
 
 _FINISH = object()
+
+#: Containers nested deeper than this in one logged value are queued as a description.
+MAX_SNAPSHOT_DEPTH = 32
+# Values that cannot change after the call: queued as they are.
+_IMMUTABLE = frozenset({float, int, bool, str, bytes, type(None)})
+
+
+def snapshot(value: Any) -> Any:
+    """``value`` as plain, independent data, taken now: what a queued backend may write later.
+
+    Python numbers, strings and bytes as they are; NumPy and torch values through
+    :func:`~rlmetrics.values.as_plain` (a scalar or one-element array as its number, a longer
+    one as a list); lists, tuples and mappings rebuilt from their elements' snapshots (a
+    mapping's keys as strings, an unreadable entry skipped); a ``bytearray`` as ``bytes``.
+    Anything else (a tracker's own media object, a value whose conversion raises) is passed
+    as it is. A container nested past :data:`MAX_SNAPSHOT_DEPTH` levels, or inside itself,
+    becomes a description. Never raises; serves any payload a queued backend is handed.
+    """
+    on_path: set[int] = set()
+
+    def copy(value: Any, depth: int) -> Any:
+        kind = type(value)
+        if kind in _IMMUTABLE:
+            return value
+        if kind is dict or kind is list or isinstance(value, (Mapping, list, tuple)):
+            if depth >= MAX_SNAPSHOT_DEPTH or id(value) in on_path:
+                why = "inside itself" if id(value) in on_path else "nested too deeply"
+                return f"<{describe_value(value)} {why}>"
+            if _plain_container(value):
+                return value.copy()  # the common case (a flat dict, a list of numbers), in C
+            on_path.add(id(value))
+            try:
+                if isinstance(value, Mapping):
+                    return {key_text(k): copy(v, depth + 1) for k, v in readable_items(value)}
+                items = [copy(v, depth + 1) for v in list(value)]
+                return tuple(items) if isinstance(value, tuple) else items
+            except Exception:  # a sequence whose iteration raises: that value only
+                return f"<unreadable {kind.__name__}>"
+            finally:
+                on_path.discard(id(value))
+        if isinstance(value, (str, bytes)):
+            return value
+        if isinstance(value, bytearray):
+            return bytes(value)
+        # A NumPy or torch value: .item() and .tolist() give new plain Python data.
+        return as_plain(value)
+
+    return copy(value, 0)
+
+
+_STR = frozenset({str})
+
+
+def _plain_container(value: Any) -> bool:
+    """Whether ``value`` is a plain list of immutable values, or a plain dict of them under
+    string keys (checked in C)."""
+    if type(value) is list:
+        return set(map(type, value)) <= _IMMUTABLE
+    return (
+        type(value) is dict
+        and set(map(type, value)) <= _STR
+        and set(map(type, value.values())) <= _IMMUTABLE
+    )
 
 
 def is_inline(backend: Any) -> bool:
