@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pluggy
+import pytest
 
 import rlmetrics
 from rlmetrics import hookspecs
@@ -157,6 +158,35 @@ def test_hook_register_exporters() -> None:
         rlmetrics.record("hooked", {"hooked.gauge": 3.0})
         assert single(points(reader), "hooked.gauge").value == 3.0
     assert options == [(2, {"flavour": "x"})]
+
+
+def test_hook_register_phases() -> None:
+    """A phase a plugin offers is accounted as it says: per step, or added up over the run."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_phases(self, register: Any) -> None:
+            register("acme/queue_wait", rlmetrics.PhaseKind(bucket="idle"))
+            register("acme/warmup", rlmetrics.PhaseKind(bucket=None, cumulative=True))
+
+    seen = _seen()
+    register(Offers(), "offers-phases")
+    spans = InMemorySpanExporter()
+    with rlmetrics.start(span_processors=[SimpleSpanProcessor(spans)]):
+        for n in (1, 2):
+            with rlmetrics.step(n):
+                rlmetrics.account("acme/queue_wait", 1.5)
+                rlmetrics.account("acme/warmup", 2.0)
+                with rlmetrics.phase("acme/queue_wait"):
+                    pass
+    summary, step = seen.calls["on_efficiency_summary"]
+    assert step == 2
+    assert summary.seconds["acme/queue_wait"] == pytest.approx(1.5, abs=0.01)  # this step's
+    assert summary.seconds["acme/warmup"] == 4.0  # the run's, so far
+    [phase] = [s for s in spans.get_finished_spans() if s.name == "rl.acme.queue_wait"][-1:]
+    assert phase.attributes["rl.bucket"] == "idle"
 
 
 def test_hook_register_demo_parts(tmp_path: Path) -> None:

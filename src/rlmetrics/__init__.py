@@ -32,6 +32,18 @@ if TYPE_CHECKING:
     )
     from .spec import OPEN, Kind, MetricSpec, SpecError
     from .telemetry import Telemetry, TelemetryError, current, start
+    from .tracing import (
+        PhaseKind,
+        PhaseTimer,
+        account,
+        phase,
+        rollout,
+        run,
+        step,
+        trace_carrier,
+        trace_context,
+        trace_env,
+    )
     from .values import as_number, as_plain, as_real
 
 #: Each public name and the module it lives in.
@@ -58,6 +70,16 @@ _WHERE = {
     "TelemetryError": ".telemetry",
     "current": ".telemetry",
     "start": ".telemetry",
+    "PhaseKind": ".tracing",
+    "PhaseTimer": ".tracing",
+    "account": ".tracing",
+    "phase": ".tracing",
+    "rollout": ".tracing",
+    "run": ".tracing",
+    "step": ".tracing",
+    "trace_carrier": ".tracing",
+    "trace_context": ".tracing",
+    "trace_env": ".tracing",
     "as_number": ".values",
     "as_plain": ".values",
     "as_real": ".values",
@@ -72,9 +94,12 @@ __all__ = [
     "MetricRegistry",
     "MetricSpec",
     "OPEN",
+    "PhaseKind",
+    "PhaseTimer",
     "SpecError",
     "Telemetry",
     "TelemetryError",
+    "account",
     "as_number",
     "as_plain",
     "as_real",
@@ -84,11 +109,18 @@ __all__ = [
     "describe_value",
     "hookimpl",
     "is_exporting",
+    "phase",
     "record",
     "record_declared",
     "record_points",
     "retract",
+    "rollout",
+    "run",
     "start",
+    "step",
+    "trace_carrier",
+    "trace_context",
+    "trace_env",
     "warn_once",
 ]
 

@@ -1,14 +1,16 @@
-"""The module that builds the MeterProvider: the core's one import of the OpenTelemetry SDK.
+"""The module that builds the providers: the core's one import of the OpenTelemetry SDK.
 
 ``import rlmetrics`` stays light (no SDK, no gRPC, no prometheus_client); ``rlmetrics.start()``
-imports this module, which builds every configured exporter and one MeterProvider with all
-readers side by side. If anything fails on the way, what was already built is stopped and
-released before the error reaches the caller: no reader thread, server or socket is left.
+imports this module, which builds every configured exporter, one MeterProvider with all
+readers side by side and, beside it on the same Resource, one TracerProvider with every span
+processor. If anything fails on the way, what was already built is stopped and released
+before the error reaches the caller: no reader thread, server or socket is left.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -25,22 +27,54 @@ from opentelemetry.sdk.metrics import (
 from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.util.types import Attributes
 
+from ._fork import forget_in_child
 from ._warn import warn_once
 from .exporters import Exporter
 
-__all__ = ["RUN_ID_ATTR", "Built", "build_provider", "resource_attributes"]
+__all__ = [
+    "RUN_ID_ATTR",
+    "TRACES_EXPORTER_ENV",
+    "Built",
+    "build_provider",
+    "resource_attributes",
+    "traces_wanted",
+]
+
+#: The standard variable naming the span exporter; ``none`` turns span export off.
+TRACES_EXPORTER_ENV = "OTEL_TRACES_EXPORTER"
 
 RUN_ID_ATTR = "rlmetrics.run.id"
 
 
 @attrs.define
 class Built:
-    """The provider and the exporters built for it, by name."""
+    """The providers and the exporters built for them, by name.
+
+    ``metric_readers`` counts the MeterProvider's readers (none: nothing is exported, so the
+    registry is not bound); ``tracer_provider`` is None when no span processor was asked for.
+    """
 
     provider: MeterProvider
     exporters: dict[str, Exporter] = attrs.Factory(dict)
+    tracer_provider: TracerProvider | None = None
+    metric_readers: int = 0
+
+    def providers(self) -> list[MeterProvider | TracerProvider]:
+        return [p for p in (self.tracer_provider, self.provider) if p is not None]
+
+    def shutdown_actions(self, timeout_ms: int) -> list[Callable[[], Any]]:
+        """One shutdown per provider, to run side by side (the TracerProvider's takes no
+        deadline: its batch processor's last export is bounded by its exporter's timeout)."""
+        meter = self.provider
+        actions: list[Callable[[], Any]] = [lambda: meter.shutdown(timeout_ms)]
+        tracer = self.tracer_provider
+        if tracer is not None:
+            actions.append(tracer.shutdown)
+        return actions
 
     def close_exporters(self) -> None:
         _close(self.exporters)
@@ -116,13 +150,53 @@ def _no_exemplars(_aggregation: type[Any]) -> Callable[..., ExemplarReservoir]:
     return _NoExemplars
 
 
+class _IdGenerator(IdGenerator):
+    """Span and trace ids from a generator of rlmetrics' own, seeded from the OS.
+
+    The SDK's default draws from the ``random`` module, which training code seeds for
+    reproducibility: every data-parallel rank seeded alike draws the same ids, and their spans
+    collide. A private generator, reseeded in a forked child, is immune to that.
+    """
+
+    def __init__(self) -> None:
+        self._random = random.Random(os.urandom(16))
+        forget_in_child(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._random = random.Random(os.urandom(16))
+
+    def generate_span_id(self) -> int:
+        span_id = 0
+        while not span_id:
+            span_id = self._random.getrandbits(64)
+        return span_id
+
+    def generate_trace_id(self) -> int:
+        trace_id = 0
+        while not trace_id:
+            trace_id = self._random.getrandbits(128)
+        return trace_id
+
+    def is_trace_id_random(self) -> bool:
+        return True
+
+
+def traces_wanted(traces: bool) -> bool:
+    """Whether spans are exported: ``start(traces=...)``, unless ``OTEL_TRACES_EXPORTER=none``."""
+    return traces and os.environ.get(TRACES_EXPORTER_ENV, "").strip().lower() != "none"
+
+
 def build_provider(
     resource: Mapping[str, Any],
     exporters: Mapping[str, tuple[Callable[..., Exporter], Mapping[str, Any]]],
     readers: Sequence[MetricReader],
     export_interval_s: float | None,
+    span_processors: Sequence[SpanProcessor] = (),
+    traces: bool = True,
 ) -> Built:
-    """Build each exporter (``name: (factory, options)``) and one provider over all readers."""
+    """Build each exporter (``name: (factory, options)``), one MeterProvider over all metric
+    readers and, when any exporter offers a span processor (or ``span_processors`` are given)
+    and ``traces`` is true, one TracerProvider over them, on the same Resource."""
     built: dict[str, Exporter] = {}
     try:
         for name, (factory, options) in exporters.items():
@@ -133,25 +207,58 @@ def build_provider(
                     "not an rlmetrics.exporters.Exporter"
                 )
             built[name] = exporter
+        if not traces:
+            _drop_span_processors(built)
+        metric_readers = [*(e.reader for e in built.values() if e.reader is not None), *readers]
+        processors = [
+            *(e.span_processor for e in built.values() if e.span_processor is not None),
+            *(span_processors if traces else ()),
+        ]
+        shared = Resource.create(dict(resource))
         # shutdown_on_exit=False: the SDK's atexit shutdown is unbounded with a dead
         # collector; rlmetrics registers its own, bounded one.
         provider = MeterProvider(
-            metric_readers=[*(e.reader for e in built.values()), *readers],
-            resource=Resource.create(dict(resource)),
+            metric_readers=metric_readers,
+            resource=shared,
             views=_views(),
             shutdown_on_exit=False,
         )
+        tracer_provider = None
+        if processors:
+            tracer_provider = TracerProvider(
+                resource=shared, id_generator=_IdGenerator(), shutdown_on_exit=False
+            )
+            for processor in processors:
+                tracer_provider.add_span_processor(processor)
     except BaseException:
         _abandon(built)
         raise
-    return Built(provider, built)
+    return Built(provider, built, tracer_provider, len(metric_readers))
+
+
+def _drop_span_processors(built: Mapping[str, Exporter]) -> None:
+    """Traces are off: stop and forget the span processors the exporters built."""
+    for name, exporter in built.items():
+        processor, exporter.span_processor = exporter.span_processor, None
+        if processor is not None:
+            try:
+                processor.shutdown()
+            except Exception:
+                warn_once(
+                    f"exporter:{name}:spans",
+                    f"rlmetrics: exporter {name!r}'s span processor did not stop",
+                )
 
 
 def _abandon(built: Mapping[str, Exporter]) -> None:
-    """Stop the readers of exporters built for a start that failed, then release them."""
+    """Stop the readers and span processors of exporters built for a start that failed, then
+    release them."""
     for name, exporter in built.items():
         try:
-            exporter.reader.shutdown(timeout_millis=1000)
+            if exporter.reader is not None:
+                exporter.reader.shutdown(timeout_millis=1000)
+            if exporter.span_processor is not None:
+                exporter.span_processor.shutdown()
         except Exception:
             warn_once(f"exporter:{name}:abandon", f"rlmetrics: exporter {name!r} did not stop")
     _close(built)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .events import EfficiencySummary, RolloutEvent, SetupTimings
     from .exporters import ExporterFactory
     from .telemetry import Telemetry
+    from .tracing import PhaseKind
 
 __all__ = ["Hooks", "collect_offers", "current_plugin", "guard_implementations"]
 
@@ -259,6 +260,9 @@ class Hooks:
 
     def register_exporters(self, register: Callable[[str, ExporterFactory], None]) -> None:
         _fan_out(self._hook.register_exporters, register=register)
+
+    def register_phases(self, register: Callable[[str, PhaseKind], None]) -> None:
+        _fan_out(self._hook.register_phases, register=register)
 
     def register_demo_parts(self, register: Callable[[str, DemoPartFactory], None]) -> None:
         _fan_out(self._hook.register_demo_parts, register=register)

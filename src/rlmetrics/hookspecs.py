@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .events import EfficiencySummary, RolloutEvent, SetupTimings
     from .exporters import ExporterFactory
     from .telemetry import Telemetry
+    from .tracing import PhaseKind
 
 __all__ = ["TEE_ATTRIBUTE", "hookimpl", "hookspec"]
 
@@ -166,6 +167,18 @@ def register_exporters(register: Callable[[str, ExporterFactory], None]) -> None
     :class:`rlmetrics.exporters.Exporter` it returns (its ``reader`` joins the one
     MeterProvider). Import the SDK inside the factory, not at module level: plugin modules are
     imported by every process that uses rlmetrics, telemetry or not.
+    """
+
+
+@hookspec
+def register_phases(register: Callable[[str, PhaseKind], None]) -> None:
+    """Offer phase names that ``rlmetrics.phase`` accounts, with how.
+
+    Call ``register("idle/refit_bubble", PhaseKind(bucket="idle"))`` for each: a phase of that
+    name then carries that ``rl.bucket`` on its span (unless the caller names one) and its
+    seconds go into the step's :class:`rlmetrics.events.EfficiencySummary` — per step, or
+    added up over the run when ``PhaseKind(cumulative=True)``. A name nobody offers is timed
+    as a span only. Read once per plugin load, never per phase.
     """
 
 

@@ -23,6 +23,7 @@ from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, Roll
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
 from .plugins import hooks
+from .tracing import close_open_scopes
 
 __all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logger", "flatten"]
 
@@ -140,7 +141,11 @@ class Logger:
 
     def finish(self, timeout_s: float | None = None) -> None:
         """Write what is queued and close every backend, once, waiting at most ``timeout_s``
-        (default ``finish_timeout_s``) for the queued ones; says what did not make it."""
+        (default ``finish_timeout_s``) for the queued ones; says what did not make it.
+
+        Spans rlmetrics still has open (a ``rlmetrics.step`` or ``phase`` never left) end
+        first, marked truncated, so their seconds and summaries are logged and exported."""
+        close_open_scopes("still open at Logger.finish()")
         with self._lock:
             if self._finished:
                 return

@@ -1,5 +1,5 @@
-"""Telemetry lifecycle: ``start()`` builds the provider and freezes declarations; the handle
-shuts it down, within a bound, once.
+"""Telemetry lifecycle: ``start()`` builds the providers (metrics, and traces beside them) and
+freezes declarations; the handle shuts them down, within a bound, once.
 
 Everything is validated before anything is installed, so a bad argument leaves no half-started
 telemetry behind. The SDK is imported here lazily, through ``_providers``.
@@ -8,11 +8,14 @@ telemetry behind. The SDK is imported here lazily, through ``_providers``.
 from __future__ import annotations
 
 import atexit
+import functools
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from . import tracing as _tracing
 from ._fork import reset_in_child
 from ._version import __version__
 from ._warn import logger, warn_once
@@ -21,6 +24,7 @@ from .registry import MetricRegistry, default_registry
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
     from ._providers import Built
 
@@ -58,8 +62,20 @@ class Telemetry:
 
     @property
     def exporting(self) -> bool:
-        """True while started with at least one reader; every tee is a no-op otherwise."""
-        return not self._closed and self._built is not None
+        """True while started with at least one metric reader; every tee is a no-op
+        otherwise."""
+        return not self._closed and self._built is not None and self._built.metric_readers > 0
+
+    @property
+    def tracing(self) -> bool:
+        """True while started with at least one span processor: phases and steps are spans."""
+        return not self._closed and self.tracer_provider is not None
+
+    @property
+    def tracer_provider(self) -> TracerProvider | None:
+        """The TracerProvider beside the MeterProvider (same Resource), when tracing; for
+        spans of your own, ``telemetry.tracer_provider.get_tracer(__name__)``."""
+        return None if self._built is None else self._built.tracer_provider
 
     @property
     def exporter_addresses(self) -> dict[str, tuple[str, int]]:
@@ -83,7 +99,9 @@ class Telemetry:
         if built is None or self._closed:
             return
         _bounded(
-            lambda: built.provider.force_flush(int(timeout_s * 1000)), timeout_s, "force_flush"
+            [functools.partial(p.force_flush, int(timeout_s * 1000)) for p in built.providers()],
+            timeout_s,
+            "force_flush",
         )
 
     def shutdown(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
@@ -95,11 +113,16 @@ class Telemetry:
                 return
             self._closed = True
         try:
+            # Spans still open (a phase on a thread that never ended) end first, so they and
+            # the step summaries they complete are exported by the shutdown below.
+            _tracing.unbind()
             hooks().telemetry_stopping(self)
             built = self._built
             if built is not None:
                 _bounded(
-                    lambda: built.provider.shutdown(int(timeout_s * 1000)), timeout_s, "shutdown"
+                    built.shutdown_actions(int(timeout_s * 1000)),
+                    timeout_s,
+                    "shutdown",
                 )
                 built.close_exporters()
         finally:
@@ -124,23 +147,30 @@ class Telemetry:
         return f"<Telemetry service={self.service_name!r} run={self.run_id!r} {state}>"
 
 
-def _bounded(action: Any, timeout_s: float, what: str) -> None:
-    """Run ``action`` on a daemon thread and stop waiting after ``timeout_s``.
+def _bounded(actions: Sequence[Callable[[], Any]], timeout_s: float, what: str) -> None:
+    """Run each action on a daemon thread of its own, all at once, and stop waiting for them
+    after ``timeout_s`` in all (the traces' and the metrics' shutdowns share one bound).
 
     The OTLP exporter retries a dead collector for up to its own timeout (10 s by default)
     whatever deadline its caller passes, so the bound has to be enforced from outside.
     """
 
-    def run() -> None:
+    def run(action: Callable[[], Any]) -> None:
         try:
             action()
         except Exception:
             warn_once(f"telemetry:{what}", f"rlmetrics: telemetry {what} failed")
 
-    worker = threading.Thread(target=run, name=f"rlmetrics-{what}", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
+    workers = [
+        threading.Thread(target=run, args=(action,), name=f"rlmetrics-{what}", daemon=True)
+        for action in actions
+    ]
+    for worker in workers:
+        worker.start()
+    deadline = time.monotonic() + timeout_s
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+    if any(worker.is_alive() for worker in workers):
         logger.warning(
             "rlmetrics: telemetry %s did not finish within %.1f s (collector unreachable?); "
             "what was not exported is dropped",
@@ -180,6 +210,8 @@ def start(
     run_id: str | None = None,
     exporters: Iterable[str] | Mapping[str, Mapping[str, Any]] = (),
     readers: Sequence[MetricReader] = (),
+    span_processors: Sequence[SpanProcessor] = (),
+    traces: bool = True,
     resource: Mapping[str, Any] | None = None,
     service_version: str | None = None,
     export_interval_s: float | None = None,
@@ -198,6 +230,12 @@ def start(
         ``"console"``. A mapping ``{name: {option: value}}`` passes options to each factory.
     :param readers: further OTel ``MetricReader`` instances (an ``InMemoryMetricReader`` in
         tests); all readers run side by side on one MeterProvider.
+    :param span_processors: further OTel ``SpanProcessor`` instances (a
+        ``SimpleSpanProcessor(InMemorySpanExporter())`` in tests). With any span processor
+        (an exporter's or these) a TracerProvider is built beside the MeterProvider, on the
+        same Resource, and ``rlmetrics.phase``/``step``/``run``/``rollout`` become spans.
+    :param traces: False (or ``OTEL_TRACES_EXPORTER=none``) exports no spans: the exporters'
+        span processors are dropped and no TracerProvider is built.
     :param export_interval_s: period of the push readers; ``OTEL_METRIC_EXPORT_INTERVAL`` (ms)
         when None.
     :param plugins / disable_plugins: allow- and deny-lists of plugin names, overriding
@@ -231,20 +269,25 @@ def start(
                 "from a plugin's register_exporters hook (check RLMETRICS_PLUGINS / "
                 "RLMETRICS_DISABLE_PLUGINS and `rlmetrics plugins`)"
             )
-        from ._providers import build_provider, resource_attributes
+        from ._providers import build_provider, resource_attributes, traces_wanted
 
         attributes = resource_attributes(service_name, service_version, run_id, resource)
         built = None
-        if wanted or readers:
+        if wanted or readers or span_processors:
             built = build_provider(
                 attributes,
                 {name: (offered[name][1], options) for name, options in wanted.items()},
                 readers,
                 export_interval_s,
+                span_processors,
+                traces_wanted(traces),
             )
+        if built is not None and built.metric_readers:
             registry.bind(built.provider.get_meter("rlmetrics", __version__))
         else:
             registry.freeze()
+        if built is not None and built.tracer_provider is not None:
+            _tracing.bind(built.tracer_provider.get_tracer("rlmetrics", __version__))
         handle = Telemetry(built, registry, attributes)
         _active = handle
         if not _atexit_registered:

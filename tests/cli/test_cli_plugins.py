@@ -18,7 +18,7 @@ def test_json_lists_the_builtins_as_entry_points(capsys: Any) -> None:
     assert listed["jsonl"]["hooks"] == ["register_backends"]
     assert listed["jsonl"]["builtin"] is True
     assert listed["efficiency"]["status"] == "loaded"
-    assert listed["efficiency"]["hooks"] == ["on_efficiency_summary"]
+    assert listed["efficiency"]["hooks"] == ["on_efficiency_summary", "register_phases"]
     assert listed["efficiency"]["series"] == ["rl.efficiency.seconds", "rl.efficiency.pct"]
     for exporter in ("otlp", "prometheus", "console_exporter"):
         assert listed[exporter]["hooks"] == ["register_exporters"]

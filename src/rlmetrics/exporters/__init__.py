@@ -1,10 +1,11 @@
-"""Exporters: where OpenTelemetry points go, offered by plugins like everything else.
+"""Exporters: where OpenTelemetry points and spans go, offered by plugins like everything else.
 
 A plugin's ``register_exporters`` hook calls ``register(name, factory)``;
 ``rlmetrics.start(exporters=[name])`` calls ``factory(export_interval_s=..., **options)`` and
-attaches the :class:`Exporter` it returns to the process's one MeterProvider. The core's own
-``otlp``, ``prometheus`` and ``console`` exporters are entry points of the core distribution,
-loaded, listed and deniable like any third-party one.
+attaches the :class:`Exporter` it returns: its metric reader to the process's one
+MeterProvider, its span processor to the one TracerProvider beside it. The core's own
+``otlp``, ``otlp_file``, ``prometheus`` and ``console`` exporters are entry points of the core
+distribution, loaded, listed and deniable like any third-party one.
 
 A factory imports the OpenTelemetry SDK (and its exporter package) when called, never at
 module level: plugin modules are imported by every process that uses rlmetrics.
@@ -23,8 +24,17 @@ from ..plugins import Plugins, get_plugins
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace import SpanProcessor
 
-__all__ = ["Exporter", "ExporterFactory", "ForkSafe", "available_exporters", "periodic_reader"]
+__all__ = [
+    "Exporter",
+    "ExporterFactory",
+    "ForkSafe",
+    "ForkSafeSpans",
+    "available_exporters",
+    "batch_span_processor",
+    "periodic_reader",
+]
 
 
 def _nothing() -> None:
@@ -36,15 +46,21 @@ class Exporter:
     """What an exporter factory returns.
 
     :param reader: the ``MetricReader`` to attach (a ``PeriodicExportingMetricReader`` around a
-        push exporter, or a pull reader such as Prometheus').
+        push exporter, or a pull reader such as Prometheus'); None for an exporter of spans
+        only.
     :param address: ``(host, port)`` a pull exporter listens on, for ``Telemetry`` to report.
     :param close: releases what the reader does not (an HTTP server); called once, after the
-        provider shut down, or when ``start()`` fails after this exporter was built.
+        providers shut down, or when ``start()`` fails after this exporter was built.
+    :param span_processor: the ``SpanProcessor`` to attach to the TracerProvider (a
+        ``BatchSpanProcessor`` around a push ``SpanExporter``: :func:`batch_span_processor`);
+        None for an exporter of metrics only. Dropped (and shut down) when the caller turns
+        traces off (``start(traces=False)``, ``OTEL_TRACES_EXPORTER=none``).
     """
 
-    reader: MetricReader
+    reader: MetricReader | None = None
     address: tuple[str, int] | None = None
     close: Callable[[], None] = _nothing
+    span_processor: SpanProcessor | None = None
 
 
 ExporterFactory = Callable[..., Exporter]
@@ -71,6 +87,26 @@ class ForkSafe:
         return super().export(metrics_data, timeout_millis=timeout_millis, **kwargs)  # type: ignore[misc]
 
 
+class ForkSafeSpans:
+    """Mixin for a push ``SpanExporter``: what :class:`ForkSafe` is for metrics. The SDK's
+    batch span processor restarts its thread in a forked child, which would send the spans
+    the parent had queued under the parent's identity; this drops them (reported done).
+
+    ``class MySpanExporter(ForkSafeSpans, SpanExporter): ...`` (the mixin first).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._rlmetrics_pid = os.getpid()
+
+    def export(self, spans: Any) -> Any:
+        if os.getpid() != self._rlmetrics_pid:
+            from opentelemetry.sdk.trace.export import SpanExportResult
+
+            return SpanExportResult.SUCCESS
+        return super().export(spans)  # type: ignore[misc]
+
+
 def available_exporters(plugins: Plugins | None = None) -> dict[str, tuple[str, ExporterFactory]]:
     """``{name: (offering plugin, factory)}`` from every plugin's ``register_exporters``."""
     return collect_offers("exporter", (plugins or get_plugins()).hooks.register_exporters)
@@ -89,3 +125,19 @@ def periodic_reader(
         exporter, export_interval_millis=interval_ms
     )
     return reader
+
+
+def batch_span_processor(
+    exporter: Any, export_interval_s: float | None, processor_class: type | None = None
+) -> SpanProcessor:
+    """``exporter`` (a push ``SpanExporter``) behind a ``BatchSpanProcessor`` (or
+    ``processor_class``): spans are queued as they end (a full queue drops, never blocks)
+    and exported every ``export_interval_s`` seconds from the processor's own thread; None
+    means ``OTEL_BSP_SCHEDULE_DELAY``, else the SDK's 5 s."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    delay_ms = None if export_interval_s is None else export_interval_s * 1000.0
+    processor: SpanProcessor = (processor_class or BatchSpanProcessor)(
+        exporter, schedule_delay_millis=delay_ms
+    )
+    return processor

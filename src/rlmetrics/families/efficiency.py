@@ -11,22 +11,26 @@ time, so every point says which clock (``rl.efficiency.measurement``) and which 
   threads backing off 10 s give 80) (``run``).
 
 ``EfficiencyTimer`` (driver, reset per step) and ``CollectorTimer`` (thread-safe, never reset)
-produce the :class:`~rlmetrics.events.EfficiencySummary` this family exports.
+produce the :class:`~rlmetrics.events.EfficiencySummary` this family exports. Both are
+:class:`rlmetrics.PhaseTimer` s: their ``time(category)`` is a phase, a span while tracing.
+
+The family also offers its categories to ``rlmetrics.phase`` (``register_phases``): a phase
+named after a category is accounted in the step's summary, per step (``step`` window) or over
+the run (``run`` window), and its span carries the category's bucket, with the spec's two
+deliberate differences from the metric's ``rl.bucket`` (:func:`span_bucket`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
-from collections.abc import Callable, Iterator
-from typing import ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 from .. import hookimpl
 from .._warn import warn_once
 from ..events import EfficiencySummary
 from ..registry import declare, is_exporting, record_points
 from ..spec import OPEN, Kind, MetricSpec
+from ..tracing import Phase, PhaseKind, PhaseTimer
 
 __all__ = [
     "COLLECTOR_WALL_CLOCK",
@@ -41,6 +45,7 @@ __all__ = [
     "efficiency_bucket",
     "efficiency_pct",
     "efficiency_window",
+    "span_bucket",
     "step_seconds",
 ]
 
@@ -110,6 +115,22 @@ def efficiency_bucket(category: str) -> str:
     """The goodput bucket a category's seconds belong to (``init/total`` is overhead)."""
     head = category.split("/", 1)[0]
     return head if head in ("idle", "wasted", "productive") else "overhead"
+
+
+def span_bucket(category: str) -> str | None:
+    """The ``rl.bucket`` a category's span carries, where the spec makes it differ from the
+    metric's (its two documented metric/span disagreements):
+
+    - the collector loop's categories (``collector_wall_clock``) carry none: as metrics they
+      are ``idle`` and rely on the ``rl.efficiency.measurement`` filter, which a trace lacks;
+    - ``idle/validation`` is ``overhead``: the training GPUs idle (the driver's timer) while
+      the generation GPUs do necessary non-training work (what a span covering it says).
+    """
+    if MEASUREMENTS.get(category) == COLLECTOR_WALL_CLOCK:
+        return None
+    if category == "idle/validation":
+        return "overhead"
+    return efficiency_bucket(category)
 
 
 def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
@@ -208,16 +229,27 @@ def on_efficiency_summary(summary: EfficiencySummary) -> None:
         record_points(GROUP, PCT, [(pct[0], _PCT_ATTRIBUTES[pct[1]])])
 
 
+@hookimpl
+def register_phases(register: Callable[[str, PhaseKind], None]) -> None:
+    """Every category, to ``rlmetrics.phase``: per step in the ``step`` window, over the run
+    in the ``run`` window, its span with :func:`span_bucket`."""
+    for category, measurement in MEASUREMENTS.items():
+        register(
+            category,
+            PhaseKind(
+                bucket=span_bucket(category),
+                cumulative=efficiency_window(category, measurement) == RUN_WINDOW,
+            ),
+        )
+
+
 # -- the accounting ---------------------------------------------------------------------------
 
 
-class _CategoryTimer:
-    """Times named categories; subclasses say which categories and how to store them."""
+class _CategoryTimer(PhaseTimer):
+    """Times named categories (a phase each, a span while tracing); subclasses say which."""
 
     CATEGORIES: ClassVar[frozenset[str]] = frozenset()
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
 
     def _check(self, category: str) -> None:
         if category not in self.CATEGORIES:
@@ -226,18 +258,17 @@ class _CategoryTimer:
                 f"of them (measurements: {MEASUREMENTS})"
             )
 
-    @contextlib.contextmanager
-    def time(self, category: str) -> Iterator[None]:
-        """Add the wall time of the ``with`` block to ``category``."""
+    def time(
+        self, category: str, bucket: str | None = None, tags: Mapping[str, Any] | None = None
+    ) -> Phase:
+        """Add the wall time of the ``with`` block to ``category``; while tracing it is also
+        the category's span."""
         self._check(category)
-        start = self._clock()
-        try:
-            yield
-        finally:
-            self.record(category, self._clock() - start)
+        return super().time(category, bucket, tags)
 
     def record(self, category: str, seconds: float) -> None:
-        raise NotImplementedError
+        self._check(category)
+        super().record(category, seconds)
 
 
 class EfficiencyTimer(_CategoryTimer):
@@ -245,45 +276,39 @@ class EfficiencyTimer(_CategoryTimer):
 
     ``init/total`` is timed once before the loop and republished in every summary, so it
     does not vanish from a dashboard after the first step.
+
+    :param clock: a function returning seconds; the default is monotonic.
     """
 
     CATEGORIES: ClassVar[frozenset[str]] = frozenset(
         c for c, m in MEASUREMENTS.items() if m == WALL_CLOCK
     )
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
         super().__init__(clock)
-        self._run_start = self._step_start = clock()
-        self._seconds: dict[str, float] = {}
-        self._init_total: float | None = None
-
-    def record(self, category: str, seconds: float) -> None:
-        self._check(category)
-        if category == INIT_TOTAL:
-            self._init_total = (self._init_total or 0.0) + seconds
-        else:
-            self._seconds[category] = self._seconds.get(category, 0.0) + seconds
+        self._run_start = self._step_start = self._clock.now()
 
     def start_step(self) -> None:
         """Start the step's wall clock (the end of the previous step's summary does it too)."""
-        self._step_start = self._clock()
+        self._step_start = self._clock.now()
 
     def step_summary(self, collector: CollectorTimer | None = None) -> EfficiencySummary:
         """This step's summary (plus the collector's run totals), then reset for the next."""
-        now = self._clock()
-        seconds = dict(self._seconds)
-        if self._init_total is not None:
-            seconds[INIT_TOTAL] = self._init_total
+        now = self._clock.now()
+        seconds = self.take(keep=_RUN_CONSTANTS)
         if collector is not None:
             seconds.update(collector.snapshot())
         summary = EfficiencySummary(
             seconds=seconds,
-            step_wall_time_s=now - self._step_start,
-            run_elapsed_s=now - self._run_start,
+            step_wall_time_s=(now - self._step_start) / 1e9,
+            run_elapsed_s=(now - self._run_start) / 1e9,
         )
-        self._seconds.clear()
         self._step_start = now
         return summary
+
+
+#: What the driver's timer keeps across steps.
+_RUN_CONSTANTS = frozenset({INIT_TOTAL})
 
 
 class CollectorTimer(_CategoryTimer):
@@ -291,22 +316,10 @@ class CollectorTimer(_CategoryTimer):
 
     ``time()`` the loop thread's waits (collector_wall_clock) and ``record()`` the seconds
     each worker thread spent (thread_seconds; they add up across threads).
+
+    :param clock: a function returning seconds; the default is monotonic.
     """
 
     CATEGORIES: ClassVar[frozenset[str]] = frozenset(
         c for c, m in MEASUREMENTS.items() if m != WALL_CLOCK
     )
-
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        super().__init__(clock)
-        self._seconds: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def record(self, category: str, seconds: float) -> None:
-        self._check(category)
-        with self._lock:
-            self._seconds[category] = self._seconds.get(category, 0.0) + seconds
-
-    def snapshot(self) -> dict[str, float]:
-        with self._lock:
-            return dict(self._seconds)

@@ -16,9 +16,10 @@ from typing import Any
 
 import attrs
 
-from .. import _warn, plugins, registry
+from .. import _warn, plugins, registry, tracing
 from ..telemetry import Telemetry, current, start
 from .peers import BlackHole, ExpositionServer, OtlpPoint, OtlpReceiver
+from .traces import SpanRecord, in_memory_tracing, span_records
 
 __all__ = [
     "FUZZ_PROFILE_ENV",
@@ -27,12 +28,15 @@ __all__ = [
     "OtlpPoint",
     "OtlpReceiver",
     "Point",
+    "SpanRecord",
     "data_points",
     "in_memory_telemetry",
+    "in_memory_tracing",
     "isolated_state",
     "load_hypothesis_profile",
     "points",
     "single",
+    "span_records",
     "wait_until",
 ]
 
@@ -157,6 +161,7 @@ def isolated_state(
     default._exchange(stand_in)
     plugins._plugins = None
     _warn._reset()
+    tracing._reset()
     try:
         yield default
     finally:
@@ -168,6 +173,7 @@ def isolated_state(
         plugins._in_process.clear()
         plugins._in_process.update(saved_in_process)
         _warn._reset()
+        tracing._reset()
 
 
 def load_hypothesis_profile() -> str:

@@ -19,7 +19,16 @@ from typing import Any, TypeVar
 
 import attrs
 
-__all__ = ["BlackHole", "ExpositionServer", "OtlpPoint", "OtlpReceiver", "flatten_request"]
+__all__ = [
+    "BlackHole",
+    "ExpositionServer",
+    "OtlpExemplar",
+    "OtlpPoint",
+    "OtlpReceiver",
+    "OtlpSpan",
+    "flatten_request",
+    "flatten_trace_request",
+]
 
 _PeerT = TypeVar("_PeerT", bound="_Peer")
 
@@ -148,6 +157,71 @@ class OtlpPoint:
     sum: float | None = None
     bucket_counts: tuple[int, ...] = ()
     bounds: tuple[float, ...] = ()
+    exemplars: tuple[OtlpExemplar, ...] = ()
+
+
+@attrs.frozen
+class OtlpExemplar:
+    """An exemplar of a point: its value and the span it was recorded in (lower-case hex)."""
+
+    value: float | int
+    trace_id: str
+    span_id: str
+
+
+@attrs.frozen
+class OtlpSpan:
+    """One span as it arrived on the wire: ids as lower-case hex (``parent_id`` None for a
+    root), times in Unix ns, the status code (0 unset, 1 ok, 2 error)."""
+
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    attributes: dict[str, Any]
+    start_ns: int
+    end_ns: int
+    status: int
+    events: tuple[str, ...]
+    resource: dict[str, Any]
+    scope: str
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+
+def _exemplars(dp: Any) -> tuple[OtlpExemplar, ...]:
+    return tuple(
+        OtlpExemplar(
+            value=getattr(e, e.WhichOneof("value")) if e.WhichOneof("value") else 0,
+            trace_id=e.trace_id.hex(),
+            span_id=e.span_id.hex(),
+        )
+        for e in dp.exemplars
+    )
+
+
+def flatten_trace_request(request: Any) -> list[OtlpSpan]:
+    """Every span of one ``ExportTraceServiceRequest``."""
+    return [
+        OtlpSpan(
+            name=span.name,
+            trace_id=span.trace_id.hex(),
+            span_id=span.span_id.hex(),
+            parent_id=span.parent_span_id.hex() or None,
+            attributes=_key_values(span.attributes),
+            start_ns=span.start_time_unix_nano,
+            end_ns=span.end_time_unix_nano,
+            status=span.status.code,
+            events=tuple(event.name for event in span.events),
+            resource=_key_values(rs.resource.attributes),
+            scope=ss.scope.name,
+        )
+        for rs in request.resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+    ]
 
 
 def _any_value(value: Any) -> Any:
@@ -188,17 +262,26 @@ def flatten_request(request: Any) -> list[OtlpPoint]:
                                 sum=dp.sum,
                                 bucket_counts=tuple(dp.bucket_counts),
                                 bounds=tuple(dp.explicit_bounds),
+                                exemplars=_exemplars(dp),
                                 **common,
                             )
                         )
                     elif kind in ("gauge", "sum"):
                         value = getattr(dp, dp.WhichOneof("value"))
-                        out.append(OtlpPoint(attributes=attributes, value=value, **common))
+                        out.append(
+                            OtlpPoint(
+                                attributes=attributes,
+                                value=value,
+                                exemplars=_exemplars(dp),
+                                **common,
+                            )
+                        )
     return out
 
 
 class OtlpReceiver:
-    """A real OTLP gRPC metrics endpoint on 127.0.0.1, recording what it receives.
+    """A real OTLP gRPC endpoint on 127.0.0.1 (metrics and traces, as a collector serves both
+    on one port), recording what it receives.
 
     ``reject_with`` makes it answer every request with that (non-retryable) status, as a
     collector that refuses our data would; ``stop()`` and ``start()`` take it down and bring
@@ -213,6 +296,7 @@ class OtlpReceiver:
         self._server: Any = None
         self._cond = threading.Condition()
         self.requests: list[Any] = []
+        self.trace_requests: list[Any] = []
         self.rejected = 0
         self.reject_with: Any = None
 
@@ -226,6 +310,10 @@ class OtlpReceiver:
             metrics_service_pb2,
             metrics_service_pb2_grpc,
         )
+        from opentelemetry.proto.collector.trace.v1 import (
+            trace_service_pb2,
+            trace_service_pb2_grpc,
+        )
 
         receiver = self
 
@@ -234,9 +322,16 @@ class OtlpReceiver:
                 receiver._handle(request, context)
                 return metrics_service_pb2.ExportMetricsServiceResponse()
 
+        class TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+            def Export(self, request: Any, context: Any) -> Any:
+                receiver._handle(request, context, receiver.trace_requests)
+                return trace_service_pb2.ExportTraceServiceResponse()
+
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         add_servicer = metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server
         add_servicer(Servicer(), server)  # type: ignore[no-untyped-call]
+        add_traces = trace_service_pb2_grpc.add_TraceServiceServicer_to_server
+        add_traces(TraceServicer(), server)  # type: ignore[no-untyped-call]
         port = server.add_insecure_port(f"127.0.0.1:{self.port}")
         if port == 0:
             raise RuntimeError(f"could not bind the OTLP receiver to 127.0.0.1:{self.port}")
@@ -255,13 +350,13 @@ class OtlpReceiver:
     def running(self) -> bool:
         return self._server is not None
 
-    def _handle(self, request: Any, context: Any) -> None:
+    def _handle(self, request: Any, context: Any, into: list[Any] | None = None) -> None:
         with self._cond:
             status = self.reject_with
             if status is not None:
                 self.rejected += 1
             else:
-                self.requests.append(request)
+                (self.requests if into is None else into).append(request)
             self._cond.notify_all()
         if status is not None:
             context.abort(status, "rlmetrics test receiver rejects this request")
@@ -270,6 +365,12 @@ class OtlpReceiver:
         with self._cond:
             requests = list(self.requests)
         return [p for r in requests for p in flatten_request(r)]
+
+    def spans(self) -> list[OtlpSpan]:
+        """Every span received, in the order the requests arrived."""
+        with self._cond:
+            requests = list(self.trace_requests)
+        return [s for r in requests for s in flatten_trace_request(r)]
 
     def latest(self) -> dict[tuple[str, frozenset[tuple[str, Any]]], OtlpPoint]:
         """The last point received for each (name, attribute set)."""

@@ -1,0 +1,505 @@
+"""rlmetrics.phase / step / run / rollout: one timer, two outputs, read back from the real SDK
+(an in-memory span exporter and metric reader) and from a real JSONL backend."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rlmetrics
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.families.efficiency import CollectorTimer, EfficiencyTimer
+from rlmetrics.testing import SpanRecord, in_memory_tracing, points, span_records
+
+
+@pytest.fixture
+def traced() -> Iterator[tuple[Any, Any, Any]]:
+    with in_memory_tracing(service_name="grpo", run_id="run-7") as started:
+        yield started
+
+
+def by_name(spans: list[SpanRecord]) -> dict[str, list[SpanRecord]]:
+    out: dict[str, list[SpanRecord]] = {}
+    for span in spans:
+        out.setdefault(span.name, []).append(span)
+    return out
+
+
+def efficiency_seconds(reader: Any) -> dict[str, Any]:
+    return {
+        p.attributes["rl.efficiency.category"]: p
+        for p in points(reader)
+        if p.name == "rl.efficiency.seconds"
+    }
+
+
+def one_step(n: int = 3, **step_kwargs: Any) -> None:
+    """A step with a productive phase, the three step-window categories and the two
+    collector-loop ones, a thread-seconds category and a phase of the user's own."""
+    with rlmetrics.step(n, **step_kwargs):
+        with rlmetrics.phase("idle/buffer_starvation"):
+            pass
+        with (
+            rlmetrics.phase("generation", bucket="productive"),
+            rlmetrics.phase("idle/refit_bubble"),
+        ):
+            pass
+        with rlmetrics.phase("idle/validation"):
+            pass
+        with rlmetrics.phase("idle/refit_event_wait"):
+            pass
+        with rlmetrics.phase("idle/generation_limit_pause"):
+            pass
+        with rlmetrics.phase("idle/buffer_full_backoff"):
+            pass
+        with rlmetrics.phase("reward"):
+            pass
+
+
+def test_the_step_is_an_umbrella_and_its_phases_are_leaves_with_a_bucket(traced: Any) -> None:
+    _handle, _reader, exporter = traced
+    with rlmetrics.run():
+        with rlmetrics.rollout(), rlmetrics.phase("generation", bucket="productive"):
+            pass
+        one_step(3, weight_version="v12", num_generations_per_prompt=4)
+    spans = span_records(exporter)
+    named = by_name(spans)
+    [run] = named["rl.run"]
+    [step] = named["rl.step"]
+    [rollout] = named["rl.rollout"]
+    assert run.parent_id is None
+    assert step.parent_id == rollout.parent_id == run.span_id
+    assert {s.trace_id for s in spans} == {run.trace_id}
+    assert step.attributes == {
+        "rl.iteration": 3,
+        "rl.weight_version": "v12",
+        "rl.num_generations_per_prompt": 4,
+    }
+    for umbrella in (run, step, rollout):
+        assert "rl.bucket" not in umbrella.attributes
+    buckets = {
+        s.attributes["rl.phase"]: s.attributes.get("rl.bucket")
+        for s in spans
+        if s.parent_id not in (None, run.span_id) and "rl.phase" in s.attributes
+    }
+    assert buckets == {
+        "generation": "productive",
+        "idle/buffer_starvation": "idle",
+        "idle/refit_bubble": "idle",
+        "idle/validation": "overhead",  # the spec's second disagreement
+        "idle/refit_event_wait": None,  # the collector loop's: no bucket on a span
+        "idle/generation_limit_pause": None,
+        "idle/buffer_full_backoff": "idle",
+        "reward": "overhead",  # a phase nobody offers: NeMo-RL's default for a leaf
+    }
+    [generation_in_step] = [s for s in named["rl.generation"] if s.parent_id == step.span_id]
+    [bubble] = named["rl.idle.refit_bubble"]
+    assert bubble.parent_id == generation_in_step.span_id  # nested phases nest
+    for leaf in spans:
+        if leaf.parent_id == step.span_id:
+            assert leaf.attributes["rl.iteration"] == 3
+    for span in spans:
+        assert span.resource["rlmetrics.run.id"] == "run-7"
+        assert span.resource["service.name"] == "grpo"
+        assert span.status == "UNSET"
+
+
+def test_one_timed_step_gives_the_same_seconds_on_spans_and_metrics(traced: Any) -> None:
+    _handle, reader, exporter = traced
+    one_step(5)
+    spans = {
+        s.attributes["rl.phase"]: s for s in span_records(exporter) if "rl.phase" in s.attributes
+    }
+    [step] = [s for s in span_records(exporter) if s.name == "rl.step"]
+    metrics = efficiency_seconds(reader)
+    for category, point in metrics.items():
+        span = spans[category]
+        assert point.value == span.seconds, category  # the same two clock readings
+        bucket = span.attributes.get("rl.bucket")
+        if category == "idle/validation":
+            assert (point.attributes["rl.bucket"], bucket) == ("idle", "overhead")
+        elif point.attributes["rl.efficiency.measurement"] == "collector_wall_clock":
+            assert (point.attributes["rl.bucket"], bucket) == ("idle", None)
+        else:
+            assert point.attributes["rl.bucket"] == bucket, category  # nothing else differs
+    assert set(metrics) == {
+        "idle/buffer_starvation",
+        "idle/refit_bubble",
+        "idle/validation",
+        "idle/refit_event_wait",
+        "idle/generation_limit_pause",
+        "idle/buffer_full_backoff",
+    }
+    # The step's pct is over the step span's own length.
+    [(pct, attributes)] = [
+        (p.value, p.attributes) for p in points(reader) if p.name == "rl.efficiency.pct"
+    ]
+    idle = sum(
+        metrics[c].value for c in ("idle/buffer_starvation", "idle/refit_bubble", "idle/validation")
+    )
+    assert attributes["rl.efficiency.window"] == "step"
+    assert pct == pytest.approx(100.0 * (1 - idle / step.seconds))
+    # Per-step categories start from zero each step; run-window ones add up.
+    one_step(6)
+    later = efficiency_seconds(reader)
+    second = [s for s in span_records(exporter) if s.attributes.get("rl.iteration") == 6]
+    of = {s.attributes["rl.phase"]: s.seconds for s in second if "rl.phase" in s.attributes}
+    assert later["idle/refit_bubble"].value == of["idle/refit_bubble"]
+    assert later["idle/refit_event_wait"].value == pytest.approx(
+        spans["idle/refit_event_wait"].seconds + of["idle/refit_event_wait"]
+    )
+
+
+def test_no_per_step_tag_becomes_a_metric_label(traced: Any) -> None:
+    _handle, reader, _exporter = traced
+    logger = rlmetrics.Logger(backends={})
+    with (
+        rlmetrics.step(2, logger=logger, weight_version=7, num_generations_per_prompt=8),
+        rlmetrics.phase("idle/refit_bubble"),
+    ):
+        logger.log_metrics({"reward": 0.5}, step=2, prefix="train")
+    found = points(reader)
+    assert found
+    for point in found:
+        assert not {"rl.iteration", "rl.weight_version", "rl.num_generations_per_prompt"} & set(
+            point.attributes
+        )
+        assert point.resource["rlmetrics.run.id"] == "run-7"
+
+
+def test_a_phase_that_raises_ends_its_span_in_error_and_counts_its_seconds(traced: Any) -> None:
+    _handle, reader, exporter = traced
+    with (
+        pytest.raises(RuntimeError, match="engine died"),
+        rlmetrics.step(1),
+        rlmetrics.phase("idle/refit_bubble"),
+    ):
+        raise RuntimeError("engine died")
+    named = by_name(span_records(exporter))
+    [phase] = named["rl.idle.refit_bubble"]
+    [step] = named["rl.step"]
+    assert (phase.status, step.status) == ("ERROR", "ERROR")
+    assert "exception" in phase.events
+    assert efficiency_seconds(reader)["idle/refit_bubble"].value == phase.seconds > 0
+
+
+def test_phases_on_threads_are_children_of_the_step_and_add_up(traced: Any) -> None:
+    _handle, reader, exporter = traced
+    barrier = threading.Barrier(4)
+
+    def worker() -> None:
+        barrier.wait()  # all four back off at once: thread-seconds, not a duration
+        with (
+            rlmetrics.phase("idle/buffer_full_backoff"),
+            rlmetrics.phase("generate", bucket="productive"),
+        ):
+            pass
+
+    with rlmetrics.step(4):
+        threads = [threading.Thread(target=worker, name=f"rollout-{i}") for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    named = by_name(span_records(exporter))
+    [step] = named["rl.step"]
+    backoffs = named["rl.idle.buffer_full_backoff"]
+    assert len(backoffs) == 4
+    assert {b.parent_id for b in backoffs} == {step.span_id}
+    assert {b.trace_id for b in backoffs} == {step.trace_id}
+    assert {b.attributes["thread.name"] for b in backoffs} == {f"rollout-{i}" for i in range(4)}
+    by_id = {b.span_id: b for b in backoffs}
+    for generate in named["rl.generate"]:
+        assert generate.parent_id in by_id  # nested on its own thread
+        assert (
+            generate.attributes["thread.name"]
+            == by_id[generate.parent_id].attributes["thread.name"]
+        )
+    total = efficiency_seconds(reader)["idle/buffer_full_backoff"].value
+    assert total == pytest.approx(sum(b.seconds for b in backoffs))
+
+
+class Exported:
+    """A push metric exporter keeping every batch: what the last export at shutdown sent."""
+
+    def __new__(cls) -> Any:
+        from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+        class Keeping(MetricExporter):  # type: ignore[misc]
+            def __init__(self) -> None:
+                super().__init__()
+                self.batches: list[Any] = []
+
+            def export(self, metrics_data: Any, timeout_millis: float = 0, **_: Any) -> Any:
+                self.batches.append(metrics_data)
+                return MetricExportResult.SUCCESS
+
+            def force_flush(self, timeout_millis: float = 0) -> bool:
+                return True
+
+            def shutdown(self, timeout_millis: float = 0, **_: Any) -> None:
+                pass
+
+        return Keeping()
+
+
+def test_a_phase_left_open_at_shutdown_is_closed_exported_and_counted(caplog: Any) -> None:
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    from rlmetrics.testing import data_points
+
+    release = threading.Event()
+    entered = threading.Event()
+
+    def stuck() -> None:
+        with rlmetrics.phase("idle/buffer_full_backoff"):
+            entered.set()
+            release.wait(30)
+
+    kept = Exported()
+    last_export = PeriodicExportingMetricReader(kept, export_interval_millis=3_600_000)
+    with in_memory_tracing(readers=[last_export]) as (handle, _reader, exporter):
+        logger = rlmetrics.Logger(backends={})
+        thread = threading.Thread(target=stuck)
+        step = rlmetrics.step(1, logger=logger)
+        step.__enter__()  # never left: the loop died inside it
+        thread.start()
+        assert entered.wait(10)
+        handle.shutdown(timeout_s=5)  # bounded: returns though the phase never ended
+        spans = span_records(exporter)
+    release.set()
+    thread.join(10)
+    named = by_name(spans)
+    [phase] = named["rl.idle.buffer_full_backoff"]
+    [step_span] = named["rl.step"]
+    for span in (phase, step_span):
+        assert span.attributes["rlmetrics.span.truncated"] is True
+        assert "rlmetrics.span.truncated" in span.events
+    assert phase.parent_id == step_span.span_id
+    assert step_span.end_ns >= phase.end_ns  # innermost first
+    # Its seconds were counted into the step's summary, delivered before the last export.
+    [seconds] = [
+        p
+        for p in data_points(kept.batches[-1], "rl.efficiency.seconds")
+        if p.attributes["rl.efficiency.category"] == "idle/buffer_full_backoff"
+    ]
+    assert seconds.value == phase.seconds
+    # The thread's late exit ends nothing twice.
+    assert "ended span" not in caplog.text.lower()
+    assert len(span_records(exporter)) == len(spans)
+
+
+def test_a_phase_left_open_at_logger_finish_is_closed(traced: Any, tmp_path: Path) -> None:
+    _handle, _reader, exporter = traced
+    path = tmp_path / "run.jsonl"
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": str(path)}})
+    step = rlmetrics.step(9, logger=logger)
+    step.__enter__()
+    phase = rlmetrics.phase("idle/refit_bubble")
+    phase.__enter__()
+    logger.finish()
+    phase.__exit__(None, None, None)  # late: already closed, nothing twice
+    step.__exit__(None, None, None)
+    spans = span_records(exporter)
+    assert {s.name for s in spans} == {"rl.step", "rl.idle.refit_bubble"}
+    assert all(s.attributes["rlmetrics.span.truncated"] for s in spans)
+    [row] = [r for r in read_jsonl(path) if r["step"] == 9]
+    bubble = next(s for s in spans if s.name == "rl.idle.refit_bubble")
+    assert row["metrics"]["efficiency/idle/refit_bubble_s"] == bubble.seconds
+
+
+def test_bad_input_is_reported_and_the_rest_lands(traced: Any, caplog: Any) -> None:
+    _handle, reader, exporter = traced
+    caplog.set_level(logging.WARNING, "rlmetrics")
+    with rlmetrics.step("seven"):  # type: ignore[arg-type]
+        with rlmetrics.phase("idle/refit_bubble", bucket="productve"):
+            pass
+        with rlmetrics.phase(42):  # type: ignore[arg-type]
+            pass
+        with rlmetrics.phase("generation", bucket="productive", tags={"loss": 0.3, "node": "a"}):
+            pass
+    text = caplog.text
+    assert "the step must be an int" in text
+    assert "bucket must be one of" in text
+    assert "phase name must be a non-empty string" in text
+    assert "span tag is a string, int or bool" in text
+    named = by_name(span_records(exporter))
+    [step] = named["rl.step"]
+    assert "rl.iteration" not in step.attributes
+    [bubble] = named["rl.idle.refit_bubble"]
+    assert bubble.attributes["rl.bucket"] == "idle"  # the bad bucket dropped, its own kept
+    [invalid] = named["rl.phase"]
+    assert "rl.phase" not in invalid.attributes and invalid.attributes["rl.bucket"] == "overhead"
+    [generation] = named["rl.generation"]
+    assert generation.attributes["node"] == "a" and "loss" not in generation.attributes
+    assert efficiency_seconds(reader)["idle/refit_bubble"].value == bubble.seconds
+
+
+def test_a_non_int_step_is_logged_after_the_last_one(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}) as logger:
+        with rlmetrics.step(4, logger=logger):
+            pass
+        with rlmetrics.step(None, logger=logger):  # type: ignore[arg-type]
+            pass
+        import numpy
+
+        with rlmetrics.step(numpy.int64(9), logger=logger):
+            pass
+    assert [row["step"] for row in read_jsonl(path)] == [4, 5, 9]
+
+
+def test_without_telemetry_phases_still_feed_the_summary(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    clock = iter([100.0, 101.0, 101.5, 104.0, 110.0, 111.0])
+    with (
+        rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}) as logger,
+        rlmetrics.run(clock=lambda: next(clock)),
+        rlmetrics.step(1, logger=logger),  # 101.0 -> 110.0
+        rlmetrics.phase("idle/refit_bubble"),  # 101.5 -> 104.0
+    ):
+        pass
+    [row] = read_jsonl(path)
+    assert row["step"] == 1
+    assert row["metrics"]["efficiency/idle/refit_bubble_s"] == 2.5
+    assert row["metrics"]["efficiency/step_wall_time_s"] == 9.0
+    assert row["metrics"]["efficiency/total_wall_time_s"] == 10.0
+
+
+def test_a_process_that_only_times_phases_imports_no_opentelemetry(tmp_path: Path) -> None:
+    path = str(tmp_path / "r.jsonl")
+    code = (
+        "import sys, rlmetrics\n"
+        f"logger = rlmetrics.Logger(backends={{'jsonl': {{'path': {path!r}}}}})\n"
+        "with rlmetrics.step(1, logger=logger):\n"
+        "    with rlmetrics.phase('idle/refit_bubble'):\n"
+        "        pass\n"
+        "logger.finish()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    [row] = read_jsonl(tmp_path / "r.jsonl")
+    assert "efficiency/idle/refit_bubble_s" in row["metrics"]
+
+
+def test_the_decorator_times_every_call(traced: Any) -> None:
+    _handle, reader, exporter = traced
+
+    @rlmetrics.phase("idle/buffer_starvation")
+    def wait() -> int:
+        return 1
+
+    @rlmetrics.phase("generation", bucket="productive")
+    async def generate() -> int:
+        await asyncio.sleep(0)
+        return 2
+
+    with rlmetrics.step(1):
+        assert wait() + wait() + asyncio.run(generate()) == 4
+    named = by_name(span_records(exporter))
+    assert len(named["rl.idle.buffer_starvation"]) == 2
+    [generation] = named["rl.generation"]
+    assert generation.parent_id == named["rl.step"][0].span_id
+    assert efficiency_seconds(reader)["idle/buffer_starvation"].value == pytest.approx(
+        sum(s.seconds for s in named["rl.idle.buffer_starvation"])
+    )
+
+
+def test_the_efficiency_timers_phases_are_spans_too(traced: Any) -> None:
+    _handle, _reader, exporter = traced
+    driver, collector = EfficiencyTimer(), CollectorTimer()
+    with driver.time("idle/refit_bubble"):
+        pass
+    with collector.time("idle/refit_event_wait"):
+        pass
+    summary = driver.step_summary(collector)
+    named = by_name(span_records(exporter))
+    [bubble] = named["rl.idle.refit_bubble"]
+    [wait] = named["rl.idle.refit_event_wait"]
+    assert bubble.attributes["rl.bucket"] == "idle" and "rl.bucket" not in wait.attributes
+    assert summary.seconds == {
+        "idle/refit_bubble": bubble.seconds,
+        "idle/refit_event_wait": wait.seconds,
+    }
+
+
+def test_exemplars_of_points_recorded_in_a_phase_name_the_phase(traced: Any) -> None:
+    from rlmetrics.events import CheckpointSave
+    from rlmetrics.testing import data_points
+
+    _handle, reader, exporter = traced
+    logger = rlmetrics.Logger(backends={})
+    with rlmetrics.step(1), rlmetrics.phase("checkpoint", bucket="overhead"):
+        logger.log_rollout_checkpoint(CheckpointSave({"total_save_seconds": 2.5}))
+    [phase] = by_name(span_records(exporter))["rl.checkpoint"]
+    data = reader.get_metrics_data()
+    [point] = data_points(data, "rl.rollout.checkpoint.duration")
+    [exemplar] = point.exemplars
+    assert (f"{exemplar.trace_id:032x}", f"{exemplar.span_id:016x}") == (
+        phase.trace_id,
+        phase.span_id,
+    )
+    # A gauge is observed on the reader's thread, where no span is active: no exemplar.
+    for gauge in data_points(data, "rl.efficiency.seconds"):
+        assert not gauge.exemplars
+
+
+def test_a_carrier_makes_another_context_a_child_of_the_step(traced: Any) -> None:
+    _handle, _reader, exporter = traced
+    got: list[dict[str, str]] = []
+    with rlmetrics.step(2):
+        carrier = rlmetrics.trace_carrier()
+        env = rlmetrics.trace_env()
+
+    def remote() -> None:  # what a worker does with the carrier it was handed
+        with rlmetrics.trace_context(carrier), rlmetrics.phase("score", bucket="productive"):
+            got.append(rlmetrics.trace_carrier())
+
+    thread = threading.Thread(target=remote)
+    thread.start()
+    thread.join()
+    named = by_name(span_records(exporter))
+    [step] = named["rl.step"]
+    [score] = named["rl.score"]
+    assert carrier["traceparent"].startswith(f"00-{step.trace_id}-{step.span_id}-")
+    assert env == {"TRACEPARENT": carrier["traceparent"]}
+    assert (score.trace_id, score.parent_id) == (step.trace_id, step.span_id)
+    assert got[0]["traceparent"].split("-")[2] == score.span_id
+
+
+def test_carriers_are_empty_and_harmless_without_tracing() -> None:
+    assert rlmetrics.trace_carrier() == {} and rlmetrics.trace_env() == {}
+    with rlmetrics.trace_context({"traceparent": "garbage"}), rlmetrics.phase("x"):
+        pass
+
+
+def test_traces_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    with in_memory_tracing() as (handle, _reader, exporter):
+        assert handle.tracer_provider is None and not handle.tracing
+        with rlmetrics.step(1), rlmetrics.phase("generation"):
+            pass
+    assert exporter.get_finished_spans() == ()
+
+
+def test_span_ids_do_not_follow_the_random_module(traced: Any) -> None:
+    """Data-parallel ranks seed ``random`` alike; their span ids must still differ."""
+    import random
+
+    _handle, _reader, exporter = traced
+    ids = []
+    for _ in range(2):
+        random.seed(1234)
+        with rlmetrics.phase("generation"):
+            pass
+        ids.append(span_records(exporter)[-1].span_id)
+    assert ids[0] != ids[1]
