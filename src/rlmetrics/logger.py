@@ -18,7 +18,13 @@ from . import routing
 from ._fork import forget_in_child
 from ._warn import warn_once
 from .backends import Backend, available_backends
-from .backends.worker import DEFAULT_QUEUE_SIZE, BackendWorker, is_inline, snapshot
+from .backends.worker import (
+    DEFAULT_QUEUE_SIZE,
+    BackendWorker,
+    InlineBackend,
+    is_inline,
+    snapshot,
+)
 from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
@@ -75,7 +81,7 @@ class Logger:
         self.finish_timeout_s = finish_timeout_s
         # Inline backends are called under the lock on the caller's thread; the others are
         # handed to their worker, which queues without blocking.
-        self._inline = {n: b for n, b in self.backends.items() if is_inline(b)}
+        self._inline = {n: InlineBackend(n, b) for n, b in self.backends.items() if is_inline(b)}
         self._workers = {
             n: BackendWorker(n, b, queue_size)
             for n, b in self.backends.items()
@@ -150,13 +156,8 @@ class Logger:
             if self._finished:
                 return
             self._finished = True
-            for name, backend in self._inline.items():
-                try:
-                    backend.finish()
-                except Exception:
-                    warn_once(
-                        f"backend:{name}:finish", f"rlmetrics: backend {name!r} failed to finish"
-                    )
+            for inline in self._inline.values():
+                inline.finish()
         bound = self.finish_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + bound
         for worker in self._workers.values():
@@ -199,18 +200,12 @@ class Logger:
         with self._lock:
             if self._finished:
                 return
-            for name, backend in self._inline.items():
-                try:
-                    backend.log_metrics(flat, step, prefix)
-                except Exception:
-                    warn_once(
-                        f"backend:{name}:log",
-                        f"rlmetrics: backend {name!r} failed to log a step; the other backends "
-                        "and telemetry still got it",
-                    )
-        if self._workers:
-            # Taken now, once for every queued backend: the loop may refill its buffers
-            # before their threads write the row.
-            queued, queued_step = snapshot(flat), snapshot(step)
-            for worker in self._workers.values():
-                worker.log_metrics(queued, queued_step, prefix)
+            for inline in self._inline.values():
+                inline.log_metrics(flat, step, prefix)
+            if self._workers:
+                # Taken now, once for every queued backend: the loop may refill its buffers
+                # before their threads write the row. (Queuing never blocks; under the lock,
+                # no row is queued behind finish() and the counts stay exact.)
+                queued, queued_step = snapshot(flat), snapshot(step)
+                for worker in self._workers.values():
+                    worker.log_metrics(queued, queued_step, prefix)

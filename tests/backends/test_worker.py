@@ -262,3 +262,51 @@ def test_snapshot_cuts_cycles_and_depth_and_never_raises() -> None:
     taken = snapshot({"x": Broken([1]), "m": media, "y": 2.0})
     assert taken == {"x": "<unreadable Broken>", "m": media, "y": 2.0}
     assert taken["m"] is media
+
+
+class Raising:
+    """A tracker that raises on every call (its store is gone) — queued, or inline."""
+
+    def __init__(self, fail_from: int = 0) -> None:
+        self.fail_from = fail_from
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        if step >= self.fail_from:
+            raise OSError("store gone")
+
+    def finish(self) -> None: ...
+
+
+class RaisingInline(Raising):
+    inline = True
+
+
+class OffersRaising:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("raising", Raising)
+        register("raising-inline", RaisingInline)
+
+
+def test_finish_reports_how_many_rows_each_failing_backend_lost(
+    tmp_path: Path, caplog: Any
+) -> None:
+    register(OffersRaising(), "offers-raising")
+    logger = rlmetrics.Logger(
+        backends={
+            "raising": {"fail_from": 3},
+            "raising-inline": {},
+            "jsonl": {"path": tmp_path / "m.jsonl"},
+        }
+    )
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        for step in range(8):
+            logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
+        logger.finish(timeout_s=30)
+    # The first failure of each is said at once, and the count of what each lost at finish().
+    assert caplog.text.count("backend 'raising' failed to log a step") == 1
+    assert caplog.text.count("backend 'raising-inline' failed to log a step") == 1
+    assert "backend 'raising' finished; 5 of 8 rows failed to write" in caplog.text
+    assert "backend 'raising-inline' finished; 8 of 8 rows failed to write" in caplog.text
+    assert len(list(read_jsonl(tmp_path / "m.jsonl"))) == 8
+    assert "backend 'jsonl'" not in caplog.text

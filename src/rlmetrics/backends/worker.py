@@ -30,7 +30,14 @@ from .._warn import describe_value, logger, warn_once
 from ..flatten import key_text
 from ..values import as_plain, readable_items
 
-__all__ = ["DEFAULT_QUEUE_SIZE", "MAX_SNAPSHOT_DEPTH", "BackendWorker", "is_inline", "snapshot"]
+__all__ = [
+    "DEFAULT_QUEUE_SIZE",
+    "MAX_SNAPSHOT_DEPTH",
+    "BackendWorker",
+    "InlineBackend",
+    "is_inline",
+    "snapshot",
+]
 
 #: Rows a backend may fall behind before further rows for it are dropped.
 DEFAULT_QUEUE_SIZE = 10_000
@@ -106,12 +113,66 @@ def is_inline(backend: Any) -> bool:
     return getattr(backend, "inline", False) is True
 
 
+def _lost(rows: int, failed: int, dropped: int) -> list[str]:
+    """What a backend lost, as phrases for its finish report."""
+    lost = []
+    if failed:
+        lost.append(f"{failed} of {rows} rows failed to write")
+    if dropped:
+        lost.append(f"{dropped} rows dropped while it was not keeping up")
+    return lost
+
+
+def _report_failure(name: str) -> None:
+    warn_once(
+        f"backend:{name}:log",
+        f"rlmetrics: backend {name!r} failed to log a step; the other backends and telemetry "
+        "still got it. Its later failures are counted and reported when the Logger finishes",
+    )
+
+
+def _finish(name: str, backend: Any) -> None:
+    try:
+        backend.finish()
+    except Exception:
+        warn_once(f"backend:{name}:finish", f"rlmetrics: backend {name!r} failed to finish")
+
+
+class InlineBackend:
+    """Runs ``backend`` on the caller's thread, each call in its own guard, counting what
+    fails; the caller serialises calls (the Logger's lock)."""
+
+    def __init__(self, name: str, backend: Any) -> None:
+        self.name = name
+        self.backend = backend
+        self.rows = 0
+        self.failed = 0
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
+        self.rows += 1
+        try:
+            self.backend.log_metrics(metrics, step, prefix)
+        except Exception:
+            self.failed += 1
+            _report_failure(self.name)
+
+    def finish(self) -> None:
+        """Finish the backend and say how many rows it failed to write."""
+        _finish(self.name, self.backend)
+        lost = _lost(self.rows, self.failed, 0)
+        if lost:
+            logger.warning("rlmetrics: backend %r finished; %s", self.name, ", ".join(lost))
+
+
 class BackendWorker:
     """Runs ``backend`` on a daemon thread, fed by a queue of at most ``queue_size`` rows."""
 
     def __init__(self, name: str, backend: Any, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
         self.name = name
         self.backend = backend
+        #: Rows handed to it, rows it raised on, rows dropped because its queue was full.
+        self.rows = 0
+        self.failed = 0
         self.dropped = 0
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self._pid = os.getpid()
@@ -122,7 +183,8 @@ class BackendWorker:
 
     # -- the caller's side: never blocks ---------------------------------------------------
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
+        """Queue one row, which the caller has already taken as a :func:`snapshot`."""
         if os.getpid() != self._pid:
             # A forked child inherits the queue but not the thread that drains it.
             warn_once(
@@ -131,6 +193,7 @@ class BackendWorker:
                 "child logs through it are dropped (create a Logger in the child)",
             )
             return
+        self.rows += 1
         try:
             self._queue.put_nowait((metrics, step, prefix))
         except queue.Full:
@@ -146,27 +209,24 @@ class BackendWorker:
     def finish(self, deadline: float, timeout_s: float) -> None:
         """Write what is queued, then finish the backend, waiting until ``deadline``
         (``time.monotonic()``, ``timeout_s`` after the Logger's finish began); report what was
-        dropped or left unwritten."""
+        dropped, failed or left unwritten."""
         if os.getpid() != self._pid:
             return
         with contextlib.suppress(queue.Full):  # a full queue: the join below reports it
             self._queue.put(_FINISH, timeout=max(0.0, deadline - time.monotonic()))
         self._thread.join(max(0.0, deadline - time.monotonic()))
+        lost = _lost(self.rows, self.failed, self.dropped)
         if self._thread.is_alive():
             logger.warning(
                 "rlmetrics: backend %r did not finish within %.1f s: %d queued rows not "
-                "written, %d rows dropped while it was not keeping up",
+                "written%s",
                 self.name,
                 timeout_s,
                 self._queue.qsize(),
-                self.dropped,
+                "".join(f", {phrase}" for phrase in lost),
             )
-        elif self.dropped:
-            logger.warning(
-                "rlmetrics: backend %r finished; %d rows dropped while it was not keeping up",
-                self.name,
-                self.dropped,
-            )
+        elif lost:
+            logger.warning("rlmetrics: backend %r finished; %s", self.name, ", ".join(lost))
 
     # -- the backend's thread ------------------------------------------------------------
 
@@ -174,19 +234,10 @@ class BackendWorker:
         while True:
             item = self._queue.get()
             if item is _FINISH:
-                try:
-                    self.backend.finish()
-                except Exception:
-                    warn_once(
-                        f"backend:{self.name}:finish",
-                        f"rlmetrics: backend {self.name!r} failed to finish",
-                    )
+                _finish(self.name, self.backend)
                 return
             try:
                 self.backend.log_metrics(*item)
             except Exception:
-                warn_once(
-                    f"backend:{self.name}:log",
-                    f"rlmetrics: backend {self.name!r} failed to log a step; the other backends "
-                    "and telemetry still got it",
-                )
+                self.failed += 1
+                _report_failure(self.name)
