@@ -208,6 +208,25 @@ def test_readers_never_raise_and_a_failed_reading_omits_everything(render: Rende
     assert step_metrics([good, good], [good, dead]) == {}
 
 
+def test_a_malformed_line_costs_that_line_and_its_family_only(
+    render: Render, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One torn sample line (engine 1's prompt tokens) and a garbled HELP line: the families
+    they held are omitted for the step, every other family's deltas land, and the reading
+    says how many lines it skipped."""
+    after = render(AFTER).splitlines()
+    torn = next(
+        i for i, line in enumerate(after) if line.startswith(f'{PROMPT_TOKENS_FAMILY}_total{{engine="1"')
+    )
+    after[torn] = after[torn][:30]
+    help_line = next(i for i, line in enumerate(after) if line.startswith("# HELP vllm:"))
+    after[help_line] = "# HELP vllm:num_requests_running \\x unterminated \\"
+    with caplog.at_level("WARNING", logger="rlmetrics"):
+        result = step_metrics(read_text(render(BEFORE)), read_text("\n".join(after) + "\n"))
+    assert result == pytest.approx({k: v for k, v in EXPECTED.items() if k != PROMPT_TOKENS_KEY})
+    assert "1 malformed line" in caplog.text
+
+
 def test_a_snapshot_pickles(render: Render) -> None:
     snapshot = merge_snapshots([read_text(render(BEFORE)), read_text(render(AFTER))])
     assert pickle.loads(pickle.dumps(snapshot)) == snapshot

@@ -1,6 +1,7 @@
-"""The exposition reader under hostile text: it never raises and never hangs; text that does
-not parse is an empty reading (the step's rl.vllm.* series are then omitted), and the values
-of text that does are read exactly. Runs at 10**5 examples in ``tox -e fuzz``."""
+"""The exposition reader under hostile text: it never raises and never hangs; a line that does
+not parse costs that line only (the step's value of the family it held is omitted), and every
+other line's value is read exactly, so the other families' and engines' deltas land. Runs at
+10**5 examples in ``tox -e fuzz``."""
 
 from __future__ import annotations
 
@@ -9,8 +10,25 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rlmetrics_vllm.engine import Snapshot, read_text, step_metrics
-from vllm_support import FIXTURE
+import pytest
+from rlmetrics_vllm.engine import (
+    ENGINE_FAMILIES,
+    GENERATION_LENGTH_FAMILY,
+    GENERATION_LENGTH_MEAN_KEY,
+    GENERATION_TOKENS_FAMILY,
+    GENERATION_TOKENS_KEY,
+    GENERATIONS_FAILED_KEY,
+    GENERATIONS_OK_KEY,
+    PROMPT_LENGTH_FAMILY,
+    PROMPT_LENGTH_MEAN_KEY,
+    PROMPT_TOKENS_FAMILY,
+    PROMPT_TOKENS_KEY,
+    REQUEST_SUCCESS_FAMILY,
+    Snapshot,
+    read_text,
+    step_metrics,
+)
+from vllm_support import FIXTURE, EngineValues, render_exposition
 
 TEXT = FIXTURE.read_text()
 LINES = TEXT.splitlines()
@@ -50,3 +68,91 @@ def test_fuzz_read_text_never_raises(text: str) -> None:
     assert time.monotonic() - started < 5.0
     assert isinstance(snapshot, Snapshot)
     assert all(value == 0 for value in result.values())  # a reading against itself: no work
+
+
+# Two engines' readings before and after a step, and the step's keys (see test_vllm_engine).
+_BEFORE = {
+    "0": EngineValues(100, 400, 100, 4, 400, 4, {"stop": 3, "length": 1}),
+    "1": EngineValues(50, 90, 50, 2, 90, 2, {"stop": 1, "abort": 1}),
+}
+_AFTER = {
+    "0": EngineValues(160, 700, 160, 7, 700, 7, {"stop": 5, "length": 2}),
+    "1": EngineValues(90, 150, 90, 4, 150, 4, {"stop": 2, "abort": 2}),
+}
+_EXPECTED = {
+    PROMPT_TOKENS_KEY: 100,
+    GENERATION_TOKENS_KEY: 360,
+    PROMPT_LENGTH_MEAN_KEY: 20.0,
+    GENERATION_LENGTH_MEAN_KEY: 72.0,
+    GENERATIONS_OK_KEY: 4,
+    GENERATIONS_FAILED_KEY: 1,
+}
+#: The family each step key is computed from.
+_KEY_FAMILY = {
+    PROMPT_TOKENS_KEY: PROMPT_TOKENS_FAMILY,
+    GENERATION_TOKENS_KEY: GENERATION_TOKENS_FAMILY,
+    PROMPT_LENGTH_MEAN_KEY: PROMPT_LENGTH_FAMILY,
+    GENERATION_LENGTH_MEAN_KEY: GENERATION_LENGTH_FAMILY,
+    GENERATIONS_OK_KEY: REQUEST_SUCCESS_FAMILY,
+    GENERATIONS_FAILED_KEY: REQUEST_SUCCESS_FAMILY,
+}
+_READINGS = {"before": render_exposition(_BEFORE), "after": render_exposition(_AFTER)}
+
+
+def _families_in(text: str) -> set[str]:
+    """The families read whose name ``text`` mentions (a prefix match, so it over-counts:
+    ``vllm:prompt_tokens_by_source`` counts as ``vllm:prompt_tokens``)."""
+    return {family for family in ENGINE_FAMILIES if family in text}
+
+
+@st.composite
+def mutated(draw: st.DrawFn, which: str) -> tuple[str, set[str], list[str]]:
+    """One reading with lines dropped, replaced, truncated or given bad values: the text, the
+    families a mutation touched, and the original lines no mutation touched."""
+    lines = _READINGS[which].splitlines()
+    touched: set[int] = set()
+    families: set[str] = set()
+    for _ in range(draw(st.integers(1, 6))):
+        index = draw(st.integers(0, len(lines) - 1))
+        action = draw(st.sampled_from(["drop", "replace", "truncate", "value"]))
+        families |= _families_in(lines[index])
+        touched.add(index)
+        if action == "drop":
+            lines[index] = ""
+        elif action == "replace":
+            lines[index] = draw(_garbage)
+            families |= _families_in(lines[index])
+        elif action == "truncate":
+            lines[index] = lines[index][: draw(st.integers(0, len(lines[index])))]
+        elif not lines[index].startswith("#") and " " in lines[index]:
+            lines[index] = lines[index].rsplit(" ", 1)[0] + " " + draw(_numbers)
+    kept = [line for i, line in enumerate(_READINGS[which].splitlines()) if i not in touched]
+    return "\n".join(lines) + "\n", families, kept
+
+
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
+@given(before=mutated("before"), after=mutated("after"), intact=st.sampled_from([0, 1, 2]))
+def test_fuzz_a_malformed_line_costs_only_its_line_and_family(
+    before: tuple[str, set[str], list[str]],
+    after: tuple[str, set[str], list[str]],
+    intact: int,
+) -> None:
+    # Either reading, or both, mutated; an intact one is the real text.
+    texts = [before[0] if intact != 1 else _READINGS["before"]]
+    texts.append(after[0] if intact != 2 else _READINGS["after"])
+    touched = (before[1] if intact != 1 else set()) | (after[1] if intact != 2 else set())
+    started = time.monotonic()
+    readings = [read_text(text) for text in texts]
+    result = step_metrics(*readings)
+    assert time.monotonic() - started < 5.0
+    # Every line no mutation touched is read, exactly.
+    for side, (reading, (_text, _families, kept)) in enumerate(
+        zip(readings, (before, after), strict=True), start=1
+    ):
+        if side != intact:
+            untouched = read_text("\n".join(kept)).parts[0]
+            assert {k: reading.parts[0].get(k) for k in untouched} == untouched
+    # Every family no mutation touched gives its exact delta, both engines summed.
+    for key, family in _KEY_FAMILY.items():
+        if family not in touched:
+            assert result.get(key) == pytest.approx(_EXPECTED[key]), (key, touched)

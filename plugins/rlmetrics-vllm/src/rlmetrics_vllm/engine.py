@@ -19,6 +19,7 @@ import math
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import REGISTRY
 from prometheus_client.metrics_core import Metric
@@ -159,12 +160,8 @@ def read_families(families: Iterable[Metric]) -> Snapshot:
     """
     part: dict[SampleKey, float] = {}
     for family in families:
-        wanted = _WANTED.get(family.name)
-        if wanted is None:
-            continue
-        for sample in family.samples:
-            if sample.name in wanted and math.isfinite(sample.value):
-                part[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+        if family.name in _WANTED:
+            _keep(part, family.samples)
     return Snapshot((part,))
 
 
@@ -183,18 +180,55 @@ def read_registry(registry: Collector | None = None) -> Snapshot:
         return Snapshot()
 
 
+#: Every sample name read, whichever family (or none) a text exposition files it under.
+_WANTED_SAMPLES: frozenset[str] = frozenset().union(*_WANTED.values())
+
+
+def _sample_name(line: str) -> str:
+    """The sample name a text exposition line starts with (empty for a blank line)."""
+    return line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
+
+
 def read_text(text: str) -> Snapshot:
     """A snapshot of a Prometheus text exposition (what a vLLM server's ``/metrics`` serves).
-    Never raises: unparsable text gives an empty snapshot."""
+
+    Each sample line of a family read is parsed on its own by ``prometheus_client``'s text
+    parser, and the other lines (comments, families not read) are not parsed at all: a line
+    that does not parse costs that line only, reported once with the count. (Its series then
+    differs between the step's two readings, so :func:`step_metrics` omits that family's
+    value for the step and keeps the others.) Never raises."""
+    part: dict[SampleKey, float] = {}
+    malformed = 0
     try:
-        return read_families(text_string_to_metric_families(text))
-    except Exception:
+        lines = text.splitlines()
+    except Exception:  # not a string
+        lines = []
+        malformed = 1
+    for line in lines:
+        if line.startswith("#") or _sample_name(line) not in _WANTED_SAMPLES:
+            continue
+        try:
+            families = list(text_string_to_metric_families(line + "\n"))
+        except Exception:
+            malformed += 1
+            continue
+        for family in families:
+            _keep(part, family.samples)
+    if malformed:
         warn_once(
             "vllm:read_text",
-            "rlmetrics-vllm: the vLLM metrics text did not parse; this "
-            "reading is empty, so the step's rl.vllm.* series are omitted",
+            f"rlmetrics-vllm: {malformed} malformed line(s) of the vLLM metrics text skipped; "
+            "a metric family they held is omitted for the step, the others are read. Later "
+            "readings with malformed lines are reported at DEBUG",
         )
-        return Snapshot()
+    return Snapshot((part,))
+
+
+def _keep(part: dict[SampleKey, float], samples: Iterable[Any]) -> None:
+    """Add the wanted, finite samples to ``part``."""
+    for sample in samples:
+        if sample.name in _WANTED_SAMPLES and math.isfinite(sample.value):
+            part[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
 
 
 def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
