@@ -215,9 +215,8 @@ def test_a_malformed_line_costs_that_line_and_its_family_only(
     they held are omitted for the step, every other family's deltas land, and the reading
     says how many lines it skipped."""
     after = render(AFTER).splitlines()
-    torn = next(
-        i for i, line in enumerate(after) if line.startswith(f'{PROMPT_TOKENS_FAMILY}_total{{engine="1"')
-    )
+    engine_1 = f'{PROMPT_TOKENS_FAMILY}_total{{engine="1"'
+    torn = next(i for i, line in enumerate(after) if line.startswith(engine_1))
     after[torn] = after[torn][:30]
     help_line = next(i for i, line in enumerate(after) if line.startswith("# HELP vllm:"))
     after[help_line] = "# HELP vllm:num_requests_running \\x unterminated \\"

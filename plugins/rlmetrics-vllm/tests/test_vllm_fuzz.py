@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-import pytest
 from rlmetrics_vllm.engine import (
     ENGINE_FAMILIES,
     GENERATION_LENGTH_FAMILY,

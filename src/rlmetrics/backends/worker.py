@@ -218,8 +218,7 @@ class BackendWorker:
         lost = _lost(self.rows, self.failed, self.dropped)
         if self._thread.is_alive():
             logger.warning(
-                "rlmetrics: backend %r did not finish within %.1f s: %d queued rows not "
-                "written%s",
+                "rlmetrics: backend %r did not finish within %.1f s: %d queued rows not written%s",
                 self.name,
                 timeout_s,
                 self._queue.qsize(),
