@@ -299,6 +299,39 @@ def test_hook_register_check_exemptions() -> None:
     assert findings() == []
 
 
+def test_hook_register_key_maps(tmp_path: Path) -> None:
+    from rlmetrics.check import check_plugins
+    from rlmetrics.plugins import get_plugins
+    from rlmetrics.registry import default_registry
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_key_maps(self, register: Any) -> None:
+            register(
+                rlmetrics.KeyMap("hooked", [rlmetrics.KeyRule("score", series="rl.grad_norm")])
+            )
+            register(rlmetrics.KeyMap("hooked-bad", [rlmetrics.KeyRule("x", series="no.such")]))
+
+    register(Offers(), "offers-key-maps")
+    path = tmp_path / "m.jsonl"
+    with rlmetrics.start(readers=[reader := _reader()]):
+        with rlmetrics.Logger(backends={"jsonl": {"path": path}}, key_map="hooked") as logger:
+            logger.log_metrics({"score": 2.5}, step=1, prefix="train")
+        assert single(points(reader), "rl.grad_norm").value == 2.5
+    assert [row["metrics"] for row in read_jsonl(path)] == [{"score": 2.5}]
+    result = check_plugins(get_plugins(), default_registry().declared())
+    assert {"hooked", "hooked-bad"} <= set(result.key_maps)
+    assert [(f.rule, f.plugin, f.attribute) for f in result.findings if f.rule == "key-map"] == [
+        ("key-map", "(in process):offers-key-maps", "x")
+    ]
+
+
+def _reader() -> Any:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    return InMemoryMetricReader()
+
+
 # -- the checks on the checks -------------------------------------------------------------------
 
 

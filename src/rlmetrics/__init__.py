@@ -17,6 +17,7 @@ from ._version import __version__
 if TYPE_CHECKING:
     from ._warn import describe_value, warn_once
     from .hookspecs import hookimpl
+    from .keymaps import KeyMap, KeyRule
     from .logger import Logger
     from .registry import (
         DeclarationError,
@@ -51,6 +52,8 @@ _WHERE = {
     "describe_value": "._warn",
     "warn_once": "._warn",
     "hookimpl": ".hookspecs",
+    "KeyMap": ".keymaps",
+    "KeyRule": ".keymaps",
     "Logger": ".logger",
     "DeclarationError": ".registry",
     "LateDeclarationError": ".registry",
@@ -88,6 +91,8 @@ _WHERE = {
 __all__ = [
     "__version__",
     "DeclarationError",
+    "KeyMap",
+    "KeyRule",
     "Kind",
     "LateDeclarationError",
     "Logger",

@@ -28,14 +28,17 @@ Rules:
 - ``description``: a spec says what it measures (a warning).
 - ``load``: a plugin that failed to import declared nothing that can be checked (an error:
   its declarations may be the reason).
+- ``key-map``: every key map offered (``register_key_maps``) maps onto declared series it can
+  record into, with declared attributes, and onto known efficiency categories; no two of its
+  keys land on one series (or one category).
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -43,6 +46,9 @@ from .dashboard.promql import prometheus_name, prometheus_unit
 from .plugins import FAILED, PluginInfo, Plugins, normalize
 from .registry import Declared
 from .spec import Kind
+
+if TYPE_CHECKING:
+    from .keymaps import KeyMap, KeyRule
 
 __all__ = [
     "ERROR",
@@ -52,6 +58,7 @@ __all__ = [
     "Exemption",
     "Finding",
     "check_declared",
+    "check_key_maps",
     "check_plugins",
 ]
 
@@ -68,6 +75,7 @@ RULES: Mapping[str, str] = {
     "duplicate-name": "one name, one series (also once translated to Prometheus)",
     "description": "every series says what it measures",
     "load": "the plugin imported (a failed one declared nothing checkable)",
+    "key-map": "a key map's targets are declared and recordable; no two keys on one series",
 }
 
 
@@ -134,6 +142,7 @@ class CheckResult:
     findings: tuple[Finding, ...]
     exempt: tuple[Finding, ...]
     checked: tuple[str, ...]
+    key_maps: tuple[str, ...] = ()
 
     @property
     def errors(self) -> int:
@@ -146,6 +155,7 @@ class CheckResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "checked": len(self.checked),
+            "key_maps": list(self.key_maps),
             "errors": self.errors,
             "warnings": self.warnings,
             "findings": [f.as_dict() for f in self.findings],
@@ -412,6 +422,10 @@ def check_plugins(
     plugins.hooks.register_check_exemptions(exemptions.append)
     plugin_of = _owning_plugin(plugins)
     failed = [info for info in plugins.infos if info.status == FAILED]
+    from .keymaps import available_key_maps
+
+    maps = available_key_maps(plugins)
+    every = declared
     if only is not None:
         wanted = normalize(only)
         chosen = {
@@ -422,4 +436,110 @@ def check_plugins(
         keep = {s for info in plugins.infos if info.name in chosen for s in info.series}
         declared = [item for item in declared if item.spec.name in keep]
         failed = [info for info in failed if info.name in chosen]
-    return check_declared(declared, plugin_of, exemptions, failed)
+        maps = {name: offer for name, offer in maps.items() if offer[0] in chosen}
+    result = check_declared(declared, plugin_of, exemptions, failed)
+    labels = {info.name: _plugin_label(info) for info in plugins.infos}
+    offered = [(labels.get(owner, owner), key_map) for owner, key_map in maps.values()]
+    findings = check_key_maps(offered, every, _efficiency_categories())
+    return attrs.evolve(
+        result,
+        findings=result.findings + tuple(findings),
+        key_maps=tuple(sorted(maps)),
+    )
+
+
+# -- key maps ----------------------------------------------------------------------------------
+
+
+def _efficiency_categories() -> frozenset[str]:
+    """The categories the efficiency family exports, and the two wall times of a summary.
+
+    The category table is the family's (the core names none); only this lint reads it.
+    """
+    from .families.efficiency import MEASUREMENTS
+    from .keymaps import EFFICIENCY_TARGETS
+
+    return frozenset(MEASUREMENTS) | EFFICIENCY_TARGETS
+
+
+#: The series every efficiency category lands in; a map with categories needs it declared.
+_EFFICIENCY_SERIES = "rl.efficiency.seconds"
+
+
+def _series_problems(rule: KeyRule, item: Declared | None) -> list[str]:
+    if item is None:
+        return [f"maps to {rule.series!r}, which no loaded plugin declares"]
+    spec = item.spec
+    if spec.kind.observable:
+        return [
+            f"maps to {spec.name!r}, an observable {spec.kind.value}: its callback reports "
+            "it, nothing can be recorded into it"
+        ]
+    allowed = dict(spec.attributes)
+    problems = []
+    for key, value in rule.attributes:
+        if key not in allowed:
+            problems.append(f"attribute {key!r} is not declared on {spec.name!r}")
+        elif allowed[key] is not None and value not in (allowed[key] or ()):
+            problems.append(f"{spec.name!r} does not allow {key}={value!r}")
+    if rule.attribute is not None:
+        if rule.attribute not in allowed:
+            problems.append(
+                f"the part '*' matches becomes attribute {rule.attribute!r}, which "
+                f"{spec.name!r} does not declare"
+            )
+        elif allowed[rule.attribute] is not None:
+            problems.append(
+                f"{spec.name!r} closes {rule.attribute!r} to "
+                f"{sorted(allowed[rule.attribute] or ())}: a key whose '*' part is another "
+                "name would be dropped"
+            )
+    return problems
+
+
+def check_key_maps(
+    offered: Iterable[tuple[str, KeyMap]],
+    declared: Sequence[Declared],
+    categories: Collection[str],
+) -> list[Finding]:
+    """Lint key maps (``(offering plugin, map)`` pairs) against the declared series and the
+    known efficiency ``categories``: every target exists and can take the map's points, and
+    no two keys of a map land on one series (with the same attributes) or one category."""
+    by_name = {item.spec.name: item for item in declared}
+    findings: list[Finding] = []
+    for plugin, key_map in offered:
+        subject = f"keymap:{key_map.name}"
+        taken: dict[tuple[Any, ...], str] = {}
+
+        def add(rule: KeyRule, message: str) -> None:
+            findings.append(Finding(ERROR, "key-map", plugin, subject, message, rule.key))  # noqa: B023
+
+        for rule in key_map.rules:
+            if rule.series is not None:
+                for problem in _series_problems(rule, by_name.get(rule.series)):
+                    add(rule, problem)
+                target: tuple[Any, ...] = ("series", rule.series, rule.attributes, rule.attribute)
+            elif rule.category is not None:
+                if rule.category not in categories:
+                    add(
+                        rule,
+                        f"category {rule.category!r} is not one the efficiency family exports "
+                        f"(known: {sorted(categories)})",
+                    )
+                elif _EFFICIENCY_SERIES not in by_name:
+                    add(
+                        rule,
+                        f"maps to a category, but no loaded plugin declares {_EFFICIENCY_SERIES!r}",
+                    )
+                target = ("category", rule.category)
+            else:
+                continue
+            if target in taken:
+                add(
+                    rule,
+                    f"{rule.target()!r} is also the target of key {taken[target]!r}: "
+                    "one series, one key",
+                )
+            else:
+                taken[target] = rule.key
+    return findings

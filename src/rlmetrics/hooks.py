@@ -273,8 +273,12 @@ class Hooks:
     def register_check_exemptions(self, register: Callable[[Exemption], None]) -> None:
         _fan_out(self._hook.register_check_exemptions, register=register)
 
+    def register_key_maps(self, register: Callable[[KeyMap], None]) -> None:
+        _fan_out(self._hook.register_key_maps, register=register)
+
 
 if TYPE_CHECKING:
     from .check import Exemption
     from .dashboard.model import RowBuilder
     from .demo.parts import DemoPartFactory
+    from .keymaps import KeyMap

@@ -188,6 +188,7 @@ if TYPE_CHECKING:
     from .check import Exemption
     from .dashboard.model import RowBuilder
     from .demo.parts import DemoPartFactory
+    from .keymaps import KeyMap
 
 
 @hookspec
@@ -221,4 +222,16 @@ def register_check_exemptions(register: Callable[[Exemption], None]) -> None:
     Call ``register(Exemption(rule, names, reason))`` for series whose names a specification
     fixes (NeMo Gym's ``_ms`` and ``_total`` names, say); ``rlmetrics check`` then reports
     them as exempt, with the reason, instead of as findings.
+    """
+
+
+@hookspec
+def register_key_maps(register: Callable[[KeyMap], None]) -> None:
+    """Offer key maps: which key a trainer logs is which declared series.
+
+    Call ``register(KeyMap("name", [KeyRule(...), ...]))`` (:mod:`rlmetrics.keymaps`);
+    ``Logger(key_map="name")`` then records each listed key of a train dict into its series
+    (or efficiency category) while every backend still gets the trainer's own keys.
+    ``rlmetrics check`` lints each map offered: its series are declared, its categories known,
+    no two keys land on one series.
     """

@@ -28,6 +28,7 @@ from .backends.worker import (
 from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
+from .keymaps import KeyMap, KeyMapper, resolve_key_map
 from .plugins import hooks
 from .tracing import close_open_scopes
 
@@ -49,6 +50,11 @@ class Logger:
     queue of ``queue_size`` rows (:mod:`rlmetrics.backends.worker`), so a stalled tracker
     costs its own rows, never the loop's time; ``finish()`` waits at most
     ``finish_timeout_s`` for them.
+
+    ``key_map`` (a name such as ``"trl"``, or a :class:`~rlmetrics.keymaps.KeyMap`) says
+    which key a trainer logs is which declared series: the backends still get the trainer's
+    keys, the plugins (the OpenTelemetry tee) the map's (:mod:`rlmetrics.keymaps`). An
+    unknown name raises here.
     """
 
     def __init__(
@@ -57,7 +63,9 @@ class Logger:
         *,
         queue_size: int = DEFAULT_QUEUE_SIZE,
         finish_timeout_s: float = DEFAULT_FINISH_TIMEOUT_S,
+        key_map: str | KeyMap | None = None,
     ) -> None:
+        self._key_map = None if key_map is None else KeyMapper(resolve_key_map(key_map))
         config = {"jsonl": {}} if backends is None else dict(backends)
         factories = available_backends()
         unknown = sorted(set(config) - set(factories))
@@ -105,11 +113,14 @@ class Logger:
             flat = flatten(metrics)
             prefix = key_text(prefix) if prefix else ""
             taken = routing.take(prefix, flat, hooks().wanted)
+            # The backends get the trainer's keys; the plugins get the key map's (a new dict).
+            tee = flat if self._key_map is None else self._key_map.tee(flat, prefix)
             self._log(
                 flat,
                 step,
                 prefix,
-                lambda plugins: routing.deliver(taken, plugins, prefix, flat, step),
+                lambda plugins: routing.deliver(taken, plugins, prefix, tee, step),
+                tee=tee,
             )
         except Exception:
             warn_once("logger:log_metrics", "rlmetrics: Logger.log_metrics failed; step dropped")
@@ -187,12 +198,14 @@ class Logger:
         step: int,
         prefix: str,
         typed: Callable[[Hooks], None],
+        tee: Mapping[str, Any] | None = None,
     ) -> None:
-        """Backends first, then the typed hook this dict stands for, then ``log_metrics``."""
+        """Backends first, then the typed hook this dict stands for, then ``log_metrics``
+        (with ``tee``, the dict as a key map made it, when given)."""
         self._to_backends(flat, step, prefix)
         plugins = hooks()
         typed(plugins)
-        plugins.log_metrics(flat, step, prefix)
+        plugins.log_metrics(flat if tee is None else tee, step, prefix)
 
     def _to_backends(self, flat: Mapping[str, Any], step: int, prefix: str) -> None:
         # One lock for the inline backends: a sampler thread and the training loop may both

@@ -2,7 +2,9 @@
 and namespace, UCUM units, the unit not repeated in the name, no _total on OpenTelemetry
 names (Prometheus adds it to counters), histogram buckets present and strictly increasing,
 open attributes that look unbounded (ids, steps, paths, free text) or belong on the resource,
-one name declared twice (also once translated to Prometheus), plugins that failed to load.
+one name declared twice (also once translated to Prometheus), plugins that failed to load,
+and every key map offered (its series declared and recordable, its categories known, no two
+keys on one series).
 
 One line per finding, naming the plugin and the series; exit status 1 when any is an error.
 Departures a family's specification fixes (Gym's _ms and _total names) are declared by that
@@ -53,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(finding.line() + "\n")
         sys.stdout.write(
             f"{len(result.checked)} series checked: {result.errors} errors, "
-            f"{result.warnings} warnings, {len(result.exempt)} exempt\n"
+            f"{result.warnings} warnings, {len(result.exempt)} exempt; "
+            f"{len(result.key_maps)} key maps checked\n"
         )
     return 1 if any(f.severity == ERROR for f in result.findings) else 0

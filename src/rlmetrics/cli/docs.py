@@ -1,6 +1,7 @@
 """Regenerate the metric tables inside markdown pages from the declared series of every
 installed plugin. A page marks a table with <!-- rlmetrics:metrics MODULE... --> and
-<!-- /rlmetrics:metrics -->; --check only says which pages are stale (exit status 1)."""
+<!-- /rlmetrics:metrics -->, a key map's table with <!-- rlmetrics:keymap NAME --> and
+<!-- /rlmetrics:keymap -->; --check only says which pages are stale (exit status 1)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 from ..catalogue import update_tables
+from ..keymaps import available_key_maps
+from ..keymaps.tables import update_key_map_tables
 from ..plugins import load_plugins
 from ..registry import default_registry
 
@@ -24,12 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    load_plugins()
+    plugins = load_plugins()
     declared = default_registry().declared()
+    maps = {name: key_map for name, (_owner, key_map) in available_key_maps(plugins).items()}
     stale = []
     for page in args.pages:
         text = page.read_text(encoding="utf-8")
-        updated = update_tables(text, declared)
+        updated = update_key_map_tables(update_tables(text, declared), maps, declared)
         if updated != text:
             stale.append(page)
             if not args.check:
