@@ -86,6 +86,9 @@ def test_trl_keys_land_in_their_series_and_backends_keep_the_trainers_keys(
     assert values["rl.response.length.mean"] == 8.0
     assert values["rl.grad_norm"] == 1.5
     assert values["rl.learning_rate"] == 1e-6
+    # Each reward function is a component of the one declared series, not a key of its own.
+    component = {"rl.reward.component": "length_reward"}
+    assert single(found, "rl.reward.component_mean", **component).value == 7.5
     # TRL's step time is not turned into an efficiency summary it never measured.
     assert not [p for p in found if p.name.startswith("rl.efficiency")]
     assert tee.summaries == []
@@ -96,6 +99,29 @@ def test_trl_keys_land_in_their_series_and_backends_keep_the_trainers_keys(
     ((metrics, step, prefix),) = tee.metrics
     assert (step, prefix) == (3, "train")
     assert metrics == {}
+
+
+@pytest.mark.parametrize("count", [3, 300])
+def test_reward_functions_past_the_cap_are_recorded_as_other(count: int) -> None:
+    from rlmetrics.families.training import MAX_REWARD_COMPONENTS
+
+    step = {f"rewards/fn{i:04d}/mean": float(i) for i in range(count)}
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={}, key_map="trl")
+        for n in range(2):
+            logger.log_metrics(step, step=n, prefix="train")
+        found = [p for p in points(reader) if p.name == "rl.reward.component_mean"]
+        mapper = logger._key_map
+        assert mapper is not None
+        admitted = len(next(iter(mapper._bounded.values())))
+    names = {p.attributes["rl.reward.component"]: p.value for p in found}
+    kept = min(count, MAX_REWARD_COMPONENTS)
+    assert admitted == kept  # memory holds the admitted names only, however many arrive
+    assert {n: v for n, v in names.items() if n != "other"} == {
+        f"fn{i:04d}": float(i) for i in range(kept)
+    }
+    if count > kept:
+        assert names["other"] == float(count - 1)  # the last folded one, as a gauge keeps it
 
 
 def test_unlisted_keys_reach_the_plugins_as_they_are(tee: Tee) -> None:

@@ -5,7 +5,9 @@ NeMo-RL ``kl_penalty``). A :class:`KeyMap` says, as data, what each of a trainer
 
 - a declared series (``KeyRule("kl", series="rl.kl.divergence")``), recorded as it is logged;
   a pattern with one ``*`` fills an attribute of the series with the part it matched
-  (``KeyRule("rewards/*/mean", series=..., attribute="rl.reward.component")``);
+  (``KeyRule("rewards/*/mean", series=..., attribute="rl.reward.component")``), bounded as a
+  family bounds names that come from logged keys: the first ``max_series - 1`` names a
+  telemetry session meets stand for themselves, later ones are recorded as ``other``;
 - an efficiency category, for timing keys (``KeyRule("timing_s/update_weights",
   category="idle/refit_bubble")``), or the step's wall time (:data:`STEP_WALL_TIME`): they
   reach ``on_efficiency_summary`` as if the loop had logged ``efficiency/<category>_s``;
@@ -36,6 +38,7 @@ from .._warn import warn_once
 from ..events import EFFICIENCY_PREFIX, TRAIN_PREFIXES
 from ..hooks import collect_offers
 from ..registry import default_registry, is_exporting, record
+from ..values import BoundedValues, key_attribute
 
 if TYPE_CHECKING:
     from ..plugins import Plugins
@@ -276,6 +279,7 @@ class KeyMapper:
         self._plans: dict[tuple[str, ...], _Plan] = {}
         self._declared_for: object = None
         self._declared: dict[str, Declared] = {}
+        self._bounded: dict[KeyRule, BoundedValues] = {}
 
     def tee(self, flat: dict[str, Any], prefix: str) -> dict[str, Any]:
         """What the plugins get of ``flat``, a dict every backend got as it is: the mapped
@@ -332,8 +336,21 @@ class KeyMapper:
         handle = current()
         if handle is not self._declared_for:
             self._declared = {d.spec.name: d for d in default_registry().declared()}
+            self._bounded = {}  # each session admits its own first names
             self._declared_for = handle
         return self._declared
+
+    def _label(self, rule: KeyRule, matched: str, declared: Declared) -> str | None:
+        """The attribute value a pattern's matched part is recorded under: itself among the
+        first names of an open attribute, ``other`` past them; None if it is not a safe
+        attribute value (reported once)."""
+        name = key_attribute(matched, f"key map {self.key_map.name!r} {rule.attribute}")
+        if name is None or dict(declared.spec.attributes).get(rule.attribute or "") is not None:
+            return name  # a closed attribute: the registry admits its own values only
+        bounded = self._bounded.get(rule)
+        if bounded is None:
+            bounded = self._bounded[rule] = BoundedValues(max(1, declared.spec.max_series - 1))
+        return bounded(name)
 
     def _record(self, plan: _Plan, flat: Mapping[str, Any]) -> None:
         targets = self._targets()
@@ -347,4 +364,8 @@ class KeyMapper:
                     "backends only (rlmetrics check lints the map)",
                 )
                 continue
+            if matched is not None and rule.attribute is not None:
+                matched = self._label(rule, matched, declared)
+                if matched is None:
+                    continue
             record(declared.group, {declared.spec.key: flat[key]}, rule.point_attributes(matched))

@@ -43,7 +43,12 @@ TRL = KeyMap(
         KeyRule("completions/mean_length", series=_LENGTH),
         KeyRule("grad_norm", series=_GRAD_NORM),
         KeyRule("learning_rate", series=_LR),
-        KeyRule("rewards/*/mean", note="one reward function's mean"),
+        KeyRule(
+            "rewards/*/mean",
+            series="rl.reward.component_mean",
+            attribute="rl.reward.component",
+            note="one reward function's mean; the function's name is the component",
+        ),
         KeyRule("rewards/*/std", note="one reward function's spread"),
         *_backends("reward_std", "frac_reward_zero_std", "num_tokens"),
         *_backends(
