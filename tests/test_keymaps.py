@@ -345,17 +345,21 @@ def test_an_exact_key_wins_over_a_pattern_and_a_star_is_one_segment() -> None:
 
 @pytest.mark.parametrize("key_map", [TRL, VERL, OPENRLHF], ids=lambda m: m.name)
 def test_the_core_maps_pass_their_own_lint(key_map: KeyMap) -> None:
-    from rlmetrics.check import _efficiency_categories
+    from rlmetrics.check import efficiency_categories
+    from rlmetrics.plugins import get_plugins
     from rlmetrics.registry import default_registry
 
     assert (
-        check_key_maps([("core", key_map)], default_registry().declared(), _efficiency_categories())
+        check_key_maps(
+            [("core", key_map)], default_registry().declared(), efficiency_categories(get_plugins())
+        )
         == []
     )
 
 
 def test_the_lint_names_each_broken_target() -> None:
-    from rlmetrics.check import _efficiency_categories
+    from rlmetrics.check import efficiency_categories
+    from rlmetrics.plugins import get_plugins
     from rlmetrics.registry import default_registry
 
     rlmetrics.declare(
@@ -386,7 +390,9 @@ def test_the_lint_names_each_broken_target() -> None:
         ],
     )
     findings = check_key_maps(
-        [("acme:maps", key_map)], default_registry().declared(), _efficiency_categories()
+        [("acme:maps", key_map)],
+        default_registry().declared(),
+        efficiency_categories(get_plugins()),
     )
     by_key = {f.attribute: f.message for f in findings}
     assert all(
@@ -397,7 +403,7 @@ def test_the_lint_names_each_broken_target() -> None:
     assert "closes 'lint.kind'" in by_key["pat/*"]
     assert "does not declare" in by_key["pat2/*"]
     assert "does not allow lint.kind='c'" in by_key["fixed"]
-    assert "not one the efficiency family exports" in by_key["cat"]
+    assert "is no phase a plugin offers" in by_key["cat"]
     assert "also the target of key 'loss'" in by_key["pg_loss"]
     assert "also the target of key 't1'" in by_key["t2"]
     assert set(by_key) == {"missing", "obs", "pat/*", "pat2/*", "fixed", "cat", "pg_loss", "t2"}

@@ -60,6 +60,7 @@ __all__ = [
     "check_declared",
     "check_key_maps",
     "check_plugins",
+    "efficiency_categories",
 ]
 
 ERROR, WARNING = "error", "warning"
@@ -440,7 +441,7 @@ def check_plugins(
     result = check_declared(declared, plugin_of, exemptions, failed)
     labels = {info.name: _plugin_label(info) for info in plugins.infos}
     offered = [(labels.get(owner, owner), key_map) for owner, key_map in maps.values()]
-    findings = check_key_maps(offered, every, _efficiency_categories())
+    findings = check_key_maps(offered, every, efficiency_categories(plugins))
     return attrs.evolve(
         result,
         findings=result.findings + tuple(findings),
@@ -451,15 +452,14 @@ def check_plugins(
 # -- key maps ----------------------------------------------------------------------------------
 
 
-def _efficiency_categories() -> frozenset[str]:
-    """The categories the efficiency family exports, and the two wall times of a summary.
-
-    The category table is the family's (the core names none); only this lint reads it.
-    """
-    from .families.efficiency import MEASUREMENTS
+def efficiency_categories(plugins: Plugins) -> frozenset[str]:
+    """The categories a key map may name: every phase a plugin offers to ``rlmetrics.phase``
+    (``register_phases``; the efficiency family offers each category it exports) and the two
+    wall times of a summary."""
+    from .hooks import collect_offers
     from .keymaps import EFFICIENCY_TARGETS
 
-    return frozenset(MEASUREMENTS) | EFFICIENCY_TARGETS
+    return frozenset(collect_offers("phase", plugins.hooks.register_phases)) | EFFICIENCY_TARGETS
 
 
 #: The series every efficiency category lands in; a map with categories needs it declared.
@@ -523,8 +523,9 @@ def check_key_maps(
                 if rule.category not in categories:
                     add(
                         rule,
-                        f"category {rule.category!r} is not one the efficiency family exports "
-                        f"(known: {sorted(categories)})",
+                        f"category {rule.category!r} is no phase a plugin offers (the "
+                        "efficiency family offers the categories it exports: "
+                        f"{sorted(categories)})",
                     )
                 elif _EFFICIENCY_SERIES not in by_name:
                     add(
