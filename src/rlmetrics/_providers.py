@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -34,6 +33,7 @@ from opentelemetry.util.types import Attributes
 from ._fork import forget_in_child
 from ._warn import warn_once
 from .exporters import Exporter
+from .identity import RUN_ID_ATTR, new_run_id
 
 __all__ = [
     "RUN_ID_ATTR",
@@ -46,8 +46,6 @@ __all__ = [
 
 #: The standard variable naming the span exporter; ``none`` turns span export off.
 TRACES_EXPORTER_ENV = "OTEL_TRACES_EXPORTER"
-
-RUN_ID_ATTR = "rlmetrics.run.id"
 
 
 @attrs.define
@@ -103,7 +101,7 @@ def resource_attributes(
     """
     attributes: dict[str, Any] = {
         "service.name": "rlmetrics",
-        RUN_ID_ATTR: os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12],
+        RUN_ID_ATTR: new_run_id(),
     }
     attributes.update(OTELResourceDetector().detect().attributes)
     attributes.update(caller or {})

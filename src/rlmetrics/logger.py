@@ -8,6 +8,8 @@ tracker never costs the others a step, and nothing raises into the training loop
 
 from __future__ import annotations
 
+import inspect
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -16,8 +18,8 @@ from typing import Any
 
 from . import routing
 from ._fork import forget_in_child
-from ._warn import warn_once
-from .backends import Backend, available_backends
+from ._warn import describe_value, warn_once
+from .backends import Backend, BackendFactory, available_backends
 from .backends.worker import (
     DEFAULT_QUEUE_SIZE,
     BackendWorker,
@@ -28,8 +30,12 @@ from .backends.worker import (
 from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
+from .hyperparams import to_hyperparams
+from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
 from .plugins import hooks
+from .samples import MAX_CELL_BYTES, MAX_SAMPLE_ROWS, to_samples
+from .telemetry import current
 from .tracing import close_open_scopes
 
 __all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logger", "flatten"]
@@ -55,6 +61,16 @@ class Logger:
     which key a trainer logs is which declared series: the backends still get the trainer's
     keys, the plugins (the OpenTelemetry tee) the map's (:mod:`rlmetrics.keymaps`). An
     unknown name raises here.
+
+    ``run_id`` names the run in every backend (each JSONL row, the W&B run id, the MLflow
+    run's tag, the TensorBoard folder); by default it is the running telemetry's run id (the
+    OTel resource's ``rlmetrics.run.id``), else ``SLURM_JOB_ID``, else a generated one.
+    ``resume=True`` continues that run in every backend (default: what
+    ``rlmetrics.start(resume=...)`` said, else False). A ``run_id`` other than the running
+    telemetry's is a mistake and raises here.
+
+    ``log_samples`` keeps at most ``max_sample_rows`` rows per call and ``max_cell_bytes``
+    bytes of text per cell (:mod:`rlmetrics.samples`).
     """
 
     def __init__(
@@ -64,7 +80,19 @@ class Logger:
         queue_size: int = DEFAULT_QUEUE_SIZE,
         finish_timeout_s: float = DEFAULT_FINISH_TIMEOUT_S,
         key_map: str | KeyMap | None = None,
+        run_id: str | None = None,
+        resume: bool | None = None,
+        max_sample_rows: int = MAX_SAMPLE_ROWS,
+        max_cell_bytes: int = MAX_CELL_BYTES,
     ) -> None:
+        if max_sample_rows < 1 or max_cell_bytes < 1:
+            raise ValueError(
+                f"max_sample_rows and max_cell_bytes must be positive, got {max_sample_rows} "
+                f"and {max_cell_bytes}"
+            )
+        self.identity = _identity(run_id, resume)
+        self.max_sample_rows = max_sample_rows
+        self.max_cell_bytes = max_cell_bytes
         self._key_map = None if key_map is None else KeyMapper(resolve_key_map(key_map))
         config = {"jsonl": {}} if backends is None else dict(backends)
         factories = available_backends()
@@ -79,7 +107,7 @@ class Logger:
         for name, options in config.items():
             owner, factory = factories[name]
             try:
-                self.backends[name] = factory(**(options or {}))
+                self.backends[name] = _build(factory, options or {}, self.identity)
             except Exception:
                 warn_once(
                     f"backend-start:{name}",
@@ -156,6 +184,39 @@ class Logger:
         except Exception:
             warn_once("logger:rollout", "rlmetrics: Logger.log_rollout_checkpoint failed")
 
+    def log_hyperparams(self, config: Any) -> None:
+        """The run's configuration, to every backend that keeps one (W&B config, MLflow
+        params, TensorBoard hparams, SwanLab config, a JSONL row; any backend with a
+        ``log_hyperparams`` method). ``config`` is a dict, a dataclass, an attrs class, an
+        OmegaConf config, a pydantic model or a namespace, nested in any mix; it is converted
+        to plain values now (:func:`rlmetrics.hyperparams.to_hyperparams`). Never raises."""
+        try:
+            params = to_hyperparams(config)
+            if params:
+                self._call_backends("log_hyperparams", params)
+        except Exception:
+            warn_once("logger:hyperparams", "rlmetrics: Logger.log_hyperparams failed")
+
+    def log_samples(self, rows: Any, step: int, name: str = "samples") -> None:
+        """A few samples of the run (``[{"prompt": ..., "completion": ..., "reward": ...,
+        <any other column>: ...}, ...]``) as the table ``name`` at ``step``: a W&B Table, an
+        MLflow table artifact, TensorBoard text, SwanLab text and rows of the JSONL's samples
+        file. Rows are bounded (``max_sample_rows``, ``max_cell_bytes``) and converted to plain
+        values now; queued backends write them on their own threads. Never raises."""
+        try:
+            table = to_samples(rows, self.max_sample_rows, self.max_cell_bytes)
+            if not isinstance(name, str) or not name:
+                warn_once(
+                    "logger:samples-name",
+                    f"rlmetrics: log_samples' name is a non-empty str, got "
+                    f"{describe_value(name)}; 'samples' is used",
+                )
+                name = "samples"
+            if table:
+                self._call_backends("log_samples", table, step, name)
+        except Exception:
+            warn_once("logger:samples", "rlmetrics: Logger.log_samples failed")
+
     def finish(self, timeout_s: float | None = None) -> None:
         """Write what is queued and close every backend, once, waiting at most ``timeout_s``
         (default ``finish_timeout_s``) for the queued ones; says what did not make it.
@@ -222,3 +283,58 @@ class Logger:
                 queued, queued_step = snapshot(flat), snapshot(step)
                 for worker in self._workers.values():
                     worker.log_metrics(queued, queued_step, prefix)
+
+    def _call_backends(self, method: str, *args: Any) -> None:
+        """``backend.<method>(*args)`` on every backend that has the method: inline ones now,
+        in their guard, queued ones on their threads with a :func:`snapshot` of ``args`` (plain
+        already, but a backend keeps what it is given: it gets its own copy)."""
+        with self._lock:
+            if self._finished:
+                return
+            for inline in self._inline.values():
+                if callable(getattr(inline.backend, method, None)):
+                    inline.call(method, *args)
+            takers = [
+                w for w in self._workers.values() if callable(getattr(w.backend, method, None))
+            ]
+            if takers:
+                queued = snapshot(args)
+                for worker in takers:
+                    worker.call(method, *queued)
+
+
+def _identity(run_id: str | None, resume: bool | None) -> RunIdentity:
+    """The run this Logger writes: the running telemetry's unless told otherwise."""
+    telemetry = current()
+    if telemetry is not None:
+        if run_id is not None and run_id != telemetry.run_id:
+            raise ValueError(
+                f"Logger(run_id={run_id!r}) differs from the running telemetry's run id "
+                f"{telemetry.run_id!r}: one run has one id. Pass run_id to rlmetrics.start() "
+                "only, or leave it out here"
+            )
+        return RunIdentity(telemetry.run_id, telemetry.resume if resume is None else resume)
+    if resume and run_id is None and not os.environ.get("SLURM_JOB_ID"):
+        raise ValueError(
+            "Logger(resume=True) continues the run its id names: pass run_id= (or start "
+            "telemetry with rlmetrics.start(run_id=..., resume=True) first)"
+        )
+    return RunIdentity(run_id if run_id is not None else new_run_id(), bool(resume))
+
+
+def _build(factory: BackendFactory, options: Mapping[str, Any], identity: RunIdentity) -> Backend:
+    """``factory(**options)``, with ``identity=`` when the factory names that parameter."""
+    if "identity" not in options and _names_identity(factory):
+        return factory(**options, identity=identity)
+    return factory(**options)
+
+
+def _names_identity(factory: BackendFactory) -> bool:
+    try:
+        parameter = inspect.signature(factory).parameters.get("identity")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )

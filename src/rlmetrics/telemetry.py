@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,8 +46,12 @@ class Telemetry:
         built: Built | None,
         registry: MetricRegistry,
         resource: Mapping[str, Any],
+        resume: bool = False,
     ) -> None:
         self._built = built
+        #: Whether this process continues a run that already wrote to the trackers
+        #: (``start(resume=True)``); a Logger created while this handle runs resumes too.
+        self.resume = resume
         self._registry = registry
         self.resource: dict[str, Any] = dict(resource)
         self._lock = threading.Lock()
@@ -220,6 +225,7 @@ def start(
     prometheus_host: str | None = None,
     prometheus_port: int | None = None,
     otlp_endpoint: str | None = None,
+    resume: bool = False,
 ) -> Telemetry:
     """Start exporting every declared series.
 
@@ -241,6 +247,12 @@ def start(
     :param plugins / disable_plugins: allow- and deny-lists of plugin names, overriding
         ``RLMETRICS_PLUGINS`` / ``RLMETRICS_DISABLE_PLUGINS``.
     :param service_version: the version of *your* service; unset unless given.
+    :param run_id: the run's id (resource attribute ``rlmetrics.run.id``), which every Logger
+        created while telemetry runs also writes to its backends; default ``SLURM_JOB_ID``,
+        else a generated id.
+    :param resume: this process continues the run ``run_id`` names (a job restarted from a
+        checkpoint): Loggers created while telemetry runs continue the same tracker runs
+        (docs/trackers.md, "Run identity and resume").
 
     Raises :class:`TelemetryError` if telemetry is already running in this process or an
     exporter cannot start (nothing is left running then), and ``ValueError`` for an unknown
@@ -249,6 +261,11 @@ def start(
     global _active, _atexit_registered
     if export_interval_s is not None and export_interval_s <= 0:
         raise ValueError(f"export_interval_s must be positive, got {export_interval_s}")
+    if resume and run_id is None and not _run_id_elsewhere(resource):
+        raise ValueError(
+            "start(resume=True) continues the run its id names: pass run_id= (the id of the "
+            "run to continue), or set SLURM_JOB_ID"
+        )
     wanted = _exporter_options(exporters, prometheus_host, prometheus_port, otlp_endpoint)
     registry = default_registry()
     with _start_lock:
@@ -288,13 +305,24 @@ def start(
             registry.freeze()
         if built is not None and built.tracer_provider is not None:
             _tracing.bind(built.tracer_provider.get_tracer("rlmetrics", __version__))
-        handle = Telemetry(built, registry, attributes)
+        handle = Telemetry(built, registry, attributes, resume=bool(resume))
         _active = handle
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
     hooks().telemetry_started(handle)
     return handle
+
+
+def _run_id_elsewhere(resource: Mapping[str, Any] | None) -> bool:
+    """Whether the run id comes from the caller's resource or the environment."""
+    from .identity import RUN_ID_ATTR
+
+    return bool(
+        (resource or {}).get(RUN_ID_ATTR)
+        or os.environ.get("SLURM_JOB_ID")
+        or f"{RUN_ID_ATTR}=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    )
 
 
 def _exporter_options(

@@ -189,3 +189,41 @@ def test_rows_survive_the_writer_being_killed(tmp_path: Path) -> None:
         child.kill()
         child.wait(10)
     assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2]
+
+
+def test_every_row_carries_the_run_id_and_a_resumed_run_marks_where_it_continues(
+    tmp_path: Path,
+) -> None:
+    from rlmetrics.identity import RunIdentity
+
+    path = tmp_path / "m.jsonl"
+    first = JsonlBackend(path, identity=RunIdentity("run-a"))
+    first.log_hyperparams({"lr": 1e-6, "model": {"layers": [28]}})
+    first.log_metrics({"x": 1}, step=1, prefix="train")
+    first.finish()
+    again = JsonlBackend(path, identity=RunIdentity("run-a", resume=True))
+    again.log_metrics({"x": 2}, step=2, prefix="train")
+    again.finish()
+
+    rows = list(read_jsonl(path))
+    assert {row["run_id"] for row in rows} == {"run-a"}
+    assert [row.get("kind") for row in rows] == ["hyperparams", None, "resume", None]
+    assert rows[0]["hyperparams"] == {"lr": 1e-6, "model": {"layers": [28]}}
+    assert [row["step"] for row in rows if "metrics" in row] == [1, 2]
+
+
+def test_samples_go_to_a_file_beside_the_metrics(tmp_path: Path) -> None:
+    from rlmetrics.backends.jsonl import samples_path
+    from rlmetrics.identity import RunIdentity
+
+    path = tmp_path / "m.jsonl"
+    backend = JsonlBackend(path, identity=RunIdentity("run-b"))
+    backend.log_samples([{"prompt": "p", "completion": "c", "reward": math.nan}], 3, "samples")
+    backend.log_metrics({"x": 1}, step=3, prefix="train")
+    backend.finish()
+
+    assert samples_path(path) == tmp_path / "m.samples.jsonl"
+    (sample,) = read_jsonl(samples_path(path))
+    assert sample["run_id"] == "run-b" and sample["step"] == 3 and sample["name"] == "samples"
+    assert sample["sample"] == {"prompt": "p", "completion": "c", "reward": "nan"}
+    assert [row["metrics"] for row in read_jsonl(path)] == [{"x": 1}]

@@ -3,11 +3,17 @@
 A backend is any object with ``log_metrics(metrics, step, prefix)`` and ``finish()``,
 offered by a plugin's ``register_backends`` hook under a name that ``Logger(backends=...)``
 selects. The built-in ``jsonl`` and ``console`` backends are plugins like any other.
+
+Two methods are optional, and a backend that has them gets what the Logger logs through them
+(third-party backends included): ``log_hyperparams(params)`` (:class:`TakesHyperparams`) and
+``log_samples(rows, step, name)`` (:class:`TakesSamples`). A factory that names an
+``identity`` parameter is handed the run's :class:`~rlmetrics.identity.RunIdentity` (its id,
+and whether this process resumes it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..events import STEP_KEY, WALL_TIME_KEY
@@ -15,7 +21,16 @@ from ..hooks import collect_offers
 from ..plugins import Plugins, get_plugins
 from ..values import as_number
 
-__all__ = ["AXIS_KEYS", "Backend", "BackendFactory", "as_step", "available_backends", "full_key"]
+__all__ = [
+    "AXIS_KEYS",
+    "Backend",
+    "BackendFactory",
+    "TakesHyperparams",
+    "TakesSamples",
+    "as_step",
+    "available_backends",
+    "full_key",
+]
 
 #: Axis keys are logged as they are, never under the dict's prefix, so a tracker can bind
 #: a prefix's series to them.
@@ -31,6 +46,26 @@ class Backend(Protocol):
 
     def finish(self) -> None:
         """Flush and close. Called once, from ``Logger.finish()``; never from ``__del__``."""
+
+
+@runtime_checkable
+class TakesHyperparams(Protocol):
+    """A backend that keeps a run's configuration (optional)."""
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """Keep ``params``: a nested dict of JSON values (str, int, float, bool, None, lists,
+        dicts), converted and bounded by the Logger (:mod:`rlmetrics.hyperparams`). May be
+        called more than once in a run; later keys add to or update earlier ones where the
+        tracker allows it."""
+
+
+@runtime_checkable
+class TakesSamples(Protocol):
+    """A backend that shows sample rows (optional)."""
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
+        """Show ``rows`` (dicts of JSON values, prompt/completion/reward and any other column,
+        bounded by the Logger: :mod:`rlmetrics.samples`) as the table ``name`` at ``step``."""
 
 
 BackendFactory = Callable[..., Backend]

@@ -7,6 +7,14 @@ schema-free: a new key costs nothing (a CSV logger rewrites the whole file when 
 appears). It writes on the caller's thread — that is what makes a returned row durable — so
 it is the one backend that is not queued (see :mod:`rlmetrics.backends.worker`).
 
+Every row carries the run id (``run_id``, the OTel resource's ``rlmetrics.run.id``), so one
+file may hold several runs and a reader tells them apart. Besides the metric rows
+(``{"time", "run_id", "step", "prefix", "metrics"}``), a row with a ``kind`` is a record about
+the run: ``{"kind": "hyperparams", "hyperparams": {...}}`` from ``Logger.log_hyperparams``, and
+``{"kind": "resume"}`` where a resumed run (``RunIdentity.resume``) continues the file. Sample
+rows from ``Logger.log_samples`` go to a file beside it, ``<stem>.samples.jsonl`` (one line per
+sample: ``{"time", "run_id", "step", "name", "sample"}``), so the metrics file stays small.
+
 Values JSON cannot hold faithfully are written as strings: NaN and infinities as ``"nan"``,
 ``"inf"``, ``"-inf"``; an int with more digits than Python's JSON reader accepts (4300) as
 ``"<int of N digits>"``; any other object as its ``repr``.
@@ -20,18 +28,49 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from .. import hookimpl
 from .._warn import logger
 from ..flatten import key_text
+from ..identity import RunIdentity, new_run_id
 from ..values import as_plain
 
-__all__ = ["JsonlBackend", "read_jsonl", "register_backends", "to_json_value"]
+__all__ = [
+    "JsonlBackend",
+    "read_jsonl",
+    "register_backends",
+    "samples_path",
+    "to_json_value",
+]
 
 DEFAULT_PATH = "rlmetrics.jsonl"
+#: The ``kind`` of a row that is not a metrics row.
+HYPERPARAMS_KIND = "hyperparams"
+RESUME_KIND = "resume"
+
+
+def samples_path(path: str | os.PathLike[str]) -> Path:
+    """Where the samples of the metrics file ``path`` go: ``m.jsonl`` → ``m.samples.jsonl``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.samples{path.suffix or '.jsonl'}")
+
+
+def _line(row: dict[str, Any]) -> str:
+    """One JSON line; a row json refuses (NaN, a tensor, a huge int...) is converted value by
+    value, nested dicts included."""
+    try:
+        return json.dumps(row, allow_nan=False) + "\n"
+    except Exception:
+        return json.dumps(_json_tree(row), allow_nan=False) + "\n"
+
+
+def _json_tree(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, dict) and depth < 32:
+        return {key_text(k): _json_tree(v, depth + 1) for k, v in value.items()}
+    return to_json_value(value)
 
 
 #: The most digits an int may have and still be read back by ``json.loads``.
@@ -69,24 +108,36 @@ def to_json_value(value: Any, _depth: int = 0) -> Any:
 
 
 class JsonlBackend:
-    """Appends ``{"time", "step", "prefix", "metrics"}`` per call to ``path``."""
+    """Appends ``{"time", "run_id", "step", "prefix", "metrics"}`` per call to ``path``.
+
+    :param identity: the run (given by the Logger); a resumed run writes a ``resume`` row
+        first. Without one, rows carry a generated run id.
+    """
 
     #: Writes on the caller's thread (see the module's docstring), never through a queue.
     inline = True
 
-    def __init__(self, path: str | os.PathLike[str] = DEFAULT_PATH) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] = DEFAULT_PATH, identity: RunIdentity | None = None
+    ) -> None:
         self.path = Path(path)
+        self.identity = identity or RunIdentity(new_run_id())
+        self.run_id = self.identity.run_id
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: TextIO | None = self.path.open("a", encoding="utf-8")
+        self._file: TextIO | None = _open_for_append(self.path)
+        self._samples: TextIO | None = None
         self._lock = threading.Lock()
-        if not _ends_a_line(self.path):
-            # A writer killed mid-line left a fragment: a row appended to it would be lost
-            # with it, so the next row starts on a line of its own.
-            self._file.write("\n")
-            self._file.flush()
+        if self.identity.resume:
+            self._write(_line({"time": time.time(), "run_id": self.run_id, "kind": RESUME_KIND}))
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
-        row = {"time": time.time(), "step": step, "prefix": prefix, "metrics": metrics}
+        row = {
+            "time": time.time(),
+            "run_id": self.run_id,
+            "step": step,
+            "prefix": prefix,
+            "metrics": metrics,
+        }
         try:
             # Almost every row is plain numbers and strings, which json encodes as they are;
             # only a row it refuses (NaN, a tensor, a huge int...) is converted value by value.
@@ -96,6 +147,34 @@ class JsonlBackend:
             row["prefix"] = to_json_value(prefix)
             row["metrics"] = {key_text(k): to_json_value(v) for k, v in metrics.items()}
             line = json.dumps(row, allow_nan=False) + "\n"
+        self._write(line)
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """One ``hyperparams`` row: the configuration, nested as logged."""
+        row = {
+            "time": time.time(),
+            "run_id": self.run_id,
+            "kind": HYPERPARAMS_KIND,
+            "hyperparams": dict(params),
+        }
+        self._write(_line(row))
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
+        """One line per sample in :func:`samples_path`, written and flushed in one go."""
+        now = time.time()
+        text = "".join(
+            _line({"time": now, "run_id": self.run_id, "step": step, "name": name, "sample": row})
+            for row in rows
+        )
+        with self._lock:
+            if self._file is None:
+                raise ValueError(f"JSONL backend {self.path} is finished")
+            if self._samples is None:
+                self._samples = _open_for_append(samples_path(self.path))
+            self._samples.write(text)
+            self._samples.flush()
+
+    def _write(self, line: str) -> None:
         with self._lock:
             if self._file is None:
                 raise ValueError(f"JSONL backend {self.path} is finished")
@@ -104,9 +183,20 @@ class JsonlBackend:
 
     def finish(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            for handle in (self._file, self._samples):
+                if handle is not None:
+                    handle.close()
+            self._file = self._samples = None
+
+
+def _open_for_append(path: Path) -> TextIO:
+    handle = path.open("a", encoding="utf-8")
+    if not _ends_a_line(path):
+        # A writer killed mid-line left a fragment: a row appended to it would be lost
+        # with it, so the next row starts on a line of its own.
+        handle.write("\n")
+        handle.flush()
+    return handle
 
 
 def _ends_a_line(path: Path) -> bool:

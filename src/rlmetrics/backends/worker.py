@@ -131,6 +131,13 @@ def _report_failure(name: str) -> None:
     )
 
 
+def _report_method_failure(name: str, method: str) -> None:
+    warn_once(
+        f"backend:{name}:{method}",
+        f"rlmetrics: backend {name!r} failed in {method}; the other backends still got it",
+    )
+
+
 def _finish(name: str, backend: Any) -> None:
     try:
         backend.finish()
@@ -155,6 +162,14 @@ class InlineBackend:
         except Exception:
             self.failed += 1
             _report_failure(self.name)
+
+    def call(self, method: str, *args: Any) -> None:
+        """``backend.<method>(*args)`` (an optional method: ``log_hyperparams``,
+        ``log_samples``), in its own guard."""
+        try:
+            getattr(self.backend, method)(*args)
+        except Exception:
+            _report_method_failure(self.name, method)
 
     def finish(self) -> None:
         """Finish the backend and say how many rows it failed to write."""
@@ -185,6 +200,12 @@ class BackendWorker:
 
     def log_metrics(self, metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
         """Queue one row, which the caller has already taken as a :func:`snapshot`."""
+        self.call("log_metrics", metrics, step, prefix)
+
+    def call(self, method: str, *args: Any) -> None:
+        """Queue ``backend.<method>(*args)`` (``log_metrics``, or an optional method such as
+        ``log_hyperparams``); ``args`` are a :func:`snapshot` already. Rows (``log_metrics``)
+        are counted for the finish report; any call may be dropped when the queue is full."""
         if os.getpid() != self._pid:
             # A forked child inherits the queue but not the thread that drains it.
             warn_once(
@@ -193,9 +214,9 @@ class BackendWorker:
                 "child logs through it are dropped (create a Logger in the child)",
             )
             return
-        self.rows += 1
+        self.rows += method == "log_metrics"
         try:
-            self._queue.put_nowait((metrics, step, prefix))
+            self._queue.put_nowait((method, args))
         except queue.Full:
             self.dropped += 1
             warn_once(
@@ -235,8 +256,12 @@ class BackendWorker:
             if item is _FINISH:
                 _finish(self.name, self.backend)
                 return
+            method, args = item
             try:
-                self.backend.log_metrics(*item)
+                getattr(self.backend, method)(*args)
             except Exception:
-                self.failed += 1
-                _report_failure(self.name)
+                if method == "log_metrics":
+                    self.failed += 1
+                    _report_failure(self.name)
+                else:
+                    _report_method_failure(self.name, method)

@@ -1,0 +1,59 @@
+"""Which run a row belongs to, and whether this process continues it.
+
+One id names a run everywhere: the OpenTelemetry resource's ``rlmetrics.run.id``, every JSONL
+row, the W&B run id, the MLflow run's ``rlmetrics.run.id`` tag, the TensorBoard log folder. A
+job restarted from a checkpoint passes the same id with ``resume=True`` and every backend
+continues its run instead of starting another (see docs/trackers.md, "Run identity and
+resume").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+
+import attrs
+
+__all__ = ["RUN_ID_ATTR", "RunIdentity", "new_run_id"]
+
+#: The resource attribute (and MLflow tag) that carries the run id.
+RUN_ID_ATTR = "rlmetrics.run.id"
+
+
+def new_run_id() -> str:
+    """The id of a run nobody named: ``SLURM_JOB_ID`` (a requeued job keeps it), else 12 hex
+    digits of a random UUID."""
+    return os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
+
+
+def _check_id(_instance: object, _attribute: object, value: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"a run id is a non-empty string, got {value!r}")
+
+
+@attrs.frozen
+class RunIdentity:
+    """A run's id, and whether this process continues a run that already wrote to the
+    backends (``resume``). The Logger hands it to every backend factory that names an
+    ``identity`` parameter."""
+
+    run_id: str = attrs.field(validator=_check_id)
+    resume: bool = attrs.field(default=False, converter=bool)
+
+    def tracker_id(self, refused: str, max_length: int = 64) -> str:
+        """The run id as a tracker that refuses the characters ``refused`` (and control
+        characters) and ids over ``max_length`` takes it: the id itself when it is fine, else
+        the id with each refused character as ``-``, cut, plus ``-`` and 8 hex digits of a hash
+        of the real id (so two ids never share one). The same id always maps the same way, so a
+        resumed run finds its tracker run again."""
+        run_id = self.run_id
+        if len(run_id) <= max_length and not any(
+            ch in refused or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in run_id
+        ):
+            return run_id
+        cleaned = "".join(
+            "-" if ch in refused or ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in run_id
+        )
+        digest = hashlib.blake2b(run_id.encode("utf-8", "surrogatepass"), digest_size=4)
+        return f"{cleaned[: max_length - 9]}-{digest.hexdigest()}"

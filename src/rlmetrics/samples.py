@@ -1,0 +1,151 @@
+"""Sample rows (prompt, completion, reward, any other column) as plain, bounded values: what
+``Logger.log_samples`` hands the backends.
+
+A training loop logs a few of its rollouts every so often to look at them: the completions a
+reward function liked and the ones it did not. Completions can be long (a runaway generation is
+megabytes) and a loop may hand over thousands of rows, so the rows are bounded here, on the
+caller's thread, before any backend sees them: at most ``max_rows`` rows per call and
+``max_cell_bytes`` bytes of UTF-8 per text cell, each cut said once. Values become JSON values
+(text, numbers, bools, None; anything else its ``str()``), so a backend writing later on its
+own thread gets the rows as they were at the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ._warn import describe_value, warn_once
+from .flatten import key_text
+from .values import as_plain, readable_items
+
+__all__ = [
+    "FIRST_COLUMNS",
+    "MAX_CELL_BYTES",
+    "MAX_SAMPLE_COLUMNS",
+    "MAX_SAMPLE_ROWS",
+    "columns_of",
+    "cut_text",
+    "markdown_table",
+    "to_samples",
+]
+
+#: Rows one ``log_samples`` call may hand the backends; the rest are dropped, said once.
+MAX_SAMPLE_ROWS = 256
+#: UTF-8 bytes one text cell may hold; longer text is cut, said once.
+MAX_CELL_BYTES = 32_768
+#: Columns one row may have.
+MAX_SAMPLE_COLUMNS = 64
+#: The columns shown first, in this order, when a row has them.
+FIRST_COLUMNS = ("prompt", "completion", "reward")
+
+_PLAIN = (bool, int, float, type(None))
+
+
+def cut_text(text: str, max_bytes: int) -> tuple[str, bool]:
+    """``text`` within ``max_bytes`` bytes of UTF-8 (cut on a character boundary), and whether
+    it was cut. Costs O(max_bytes) whatever the length of ``text``."""
+    if len(text) * 4 <= max_bytes:
+        return text, False  # even four bytes a character fits
+    head = text[: max_bytes + 1].encode("utf-8", "surrogatepass")
+    if len(head) <= max_bytes:
+        return text, False
+    return head[:max_bytes].decode("utf-8", "ignore"), True
+
+
+class _Cells:
+    def __init__(self, max_cell_bytes: int) -> None:
+        self.max_bytes = max_cell_bytes
+        self.cut = 0
+
+    def __call__(self, value: Any) -> Any:
+        if type(value) is str:
+            text = value
+        else:
+            plain = as_plain(value)
+            if isinstance(plain, _PLAIN):
+                return plain
+            if isinstance(plain, str):
+                text = plain
+            else:
+                try:
+                    text = str(plain)
+                except Exception:
+                    text = f"<{type(plain).__name__}>"
+        text, cut = cut_text(text, self.max_bytes)
+        self.cut += cut
+        return text
+
+
+def to_samples(
+    rows: Any, max_rows: int = MAX_SAMPLE_ROWS, max_cell_bytes: int = MAX_CELL_BYTES
+) -> list[dict[str, Any]]:
+    """``rows`` (a list or tuple of mappings) as bounded rows of JSON values. Never raises;
+    what is dropped or cut is said once (see the module's docstring)."""
+    if not isinstance(rows, (list, tuple)):
+        warn_once(
+            "samples:not-a-list",
+            f"rlmetrics: log_samples takes a list of dicts (one per sample), got "
+            f"{describe_value(rows)}; nothing logged",
+        )
+        return []
+    if len(rows) > max_rows:
+        warn_once(
+            "samples:rows",
+            f"rlmetrics: log_samples got {len(rows)} rows; the first {max_rows} are logged "
+            "(Logger(max_sample_rows=...)); later cuts at DEBUG",
+        )
+    cells = _Cells(max_cell_bytes)
+    out: list[dict[str, Any]] = []
+    skipped = 0
+    for row in rows[:max_rows]:
+        if not isinstance(row, Mapping):
+            skipped += 1
+            continue
+        items = readable_items(row)
+        if len(items) > MAX_SAMPLE_COLUMNS:
+            warn_once(
+                "samples:columns",
+                f"rlmetrics: a sample row has {len(items)} columns; the first "
+                f"{MAX_SAMPLE_COLUMNS} are logged",
+            )
+        out.append({key_text(k): cells(v) for k, v in items[:MAX_SAMPLE_COLUMNS]})
+    if skipped:
+        warn_once(
+            "samples:not-a-row",
+            f"rlmetrics: {skipped} sample row(s) were not dicts and are skipped; the other "
+            "rows are logged",
+        )
+    if cells.cut:
+        warn_once(
+            "samples:cell",
+            f"rlmetrics: {cells.cut} sample cell(s) held more than {max_cell_bytes} bytes of "
+            "text and were cut to it (Logger(max_cell_bytes=...)); later cuts at DEBUG",
+        )
+    return out
+
+
+def columns_of(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every column of ``rows``: prompt, completion and reward first, then the others in the
+    order they first appear."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        seen.update(dict.fromkeys(row))
+    first = [c for c in FIRST_COLUMNS if c in seen]
+    return first + [c for c in seen if c not in FIRST_COLUMNS]
+
+
+def _markdown_cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """``rows`` as a Markdown table (TensorBoard's text plugin renders one); ``|`` escaped and
+    line breaks as ``<br>`` so a completion stays in its cell."""
+    lines = [
+        "| " + " | ".join(_markdown_cell(c) for c in columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    lines += ["| " + " | ".join(_markdown_cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,42 @@
+"""RunIdentity: one run id for every tracker, mapped the same way every time."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlmetrics.identity import RunIdentity, new_run_id
+
+REFUSED = "/\\#?%:"
+
+
+def test_a_fine_id_is_kept_and_a_refused_one_mapped_with_a_hash() -> None:
+    assert RunIdentity("grpo-7b_3").tracker_id(REFUSED) == "grpo-7b_3"
+    mapped = RunIdentity("exp:3/seed1").tracker_id(REFUSED)
+    assert mapped.startswith("exp-3-seed1-") and len(mapped) == len("exp-3-seed1-") + 8
+
+
+def test_new_ids_come_from_slurm_else_are_random(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    assert new_run_id() == "4242"
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert new_run_id() != new_run_id()
+
+
+@pytest.mark.parametrize("bad", ["", "  ", None, 3])
+def test_a_run_id_is_a_non_empty_string(bad: object) -> None:
+    with pytest.raises(ValueError, match="non-empty string"):
+        RunIdentity(bad)  # type: ignore[arg-type]
+
+
+@given(st.text(min_size=1), st.text(min_size=1), st.integers(min_value=16, max_value=128))
+def test_tracker_ids_are_valid_stable_and_never_shared(a: str, b: str, length: int) -> None:
+    if not a.strip() or not b.strip():
+        return
+    mapped = RunIdentity(a).tracker_id(REFUSED, length)
+    assert len(mapped) <= length
+    assert not any(ch in REFUSED or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in mapped)
+    assert mapped == RunIdentity(a).tracker_id(REFUSED, length)
+    if a != b:
+        assert mapped != RunIdentity(b).tracker_id(REFUSED, length)

@@ -1,0 +1,88 @@
+"""to_samples: sample rows bounded (rows per call, bytes per cell) and made plain at the call;
+bad input said once, the rest kept."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlmetrics.samples import (
+    MAX_SAMPLE_COLUMNS,
+    columns_of,
+    cut_text,
+    markdown_table,
+    to_samples,
+)
+
+
+def test_rows_become_plain_and_the_first_columns_lead() -> None:
+    np = pytest.importorskip("numpy")
+    rows = to_samples(
+        [
+            {"id": 7, "completion": "4", "prompt": "2+2?", "reward": np.float64(1.0)},
+            {"prompt": "1+1?", "completion": "3", "reward": 0.0, "judge": None},
+        ]
+    )
+    assert rows == [
+        {"id": 7, "completion": "4", "prompt": "2+2?", "reward": 1.0},
+        {"prompt": "1+1?", "completion": "3", "reward": 0.0, "judge": None},
+    ]
+    assert columns_of(rows) == ["prompt", "completion", "reward", "id", "judge"]
+
+
+def test_rows_past_the_bound_are_dropped_and_said_once(caplog: Any) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        rows = to_samples([{"i": i} for i in range(10)], max_rows=4)
+        to_samples([{"i": i} for i in range(10)], max_rows=4)
+    assert [r["i"] for r in rows] == [0, 1, 2, 3]
+    assert caplog.text.count("log_samples got 10 rows; the first 4") == 1
+
+
+def test_a_ten_megabyte_completion_is_cut_to_the_cell_bound(caplog: Any) -> None:
+    huge = "é" * 5_000_000  # 10 MB of UTF-8
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        (row,) = to_samples([{"prompt": "p", "completion": huge, "reward": 1}], max_cell_bytes=99)
+    assert row["prompt"] == "p" and row["reward"] == 1
+    assert row["completion"] == "é" * 49  # cut on a character boundary
+    assert "cut to it" in caplog.text
+
+
+@pytest.mark.parametrize("rows", [{"prompt": "p"}, "text", None, 3, (r for r in [{}])])
+def test_rows_that_are_not_a_list_are_said_and_nothing_logged(rows: Any, caplog: Any) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        assert to_samples(rows) == []
+    assert "log_samples takes a list of dicts" in caplog.text
+
+
+def test_a_row_that_is_not_a_dict_costs_only_itself(caplog: Any) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        rows = to_samples([{"a": 1}, "oops", {"a": 2}])
+    assert rows == [{"a": 1}, {"a": 2}]
+    assert "1 sample row(s) were not dicts" in caplog.text
+
+
+def test_odd_values_become_text_and_columns_are_bounded() -> None:
+    (row,) = to_samples([{("k", 1): object, **{f"c{i}": i for i in range(100)}}])
+    assert row["('k', 1)"] == "<class 'object'>"
+    assert len(row) == MAX_SAMPLE_COLUMNS
+
+
+def test_markdown_keeps_each_completion_in_its_cell() -> None:
+    table = markdown_table([{"prompt": "a|b", "completion": "x\ny\\"}], ["prompt", "completion"])
+    assert table.splitlines() == [
+        "| prompt | completion |",
+        "|---|---|",
+        "| a\\|b | x<br>y\\\\ |",
+    ]
+
+
+@given(st.text(), st.integers(min_value=1, max_value=64))
+def test_cut_text_is_a_prefix_within_the_bound(text: str, max_bytes: int) -> None:
+    cut, was_cut = cut_text(text, max_bytes)
+    assert text.startswith(cut)
+    assert len(cut.encode("utf-8", "surrogatepass")) <= max_bytes
+    assert was_cut == (cut != text)
