@@ -1,0 +1,208 @@
+"""The SwanLab backend: each logged dict becomes scalars (and text) at the trainer step of one
+SwanLab run.
+
+SwanLab keeps the points of a key by step: a step that goes back is kept, but a second value
+for a key at a step it already has is dropped by SwanLab, so the backend says so once. Values:
+
+* numbers (Python, NumPy, torch scalars) → scalars; NaN and ±inf as SwanLab takes them;
+* bools → ``1.0`` / ``0.0``;
+* strings → ``swanlab.Text`` at the step;
+* ``None`` → skipped silently; lists and any other value → skipped, one warning per kind (SwanLab
+  has no histogram of a plain list; the JSONL backend keeps them).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import swanlab
+
+from rlmetrics import as_plain, as_real, describe_value, warn_once
+from rlmetrics.backends import as_step, full_key
+from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
+from rlmetrics.identity import RunIdentity
+from rlmetrics.samples import columns_of
+
+__all__ = ["REFUSED_ID_CHARACTERS", "SwanLabBackend"]
+
+#: What SwanLab refuses in a run id (its settings' pattern, besides control characters).
+REFUSED_ID_CHARACTERS = '<>:"/\\|?*#%'
+
+
+def swanlab_value(value: Any) -> Any:
+    """A float, a ``swanlab.Text``, None (absent) or a reason string for a skipped value
+    (wrapped in a tuple so it is not mistaken for text)."""
+    if value is None:
+        return None
+    plain = as_plain(value)
+    if isinstance(plain, bool):
+        return float(plain)
+    if isinstance(plain, str):
+        return swanlab.Text(plain)
+    number = as_real(plain)
+    if number is not None:
+        return float(number)
+    return (f"a {type(value).__name__} value",)
+
+
+def _sample_text(row: Mapping[str, Any], columns: Sequence[str]) -> Any:
+    body = "\n\n".join(f"{c}: {row[c]}" for c in columns if c in row and c != "reward")
+    reward = row.get("reward")
+    return swanlab.Text(body, caption=None if reward is None else f"reward {reward}")
+
+
+def _init_off_the_main_thread(kwargs: Mapping[str, Any]) -> Any:
+    """``swanlab.init(**kwargs)`` on a thread of its own. Started on the main thread, a SwanLab
+    run takes over SIGINT (Ctrl-C would end the run, not the training loop's own handling)
+    and can then only be finished on the main thread, while this backend finishes it on its
+    queue's thread. Started elsewhere it does neither."""
+    done: dict[str, Any] = {}
+
+    def init() -> None:
+        try:
+            done["run"] = swanlab.init(**kwargs)
+        except BaseException as exc:  # handed to the caller below
+            done["error"] = exc
+
+    thread = threading.Thread(target=init, name="rlmetrics-swanlab-init", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in done:
+        raise done["error"]
+    return done["run"]
+
+
+class SwanLabBackend:
+    """Logs to a SwanLab run it starts with ``swanlab.init`` (or to the active one).
+
+    :param project, workspace, name, description, tags, group, job_type, config: passed to
+        ``swanlab.init`` when set.
+    :param mode: ``online``, ``offline`` (a local folder, ``swanlab sync`` later), ``local``
+        or ``disabled``; default ``SWANLAB_MODE``, else SwanLab's (online).
+    :param log_dir: where SwanLab writes the run folder (created if missing); SwanLab's
+        default ``./swanlog``.
+    :param init_kwargs: any other ``swanlab.init`` argument (``settings``, ``id``,
+        ``resume``…); they win over the named ones.
+    :param identity: the run (given by the Logger): its id is the SwanLab run id, and a
+        resumed run passes ``resume="allow"``.
+    :param run: an already started SwanLab run to log into; the backend never finishes it.
+    """
+
+    def __init__(
+        self,
+        project: str | None = None,
+        workspace: str | None = None,
+        name: str | None = None,
+        description: str | None = None,
+        tags: Sequence[str] | None = None,
+        group: str | None = None,
+        job_type: str | None = None,
+        mode: str | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        config: Mapping[str, Any] | None = None,
+        init_kwargs: Mapping[str, Any] | None = None,
+        identity: RunIdentity | None = None,
+        run: Any = None,
+    ) -> None:
+        self._finished = False
+        self._last_step: dict[str, int] = {}
+        self._step = 0
+        if run is None and swanlab.has_run():
+            run = swanlab.get_run()  # the script's own run: log into it, leave it to the script
+        if run is not None:
+            self.run = run
+            self._owns_run = False
+            return
+        named: dict[str, Any] = {
+            "project": project,
+            "workspace": workspace,
+            "name": name,
+            "description": description,
+            "tags": list(tags) if tags is not None else None,
+            "group": group,
+            "job_type": job_type,
+            "mode": mode or os.environ.get("SWANLAB_MODE") or None,
+            "log_dir": os.fspath(log_dir) if log_dir is not None else None,
+            "config": dict(config) if config is not None else None,
+        }
+        if identity is not None:
+            named["id"] = identity.tracker_id(REFUSED_ID_CHARACTERS)
+            if identity.resume:
+                named["resume"] = "allow"
+        kwargs: dict[str, Any] = {k: v for k, v in named.items() if v is not None}
+        kwargs.update(init_kwargs or {})
+        if kwargs.get("log_dir") is not None:
+            Path(kwargs["log_dir"]).mkdir(parents=True, exist_ok=True)
+        try:
+            self.run = _init_off_the_main_thread(kwargs)
+        except Exception as exc:
+            shown = {k: v for k, v in kwargs.items() if k != "config"}
+            raise RuntimeError(f"rlmetrics-swanlab: swanlab.init({shown}) failed: {exc}") from exc
+        self._owns_run = True
+
+    @property
+    def run_dir(self) -> Path:
+        """The run's local folder (``files/config.yaml``, ``media/``, the record log)."""
+        return Path(self.run.dir)
+
+    def _number(self, step: Any) -> int:
+        number = as_step(step)
+        if number is None:
+            warn_once(
+                "swanlab:bad-step",
+                f"rlmetrics-swanlab: a step ({describe_value(step)}) is not a number; such "
+                "dicts are logged at the previous step",
+            )
+            return self._step
+        self._step = number
+        return number
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        number = self._number(step)
+        row: dict[str, Any] = {}
+        for key, value in metrics.items():
+            if key in (STEP_KEY, WALL_TIME_KEY):
+                continue
+            tag = full_key(prefix, key)
+            converted = swanlab_value(value)
+            if isinstance(converted, tuple):
+                warn_once(
+                    f"swanlab:skip:{converted[0]}",
+                    f"rlmetrics-swanlab: {tag!r} is {converted[0]}, which SwanLab cannot "
+                    "show; it is skipped (the JSONL backend keeps it)",
+                )
+                continue
+            if converted is None:
+                continue
+            if self._last_step.get(tag) == number:
+                warn_once(
+                    "swanlab:repeated-step",
+                    f"rlmetrics-swanlab: {tag!r} was logged twice at step {number}; SwanLab "
+                    "keeps the first value of a key at a step and drops the others",
+                )
+            self._last_step[tag] = number
+            row[tag] = converted
+        if row:
+            self.run.log(row, step=number)
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """The configuration, nested as logged, into the run's config."""
+        self.run.config.update(dict(params))
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
+        """One ``swanlab.Text`` per row under ``name`` (its columns as ``column: value``
+        paragraphs, the reward as its caption)."""
+        columns = columns_of(rows)
+        self.run.log({name: [_sample_text(row, columns) for row in rows]}, step=self._number(step))
+
+    def finish(self) -> None:
+        """Finish the run, once; a run the script started is left to the script."""
+        if self._finished:
+            return
+        self._finished = True
+        if self._owns_run:
+            self.run.finish()

@@ -1,0 +1,26 @@
+"""The plugin module behind the ``swanlab`` entry point: offers the ``swanlab`` backend.
+
+Every process that uses rlmetrics loads this module, so it must not import swanlab: the
+factory imports it when a Logger actually asks for the ``swanlab`` backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import rlmetrics
+from rlmetrics.identity import RunIdentity
+
+__all__ = ["make_backend", "register_backends"]
+
+
+def make_backend(identity: RunIdentity | None = None, **config: Any) -> Any:
+    """``SwanLabBackend(identity=identity, **config)``, importing swanlab only now."""
+    from .backend import SwanLabBackend
+
+    return SwanLabBackend(identity=identity, **config)
+
+
+@rlmetrics.hookimpl
+def register_backends(register: Any) -> None:
+    register("swanlab", make_backend)

@@ -1,0 +1,158 @@
+"""The TensorBoard backend: event files written by tensorboardX, one log folder per run.
+
+Each logged dict becomes scalars (text, histograms) at the trainer step, stamped with the time
+of the call: the rollout-checkpoint streams' own ``telemetry/wall_time_seconds`` when they
+carry it. TensorBoard keeps every (step, value) point, so a step that goes back is never lost.
+
+A resumed run (``RunIdentity.resume``) writes into the same folder. Its first event carries
+TensorBoard's restart marker at the first step it logs, so points the previous process wrote
+past its last checkpoint (steps logged again after the restart) are dropped by TensorBoard's
+reader instead of shown twice.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tensorboardX import SummaryWriter
+from tensorboardX.summary import hparams
+
+from rlmetrics import describe_value, warn_once
+from rlmetrics.backends import as_step, full_key
+from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
+from rlmetrics.hyperparams import flat_hyperparams
+from rlmetrics.identity import RunIdentity, new_run_id
+from rlmetrics.samples import columns_of, markdown_table
+
+from .values import HISTOGRAM, SCALAR, TEXT, tensorboard_value
+
+__all__ = ["HPARAMS_FOLDER", "TensorBoardBackend"]
+
+#: The sub-folder of the run's log folder that holds its hyperparameters (TensorBoard's
+#: HParams dashboard reads each folder with an hparams event as one session).
+HPARAMS_FOLDER = "hparams"
+
+
+def _hparam_value(value: Any) -> bool | int | float | str:
+    """A value the HParams dashboard takes: bool, int, float, str; lists and None as their
+    ``str()``, as MLflow's params are."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _unique_suffix() -> str:
+    """An event file's name ends in its writer's start second and host: two writers started
+    in one second (a quick restart) would write one file. Nanoseconds keep them apart, in the
+    order TensorBoard must read them (by name)."""
+    return f".{time.time_ns()}"
+
+
+class TensorBoardBackend:
+    """Writes a run's event files into ``log_dir``.
+
+    :param log_dir: the run's folder; default ``<root_dir>/<run id>``.
+    :param root_dir: where run folders go when ``log_dir`` is not given (point TensorBoard at
+        it: ``tensorboard --logdir runs``); default ``runs``.
+    :param flush_secs: how often tensorboardX flushes to disk (its default is 120 s).
+    :param identity: the run (given by the Logger): its id names the folder, and a resumed
+        run continues it.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str] | None = None,
+        root_dir: str | os.PathLike[str] = "runs",
+        flush_secs: float = 10.0,
+        identity: RunIdentity | None = None,
+    ) -> None:
+        self.identity = identity or RunIdentity(new_run_id())
+        self.log_dir = Path(root_dir) / self.identity.run_id if log_dir is None else Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.flush_secs = flush_secs
+        self._writer: SummaryWriter | None = None
+        self._lock = threading.Lock()
+        self._last_step = 0
+        self._finished = False
+
+    def _open(self, step: int | None) -> SummaryWriter:
+        """The run's writer, opened at the first write. A resumed run's first write marks a
+        restart at its step (see the module's docstring)."""
+        if self._finished:
+            raise ValueError(f"TensorBoard backend {self.log_dir} is finished")
+        if self._writer is None:
+            purge = step if self.identity.resume and step is not None else None
+            self._writer = SummaryWriter(
+                logdir=str(self.log_dir),
+                flush_secs=self.flush_secs,
+                purge_step=purge,
+                filename_suffix=_unique_suffix(),
+            )
+        return self._writer
+
+    def _step(self, step: Any) -> int:
+        number = as_step(step)
+        if number is None:
+            warn_once(
+                "tensorboard:bad-step",
+                f"rlmetrics-tensorboard: a step ({describe_value(step)}) is not a number; such "
+                "dicts are logged at the previous step",
+            )
+            return self._last_step
+        self._last_step = number
+        return number
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        number = self._step(step)
+        wall = metrics.get(WALL_TIME_KEY)
+        walltime = float(wall) if isinstance(wall, (int, float)) else time.time()
+        with self._lock:
+            writer = self._open(number)
+            for key, value in metrics.items():
+                if key in (STEP_KEY, WALL_TIME_KEY):
+                    continue  # the axes themselves are the event's step and time
+                tag = full_key(prefix, key)
+                kind, payload = tensorboard_value(value)
+                if kind == SCALAR:
+                    writer.add_scalar(tag, payload, number, walltime=walltime)
+                elif kind == TEXT:
+                    writer.add_text(tag, payload, number, walltime=walltime)
+                elif kind == HISTOGRAM:
+                    writer.add_histogram(tag, payload, number, walltime=walltime)
+                elif payload is not None:
+                    warn_once(
+                        f"tensorboard:skip:{payload}",
+                        f"rlmetrics-tensorboard: {tag!r} is {payload}, which TensorBoard cannot "
+                        "show; it is skipped (the JSONL backend keeps it)",
+                    )
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """The configuration, flattened with ``/``, as an hparams session in
+        ``<log_dir>/hparams`` (TensorBoard's HParams dashboard)."""
+        flat = {key: _hparam_value(value) for key, value in flat_hyperparams(params).items()}
+        experiment, start, end = hparams(flat, {})
+        folder = str(self.log_dir / HPARAMS_FOLDER)
+        with self._lock, SummaryWriter(logdir=folder, filename_suffix=_unique_suffix()) as writer:
+            for summary in (experiment, start, end):
+                writer.file_writer.add_summary(summary)
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
+        """The rows as one Markdown table under the tag ``name`` (the Text dashboard)."""
+        number = self._step(step)
+        text = markdown_table(rows, columns_of(rows))
+        with self._lock:
+            self._open(number).add_text(name, text, number)
+
+    def finish(self) -> None:
+        """Flush and close the event file, once."""
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+            if self._writer is not None:
+                self._writer.close()
