@@ -15,11 +15,17 @@ from typing import Any, TypeVar
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
+from mlflow.utils.validation import (
+    MAX_METRICS_PER_BATCH,
+    MAX_PARAM_VAL_LENGTH,
+    MAX_PARAMS_TAGS_PER_BATCH,
+)
 
 from rlmetrics import describe_value, warn_once
 from rlmetrics.backends import as_step, full_key
-from rlmetrics.logger import flatten
+from rlmetrics.hyperparams import flat_hyperparams, to_hyperparams
+from rlmetrics.identity import RUN_ID_ATTR, RunIdentity
+from rlmetrics.samples import columns_of
 
 from .keys import KeyMap
 from .values import Skipped, metric_values
@@ -38,6 +44,27 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else repr(value) if value is None else str(value)
 
 
+def _param_text(value: Any) -> str:
+    """A param value as MLflow stores it: its ``str()`` (as ``mlflow.log_params`` does), of at
+    most ``MAX_PARAM_VAL_LENGTH`` characters, cut with one warning."""
+    text = _text(value)
+    if len(text) <= MAX_PARAM_VAL_LENGTH:
+        return text
+    warn_once(
+        "mlflow:param-cut",
+        f"rlmetrics-mlflow: a hyperparameter's value has {len(text)} characters; MLflow keeps "
+        f"at most {MAX_PARAM_VAL_LENGTH}, so it is cut to that (the JSONL backend keeps it "
+        "whole); later cuts at DEBUG",
+    )
+    return text[:MAX_PARAM_VAL_LENGTH]
+
+
+def _artifact_segment(name: str) -> str:
+    """``name`` as one artifact path segment."""
+    cleaned = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).strip(".")
+    return cleaned or "samples"
+
+
 class MlflowBackend:
     """Logs metrics to an MLflow run, creating (or resuming) it at construction.
 
@@ -51,6 +78,9 @@ class MlflowBackend:
     :param params: hyperparameters (nested dicts are flattened with ``/``), logged once at
         start; values become strings, as MLflow params are.
     :param artifact_location: for a newly created experiment only.
+    :param identity: the run (given by the Logger): a new MLflow run gets the tag
+        ``rlmetrics.run.id``; a resumed one (``resume=True``) continues the run of the
+        experiment that carries its id in that tag, if there is one.
     """
 
     def __init__(
@@ -62,6 +92,7 @@ class MlflowBackend:
         tags: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         artifact_location: str | None = None,
+        identity: RunIdentity | None = None,
     ) -> None:
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
@@ -72,22 +103,47 @@ class MlflowBackend:
         experiment_name = experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or None
         run_name = run_name or os.environ.get("MLFLOW_RUN_NAME") or None
         run_tags = self._named(tags or {})
+        if identity is not None:
+            run_tags.setdefault(RUN_ID_ATTR, identity.run_id)
+        experiment_id: str | None = None
+        if run_id is None and identity is not None and identity.resume:
+            experiment_id = self._experiment_id(experiment_name, artifact_location)
+            run_id = self._tagged_run(experiment_id, identity.run_id)
         if run_id is not None:
             self.run_id = self.client.get_run(run_id).info.run_id
             self.client.update_run(self.run_id, status=RunStatus.to_string(RunStatus.RUNNING))
             initial_tags = [RunTag(k, v) for k, v in run_tags.items()]
         else:
-            experiment_id = self._experiment_id(experiment_name, artifact_location)
+            if experiment_id is None:
+                experiment_id = self._experiment_id(experiment_name, artifact_location)
             run = self.client.create_run(experiment_id, tags=run_tags, run_name=run_name)
             self.run_id = run.info.run_id
             initial_tags = []
-        flat_params = self._named(flatten(params or {}))
-        param_list = [Param(k, v) for k, v in flat_params.items()]
-        # Params and tags once, at start: MLflow refuses to change a param's value later.
-        for chunk in _chunks(param_list, MAX_PARAMS_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=chunk, synchronous=True)
+        if params:
+            self.log_hyperparams(to_hyperparams(params))
         for tag_chunk in _chunks(initial_tags, MAX_PARAMS_TAGS_PER_BATCH):
             self.client.log_batch(self.run_id, tags=tag_chunk, synchronous=True)
+
+    def _tagged_run(self, experiment_id: str, run_id: str) -> str | None:
+        """The latest run of the experiment tagged with ``run_id``, to resume; None (said)
+        when there is none."""
+        if "'" in run_id or "\\" in run_id:
+            found = []  # MLflow's filter strings cannot quote these: never a match
+        else:
+            found = self.client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.`{RUN_ID_ATTR}` = '{run_id}'",
+                order_by=["attributes.start_time DESC"],
+                max_results=1,
+            )
+        if found:
+            return str(found[0].info.run_id)
+        warn_once(
+            "mlflow:resume-not-found",
+            f"rlmetrics-mlflow: no run of experiment {experiment_id} is tagged "
+            f"{RUN_ID_ATTR}={run_id!r} to resume; a new run is started with that tag",
+        )
+        return None
 
     def _experiment_id(self, name: str | None, artifact_location: str | None) -> str:
         if name is None:
@@ -145,6 +201,42 @@ class MlflowBackend:
         # One request per logged dict (split only past MLflow's 1000-metric batch limit).
         for chunk in _chunks(list(batch.values()), MAX_METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=chunk, synchronous=True)
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """The configuration flattened with ``/`` as run params: keys mapped to names MLflow
+        accepts (:mod:`.keys`), values as text cut to MLflow's 6000 characters. MLflow refuses
+        to change a param, so a key the run already has keeps its value (a different one is
+        said once and skipped) and the rest are logged."""
+        existing = self.client.get_run(self.run_id).data.params
+        fresh: dict[str, str] = {}
+        for key, value in flat_hyperparams(params).items():
+            name = self._keys(key)
+            if name is None:
+                continue
+            text = _param_text(value)
+            if name not in existing:
+                fresh[name] = text
+            elif existing[name] != text:
+                warn_once(
+                    "mlflow:param-changed",
+                    f"rlmetrics-mlflow: hyperparameter {name!r} already has another value in "
+                    "this MLflow run, and MLflow never changes a param: the first value stays "
+                    "(the JSONL and W&B backends have the new one); later ones at DEBUG",
+                )
+        for chunk in _chunks([Param(k, v) for k, v in fresh.items()], MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=chunk, synchronous=True)
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
+        """The rows as an MLflow table (``log_table``), one artifact per call:
+        ``<name>/step_<step>.json`` with a ``step`` column; the run's Evaluation view lists
+        it."""
+        number = as_step(step)
+        columns = columns_of(rows)
+        data: dict[str, list[Any]] = {c: [row.get(c) for row in rows] for c in columns}
+        data.setdefault("step", [number] * len(rows))
+        label = "none" if number is None else f"{number:08d}"
+        artifact = f"{_artifact_segment(name)}/step_{label}.json"
+        self.client.log_table(self.run_id, data=data, artifact_file=artifact)
 
     def finish(self) -> None:
         if self._finished:

@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 import rlmetrics
+from rlmetrics.identity import RunIdentity
 
 __all__ = ["make_backend", "register_backends"]
 
 
-def make_backend(**config: Any) -> Any:
-    """``MlflowBackend(**config)``, importing mlflow only now."""
+def make_backend(identity: RunIdentity | None = None, **config: Any) -> Any:
+    """``MlflowBackend(identity=identity, **config)``, importing mlflow only now."""
     from .backend import MlflowBackend
 
-    return MlflowBackend(**config)
+    return MlflowBackend(identity=identity, **config)
 
 
 @rlmetrics.hookimpl

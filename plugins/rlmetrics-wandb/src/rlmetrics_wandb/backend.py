@@ -12,11 +12,16 @@ import wandb
 from rlmetrics import describe_value, warn_once
 from rlmetrics.backends import as_step, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
+from rlmetrics.identity import RunIdentity
+from rlmetrics.samples import columns_of
 
 from .axes import StepAxes
 from .values import SKIP, to_wandb
 
-__all__ = ["WandbBackend"]
+__all__ = ["REFUSED_ID_CHARACTERS", "WandbBackend"]
+
+#: What W&B refuses in a run id.
+REFUSED_ID_CHARACTERS = "/\\#?%:"
 
 
 class WandbBackend:
@@ -28,6 +33,9 @@ class WandbBackend:
         ``job_type``…); they win over the named ones.
     :param run: an already started ``wandb.Run`` to log into instead. The backend binds its
         axes on it but never finishes it: its owner does.
+    :param identity: the run (given by the Logger): its id is the W&B run id (characters W&B
+        refuses become ``-`` plus a hash), and a resumed run passes ``resume="allow"``, so a
+        restarted job continues its W&B run. ``init_kwargs`` ``id`` and ``resume`` win.
     """
 
     def __init__(
@@ -43,6 +51,7 @@ class WandbBackend:
         config: Mapping[str, Any] | None = None,
         init_kwargs: Mapping[str, Any] | None = None,
         run: Any = None,
+        identity: RunIdentity | None = None,
     ) -> None:
         self._finished = False
         if run is not None:
@@ -60,6 +69,10 @@ class WandbBackend:
                 "notes": notes,
                 "config": dict(config) if config is not None else None,
             }
+            if identity is not None:
+                named["id"] = identity.tracker_id(REFUSED_ID_CHARACTERS)
+                if identity.resume:
+                    named["resume"] = "allow"
             kwargs: dict[str, Any] = {k: v for k, v in named.items() if v is not None}
             kwargs.update(init_kwargs or {})
             if kwargs.get("dir") is not None:
@@ -112,6 +125,23 @@ class WandbBackend:
         self.axes.bind(row, axis)
         # Never step=: W&B drops a row whose step is below its last one, and trainer steps
         # repeat or go back (resume, eval loops). The axis value in the row is the x instead.
+        self.run.log(row)
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """The configuration, nested as logged, into the run's config (a later value of a key
+        replaces the earlier one, as a resumed run's may)."""
+        self.run.config.update(dict(params), allow_val_change=True)
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
+        """The rows as a ``wandb.Table`` under ``name``, in a history row at ``rlmetrics/step``
+        (a table per call: W&B shows each step's table, and the latest by default)."""
+        columns = columns_of(rows)
+        table = wandb.Table(columns=columns, data=[[row.get(c) for c in columns] for row in rows])
+        row: dict[str, Any] = {name: table}
+        number = as_step(step)
+        if number is not None:
+            row[STEP_KEY] = number
+        self.axes.bind([name], STEP_KEY)
         self.run.log(row)
 
     def finish(self) -> None:

@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 import rlmetrics
+from rlmetrics.identity import RunIdentity
 
 __all__ = ["make_backend", "register_backends"]
 
 
-def make_backend(**config: Any) -> Any:
-    """``WandbBackend(**config)``, importing wandb only now."""
+def make_backend(identity: RunIdentity | None = None, **config: Any) -> Any:
+    """``WandbBackend(identity=identity, **config)``, importing wandb only now."""
     from .backend import WandbBackend
 
-    return WandbBackend(**config)
+    return WandbBackend(identity=identity, **config)
 
 
 @rlmetrics.hookimpl
