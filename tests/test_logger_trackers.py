@@ -91,7 +91,7 @@ def test_hyperparams_reach_every_backend_that_keeps_them(tmp_path: Path) -> None
     assert isinstance(keeper, TakesHyperparams) and isinstance(keeper, TakesSamples)
     assert keeper.params == [{"lr": 1e-6, "layers": [28]}]
     assert keeper.threads == {"rlmetrics-backend-keeper"}  # queued: never the loop's thread
-    (row,) = read_jsonl(tmp_path / "m.jsonl")
+    (row,) = read_jsonl(tmp_path / "m.jsonl", every_row=True)
     assert row["hyperparams"] == {"lr": 1e-6, "layers": [28]}
     assert logger.backends["plain"].options == {}  # no identity forced on it
 
@@ -143,7 +143,9 @@ def test_start_with_resume_makes_every_logger_resume(tmp_path: Path) -> None:
         logger = _logger(tmp_path)
         logger.finish()
     assert Keeper.made[0].identity == RunIdentity("run-42", resume=True)
-    assert [row.get("kind") for row in read_jsonl(tmp_path / "m.jsonl")] == ["resume"]
+    assert [row.get("kind") for row in read_jsonl(tmp_path / "m.jsonl", every_row=True)] == [
+        "resume"
+    ]
 
 
 def test_a_run_id_other_than_the_telemetrys_is_refused(tmp_path: Path) -> None:
@@ -179,4 +181,5 @@ def test_a_backend_that_fails_in_an_optional_method_costs_only_that_call(
     wait_until(lambda: len(keeper.tables) == 1, 30, "the samples after the failure")
     logger.finish()
     assert "failed in log_hyperparams" in caplog.text
-    assert list(read_jsonl(tmp_path / "m.jsonl"))[0]["hyperparams"] == {"lr": 1.0}
+    (row,) = read_jsonl(tmp_path / "m.jsonl", every_row=True)
+    assert row["hyperparams"] == {"lr": 1.0}

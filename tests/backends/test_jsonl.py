@@ -205,7 +205,7 @@ def test_every_row_carries_the_run_id_and_a_resumed_run_marks_where_it_continues
     again.log_metrics({"x": 2}, step=2, prefix="train")
     again.finish()
 
-    rows = list(read_jsonl(path))
+    rows = list(read_jsonl(path, every_row=True))
     assert {row["run_id"] for row in rows} == {"run-a"}
     assert [row.get("kind") for row in rows] == ["hyperparams", None, "resume", None]
     assert rows[0]["hyperparams"] == {"lr": 1e-6, "model": {"layers": [28]}}

@@ -208,9 +208,12 @@ def _ends_a_line(path: Path) -> bool:
         return handle.read(1) == b"\n"
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+def read_jsonl(path: str | os.PathLike[str], *, every_row: bool = False) -> Iterator[dict[str, Any]]:
     """Yield the rows of a JSONL metrics file, skipping with a warning each line that does not
-    parse (a torn last line, a line nested too deeply or with an int too long to read)."""
+    parse (a torn last line, a line nested too deeply or with an int too long to read).
+
+    The metric rows only, unless ``every_row``: then also the records about the run (rows with
+    a ``kind``: ``hyperparams``, ``resume``)."""
     with Path(path).open(encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -221,7 +224,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                 where = "torn last line" if not line.endswith("\n") else "malformed line"
                 logger.warning("rlmetrics: %s %d of %s skipped", where, number, path)
                 continue
-            if isinstance(row, dict):
+            if isinstance(row, dict) and (every_row or "kind" not in row):
                 yield row
 
 

@@ -21,10 +21,12 @@ import attrs
 from .. import Logger, start, warn_once
 from ..hooks import collect_offers
 from ..plugins import load_plugins
+from ..backends.jsonl import samples_path
 from ..report.summary import RunReport, read_report
 from .parts import DemoPart, DemoSettings
 from .progress import Progress
-from .simulation import SETUP_PREFIX, Simulation
+from .simulation import _MAX_TOKENS, SETUP_PREFIX, Simulation
+from .tables import SAMPLES_EVERY, demo_hyperparams, demo_samples
 
 __all__ = ["DEFAULT_OUTPUT", "DemoOptions", "DemoResult", "run_demo"]
 
@@ -120,7 +122,8 @@ def run_demo(
     output = Path(options.output)
     output.mkdir(parents=True, exist_ok=True)
     jsonl = output / JSONL_NAME
-    jsonl.unlink(missing_ok=True)  # each run writes its own log: a report of two runs is wrong
+    jsonl.unlink(missing_ok=True)  # each run writes its own log
+    samples_path(jsonl).unlink(missing_ok=True)
     settings = DemoSettings(seed=options.seed, steps=options.steps, output=output)
     simulation = Simulation(options.seed, options.steps)
     parts = _build_parts(settings)
@@ -151,6 +154,7 @@ def run_demo(
         say.write(f"family parts:        {', '.join(parts) or 'none installed'}\n")
         say.flush()
         with Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger:
+            logger.log_hyperparams(demo_hyperparams(options.seed, options.steps, _MAX_TOKENS))
             logger.log_metrics(simulation.setup_timings(), step=0, prefix=SETUP_PREFIX)
             logger.log_rollout_checkpoint(simulation.resume())
             bar = Progress(options.steps, progress, bar=options.bar)
@@ -161,6 +165,8 @@ def run_demo(
                     for event in simulated.events:
                         logger.log_rollout_checkpoint(event)
                     logger.log_metrics(train, step=step, prefix="train")
+                    if step % SAMPLES_EVERY == 0 or step == options.steps:
+                        logger.log_samples(demo_samples(simulated.demo), step=step)
                     bar.update(
                         step, reward=train["reward"], goodput=train["efficiency/efficiency_pct"]
                     )

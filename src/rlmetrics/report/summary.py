@@ -20,12 +20,10 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
 
-from ..backends.jsonl import read_jsonl
 from ..events import (
     EFFICIENCY_PREFIX,
     SETUP_TIMING_PREFIX,
@@ -81,6 +79,15 @@ class RunReport:
     trends: dict[str, dict[str, float]]
     vllm: dict[str, Any] | None
     checkpoints: dict[str, Any] | None
+    #: The run's id (None for rows written without one) and how often it was resumed.
+    run_id: str | None = None
+    resumed: int = 0
+    #: Trainer steps logged more than once in the run (the later values are shown).
+    repeated_steps: tuple[int, ...] = ()
+    #: The run's configuration (``Logger.log_hyperparams``), nested as logged.
+    hyperparams: dict[str, Any] | None = None
+    #: Sample rows: how many, and the first rows of the latest table.
+    samples: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(
@@ -334,10 +341,10 @@ def _checkpoints(
     }
 
 
-def read_report(path: str | os.PathLike[str]) -> RunReport:
-    """The report of the JSONL at ``path`` (a torn or malformed line is skipped and counted)."""
-    path = Path(path)
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        lines = sum(1 for line in handle if line.strip())
-    rows = list(read_jsonl(path))
-    return build_report(rows, source=str(path), skipped=lines - len(rows))
+def read_report(path: str | os.PathLike[str], run: str | None = None) -> RunReport:
+    """The report of one run of the JSONL at ``path``: the one ``run`` names, else the last
+    one in the file (a torn or malformed line is skipped and counted). Every run:
+    :func:`rlmetrics.report.runs.read_reports`."""
+    from .runs import read_reports
+
+    return read_reports(path, run)[-1]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .summary import RunReport
 
-__all__ = ["render"]
+__all__ = ["render", "render_runs"]
+
+#: Hyperparameters the text report lists (the rest are counted).
+HYPERPARAMS_SHOWN = 12
+#: Characters of a sample cell the text report shows.
+CELL_SHOWN = 72
 
 
 def _s(value: float | None, digits: int = 1) -> str:
@@ -24,6 +29,7 @@ def render(report: RunReport) -> str:
         + (f", {report.skipped_lines} unreadable lines skipped" if report.skipped_lines else "")
         + ")"
     ]
+    lines += _identity(report)
     if report.steps:
         lines += _steps(report)
     lines += _goodput(report.goodput)
@@ -49,7 +55,77 @@ def render(report: RunReport) -> str:
         lines += _vllm(report.vllm)
     if report.checkpoints is not None:
         lines += _checkpoints(report.checkpoints)
+    if report.hyperparams:
+        lines += _hyperparams(report.hyperparams)
+    if report.samples:
+        lines += _samples(report.samples)
     return "\n".join(lines) + "\n"
+
+
+def render_runs(reports: Sequence[RunReport]) -> str:
+    """Each run's report in turn, with a line naming how many runs the file holds."""
+    if len(reports) == 1:
+        return render(reports[0])
+    ids = ", ".join(str(r.run_id) for r in reports)
+    head = f"{len(reports)} runs in this file ({ids}); each is reported on its own.\n\n"
+    return head + "\n".join(render(report) for report in reports)
+
+
+def _identity(report: RunReport) -> list[str]:
+    if report.run_id is None and not report.resumed and not report.repeated_steps:
+        return []
+    lines = [
+        f"Run {report.run_id}"
+        + (f", resumed {report.resumed} time(s)" if report.resumed else "")
+        + f": {len(report.steps)} steps"
+    ]
+    if report.repeated_steps:
+        lines.append(
+            f"  warning: steps {_steps_list(report.repeated_steps)} were logged more than once "
+            "(a resumed run that went back to its checkpoint?); the later values are shown"
+        )
+    return lines
+
+
+def _steps_list(steps: Sequence[int]) -> str:
+    shown = ", ".join(str(s) for s in steps[:10])
+    return shown + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
+
+
+def _flat(params: Mapping[str, Any], path: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in params.items():
+        name = f"{path}{key}"
+        if isinstance(value, Mapping):
+            out += _flat(value, name + "/")
+        else:
+            out.append((name, value))
+    return out
+
+
+def _hyperparams(params: Mapping[str, Any]) -> list[str]:
+    flat = _flat(params)
+    lines = ["", f"Hyperparameters ({len(flat)}):"]
+    lines += [f"  {k} = {_cell(v)}" for k, v in flat[:HYPERPARAMS_SHOWN]]
+    if len(flat) > HYPERPARAMS_SHOWN:
+        lines.append(f"  ... {len(flat) - HYPERPARAMS_SHOWN} more (the JSONL's hyperparams row)")
+    return lines
+
+
+def _cell(value: Any) -> str:
+    text = " ".join(str(value).split())  # one line
+    return text if len(text) <= CELL_SHOWN else text[: CELL_SHOWN - 1] + "…"
+
+
+def _samples(samples: Mapping[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"Samples: {samples['rows']} rows in {samples['tables']} table(s); the latest "
+        f"({samples['latest_name']!s} at step {samples['latest_step']}), first rows:",
+    ]
+    for row in samples["shown"]:
+        lines.append("  - " + "; ".join(f"{k}: {_cell(v)}" for k, v in row.items()))
+    return lines
 
 
 def _steps(report: RunReport) -> list[str]:

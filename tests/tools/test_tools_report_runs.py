@@ -1,0 +1,97 @@
+"""``rlmetrics report`` over a file holding several runs: each reported apart (or the one
+``--run`` names), a resumed run as one run, repeated steps named; the run's hyperparameters
+and latest samples shown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tools_support import run_cli
+
+import rlmetrics
+from rlmetrics.report.runs import RunNotFound, read_reports
+
+
+def _log_run(path: Path, run_id: str, steps: range, resume: bool = False) -> None:
+    logger = rlmetrics.Logger(
+        backends={"jsonl": {"path": path}}, run_id=run_id, resume=resume
+    )
+    if not resume:
+        logger.log_hyperparams({"lr": 1e-6, "model": {"name": run_id}})
+    for step in steps:
+        logger.log_metrics({"reward": step / 100, "loss": 0.1}, step=step, prefix="train")
+    logger.log_samples(
+        [{"prompt": f"p{i}", "completion": "c\nd", "reward": 1.0} for i in range(5)],
+        step=steps[-1],
+    )
+    logger.finish()
+
+
+def test_a_resumed_run_is_one_run_of_all_its_steps(tmp_path: Path) -> None:
+    jsonl = tmp_path / "m.jsonl"
+    _log_run(jsonl, "run-a", range(1, 11))
+    _log_run(jsonl, "run-a", range(11, 21), resume=True)
+
+    (report,) = read_reports(jsonl)
+    assert report.run_id == "run-a" and report.resumed == 1
+    assert [s["step"] for s in report.steps] == list(range(1, 21))
+    assert report.repeated_steps == ()
+    assert report.hyperparams == {"lr": 1e-6, "model": {"name": "run-a"}}
+    assert report.samples is not None
+    assert (report.samples["rows"], report.samples["tables"]) == (10, 2)
+    assert report.samples["latest_step"] == 20
+    assert [row["prompt"] for row in report.samples["shown"]] == ["p0", "p1", "p2"]
+
+
+def test_two_runs_in_one_file_are_reported_apart(tmp_path: Path) -> None:
+    jsonl = tmp_path / "m.jsonl"
+    _log_run(jsonl, "run-a", range(1, 11))
+    _log_run(jsonl, "run-b", range(1, 31))
+
+    reports = read_reports(jsonl)
+    assert [(r.run_id, len(r.steps)) for r in reports] == [("run-a", 10), ("run-b", 30)]
+    assert [r.hyperparams["model"]["name"] for r in reports if r.hyperparams] == ["run-a", "run-b"]
+    (only,) = read_reports(jsonl, run="run-b")
+    assert only.trends["reward"]["last"] == 0.3
+    with pytest.raises(RunNotFound, match="no run 'run-c'"):
+        read_reports(jsonl, run="run-c")
+
+    done = run_cli("report", jsonl)
+    assert done.returncode == 0, done.stderr
+    assert "2 runs in this file (run-a, run-b)" in done.stdout
+    assert "Run run-a: 10 steps" in done.stdout and "Run run-b: 30 steps" in done.stdout
+    assert "Hyperparameters (2):" in done.stdout and "model/name = run-b" in done.stdout
+    assert "completion: c d" in done.stdout  # a completion stays on its line
+    result = json.loads(run_cli("report", jsonl, "--json").stdout)
+    assert [r["run_id"] for r in result["runs"]] == ["run-a", "run-b"]
+    picked = json.loads(run_cli("report", jsonl, "--json", "--run", "run-a").stdout)
+    assert picked["run_id"] == "run-a" and len(picked["steps"]) == 10
+    missing = run_cli("report", jsonl, "--run", "run-c")
+    assert missing.returncode == 2 and "no run 'run-c' (runs: run-a, run-b)" in missing.stderr
+
+
+def test_steps_logged_twice_in_a_run_are_named(tmp_path: Path) -> None:
+    jsonl = tmp_path / "m.jsonl"
+    _log_run(jsonl, "run-a", range(1, 13))  # died after step 12; its checkpoint was step 10
+    _log_run(jsonl, "run-a", range(11, 21), resume=True)
+
+    (report,) = read_reports(jsonl)
+    assert report.repeated_steps == (11, 12)
+    assert [s["step"] for s in report.steps] == list(range(1, 21))
+    done = run_cli("report", jsonl)
+    assert "steps 11, 12 were logged more than once" in done.stdout
+    assert "run run-a logged steps [11, 12] more than once" in done.stderr
+
+
+def test_rows_without_a_run_id_are_one_run(tmp_path: Path) -> None:
+    jsonl = tmp_path / "old.jsonl"
+    rows: list[dict[str, Any]] = [
+        {"time": 0.0, "step": s, "prefix": "train", "metrics": {"reward": 0.5}} for s in (1, 2)
+    ]
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (report,) = read_reports(jsonl)
+    assert report.run_id is None and [s["step"] for s in report.steps] == [1, 2]
+    assert "Run " not in run_cli("report", jsonl).stdout.splitlines()[1]
