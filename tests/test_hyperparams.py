@@ -123,9 +123,11 @@ _leaves = st.one_of(
 )
 _configs = st.recursive(
     _leaves,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.tuples(inner, inner)
-    | st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), inner, max_size=4)
+    ),
     max_leaves=30,
 )
 

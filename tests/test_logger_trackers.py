@@ -8,7 +8,7 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -23,7 +23,7 @@ from rlmetrics.testing import in_memory_telemetry, wait_until
 class Keeper:
     """A third-party tracker with both optional methods; it names ``identity``."""
 
-    made: list[Keeper] = []
+    made: ClassVar[list[Keeper]] = []
 
     def __init__(self, identity: RunIdentity | None = None) -> None:
         self.identity = identity

@@ -16,9 +16,7 @@ from rlmetrics.report.runs import RunNotFound, read_reports
 
 
 def _log_run(path: Path, run_id: str, steps: range, resume: bool = False) -> None:
-    logger = rlmetrics.Logger(
-        backends={"jsonl": {"path": path}}, run_id=run_id, resume=resume
-    )
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": path}}, run_id=run_id, resume=resume)
     if not resume:
         logger.log_hyperparams({"lr": 1e-6, "model": {"name": run_id}})
     for step in steps:

@@ -208,7 +208,9 @@ def _ends_a_line(path: Path) -> bool:
         return handle.read(1) == b"\n"
 
 
-def read_jsonl(path: str | os.PathLike[str], *, every_row: bool = False) -> Iterator[dict[str, Any]]:
+def read_jsonl(
+    path: str | os.PathLike[str], *, every_row: bool = False
+) -> Iterator[dict[str, Any]]:
     """Yield the rows of a JSONL metrics file, skipping with a warning each line that does not
     parse (a torn last line, a line nested too deeply or with an int too long to read).
 

@@ -19,9 +19,9 @@ from typing import Any, TextIO
 import attrs
 
 from .. import Logger, start, warn_once
+from ..backends.jsonl import samples_path
 from ..hooks import collect_offers
 from ..plugins import load_plugins
-from ..backends.jsonl import samples_path
 from ..report.summary import RunReport, read_report
 from .parts import DemoPart, DemoSettings
 from .progress import Progress

@@ -1,0 +1,112 @@
+"""Hyperparameters, sample tables and resume, against a real sqlite tracking store read back
+with MlflowClient."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+from mlflow_helpers import history
+from rlmetrics_mlflow import MlflowBackend, mlflow_key
+
+import rlmetrics
+from rlmetrics.identity import RUN_ID_ATTR, RunIdentity
+
+
+def _config(tracking_uri: str, tmp_path: Path) -> dict[str, Any]:
+    return {
+        "tracking_uri": tracking_uri,
+        "experiment_name": "grpo",
+        "artifact_location": (tmp_path / "artifacts").as_uri(),
+    }
+
+
+def test_hyperparams_become_params_within_mlflows_rules(
+    tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    logger = rlmetrics.Logger(backends={"mlflow": _config(tracking_uri, tmp_path)})
+    run_id = logger.backends["mlflow"].run_id
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger.log_hyperparams(
+            {
+                "lr": 1e-6,
+                "model": {"name": "qwen", "layers": [28, 28]},
+                "bad key?": 1,
+                "prompt": "x" * 7000,
+                "seed": None,
+            }
+        )
+        logger.log_hyperparams({"lr": 5.0, "extra": 1})  # MLflow never changes a param
+    logger.finish()
+
+    params = MlflowClient(tracking_uri).get_run(run_id).data.params
+    assert params == {
+        "lr": "1e-06",
+        "model/name": "qwen",
+        "model/layers": "[28, 28]",
+        mlflow_key("bad key?"): "1",
+        "prompt": "x" * 6000,
+        "seed": "None",
+        "extra": "1",
+    }
+    assert caplog.text.count("MLflow keeps at most 6000") == 1
+    assert "'lr' already has another value" in caplog.text
+    assert "is logged to MLflow as" in caplog.text
+
+
+def test_samples_become_a_table_artifact_per_call(tracking_uri: str, tmp_path: Path) -> None:
+    logger = rlmetrics.Logger(backends={"mlflow": _config(tracking_uri, tmp_path)})
+    run_id = logger.backends["mlflow"].run_id
+    rows = [
+        {"prompt": "2+2?", "completion": "4", "reward": 1.0},
+        {"prompt": "1+1?", "completion": "3", "reward": 0.0, "judge": "wrong"},
+    ]
+    logger.log_samples(rows, step=7, name="eval/samples")
+    logger.finish()
+
+    client = MlflowClient(tracking_uri)
+    path = client.download_artifacts(run_id, "eval_samples/step_00000007.json", str(tmp_path))
+    table = json.loads(Path(path).read_text())
+    assert table["columns"] == ["prompt", "completion", "reward", "judge", "step"]
+    assert table["data"] == [["2+2?", "4", 1.0, None, 7], ["1+1?", "3", 0.0, "wrong", 7]]
+    logged = json.loads(client.get_run(run_id).data.tags["mlflow.loggedArtifacts"])
+    assert logged == [{"path": "eval_samples/step_00000007.json", "type": "table"}]
+
+
+def test_a_resumed_run_continues_the_mlflow_run_tagged_with_its_id(
+    tracking_uri: str, tmp_path: Path
+) -> None:
+    first = MlflowBackend(**_config(tracking_uri, tmp_path), identity=RunIdentity("grpo-7"))
+    for step in range(1, 11):
+        first.log_metrics({"loss": float(step)}, step, "train")
+    first.finish()
+    other = MlflowBackend(**_config(tracking_uri, tmp_path), identity=RunIdentity("grpo-8"))
+    other.finish()
+    resumed = MlflowBackend(
+        **_config(tracking_uri, tmp_path), identity=RunIdentity("grpo-7", resume=True)
+    )
+    for step in range(11, 21):
+        resumed.log_metrics({"loss": float(step)}, step, "train")
+    resumed.finish()
+
+    client = MlflowClient(tracking_uri)
+    assert resumed.run_id == first.run_id != other.run_id
+    assert client.get_run(first.run_id).data.tags[RUN_ID_ATTR] == "grpo-7"
+    assert history(client, first.run_id, "train/loss") == [(s, float(s)) for s in range(1, 21)]
+
+
+def test_resuming_a_run_the_store_has_not_seen_starts_it_and_says_so(
+    tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        backend = MlflowBackend(
+            **_config(tracking_uri, tmp_path), identity=RunIdentity("it's-new", resume=True)
+        )
+    backend.finish()
+    assert "a new run is started with that tag" in caplog.text
+    tags = MlflowClient(tracking_uri).get_run(backend.run_id).data.tags
+    assert tags[RUN_ID_ATTR] == "it's-new"
