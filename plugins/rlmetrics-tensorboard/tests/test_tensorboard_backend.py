@@ -24,7 +24,7 @@ def test_the_entry_point_offers_the_tensorboard_backend() -> None:
     assert info is not None and info.distribution == "rlmetrics-tensorboard"
 
 
-def test_scalars_land_at_their_steps_with_the_call_time(tmp_path: Path) -> None:
+def test_scalars_land_at_their_steps_and_a_stream_at_its_own_wall_time(tmp_path: Path) -> None:
     logger = rlmetrics.Logger(
         backends={"tensorboard": {"root_dir": tmp_path}}, run_id="run-1", queue_size=100
     )
