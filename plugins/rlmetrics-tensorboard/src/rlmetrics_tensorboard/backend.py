@@ -2,7 +2,8 @@
 
 Each logged dict becomes scalars (text, histograms) at the trainer step, stamped with the time
 it is written (a queued row waits well under a millisecond unless the writer falls behind), or
-with the rollout-checkpoint streams' own ``telemetry/wall_time_seconds`` when they carry it. TensorBoard keeps every (step, value) point, so a step that goes back is never lost.
+with the rollout-checkpoint streams' own ``telemetry/wall_time_seconds`` when they carry it.
+TensorBoard keeps every (step, value) point, so a step that goes back is never lost.
 
 A resumed run (``RunIdentity.resume``) writes into the same folder. Its first event carries
 TensorBoard's restart marker at the first step it logs, so points the previous process wrote
