@@ -60,23 +60,33 @@ class Comparison:
         )
 
 
-def _cpu(call: Callable[[], object], number: int) -> float:
+def _cpu(
+    call: Callable[[], object], number: int, timer: Callable[[], float] = time.process_time
+) -> float:
     """CPU seconds of ``number`` calls (timeit's loop, its GC pause, this process's clock)."""
-    return timeit.Timer(call, timer=time.process_time).timeit(number=number)
+    return timeit.Timer(call, timer=timer).timeit(number=number)
 
 
 def compare(
-    case: Callable[[], object], base: Callable[[], object], *, number: int, rounds: int
+    case: Callable[[], object],
+    base: Callable[[], object],
+    *,
+    number: int,
+    rounds: int,
+    timer: Callable[[], float] = time.process_time,
 ) -> Comparison:
-    """Time ``case`` against ``base``, ``number`` calls each per round, alternating order."""
+    """Time ``case`` against ``base``, ``number`` calls each per round, alternating order.
+
+    ``timer`` is the clock: this process's CPU time, or ``time.thread_time`` for what a call
+    costs the calling thread alone (when the case hands work to threads of its own)."""
     ratios, case_times, base_times = [], [], []
     for index in range(rounds):
         if index % 2 == 0:
-            case_t = _cpu(case, number)
-            base_t = _cpu(base, number)
+            case_t = _cpu(case, number, timer)
+            base_t = _cpu(base, number, timer)
         else:
-            base_t = _cpu(base, number)
-            case_t = _cpu(case, number)
+            base_t = _cpu(base, number, timer)
+            case_t = _cpu(case, number, timer)
         ratios.append(case_t / base_t)
         case_times.append(case_t / number)
         base_times.append(base_t / number)

@@ -93,3 +93,19 @@ def test_rows_without_a_run_id_are_one_run(tmp_path: Path) -> None:
     (report,) = read_reports(jsonl)
     assert report.run_id is None and [s["step"] for s in report.steps] == [1, 2]
     assert "Run " not in run_cli("report", jsonl).stdout.splitlines()[1]
+
+
+def test_the_demo_reports_its_configuration_and_samples(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    done = run_cli(
+        "demo", "--steps", "10", "--interval", "0", "--prometheus-port", "0", "--output", output
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Hyperparameters (13):" in done.stdout and "optimizer/lr = 1e-06" in done.stdout
+    assert "Samples: 8 rows in 2 table(s); the latest (samples at step 10)" in done.stdout
+    summary = json.loads(run_cli("report", output / "metrics.jsonl", "--json").stdout)
+    assert summary["hyperparams"]["algorithm"]["name"] == "grpo"
+    assert summary["samples"]["rows"] == 8
+    (first, *_) = summary["samples"]["shown"]
+    assert set(first) == {"prompt", "completion", "reward", "response_tokens"}
+    assert first["prompt"].startswith("What is ")
