@@ -58,13 +58,13 @@ def samples_path(path: str | os.PathLike[str]) -> Path:
     return path.with_name(f"{path.stem}.samples{path.suffix or '.jsonl'}")
 
 
-def _line(row: dict[str, Any]) -> str:
+def _line(row: Mapping[str, Any]) -> str:
     """One JSON line; a row json refuses (NaN, a tensor, a huge int...) is converted value by
     value, nested dicts included."""
     try:
         return json.dumps(row, allow_nan=False) + "\n"
     except Exception:
-        return json.dumps(_json_tree(row), allow_nan=False) + "\n"
+        return json.dumps(_json_tree(dict(row)), allow_nan=False) + "\n"
 
 
 def _json_tree(value: Any, depth: int = 0) -> Any:
