@@ -12,10 +12,13 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import attrs
 
-__all__ = ["RUN_ID_ATTR", "RunIdentity", "new_run_id"]
+__all__ = ["RUN_ID_ATTR", "RunIdentity", "new_run_id", "tracker_init_kwargs"]
 
 #: The resource attribute (and MLflow tag) that carries the run id.
 RUN_ID_ATTR = "rlmetrics.run.id"
@@ -57,3 +60,26 @@ class RunIdentity:
         )
         digest = hashlib.blake2b(run_id.encode("utf-8", "surrogatepass"), digest_size=4)
         return f"{cleaned[: max_length - 9]}-{digest.hexdigest()}"
+
+
+def tracker_init_kwargs(
+    named: Mapping[str, Any],
+    identity: RunIdentity | None,
+    refused: str,
+    overrides: Mapping[str, Any] | None,
+    folder: str,
+) -> dict[str, Any]:
+    """The keyword arguments of a tracker's ``init`` (``wandb.init``, ``swanlab.init``): the
+    ``named`` ones that are set, the run id as ``id`` (:meth:`RunIdentity.tracker_id` with the
+    characters the tracker ``refused``) and ``resume="allow"`` for a resumed run, then the
+    user's ``overrides`` (their ``init_kwargs``), which win. The folder under the key
+    ``folder`` is created: trackers fall back to another place when it is missing."""
+    kwargs = {key: value for key, value in named.items() if value is not None}
+    if identity is not None:
+        kwargs["id"] = identity.tracker_id(refused)
+        if identity.resume:
+            kwargs["resume"] = "allow"
+    kwargs.update(overrides or {})
+    if kwargs.get(folder) is not None:
+        Path(kwargs[folder]).mkdir(parents=True, exist_ok=True)
+    return kwargs

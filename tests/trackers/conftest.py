@@ -21,29 +21,17 @@ else:
     for plugin in ("wandb", "mlflow", "tensorboard", "swanlab"):
         sys.path.insert(0, str(root / f"rlmetrics-{plugin}" / "tests"))
 
-_WANDB_ENV = {
-    "WANDB_MODE": "offline",
-    "WANDB_SILENT": "true",
-    "WANDB_DISABLE_GIT": "true",
-    "WANDB_DISABLE_CODE": "true",
-    "WANDB_SAVE_CODE": "false",
-    "WANDB_CONSOLE": "off",
-    "WANDB_X_DISABLE_STATS": "true",
-    "WANDB_X_DISABLE_MACHINE_INFO": "true",
-}
-
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No tracker reaches the network or writes outside the test's directory."""
-    for name, value in _WANDB_ENV.items():
-        monkeypatch.setenv(name, value)
-    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / "wandb-home" / name.lower()))
+    from wandb_helpers import offline_wandb
+
+    offline_wandb(monkeypatch, tmp_path / "wandb-home")
     monkeypatch.setenv("SWANLAB_MODE", "offline")
     monkeypatch.setenv("SWANLAB_ROOT", str(tmp_path / "swanlab-home"))
     monkeypatch.setenv("DO_NOT_TRACK", "1")
-    for name in ("WANDB_API_KEY", "SWANLAB_API_KEY", "MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"):
+    for name in ("SWANLAB_API_KEY", "MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
 
 

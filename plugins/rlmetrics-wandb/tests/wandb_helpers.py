@@ -10,7 +10,29 @@ from typing import Any
 
 import attrs
 
-__all__ = ["RunLog", "read_run"]
+__all__ = ["WANDB_ENV", "RunLog", "offline_wandb", "read_run"]
+
+# Offline and quiet: no network, no git or code capture, no console capture, no system
+# stats thread, and no config/cache written outside the test's directory.
+WANDB_ENV = {
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+    "WANDB_DISABLE_GIT": "true",
+    "WANDB_DISABLE_CODE": "true",
+    "WANDB_SAVE_CODE": "false",
+    "WANDB_CONSOLE": "off",
+    "WANDB_X_DISABLE_STATS": "true",
+    "WANDB_X_DISABLE_MACHINE_INFO": "true",
+}
+
+
+def offline_wandb(monkeypatch: Any, home: Path) -> None:
+    """W&B offline, quiet, without credentials, its config and caches under ``home``."""
+    for name, value in WANDB_ENV.items():
+        monkeypatch.setenv(name, value)
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(name, str(home / name.lower()))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
 
 
 @attrs.frozen

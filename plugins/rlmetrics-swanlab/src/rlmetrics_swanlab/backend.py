@@ -24,7 +24,7 @@ import swanlab
 from rlmetrics import as_plain, as_real, describe_value, warn_once
 from rlmetrics.backends import as_step, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
-from rlmetrics.identity import RunIdentity
+from rlmetrics.identity import RunIdentity, tracker_init_kwargs
 from rlmetrics.samples import columns_of
 
 __all__ = ["REFUSED_ID_CHARACTERS", "SwanLabBackend"]
@@ -129,14 +129,9 @@ class SwanLabBackend:
             "log_dir": os.fspath(log_dir) if log_dir is not None else None,
             "config": dict(config) if config is not None else None,
         }
-        if identity is not None:
-            named["id"] = identity.tracker_id(REFUSED_ID_CHARACTERS)
-            if identity.resume:
-                named["resume"] = "allow"
-        kwargs: dict[str, Any] = {k: v for k, v in named.items() if v is not None}
-        kwargs.update(init_kwargs or {})
-        if kwargs.get("log_dir") is not None:
-            Path(kwargs["log_dir"]).mkdir(parents=True, exist_ok=True)
+        kwargs = tracker_init_kwargs(
+            named, identity, REFUSED_ID_CHARACTERS, init_kwargs, folder="log_dir"
+        )
         try:
             self.run = _init_off_the_main_thread(kwargs)
         except Exception as exc:

@@ -12,7 +12,7 @@ import wandb
 from rlmetrics import describe_value, warn_once
 from rlmetrics.backends import as_step, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
-from rlmetrics.identity import RunIdentity
+from rlmetrics.identity import RunIdentity, tracker_init_kwargs
 from rlmetrics.samples import columns_of
 
 from .axes import StepAxes
@@ -69,15 +69,10 @@ class WandbBackend:
                 "notes": notes,
                 "config": dict(config) if config is not None else None,
             }
-            if identity is not None:
-                named["id"] = identity.tracker_id(REFUSED_ID_CHARACTERS)
-                if identity.resume:
-                    named["resume"] = "allow"
-            kwargs: dict[str, Any] = {k: v for k, v in named.items() if v is not None}
-            kwargs.update(init_kwargs or {})
-            if kwargs.get("dir") is not None:
-                # wandb.init warns and falls back to a temp dir when dir is missing.
-                Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
+            # (wandb.init warns and falls back to a temp dir when dir is missing.)
+            kwargs = tracker_init_kwargs(
+                named, identity, REFUSED_ID_CHARACTERS, init_kwargs, folder="dir"
+            )
             previous = wandb.run
             try:
                 self.run = wandb.init(**kwargs)
