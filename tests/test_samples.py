@@ -86,3 +86,33 @@ def test_cut_text_is_a_prefix_within_the_bound(text: str, max_bytes: int) -> Non
     assert text.startswith(cut)
     assert len(cut.encode("utf-8", "surrogatepass")) <= max_bytes
     assert was_cut == (cut != text)
+
+
+_cells = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=300),
+    st.builds(object),
+    st.lists(st.integers(), max_size=3),
+)
+
+
+@given(
+    st.lists(st.dictionaries(st.text(max_size=6), _cells, max_size=5) | _cells, max_size=12),
+    st.integers(min_value=1, max_value=8),
+    st.integers(min_value=1, max_value=64),
+)
+def test_any_rows_come_out_bounded_and_plain(rows: list[Any], max_rows: int, cell: int) -> None:
+    import json
+
+    out = to_samples(rows, max_rows=max_rows, max_cell_bytes=cell)
+    assert len(out) <= max_rows
+    assert len(out) == sum(isinstance(row, dict) for row in rows[:max_rows])
+    for row in out:
+        for value in row.values():
+            assert value is None or isinstance(value, (bool, int, float, str))
+            if isinstance(value, str):
+                assert len(value.encode("utf-8", "surrogatepass")) <= cell
+    json.dumps(out)

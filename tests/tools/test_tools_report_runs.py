@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tools_support import run_cli
 
 import rlmetrics
-from rlmetrics.report.runs import RunNotFound, read_reports
+from rlmetrics.report.runs import RunNotFound, read_reports, split_runs
 
 
 def _log_run(path: Path, run_id: str, steps: range, resume: bool = False) -> None:
@@ -109,3 +111,32 @@ def test_the_demo_reports_its_configuration_and_samples(tmp_path: Path) -> None:
     (first, *_) = summary["samples"]["shown"]
     assert set(first) == {"prompt", "completion", "reward", "response_tokens"}
     assert first["prompt"].startswith("What is ")
+
+
+_ids = st.sampled_from(["a", "b", "c", None])
+
+
+@given(
+    st.lists(
+        st.tuples(_ids, st.integers(0, 6), st.sampled_from(["train", "", "other"])), max_size=40
+    )
+)
+def test_split_runs_puts_every_row_in_its_run_in_order(rows: list[tuple[Any, int, str]]) -> None:
+    logged = [
+        {"run_id": run_id, "step": step, "prefix": prefix, "metrics": {"i": index}}
+        for index, (run_id, step, prefix) in enumerate(rows)
+    ]
+    runs = split_runs(logged)
+    assert list(runs) == list(dict.fromkeys(run_id for run_id, _, _ in rows))
+    for run_id, found in runs.items():
+        mine = [row for row in logged if row["run_id"] == run_id]
+        assert found.rows == mine
+        seen: set[tuple[str, int]] = set()
+        repeated = set()
+        for row in mine:
+            if row["prefix"] in ("train", ""):
+                key = (row["prefix"], row["step"])
+                if key in seen:
+                    repeated.add(row["step"])
+                seen.add(key)
+        assert found.repeated == repeated
