@@ -13,7 +13,9 @@ file may hold several runs and a reader tells them apart. Besides the metric row
 the run: ``{"kind": "hyperparams", "hyperparams": {...}}`` from ``Logger.log_hyperparams``, and
 ``{"kind": "resume"}`` where a resumed run (``RunIdentity.resume``) continues the file. Sample
 rows from ``Logger.log_samples`` go to a file beside it, ``<stem>.samples.jsonl`` (one line per
-sample: ``{"time", "run_id", "step", "name", "sample"}``), so the metrics file stays small.
+sample: ``{"time", "run_id", "step", "name", "sample"}``), so the metrics file stays small; that
+file is written on a thread of its own (:class:`_SamplesFile`), the one write this backend does
+not make on the caller's thread.
 
 Values JSON cannot hold faithfully are written as strings: NaN and infinities as ``"nan"``,
 ``"inf"``, ``"-inf"``; an int with more digits than Python's JSON reader accepts (4300) as
@@ -37,6 +39,7 @@ from .._warn import logger
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
 from ..values import as_plain
+from .worker import BackendWorker
 
 __all__ = [
     "JsonlBackend",
@@ -47,6 +50,10 @@ __all__ = [
 ]
 
 DEFAULT_PATH = "rlmetrics.jsonl"
+#: Sample tables the samples file's thread may fall behind by (then tables are dropped and
+#: counted), and how long ``finish()`` waits for it to write them.
+SAMPLES_QUEUE_SIZE = 256
+SAMPLES_FINISH_S = 30.0
 #: The ``kind`` of a row that is not a metrics row.
 HYPERPARAMS_KIND = "hyperparams"
 RESUME_KIND = "resume"
@@ -125,7 +132,7 @@ class JsonlBackend:
         self.run_id = self.identity.run_id
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: TextIO | None = _open_for_append(self.path)
-        self._samples: TextIO | None = None
+        self._samples: BackendWorker | None = None
         self._lock = threading.Lock()
         if self.identity.resume:
             self._write(_line({"time": time.time(), "run_id": self.run_id, "kind": RESUME_KIND}))
@@ -160,19 +167,19 @@ class JsonlBackend:
         self._write(_line(row))
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
-        """One line per sample in :func:`samples_path`, written and flushed in one go."""
-        # The fields every line of the call shares are encoded once; each row then costs one
-        # encode (the rows are plain JSON values already, bounded by the Logger).
-        head = _line({"time": time.time(), "run_id": self.run_id, "step": step, "name": name})
-        head = head[: -len("}\n")] + ', "sample": '
-        text = "".join(f"{head}{_line(row)[:-1]}}}\n" for row in rows)
+        """One line per sample in :func:`samples_path`, stamped now and written by the
+        samples file's own thread (see :class:`_SamplesFile`); the rows are plain values the
+        Logger made for this call, so handing them over is safe."""
         with self._lock:
             if self._file is None:
                 raise ValueError(f"JSONL backend {self.path} is finished")
             if self._samples is None:
-                self._samples = _open_for_append(samples_path(self.path))
-            self._samples.write(text)
-            self._samples.flush()
+                self._samples = BackendWorker(
+                    "jsonl-samples",
+                    _SamplesFile(samples_path(self.path), self.run_id),
+                    SAMPLES_QUEUE_SIZE,
+                )
+            self._samples.call("log_samples", rows, step, name, time.time())
 
     def _write(self, line: str) -> None:
         with self._lock:
@@ -183,10 +190,45 @@ class JsonlBackend:
 
     def finish(self) -> None:
         with self._lock:
-            for handle in (self._file, self._samples):
-                if handle is not None:
-                    handle.close()
-            self._file = self._samples = None
+            if self._file is not None:
+                self._file.close()
+            self._file = None
+            samples, self._samples = self._samples, None
+        if samples is not None:
+            samples.finish(time.monotonic() + SAMPLES_FINISH_S, SAMPLES_FINISH_S)
+
+
+class _SamplesFile:
+    """The samples file beside a metrics file, written on a thread of its own.
+
+    A table of samples is a look at the run, not its record: encoding 64 rows of 2 KB text is
+    most of a millisecond, which the loop should not pay (the metrics rows, by contrast, are
+    on disk when ``log_metrics`` returns). So the JSONL backend hands each table to this file
+    through a :class:`~rlmetrics.backends.worker.BackendWorker`: a bounded queue (a table past
+    it is dropped and counted), one thread, a bounded wait at ``finish()``."""
+
+    def __init__(self, path: Path, run_id: str) -> None:
+        self.path = path
+        self.run_id = run_id
+        self._file: TextIO | None = None
+
+    def log_samples(
+        self, rows: Sequence[Mapping[str, Any]], step: Any, name: str, now: float
+    ) -> None:
+        # The fields every line of the call shares are encoded once; each row then costs one
+        # encode (the rows are plain JSON values already, bounded by the Logger).
+        head = _line({"time": now, "run_id": self.run_id, "step": step, "name": name})
+        head = head[: -len("}\n")] + ', "sample": '
+        text = "".join(f"{head}{_line(row)[:-1]}}}\n" for row in rows)
+        if self._file is None:
+            self._file = _open_for_append(self.path)
+        self._file.write(text)
+        self._file.flush()
+
+    def finish(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def _open_for_append(path: Path) -> TextIO:
