@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
     from ._providers import Built
+    from .exporters import Exporter
 
 __all__ = ["Telemetry", "TelemetryError", "current", "start"]
 
@@ -81,6 +82,13 @@ class Telemetry:
         """The TracerProvider beside the MeterProvider (same Resource), when tracing; for
         spans of your own, ``telemetry.tracer_provider.get_tracer(__name__)``."""
         return None if self._built is None else self._built.tracer_provider
+
+    @property
+    def exporters(self) -> dict[str, Exporter]:
+        """``{name: Exporter}`` of the exporters this handle started (empty after shutdown)."""
+        if self._built is None or self._closed:
+            return {}
+        return dict(self._built.exporters)
 
     @property
     def exporter_addresses(self) -> dict[str, tuple[str, int]]:

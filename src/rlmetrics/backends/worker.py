@@ -23,7 +23,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .._warn import describe_value, logger, warn_once
@@ -36,6 +37,7 @@ __all__ = [
     "BackendWorker",
     "InlineBackend",
     "is_inline",
+    "live_backends",
     "snapshot",
 ]
 
@@ -108,6 +110,18 @@ def _plain_container(value: Any) -> bool:
     )
 
 
+# Every backend runner of a Logger still alive, for the health path and the
+# rlmetrics.backend.* series (what they count lives as long as its Logger).
+_live: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def live_backends() -> Iterator[Any]:
+    """The backend runners of every live Logger: each has ``name`` and ``failed`` (rows it
+    raised on); queued ones also ``dropped`` (rows lost because it did not keep up) and
+    ``qsize()``."""
+    return iter(list(_live))
+
+
 def is_inline(backend: Any) -> bool:
     """Whether ``backend`` asked to run on the caller's thread (``inline = True``)."""
     return getattr(backend, "inline", False) is True
@@ -154,6 +168,7 @@ class InlineBackend:
         self.backend = backend
         self.rows = 0
         self.failed = 0
+        _live.add(self)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
         self.rows += 1
@@ -195,6 +210,11 @@ class BackendWorker:
             target=self._run, name=f"rlmetrics-backend-{name}", daemon=True
         )
         self._thread.start()
+        _live.add(self)
+
+    def qsize(self) -> int:
+        """Rows queued and not yet written."""
+        return self._queue.qsize()
 
     # -- the caller's side: never blocks ---------------------------------------------------
 

@@ -14,6 +14,7 @@ module level: plugin modules are imported by every process that uses rlmetrics.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ import attrs
 
 from ..hooks import collect_offers
 from ..plugins import Plugins, get_plugins
+from .tally import ExportTally
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -34,6 +36,7 @@ __all__ = [
     "available_exporters",
     "batch_span_processor",
     "periodic_reader",
+    "push_exporter",
 ]
 
 
@@ -73,18 +76,29 @@ class ForkSafe:
     is what keeps that thread quiet until the child starts telemetry of its own.
 
     ``class MyExporter(ForkSafe, MetricExporter): ...`` (the mixin first).
+
+    It also counts its exports and their outcomes in ``rlmetrics_tally``
+    (:class:`~rlmetrics.exporters.tally.ExportTally`), which the health path and the
+    ``rlmetrics.exporter.exports`` series report.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._rlmetrics_pid = os.getpid()
+        self.rlmetrics_tally = ExportTally()
 
     def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
         if os.getpid() != self._rlmetrics_pid:
             from opentelemetry.sdk.metrics.export import MetricExportResult
 
             return MetricExportResult.SUCCESS
-        return super().export(metrics_data, timeout_millis=timeout_millis, **kwargs)  # type: ignore[misc]
+        try:
+            result = super().export(metrics_data, timeout_millis=timeout_millis, **kwargs)  # type: ignore[misc]
+        except BaseException:
+            self.rlmetrics_tally.add(succeeded=False)
+            raise
+        self.rlmetrics_tally.add(succeeded=getattr(result, "name", None) == "SUCCESS")
+        return result
 
 
 class ForkSafeSpans:
@@ -124,6 +138,7 @@ def periodic_reader(
     reader: MetricReader = (reader_class or PeriodicExportingMetricReader)(
         exporter, export_interval_millis=interval_ms
     )
+    _pushers[reader] = exporter
     return reader
 
 
@@ -141,3 +156,14 @@ def batch_span_processor(
         exporter, schedule_delay_millis=delay_ms
     )
     return processor
+
+
+# Each periodic reader built here and the push exporter it drives, so the health path can
+# report an exporter's outcomes without the reader's private attributes.
+_pushers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def push_exporter(reader: Any) -> Any | None:
+    """The push exporter :func:`periodic_reader` put on ``reader``; None for any other
+    reader (a pull reader such as Prometheus', a caller's own)."""
+    return _pushers.get(reader)

@@ -5,14 +5,27 @@ prometheus_port=...)``, else ``OTEL_EXPORTER_PROMETHEUS_HOST`` / ``_PORT``; an e
 counts as unset). The SDK's own ``start_http_server`` default is every interface, which would
 publish a training job's metrics to its whole network. Port 0 picks a free port; the handle's
 ``prometheus_address`` says which.
+
+The same server answers ``/health`` with the run's liveness (:mod:`rlmetrics.health`): 200
+while steps arrive, 503 once the run has been silent for longer than ``stall_after_s``. Every
+other path serves the metrics, as ``prometheus_client``'s own server does.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .. import hookimpl
+from .._warn import warn_once
+from ..health import HEALTH_PATH, health
+from ..health import stall_after_s as stall_bound
 from ..telemetry import TelemetryError
 from . import Exporter
 
@@ -38,28 +51,84 @@ def _port_from_env() -> int:
     return port
 
 
+class _QuietHandler(WSGIRequestHandler):
+    """Scrapes every few seconds are not worth a log line each."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    """One thread per request, so a slow client never holds up a scrape."""
+
+    daemon_threads = True
+
+
+def _with_health(metrics_app: Any, stall_after: float) -> Any:
+    """A WSGI app: :data:`HEALTH_PATH` answers the run's health, every other path the
+    metrics."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != HEALTH_PATH:
+            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        try:
+            code, body = health(stall_after)
+        except Exception:  # the endpoint must answer: a failure is reported, once
+            warn_once("prometheus:health", "rlmetrics: the health path failed to answer")
+            code, body = 500, {"status": "error"}
+        reasons = {200: "OK", 503: "Service Unavailable", 500: "Internal Server Error"}
+        payload = json.dumps(body).encode()
+        start_response(
+            f"{code} {reasons[code]}",
+            [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))],
+        )
+        return [payload]
+
+    return app
+
+
+def _serve(host: str, port: int, app: Any) -> tuple[WSGIServer, threading.Thread]:
+    """``app`` served on ``host``:``port`` (IPv6 too) by a daemon thread."""
+    family, _, _, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+
+    class Server(_ThreadingServer):
+        address_family = family
+
+    server = make_server(str(address[0]), port, app, Server, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="rlmetrics-prometheus", daemon=True)
+    thread.start()
+    return server, thread
+
+
 def make_exporter(
     export_interval_s: float | None = None,
     host: str | None = None,
     port: int | None = None,
+    stall_after_s: float | None = None,
 ) -> Exporter:
     """A Prometheus reader and its HTTP server, listening on ``host``:``port``.
+
+    :param stall_after_s: seconds without a new step after which ``/health`` answers 503;
+        default ``RLMETRICS_STALL_AFTER_S``, else 600.
 
     ``export_interval_s`` is unused: Prometheus pulls, on its own scrape interval.
     """
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry, make_wsgi_app
     except ImportError as exc:
         raise ImportError(
             f"exporter 'prometheus' needs the Prometheus exporter: {INSTALL_HINT}"
         ) from exc
     host = host or os.environ.get(HOST_ENV, "").strip() or DEFAULT_HOST
     port = _port_from_env() if port is None else port
+    stall_after = stall_bound(stall_after_s)
     # A registry of our own: a second start in one process must not find the first's collector.
     registry = CollectorRegistry()
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        server, thread = _serve(host, port, _with_health(make_wsgi_app(registry), stall_after))
     except OSError as exc:
         raise TelemetryError(
             f"the Prometheus exporter cannot listen on {host}:{port}: {exc.strerror or exc}. "

@@ -1,0 +1,102 @@
+"""Liveness: the newest trainer step, when it arrived, and how long steps usually take.
+
+A run that stalls (a hung collective, a dead rollout server, a deadlocked data loader) keeps
+its process and its metrics endpoint alive, and every gauge keeps showing its last value: from
+the outside it looks like a run that is merely slow. These series tell the two apart:
+
+- ``rl.step.number``: the newest trainer step logged;
+- ``rl.step.last_timestamp``: when it was first logged (Unix seconds), so
+  ``time() - rl_step_last_timestamp_seconds`` is how long the run has been silent;
+- ``rl.step.interval.median``: the median time between consecutive logged steps over the last
+  20 of them, published only once 20 are known (a median from fewer cannot be told from noise:
+  the efficiency family's rule, p50 from at least 20 values).
+
+A step is any dict the training loop logs with a trainer step higher than the newest one seen
+in this telemetry session, whatever its prefix, except the setup phases (step 0 by convention)
+and the wall-clock streams (rollout checkpoints, which carry ``telemetry/wall_time_seconds``
+and count samples, not steps). Logging step 7 again, or an older step from a sampler thread,
+changes nothing. The state is :mod:`rlmetrics.liveness`'s, which the Prometheus endpoint's
+health path reads too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import hookimpl
+from ..events import SETUP_TIMING_PREFIX, WALL_TIME_KEY
+from ..liveness import MEDIAN_WINDOW, Step, liveness
+from ..registry import declare, record
+from ..spec import Kind, MetricSpec
+from ..values import as_number
+
+__all__ = [
+    "GROUP",
+    "INTERVAL_MEDIAN",
+    "LAST_TIMESTAMP",
+    "NUMBER",
+    "log_metrics",
+    "telemetry_started",
+]
+
+GROUP = "rl.step"
+NUMBER = "rl.step.number"
+LAST_TIMESTAMP = "rl.step.last_timestamp"
+INTERVAL_MEDIAN = "rl.step.interval.median"
+
+declare(
+    GROUP,
+    [
+        MetricSpec(
+            NUMBER,
+            Kind.GAUGE,
+            unit="{step}",
+            description="The newest trainer step the training loop logged",
+        ),
+        MetricSpec(
+            LAST_TIMESTAMP,
+            Kind.GAUGE,
+            unit="s",
+            description="When the newest trainer step was first logged, in Unix seconds: "
+            "time() minus it is how long the run has been silent",
+        ),
+        MetricSpec(
+            INTERVAL_MEDIAN,
+            Kind.GAUGE,
+            unit="s",
+            description=f"Median time between consecutive logged steps over the last "
+            f"{MEDIAN_WINDOW}; absent until {MEDIAN_WINDOW} intervals are known",
+        ),
+    ],
+)
+
+
+def _as_step(step: Any) -> int | None:
+    number = as_number(step)
+    return None if number is None else int(number)
+
+
+@hookimpl(tee=True)
+def log_metrics(metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
+    # Called for every logged dict: the common case (another dict of the current step) costs
+    # one comparison.
+    if step.__class__ is not int:
+        step = _as_step(step)
+        if step is None:
+            return
+    if step <= liveness.step or prefix == SETUP_TIMING_PREFIX or WALL_TIME_KEY in metrics:
+        return
+    liveness.advance(step, _publish)
+
+
+def _publish(newest: Step) -> None:
+    values: dict[str, float] = {NUMBER: newest.number, LAST_TIMESTAMP: newest.time}
+    if newest.interval_median_s is not None:
+        values[INTERVAL_MEDIAN] = newest.interval_median_s
+    record(GROUP, values)
+
+
+@hookimpl
+def telemetry_started() -> None:
+    liveness.reset()

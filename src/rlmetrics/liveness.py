@@ -1,0 +1,103 @@
+"""Whether the training loop is making progress: the newest trainer step of this telemetry
+session, when it arrived, and the recent intervals between steps.
+
+This module only keeps the state (it declares nothing, so the health path may import it at any
+time); the ``liveness`` family (:mod:`rlmetrics.families.liveness`) feeds it from the logged
+dicts and exports it as ``rl.step.*``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+import attrs
+
+__all__ = ["MEDIAN_WINDOW", "NO_STEP", "Liveness", "Snapshot", "Step", "clock", "liveness"]
+
+#: Intervals the median step interval is taken over, and the fewest it is given from (a
+#: median from fewer cannot be told from noise: p50 from at least 20 values).
+MEDIAN_WINDOW = 20
+
+#: ``Liveness.step`` before the first step of a session.
+NO_STEP = -(2**63)
+
+#: The time source of step timestamps and of the health path's "now" (Unix seconds). Tests
+#: replace it to move time without sleeping.
+clock: Callable[[], float] = time.time
+
+
+@attrs.frozen
+class Step:
+    """A newest step, as :meth:`Liveness.advance` saw it arrive."""
+
+    number: int
+    time: float
+    interval_median_s: float | None
+
+
+@attrs.frozen
+class Snapshot:
+    """What the liveness state holds at one instant (Unix seconds throughout)."""
+
+    step: int | None
+    last_step_time: float | None
+    started_time: float | None
+    interval_median_s: float | None
+    intervals: int
+
+
+class Liveness:
+    """The newest step of this telemetry session and the intervals between steps."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: The newest step (:data:`NO_STEP` before the first); read without the lock on the
+        #: hot path, where a stale read only costs a trip through :meth:`advance`.
+        self.step = NO_STEP
+        self._last_time: float | None = None
+        self._started: float | None = None
+        self._intervals: deque[float] = deque(maxlen=MEDIAN_WINDOW)
+
+    def reset(self) -> None:
+        """A new telemetry session: no step yet, silence counted from now."""
+        with self._lock:
+            self.step = NO_STEP
+            self._last_time = None
+            self._started = clock()
+            self._intervals.clear()
+
+    def advance(self, step: int, publish: Callable[[Step], None]) -> None:
+        """``step`` was logged: if it is the newest, note when (and the interval since the
+        newest before it) and ``publish`` it, under the lock, so that two threads logging
+        new steps at once publish them in order."""
+        with self._lock:
+            if step <= self.step:
+                return
+            now = clock()
+            if self._last_time is not None:
+                self._intervals.append(max(0.0, now - self._last_time))
+            self.step, self._last_time = step, now
+            publish(Step(step, now, self._median()))
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return Snapshot(
+                step=None if self.step == NO_STEP else self.step,
+                last_step_time=self._last_time,
+                started_time=self._started,
+                interval_median_s=self._median(),
+                intervals=len(self._intervals),
+            )
+
+    def _median(self) -> float | None:
+        if len(self._intervals) < MEDIAN_WINDOW:
+            return None
+        return float(statistics.median(self._intervals))
+
+
+#: The process's liveness state (one telemetry session at a time).
+liveness = Liveness()

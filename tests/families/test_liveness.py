@@ -1,0 +1,129 @@
+"""The liveness family: the newest step, when it arrived and the median interval, exported as
+``rl.step.*`` on a clock the tests move by hand."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rlmetrics
+from rlmetrics import liveness
+from rlmetrics.testing import in_memory_telemetry, points, single
+
+
+class FakeClock:
+    """Unix time that moves only when told."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(liveness, "clock", fake)
+    return fake
+
+
+@pytest.fixture
+def exporting(clock: FakeClock) -> Iterator[tuple[rlmetrics.Logger, Any]]:
+    with in_memory_telemetry() as (_handle, reader):
+        yield rlmetrics.Logger(backends={}), reader
+
+
+def _step_points(reader: Any) -> dict[str, float | None]:
+    found = [p for p in points(reader) if p.name.startswith("rl.step.")]
+    assert all(p.kind == "gauge" and p.attributes == {} for p in found)
+    return {p.name: p.value for p in found}
+
+
+def test_each_new_step_exports_its_number_and_when_it_arrived(
+    exporting: Any, clock: FakeClock
+) -> None:
+    logger, reader = exporting
+    logger.log_metrics({"reward": 0.5}, step=1, prefix="train")
+    first = clock.now
+    clock.now += 30.0
+    logger.log_metrics({"loss": 0.1}, step=1, prefix="train")  # the same step again
+    assert _step_points(reader) == {"rl.step.number": 1, "rl.step.last_timestamp": first}
+    logger.log_metrics({"reward": 0.6}, step=2, prefix="train")
+    assert _step_points(reader) == {"rl.step.number": 2, "rl.step.last_timestamp": clock.now}
+    assert single(points(reader), "rl.step.last_timestamp").unit == "s"
+    assert single(points(reader), "rl.step.number").unit == "{step}"
+
+
+def test_any_prefix_counts_but_setup_and_wall_clock_streams_do_not(
+    exporting: Any, clock: FakeClock
+) -> None:
+    logger, reader = exporting
+    logger.log_setup_timing({"policy_init_time_s": 3.0})
+    logger.log_metrics(
+        {"total_save_seconds": 2.0, "telemetry/wall_time_seconds": clock.now},
+        step=40,
+        prefix="timing/rollout_checkpoint",
+    )
+    assert _step_points(reader) == {}
+    logger.log_metrics({"accuracy": 0.9}, step=np.int64(3), prefix="validation")
+    assert _step_points(reader)["rl.step.number"] == 3
+    clock.now += 5.0
+    logger.log_metrics({"reward": 0.1}, step=2, prefix="train")  # an older step: no change
+    logger.log_metrics({"reward": 0.1}, step="4", prefix="train")  # not a step: ignored
+    assert _step_points(reader)["rl.step.number"] == 3
+    assert _step_points(reader)["rl.step.last_timestamp"] == clock.now - 5.0
+
+
+def test_the_median_interval_appears_once_twenty_intervals_are_known(
+    exporting: Any, clock: FakeClock
+) -> None:
+    logger, reader = exporting
+    intervals = [float(3 + (i * 7) % 11) for i in range(25)]
+    logger.log_metrics({"reward": 0.0}, step=0, prefix="train")
+    for step, interval in enumerate(intervals, start=1):
+        clock.now += interval
+        logger.log_metrics({"reward": 0.0}, step=step, prefix="train")
+        median = _step_points(reader).get("rl.step.interval.median")
+        if step < liveness.MEDIAN_WINDOW:
+            assert median is None, step
+        else:
+            window = intervals[step - liveness.MEDIAN_WINDOW : step]
+            assert median == statistics.median(window), step
+
+
+def test_a_new_session_starts_from_no_step(clock: FakeClock) -> None:
+    with in_memory_telemetry():
+        rlmetrics.Logger(backends={}).log_metrics({"reward": 1.0}, step=50, prefix="train")
+    with in_memory_telemetry() as (_handle, reader):
+        assert liveness.liveness.snapshot().step is None
+        rlmetrics.Logger(backends={}).log_metrics({"reward": 1.0}, step=1, prefix="train")
+        assert _step_points(reader)["rl.step.number"] == 1
+
+
+def test_threads_logging_new_steps_at_once_leave_the_newest(exporting: Any) -> None:
+    logger, reader = exporting
+    barrier = threading.Barrier(4)
+
+    def log(offset: int) -> None:
+        barrier.wait()
+        for step in range(offset, 400, 4):
+            logger.log_metrics({"reward": 0.0}, step=step, prefix="train")
+
+    threads = [threading.Thread(target=log, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert _step_points(reader)["rl.step.number"] == 399
+
+
+def test_nothing_is_recorded_unless_exporting(clock: FakeClock) -> None:
+    rlmetrics.Logger(backends={}).log_metrics({"reward": 1.0}, step=9, prefix="train")
+    with in_memory_telemetry() as (_handle, reader):
+        assert _step_points(reader) == {}

@@ -1,0 +1,95 @@
+"""rlmetrics' own delivery counters: a push exporter's exports by outcome (against a real OTLP
+receiver that accepts, then refuses), and the rows a queued backend dropped."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import rlmetrics
+from rlmetrics.plugins import register
+from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, points, wait_until
+
+pytest.importorskip("grpc", reason="the OTLP receiver needs grpcio")
+
+
+def _counts(reader: Any, name: str) -> dict[tuple[tuple[str, str], ...], float | None]:
+    found = [p for p in points(reader) if p.name == name]
+    assert all(p.kind == "sum" and p.monotonic for p in found)
+    return {tuple(sorted(p.attributes.items())): p.value for p in found}
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    peer = OtlpReceiver().start()
+    try:
+        yield peer
+    finally:
+        handle = rlmetrics.current()
+        if handle is not None:
+            handle.shutdown(timeout_s=2)
+        peer.stop()
+
+
+def test_exports_are_counted_by_exporter_and_outcome(receiver: OtlpReceiver) -> None:
+    import grpc
+
+    with in_memory_telemetry(
+        exporters={"otlp": {"endpoint": receiver.endpoint}}, export_interval_s=0.1
+    ) as (_handle, reader):
+        success = (("rlmetrics.export.outcome", "success"), ("rlmetrics.exporter", "otlp"))
+        failure = (("rlmetrics.export.outcome", "failure"), ("rlmetrics.exporter", "otlp"))
+        wait_until(
+            lambda: (_counts(reader, "rlmetrics.exporter.exports").get(success) or 0) >= 2,
+            15,
+            "two successful exports",
+        )
+        assert _counts(reader, "rlmetrics.exporter.exports")[failure] == 0
+        receiver.reject_with = grpc.StatusCode.INVALID_ARGUMENT
+        wait_until(
+            lambda: (_counts(reader, "rlmetrics.exporter.exports").get(failure) or 0) >= 1,
+            15,
+            "a failed export",
+        )
+        receiver.reject_with = None
+
+
+class Blocking:
+    """A tracker that hangs on its first row until released."""
+
+    entered = threading.Event()
+    release = threading.Event()
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        self.entered.set()
+        self.release.wait(30)
+
+    def finish(self) -> None:
+        pass
+
+
+class Offers:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("blocking", Blocking)
+
+
+def test_rows_a_queued_backend_dropped_are_counted_by_backend() -> None:
+    Blocking.entered.clear()
+    Blocking.release.clear()
+    register(Offers(), "offers-blocking")
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={"blocking": {}}, queue_size=1)
+        try:
+            logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+            assert Blocking.entered.wait(10)
+            for step in range(2, 6):  # one fits the queue, three are dropped
+                logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
+            dropped = _counts(reader, "rlmetrics.backend.dropped")
+            assert dropped[(("rlmetrics.backend", "blocking"),)] == 3
+        finally:
+            Blocking.release.set()
+            logger.finish(timeout_s=5)
