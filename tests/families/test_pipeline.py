@@ -93,3 +93,32 @@ def test_rows_a_queued_backend_dropped_are_counted_by_backend() -> None:
         finally:
             Blocking.release.set()
             logger.finish(timeout_s=5)
+
+
+class Failing:
+    """A tracker that raises on every row (a revoked token, a full disk)."""
+
+    inline = True
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        raise OSError("no space left on device")
+
+    def finish(self) -> None:
+        pass
+
+
+class OffersFailing:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("failing", Failing)
+
+
+def test_rows_a_backend_raised_on_are_counted_by_backend() -> None:
+    register(OffersFailing(), "offers-failing")
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={"failing": {}})
+        for step in range(1, 5):
+            logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
+        failed = _counts(reader, "rlmetrics.backend.failed")
+        assert failed[(("rlmetrics.backend", "failing"),)] == 4
+        logger.finish()
