@@ -271,6 +271,49 @@ def test_hook_register_dashboard_rows() -> None:
     assert ("Latency", "hooked_dash_latency_seconds_bucket") in queries
 
 
+def test_hook_register_alert_rules() -> None:
+    from rlmetrics.alerts.model import AlertExample, AlertRule
+    from rlmetrics.alerts.rules import collect_rules, rules_yaml
+
+    rlmetrics.declare(
+        "hooked.alert",
+        [rlmetrics.MetricSpec("hooked.alert.depth", rlmetrics.Kind.GAUGE, unit="{item}")],
+    )
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_alert_rules(self, register: Any) -> None:
+            def build(context: Any) -> list[AlertRule]:
+                depth = context.names.gauge("hooked.alert.depth")
+                limit = context.threshold("hooked.depth", 100, "queue depth that alerts")
+                return [
+                    AlertRule(
+                        "HookedQueueDeep",
+                        f"{depth} > {limit:g}",
+                        summary="deep",
+                        runbook="drain it",
+                        for_s=context.for_(120),
+                        reads=["hooked.alert.depth"],
+                        examples=[
+                            AlertExample("deep", [(depth, "500x9")], 480, [{}]),
+                            AlertExample("shallow", [(depth, "5x9")], 480),
+                        ],
+                        group="hooked",
+                    )
+                ]
+
+            register(build)
+            register(lambda context: [context.names.gauge("hooked.nope")])
+
+    register(Offers(), "offers-alert-rules")
+    rules, problems, context = collect_rules()
+    (rule,) = [r for r in rules if r.group == "hooked"]
+    assert rule.expr == "hooked_alert_depth > 100"
+    assert context.thresholds["hooked.depth"].default == 100
+    assert [("hooked.nope" in p.reason) for p in problems] == [True]  # the others built
+    assert '- alert: "HookedQueueDeep"' in rules_yaml(rules)
+
+
 def test_hook_register_check_exemptions() -> None:
     from rlmetrics.check import Exemption, check_plugins
     from rlmetrics.plugins import get_plugins

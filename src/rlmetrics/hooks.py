@@ -276,8 +276,12 @@ class Hooks:
     def register_key_maps(self, register: Callable[[KeyMap], None]) -> None:
         _fan_out(self._hook.register_key_maps, register=register)
 
+    def register_alert_rules(self, register: Callable[[RuleBuilder], None]) -> None:
+        _fan_out(self._hook.register_alert_rules, register=register)
+
 
 if TYPE_CHECKING:
+    from .alerts.model import RuleBuilder
     from .check import Exemption
     from .dashboard.model import RowBuilder
     from .demo.parts import DemoPartFactory

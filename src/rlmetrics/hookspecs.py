@@ -185,6 +185,7 @@ def register_phases(register: Callable[[str, PhaseKind], None]) -> None:
 # -- the user's tools: demo, dashboard, check ----------------------------------------------
 
 if TYPE_CHECKING:
+    from .alerts.model import RuleBuilder
     from .check import Exemption
     from .dashboard.model import RowBuilder
     from .demo.parts import DemoPartFactory
@@ -212,6 +213,18 @@ def register_dashboard_rows(register: Callable[[RowBuilder], None]) -> None:
     Call ``register(build)``; ``build(names)`` gets a :class:`rlmetrics.dashboard.promql.Names`
     (the Prometheus name of every declared series, from the frozen registry) and returns a
     :class:`rlmetrics.dashboard.model.Row` of panels whose PromQL reads your family's series.
+    """
+
+
+@hookspec
+def register_alert_rules(register: Callable[[RuleBuilder], None]) -> None:
+    """Offer Prometheus alerting rules (``rlmetrics alerts``, loaded by ``rlmetrics stack``).
+
+    Call ``register(build)``; ``build(context)`` gets a
+    :class:`rlmetrics.alerts.model.AlertContext` (the Prometheus name of every declared series
+    in ``context.names``, tunable thresholds through ``context.threshold(...)``) and returns
+    :class:`rlmetrics.alerts.model.AlertRule` objects, each with examples that fire and that
+    stay quiet (run by ``promtool test rules``).
     """
 
 

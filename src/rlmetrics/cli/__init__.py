@@ -5,6 +5,7 @@ rlmetrics demo        a simulated GRPO run end to end: JSONL, Prometheus endpoin
 rlmetrics report      a run's JSONL summarised (goodput, setup, trends, vLLM, checkpoints)
 rlmetrics check       every declared series linted; non-zero exit on errors
 rlmetrics dashboard   the Grafana dashboard (docs/grafana/rlmetrics.json is its output)
+rlmetrics alerts      the Prometheus alerting rules (stall, endpoint down, lost rows…)
 rlmetrics plugins     every entry point, its status, hooks and declared series
 rlmetrics metrics     every declared series (docs/metrics.md is its ``--markdown``)
 rlmetrics docs        the metric tables marked in docs pages, regenerated
@@ -19,12 +20,21 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from .._version import __version__
-from . import check, dashboard, demo, docs, metrics, plugins, report
+from . import alerts, check, dashboard, demo, docs, metrics, plugins, report
 
 __all__ = ["COMMANDS", "main"]
 
 #: The subcommands, in the order ``--help`` lists them.
-COMMANDS: tuple[ModuleType, ...] = (demo, report, check, dashboard, plugins, metrics, docs)
+COMMANDS: tuple[ModuleType, ...] = (
+    demo,
+    report,
+    check,
+    dashboard,
+    alerts,
+    plugins,
+    metrics,
+    docs,
+)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,0 +1,222 @@
+"""Alert rules on the core's own series: the run stalled, an rlmetrics endpoint is down, an
+exporter keeps failing, a backend is losing rows. An entry point of the ``rlmetrics``
+distribution, loaded like any plugin's rules.
+
+The stall rule compares the silence since the newest step with the run's own pace: it fires
+after ``stall.factor`` times the median step interval (``rl.step.interval.median``, published
+once 20 intervals are known), never sooner than ``stall.min_s`` (a scrape and an evaluation
+interval must pass before Prometheus can see a step), and, before the median is known, after
+``stall.bound_s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from .. import hookimpl
+from ..dashboard.promql import RUN_ID_LABEL
+from .model import AlertContext, AlertExample, AlertRule, RuleBuilder, with_run_id
+
+__all__ = [
+    "backend_rules",
+    "exporter_rules",
+    "register_alert_rules",
+    "stall_rules",
+    "target_rules",
+]
+
+# The series these rules read, by their OpenTelemetry names (the families that declare them
+# are not imported here: a disabled family must stay undeclared; a rule whose series is not
+# declared is left out).
+LAST_TIMESTAMP, INTERVAL_MEDIAN = "rl.step.last_timestamp", "rl.step.interval.median"
+EXPORTS, EXPORTER_ATTR, OUTCOME_ATTR = (
+    "rlmetrics.exporter.exports",
+    "rlmetrics.exporter",
+    "rlmetrics.export.outcome",
+)
+BACKEND_DROPPED, BACKEND_FAILED = "rlmetrics.backend.dropped", "rlmetrics.backend.failed"
+BACKEND_ATTR = "rlmetrics.backend"
+
+# The examples' run: one target and its target_info.
+_RUN = 'job="run",instance="a"'
+_TARGET_INFO = (f'target_info{{{_RUN},{RUN_ID_LABEL}="r1"}}', "1x90")
+_ALERT = {"job": "run", "instance": "a", RUN_ID_LABEL: "r1"}
+
+
+def stall_rules(context: AlertContext) -> Iterator[AlertRule]:
+    names = context.names
+    if LAST_TIMESTAMP not in names or INTERVAL_MEDIAN not in names:
+        return
+    factor = context.threshold(
+        "stall.factor", 3.0, "silence, in median step intervals, after which a run is stalled"
+    )
+    floor = context.threshold(
+        "stall.min_s", 60.0, "the shortest silence that counts as a stall (scrape lag)"
+    )
+    bound = context.threshold(
+        "stall.bound_s", 600.0, "the silence that counts as a stall before 20 steps are known"
+    )
+    last, median = names.gauge(LAST_TIMESTAMP), names.gauge(INTERVAL_MEDIAN)
+    limit = (
+        f"clamp_min({factor:g} * {median}, {floor:g}) or on(job, instance) (0 * {last} + {bound:g})"
+    )
+    silence = f"time() - {last}"
+    # Steps every minute until 30 min, then silence; the examples run at default thresholds.
+    steps = f"{last}{{{_RUN}}}", "0+60x30 1800x60"
+    yield AlertRule(
+        "RLStepStalled",
+        with_run_id(f"{silence} > on(job, instance) ({limit})"),
+        summary="Run {{ $labels.rlmetrics_run_id }} ({{ $labels.instance }}) has logged no "
+        "step for {{ $value | humanizeDuration }}",
+        description="No new trainer step for longer than the stall threshold: "
+        f"{factor:g}x the median step interval (at least {floor:g} s), or {bound:g} s before "
+        "20 steps are known. The process still answers scrapes, so it is alive but stuck.",
+        runbook="Check the run's /health and its log for the last phase it entered; look for "
+        "a hung collective, a dead rollout or Gym server, or a data loader waiting on storage.",
+        for_s=context.for_(60),
+        severity="page",
+        reads=(LAST_TIMESTAMP, INTERVAL_MEDIAN),
+        examples=(
+            AlertExample(
+                "steps every minute",
+                [steps, (f"{median}{{{_RUN}}}", "60x90"), _TARGET_INFO],
+                at_s=1800,
+            ),
+            AlertExample(
+                "ten minutes silent at a one-minute pace",
+                [steps, (f"{median}{{{_RUN}}}", "60x90"), _TARGET_INFO],
+                at_s=2400,
+                alerts=[_ALERT],
+            ),
+            AlertExample(
+                "four minutes silent at a ten-minute pace",
+                [steps, (f"{median}{{{_RUN}}}", "600x90"), _TARGET_INFO],
+                at_s=2040,
+            ),
+            AlertExample(
+                "no median yet: silent past the bound",
+                [steps, _TARGET_INFO],
+                at_s=2700,
+                alerts=[_ALERT],
+            ),
+            AlertExample("no median yet: silent within the bound", [steps, _TARGET_INFO], 2300),
+        ),
+    )
+
+
+def target_rules(context: AlertContext) -> Iterator[AlertRule]:
+    # Only targets that exported an rlmetrics resource in the last hour (the run, Gym
+    # servers): a vLLM engine or a raylet has alerts of its own.
+    seen = f'max_over_time(target_info{{{RUN_ID_LABEL}!=""}}[1h])'
+    up = f"up{{{_RUN}}}"
+    yield AlertRule(
+        "RLMetricsEndpointDown",
+        f"up == 0 and on(job, instance) {seen}",
+        summary="rlmetrics endpoint {{ $labels.instance }} ({{ $labels.job }}) does not answer",
+        description="Prometheus cannot scrape an endpoint that was exporting rlmetrics series: "
+        "the process died, hangs in native code, or its port changed.",
+        runbook="Check whether the process is alive; if it is, its /health and its threads "
+        "(py-spy dump); if it restarted on another port, rerun rlmetrics stack.",
+        for_s=context.for_(120),
+        severity="page",
+        examples=(
+            AlertExample(
+                "down after exporting",
+                [(up, "1 1 1 0x10"), (f'target_info{{{_RUN},{RUN_ID_LABEL}="r1"}}', "1 1 1")],
+                at_s=600,
+                alerts=[{"job": "run", "instance": "a"}],
+            ),
+            AlertExample(
+                "answering",
+                [(up, "1x12"), (f'target_info{{{_RUN},{RUN_ID_LABEL}="r1"}}', "1x12")],
+                at_s=600,
+            ),
+            AlertExample("down, never an rlmetrics endpoint", [(up, "1 1 1 0x10")], at_s=600),
+        ),
+    )
+
+
+def exporter_rules(context: AlertContext) -> Iterator[AlertRule]:
+    names = context.names
+    if EXPORTS not in names:
+        return
+    exporter, outcome = names.label(EXPORTER_ATTR), names.label(OUTCOME_ATTR)
+    failures = f'{names.counter(EXPORTS)}{{{outcome}="failure"}}'
+    series = f'{names.counter(EXPORTS)}{{{_RUN},{exporter}="otlp",{outcome}="failure"}}'
+    yield AlertRule(
+        "RLMetricsExportFailing",
+        with_run_id(f"increase({failures}[5m]) > 0"),
+        summary="Exporter {{ $labels.rlmetrics_exporter }} of run {{ $labels.rlmetrics_run_id }} "
+        "keeps failing",
+        description="A push exporter (OTLP) has failed exports for ten minutes: the collector "
+        "is down, unreachable or refusing the data. Those points are dropped (cumulative "
+        "totals come back with the next export that succeeds).",
+        runbook="Check the collector's address (OTEL_EXPORTER_OTLP_ENDPOINT) and health, and "
+        "the run's log for the 'OTLP export ... failed' line with its gRPC status.",
+        for_s=context.for_(600),
+        reads=(EXPORTS,),
+        examples=(
+            AlertExample(
+                "failing every minute",
+                [(series, "0 0 1+1x30"), _TARGET_INFO],
+                at_s=1200,
+                alerts=[{**_ALERT, exporter: "otlp", outcome: "failure"}],
+            ),
+            AlertExample("one failure, long ago", [(series, "0 0 1x30"), _TARGET_INFO], 1200),
+        ),
+    )
+
+
+def backend_rules(context: AlertContext) -> Iterator[AlertRule]:
+    names = context.names
+    backend = names.label(BACKEND_ATTR)
+    for spec, alert, for_s, what, runbook in (
+        (
+            BACKEND_DROPPED,
+            "RLMetricsBackendDropping",
+            60,
+            "is dropping rows: its queue is full because it does not keep up",
+            "The tracker is slow or stalled (network, server): check it; rows it dropped are "
+            "in the JSONL file. Raise Logger(queue_size=) only for bursts.",
+        ),
+        (
+            BACKEND_FAILED,
+            "RLMetricsBackendFailing",
+            300,
+            "raises on the rows it is given",
+            "Read the run's log for the backend's first failure (with its traceback); a "
+            "full disk, a revoked token or a closed run are the usual causes.",
+        ),
+    ):
+        if spec not in names:
+            continue
+        counter = names.counter(spec)
+        series = f'{counter}{{{_RUN},{backend}="wandb"}}'
+        yield AlertRule(
+            alert,
+            with_run_id(f"increase({counter}[5m]) > 0"),
+            summary="Backend {{ $labels.rlmetrics_backend }} of run "
+            "{{ $labels.rlmetrics_run_id }} " + what,
+            description=f"A Logger backend {what}; the training loop, the other backends and "
+            "telemetry are unaffected, but this tracker is missing rows.",
+            runbook=runbook,
+            for_s=context.for_(for_s),
+            reads=(spec,),
+            examples=(
+                AlertExample(
+                    "losing rows every minute",
+                    [(series, "0 0 5+5x30"), _TARGET_INFO],
+                    at_s=900,
+                    alerts=[{**_ALERT, backend: "wandb"}],
+                ),
+                AlertExample("no loss", [(series, "0x30"), _TARGET_INFO], at_s=900),
+            ),
+        )
+
+
+@hookimpl
+def register_alert_rules(register: Callable[[RuleBuilder], None]) -> None:
+    register(stall_rules)
+    register(target_rules)
+    register(exporter_rules)
+    register(backend_rules)

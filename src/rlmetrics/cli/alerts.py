@@ -1,0 +1,150 @@
+"""Write the Prometheus alerting rules generated from the declared series of every installed
+plugin: the run stalled (no step for N times its median step interval), an rlmetrics endpoint
+down, an exporter failing, a backend dropping or failing rows, and each installed family's own
+(vLLM engine restarts, host and GPU memory near their limit, Gym health verdicts flagged, event
+loop lag). Load the file with Prometheus' rule_files (rlmetrics stack does); what each alert
+means and what to do is in docs/operations.md.
+
+--tests DIR writes DIR/rules.yml and DIR/tests.yml: every rule's own examples, firing and
+quiet (at the default thresholds), for `promtool test rules DIR/tests.yml`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .._yaml import render_yaml
+from ..alerts.model import AlertSettings, duration, parse_seconds
+from ..alerts.rules import collect_rules, promtool_tests, rule_groups, rules_yaml
+from ._output import add_format_options, print_json, print_table
+
+__all__ = ["HELP", "NAME", "add_arguments", "parse_duration", "run", "settings_from"]
+
+NAME = "alerts"
+HELP = "write the Prometheus alerting rules (stall, endpoint down, exporter/backend failures…)"
+
+
+def parse_duration(text: str) -> float:
+    """A duration option (``30s``, ``5m``, ``7d`` or seconds) as seconds."""
+    try:
+        return parse_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _setting(text: str) -> tuple[str, float]:
+    name, equals, value = text.partition("=")
+    try:
+        if not equals:
+            raise ValueError
+        return name.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a threshold as NAME=NUMBER (see rlmetrics alerts --list)"
+        ) from None
+
+
+def add_settings(parser: argparse.ArgumentParser) -> None:
+    """``--for`` and ``--set``, shared with ``rlmetrics stack``."""
+    parser.add_argument(
+        "--for",
+        dest="for_s",
+        type=parse_duration,
+        metavar="DURATION",
+        help="replace every rule's own `for:` (e.g. 5s, for a demo or a test)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="thresholds",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a threshold (repeatable; --list shows them with their defaults)",
+    )
+
+
+def settings_from(args: argparse.Namespace) -> AlertSettings:
+    return AlertSettings(thresholds=dict(args.thresholds), for_s=args.for_s)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write the rules here, not to stdout"
+    )
+    parser.add_argument(
+        "--tests",
+        type=Path,
+        metavar="DIR",
+        help="also write DIR/rules.yml and DIR/tests.yml for `promtool test rules`",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the alerts and thresholds instead"
+    )
+    add_settings(parser)
+    add_format_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    rules, problems, context = collect_rules(settings_from(args))
+    for problem in problems:
+        sys.stderr.write(f"rlmetrics alerts: {problem.builder}: {problem.reason}\n")
+    if args.list or args.json:
+        thresholds = sorted(context.thresholds.values(), key=lambda t: t.name)
+        if args.json:
+            print_json(
+                {
+                    "alerts": [
+                        {
+                            "name": r.name,
+                            "group": r.group,
+                            "severity": r.severity,
+                            "for": duration(r.for_s),
+                            "expr": r.expr,
+                            "summary": r.summary,
+                            "runbook": r.runbook,
+                            "reads": list(r.reads),
+                        }
+                        for r in rules
+                    ],
+                    "thresholds": [
+                        {
+                            "name": t.name,
+                            "default": t.default,
+                            "value": t.value,
+                            "description": t.description,
+                        }
+                        for t in thresholds
+                    ],
+                    "problems": [{"builder": p.builder, "reason": p.reason} for p in problems],
+                }
+            )
+        else:
+            print_table(
+                ["alert", "group", "severity", "for", "summary"],
+                [[r.name, r.group, r.severity, duration(r.for_s), r.summary] for r in rules],
+            )
+            sys.stdout.write("\n")
+            print_table(
+                ["threshold", "value", "default", "meaning"],
+                [[t.name, f"{t.value:g}", f"{t.default:g}", t.description] for t in thresholds],
+            )
+        return 1 if problems else 0
+    text = rules_yaml(rules)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, encoding="utf-8")
+        sys.stderr.write(f"{len(rules)} alerting rules written to {args.output}\n")
+    else:
+        sys.stdout.write(text)
+    if args.tests is not None:
+        # The examples are written for the default thresholds and `for:` durations.
+        tested = collect_rules()[0] if (args.thresholds or args.for_s is not None) else rules
+        args.tests.mkdir(parents=True, exist_ok=True)
+        (args.tests / "rules.yml").write_text(
+            render_yaml(rule_groups(tested, annotations=False)), encoding="utf-8"
+        )
+        (args.tests / "tests.yml").write_text(promtool_tests(tested, "rules.yml"), encoding="utf-8")
+        sys.stderr.write(f"promtool tests written: promtool test rules {args.tests}/tests.yml\n")
+    return 1 if problems else 0
