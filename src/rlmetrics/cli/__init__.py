@@ -6,6 +6,7 @@ rlmetrics report      a run's JSONL summarised (goodput, setup, trends, vLLM, ch
 rlmetrics check       every declared series linted; non-zero exit on errors
 rlmetrics dashboard   the Grafana dashboard (docs/grafana/rlmetrics.json is its output)
 rlmetrics alerts      the Prometheus alerting rules (stall, endpoint down, lost rows…)
+rlmetrics stack       a local Prometheus scraping the run, Gym, vLLM and Ray, with the rules
 rlmetrics plugins     every entry point, its status, hooks and declared series
 rlmetrics metrics     every declared series (docs/metrics.md is its ``--markdown``)
 rlmetrics docs        the metric tables marked in docs pages, regenerated
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from .._version import __version__
-from . import alerts, check, dashboard, demo, docs, metrics, plugins, report
+from . import alerts, check, dashboard, demo, docs, metrics, plugins, report, stack
 
 __all__ = ["COMMANDS", "main"]
 
@@ -31,6 +32,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     check,
     dashboard,
     alerts,
+    stack,
     plugins,
     metrics,
     docs,

@@ -1,0 +1,131 @@
+"""Running Debian's ``prometheus`` for the stack: on 127.0.0.1, in the stack's folder, stopped
+with the command that started it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from .config import StackFiles
+
+__all__ = [
+    "INSTALL_HINT",
+    "PrometheusProcess",
+    "find_prometheus",
+    "free_port",
+    "port_is_free",
+]
+
+INSTALL_HINT = (
+    "Prometheus is not installed. On Debian or Ubuntu: "
+    "sudo apt-get install --no-install-recommends prometheus "
+    "(or download it from https://prometheus.io/download/ and pass --prometheus PATH)"
+)
+_HOST = "127.0.0.1"
+
+
+def find_prometheus(path: str | None = None) -> str | None:
+    """The ``prometheus`` binary: ``path`` when given (a name on PATH or a file), else the one
+    on PATH; None when there is none."""
+    return shutil.which(path or "prometheus")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+class PrometheusProcess:
+    """``prometheus`` serving the stack's configuration on 127.0.0.1:``port``; its output goes
+    to ``prometheus.log`` in the stack's folder."""
+
+    def __init__(self, binary: str, files: StackFiles, port: int) -> None:
+        self.binary = binary
+        self.files = files
+        self.port = port
+        self.log = files.root / "prometheus.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{_HOST}:{self.port}"
+
+    def start(self, preexec: Callable[[], None] | None = None) -> PrometheusProcess:
+        """Start the server; ``preexec`` runs in the child before ``prometheus`` does."""
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    self.binary,
+                    f"--config.file={self.files.config.name}",
+                    f"--web.listen-address={_HOST}:{self.port}",
+                    f"--storage.tsdb.path={self.files.data.name}",
+                    # POST /-/reload re-reads the configuration and the rules (loopback only).
+                    "--web.enable-lifecycle",
+                ],
+                cwd=self.files.root,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=preexec,
+            )
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> bool:
+        """Wait until the server answers ``/-/ready`` (True), it exits or ``timeout_s`` passes
+        (False)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+                    if response.status == 200:
+                        return True
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        return False
+
+    def api(self, path: str) -> Any:
+        """A GET of the HTTP API (``/api/v1/...``), its ``data``."""
+        with urllib.request.urlopen(f"{self.url}{path}", timeout=5) as response:
+            return json.load(response)["data"]
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """Stop the server (SIGTERM, then SIGKILL after ``timeout_s``); its exit status."""
+        process = self.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=timeout_s)
+        return process.returncode

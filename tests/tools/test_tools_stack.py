@@ -1,0 +1,307 @@
+"""``rlmetrics stack``: the files it writes, and a real Prometheus it starts scraping a real
+rlmetrics endpoint, whose stall alert goes pending, then firing when the run pauses, and
+resolves when it resumes; Ray nodes found (and forgotten) through a service-discovery file as
+it changes. Loopback only; every wait is bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from tools_support import RLMETRICS, run_cli
+
+import rlmetrics
+from rlmetrics.testing import ExpositionServer, wait_until
+
+REQUIRE_PROMETHEUS_ENV = "RLMETRICS_REQUIRE_PROMETHEUS"
+RUN_ID = "stack-test-run"
+
+
+@pytest.fixture
+def prometheus_binary() -> str:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        reason = "the 'prometheus' binary is not on PATH (Debian: apt-get install prometheus)"
+        if os.environ.get(REQUIRE_PROMETHEUS_ENV) == "1":
+            pytest.fail(f"{REQUIRE_PROMETHEUS_ENV}=1 but {reason}")
+        pytest.skip(reason)
+    return binary
+
+
+class Stack:
+    """``rlmetrics stack`` running in a subprocess, and its Prometheus' API."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [RLMETRICS, "stack", "--json", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.report = self._read_report()
+        self.url: str = self.report["prometheus"]["url"]
+
+    def _read_report(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        lines = []
+        for line in self.process.stdout:
+            lines.append(line)
+            if line == "}\n":
+                return dict(json.loads("".join(lines)))
+        _out, err = self.process.communicate(timeout=30)
+        raise AssertionError(f"rlmetrics stack ended before its report: {''.join(lines)}{err}")
+
+    def get(self, path: str, **params: str) -> Any:
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        with urllib.request.urlopen(f"{self.url}{path}{query}", timeout=5) as response:
+            body = json.load(response)
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        return list(self.get("/api/v1/query", query=expr)["result"])
+
+    def alert_states(self, name: str) -> set[str]:
+        return {
+            a["state"]
+            for a in self.get("/api/v1/alerts")["alerts"]
+            if a["labels"]["alertname"] == name
+        }
+
+    def active_targets(self, job: str) -> dict[str, str]:
+        return {
+            t["labels"]["instance"]: t["health"]
+            for t in self.get("/api/v1/targets")["activeTargets"]
+            if t["labels"]["job"] == job
+        }
+
+    def stop(self) -> tuple[int, str]:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        _out, err = self.process.communicate(timeout=30)
+        return self.process.returncode, err
+
+
+@pytest.fixture
+def stacks() -> Iterator[list[Stack]]:
+    started: list[Stack] = []
+    yield started
+    for stack in started:
+        stack.stop()
+
+
+class Run:
+    """A training loop logging a step every ``interval_s`` until paused."""
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        self.interval_s = interval_s
+        self.running = threading.Event()
+        self.done = threading.Event()
+        self.step = 0
+        self.logger = rlmetrics.Logger(backends={})
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.done.is_set():
+            if self.running.wait(0.05):
+                self.step += 1
+                self.logger.log_metrics({"reward": self.step / 100}, step=self.step, prefix="train")
+                self.done.wait(self.interval_s)
+
+    def __enter__(self) -> Run:
+        self.running.set()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.done.set()
+        self.thread.join(5)
+
+
+def test_the_stall_alert_goes_pending_then_firing_and_resolves(
+    prometheus_binary: str, stacks: list[Stack], tmp_path: Path
+) -> None:
+    with (
+        rlmetrics.start(run_id=RUN_ID, exporters=["prometheus"], prometheus_port=0) as handle,
+        Run(interval_s=0.1) as run,
+    ):
+        assert handle.prometheus_address is not None
+        endpoint = f"127.0.0.1:{handle.prometheus_address[1]}"
+        stack = Stack(
+            "--dir",
+            str(tmp_path / "stack"),
+            "--run",
+            endpoint,
+            "--no-ray",
+            "--port",
+            "0",
+            "--scrape-interval",
+            "1s",
+            "--for",
+            "2s",
+            "--set",
+            "stall.min_s=3",
+            "--prometheus",
+            prometheus_binary,
+        )
+        stacks.append(stack)
+        assert stack.url.startswith("http://127.0.0.1:")
+        assert stack.report["health"] == [f"http://{endpoint}/health"]
+        # Scraped, and the median step interval is known (20 intervals at 0.1 s).
+        wait_until(
+            lambda: stack.active_targets("rlmetrics") == {endpoint: "up"}, 30, "the run's target up"
+        )
+        median = wait_until(
+            lambda: stack.query("rl_step_interval_median_seconds"), 30, "the median step interval"
+        )
+        assert float(median[0]["value"][1]) < 1.0
+        assert stack.alert_states("RLStepStalled") == set()
+
+        run.running.clear()  # the run pauses
+        seen: list[set[str]] = []
+
+        def state(wanted: str) -> bool:
+            seen.append(stack.alert_states("RLStepStalled"))
+            return wanted in seen[-1]
+
+        wait_until(lambda: state("pending"), 30, "RLStepStalled pending")
+        wait_until(lambda: state("firing"), 30, "RLStepStalled firing")
+        firing = [a for a in stack.get("/api/v1/alerts")["alerts"] if a["state"] == "firing"]
+        assert firing[0]["labels"]["rlmetrics_run_id"] == RUN_ID
+        assert firing[0]["labels"]["severity"] == "page"
+        assert firing[0]["annotations"]["summary"].startswith(f"Run {RUN_ID} (127.0.0.1:")
+
+        run.running.set()  # the run resumes
+        wait_until(lambda: stack.alert_states("RLStepStalled") == set(), 30, "the alert to resolve")
+        # Prometheus' own record of the alert: pending, then firing, for this run.
+        states = stack.query(
+            'count by (alertstate) (count_over_time(ALERTS{alertname="RLStepStalled"}[5m]))'
+        )
+        assert {s["metric"]["alertstate"] for s in states} == {"pending", "firing"}
+
+    pid = stack.report["prometheus"]["pid"]
+    status, err = stack.stop()
+    assert status == 0, err
+    assert "Traceback" not in err
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _ray_node(render: str) -> ExpositionServer:
+    return ExpositionServer(lambda: render, name="fake-raylet")
+
+
+def test_ray_nodes_are_found_and_forgotten_as_the_discovery_file_changes(
+    prometheus_binary: str, stacks: list[Stack], tmp_path: Path
+) -> None:
+    # Ray's head node keeps this file (one group per node: the node's metrics endpoint); the
+    # raylets here are real endpoints on 127.0.0.1 serving a line of Ray's exposition.
+    nodes = [_ray_node('ray_node_mem_used{ip="127.0.0.1"} 1.0e9\n') for _ in range(2)]
+    try:
+        addresses = [f"127.0.0.1:{node.port}" for node in nodes]
+        discovery = tmp_path / "prom_metrics_service_discovery.json"
+
+        def publish(listed: list[str]) -> None:
+            groups = [{"labels": {"job": "ray"}, "targets": listed}]
+            staging = discovery.with_suffix(".tmp")
+            staging.write_text(json.dumps(groups))
+            staging.replace(discovery)
+
+        publish(addresses[:1])
+        stack = Stack(
+            "--dir",
+            str(tmp_path / "stack"),
+            "--run",
+            "127.0.0.1:9",
+            "--ray-sd",
+            str(discovery),
+            "--port",
+            "0",
+            "--scrape-interval",
+            "1s",
+            "--prometheus",
+            prometheus_binary,
+        )
+        stacks.append(stack)
+        assert stack.report["ray_service_discovery"] == str(discovery)
+        wait_until(lambda: stack.active_targets("ray") == {addresses[0]: "up"}, 30, "node 1")
+        publish(addresses)  # a node joins
+        wait_until(
+            lambda: stack.active_targets("ray") == {a: "up" for a in addresses}, 30, "both nodes"
+        )
+        publish(addresses[1:])  # a node leaves
+        wait_until(lambda: stack.active_targets("ray") == {addresses[1]: "up"}, 30, "node 2 only")
+        assert stack.stop()[0] == 0
+    finally:
+        for node in nodes:
+            node.close()
+
+
+def test_without_prometheus_it_writes_the_files_and_says_how_to_install(tmp_path: Path) -> None:
+    done = run_cli(
+        "stack",
+        "--dir",
+        tmp_path / "stack",
+        "--gym",
+        "127.0.0.1:9100",
+        "--vllm",
+        "http://127.0.0.1:8000/",
+        "--no-ray",
+        "--prometheus",
+        str(tmp_path / "no-such-binary"),
+    )
+    assert done.returncode == 1
+    assert "apt-get install --no-install-recommends prometheus" in done.stderr
+    assert "Start it with: cd " in done.stdout
+    root = tmp_path / "stack"
+    assert json.loads((root / "targets" / "rlmetrics.json").read_text()) == [
+        {"targets": ["127.0.0.1:9464"], "labels": {}}
+    ]
+    assert json.loads((root / "targets" / "vllm.json").read_text())[0]["targets"] == [
+        "127.0.0.1:8000"
+    ]
+    assert json.loads((root / "targets" / "gym.json").read_text())[0]["targets"] == [
+        "127.0.0.1:9100"
+    ]
+    config = (root / "prometheus.yml").read_text()
+    assert '"rules/rlmetrics.yml"' in config and '"targets/gym.json"' in config
+    assert "RLStepStalled" in (root / "rules" / "rlmetrics.yml").read_text()
+    assert json.loads((root / "grafana" / "rlmetrics.json").read_text())["uid"] == "rlmetrics"
+
+
+def test_no_start_writes_a_configuration_promtool_accepts(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get(REQUIRE_PROMETHEUS_ENV) == "1":
+            pytest.fail(f"{REQUIRE_PROMETHEUS_ENV}=1 but promtool is not on PATH")
+        pytest.skip("promtool is not on PATH")
+    done = run_cli("stack", "--dir", tmp_path / "stack", "--no-start", "--no-ray", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["prometheus"] is None and "--config.file=prometheus.yml" in report["start_with"]
+    checked = subprocess.run(
+        [promtool, "check", "config", "prometheus.yml"],
+        cwd=tmp_path / "stack",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS" in checked.stdout + checked.stderr
+
+
+def test_a_misspelt_threshold_fails_before_anything_is_written(tmp_path: Path) -> None:
+    done = run_cli("stack", "--dir", tmp_path / "stack", "--no-start", "--set", "stall.factr=5")
+    assert done.returncode == 2
+    assert "stall.factr" in done.stderr and "stall.factor" in done.stderr
+    assert not (tmp_path / "stack").exists()
