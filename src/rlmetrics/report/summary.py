@@ -36,6 +36,7 @@ from ..events import (
 )
 from ..families import efficiency
 from ..values import as_number
+from .regressions import find_regressions
 
 __all__ = ["RunReport", "build_report", "measurement_of", "read_report"]
 
@@ -88,6 +89,8 @@ class RunReport:
     hyperparams: dict[str, Any] | None = None
     #: Sample rows: how many, and the first rows of the latest table.
     samples: dict[str, Any] | None = None
+    #: Step-time regressions and what moved with them (:mod:`.regressions`).
+    regressions: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(
@@ -144,6 +147,7 @@ def build_report(
     rows: Iterable[Mapping[str, Any]], source: str = "", skipped: int = 0
 ) -> RunReport:
     """Summarise the rows of one run's JSONL (in the order they were written)."""
+    rows = list(rows)
     by_step: dict[int, dict[str, Any]] = {}
     setup: dict[str, Any] | None = None
     saves: list[dict[str, float]] = []
@@ -194,6 +198,7 @@ def build_report(
         },
         vllm=_vllm(by_step),
         checkpoints=_checkpoints(saves, restores, attempts, reasons, attempt_log),
+        regressions=find_regressions(rows).as_dict(),
     )
 
 

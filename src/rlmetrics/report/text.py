@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .regressions import render_regressions
 from .summary import RunReport
 
 __all__ = ["render", "render_runs"]
@@ -59,6 +60,8 @@ def render(report: RunReport) -> str:
         lines += _hyperparams(report.hyperparams)
     if report.samples:
         lines += _samples(report.samples)
+    if report.regressions is not None:
+        lines += render_regressions(report.regressions)
     return "\n".join(lines) + "\n"
 
 

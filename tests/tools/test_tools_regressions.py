@@ -1,0 +1,223 @@
+"""``rlmetrics report``'s step-time regressions, on seeded runs: a 2x slowdown from step 30 is
+found and the series that caused it ranks first (whichever family's group it belongs to);
+noise alone flags nothing; a 5-step run is too short to judge."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tools_support import run_cli
+
+from rlmetrics.report.regressions import (
+    BASELINE_STEPS,
+    CONFIRM_WINDOW,
+    find_regressions,
+)
+
+#: The causes a seeded run can slow down from, and the series each one moves.
+CAUSES = {
+    "efficiency": ("idle/buffer_starvation", "efficiency"),
+    "engine": ("vllm/generation_length_mean", "engine"),
+    "host memory": ("ray/node.0.mem_gb", "host memory"),
+    "gym": ("gym/rollout/duration_ms", "gym"),
+}
+
+
+def seeded_run(
+    seed: int, steps: int = 60, slowdown_from: int | None = None, cause: str = "efficiency"
+) -> list[dict[str, Any]]:
+    """A run's JSONL rows: every group's series with noise; from ``slowdown_from`` the step
+    takes twice as long, because ``cause`` moved."""
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    collector = thread_seconds = 0.0
+    now = 1_800_000_000.0
+    for step in range(1, steps + 1):
+        productive = rng.gauss(16.0, 0.8)
+        starvation = abs(rng.gauss(2.0, 0.3))
+        refit = abs(rng.gauss(2.0, 0.3))
+        length, tokens = rng.gauss(400.0, 20.0), rng.gauss(12_000.0, 600.0)
+        memory, duration_ms = rng.gauss(120.0, 2.0), rng.gauss(900.0, 60.0)
+        collector += abs(rng.gauss(1.5, 0.2))
+        thread_seconds += abs(rng.gauss(8.0, 1.0))
+        if slowdown_from is not None and step >= slowdown_from:
+            extra = productive + starvation + refit  # the step takes twice as long
+            if cause == "efficiency":
+                starvation += extra
+            else:
+                productive += extra
+                if cause == "engine":
+                    length *= 2
+                elif cause == "host memory":
+                    memory += 100.0  # swapping
+                elif cause == "gym":
+                    duration_ms *= 3
+        wall = productive + starvation + refit
+        now += wall
+        rows.append(
+            {
+                "time": now,
+                "step": step,
+                "prefix": "train",
+                "metrics": {
+                    "reward": rng.random(),
+                    "lr": 1e-6 * step,  # a trend, in no group: never ranked
+                    "efficiency/step_wall_time_s": wall,
+                    "efficiency/idle/buffer_starvation_s": starvation,
+                    "efficiency/idle/refit_bubble_s": refit,
+                    "efficiency/init/total_s": 100.0,
+                    "efficiency/idle/refit_event_wait_s": collector,
+                    "efficiency/idle/buffer_full_backoff_s": thread_seconds,
+                    "efficiency/total_wall_time_s": now - 1_800_000_000.0,
+                    "vllm/generation_length_mean": length,
+                    "vllm/generation_tokens": tokens,
+                },
+            }
+        )
+        rows.append(
+            {
+                "time": now,
+                "step": step,
+                "prefix": "ray",
+                "metrics": {"node.0.mem_gb": memory, "node.1.mem_gb": rng.gauss(100.0, 2.0)},
+            }
+        )
+        for _ in range(4):
+            rows.append(
+                {
+                    "time": now,
+                    "step": step,
+                    "prefix": "gym/rollout",
+                    "metrics": {"duration_ms": duration_ms + rng.gauss(0, 30), "reward": 1.0},
+                }
+            )
+        rows.append(  # a wall-clock stream: never on the step axis
+            {
+                "time": now,
+                "step": step,
+                "prefix": "rollout/throughput",
+                "metrics": {"committed_groups_per_second": 1.0, "telemetry/wall_time_seconds": now},
+            }
+        )
+    return rows
+
+
+@pytest.mark.parametrize("cause", sorted(CAUSES))
+def test_a_2x_slowdown_from_step_30_is_found_and_its_cause_ranks_first(cause: str) -> None:
+    series, group = CAUSES[cause]
+    report = find_regressions(seeded_run(seed=3, slowdown_from=30, cause=cause))
+    assert report.status == "judged"
+    assert report.baseline_steps == (1, BASELINE_STEPS)
+    assert report.baseline_p90_s is None  # 20 baseline steps cannot resolve a p90
+    (regression,) = report.regressions
+    assert (regression.start, regression.end) == (30, 60)
+    assert 1.8 < regression.ratio < 2.2
+    assert regression.step_time_p50_s is not None  # 31 steps: a p50 can be read
+    top = regression.moved[0]
+    assert (top.series, top.group) == (series, group)
+    assert top.correlation > 0.5  # a step against a step: within-group order is noise
+    listed = {m.series for m in regression.moved}
+    assert "lr" not in listed and "init/total" not in listed
+    if cause == "efficiency":
+        assert top.measurement == "wall_clock"
+        assert top.explains is not None and 0.9 < top.explains < 1.1
+    else:
+        assert top.explains is None  # not seconds of the step
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_noise_alone_flags_nothing(seed: int) -> None:
+    report = find_regressions(seeded_run(seed=seed, steps=80))
+    assert report.status == "judged"
+    assert report.regressions == ()
+
+
+def test_one_slow_step_is_noise_not_a_regression() -> None:
+    rows = seeded_run(seed=1)
+    for row in rows:
+        if row["step"] == 40 and row["prefix"] == "train":
+            row["metrics"]["efficiency/step_wall_time_s"] *= 3
+    report = find_regressions(rows)
+    assert report.regressions == () and report.slow_steps == (40,)
+    assert "1 slow step(s) alone" in report.reason
+
+
+def test_a_5_step_run_is_too_short_to_judge() -> None:
+    report = find_regressions(seeded_run(seed=0, steps=5))
+    assert report.status == "too_short"
+    assert report.steps == 5 and report.regressions == ()
+    assert report.reason.startswith("too short to judge: 5 steps")
+
+
+def test_without_a_step_wall_time_the_rows_times_are_the_step_time() -> None:
+    rows = seeded_run(seed=2, slowdown_from=30)
+    for row in rows:
+        row["metrics"].pop("efficiency/step_wall_time_s", None)
+    report = find_regressions(rows)
+    assert report.step_time_source == "time between logged steps"
+    (regression,) = report.regressions
+    assert regression.start in (30, 31)  # the first gap that spans a slow step
+
+
+def test_the_report_shows_the_regression_and_what_moved(tmp_path: Path) -> None:
+    jsonl = tmp_path / "run.jsonl"
+    rows = seeded_run(seed=3, slowdown_from=30, cause="efficiency")
+    jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    text = run_cli("report", jsonl)
+    assert text.returncode == 0, text.stderr
+    section = text.stdout.split("Step-time regressions:")[1]
+    assert "over steps 1-20 (efficiency/step_wall_time_s); p90 needs 40 steps" in section
+    assert "steps 30-60: 2." in section
+    first = section.split("1. ")[1].splitlines()[0]
+    assert first.startswith("efficiency   idle/buffer_starvation (driver wall clock)")
+    assert "% of the extra step time" in first
+    as_json = json.loads(run_cli("report", jsonl, "--json").stdout)
+    regression = as_json["regressions"]["regressions"][0]
+    assert regression["moved"][0]["series"] == "idle/buffer_starvation"
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(json.dumps(row) + "\n" for row in seeded_run(seed=0, steps=5)))
+    assert "too short to judge: 5 steps" in run_cli("report", short).stdout
+
+
+def _run(times: list[float]) -> list[dict[str, Any]]:
+    return [
+        {"step": step, "prefix": "train", "metrics": {"efficiency/step_wall_time_s": t}}
+        for step, t in enumerate(times, start=1)
+    ]
+
+
+@given(
+    noise=st.lists(st.floats(19.0, 21.0), min_size=60, max_size=60),
+    spikes=st.sets(st.integers(BASELINE_STEPS, 59), max_size=12),
+    height=st.floats(1.5, 20.0),
+)
+def test_spikes_never_two_in_a_window_of_five_are_never_a_regression(
+    noise: list[float], spikes: set[int], height: float
+) -> None:
+    kept: list[int] = []
+    for index in sorted(spikes):  # at most two in any window of five: 3 steps apart
+        if not kept or index - kept[-1] >= 3:
+            kept.append(index)
+    times = [t * height if i in kept else t for i, t in enumerate(noise)]
+    assert find_regressions(_run(times)).regressions == ()
+
+
+@given(
+    noise=st.lists(st.floats(19.0, 21.0), min_size=60, max_size=60),
+    start=st.integers(BASELINE_STEPS, 60 - CONFIRM_WINDOW),
+    length=st.integers(CONFIRM_WINDOW, 40),
+    factor=st.floats(1.5, 10.0),
+)
+def test_a_sustained_slowdown_after_the_baseline_is_always_found_where_it_starts(
+    noise: list[float], start: int, length: int, factor: float
+) -> None:
+    end = min(60, start + length)
+    times = [t * factor if start <= i < end else t for i, t in enumerate(noise)]
+    regressions = find_regressions(_run(times)).regressions
+    assert [(r.start, r.end) for r in regressions] == [(start + 1, end)]
