@@ -5,8 +5,6 @@ defaults, so the tests can fail."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +17,6 @@ from rlmetrics._yaml import render_yaml
 from rlmetrics.alerts.model import AlertSettings
 from rlmetrics.alerts.rules import collect_rules, promtool_tests, rule_groups
 
-REQUIRE_PROMETHEUS_ENV = "RLMETRICS_REQUIRE_PROMETHEUS"
 #: The console script the installed distribution put beside this interpreter.
 RLMETRICS = str(Path(sys.executable).with_name("rlmetrics"))
 
@@ -36,17 +33,6 @@ EXPECTED = {
     "Gym health verdicts flagged": "GymRolloutsUnhealthy",
     "event loop lag": "GymEventLoopLagging",
 }
-
-
-@pytest.fixture
-def promtool() -> str:
-    binary = shutil.which("promtool")
-    if binary is None:
-        reason = "promtool is not on PATH (Debian: apt-get install prometheus)"
-        if os.environ.get(REQUIRE_PROMETHEUS_ENV) == "1":
-            pytest.fail(f"{REQUIRE_PROMETHEUS_ENV}=1 but {reason}")
-        pytest.skip(reason)
-    return binary
 
 
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:

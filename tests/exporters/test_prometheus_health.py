@@ -12,25 +12,8 @@ from typing import Any
 import pytest
 
 import rlmetrics
-from rlmetrics import liveness
 from rlmetrics.health import DEFAULT_STALL_AFTER_S, STALL_AFTER_ENV
-from rlmetrics.plugins import register
 from rlmetrics.testing import OtlpReceiver, wait_until
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(liveness, "clock", fake)
-    return fake
 
 
 def _get(handle: rlmetrics.Telemetry, path: str) -> tuple[int, bytes]:
@@ -48,7 +31,7 @@ def _health(handle: rlmetrics.Telemetry) -> tuple[int, dict[str, Any]]:
     return status, dict(json.loads(body))
 
 
-def test_ok_while_steps_arrive_and_503_once_silent_past_the_bound(clock: FakeClock) -> None:
+def test_ok_while_steps_arrive_and_503_once_silent_past_the_bound(clock: Any) -> None:
     with rlmetrics.start(
         run_id="health-run", exporters={"prometheus": {"port": 0, "stall_after_s": 60}}
     ) as handle:
@@ -75,7 +58,7 @@ def test_ok_while_steps_arrive_and_503_once_silent_past_the_bound(clock: FakeClo
         assert body["seconds_since_last_step"] == 0.0
 
 
-def test_a_run_that_never_logs_a_step_stalls_from_its_start(clock: FakeClock) -> None:
+def test_a_run_that_never_logs_a_step_stalls_from_its_start(clock: Any) -> None:
     with rlmetrics.start(exporters={"prometheus": {"port": 0, "stall_after_s": 30}}) as handle:
         clock.now += 29.0
         assert _health(handle)[1]["status"] == "starting"
@@ -86,7 +69,7 @@ def test_a_run_that_never_logs_a_step_stalls_from_its_start(clock: FakeClock) ->
 
 
 def test_the_bound_comes_from_the_option_then_the_environment(
-    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with rlmetrics.start(exporters=["prometheus"], prometheus_port=0) as handle:
         assert _health(handle)[1]["stall_after_s"] == DEFAULT_STALL_AFTER_S
@@ -111,7 +94,7 @@ def test_a_bad_bound_fails_start_and_leaves_nothing_running(
     assert not [t for t in threading.enumerate() if t.name == "rlmetrics-prometheus"]
 
 
-def test_every_other_path_still_serves_the_metrics(clock: FakeClock) -> None:
+def test_every_other_path_still_serves_the_metrics(clock: Any) -> None:
     with rlmetrics.start(exporters=["prometheus"], prometheus_port=0) as handle:
         rlmetrics.Logger(backends={}).log_metrics({"reward": 0.25}, step=3, prefix="train")
         for path in ("/metrics", "/"):
@@ -120,28 +103,9 @@ def test_every_other_path_still_serves_the_metrics(clock: FakeClock) -> None:
             assert "rl_step_number" in body.decode() and "rl_reward_mean" in body.decode()
 
 
-class Blocking:
-    entered = threading.Event()
-    release = threading.Event()
-
-    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
-        self.entered.set()
-        self.release.wait(30)
-
-    def finish(self) -> None:
-        pass
-
-
-class Offers:
-    @rlmetrics.hookimpl
-    def register_backends(self, register: Any) -> None:
-        register("blocking", Blocking)
-
-
-def test_the_body_names_each_exporter_and_each_backend_s_lost_rows(clock: FakeClock) -> None:
-    Blocking.entered.clear()
-    Blocking.release.clear()
-    register(Offers(), "offers-blocking-health")
+def test_the_body_names_each_exporter_and_each_backend_s_lost_rows(
+    clock: Any, blocking_backend: Any
+) -> None:
     receiver = OtlpReceiver().start()
     try:
         with rlmetrics.start(
@@ -151,7 +115,7 @@ def test_the_body_names_each_exporter_and_each_backend_s_lost_rows(clock: FakeCl
             logger = rlmetrics.Logger(backends={"blocking": {}}, queue_size=1)
             try:
                 logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
-                assert Blocking.entered.wait(10)
+                assert blocking_backend.entered.wait(10)
                 for step in range(2, 5):
                     logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
 
@@ -168,7 +132,7 @@ def test_the_body_names_each_exporter_and_each_backend_s_lost_rows(clock: FakeCl
                 assert body["backends"]["blocking"]["dropped"] == 2
                 assert body["backends"]["blocking"]["queued"] == 1
             finally:
-                Blocking.release.set()
+                blocking_backend.release.set()
                 logger.finish(timeout_s=5)
     finally:
         receiver.stop()

@@ -16,25 +16,8 @@ from rlmetrics import liveness
 from rlmetrics.testing import in_memory_telemetry, points, single
 
 
-class FakeClock:
-    """Unix time that moves only when told."""
-
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(liveness, "clock", fake)
-    return fake
-
-
-@pytest.fixture
-def exporting(clock: FakeClock) -> Iterator[tuple[rlmetrics.Logger, Any]]:
+def exporting(clock: Any) -> Iterator[tuple[rlmetrics.Logger, Any]]:
     with in_memory_telemetry() as (_handle, reader):
         yield rlmetrics.Logger(backends={}), reader
 
@@ -45,9 +28,7 @@ def _step_points(reader: Any) -> dict[str, float | None]:
     return {p.name: p.value for p in found}
 
 
-def test_each_new_step_exports_its_number_and_when_it_arrived(
-    exporting: Any, clock: FakeClock
-) -> None:
+def test_each_new_step_exports_its_number_and_when_it_arrived(exporting: Any, clock: Any) -> None:
     logger, reader = exporting
     logger.log_metrics({"reward": 0.5}, step=1, prefix="train")
     first = clock.now
@@ -61,7 +42,7 @@ def test_each_new_step_exports_its_number_and_when_it_arrived(
 
 
 def test_any_prefix_counts_but_setup_and_wall_clock_streams_do_not(
-    exporting: Any, clock: FakeClock
+    exporting: Any, clock: Any
 ) -> None:
     logger, reader = exporting
     logger.log_setup_timing({"policy_init_time_s": 3.0})
@@ -81,7 +62,7 @@ def test_any_prefix_counts_but_setup_and_wall_clock_streams_do_not(
 
 
 def test_the_median_interval_appears_once_twenty_intervals_are_known(
-    exporting: Any, clock: FakeClock
+    exporting: Any, clock: Any
 ) -> None:
     logger, reader = exporting
     intervals = [float(3 + (i * 7) % 11) for i in range(25)]
@@ -97,7 +78,7 @@ def test_the_median_interval_appears_once_twenty_intervals_are_known(
             assert median == statistics.median(window), step
 
 
-def test_a_new_session_starts_from_no_step(clock: FakeClock) -> None:
+def test_a_new_session_starts_from_no_step(clock: Any) -> None:
     with in_memory_telemetry():
         rlmetrics.Logger(backends={}).log_metrics({"reward": 1.0}, step=50, prefix="train")
     with in_memory_telemetry() as (_handle, reader):
@@ -123,7 +104,7 @@ def test_threads_logging_new_steps_at_once_leave_the_newest(exporting: Any) -> N
     assert _step_points(reader)["rl.step.number"] == 399
 
 
-def test_nothing_is_recorded_unless_exporting(clock: FakeClock) -> None:
+def test_nothing_is_recorded_unless_exporting(clock: Any) -> None:
     rlmetrics.Logger(backends={}).log_metrics({"reward": 1.0}, step=9, prefix="train")
     with in_memory_telemetry() as (_handle, reader):
         assert _step_points(reader) == {}

@@ -3,7 +3,6 @@ receiver that accepts, then refuses), and the rows a queued backend dropped."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,41 +56,18 @@ def test_exports_are_counted_by_exporter_and_outcome(receiver: OtlpReceiver) -> 
         receiver.reject_with = None
 
 
-class Blocking:
-    """A tracker that hangs on its first row until released."""
-
-    entered = threading.Event()
-    release = threading.Event()
-
-    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
-        self.entered.set()
-        self.release.wait(30)
-
-    def finish(self) -> None:
-        pass
-
-
-class Offers:
-    @rlmetrics.hookimpl
-    def register_backends(self, register: Any) -> None:
-        register("blocking", Blocking)
-
-
-def test_rows_a_queued_backend_dropped_are_counted_by_backend() -> None:
-    Blocking.entered.clear()
-    Blocking.release.clear()
-    register(Offers(), "offers-blocking")
+def test_rows_a_queued_backend_dropped_are_counted_by_backend(blocking_backend: Any) -> None:
     with in_memory_telemetry() as (_handle, reader):
         logger = rlmetrics.Logger(backends={"blocking": {}}, queue_size=1)
         try:
             logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
-            assert Blocking.entered.wait(10)
+            assert blocking_backend.entered.wait(10)
             for step in range(2, 6):  # one fits the queue, three are dropped
                 logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
             dropped = _counts(reader, "rlmetrics.backend.dropped")
             assert dropped[(("rlmetrics.backend", "blocking"),)] == 3
         finally:
-            Blocking.release.set()
+            blocking_backend.release.set()
             logger.finish(timeout_s=5)
 
 

@@ -6,8 +6,6 @@ it changes. Loopback only; every wait is bounded."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -24,19 +22,7 @@ from tools_support import RLMETRICS, run_cli
 import rlmetrics
 from rlmetrics.testing import ExpositionServer, wait_until
 
-REQUIRE_PROMETHEUS_ENV = "RLMETRICS_REQUIRE_PROMETHEUS"
 RUN_ID = "stack-test-run"
-
-
-@pytest.fixture
-def prometheus_binary() -> str:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        reason = "the 'prometheus' binary is not on PATH (Debian: apt-get install prometheus)"
-        if os.environ.get(REQUIRE_PROMETHEUS_ENV) == "1":
-            pytest.fail(f"{REQUIRE_PROMETHEUS_ENV}=1 but {reason}")
-        pytest.skip(reason)
-    return binary
 
 
 class Stack:
@@ -279,12 +265,7 @@ def test_without_prometheus_it_writes_the_files_and_says_how_to_install(tmp_path
     assert json.loads((root / "grafana" / "rlmetrics.json").read_text())["uid"] == "rlmetrics"
 
 
-def test_no_start_writes_a_configuration_promtool_accepts(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        if os.environ.get(REQUIRE_PROMETHEUS_ENV) == "1":
-            pytest.fail(f"{REQUIRE_PROMETHEUS_ENV}=1 but promtool is not on PATH")
-        pytest.skip("promtool is not on PATH")
+def test_no_start_writes_a_configuration_promtool_accepts(promtool: str, tmp_path: Path) -> None:
     done = run_cli("stack", "--dir", tmp_path / "stack", "--no-start", "--no-ray", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
