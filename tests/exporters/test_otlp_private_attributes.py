@@ -20,9 +20,14 @@ from rlmetrics.exporters.otlp import PRIVATE_SDK_ATTRIBUTES, make_exporter
 def built() -> Iterator[dict[str, object]]:
     # An exporter aimed at a closed port: constructing it opens no connection.
     exporter = make_exporter(export_interval_s=3600, endpoint="127.0.0.1:9", timeout_s=0.1)
-    owners = {"reader": exporter.reader, "exporter": exporter.reader._exporter}  # type: ignore[attr-defined]
+    owners = {
+        "reader": exporter.reader,
+        "exporter": exporter.reader._exporter,  # type: ignore[union-attr]
+        "span_exporter": exporter.span_processor._rlmetrics_exporter,  # type: ignore[union-attr]
+    }
     yield owners
-    exporter.reader.shutdown(timeout_millis=1000)
+    exporter.reader.shutdown(timeout_millis=1000)  # type: ignore[union-attr]
+    exporter.span_processor.shutdown()  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -32,8 +37,9 @@ def test_private_attribute_exists(built: dict[str, object], owner: str, attribut
     assert hasattr(built[owner], attribute), f"the SDK's {owner} has no {attribute!r} any more"
 
 
-def test_private_attributes_have_the_shape_relied_on(built: dict[str, object]) -> None:
-    exporter = built["exporter"]
+@pytest.mark.parametrize("owner", ["exporter", "span_exporter"])
+def test_private_attributes_have_the_shape_relied_on(built: dict[str, object], owner: str) -> None:
+    exporter = built[owner]
     assert isinstance(exporter._shutdown_in_progress, threading.Event)  # type: ignore[attr-defined]
     assert exporter._shutdown is False  # type: ignore[attr-defined]
     assert exporter._endpoint == "127.0.0.1:9"  # type: ignore[attr-defined]

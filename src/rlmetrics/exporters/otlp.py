@@ -1,11 +1,14 @@
-"""The ``otlp`` exporter: OTLP over gRPC to a collector, with bounded, reported failures.
+"""The ``otlp`` exporter: OTLP over gRPC to a collector, metrics and spans to one endpoint,
+with bounded, reported failures.
 
-Configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables, or by
-``start(otlp_endpoint=...)``. Three things the SDK's exporter does not do are added here:
+Configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables (the ``_METRICS_`` and
+``_TRACES_`` ones per signal), or by ``start(otlp_endpoint=...)``, which both signals use.
+Three things the SDK's exporters do not do are added here, for both:
 
-- a 3 s export timeout when neither timeout variable is set (the SDK's 10 s would outlive
-  ``shutdown()``'s bound against a dead collector);
-- each failed export reported through ``warn_once``, once per endpoint and gRPC status;
+- a 3 s export timeout when no timeout variable of the signal is set (the SDK's 10 s would
+  outlive ``shutdown()``'s bound against a dead collector);
+- each failed export reported through ``warn_once``, once per signal, endpoint and gRPC
+  status;
 - ``shutdown()`` cutting the exporter's retry backoff short.
 
 They need the private SDK attributes listed in :data:`PRIVATE_SDK_ATTRIBUTES` — every private
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import hookimpl
 from .._warn import logger, warn_once
-from . import Exporter, ForkSafe, periodic_reader
+from . import Exporter, ForkSafe, ForkSafeSpans, batch_span_processor, periodic_reader
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,13 +42,20 @@ __all__ = [
 INSTALL_HINT = "pip install 'rlmetrics[otlp]'"
 
 #: Every private SDK attribute this module touches: ``(owner, attribute, why)``. The owner
-#: ``exporter`` is ``OTLPMetricExporter``; ``reader`` is ``PeriodicExportingMetricReader``.
+#: ``exporter`` is ``OTLPMetricExporter``, ``span_exporter`` ``OTLPSpanExporter`` (the same
+#: gRPC mixin underneath); ``reader`` is ``PeriodicExportingMetricReader``.
 PRIVATE_SDK_ATTRIBUTES: tuple[tuple[str, str, str], ...] = (
-    ("exporter", "_initialize_channel_and_stub", "rebuilt stubs must stay wrapped"),
-    ("exporter", "_client", "the gRPC stub, wrapped to learn why an export failed"),
-    ("exporter", "_endpoint", "named in failure reports"),
-    ("exporter", "_shutdown", "a failure after shutdown's bound is logged at DEBUG only"),
-    ("exporter", "_shutdown_in_progress", "set early so shutdown cuts the retry backoff"),
+    *(
+        (owner, attribute, why)
+        for owner in ("exporter", "span_exporter")
+        for attribute, why in (
+            ("_initialize_channel_and_stub", "rebuilt stubs must stay wrapped"),
+            ("_client", "the gRPC stub, wrapped to learn why an export failed"),
+            ("_endpoint", "named in failure reports"),
+            ("_shutdown", "a failure after shutdown's bound is logged at DEBUG only"),
+            ("_shutdown_in_progress", "set early so shutdown cuts the retry backoff"),
+        )
+    ),
     ("reader", "_exporter", "the reader's exporter, to interrupt its retries"),
 )
 
@@ -55,13 +65,14 @@ PRIVATE_SDK_ATTRIBUTES: tuple[tuple[str, str, str], ...] = (
 #: gives up inside ``shutdown()`` instead of being abandoned mid-retry; long enough for a live
 #: collector across a cluster network, and for one retry after a collector restart.
 DEFAULT_OTLP_TIMEOUT_S = 3.0
-_OTLP_TIMEOUT_ENV = ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
 
 
-def otlp_timeout_s() -> float | None:
-    """The ``timeout=`` rlmetrics passes to the OTLP exporter: None (let the SDK read the
-    environment) when either timeout variable is set, else :data:`DEFAULT_OTLP_TIMEOUT_S`."""
-    if any(os.environ.get(name, "").strip() for name in _OTLP_TIMEOUT_ENV):
+def otlp_timeout_s(signal: str = "metrics") -> float | None:
+    """The ``timeout=`` rlmetrics passes to the OTLP exporter of ``signal`` (``metrics`` or
+    ``traces``): None (let the SDK read the environment) when ``OTEL_EXPORTER_OTLP_TIMEOUT``
+    or the signal's own variable is set, else :data:`DEFAULT_OTLP_TIMEOUT_S`."""
+    names = (f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+    if any(os.environ.get(name, "").strip() for name in names):
         return None
     return DEFAULT_OTLP_TIMEOUT_S
 
@@ -104,6 +115,73 @@ def _describe_rpc_error(error: BaseException | None) -> tuple[str, str]:
     return type(error).__name__, str(error)
 
 
+#: What each signal's exporter drops when an export fails, and what the next one sends again.
+_LOSS = {
+    "metrics": "these points are dropped and training goes on (cumulative totals are sent "
+    "again by the next export that succeeds)",
+    "traces": "these spans are dropped and training goes on",
+}
+
+
+def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
+    """``base`` (an SDK OTLP gRPC exporter) reporting failed exports through ``warn_once``:
+    once per signal, endpoint and cause at WARNING, at DEBUG afterwards, and quiet in a
+    forked child. The SDK drops a failed batch and only logs; this makes the failure visible
+    in the ``rlmetrics`` log where the rest of the telemetry failures are reported."""
+    loss = _LOSS[signal]
+    # The metrics wording and keys predate traces: kept, so reports stay recognisable.
+    label, prefix = ("", "otlp:export") if signal == "metrics" else ("trace ", "otlp:traces")
+
+    class Reporting(fork_safe, base):  # type: ignore[misc,valid-type]
+        _rlmetrics_last_error: BaseException | None = None
+
+        def _remember(self, error: BaseException) -> None:
+            self._rlmetrics_last_error = error
+
+        def _initialize_channel_and_stub(self) -> None:
+            # Called at construction and again when the SDK rebuilds a channel after UNAVAILABLE.
+            super()._initialize_channel_and_stub()
+            if self._client is not None:  # type: ignore[has-type]
+                self._client = _RecordingStub(self._client, self._remember)  # type: ignore[has-type]
+
+        def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+            self._rlmetrics_last_error = None
+            try:
+                outcome = super().export(data, *args, **kwargs)
+            except Exception as exc:
+                warn_once(
+                    f"{prefix}:{self._endpoint}:{type(exc).__name__}",
+                    f"rlmetrics: OTLP {label}export to {self._endpoint} raised {exc!r}; {loss}",
+                )
+                return result.FAILURE
+            if outcome is not result.SUCCESS:
+                self._report_failure()
+            return outcome
+
+        def _report_failure(self) -> None:
+            error = self._rlmetrics_last_error
+            cause, details = _describe_rpc_error(error)
+            key = f"{prefix}:{self._endpoint}:{cause}"
+            message = (
+                f"rlmetrics: OTLP {label}export to {self._endpoint} failed ({cause}: "
+                f"{details}); {loss}. Later failures with this cause are logged at DEBUG."
+            )
+            if getattr(self, "_shutdown", False):
+                # The export outlived shutdown's bound, which telemetry already reported.
+                logger.debug(message)
+                return
+            if error is None:
+                warn_once(key, message)
+                return
+            try:  # so the first report carries the RPC error's traceback, not this thread's
+                raise error
+            except Exception:
+                warn_once(key, message)
+
+    Reporting.__name__ = Reporting.__qualname__ = f"Reporting{base.__name__}"
+    return Reporting
+
+
 @functools.cache
 def _exporter_class() -> type:
     try:
@@ -112,64 +190,22 @@ def _exporter_class() -> type:
         raise ImportError(f"exporter 'otlp' needs the OTLP gRPC exporter: {INSTALL_HINT}") from exc
     from opentelemetry.sdk.metrics.export import MetricExportResult
 
-    class ReportingOTLPMetricExporter(ForkSafe, OTLPMetricExporter):  # type: ignore[misc]
-        """The SDK's OTLP gRPC metric exporter, reporting failed exports through
-        ``warn_once``: once per endpoint and cause at WARNING, at DEBUG afterwards, and quiet
-        in a forked child (:class:`~rlmetrics.exporters.ForkSafe`).
+    return _reporting(OTLPMetricExporter, ForkSafe, MetricExportResult, "metrics")
 
-        The SDK drops a failed batch (with cumulative temporality the next successful export
-        carries the totals again) and only logs; this makes the failure visible in the
-        ``rlmetrics`` log where the rest of the telemetry failures are reported.
-        """
 
-        _rlmetrics_last_error: BaseException | None = None
+@functools.cache
+def _span_exporter_class() -> type:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
 
-        def _remember(self, error: BaseException) -> None:
-            self._rlmetrics_last_error = error
+    return _reporting(OTLPSpanExporter, ForkSafeSpans, SpanExportResult, "traces")
 
-        def _initialize_channel_and_stub(self) -> None:
-            # Called at construction and again when the SDK rebuilds a channel after UNAVAILABLE.
-            super()._initialize_channel_and_stub()  # type: ignore[no-untyped-call]
-            if self._client is not None:
-                self._client = _RecordingStub(self._client, self._remember)
 
-        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
-            self._rlmetrics_last_error = None
-            try:
-                result = super().export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-            except Exception as exc:
-                warn_once(
-                    f"otlp:export:{self._endpoint}:{type(exc).__name__}",
-                    f"rlmetrics: OTLP export to {self._endpoint} raised {exc!r}; these points "
-                    "are dropped and training goes on",
-                )
-                return MetricExportResult.FAILURE
-            if result is not MetricExportResult.SUCCESS:
-                self._report_failure()
-            return result
-
-        def _report_failure(self) -> None:
-            error = self._rlmetrics_last_error
-            cause, details = _describe_rpc_error(error)
-            message = (
-                f"rlmetrics: OTLP export to {self._endpoint} failed ({cause}: {details}); "
-                "these points are dropped and training goes on (cumulative totals are sent "
-                "again by the next export that succeeds). Later failures with this cause are "
-                "logged at DEBUG."
-            )
-            if getattr(self, "_shutdown", False):
-                # The export outlived shutdown's bound, which telemetry already reported.
-                logger.debug(message)
-                return
-            if error is None:
-                warn_once(f"otlp:export:{self._endpoint}:{cause}", message)
-                return
-            try:  # so the first report carries the RPC error's traceback, not this thread's
-                raise error
-            except Exception:
-                warn_once(f"otlp:export:{self._endpoint}:{cause}", message)
-
-    return ReportingOTLPMetricExporter
+def _interrupt(exporter: Any) -> None:
+    """Tell an OTLP exporter to stop retrying: its next failed attempt is its last."""
+    interrupt = getattr(exporter, "_shutdown_in_progress", None)
+    if isinstance(interrupt, threading.Event):
+        interrupt.set()
 
 
 @functools.cache
@@ -187,12 +223,41 @@ def _reader_class() -> type:
         """
 
         def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-            interrupt = getattr(self._exporter, "_shutdown_in_progress", None)
-            if isinstance(interrupt, threading.Event):
-                interrupt.set()
+            _interrupt(self._exporter)
             super().shutdown(timeout_millis=timeout_millis, **kwargs)
 
     return OTLPReader
+
+
+@functools.cache
+def _processor_class() -> type:
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    class OTLPSpanProcessor(BatchSpanProcessor):
+        """A batch span processor whose shutdown cuts its OTLP exporter's retry backoff short,
+        as :func:`_reader_class`'s reader does for metrics: the spans still queued get one
+        attempt, so a dead collector costs one connection timeout, not the whole bound."""
+
+        def __init__(self, exporter: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(exporter, *args, **kwargs)
+            self._rlmetrics_exporter = exporter
+
+        def shutdown(self) -> None:
+            _interrupt(self._rlmetrics_exporter)
+            super().shutdown()  # type: ignore[no-untyped-call]
+
+    return OTLPSpanProcessor
+
+
+def _options(endpoint: str | None, timeout_s: float | None, signal: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if endpoint is not None:
+        kwargs["endpoint"] = endpoint
+        kwargs["insecure"] = not endpoint.startswith("https://")
+    timeout = timeout_s if timeout_s is not None else otlp_timeout_s(signal)
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    return kwargs
 
 
 def make_exporter(
@@ -200,21 +265,23 @@ def make_exporter(
     endpoint: str | None = None,
     timeout_s: float | None = None,
 ) -> Exporter:
-    """An OTLP gRPC exporter on a periodic reader.
+    """An OTLP gRPC metric exporter on a periodic reader and a span exporter behind a batch
+    processor, both to one collector.
 
-    :param endpoint: ``host:port`` or a URL (``https://`` means TLS); default from
-        ``OTEL_EXPORTER_OTLP[_METRICS]_ENDPOINT``, else the SDK's ``localhost:4317``.
+    :param endpoint: ``host:port`` or a URL (``https://`` means TLS) for both; default from
+        ``OTEL_EXPORTER_OTLP_{METRICS,TRACES}_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``,
+        else the SDK's ``localhost:4317``.
     :param timeout_s: seconds per export, retries included; default :func:`otlp_timeout_s`.
     """
-    kwargs: dict[str, Any] = {}
-    if endpoint is not None:
-        kwargs["endpoint"] = endpoint
-        kwargs["insecure"] = not endpoint.startswith("https://")
-    timeout = timeout_s if timeout_s is not None else otlp_timeout_s()
-    if timeout is not None:
-        kwargs["timeout"] = timeout
-    exporter = _exporter_class()(**kwargs)
-    return Exporter(periodic_reader(exporter, export_interval_s, _reader_class()))
+    exporter = _exporter_class()(**_options(endpoint, timeout_s, "metrics"))
+    reader = periodic_reader(exporter, export_interval_s, _reader_class())
+    try:
+        spans = _span_exporter_class()(**_options(endpoint, timeout_s, "traces"))
+        processor = batch_span_processor(spans, export_interval_s, _processor_class())
+    except BaseException:
+        reader.shutdown(timeout_millis=1000)
+        raise
+    return Exporter(reader, span_processor=processor)
 
 
 @hookimpl

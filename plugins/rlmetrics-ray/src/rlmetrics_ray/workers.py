@@ -12,7 +12,13 @@ only, so a plain ``rlmetrics.start(exporters=["otlp"])`` in the worker exports w
 - its own ``process.pid`` and ``ray.node.id``: ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS`` names
   this distribution's resource detector (:mod:`rlmetrics_ray.resource`), which the SDK runs in
   the worker when rlmetrics builds its resource. The SDK also gives every process its own
-  ``service.instance.id``, so two workers' series never collide.
+  ``service.instance.id``, so two workers' series never collide;
+- the W3C trace context of the span current where it is called (``TRACEPARENT``,
+  ``TRACESTATE``): a task or actor started inside ``rlmetrics.step(n)`` parents every span of
+  its own that has no other parent on that step, so its phases are children of the driver's
+  step in one trace. An actor that outlives the step should take the context per call
+  instead: pass ``rlmetrics.trace_carrier()`` with the call and enter
+  ``rlmetrics.trace_context(carrier)`` in the method.
 
 Environment variables only (no ``worker_process_setup_hook``), so the result works for a job
 (``ray.init(runtime_env=...)``) and for one actor or task (``.options(runtime_env=...)``)
@@ -37,6 +43,8 @@ __all__ = [
     "RESOURCE_ENV",
     "RUN_ID_ATTR",
     "SERVICE_NAME_ENV",
+    "TRACEPARENT_ENV",
+    "TRACESTATE_ENV",
     "WORKER_GROUP_ATTR",
     "parse_resource_env",
     "runtime_env",
@@ -45,13 +53,15 @@ __all__ = [
 RUN_ID_ATTR = "rlmetrics.run.id"
 WORKER_GROUP_ATTR = "rl.worker_group"
 RESOURCE_ENV = "OTEL_RESOURCE_ATTRIBUTES"
+TRACEPARENT_ENV = "TRACEPARENT"
+TRACESTATE_ENV = "TRACESTATE"
 SERVICE_NAME_ENV = "OTEL_SERVICE_NAME"
 DETECTORS_ENV = "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS"
 #: This distribution's entry point in the SDK's ``opentelemetry_resource_detector`` group.
 RESOURCE_DETECTOR = "rlmetrics_ray"
 
 #: Driver variables a worker needs to export the way the driver does.
-CARRIED_ENV_PREFIXES = ("OTEL_EXPORTER_OTLP_", "OTEL_METRIC_EXPORT_")
+CARRIED_ENV_PREFIXES = ("OTEL_EXPORTER_OTLP_", "OTEL_METRIC_EXPORT_", "OTEL_BSP_", "OTEL_TRACES_")
 CARRIED_ENV = ("RLMETRICS_PLUGINS", "RLMETRICS_DISABLE_PLUGINS")
 
 # Resource attributes that describe the driver's process, not the run: a worker has its own.
@@ -85,6 +95,7 @@ def runtime_env(
     otlp_endpoint: str | None = None,
     run_id: str | None = None,
     service_name: str | None = None,
+    trace: bool = True,
 ) -> dict[str, Any]:
     """A Ray ``runtime_env`` that makes a worker's ``rlmetrics.start()`` part of this run.
 
@@ -96,6 +107,8 @@ def runtime_env(
         the driver's environment does not already say it; Ray workers on other machines
         cannot reach a driver's ``localhost``.
     :param run_id / service_name: default to the running telemetry's.
+    :param trace: carry the current span's trace context (``TRACEPARENT``), so the worker's
+        spans are its children; a base's own ``TRACEPARENT`` is kept when there is none.
 
     Raises RuntimeError when there is no run to carry (telemetry not started and no
     ``run_id``), and ValueError for an empty worker group.
@@ -117,10 +130,15 @@ def runtime_env(
         if name.startswith(CARRIED_ENV_PREFIXES) or name in CARRIED_ENV:
             env_vars[name] = value
     if otlp_endpoint is not None:
-        env_vars["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"] = otlp_endpoint
-        env_vars["OTEL_EXPORTER_OTLP_METRICS_INSECURE"] = str(
-            not otlp_endpoint.startswith("https://")
-        ).lower()
+        insecure = str(not otlp_endpoint.startswith("https://")).lower()
+        for signal in ("METRICS", "TRACES"):
+            env_vars[f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"] = otlp_endpoint
+            env_vars[f"OTEL_EXPORTER_OTLP_{signal}_INSECURE"] = insecure
+    if trace:
+        carried = rlmetrics.trace_env()
+        if carried:  # a base's own context gives way to the current span's, whole
+            env_vars.pop(TRACESTATE_ENV, None)
+            env_vars.update(carried)
 
     resource = parse_resource_env(base_vars.get(RESOURCE_ENV, ""))
     resource.update(_run_attributes(driver_resource))

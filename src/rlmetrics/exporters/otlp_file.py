@@ -1,0 +1,183 @@
+"""The ``otlp_file`` exporter: spans as OTLP/JSON lines in a file, for a run without a collector.
+
+``rlmetrics.start(exporters={"otlp_file": {"path": "run/traces.jsonl"}})``: every batch of
+finished spans is appended as one line, an ``ExportTraceServiceRequest`` in OTLP's JSON
+encoding — lowerCamelCase fields, trace and span ids as hex strings, enums as integers — the
+format the OpenTelemetry Collector's file exporter writes and its ``otlpjsonfile`` receiver
+reads back. ``rlmetrics report RUN.jsonl --traces run/traces.jsonl`` reads it.
+
+The encoding is the OTLP exporter's own (``encode_spans``, from the ``otlp`` extra), turned
+into JSON by protobuf's ``json_format`` with the ids rewritten from base64 to hex, as OTLP/JSON
+requires. Lines are appended with one ``write`` each on a file opened for appending, so
+several processes of a run (the driver, its workers) may share one file; a torn last line (a
+crash mid-write) is skipped by the reader. Spans carry no metrics: the run's JSONL does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import hookimpl
+from .._warn import warn_once
+from . import Exporter, ForkSafeSpans, batch_span_processor
+
+__all__ = [
+    "DEFAULT_PATH",
+    "encode_line",
+    "hex_ids",
+    "make_exporter",
+    "read_spans",
+    "span_attributes",
+]
+
+INSTALL_HINT = "pip install 'rlmetrics[otlp]'"
+DEFAULT_PATH = "traces.otlp.jsonl"
+#: The fields of a span (and of its links) that OTLP/JSON writes as hex, not base64.
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+
+
+def hex_ids(request: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite the ids of a ``MessageToDict``'d trace request from base64 (protobuf's JSON for
+    bytes) to hex (OTLP/JSON's), in place; returns it."""
+    for resource_spans in request.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                for item in (span, *span.get("links", ())):
+                    for field in _ID_FIELDS:
+                        if item.get(field):
+                            item[field] = base64.b64decode(item[field]).hex()
+    return request
+
+
+def encode_line(spans: Sequence[Any]) -> str:
+    """``spans`` (the SDK's ``ReadableSpan`` s) as one OTLP/JSON line, newline included."""
+    from google.protobuf import json_format  # type: ignore[import-untyped]
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    request = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    return json.dumps(hex_ids(request), separators=(",", ":")) + "\n"
+
+
+def read_spans(path: str | os.PathLike[str]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(resource attributes, span)`` for every span of an OTLP/JSON lines file, the span as
+    its JSON object; a line that does not parse (torn by a crash) is skipped."""
+    with Path(path).open(encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(request, dict):
+                continue
+            for resource_spans in request.get("resourceSpans") or ():
+                resource = _attributes((resource_spans.get("resource") or {}).get("attributes"))
+                for scope_spans in resource_spans.get("scopeSpans") or ():
+                    for span in scope_spans.get("spans") or ():
+                        if isinstance(span, dict):
+                            yield resource, span
+
+
+def _attributes(items: Any) -> dict[str, Any]:
+    """OTLP/JSON ``[{key, value: {stringValue|intValue|...}}]`` as a plain dict."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        try:
+            key, value = item["key"], item.get("value") or {}
+        except (TypeError, KeyError):
+            continue
+        out[key] = _value(value)
+    return out
+
+
+def _value(value: dict[str, Any]) -> Any:
+    for field, convert in (
+        ("stringValue", str),
+        ("boolValue", bool),
+        ("intValue", int),
+        ("doubleValue", float),
+    ):
+        if field in value:
+            try:
+                return convert(value[field])
+            except (TypeError, ValueError):
+                return None
+    if "arrayValue" in value:
+        return [_value(v) for v in (value["arrayValue"] or {}).get("values") or ()]
+    return None
+
+
+def span_attributes(span: dict[str, Any]) -> dict[str, Any]:
+    """A span's attributes (from its OTLP/JSON object) as a plain dict."""
+    return _attributes(span.get("attributes"))
+
+
+def _exporter_class() -> type:
+    try:
+        from google.protobuf import json_format  # type: ignore[import-untyped]  # noqa: F401
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import (  # noqa: F401
+            encode_spans,
+        )
+    except ImportError as exc:
+        raise ImportError(
+            f"exporter 'otlp_file' encodes spans with the OTLP exporter's encoder: {INSTALL_HINT}"
+        ) from exc
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class OtlpJsonFileSpanExporter(ForkSafeSpans, SpanExporter):  # type: ignore[misc]
+        """Appends each batch of spans to ``path`` as one OTLP/JSON line."""
+
+        def __init__(self, path: str | os.PathLike[str]) -> None:
+            super().__init__()
+            self.path = Path(path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file: Any = self.path.open("a", encoding="utf-8")
+            self._lock = threading.Lock()
+
+        def export(self, spans: Sequence[Any]) -> Any:
+            try:
+                line = encode_line(spans)
+                with self._lock:
+                    if self._file is None:
+                        return SpanExportResult.FAILURE
+                    self._file.write(line)
+                    self._file.flush()
+            except Exception:
+                warn_once(
+                    f"otlp_file:export:{self.path}",
+                    f"rlmetrics: writing spans to {self.path} failed; these spans are dropped "
+                    "and training goes on",
+                )
+                return SpanExportResult.FAILURE
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            with self._lock:
+                handle, self._file = self._file, None
+            if handle is not None:
+                handle.close()
+
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return True
+
+    return OtlpJsonFileSpanExporter
+
+
+def make_exporter(
+    export_interval_s: float | None = None, path: str | os.PathLike[str] = DEFAULT_PATH
+) -> Exporter:
+    """Spans appended to ``path`` (created with its folder), one OTLP/JSON line per batch."""
+    exporter = _exporter_class()(path)
+    return Exporter(span_processor=batch_span_processor(exporter, export_interval_s))
+
+
+@hookimpl
+def register_exporters(register: Callable[[str, Callable[..., Exporter]], None]) -> None:
+    register("otlp_file", make_exporter)
