@@ -384,7 +384,7 @@ class Scope:
     """A span rlmetrics opens and ends (a phase, a step, a rollout, the run). Subclasses say
     what it is called, what it carries and what happens when it ends."""
 
-    __slots__ = ("__weakref__", "_clock", "_order", "_span", "_t0", "_token")
+    __slots__ = ("__weakref__", "_binding", "_clock", "_order", "_span", "_t0", "_token")
 
     def __init__(self) -> None:
         self._span: Any = None
@@ -423,6 +423,7 @@ class Scope:
                 self._span = self._token = None
                 warn_once("tracing:start", "rlmetrics: a span could not start; timing goes on")
                 return
+            self._binding = binding  # detached by the same, even after tracing stopped
             _state.sequence += 1
             self._order = _state.sequence
             _state.open[id(self)] = self
@@ -433,11 +434,11 @@ class Scope:
         if span is None:
             self._finish(t1)
             return
-        binding = _state.binding
+        binding = self._binding
         token, self._token = self._token, None
         mine = _state.open.pop(id(self), None) is not None  # else a closer ended it already
         try:
-            if token is not None and binding is not None:
+            if token is not None:
                 binding.detach(token)
         except Exception:
             warn_once("tracing:detach", "rlmetrics: a span's context could not be left")
@@ -445,7 +446,7 @@ class Scope:
             return
         self._finish(t1)
         try:
-            if error is not None and binding is not None and not isinstance(error, GeneratorExit):
+            if error is not None and not isinstance(error, GeneratorExit):
                 binding.fail(span, error)
             span.end(end_time=t1 + self._clock.offset)
         except Exception:
