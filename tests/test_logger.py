@@ -309,7 +309,7 @@ _prefixes = st.sampled_from(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(metrics=_nested, step=st.one_of(st.integers(), st.none(), st.floats()), prefix=_prefixes)
 def test_log_metrics_never_raises(metrics: dict[Any, Any], step: Any, prefix: str) -> None:
     logger = rlmetrics.Logger(backends={"console": {"stream": _Sink()}})
@@ -334,7 +334,7 @@ def test_record_never_raises_and_valid_values_land() -> None:
     )
     with in_memory_telemetry() as (_handle, reader):
 
-        @settings(max_examples=150, deadline=None)
+        @settings(max_examples=150)
         @given(values=_nested, attributes=st.one_of(st.none(), _nested))
         def check(values: dict[Any, Any], attributes: Any) -> None:
             rlmetrics.record("h", values, attributes)

@@ -1,25 +1,32 @@
 """rlmetrics.testing's peers (a metrics endpoint, a black hole), read back over real sockets,
-and its bounded wait; an OTLP receiver fed by the real exporter."""
+and its bounded wait; an OTLP receiver fed by the real exporter; the hypothesis profile every
+test folder loads."""
 
 from __future__ import annotations
 
 import socket
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import rlmetrics
 from rlmetrics.testing import (
+    HYPOTHESIS_PROFILE_ENV,
     BlackHole,
     ExpositionServer,
     OtlpReceiver,
     in_memory_telemetry,
     isolated_state,
+    load_hypothesis_profile,
     points,
     single,
     wait_until,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -112,3 +119,41 @@ def test_isolated_state_keeps_the_registry_record_is_bound_to() -> None:
             assert single(points(reader), "t.inside").value == 2.0
         assert [item.spec.name for item in registry.declared()] == ["t.inside"]
     assert outer.declared() == before
+
+
+# -- the hypothesis profile ---------------------------------------------------------------------
+
+
+def test_the_suite_profile_never_fails_a_property_on_time() -> None:
+    """Loaded by this folder's conftest: no deadline, and the health check about slow data
+    generation off, so a busy machine cannot turn a property red."""
+    current = settings()
+    assert current.deadline is None
+    assert HealthCheck.too_slow in current.suppress_health_check
+    assert current.max_examples == settings.get_profile("suite").max_examples
+
+
+def test_the_profile_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        monkeypatch.setenv(HYPOTHESIS_PROFILE_ENV, "fuzz")
+        assert load_hypothesis_profile() == "fuzz"
+        assert (settings().max_examples, settings().deadline) == (100_000, None)
+        monkeypatch.setenv(HYPOTHESIS_PROFILE_ENV, "no-such-profile")
+        with pytest.raises(ValueError, match="'no-such-profile' names no hypothesis profile"):
+            load_hypothesis_profile()
+    finally:
+        monkeypatch.delenv(HYPOTHESIS_PROFILE_ENV)
+        assert load_hypothesis_profile() == "suite"
+
+
+def test_every_test_folder_loads_the_profile() -> None:
+    """A folder run on its own (``pytest plugins/rlmetrics-gym/tests``) reads only its own
+    conftest: each must load the profile itself."""
+    folders = [ROOT / "tests", *sorted((ROOT / "plugins").glob("*/tests"))]
+    assert len(folders) > 1
+    missing = [
+        str(folder.relative_to(ROOT))
+        for folder in folders
+        if "\nload_hypothesis_profile()\n" not in (folder / "conftest.py").read_text()
+    ]
+    assert missing == []

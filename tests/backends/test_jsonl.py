@@ -92,7 +92,7 @@ def test_non_json_values_are_written_as_repr(tmp_path: Path) -> None:
     }
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.recursive(
         st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(), st.binary()),

@@ -2,7 +2,7 @@
 returns within a bound, and every good value of the same call lands — read back from the
 in-memory reader and from the JSONL file.
 
-The default run uses the ``default`` hypothesis profile (100 examples a property); the
+The default run uses the ``suite`` hypothesis profile (100 examples a property); the
 ``fuzz`` tox env runs the ``fuzz`` profile (10**5 examples each). See docs/testing.md.
 """
 
@@ -36,7 +36,7 @@ CALL_BOUND_S = 5.0
 _good = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
 _steps = st.one_of(st.integers(), hostile_values)
 # Health checks: the strategies are deliberately large and slow to draw.
-_fuzz = settings(deadline=None, suppress_health_check=list(HealthCheck))
+_fuzz = settings(suppress_health_check=list(HealthCheck))
 
 
 def _timed(call: Callable[[], Any]) -> None:

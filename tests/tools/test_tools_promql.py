@@ -8,7 +8,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -99,7 +99,7 @@ _WORDS = [
 _NAMES = st.from_regex(r"[a-z][a-z0-9]{0,5}(\.[a-z][a-z0-9_]{0,6}){1,3}", fullmatch=True)
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=60)
 @given(
     name=_NAMES,
     unit=st.sampled_from(_WORDS),

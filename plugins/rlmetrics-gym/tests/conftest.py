@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from rlmetrics.testing import in_memory_telemetry, isolated_state
+from rlmetrics.testing import in_memory_telemetry, isolated_state, load_hypothesis_profile
+
+load_hypothesis_profile()
 
 # Every family module is imported here, before any test isolates the registry, so their
 # declarations live in the default registry that every isolated copy starts from.

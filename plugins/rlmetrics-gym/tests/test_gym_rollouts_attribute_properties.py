@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from gym_support_client import find
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from rlmetrics_gym import health, http_client, resources, rollouts, startup
 from rlmetrics_gym._client_values import IDENTIFIER, SERVER_NAME, TYPE_NAME, flag, member
@@ -125,7 +125,7 @@ def test_check_ids_are_identifiers_or_refused(check_id: Any) -> None:
     assert IDENTIFIER.fullmatch(check.id) and check.id != health.CHECK_EXECUTION_ERROR
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25)
 @given(st.lists(st.tuples(ANYTHING, ANYTHING, ANYTHING, ANYTHING), min_size=1, max_size=6))
 def test_exported_points_carry_only_declared_values(calls: list[tuple[Any, ...]]) -> None:
     """Through rlmetrics itself: whatever is passed, every exported point's attributes are in

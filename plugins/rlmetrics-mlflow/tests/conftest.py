@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from rlmetrics.registry import MetricRegistry
-from rlmetrics.testing import isolated_state
+from rlmetrics.testing import isolated_state, load_hypothesis_profile
+
+load_hypothesis_profile()
 
 _MLFLOW_ENV = (
     "MLFLOW_TRACKING_URI",

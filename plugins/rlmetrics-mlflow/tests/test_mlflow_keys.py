@@ -26,13 +26,13 @@ def _mlflow_accepts(name: str) -> bool:
     return True
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(_keys)
 def test_every_name_is_one_mlflow_accepts(key: str) -> None:
     assert _mlflow_accepts(mlflow_key(key))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(_keys)
 def test_valid_keys_are_kept_and_the_mapping_is_idempotent(key: str) -> None:
     if is_valid_key(key):
@@ -44,7 +44,7 @@ def test_valid_keys_are_kept_and_the_mapping_is_idempotent(key: str) -> None:
     assert mlflow_key(mlflow_key(key)) == mlflow_key(key)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.sets(_keys, max_size=30))
 def test_distinct_keys_get_distinct_names(keys: set[str]) -> None:
     assert len({mlflow_key(key) for key in keys}) == len(keys)

@@ -19,7 +19,14 @@ from ray_support import ExpositionServer
 from rlmetrics_ray import config
 from rlmetrics_ray.worker_groups import WORKER_GROUPS
 
-from rlmetrics.testing import BlackHole, in_memory_telemetry, isolated_state
+from rlmetrics.testing import (
+    BlackHole,
+    in_memory_telemetry,
+    isolated_state,
+    load_hypothesis_profile,
+)
+
+load_hypothesis_profile()
 
 
 @pytest.fixture(autouse=True)

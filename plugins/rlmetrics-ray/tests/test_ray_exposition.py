@@ -124,7 +124,7 @@ def test_broken_memory_lines_raise_value_error() -> None:
 byte_counts = st.one_of(st.none(), st.integers(min_value=0, max_value=2**52).map(float))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(used=byte_counts, total=byte_counts, used_host=byte_counts, total_host=byte_counts)
 def test_any_combination_of_families_reads_back_by_the_preference_rule(
     used: float | None, total: float | None, used_host: float | None, total_host: float | None
@@ -140,7 +140,7 @@ def test_any_combination_of_families_reads_back_by_the_preference_rule(
         assert reading == MemoryReading(chosen[1], chosen[2], chosen[0])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.lists(
         st.one_of(

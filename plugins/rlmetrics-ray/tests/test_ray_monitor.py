@@ -390,7 +390,7 @@ host_memories = st.lists(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(host_memories)
 def test_a_snapshot_observes_each_value_a_host_has_once(hosts: list[HostMemory]) -> None:
     snapshot = build_snapshot(hosts, taken_at=0.0)

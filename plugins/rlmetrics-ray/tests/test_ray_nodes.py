@@ -106,7 +106,7 @@ infos = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(infos)
 def test_every_alive_node_is_in_exactly_one_host_named_after_it(entries: list[dict]) -> None:  # type: ignore[type-arg]
     nodes = alive_nodes(entries)

@@ -151,7 +151,7 @@ names = st.sampled_from(["lm_policy", "vllm_policy", "reward", "critic"])
 registrations = st.dictionaries(names, st.frozensets(st.sampled_from(["n1", "n2", "n3"])))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(registrations)
 def test_by_node_inverts_the_registrations(placed: dict[str, frozenset[str]]) -> None:
     groups = WorkerGroups(TableReader())

@@ -189,7 +189,7 @@ env_text = st.text(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(run_id=env_text, group=env_text, service=env_text)
 def test_the_sdk_reads_back_exactly_what_the_runtime_env_carries(
     run_id: str, group: str, service: str

@@ -59,7 +59,7 @@ def corrupted(draw: st.DrawFn) -> str:
     return "\n".join(lines) + draw(st.sampled_from(["\n", "", "\n\n# EOF\n"]))
 
 
-@settings(deadline=None, suppress_health_check=list(HealthCheck))
+@settings(suppress_health_check=list(HealthCheck))
 @given(text=st.one_of(corrupted(), st.text(max_size=300)))
 def test_fuzz_read_text_never_raises(text: str) -> None:
     started = time.monotonic()

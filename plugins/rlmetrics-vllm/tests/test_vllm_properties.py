@@ -41,7 +41,7 @@ def reading_pairs(draw: st.DrawFn) -> tuple[dict[str, EngineValues], dict[str, E
     return before, after
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(pair=reading_pairs())
 def test_ok_plus_failed_is_the_total_delta_and_nothing_is_negative(
     render: Callable[..., str],

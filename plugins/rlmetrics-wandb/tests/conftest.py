@@ -13,7 +13,9 @@ import pytest
 from wandb_helpers import offline_wandb
 
 from rlmetrics.registry import MetricRegistry
-from rlmetrics.testing import isolated_state
+from rlmetrics.testing import isolated_state, load_hypothesis_profile
+
+load_hypothesis_profile()
 
 
 @pytest.fixture(autouse=True)
