@@ -1,18 +1,20 @@
 """rlmetrics.testing's peers (a metrics endpoint, a black hole), read back over real sockets,
-and its bounded wait; an OTLP receiver fed by the real exporter; the hypothesis profile every
-test folder loads."""
+and its bounded wait; an OTLP receiver fed by the real exporter; the state isolation every
+test runs in, and the hypothesis profile every test folder loads."""
 
 from __future__ import annotations
 
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 import rlmetrics
+from rlmetrics import _process_state, testing
 from rlmetrics.testing import (
     HYPOTHESIS_PROFILE_ENV,
     BlackHole,
@@ -22,6 +24,7 @@ from rlmetrics.testing import (
     isolated_state,
     load_hypothesis_profile,
     points,
+    reset_process_state,
     single,
     wait_until,
 )
@@ -119,6 +122,74 @@ def test_isolated_state_keeps_the_registry_record_is_bound_to() -> None:
             assert single(points(reader), "t.inside").value == 2.0
         assert [item.spec.name for item in registry.declared()] == ["t.inside"]
     assert outer.declared() == before
+
+
+# -- process state -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def registered_resets() -> Iterator[None]:
+    """The resets a test registers are forgotten after it (the list is process state too)."""
+    saved = dict(_process_state._resets)
+    try:
+        yield
+    finally:
+        _process_state._resets.clear()
+        _process_state._resets.update(saved)
+
+
+@pytest.mark.usefixtures("registered_resets")
+def test_the_outermost_isolated_state_resets_process_state_when_it_starts_and_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between tests, not inside one: a nested isolated_state() leaves the process state the
+    test chose before it alone."""
+    monkeypatch.setattr(testing, "_depth", [])  # as if no test's isolated_state were running
+    calls: list[str] = []
+
+    @rlmetrics.resets_process_state
+    def forget() -> None:
+        calls.append("reset")
+
+    with isolated_state():
+        calls.append("test")
+        with isolated_state():
+            calls.append("nested")
+        calls.append("test")
+    assert calls == ["reset", "test", "nested", "test", "reset"]
+
+
+@pytest.mark.usefixtures("registered_resets")
+def test_a_reset_that_raises_is_raised_after_every_other_reset_ran() -> None:
+    ran: list[str] = []
+
+    @rlmetrics.resets_process_state
+    def broken() -> None:
+        raise RuntimeError("a broken reset")
+
+    @rlmetrics.resets_process_state
+    def after() -> None:
+        ran.append("after")
+
+    with pytest.raises(RuntimeError, match="a broken reset"):
+        reset_process_state()
+    assert ran == ["after"]
+
+
+@pytest.mark.usefixtures("registered_resets")
+def test_a_module_registering_again_replaces_its_reset() -> None:
+    ran: list[int] = []
+
+    def make(number: int) -> None:
+        def forget() -> None:
+            ran.append(number)
+
+        rlmetrics.resets_process_state(forget)  # the same module and name, as a reload makes
+
+    make(1)
+    make(2)
+    reset_process_state()
+    assert ran == [2]
 
 
 # -- the hypothesis profile ---------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._process_state import resets_process_state
     from ._warn import describe_value, warn_once
     from .hookspecs import hookimpl
     from .keymaps import KeyMap, KeyRule
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 #: Each public name and the module it lives in.
 _WHERE = {
+    "resets_process_state": "._process_state",
     "describe_value": "._warn",
     "warn_once": "._warn",
     "hookimpl": ".hookspecs",
@@ -118,6 +120,7 @@ __all__ = [
     "record",
     "record_declared",
     "record_points",
+    "resets_process_state",
     "retract",
     "rollout",
     "run",

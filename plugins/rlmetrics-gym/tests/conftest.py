@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from rlmetrics.registry import MetricRegistry
 from rlmetrics.testing import in_memory_telemetry, isolated_state, load_hypothesis_profile
 
 load_hypothesis_profile()
@@ -30,6 +31,14 @@ for _module in (
     "memory",
 ):
     importlib.import_module(f"rlmetrics_gym.{_module}")
+
+
+@pytest.fixture(autouse=True)
+def isolated() -> Iterator[MetricRegistry]:
+    """Fresh registry, plugin, warn-once and process state (counts in flight, server totals,
+    samplers, the process's choices) per test."""
+    with isolated_state() as registry:
+        yield registry
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import pytest
 import rlmetrics_ray.host_memory  # noqa: F401
 from ray_support import ExpositionServer
 from rlmetrics_ray import config
-from rlmetrics_ray.worker_groups import WORKER_GROUPS
 
 from rlmetrics.testing import (
     BlackHole,
@@ -31,18 +30,17 @@ load_hypothesis_profile()
 
 @pytest.fixture(autouse=True)
 def clean_plugin_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No settings, worker groups or monitor leak from one test into the next, and the
+    """Every test runs in isolated state (the outermost: no settings, worker groups or monitor
+    leak from one test into the next, by the plugin's process-state resets), and the
     environment's settings never reach a test that does not set them itself."""
     for name in (config.ENABLED_ENV, config.INTERVAL_ENV, config.TIMEOUT_ENV):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(config, "_explicit", {})
-    WORKER_GROUPS.clear()
-    yield
-    monitor = config._set_active(None)
-    if monitor is not None:
-        monitor.stop()
-        assert not monitor.running, "the host memory monitor's thread outlived its test"
-    WORKER_GROUPS.clear()
+    with isolated_state():
+        yield
+        monitor = config.active_monitor()
+    assert monitor is None or not monitor.running, (
+        "the host memory monitor's thread outlived its test"
+    )
 
 
 @pytest.fixture

@@ -21,9 +21,17 @@ import rlmetrics_vllm.gen_ai  # noqa: F401
 from prometheus_client import CollectorRegistry, start_http_server
 from vllm_support import FIXTURE, TextServer, VllmRegistry, render_exposition
 
+from rlmetrics.registry import MetricRegistry
 from rlmetrics.testing import in_memory_telemetry, isolated_state, load_hypothesis_profile
 
 load_hypothesis_profile()
+
+
+@pytest.fixture(autouse=True)
+def isolated() -> Iterator[MetricRegistry]:
+    """Fresh registry, plugin, warn-once and process state (the mean gauges' steps) per test."""
+    with isolated_state() as registry:
+        yield registry
 
 
 @pytest.fixture(scope="session")

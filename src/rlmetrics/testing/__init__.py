@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from .. import _warn, plugins, registry, tracing
+from .._process_state import reset_process_state
 from ..telemetry import Telemetry, current, start
 from .peers import BlackHole, ExpositionServer, OtlpPoint, OtlpReceiver
 from .traces import SpanRecord, in_memory_tracing, span_records
@@ -36,6 +37,7 @@ __all__ = [
     "isolated_state",
     "load_hypothesis_profile",
     "points",
+    "reset_process_state",
     "single",
     "span_records",
     "wait_until",
@@ -146,16 +148,30 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str = "") -
         delay = min(delay * 2, 0.1)
 
 
+# One entry per isolated_state() being inside: only the outermost resets process state.
+_depth: list[None] = []
+
+
 @contextlib.contextmanager
 def isolated_state(
     replacement: registry.MetricRegistry | None = None,
 ) -> Iterator[registry.MetricRegistry]:
     """A fresh copy of the default registry's declarations (or ``replacement``'s, say an
     empty one's) and fresh plugin and warn-once state, restored afterwards, so one test's
-    start/declare cannot leak into the next. Yields the default registry."""
+    start/declare cannot leak into the next. Yields the default registry.
+
+    The outermost ``isolated_state()`` also resets every plugin module's process state (see
+    ``rlmetrics.resets_process_state``) when it starts and when it ends, so what one test
+    counted or chose for the process never reaches another; a nested one leaves it alone, so
+    a test can choose process settings (``rlmetrics_ray.configure(...)``) and then start an
+    isolated session that uses them. Make it an autouse fixture of your suite's conftest, so
+    every test is inside one."""
     # Import every installed plugin first, so their import-time declarations land in the
     # process registry that every test's copy starts from.
     plugins.get_plugins()
+    outermost = not _depth
+    if outermost:
+        reset_process_state()
     default, saved_plugins = registry._default, plugins._plugins
     saved_in_process = dict(plugins._in_process)
     # The default registry's contents are swapped, never the object: rlmetrics.record and
@@ -165,6 +181,7 @@ def isolated_state(
     plugins._plugins = None
     _warn._reset()
     tracing._reset()
+    _depth.append(None)
     try:
         yield default
     finally:
@@ -177,6 +194,9 @@ def isolated_state(
         plugins._in_process.update(saved_in_process)
         _warn._reset()
         tracing._reset()
+        _depth.pop()
+        if outermost:
+            reset_process_state()
 
 
 def load_hypothesis_profile() -> str:

@@ -28,7 +28,16 @@ from types import TracebackType
 from typing import IO, Any, Final
 
 import rlmetrics
-from rlmetrics import Kind, MetricSpec, as_number, hookimpl, is_exporting, record, warn_once
+from rlmetrics import (
+    Kind,
+    MetricSpec,
+    as_number,
+    hookimpl,
+    is_exporting,
+    record,
+    resets_process_state,
+    warn_once,
+)
 
 from ._client_counts import Tally
 from .resources import Limit
@@ -91,6 +100,12 @@ _COUNT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1_024, 4_096)
 
 _resident: Tally[tuple[()]] = Tally(overflow=())
 _active: Tally[tuple[()]] = Tally(overflow=())
+
+
+@resets_process_state
+def _forget_rollouts() -> None:
+    _resident.reset()
+    _active.reset()
 
 
 def _unlabelled(_key: tuple[()]) -> Mapping[str, str]:

@@ -33,7 +33,7 @@ import attrs
 import pluggy
 
 import rlmetrics
-from rlmetrics import OPEN, Kind, MetricSpec, is_exporting, record, warn_once
+from rlmetrics import OPEN, Kind, MetricSpec, is_exporting, record, resets_process_state, warn_once
 
 from ._client_values import IDENTIFIER, OUTCOME_ATTR, member
 
@@ -299,6 +299,13 @@ class HealthSuite:
 
 _default: HealthSuite | None = None
 _default_lock = threading.Lock()
+
+
+@resets_process_state
+def _forget_default_suite() -> None:
+    global _default
+    with _default_lock:
+        _default = None  # configure_health's choice; the next use loads the entry points'
 
 
 def default_suite() -> HealthSuite:

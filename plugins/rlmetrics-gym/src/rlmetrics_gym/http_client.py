@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import rlmetrics
-from rlmetrics import OPEN, Kind, MetricSpec, hookimpl
+from rlmetrics import OPEN, Kind, MetricSpec, hookimpl, resets_process_state
 
 from ._client_counts import Tally
 from ._client_values import SERVER_NAME
@@ -159,6 +159,17 @@ _destination: contextvars.ContextVar[str] = contextvars.ContextVar(
 )
 _known: set[str] = {EXTERNAL, REMOTE_AGENT_SERVICE}
 _known_lock = threading.Lock()
+
+
+@resets_process_state
+def _forget_destinations() -> None:
+    # The names seen count toward MAX_DESTINATIONS: left over, they would push a later test's
+    # destinations into "overflow".
+    with _known_lock:
+        _known.clear()
+        _known.update((EXTERNAL, REMOTE_AGENT_SERVICE))
+    _in_flight.reset()
+    _connects.reset()
 
 
 def destination_value(name: Any) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import psutil
 
 import rlmetrics
-from rlmetrics import OPEN, Kind, MetricSpec, hookimpl, warn_once
+from rlmetrics import OPEN, Kind, MetricSpec, hookimpl, resets_process_state, warn_once
 
 __all__ = [
     "GROUP",
@@ -394,3 +394,6 @@ def stop_memory_sampler(timeout_s: float = 5.0) -> None:
 @hookimpl
 def telemetry_stopping() -> None:
     stop_memory_sampler()
+
+
+resets_process_state(stop_memory_sampler)

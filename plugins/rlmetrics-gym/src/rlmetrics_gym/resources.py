@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any, Final, Protocol
 
 import rlmetrics
-from rlmetrics import Kind, MetricSpec, record, warn_once
+from rlmetrics import Kind, MetricSpec, record, resets_process_state, warn_once
 
 from ._client_counts import Tally
 from ._client_values import member
@@ -87,6 +87,14 @@ _BUCKETS = (
 _Key = tuple[str, str]  # (operation, executor)
 _queued: Tally[_Key] = Tally(overflow=("other", "other"))
 _active: Tally[_Key] = Tally(overflow=("other", "other"))
+
+
+@resets_process_state
+def _forget_operations() -> None:
+    # Every key ever counted stays exported (at 0 once its operations are done), as an
+    # up/down count must; between tests that would carry one test's operations into the next.
+    _queued.reset()
+    _active.reset()
 
 
 def _attributes(key: _Key) -> Mapping[str, str]:

@@ -30,7 +30,17 @@ from types import TracebackType
 from typing import Any, Final
 
 import rlmetrics
-from rlmetrics import OPEN, Kind, MetricSpec, as_number, hookimpl, is_exporting, record, warn_once
+from rlmetrics import (
+    OPEN,
+    Kind,
+    MetricSpec,
+    as_number,
+    hookimpl,
+    is_exporting,
+    record,
+    resets_process_state,
+    warn_once,
+)
 
 from ._client_values import (
     DISPATCH_NAME_ATTR,
@@ -408,6 +418,15 @@ class _VerifyTally:
 
 
 _verify = _VerifyTally()
+
+
+@resets_process_state
+def _forget_kinds_and_verifications() -> None:
+    global _failure_kinds
+    with _kinds_lock:
+        _failure_kinds = frozenset()
+    with _verify.lock:
+        _verify.completed = _verify.total = 0
 
 
 def record_verify(duration_ms: float | None, succeeded: bool) -> None:

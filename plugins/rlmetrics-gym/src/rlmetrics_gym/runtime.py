@@ -37,7 +37,7 @@ from typing import Any
 import psutil
 
 import rlmetrics
-from rlmetrics import Kind, MetricSpec, hookimpl, warn_once
+from rlmetrics import Kind, MetricSpec, hookimpl, resets_process_state, warn_once
 
 __all__ = [
     "CPU_MODE_ATTR",
@@ -578,6 +578,15 @@ def telemetry_started(telemetry: Any) -> None:
     if pending and telemetry.exporting:
         _enabled_for[0] = telemetry
         _install_gc_callback()
+
+
+@resets_process_state
+def _forget_choices() -> None:
+    # enable_runtime_metrics() and report_file_descriptors_as() choose for the process.
+    global _fd_names
+    _fd_names = frozenset({FD_COUNT})
+    _enabled_for[0] = None
+    _remove_gc_callback()
 
 
 @hookimpl

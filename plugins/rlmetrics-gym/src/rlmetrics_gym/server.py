@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from typing import Any
 
 import rlmetrics
-from rlmetrics import OPEN, Kind, MetricSpec, warn_once
+from rlmetrics import OPEN, Kind, MetricSpec, resets_process_state, warn_once
 
 __all__ = [
     "BEFORE_RESPONSE_START",
@@ -240,18 +240,36 @@ class ServerTotals:
     """One middleware's counts. Written on its event loop, read by the exporter's thread (a
     dict's ``items()`` copy and an int read are single operations under the GIL)."""
 
-    __slots__ = ("cancelled", "in_flight", "responses", "unhandled")
+    __slots__ = ("cancelled", "in_flight", "listed", "responses", "unhandled")
 
     def __init__(self) -> None:
         self.in_flight = 0
         self.unhandled = 0
         self.responses: dict[int, int] = {}
         self.cancelled: dict[tuple[str, str], int] = {}
+        self.listed = False  # in _all_totals
 
 
 # Every middleware's totals, for the process-wide series. Held for the process's life: a server
 # builds its middleware once, and dropping one would make its counters go backwards.
 _all_totals: list[ServerTotals] = []
+
+
+def _list(totals: ServerTotals) -> None:
+    totals.listed = True
+    _all_totals.append(totals)
+
+
+@resets_process_state
+def _forget_servers() -> None:
+    # Between tests: every middleware built so far counts from zero and is out of the series
+    # until it serves again, as if built in a fresh process.
+    for totals in _all_totals:
+        totals.in_flight = totals.unhandled = 0
+        totals.responses.clear()
+        totals.cancelled.clear()
+        totals.listed = False
+    _all_totals.clear()
 
 
 class GymServerMetricsMiddleware:
@@ -285,7 +303,7 @@ class GymServerMetricsMiddleware:
         )
         self.routes = routes
         self.totals = ServerTotals()
-        _all_totals.append(self.totals)
+        _list(self.totals)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -293,6 +311,8 @@ class GymServerMetricsMiddleware:
             return
         exchange = _Exchange(self, scope, receive, send)
         totals = self.totals
+        if not totals.listed:  # only after _forget_servers, between tests
+            _list(totals)
         totals.in_flight += 1
         try:
             await self.app(scope, exchange.receive, exchange.send)

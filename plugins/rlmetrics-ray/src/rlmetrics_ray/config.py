@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rlmetrics import warn_once
+from rlmetrics import resets_process_state, warn_once
 
 from .nodes import NodeSource, Resolver, metrics_url
 
@@ -141,3 +141,12 @@ def _set_active(monitor: HostMemoryMonitor | None) -> HostMemoryMonitor | None:
     with _lock:
         previous, _active = _active, monitor
     return previous
+
+
+@resets_process_state
+def _forget_settings() -> None:
+    with _lock:
+        _explicit.clear()
+    monitor = _set_active(None)
+    if monitor is not None:
+        monitor.stop()

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from rlmetrics import warn_once
+from rlmetrics import resets_process_state, warn_once
 
 __all__ = [
     "NONE",
@@ -177,6 +177,7 @@ class WorkerGroups:
 
 #: The process's registry, read by the host memory monitor.
 WORKER_GROUPS = WorkerGroups()
+resets_process_state(WORKER_GROUPS.clear)
 
 
 def register_worker_group(name: str, placement_group: Any) -> None:

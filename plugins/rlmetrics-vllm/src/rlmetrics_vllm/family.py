@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import rlmetrics
-from rlmetrics import Kind, MetricSpec, hookimpl, is_exporting, record_declared, retract
+from rlmetrics import (
+    Kind,
+    MetricSpec,
+    hookimpl,
+    is_exporting,
+    record_declared,
+    resets_process_state,
+    retract,
+)
 from rlmetrics.events import TRAIN_PREFIXES
 
 from .engine import (
@@ -90,6 +98,12 @@ _MEAN_KEYS = frozenset({PROMPT_LENGTH_MEAN_KEY, GENERATION_LENGTH_MEAN_KEY})
 # vllm/* key at all, and nothing else tells that step apart from one with no reading.
 _mean_steps: dict[str, int] = {}
 _mean_steps_lock = threading.Lock()
+
+
+@resets_process_state
+def _forget_mean_steps() -> None:
+    with _mean_steps_lock:
+        _mean_steps.clear()
 
 
 @hookimpl(tee=True)
