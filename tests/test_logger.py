@@ -495,3 +495,65 @@ def test_a_mapping_that_raises_costs_only_what_raised(tmp_path: Path) -> None:
     assert row["metrics"]["reward"] == 1.0
     assert row["metrics"]["config/lr"] == 3e-4 and row["metrics"]["config/loss"] == 0.25
     assert "config/missing" not in row["metrics"]
+
+
+# -- inline backends, each in its own guard ------------------------------------------------------
+
+
+class _InlineBroken:
+    """An inline backend whose disk is gone: every call raises."""
+
+    inline = True
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        raise OSError("disk gone")
+
+    def finish(self) -> None:
+        raise OSError("disk gone")
+
+
+class _InlineKept:
+    """An inline backend that keeps what it is given."""
+
+    inline = True
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.finished = False
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        self.steps.append(step)
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+class _InlineOffers:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("broken-inline", _InlineBroken)
+        register("kept-inline", _InlineKept)
+
+
+def test_a_failing_inline_backend_never_stops_the_inline_backends_after_it(
+    tmp_path: Path, caplog: Any
+) -> None:
+    register_plugin(_InlineOffers(), "inline-offers")
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        # Configuration order is call order: the broken one runs first, on every step.
+        logger = rlmetrics.Logger(
+            backends={
+                "broken-inline": {},
+                "jsonl": {"path": tmp_path / "m.jsonl"},
+                "kept-inline": {},
+            }
+        )
+        for step in (1, 2, 3):
+            logger.log_metrics({"loss": 1.0 / step}, step=step, prefix="train")
+        logger.finish()
+    kept = logger.backends["kept-inline"]
+    assert isinstance(kept, _InlineKept)
+    assert [row["step"] for row in read_jsonl(tmp_path / "m.jsonl")] == [1, 2, 3]
+    assert kept.steps == [1, 2, 3]
+    assert kept.finished  # the broken one's finish() raised first
+    assert "backend 'broken-inline' failed to log" in caplog.text

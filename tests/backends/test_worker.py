@@ -310,3 +310,45 @@ def test_finish_reports_how_many_rows_each_failing_backend_lost(
     assert "backend 'raising-inline' finished; 8 of 8 rows failed to write" in caplog.text
     assert len(list(read_jsonl(tmp_path / "m.jsonl"))) == 8
     assert "backend 'jsonl'" not in caplog.text
+
+
+class _StalledForever:
+    """A tracker that stops answering from its first row until the test lets it go."""
+
+    release = threading.Event()
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        self.release.wait(60)
+
+    def finish(self) -> None:
+        self.release.wait(60)
+
+
+STALLED = [f"stalled-{n}" for n in range(4)]
+
+
+class _OffersStalled:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        for name in STALLED:
+            register(name, _StalledForever)
+
+
+def test_stalled_backends_share_one_finish_deadline(caplog: Any) -> None:
+    """finish(timeout_s) is one bound for all of them, not one each: four stalled trackers
+    cost the bound once. Waiting the bound for each in turn would take four times it, so the
+    assertion leaves three bounds of slack for a loaded machine and still tells them apart."""
+    _StalledForever.release.clear()
+    register(_OffersStalled(), "offers-stalled")
+    try:
+        logger = rlmetrics.Logger(backends={name: {} for name in STALLED})
+        logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+        with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+            started = time.monotonic()
+            logger.finish(timeout_s=1.0)
+            took = time.monotonic() - started
+    finally:
+        _StalledForever.release.set()  # let the abandoned worker threads end
+    assert 1.0 <= took < len(STALLED) * 1.0, f"finish() took {took:.2f} s"
+    for name in STALLED:  # each is still said to have missed it
+        assert f"backend {name!r} did not finish within 1.0 s" in caplog.text

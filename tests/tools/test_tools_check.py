@@ -214,3 +214,52 @@ def test_an_uppercase_letter_fails_the_name_rule(segments: list[str], index: int
     segments[index] = segments[index][0].upper() + segments[index][1:]
     spec = MetricSpec(".".join(segments), Kind.GAUGE, description="d")
     assert [f.rule for f in _check(spec) if f.rule == "name"] == ["name"]
+
+
+def test_an_attribute_scoped_exemption_covers_only_that_attribute() -> None:
+    spec = MetricSpec(
+        "gym.x.requests",
+        Kind.COUNTER,
+        unit="{request}",
+        description="d",
+        attributes={"gym.x.request.id": OPEN, "gym.x.trace.id": OPEN},
+    )
+    waiver = Exemption(
+        "unbounded-attribute", {"gym.x.requests"}, "the spec fixes it", attribute="gym.x.request.id"
+    )
+    result = check_declared([Declared("g", spec, "tests")], lambda _i: "p", [waiver])
+    assert [(f.rule, f.attribute) for f in result.exempt] == [
+        ("unbounded-attribute", "gym.x.request.id")
+    ]
+    assert [(f.rule, f.attribute) for f in result.findings] == [
+        ("unbounded-attribute", "gym.x.trace.id")
+    ]
+
+
+CLEAN_PLUGIN = """
+    import rlmetrics
+    from rlmetrics import Kind, MetricSpec
+
+    rlmetrics.declare("acme.clean", [
+        MetricSpec("acme.queue.depth", Kind.GAUGE, unit="{item}", description="Items queued."),
+    ])
+"""
+
+
+def test_check_of_one_plugin_ignores_another_plugins_load_failure(tmp_path: Path) -> None:
+    install(tmp_path, "acme-clean", {"acme_clean.py": CLEAN_PLUGIN}, {"acme_clean": "acme_clean"})
+    install(
+        tmp_path,
+        "acme-broken",
+        {"acme_broken.py": "raise RuntimeError('no')\n"},
+        {"acme_broken": "acme_broken"},
+    )
+    env = {"PYTHONPATH": str(tmp_path)}
+    done = run_cli("check", "--plugin", "acme-clean", "--json", env=env)
+    result = json.loads(done.stdout)
+    assert (done.returncode, result["findings"]) == (0, []), done.stdout
+    assert result["checked"] == 1
+    # The whole check still fails on it: the failure is ignored only when not asked about.
+    everything = run_cli("check", "--json", env=env)
+    loads = [f["plugin"] for f in json.loads(everything.stdout)["findings"] if f["rule"] == "load"]
+    assert (everything.returncode, loads) == (1, ["acme-broken:acme_broken"])

@@ -181,3 +181,24 @@ def test_host_values_mapping(total: int, used_fraction: float, peak_extra: int) 
         HOST_PEAK: peak,
     }
     assert values[HOST_USAGE] + values[HOST_AVAILABLE] == values[HOST_TOTAL]
+
+
+def test_tracking_a_name_again_with_a_new_root_retracts_the_old_roots_series(
+    telemetry: Any,
+) -> None:
+    """A supervisor restarts a server under the same name: the old process's series end (a
+    gauge would otherwise go on exporting its last value beside the new one's)."""
+    _, reader = telemetry
+    sampler = MemorySampler(interval_s=INTERVAL_S, host=False)  # sampled by hand, no thread
+    with process_tree(1, 1, children=0) as old, process_tree(1, 1, children=0) as new:
+        sampler.track("judge", "resources_servers", old.pid)
+        sampler.sample()
+        judge = [p for p in points(reader) if p.attributes.get(SERVER_NAME_ATTR) == "judge"]
+        assert {p.attributes[PID_ATTR] for p in judge} == {str(old.pid)}
+        sampler.track("judge", "resources_servers", new.pid)  # before the old root exits
+        assert [p for p in points(reader) if p.attributes.get(PID_ATTR) == str(old.pid)] == []
+        sampler.sample()
+        found = [p for p in points(reader) if p.attributes.get(SERVER_NAME_ATTR) == "judge"]
+    assert {p.attributes[PID_ATTR] for p in found} == {str(new.pid)}
+    assert {p.name for p in found} == {SERVER_USAGE, SERVER_PEAK, SERVER_PROCESSES}
+    assert sampler.tracked() == ["judge"]

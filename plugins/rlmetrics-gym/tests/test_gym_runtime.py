@@ -384,3 +384,50 @@ def test_a_forked_child_reports_itself_not_its_parent() -> None:
         os.close(read)
         os.waitpid(pid, 0)
     assert reported == pid != parent.pid
+
+
+def _collections(reader: Any, generation: str) -> float | None:
+    return _by_generation(points(reader), "gym.gc.collections_total")[generation].value
+
+
+def test_a_second_session_counts_collections_from_its_own_start() -> None:
+    """Collections before a session (in an earlier one, or with the series off) are not its
+    own: each session's counter starts at 0. Automatic collection is off meanwhile, so every
+    collection counted is one this test forced."""
+    gc.disable()
+    try:
+        with isolated_state():
+            enable_runtime_metrics()
+            with in_memory_telemetry() as (_, reader):
+                for _ in range(5):
+                    gc.collect(2)
+                assert _collections(reader, "2") == 5
+            for _ in range(2):
+                gc.collect(2)  # between sessions: nobody's
+            enable_runtime_metrics()
+            with in_memory_telemetry() as (_, reader):
+                assert _collections(reader, "2") == 0
+                for _ in range(3):
+                    gc.collect(2)
+                assert _collections(reader, "2") == 3
+    finally:
+        gc.enable()
+
+
+def test_cpu_time_keeps_user_and_system_apart(runtime: Any) -> None:
+    """Each mode's point lies between this process's own reading of that mode just before and
+    just after the collection. Spinning first puts user time well above system time, so a
+    swap or a sum could not fall inside both brackets."""
+    _, reader = runtime
+    spin_until = time.process_time() + 0.3
+    while time.process_time() < spin_until:
+        pass
+    process = psutil.Process()
+    before = process.cpu_times()
+    found = [p for p in points(reader) if p.name == "process.cpu.time"]
+    after = process.cpu_times()
+    by_mode = {p.attributes["cpu.mode"]: p.value for p in found}
+    assert set(by_mode) == {"user", "system"} and len(found) == 2
+    assert before.user <= by_mode["user"] <= after.user
+    assert before.system <= by_mode["system"] <= after.system
+    assert after.user - after.system > after.user - before.user + after.system - before.system

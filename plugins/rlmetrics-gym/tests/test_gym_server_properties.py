@@ -9,6 +9,7 @@ import string
 from collections.abc import MutableMapping
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rlmetrics_gym.server import (
@@ -173,3 +174,43 @@ def test_a_disconnect_is_counted_once_in_the_phase_the_response_had_reached(
         assert totals.responses == {200: 1}
     assert totals.in_flight == 0
     assert totals.unhandled == 0
+
+
+class _RaisingOnSendCycle(_UvicornLikeCycle):
+    """A server that reports the write it could not make: once the client has gone (or, with
+    ``broken``, at once while it is still there), ``send()`` raises a broken pipe."""
+
+    def __init__(self, leave_after: int, broken: bool = False) -> None:
+        super().__init__(leave_after)
+        self.broken = broken
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        if self.disconnected or (self.broken and message["type"] == "http.response.body"):
+            raise BrokenPipeError(32, "Broken pipe")
+        await super().send(message)
+
+
+async def _start_then_stream(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await asyncio.sleep(0)  # the loop runs: a pending disconnect is processed
+    await send({"type": "http.response.body", "body": b"x", "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def test_a_client_that_left_and_made_send_raise_is_cancelled_not_unhandled() -> None:
+    middleware = GymServerMetricsMiddleware(_start_then_stream)
+    cycle = _RaisingOnSendCycle(leave_after=1)  # gone once the start reached it
+    with pytest.raises(BrokenPipeError):  # the app's exception goes on, unchanged
+        asyncio.run(middleware(_scope("/items/1"), cycle.receive, cycle.send))
+    totals = middleware.totals
+    assert totals.cancelled == {(UNMATCHED, RESPONSE_STARTED): 1}
+    assert (totals.unhandled, totals.responses, totals.in_flight) == (0, {200: 1}, 0)
+
+
+def test_send_raising_while_the_client_is_still_there_is_unhandled() -> None:
+    middleware = GymServerMetricsMiddleware(_start_then_stream)
+    cycle = _RaisingOnSendCycle(leave_after=99, broken=True)
+    with pytest.raises(BrokenPipeError):
+        asyncio.run(middleware(_scope("/items/1"), cycle.receive, cycle.send))
+    totals = middleware.totals
+    assert (totals.cancelled, totals.unhandled, totals.in_flight) == ({}, 1, 0)
