@@ -18,6 +18,7 @@ import pytest
 
 import rlmetrics
 from rlmetrics.plugins import register
+from rlmetrics.telemetry import DEFAULT_SHUTDOWN_TIMEOUT_S
 from rlmetrics.testing import BlackHole, OtlpReceiver
 
 from ._peers import INTERVAL_S
@@ -117,7 +118,8 @@ def test_a_child_that_starts_exports_its_own_values_under_its_own_run_id(
 
 def test_children_exit_without_waiting_on_the_parents_exporter(blackhole: BlackHole) -> None:
     """The parent exports to a collector that never answers: a child whose exit ran the
-    parent's shutdown would wait out its bound (5 s)."""
+    parent's shutdown would wait out its bound (5 s) at the least. A child that does not takes
+    a fraction of a second, or more on a loaded machine: the bound itself tells them apart."""
     import atexit
 
     with rlmetrics.start(
@@ -131,7 +133,7 @@ def test_children_exit_without_waiting_on_the_parents_exporter(blackhole: BlackH
             pid = _fork(lambda: atexit._run_exitfuncs() is None)
             assert _wait(pid) == 0
             took.append(time.monotonic() - started)
-    assert max(took) < 2.0, f"child exits took {took}"
+    assert max(took) < DEFAULT_SHUTDOWN_TIMEOUT_S, f"child exits took {took}"
 
 
 class _HoldsTheLock:
