@@ -130,7 +130,7 @@ def mutated(draw: st.DrawFn, which: str) -> tuple[str, set[str], list[str]]:
     return "\n".join(lines) + "\n", families, kept
 
 
-@settings(deadline=None, suppress_health_check=list(HealthCheck))
+@settings(suppress_health_check=list(HealthCheck))
 @given(before=mutated("before"), after=mutated("after"), intact=st.sampled_from([0, 1, 2]))
 def test_fuzz_a_malformed_line_costs_only_its_line_and_family(
     before: tuple[str, set[str], list[str]],
