@@ -19,8 +19,12 @@ from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.backends.worker import snapshot
 from rlmetrics.plugins import register
 
-#: A log_metrics call must return well within this, whatever a backend does.
-CALL_BOUND_S = 0.25
+#: A log_metrics call must return well within this, whatever a backend does. A call that
+#: waited on the stalled backend would take its whole stall (60 s); a call that did not can
+#: still take most of a second on a loaded machine (the test's first call loads the plugins:
+#: 0.87 s seen under a load average of 14), and load alone must not fail a test. What a call
+#: costs is measured in benchmarks/, never here.
+CALL_BOUND_S = 5.0
 
 
 class Stalling:
