@@ -21,11 +21,13 @@ from rlmetrics.testing import (
     ExpositionServer,
     OtlpReceiver,
     in_memory_telemetry,
+    in_memory_tracing,
     isolated_state,
     load_hypothesis_profile,
     points,
     reset_process_state,
     single,
+    span_records,
     wait_until,
 )
 
@@ -190,6 +192,26 @@ def test_a_module_registering_again_replaces_its_reset() -> None:
     make(2)
     reset_process_state()
     assert ran == [2]
+
+
+def test_a_span_a_test_entered_and_never_left_is_not_the_next_tests_parent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step the loop died inside stays the calling thread's current span; the next test's
+    run would start under it (found by a random order: test_tracing's umbrella test after its
+    open-at-shutdown test)."""
+    from opentelemetry import trace
+
+    monkeypatch.setattr(testing, "_depth", [])  # as if no test's isolated_state were running
+    with isolated_state(), in_memory_tracing() as (_handle, _reader, _spans):  # the earlier test
+        rlmetrics.step(1).__enter__()  # never left
+        assert trace.get_current_span().get_span_context().is_valid
+    with isolated_state(), in_memory_tracing() as (_handle, _reader, spans):  # the next test
+        assert not trace.get_current_span().get_span_context().is_valid
+        with rlmetrics.run():
+            pass
+        [run] = span_records(spans)
+    assert run.parent_id is None
 
 
 # -- the hypothesis profile ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ receiver. Plugin test suites (and demo parts) use these too.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import attrs
 
 from .. import _warn, plugins, registry, tracing
-from .._process_state import reset_process_state
+from .._process_state import reset_process_state, resets_process_state
 from ..telemetry import Telemetry, current, start
 from .peers import BlackHole, ExpositionServer, OtlpPoint, OtlpReceiver
 from .traces import SpanRecord, in_memory_tracing, span_records
@@ -150,6 +151,16 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str = "") -
 
 # One entry per isolated_state() being inside: only the outermost resets process state.
 _depth: list[None] = []
+
+
+@resets_process_state
+def _forget_the_current_context() -> None:
+    """The calling thread's OpenTelemetry context back to an empty one: a span a test entered
+    and never left (a step whose loop died inside it) would otherwise be the parent of the
+    next test's spans. Only when OpenTelemetry's context module is loaded already."""
+    context = sys.modules.get("opentelemetry.context")
+    if context is not None:
+        context.attach(context.Context())
 
 
 @contextlib.contextmanager
