@@ -809,6 +809,10 @@ class Umbrella(Scope):
 
     def __enter__(self) -> Umbrella:
         state = _state
+        if self._span_name == RUN_SPAN:  # a run's accounting starts from nothing
+            state.step_timer.take()
+            state.run_timer.take()
+            state.last_step = None
         clock = state.clock
         if self._clock_fn is not None:
             self._saved = clock
@@ -839,6 +843,8 @@ def run(
     tags: Mapping[str, Any] | None = None, *, clock: Callable[[], float] | None = None
 ) -> Umbrella:
     """The run's umbrella span ``rl.run``: ``with rlmetrics.run():`` around the training loop.
+    Entering it starts the run's accounting afresh: the totals of ``cumulative`` phases and
+    the run's elapsed time count from here.
 
     :param clock: a function returning seconds (Unix time) that every phase and step inside
         reads instead of the real clock: a simulation's time (``rlmetrics demo`` uses it).

@@ -38,6 +38,7 @@ def test_the_run_is_deterministic_for_a_seed(tmp_path: Path) -> None:
     assert prefixes == {
         "timing/setup",
         "train",
+        "",  # each step's efficiency summary, from its timed phases
         "timing/rollout_recovery",
         "timing/rollout_checkpoint",
         "rollout/checkpoint_outcome",
@@ -60,6 +61,12 @@ def test_the_demo_as_a_user_runs_it(tmp_path: Path) -> None:
     assert "vLLM:" in out and "no engine reading at steps [6]" in out
     assert out.rstrip().endswith(f"Picture: {output / 'report.png'}")
     assert (output / "report.png").stat().st_size > 10_000
+    # ... goodput from its spans beside the metrics', every difference explained, a timeline.
+    assert f"spans (OTLP/JSON):   {output / 'traces.jsonl'}" in out
+    assert "Goodput from spans (" in out and "nothing else: every difference is one" in out
+    assert "idle/validation: " in out and "idle/refit_event_wait: " in out
+    assert f"Timeline: {output / 'timeline.png'}" in out
+    assert (output / "timeline.png").stat().st_size > 10_000
     # Not a terminal: one plain progress line per step, no carriage returns.
     progress = [line for line in done.stderr.splitlines() if line.startswith("step ")]
     assert len(progress) == 10 and progress[-1].startswith("step 10/10 reward=")
@@ -105,6 +112,9 @@ def test_otlp_endpoint_receives_the_run(tmp_path: Path) -> None:
         point = receiver.find("rl.reward.mean")
         assert point is not None and point.value == last[-1]["metrics"]["reward"]
         assert point.resource["rlmetrics.run.id"] == "otlp-demo"
+        spans = receiver.wait_for(lambda r: r.spans(), what="the run's spans")
+        assert {s.resource["rlmetrics.run.id"] for s in spans} == {"otlp-demo"}
+        assert {s.name for s in spans} >= {"rl.run", "rl.step", "rl.policy_training"}
         names = {p.name for p in receiver.points()}
         assert {
             "rl.efficiency.seconds",
@@ -127,3 +137,32 @@ def test_the_progress_bar_on_a_terminal_and_plain_lines_elsewhere() -> None:
         progress.close()
     assert plain_stream.getvalue() == "step 1/2 reward=0.5\nstep 2/2 reward=0.75\n"
     assert "\r" in bar_stream.getvalue() and "2/2" in bar_stream.getvalue()  # tqdm redraws
+
+
+def test_the_demos_spans_and_metrics_come_from_the_same_clock_readings(tmp_path: Path) -> None:
+    from rlmetrics.report.traces import read_traces
+
+    options = DemoOptions(steps=10, seed=1, output=tmp_path, interval_s=0.0, prometheus_port=0)
+    result = run_demo(options, say=io.StringIO(), progress=io.StringIO())
+    assert result.traces == tmp_path / "traces.jsonl"
+    traces = read_traces([result.traces])
+    steps = traces.steps()
+    assert sorted(steps) == list(range(1, 11))
+    summaries = {
+        row["step"]: row["metrics"] for row in read_jsonl(result.jsonl) if row["prefix"] == ""
+    }
+    for n, step in steps.items():
+        assert step.attributes["rl.weight_version"] == n - 1
+        assert summaries[n]["efficiency/step_wall_time_s"] == step.seconds
+        for leaf in traces.descendants(step):
+            phase = leaf.attributes["rl.phase"]
+            if phase.startswith("idle/"):
+                assert summaries[n][f"efficiency/{phase}_s"] == leaf.seconds
+    [run_span] = [s for s in traces.spans if s.name == "rl.run"]
+    [init] = [s for s in traces.spans if s.attributes.get("rl.phase") == "init/total"]
+    assert init.parent_id == run_span.span_id and init.attributes["rl.bucket"] == "overhead"
+    goodput = result.goodput
+    assert goodput is not None and goodput["unexplained_steps"] == []
+    # Every step had overhead (logging) on its spans; step 10 validated.
+    assert goodput["reasons_steps"] == {"overhead_and_wasted": 10}
+    assert goodput["disagreements"]["validation"]["spans_overhead_s"] > 0

@@ -4,10 +4,12 @@ measurement kind and window; rollout-checkpoint events with one failed save; and
 installed family distributions add (vLLM engine deltas with a mid-run engine restart, gen_ai
 token usage, host memory, Gym rollouts).
 
-Writes OUTPUT/metrics.jsonl, serves the Prometheus endpoint on 127.0.0.1 while it runs (and
-after, with --serve), and ends with the report of its own JSONL (and OUTPUT/report.png when
-matplotlib is installed). Deterministic for a seed: every logged value is the same from run to
-run."""
+Writes OUTPUT/metrics.jsonl and the run's spans to OUTPUT/traces.jsonl (the phases of each
+step, timed with rlmetrics.phase on the simulated clock), serves the Prometheus endpoint on
+127.0.0.1 while it runs (and after, with --serve), and ends with the report of its own JSONL,
+goodput from its spans beside goodput from its metrics (and OUTPUT/report.png and
+OUTPUT/timeline.png when matplotlib is installed). Deterministic for a seed: every logged value
+is the same from run to run."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ __all__ = ["HELP", "NAME", "add_arguments", "run"]
 NAME = "demo"
 HELP = "run a simulated GRPO run end to end: JSONL, Prometheus endpoint, report"
 PLOT_NAME = "report.png"
+TIMELINE_NAME = "timeline.png"
 
 
 def _positive(text: str) -> int:
@@ -71,7 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the Prometheus endpoint up after the run until interrupted (Ctrl-C)",
     )
-    parser.add_argument("--no-plot", action="store_true", help=f"do not write OUTPUT/{PLOT_NAME}")
+    parser.add_argument(
+        "--no-plot",
+        action="store_true",
+        help=f"do not write OUTPUT/{PLOT_NAME} and OUTPUT/{TIMELINE_NAME}",
+    )
     add_format_options(parser)
 
 
@@ -93,10 +100,17 @@ def run(args: argparse.Namespace) -> int:
 
     def show(result: DemoResult) -> None:
         plot = None if args.no_plot else _plot(result)
+        timeline = None if args.no_plot or plot is None else _timeline(result)
         if args.json:
-            print_json({**result.as_dict(), "plot": plot})
+            print_json({**result.as_dict(), "plot": plot, "timeline": timeline})
         else:
             say.write("\n" + render(result.report))
+            if result.goodput is not None:
+                from ..report.traces import render as render_traces
+
+                say.write(render_traces(result.goodput))
+            if timeline:
+                say.write(f"\nTimeline: {timeline}\n")
             if plot:
                 say.write(f"\nPicture: {plot}\n")
         sys.stdout.flush()
@@ -129,4 +143,15 @@ def _plot(result: DemoResult) -> str | None:
     except MissingExtra as exc:
         sys.stderr.write(f"rlmetrics demo: no picture: {exc}\n")
         return None
+    return str(path)
+
+
+def _timeline(result: DemoResult) -> str | None:
+    if result.traces is None:
+        return None
+    from ..report.timeline import plot_timeline
+    from ..report.traces import read_traces
+
+    path = result.jsonl.parent / TIMELINE_NAME
+    plot_timeline(read_traces([result.traces]), path)
     return str(path)

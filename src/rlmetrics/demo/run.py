@@ -1,15 +1,20 @@
 """The demo's loop: the simulated run through the real Logger, JSONL backend and telemetry.
 
 Telemetry exports to a Prometheus endpoint on 127.0.0.1 (and to an OTLP collector when one is
-named); the Logger writes ``metrics.jsonl`` in the output folder. Family parts
-(:mod:`.parts`) are built before telemetry starts and step with the run. At the end the run's
-own JSONL is read back and reported, and with ``serve`` the endpoint stays up until
-interrupted, so a Prometheus (or a person with curl) can read the final state.
+named, spans and metrics); the Logger writes ``metrics.jsonl`` in the output folder and the
+run's spans go to ``traces.jsonl`` beside it (OTLP/JSON lines, when the ``otlp`` extra is
+installed). The simulated phases are timed with ``rlmetrics.phase`` inside ``rlmetrics.step``
+on the simulation's clock, so each step's efficiency summary and its spans come from the same
+readings. Family parts (:mod:`.parts`) are built before telemetry starts and step with the
+run. At the end the run's own JSONL (and traces) are read back and reported, and with
+``serve`` the endpoint stays up until interrupted, so a Prometheus (or a person with curl) can
+read the final state.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -18,20 +23,21 @@ from typing import Any, TextIO
 
 import attrs
 
-from .. import Logger, start, warn_once
+from .. import Logger, account, phase, run, start, step, warn_once
 from ..backends.jsonl import samples_path
 from ..hooks import collect_offers
 from ..plugins import load_plugins
 from ..report.summary import RunReport, read_report
 from .parts import DemoPart, DemoSettings
 from .progress import Progress
-from .simulation import _MAX_TOKENS, SETUP_PREFIX, Simulation
+from .simulation import _MAX_TOKENS, GENERATIONS_PER_PROMPT, SETUP_PREFIX, Simulation
 from .tables import SAMPLES_EVERY, demo_hyperparams, demo_samples
 
 __all__ = ["DEFAULT_OUTPUT", "DemoOptions", "DemoResult", "run_demo"]
 
 DEFAULT_OUTPUT = Path("rlmetrics-demo")
 JSONL_NAME = "metrics.jsonl"
+TRACES_NAME = "traces.jsonl"
 
 
 @attrs.frozen
@@ -57,6 +63,10 @@ class DemoResult:
     run_id: str
     parts: tuple[str, ...]
     report: RunReport
+    #: The run's spans (OTLP/JSON lines), None without the ``otlp`` extra.
+    traces: Path | None = None
+    #: Goodput from the spans beside the metrics' (:func:`rlmetrics.report.traces.compare_goodput`).
+    goodput: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,7 +75,17 @@ class DemoResult:
             "run_id": self.run_id,
             "parts": list(self.parts),
             "report": self.report.as_dict(),
+            "traces": None if self.traces is None else str(self.traces),
+            "goodput_from_traces": self.goodput,
         }
+
+
+def _can_write_traces() -> bool:
+    """Whether the ``otlp_file`` exporter can encode spans (the ``otlp`` extra)."""
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in ("google.protobuf", "opentelemetry.exporter.otlp.proto.common")
+    )
 
 
 def _build_parts(settings: DemoSettings) -> dict[str, DemoPart]:
@@ -124,6 +144,8 @@ def run_demo(
     jsonl = output / JSONL_NAME
     jsonl.unlink(missing_ok=True)  # each run writes its own log
     samples_path(jsonl).unlink(missing_ok=True)
+    traces = output / TRACES_NAME if _can_write_traces() else None
+    (output / TRACES_NAME).unlink(missing_ok=True)
     settings = DemoSettings(seed=options.seed, steps=options.steps, output=output)
     simulation = Simulation(options.seed, options.steps)
     parts = _build_parts(settings)
@@ -132,6 +154,8 @@ def run_demo(
     }
     if options.otlp_endpoint:
         exporters["otlp"] = {"endpoint": options.otlp_endpoint}
+    if traces is not None:
+        exporters["otlp_file"] = {"path": traces}
     try:
         telemetry = start(
             service_name="rlmetrics-demo",
@@ -148,34 +172,39 @@ def run_demo(
         url = f"http://{address[0]}:{address[1]}/metrics" if address else None
         say.write(f"run id:              {telemetry.run_id}\n")
         say.write(f"metrics (JSONL):     {jsonl}\n")
+        say.write(f"spans (OTLP/JSON):   {traces or 'none (pip install rlmetrics[otlp])'}\n")
         say.write(f"Prometheus endpoint: {url}\n")
         if options.otlp_endpoint:
             say.write(f"OTLP endpoint:       {options.otlp_endpoint}\n")
         say.write(f"family parts:        {', '.join(parts) or 'none installed'}\n")
         say.flush()
-        with Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger:
+        with (
+            Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger,
+            run(clock=simulation.clock),
+        ):
             logger.log_hyperparams(demo_hyperparams(options.seed, options.steps, _MAX_TOKENS))
             logger.log_metrics(simulation.setup_timings(), step=0, prefix=SETUP_PREFIX)
             logger.log_rollout_checkpoint(simulation.resume())
+            with phase("init/total"):  # the wait for the first buffer fill
+                simulation.spend(simulation.init_total_s)
             bar = Progress(options.steps, progress, bar=options.bar)
             try:
-                for step in range(1, options.steps + 1):
-                    simulated = simulation.step(step)
-                    train = {**_step_parts(parts, simulated.demo), **simulated.train}
-                    for event in simulated.events:
-                        logger.log_rollout_checkpoint(event)
-                    logger.log_metrics(train, step=step, prefix="train")
-                    if step % SAMPLES_EVERY == 0 or step == options.steps:
-                        logger.log_samples(demo_samples(simulated.demo), step=step)
-                    bar.update(
-                        step, reward=train["reward"], goodput=train["efficiency/efficiency_pct"]
-                    )
-                    if options.interval_s > 0 and step < options.steps:
+                for n in range(1, options.steps + 1):
+                    bar.update(n, **_run_step(n, simulation, parts, logger))
+                    if options.interval_s > 0 and n < options.steps:
                         time.sleep(options.interval_s)  # pacing, so a scraper sees the run move
             finally:
                 bar.close()
+        telemetry.force_flush(timeout_s=5)  # the spans of the last steps, for the report
         report = read_report(jsonl)
-        result = DemoResult(jsonl, url, telemetry.run_id, tuple(parts), report)
+        goodput = None
+        if traces is not None and traces.exists():
+            from ..report.traces import compare_goodput, read_traces
+
+            goodput = compare_goodput(read_traces([traces]), report.steps, report.goodput)
+        result = DemoResult(
+            jsonl, url, telemetry.run_id, tuple(parts), report, traces if goodput else None, goodput
+        )
         if on_result is not None:
             on_result(result)
         if options.serve:
@@ -187,6 +216,31 @@ def run_demo(
         telemetry.shutdown(timeout_s=5)
         for name, part in parts.items():
             _close(name, part)
+
+
+def _run_step(
+    n: int, simulation: Simulation, parts: dict[str, DemoPart], logger: Logger
+) -> dict[str, float]:
+    """One simulated step, its phases timed on the simulation's clock: the step's spans and
+    its efficiency summary (logged when the step ends) come from the same readings. Returns
+    what the progress bar shows."""
+    simulated = simulation.step(n)
+    # Async GRPO: the step trains on rollouts generated with the previous step's weights.
+    with step(
+        n, logger=logger, weight_version=n - 1, num_generations_per_prompt=GENERATIONS_PER_PROMPT
+    ):
+        train = {**_step_parts(parts, simulated.demo), **simulated.train}
+        for name, seconds, bucket in simulated.phases:
+            with phase(name, bucket=bucket):
+                simulation.spend(seconds)
+        for name, seconds in simulated.accounted.items():
+            account(name, seconds)  # the collector's and its threads' clocks: no span here
+        for event in simulated.events:
+            logger.log_rollout_checkpoint(event)
+        logger.log_metrics(train, step=n, prefix="train")
+        if n % SAMPLES_EVERY == 0 or n == simulation.steps:
+            logger.log_samples(demo_samples(simulated.demo), step=n)
+    return {"reward": train["reward"], "goodput": simulated.goodput_pct}
 
 
 def _serve(stop: threading.Event | None) -> None:

@@ -2,10 +2,12 @@
 
 Curves follow what a healthy GRPO run looks like: reward climbs and flattens, the KL to the
 reference policy grows from zero, the policy loss hovers near zero, entropy falls and responses
-lengthen. Time is simulated too: a step takes tens of seconds of *simulated* wall clock, split
-into training, idle waits (the collector starving the buffer early on, the refit bubble every
-step, validation every tenth step) and the collector's own clocks, so the efficiency summary
-carries every measurement kind and window the spec defines:
+lengthen. Time is simulated too: a step takes tens of seconds of *simulated* wall clock
+(:meth:`Simulation.clock`, which moves only when the demo :meth:`~Simulation.spend` s it inside
+its phases), split into the driver's phases — training (productive), idle waits (the collector
+starving the buffer early on, the refit bubble every step, validation every tenth step) and
+logging (overhead) — and the collector's own clocks, accounted without spans, so the efficiency
+summary carries every measurement kind and window the spec defines:
 
 - ``wall_clock``/``step``: ``idle/buffer_starvation``, ``idle/refit_bubble``, ``idle/validation``
   (absent on steps without validation, which the efficiency family reports as 0);
@@ -37,7 +39,13 @@ from ..events import (
 )
 from .parts import DemoStep, seeded
 
-__all__ = ["DEMO_EPOCH_S", "SETUP_PREFIX", "Simulation", "SimulatedStep"]
+__all__ = [
+    "DEMO_EPOCH_S",
+    "GENERATIONS_PER_PROMPT",
+    "SETUP_PREFIX",
+    "Simulation",
+    "SimulatedStep",
+]
 
 #: 2026-01-01T00:00:00Z: the simulated run's wall-clock origin.
 DEMO_EPOCH_S = 1_767_225_600.0
@@ -45,21 +53,29 @@ SETUP_PREFIX = "timing/setup"
 
 _PROMPTS_PER_STEP = 8
 _GENERATIONS_PER_PROMPT = 4
+#: Each prompt's rollouts per step (``rl.num_generations_per_prompt`` on the step's span).
+GENERATIONS_PER_PROMPT = _GENERATIONS_PER_PROMPT
 _MAX_TOKENS = 1024
 _WORKER_THREADS = 8
 _INIT_TOTAL_S = 118.4
+_LOGGING_S = 0.6
 _STORAGE_ERROR_ATTEMPT = 2
 
 
 @attrs.frozen
 class SimulatedStep:
-    """One step: the train dict, the rollout-checkpoint events of the step, and what the
-    family parts see."""
+    """One step: the train dict, the rollout-checkpoint events of the step, what the family
+    parts see, and its time: the driver's ``phases`` in order (name, simulated seconds,
+    bucket or None for the family's own), the collector's and its worker threads' seconds
+    ``accounted`` in the step (added to the run's totals), and its goodput."""
 
     step: int
     train: dict[str, Any]
     events: tuple[RolloutEvent, ...]
     demo: DemoStep
+    phases: tuple[tuple[str, float, str | None], ...] = ()
+    accounted: dict[str, float] = attrs.field(factory=dict)
+    goodput_pct: float = 100.0
 
 
 def _clip(value: float, low: float, high: float) -> float:
@@ -75,17 +91,24 @@ class Simulation:
         self.seed = seed
         self.steps = steps
         self.checkpoint_every = max(2, steps // 6)
-        self.elapsed_s = _INIT_TOTAL_S  # simulated time since the run started
-        self._collector: dict[str, float] = {
-            "idle/refit_event_wait": 0.0,
-            "idle/generation_limit_pause": 0.0,
-        }
-        self._threads: dict[str, float] = {
-            "idle/buffer_full_backoff": 0.0,
-            "wasted/failed_trajectory": 0.0,
-        }
+        self.elapsed_s = 0.0  # simulated time since the run started
         self._attempts = 0
         self._last_success_s: float | None = None
+
+    # -- the simulated clock --------------------------------------------------------------
+
+    def clock(self) -> float:
+        """Simulated Unix time: the run started at :data:`DEMO_EPOCH_S`."""
+        return DEMO_EPOCH_S + self.elapsed_s
+
+    def spend(self, seconds: float) -> None:
+        """Let ``seconds`` of simulated time pass (inside a phase, to time it)."""
+        self.elapsed_s += seconds
+
+    @property
+    def init_total_s(self) -> float:
+        """The wait for the first buffer fill, before step 1 (``init/total``)."""
+        return _INIT_TOTAL_S
 
     # -- once per run ---------------------------------------------------------------------
 
@@ -159,9 +182,10 @@ class Simulation:
                 sum(demo.response_tokens) / len(demo.response_tokens), 2
             ),
         }
-        train.update(self._efficiency(step, r, demo))
-        events = self._checkpoint_events(step, r, demo)
-        return SimulatedStep(step, train, events, demo)
+        phases, accounted, goodput = self._timing(step, r, demo)
+        step_wall = sum(seconds for _name, seconds, _bucket in phases)
+        events = self._checkpoint_events(step, r, demo, DEMO_EPOCH_S + self.elapsed_s + step_wall)
+        return SimulatedStep(step, train, events, demo, phases, accounted, goodput)
 
     def _rollouts(self, step: int, progress: float) -> DemoStep:
         r = seeded(self.seed, "rollouts", step)
@@ -191,39 +215,36 @@ class Simulation:
             generation_s=round(generation_s, 3),
         )
 
-    def _efficiency(self, step: int, r: Any, demo: DemoStep) -> dict[str, float]:
-        starvation = 14.0 * math.exp(-step / 5) + abs(r.gauss(0, 0.4))
-        bubble = 2.4 + abs(r.gauss(0, 0.3))
-        validation = 8.5 + r.uniform(0, 1.5) if step % 10 == 0 else None
-        training = 17.0 + r.uniform(0, 3)
-        step_wall = starvation + bubble + (validation or 0.0) + training + 0.6
-        self.elapsed_s += step_wall
-        self._collector["idle/refit_event_wait"] += bubble * 0.8
-        if r.random() < 0.3:
-            self._collector["idle/generation_limit_pause"] += r.uniform(1, 3)
-        backoff = max(0.0, 6.0 - starvation) * 0.5
-        self._threads["idle/buffer_full_backoff"] += _WORKER_THREADS * backoff
-        failed = sum(1 for reward in demo.rewards if reward == 0.0 and r.random() < 0.1)
-        self._threads["wasted/failed_trajectory"] += failed * r.uniform(15, 25)
-        seconds: dict[str, float] = {
-            "idle/buffer_starvation": starvation,
-            "idle/refit_bubble": bubble,
-            "init/total": _INIT_TOTAL_S,
-            **self._collector,
-            **self._threads,
-        }
+    def _timing(
+        self, step: int, r: Any, demo: DemoStep
+    ) -> tuple[tuple[tuple[str, float, str | None], ...], dict[str, float], float]:
+        """The step's driver phases, the collector's and its threads' seconds, its goodput."""
+        starvation = round(14.0 * math.exp(-step / 5) + abs(r.gauss(0, 0.4)), 3)
+        bubble = round(2.4 + abs(r.gauss(0, 0.3)), 3)
+        validation = round(8.5 + r.uniform(0, 1.5), 3) if step % 10 == 0 else None
+        training = round(17.0 + r.uniform(0, 3), 3)
+        phases: list[tuple[str, float, str | None]] = [
+            ("idle/buffer_starvation", starvation, None),
+            ("policy_training", training, "productive"),
+            ("idle/refit_bubble", bubble, None),
+        ]
         if validation is not None:
-            seconds["idle/validation"] = validation
+            phases.append(("idle/validation", validation, None))
+        phases.append(("logging", _LOGGING_S, "overhead"))
+        accounted = {"idle/refit_event_wait": round(bubble * 0.8, 3)}
+        if r.random() < 0.3:
+            accounted["idle/generation_limit_pause"] = round(r.uniform(1, 3), 3)
+        backoff = max(0.0, 6.0 - starvation) * 0.5
+        accounted["idle/buffer_full_backoff"] = round(_WORKER_THREADS * backoff, 3)
+        failed = sum(1 for reward in demo.rewards if reward == 0.0 and r.random() < 0.1)
+        accounted["wasted/failed_trajectory"] = round(failed * r.uniform(15, 25), 3)
+        step_wall = sum(seconds for _name, seconds, _bucket in phases)
         idle = starvation + bubble + (validation or 0.0)
-        out = {f"efficiency/{k}_s": round(v, 3) for k, v in seconds.items()}
-        out["efficiency/step_wall_time_s"] = round(step_wall, 3)
-        out["efficiency/total_wall_time_s"] = round(self.elapsed_s, 3)
-        out["efficiency/efficiency_pct"] = round(100.0 * (1 - idle / step_wall), 3)
-        out["efficiency/efficiency_pct_is_per_step"] = 1.0
-        return out
+        return tuple(phases), accounted, 100.0 * (1 - idle / step_wall)
 
-    def _checkpoint_events(self, step: int, r: Any, demo: DemoStep) -> tuple[RolloutEvent, ...]:
-        now = DEMO_EPOCH_S + self.elapsed_s
+    def _checkpoint_events(
+        self, step: int, r: Any, demo: DemoStep, now: float
+    ) -> tuple[RolloutEvent, ...]:
         committed = sum(demo.response_tokens) / max(demo.generation_s, 1e-9)
         due = step % self.checkpoint_every == 0
         throughput: dict[str, float] = {

@@ -165,5 +165,6 @@ _pushers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 def push_exporter(reader: Any) -> Any | None:
     """The push exporter :func:`periodic_reader` put on ``reader``; None for any other
-    reader (a pull reader such as Prometheus', a caller's own)."""
-    return _pushers.get(reader)
+    reader (a pull reader such as Prometheus', a caller's own) or none at all (an exporter of
+    spans only)."""
+    return None if reader is None else _pushers.get(reader)

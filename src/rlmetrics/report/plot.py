@@ -26,7 +26,8 @@ def _pyplot() -> Any:
         import matplotlib
     except ImportError as exc:
         raise MissingExtra(
-            f"--plot needs matplotlib, which the 'report' extra installs: {INSTALL_HINT}"
+            "--plot and --timeline need matplotlib, which the 'report' extra installs: "
+            f"{INSTALL_HINT}"
         ) from exc
     matplotlib.use("Agg")  # files only: no display, no GUI toolkit
     import matplotlib.pyplot as plt

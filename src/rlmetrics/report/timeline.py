@@ -1,0 +1,158 @@
+"""``rlmetrics report --timeline``: the run's phases as bands on a time axis, one lane per
+thread of each process (the driver first, then its workers), coloured by ``rl.bucket``, with
+each step shaded and numbered. Needs matplotlib (``pip install 'rlmetrics[report]'``).
+
+A lane shows a phase's *own* time: a phase inside another is drawn on top of it, so the
+colour at any instant is the innermost phase's. Phases without a bucket (the collector loop's
+waits) are drawn hatched in grey. A long run is cut to a window of steps (``steps``), so the
+picture stays readable in a bug report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .plot import PLOT_DPI, _pyplot
+from .traces import Span, TraceSet
+
+__all__ = ["BUCKET_COLOURS", "DEFAULT_STEPS", "lanes", "plot_timeline"]
+
+BUCKET_COLOURS = {
+    "productive": "#4c9f70",
+    "overhead": "#5b8db8",
+    "idle": "#e07b39",
+    "wasted": "#d64550",
+    None: "#b0b0b0",
+}
+#: Steps drawn when no window is given: the first ones.
+DEFAULT_STEPS = 12
+_WIDTH_PX = 1600
+
+
+def _lane_name(span: Span, driver: tuple[Any, ...] | None) -> tuple[int, str]:
+    resource = span.resource
+    thread = span.thread
+    if span.process == driver:
+        base = "driver"
+        rank = 0
+    else:
+        group = resource.get("rl.worker_group") or resource.get("service.name") or "worker"
+        pid = resource.get("process.pid")
+        which = (
+            f"pid {pid}" if pid is not None else str(resource.get("service.instance.id", "?"))[:8]
+        )
+        base = f"{group} ({which})"
+        rank = 1
+    return rank, base if thread is None else f"{base} / {thread}"
+
+
+def lanes(traces: TraceSet, window: Sequence[Span]) -> dict[str, list[Span]]:
+    """The phases (spans carrying ``rl.phase``) below the steps of ``window``, by lane; the
+    driver's lanes first."""
+    driver = window[0].process if window else None
+    found: dict[tuple[int, str], list[Span]] = {}
+    seen: set[tuple[str, str]] = set()
+    for step in window:
+        for span in traces.descendants(step):
+            key = (span.trace_id, span.span_id)
+            if key in seen or "rl.phase" not in span.attributes:
+                continue
+            seen.add(key)
+            found.setdefault(_lane_name(span, driver), []).append(span)
+    return {name: spans for (_rank, name), spans in sorted(found.items())}
+
+
+def _depth(span: Span, index: Mapping[tuple[str, str], Span]) -> int:
+    depth, parent_id = 0, span.parent_id
+    while parent_id is not None and depth < 64:
+        parent = index.get((span.trace_id, parent_id))
+        if parent is None or "rl.phase" not in parent.attributes:
+            break
+        depth, parent_id = depth + 1, parent.parent_id
+    return depth
+
+
+def plot_timeline(
+    traces: TraceSet,
+    path: str | os.PathLike[str],
+    steps: tuple[int, int] | None = None,
+) -> int:
+    """Write the timeline of the steps ``steps`` (first, last; default the first
+    :data:`DEFAULT_STEPS`) to ``path`` as a PNG; returns how many steps it shows."""
+    plt = _pyplot()
+    all_steps = traces.steps()
+    chosen = [
+        span
+        for n, span in all_steps.items()
+        if (steps is None and len(all_steps) and n in list(all_steps)[:DEFAULT_STEPS])
+        or (steps is not None and steps[0] <= n <= steps[1])
+    ]
+    by_lane = lanes(traces, chosen)
+    height = max(4.0, 1.6 + 0.55 * max(1, len(by_lane)))
+    figure = plt.figure(figsize=(_WIDTH_PX / PLOT_DPI, height), dpi=PLOT_DPI)
+    axes = figure.add_subplot(1, 1, 1)
+    try:
+        title = ", ".join(os.path.basename(s) for s in traces.sources) or "trace"
+        if not chosen:
+            axes.text(0.5, 0.5, "no rl.step spans", ha="center", transform=axes.transAxes)
+        else:
+            _draw(axes, traces, chosen, by_lane, all_steps)
+        axes.set_title(f"rlmetrics timeline: {title}", fontsize=12)
+        figure.tight_layout()
+        figure.savefig(path, dpi=PLOT_DPI, format="png")
+    finally:
+        plt.close(figure)
+    return len(chosen)
+
+
+def _draw(
+    axes: Any,
+    traces: TraceSet,
+    chosen: Sequence[Span],
+    by_lane: Mapping[str, Sequence[Span]],
+    all_steps: Mapping[int, Span],
+) -> None:
+    origin = min(s.start_ns for s in chosen)
+    names = list(by_lane)
+    rows = {name: len(names) - 1 - i for i, name in enumerate(names)}  # driver on top
+    number = {id(span): n for n, span in all_steps.items()}
+    for index, step in enumerate(chosen):
+        left = (step.start_ns - origin) / 1e9
+        axes.axvspan(left, left + step.seconds, color="#000000", alpha=0.04 if index % 2 else 0.0)
+        axes.axvline(left, color="#888888", linewidth=0.6)
+        axes.text(left, len(names) - 0.45, f" {number[id(step)]}", fontsize=7, color="#555555")
+    used: set[str | None] = set()
+    for name, spans in by_lane.items():
+        row = rows[name]
+        for span in sorted(spans, key=lambda s: _depth(s, traces.by_id)):
+            depth = _depth(span, traces.by_id)
+            inset = min(0.3, 0.08 * depth)
+            bucket = span.bucket
+            used.add(bucket)
+            axes.broken_barh(
+                [((span.start_ns - origin) / 1e9, max(span.seconds, 1e-9))],
+                (row - 0.4 + inset, 0.8 - 2 * inset),
+                facecolors=BUCKET_COLOURS[bucket],
+                edgecolor="white",
+                linewidth=0.3,
+                hatch="//" if bucket is None else None,
+            )
+    end = max(s.end_ns for s in chosen)
+    axes.set_xlim(0.0, (end - origin) / 1e9 * 1.01)  # the steps' window: nothing else is drawn
+    axes.set_yticks(list(rows.values()), list(rows))
+    axes.set_ylim(-0.6, len(names) - 0.2)
+    axes.set_xlabel("seconds since the first step shown (shaded bands: steps, numbered)")
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(
+            facecolor=BUCKET_COLOURS[b],
+            hatch="//" if b is None else None,
+            label=b or "no bucket",
+        )
+        for b in ("productive", "overhead", "idle", "wasted", None)
+        if b in used
+    ]
+    axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)

@@ -1,0 +1,248 @@
+"""``rlmetrics report --traces`` and ``--timeline``: goodput from spans beside goodput from
+metrics, each difference put down to its documented reason, from a run recorded through the
+real telemetry (a simulated clock, so every second is exact) and a real worker process that
+appends its spans to the same file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tools_support import run_cli
+
+import rlmetrics
+from rlmetrics.report.traces import StepRollup, compare_step, read_traces, step_rollups
+
+
+class SimClock:
+    """A clock that moves only when told: ``spend(seconds)``; it starts at the real time, so
+    a worker's real clock falls inside the run."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+
+# The worker's phase does 0.2 s of work on its own (real) clock.
+WORKER = """
+import rlmetrics, sys, time
+path = sys.argv[1]
+exporters = {"otlp_file": {"path": path}}
+with rlmetrics.start(exporters=exporters, resource={"rl.worker_group": "rollout"}):
+    with rlmetrics.phase("score", bucket="productive"):
+        time.sleep(0.2)
+"""
+
+
+def record_run(folder: Path, worker: bool = True) -> tuple[Path, Path]:
+    """Three steps through the real Logger and telemetry, spans to an OTLP/JSON file.
+
+    1. starvation 2 s, generation 5 s (productive) with a refit bubble of 1 s inside it,
+       a reward phase 1 s (overhead: no bucket given, no category), 1 s in no phase: 9 s;
+    2. starvation 1 s, generation 5 s, validation 2 s, a collector-loop wait 3 s (accounted
+       over the run, no bucket on its span) and a worker process's phase: 11 s;
+    3. generation 4 s, a wasted phase 1 s: 5 s.
+    """
+    jsonl, traces = folder / "metrics.jsonl", folder / "traces.jsonl"
+    clock = SimClock()
+    with (
+        rlmetrics.start(exporters={"otlp_file": {"path": traces}}, run_id="report-run"),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger,
+        rlmetrics.run(clock=clock),
+    ):
+
+        def phase(name: str, seconds: float, bucket: str | None = None) -> None:
+            with rlmetrics.phase(name, bucket=bucket):
+                clock.spend(seconds)
+
+        with rlmetrics.step(1, logger=logger):
+            phase("idle/buffer_starvation", 2)
+            with rlmetrics.phase("generation", bucket="productive"):
+                clock.spend(2)
+                phase("idle/refit_bubble", 1)
+                clock.spend(2)
+            phase("reward", 1)
+            clock.spend(1)
+        with rlmetrics.step(2, logger=logger):
+            phase("idle/buffer_starvation", 1)
+            phase("generation", 5, "productive")
+            phase("idle/validation", 2)
+            phase("idle/refit_event_wait", 3)
+            if worker:
+                env = {**os.environ, **rlmetrics.trace_env()}
+                command = [sys.executable, "-c", WORKER, str(traces)]
+                subprocess.run(command, env=env, check=True, timeout=120)
+        with rlmetrics.step(3, logger=logger):
+            phase("generation", 4, "productive")
+            phase("failed_rollout", 1, "wasted")
+    return jsonl, traces
+
+
+def test_goodput_from_spans_and_metrics_and_why_they_differ(tmp_path: Path) -> None:
+    jsonl, traces = record_run(tmp_path)
+    done = run_cli("report", jsonl, "--traces", traces, "--json")
+    assert done.returncode == 0, done.stderr
+    comparison = json.loads(done.stdout)["traces"]
+    steps = {row["step"]: row for row in comparison["steps"]}
+    one, two, three = steps[1], steps[2], steps[3]
+
+    # Step 1: spans 4 productive (generation's own time) of 8 in leaves; the metric 6 of 9.
+    assert one["buckets_s"] == {"productive": 4.0, "overhead": 1.0, "idle": 3.0, "wasted": 0.0}
+    assert one["metrics_pct"] == pytest.approx(100 * 6 / 9)
+    assert one["spans_pct"] == pytest.approx(50.0)
+    assert one["reasons_pp"] == pytest.approx(
+        {"overhead_and_wasted": 100 * 5 / 8 - 50.0, "untimed": 100 * 6 / 9 - 100 * 5 / 8}
+    )
+    assert one["unexplained_pp"] == 0.0
+
+    # Step 2: the worker's phase is another clock; validation is overhead on its span but
+    # idle for the metric, so it stays against goodput in both; the collector's wait has no
+    # bucket on its span and is on the collector's clock for the metric.
+    assert two["buckets_s"]["overhead"] == pytest.approx(2.0)
+    assert two["buckets_s"]["productive"] > 5.0  # the driver's 5 s and the worker's own
+    assert two["metrics_pct"] == pytest.approx(100 * (11 - 3) / 11)
+    assert set(two["reasons_pp"]) == {"other_clocks", "untimed"}
+    assert two["unexplained_pp"] == 0.0
+
+    # Step 3: a wasted leaf counts against goodput on spans only.
+    assert three["spans_pct"] == pytest.approx(80.0) and three["metrics_pct"] == 100.0
+    assert three["reasons_pp"] == pytest.approx({"overhead_and_wasted": 20.0})
+
+    assert comparison["unexplained_steps"] == []
+    assert comparison["disagreements"]["validation"] == {
+        "metrics_idle_s": pytest.approx(2.0),
+        "spans_overhead_s": pytest.approx(2.0),
+    }
+    collector = comparison["disagreements"]["collector_loop"]
+    assert collector["metrics_idle_s"] == {"idle/refit_event_wait": pytest.approx(3.0)}
+    assert collector["spans_unbucketed_s"] == {"idle/refit_event_wait": pytest.approx(3.0)}
+
+    text = run_cli("report", jsonl, "--traces", traces).stdout
+    assert "Goodput from spans (" in text
+    assert "nothing else: every difference is one of these" in text
+    assert "idle/validation: 2.0 s idle as a metric, 2.0 s overhead on spans" in text
+    assert "idle/refit_event_wait: 3.0 s idle as a metric" in text
+
+
+def test_a_difference_no_documented_reason_explains_is_called_unexplained(
+    tmp_path: Path,
+) -> None:
+    """An idle phase that is no efficiency category: idle on spans, productive for metrics."""
+    jsonl, traces = tmp_path / "m.jsonl", tmp_path / "t.jsonl"
+    clock = SimClock()
+    with (
+        rlmetrics.start(exporters={"otlp_file": {"path": traces}}),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger,
+        rlmetrics.run(clock=clock),
+        rlmetrics.step(1, logger=logger),
+    ):
+        with rlmetrics.phase("waiting_for_godot", bucket="idle"):
+            clock.spend(1)
+        with rlmetrics.phase("generation", bucket="productive"):
+            clock.spend(3)
+    comparison = json.loads(run_cli("report", jsonl, "--traces", traces, "--json").stdout)
+    [row] = comparison["traces"]["steps"]
+    assert row["unexplained_pp"] == pytest.approx(25.0)
+    assert comparison["traces"]["unexplained_steps"] == [1]
+    text = run_cli("report", jsonl, "--traces", traces).stdout
+    assert "UNEXPLAINED at steps [1]" in text
+
+
+_seconds = st.floats(min_value=0.0, max_value=1e4, allow_nan=False)
+
+
+@given(
+    productive=_seconds,
+    overhead=_seconds,
+    idle=_seconds,
+    wasted=_seconds,
+    validation=_seconds,
+    others=st.fixed_dictionaries({b: _seconds for b in ("productive", "idle", "wasted")}),
+    untimed=_seconds,
+)
+def test_the_reasons_and_the_remainder_add_up_to_the_difference(
+    productive: float,
+    overhead: float,
+    idle: float,
+    wasted: float,
+    validation: float,
+    others: dict[str, float],
+    untimed: float,
+) -> None:
+    driver = {
+        "productive": productive,
+        "overhead": overhead + validation,
+        "idle": idle,
+        "wasted": wasted,
+    }
+    buckets = {b: driver[b] + others.get(b, 0.0) for b in driver}
+    wall = sum(driver.values()) + untimed
+    rollup = StepRollup(1, wall, buckets, driver, validation, {})
+    metrics = None if wall <= 0 else 100.0 * (wall - idle - validation) / wall
+    row = compare_step(rollup, metrics)
+    if row["difference_pp"] is None:
+        return
+    explained = sum(row["reasons_pp"].values()) + row["unexplained_pp"]
+    # Reasons under the tolerance are not listed; the metric's idle is exactly the driver's,
+    # so nothing is unexplained.
+    assert row["unexplained_pp"] == 0.0
+    assert explained == pytest.approx(row["difference_pp"], abs=0.05 * 3 + 1e-6)
+
+
+def test_the_timeline_has_a_lane_for_the_driver_and_for_the_worker(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from rlmetrics.report.timeline import lanes
+
+    jsonl, traces = record_run(tmp_path)
+    loaded = read_traces([traces])
+    named = lanes(loaded, list(loaded.steps().values()))
+    assert next(iter(named)) == "driver"
+    [worker] = [name for name in named if name != "driver"]
+    assert worker.startswith("rollout (")
+    assert {s.attributes["rl.phase"] for s in named[worker]} == {"score"}
+    png = tmp_path / "timeline.png"
+    done = run_cli(
+        "report", jsonl, "--traces", traces, "--timeline", png, "--timeline-steps", "1:3"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith(f"Timeline: {png}")
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.size[0] == 1600
+        image.load()
+        colours = {c for _n, c in image.getcolors(maxcolors=1 << 20) or ()}
+    # Every bucket's colour is drawn (productive, overhead, idle, wasted).
+    for rgb in ((0x4C, 0x9F, 0x70), (0x5B, 0x8D, 0xB8), (0xE0, 0x7B, 0x39), (0xD6, 0x45, 0x50)):
+        assert any(c[:3] == rgb for c in colours), rgb
+
+
+def test_timeline_needs_traces_and_bad_steps_are_refused(tmp_path: Path) -> None:
+    jsonl = tmp_path / "m.jsonl"
+    jsonl.write_text("")
+    done = run_cli("report", jsonl, "--timeline", tmp_path / "x.png")
+    assert done.returncode == 2 and "--traces" in done.stderr
+    done = run_cli("report", jsonl, "--traces", jsonl, "--timeline-steps", "5:2")
+    assert done.returncode == 2 and "FIRST must not be after LAST" in done.stderr
+    done = run_cli("report", jsonl, "--traces", tmp_path / "missing.jsonl")
+    assert done.returncode == 2 and "no such file" in done.stderr
+
+
+def test_rollups_count_a_phase_nested_in_another_once(tmp_path: Path) -> None:
+    _jsonl, traces = record_run(tmp_path, worker=False)
+    rollups = step_rollups(read_traces([traces]))
+    total: Any = sum(rollups[1].buckets.values())
+    assert total == pytest.approx(8.0)  # 2 + 5 (with its 1 s bubble inside) + 1
