@@ -24,16 +24,22 @@ def test_the_entry_point_offers_the_tensorboard_backend() -> None:
     assert info is not None and info.distribution == "rlmetrics-tensorboard"
 
 
-def test_scalars_land_at_their_steps_and_a_stream_at_its_own_wall_time(tmp_path: Path) -> None:
+def test_scalars_land_at_their_steps_and_a_stream_at_its_own_wall_time(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     logger = rlmetrics.Logger(
         backends={"tensorboard": {"root_dir": tmp_path}}, run_id="run-1", queue_size=100
     )
-    for step, loss in [(1, 0.5), (3, 0.25), (2, 0.75)]:
-        logger.log_metrics({"loss": loss, "ok": True, "nan": math.nan}, step=step, prefix="train")
-    logger.log_rollout_checkpoint(
-        CheckpointSave(values={"total_save_seconds": 3.0}, wall_time_s=1_700_000_000.0)
-    )
-    logger.finish()
+    with caplog.at_level(logging.WARNING):
+        for step, loss in [(1, 0.5), (3, 0.25), (2, 0.75)]:
+            logger.log_metrics(
+                {"loss": loss, "ok": True, "nan": math.nan}, step=step, prefix="train"
+            )
+        logger.log_rollout_checkpoint(
+            CheckpointSave(values={"total_save_seconds": 3.0}, wall_time_s=1_700_000_000.0)
+        )
+        logger.finish()
+    assert not caplog.records  # a NaN every step is kept, and not a warning every step
 
     log_dir = tmp_path / "run-1"
     assert scalars(log_dir, "train/loss") == [(1, 0.5), (3, 0.25), (2, 0.75)]

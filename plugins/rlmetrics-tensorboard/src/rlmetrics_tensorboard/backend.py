@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorboardX import SummaryWriter
+from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.summary import hparams
 
 from rlmetrics import describe_value, warn_once
@@ -114,13 +115,14 @@ class TensorBoardBackend:
         walltime = float(wall) if isinstance(wall, (int, float)) else time.time()
         with self._lock:
             writer = self._open(number)
+            scalars: list[Summary.Value] = []
             for key, value in metrics.items():
                 if key in (STEP_KEY, WALL_TIME_KEY):
                     continue  # the axes themselves are the event's step and time
                 tag = full_key(prefix, key)
                 kind, payload = tensorboard_value(value)
                 if kind == SCALAR:
-                    writer.add_scalar(tag, payload, number, walltime=walltime)
+                    scalars.append(Summary.Value(tag=tag, simple_value=payload))
                 elif kind == TEXT:
                     writer.add_text(tag, payload, number, walltime=walltime)
                 elif kind == HISTOGRAM:
@@ -131,6 +133,11 @@ class TensorBoardBackend:
                         f"rlmetrics-tensorboard: {tag!r} is {payload}, which TensorBoard cannot "
                         "show; it is skipped (the JSONL backend keeps it)",
                     )
+            if scalars:
+                # The dict's scalars as one event, written as add_scalar writes each (a float32
+                # simple_value) but without its NaN check, which logs a warning per value: a
+                # diverging loss would say so on every step.
+                writer.file_writer.add_summary(Summary(value=scalars), number, walltime)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """The configuration, flattened with ``/``, as an hparams session in
