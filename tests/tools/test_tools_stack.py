@@ -286,3 +286,64 @@ def test_a_misspelt_threshold_fails_before_anything_is_written(tmp_path: Path) -
     assert done.returncode == 2
     assert "stall.factr" in done.stderr and "stall.factor" in done.stderr
     assert not (tmp_path / "stack").exists()
+
+
+VLLM_FIXTURE = (
+    Path(__file__).resolve().parents[2]
+    / "plugins"
+    / "rlmetrics-vllm"
+    / "tests"
+    / "fixtures"
+    / "vllm-0.32.0-metrics.txt"
+)
+
+
+def test_a_vllm_engine_restart_fires_its_plugin_s_alert(
+    prometheus_binary: str, stacks: list[Stack], tmp_path: Path
+) -> None:
+    pytest.importorskip("rlmetrics_vllm", reason="the vLLM plugin offers the rule")
+    exposition = VLLM_FIXTURE.read_text()
+    created = 'vllm:prompt_tokens_created{engine="0",model_name="tiny-model"} '
+    assert created in exposition
+    state = {"created": "1.795939763929488e+09"}
+
+    def render() -> str:
+        # The engine's real exposition, its prompt-token counter created at state["created"].
+        return "".join(
+            created + state["created"] + "\n" if line.startswith(created) else line + "\n"
+            for line in exposition.splitlines()
+        )
+
+    engine = ExpositionServer(render, name="fake-vllm")
+    try:
+        address = f"127.0.0.1:{engine.port}"
+        stack = Stack(
+            "--dir",
+            str(tmp_path / "stack"),
+            "--run",
+            "127.0.0.1:9",
+            "--vllm",
+            address,
+            "--no-ray",
+            "--port",
+            "0",
+            "--scrape-interval",
+            "1s",
+            "--prometheus",
+            prometheus_binary,
+        )
+        stacks.append(stack)
+        wait_until(lambda: stack.active_targets("vllm") == {address: "up"}, 30, "the engine")
+        wait_until(lambda: stack.query("vllm:prompt_tokens_created"), 30, "its counters")
+        assert stack.alert_states("VLLMEngineRestarted") == set()
+        state["created"] = "1.795940000e+09"  # the engine restarts: its counters are new
+        wait_until(lambda: stack.alert_states("VLLMEngineRestarted") == {"firing"}, 30, "the alert")
+        (alert,) = [
+            a
+            for a in stack.get("/api/v1/alerts")["alerts"]
+            if a["labels"]["alertname"] == "VLLMEngineRestarted"
+        ]
+        assert alert["labels"]["engine"] == "0" and alert["labels"]["job"] == "vllm"
+        assert stack.stop()[0] == 0
+    finally:
+        engine.close()
