@@ -69,10 +69,11 @@ def run(args: argparse.Namespace) -> int:
     dashboard = clip_dashboard(build_dashboard(clipped.rows, title=args.title), window)
     sys.stdout.write(dashboard_json(dashboard))
     kept = sum(len(row.panels) for row in clipped.rows)
-    sys.stderr.write(
-        f"rlmetrics dashboard: run {window.run_id}: {kept} panels kept, "
-        f"{len(clipped.dropped)} dropped (their series are absent)"
-        + (f": {', '.join(t for _, t in clipped.dropped)}" if clipped.dropped else "")
-        + "\n"
+    dropped = (
+        f"{len(clipped.dropped)} dropped (their series are absent): "
+        + ", ".join(title for _, title in clipped.dropped)
+        if clipped.dropped
+        else "none dropped"
     )
+    sys.stderr.write(f"rlmetrics dashboard: run {window.run_id}: {kept} panels kept, {dropped}\n")
     return 1 if problems else 0
