@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from typing import Any
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rlmetrics.events import (
     AGGREGATE_EFFICIENCY_KEYS,
+    CheckpointOutcome,
+    CheckpointSave,
     EfficiencySummary,
     SetupTimings,
+    ThroughputSample,
     setup_phase,
 )
 from rlmetrics.values import as_number
@@ -129,3 +135,64 @@ def test_a_dict_logged_again_is_read_afresh_whatever_its_keys_order_or_number() 
 def test_a_summary_keeps_exactly_its_finite_seconds(seconds: dict[str, Any]) -> None:
     expected = {k: as_number(v) for k, v in seconds.items() if as_number(v) is not None}
     assert EfficiencySummary(seconds=seconds).seconds == expected
+
+
+@pytest.mark.parametrize(
+    ("build", "field", "kept"),
+    [
+        (
+            lambda bad: EfficiencySummary({"a": 1.0}, step_wall_time_s=bad),
+            "EfficiencySummary.step_wall_time_s",
+            {"efficiency/a_s": 1.0},
+        ),
+        (
+            lambda bad: EfficiencySummary({"a": 1.0}, run_elapsed_s=bad),
+            "EfficiencySummary.run_elapsed_s",
+            {"efficiency/a_s": 1.0},
+        ),
+        (
+            lambda bad: EfficiencySummary({"a": 1.0, "b": bad}),
+            "EfficiencySummary.seconds",
+            {"efficiency/a_s": 1.0},
+        ),
+        (
+            lambda bad: CheckpointSave({"rows": 3, "bad": bad}, wall_time_s=5.0),
+            "a rollout event's values",
+            {"rows": 3, "telemetry/wall_time_seconds": 5.0},
+        ),
+        (
+            lambda bad: CheckpointOutcome({}, wall_time_s=5.0, outcome=bad),
+            "CheckpointOutcome.outcome",
+            {"completed": 0.0, "skipped": 0.0, "failed": 0.0, "telemetry/wall_time_seconds": 5.0},
+        ),
+        (
+            lambda bad: CheckpointOutcome({}, wall_time_s=5.0, outcome="skipped", reason=bad),
+            "CheckpointOutcome.reason",
+            {"completed": 0.0, "skipped": 1.0, "failed": 0.0, "telemetry/wall_time_seconds": 5.0},
+        ),
+    ],
+)
+@pytest.mark.parametrize("bad", [[1.0, 2.0], math.nan, 10**400, object()], ids=repr)
+def test_a_bad_payload_field_is_dropped_alone_with_a_warning(
+    build: Any, field: str, kept: dict[str, Any], bad: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        payload = build(bad)
+    assert payload.to_metrics() == kept
+    assert f"{field}" in caplog.text and "the rest of the event is logged" in caplog.text
+
+
+def test_a_bad_wall_time_is_the_time_of_the_call(caplog: pytest.LogCaptureFixture) -> None:
+    before = time.time()
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        event = ThroughputSample({"x": 1.0}, wall_time_s="yesterday")
+    assert before <= event.wall_time_s <= time.time()
+    assert "wall_time_s must be a finite Unix time" in caplog.text
+    assert ThroughputSample({}, wall_time_s=None).wall_time_s >= before  # not given: now
+
+
+def test_a_numpy_flag_and_a_string_subclass_are_read_as_plain_values() -> None:
+    np = pytest.importorskip("numpy")
+    summary = EfficiencySummary(efficiency_pct=np.float32(50.0), pct_per_step=np.bool_(True))
+    assert summary.pct_per_step is True and summary.efficiency_pct == 50.0
+    assert CheckpointOutcome(outcome="failed", reason=np.str_("tq_error")).reason == "tq_error"

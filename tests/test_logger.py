@@ -557,3 +557,77 @@ def test_a_failing_inline_backend_never_stops_the_inline_backends_after_it(
     assert kept.steps == [1, 2, 3]
     assert kept.finished  # the broken one's finish() raised first
     assert "backend 'broken-inline' failed to log" in caplog.text
+
+
+def _numpy() -> Any:
+    return pytest.importorskip("numpy")
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [math.inf, 10**30, ["tq_error"], "np.uint64", b"bytes", object()],
+    ids=["inf", "big-int", "list", "np.uint64", "bytes", "object"],
+)
+def test_a_bad_checkpoint_reason_drops_only_the_reason(
+    tmp_path: Path, caplog: Any, reason: Any
+) -> None:
+    if reason == "np.uint64":
+        reason = _numpy().uint64(3)
+    with (
+        in_memory_telemetry() as (_handle, reader),
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+    ):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+        event = CheckpointOutcome(
+            {"seconds_since_last_success": 30.0}, wall_time_s=5.0, outcome="failed", reason=reason
+        )
+        logger.log_rollout_checkpoint(event)
+        logger.finish()
+        found = points(reader)
+    [row] = read_jsonl(tmp_path / "m.jsonl")
+    assert row["metrics"] == {
+        "completed": 0.0,
+        "skipped": 0.0,
+        "failed": 1.0,
+        "seconds_since_last_success": 30.0,
+        "telemetry/wall_time_seconds": 5.0,
+    }
+    attempts = single(
+        found,
+        "rl.rollout.checkpoint.attempts",
+        **{"rl.rollout.checkpoint.outcome": "failed", "rl.rollout.checkpoint.reason": "none"},
+    )
+    assert attempts.value == 1
+    assert single(found, "rl.rollout.checkpoint.since_last_success").value == 30.0
+    assert "CheckpointOutcome.reason must be a string" in caplog.text
+
+
+def test_an_array_pct_per_step_drops_only_that_field(tmp_path: Path, caplog: Any) -> None:
+    np = _numpy()
+    category = {"rl.efficiency.category": "idle/validation"}
+    with (
+        in_memory_telemetry() as (_handle, reader),
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+    ):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+        logger.log_efficiency_summary(
+            EfficiencySummary({"idle/validation": 1.0}, step_wall_time_s=10.0), step=1
+        )
+        assert single(points(reader), "rl.efficiency.seconds", **category).value == 1.0
+        summary = EfficiencySummary(
+            {"idle/validation": 2.0},
+            step_wall_time_s=10.0,
+            efficiency_pct=np.float64(80.0),
+            pct_per_step=np.arange(3),
+        )
+        logger.log_efficiency_summary(summary, step=2)
+        logger.finish()
+        found = points(reader)
+    assert single(found, "rl.efficiency.seconds", **category).value == 2.0
+    # The pct lands; without a usable window flag it is the run's.
+    assert single(found, "rl.efficiency.pct", **{"rl.efficiency.window": "run"}).value == 80.0
+    rows = list(read_jsonl(tmp_path / "m.jsonl"))
+    assert rows[1]["step"] == 2
+    assert rows[1]["metrics"]["efficiency/idle/validation_s"] == 2.0
+    assert rows[1]["metrics"]["efficiency/efficiency_pct"] == 80.0
+    assert "EfficiencySummary.pct_per_step must be a bool" in caplog.text

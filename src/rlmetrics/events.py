@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from .values import as_number, readable_items
+from ._warn import describe_value, warn_once
+from .values import as_number, as_plain, encodable, readable_items
 
 __all__ = [
     "AGGREGATE_EFFICIENCY_KEYS",
@@ -66,7 +67,37 @@ def _fields(metrics: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in readable_items(metrics) if type(k) is str]
 
 
-def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
+# -- field converters: a payload is built on the training loop's thread, so a bad field is
+# dropped with a warning (once per field) and the rest of the event is logged; nothing raises.
+
+
+def _bad_field(field: str, expected: str, value: Any) -> None:
+    warn_once(
+        f"payload:{field}",
+        f"rlmetrics: {field} must be {expected}, got {describe_value(value)}; that field is "
+        "dropped and the rest of the event is logged. Later ones are reported at DEBUG",
+    )
+
+
+def _finite(value: Any, floats: bool) -> float | None:
+    """``as_number(value)`` if it fits: with ``floats``, within a float's range (seconds are
+    summed and divided), else within int64 (what an exporter can carry)."""
+    number = as_number(value)
+    if number is None or type(number) is float:
+        return number
+    if not floats:
+        return number if encodable(number) else None
+    try:
+        float(number)
+    except OverflowError:
+        return None
+    return number
+
+
+def _numbers(field: str, values: Any, floats: bool = False) -> dict[str, float]:
+    """``values`` as ``{name: finite number}`` (see :func:`_finite` for ``floats``): entries
+    that are not numbers are dropped (``None`` silently: nothing was measured), and so is a
+    value that is not a mapping."""
     if (
         type(values) is dict
         and set(map(type, values)) <= _STR
@@ -75,8 +106,89 @@ def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
         and math.isfinite(sum(values.values()))
     ):
         return dict(values)  # a summary's every-step case, checked in C
-    items = values.items() if type(values) is dict else _fields(values)
-    return {k: n for k, v in items if type(k) is str and (n := as_number(v)) is not None}
+    if not isinstance(values, Mapping):
+        if values is not None:
+            _bad_field(field, "a mapping of names to numbers", values)
+        return {}
+    out: dict[str, float] = {}
+    for key, value in values.items() if type(values) is dict else _fields(values):
+        number = _finite(value, floats)
+        if type(key) is str and number is not None:
+            out[key] = number
+        elif value is not None:
+            _bad_field(f"{field}[...]", "a finite number under a string key", value)
+    return out
+
+
+def _optional_number(field: str, value: Any) -> float | None:
+    """``value`` as a finite number within a float's range, or None (given None, or a value
+    that is not one)."""
+    if value is None:
+        return None
+    converted = _finite(value, floats=True)
+    if converted is None:
+        _bad_field(field, "a finite number or None", value)
+    return converted
+
+
+def _optional_flag(field: str, value: Any) -> bool | None:
+    """``value`` as a bool, or None: a bool (NumPy's too) or a number as its truth."""
+    if value is None or type(value) is bool:
+        return value  # type: ignore[no-any-return]
+    plain = as_plain(value)
+    if isinstance(plain, bool):
+        return plain
+    number = as_number(plain)
+    if number is None:
+        _bad_field(field, "a bool, a number or None", value)
+        return None
+    return bool(number)
+
+
+def _optional_text(field: str, value: Any) -> str | None:
+    """``value`` as a string (a ``str`` subclass as its plain string), or None."""
+    if value is None or type(value) is str:
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, str):
+        return str.__str__(value)
+    _bad_field(field, "a string or None", value)
+    return None
+
+
+def _wall_clock(value: Any) -> float:
+    """A Unix time as a float; anything else (None included: not given) is now."""
+    number = as_number(value)
+    if number is not None:
+        try:
+            return float(number)
+        except OverflowError:  # an int beyond any float: not a time
+            pass
+    if value is not None:
+        _bad_field("a rollout event's wall_time_s", "a finite Unix time", value)
+    return time.time()
+
+
+# attrs converters (named functions: mypy's attrs plugin reads their types)
+
+
+def _seconds(value: Any) -> dict[str, float]:
+    return _numbers("EfficiencySummary.seconds", value, floats=True)
+
+
+def _step_wall_time(value: Any) -> float | None:
+    return _optional_number("EfficiencySummary.step_wall_time_s", value)
+
+
+def _run_elapsed(value: Any) -> float | None:
+    return _optional_number("EfficiencySummary.run_elapsed_s", value)
+
+
+def _efficiency_pct(value: Any) -> float | None:
+    return _optional_number("EfficiencySummary.efficiency_pct", value)
+
+
+def _pct_per_step(value: Any) -> bool | None:
+    return _optional_flag("EfficiencySummary.pct_per_step", value)
 
 
 # Longest first: "generation_init_time_s" must lose "_time_s", not just "_s".
@@ -155,11 +267,11 @@ class EfficiencySummary:
     efficiency family computes it from the categories.
     """
 
-    seconds: Mapping[str, float] = attrs.field(factory=dict, converter=_numbers)
-    step_wall_time_s: float | None = None
-    run_elapsed_s: float | None = None
-    efficiency_pct: float | None = None
-    pct_per_step: bool | None = None
+    seconds: Mapping[str, float] = attrs.field(factory=dict, converter=_seconds)
+    step_wall_time_s: float | None = attrs.field(default=None, converter=_step_wall_time)
+    run_elapsed_s: float | None = attrs.field(default=None, converter=_run_elapsed)
+    efficiency_pct: float | None = attrs.field(default=None, converter=_efficiency_pct)
+    pct_per_step: bool | None = attrs.field(default=None, converter=_pct_per_step)
 
     @classmethod
     def from_metrics(cls, metrics: Mapping[str, Any]) -> EfficiencySummary:
@@ -200,6 +312,10 @@ def _wall_time(fields: Mapping[str, Any]) -> float:
         return time.time()
 
 
+def _event_values(value: Any) -> dict[str, float]:
+    return _numbers("a rollout event's values", value)
+
+
 @attrs.frozen
 class RolloutEvent:
     """One sample of a rollout-checkpoint stream, stamped with Unix wall time.
@@ -211,8 +327,8 @@ class RolloutEvent:
 
     PREFIX: ClassVar[str] = ""
 
-    values: Mapping[str, float] = attrs.field(factory=dict, converter=_numbers)
-    wall_time_s: float = attrs.field(factory=time.time)
+    values: Mapping[str, float] = attrs.field(factory=dict, converter=_event_values)
+    wall_time_s: float = attrs.field(factory=time.time, converter=_wall_clock)
 
     @property
     def prefix(self) -> str:
@@ -253,10 +369,15 @@ OUTCOMES = ("completed", "skipped", "failed")
 _REASON_PREFIX = "reason_"
 
 
-def _outcome(value: str) -> str:
-    if value not in OUTCOMES:
-        raise ValueError(f"outcome must be one of {OUTCOMES}, got {value!r}")
-    return value
+def _reason(value: Any) -> str | None:
+    return _optional_text("CheckpointOutcome.reason", value)
+
+
+def _outcome(value: Any) -> str | None:
+    if type(value) is str and value in OUTCOMES:
+        return value
+    _bad_field("CheckpointOutcome.outcome", f"one of {OUTCOMES}", value)
+    return None
 
 
 @attrs.frozen
@@ -269,8 +390,9 @@ class CheckpointOutcome(RolloutEvent):
 
     PREFIX: ClassVar[str] = "rollout/checkpoint_outcome"
 
-    outcome: str = attrs.field(default="completed", converter=_outcome)
-    reason: str | None = None
+    #: None when the outcome given was not one of :data:`OUTCOMES` (then no attempt is counted).
+    outcome: str | None = attrs.field(default="completed", converter=_outcome)
+    reason: str | None = attrs.field(default=None, converter=_reason)
 
     def to_metrics(self) -> dict[str, float]:
         out = {name: float(name == self.outcome) for name in OUTCOMES}

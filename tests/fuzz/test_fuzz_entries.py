@@ -23,12 +23,15 @@ import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.events import (
     CheckpointOutcome,
+    CheckpointRestore,
     CheckpointSave,
     EfficiencySummary,
+    RolloutEvent,
     SetupTimings,
     ThroughputSample,
 )
 from rlmetrics.testing import in_memory_telemetry, points
+from rlmetrics.values import as_number
 
 #: A liveness bound, not a performance figure: a call that takes longer is stuck.
 CALL_BOUND_S = 5.0
@@ -228,5 +231,134 @@ def test_fuzz_read_jsonl(tmp_path: Path) -> None:
         _timed(lambda: read.extend(read_jsonl(path)))
         # Every good row, in order; a garbage line that happens to be a JSON object is a row too.
         assert [r for r in read if r in good] == good
+
+    check()
+
+
+# -- typed payloads: a hostile field drops only itself ------------------------------------------
+
+_fields = st.one_of(_good, hostile_values)
+
+
+def _number(value: Any) -> float | None:
+    """What a payload's optional number field keeps of ``value``: a finite number within a
+    float's range, else None."""
+    number = as_number(value)
+    try:
+        float(number or 0)
+    except OverflowError:
+        return None
+    return number
+
+
+def test_fuzz_efficiency_summary_fields(session: tuple[rlmetrics.Logger, Any, Path]) -> None:
+    logger, reader, path = session
+
+    @_fuzz
+    @given(
+        seconds=_good.map(abs),
+        hostile=hostile_dicts,
+        wall=_fields,
+        elapsed=_fields,
+        pct=_fields,
+        per_step=st.one_of(st.booleans(), hostile_values),
+        step=st.integers(0, 10**6),
+    )
+    def check(
+        seconds: float, hostile: Any, wall: Any, elapsed: Any, pct: Any, per_step: Any, step: int
+    ) -> None:
+        categories = {**_without(hostile, "idle/validation".__eq__), "idle/validation": seconds}
+        summary: list[EfficiencySummary] = []
+        _timed(
+            lambda: summary.append(
+                EfficiencySummary(
+                    categories,
+                    step_wall_time_s=wall,
+                    run_elapsed_s=elapsed,
+                    efficiency_pct=pct,
+                    pct_per_step=per_step,
+                )
+            )
+        )
+        offset = _size(path)
+        _timed(lambda: logger.log_efficiency_summary(summary[0], step=step))
+        category = {"rl.efficiency.category": "idle/validation"}
+        assert _value(reader, "rl.efficiency.seconds", **category) == seconds
+        row = _last_row(path, offset)
+        assert row["step"] == step
+        metrics = row["metrics"]
+        assert metrics["efficiency/idle/validation_s"] == seconds
+        for key, given_value in (
+            ("efficiency/step_wall_time_s", wall),
+            ("efficiency/total_wall_time_s", elapsed),
+            ("efficiency/efficiency_pct", pct),
+        ):
+            assert metrics.get(key) == _number(given_value), key
+
+    check()
+
+
+_GOOD_GAUGE = {
+    CheckpointSave: ("snapshot_rows", "rl.rollout.checkpoint.snapshot.rows"),
+    CheckpointRestore: ("siblings_reused", "rl.rollout.recovery.siblings.reused"),
+    ThroughputSample: ("committed_groups_per_second", "rl.rollout.throughput.committed_groups"),
+    CheckpointOutcome: (
+        "seconds_since_last_success",
+        "rl.rollout.checkpoint.since_last_success",
+    ),
+}
+
+
+def _attempts(reader: Any, outcome: str) -> float:
+    return sum(
+        p.value or 0
+        for p in points(reader)
+        if p.name == "rl.rollout.checkpoint.attempts"
+        and p.attributes.get("rl.rollout.checkpoint.outcome") == outcome
+    )
+
+
+def test_fuzz_rollout_event_fields(session: tuple[rlmetrics.Logger, Any, Path]) -> None:
+    logger, reader, path = session
+
+    @_fuzz
+    @given(
+        kind=st.sampled_from(sorted(_GOOD_GAUGE, key=lambda t: t.__name__)),
+        good=st.integers(0, 10**9),
+        hostile=hostile_dicts,
+        values=st.one_of(st.none(), hostile_values),
+        wall=_fields,
+        outcome=st.one_of(st.sampled_from(["completed", "skipped", "failed"]), hostile_values),
+        reason=st.one_of(st.none(), st.text(max_size=20), hostile_values),
+    )
+    def check(
+        kind: type[RolloutEvent],
+        good: int,
+        hostile: Any,
+        values: Any,
+        wall: Any,
+        outcome: Any,
+        reason: Any,
+    ) -> None:
+        field, series = _GOOD_GAUGE[kind]
+        # Every field hostile but one good value: the hostile ``values`` alone, then the dict.
+        _timed(lambda: kind(values, wall_time_s=wall))
+        fields = {**_without(hostile, field.__eq__), field: good}
+        extra = {"outcome": outcome, "reason": reason} if kind is CheckpointOutcome else {}
+        event: list[RolloutEvent] = []
+        _timed(lambda: event.append(kind(fields, wall_time_s=wall, **extra)))
+        counted = {o: _attempts(reader, o) for o in ("completed", "skipped", "failed")}
+        offset = _size(path)
+        _timed(lambda: logger.log_rollout_checkpoint(event[0]))
+        assert _value(reader, series) == good
+        row = _last_row(path, offset)
+        assert row["prefix"] == kind.PREFIX
+        assert row["metrics"][field] == good
+        assert isinstance(row["metrics"]["telemetry/wall_time_seconds"], float)
+        if kind is CheckpointOutcome:
+            valid = outcome if isinstance(outcome, str) else None
+            for name, before in counted.items():
+                assert row["metrics"][name] == float(name == valid)
+                assert _attempts(reader, name) == before + (name == valid)
 
     check()

@@ -239,9 +239,13 @@ def gauge_values(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def attempt_attributes(event: CheckpointOutcome) -> dict[str, str]:
-    """The attempt's outcome and reason, the reason folded into :data:`REASONS`."""
+    """The attempt's outcome and reason, the reason folded into :data:`REASONS` (an event
+    without a valid outcome counts no attempt)."""
     reason = event.reason or "none"
-    return {OUTCOME_ATTR: event.outcome, REASON_ATTR: reason if reason in REASONS else "other"}
+    return {
+        OUTCOME_ATTR: event.outcome or "",
+        REASON_ATTR: reason if reason in REASONS else "other",
+    }
 
 
 @hookimpl(tee=True)
@@ -253,7 +257,7 @@ def on_rollout_checkpoint(event: RolloutEvent) -> None:
         for phase, seconds in phase_durations(event.values).items():
             if key_attribute(phase, "checkpoint phase") is not None:
                 record(GROUP, {DURATION: seconds}, {OPERATION_ATTR: operation, PHASE_ATTR: phase})
-    if isinstance(event, CheckpointOutcome):
+    if isinstance(event, CheckpointOutcome) and event.outcome is not None:
         attributes = attempt_attributes(event)
         if event.reason and attributes[REASON_ATTR] == "other":
             warn_once(

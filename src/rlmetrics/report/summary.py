@@ -173,7 +173,8 @@ def build_report(
             restores.append(_numbers(metrics))
         elif prefix == CheckpointOutcome.PREFIX:
             outcome = CheckpointOutcome.from_metrics(metrics)
-            attempts[outcome.outcome] = attempts.get(outcome.outcome, 0) + 1
+            name = outcome.outcome or "unknown"  # (a dict's outcome is always one of three)
+            attempts[name] = attempts.get(name, 0) + 1
             if outcome.reason:
                 reasons[outcome.reason] = reasons.get(outcome.reason, 0) + 1
             attempt_log.append(
