@@ -389,7 +389,7 @@ def test_flatten_caps_the_keys_of_one_call_and_reports_once(caplog: Any) -> None
             flat = flatten(wide)
     assert len(flat) == MAX_FLAT_KEYS
     assert flat["k0/j0"] == 0.0
-    assert caplog.text.count(f"more than {MAX_FLAT_KEYS} keys") == 1
+    assert caplog.text.count("keys past the cap were dropped") == 1
 
 
 class _RaisesEverywhere:
@@ -631,3 +631,39 @@ def test_an_array_pct_per_step_drops_only_that_field(tmp_path: Path, caplog: Any
     assert rows[1]["metrics"]["efficiency/idle/validation_s"] == 2.0
     assert rows[1]["metrics"]["efficiency/efficiency_pct"] == 80.0
     assert "EfficiencySummary.pct_per_step must be a bool" in caplog.text
+
+
+def test_a_cut_past_the_key_cap_keeps_teed_and_axis_keys_and_says_how_many_it_dropped(
+    tmp_path: Path, caplog: Any
+) -> None:
+    filler = {f"filler/{i}": float(i) for i in range(MAX_FLAT_KEYS + 1)}
+    metrics = {**filler, "loss": 0.25, "rlmetrics/step": 7, "unteed": 1.0}
+    with (
+        in_memory_telemetry() as (_handle, reader),
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+    ):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+        logger.log_metrics(metrics, step=3, prefix="train")
+        logger.finish()
+        assert single(points(reader), "rl.policy.loss").value == 0.25
+    [row] = read_jsonl(tmp_path / "m.jsonl")
+    assert row["metrics"]["loss"] == 0.25
+    assert row["metrics"]["rlmetrics/step"] == 7
+    assert "unteed" not in row["metrics"]
+    assert len(row["metrics"]) == MAX_FLAT_KEYS + 2
+    # 10,004 keys: the first 10,000 kept, then loss and the step key; 2 dropped.
+    assert f"flattens to {MAX_FLAT_KEYS + 4} keys" in caplog.text
+    assert "2 keys past the cap were dropped" in caplog.text
+
+
+def test_nesting_past_the_depth_cap_is_reported_once(caplog: Any) -> None:
+    deep: dict[str, Any] = {"leaf": 1.0}
+    for _ in range(40):
+        deep = {"d": deep}
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        for _ in range(3):
+            flat = flatten({"loss": 0.5, "deep": deep})
+    assert flat["loss"] == 0.5
+    [(key, value)] = [(k, v) for k, v in flat.items() if k != "loss"]
+    assert key.count("/") == 32 and isinstance(value, dict)
+    assert caplog.text.count("nested more than 32 levels deep") == 1

@@ -8,18 +8,23 @@ it raise or hang.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any
 
 from ._warn import describe_value, warn_once
+from .events import STEP_KEY, WALL_TIME_KEY
 from .values import readable_items
 
-__all__ = ["MAX_FLAT_KEYS", "flatten", "key_text"]
+__all__ = ["MAX_DEPTH", "MAX_FLAT_KEYS", "flatten", "key_text"]
 
 #: Keys one logged dict may flatten to. A dict past it (a runaway nested structure) keeps its
-#: first MAX_FLAT_KEYS keys; the overflow is reported once.
+#: first MAX_FLAT_KEYS keys, and past them only the step's own keys and the keys the caller
+#: says a series tees; the cut is reported once, with the count of keys it dropped.
 MAX_FLAT_KEYS = 10_000
-_MAX_DEPTH = 32
+#: Nesting levels flattened; a mapping deeper than this is kept as a value, reported once.
+MAX_DEPTH = 32
+#: Keys that survive any cut: the axes a tracker plots a row against.
+_AXIS_KEYS = frozenset({STEP_KEY, WALL_TIME_KEY})
 # Exact types that are never mappings: the common leaves skip the ABC check.
 _LEAVES = frozenset({float, int, str, bool, type(None), list, tuple, bytes})
 _STR = frozenset({str})
@@ -47,12 +52,19 @@ def key_text(key: Any) -> str:
         return f"<{type(key).__name__}>"
 
 
-def flatten(metrics: Mapping[Any, Any], sep: str = "/") -> dict[str, Any]:
+def flatten(
+    metrics: Mapping[Any, Any],
+    sep: str = "/",
+    teed: Callable[[], Iterable[str]] | None = None,
+) -> dict[str, Any]:
     """``{"a": {"b": 1}}`` → ``{"a/b": 1}``; keys become strings. Never raises.
 
     A mapping that contains itself is not entered again (the cycle is cut), nesting stops at
-    32 levels (a deeper mapping is kept as a value), at most :data:`MAX_FLAT_KEYS` keys are
-    kept, and an entry that cannot be read is skipped on its own; each is reported once.
+    :data:`MAX_DEPTH` levels (a deeper mapping is kept as a value), and an entry that cannot
+    be read is skipped on its own. Past :data:`MAX_FLAT_KEYS` keys, only the axis keys
+    (``rlmetrics/step``, ``telemetry/wall_time_seconds``) and the keys in ``teed()`` (the ones
+    a declared series reads; called once, when the cap is first passed) are kept. Each is
+    reported once; a cut says how many keys it dropped.
     """
     if (
         type(metrics) is dict
@@ -64,8 +76,11 @@ def flatten(metrics: Mapping[Any, Any], sep: str = "/") -> dict[str, Any]:
         return dict(metrics)
     flat: dict[str, Any] = {}
     on_path: set[int] = set()
+    admitted = dropped = 0
+    survivors: Container[str] = _AXIS_KEYS
 
-    def walk(node: Mapping[Any, Any], path: str, depth: int) -> bool:
+    def walk(node: Mapping[Any, Any], path: str, depth: int) -> None:
+        nonlocal admitted, dropped, survivors
         on_path.add(id(node))
         try:
             # A plain dict is copied by C in one go (a snapshot, should another thread change
@@ -74,26 +89,32 @@ def flatten(metrics: Mapping[Any, Any], sep: str = "/") -> dict[str, Any]:
             for key, value in items:
                 name = key if type(key) is str else key_text(key)
                 full = path + name if path else name
-                if type(value) not in _LEAVES and depth < _MAX_DEPTH and _is_mapping(value):
+                if type(value) not in _LEAVES and _is_mapping(value):
                     if id(value) in on_path:
                         warn_once(
                             "flatten:cycle",
                             "rlmetrics: a logged mapping contains itself; the cycle is cut",
                         )
-                    elif not walk(value, full + sep, depth + 1):
-                        return False
-                    continue
-                if len(flat) >= MAX_FLAT_KEYS:
+                        continue
+                    if depth < MAX_DEPTH:
+                        walk(value, full + sep, depth + 1)
+                        continue
                     warn_once(
-                        "flatten:too-many-keys",
-                        f"rlmetrics: a logged dict flattens to more than {MAX_FLAT_KEYS} keys; "
-                        "the rest are dropped",
+                        "flatten:too-deep",
+                        f"rlmetrics: a logged dict is nested more than {MAX_DEPTH} levels deep; "
+                        "each mapping below that level is logged as one value, not flattened",
                     )
-                    return False
-                flat[full] = value
+                if admitted < MAX_FLAT_KEYS:
+                    admitted += 1
+                    if admitted == MAX_FLAT_KEYS:
+                        survivors = _survivors(teed)
+                    flat[full] = value
+                elif full in survivors:
+                    flat[full] = value
+                else:
+                    dropped += 1
         finally:
             on_path.discard(id(node))
-        return True
 
     if _is_mapping(metrics):
         walk(metrics, "", 0)
@@ -102,4 +123,19 @@ def flatten(metrics: Mapping[Any, Any], sep: str = "/") -> dict[str, Any]:
             "flatten:not-a-mapping",
             f"rlmetrics: log_metrics takes a mapping, got {describe_value(metrics)}; dropped",
         )
+    if dropped:
+        warn_once(
+            "flatten:too-many-keys",
+            f"rlmetrics: a logged dict flattens to {len(flat) + dropped} keys, more than "
+            f"{MAX_FLAT_KEYS}; {dropped} keys past the cap were dropped (the step's own keys "
+            "and the keys a declared series tees were kept)",
+        )
     return flat
+
+
+def _survivors(teed: Callable[[], Iterable[str]] | None) -> Container[str]:
+    """The keys that survive a cut: the axis keys and ``teed()``."""
+    try:
+        return _AXIS_KEYS | frozenset(teed()) if teed is not None else _AXIS_KEYS
+    except Exception:
+        return _AXIS_KEYS

@@ -34,6 +34,7 @@ from .hyperparams import to_hyperparams
 from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
 from .plugins import hooks
+from .registry import default_registry
 from .samples import MAX_CELL_BYTES, MAX_SAMPLE_ROWS, to_samples
 from .telemetry import current
 from .tracing import close_open_scopes
@@ -42,6 +43,11 @@ __all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logge
 
 #: How long ``Logger.finish()`` waits for queued backends to write what they hold.
 DEFAULT_FINISH_TIMEOUT_S = 30.0
+
+
+def _teed_keys() -> set[str]:
+    """The keys declared series read: they survive a cut past the flatten cap."""
+    return {item.spec.key for item in default_registry().declared()}
 
 
 class Logger:
@@ -138,7 +144,7 @@ class Logger:
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str = "") -> None:
         """Log one dict under ``prefix``. Never raises."""
         try:
-            flat = flatten(metrics)
+            flat = flatten(metrics, teed=_teed_keys)
             prefix = key_text(prefix) if prefix else ""
             taken = routing.take(prefix, flat, hooks().wanted)
             # The backends get the trainer's keys; the plugins get the key map's (a new dict).

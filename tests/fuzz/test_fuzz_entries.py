@@ -9,17 +9,21 @@ The default run uses the ``suite`` hypothesis profile (100 examples a property);
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 from fuzz_hostile import hostile_dicts, hostile_keys, hostile_values
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rlmetrics
+import rlmetrics.flatten
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.events import (
     CheckpointOutcome,
@@ -30,6 +34,7 @@ from rlmetrics.events import (
     SetupTimings,
     ThroughputSample,
 )
+from rlmetrics.plugins import register
 from rlmetrics.testing import in_memory_telemetry, points
 from rlmetrics.values import as_number
 
@@ -362,3 +367,163 @@ def test_fuzz_rollout_event_fields(session: tuple[rlmetrics.Logger, Any, Path]) 
                 assert _attempts(reader, name) == before + (name == valid)
 
     check()
+
+
+# -- dicts past every cap ---------------------------------------------------------------------
+
+
+def test_fuzz_dicts_past_every_cap(
+    session: tuple[rlmetrics.Logger, Any, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Past the key cap the teed key (``loss``) and the step's own key survive wherever they
+    come in the dict, the cut counts what it dropped, and nesting past the depth cap is
+    reported. The key cap is lowered to 40 so an example costs a dict of ~100 keys, not of
+    10,000: the same code runs, at any cap."""
+    logger, reader, path = session
+    cap = 40
+    monkeypatch.setattr(rlmetrics.flatten, "MAX_FLAT_KEYS", cap)
+
+    @_fuzz
+    @given(
+        filler=st.integers(0, 3 * cap),
+        loss_at=st.integers(0, 3 * cap),
+        step_at=st.integers(0, 3 * cap),
+        depth=st.integers(0, 2 * rlmetrics.flatten.MAX_DEPTH),
+        loss=_good,
+    )
+    def check(filler: int, loss_at: int, step_at: int, depth: int, loss: float) -> None:
+        deep: dict[str, Any] = {"leaf": 1.0}
+        for _ in range(depth):
+            deep = {"d": deep}
+        items: list[tuple[str, Any]] = [(f"filler/{i}", float(i)) for i in range(filler)]
+        items.insert(min(loss_at, len(items)), ("loss", loss))
+        items.insert(min(step_at, len(items)), ("rlmetrics/step", 9))
+        items.append(("deep", deep))
+        metrics = dict(items)
+        caplog.clear()
+        offset = _size(path)
+        with caplog.at_level(logging.DEBUG, logger="rlmetrics"):
+            _timed(lambda: logger.log_metrics(metrics, step=1, prefix="train"))
+        assert _value(reader, "rl.policy.loss") == loss
+        row = _last_row(path, offset)["metrics"]
+        assert (row["loss"], row["rlmetrics/step"]) == (loss, 9)
+        # Every leaf is one key (the deep one too); past the cap, loss and the step survive.
+        keys = len(items)
+        dropped = max(0, keys - cap) - sum(1 for key, _ in items[cap:] if key in row)
+        assert len(row) == keys - dropped
+        cut = f"{keys} keys, more than {cap}; {dropped} keys past the cap were dropped"
+        assert (cut in caplog.text) == (dropped > 0)
+        too_deep = depth + 1 > rlmetrics.flatten.MAX_DEPTH
+        assert ("nested more than" in caplog.text) == too_deep
+
+    check()
+
+
+# -- what a queued backend writes is what was logged at the call -----------------------------
+
+
+class _Gated:
+    """A queued backend that writes each row only once the loop has logged and mutated the
+    example's rows (as a lagging tracker thread would), and announces each row it wrote."""
+
+    gate: ClassVar[threading.Event] = threading.Event()
+    wrote: ClassVar[threading.Condition] = threading.Condition()
+    rows: ClassVar[list[tuple[Any, Any]]] = []
+
+    def log_metrics(self, metrics: Any, step: Any, prefix: str) -> None:
+        self.gate.wait(60)
+        row = (repr(dict(metrics)), repr(step))  # serialised now, on the backend's thread
+        with self.wrote:
+            self.rows.append(row)
+            self.wrote.notify_all()
+
+    def finish(self) -> None: ...
+
+
+class _OffersGated:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("gated", _Gated)
+
+
+def _plain(value: Any) -> Any:
+    """The oracle: ``value`` as plain Python data, written out for the types drawn below."""
+    if isinstance(value, np.ndarray):
+        return value.item() if value.size == 1 else value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+_finite_floats = st.floats(allow_nan=False, allow_infinity=False, width=64)
+_mutable = st.one_of(
+    st.lists(_finite_floats, min_size=1, max_size=6).map(np.array),
+    st.lists(st.integers(-(2**31), 2**31), max_size=6),
+    st.lists(st.lists(_finite_floats, max_size=3), max_size=3),
+    st.floats(allow_nan=False, allow_infinity=False, width=32).map(np.float32),
+    st.integers(-(2**31), 2**31).map(lambda n: np.array([n])),
+)
+_rows = st.lists(
+    st.dictionaries(
+        st.text(alphabet="abcxyz", min_size=1, max_size=4),
+        st.one_of(_mutable, st.dictionaries(st.sampled_from("pq"), _mutable, max_size=2)),
+        min_size=1,
+        max_size=5,
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+def _mutate(value: Any) -> None:
+    """Refill a buffer in place, as a loop does right after logging it."""
+    if isinstance(value, np.ndarray):
+        value[...] = -1
+    elif isinstance(value, list):
+        value.append(-1)
+        for item in value:
+            _mutate(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _mutate(item)
+        value["mutated"] = -1
+
+
+def test_fuzz_a_queued_backend_writes_what_was_logged_at_the_call(tmp_path: Path) -> None:
+    assert register(_OffersGated(), "offers-gated")
+    logger = rlmetrics.Logger(
+        backends={"gated": {}, "jsonl": {"path": tmp_path / "q.jsonl"}}, queue_size=100
+    )
+    step = np.array(0)
+
+    @_fuzz
+    @given(rows=_rows)
+    def check(rows: list[dict[str, Any]]) -> None:
+        _Gated.gate.clear()
+        _Gated.rows.clear()
+        expected = []
+        for index, row in enumerate(rows):
+            flat = {
+                f"{key}/{inner}" if isinstance(value, dict) else key: _plain(v)
+                for key, value in row.items()
+                for inner, v in (value.items() if isinstance(value, dict) else [(None, value)])
+            }
+            step[...] = index
+            expected.append((repr(flat), repr(index)))
+            _timed(lambda row=row: logger.log_metrics(row, step=step, prefix="train"))
+            _mutate(row)
+            step[...] = -1
+        _Gated.gate.set()
+        with _Gated.wrote:
+            assert _Gated.wrote.wait_for(lambda: len(_Gated.rows) >= len(rows), timeout=60)
+        assert _Gated.rows == expected
+
+    try:
+        check()
+    finally:
+        _Gated.gate.set()
+        logger.finish(timeout_s=30)
