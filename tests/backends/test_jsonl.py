@@ -3,12 +3,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -227,3 +230,32 @@ def test_samples_go_to_a_file_beside_the_metrics(tmp_path: Path) -> None:
     assert sample["run_id"] == "run-b" and sample["step"] == 3 and sample["name"] == "samples"
     assert sample["sample"] == {"prompt": "p", "completion": "c", "reward": "nan"}
     assert [row["metrics"] for row in read_jsonl(path)] == [{"x": 1}]
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "directory"])
+def test_read_jsonl_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    """/dev/full reads zeros forever and a FIFO blocks until a writer comes: either would stall
+    the reader. Each is refused at once, naming the path."""
+    if kind == "device":
+        path = Path("/dev/full")
+    elif kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    else:
+        path = tmp_path
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            list(read_jsonl(path))
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)  # a liveness bound: a reader still going then is stuck
+    assert not reader.is_alive(), f"read_jsonl({path}) did not return"
+    [error] = outcome
+    assert isinstance(error, ValueError) and "not a regular file" in str(error)
+    assert str(path) in str(error)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import sys
 import threading
 import time
@@ -43,6 +44,7 @@ from .worker import BackendWorker
 
 __all__ = [
     "JsonlBackend",
+    "open_regular",
     "read_jsonl",
     "register_backends",
     "samples_path",
@@ -250,6 +252,27 @@ def _ends_a_line(path: Path) -> bool:
         return handle.read(1) == b"\n"
 
 
+def open_regular(path: str | os.PathLike[str]) -> TextIO:
+    """``path`` opened for reading as text, if it is a regular file; else ``ValueError``.
+
+    A device (``/dev/zero``, ``/dev/full``) reads forever and a FIFO blocks until a writer
+    comes, so neither can be a metrics file. The file is opened without blocking and checked
+    on the open descriptor, so a FIFO never stalls the open itself.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(
+                f"{os.fspath(path)} is not a regular file (a device, a FIFO or a directory); "
+                "a JSONL metrics file is read from a regular file"
+            )
+        os.set_blocking(fd, True)
+        return open(fd, encoding="utf-8", errors="replace", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_jsonl(
     path: str | os.PathLike[str], *, every_row: bool = False
 ) -> Iterator[dict[str, Any]]:
@@ -257,8 +280,9 @@ def read_jsonl(
     parse (a torn last line, a line nested too deeply or with an int too long to read).
 
     The metric rows only, unless ``every_row``: then also the records about the run (rows with
-    a ``kind``: ``hyperparams``, ``resume``)."""
-    with Path(path).open(encoding="utf-8", errors="replace") as handle:
+    a ``kind``: ``hyperparams``, ``resume``). Refuses (``ValueError``) a path that is not a
+    regular file: a device or a FIFO would be read forever."""
+    with open_regular(path) as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue

@@ -18,7 +18,13 @@ from typing import Any
 
 import attrs
 
-from ..backends.jsonl import HYPERPARAMS_KIND, RESUME_KIND, read_jsonl, samples_path
+from ..backends.jsonl import (
+    HYPERPARAMS_KIND,
+    RESUME_KIND,
+    open_regular,
+    read_jsonl,
+    samples_path,
+)
 from ..events import TRAIN_PREFIXES
 from .summary import RunReport, build_report
 
@@ -99,7 +105,7 @@ def read_reports(path: str | os.PathLike[str], run: str | None = None) -> list[R
     with its configuration, its latest samples (from the samples file beside it) and its
     repeated steps. Raises :class:`RunNotFound` for a ``run`` the file does not hold."""
     path = Path(path)
-    with path.open(encoding="utf-8", errors="replace") as handle:
+    with open_regular(path) as handle:
         lines = sum(1 for line in handle if line.strip())
     rows = list(read_jsonl(path, every_row=True))
     runs = split_runs(rows) or {None: _Run()}
