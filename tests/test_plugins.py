@@ -14,6 +14,8 @@ import pytest
 from rlmetrics_test_dists import install
 
 import rlmetrics
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.cli import main
 from rlmetrics.plugins import DISABLED, FAILED, LOADED, Plugins, load_plugins
 from rlmetrics.testing import in_memory_telemetry, points, single
 
@@ -280,6 +282,68 @@ def test_a_clash_between_third_parties_is_deterministic(site: Site) -> None:
     site.install("alpha-queue", {"alpha_queue.py": ""}, {"queue": "alpha_queue"})
     rows = {i.distribution: i.status for i in load_plugins().infos if i.name == "queue"}
     assert rows == {"alpha-queue": LOADED, "zeta-queue": DISABLED}
+
+
+# A third party whose backend is registered under the core's own backend name.
+FAST_JSONL = {
+    "fast_jsonl.py": """
+        import rlmetrics
+
+        rows = []
+
+        class FastJsonl:
+            def __init__(self, path=None):
+                self.path = path
+
+            def log_metrics(self, metrics, step, prefix):
+                rows.append((step, dict(metrics)))
+
+            def finish(self):
+                pass
+
+        @rlmetrics.hookimpl
+        def register_backends(register):
+            register("jsonl", FastJsonl)
+    """,
+}
+
+
+def test_a_registered_name_never_silently_replaces_a_builtin(
+    site: Site, tmp_path: Path, caplog: Any, capsys: Any
+) -> None:
+    """A plugin's ``register_backends("jsonl", ...)`` (under an entry point of its own) loses
+    to the core's JSONL backend, as an entry-point clash does; the warning names both, and
+    ``rlmetrics plugins`` lists the loser with how to choose it."""
+    site.install("fast-jsonl", FAST_JSONL, {"fast": "fast_jsonl"})
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        load_plugins()
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+        logger.log_metrics({"loss": 1.0}, step=1)
+        logger.finish()
+    assert [row["metrics"] for row in read_jsonl(tmp_path / "m.jsonl")] == [{"loss": 1.0}]
+    assert sys.modules["fast_jsonl"].rows == []
+    assert "backend 'jsonl' is offered by 'jsonl' (rlmetrics) and 'fast' (fast-jsonl)" in (
+        caplog.text
+    )
+    assert main(["plugins"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    [row] = [line for line in listed if "fast-jsonl" in line and "shadowed" in line]
+    assert row.split()[:3] == ["jsonl", "shadowed", "fast-jsonl"]
+    assert "backend 'jsonl' of 'fast'" in row
+    assert "RLMETRICS_OVERRIDE_PLUGINS=jsonl=fast-jsonl" in row
+
+
+def test_a_deliberate_override_replaces_a_builtin_registered_name(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site.install("fast-jsonl", FAST_JSONL, {"fast": "fast_jsonl"})
+    monkeypatch.setenv("RLMETRICS_OVERRIDE_PLUGINS", "jsonl=fast_jsonl")
+    load_plugins()
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+    logger.log_metrics({"loss": 1.0}, step=1)
+    logger.finish(timeout_s=30)
+    assert sys.modules["fast_jsonl"].rows == [(1, {"loss": 1.0})]
+    assert not (tmp_path / "m.jsonl").exists()
 
 
 # -- failures at import ------------------------------------------------------------------------

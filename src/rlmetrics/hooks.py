@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .backends import BackendFactory
     from .events import EfficiencySummary, RolloutEvent, SetupTimings
     from .exporters import ExporterFactory
+    from .plugins import Plugins
     from .telemetry import Telemetry
     from .tracing import PhaseKind
 
@@ -52,26 +53,50 @@ def current_plugin() -> str | None:
 
 
 def collect_offers(
-    what: str, call: Callable[[Callable[[str, _Factory], None]], None]
+    what: str,
+    call: Callable[[Callable[[str, _Factory], None]], None],
+    plugins: Plugins | None = None,
 ) -> dict[str, tuple[str, _Factory]]:
     """``{name: (offering plugin, factory)}`` from a registration hook (``call`` is, say,
-    ``hooks.register_backends``). A name offered twice keeps its first offer, in pluggy's call
-    order, with a warning naming both plugins."""
-    found: dict[str, tuple[str, _Factory]] = {}
+    ``plugins.hooks.register_backends``).
+
+    A name offered by two plugins follows the entry-point rule: the core's built-in wins,
+    between third parties the first by distribution name, unless
+    ``RLMETRICS_OVERRIDE_PLUGINS=<name>=<distribution or plugin>`` picks another. The clash
+    is warned naming both, and each loser is recorded on ``plugins`` (default: the loaded
+    plugins), so ``rlmetrics plugins`` lists it.
+    """
+    from .plugins import OVERRIDE_ENV, get_plugins, normalize, overrides
+
+    plugins = plugins or get_plugins()
+    offers: dict[str, list[tuple[str, _Factory]]] = {}
 
     def register(name: str, factory: _Factory) -> None:
         owner = current_plugin() or "?"
-        if name in found and found[name][1] is not factory:
-            warn_once(
-                f"{what}-clash:{name}",
-                f"rlmetrics: {what} {name!r} is offered by both {found[name][0]!r} and "
-                f"{owner!r}; {found[name][0]!r} is used. Disable one with "
-                "RLMETRICS_DISABLE_PLUGINS",
-            )
-            return
-        found[name] = (owner, factory)
+        offered = offers.setdefault(name, [])
+        if not any(known is factory for _, known in offered):
+            offered.append((owner, factory))
 
     call(register)
+    chosen = overrides()
+    found: dict[str, tuple[str, _Factory]] = {}
+    for name, offered in offers.items():
+        ranked = sorted(offered, key=lambda offer: plugins.rank(offer[0]))
+        wanted = chosen.get(normalize(name))
+        winner = next((o for o in ranked if wanted and wanted in plugins.names_of(o[0])), ranked[0])
+        found[name] = winner
+        losers = [offer for offer in ranked if offer is not winner]
+        if not losers:
+            continue
+        named = " and ".join(plugins.describe(owner) for owner, _ in ranked)
+        warn_once(
+            f"{what}-clash:{name}",
+            f"rlmetrics: {what} {name!r} is offered by {named}; {plugins.describe(winner[0])} "
+            f"is used. The core's built-in wins unless {OVERRIDE_ENV}={name}=<distribution> "
+            "chooses another",
+        )
+        for owner, _ in losers:
+            plugins.shadow(what, name, owner, winner[0])
     return found
 
 

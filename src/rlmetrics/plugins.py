@@ -42,12 +42,14 @@ __all__ = [
     "DENY_ENV",
     "ENTRY_POINT_GROUP",
     "OVERRIDE_ENV",
+    "SHADOWED",
     "PluginInfo",
     "Plugins",
     "get_plugins",
     "hooks",
     "load_plugins",
     "normalize",
+    "overrides",
     "register",
 ]
 
@@ -58,6 +60,8 @@ DENY_ENV = "RLMETRICS_DISABLE_PLUGINS"
 OVERRIDE_ENV = "RLMETRICS_OVERRIDE_PLUGINS"
 
 LOADED, FAILED, DISABLED = "loaded", "failed", "disabled"
+#: A backend, exporter or other part offered under a name another plugin's offer won.
+SHADOWED = "shadowed"
 
 
 @attrs.frozen
@@ -71,7 +75,7 @@ class PluginInfo:
     name: str
     distribution: str | None
     version: str | None
-    status: str  # LOADED, FAILED or DISABLED
+    status: str  # LOADED, FAILED, DISABLED, or SHADOWED (a registered name another won)
     hooks: tuple[str, ...] = ()
     series: tuple[str, ...] = ()
     reason: str | None = None
@@ -95,6 +99,11 @@ def _names(value: Iterable[str] | str | None) -> set[str] | None:
         return None
     parts = value.split(",") if isinstance(value, str) else value
     return {normalize(part.strip()) for part in parts if part.strip()}
+
+
+def overrides() -> dict[str, str]:
+    """``RLMETRICS_OVERRIDE_PLUGINS`` as ``{name: distribution}``, names normalised."""
+    return _overrides(os.environ.get(OVERRIDE_ENV))
 
 
 def _overrides(value: str | None) -> dict[str, str]:
@@ -142,8 +151,42 @@ class Plugins:
 
     def info(self, name: str) -> PluginInfo | None:
         """The row for ``name`` that loaded, else the first row of that name."""
-        rows = [info for info in self.infos if info.name == name]
+        rows = [info for info in self.infos if info.name == name and info.status != SHADOWED]
         return next((info for info in rows if info.status == LOADED), rows[0] if rows else None)
+
+    # -- names offered through registration hooks (backends, exporters, demo parts) ---------
+
+    def rank(self, plugin: str) -> tuple[bool, str, str]:
+        """Where ``plugin``'s offer ranks when two plugins offer one name: the core's built-ins
+        first, then by distribution name (the entry-point rule)."""
+        info = self.info(plugin)
+        builtin = info is not None and info.builtin
+        return (not builtin, normalize(info.distribution or "") if info else "~", plugin)
+
+    def names_of(self, plugin: str) -> set[str]:
+        """The names ``RLMETRICS_OVERRIDE_PLUGINS`` may choose ``plugin`` by: its own and its
+        distribution's, normalised."""
+        info = self.info(plugin)
+        distribution = info.distribution if info is not None else None
+        return {normalize(plugin), *([normalize(distribution)] if distribution else [])}
+
+    def describe(self, plugin: str) -> str:
+        """``'jsonl' (rlmetrics)``: a plugin and where it comes from, for a message."""
+        info = self.info(plugin)
+        origin = info.distribution if info is not None and info.distribution else "in process"
+        return f"{plugin!r} ({origin})"
+
+    def shadow(self, what: str, name: str, loser: str, winner: str) -> None:
+        """Record, once, that ``loser``'s offer of ``what`` ``name`` is not used."""
+        info = self.info(loser)
+        distribution = info.distribution if info is not None else None
+        reason = (
+            f"{what} {name!r} of {loser!r} is not used: {self.describe(winner)} offers it too "
+            f"({OVERRIDE_ENV}={name}={normalize(distribution or loser)} chooses this one)"
+        )
+        if not any(i.status == SHADOWED and i.reason == reason for i in self.infos):
+            version = info.version if info is not None else None
+            self.infos.append(PluginInfo(name, distribution, version, SHADOWED, reason=reason))
 
 
 @attrs.frozen
@@ -277,7 +320,7 @@ def load_plugins(
     allowed = _names(allow if allow is not None else os.environ.get(ALLOW_ENV))
     denied = _names(deny if deny is not None else os.environ.get(DENY_ENV)) or set()
     plugins = Plugins()
-    chosen, shadowed = _resolve_clashes(_candidates(), _overrides(os.environ.get(OVERRIDE_ENV)))
+    chosen, shadowed = _resolve_clashes(_candidates(), overrides())
     for candidate in chosen:
         if _matches(candidate, denied):
             info = candidate.row(DISABLED, reason=f"denied by {deny_source}")

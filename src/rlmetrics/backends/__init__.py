@@ -87,4 +87,5 @@ def as_step(step: Any) -> int | None:
 
 def available_backends(plugins: Plugins | None = None) -> dict[str, tuple[str, BackendFactory]]:
     """``{name: (offering plugin, factory)}`` from every plugin's ``register_backends``."""
-    return collect_offers("backend", (plugins or get_plugins()).hooks.register_backends)
+    plugins = plugins or get_plugins()
+    return collect_offers("backend", plugins.hooks.register_backends, plugins)

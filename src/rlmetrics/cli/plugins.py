@@ -1,11 +1,13 @@
 """List every plugin: the entry points of the ``rlmetrics`` group (built-ins included) and
 the plugins registered from code, with what became of each — loaded (with its hooks and the
-series it declares), failed or disabled (with the reason)."""
+series it declares), failed or disabled (with the reason) — and every backend, exporter or
+demo part a plugin offers under a name another plugin's offer won (shadowed)."""
 
 from __future__ import annotations
 
 import argparse
 
+from ..hooks import collect_offers
 from ..plugins import LOADED, PluginInfo, load_plugins
 from ._output import add_format_options, print_json, print_table
 
@@ -31,7 +33,15 @@ def _detail(info: PluginInfo) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    infos = sorted(load_plugins().infos, key=lambda i: (i.name, i.distribution or ""))
+    plugins = load_plugins()
+    # What each plugin offers by name, so an offer another plugin's won is listed (shadowed).
+    for what, hook in (
+        ("backend", plugins.hooks.register_backends),
+        ("exporter", plugins.hooks.register_exporters),
+        ("demo part", plugins.hooks.register_demo_parts),
+    ):
+        collect_offers(what, hook, plugins)
+    infos = sorted(plugins.infos, key=lambda i: (i.name, i.distribution or ""))
     if args.json:
         print_json([info.as_dict() for info in infos])
         return 0

@@ -89,7 +89,8 @@ def _can_write_traces() -> bool:
 
 
 def _build_parts(settings: DemoSettings) -> dict[str, DemoPart]:
-    offers = collect_offers("demo part", load_plugins().hooks.register_demo_parts)
+    plugins = load_plugins()
+    offers = collect_offers("demo part", plugins.hooks.register_demo_parts, plugins)
     parts: dict[str, DemoPart] = {}
     for name in sorted(offers):
         plugin, factory = offers[name]

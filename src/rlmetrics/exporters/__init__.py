@@ -123,7 +123,8 @@ class ForkSafeSpans:
 
 def available_exporters(plugins: Plugins | None = None) -> dict[str, tuple[str, ExporterFactory]]:
     """``{name: (offering plugin, factory)}`` from every plugin's ``register_exporters``."""
-    return collect_offers("exporter", (plugins or get_plugins()).hooks.register_exporters)
+    plugins = plugins or get_plugins()
+    return collect_offers("exporter", plugins.hooks.register_exporters, plugins)
 
 
 def periodic_reader(
