@@ -45,3 +45,18 @@ def test_no_report_prints_a_logged_string_value(caplog: Any, tmp_path: Any) -> N
         logger.finish()
     assert caplog.records, "the bad values were reported"
     assert secret not in caplog.text
+
+
+def test_an_expected_condition_is_one_line_and_its_traceback_is_at_debug(caplog: Any) -> None:
+    with caplog.at_level(logging.DEBUG, logger="rlmetrics"):
+        for _ in range(2):
+            try:
+                raise OSError(28, "No space left on device")
+            except OSError:
+                warn_once("disk", "disk full: free some space", expected=True)
+    records = [(r.levelno, r.getMessage(), bool(r.exc_info)) for r in caplog.records]
+    assert records == [
+        (logging.WARNING, "disk full: free some space", False),
+        (logging.DEBUG, "disk full: free some space", True),
+        (logging.DEBUG, "disk full: free some space", True),
+    ]

@@ -3,7 +3,10 @@
 Telemetry failures are usually per-step and deterministic: a broken sink fails the same way
 on every step. A warning per step would bury the run's log in identical reports while saying
 nothing the first one did not; silence would hide a dead sink. So: one WARNING line the first
-time a key fails, DEBUG afterwards, so the repetition stays recoverable.
+time a key fails, DEBUG afterwards, so the repetition stays recoverable. A failure of plugin
+or SDK code carries its traceback (a bug to fix); an expected condition (a full queue, a dead
+collector, a path that cannot be written) is one line naming it and the remedy, its traceback
+at DEBUG.
 
 Keys name a cause (a plugin and what failed), never a logged value, so the set of keys stays
 bounded; as a backstop it is capped. A message never quotes a logged string (it may be a
@@ -31,11 +34,14 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-def warn_once(key: str, message: str) -> None:
+def warn_once(key: str, message: str, *, expected: bool = False) -> None:
     """Log ``message`` at WARNING the first time ``key`` is seen, at DEBUG afterwards.
 
-    Called while handling an exception (plugin or SDK code that raised), the first report
-    carries its traceback; otherwise it is the one line ``message``.
+    Called while handling an exception (plugin or SDK code that raised: a bug to fix), the
+    first report carries its traceback. An ``expected`` condition — a full queue, a dead
+    collector, a path that cannot be written — is no bug: its WARNING is the one line
+    ``message``, which names the condition and the remedy, and the traceback, if any, goes to
+    DEBUG with it.
     """
     with _lock:
         known = key in _warned
@@ -52,6 +58,11 @@ def warn_once(key: str, message: str) -> None:
             MAX_WARNING_KEYS,
         )
     in_except = sys.exc_info()[0] is not None
+    if expected and first:
+        logger.warning(message)
+        if in_except:
+            logger.debug(message, exc_info=True)
+        return
     logger.log(logging.WARNING if first else logging.DEBUG, message, exc_info=in_except)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from . import routing
 from ._fork import forget_in_child
 from ._warn import describe_value, warn_once
-from .backends import Backend, BackendFactory, available_backends
+from .backends import Backend, BackendFactory, BackendUnavailable, available_backends
 from .backends.worker import (
     DEFAULT_QUEUE_SIZE,
     BackendWorker,
@@ -114,11 +114,16 @@ class Logger:
             owner, factory = factories[name]
             try:
                 self.backends[name] = _build(factory, options or {}, self.identity)
-            except Exception:
+            except Exception as exc:
+                # A condition of the world (a path that cannot be written) is one line that
+                # says what to change; anything else is a plugin's bug, with its traceback.
+                expected = isinstance(exc, (BackendUnavailable, OSError))
                 warn_once(
                     f"backend-start:{name}",
                     f"rlmetrics: backend {name!r} (from plugin {owner!r}) failed to start and is "
-                    "skipped; the other backends and telemetry still get every step",
+                    + (f"skipped: {exc}. " if expected else "skipped; ")
+                    + "The other backends and telemetry still get every step",
+                    expected=expected,
                 )
         self.finish_timeout_s = finish_timeout_s
         # Inline backends are called under the lock on the caller's thread; the others are

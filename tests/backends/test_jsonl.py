@@ -259,3 +259,25 @@ def test_read_jsonl_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str
     [error] = outcome
     assert isinstance(error, ValueError) and "not a regular file" in str(error)
     assert str(path) in str(error)
+
+
+@pytest.mark.parametrize("where", ["directory", "under-a-file"])
+def test_a_jsonl_path_that_cannot_be_written_is_one_line_naming_it_and_the_remedy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    import rlmetrics
+
+    if where == "directory":
+        path = tmp_path
+    else:
+        (tmp_path / "file").write_text("")
+        path = tmp_path / "file" / "m.jsonl"
+    with caplog.at_level(logging.DEBUG, logger="rlmetrics"):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": path}})
+    assert logger.backends == {}
+    [warning] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.exc_info is None  # no traceback on the user's stderr
+    message = warning.getMessage()
+    assert str(path) in message and "choose a writable file path" in message
+    # The traceback stays recoverable at DEBUG.
+    assert any(r.exc_info for r in caplog.records if r.levelno == logging.DEBUG)

@@ -108,6 +108,8 @@ def test_a_stalled_backend_costs_the_loop_no_time_and_only_its_own_rows(
     assert len(list(read_jsonl(tmp_path / "m.jsonl"))) == 50  # the other backend got every row
     # The stalled one: its queue filled, the rest were dropped and counted, once reported.
     assert caplog.text.count("backend 'stalling' is not keeping up") == 1
+    # An expected condition: one line, no traceback (queue.Full) on the user's stderr.
+    assert all(r.exc_info is None for r in caplog.records)
     assert "backend 'stalling' did not finish within 1.0 s" in caplog.text
     # 50 rows: 10 queued, one held by the stalled call if it took one before the queue filled.
     dropped = re.search(r"(\d+) rows dropped while it was not keeping up", caplog.text)

@@ -136,9 +136,16 @@ def test_log_metrics_never_waits_for_a_dead_collector_and_a_returning_one_gets_l
         f"max {max(latencies) * 1000:.2f} ms"
     )
     assert max(latencies) < LOG_CALL_BOUND_S
-    # Reported once at WARNING; the repetitions went to DEBUG.
+    # Reported once at WARNING, one line naming the condition and what to check (a dead
+    # collector is no bug: no traceback on the user's stderr); the RPC error's traceback and
+    # the repetitions went to DEBUG.
     (warning,) = rlmetrics_log.matching(unavailable, logging.WARNING)
-    assert warning.exc_info is not None and isinstance(warning.exc_info[1], grpc.RpcError)
+    assert warning.exc_info is None
+    assert "and that a collector listens there" in warning.getMessage()
+    assert any(
+        r.exc_info is not None and isinstance(r.exc_info[1], grpc.RpcError)
+        for r in rlmetrics_log.matching(unavailable, logging.DEBUG)
+    )
 
     # The collector comes back on the same address; what is recorded after it returned
     # arrives, and the cumulative counter carries every token logged while it was away.

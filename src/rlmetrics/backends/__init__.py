@@ -27,6 +27,7 @@ __all__ = [
     "BackendFactory",
     "TakesHyperparams",
     "TakesSamples",
+    "BackendUnavailable",
     "as_step",
     "available_backends",
     "full_key",
@@ -69,6 +70,13 @@ class TakesSamples(Protocol):
 
 
 BackendFactory = Callable[..., Backend]
+
+
+class BackendUnavailable(Exception):
+    """A backend cannot start or write because of a condition of the world, not a bug: a path
+    that cannot be written, a store that went away. Its message names the condition and the
+    remedy; the Logger reports it as that one line (the traceback only at DEBUG) and goes on
+    without the backend. ``OSError`` is read the same way."""
 
 
 def full_key(prefix: str, key: str) -> str:

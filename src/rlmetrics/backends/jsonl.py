@@ -40,6 +40,7 @@ from .._warn import logger
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
 from ..values import as_plain
+from . import BackendUnavailable
 from .worker import BackendWorker
 
 __all__ = [
@@ -132,8 +133,14 @@ class JsonlBackend:
         self.path = Path(path)
         self.identity = identity or RunIdentity(new_run_id())
         self.run_id = self.identity.run_id
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: TextIO | None = _open_for_append(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file: TextIO | None = _open_for_append(self.path)
+        except OSError as exc:
+            raise BackendUnavailable(
+                f"cannot append to {self.path} ({exc.strerror or exc}); choose a writable file "
+                "path: Logger(backends={'jsonl': {'path': ...}})"
+            ) from exc
         self._samples: BackendWorker | None = None
         self._lock = threading.Lock()
         if self.identity.resume:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -30,6 +31,7 @@ from typing import Any
 from .._warn import describe_value, logger, warn_once
 from ..flatten import key_text
 from ..values import as_plain, readable_items
+from . import BackendUnavailable
 
 __all__ = [
     "DEFAULT_QUEUE_SIZE",
@@ -138,10 +140,17 @@ def _lost(rows: int, failed: int, dropped: int) -> list[str]:
 
 
 def _report_failure(name: str) -> None:
+    """Report the exception being handled: a condition of the world (a full disk, a store
+    that went away) in one line naming it, anything else with its traceback."""
+    error = sys.exc_info()[1]
+    expected = isinstance(error, (OSError, BackendUnavailable))
     warn_once(
         f"backend:{name}:log",
-        f"rlmetrics: backend {name!r} failed to log a step; the other backends and telemetry "
-        "still got it. Its later failures are counted and reported when the Logger finishes",
+        f"rlmetrics: backend {name!r} failed to log a step"
+        + (f" ({type(error).__name__}: {error})" if expected else "")
+        + "; the other backends and telemetry still got it. Its later failures are counted "
+        "and reported when the Logger finishes",
+        expected=expected,
     )
 
 
@@ -243,8 +252,9 @@ class BackendWorker:
                 f"backend:{self.name}:full",
                 f"rlmetrics: backend {self.name!r} is not keeping up (its queue of "
                 f"{self._queue.maxsize} rows is full); rows for it are dropped and counted "
-                "until it catches up. The training loop, the other backends and telemetry "
-                "are unaffected",
+                "until it catches up (a larger Logger(queue_size=) absorbs longer stalls). "
+                "The training loop, the other backends and telemetry are unaffected",
+                expected=True,
             )
 
     def finish(self, deadline: float, timeout_s: float) -> None:

@@ -123,6 +123,13 @@ _LOSS = {
 }
 
 
+#: The variable that names each signal's collector endpoint.
+_ENDPOINT_ENV = {
+    "metrics": "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "traces": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+}
+
+
 def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
     """``base`` (an SDK OTLP gRPC exporter) reporting failed exports through ``warn_once``:
     once per signal, endpoint and cause at WARNING, at DEBUG afterwards, and quiet in a
@@ -164,19 +171,22 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
             key = f"{prefix}:{self._endpoint}:{cause}"
             message = (
                 f"rlmetrics: OTLP {label}export to {self._endpoint} failed ({cause}: "
-                f"{details}); {loss}. Later failures with this cause are logged at DEBUG."
+                f"{details}); {loss}. Check the endpoint ({_ENDPOINT_ENV[signal]}) and that a "
+                "collector listens there. Later failures with this cause are logged at DEBUG."
             )
             if getattr(self, "_shutdown", False):
                 # The export outlived shutdown's bound, which telemetry already reported.
                 logger.debug(message)
                 return
+            # A failed export is a condition of the collector, not a bug: one line, and the
+            # RPC error's traceback (not this thread's) at DEBUG.
             if error is None:
-                warn_once(key, message)
+                warn_once(key, message, expected=True)
                 return
-            try:  # so the first report carries the RPC error's traceback, not this thread's
+            try:
                 raise error
             except Exception:
-                warn_once(key, message)
+                warn_once(key, message, expected=True)
 
     Reporting.__name__ = Reporting.__qualname__ = f"Reporting{base.__name__}"
     return Reporting
