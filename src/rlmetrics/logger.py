@@ -243,8 +243,13 @@ class Logger:
                 inline.finish()
         bound = self.finish_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + bound
-        for worker in self._workers.values():
-            worker.finish(deadline, bound)
+        try:
+            for worker in self._workers.values():
+                worker.finish(deadline, bound)
+        except BaseException as exc:  # a SIGTERM handler's SystemExit, a KeyboardInterrupt
+            for worker in self._workers.values():
+                worker.say_unwritten(f"Logger.finish() was interrupted ({type(exc).__name__})")
+            raise
 
     def __enter__(self) -> Logger:
         return self

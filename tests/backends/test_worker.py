@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -358,3 +361,65 @@ def test_stalled_backends_share_one_finish_deadline(caplog: Any) -> None:
     assert 1.0 <= took < len(STALLED) * 1.0, f"finish() took {took:.2f} s"
     for name in STALLED:  # each is still said to have missed it
         assert f"backend {name!r} did not finish within 1.0 s" in caplog.text
+
+
+# -- exit paths: what a queued backend had not written is said, however Python exits ----------
+
+_EXITING = """
+import logging, signal, sys, threading
+import rlmetrics
+from rlmetrics.plugins import register
+
+class Stalling:
+    def log_metrics(self, metrics, step, prefix):
+        threading.Event().wait()  # a tracker whose server hangs
+
+    def finish(self):
+        threading.Event().wait()
+
+class Offers:
+    @rlmetrics.hookimpl
+    def register_backends(self, register):
+        register("stalling", Stalling)
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+register(Offers(), "offers")
+# The training job's own handler: SLURM sends SIGTERM before it kills.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+logger = rlmetrics.Logger(backends={"stalling": {}}, queue_size=100)
+for step in range(10):
+    logger.log_metrics({"loss": 1.0}, step=step)
+print("ready", flush=True)
+if sys.argv[1] == "finish":
+    logger.finish(timeout_s=120)
+else:
+    threading.Event().wait()  # still training
+"""
+
+
+@pytest.mark.parametrize("during", ["finish", "training"])
+def test_sigterm_with_a_handler_that_exits_says_which_rows_were_not_written(
+    during: str,
+) -> None:
+    """A real process and a real SIGTERM, while ``finish()`` waits for a stalled tracker or
+    while the loop is still training: the exit path (the handler's ``SystemExit`` through
+    ``finish()``, or the interpreter's exit) says how many rows the tracker never wrote."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _EXITING, during],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        child.send_signal(signal.SIGTERM)
+        _out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 143, err
+    assert "backend 'stalling'" in err and "10 rows not written" in err, err
+    if during == "training":
+        assert "the process is exiting" in err and "Logger.finish()" in err
+    assert "Traceback" not in err

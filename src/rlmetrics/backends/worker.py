@@ -18,6 +18,7 @@ never a reference to the loop's objects.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import queue
@@ -209,10 +210,12 @@ class BackendWorker:
     def __init__(self, name: str, backend: Any, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
         self.name = name
         self.backend = backend
-        #: Rows handed to it, rows it raised on, rows dropped because its queue was full.
+        #: Rows handed to it, written, raised on, and dropped because its queue was full.
         self.rows = 0
+        self.written = 0
         self.failed = 0
         self.dropped = 0
+        self._said = False  # what it did not write has been reported
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self._pid = os.getpid()
         self._thread = threading.Thread(
@@ -224,6 +227,27 @@ class BackendWorker:
     def qsize(self) -> int:
         """Rows queued and not yet written."""
         return self._queue.qsize()
+
+    def unwritten(self) -> int:
+        """Rows handed to the backend and neither written, failed nor dropped (yet)."""
+        return max(0, self.rows - self.written - self.failed - self.dropped)
+
+    def say_unwritten(self, why: str) -> None:
+        """Report, once, the rows the backend has not written, when ``finish()`` cannot
+        (``why``: it was interrupted, or the process is exiting without it)."""
+        if self._said or os.getpid() != self._pid:
+            return
+        self._said = True
+        unwritten = self.unwritten()
+        if unwritten:
+            lost = _lost(self.rows, self.failed, self.dropped)
+            logger.warning(
+                "rlmetrics: backend %r: %s: %d rows not written%s",
+                self.name,
+                why,
+                unwritten,
+                "".join(f", {phrase}" for phrase in lost),
+            )
 
     # -- the caller's side: never blocks ---------------------------------------------------
 
@@ -247,7 +271,7 @@ class BackendWorker:
         try:
             self._queue.put_nowait((method, args))
         except queue.Full:
-            self.dropped += 1
+            self.dropped += method == "log_metrics"
             warn_once(
                 f"backend:{self.name}:full",
                 f"rlmetrics: backend {self.name!r} is not keeping up (its queue of "
@@ -267,6 +291,7 @@ class BackendWorker:
             self._queue.put(_FINISH, timeout=max(0.0, deadline - time.monotonic()))
         self._thread.join(max(0.0, deadline - time.monotonic()))
         lost = _lost(self.rows, self.failed, self.dropped)
+        self._said = True
         if self._thread.is_alive():
             logger.warning(
                 "rlmetrics: backend %r did not finish within %.1f s: %d queued rows not written%s",
@@ -289,9 +314,22 @@ class BackendWorker:
             method, args = item
             try:
                 getattr(self.backend, method)(*args)
+                self.written += method == "log_metrics"
             except Exception:
                 if method == "log_metrics":
                     self.failed += 1
                     _report_failure(self.name)
                 else:
                     _report_method_failure(self.name, method)
+
+
+@atexit.register
+def _say_what_exiting_loses() -> None:
+    """On every exit that runs Python (``sys.exit`` from a SIGTERM handler, the end of the
+    script) while a queued backend still holds rows, say so: its thread is a daemon that dies
+    with the process."""
+    for runner in live_backends():
+        if isinstance(runner, BackendWorker):
+            runner.say_unwritten(
+                "the process is exiting before Logger.finish() wrote what it holds"
+            )
