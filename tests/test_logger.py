@@ -667,3 +667,16 @@ def test_nesting_past_the_depth_cap_is_reported_once(caplog: Any) -> None:
     [(key, value)] = [(k, v) for k, v in flat.items() if k != "loss"]
     assert key.count("/") == 32 and isinstance(value, dict)
     assert caplog.text.count("nested more than 32 levels deep") == 1
+
+
+def test_a_cut_past_the_key_cap_keeps_the_keys_a_key_map_tees(tmp_path: Path) -> None:
+    """TRL logs ``kl``, which only the ``trl`` key map ties to ``rl.kl.divergence``: it survives
+    a cut as a declared key does."""
+    filler = {f"filler/{i}": float(i) for i in range(MAX_FLAT_KEYS + 1)}
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}, key_map="trl")
+        logger.log_metrics({**filler, "kl": 0.125}, step=3, prefix="train")
+        logger.finish()
+        assert single(points(reader), "rl.kl.divergence").value == 0.125
+    [row] = read_jsonl(tmp_path / "m.jsonl")
+    assert row["metrics"]["kl"] == 0.125

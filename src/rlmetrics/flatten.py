@@ -8,7 +8,7 @@ it raise or hang.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 from ._warn import describe_value, warn_once
@@ -55,7 +55,7 @@ def key_text(key: Any) -> str:
 def flatten(
     metrics: Mapping[Any, Any],
     sep: str = "/",
-    teed: Callable[[], Iterable[str]] | None = None,
+    teed: Callable[[], Container[str]] | None = None,
 ) -> dict[str, Any]:
     """``{"a": {"b": 1}}`` → ``{"a/b": 1}``; keys become strings. Never raises.
 
@@ -63,7 +63,7 @@ def flatten(
     :data:`MAX_DEPTH` levels (a deeper mapping is kept as a value), and an entry that cannot
     be read is skipped on its own. Past :data:`MAX_FLAT_KEYS` keys, only the axis keys
     (``rlmetrics/step``, ``telemetry/wall_time_seconds``) and the keys in ``teed()`` (the ones
-    a declared series reads; called once, when the cap is first passed) are kept. Each is
+    a declared series reads; asked for once, when the cap is first passed) are kept. Each is
     reported once; a cut says how many keys it dropped.
     """
     if (
@@ -133,9 +133,21 @@ def flatten(
     return flat
 
 
-def _survivors(teed: Callable[[], Iterable[str]] | None) -> Container[str]:
-    """The keys that survive a cut: the axis keys and ``teed()``."""
+class _Survivors:
+    """The keys that survive a cut: the axis keys and those in ``teed``."""
+
+    def __init__(self, teed: Container[str]) -> None:
+        self._teed = teed
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return key in _AXIS_KEYS or key in self._teed
+        except Exception:  # a caller's container that raises keeps the axis keys only
+            return key in _AXIS_KEYS
+
+
+def _survivors(teed: Callable[[], Container[str]] | None) -> Container[str]:
     try:
-        return _AXIS_KEYS | frozenset(teed()) if teed is not None else _AXIS_KEYS
+        return _AXIS_KEYS if teed is None else _Survivors(teed())
     except Exception:
         return _AXIS_KEYS

@@ -45,9 +45,22 @@ __all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logge
 DEFAULT_FINISH_TIMEOUT_S = 30.0
 
 
-def _teed_keys() -> set[str]:
-    """The keys declared series read: they survive a cut past the flatten cap."""
-    return {item.spec.key for item in default_registry().declared()}
+class _TeedKeys:
+    """The keys a declared series reads, directly or through the Logger's key map: they
+    survive a cut past the flatten cap (built only when a dict passes it)."""
+
+    def __init__(self, key_map: KeyMapper | None) -> None:
+        self._declared = {item.spec.key for item in default_registry().declared()}
+        self._key_map = key_map
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._declared:
+            return True
+        return (
+            type(key) is str
+            and self._key_map is not None
+            and self._key_map.key_map.rule_for(key) is not None
+        )
 
 
 class Logger:
@@ -149,7 +162,7 @@ class Logger:
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str = "") -> None:
         """Log one dict under ``prefix``. Never raises."""
         try:
-            flat = flatten(metrics, teed=_teed_keys)
+            flat = flatten(metrics, teed=lambda: _TeedKeys(self._key_map))
             prefix = key_text(prefix) if prefix else ""
             taken = routing.take(prefix, flat, hooks().wanted)
             # The backends get the trainer's keys; the plugins get the key map's (a new dict).
