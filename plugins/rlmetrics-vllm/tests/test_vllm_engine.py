@@ -33,28 +33,17 @@ from rlmetrics_vllm.engine import (
     scrape,
     step_metrics,
 )
-from vllm_support import FINISH_REASONS, EngineValues, TextServer, VllmRegistry
+from vllm_support import (
+    AFTER,
+    BEFORE,
+    EXPECTED,
+    FINISH_REASONS,
+    EngineValues,
+    TextServer,
+    VllmRegistry,
+)
 
 Render = Callable[..., str]
-
-# Two engines' totals before a step, and after it: engine 0 served 3 requests (2 stop,
-# 1 length), engine 1 served 2 (1 stop, 1 abort).
-BEFORE = {
-    "0": EngineValues(100, 400, 100, 4, 400, 4, {"stop": 3, "length": 1}),
-    "1": EngineValues(50, 90, 50, 2, 90, 2, {"stop": 1, "abort": 1}),
-}
-AFTER = {
-    "0": EngineValues(160, 700, 160, 7, 700, 7, {"stop": 5, "length": 2}),
-    "1": EngineValues(90, 150, 90, 4, 150, 4, {"stop": 2, "abort": 2}),
-}
-EXPECTED = {
-    PROMPT_TOKENS_KEY: 100,  # (160-100) + (90-50)
-    GENERATION_TOKENS_KEY: 360,  # (700-400) + (150-90)
-    PROMPT_LENGTH_MEAN_KEY: 100 / 5,  # sum delta 100 over count delta 3 + 2
-    GENERATION_LENGTH_MEAN_KEY: 360 / 5,
-    GENERATIONS_OK_KEY: 4,  # stop 2 + length 1 + stop 1
-    GENERATIONS_FAILED_KEY: 1,  # abort 1
-}
 
 
 # -- names -------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from rlmetrics_vllm.engine import (
     read_text,
     step_metrics,
 )
-from vllm_support import FIXTURE, EngineValues, render_exposition
+from vllm_support import AFTER, BEFORE, EXPECTED, FIXTURE, render_exposition
 
 TEXT = FIXTURE.read_text()
 LINES = TEXT.splitlines()
@@ -70,23 +70,6 @@ def test_fuzz_read_text_never_raises(text: str) -> None:
     assert all(value == 0 for value in result.values())  # a reading against itself: no work
 
 
-# Two engines' readings before and after a step, and the step's keys (see test_vllm_engine).
-_BEFORE = {
-    "0": EngineValues(100, 400, 100, 4, 400, 4, {"stop": 3, "length": 1}),
-    "1": EngineValues(50, 90, 50, 2, 90, 2, {"stop": 1, "abort": 1}),
-}
-_AFTER = {
-    "0": EngineValues(160, 700, 160, 7, 700, 7, {"stop": 5, "length": 2}),
-    "1": EngineValues(90, 150, 90, 4, 150, 4, {"stop": 2, "abort": 2}),
-}
-_EXPECTED = {
-    PROMPT_TOKENS_KEY: 100,
-    GENERATION_TOKENS_KEY: 360,
-    PROMPT_LENGTH_MEAN_KEY: 20.0,
-    GENERATION_LENGTH_MEAN_KEY: 72.0,
-    GENERATIONS_OK_KEY: 4,
-    GENERATIONS_FAILED_KEY: 1,
-}
 #: The family each step key is computed from.
 _KEY_FAMILY = {
     PROMPT_TOKENS_KEY: PROMPT_TOKENS_FAMILY,
@@ -96,7 +79,7 @@ _KEY_FAMILY = {
     GENERATIONS_OK_KEY: REQUEST_SUCCESS_FAMILY,
     GENERATIONS_FAILED_KEY: REQUEST_SUCCESS_FAMILY,
 }
-_READINGS = {"before": render_exposition(_BEFORE), "after": render_exposition(_AFTER)}
+_READINGS = {"before": render_exposition(BEFORE), "after": render_exposition(AFTER)}
 
 
 def _families_in(text: str) -> set[str]:
@@ -155,4 +138,4 @@ def test_fuzz_a_malformed_line_costs_only_its_line_and_family(
     # Every family no mutation touched gives its exact delta, both engines summed.
     for key, family in _KEY_FAMILY.items():
         if family not in touched:
-            assert result.get(key) == pytest.approx(_EXPECTED[key]), (key, touched)
+            assert result.get(key) == pytest.approx(EXPECTED[key]), (key, touched)

@@ -17,15 +17,24 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from rlmetrics_vllm.engine import (
     ENGINE_FAMILIES,
     GENERATION_LENGTH_FAMILY,
+    GENERATION_LENGTH_MEAN_KEY,
     GENERATION_TOKENS_FAMILY,
+    GENERATION_TOKENS_KEY,
+    GENERATIONS_FAILED_KEY,
+    GENERATIONS_OK_KEY,
     PROMPT_LENGTH_FAMILY,
+    PROMPT_LENGTH_MEAN_KEY,
     PROMPT_TOKENS_FAMILY,
+    PROMPT_TOKENS_KEY,
     REQUEST_SUCCESS_FAMILY,
 )
 
 from rlmetrics.testing import ExpositionServer
 
 __all__ = [
+    "AFTER",
+    "BEFORE",
+    "EXPECTED",
     "FINISH_REASONS",
     "FIXTURE",
     "MODEL",
@@ -135,6 +144,26 @@ def render_exposition(
                     extra = engine_labels.replace('"stop"', f'"{reason}"')
                     out.append(f"{name}{{{extra}}} {float(values.finished[reason])}")
     return "\n".join(out) + "\n"
+
+
+# Two engines' totals before a step, and after it: engine 0 served 3 requests (2 stop,
+# 1 length), engine 1 served 2 (1 stop, 1 abort).
+BEFORE = {
+    "0": EngineValues(100, 400, 100, 4, 400, 4, {"stop": 3, "length": 1}),
+    "1": EngineValues(50, 90, 50, 2, 90, 2, {"stop": 1, "abort": 1}),
+}
+AFTER = {
+    "0": EngineValues(160, 700, 160, 7, 700, 7, {"stop": 5, "length": 2}),
+    "1": EngineValues(90, 150, 90, 4, 150, 4, {"stop": 2, "abort": 2}),
+}
+EXPECTED = {
+    PROMPT_TOKENS_KEY: 100,  # (160-100) + (90-50)
+    GENERATION_TOKENS_KEY: 360,  # (700-400) + (150-90)
+    PROMPT_LENGTH_MEAN_KEY: 100 / 5,  # sum delta 100 over count delta 3 + 2
+    GENERATION_LENGTH_MEAN_KEY: 360 / 5,
+    GENERATIONS_OK_KEY: 4,  # stop 2 + length 1 + stop 1
+    GENERATIONS_FAILED_KEY: 1,  # abort 1
+}
 
 
 # -- a real prometheus_client registry with vLLM's families ---------------------------------------
