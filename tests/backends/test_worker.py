@@ -193,7 +193,7 @@ def test_a_queued_backend_writes_what_the_loop_logged_at_the_call_not_later(
         (
             repr(
                 {
-                    "arr": [float(s)] * 3,
+                    "arr": np.full(3, float(s)),  # a copy, still an array (W&B's rules apply)
                     "xs": [s, -s],
                     "scalar": float(s),
                     "cfg/n/deep": [float(s)],
@@ -234,12 +234,16 @@ def test_snapshot_gives_plain_independent_data() -> None:
         "none": None,
         "flag": True,
         "one": 4,
-        "matrix": [[0.0, 0.0], [0.0, 0.0]],
+        "matrix": pytest.approx(np.zeros((2, 2))),
         "t": (3, "a"),
-        "list": [1.5, {"k": [0, 1]}],
+        "list": [1.5, {"k": pytest.approx(np.arange(2))}],
         "1": "int key",
     }
     assert type(taken["flag"]) is bool and type(taken["t"][0]) is int
+    # An array stays an array (a tracker's rules for arrays apply), but it is a copy.
+    assert isinstance(taken["matrix"], np.ndarray) and taken["matrix"] is not value["matrix"]
+    value["matrix"][0, 0] = 9.0
+    assert taken["matrix"][0, 0] == 0.0
     buffer[0] = 0
     inner.append(2.0)
     assert taken["ba"] == b"ab" and len(taken["list"]) == 2

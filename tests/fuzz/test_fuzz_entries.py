@@ -449,9 +449,10 @@ class _OffersGated:
 
 
 def _plain(value: Any) -> Any:
-    """The oracle: ``value`` as plain Python data, written out for the types drawn below."""
+    """The oracle: ``value`` as it was at the call, written out for the types drawn below (a
+    longer array as a copy of itself)."""
     if isinstance(value, np.ndarray):
-        return value.item() if value.size == 1 else value.tolist()
+        return value.item() if value.size == 1 else value.copy()
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, list):

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from wandb_helpers import read_run
 
 import rlmetrics
 from rlmetrics.backends import available_backends
@@ -72,3 +73,26 @@ def test_a_backend_that_cannot_start_is_skipped_and_reported_once(
     assert "failed to start" in warning.getMessage()
     assert warning.exc_info is not None
     assert "wandb.init" in str(warning.exc_info[1])
+
+
+def test_a_reused_buffer_reaches_wandb_as_it_was_at_each_call(tmp_path: Path) -> None:
+    """The loop refills one NumPy buffer after every call; W&B writes on its own thread,
+    later. Each history row holds its own step's values, and W&B's rules for arrays still
+    apply: 40 elements become a histogram, 3 a list."""
+    np = pytest.importorskip("numpy")
+    logger = rlmetrics.Logger(
+        backends={"wandb": {"project": "p", "dir": tmp_path / "wandb"}}, queue_size=100
+    )
+    wide, narrow = np.zeros(40), np.zeros(3)
+    for step in range(1, 6):
+        wide[:] = step
+        narrow[:] = step
+        logger.log_metrics({"wide": wide, "narrow": narrow}, step=step, prefix="train")
+    logger.finish(timeout_s=60)
+    rows = read_run(logger.backends["wandb"].transaction_log).history  # type: ignore[attr-defined]
+    assert [row["train/narrow"] for row in rows] == [[float(s)] * 3 for s in range(1, 6)]
+    for step, row in enumerate(rows, start=1):
+        # (leet prints a histogram's fields as dotted keys.)
+        assert row["train/wide._type"] == "histogram"
+        assert sum(row["train/wide.values"]) == 40
+        assert row["train/wide.bins"][0] < step < row["train/wide.bins"][-1]

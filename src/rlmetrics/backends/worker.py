@@ -12,8 +12,8 @@ the console) declare ``inline = True`` and are called on the caller's thread ins
 
 A queued row is written later, on another thread, while the loop goes on refilling its buffers
 (a NumPy array reused every step, a list cleared and appended to). So what is queued is a
-:func:`snapshot` taken on the caller's thread: plain numbers, strings and fresh containers,
-never a reference to the loop's objects.
+:func:`snapshot` taken on the caller's thread: plain numbers, strings, fresh containers and
+copies of arrays, never a reference to the loop's objects.
 """
 
 from __future__ import annotations
@@ -56,12 +56,14 @@ _IMMUTABLE = frozenset({float, int, bool, str, bytes, type(None)})
 
 
 def snapshot(value: Any) -> Any:
-    """``value`` as plain, independent data, taken now: what a queued backend may write later.
+    """``value`` as independent data, taken now: what a queued backend may write later.
 
-    Python numbers, strings and bytes as they are; NumPy and torch values through
-    :func:`~rlmetrics.values.as_plain` (a scalar or one-element array as its number, a longer
-    one as a list); lists, tuples and mappings rebuilt from their elements' snapshots (a
-    mapping's keys as strings, an unreadable entry skipped); a ``bytearray`` as ``bytes``.
+    Python numbers, strings and bytes as they are; NumPy and torch scalars and one-element
+    arrays as their plain number (:func:`~rlmetrics.values.as_plain`); a longer NumPy array
+    as a copy, a longer torch tensor as a detached copy on the CPU — arrays still, so a
+    tracker applies its own rules to them (W&B makes a histogram of one past 32 elements,
+    MLflow summarises it); lists, tuples and mappings rebuilt from their elements' snapshots
+    (a mapping's keys as strings, an unreadable entry skipped); a ``bytearray`` as ``bytes``.
     Anything else (a tracker's own media object, a value whose conversion raises) is passed
     as it is. A container nested past :data:`MAX_SNAPSHOT_DEPTH` levels, or inside itself,
     becomes a description. Never raises; serves any payload a queued backend is handed.
@@ -92,10 +94,25 @@ def snapshot(value: Any) -> Any:
             return value
         if isinstance(value, bytearray):
             return bytes(value)
-        # A NumPy or torch value: .item() and .tolist() give new plain Python data.
-        return as_plain(value)
+        copied = _copied_array(value)
+        # Any other NumPy or torch value: .item() and .tolist() give new plain Python data.
+        return as_plain(value) if copied is None else copied
 
     return copy(value, 0)
+
+
+def _copied_array(value: Any) -> Any:
+    """An independent copy of a NumPy array or torch tensor of more than one element, of its
+    own kind; None for anything else (or a copy that raises)."""
+    package = type(value).__module__.partition(".")[0]
+    try:
+        if package == "numpy" and getattr(value, "size", 1) > 1:
+            return value.copy()
+        if package == "torch" and callable(getattr(value, "numel", None)) and value.numel() > 1:
+            return value.detach().to("cpu", copy=True)
+    except Exception:
+        return None
+    return None
 
 
 _STR = frozenset({str})
