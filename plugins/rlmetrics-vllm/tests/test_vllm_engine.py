@@ -189,6 +189,7 @@ def test_readers_never_raise_and_a_failed_reading_omits_everything(render: Rende
     dead = scrape(f"http://127.0.0.1:{port}/metrics", timeout_s=2)
     assert dead == Snapshot()
     assert read_text("this is {not prometheus") == Snapshot()
+    assert read_text('{\n  {engine="0"} 1\n\t\n') == Snapshot()  # lines without a name
     assert read_registry(object()) == Snapshot()  # type: ignore[arg-type]
     assert step_metrics(read_text(render(BEFORE)), dead) == {}
     assert step_metrics(dead, dead) == {}

@@ -185,8 +185,9 @@ _WANTED_SAMPLES: frozenset[str] = frozenset().union(*_WANTED.values())
 
 
 def _sample_name(line: str) -> str:
-    """The sample name a text exposition line starts with (empty for a blank line)."""
-    return line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
+    """The sample name a text exposition line starts with (empty for a line without one)."""
+    head = line.split("{", 1)[0].split(None, 1)
+    return head[0] if head else ""
 
 
 def read_text(text: str) -> Snapshot:
