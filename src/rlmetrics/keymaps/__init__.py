@@ -37,8 +37,9 @@ import attrs
 from .._warn import warn_once
 from ..events import EFFICIENCY_PREFIX, TRAIN_PREFIXES
 from ..hooks import collect_offers
-from ..registry import default_registry, is_exporting, record
-from ..values import BoundedValues, key_attribute
+from ..registry import default_registry, is_exporting, record, record_points
+from ..telemetry import current
+from ..values import AttributeSet, BoundedValues, key_attribute
 
 if TYPE_CHECKING:
     from ..plugins import Plugins
@@ -140,14 +141,12 @@ class KeyRule:
     def pattern(self) -> bool:
         return WILDCARD in self.key
 
-    def point_attributes(self, matched: str | None) -> dict[str, str] | None:
-        """The attributes of the point a key matched by this rule records."""
-        if not self.attributes and self.attribute is None:
-            return None
+    def point_attributes(self, matched: str | None) -> AttributeSet:
+        """The attribute set of the point a key matched by this rule records."""
         out = dict(self.attributes)
         if self.attribute is not None and matched is not None:
             out[self.attribute] = matched
-        return out
+        return frozenset(out.items())
 
     def target(self) -> str:
         """What the key becomes, in words (for the docs and the lint)."""
@@ -261,6 +260,7 @@ class _Plan:
     series: tuple[tuple[str, KeyRule, str | None], ...]  # (logged key, rule, matched part)
     categories: tuple[tuple[str, str], ...]  # (logged key, efficiency/<category>_s)
     listed: frozenset[str]  # every key the map lists: the tee never gets it as it is
+    kept: tuple[str, ...]  # the others, which the tee gets as they are
 
 
 _MAX_PLANS = 256
@@ -280,6 +280,9 @@ class KeyMapper:
         self._declared_for: object = None
         self._declared: dict[str, Declared] = {}
         self._bounded: dict[KeyRule, BoundedValues] = {}
+        # Each labelled point's attribute set, prepared once: per rule, its matched names
+        # (the admitted ones only, so memory stays flat) and ``other``.
+        self._attribute_sets: dict[tuple[KeyRule, str | None], AttributeSet | None] = {}
 
     def tee(self, flat: dict[str, Any], prefix: str) -> dict[str, Any]:
         """What the plugins get of ``flat``, a dict every backend got as it is: the mapped
@@ -296,7 +299,7 @@ class KeyMapper:
                 return flat
             if plan.series and is_exporting():
                 self._record(plan, flat)
-            tee = {k: v for k, v in flat.items() if k not in plan.listed}
+            tee = {k: flat[k] for k in plan.kept}
             for key, efficiency in plan.categories:
                 tee[efficiency] = flat[key]
             return tee
@@ -322,7 +325,8 @@ class KeyMapper:
                 series.append((key, rule, matched))
             elif rule.category is not None:
                 categories.append((key, efficiency_key(rule.category)))
-        plan = _Plan(tuple(series), tuple(categories), frozenset(listed))
+        kept = tuple(k for k in keys if k not in listed)
+        plan = _Plan(tuple(series), tuple(categories), frozenset(listed), kept)
         if len(self._plans) >= _MAX_PLANS:  # key sets that churn every step: start over
             self._plans.clear()
         self._plans[keys] = plan
@@ -331,29 +335,41 @@ class KeyMapper:
     def _targets(self) -> dict[str, Declared]:
         """Every declared series by name, read once per telemetry session (declarations are
         frozen while one runs)."""
-        from ..telemetry import current
-
         handle = current()
         if handle is not self._declared_for:
             self._declared = {d.spec.name: d for d in default_registry().declared()}
             self._bounded = {}  # each session admits its own first names
+            self._attribute_sets = {}
             self._declared_for = handle
         return self._declared
 
-    def _label(self, rule: KeyRule, matched: str, declared: Declared) -> str | None:
-        """The attribute value a pattern's matched part is recorded under: itself among the
-        first names of an open attribute, ``other`` past them; None if it is not a safe
-        attribute value (reported once)."""
-        name = key_attribute(matched, f"key map {self.key_map.name!r} {rule.attribute}")
-        if name is None or dict(declared.spec.attributes).get(rule.attribute or "") is not None:
-            return name  # a closed attribute: the registry admits its own values only
-        bounded = self._bounded.get(rule)
-        if bounded is None:
-            bounded = self._bounded[rule] = BoundedValues(max(1, declared.spec.max_series - 1))
-        return bounded(name)
+    def _attribute_set(
+        self, rule: KeyRule, matched: str | None, declared: Declared
+    ) -> AttributeSet | None:
+        """The attribute set a point of ``rule`` is recorded under; for a pattern into an open
+        attribute, the matched part among the first names, ``other`` past them. None if the
+        matched part is not a safe attribute value (reported once)."""
+        known = self._attribute_sets
+        if (rule, matched) in known:
+            return known[(rule, matched)]
+        label = matched
+        if matched is not None and rule.attribute is not None:
+            label = key_attribute(matched, f"key map {self.key_map.name!r} {rule.attribute}")
+            if label is not None and dict(declared.spec.attributes).get(rule.attribute) is None:
+                bounded = self._bounded.get(rule)
+                if bounded is None:
+                    limit = max(1, declared.spec.max_series - 1)
+                    bounded = self._bounded[rule] = BoundedValues(limit)
+                label = bounded(label)
+        prepared = None if label is None and matched is not None else rule.point_attributes(label)
+        if label == matched:  # a name past the cap is not remembered: memory stays flat
+            self._attribute_sets[(rule, matched)] = prepared
+        return prepared
 
     def _record(self, plan: _Plan, flat: Mapping[str, Any]) -> None:
         targets = self._targets()
+        unlabelled: dict[str, dict[str, Any]] = {}  # by group: one record call each
+        labelled: dict[tuple[str, str], list[tuple[Any, AttributeSet]]] = {}
         for key, rule, matched in plan.series:
             declared = targets.get(rule.series or "")
             if declared is None:
@@ -363,9 +379,12 @@ class KeyMapper:
                     f"{rule.series!r}, which no loaded plugin declares; the key reaches the "
                     "backends only (rlmetrics check lints the map)",
                 )
-                continue
-            if matched is not None and rule.attribute is not None:
-                matched = self._label(rule, matched, declared)
-                if matched is None:
-                    continue
-            record(declared.group, {declared.spec.key: flat[key]}, rule.point_attributes(matched))
+            elif rule.attribute is None and not rule.attributes:
+                unlabelled.setdefault(declared.group, {})[declared.spec.key] = flat[key]
+            elif (attributes := self._attribute_set(rule, matched, declared)) is not None:
+                where = (declared.group, declared.spec.key)
+                labelled.setdefault(where, []).append((flat[key], attributes))
+        for group, values in unlabelled.items():
+            record(group, values)
+        for (group, key), points in labelled.items():
+            record_points(group, key, points)
