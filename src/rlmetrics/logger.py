@@ -159,8 +159,20 @@ class Logger:
 
     # -- the training loop's calls --------------------------------------------------------
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str = "") -> None:
-        """Log one dict under ``prefix``. Never raises."""
+    def log_metrics(
+        self,
+        metrics: Mapping[str, Any],
+        step: int,
+        prefix: str = "",
+        step_metric: str | None = None,
+        step_finished: bool = False,
+    ) -> None:
+        """Log one dict under ``prefix``. Never raises.
+
+        ``step_metric`` and ``step_finished`` are NeMo-RL's ``LoggerInterface`` arguments,
+        accepted so this Logger is a drop-in for NeMo-RL's: every backend keeps each key (the
+        step metric's too) and puts the row at ``step``.
+        """
         try:
             flat = flatten(metrics, teed=lambda: _TeedKeys(self._key_map))
             prefix = key_text(prefix) if prefix else ""
