@@ -1,0 +1,142 @@
+"""``RLMetricsCallback``: a ``transformers.TrainerCallback`` that hands every step the trainer
+logs to an :class:`rlmetrics.Logger`.
+
+transformers (and every TRL trainer, which are ``Trainer`` subclasses) calls its callbacks
+from the training loop: ``on_log`` with each dict ``Trainer.log`` writes, at
+``state.global_step``. The callback is a translation to Logger calls and nothing else:
+
+- ``on_init_end`` / ``on_train_begin``: the setup phases (the trainer's construction and the
+  time ``train()`` took to reach its first step) as the Logger's setup timing, and the
+  training arguments as the run's hyperparameters;
+- ``on_log``: the dict at the trainer's ``global_step`` — ``eval_*`` and ``test_*`` keys under
+  the ``eval`` and ``test`` prefixes (as transformers' own W&B integration groups them), the
+  rest under ``train``, where the ``trl`` key map makes TRL's keys rlmetrics' series;
+- ``on_train_end``: the Logger it built is finished (a given one is its owner's).
+
+Only the world's process zero logs, as transformers' own integrations do. Every call is
+guarded: nothing here can fail the trainer's step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from transformers import TrainerCallback
+
+from rlmetrics import KeyMap, Logger
+from rlmetrics.adapters import AdapterLogger, guarded
+
+__all__ = ["EVAL_PREFIX", "TEST_PREFIX", "TRAIN_PREFIX", "RLMetricsCallback", "split_prefix"]
+
+TRAIN_PREFIX, EVAL_PREFIX, TEST_PREFIX = "train", "eval", "test"
+_ADAPTER = "rlmetrics-transformers"
+_SPLITS = ((EVAL_PREFIX + "_", EVAL_PREFIX), (TEST_PREFIX + "_", TEST_PREFIX))
+
+
+def split_prefix(logs: Mapping[str, Any], train: str = TRAIN_PREFIX) -> dict[str, dict[str, Any]]:
+    """``{prefix: {key: value}}``: ``eval_loss`` is ``loss`` under ``eval``, ``test_loss``
+    ``loss`` under ``test``, every other key itself under ``train``."""
+    keys = tuple(logs)
+    plan = _plans.get(keys)
+    if plan is None:
+        plan = _plans[keys] = tuple(_split(key) for key in keys)
+        if len(_plans) > _MAX_PLANS:  # key sets that churn every call: start over
+            _plans.clear()
+    out: dict[str, dict[str, Any]] = {}
+    for key, (prefix, name) in zip(keys, plan, strict=True):
+        out.setdefault(train if prefix is None else prefix, {})[name] = logs[key]
+    return out
+
+
+def _split(key: Any) -> tuple[str | None, Any]:
+    """``(prefix, name)`` of one logged key; None for the training prefix."""
+    if isinstance(key, str):
+        for head, split in _SPLITS:
+            if key.startswith(head) and len(key) > len(head):
+                return split, key[len(head) :]
+    return None, key
+
+
+#: Which keys go where, worked out once per key sequence (a trainer logs the same every step).
+_plans: dict[tuple[Any, ...], tuple[tuple[str | None, Any], ...]] = {}
+_MAX_PLANS = 64
+
+
+class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
+    """Send every step a ``Trainer`` logs to rlmetrics.
+
+    :param logger: an :class:`rlmetrics.Logger` to write to, used as it is (and finished by
+        its owner). Without one the callback builds its own when training starts, from
+        ``backends`` (default: the JSONL backend) and ``key_map``, and finishes it when
+        training ends.
+    :param backends: ``Logger``'s ``backends`` for the Logger the callback builds.
+    :param key_map: which key the trainer logs is which rlmetrics series; ``"trl"`` (the
+        default) covers TRL's trainers and ``Trainer``'s own keys.
+    :param prefix: the prefix of the training dicts (``eval_*`` and ``test_*`` keys go under
+        ``eval`` and ``test``).
+    :param setup_started: a ``time.monotonic()`` reading where the run's setup began (before
+        the model was loaded, say); default: when the callback was made.
+
+    A wrong ``backends`` or ``key_map`` raises here, before the trainer starts.
+    """
+
+    def __init__(
+        self,
+        logger: Logger | None = None,
+        *,
+        backends: Mapping[str, Mapping[str, Any] | None] | None = None,
+        key_map: str | KeyMap | None = None,
+        prefix: str = TRAIN_PREFIX,
+        setup_started: float | None = None,
+    ) -> None:
+        if logger is None and key_map is None:
+            key_map = "trl"
+        self.logs = AdapterLogger(logger, backends=backends, key_map=key_map, adapter=_ADAPTER)
+        self.prefix = prefix
+        self._setup_started = time.monotonic() if setup_started is None else setup_started
+        self._init_ended: float | None = None
+
+    @property
+    def logger(self) -> Logger | None:
+        """The Logger steps go to (None before training starts, unless one was given)."""
+        return self.logs.logger
+
+    @guarded(_ADAPTER, "on_init_end")
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._init_ended = time.monotonic()
+
+    @guarded(_ADAPTER, "on_train_begin")
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        logger = self.logs.start()
+        now = time.monotonic()
+        timings = {"total_setup_time_s": now - self._setup_started}
+        if self._init_ended is not None:
+            timings["trainer_init_time_s"] = self._init_ended - self._setup_started
+            timings["train_begin_time_s"] = now - self._init_ended
+        logger.log_setup_timing(timings)
+        to_dict = getattr(args, "to_dict", None)
+        logger.log_hyperparams(to_dict() if callable(to_dict) else args)
+
+    @guarded(_ADAPTER, "on_log")
+    def on_log(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        logs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not logs or not state.is_world_process_zero:
+            return
+        logger = self.logs.start()
+        for prefix, metrics in split_prefix(logs, self.prefix).items():
+            logger.log_metrics(metrics, step=state.global_step, prefix=prefix)
+
+    @guarded(_ADAPTER, "on_train_end")
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            self.logs.finish()

@@ -1,0 +1,254 @@
+"""RLMetricsCallback on real trainers: a ``transformers.Trainer`` and a TRL ``GRPOTrainer``
+run a few steps on CPU with a tiny model built here; what they log is read back from the real
+SDK's in-memory reader (step by step) and from the JSONL file."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from rlmetrics_transformers import RLMetricsCallback, split_prefix
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers_support import (
+    length_reward,
+    lm_dataset,
+    prompt_dataset,
+    save_tiny_model,
+    tiny_model,
+)
+
+import rlmetrics
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.testing import points
+
+SERIES = {"reward": "rl.reward.mean", "kl": "rl.kl.divergence", "loss": "rl.policy.loss"}
+
+
+class Readings(TrainerCallback):  # type: ignore[misc]
+    """Runs after the callback under test: what the reader holds at each logged step."""
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+        self.at: dict[int, dict[str, Any]] = {}
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if logs and "loss" in logs:
+            found = points(self.reader)
+            self.at[state.global_step] = {
+                "logged": dict(logs),
+                "exported": {p.name: p.value for p in found if not p.attributes},
+                "components": {
+                    p.attributes["rl.reward.component"]: p.value
+                    for p in found
+                    if p.name == "rl.reward.component_mean"
+                },
+            }
+
+
+def _args(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    return {
+        "output_dir": str(tmp_path / "out"),
+        "per_device_train_batch_size": 2,
+        "max_steps": 3,
+        "logging_steps": 1,
+        "report_to": "none",
+        "use_cpu": True,
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "seed": 0,
+        **overrides,
+    }
+
+
+def _train_rows(path: Path) -> list[dict[str, Any]]:
+    return [row for row in read_jsonl(path) if row["prefix"] == "train"]
+
+
+def test_a_transformers_trainer_logs_each_step_at_its_global_step(
+    tmp_path: Path, telemetry: tuple[Any, Any]
+) -> None:
+    _handle, reader = telemetry
+    path = tmp_path / "metrics.jsonl"
+    readings = Readings(reader)
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**_args(tmp_path, learning_rate=1e-3)),
+        train_dataset=lm_dataset(),
+        callbacks=[RLMetricsCallback(backends={"jsonl": {"path": path}}), readings],
+    )
+    trainer.train()
+    assert trainer.state.global_step == 3
+    assert sorted(readings.at) == [1, 2, 3]
+    for step, seen in readings.at.items():
+        logged, exported = seen["logged"], seen["exported"]
+        assert exported["rl.policy.loss"] == pytest.approx(logged["loss"]), step
+        assert exported["rl.grad_norm"] == pytest.approx(logged["grad_norm"]), step
+        assert exported["rl.learning_rate"] == pytest.approx(logged["learning_rate"]), step
+    rows = _train_rows(path)
+    step_rows = [row for row in rows if "loss" in row["metrics"]]
+    assert [row["step"] for row in step_rows] == [1, 2, 3]
+    assert [row["metrics"]["loss"] for row in step_rows] == [
+        readings.at[s]["logged"]["loss"] for s in (1, 2, 3)
+    ]
+    # The run's summary at the end, under the trainer's own keys.
+    assert "train_runtime" in rows[-1]["metrics"] and rows[-1]["step"] == 3
+    # Setup phases at step 0, and the training arguments as the run's hyperparameters.
+    setup = {
+        p.attributes["rl.setup.phase"] for p in points(reader) if p.name == "rl.setup.duration"
+    }
+    assert setup == {"total_setup", "trainer_init", "train_begin"}
+    hyperparams = [row for row in read_jsonl(path, every_row=True) if "hyperparams" in row]
+    assert hyperparams[0]["hyperparams"]["learning_rate"] == 1e-3
+    assert hyperparams[0]["hyperparams"]["max_steps"] == 3
+
+
+@pytest.mark.parametrize("beta", [0.1], ids=["beta>0"])
+def test_a_trl_grpo_trainer_gets_reward_kl_and_loss_as_rlmetrics_series(
+    tmp_path: Path, telemetry: tuple[Any, Any], beta: float
+) -> None:
+    from trl import GRPOConfig, GRPOTrainer
+
+    _handle, reader = telemetry
+    path = tmp_path / "metrics.jsonl"
+    readings = Readings(reader)
+    model = save_tiny_model(tmp_path / "model")  # beta > 0: TRL rebuilds the reference model
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=length_reward,
+        args=GRPOConfig(
+            **_args(tmp_path, max_steps=2),
+            num_generations=2,
+            max_completion_length=8,
+            beta=beta,
+        ),
+        train_dataset=prompt_dataset(),
+        processing_class=_tokenizer(model),
+        callbacks=[RLMetricsCallback(backends={"jsonl": {"path": path}}), readings],
+    )
+    trainer.train()
+    assert sorted(readings.at) == [1, 2]
+    for step, seen in readings.at.items():
+        logged, exported = seen["logged"], seen["exported"]
+        for key, series in SERIES.items():
+            assert exported[series] == pytest.approx(logged[key]), (step, key)
+        assert seen["components"] == {
+            "length_reward": pytest.approx(logged["rewards/length_reward/mean"])
+        }
+    rows = [row for row in _train_rows(path) if "kl" in row["metrics"]]
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        logged = readings.at[row["step"]]["logged"]
+        assert {k: row["metrics"][k] for k in SERIES} == {k: logged[k] for k in SERIES}
+        assert "rewards/length_reward/mean" in row["metrics"]  # the trainer's own keys
+
+
+def _tokenizer(folder: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def test_bad_values_from_the_trainer_drop_only_themselves(
+    tmp_path: Path, telemetry: tuple[Any, Any]
+) -> None:
+    _handle, reader = telemetry
+    path = tmp_path / "metrics.jsonl"
+    callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**_args(tmp_path, max_steps=1)),
+        train_dataset=lm_dataset(),
+        callbacks=[callback],
+    )
+    trainer.train()
+    trainer.state.global_step = 7
+    callback.logs.start()  # train() finished its Logger; Trainer.log still reaches on_log
+    trainer.log(
+        {
+            "loss": None,
+            "kl": torch.tensor(0.5),
+            "reward": "high",
+            "grad_norm": float("nan"),
+            "learning_rate": 2e-4,
+            "entropy": torch.ones(3),
+        }
+    )
+    exported = {p.name: p.value for p in points(reader) if not p.attributes}
+    callback.logs.finish()
+    rows = {row["step"]: row["metrics"] for row in _train_rows(path) if "loss" in row["metrics"]}
+    # The good values land...
+    assert exported["rl.kl.divergence"] == 0.5
+    assert exported["rl.learning_rate"] == 2e-4
+    # ...each bad one is dropped on its own: a gauge keeps its last good value or never starts.
+    assert "rl.reward.mean" not in exported and "rl.entropy" not in exported
+    assert exported["rl.policy.loss"] == rows[1]["loss"]
+    assert exported["rl.grad_norm"] == rows[1]["grad_norm"]
+    # The backends get the row, each value as JSON can hold it.
+    assert rows[7]["learning_rate"] == 2e-4 and rows[7]["kl"] == 0.5 and rows[7]["loss"] is None
+
+
+class BrokenLogger(rlmetrics.Logger):
+    """A Logger with a bug in every call: what the callback's guard is for."""
+
+    def log_metrics(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug in rlmetrics")
+
+    log_setup_timing = log_hyperparams = log_metrics  # type: ignore[assignment]
+
+
+def test_an_rlmetrics_failure_never_fails_the_trainers_step(tmp_path: Path, caplog: Any) -> None:
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**_args(tmp_path)),
+        train_dataset=lm_dataset(),
+        callbacks=[RLMetricsCallback(BrokenLogger(backends={}))],
+    )
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        trainer.train()
+    assert trainer.state.global_step == 3
+    failed = [
+        r for r in caplog.records if "rlmetrics-transformers: on_log failed" in r.getMessage()
+    ]
+    assert len(failed) == 1  # said once, not once a step
+
+
+def test_a_configuration_mistake_fails_before_the_trainer_starts() -> None:
+    with pytest.raises(ValueError, match="unknown backend"):
+        RLMetricsCallback(backends={"nope": {}})
+    with pytest.raises(ValueError, match="unknown key map 'nope'"):
+        RLMetricsCallback(key_map="nope")
+    with pytest.raises(ValueError, match="not both"):
+        RLMetricsCallback(rlmetrics.Logger(backends={}), key_map="trl")
+
+
+def test_eval_keys_go_under_eval(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**_args(tmp_path, max_steps=1)),
+        train_dataset=lm_dataset(),
+        eval_dataset=lm_dataset(count=4),
+        callbacks=[callback],
+    )
+    trainer.train()
+    callback.logs.start()  # train() finished its Logger; evaluate() logs through on_log too
+    trainer.evaluate()
+    callback.logs.finish()
+    (row,) = [row for row in read_jsonl(path) if row["prefix"] == "eval"]
+    assert row["step"] == 1 and "loss" in row["metrics"] and "runtime" in row["metrics"]
+
+
+@given(st.dictionaries(st.text(max_size=10), st.floats(allow_nan=False), max_size=8))
+def test_split_prefix_keeps_every_value_once(logs: dict[str, float]) -> None:
+    split = split_prefix(logs)
+    assert sum(len(d) for d in split.values()) == len(logs)
+    for prefix, metrics in split.items():
+        for key, value in metrics.items():
+            original = key if prefix == "train" else f"{prefix}_{key}"
+            assert logs[original] == value
