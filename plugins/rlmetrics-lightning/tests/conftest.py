@@ -1,0 +1,13 @@
+"""The rlmetrics-lightning tests run a real Lightning Trainer on CPU; the ``integrations`` tox env
+installs it. Test modules are named ``test_lightning_*`` so none collide with another folder's.
+"""
+
+from __future__ import annotations
+
+from rlmetrics.testing.trainers import ignore_unless_installed, isolated, telemetry
+
+__all__ = ["isolated", "telemetry"]
+
+collect_ignore_glob = ignore_unless_installed(
+    "lightning", "torch", why="the tox env 'integrations' installs them"
+)

@@ -1,0 +1,128 @@
+"""RLMetricsLogger in a real ``lightning.Trainer.fit`` on a toy module (CPU, a few steps):
+what the module logs is read back from the JSONL file and the real SDK's in-memory reader."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning
+import pytest
+import torch
+from rlmetrics_lightning import RLMetricsLogger
+from torch.utils.data import DataLoader, TensorDataset
+
+import rlmetrics
+from rlmetrics import KeyMap, KeyRule
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.testing import points
+
+#: The toy module's keys as rlmetrics series: the map a user of their own loop would write.
+TOY_MAP = KeyMap(
+    "toy",
+    [KeyRule("train_loss", series="rl.policy.loss"), KeyRule("reward", series="rl.reward.mean")],
+)
+
+
+class Toy(lightning.LightningModule):  # type: ignore[misc]
+    """A linear regression that logs its loss, a fake reward, and what a trainer may pass
+    badly (a NaN, a string is refused by Lightning itself, so a NaN and a tensor)."""
+
+    def __init__(self, lr: float = 0.1) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("train_loss", loss)
+        self.log("reward", float(self.global_step))
+        self.log("nan_metric", float("nan"))
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+def _fit(logger: Any, steps: int = 3) -> lightning.Trainer:
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
+    trainer = lightning.Trainer(
+        max_steps=steps,
+        logger=logger,
+        log_every_n_steps=1,
+        accelerator="cpu",
+        devices=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Toy(), DataLoader(data, batch_size=2))
+    return trainer
+
+
+def test_fit_logs_each_step_the_hyperparameters_and_finishes(
+    tmp_path: Path, telemetry: tuple[Any, Any]
+) -> None:
+    _handle, reader = telemetry
+    path = tmp_path / "metrics.jsonl"
+    logger = RLMetricsLogger(backends={"jsonl": {"path": path}}, key_map=TOY_MAP)
+    trainer = _fit(logger)
+    assert trainer.global_step == 3
+    rows = [row for row in read_jsonl(path) if "train_loss" in row["metrics"]]
+    assert [row["step"] for row in rows] == [0, 1, 2]  # Lightning logs before it steps
+    assert [row["metrics"]["reward"] for row in rows] == [0.0, 1.0, 2.0]
+    assert all(row["prefix"] == "train" for row in rows)
+    exported = {p.name: p.value for p in points(reader) if not p.attributes}
+    assert exported["rl.policy.loss"] == pytest.approx(rows[-1]["metrics"]["train_loss"])
+    assert exported["rl.reward.mean"] == 2.0
+    hyperparams = [row for row in read_jsonl(path, every_row=True) if "hyperparams" in row]
+    assert hyperparams[0]["hyperparams"]["lr"] == 0.1
+    assert logger.experiment is None  # finalize finished the Logger it built
+
+
+def test_a_given_logger_is_written_to_and_left_to_its_owner(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    with rlmetrics.Logger(backends={"jsonl": {"path": path}}) as owned:
+        _fit(RLMetricsLogger(owned), steps=2)
+        owned.log_metrics({"after": 1.0}, step=9)  # still open after fit
+    assert [row["step"] for row in read_jsonl(path)][-1] == 9
+
+
+class BrokenLogger(rlmetrics.Logger):
+    def log_metrics(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug in rlmetrics")
+
+    log_hyperparams = log_metrics  # type: ignore[assignment]
+
+
+def test_an_rlmetrics_failure_never_fails_the_trainers_step(caplog: Any) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        trainer = _fit(RLMetricsLogger(BrokenLogger(backends={})))
+    assert trainer.global_step == 3
+    failed = [r for r in caplog.records if "rlmetrics-lightning: log_metrics" in r.getMessage()]
+    assert len(failed) == 1
+
+
+def test_bad_values_drop_only_themselves(tmp_path: Path, telemetry: tuple[Any, Any]) -> None:
+    _handle, reader = telemetry
+    path = tmp_path / "metrics.jsonl"
+    logger = RLMetricsLogger(backends={"jsonl": {"path": path}}, key_map=TOY_MAP)
+    logger.log_metrics(
+        {"train_loss": None, "reward": torch.tensor(0.5), "x": "text", "y": float("nan")}, step=4
+    )
+    exported = {p.name: p.value for p in points(reader) if not p.attributes}
+    logger.finalize("success")
+    assert exported["rl.reward.mean"] == 0.5  # a 0-d tensor, read
+    assert "rl.policy.loss" not in exported  # its None dropped alone
+    ((row),) = list(read_jsonl(path))
+    assert row["step"] == 4 and row["metrics"]["reward"] == 0.5 and row["metrics"]["x"] == "text"
+
+
+def test_a_configuration_mistake_fails_before_fit() -> None:
+    with pytest.raises(ValueError, match="unknown backend"):
+        RLMetricsLogger(backends={"nope": {}})
+    with pytest.raises(ValueError, match="unknown key map"):
+        RLMetricsLogger(key_map="nope")
