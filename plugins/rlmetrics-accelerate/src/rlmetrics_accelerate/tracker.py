@@ -1,0 +1,81 @@
+"""``RLMetricsTracker``: an Accelerate ``GeneralTracker`` that writes to an
+:class:`rlmetrics.Logger`.
+
+``Accelerator(log_with=[RLMetricsTracker()])`` calls it like its built-in trackers:
+``start`` in ``init_trackers`` (the Logger is built then, on the main process only),
+``store_init_configuration`` with ``init_trackers``' ``config`` (the run's hyperparameters),
+``log`` for each ``Accelerator.log(values, step=...)``, ``finish`` in ``end_training``.
+Every call is guarded: nothing here can fail the training loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from accelerate.tracking import GeneralTracker, on_main_process
+
+from rlmetrics import KeyMap, Logger
+from rlmetrics.adapters import AdapterLogger, guarded
+
+__all__ = ["RLMetricsTracker"]
+
+_ADAPTER = "rlmetrics-accelerate"
+
+
+class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
+    """Send what an Accelerate loop logs to rlmetrics.
+
+    :param logger: an :class:`rlmetrics.Logger` to write to (finished by its owner); without
+        one, the tracker builds its own from ``backends`` and ``key_map`` in ``init_trackers``
+        and finishes it in ``end_training``.
+    :param backends: ``Logger``'s ``backends`` for the Logger built here.
+    :param key_map: which of your keys is which rlmetrics series (a name such as ``"trl"``
+        or ``"verl"``, or a :class:`rlmetrics.KeyMap`).
+    :param prefix: the prefix every dict is logged under.
+    """
+
+    name = "rlmetrics"
+    requires_logging_directory = False
+    main_process_only = True
+
+    def __init__(
+        self,
+        logger: Logger | None = None,
+        *,
+        backends: Mapping[str, Mapping[str, Any] | None] | None = None,
+        key_map: str | KeyMap | None = None,
+        prefix: str = "train",
+    ) -> None:
+        super().__init__()
+        self.logs = AdapterLogger(logger, backends=backends, key_map=key_map, adapter=_ADAPTER)
+        self.prefix = prefix
+        self._last_step = 0
+
+    @property
+    def tracker(self) -> Logger | None:
+        """The rlmetrics Logger (on the main process, once ``init_trackers`` ran)."""
+        return self.logs.logger
+
+    @on_main_process  # type: ignore[untyped-decorator,misc]
+    @guarded(_ADAPTER, "start")
+    def start(self) -> None:
+        self.logs.start()
+
+    @on_main_process  # type: ignore[untyped-decorator,misc]
+    @guarded(_ADAPTER, "store_init_configuration")
+    def store_init_configuration(self, values: Mapping[str, Any]) -> None:
+        self.logs.start().log_hyperparams(values)
+
+    @on_main_process  # type: ignore[untyped-decorator,misc]
+    @guarded(_ADAPTER, "log")
+    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        if step is None:  # Accelerator.log's step is optional; keep the last one
+            step = self._last_step
+        self._last_step = step
+        self.logs.start().log_metrics(values, step=step, prefix=self.prefix)
+
+    @on_main_process  # type: ignore[untyped-decorator,misc]
+    @guarded(_ADAPTER, "finish")
+    def finish(self) -> None:
+        self.logs.finish()
