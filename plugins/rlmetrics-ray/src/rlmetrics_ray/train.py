@@ -1,0 +1,136 @@
+"""rlmetrics in Ray Train (V2): :class:`RLMetricsTrainCallback`, a ``ray.train.UserCallback``.
+
+Ray Train calls a ``UserCallback`` in its Train controller actor, not in the driver that built
+it: ``after_report(run_context, metrics, checkpoint)`` once every worker has called
+``ray.train.report``, with one dict per worker (``metrics[i]`` from world rank ``i``). So the
+callback travels to the controller as configuration only, and there it
+
+- builds its :class:`rlmetrics.Logger` on the first report (from ``backends`` and
+  ``key_map``) and logs world rank 0's dict at the trainer's step (the dict's ``step`` key,
+  else the number of reports so far) under ``train``; with ``all_workers=True`` each worker's
+  dict also reaches the backends under ``worker/<rank>``;
+- logs the run's ``train_loop_config`` as its hyperparameters, once;
+- with ``telemetry=`` (``rlmetrics.start``'s arguments), starts telemetry in the controller
+  as part of the driver's run: the driver's run identity (:func:`rlmetrics_ray.runtime_env`,
+  taken where the callback is made) is applied to the controller's environment first, so
+  its series carry the driver's ``rlmetrics.run.id``, its exporter settings, and the
+  controller's own ``process.pid`` and Ray node.
+
+Nothing it does can fail a report: every call is guarded. Ray offers a ``UserCallback`` no
+end-of-run call; the JSONL backend writes each row as it comes, and telemetry started here is
+shut down (bounded) when the controller's process exits.
+
+Importing this module imports Ray Train; ``import rlmetrics_ray`` does not import it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ray.train import UserCallback
+
+import rlmetrics
+from rlmetrics import KeyMap
+from rlmetrics.adapters import AdapterLogger, guarded
+
+from .workers import runtime_env
+
+__all__ = ["CONTROLLER_GROUP", "WORKER_PREFIX", "RLMetricsTrainCallback"]
+
+#: The ``rl.worker_group`` of the Train controller's telemetry.
+CONTROLLER_GROUP = "ray_train_controller"
+#: Each worker's dict reaches the backends under ``worker/<rank>`` (with ``all_workers``).
+WORKER_PREFIX = "worker"
+_ADAPTER = "rlmetrics-ray train"
+
+
+class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
+    """Send what Ray Train workers report to rlmetrics, from the Train controller.
+
+    :param backends: ``Logger``'s ``backends`` (default: the JSONL backend; a relative path
+        is relative to the controller's working directory).
+    :param key_map: which reported key is which rlmetrics series.
+    :param prefix: the prefix of rank 0's dict.
+    :param step_key: the reported key that holds the trainer's step.
+    :param all_workers: also log each worker's dict to the backends, under ``worker/<rank>``.
+    :param telemetry: ``rlmetrics.start`` arguments (``{"exporters": ["otlp"]}``) to start
+        telemetry in the controller; None leaves it off (the backends still get every row).
+    :param run_id: the run the controller's telemetry belongs to; default: the driver's.
+    """
+
+    def __init__(
+        self,
+        *,
+        backends: Mapping[str, Mapping[str, Any] | None] | None = None,
+        key_map: str | KeyMap | None = None,
+        prefix: str = "train",
+        step_key: str = "step",
+        all_workers: bool = False,
+        telemetry: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.logs = AdapterLogger(backends=backends, key_map=key_map, adapter=_ADAPTER)
+        self.prefix = prefix
+        self.step_key = step_key
+        self.all_workers = all_workers
+        self.telemetry = None if telemetry is None else dict(telemetry)
+        # The driver's run, as environment variables: applied in the controller before its
+        # telemetry starts (where this object is unpickled, the driver's handle is gone).
+        carried = rlmetrics.current() is not None or run_id is not None
+        self.identity: dict[str, str] = (
+            runtime_env(CONTROLLER_GROUP, run_id=run_id)["env_vars"] if carried else {}
+        )
+        self._reports = 0
+        self._started = False
+
+    def _start_telemetry(self) -> None:
+        """In the controller, before its first row: telemetry as part of the driver's run."""
+        if self.telemetry is None or rlmetrics.current() is not None:
+            return
+        os.environ.update(self.identity)
+        try:
+            rlmetrics.start(**self.telemetry)
+        except Exception:
+            rlmetrics.warn_once(
+                "ray-train:telemetry",
+                "rlmetrics-ray: telemetry could not start in the Ray Train controller; the "
+                "backends still get every report",
+            )
+
+    @guarded(_ADAPTER, "the run's configuration")
+    def _log_config(self, run_context: Any) -> None:
+        config = getattr(run_context, "train_loop_config", None)
+        if config:
+            self.logs.start().log_hyperparams(config)
+
+    def _step(self, metrics: Mapping[str, Any]) -> int:
+        value = rlmetrics.as_number(metrics.get(self.step_key))
+        return int(value) if value is not None else self._reports
+
+    @guarded(_ADAPTER, "after_report")
+    def after_report(
+        self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any = None
+    ) -> None:
+        if not metrics:
+            return
+        if not self._started:
+            self._started = True
+            self._start_telemetry()
+            self._log_config(run_context)
+        logger = self.logs.start()
+        self._reports += 1
+        first = metrics[0] or {}
+        step = self._step(first)
+        logger.log_metrics(first, step=step, prefix=self.prefix)
+        if self.all_workers:
+            for rank, reported in enumerate(metrics):
+                logger.log_metrics(reported or {}, step=step, prefix=f"{WORKER_PREFIX}/{rank}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Shipped to the controller as configuration: what was started here stays here.
+        state = dict(self.__dict__)
+        state["_started"] = False
+        state["_reports"] = 0
+        return state

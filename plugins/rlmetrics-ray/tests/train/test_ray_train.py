@@ -1,0 +1,145 @@
+"""RLMetricsTrainCallback in a real Ray Train V2 run: a ``TorchTrainer`` with two CPU workers on
+a one-node Ray cluster on 127.0.0.1 (the module starts it, as the cluster tests do), whose
+reports the callback logs from the Train controller: read back from the JSONL file it writes
+and from a real OTLP receiver its telemetry exports to, with the driver's run id.
+
+Skipped where Ray Train or torch is missing (the SDK envs, the ray env: ``conftest.py``); the
+tox env ``integrations`` runs them with ``RLMETRICS_REQUIRE_TRAINERS=1``, so a missing one
+fails there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ray_support_cluster import RAY_ENV, RayHead
+
+os.environ.update(RAY_ENV)  # before Ray is imported: it reads them at import
+
+import ray
+from ray.train import RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+from rlmetrics_ray.train import CONTROLLER_GROUP, RLMetricsTrainCallback
+
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, isolated_state
+
+#: Starting Ray and a Train run's workers takes ~25 s on these machines.
+RAY_WAIT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RayHead]:
+    """A one-node Ray cluster on 127.0.0.1 with this process connected as its driver."""
+    from ray._private import ray_constants
+
+    head = RayHead(num_cpus=2)
+    try:
+        head.start()
+        if ray_constants.ENABLE_RAY_CLUSTER:
+            pytest.fail("Ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set")
+        ray.init(address=head.address, log_to_driver=False, logging_level=logging.WARNING)
+        assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
+        yield head
+    finally:
+        ray.shutdown()
+        head.close()
+
+
+def test_a_torch_trainer_reports_through_the_controller_with_the_drivers_run_id(
+    cluster: RayHead, tmp_path: Path
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    receiver = OtlpReceiver().start()
+
+    # Defined here so cloudpickle ships it by value (the workers cannot import this file).
+    def train_loop(config: dict[str, Any]) -> None:
+        """Each worker reports three steps; rank 1's values differ from rank 0's."""
+        import ray.train
+
+        rank = ray.train.get_context().get_world_rank()
+        for step in range(1, config["steps"] + 1):
+            ray.train.report(
+                {
+                    "step": step,
+                    "reward": step + 10.0 * rank,
+                    "loss": 1.0 / step,
+                    "kl_penalty": None if step == 2 else 0.5,  # a bad value: dropped alone
+                    "note": f"rank{rank}",
+                }
+            )
+
+    try:
+        with isolated_state(), in_memory_telemetry(service_name="grpo", run_id="run-train"):
+            callback = RLMetricsTrainCallback(
+                backends={"jsonl": {"path": str(path)}},
+                all_workers=True,
+                telemetry={
+                    "exporters": ["otlp"],
+                    "otlp_endpoint": receiver.endpoint,
+                    "export_interval_s": 0.5,
+                },
+            )
+            trainer = TorchTrainer(
+                train_loop,
+                train_loop_config={"steps": 3, "lr": 0.01},
+                scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+                run_config=RunConfig(
+                    name="rlmetrics-train",
+                    storage_path=str(tmp_path / "storage"),
+                    callbacks=[callback],
+                ),
+            )
+            result = trainer.fit()
+            assert result.error is None
+
+        def last_reward(r: OtlpReceiver) -> dict[str, Any] | None:
+            for resource, names in r.resources():
+                if "rl.reward.mean" in names:
+                    values = [p.value for p in r.points() if p.name == "rl.reward.mean"]
+                    if values and values[-1] == 3.0:
+                        return resource
+            return None
+
+        resource = receiver.wait_for(last_reward, RAY_WAIT_S, "the controller's last report")
+    finally:
+        receiver.close()
+
+    rows = list(read_jsonl(path))
+    train = [row for row in rows if row["prefix"] == "train"]
+    # Rank 0's dict at the reported step, as the workers reported it.
+    assert [(row["step"], row["metrics"]["reward"]) for row in train] == [
+        (1, 1.0),
+        (2, 2.0),
+        (3, 3.0),
+    ]
+    assert [row["metrics"]["note"] for row in train] == ["rank0"] * 3
+    assert train[1]["metrics"]["kl_penalty"] is None
+    # Every worker's dict, for the backends.
+    workers = {(row["prefix"], row["step"]): row["metrics"]["reward"] for row in rows}
+    assert workers[("worker/1", 3)] == 13.0 and workers[("worker/0", 3)] == 3.0
+    # The run's configuration, once.
+    (config,) = [row for row in read_jsonl(path, every_row=True) if "hyperparams" in row]
+    assert config["hyperparams"] == {"steps": 3, "lr": 0.01}
+    # The controller's telemetry is part of the driver's run, from a process of its own.
+    assert resource["rlmetrics.run.id"] == "run-train"
+    assert resource["service.name"] == "grpo"
+    assert resource["rl.worker_group"] == CONTROLLER_GROUP
+    assert resource["process.pid"] != os.getpid()
+    kl = [p.value for p in receiver.points() if p.name == "rl.kl.divergence"]
+    assert kl and set(kl) == {0.5}  # step 2's None was dropped, not exported
+
+
+def test_a_callback_never_fails_a_report(tmp_path: Path) -> None:
+    callback = RLMetricsTrainCallback(backends={"jsonl": {"path": str(tmp_path / "m.jsonl")}})
+    # What Ray passes, and what it must never raise on: an empty report, a worker's None.
+    callback.after_report(None, [], None)
+    callback.after_report(None, [None, {"step": 1}], None)  # type: ignore[list-item]
+    callback.after_report(object(), [{"step": "x", "reward": object()}], None)
+    rows = list(read_jsonl(tmp_path / "m.jsonl"))
+    assert [row["step"] for row in rows] == [1, 2]  # no step key: the report count
