@@ -6,7 +6,7 @@ Run it in each SDK's bench env (``tox -e bench-otel144,bench-otel1451,bench-otel
 ``--update-readme`` rewrites this SDK's table in benchmarks/README.md. Every case logs the
 realistic 60-key GRPO step of ``grpo_step.py`` with the core's built-in families on (every
 installed plugin too with ``--all-families``) and one in-memory reader; each baseline does by
-hand what the case does (the same 16 series, with the same attributes, through raw SDK
+hand what the case does (the same 18 series, with the same attributes, through raw SDK
 calls). Ratios are per round, rounds alternate A B / B A, and the rounds of ``--processes``
 fresh processes are pooled (``_harness.py``); read the median, and the spread for how noisy
 the machine was.
@@ -78,7 +78,9 @@ _TRAINING = {
 
 
 class RawTee:
-    """The 16 series of GRPO_STEP written by hand with raw SDK calls: what rlmetrics replaces."""
+    """The 18 series of GRPO_STEP written by hand with raw SDK calls: what rlmetrics replaces
+    (the 16 the training and efficiency families tee, and the liveness family's step number and
+    the time it arrived)."""
 
     def __init__(self) -> None:
         self.reader = InMemoryMetricReader()
@@ -87,6 +89,8 @@ class RawTee:
         self.gauges = {key: meter.create_gauge(name) for key, name in _TRAINING.items()}
         self.seconds = meter.create_gauge("rl.efficiency.seconds", unit="s")
         self.pct = meter.create_gauge("rl.efficiency.pct", unit="%")
+        self.step_number = meter.create_gauge("rl.step.number", unit="{step}")
+        self.step_time = meter.create_gauge("rl.step.last_timestamp", unit="s")
         self.category_attributes = {
             category: {
                 "rl.efficiency.category": category,
@@ -107,13 +111,15 @@ class RawTee:
         for category, attributes in self.category_attributes.items():
             self.seconds.set(metrics[f"efficiency/{category}_s"], attributes)
         self.pct.set(metrics["efficiency/efficiency_pct"], self.pct_attributes)
+        self.step_number.set(1)
+        self.step_time.set(time.time())
 
     def collect(self) -> None:
         self.reader.get_metrics_data()
 
 
 class RawObservable:
-    """The same 16 points as :class:`RawTee`, as the SDK's observable gauges reporting ready
+    """The same 18 points as :class:`RawTee`, as the SDK's observable gauges reporting ready
     Observations: what rlmetrics' gauges cost the SDK at collection, with no rlmetrics code."""
 
     def __init__(self, raw: RawTee, metrics: dict[str, Any]) -> None:
@@ -132,6 +138,10 @@ class RawObservable:
         pct = [Observation(metrics["efficiency/efficiency_pct"], raw.pct_attributes)]
         meter.create_observable_gauge("rl.efficiency.seconds", callbacks=[lambda _o: seconds])
         meter.create_observable_gauge("rl.efficiency.pct", callbacks=[lambda _o: pct])
+        step = [Observation(1)]
+        arrived = [Observation(time.time())]
+        meter.create_observable_gauge("rl.step.number", callbacks=[lambda _o: step])
+        meter.create_observable_gauge("rl.step.last_timestamp", callbacks=[lambda _o: arrived])
 
     def collect(self) -> None:
         self.reader.get_metrics_data()

@@ -64,7 +64,7 @@ GRPO_STEP: dict[str, Any] = {
 }
 
 #: The series the built-in families export from GRPO_STEP: 7 training gauges, 8 efficiency
-#: categories and the efficiency pct.
-TEED_SERIES = 16
+#: categories, the efficiency pct, and the step number and its time (liveness).
+TEED_SERIES = 18
 
 assert len(GRPO_STEP) == 60, len(GRPO_STEP)

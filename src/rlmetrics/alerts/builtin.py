@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 from .. import hookimpl
 from ..dashboard.promql import RUN_ID_LABEL
-from .model import AlertContext, AlertExample, AlertRule, RuleBuilder, with_run_id
+from .model import AlertContext, AlertExample, AlertRule, RuleBuilder, counted, with_run_id
 
 __all__ = [
     "backend_rules",
@@ -145,7 +145,7 @@ def exporter_rules(context: AlertContext) -> Iterator[AlertRule]:
     series = f'{names.counter(EXPORTS)}{{{_RUN},{exporter}="otlp",{outcome}="failure"}}'
     yield AlertRule(
         "RLMetricsExportFailing",
-        with_run_id(f"increase({failures}[5m]) > 0"),
+        with_run_id(counted(failures)),
         summary="Exporter {{ $labels.rlmetrics_exporter }} of run {{ $labels.rlmetrics_run_id }} "
         "keeps failing",
         description="A push exporter (OTLP) has failed exports for ten minutes: the collector "
@@ -162,7 +162,14 @@ def exporter_rules(context: AlertContext) -> Iterator[AlertRule]:
                 at_s=1200,
                 alerts=[{**_ALERT, exporter: "otlp", outcome: "failure"}],
             ),
+            AlertExample(
+                "failing since its first failure",
+                [(series, "_ _ 1+1x30"), _TARGET_INFO],
+                at_s=1200,
+                alerts=[{**_ALERT, exporter: "otlp", outcome: "failure"}],
+            ),
             AlertExample("one failure, long ago", [(series, "0 0 1x30"), _TARGET_INFO], 1200),
+            AlertExample("its first failure only", [(series, "_ _ 1x30"), _TARGET_INFO], 1200),
         ),
     )
 
@@ -194,7 +201,7 @@ def backend_rules(context: AlertContext) -> Iterator[AlertRule]:
         series = f'{counter}{{{_RUN},{backend}="wandb"}}'
         yield AlertRule(
             alert,
-            with_run_id(f"increase({counter}[5m]) > 0"),
+            with_run_id(counted(counter)),
             summary="Backend {{ $labels.rlmetrics_backend }} of run "
             "{{ $labels.rlmetrics_run_id }} " + what,
             description=f"A Logger backend {what}; the training loop, the other backends and "
@@ -209,7 +216,14 @@ def backend_rules(context: AlertContext) -> Iterator[AlertRule]:
                     at_s=900,
                     alerts=[{**_ALERT, backend: "wandb"}],
                 ),
+                AlertExample(  # counted from its first loss on: the series appears
+                    "losing rows since its first loss",
+                    [(series, "_x6 40+5x20"), _TARGET_INFO],
+                    at_s=900,
+                    alerts=[{**_ALERT, backend: "wandb"}],
+                ),
                 AlertExample("no loss", [(series, "0x30"), _TARGET_INFO], at_s=900),
+                AlertExample("one loss long ago", [(series, "_x6 40x30"), _TARGET_INFO], 1800),
             ),
         )
 

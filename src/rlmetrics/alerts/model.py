@@ -30,6 +30,7 @@ __all__ = [
     "AlertSettings",
     "RuleBuilder",
     "Threshold",
+    "counted",
     "duration",
     "parse_seconds",
     "with_run_id",
@@ -67,6 +68,13 @@ def parse_seconds(text: str) -> float:
     if match is None:
         raise ValueError(f"{text!r} is not a duration (such as 30s, 5m, 1h, 7d)")
     return float(match["number"]) * _UNIT_SECONDS[match["unit"]]
+
+
+def counted(counter: str, window: str = "5m") -> str:
+    """Whether ``counter`` (a selector of a counter's samples) counted anything within
+    ``window``, including a series that first appeared within it: a counter rlmetrics records
+    when something happens starts at its first count, which ``increase`` alone never sees."""
+    return f"(increase({counter}[{window}]) > 0 or ({counter} unless {counter} offset {window}))"
 
 
 def with_run_id(vector: str) -> str:

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .._warn import describe_value, logger, warn_once
@@ -130,9 +130,22 @@ def _plain_container(value: Any) -> bool:
     )
 
 
-# Every backend runner of a Logger still alive, for the health path and the
-# rlmetrics.backend.* series (what they count lives as long as its Logger).
+# Every backend runner of a Logger still alive, for the health path (what they count lives as
+# long as its Logger).
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
+
+#: Called with ``(backend name, "dropped" or "failed")`` each time a backend loses a row; the
+#: ``pipeline`` family sets it to count the loss as ``rlmetrics.backend.*`` while telemetry runs.
+loss_listener: Callable[[str, str], None] | None = None
+
+
+def _lose(name: str, reason: str) -> None:
+    listener = loss_listener
+    if listener is not None:
+        try:
+            listener(name, reason)
+        except Exception:
+            warn_once("backend:loss-listener", "rlmetrics: counting a backend's lost row failed")
 
 
 def live_backends() -> Iterator[Any]:
@@ -203,6 +216,7 @@ class InlineBackend:
             self.backend.log_metrics(metrics, step, prefix)
         except Exception:
             self.failed += 1
+            _lose(self.name, "failed")
             _report_failure(self.name)
 
     def call(self, method: str, *args: Any) -> None:
@@ -289,6 +303,8 @@ class BackendWorker:
             self._queue.put_nowait((method, args))
         except queue.Full:
             self.dropped += method == "log_metrics"
+            if method == "log_metrics":
+                _lose(self.name, "dropped")
             warn_once(
                 f"backend:{self.name}:full",
                 f"rlmetrics: backend {self.name!r} is not keeping up (its queue of "
@@ -335,6 +351,7 @@ class BackendWorker:
             except Exception:
                 if method == "log_metrics":
                     self.failed += 1
+                    _lose(self.name, "failed")
                     _report_failure(self.name)
                 else:
                     _report_method_failure(self.name, method)

@@ -1,7 +1,7 @@
 """rlmetrics' own delivery: what the exporters sent and what the backends lost.
 
 A metrics pipeline that fails quietly is worse than none: the dashboard goes flat and nobody
-knows whether the run or the telemetry stopped. These series make the pipeline's failures
+knows whether the run or the telemetry stopped. These counters make the pipeline's failures
 visible where the alerts can see them:
 
 - ``rlmetrics.exporter.exports``: exports each push exporter (OTLP, console) attempted, by
@@ -12,16 +12,19 @@ visible where the alerts can see them:
   not keep up, by ``rlmetrics.backend``.
 - ``rlmetrics.backend.failed``: rows a backend raised on, by ``rlmetrics.backend``.
 
-All three are observable counters read at collection time, cumulative since the telemetry
-session (exports) or since the Logger was created (backend rows); a pull exporter such as
-Prometheus has no exports to count: its failures are the scraper's (``up == 0``).
+Each is counted when it happens, so a run whose pipeline loses nothing (and that has no push
+exporter) pays nothing at collection: a counter exists from its first point on. A pull
+exporter such as Prometheus' has no exports to count: its failures are the scraper's
+(``up == 0``). The health path (:mod:`rlmetrics.health`) reports the same counts.
 """
 
 from __future__ import annotations
 
-from ..health import backend_rows, export_tallies
-from ..registry import declare
-from ..spec import OPEN, Kind, MetricSpec, Observation
+from .. import hookimpl
+from ..backends import worker
+from ..health import export_tallies
+from ..registry import declare, record
+from ..spec import OPEN, Kind, MetricSpec
 
 __all__ = [
     "BACKEND_ATTR",
@@ -31,6 +34,8 @@ __all__ = [
     "EXPORTS",
     "GROUP",
     "OUTCOME_ATTR",
+    "telemetry_started",
+    "telemetry_stopping",
 ]
 
 GROUP = "rlmetrics.pipeline"
@@ -43,51 +48,56 @@ BACKEND_ATTR = "rlmetrics.backend"
 
 #: Exporter and backend names a process may report; each is a name given in code.
 _MAX_NAMES = 32
-
-
-def _observe_exports() -> list[Observation]:
-    observed: list[Observation] = []
-    for name, tally in export_tallies():
-        observed.append(
-            (tally.exports - tally.failures, {EXPORTER_ATTR: name, OUTCOME_ATTR: "success"})
-        )
-        observed.append((tally.failures, {EXPORTER_ATTR: name, OUTCOME_ATTR: "failure"}))
-    return observed
-
-
-def _observe_backends(field: str) -> list[Observation]:
-    return [(rows, {BACKEND_ATTR: name}) for name, rows in backend_rows(field).items()]
-
+_LOST = {"dropped": BACKEND_DROPPED, "failed": BACKEND_FAILED}
 
 declare(
     GROUP,
     [
         MetricSpec(
             EXPORTS,
-            Kind.OBSERVABLE_COUNTER,
+            Kind.COUNTER,
             unit="{export}",
             description="Exports a push exporter attempted, by exporter and outcome",
             attributes={EXPORTER_ATTR: OPEN, OUTCOME_ATTR: {"success", "failure"}},
             max_series=2 * _MAX_NAMES,
-            callback=_observe_exports,
         ),
         MetricSpec(
             BACKEND_DROPPED,
-            Kind.OBSERVABLE_COUNTER,
+            Kind.COUNTER,
             unit="{row}",
             description="Rows a queued backend dropped because it did not keep up",
             attributes={BACKEND_ATTR: OPEN},
             max_series=_MAX_NAMES,
-            callback=lambda: _observe_backends("dropped"),
         ),
         MetricSpec(
             BACKEND_FAILED,
-            Kind.OBSERVABLE_COUNTER,
+            Kind.COUNTER,
             unit="{row}",
             description="Rows a backend raised on (lost to that backend only)",
             attributes={BACKEND_ATTR: OPEN},
             max_series=_MAX_NAMES,
-            callback=lambda: _observe_backends("failed"),
         ),
     ],
 )
+
+
+def _exported(name: str, succeeded: bool) -> None:
+    outcome = "success" if succeeded else "failure"
+    record(GROUP, {EXPORTS: 1}, {EXPORTER_ATTR: name, OUTCOME_ATTR: outcome})
+
+
+def _lost(name: str, reason: str) -> None:
+    record(GROUP, {_LOST[reason]: 1}, {BACKEND_ATTR: name})
+
+
+@hookimpl
+def telemetry_started() -> None:
+    """Count every export of this session's push exporters, and every row a backend loses."""
+    for name, tally in export_tallies():
+        tally.name, tally.listener = name, _exported
+    worker.loss_listener = _lost
+
+
+@hookimpl
+def telemetry_stopping() -> None:
+    worker.loss_listener = None
