@@ -37,6 +37,8 @@ CASES = {
     "record() counter": "raw Counter.add",
     "raw Histogram.record": None,
     "record() histogram": "raw Histogram.record",
+    "raw Counter.add, one attribute": None,
+    "record() counter, one attribute (an admitted set)": "raw Counter.add, one attribute",
 }
 _WARM_UP = 200
 
@@ -47,6 +49,8 @@ def _run_case(name: str | None, calls: int) -> None:
     meter = provider.get_meter("raw-record")
     raw_counter = meter.create_counter("raw.counter")
     raw_histogram = meter.create_histogram("raw.histogram", unit="s")
+    raw_labelled = meter.create_counter("raw.labelled")
+    host = {"host": "a"}
     with isolated_state():
         rlmetrics.declare(
             "bench",
@@ -54,6 +58,13 @@ def _run_case(name: str | None, calls: int) -> None:
                 rlmetrics.MetricSpec("bench.counter", rlmetrics.Kind.COUNTER, key="counter"),
                 rlmetrics.MetricSpec(
                     "bench.histogram", rlmetrics.Kind.HISTOGRAM, unit="s", key="histogram"
+                ),
+                # An open attribute: capped at max_series, the path the overflow check is on.
+                rlmetrics.MetricSpec(
+                    "bench.labelled",
+                    rlmetrics.Kind.COUNTER,
+                    key="labelled",
+                    attributes={"host": rlmetrics.OPEN},
                 ),
             ],
         )
@@ -65,6 +76,10 @@ def _run_case(name: str | None, calls: int) -> None:
                 "record() counter": lambda: rlmetrics.record("bench", {"counter": 1}),
                 "raw Histogram.record": lambda: raw_histogram.record(0.5),
                 "record() histogram": lambda: rlmetrics.record("bench", {"histogram": 0.5}),
+                "raw Counter.add, one attribute": lambda: raw_labelled.add(1, host),
+                "record() counter, one attribute (an admitted set)": lambda: rlmetrics.record(
+                    "bench", {"labelled": 1}, host
+                ),
             }
             for call in cases.values():
                 for _ in range(_WARM_UP):

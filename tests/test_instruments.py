@@ -3,8 +3,10 @@ unlabelled finite number, and an observable callback's for attribute sets alread
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -67,9 +69,12 @@ def test_later_collections_export_what_the_first_did(observed: list[Any], kind: 
             first = _exported(reader)
             assert _exported(reader) == first
             assert _exported(reader) == first
-    # max_series caps the labelled sets (the unlabelled point is not one of them).
-    assert len({attributes for attributes, _value in first if attributes}) <= 2
-    assert all(dict(attributes).keys() <= {"host"} for attributes, _value in first)
+    # max_series caps the labelled sets (the unlabelled point is not one of them); past it,
+    # one overflow set.
+    overflow = (("otel.metric.overflow", True),)
+    labelled = {attributes for attributes, _value in first if attributes}
+    assert len(labelled - {overflow}) <= 2
+    assert all(dict(attributes).keys() <= {"host"} for attributes in labelled - {overflow})
 
 
 _RECORDED_KINDS = [Kind.GAUGE, Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.HISTOGRAM]
@@ -104,3 +109,113 @@ def test_an_unlabelled_point_exports_what_a_checked_one_does(value: Any, kind: K
                 rlmetrics.record("t", {"recorded": value}, attributes)
             exported = _by_attributes(reader)
     assert exported["unlabelled"] == exported["a"]
+
+
+# -- past max_series: one overflow attribute set, as the OTel SDK records it --------------------
+
+OVERFLOW = {"otel.metric.overflow": True}
+
+
+def _capped(kind: Kind, max_series: int, callback: Any = None) -> None:
+    rlmetrics.declare(
+        "t",
+        [
+            MetricSpec(
+                "t.capped",
+                kind,
+                key="capped",
+                attributes={"host": OPEN},
+                max_series=max_series,
+                buckets=[1, 10] if kind is Kind.HISTOGRAM else None,
+                callback=callback,
+            )
+        ],
+    )
+
+
+def _capped_points(reader: Any) -> dict[Any, Any]:
+    out: dict[Any, Any] = {}
+    for point in points(reader):
+        if point.name == "t.capped":
+            key = "overflow" if point.attributes == OVERFLOW else point.attributes["host"]
+            out[key] = point.value if point.kind != "histogram" else (point.count, point.sum)
+    return out
+
+
+# (what the five points 1..5 under five hosts export past a cap of 3: the overflow set holds
+# what the SDK's own overflow holds, a sum for a sum, the last value for a gauge)
+_OVERFLOWED = {
+    Kind.COUNTER: 4.0 + 5.0,
+    Kind.UP_DOWN_COUNTER: 4.0 + 5.0,
+    Kind.HISTOGRAM: (2, 9.0),
+    Kind.GAUGE: 5.0,
+}
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["mapping", "prepared"])
+@pytest.mark.parametrize("kind", _RECORDED_KINDS, ids=lambda kind: kind.value)
+def test_a_recorded_series_past_its_cap_records_the_rest_as_overflow(
+    kind: Kind, prepared: bool
+) -> None:
+    with isolated_state():
+        _capped(kind, max_series=3)
+        with in_memory_telemetry() as (_handle, reader):
+            for i in range(1, 6):
+                attributes = {"host": f"h{i}"}
+                if prepared:  # the every-step path of a dimensioned series
+                    points_ = [(float(i), frozenset(attributes.items()))]
+                    rlmetrics.record_points("t", "capped", points_)
+                else:
+                    rlmetrics.record("t", {"capped": float(i)}, attributes)
+            first = _capped_points(reader)
+            assert _capped_points(reader) == first  # and in every later collection
+    kept = {f"h{i}": (1, float(i)) if kind is Kind.HISTOGRAM else float(i) for i in (1, 2, 3)}
+    assert first == {**kept, "overflow": _OVERFLOWED[kind]}
+
+
+def test_overflow_keeps_a_counters_sum_whole_and_warns_once(caplog: Any) -> None:
+    with isolated_state():
+        _capped(Kind.COUNTER, max_series=2)
+        with (
+            caplog.at_level(logging.DEBUG, logger="rlmetrics"),
+            in_memory_telemetry() as (
+                _handle,
+                reader,
+            ),
+        ):
+            for _step in range(10):
+                for host in ("a", "b", "c", "d"):
+                    rlmetrics.record("t", {"capped": 1}, {"host": host})
+            exported = _capped_points(reader)
+    # The sum over the attribute no longer undercounts: 40 increments, 40 counted.
+    assert exported == {"a": 10, "b": 10, "overflow": 20}
+    overflow = [r for r in caplog.records if "otel.metric.overflow" in r.getMessage()]
+    assert [r.levelno for r in overflow][:1] == [logging.WARNING]
+    assert all(r.levelno == logging.DEBUG for r in overflow[1:])
+    assert "max_series=2" in overflow[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    "kind", [Kind.OBSERVABLE_GAUGE, Kind.OBSERVABLE_COUNTER], ids=lambda kind: kind.value
+)
+def test_an_observed_series_past_its_cap_observes_the_rest_as_overflow(kind: Kind) -> None:
+    observed = [(float(i), {"host": f"h{i}"}) for i in range(1, 6)]
+    with isolated_state():
+        _capped(kind, max_series=3, callback=lambda: observed)
+        with in_memory_telemetry() as (_handle, reader):
+            first = _capped_points(reader)
+            assert _capped_points(reader) == first
+    overflowed = 5.0 if kind is Kind.OBSERVABLE_GAUGE else 4.0 + 5.0
+    assert first == {"h1": 1.0, "h2": 2.0, "h3": 3.0, "overflow": overflowed}
+
+
+def test_a_cap_above_the_sdks_own_limit_exports_the_same_on_every_sdk() -> None:
+    """SDK 1.45.2 caps a stream at 2000 attribute sets of its own; 1.44 and 1.45.1 have no
+    limit. A series declared with a larger cap exports every set up to it on all three."""
+    with isolated_state():
+        _capped(Kind.COUNTER, max_series=2500)
+        with in_memory_telemetry() as (_handle, reader):
+            for i in range(2600):
+                rlmetrics.record("t", {"capped": 1}, {"host": f"h{i}"})
+            exported = _capped_points(reader)
+    assert exported == {**{f"h{i}": 1 for i in range(2500)}, "overflow": 100}

@@ -211,7 +211,7 @@ def test_record_drops_each_bad_input_and_keeps_the_valid_values(caplog: Any) -> 
             rlmetrics.record(GROUP, {"gauge": 1.0}, {"phase": 3})  # type: ignore[dict-item]
             rlmetrics.record(GROUP, {"counter": -1})
             rlmetrics.record(GROUP, {"gauge": 7.0}, {"phase": "third"})
-            rlmetrics.record(GROUP, {"gauge": 8.0}, {"phase": "over-the-cap"})
+            rlmetrics.record(GROUP, {"gauge": 8.0}, {"phase": "over-the-cap"})  # overflow
             rlmetrics.record("nope", {"gauge": 1.0})
             rlmetrics.record(GROUP, ["not", "a", "mapping"])  # type: ignore[arg-type]
             rlmetrics.record(GROUP, {"gauge": 1.0}, "phase=a")  # type: ignore[arg-type]
@@ -219,11 +219,9 @@ def test_record_drops_each_bad_input_and_keeps_the_valid_values(caplog: Any) -> 
             rlmetrics.record_points(GROUP, "gauge", 5)  # type: ignore[arg-type]
         found = points(reader)
 
-    assert {p.attributes["phase"]: p.value for p in found if p.name == "t.gauge"} == {
-        "ok": 4.0,
-        "ok2": 6.0,
-        "third": 7.0,
-    }
+    assert {
+        p.attributes.get("phase", "overflow"): p.value for p in found if p.name == "t.gauge"
+    } == {"ok": 4.0, "ok2": 6.0, "third": 7.0, "overflow": 8.0}
     assert not [p for p in found if p.name in ("t.histogram", "t.updown", "t.counter")]
     messages = "\n".join(r.getMessage() for r in caplog.records)
     for fragment in [
@@ -369,6 +367,7 @@ def test_declare_rejects_a_non_spec() -> None:
 def test_an_observable_callback_past_max_series_exports_the_cap_and_warns_once(
     caplog: Any,
 ) -> None:
+    """Past the cap, one overflow point (h3's value, the last past it)."""
     observed = [(float(i), {"host": f"h{i}"}) for i in range(4)]  # the cap is 3
     rlmetrics.declare(
         GROUP,
@@ -386,8 +385,15 @@ def test_an_observable_callback_past_max_series_exports_the_cap_and_warns_once(
     with caplog.at_level(logging.DEBUG, logger="rlmetrics"), in_memory_telemetry() as (_h, reader):
         first = [p for p in points(reader) if p.name == "t.obs.capped"]
         second = [p for p in points(reader) if p.name == "t.obs.capped"]
-    assert sorted(p.attributes["host"] for p in first) == ["h0", "h1", "h2"]
-    assert len(second) == 3
+    overflow = {"otel.metric.overflow": True}
+    assert sorted((p.attributes.get("host", "overflow"), p.value) for p in first) == [
+        ("h0", 0.0),
+        ("h1", 1.0),
+        ("h2", 2.0),
+        ("overflow", 3.0),
+    ]
+    assert [p.attributes for p in second if "host" not in p.attributes] == [overflow]
+    assert len(second) == 4
     warnings = [r for r in caplog.records if "t.obs.capped" in r.getMessage()]
     assert [r.levelno for r in warnings] == [logging.WARNING, logging.DEBUG]
     assert "max_series=3" in warnings[0].getMessage()
@@ -398,11 +404,15 @@ def test_retracting_an_attribute_set_frees_its_slot_under_the_cap() -> None:
     with in_memory_telemetry() as (_handle, reader):
         for phase in ("a", "b", "c"):
             rlmetrics.record(GROUP, {"gauge": 1.0}, {"phase": phase})
-        rlmetrics.record(GROUP, {"gauge": 1.0}, {"phase": "d"})  # over the cap: dropped
+        rlmetrics.record(GROUP, {"gauge": 3.0}, {"phase": "d"})  # over the cap: overflow
         rlmetrics.retract(GROUP, "gauge", {"phase": "a"})
         rlmetrics.record(GROUP, {"gauge": 2.0}, {"phase": "e"})  # takes the freed slot
-        found = {p.attributes["phase"]: p.value for p in points(reader) if p.name == "t.gauge"}
-    assert found == {"b": 1.0, "c": 1.0, "e": 2.0}
+        found = {
+            p.attributes.get("phase", "overflow"): p.value
+            for p in points(reader)
+            if p.name == "t.gauge"
+        }
+    assert found == {"b": 1.0, "c": 1.0, "e": 2.0, "overflow": 3.0}
 
 
 def test_a_prepared_attribute_set_records_like_its_mapping(caplog: Any) -> None:

@@ -9,19 +9,24 @@ before the error reaches the caller: no reader thread, server or socket is left.
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import (
+    Counter,
     ExemplarReservoir,
+    Histogram,
     MeterProvider,
     ObservableCounter,
     ObservableGauge,
     ObservableUpDownCounter,
+    UpDownCounter,
 )
 from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.metrics.view import View
@@ -46,6 +51,10 @@ __all__ = [
 
 #: The standard variable naming the span exporter; ``none`` turns span export off.
 TRACES_EXPORTER_ENV = "OTEL_TRACES_EXPORTER"
+
+#: The SDK's own limit on attribute sets a stream, where it has one: never reached, since the
+#: registry enforces each series' declared cap (and overflow) the same way on every SDK.
+_NO_SDK_LIMIT = sys.maxsize
 
 
 @attrs.define
@@ -135,13 +144,27 @@ class _NoExemplars(ExemplarReservoir):
 
 def _views() -> list[View]:
     """:class:`_NoExemplars` for every observable instrument, unless the environment asks
-    for every measurement to be an exemplar (``OTEL_METRICS_EXEMPLAR_FILTER=always_on``)."""
-    if os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER") == "always_on":  # as the SDK reads it
-        return []
-    return [
-        View(instrument_type=kind, exemplar_reservoir_factory=_no_exemplars)
+    for every measurement to be an exemplar (``OTEL_METRICS_EXEMPLAR_FILTER=always_on``);
+    and, on an SDK with a cardinality limit of its own (1.45.2: 2000 attribute sets a stream),
+    a limit no declared series reaches: the registry caps each series at its ``max_series``
+    and records the rest under ``otel.metric.overflow=true`` itself, so every SDK exports the
+    same points (1.44 and 1.45.1 have no limit)."""
+    reservoir: dict[str, Any] = {}
+    if os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER") != "always_on":  # as the SDK reads it
+        reservoir["exemplar_reservoir_factory"] = _no_exemplars
+    limit: dict[str, Any] = {}
+    if "aggregation_cardinality_limit" in inspect.signature(View).parameters:
+        limit["aggregation_cardinality_limit"] = _NO_SDK_LIMIT
+    views = [
+        View(instrument_type=kind, **reservoir, **limit)
         for kind in (ObservableGauge, ObservableCounter, ObservableUpDownCounter)
+        if reservoir or limit
     ]
+    if limit:
+        views += [
+            View(instrument_type=kind, **limit) for kind in (Counter, UpDownCounter, Histogram)
+        ]
+    return views
 
 
 def _no_exemplars(_aggregation: type[Any]) -> Callable[..., ExemplarReservoir]:

@@ -10,6 +10,13 @@ Gauges are not exported through the SDK's synchronous gauge: SDK 1.44 forgets it
 each collection and 1.45 keeps every attribute set forever. A gauge keeps the last value per
 attribute set here and exports the table through an observable gauge, so every SDK version
 exports the same series and ``retract`` can end one.
+
+A series with an open attribute admits ``max_series`` distinct attribute sets; every later one
+is recorded under one overflow set, ``{"otel.metric.overflow": True}``, as SDK 1.45.2 does past
+its own limit (and SDK 1.44 never does): a counter's sum over its attributes stays whole, a
+gauge's overflow point holds the last value past the cap, and the export says that sets were
+folded. Admitted sets are found before the cap is looked at, so the check costs a point of an
+admitted set nothing.
 """
 
 from __future__ import annotations
@@ -37,9 +44,14 @@ if TYPE_CHECKING:
     from .last_value import LastValue
     from .registry import Declared
 
-__all__ = ["Recorder", "Session"]
+__all__ = ["OVERFLOW_ATTRIBUTE", "OVERFLOW_ATTRIBUTES", "Recorder", "Session"]
 
 _NO_KEY: AttributeSet = frozenset()
+#: The attribute set every point past a series' ``max_series`` is recorded under: the SDK's
+#: own overflow attribute, with its value (a bool, where rlmetrics' own values are strings).
+OVERFLOW_ATTRIBUTE = "otel.metric.overflow"
+OVERFLOW_ATTRIBUTES: dict[str, Any] = {OVERFLOW_ATTRIBUTE: True}
+_OVERFLOW_KEY: AttributeSet = frozenset(OVERFLOW_ATTRIBUTES.items())  # type: ignore[arg-type]
 #: Validated attribute sets remembered per series (several times any sane max_series).
 _MAX_VALID = 4096
 _MISSING: Any = object()
@@ -96,6 +108,7 @@ class _Series:
         "observable",
         "recordable",
         "spec",
+        "sums",
         "table",
         "valid",
         "write",
@@ -108,6 +121,9 @@ class _Series:
         self.observable = self.spec.kind.observable
         self.counter = self.spec.kind.monotonic
         self.gauge = self.spec.kind is Kind.GAUGE
+        # Whether the SDK adds up a collection's observations of one attribute set (a counter
+        # or up-down counter) rather than keeping the last one (a gauge).
+        self.sums = self.spec.kind in (Kind.OBSERVABLE_COUNTER, Kind.OBSERVABLE_UP_DOWN_COUNTER)
         # Only a spec with an open attribute has a max_series cap to enforce.
         self.capped = self.spec.open_attributes
         self.admitted: dict[AttributeSet, dict[str, str]] = {}
@@ -174,12 +190,22 @@ class _Series:
             if len(self.valid) >= _MAX_VALID:
                 self.valid.clear()  # a callback whose attribute sets churn: start over
             self.valid[key] = checked = problem
-        spec = self.spec
         with self.lock:
-            if self.capped and len(admitted) >= spec.max_series:
-                return f"more than max_series={spec.max_series} distinct attribute sets"
+            if self.capped and len(admitted) >= self.spec.max_series:
+                self._overflowed()
+                return number, _OVERFLOW_KEY, OVERFLOW_ATTRIBUTES
             admitted[key] = checked[1]
         return (number, *checked)
+
+    def _overflowed(self) -> None:
+        spec = self.spec
+        warn_once(
+            f"overflow:{spec.name}",
+            f"rlmetrics: {spec.name!r} has more than max_series={spec.max_series} distinct "
+            f"attribute sets; later ones are recorded under {OVERFLOW_ATTRIBUTE}=true (one set "
+            "for all of them, as the OpenTelemetry SDK does; raise max_series or bound the "
+            "attribute's values)",
+        )
 
     def retract(self, key: AttributeSet) -> None:
         self.table.pop(key, None)
@@ -311,6 +337,9 @@ class Session:
         limit = spec.max_series if series.capped else None
         seen: dict[AttributeSet, dict[str, str]] = {}  # the cap applies to one collection
         out: list[Any] = []
+        # Observations past the cap, folded into one overflow observation as the SDK's own
+        # overflow aggregates them: summed for a sum, the last one for a gauge.
+        overflow: int | float | None = None
         for item in observed:
             try:
                 value, attributes = item
@@ -351,8 +380,13 @@ class Session:
                     f"rlmetrics: {spec.name!r} dropped an observation: {point}",
                 )
                 continue
-            number, _key, attr_dict = point
-            out.append(observation(number, attr_dict))
+            number, key, attr_dict = point
+            if key is _OVERFLOW_KEY:
+                overflow = number if overflow is None or not series.sums else overflow + number
+            else:
+                out.append(observation(number, attr_dict))
+        if overflow is not None:
+            out.append(observation(overflow, OVERFLOW_ATTRIBUTES))
         return out
 
 

@@ -167,6 +167,50 @@ def test_prometheus_server_scrapes_translated_series(
         one("rl_test_requests_in_flight", 6)
 
 
+QUERYING = Path(__file__).resolve().parents[2] / "docs" / "querying.md"
+#: docs/querying.md's query for the series that folded attribute sets past their cap.
+OVERFLOWED = 'count by (__name__) ({otel_metric_overflow="true"})'
+
+
+def test_the_documented_overflow_query_finds_a_capped_series(
+    prometheus_server: Callable[[tuple[str, int]], PrometheusServer],
+) -> None:
+    assert OVERFLOWED in QUERYING.read_text()
+    rlmetrics.declare(
+        GROUP,
+        [
+            rlmetrics.MetricSpec(
+                "rl.test.capped",
+                rlmetrics.Kind.COUNTER,
+                unit="{request}",
+                description="Requests by host, capped at two hosts",
+                key="capped",
+                attributes={"host.name": rlmetrics.OPEN},
+                max_series=2,
+            )
+        ],
+    )
+    with rlmetrics.start(exporters=("prometheus",), prometheus_port=0) as handle:
+        address = handle.prometheus_address
+        assert address is not None
+        for host in ("a", "b", "c", "d", "c"):
+            rlmetrics.record(GROUP, {"capped": 1}, {"host.name": host})
+        # The exposition's own line: the SDK's overflow attribute and no host (the exporter
+        # gives every sample of a family the same labels, empty where a point has none).
+        (line,) = [
+            line
+            for line in _scrape(address).splitlines()
+            if line.startswith("rl_test_capped_total{") and 'otel_metric_overflow="true"' in line
+        ]
+        assert 'host_name=""' in line and line.endswith(" 3.0"), line
+        server = prometheus_server(address)
+        found = server.wait_for(OVERFLOWED, lambda r: len(r) == 1)
+        assert found[0]["metric"] == {"__name__": "rl_test_capped_total"}
+        assert float(found[0]["value"][1]) == 1
+        total = server.wait_for("sum(rl_test_capped_total)", bool)
+        assert float(total[0]["value"][1]) == 5  # every request counted: none dropped
+
+
 def test_prometheus_endpoint_binds_loopback_and_closes_on_shutdown() -> None:
     declare_test_series()
     handle = rlmetrics.start(exporters=("prometheus",), prometheus_port=0)
