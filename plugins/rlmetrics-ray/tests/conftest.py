@@ -14,6 +14,7 @@ import pytest
 
 # The family module is imported here, before any test isolates the registry, so its
 # declarations live in the default registry that every isolated copy starts from.
+import rlmetrics_ray.gpu
 import rlmetrics_ray.host_memory  # noqa: F401
 from ray_support import ExpositionServer
 from rlmetrics_ray import config
@@ -33,7 +34,7 @@ def clean_plugin_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test runs in isolated state (the outermost: no settings, worker groups or monitor
     leak from one test into the next, by the plugin's process-state resets), and the
     environment's settings never reach a test that does not set them itself."""
-    for name in (config.ENABLED_ENV, config.INTERVAL_ENV, config.TIMEOUT_ENV):
+    for name in (config.ENABLED_ENV, config.GPUS_ENV, config.INTERVAL_ENV, config.TIMEOUT_ENV):
         monkeypatch.delenv(name, raising=False)
     with isolated_state():
         yield

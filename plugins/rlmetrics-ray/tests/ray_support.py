@@ -31,6 +31,7 @@ __all__ = [
     "dead_port",
     "node_info",
     "render_exposition",
+    "render_gpus",
     "wait_until",
 ]
 
@@ -111,6 +112,53 @@ def _memory_family(line: str) -> str | None:
         if name.startswith(family) and name[len(family) : len(family) + 1] in ("{", " "):
             return family
     return None
+
+
+#: Ray 2.60's GPU families (``reporter_agent.py``: declared in bytes and percentage, filled
+#: with NVML's percent and MiB), each sample labelled with the node's labels plus the GPU's.
+_GPU_FAMILIES = (
+    ("ray_node_gpus_available", "Total GPUs available on a ray node"),
+    ("ray_node_gpus_utilization", "Total GPUs usage on a ray node"),
+    ("ray_node_gram_used", "Total GPU RAM usage on a ray node"),
+    ("ray_node_gram_available", "Total GPU RAM available on a ray node"),
+)
+_NODE_LABELS = re.search(r"^ray_node_mem_used\{([^}]*)\}", EXPOSITION, re.M)
+assert _NODE_LABELS is not None, "the fixture lost its ray_node_mem_used sample"
+
+
+def render_gpus(
+    gpus: list[tuple[int, float, float, float]],
+    *,
+    model: str = "NVIDIA H100 80GB HBM3",
+    ip: str = "127.0.0.1",
+    text: str = EXPOSITION,
+) -> str:
+    """``text`` (Ray's real exposition) with the GPU families a raylet on a GPU machine adds:
+    one ``(index, utilisation %, used MiB, available MiB)`` per GPU, labelled as Ray 2.60
+    labels them (the node's labels of the fixture's own samples, then ``GpuDeviceName``,
+    ``GpuIndex`` and ``GpuUuid``, in the exporter's sorted order)."""
+    assert _NODE_LABELS is not None
+    node = dict(re.findall(r'(\w+)="([^"]*)"', _NODE_LABELS.group(1)))
+    node["ip"] = ip
+    lines = []
+    for family, help_text in _GPU_FAMILIES:
+        lines += [f"# HELP {family} {help_text}", f"# TYPE {family} gauge"]
+        for index, utilization, used, available in gpus:
+            labels = {
+                **node,
+                "GpuDeviceName": model,
+                "GpuIndex": str(index),
+                "GpuUuid": f"GPU-{index:08x}-1c80-48d5-8719-b44f240b8d88",
+            }
+            value = {
+                "ray_node_gpus_available": 1.0,
+                "ray_node_gpus_utilization": utilization,
+                "ray_node_gram_used": used,
+                "ray_node_gram_available": available,
+            }[family]
+            rendered = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+            lines.append(f"{family}{{{rendered}}} {float(value)!r}")
+    return text + "\n".join(lines) + "\n"
 
 
 def node_info(

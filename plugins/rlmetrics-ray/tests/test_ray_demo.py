@@ -7,7 +7,7 @@ import urllib.request
 from pathlib import Path
 
 from rlmetrics_ray import active_monitor, settings
-from rlmetrics_ray.dashboard import host_memory_row
+from rlmetrics_ray.dashboard import gpu_row, host_memory_row
 from rlmetrics_ray.demo import HostMemoryDemoPart
 from rlmetrics_ray.exposition import read_memory
 
@@ -37,12 +37,25 @@ def test_the_monitor_scrapes_the_simulated_hosts(tmp_path: Path) -> None:
             }
             part.step(Simulation(0, 4).step(4).demo)
             monitor.refresh()
-            found = [p for p in points(reader) if p.name == "rl.host.memory.used"]
+            collected = points(reader)
+            found = [p for p in collected if p.name == "rl.host.memory.used"]
+            gpu_points = [p for p in collected if p.name.startswith("hw.gpu.")]
         after = {p.attributes["host.name"]: p.value for p in found}
         assert set(after) == {"demo-head", "demo-worker-1"}
         assert all(after[host] > before[host] for host in after)  # memory grows with the run
         labels = {p.attributes["host.name"]: p.attributes["rl.worker_groups"] for p in found}
         assert labels == {"demo-head": "none", "demo-worker-1": "lm_policy,vllm_policy"}
+        # Two GPUs a host, from the same scrape: the worker's busy, the head's mostly idle.
+        utilization = {
+            (p.attributes["host.name"], p.attributes["hw.id"]): p.value
+            for p in gpu_points
+            if p.name == "hw.gpu.utilization"
+        }
+        assert set(utilization) == {(h, g) for h in ("demo-head", "demo-worker-1") for g in "01"}
+        assert all(0 <= u <= 1 for u in utilization.values())
+        assert min(utilization[("demo-worker-1", g)] for g in "01") > max(
+            utilization[("demo-head", g)] for g in "01"
+        )
     finally:
         part.close()
     assert settings().nodes is None  # the monitor's configuration is given back
@@ -55,3 +68,7 @@ def test_the_dashboard_row_reads_declared_series() -> None:
     assert all(read in names for panel in row.panels for read in panel.reads)
     assert [v.name for v in row.variables] == ["host"]
     assert "rl_host_memory_used_bytes" in row.panels[0].queries[0].expr
+    gpus = gpu_row(names)
+    assert all(read in names for panel in gpus.panels for read in panel.reads)
+    assert "hw_gpu_utilization" in gpus.panels[0].queries[0].expr
+    assert "hw_gpu_memory_usage_bytes" in gpus.panels[1].queries[0].expr

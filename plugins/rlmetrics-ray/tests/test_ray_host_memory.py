@@ -143,6 +143,9 @@ def test_a_new_session_replaces_the_previous_monitor() -> None:
 
 @pytest.mark.skipif(RAY_INSTALLED, reason="Ray is installed in this environment")
 def test_without_ray_and_without_a_node_source_no_monitor_runs() -> None:
+    """(Unless GPUs are wanted: then the monitor reads this machine's through NVML, see
+    test_ray_gpu.py.)"""
+    configure(gpus=False)
     with isolated_state(), in_memory_telemetry():
         assert active_monitor() is None
     assert not in_ray_worker()
@@ -166,7 +169,7 @@ def test_with_ray_installed_the_driver_monitor_waits_for_ray_init() -> None:
 
 def test_defaults() -> None:
     assert settings() == HostMemorySettings(
-        enabled=True, interval_s=10.0, timeout_s=5.0, max_concurrency=256
+        enabled=True, gpus=True, interval_s=10.0, timeout_s=5.0, max_concurrency=256
     )
 
 

@@ -4,6 +4,8 @@ Settings come from :func:`configure` (call it before ``rlmetrics.start()``), els
 environment, else from the defaults:
 
 - ``enabled``: ``RLMETRICS_RAY_HOST_MEMORY`` (``0``, ``false``, ``no``, ``off`` disable); on.
+- ``gpus``: ``RLMETRICS_RAY_GPUS`` (the same words disable); on: the monitor reads each host's
+  GPUs from the same scrape, and a process without Ray reads its own through NVML.
 - ``interval_s``: ``RLMETRICS_RAY_HOST_MEMORY_INTERVAL_S``; 10 s from cycle start to start.
 - ``timeout_s``: ``RLMETRICS_RAY_HOST_MEMORY_TIMEOUT_S``; 5 s per endpoint, whole request.
 - ``resolver``, ``nodes``, ``max_concurrency``: :func:`configure` only (see
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENABLED_ENV",
+    "GPUS_ENV",
     "INTERVAL_ENV",
     "TIMEOUT_ENV",
     "HostMemorySettings",
@@ -39,6 +42,7 @@ __all__ = [
 ]
 
 ENABLED_ENV = "RLMETRICS_RAY_HOST_MEMORY"
+GPUS_ENV = "RLMETRICS_RAY_GPUS"
 INTERVAL_ENV = "RLMETRICS_RAY_HOST_MEMORY_INTERVAL_S"
 TIMEOUT_ENV = "RLMETRICS_RAY_HOST_MEMORY_TIMEOUT_S"
 _OFF = frozenset({"0", "false", "no", "off"})
@@ -54,6 +58,7 @@ class HostMemorySettings:
     """
 
     enabled: bool = True
+    gpus: bool = True
     interval_s: float = 10.0
     timeout_s: float = 5.0
     resolver: Resolver = metrics_url
@@ -98,9 +103,9 @@ def _check(key: str, value: Any) -> None:
     elif key == "max_concurrency":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"configure(): max_concurrency must be a positive int, got {value!r}")
-    elif key == "enabled":
+    elif key in ("enabled", "gpus"):
         if not isinstance(value, bool):
-            raise ValueError(f"configure(): enabled must be a bool, got {value!r}")
+            raise ValueError(f"configure(): {key} must be a bool, got {value!r}")
     elif not callable(value):
         raise TypeError(f"configure(): {key} must be callable, got {type(value).__name__}")
 
@@ -108,9 +113,10 @@ def _check(key: str, value: Any) -> None:
 def settings() -> HostMemorySettings:
     """The settings in force: :func:`configure`'s, else the environment's, else defaults."""
     from_env: dict[str, Any] = {}
-    enabled = os.environ.get(ENABLED_ENV)
-    if enabled is not None and enabled.strip():
-        from_env["enabled"] = enabled.strip().lower() not in _OFF
+    for key, name in (("enabled", ENABLED_ENV), ("gpus", GPUS_ENV)):
+        flag = os.environ.get(name)
+        if flag is not None and flag.strip():
+            from_env[key] = flag.strip().lower() not in _OFF
     for key, name in (("interval_s", INTERVAL_ENV), ("timeout_s", TIMEOUT_ENV)):
         raw = os.environ.get(name)
         if raw is None or not raw.strip():

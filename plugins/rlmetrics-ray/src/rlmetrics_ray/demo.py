@@ -1,13 +1,16 @@
-"""The host-memory part of ``rlmetrics demo``: two simulated Ray hosts whose raylet metrics
-endpoints are real HTTP servers on 127.0.0.1, scraped by this distribution's real
+"""The host-memory and GPU part of ``rlmetrics demo``: two simulated Ray hosts whose raylet
+metrics endpoints are real HTTP servers on 127.0.0.1, scraped by this distribution's real
 :class:`~rlmetrics_ray.monitor.HostMemoryMonitor`.
 
 Before telemetry starts the part serves each host's memory in the shape Ray 2.60 exposes it
 (``ray_node_mem_used_host`` / ``ray_node_mem_total_host`` and the cgroup pair, labelled as a
-raylet labels them), points the monitor at them (:func:`rlmetrics_ray.configure` with a node
-source and a resolver; nothing is sent anywhere but 127.0.0.1) and places two worker groups,
-so ``rl.worker_groups`` labels the worker host. Memory in use grows with the run; each step
-also runs one monitor cycle, so a run shorter than the scrape interval is still exported.
+raylet labels them) and each host's two GPUs as a raylet on a GPU machine does
+(``ray_node_gpus_utilization`` in percent, ``ray_node_gram_used`` / ``_available`` in MiB, with
+``GpuIndex`` and ``GpuDeviceName``), points the monitor at them (:func:`rlmetrics_ray.configure`
+with a node source and a resolver; nothing is sent anywhere but 127.0.0.1) and places two
+worker groups, so ``rl.worker_groups`` labels the worker host. Memory in use grows with the
+run; the worker's GPUs are busy, the head's mostly idle; each step also runs one monitor cycle,
+so a run shorter than the scrape interval is still exported.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from .worker_groups import register_worker_group_nodes, unregister_worker_group
 __all__ = ["HostMemoryDemoPart", "SimulatedRaylet", "register_demo_parts"]
 
 _GIB = 1024**3
+_GPU_MIB = 81559.0  # an 80 GB H100 as NVML reports it, in MiB
+_GPU_MODEL = "NVIDIA H100 80GB HBM3"
 _WORKER_GROUPS = ("lm_policy", "vllm_policy")
 # (host name, node id, head?, total bytes, bytes in use at the start)
 _HOSTS = (
@@ -43,6 +48,8 @@ class SimulatedRaylet:
         self.head = head
         self.total = total
         self.used = used
+        # (utilisation %, MiB in use) of each of the host's two GPUs
+        self.gpus: list[tuple[float, float]] = [(0.0, 0.0), (0.0, 0.0)]
         self._lock = threading.Lock()
         self.endpoint = ExpositionServer(self.exposition, name=f"demo-raylet-{host_name}")
 
@@ -50,9 +57,13 @@ class SimulatedRaylet:
         with self._lock:
             self.used = min(used, self.total)
 
+    def set_gpus(self, gpus: Sequence[tuple[float, float]]) -> None:
+        with self._lock:
+            self.gpus = [(min(100.0, max(0.0, u)), min(_GPU_MIB, max(0.0, m))) for u, m in gpus]
+
     def exposition(self) -> str:
         with self._lock:
-            used, total = self.used, self.total
+            used, total, gpus = self.used, self.total, list(self.gpus)
         kind = "head" if self.head else "worker"
         labels = (
             f'IsHeadNode="{str(self.head).lower()}",RayNodeType="{kind}",'
@@ -71,6 +82,16 @@ class SimulatedRaylet:
                 f"# TYPE {family} gauge",
                 f"{family}{{{labels}}} {float(value)!r}",
             ]
+        for family, column in (
+            ("ray_node_gpus_utilization", 0),
+            ("ray_node_gram_used", 1),
+            ("ray_node_gram_available", 2),
+        ):
+            lines += [f"# HELP {family} GPUs of the node.", f"# TYPE {family} gauge"]
+            for index, (busy, in_use) in enumerate(gpus):
+                reading = (busy, in_use, _GPU_MIB - in_use)[column]
+                gpu_labels = f'GpuDeviceName="{_GPU_MODEL}",GpuIndex="{index}",{labels}'
+                lines.append(f"{family}{{{gpu_labels}}} {reading!r}")
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:
@@ -125,6 +146,15 @@ class HostMemoryDemoPart:
             growth = (0.35 if raylet.head else 0.55) * raylet.total * step.step / self.steps
             raylet.set_used(
                 int(self._start[node_id] + growth + rng.uniform(-0.01, 0.01) * raylet.total)
+            )
+            # The worker's GPUs generate and train; the head's mostly wait. vLLM reserves
+            # most of a GPU's memory for its KV cache up front.
+            busy = 70.0 if not raylet.head else 8.0
+            raylet.set_gpus(
+                [
+                    (busy + rng.uniform(-6, 25), 0.9 * _GPU_MIB * (0.5 + 0.5 * (gpu == 0)))
+                    for gpu in range(2)
+                ]
             )
         # Scrape now as well as on the monitor's own timer, so every step's memory is exported
         # even in a run shorter than one interval (refresh() replaces the snapshot, as a cycle).

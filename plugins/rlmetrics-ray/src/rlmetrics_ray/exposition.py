@@ -16,7 +16,7 @@ out first (a substring search, ~0.15 ms) and only they go through the parser.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -30,8 +30,13 @@ __all__ = [
     "USED_FAMILY",
     "USED_HOST_FAMILY",
     "MemoryReading",
+    "Sample",
+    "family_lines",
+    "memory_from_samples",
     "memory_lines",
+    "pick_value",
     "read_memory",
+    "read_samples",
 ]
 
 USED_FAMILY = "ray_node_mem_used"
@@ -58,6 +63,10 @@ _COMMENTS = ("# HELP ", "# TYPE ")
 _AFTER_NAME = ("{", " ")
 
 
+#: One sample of a family: its labels and its value.
+Sample = tuple[Mapping[str, str], float]
+
+
 @attrs.frozen
 class MemoryReading:
     """One host's memory in bytes, from one exposition. ``used`` or ``total`` is None when
@@ -70,30 +79,40 @@ class MemoryReading:
 
 def memory_lines(text: str) -> str:
     """The lines of ``text`` that belong to the four memory families (samples, HELP, TYPE)."""
-    kept: list[str] = []
-    position = 0
-    while True:
-        found = text.find(_COMMON_PREFIX, position)
-        if found < 0:
-            break
-        start = text.rfind("\n", 0, found) + 1
-        end = text.find("\n", found)
-        if end < 0:
-            end = len(text)
-        line = text[start:end]
-        if _is_memory_line(line):
-            kept.append(line)
-        position = end
-    return "\n".join(kept) + "\n" if kept else ""
+    return family_lines(text, MEMORY_FAMILIES, (_COMMON_PREFIX,))
 
 
-def _is_memory_line(line: str) -> bool:
+def family_lines(text: str, families: Collection[str], prefixes: Iterable[str]) -> str:
+    """The lines of ``text`` that belong to ``families`` (samples, HELP, TYPE), found by a
+    substring search for ``prefixes`` (what the families' names start with) rather than by
+    parsing every line."""
+    kept: list[tuple[int, str]] = []
+    for prefix in prefixes:
+        position = 0
+        while True:
+            found = text.find(prefix, position)
+            if found < 0:
+                break
+            start = text.rfind("\n", 0, found) + 1
+            end = text.find("\n", found)
+            if end < 0:
+                end = len(text)
+            line = text[start:end]
+            if _in_families(line, families):
+                kept.append((start, line))
+            position = end
+    kept.sort()  # the exposition's own order, each line once, whatever prefix found it
+    lines = [line for i, (start, line) in enumerate(kept) if i == 0 or kept[i - 1][0] != start]
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _in_families(line: str, families: Collection[str]) -> bool:
     rest = line
     for comment in _COMMENTS:
         if line.startswith(comment):
             rest = line[len(comment) :]
             break
-    for family in MEMORY_FAMILIES:
+    for family in families:
         if rest.startswith(family) and rest[len(family) : len(family) + 1] in _AFTER_NAME:
             return True
     return False
@@ -107,13 +126,25 @@ def read_memory(text: str, ip: str | None = None) -> MemoryReading | None:
     node's own ``ip`` wins, else the first. Raises ValueError when the memory families do not
     parse (the rest of the exposition is never parsed).
     """
+    return memory_from_samples(read_samples(memory_lines(text), MEMORY_FAMILIES), ip)
+
+
+def read_samples(lines: str, families: Collection[str]) -> dict[str, list[Sample]]:
+    """``{family: [(labels, value), ...]}`` of ``families`` in ``lines`` (an exposition cut to
+    those families by :func:`family_lines`). Raises ValueError when they do not parse."""
     from prometheus_client.parser import text_string_to_metric_families  # not at plugin load
 
-    samples = _samples(text_string_to_metric_families(memory_lines(text)))
+    return _samples(text_string_to_metric_families(lines), families)
+
+
+def memory_from_samples(
+    samples: Mapping[str, Sequence[Sample]], ip: str | None = None
+) -> MemoryReading | None:
+    """The host memory the memory families' samples give (see :func:`read_memory`)."""
     readings = [
         MemoryReading(
-            used=_pick(samples.get(used_family, ()), ip),
-            total=_pick(samples.get(total_family, ()), ip),
+            used=pick_value(samples.get(used_family, ()), ip),
+            total=pick_value(samples.get(total_family, ()), ip),
             source=source,
         )
         for source, used_family, total_family in _PAIRS
@@ -127,14 +158,11 @@ def read_memory(text: str, ip: str | None = None) -> MemoryReading | None:
     return None
 
 
-Sample = tuple[Mapping[str, str], float]
-
-
-def _samples(families: Iterable[object]) -> dict[str, list[Sample]]:
+def _samples(parsed: Iterable[object], families: Collection[str]) -> dict[str, list[Sample]]:
     out: dict[str, list[Sample]] = {}
-    for family in families:
+    for family in parsed:
         name = getattr(family, "name", "")
-        if name not in MEMORY_FAMILIES:
+        if name not in families:
             continue
         for sample in getattr(family, "samples", ()):
             if sample.name == name:
@@ -142,8 +170,9 @@ def _samples(families: Iterable[object]) -> dict[str, list[Sample]]:
     return out
 
 
-def _pick(samples: Iterable[Sample], ip: str | None) -> float | None:
-    """The usable value (finite, not negative) of the node's own sample, else the first."""
+def pick_value(samples: Iterable[Sample], ip: str | None) -> float | None:
+    """The usable value (finite, not negative) of the node's own sample (labelled with its
+    ``ip``), else the first usable one; None when there is none."""
     usable = [
         (labels, float(value))
         for labels, value in samples

@@ -36,7 +36,8 @@ from .monitor import (
     HostMemoryMonitor,
     Observation,
 )
-from .nodes import ray_nodes
+from .nodes import NodeSource, ray_nodes
+from .nvml import NvmlGpus
 
 __all__ = [
     "GROUP",
@@ -110,29 +111,37 @@ def in_ray_worker() -> bool:
     return bool(mode != getattr(ray, "SCRIPT_MODE", 0))
 
 
-def _may_be_driver() -> bool:
-    # Ray initialised later (telemetry first, then ray.init()) is the usual order on a
-    # driver; a Ray worker has always connected before any user code runs.
-    return importlib.util.find_spec("ray") is not None and not in_ray_worker()
+def _no_nodes() -> Sequence[Any]:
+    return ()
 
 
 @rlmetrics.hookimpl
 def telemetry_started(telemetry: rlmetrics.Telemetry) -> None:
-    """Start the process's monitor on an exporting driver; it waits for ``ray.init()``."""
+    """Start the process's monitor on an exporting driver; it waits for ``ray.init()``. In a
+    process without Ray it reads this machine's GPUs through NVML (unless GPUs are off)."""
     previous = _set_active(None)  # a stopped monitor of an earlier session reports no more
     if previous is not None:
         previous.stop()
     if not telemetry.exporting:
         return
     current = settings()
-    if not current.enabled or (current.nodes is None and not _may_be_driver()):
+    if not current.enabled or in_ray_worker():  # a worker's host is the driver's to report
         return
+    local = NvmlGpus() if current.gpus and current.nodes is None else None
+    if current.nodes is None and importlib.util.find_spec("ray") is None:
+        if local is None:
+            return
+        nodes: NodeSource = _no_nodes  # no Ray here: this machine's GPUs, through NVML
+    else:
+        nodes = current.nodes if current.nodes is not None else ray_nodes
     monitor = HostMemoryMonitor(
         interval_s=current.interval_s,
         timeout_s=current.timeout_s,
         resolver=current.resolver,
-        nodes=current.nodes if current.nodes is not None else ray_nodes,
+        nodes=nodes,
         max_concurrency=current.max_concurrency,
+        gpus=current.gpus,
+        local_gpus=local,
     )
     _set_active(monitor)
     monitor.start()

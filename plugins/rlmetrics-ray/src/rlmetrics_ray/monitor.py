@@ -1,10 +1,13 @@
-"""HostMemoryMonitor: every host's memory, scraped on a timer into a snapshot.
+"""HostMemoryMonitor: every host's memory and GPUs, scraped on a timer into a snapshot.
 
 The monitor runs on its own thread. Once per interval it lists the alive nodes
 (``ray.nodes()``), groups them by host, resolves every host's worker groups, scrapes one
 metrics endpoint per host (all at once, each request bounded by ``timeout_s``) and then
 **replaces** its snapshot wholesale. The metric callbacks only read the snapshot, so an
-export never waits on HTTP, however slow or dead a node is.
+export never waits on HTTP, however slow or dead a node is. One scrape gives a host's memory
+(``rl.host.memory.*``) and its GPUs (``hw.gpu.*``, :mod:`rlmetrics_ray.gpu`); when no Ray node
+is listed (no Ray in this process) a ``local_gpus`` reader gives this machine's GPUs instead
+(NVML, :mod:`rlmetrics_ray.nvml`).
 
 Replacing rather than merging is what makes a failed or slow scrape a gap for that host
 instead of a flat line at its last value, and what makes a host whose ``rl.worker_groups``
@@ -21,17 +24,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
+import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from rlmetrics import warn_once
 
-from .exposition import SOURCES, MemoryReading, read_memory
+from .exposition import (
+    MEMORY_FAMILIES,
+    SOURCES,
+    MemoryReading,
+    family_lines,
+    memory_from_samples,
+    read_samples,
+)
+from .gpu_readings import GPU_FAMILIES, GPU_PREFIXES, GpuReading, gpus_from_samples
 from .nodes import Host, NodeSource, Resolver, alive_nodes, group_by_host, metrics_url, ray_nodes
 from .worker_groups import WORKER_GROUPS, WorkerGroups, label
 
@@ -39,12 +52,16 @@ if TYPE_CHECKING:
     import aiohttp
 
 __all__ = [
+    "GPU_INDEX_ATTR",
+    "GPU_MODEL_ATTR",
     "HOST_NAME_ATTR",
     "MAX_EXPOSITION_BYTES",
     "SOURCE_ATTR",
     "WORKER_GROUPS_ATTR",
+    "HostGpu",
     "HostMemory",
     "HostMemoryMonitor",
+    "NodeReading",
     "Observation",
     "Snapshot",
     "build_snapshot",
@@ -53,6 +70,14 @@ __all__ = [
 HOST_NAME_ATTR = "host.name"
 WORKER_GROUPS_ATTR = "rl.worker_groups"
 SOURCE_ATTR = "rl.host.memory.source"
+#: OpenTelemetry's hardware conventions: ``hw.id`` identifies a component within its host
+#: (here the GPU's index), ``hw.model`` is its model name.
+GPU_INDEX_ATTR = "hw.id"
+GPU_MODEL_ATTR = "hw.model"
+
+logger = logging.getLogger("rlmetrics")
+_SCRAPED_FAMILIES = MEMORY_FAMILIES | GPU_FAMILIES
+_SCRAPED_PREFIXES = ("ray_node_mem_", *GPU_PREFIXES)
 
 #: A node's exposition is ~215 KB on Ray 2.60; anything past this is not a raylet's.
 MAX_EXPOSITION_BYTES = 32 * 1024 * 1024
@@ -82,23 +107,56 @@ class HostMemory:
 
 
 @attrs.frozen
+class HostGpu:
+    """One GPU of one host in a snapshot."""
+
+    host_name: str
+    gpu: GpuReading
+
+    @property
+    def attributes(self) -> dict[str, str]:
+        attributes = {HOST_NAME_ATTR: self.host_name, GPU_INDEX_ATTR: self.gpu.index}
+        if self.gpu.model is not None:
+            attributes[GPU_MODEL_ATTR] = self.gpu.model
+        return attributes
+
+
+@attrs.frozen
+class NodeReading:
+    """What one host's endpoint gave: its memory (None when it reports none) and its GPUs."""
+
+    memory: MemoryReading | None
+    gpus: tuple[GpuReading, ...] = ()
+
+
+@attrs.frozen
 class Snapshot:
-    """What one cycle found. ``used`` and ``total`` are the observations the callbacks
-    return, built once per cycle so that a collection costs nothing but the lookup."""
+    """What one cycle found. ``used``, ``total`` and the ``gpu_*`` tuples are the
+    observations the callbacks return, built once per cycle so that a collection costs
+    nothing but the lookup. ``host_names`` lists every host the cycle tried, sorted (a host
+    that failed keeps its place, so a host's position is stable from cycle to cycle)."""
 
     hosts: tuple[HostMemory, ...] = ()
     failures: tuple[tuple[str, str], ...] = ()  # (host name, cause) of the hosts left out
     taken_at: float = -math.inf  # time.monotonic() at the end of the cycle
     used: tuple[Observation, ...] = ()
     total: tuple[Observation, ...] = ()
+    gpus: tuple[HostGpu, ...] = ()
+    host_names: tuple[str, ...] = ()
+    gpu_utilization: tuple[Observation, ...] = ()
+    gpu_memory_usage: tuple[Observation, ...] = ()
+    gpu_memory_limit: tuple[Observation, ...] = ()
 
 
 def build_snapshot(
     hosts: Sequence[HostMemory],
     taken_at: float,
     failures: Sequence[tuple[str, str]] = (),
+    gpus: Sequence[HostGpu] = (),
+    host_names: Sequence[str] = (),
 ) -> Snapshot:
-    """A snapshot of ``hosts`` with its observations (one per host and value present)."""
+    """A snapshot of ``hosts`` and ``gpus`` with their observations (one per host or GPU and
+    value present)."""
     used: list[Observation] = []
     total: list[Observation] = []
     for host in hosts:
@@ -107,12 +165,29 @@ def build_snapshot(
             used.append((host.used, attributes))
         if host.total is not None:
             total.append((host.total, attributes))
+    utilization: list[Observation] = []
+    usage: list[Observation] = []
+    limit: list[Observation] = []
+    for host_gpu in gpus:
+        attributes, gpu = host_gpu.attributes, host_gpu.gpu
+        for out, value in (
+            (utilization, gpu.utilization),
+            (usage, gpu.used_bytes),
+            (limit, gpu.limit_bytes),
+        ):
+            if value is not None:
+                out.append((value, attributes))
     return Snapshot(
         hosts=tuple(hosts),
         failures=tuple(failures),
         taken_at=taken_at,
         used=tuple(used),
         total=tuple(total),
+        gpus=tuple(gpus),
+        host_names=tuple(sorted(set(host_names) | {h.host_name for h in hosts})),
+        gpu_utilization=tuple(utilization),
+        gpu_memory_usage=tuple(usage),
+        gpu_memory_limit=tuple(limit),
     )
 
 
@@ -137,6 +212,9 @@ class HostMemoryMonitor:
     :param max_concurrency: endpoints scraped at once; more wait for a free slot.
     :param max_age_s: a snapshot older than this is not reported (default: two intervals
         plus one timeout, so one slow cycle does not cost a collection).
+    :param gpus: read each host's GPUs from its exposition too.
+    :param local_gpus: reads this machine's GPUs (:class:`~rlmetrics_ray.nvml.NvmlGpus`); used
+        in a cycle that lists no Ray node, so a process without Ray still reports its GPUs.
     """
 
     def __init__(
@@ -149,6 +227,8 @@ class HostMemoryMonitor:
         worker_groups: WorkerGroups = WORKER_GROUPS,
         max_concurrency: int = 256,
         max_age_s: float | None = None,
+        gpus: bool = True,
+        local_gpus: Callable[[], Sequence[GpuReading]] | None = None,
     ) -> None:
         for name, value in (("interval_s", interval_s), ("timeout_s", timeout_s)):
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -171,6 +251,9 @@ class HostMemoryMonitor:
         self.max_age_s = (
             float(max_age_s) if max_age_s is not None else 2 * self.interval_s + self.timeout_s
         )
+        self.gpus = gpus
+        self.local_gpus = local_gpus
+        self._gpu_said = False
         self._snapshot = Snapshot()
         self._cycles = 0
         self._cond = threading.Condition()
@@ -199,6 +282,26 @@ class HostMemoryMonitor:
         """``rl.host.memory.total`` observations of the latest snapshot, if it is fresh."""
         snapshot = self._snapshot
         return snapshot.total if self._fresh(snapshot) else ()
+
+    def gpu_utilization(self) -> Sequence[Observation]:
+        """``hw.gpu.utilization`` observations of the latest snapshot, if it is fresh."""
+        snapshot = self._snapshot
+        return snapshot.gpu_utilization if self._fresh(snapshot) else ()
+
+    def gpu_memory_usage(self) -> Sequence[Observation]:
+        """``hw.gpu.memory.usage`` observations of the latest snapshot, if it is fresh."""
+        snapshot = self._snapshot
+        return snapshot.gpu_memory_usage if self._fresh(snapshot) else ()
+
+    def gpu_memory_limit(self) -> Sequence[Observation]:
+        """``hw.gpu.memory.limit`` observations of the latest snapshot, if it is fresh."""
+        snapshot = self._snapshot
+        return snapshot.gpu_memory_limit if self._fresh(snapshot) else ()
+
+    def fresh_snapshot(self) -> Snapshot | None:
+        """The latest snapshot while it is fresh, else None."""
+        snapshot = self._snapshot
+        return snapshot if self._fresh(snapshot) else None
 
     def _fresh(self, snapshot: Snapshot) -> bool:
         return time.monotonic() - snapshot.taken_at <= self.max_age_s
@@ -233,25 +336,60 @@ class HostMemoryMonitor:
             )
             hosts, targets, outcomes, failures, by_node = [], [], [], [], {}
         readings: list[HostMemory] = []
+        gpus: list[HostGpu] = []
         failed_urls: dict[str, str] = {}
         for (host, url), outcome in zip(targets, outcomes, strict=True):
-            if isinstance(outcome, MemoryReading) and outcome.source in SOURCES:
-                groups = {name for node in host.nodes for name in by_node.get(node.node_id, ())}
-                readings.append(
-                    HostMemory(
-                        host.name, outcome.used, outcome.total, outcome.source, label(groups)
-                    )
-                )
-            else:
+            if not isinstance(outcome, NodeReading):
                 failures.append((host.name, str(outcome)))
                 failed_urls[host.name] = url
+                continue
+            gpus += (HostGpu(host.name, gpu) for gpu in outcome.gpus)
+            memory = outcome.memory
+            if memory is not None and memory.source in SOURCES:
+                groups = {name for node in host.nodes for name in by_node.get(node.node_id, ())}
+                readings.append(
+                    HostMemory(host.name, memory.used, memory.total, memory.source, label(groups))
+                )
+            else:
+                failures.append((host.name, "no memory series"))
+                failed_urls[host.name] = url
+        if not hosts and self.gpus and self.local_gpus is not None:
+            gpus += self._local_gpus()
         self._report(failures, failed_urls)
-        snapshot = build_snapshot(readings, time.monotonic(), failures)
+        if gpus or outcomes:
+            self._say_gpus(len(gpus))
+        snapshot = build_snapshot(
+            readings, time.monotonic(), failures, gpus, [host.name for host in hosts]
+        )
         with self._cond:
             self._snapshot = snapshot
             self._cycles += 1
             self._cond.notify_all()
         return snapshot
+
+    def _local_gpus(self) -> list[HostGpu]:
+        """This machine's GPUs, from the ``local_gpus`` reader (never raises)."""
+        try:
+            found = list(self.local_gpus()) if self.local_gpus is not None else []
+        except Exception:
+            warn_once(
+                "ray:gpu:local",
+                "rlmetrics-ray: reading this machine's GPUs failed; hw.gpu.* is left out "
+                "this cycle",
+            )
+            return []
+        host_name = socket.gethostname()
+        return [HostGpu(host_name, gpu) for gpu in found if isinstance(gpu, GpuReading)]
+
+    def _say_gpus(self, count: int) -> None:
+        """One INFO line, the first cycle that reached a host: whether any reports a GPU."""
+        if self._gpu_said or not self.gpus:
+            return
+        self._gpu_said = True
+        if count:
+            logger.info("rlmetrics-ray: %d GPU(s) found; exporting hw.gpu.*", count)
+        else:
+            logger.info("rlmetrics-ray: no host reports a GPU; no hw.gpu.* series")
 
     def _hosts(self) -> list[Host]:
         try:
@@ -347,10 +485,20 @@ class HostMemoryMonitor:
             except (aiohttp.ClientError, OSError, ValueError):
                 return _Failure("unreachable")
         try:
-            reading = read_memory(body.decode(charset, errors="replace"), host.target.address)
+            return self._read(body.decode(charset, errors="replace"), host.target.address)
         except Exception:
             return _Failure("unparsable exposition")
-        return reading if reading is not None else _Failure("no memory series")
+
+    def _read(self, text: str, ip: str) -> NodeReading | _Failure:
+        """A host's memory and GPUs from one exposition, parsed in one pass over their lines."""
+        families = _SCRAPED_FAMILIES if self.gpus else MEMORY_FAMILIES
+        prefixes = _SCRAPED_PREFIXES if self.gpus else _SCRAPED_PREFIXES[:1]
+        samples = read_samples(family_lines(text, families, prefixes), families)
+        memory = memory_from_samples(samples, ip)
+        gpus = gpus_from_samples(samples, ip) if self.gpus else ()
+        if memory is None and not gpus:
+            return _Failure("no memory series")
+        return NodeReading(memory, gpus)
 
     async def _get(self, session: aiohttp.ClientSession, url: str) -> tuple[bytes, str]:
         async with session.get(url, allow_redirects=False) as response:
@@ -395,6 +543,10 @@ class HostMemoryMonitor:
                 loop.call_soon_threadsafe(task.cancel)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
+        close = getattr(self.local_gpus, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()  # NVML's handle: a later cycle opens it again
 
     def wait_for_cycles(self, count: int, timeout_s: float) -> bool:
         """Wait until at least ``count`` cycles completed; False after ``timeout_s``."""

@@ -89,15 +89,27 @@ def host_points(reader: Any) -> list[Any]:
 
 
 def test_the_monitor_finds_the_node_through_ray_nodes_and_exports_its_memory(
-    cluster: list[dict[str, Any]],
+    cluster: list[dict[str, Any]], caplog: pytest.LogCaptureFixture
 ) -> None:
     (node,) = cluster
     configure(resolver=loopback_metrics_url, interval_s=0.5)
-    with isolated_state(), in_memory_telemetry() as (_handle, reader):
+    with (
+        caplog.at_level(logging.INFO, logger="rlmetrics"),
+        isolated_state(),
+        in_memory_telemetry() as (_handle, reader),
+    ):
         monitor = active_monitor()
         assert monitor is not None, "telemetry_started did not start a monitor on the driver"
         found = wait_until(lambda: host_points(reader), RAY_WAIT_S, "the node's memory")
+        assert monitor.gpus  # GPUs are read from the same scrape: this machine has none
+        everything = points(reader)
     by_name = {p.name: p for p in found}
+    # No GPU here: the real raylet serves no GPU family, so no hw.gpu.* series, one INFO line
+    # saying so, and nothing at WARNING.
+    assert not [p for p in everything if p.name.startswith("hw.gpu.")]
+    said = [r for r in caplog.records if "no host reports a GPU" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert set(by_name) == {USED, TOTAL} and len(found) == 2
     expected = {
         "host.name": node["NodeManagerHostname"],
