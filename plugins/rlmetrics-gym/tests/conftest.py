@@ -29,6 +29,7 @@ for _module in (
     "runtime",
     "server",
     "memory",
+    "agent",
 ):
     importlib.import_module(f"rlmetrics_gym.{_module}")
 

@@ -27,6 +27,7 @@ counted as a cancellation too and re-raised.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
@@ -51,6 +52,8 @@ __all__ = [
     "GymServerMetricsMiddleware",
     "ServerTotals",
     "route_template",
+    "server_resource",
+    "start_server_telemetry",
     "status_attribute",
     "strip_rollout_prefix",
 ]
@@ -503,3 +506,40 @@ def _is_last(kind: str, message: Message, trailers: bool) -> bool:
     if kind == "http.response.zerocopysend":
         return not message.get("more_body", False)
     return kind == "http.response.pathsend"
+
+
+# -- where a server starts telemetry -----------------------------------------------------------
+
+#: The resource attributes a Gym server's telemetry carries (the specification's).
+SERVER_NAME_RESOURCE = "nemo.gym.server.name"
+SERVER_TYPE_RESOURCE = "nemo.gym.server.type"
+
+
+def server_resource(
+    server_name: str, server_type: str | None = None, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The resource of one Gym server process: its name and type, and ``process.pid`` — the
+    attribute that tells apart the Uvicorn workers of one server, each of which starts its
+    own telemetry and exports on its own (the specification's "every server process reports
+    them, and the process.pid resource attribute tells apart the Uvicorn workers")."""
+    resource: dict[str, Any] = {**(extra or {}), SERVER_NAME_RESOURCE: server_name}
+    if server_type is not None:
+        resource[SERVER_TYPE_RESOURCE] = server_type
+    resource["process.pid"] = os.getpid()
+    return resource
+
+
+def start_server_telemetry(
+    server_name: str,
+    server_type: str | None = None,
+    *,
+    resource: Mapping[str, Any] | None = None,
+    **start_kwargs: Any,
+) -> rlmetrics.Telemetry:
+    """``rlmetrics.start(...)`` for one Gym server process — the main process or a Uvicorn
+    worker (call it in each, in ``run_webserver`` or the app's lifespan) — with
+    :func:`server_resource` on the resource. Other arguments go to ``rlmetrics.start``."""
+    start_kwargs.setdefault("service_name", "nemo-gym")
+    return rlmetrics.start(
+        resource=server_resource(server_name, server_type, resource), **start_kwargs
+    )

@@ -1,0 +1,194 @@
+"""Agent turns and tool calls in a rollout, as OpenTelemetry's GenAI conventions name them.
+
+- ``gen_ai.invoke_agent.duration`` (histogram, ``s``): one agent invocation — in Gym, one
+  agent server's ``/run`` turn loop for one rollout — with ``gen_ai.agent.name``;
+- ``gen_ai.execute_tool.duration`` (histogram, ``s``): one tool call, with ``gen_ai.tool.name``.
+
+Both carry ``gen_ai.operation.name`` (``invoke_agent`` / ``execute_tool``, as the conventions
+say) and, when the call raised, ``error.type`` (the exception class name). A duration is
+recorded whether the call returned or raised: a failed tool call cost its time too.
+
+The names come from the agent's configuration and from the model's tool calls, so they are
+bounded: a name outside ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`` is ``other``, and past
+:data:`MAX_TOOLS` distinct tools (:data:`MAX_AGENTS` agents) in a telemetry session every new
+one is ``other`` too. Buckets are the conventions' own for GenAI operation durations (10 ms
+doubling to 82 s), extended to 11 minutes for sandboxed tools and long agent turns.
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any, Final
+
+from rlmetrics import OPEN, Kind, MetricSpec, declare, hookimpl, is_exporting, record
+from rlmetrics.values import OTHER, BoundedValues
+
+from ._client_values import SERVER_NAME, TYPE_NAME, bounded
+
+__all__ = [
+    "AGENT_NAME_ATTR",
+    "ERROR_TYPE_ATTR",
+    "GROUP",
+    "INVOKE_AGENT_DURATION",
+    "MAX_AGENTS",
+    "MAX_TOOLS",
+    "OPERATION_ATTR",
+    "TOOL_DURATION",
+    "TOOL_NAME_ATTR",
+    "record_agent_invocation",
+    "record_tool_call",
+    "timed_agent_invocation",
+    "timed_tool_call",
+]
+
+GROUP = "gym.gen_ai"
+TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
+INVOKE_AGENT_DURATION: Final = "gen_ai.invoke_agent.duration"
+OPERATION_ATTR: Final = "gen_ai.operation.name"
+TOOL_NAME_ATTR: Final = "gen_ai.tool.name"
+AGENT_NAME_ATTR: Final = "gen_ai.agent.name"
+ERROR_TYPE_ATTR: Final = "error.type"
+MAX_TOOLS = 64
+MAX_AGENTS = 32
+#: ``error.type`` values a session tells apart (exception classes); later ones are ``other``.
+MAX_ERROR_TYPES = 32
+
+# The conventions' GenAI duration buckets (0.01 s doubling to 81.92 s), then minutes.
+_BUCKETS = (
+    *(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92),
+    *(163.84, 327.68, 655.36),
+)
+
+declare(
+    GROUP,
+    [
+        MetricSpec(
+            TOOL_DURATION,
+            Kind.HISTOGRAM,
+            unit="s",
+            description="Duration of one tool call an agent made in a rollout",
+            attributes={
+                OPERATION_ATTR: {"execute_tool"},
+                TOOL_NAME_ATTR: OPEN,
+                ERROR_TYPE_ATTR: OPEN,
+            },
+            max_series=(MAX_TOOLS + 1) * (MAX_ERROR_TYPES + 2),
+            buckets=_BUCKETS,
+        ),
+        MetricSpec(
+            INVOKE_AGENT_DURATION,
+            Kind.HISTOGRAM,
+            unit="s",
+            description="Duration of one agent invocation (an agent server's turn loop for one "
+            "rollout)",
+            attributes={
+                OPERATION_ATTR: {"invoke_agent"},
+                AGENT_NAME_ATTR: OPEN,
+                ERROR_TYPE_ATTR: OPEN,
+            },
+            max_series=(MAX_AGENTS + 1) * (MAX_ERROR_TYPES + 2),
+            buckets=_BUCKETS,
+        ),
+    ],
+)
+
+_tools = BoundedValues(MAX_TOOLS)
+_agents = BoundedValues(MAX_AGENTS)
+_errors = BoundedValues(MAX_ERROR_TYPES)
+
+
+def _name(value: Any, names: BoundedValues) -> str:
+    return names(bounded(value, SERVER_NAME, OTHER))
+
+
+def _attributes(operation: str, key: str, name: str, error: Any) -> dict[str, str]:
+    attributes = {OPERATION_ATTR: operation, key: name}
+    if error is not None:
+        kind = error if isinstance(error, type) else type(error)
+        attributes[ERROR_TYPE_ATTR] = _errors(bounded(kind.__name__, TYPE_NAME, OTHER))
+    return attributes
+
+
+def record_tool_call(tool: Any, seconds: float, error: BaseException | None = None) -> None:
+    """Record one tool call of ``seconds``; ``error`` is what it raised, if it did. Never
+    raises; a no-op unless telemetry is exporting."""
+    if is_exporting():
+        record(
+            GROUP,
+            {TOOL_DURATION: seconds},
+            _attributes("execute_tool", TOOL_NAME_ATTR, _name(tool, _tools), error),
+        )
+
+
+def record_agent_invocation(agent: Any, seconds: float, error: BaseException | None = None) -> None:
+    """Record one agent invocation of ``seconds``; ``error`` is what it raised, if it did.
+    Never raises; a no-op unless telemetry is exporting."""
+    if is_exporting():
+        record(
+            GROUP,
+            {INVOKE_AGENT_DURATION: seconds},
+            _attributes("invoke_agent", AGENT_NAME_ATTR, _name(agent, _agents), error),
+        )
+
+
+class _Timed:
+    __slots__ = ("_name", "_started")
+
+    def __init__(self, name: Any) -> None:
+        self._name = name
+        self._started = 0.0
+
+    def _record(self, seconds: float, error: BaseException | None) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> _Timed:
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._record(time.perf_counter() - self._started, exc)
+
+    async def __aenter__(self) -> _Timed:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class timed_tool_call(_Timed):
+    """Time one tool call (``with timed_tool_call("search"): ...``, or ``async with``);
+    recorded when the block exits, with ``error.type`` when it raised. The exception
+    propagates unchanged."""
+
+    __slots__ = ()
+
+    def _record(self, seconds: float, error: BaseException | None) -> None:
+        record_tool_call(self._name, seconds, error)
+
+
+class timed_agent_invocation(_Timed):
+    """Time one agent invocation (``with timed_agent_invocation("simple_agent"): ...``, or
+    ``async with``), as :class:`timed_tool_call` does a tool call."""
+
+    __slots__ = ()
+
+    def _record(self, seconds: float, error: BaseException | None) -> None:
+        record_agent_invocation(self._name, seconds, error)
+
+
+@hookimpl
+def telemetry_started() -> None:
+    # Each session tells apart its own first tools, agents and error types.
+    for names in (_tools, _agents, _errors):
+        names.clear()

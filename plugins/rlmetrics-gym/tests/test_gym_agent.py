@@ -1,0 +1,231 @@
+"""Agent turns and tool calls through a real rollout path — an agent server's ``/run`` under
+uvicorn on 127.0.0.1 calling a resources server's tools over HTTP with aiohttp — read back as
+the GenAI conventions' histograms; and ``process.pid`` on the resource of each Uvicorn worker
+of one Gym server, received over OTLP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+import pytest
+from gym_support_server import serve
+from rlmetrics_gym.agent import (
+    INVOKE_AGENT_DURATION,
+    MAX_TOOLS,
+    TOOL_DURATION,
+    record_tool_call,
+    timed_agent_invocation,
+    timed_tool_call,
+)
+from rlmetrics_gym.server import server_resource
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from rlmetrics.testing import OtlpReceiver, points, wait_until
+
+TOOL_LATENCY_S = 0.02
+
+
+async def _tool(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name == "broken":
+        return JSONResponse({"error": "tool crashed"}, status_code=500)
+    await asyncio.sleep(TOOL_LATENCY_S)
+    return JSONResponse({"result": f"{name} done"})
+
+
+def resources_app() -> Starlette:
+    return Starlette(routes=[Route("/tools/{name}", _tool, methods=["POST"])])
+
+
+def agent_app(resources_port: int) -> Starlette:
+    """A simple agent server: ``/run`` calls each tool the rollout asks for, in turn, inside
+    one agent invocation; a failed tool call is noted in the output and the turn goes on."""
+
+    async def run(request: Request) -> Response:
+        body = await request.json()
+        outputs = []
+        async with (
+            timed_agent_invocation("simple_agent"),
+            aiohttp.ClientSession(base_url=f"http://127.0.0.1:{resources_port}") as session,
+        ):
+            for tool in body["tools"]:
+                try:
+                    async with (
+                        timed_tool_call(tool),
+                        session.post(f"/tools/{tool}", json={}) as answer,
+                    ):
+                        answer.raise_for_status()
+                        outputs.append((await answer.json())["result"])
+                except aiohttp.ClientResponseError:
+                    outputs.append(f"{tool} failed")
+        return JSONResponse({"output": outputs})
+
+    return Starlette(routes=[Route("/run", run, methods=["POST"])])
+
+
+def histograms(reader: Any, name: str) -> dict[tuple[tuple[str, Any], ...], tuple[int, float]]:
+    return {
+        tuple(sorted(p.attributes.items())): (p.count, p.sum)
+        for p in points(reader)
+        if p.name == name
+    }
+
+
+def test_tool_and_agent_durations_through_a_rollout(telemetry: Any) -> None:
+    _handle, reader = telemetry
+    with serve(resources_app()) as resources, serve(agent_app(resources.port)) as agent:
+
+        async def rollouts() -> list[Any]:
+            async with aiohttp.ClientSession() as client:
+                answers = []
+                for _ in range(2):
+                    async with client.post(
+                        f"http://127.0.0.1:{agent.port}/run",
+                        json={"tools": ["search", "calculator", "broken", "search"]},
+                    ) as answer:
+                        answers.append(await answer.json())
+                return answers
+
+        answers = asyncio.run(rollouts())
+    assert answers[0]["output"] == [
+        "search done",
+        "calculator done",
+        "broken failed",
+        "search done",
+    ]
+
+    tools = histograms(reader, TOOL_DURATION)
+    op = ("gen_ai.operation.name", "execute_tool")
+    assert {k: v[0] for k, v in tools.items()} == {
+        (op, ("gen_ai.tool.name", "search")): 4,
+        (op, ("gen_ai.tool.name", "calculator")): 2,
+        (("error.type", "ClientResponseError"), op, ("gen_ai.tool.name", "broken")): 2,
+    }
+    # Each successful call waited at least the tool's own latency, in seconds.
+    assert tools[(op, ("gen_ai.tool.name", "search"))][1] >= 4 * TOOL_LATENCY_S
+    agents = histograms(reader, INVOKE_AGENT_DURATION)
+    key = (("gen_ai.agent.name", "simple_agent"), ("gen_ai.operation.name", "invoke_agent"))
+    assert set(agents) == {key} and agents[key][0] == 2
+    # An invocation holds its tool calls.
+    assert agents[key][1] >= sum(total for _count, total in tools.values())
+    found = {p.name: p for p in points(reader) if p.name in (TOOL_DURATION, INVOKE_AGENT_DURATION)}
+    assert {p.unit for p in found.values()} == {"s"}
+    assert found[TOOL_DURATION].bounds[:3] == (0.01, 0.02, 0.04)
+
+
+def test_a_raising_block_records_its_duration_and_error_type(telemetry: Any) -> None:
+    _handle, reader = telemetry
+    with pytest.raises(TimeoutError), timed_tool_call("sandbox.exec"):
+        raise TimeoutError
+    (point,) = [p for p in points(reader) if p.name == TOOL_DURATION]
+    assert point.attributes == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "sandbox.exec",
+        "error.type": "TimeoutError",
+    }
+    assert point.count == 1
+
+
+def test_tool_names_are_bounded(telemetry: Any) -> None:
+    _handle, reader = telemetry
+    for i in range(MAX_TOOLS + 6):
+        record_tool_call(f"tool_{i}", 0.5)
+    record_tool_call("a name with spaces and a secret=hunter2", 0.5)
+    record_tool_call(["not", "a", "name"], 0.5)
+    counts = {
+        p.attributes["gen_ai.tool.name"]: p.count for p in points(reader) if p.name == TOOL_DURATION
+    }
+    assert len(counts) == MAX_TOOLS + 1
+    # 6 past the cap; the unsafe and non-string names are other too.
+    assert counts["other"] == 6 + 2
+    assert all(counts[f"tool_{i}"] == 1 for i in range(MAX_TOOLS - 1))
+
+
+# -- process.pid: the Uvicorn workers of one server told apart ------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_server_resource_carries_the_process_pid() -> None:
+    assert server_resource("math_with_judge", "resources_servers") == {
+        "nemo.gym.server.name": "math_with_judge",
+        "nemo.gym.server.type": "resources_servers",
+        "process.pid": os.getpid(),
+    }
+
+
+def test_two_uvicorn_workers_of_one_server_are_told_apart_by_process_pid() -> None:
+    port = _free_port()
+    receiver = OtlpReceiver().start()
+    try:
+        env = {
+            **os.environ,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_EXPORTER_OTLP_INSECURE": "true",
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
+        }
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "gym_support_worker_app:app",
+                "--workers",
+                "2",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+
+            def worker_pids() -> set[int]:
+                return {
+                    int(resource["process.pid"])
+                    for resource, _names in receiver.resources()
+                    if resource.get("nemo.gym.server.name") == "math_with_judge"
+                }
+
+            wait_until(lambda: len(worker_pids()) == 2, 60, "both workers' exports")
+            pids = worker_pids()
+            workers = {child.pid for child in psutil.Process(server.pid).children(recursive=True)}
+            assert pids <= workers and server.pid not in pids
+            for resource, _names in receiver.resources():
+                assert resource["service.name"] == "nemo-gym"
+                assert resource["nemo.gym.server.type"] == "resources_servers"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(10)
+            assert server.stderr is not None
+            server.stderr.close()
+    finally:
+        receiver.stop()
