@@ -268,3 +268,47 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "pip install 'rlmetrics[report]'" in done.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def test_signals_reward_components_datasets_vllm_state_and_gpus() -> None:
+    from rlmetrics.report.text import render
+
+    def train(step: int, **metrics: Any) -> dict[str, Any]:
+        return {"step": step, "prefix": "train", "metrics": metrics}
+
+    rows = [
+        train(1, **{"reward/format": 1.0, "reward/accuracy": 0.2, "vllm/awake_share": 0.5}),
+        train(
+            2,
+            **{
+                "reward/format": 0.8,
+                "reward/accuracy": 0.4,
+                "reward/mean": 9.0,  # the total's statistic, not a component
+                "validation/gsm8k/accuracy": 0.7,
+                "vllm/awake_share": 0.7,
+                "vllm/prefix_cache_hit_rate": 0.25,
+            },
+        ),
+        {"step": 3, "prefix": "ray", "metrics": {"node.0.gpu.1.util": 50.0, "ray_step": 3}},
+        {
+            "step": 13,
+            "prefix": "ray",
+            "metrics": {"node.0.gpu.1.util": 70.0, "node.0.gpu.1.mem_gb": 40.0},
+        },
+    ]
+    signals = build_report(rows).signals
+    assert signals == {
+        "reward_components": {
+            "accuracy": {"mean": 0.30000000000000004, "last": 0.4, "steps": 2},
+            "format": {"mean": 0.9, "last": 0.8, "steps": 2},
+        },
+        "validation_datasets": {"gsm8k": {"accuracy": 0.7}},
+        "vllm": {
+            "awake_share": {"mean": 0.6, "last": 0.7, "steps": 2},
+            "prefix_cache_hit_rate": {"mean": 0.25, "last": 0.25, "steps": 1},
+        },
+        "gpus": {"node.0.gpu.1": {"util_mean_pct": 60.0, "mem_gb_max": 40.0, "readings": 2}},
+    }
+    text = render(build_report(rows))
+    assert "Reward components" in text and "node.0.gpu.1" in text and "awake_share" in text
+    assert build_report([train(1, reward=0.5)]).signals is None

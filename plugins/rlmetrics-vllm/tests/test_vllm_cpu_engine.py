@@ -311,6 +311,56 @@ def test_in_process_engine_steps(in_process: list[InProcessEngine], telemetry: A
     }
 
 
+def _registry_values() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the process registry, read here independently of the engine reader."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in REGISTRY.collect()
+        for sample in family.samples
+    }
+
+
+def _summed(values: dict[Any, float], name: str) -> float:
+    return sum(v for (sample, _labels), v in values.items() if sample == name)
+
+
+def test_in_process_engine_signals(in_process: list[InProcessEngine], telemetry: Any) -> None:
+    """The engine's state and cache over a step, against the registry vLLM itself fills (the
+    same prompts served twice, so the prefix cache is queried again)."""
+    from rlmetrics_vllm.engine import engine_signals
+
+    _, reader = telemetry
+    engine = in_process[0]
+    engine.serve(STEP[:2])
+    before, old = read_registry(), _registry_values()
+    engine.serve(STEP[:2])
+    after, new = read_registry(), _registry_values()
+    signals = engine_signals(before, after)
+
+    def delta(name: str) -> float:
+        return _summed(new, name) - _summed(old, name)
+
+    queries = delta("vllm:prefix_cache_queries_total")
+    assert queries > 0, "vLLM reported no prefix-cache query for a served step"
+    assert signals["vllm/prefix_cache_hit_rate"] == delta("vllm:prefix_cache_hits_total") / queries
+    # (Whether the repeat hits depends on the engine's cache settings and block size: on this
+    # CPU engine and these short prompts it does not; the figure is vLLM's own either way.)
+    assert signals["vllm/cached_prompt_tokens"] == delta("vllm:prompt_tokens_cached_total")
+    assert signals["vllm/preemptions"] == delta("vllm:num_preemptions_total")
+    assert signals["vllm/kv_cache_usage"] == _summed(new, "vllm:kv_cache_usage_perc")
+    assert signals["vllm/awake_share"] == 1.0  # the engine never slept
+    waiting = {k: v for k, v in signals.items() if k.startswith("vllm/requests_waiting/")}
+    assert set(waiting) == {"vllm/requests_waiting/capacity", "vllm/requests_waiting/deferred"}
+    assert not any(waiting.values())  # every request was served by the second reading
+    rlmetrics.Logger(backends={}).log_metrics({"loss": 0.5, **signals}, step=1)
+    found = points(reader)
+    assert (
+        single(found, "rl.vllm.prefix_cache.hit_rate").value
+        == signals["vllm/prefix_cache_hit_rate"]
+    )
+    assert single(found, "rl.vllm.engine.awake").value == 1.0
+
+
 def test_in_process_engine_restart_leaves_a_gap_and_counting_resumes(
     in_process: list[InProcessEngine], model_dir: Path, telemetry: Any
 ) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from rlmetrics_vllm.dashboard import engine_row, gen_ai_row
 from rlmetrics_vllm.demo import EngineSimulator, VllmDemoPart
-from rlmetrics_vllm.engine import ENGINE_FAMILIES, STEP_KEYS
+from rlmetrics_vllm.engine import ENGINE_FAMILIES, SIGNAL_FAMILIES, SIGNAL_KEYS, STEP_KEYS
 
 from rlmetrics.dashboard.promql import Names
 from rlmetrics.demo.parts import DemoSettings
@@ -27,7 +27,7 @@ def _shape(text: str) -> dict[str, tuple[str, frozenset[str]]]:
     return {
         family.name: (family.type, frozenset(k for s in family.samples for k in s.labels))
         for family in text_string_to_metric_families(text)
-        if family.name in ENGINE_FAMILIES
+        if family.name in ENGINE_FAMILIES or family.name in SIGNAL_FAMILIES
     }
 
 
@@ -35,7 +35,7 @@ def test_the_simulated_engine_is_shaped_like_vllm(fixture_text: str) -> None:
     simulated = EngineSimulator()
     simulated.finish("0", 12, 30, "stop")
     real = _shape(fixture_text)
-    assert set(real) == set(ENGINE_FAMILIES)
+    assert set(real) == set(ENGINE_FAMILIES) | set(SIGNAL_FAMILIES)
     assert _shape(simulated.exposition()) == real
 
 
@@ -54,7 +54,11 @@ def test_step_keys_agree_with_what_the_engine_served(
         requests += len(step.rewards)
         if number != part.restart_step:
             keys = found[number]
-            assert set(keys) == set(STEP_KEYS)
+            waiting = {"vllm/requests_waiting/capacity", "vllm/requests_waiting/deferred"}
+            assert set(keys) == set(STEP_KEYS) | (set(SIGNAL_KEYS) - {"vllm/mfu"}) | waiting
+            # Asleep from the step's start to the wake-up, awake through generation.
+            assert 0.6 < keys["vllm/awake_share"] < 0.85
+            assert 0.2 < keys["vllm/prefix_cache_hit_rate"] < 0.8
             assert keys["vllm/generations_ok"] + keys["vllm/generations_failed"] == len(
                 step.rewards
             )

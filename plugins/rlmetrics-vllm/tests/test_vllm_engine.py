@@ -389,3 +389,120 @@ def test_data_parallel_leaders_scraped_over_http(render: Render) -> None:
     finally:
         for server in servers:
             server.close()
+
+
+# -- the engine's state and cache ------------------------------------------------------------
+
+from rlmetrics_vllm.engine import (  # noqa: E402
+    SIGNAL_FAMILIES,
+    engine_signals,
+)
+from vllm_support import render_exposition  # noqa: E402
+
+
+def test_signal_families_are_in_the_vllm_exposition_as_read(fixture_text: str) -> None:
+    families = {f.name: f for f in text_string_to_metric_families(fixture_text)}
+    for name, kind in SIGNAL_FAMILIES.items():
+        assert name in families, f"{name} is not in vLLM 0.32.0's /metrics"
+        assert families[name].type == kind, name
+    reasons = {s.labels["reason"] for s in families["vllm:num_requests_waiting_by_reason"].samples}
+    assert reasons == {"capacity", "deferred"}
+    states = {s.labels["sleep_state"] for s in families["vllm:engine_sleep_state"].samples}
+    assert "awake" in states
+
+
+def _reading(engines: dict[str, EngineValues], at: float) -> Snapshot:
+    reading = read_text(render_exposition(engines))
+    return Snapshot(reading.parts, at)
+
+
+SIGNALS_BEFORE = {
+    "0": EngineValues(
+        prefix_queries=1000,
+        prefix_hits=200,
+        preemptions=1,
+        cached_prompt_tokens=200,
+        flops=1e15,
+        awake=0.0,
+    ),
+    "1": EngineValues(
+        prefix_queries=500,
+        prefix_hits=100,
+        preemptions=0,
+        cached_prompt_tokens=100,
+        flops=2e15,
+        awake=0.0,
+    ),
+}
+SIGNALS_AFTER = {
+    "0": EngineValues(
+        prefix_queries=1600,
+        prefix_hits=500,
+        preemptions=3,
+        cached_prompt_tokens=500,
+        flops=5e15,
+        kv_usage=0.25,
+        waiting={"capacity": 3, "deferred": 1},
+    ),
+    "1": EngineValues(
+        prefix_queries=900,
+        prefix_hits=300,
+        preemptions=0,
+        cached_prompt_tokens=300,
+        flops=8e15,
+        kv_usage=0.75,
+        waiting={"capacity": 2},
+    ),
+}
+
+
+def test_engine_signals_from_two_engines() -> None:
+    # Asleep at the step's start (the policy trained), woken 2 s in, read again at 10 s.
+    before = _reading(SIGNALS_BEFORE, 100.0)
+    woken = _reading(
+        {k: EngineValues(**{**vars(v), "awake": 1.0}) for k, v in SIGNALS_BEFORE.items()}, 102.0
+    )
+    after = _reading(SIGNALS_AFTER, 110.0)
+    assert engine_signals(before, after, peak_flops_per_gpu=1e14, during=[woken]) == {
+        "vllm/prefix_cache_hit_rate": (300 + 200) / (600 + 400),
+        "vllm/cached_prompt_tokens": 300 + 200,
+        "vllm/preemptions": 2,
+        "vllm/kv_cache_usage": 0.5,
+        "vllm/requests_waiting/capacity": 5,
+        "vllm/requests_waiting/deferred": 1,
+        "vllm/awake_share": 0.8,  # asleep 2 s of 10
+        # each engine's flops per GPU over 10 s: (4e15 + 6e15) / 2 / 10 s / 1e14
+        "vllm/mfu": 5.0,
+    }
+    # Without the peak FLOPs there is no MFU; with only two readings the state at the start
+    # stands for the step.
+    signals = engine_signals(before, after)
+    assert "vllm/mfu" not in signals and signals["vllm/awake_share"] == 0.0
+
+
+def test_no_query_no_hit_rate_and_no_flops_no_mfu(fixture_text: str) -> None:
+    reading = read_text(fixture_text)
+    signals = engine_signals(
+        reading, Snapshot(reading.parts, (reading.taken_at or 0) + 1), peak_flops_per_gpu=1e14
+    )
+    assert "vllm/prefix_cache_hit_rate" not in signals and "vllm/mfu" not in signals
+    assert signals["vllm/kv_cache_usage"] == 0.0 and signals["vllm/awake_share"] == 1.0
+
+
+@pytest.mark.parametrize("how", ["backwards", "created", "engine-gone"])
+def test_a_restart_step_omits_every_signal(how: str) -> None:
+    after = dict(SIGNALS_AFTER)
+    if how == "backwards":
+        after["0"] = EngineValues(**{**vars(SIGNALS_AFTER["0"]), "prefix_queries": 10})
+    elif how == "created":
+        after["1"] = EngineValues(**{**vars(SIGNALS_AFTER["1"]), "created": 2e9})
+    else:
+        del after["1"]
+    assert engine_signals(_reading(SIGNALS_BEFORE, 0.0), _reading(after, 10.0)) == {}
+
+
+def test_otel_style_names_read_as_vllms() -> None:
+    """An engine pushing OpenTelemetry-style names (vllm.prefix_cache_hits, exposed through an
+    OTel pipeline as vllm_prefix_cache_hits_total) reads as vLLM's own."""
+    text = render_exposition(SIGNALS_AFTER).replace("vllm:", "vllm_")
+    assert read_text(text) == read_text(render_exposition(SIGNALS_AFTER))

@@ -14,6 +14,7 @@ from rlmetrics_vllm.engine import (
     GENERATIONS_OK_KEY,
     PROMPT_LENGTH_MEAN_KEY,
     PROMPT_TOKENS_KEY,
+    SIGNAL_KEYS,
     STEP_KEYS,
     read_registry,
     step_metrics,
@@ -31,6 +32,14 @@ NAMES = {
     GENERATIONS_OK_KEY: ("rl.vllm.generations.ok", "sum", "{generation}"),
     GENERATIONS_FAILED_KEY: ("rl.vllm.generations.failed", "sum", "{generation}"),
 }
+SIGNAL_NAMES = {
+    "vllm/prefix_cache_hit_rate": ("rl.vllm.prefix_cache.hit_rate", "gauge", "1"),
+    "vllm/kv_cache_usage": ("rl.vllm.kv_cache.usage", "gauge", "1"),
+    "vllm/preemptions": ("rl.vllm.preemptions", "sum", "{preemption}"),
+    "vllm/cached_prompt_tokens": ("rl.vllm.cached_prompt_tokens", "sum", "{token}"),
+    "vllm/awake_share": ("rl.vllm.engine.awake", "gauge", "1"),
+    "vllm/mfu": ("rl.vllm.mfu", "gauge", "1"),
+}
 
 
 def _log(metrics: dict[str, Any], step: int = 1, prefix: str = "train") -> None:
@@ -38,9 +47,10 @@ def _log(metrics: dict[str, Any], step: int = 1, prefix: str = "train") -> None:
 
 
 def test_every_step_key_has_one_spec() -> None:
-    assert [spec.key for spec in family.SPECS] == list(STEP_KEYS)
-    assert {spec.key: (spec.name, spec.unit) for spec in family.SPECS} == {
-        key: (name, unit) for key, (name, _, unit) in NAMES.items()
+    keyed = [spec for spec in family.SPECS if spec.name != family.REQUESTS_WAITING]
+    assert [spec.key for spec in keyed] == [*STEP_KEYS, *SIGNAL_KEYS]
+    assert {spec.key: (spec.name, spec.unit) for spec in keyed} == {
+        key: (name, unit) for key, (name, _, unit) in {**NAMES, **SIGNAL_NAMES}.items()
     }
 
 
@@ -189,3 +199,59 @@ def test_only_the_vllm_keys_of_train_dicts_are_teed(telemetry: Any) -> None:
         logger.log_metrics(metrics, step=step, prefix=prefix)
     found = [p for p in points(reader) if p.name.startswith("rl.vllm.")]
     assert [(p.name, p.value) for p in found] == [("rl.vllm.prompt_tokens", 2)]
+
+
+def test_engine_signals_reach_their_series_and_a_restart_step_leaves_a_gap(
+    telemetry: Any,
+) -> None:
+    from rlmetrics_vllm.engine import Snapshot, engine_signals, read_text
+    from vllm_support import EngineValues, render_exposition
+
+    _, reader = telemetry
+
+    def reading(values: EngineValues, at: float) -> Snapshot:
+        return Snapshot(read_text(render_exposition({"0": values})).parts, at)
+
+    before = reading(EngineValues(prefix_queries=100, prefix_hits=10, flops=0), 0.0)
+    after = reading(
+        EngineValues(
+            prefix_queries=300,
+            prefix_hits=110,
+            preemptions=2,
+            cached_prompt_tokens=100,
+            flops=2e15,
+            kv_usage=0.5,
+            waiting={"capacity": 4},
+        ),
+        10.0,
+    )
+    _log({"loss": 0.5, **engine_signals(before, after, peak_flops_per_gpu=1e15)}, step=1)
+    found = points(reader)
+    expected = {
+        "rl.vllm.prefix_cache.hit_rate": 0.5,
+        "rl.vllm.kv_cache.usage": 0.5,
+        "rl.vllm.preemptions": 2,
+        "rl.vllm.cached_prompt_tokens": 100,
+        "rl.vllm.engine.awake": 1.0,
+        "rl.vllm.mfu": 0.2,
+    }
+    for name, value in expected.items():
+        assert single(found, name).value == value, name
+    waiting = {
+        p.attributes["rl.vllm.waiting.reason"]: p.value
+        for p in found
+        if p.name == "rl.vllm.requests.waiting"
+    }
+    assert waiting == {"capacity": 4, "deferred": 0}
+
+    # The next step an engine restarted: every engine-state gauge is a gap, not step 1's.
+    restarted = reading(EngineValues(prefix_queries=5, created=2e9), 20.0)
+    _log({"loss": 0.4, **engine_signals(after, restarted), "vllm/prompt_tokens": 1}, step=2)
+    names = {p.name for p in points(reader)}
+    assert not names & {
+        "rl.vllm.prefix_cache.hit_rate",
+        "rl.vllm.kv_cache.usage",
+        "rl.vllm.engine.awake",
+        "rl.vllm.mfu",
+        "rl.vllm.requests.waiting",
+    }

@@ -7,6 +7,7 @@ import array
 import time
 from typing import Any
 
+import pytest
 from rlmetrics_vllm import gen_ai
 from rlmetrics_vllm.gen_ai import (
     BATCH_DURATION_BUCKETS,
@@ -136,7 +137,38 @@ def test_recording_is_a_no_op_when_not_exporting() -> None:
 
 def test_no_per_request_server_duration_is_declared() -> None:
     names = {spec.name for spec in gen_ai.SPECS}
-    assert names == {"gen_ai.client.token.usage", "rl.vllm.batch.duration"}
+    assert names == {
+        "gen_ai.client.token.usage",
+        "rl.vllm.batch.duration",
+        "gen_ai.client.inference.usage.input_tokens",
+        "gen_ai.client.inference.usage.output_tokens",
+    }
     declared = {d.spec.name for d in rlmetrics.default_registry().declared()}
     assert "gen_ai.server.request.duration" not in declared
     assert names <= declared
+
+
+@pytest.mark.parametrize("names", ["spec", "inference_usage", "both"])
+def test_token_usage_names_option(telemetry: Any, names: str) -> None:
+    _, reader = telemetry
+    gen_ai.set_token_usage_names(names)
+    try:
+        gen_ai.record_generation([10, 20], [5], model="tiny")
+    finally:
+        gen_ai.set_token_usage_names(None)
+    found = {p.name: p for p in points(reader)}
+    split = {
+        "gen_ai.client.inference.usage.input_tokens",
+        "gen_ai.client.inference.usage.output_tokens",
+    }
+    assert ("gen_ai.client.token.usage" in found) == (names != "inference_usage")
+    assert (split <= set(found)) == (names != "spec")
+    if names != "spec":
+        inputs = found["gen_ai.client.inference.usage.input_tokens"]
+        assert (inputs.count, inputs.sum, inputs.unit) == (2, 30, "{token}")
+        assert "gen_ai.token.type" not in inputs.attributes
+
+
+def test_token_usage_names_refuse_a_typo() -> None:
+    with pytest.raises(ValueError, match="inference_usage"):
+        gen_ai.set_token_usage_names("inference")

@@ -27,6 +27,7 @@ from rlmetrics_vllm.engine import (
     PROMPT_TOKENS_FAMILY,
     PROMPT_TOKENS_KEY,
     REQUEST_SUCCESS_FAMILY,
+    SIGNAL_FAMILIES,
 )
 
 from rlmetrics.testing import ExpositionServer
@@ -66,13 +67,26 @@ class EngineValues:
     #: The series' creation time (``_created``); None keeps the fixture's. A new one is what an
     #: engine restart looks like even when the new totals have passed the old ones.
     created: float | None = None
+    # The engine's state and cache (vLLM 0.32.0's own families).
+    prefix_queries: float = 0
+    prefix_hits: float = 0
+    preemptions: float = 0
+    cached_prompt_tokens: float = 0
+    flops: float = 0
+    kv_usage: float = 0.0
+    waiting: dict[str, float] = field(default_factory=dict)
+    awake: float = 1.0
 
 
 _SAMPLE = re.compile(r"^(?P<name>[^{\s#]+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)$")
 _COMMENT = re.compile(r"^# (?:HELP|TYPE) (?P<name>\S+)")
 _FIXTURE_LINES = tuple(FIXTURE.read_text().splitlines())
 _SUFFIXES = ("", "_total", "_created", "_sum", "_count", "_bucket")
-_CREATED = frozenset(f"{family}_created" for family in ENGINE_FAMILIES)
+_CREATED = frozenset(
+    f"{family}_created"
+    for family, kind in {**ENGINE_FAMILIES, **SIGNAL_FAMILIES}.items()
+    if kind != "gauge"
+)
 
 
 def _value(name: str, labels: str, values: EngineValues) -> float | None:
@@ -84,9 +98,23 @@ def _value(name: str, labels: str, values: EngineValues) -> float | None:
         f"{PROMPT_LENGTH_FAMILY}_count": values.prompt_count,
         f"{GENERATION_LENGTH_FAMILY}_sum": values.generation_sum,
         f"{GENERATION_LENGTH_FAMILY}_count": values.generation_count,
+        "vllm:prefix_cache_queries_total": values.prefix_queries,
+        "vllm:prefix_cache_hits_total": values.prefix_hits,
+        "vllm:num_preemptions_total": values.preemptions,
+        "vllm:prompt_tokens_cached_total": values.cached_prompt_tokens,
+        "vllm:estimated_flops_per_gpu_total": values.flops,
+        "vllm:kv_cache_usage_perc": values.kv_usage,
     }
     if name in table:
         return table[name]
+    if name == "vllm:num_requests_waiting_by_reason":
+        reason = re.search(r'reason="([^"]*)"', labels)
+        return values.waiting.get(reason.group(1) if reason else "", 0)
+    if name == "vllm:engine_sleep_state":
+        state = re.search(r'sleep_state="([^"]*)"', labels)
+        return {"awake": values.awake, "weights_offloaded": 1.0 - values.awake}.get(
+            state.group(1) if state else "", 0.0
+        )
     if name == f"{REQUEST_SUCCESS_FAMILY}_total":
         reason = re.search(r'finished_reason="([^"]*)"', labels)
         return values.finished.get(reason.group(1) if reason else "", 0)
@@ -111,7 +139,8 @@ def render_exposition(
     reader does not read too: parsing is then ~10x faster). Reasons a fixture engine does not
     list (a future finish reason) are added after its ``stop`` sample."""
     dropped = {f"{family}{suffix}" for family in drop for suffix in _SUFFIXES}
-    kept = {f"{family}{suffix}" for family in ENGINE_FAMILIES for suffix in _SUFFIXES} - dropped
+    read = {**ENGINE_FAMILIES, **SIGNAL_FAMILIES}
+    kept = {f"{family}{suffix}" for family in read for suffix in _SUFFIXES} - dropped
 
     def keep(name: str) -> bool:
         return name in kept if only_read else name not in dropped

@@ -17,7 +17,14 @@ from .. import hookimpl
 from .model import Panel, Query, Row
 from .promql import Names, for_run
 
-__all__ = ["checkpoint_row", "goodput_row", "register_dashboard_rows", "setup_row", "training_row"]
+__all__ = [
+    "checkpoint_row",
+    "goodput_row",
+    "register_dashboard_rows",
+    "reward_components_row",
+    "setup_row",
+    "training_row",
+]
 
 _REWARD, _KL, _LOSS = "rl.reward.mean", "rl.kl.divergence", "rl.policy.loss"
 _ENTROPY, _GRAD_NORM = "rl.entropy", "rl.grad_norm"
@@ -47,6 +54,35 @@ def training_row(names: Names) -> Row:
             scalar(_GRAD_NORM, "Gradient norm", "rl.grad_norm"),
         ],
         order=0,
+    )
+
+
+def reward_components_row(names: Names) -> Row:
+    component = names.label("rl.reward.component")
+    dataset = names.label("rl.dataset")
+    components = for_run(names.gauge("rl.reward.component_mean"))
+    accuracy = for_run(names.gauge("rl.validation.accuracy"))
+    return Row(
+        "Reward components and validation datasets",
+        [
+            Panel(
+                "Reward by component",
+                [Query(f"max by ({component}) ({components})", f"{{{{{component}}}}}")],
+                reads=["rl.reward.component_mean"],
+                description="rl.reward.component_mean from reward/<component> keys: one curve "
+                "per reward function or verifier; other holds the components past the cap.",
+                width=12,
+            ),
+            Panel(
+                "Validation accuracy by dataset",
+                [Query(f"max by ({dataset}) ({accuracy})", f"{{{{{dataset}}}}}")],
+                reads=["rl.validation.accuracy"],
+                description="rl.validation.accuracy from validation/<dataset>/accuracy keys, "
+                "one curve per dataset instead of one sample-weighted mean.",
+                width=12,
+            ),
+        ],
+        order=5,
     )
 
 
@@ -237,7 +273,13 @@ def checkpoint_row(names: Names) -> Row:
     )
 
 
-_ROWS: tuple[Callable[[Names], Row], ...] = (training_row, goodput_row, setup_row, checkpoint_row)
+_ROWS: tuple[Callable[[Names], Row], ...] = (
+    training_row,
+    reward_components_row,
+    goodput_row,
+    setup_row,
+    checkpoint_row,
+)
 
 
 @hookimpl

@@ -182,6 +182,18 @@ class Simulation:
                 sum(demo.response_tokens) / len(demo.response_tokens), 2
             ),
         }
+        # Reward components (two verifiers: the answer and its format) and, on validation
+        # steps, accuracy per validation dataset: each one series with a bounded attribute.
+        # (Their noise has a generator of its own, so the other curves stay as they were.)
+        solved = sum(1 for reward in demo.rewards if reward == 1.0) / len(demo.rewards)
+        graded = sum(1 for reward in demo.rewards if reward > 0.0) / len(demo.rewards)
+        train["reward/accuracy"] = round(solved, 4)
+        train["reward/format"] = round(min(1.0, graded + 0.15 * (1 - progress)), 4)
+        if step % 10 == 0:
+            noise = seeded(self.seed, "validation", step)
+            for dataset, skill in (("gsm8k", 0.9), ("math500", 0.6)):
+                accuracy = skill * (0.2 + 0.7 * (1 - math.exp(-3 * progress)))
+                train[f"validation/{dataset}/accuracy"] = round(accuracy + noise.gauss(0, 0.01), 4)
         phases, accounted, goodput = self._timing(step, r, demo)
         step_wall = sum(seconds for _name, seconds, _bucket in phases)
         events = self._checkpoint_events(step, r, demo, DEMO_EPOCH_S + self.elapsed_s + step_wall)

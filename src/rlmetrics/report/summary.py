@@ -37,6 +37,7 @@ from ..events import (
 from ..families import efficiency
 from ..values import as_number
 from .regressions import find_regressions
+from .signals import GPU_PREFIX, summarise_signals
 
 __all__ = ["RunReport", "build_report", "measurement_of", "read_report"]
 
@@ -91,6 +92,8 @@ class RunReport:
     samples: dict[str, Any] | None = None
     #: Step-time regressions and what moved with them (:mod:`.regressions`).
     regressions: dict[str, Any] | None = None
+    #: Reward components, validation datasets, the vLLM engine's state, GPUs (``signals``).
+    signals: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(
@@ -155,6 +158,7 @@ def build_report(
     attempts: dict[str, int] = {}
     reasons: dict[str, int] = {}
     attempt_log: list[dict[str, Any]] = []
+    gpu_rows: list[Mapping[str, Any]] = []
     count = 0
     for row in rows:
         count += 1
@@ -167,6 +171,8 @@ def build_report(
             by_step.setdefault(step, {}).update(metrics)
         elif prefix == SETUP_TIMING_PREFIX:
             setup = _setup(metrics)
+        elif prefix == GPU_PREFIX:
+            gpu_rows.append(metrics)
         elif prefix == CheckpointSave.PREFIX:
             saves.append(_numbers(metrics))
         elif prefix == CheckpointRestore.PREFIX:
@@ -200,6 +206,7 @@ def build_report(
         vllm=_vllm(by_step),
         checkpoints=_checkpoints(saves, restores, attempts, reasons, attempt_log),
         regressions=find_regressions(rows).as_dict(),
+        signals=summarise_signals(by_step, gpu_rows),
     )
 
 

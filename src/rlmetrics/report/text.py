@@ -62,6 +62,8 @@ def render(report: RunReport) -> str:
         lines += _samples(report.samples)
     if report.regressions is not None:
         lines += render_regressions(report.regressions)
+    if report.signals is not None:
+        lines += _signals(report.signals)
     return "\n".join(lines) + "\n"
 
 
@@ -128,6 +130,36 @@ def _samples(samples: Mapping[str, Any]) -> list[str]:
     ]
     for row in samples["shown"]:
         lines.append("  - " + "; ".join(f"{k}: {_cell(v)}" for k, v in row.items()))
+    return lines
+
+
+def _signals(signals: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    components = signals["reward_components"]
+    if components:
+        lines += ["", "Reward components (mean over steps; last):"]
+        lines += [
+            f"  {name:<16} {c['mean']:.3f}; {c['last']:.3f}" for name, c in components.items()
+        ]
+    datasets = signals["validation_datasets"]
+    if datasets:
+        lines += ["", "Validation by dataset (latest):"]
+        for dataset, metrics in datasets.items():
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items()))
+            lines.append(f"  {dataset:<16} {shown}")
+    vllm = signals["vllm"]
+    if vllm:
+        lines += ["", "vLLM engine state (mean over steps; last):"]
+        for name, v in vllm.items():
+            lines.append(f"  {name:<22} {v['mean']:.3f}; {v['last']:.3f} ({v['steps']} steps)")
+    gpus = signals["gpus"]
+    if gpus:
+        lines += ["", "GPUs (utilisation mean; most memory in use):"]
+        for gpu, g in gpus.items():
+            lines.append(
+                f"  {gpu:<16} {_s(g['util_mean_pct'])} %; {_s(g['mem_gb_max'])} GiB "
+                f"({g['readings']} readings)"
+            )
     return lines
 
 

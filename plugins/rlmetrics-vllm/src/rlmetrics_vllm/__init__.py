@@ -9,8 +9,10 @@ never declares anything.
 from __future__ import annotations
 
 from .engine import (
+    SIGNAL_KEYS,
     STEP_KEYS,
     Snapshot,
+    engine_signals,
     merge_snapshots,
     read_registry,
     read_text,
@@ -21,9 +23,11 @@ from .engine import (
 __version__ = "0.2.0"
 
 __all__ = [
+    "SIGNAL_KEYS",
     "STEP_KEYS",
     "Snapshot",
     "__version__",
+    "engine_signals",
     "merge_snapshots",
     "read_registry",
     "read_text",

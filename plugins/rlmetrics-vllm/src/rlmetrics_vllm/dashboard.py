@@ -15,12 +15,18 @@ import rlmetrics
 from rlmetrics.dashboard.model import Panel, Query, Row
 from rlmetrics.dashboard.promql import Names, for_run
 
-__all__ = ["engine_row", "gen_ai_row", "register_dashboard_rows"]
+__all__ = ["engine_row", "engine_state_row", "gen_ai_row", "register_dashboard_rows"]
 
 _PROMPT, _GENERATION = "rl.vllm.prompt_tokens", "rl.vllm.generation_tokens"
 _OK, _FAILED = "rl.vllm.generations.ok", "rl.vllm.generations.failed"
 _PROMPT_MEAN, _GENERATION_MEAN = "rl.vllm.prompt_length.mean", "rl.vllm.generation_length.mean"
 _USAGE, _BATCH = "gen_ai.client.token.usage", "rl.vllm.batch.duration"
+_HIT_RATE, _KV, _AWAKE = (
+    "rl.vllm.prefix_cache.hit_rate",
+    "rl.vllm.kv_cache.usage",
+    "rl.vllm.engine.awake",
+)
+_WAITING, _PREEMPTIONS = "rl.vllm.requests.waiting", "rl.vllm.preemptions"
 
 
 def engine_row(names: Names) -> Row:
@@ -79,6 +85,53 @@ def engine_row(names: Names) -> Row:
     )
 
 
+def engine_state_row(names: Names) -> Row:
+    reason = names.label("rl.vllm.waiting.reason")
+    preempted = f"sum({for_run(f'increase({names.counter(_PREEMPTIONS)}[$__rate_interval])')})"
+    return Row(
+        "vLLM engine state and cache",
+        [
+            Panel(
+                "Prefix-cache hit rate and KV-cache usage per step",
+                [
+                    Query(for_run(names.gauge(_HIT_RATE)), "prefix-cache hit rate"),
+                    Query(for_run(names.gauge(_KV)), "KV-cache usage"),
+                ],
+                reads=[_HIT_RATE, _KV],
+                description="Hits over queries of the step's prefix-cache lookups (tokens), and "
+                "the engines' mean KV-cache usage at the step's end. A gap is a step with no "
+                "reading or an engine restart.",
+                unit="percentunit",
+                width=9,
+            ),
+            Panel(
+                "Share of the step the engines were awake",
+                [Query(for_run(names.gauge(_AWAKE)), "awake")],
+                reads=[_AWAKE],
+                description="vllm:engine_sleep_state over the step. In a colocated run the "
+                "rest is the generation fleet asleep while the policy trains: 1 - this is its "
+                "idle share.",
+                unit="percentunit",
+                width=8,
+            ),
+            Panel(
+                "Requests waiting by reason, preemptions",
+                [
+                    Query(
+                        f"sum by ({reason}) ({for_run(names.gauge(_WAITING))})",
+                        f"waiting: {{{{{reason}}}}}",
+                    ),
+                    Query(preempted, "preempted"),
+                ],
+                reads=[_WAITING, _PREEMPTIONS],
+                unit="short",
+                width=7,
+            ),
+        ],
+        order=51,
+    )
+
+
 def gen_ai_row(names: Names) -> Row:
     usage = names.histogram(_USAGE)
     batch = names.histogram(_BATCH)
@@ -121,4 +174,5 @@ def gen_ai_row(names: Names) -> Row:
 @rlmetrics.hookimpl
 def register_dashboard_rows(register: Callable[[Callable[[Names], Row]], None]) -> None:
     register(engine_row)
+    register(engine_state_row)
     register(gen_ai_row)

@@ -16,9 +16,11 @@ empty snapshot, and everything that cannot be known for the step is left out, ne
 from __future__ import annotations
 
 import math
+import time
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from prometheus_client import REGISTRY
@@ -29,7 +31,18 @@ from prometheus_client.registry import Collector
 from rlmetrics import warn_once
 
 __all__ = [
+    "AWAKE_SHARE_KEY",
+    "CACHED_PROMPT_TOKENS_KEY",
     "ENGINE_FAMILIES",
+    "KV_CACHE_USAGE_KEY",
+    "MFU_KEY",
+    "PREEMPTIONS_KEY",
+    "PREFIX_CACHE_HIT_RATE_KEY",
+    "REQUESTS_WAITING_PREFIX",
+    "SIGNAL_FAMILIES",
+    "SIGNAL_KEYS",
+    "canonical_name",
+    "engine_signals",
     "FINISHED_REASON_LABEL",
     "GENERATIONS_FAILED_KEY",
     "GENERATIONS_OK_KEY",
@@ -72,6 +85,31 @@ ENGINE_FAMILIES: Mapping[str, str] = {
     GENERATION_LENGTH_FAMILY: "histogram",
 }
 
+# The engine's state and cache (vLLM 0.32.0's registry, checked as the families above are).
+PREFIX_CACHE_QUERIES_FAMILY = "vllm:prefix_cache_queries"
+PREFIX_CACHE_HITS_FAMILY = "vllm:prefix_cache_hits"
+PREEMPTIONS_FAMILY = "vllm:num_preemptions"
+CACHED_PROMPT_TOKENS_FAMILY = "vllm:prompt_tokens_cached"
+FLOPS_FAMILY = "vllm:estimated_flops_per_gpu"
+KV_CACHE_USAGE_FAMILY = "vllm:kv_cache_usage_perc"
+WAITING_BY_REASON_FAMILY = "vllm:num_requests_waiting_by_reason"
+SLEEP_STATE_FAMILY = "vllm:engine_sleep_state"
+
+#: The families behind the engine-state keys, with their Prometheus type.
+SIGNAL_FAMILIES: Mapping[str, str] = {
+    PREFIX_CACHE_QUERIES_FAMILY: "counter",
+    PREFIX_CACHE_HITS_FAMILY: "counter",
+    PREEMPTIONS_FAMILY: "counter",
+    CACHED_PROMPT_TOKENS_FAMILY: "counter",
+    FLOPS_FAMILY: "counter",
+    KV_CACHE_USAGE_FAMILY: "gauge",
+    WAITING_BY_REASON_FAMILY: "gauge",
+    SLEEP_STATE_FAMILY: "gauge",
+}
+_REASON_LABEL = "reason"
+_SLEEP_LABEL = "sleep_state"
+_AWAKE = "awake"
+
 FINISHED_REASON_LABEL = "finished_reason"
 #: The finish reasons that leave a usable sample. ``length`` is a normal RL outcome (a rollout
 #: runs to max_tokens); everything else, including reasons a future vLLM adds, is failed.
@@ -85,6 +123,25 @@ PROMPT_LENGTH_MEAN_KEY = "vllm/prompt_length_mean"
 GENERATION_LENGTH_MEAN_KEY = "vllm/generation_length_mean"
 GENERATIONS_OK_KEY = "vllm/generations_ok"
 GENERATIONS_FAILED_KEY = "vllm/generations_failed"
+
+# The engine's state and cache over the step.
+PREFIX_CACHE_HIT_RATE_KEY = "vllm/prefix_cache_hit_rate"
+KV_CACHE_USAGE_KEY = "vllm/kv_cache_usage"
+PREEMPTIONS_KEY = "vllm/preemptions"
+CACHED_PROMPT_TOKENS_KEY = "vllm/cached_prompt_tokens"
+AWAKE_SHARE_KEY = "vllm/awake_share"
+MFU_KEY = "vllm/mfu"
+#: ``vllm/requests_waiting/<reason>``: requests waiting at the step's end, by vLLM's reason.
+REQUESTS_WAITING_PREFIX = "vllm/requests_waiting/"
+#: The engine-state keys :func:`engine_signals` returns (besides the waiting reasons).
+SIGNAL_KEYS: tuple[str, ...] = (
+    PREFIX_CACHE_HIT_RATE_KEY,
+    KV_CACHE_USAGE_KEY,
+    PREEMPTIONS_KEY,
+    CACHED_PROMPT_TOKENS_KEY,
+    AWAKE_SHARE_KEY,
+    MFU_KEY,
+)
 
 STEP_KEYS: tuple[str, ...] = (
     PROMPT_TOKENS_KEY,
@@ -100,16 +157,23 @@ STEP_KEYS: tuple[str, ...] = (
 # when an engine restarts even if its new totals have already passed the old ones. An
 # in-process registry reports ``_created`` inside the family; the text parser reads it as a
 # family of its own, so both names are kept.
+_READ = {**ENGINE_FAMILIES, **SIGNAL_FAMILIES}
 _WANTED: Mapping[str, frozenset[str]] = {
     **{
         name: (
             frozenset({f"{name}_total", f"{name}_created"})
             if kind == "counter"
+            else frozenset({name})
+            if kind == "gauge"
             else frozenset({f"{name}_sum", f"{name}_count", f"{name}_created"})
         )
-        for name, kind in ENGINE_FAMILIES.items()
+        for name, kind in _READ.items()
     },
-    **{f"{name}_created": frozenset({f"{name}_created"}) for name in ENGINE_FAMILIES},
+    **{
+        f"{name}_created": frozenset({f"{name}_created"})
+        for name, kind in _READ.items()
+        if kind != "gauge"
+    },
 }
 
 _SCRAPE_HEADERS = {
@@ -137,6 +201,8 @@ class Snapshot:
     """
 
     parts: tuple[dict[SampleKey, float], ...] = field(default_factory=lambda: ({},))
+    #: Unix time of the reading (of the first source, for a merged snapshot); None when unknown.
+    taken_at: float | None = field(default=None, compare=False)
 
     def sources(self) -> dict[_SourceKey, float]:
         """Every sample with its part index, the identity :func:`step_metrics` matches on."""
@@ -150,6 +216,15 @@ class Snapshot:
 # -- readers -----------------------------------------------------------------------------------
 
 
+def canonical_name(name: str) -> str:
+    """vLLM's Prometheus name for ``name``: an engine that pushes OpenTelemetry-style names
+    (``vllm.prompt_tokens``, exposed through an OTel pipeline as ``vllm_prompt_tokens_total``)
+    is read as ``vllm:prompt_tokens``."""
+    if name.startswith(("vllm.", "vllm_")):
+        return "vllm:" + name[5:].replace(".", "_")
+    return name
+
+
 def read_families(families: Iterable[Metric]) -> Snapshot:
     """A snapshot from ``prometheus_client`` metric families (``Metric`` objects).
 
@@ -160,9 +235,9 @@ def read_families(families: Iterable[Metric]) -> Snapshot:
     """
     part: dict[SampleKey, float] = {}
     for family in families:
-        if family.name in _WANTED:
+        if canonical_name(family.name) in _WANTED:
             _keep(part, family.samples)
-    return Snapshot((part,))
+    return Snapshot((part,), time.time())
 
 
 def read_registry(registry: Collector | None = None) -> Snapshot:
@@ -206,7 +281,7 @@ def read_text(text: str) -> Snapshot:
         lines = []
         malformed = 1
     for line in lines:
-        if line.startswith("#") or _sample_name(line) not in _WANTED_SAMPLES:
+        if line.startswith("#") or canonical_name(_sample_name(line)) not in _WANTED_SAMPLES:
             continue
         try:
             families = list(text_string_to_metric_families(line + "\n"))
@@ -222,14 +297,15 @@ def read_text(text: str) -> Snapshot:
             "a metric family they held is omitted for the step, the others are read. Later "
             "readings with malformed lines are reported at DEBUG",
         )
-    return Snapshot((part,))
+    return Snapshot((part,), time.time())
 
 
 def _keep(part: dict[SampleKey, float], samples: Iterable[Any]) -> None:
     """Add the wanted, finite samples to ``part``."""
     for sample in samples:
-        if sample.name in _WANTED_SAMPLES and math.isfinite(sample.value):
-            part[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+        name = canonical_name(sample.name)
+        if name in _WANTED_SAMPLES and math.isfinite(sample.value):
+            part[(name, tuple(sorted(sample.labels.items())))] = float(sample.value)
 
 
 def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
@@ -256,7 +332,12 @@ def merge_snapshots(snapshots: Iterable[Snapshot]) -> Snapshot:
     Merge the before and the after readings in the same order: a source is matched with
     itself by its position.
     """
-    return Snapshot(tuple(part for snapshot in snapshots for part in snapshot.parts))
+    snapshots = list(snapshots)
+    times = [s.taken_at for s in snapshots if s.taken_at is not None]
+    return Snapshot(
+        tuple(part for snapshot in snapshots for part in snapshot.parts),
+        times[0] if times else None,
+    )
 
 
 # -- deltas ------------------------------------------------------------------------------------
@@ -281,6 +362,43 @@ def step_metrics(
         warn_once(
             "vllm:step_metrics",
             "rlmetrics-vllm: step_metrics failed; no rl.vllm.* values for this step",
+        )
+        return {}
+
+
+def engine_signals(
+    before: Snapshot | Iterable[Snapshot],
+    after: Snapshot | Iterable[Snapshot],
+    *,
+    peak_flops_per_gpu: float | None = None,
+    during: Sequence[Snapshot | Iterable[Snapshot]] = (),
+) -> dict[str, float | int]:
+    """The engine's state and cache over the step, from the same two readings as
+    :func:`step_metrics` (merge both into the train dict). Every key is left out of a step in
+    which an engine restarted, and each one whose families the engine does not serve. Never
+    raises.
+
+    - ``vllm/prefix_cache_hit_rate``: prefix-cache hits over queries (token deltas);
+    - ``vllm/cached_prompt_tokens``, ``vllm/preemptions``: deltas;
+    - ``vllm/kv_cache_usage``: the engines' mean KV-cache usage (0 to 1) in ``after``;
+    - ``vllm/requests_waiting/<reason>``: requests waiting in ``after``, summed over engines;
+    - ``vllm/awake_share``: the share of the step the engines were awake, time-weighted over
+      ``before``, the ``during`` readings and ``after`` (each interval counted in the state
+      read at its start: pass a reading taken around each ``sleep()``/``wake_up()`` for the
+      exact share);
+    - ``vllm/mfu``: model FLOPs utilisation, the engines' mean
+      ``vllm:estimated_flops_per_gpu`` delta over the seconds between the readings and
+      ``peak_flops_per_gpu`` (only when given, and only when the engine counts FLOPs).
+    """
+    try:
+        first, last = _one(before), _one(after)
+        if _restarted(first.sources(), last.sources()):
+            return {}
+        return _signals([first, *(_one(s) for s in during), last], peak_flops_per_gpu)
+    except Exception:
+        warn_once(
+            "vllm:engine_signals",
+            "rlmetrics-vllm: engine_signals failed; no engine-state values for this step",
         )
         return {}
 
@@ -324,6 +442,100 @@ def _step_metrics(
         # and ok + failed is the engine's own total.
         out[GENERATIONS_FAILED_KEY] = _tidy(total - ok)
     return out
+
+
+def _restarted(before: Mapping[_SourceKey, float], after: Mapping[_SourceKey, float]) -> bool:
+    """Whether an engine restarted between the readings: a counter series came or went, was
+    created anew, or went backwards."""
+    for index, name, labels in set(before) | set(after):
+        if name.endswith("_created") or not (name.endswith("_total") or name.endswith("_count")):
+            continue
+        key = (index, name, labels)
+        if key not in before or key not in after or after[key] < before[key]:
+            return True
+        created = (index, f"{name.rpartition('_')[0]}_created", labels)
+        if before.get(created) != after.get(created):
+            return True
+    return False
+
+
+def _gauge(reading: Mapping[_SourceKey, float], family: str) -> dict[tuple[int, Labels], float]:
+    return {(index, labels): v for (index, name, labels), v in reading.items() if name == family}
+
+
+def _signals(readings: list[Snapshot], peak_flops: float | None) -> dict[str, float | int]:
+    first, last = readings[0].sources(), readings[-1].sources()
+    out: dict[str, float | int] = {}
+    for key, family in (
+        (CACHED_PROMPT_TOKENS_KEY, CACHED_PROMPT_TOKENS_FAMILY),
+        (PREEMPTIONS_KEY, PREEMPTIONS_FAMILY),
+    ):
+        deltas = _deltas(first, last, f"{family}_total")
+        if deltas is not None:
+            out[key] = _tidy(sum(deltas.values()))
+    queries = _deltas(first, last, f"{PREFIX_CACHE_QUERIES_FAMILY}_total")
+    hits = _deltas(first, last, f"{PREFIX_CACHE_HITS_FAMILY}_total")
+    if queries is not None and hits is not None and sum(queries.values()) > 0:
+        out[PREFIX_CACHE_HIT_RATE_KEY] = sum(hits.values()) / sum(queries.values())
+    usage = _gauge(last, KV_CACHE_USAGE_FAMILY)
+    if usage:
+        out[KV_CACHE_USAGE_KEY] = sum(usage.values()) / len(usage)
+    waiting: dict[str, float] = {}
+    for (_index, labels), value in _gauge(last, WAITING_BY_REASON_FAMILY).items():
+        reason = dict(labels).get(_REASON_LABEL)
+        if reason:
+            waiting[reason] = waiting.get(reason, 0.0) + value
+    for reason, value in waiting.items():
+        out[REQUESTS_WAITING_PREFIX + reason] = _tidy(value)
+    share = _awake_share(readings)
+    if share is not None:
+        out[AWAKE_SHARE_KEY] = share
+    mfu = _mfu(readings[0], readings[-1], peak_flops)
+    if mfu is not None:
+        out[MFU_KEY] = mfu
+    return out
+
+
+def _awake(reading: Snapshot) -> float | None:
+    """The engines' mean awake state (0 or 1 each) in one reading."""
+    states = [
+        value
+        for (_index, labels), value in _gauge(reading.sources(), SLEEP_STATE_FAMILY).items()
+        if dict(labels).get(_SLEEP_LABEL) == _AWAKE
+    ]
+    return sum(states) / len(states) if states else None
+
+
+def _awake_share(readings: list[Snapshot]) -> float | None:
+    points: list[tuple[float, float]] = []
+    for reading in readings:
+        state = _awake(reading)
+        if reading.taken_at is None or state is None:
+            return None
+        points.append((reading.taken_at, state))
+    points.sort()
+    span = points[-1][0] - points[0][0]
+    if span <= 0:
+        return points[0][1]
+    awake = sum((b_time - a_time) * state for (a_time, state), (b_time, _) in pairwise(points))
+    return min(1.0, max(0.0, awake / span))
+
+
+def _mfu(before: Snapshot, after: Snapshot, peak_flops: float | None) -> float | None:
+    if (
+        peak_flops is None
+        or not (isinstance(peak_flops, (int, float)) and math.isfinite(peak_flops))
+        or peak_flops <= 0
+        or before.taken_at is None
+        or after.taken_at is None
+        or after.taken_at <= before.taken_at
+    ):
+        return None
+    flops = _deltas(before.sources(), after.sources(), f"{FLOPS_FAMILY}_total")
+    if not flops or sum(flops.values()) <= 0:
+        return None  # the engine does not count FLOPs (or did nothing): no figure, not a zero
+    per_gpu = sum(flops.values()) / len(flops)
+    return per_gpu / (after.taken_at - before.taken_at) / peak_flops
 
 
 def _deltas(

@@ -4,6 +4,10 @@ The training loop merges :func:`rlmetrics_vllm.engine.step_metrics` into its tra
 trackers get the ``vllm/*`` keys like any other scalar; this plugin's ``log_metrics`` hook
 mirrors the same values into OpenTelemetry. Each spec's registry key is the logger key, the
 constant the engine reader emits, so a rename cannot orphan a series.
+
+A per-step gauge (a mean, a rate, a share) that a later step does not bring is retracted, so a
+dashboard shows a gap rather than an old step's value: a step without a reading, or one in
+which an engine restarted (the reader then leaves every engine-state key out).
 """
 
 from __future__ import annotations
@@ -14,26 +18,42 @@ from typing import Any
 
 import rlmetrics
 from rlmetrics import (
+
+    OPEN,
     Kind,
     MetricSpec,
     hookimpl,
     is_exporting,
     record_declared,
     resets_process_state,
+    record_points,
     retract,
 )
 from rlmetrics.events import TRAIN_PREFIXES
+from rlmetrics.values import BoundedValues, key_attribute
 
 from .engine import (
+    AWAKE_SHARE_KEY,
+    CACHED_PROMPT_TOKENS_KEY,
     GENERATION_LENGTH_MEAN_KEY,
     GENERATION_TOKENS_KEY,
     GENERATIONS_FAILED_KEY,
     GENERATIONS_OK_KEY,
+    KV_CACHE_USAGE_KEY,
+    MFU_KEY,
+    PREEMPTIONS_KEY,
+    PREFIX_CACHE_HIT_RATE_KEY,
     PROMPT_LENGTH_MEAN_KEY,
     PROMPT_TOKENS_KEY,
+    REQUESTS_WAITING_PREFIX,
 )
 
-__all__ = ["GROUP", "SPECS", "log_metrics"]
+__all__ = ["GROUP", "REQUESTS_WAITING", "SPECS", "WAITING_REASON_ATTR", "log_metrics"]
+
+REQUESTS_WAITING = "rl.vllm.requests.waiting"
+WAITING_REASON_ATTR = "rl.vllm.waiting.reason"
+#: Waiting reasons told apart (vLLM 0.32.0 has two: capacity, deferred); later ones are other.
+_MAX_REASONS = 8
 
 GROUP = "vllm"
 
@@ -86,12 +106,81 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Requests finished in the step with any other reason (abort, error, "
         "repetition, or one added later): vllm:request_success total minus ok.",
     ),
+    MetricSpec(
+        "rl.vllm.prefix_cache.hit_rate",
+        Kind.GAUGE,
+        unit="1",
+        key=PREFIX_CACHE_HIT_RATE_KEY,
+        description="Prefix-cache hits over queries in the step (token deltas of "
+        "vllm:prefix_cache_hits / vllm:prefix_cache_queries); absent when nothing was queried.",
+    ),
+    MetricSpec(
+        "rl.vllm.kv_cache.usage",
+        Kind.GAUGE,
+        unit="1",
+        key=KV_CACHE_USAGE_KEY,
+        description="The engines' mean KV-cache usage (vllm:kv_cache_usage_perc, 1 is full) "
+        "at the step's second reading.",
+    ),
+    MetricSpec(
+        "rl.vllm.preemptions",
+        Kind.COUNTER,
+        unit="{preemption}",
+        key=PREEMPTIONS_KEY,
+        description="Requests the engines preempted in the step (delta of vllm:num_preemptions).",
+    ),
+    MetricSpec(
+        "rl.vllm.cached_prompt_tokens",
+        Kind.COUNTER,
+        unit="{token}",
+        key=CACHED_PROMPT_TOKENS_KEY,
+        description="Prompt tokens served from a cache in the step, local or external (delta "
+        "of vllm:prompt_tokens_cached).",
+    ),
+    MetricSpec(
+        "rl.vllm.engine.awake",
+        Kind.GAUGE,
+        unit="1",
+        key=AWAKE_SHARE_KEY,
+        description="Share of the step the engines were awake (vllm:engine_sleep_state, "
+        "time-weighted over the step's readings); in colocated RL, 1 minus the generation "
+        "fleet's sleep while the policy trains.",
+    ),
+    MetricSpec(
+        "rl.vllm.mfu",
+        Kind.GAUGE,
+        unit="1",
+        key=MFU_KEY,
+        description="Inference model FLOPs utilisation over the step: the engines' mean "
+        "vllm:estimated_flops_per_gpu delta per second over the peak FLOPs the user gave.",
+    ),
+    MetricSpec(
+        REQUESTS_WAITING,
+        Kind.GAUGE,
+        unit="{request}",
+        description="Requests waiting at the step's second reading, by vLLM's reason "
+        "(vllm:num_requests_waiting_by_reason, summed over engines).",
+        attributes={WAITING_REASON_ATTR: OPEN},
+        max_series=_MAX_REASONS + 1,
+    ),
 )
 
 rlmetrics.declare(GROUP, SPECS)
 
 
-_MEAN_KEYS = frozenset({PROMPT_LENGTH_MEAN_KEY, GENERATION_LENGTH_MEAN_KEY})
+_MEAN_KEYS = frozenset(
+    {
+        PROMPT_LENGTH_MEAN_KEY,
+        GENERATION_LENGTH_MEAN_KEY,
+        PREFIX_CACHE_HIT_RATE_KEY,
+        KV_CACHE_USAGE_KEY,
+        AWAKE_SHARE_KEY,
+        MFU_KEY,
+    }
+)
+_reasons = BoundedValues(_MAX_REASONS)
+# The waiting reasons exported, each as its prepared attribute set.
+_waiting: dict[str, frozenset[tuple[str, str]]] = {}
 
 # The step each mean gauge is showing. A gauge goes on exporting its last value, so a mean
 # must be ended when a later step brings none: step_metrics leaves a restart step with no
@@ -114,6 +203,7 @@ def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
     if prefix not in TRAIN_PREFIXES:
         return
     values = record_declared(GROUP, metrics)
+    _tee_waiting(metrics, bool(values))
     with _mean_steps_lock:
         for key in _MEAN_KEYS:
             if key in values:
@@ -125,3 +215,31 @@ def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
                 # the same step without vllm/* keys leaves it alone.
                 del _mean_steps[key]
                 retract(GROUP, key)
+
+
+def _tee_waiting(metrics: Mapping[str, Any], reading: bool) -> None:
+    """``vllm/requests_waiting/<reason>`` keys as one gauge by reason; a step with a reading
+    but none of them (an engine restarted) ends every reason exported so far."""
+    points = []
+    for key in metrics:
+        if type(key) is str and key.startswith(REQUESTS_WAITING_PREFIX):
+            reason = key[len(REQUESTS_WAITING_PREFIX) :]
+            if key_attribute(reason, "vLLM waiting reason") is None:
+                continue
+            label = _reasons(reason)
+            attributes = _waiting.get(label)
+            if attributes is None:
+                attributes = _waiting[label] = frozenset({(WAITING_REASON_ATTR, label)})
+            points.append((metrics[key], attributes))
+    if points:
+        record_points(GROUP, REQUESTS_WAITING, points)
+    elif reading:
+        for attributes in _waiting.values():
+            retract(GROUP, REQUESTS_WAITING, attributes)
+
+
+@hookimpl
+def telemetry_started() -> None:
+    # Each session tells apart its own first waiting reasons (and retracts only its own).
+    _reasons.clear()
+    _waiting.clear()

@@ -4,6 +4,12 @@
 output lengths it returned and the batch's wall clock. Token counts follow the OpenTelemetry
 GenAI semantic conventions (``gen_ai.client.token.usage``, their attributes and buckets).
 
+The newer GenAI conventions split token usage into one histogram per kind,
+``gen_ai.client.inference.usage.input_tokens`` and ``...output_tokens``; a backend built on them
+gets those with :func:`set_token_usage_names` (``"inference_usage"``, or ``"both"`` while
+dashboards move) or ``RLMETRICS_GEN_AI_TOKEN_USAGE``. The default stays the spec's
+``gen_ai.client.token.usage``.
+
 ``gen_ai.server.request.duration`` is not recorded: it is defined per inference request, and
 one ``generate()`` here is a whole batch spread over every data-parallel shard, so no
 per-request latency exists on the driver. The batch's wall clock goes to
@@ -13,6 +19,7 @@ per-request latency exists on the driver. The batch's wall clock goes to
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,8 +39,13 @@ __all__ = [
     "TOKEN_TYPE",
     "TOKEN_USAGE",
     "TOKEN_USAGE_BUCKETS",
+    "TOKEN_USAGE_ENV",
+    "USAGE_INPUT_TOKENS",
+    "USAGE_OUTPUT_TOKENS",
     "generation_attributes",
     "record_generation",
+    "set_token_usage_names",
+    "token_usage_names",
 ]
 
 GROUP = "gen_ai"
@@ -80,7 +92,62 @@ BATCH_DURATION = MetricSpec(
     buckets=BATCH_DURATION_BUCKETS,
 )
 
-SPECS: tuple[MetricSpec, ...] = (TOKEN_USAGE, BATCH_DURATION)
+_USAGE_ATTRIBUTES = {PROVIDER_NAME: OPEN, OPERATION_NAME: OPEN, REQUEST_MODEL: OPEN}
+USAGE_INPUT_TOKENS = MetricSpec(
+    "gen_ai.client.inference.usage.input_tokens",
+    Kind.HISTOGRAM,
+    unit="{token}",
+    description="Input tokens per request of a vLLM generate() batch (the newer GenAI "
+    "conventions' name; recorded when token usage names are inference_usage or both).",
+    attributes=_USAGE_ATTRIBUTES,
+    buckets=TOKEN_USAGE_BUCKETS,
+)
+USAGE_OUTPUT_TOKENS = MetricSpec(
+    "gen_ai.client.inference.usage.output_tokens",
+    Kind.HISTOGRAM,
+    unit="{token}",
+    description="Output tokens per request of a vLLM generate() batch (the newer GenAI "
+    "conventions' name; recorded when token usage names are inference_usage or both).",
+    attributes=_USAGE_ATTRIBUTES,
+    buckets=TOKEN_USAGE_BUCKETS,
+)
+
+SPECS: tuple[MetricSpec, ...] = (
+    TOKEN_USAGE,
+    BATCH_DURATION,
+    USAGE_INPUT_TOKENS,
+    USAGE_OUTPUT_TOKENS,
+)
+
+#: ``spec`` (``gen_ai.client.token.usage``, the default), ``inference_usage`` or ``both``.
+TOKEN_USAGE_ENV = "RLMETRICS_GEN_AI_TOKEN_USAGE"
+_NAMES = ("spec", "inference_usage", "both")
+_names: str | None = None
+
+
+def set_token_usage_names(names: str | None) -> None:
+    """Which token usage series :func:`record_generation` records: ``"spec"``
+    (``gen_ai.client.token.usage`` by ``gen_ai.token.type``), ``"inference_usage"``
+    (``gen_ai.client.inference.usage.input_tokens`` / ``.output_tokens``) or ``"both"``;
+    None goes back to ``RLMETRICS_GEN_AI_TOKEN_USAGE``, else ``spec``."""
+    global _names
+    if names is not None and names not in _NAMES:
+        raise ValueError(f"token usage names must be one of {_NAMES}, got {names!r}")
+    _names = names
+
+
+def token_usage_names() -> str:
+    """The token usage names in force."""
+    if _names is not None:
+        return _names
+    from_env = os.environ.get(TOKEN_USAGE_ENV, "").strip()
+    if from_env and from_env not in _NAMES:
+        warn_once(
+            "gen_ai:token-usage-env",
+            f"rlmetrics-vllm: {TOKEN_USAGE_ENV} must be one of {_NAMES}; using spec",
+        )
+    return from_env if from_env in _NAMES else "spec"
+
 
 rlmetrics.declare(GROUP, SPECS)
 
@@ -129,11 +196,13 @@ def record_generation(
     if not is_exporting():
         return
     base = generation_attributes(model=model, provider=provider, operation=operation)
+    names = token_usage_names()
     # Each side in its own guard (converting lengths can raise), so bad lengths cost only
     # their side; record() itself never raises.
     for token_type, lengths in (("input", input_lengths), ("output", output_lengths)):
         try:
             attributes = {**base, TOKEN_TYPE: token_type}
+            split = (USAGE_INPUT_TOKENS if token_type == "input" else USAGE_OUTPUT_TOKENS).key
             for length in _lengths(lengths):
                 if isinstance(length, numbers.Real) and length < 0:
                     warn_once(
@@ -142,7 +211,10 @@ def record_generation(
                         f"{token_type} length ({length}) is not a token count; dropped",
                     )
                     continue
-                record(GROUP, {TOKEN_USAGE.key: length}, attributes)
+                if names != "inference_usage":
+                    record(GROUP, {TOKEN_USAGE.key: length}, attributes)
+                if names != "spec":
+                    record(GROUP, {split: length}, base)
         except Exception:
             warn_once(
                 f"gen_ai:{token_type}",
