@@ -443,3 +443,11 @@ def test_visible_indices_follow_cuda(uuids: list[str], setting: str | None) -> N
             break
         model.append(matches[0])
     assert found == model
+
+
+def test_rows_without_ray_read_this_machines_gpus() -> None:
+    local = NvmlGpus(FakeNvml([_nvml_gpu("GPU-aaaa", 42, 8 * GiB, 80 * GiB)]), environ={})
+    monitor = HostMemoryMonitor(nodes=lambda: [], local_gpus=local)
+    rows = GpuRows(rlmetrics.Logger(backends={}), monitor=monitor)
+    assert rows.collect() == {"node.0.gpu.0.util": 42.0, "node.0.gpu.0.mem_gb": 8.0}
+    rows.stop()

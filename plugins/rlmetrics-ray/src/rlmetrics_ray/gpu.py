@@ -42,6 +42,7 @@ from .monitor import (
     Snapshot,
 )
 from .nodes import ray_nodes
+from .nvml import NvmlGpus
 
 if TYPE_CHECKING:
     from rlmetrics.check import Exemption
@@ -235,11 +236,13 @@ class GpuRows:
                 return fresh
             if self._own_monitor is None:
                 current = settings()
+                local = NvmlGpus() if current.gpus and current.nodes is None else None
                 self._own_monitor = HostMemoryMonitor(
                     timeout_s=current.timeout_s,
                     resolver=current.resolver,
                     nodes=current.nodes if current.nodes is not None else ray_nodes,
                     gpus=current.gpus,
+                    local_gpus=local,  # no Ray node listed: this machine's GPUs
                 )
             return self._own_monitor.refresh()
         except Exception:
@@ -269,6 +272,8 @@ class GpuRows:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
+        if self._own_monitor is not None:
+            self._own_monitor.stop(0)  # releases NVML when it read this machine's GPUs
         self.flush()
 
     def __enter__(self) -> GpuRows:
