@@ -18,15 +18,14 @@ from typing import Any
 
 import rlmetrics
 from rlmetrics import (
-
     OPEN,
     Kind,
     MetricSpec,
     hookimpl,
     is_exporting,
     record_declared,
-    resets_process_state,
     record_points,
+    resets_process_state,
     retract,
 )
 from rlmetrics.events import TRAIN_PREFIXES
