@@ -4,6 +4,7 @@ installs it. Test modules are named ``test_lightning_*`` so none collide with an
 
 from __future__ import annotations
 
+from rlmetrics.testing import load_hypothesis_profile
 from rlmetrics.testing.trainers import ignore_unless_installed, isolated, telemetry
 
 __all__ = ["isolated", "telemetry"]
@@ -11,3 +12,5 @@ __all__ = ["isolated", "telemetry"]
 collect_ignore_glob = ignore_unless_installed(
     "lightning", "torch", why="the tox env 'integrations' installs them"
 )
+
+load_hypothesis_profile()
