@@ -26,6 +26,8 @@ from ._peers import INTERVAL_S
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 REWARD = "rl.reward.mean"
+#: How long a child that started its own telemetry may take to export on its way out.
+CHILD_SHUTDOWN_S = 30.0
 
 
 def _fork(child: Callable[[], bool]) -> int:
@@ -100,15 +102,20 @@ def test_a_child_that_starts_exports_its_own_values_under_its_own_run_id(
     logger.log_metrics({"reward": 1.0}, step=1, prefix="train")
 
     def child() -> bool:
-        # The receiver runs in the parent: the child's shutdown makes its final export.
-        with _start(otlp_receiver, "child"):
+        # The receiver runs in the parent: the child's shutdown makes its final export. Its
+        # bound is generous: a loaded machine can take seconds to open the child's channel,
+        # and a child that exports nothing fails the wait below all the same.
+        handle = _start(otlp_receiver, "child")
+        try:
             rlmetrics.Logger(backends={}).log_metrics({"reward": 2.0}, step=1, prefix="train")
+        finally:
+            handle.shutdown(timeout_s=CHILD_SHUTDOWN_S)
         return True
 
     pid = _fork(child)
     for step in range(2, 12):
         logger.log_metrics({"reward": 1.0}, step=step, prefix="train")
-    assert _wait(pid) == 0
+    assert _wait(pid, timeout_s=2 * CHILD_SHUTDOWN_S) == 0
     otlp_receiver.wait_for(
         lambda r: {"parent", "child"} <= set(_rewards(r)), what="both processes' rewards"
     )
