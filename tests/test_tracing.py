@@ -504,3 +504,27 @@ def test_span_ids_do_not_follow_the_random_module(traced: Any) -> None:
             pass
         ids.append(span_records(exporter)[-1].span_id)
     assert ids[0] != ids[1]
+
+
+def test_a_timer_adds_up_every_thread_and_stays_bounded_unread() -> None:
+    from rlmetrics import tracing
+
+    timer = rlmetrics.PhaseTimer()
+    per_thread = tracing._MAX_PENDING  # each thread alone would fold at least once
+
+    def worker() -> None:
+        for _ in range(per_thread):
+            timer.record("idle/buffer_full_backoff", 0.5)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    taken = []
+    for thread in threads:
+        thread.start()
+    taken.append(timer.take())  # read while they record: nothing is lost or counted twice
+    for thread in threads:
+        thread.join()
+    assert len(timer._pending) <= tracing._MAX_PENDING + 4
+    taken.append(timer.take())
+    total = sum(t.get("idle/buffer_full_backoff", 0.0) for t in taken)
+    assert total == 4 * per_thread * 0.5
+    assert timer.snapshot() == {}

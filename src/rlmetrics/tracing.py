@@ -26,6 +26,7 @@ span that has no other parent on it, so a worker's phases are children of the dr
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import inspect
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 from . import plugins as _plugins
-from ._fork import reset_in_child
+from ._fork import forget_in_child, reset_in_child
 from ._warn import describe_key, describe_value, warn_once
 from .events import EfficiencySummary
 
@@ -173,28 +174,48 @@ class PhaseTimer:
     def __init__(self, clock: Callable[[], float] | None = None) -> None:
         self._clock = _clock(clock)
         self._seconds: dict[str, float] = {}
+        # What record() adds waits here until it is read: a deque's append is atomic, which
+        # keeps a lock (a third of a phase's cost) off the timing path.
+        self._pending: collections.deque[tuple[str, float]] = collections.deque()
         self._lock = threading.Lock()
+        forget_in_child(self)
 
     def time(
         self, name: str, bucket: str | None = None, tags: Mapping[str, Any] | None = None
     ) -> Phase:
         """A phase whose seconds this timer adds up (a ``with`` block or a decorator)."""
-        return Phase(name, bucket, tags, timer=self)
+        return Phase(name, bucket, tags, self)
 
     def record(self, name: str, seconds: float) -> None:
-        """Add ``seconds`` to ``name``."""
+        """Add ``seconds`` to ``name`` (from any thread)."""
+        pending = self._pending
+        pending.append((name, seconds))
+        if len(pending) > _MAX_PENDING:  # a timer nobody reads stays bounded
+            self._fold()
+
+    def _fold(self) -> dict[str, float]:
+        """Add what is pending to the totals; the caller holds the lock or takes it here."""
         with self._lock:
-            self._seconds[name] = self._seconds.get(name, 0.0) + seconds
+            return self._fold_locked()
+
+    def _fold_locked(self) -> dict[str, float]:
+        pending, seconds = self._pending, self._seconds
+        while True:
+            try:
+                name, value = pending.popleft()
+            except IndexError:
+                return seconds
+            seconds[name] = seconds.get(name, 0.0) + value
 
     def snapshot(self) -> dict[str, float]:
         """The seconds so far, per name."""
         with self._lock:
-            return dict(self._seconds)
+            return dict(self._fold_locked())
 
     def take(self, keep: frozenset[str] = frozenset()) -> dict[str, float]:
         """The seconds so far, then start from zero (except the names in ``keep``)."""
         with self._lock:
-            seconds = self._seconds
+            seconds = self._fold_locked()
             self._seconds = {k: v for k, v in seconds.items() if k in keep}
         return seconds
 
@@ -202,7 +223,14 @@ class PhaseTimer:
         self._lock = threading.Lock()
 
 
+#: Records a timer holds unread before it adds them up on the recording thread.
+_MAX_PENDING = 4096
+
+
 # -- the process's tracing state ----------------------------------------------------------------
+
+
+_NOT_LOADED = object()
 
 
 class _State:
@@ -213,7 +241,9 @@ class _State:
     def __init__(self) -> None:
         self.binding: _Binding | None = None
         self.kinds: dict[str, PhaseKind] = {}
-        self.kinds_source: object = None
+        #: Where each accounted name's seconds go (the step's timer or the run's).
+        self.targets: dict[str, PhaseTimer] = {}
+        self.kinds_source: object = _NOT_LOADED
         self.step_timer = PhaseTimer()
         self.run_timer = PhaseTimer()
         self.clock = _DEFAULT_CLOCK
@@ -249,9 +279,21 @@ def _kinds() -> dict[str, PhaseKind]:
     if source is None or source is not state.kinds_source:
         source = _plugins.get_plugins()
         if source is not state.kinds_source:
-            state.kinds = _load_kinds(source)
+            kinds = state.kinds = _load_kinds(source)
+            state.targets = {
+                name: state.run_timer if kind.cumulative else state.step_timer
+                for name, kind in kinds.items()
+            }
             state.kinds_source = source
     return state.kinds
+
+
+def _target(name: str) -> PhaseTimer | None:
+    """The timer an accounted phase's seconds go to; None for a phase nobody offers."""
+    state = _state
+    if _plugins._plugins is not state.kinds_source:
+        _kinds()
+    return state.targets.get(name)
 
 
 def _load_kinds(source: _plugins.Plugins) -> dict[str, PhaseKind]:
@@ -485,11 +527,21 @@ def close_open_scopes(reason: str) -> int:
 
 
 class Phase(Scope):
-    """One timed phase: a ``with`` block or a decorator (``rlmetrics.phase(...)``).
+    """One timed phase of a step: ``with rlmetrics.phase("generation", bucket="productive"):``
+    or ``@rlmetrics.phase("reward", bucket="overhead")``.
 
-    Its seconds go to its timer (``PhaseTimer.time``) or, for ``rlmetrics.phase``, to the step
-    or run accounting its :class:`PhaseKind` names (a phase no plugin offers is a span only).
+    :param name: the phase; a name a plugin offers (the efficiency family's categories, such
+        as ``idle/refit_bubble``) is accounted in the step's efficiency summary and carries the
+        plugin's bucket; any other name is a span only.
+    :param bucket: ``productive``, ``overhead``, ``idle`` or ``wasted`` for the span's
+        ``rl.bucket``; default the plugin's, else ``overhead``.
+    :param tags: further span attributes (strings, ints, bools; never a time-series number).
+    :param timer: the :class:`PhaseTimer` its seconds go to (``PhaseTimer.time`` passes it);
+        default the step's or the run's accounting, as the phase's :class:`PhaseKind` says.
+
     A phase that raises still ends its span (status error) and still counts its seconds.
+    Never raises: a bad name or bucket is reported once and the phase is still timed. One
+    object times one block at a time: call ``rlmetrics.phase(...)`` for each.
     """
 
     __slots__ = ("_bucket", "_phase", "_tags", "_timer")
@@ -499,18 +551,29 @@ class Phase(Scope):
         name: str,
         bucket: str | None = None,
         tags: Mapping[str, Any] | None = None,
-        *,
         timer: PhaseTimer | None = None,
     ) -> None:
         self._span = None
         self._phase = name
-        self._bucket = bucket
         self._tags = tags
         self._timer = timer
+        if bucket is not None and bucket not in BUCKETS:
+            warn_once(
+                "phase:bucket",
+                f"rlmetrics.phase: bucket must be one of {sorted(BUCKETS)}, got "
+                f"{describe_key(bucket)}; dropped (the phase's own bucket is used)",
+            )
+            bucket = None
+        self._bucket = bucket
 
     def __enter__(self) -> Phase:
         timer = self._timer
-        self._open(_state.clock if timer is None else timer._clock)
+        state = _state
+        clock = self._clock = state.clock if timer is None else timer._clock
+        if state.binding is None:  # not tracing: two clock readings and the accounting
+            self._t0 = clock.now()
+        else:
+            self._open(clock)
         return self
 
     def __exit__(
@@ -519,7 +582,27 @@ class Phase(Scope):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._close(exc)
+        if self._span is not None:
+            self._close(exc)
+            return
+        seconds = (self._clock.now() - self._t0) / 1e9
+        name = self._phase
+        if type(name) is not str:
+            self._valid_name()  # reported once; accounted nowhere
+            return
+        try:
+            timer = self._timer
+            if timer is None:
+                state = _state
+                if _plugins._plugins is state.kinds_source:  # _target(name), inlined
+                    timer = state.targets.get(name)
+                else:
+                    timer = _target(name)
+                if timer is None:
+                    return
+            timer.record(name, seconds)
+        except Exception:
+            warn_once("tracing:Phase", "rlmetrics: accounting a phase failed; its seconds are lost")
 
     def __call__(self, function: _F) -> _F:
         """Time every call of ``function`` as this phase (``@rlmetrics.phase(...)``)."""
@@ -528,14 +611,14 @@ class Phase(Scope):
 
             @functools.wraps(function)
             async def timed_async(*args: Any, **kwargs: Any) -> Any:
-                with Phase(name, bucket, tags, timer=timer):
+                with Phase(name, bucket, tags, timer):
                     return await function(*args, **kwargs)
 
             return timed_async  # type: ignore[return-value]
 
         @functools.wraps(function)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with Phase(name, bucket, tags, timer=timer):
+            with Phase(name, bucket, tags, timer):
                 return function(*args, **kwargs)
 
         return timed  # type: ignore[return-value]
@@ -556,14 +639,9 @@ class Phase(Scope):
         name = self._phase
         if type(name) is not str:
             return
-        seconds = (t1 - self._t0) / 1e9
-        timer = self._timer
+        timer = self._timer if self._timer is not None else _target(name)
         if timer is not None:
-            timer.record(name, seconds)
-            return
-        kind = _kinds().get(name)
-        if kind is not None:
-            (_state.run_timer if kind.cumulative else _state.step_timer).record(name, seconds)
+            timer.record(name, (t1 - self._t0) / 1e9)
 
     def _name(self) -> str:
         name = self._valid_name()
@@ -575,13 +653,6 @@ class Phase(Scope):
         if self._tags:
             attributes.update(_tags(self._tags, "rlmetrics.phase"))
         bucket = self._bucket
-        if bucket is not None and bucket not in BUCKETS:
-            warn_once(
-                "phase:bucket",
-                f"rlmetrics.phase: bucket must be one of {sorted(BUCKETS)}, got "
-                f"{describe_key(bucket)}; dropped (the phase's own bucket is used)",
-            )
-            bucket = None
         if name is not None:
             attributes[PHASE_ATTR] = name
         if bucket is None:
@@ -595,20 +666,9 @@ class Phase(Scope):
         return attributes
 
 
-def phase(name: str, bucket: str | None = None, tags: Mapping[str, Any] | None = None) -> Phase:
-    """Time a phase of the step: ``with rlmetrics.phase("generation", bucket="productive"):``
-    or ``@rlmetrics.phase("reward", bucket="overhead")``.
-
-    :param name: the phase; a name a plugin offers (the efficiency family's categories, such
-        as ``idle/refit_bubble``) is accounted in the step's efficiency summary and carries the
-        plugin's bucket; any other name is a span only.
-    :param bucket: ``productive``, ``overhead``, ``idle`` or ``wasted`` for the span's
-        ``rl.bucket``; default the plugin's, else ``overhead``.
-    :param tags: further span attributes (strings, ints, bools; never a time-series number).
-
-    Never raises: a bad name or bucket is reported once and the phase is still timed.
-    """
-    return Phase(name, bucket, tags)
+#: ``rlmetrics.phase(name, bucket=None, tags=None)``: the class itself, so a phase costs one
+#: call less (see :class:`Phase`).
+phase = Phase
 
 
 def account(name: str, seconds: float) -> None:
@@ -616,18 +676,18 @@ def account(name: str, seconds: float) -> None:
     seconds a pool of worker threads spent, summed (``wasted/failed_trajectory``). A name no
     plugin offers is accounted nowhere."""
     try:
-        kind = _kinds().get(name) if type(name) is str else None
+        timer = _target(name) if type(name) is str else None
         value = float(seconds)
     except Exception:
-        kind = None
-    if kind is None:
+        timer = None
+    if timer is None:
         warn_once(
             "phase:account",
             f"rlmetrics.account: {describe_key(name)} is no phase a plugin offers (or its seconds "
             "are not a number); not accounted",
         )
         return
-    (_state.run_timer if kind.cumulative else _state.step_timer).record(name, value)
+    timer.record(name, value)
 
 
 def _tags(tags: Mapping[str, Any], where: str) -> dict[str, Any]:
