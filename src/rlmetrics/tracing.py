@@ -592,15 +592,19 @@ class Phase(Scope):
             return
         try:
             timer = self._timer
-            if timer is None:
-                state = _state
-                if _plugins._plugins is state.kinds_source:  # _target(name), inlined
-                    timer = state.targets.get(name)
-                else:
-                    timer = _target(name)
-                if timer is None:
-                    return
-            timer.record(name, seconds)
+            if timer is not None:
+                timer.record(name, seconds)
+                return
+            state = _state
+            if _plugins._plugins is state.kinds_source:  # _target(name), inlined
+                timer = state.targets.get(name)
+            else:
+                timer = _target(name)
+            if timer is not None:  # the step's or the run's: PhaseTimer.record, inlined
+                pending = timer._pending
+                pending.append((name, seconds))
+                if len(pending) > _MAX_PENDING:
+                    timer._fold()
         except Exception:
             warn_once("tracing:Phase", "rlmetrics: accounting a phase failed; its seconds are lost")
 
