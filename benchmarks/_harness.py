@@ -19,20 +19,31 @@ from __future__ import annotations
 import contextlib
 import datetime
 import io
+import json
 import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import time
 import timeit
 from collections.abc import Callable, Iterator
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import attrs
 
-__all__ = ["Comparison", "compare", "machine", "printed_into_readme", "update_readme"]
+__all__ = [
+    "Comparison",
+    "compare",
+    "fresh_runs",
+    "machine",
+    "pool",
+    "printed_into_readme",
+    "update_readme",
+]
 
 README = Path(__file__).resolve().parent / "README.md"
 
@@ -91,6 +102,36 @@ def compare(
         case_times.append(case_t / number)
         base_times.append(base_t / number)
     return Comparison(tuple(ratios), statistics.median(case_times), statistics.median(base_times))
+
+
+def fresh_runs(script: str, processes: int, args: list[str]) -> list[Any]:
+    """``python script ARGS`` in ``processes`` fresh interpreters, one after the other (never
+    side by side on two cores); each prints one JSON document, returned in order."""
+    runs = []
+    for _ in range(processes):
+        done = subprocess.run(
+            [sys.executable, script, *args],
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ,
+        )
+        runs.append(json.loads(done.stdout))
+    return runs
+
+
+def pool(runs: list[dict[str, Any]]) -> dict[str, Comparison]:
+    """Each case's comparisons of several runs (``{case: attrs.asdict(Comparison)}`` each)
+    pooled into one (:meth:`Comparison.pooled`)."""
+    return {
+        name: Comparison.pooled(
+            [
+                Comparison(tuple(run[name]["ratios"]), run[name]["case_s"], run[name]["base_s"])
+                for run in runs
+            ]
+        )
+        for name in runs[0]
+    }
 
 
 def machine() -> str:

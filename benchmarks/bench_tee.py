@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from _harness import Comparison, compare, machine, update_readme
+from _harness import Comparison, compare, fresh_runs, machine, pool, update_readme
 from grpo_step import GRPO_STEP
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -372,36 +372,14 @@ def _as_json(results: dict[str, Comparison], scaling: dict[int, float]) -> str:
 def _in_processes(
     processes: int, child_args: list[str]
 ) -> tuple[dict[str, Comparison], dict[int, float]]:
-    """Run the measurement in ``processes`` fresh interpreters, one after the other (never
-    side by side on two cores), and pool their rounds."""
-    runs = []
-    for _ in range(processes):
-        done = subprocess.run(
-            [sys.executable, __file__, "--as-json", *child_args],
-            check=True,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=os.environ,
-        )
-        runs.append(json.loads(done.stdout))
-    results = {
-        name: Comparison.pooled(
-            [
-                Comparison(tuple(run["results"][name]["ratios"]), **_seconds(run, name))
-                for run in runs
-            ]
-        )
-        for name in runs[0]["results"]
-    }
+    """Run the measurement in ``processes`` fresh interpreters and pool their rounds."""
+    runs = fresh_runs(__file__, processes, ["--as-json", *child_args])
+    results = pool([run["results"] for run in runs])
     scaling = {
         int(keys): statistics.median(run["scaling"][keys] for run in runs)
         for keys in runs[0]["scaling"]
     }
     return results, scaling
-
-
-def _seconds(run: dict[str, Any], name: str) -> dict[str, float]:
-    return {side: run["results"][name][side] for side in ("case_s", "base_s")}
 
 
 def main() -> None:

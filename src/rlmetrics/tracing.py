@@ -452,6 +452,14 @@ class Scope:
             )
 
     # The with-block.
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._close(exc)
+
     def _open(self, clock: _Clock) -> None:
         self._clock = clock
         self._t0 = t0 = clock.now()
@@ -770,14 +778,6 @@ class Step(Scope):
         state.steps.append(self)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._close(exc)
-
     def _name(self) -> str:
         return STEP_SPAN
 
@@ -886,14 +886,8 @@ class Umbrella(Scope):
             state.run_start_ns = self._t0
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._close(exc)
-        if self._clock_fn is not None:
+    def _ended(self, t1: int) -> None:
+        if self._clock_fn is not None:  # the run's own clock ends with it
             _state.clock = self._saved
 
     def _name(self) -> str:
