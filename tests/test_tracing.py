@@ -8,6 +8,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -273,7 +274,9 @@ def test_a_phase_left_open_at_shutdown_is_closed_exported_and_counted(caplog: An
         step.__enter__()  # never left: the loop died inside it
         thread.start()
         assert entered.wait(10)
+        started = time.monotonic()
         handle.shutdown(timeout_s=5)  # bounded: returns though the phase never ended
+        assert time.monotonic() - started < 5 + 1.5  # (slack: scheduling on a busy machine)
         spans = span_records(exporter)
     release.set()
     thread.join(10)
@@ -315,6 +318,25 @@ def test_a_phase_left_open_at_logger_finish_is_closed(traced: Any, tmp_path: Pat
     [row] = [r for r in read_jsonl(path) if r["step"] == 9]
     bubble = next(s for s in spans if s.name == "rl.idle.refit_bubble")
     assert row["metrics"]["efficiency/idle/refit_bubble_s"] == bubble.seconds
+
+
+def test_a_logger_that_finishes_ends_only_its_own_steps(traced: Any) -> None:
+    _handle, _reader, exporter = traced
+    mine, other = rlmetrics.Logger(backends={}), rlmetrics.Logger(backends={})
+    run = rlmetrics.run()
+    run.__enter__()
+    step = rlmetrics.step(1, logger=mine)
+    step.__enter__()
+    phase = rlmetrics.phase("generation", bucket="productive")
+    phase.__enter__()
+    other.finish()  # an evaluation loop's Logger, say: the run and its step go on
+    assert span_records(exporter) == []
+    mine.finish()  # the step's own Logger: the step and its phase end, the run goes on
+    assert {s.name for s in span_records(exporter)} == {"rl.step", "rl.generation"}
+    for scope in (phase, step, run):
+        scope.__exit__(None, None, None)
+    assert [s.name for s in span_records(exporter)][-1] == "rl.run"
+    assert "rlmetrics.span.truncated" not in span_records(exporter)[-1].attributes
 
 
 def test_bad_input_is_reported_and_the_rest_lands(traced: Any, caplog: Any) -> None:

@@ -257,9 +257,10 @@ class Logger:
         """Write what is queued and close every backend, once, waiting at most ``timeout_s``
         (default ``finish_timeout_s``) for the queued ones; says what did not make it.
 
-        Spans rlmetrics still has open (a ``rlmetrics.step`` or ``phase`` never left) end
-        first, marked truncated, so their seconds and summaries are logged and exported."""
-        close_open_scopes("still open at Logger.finish()")
+        A ``rlmetrics.step`` of this Logger still open (never left: the loop died inside it)
+        ends first, with what was opened inside it, marked truncated, so its seconds and
+        summary are logged and exported."""
+        close_open_scopes("still open at Logger.finish()", self)
         with self._lock:
             if self._finished:
                 return

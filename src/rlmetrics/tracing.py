@@ -521,11 +521,20 @@ class Scope:
             warn_once("tracing:truncate", "rlmetrics: an open span could not be ended")
 
 
-def close_open_scopes(reason: str) -> int:
+def close_open_scopes(reason: str, logger: Logger | None = None) -> int:
     """End every span rlmetrics still has open, innermost first, marked
     ``rlmetrics.span.truncated`` with ``reason``; each is accounted as if it ended now (a
-    phase's seconds count, a step delivers its summary). Returns how many were closed."""
+    phase's seconds count, a step delivers its summary). Returns how many were closed.
+
+    With ``logger``, only the steps that deliver to it and what was opened inside them (after
+    them): a Logger that finishes ends its own steps, not a run another Logger serves.
+    """
     scopes = sorted(list(_state.open.values()), key=lambda s: s._order, reverse=True)
+    if logger is not None:
+        mine = [s._order for s in scopes if isinstance(s, Step) and s._logger is logger]
+        if not mine:
+            return 0
+        scopes = [s for s in scopes if s._order >= min(mine)]
     for scope in scopes:
         try:
             scope._truncate(reason)
