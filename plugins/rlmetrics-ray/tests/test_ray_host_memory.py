@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -107,6 +110,49 @@ def test_the_final_export_still_carries_the_last_snapshot() -> None:
     finally:
         receiver.close()
         server.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_its_own_monitor_while_the_parents_holds_its_lock() -> None:
+    """A child forked while the parent's monitor thread held its lock inherits that lock held
+    forever: stopping the parent's monitor from the child (as a new session's start does)
+    hung the child. The child forgets the parent's monitor and starts its own."""
+    configure(nodes=lambda: [], interval_s=3600.0)
+    with isolated_state(), in_memory_telemetry():
+        parents = active_monitor()
+        assert parents is not None
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with parents._cond:
+                held.set()
+                release.wait(WAIT_S)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert held.wait(WAIT_S)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            status = 1
+            try:
+                with in_memory_telemetry():
+                    mine = active_monitor()
+                    status = 0 if mine is not None and mine is not parents else 2
+            finally:
+                os._exit(status)
+        release.set()
+        holder.join()
+        deadline = time.monotonic() + 4 * WAIT_S
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung starting its telemetry")
+        assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_a_session_that_is_not_exporting_starts_no_monitor() -> None:

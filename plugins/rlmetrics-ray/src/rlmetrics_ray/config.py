@@ -149,6 +149,19 @@ def _set_active(monitor: HostMemoryMonitor | None) -> HostMemoryMonitor | None:
     return previous
 
 
+def _forget_monitor_in_child() -> None:
+    """After ``fork()`` the parent's monitor is not the child's: its thread stayed behind and
+    its locks (or this module's) may have been held at the fork, so stopping it would wait
+    forever. The child forgets it; a ``start()`` in the child runs a monitor of its own."""
+    global _active, _lock
+    _lock = threading.Lock()
+    _active = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_monitor_in_child)
+
+
 @resets_process_state
 def _forget_settings() -> None:
     with _lock:
