@@ -68,13 +68,17 @@ def test_fuzz_log_samples(logger: tuple[rlmetrics.Logger, Path]) -> None:
 
         def landed() -> bool:
             # Only the file's tail: it grows every example, and reading it whole would make
-            # the run quadratic.
+            # the run quadratic. The writer is another thread: a tail that does not end in a
+            # newline is a row still being written, not a torn one.
             size = _size(samples)
             if not size:
                 return False
             with samples.open("rb") as handle:
-                handle.seek(max(0, size - 4096))
-                found.update(json.loads(handle.read().splitlines()[-1])["sample"])
+                handle.seek(max(0, size - 65536))
+                tail = handle.read()
+            if not tail.endswith(b"\n"):
+                return False
+            found.update(json.loads(tail.splitlines()[-1])["sample"])
             return found["prompt"] == f"#{mark}"
 
         wait_until(landed, 30, "the good sample row")
