@@ -53,7 +53,7 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path: Path, caplog: Any) -
     with caplog.at_level(logging.WARNING, logger="rlmetrics"):
         rows = list(read_jsonl(path))
     assert [r["metrics"]["x"] for r in rows] == [1.0]
-    assert "torn last line 2" in caplog.text
+    assert "1 unreadable line of" in caplog.text and "line 2 (a torn last line)" in caplog.text
 
 
 def test_non_json_values_are_written_as_repr(tmp_path: Path) -> None:
@@ -144,7 +144,10 @@ def test_read_jsonl_skips_a_line_it_cannot_parse_and_reads_on(tmp_path: Path, ca
     with caplog.at_level(logging.WARNING, logger="rlmetrics"):
         rows = list(read_jsonl(path))
     assert [r["step"] for r in rows] == [1, 1]
-    assert "malformed line 2" in caplog.text and "malformed line 3" in caplog.text
+    # One warning for the file, naming each bad line and why.
+    [record] = caplog.records
+    assert "2 unreadable lines" in record.message
+    assert "line 2 (not JSON), line 3 (not JSON)" in record.message
 
 
 def test_a_row_appended_after_a_torn_line_is_not_lost(tmp_path: Path) -> None:

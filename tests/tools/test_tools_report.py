@@ -312,3 +312,76 @@ def test_signals_reward_components_datasets_vllm_state_and_gpus() -> None:
     text = render(build_report(rows))
     assert "Reward components" in text and "node.0.gpu.1" in text and "awake_share" in text
     assert build_report([train(1, reward=0.5)]).signals is None
+
+
+# -- what a newcomer gets wrong: one line, the exit status that says so (issue 25, 1-3) ---------
+
+
+def test_plot_into_a_missing_folder_is_one_line_and_status_2(tmp_path: Path) -> None:
+    jsonl = _write(tmp_path / "run.jsonl", ROWS)
+    done = run_cli("report", jsonl, "--plot", tmp_path / "nodir" / "x.png")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert "nodir" in line and "no such folder" in line
+    assert not (tmp_path / "nodir").exists()
+
+
+@pytest.mark.parametrize(("suffix", "magic"), [(".jpg", b"\xff\xd8\xff"), (".svg", b"<?xml")])
+def test_plot_writes_the_format_its_suffix_names(tmp_path: Path, suffix: str, magic: bytes) -> None:
+    pytest.importorskip("matplotlib")
+    jsonl = _write(tmp_path / "run.jsonl", ROWS)
+    picture = tmp_path / f"run{suffix}"
+    done = run_cli("report", jsonl, "--plot", picture)
+    assert done.returncode == 0, done.stderr
+    assert picture.read_bytes().startswith(magic)
+
+
+def test_plot_refuses_a_suffix_no_format_has(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    jsonl = _write(tmp_path / "run.jsonl", ROWS)
+    done = run_cli("report", jsonl, "--plot", tmp_path / "run.xyz")
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert "'.xyz'" in line and ".png" in line and ".svg" in line
+    assert not (tmp_path / "run.xyz").exists()
+
+
+def test_a_folder_is_said_to_be_one_and_its_jsonl_named(tmp_path: Path) -> None:
+    _write(tmp_path / "metrics.jsonl", ROWS)
+    (tmp_path / "metrics.samples.jsonl").write_text("")
+    done = run_cli("report", tmp_path)
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert "is a folder" in line and "no such file" not in line
+    assert str(tmp_path / "metrics.jsonl") in line
+    assert "samples" not in line  # a samples file is no run's metrics
+
+
+def test_a_corrupted_file_counts_every_bad_line_and_says_so_once(tmp_path: Path) -> None:
+    good = [json.dumps(r) for r in ROWS[:3]]
+    bad = [
+        "[1, 2, 3]",  # JSON, not an object
+        '{"step": "abc", "metrics": 5}',  # an object, not a metrics row
+        '{"step": "abc", "prefix": "train", "metrics": {"reward": 1}}',  # a step that is no int
+        "{not json",
+        *[f"garbage {i}" for i in range(12)],
+    ]
+    jsonl = tmp_path / "run.jsonl"
+    jsonl.write_text("\n".join([*good, *bad, json.dumps(ROWS[3])]) + "\n" + '{"torn": ')
+    done = run_cli("report", jsonl, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["rows"], result["skipped_lines"]) == (4, len(bad) + 1)
+    assert "runs" not in result  # the bad rows made no run of their own
+    text = run_cli("report", jsonl)
+    assert text.returncode == 0
+    assert f"{len(bad) + 1} unreadable lines skipped" in text.stdout
+    # One line about them, naming the first few and why, not one line per bad line.
+    said = [line for line in text.stderr.splitlines() if line.strip()]
+    assert len(said) == 1, text.stderr
+    assert "line 4 (not a JSON object)" in said[0]
+    assert "line 5 (metrics is not an object)" in said[0]
+    assert "line 6 (step is not an integer)" in said[0]
+    assert "line 7 (not JSON)" in said[0]
+    assert f"and {len(bad) + 1 - 5} more" in said[0]

@@ -45,6 +45,7 @@ from .worker import BackendWorker
 
 __all__ = [
     "JsonlBackend",
+    "SkippedLines",
     "open_regular",
     "read_jsonl",
     "register_backends",
@@ -280,27 +281,85 @@ def open_regular(path: str | os.PathLike[str]) -> TextIO:
         raise
 
 
+class SkippedLines:
+    """The lines :func:`read_jsonl` skipped: how many, and the first few with why.
+
+    A corrupted file can hold thousands of bad lines; a reader says so once, with the count
+    and the first :data:`SHOWN` of them, never a line per bad line."""
+
+    #: Bad lines a summary names (the rest are counted).
+    SHOWN = 5
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: list[tuple[int, str]] = []
+
+    def add(self, number: int, why: str) -> None:
+        self.count += 1
+        if len(self.first) < self.SHOWN:
+            self.first.append((number, why))
+
+    def summary(self, path: str | os.PathLike[str]) -> str:
+        """``3 unreadable lines of m.jsonl skipped: line 2 (not JSON), ...``."""
+        named = ", ".join(f"line {number} ({why})" for number, why in self.first)
+        more = f" and {self.count - len(self.first)} more" if self.count > len(self.first) else ""
+        return (
+            f"rlmetrics: {self.count} unreadable line{'s' * (self.count != 1)} of "
+            f"{os.fspath(path)} skipped: {named}{more}"
+        )
+
+
+def _row_problem(row: Any) -> str | None:
+    """Why a parsed line is no row of a metrics file, or None. A metrics row's ``metrics`` is
+    an object and its ``step`` an integer (what the JSONL backend writes); other objects (the
+    records about the run, sample rows) are rows as they are."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    if "metrics" in row and "kind" not in row:
+        if not isinstance(row["metrics"], dict):
+            return "metrics is not an object"
+        step = row.get("step")
+        if type(step) is not int:
+            return "step is not an integer"
+    return None
+
+
 def read_jsonl(
-    path: str | os.PathLike[str], *, every_row: bool = False
+    path: str | os.PathLike[str],
+    *,
+    every_row: bool = False,
+    skipped: SkippedLines | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Yield the rows of a JSONL metrics file, skipping with a warning each line that does not
-    parse (a torn last line, a line nested too deeply or with an int too long to read).
+    """Yield the rows of a JSONL metrics file, skipping each line that is not one: a line
+    that does not parse (a torn last line, a line nested too deeply or with an int too long
+    to read), a JSON value that is not an object, a metrics row whose ``metrics`` is not an
+    object or whose ``step`` is not an integer.
+
+    The skipped lines are counted into ``skipped`` when given (the caller says what it
+    wants); otherwise one WARNING names how many and the first few when reading ends.
 
     The metric rows only, unless ``every_row``: then also the records about the run (rows with
     a ``kind``: ``hyperparams``, ``resume``). Refuses (``ValueError``) a path that is not a
     regular file: a device or a FIFO would be read forever."""
-    with open_regular(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except (ValueError, RecursionError):
-                where = "torn last line" if not line.endswith("\n") else "malformed line"
-                logger.warning("rlmetrics: %s %d of %s skipped", where, number, path)
-                continue
-            if isinstance(row, dict) and (every_row or "kind" not in row):
-                yield row
+    bad = SkippedLines() if skipped is None else skipped
+    try:
+        with open_regular(path) as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError):
+                    bad.add(number, "a torn last line" if not line.endswith("\n") else "not JSON")
+                    continue
+                problem = _row_problem(row)
+                if problem is not None:
+                    bad.add(number, problem)
+                elif every_row or "kind" not in row:
+                    yield row
+    finally:
+        if skipped is None and bad.count:
+            logger.warning(bad.summary(path))
 
 
 @hookimpl

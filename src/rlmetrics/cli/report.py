@@ -8,8 +8,13 @@ one --run names; steps a run logged more than once (a resumed run that went back
 checkpoint) are named. The run's hyperparameters and its latest samples (the samples file beside
 the JSONL) are shown.
 
---plot writes one PNG (1600x1000 px): goodput and idle time per step, stacked; reward over
-steps; checkpoint latencies by phase. It needs matplotlib: pip install 'rlmetrics[report]'.
+--steps A:B (or --tail N) reports those steps only; a long run's per-step table shows its
+first and last steps and their mean (--table-rows N, --json for every step).
+
+--plot writes one picture (1600x1000 px) in the format its suffix names (.png, .svg, .pdf,
+.jpg...), a panel for each thing the run logged: goodput and idle time per step, stacked;
+reward, KL and loss over steps (or the keys --keys names, a panel each); checkpoint latencies
+by phase. It needs matplotlib: pip install 'rlmetrics[report]'.
 
 --traces FILE (OTLP/JSON lines, the otlp_file exporter's; repeat it for a driver's and its
 workers' files) adds goodput per step from the spans beside goodput from the metrics, with the
@@ -20,18 +25,21 @@ With several runs in the file, both are about the last one (--run picks another)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from ..backends.jsonl import SkippedLines
 from ..report.runs import RunNotFound, read_reports
-from ..report.text import render_runs
+from ..report.select import StepSelection, UnknownKeys
+from ..report.text import TABLE_ROWS, render_runs
 from ._output import add_format_options, print_json
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
 NAME = "report"
 HELP = (
-    "summarise a run's JSONL (goodput, setup, trends, vLLM, checkpoints); --plot a PNG; "
+    "summarise a run's JSONL (goodput, setup, trends, vLLM, checkpoints); --plot a picture; "
     "--traces goodput from spans too, --timeline its phases"
 )
 
@@ -44,11 +52,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RUN_ID",
         help="report only this run (a file may hold several; each is reported by default)",
     )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--steps",
+        type=_selection,
+        metavar="A:B",
+        help="report steps A to B only (A: and :B leave one end open); regressions are still "
+        "judged on every step",
+    )
+    which.add_argument(
+        "--tail",
+        type=_tail,
+        metavar="N",
+        help="report the last N steps only",
+    )
+    parser.add_argument(
+        "--keys",
+        type=_keys,
+        metavar="KEY,KEY",
+        help="plot these logged keys, a panel each (a train key as logged, others as "
+        "prefix/key: reward,loss,validation/accuracy)",
+    )
+    parser.add_argument(
+        "--table-rows",
+        type=_positive,
+        default=TABLE_ROWS,
+        metavar="N",
+        help=f"steps the per-step table shows in full (default {TABLE_ROWS}); a longer run "
+        "shows its first and last steps and their mean",
+    )
     parser.add_argument(
         "--plot",
         type=Path,
         metavar="FILE.png",
-        help="also write the report's picture (needs the 'report' extra: matplotlib)",
+        help="also write the report's picture, in the format its suffix names (.png, .svg, "
+        ".pdf...; needs the 'report' extra: matplotlib)",
     )
     parser.add_argument(
         "--traces",
@@ -72,6 +110,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format_options(parser)
 
 
+def _selection(text: str) -> StepSelection:
+    try:
+        return StepSelection.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _tail(text: str) -> StepSelection:
+    return StepSelection(tail=_positive(text))
+
+
+def _keys(text: str) -> tuple[str, ...]:
+    keys = tuple(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
+    if not keys:
+        raise argparse.ArgumentTypeError("expected one or more keys, comma-separated")
+    return keys
+
+
 def _step_range(text: str) -> tuple[int, int]:
     first, sep, last = text.partition(":")
     try:
@@ -83,21 +149,61 @@ def _step_range(text: str) -> tuple[int, int]:
     return span
 
 
-def run(args: argparse.Namespace) -> int:
-    missing = [p for p in (args.jsonl, *(args.traces or ())) if not p.is_file()]
-    if missing:
-        sys.stderr.write(f"rlmetrics report: {missing[0]}: no such file\n")
-        return 2
+def _input_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a JSONL file, or None."""
+    if path.is_dir():
+        found = sorted(p for p in path.glob("*.jsonl") if not p.name.endswith(".samples.jsonl"))[:5]
+        inside = f" (in it: {', '.join(map(str, found))})" if found else " (it holds no .jsonl)"
+        return f"{path} is a folder: give a JSONL file{inside}"
+    if not path.exists():
+        return f"{path}: no such file"
+    if not path.is_file():
+        return f"{path} is not a regular file (a device or a FIFO): give a JSONL file"
+    if not os.access(path, os.R_OK):
+        return f"{path}: cannot read it (permission denied)"
+    return None
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """The first mistake in what was asked, before anything is read."""
+    for path in (args.jsonl, *(args.traces or ())):
+        problem = _input_problem(path)
+        if problem is not None:
+            return problem
     if args.timeline is not None and not args.traces:
-        sys.stderr.write(
-            "rlmetrics report: --timeline draws spans: give their file with --traces\n"
-        )
-        return 2
+        return "--timeline draws spans: give their file with --traces"
+    if args.keys is not None and args.plot is None:
+        return "--keys chooses what --plot draws: give the picture's file with --plot"
+    from ..report.plot import destination_problem
+
+    for option, path in (("--plot", args.plot), ("--timeline", args.timeline)):
+        if path is not None:
+            problem = destination_problem(path)
+            if problem is not None:
+                return f"{option} {problem}"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..report.plot import MissingExtra, NothingToPlot, plot_report
+
     try:
-        reports = read_reports(args.jsonl, args.run_id)
-    except RunNotFound as exc:
+        problem = _usage_problem(args)
+    except MissingExtra as exc:
         sys.stderr.write(f"rlmetrics report: {exc}\n")
+        return 1
+    if problem is not None:
+        sys.stderr.write(f"rlmetrics report: {problem}\n")
         return 2
+    skipped = SkippedLines()
+    selection = args.steps or args.tail
+    try:
+        reports = read_reports(args.jsonl, args.run_id, skipped, steps=selection, keys=args.keys)
+    except (RunNotFound, UnknownKeys) as exc:
+        sys.stderr.write(f"rlmetrics report: {exc.args[0]}\n")
+        return 2
+    if skipped.count:
+        sys.stderr.write(skipped.summary(args.jsonl) + "\n")
     for report in reports:
         if report.repeated_steps:
             sys.stderr.write(
@@ -111,8 +217,6 @@ def run(args: argparse.Namespace) -> int:
 
         traces = read_traces(args.traces)
         comparison = compare_goodput(traces, report.steps, report.goodput)
-    from ..report.plot import MissingExtra, plot_report
-
     try:
         if args.plot is not None:
             plot_report(report, args.plot)
@@ -123,6 +227,12 @@ def run(args: argparse.Namespace) -> int:
     except MissingExtra as exc:
         sys.stderr.write(f"rlmetrics report: {exc}\n")
         return 1
+    except NothingToPlot as exc:
+        sys.stderr.write(f"rlmetrics report: no picture written: {exc}\n")
+        return 1
+    except OSError as exc:  # the folder went away, a full disk: one line, not a traceback
+        sys.stderr.write(f"rlmetrics report: cannot write the picture: {exc}\n")
+        return 1
     plot = str(args.plot) if args.plot else None
     extra = {"traces": comparison, "timeline": str(args.timeline) if args.timeline else None}
     if args.json:
@@ -131,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_json({"runs": [r.as_dict() for r in reports], "plot": plot, **extra})
     else:
-        sys.stdout.write(render_runs(reports))
+        sys.stdout.write(render_runs(reports, args.table_rows))
         shown = f" (run {report.run_id}, the last; --run picks another)" * (len(reports) > 1)
         if comparison is not None:
             from ..report.traces import render as render_traces

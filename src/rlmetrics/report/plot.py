@@ -1,20 +1,41 @@
-"""``rlmetrics report --plot``: one PNG with goodput and idle time per step (stacked), reward
-over steps and rollout-checkpoint latencies. Needs matplotlib: ``pip install
+"""``rlmetrics report --plot``: one picture (PNG, SVG, PDF, JPEG...: its suffix says which)
+with a panel for each thing the run logged: goodput and idle time per step (stacked), reward,
+KL and loss over steps (or the series ``--keys`` names), rollout-checkpoint latencies. A
+panel the run has no data for is left out. Needs matplotlib: ``pip install
 'rlmetrics[report]'``."""
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from .summary import RunReport
 
-__all__ = ["INSTALL_HINT", "PLOT_DPI", "PLOT_SIZE_PX", "MissingExtra", "plot_report"]
+__all__ = [
+    "INSTALL_HINT",
+    "MAX_COLUMNS",
+    "PLOT_DPI",
+    "PLOT_SIZE_PX",
+    "MissingExtra",
+    "NothingToPlot",
+    "destination_problem",
+    "panels",
+    "plot_report",
+    "supported_formats",
+]
 
 INSTALL_HINT = "pip install 'rlmetrics[report]'"
 #: The PNG's size in pixels (width, height).
 PLOT_SIZE_PX = (1600, 1000)
 PLOT_DPI = 100
+#: Panels side by side below the goodput panel (which takes the whole width).
+MAX_COLUMNS = 3
+#: The trends drawn by default: (step row key, title).
+_TRENDS = (("reward", "Mean reward"), ("kl", "KL"), ("loss", "Loss"))
 
 
 class MissingExtra(ImportError):
@@ -35,30 +56,103 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_report(report: RunReport, path: str | os.PathLike[str]) -> None:
-    """Write the report's picture to ``path`` (PNG, :data:`PLOT_SIZE_PX`)."""
+class NothingToPlot(ValueError):
+    """The run logged nothing a panel draws."""
+
+
+def destination_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a picture cannot be written to ``path``, or None: its folder must exist and its
+    suffix name a format matplotlib writes (``.png``, ``.svg``, ``.pdf``, ``.jpg``...)."""
+    path = Path(path)
+    folder = path.parent
+    if not folder.exists():
+        return f"{path}: no such folder {folder} (create it first)"
+    if not folder.is_dir():
+        return f"{path}: {folder} is not a folder"
+    if path.is_dir():
+        return f"{path} is a folder: name the picture's file"
+    formats = supported_formats()
+    suffix = path.suffix.lower()
+    if suffix.removeprefix(".") not in formats:
+        named = f"suffix {suffix!r}" if suffix else "no suffix"
+        return (
+            f"{path} has {named}, and the suffix names the picture's format: use one of "
+            + ", ".join(f".{f}" for f in sorted(formats))
+        )
+    return None
+
+
+def supported_formats() -> set[str]:
+    """The suffixes (without the dot) matplotlib writes pictures as."""
+    _pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return set(FigureCanvasBase.get_supported_filetypes())
+
+
+def panels(report: RunReport) -> list[tuple[str, Callable[[Any, RunReport], None]]]:
+    """The panels the report's picture has: only those the run has data for. Goodput and idle
+    time when steps carry efficiency keys; a line per ``--keys`` series, else reward, KL and
+    loss where logged; rollout checkpoints when there were any."""
+    chosen: list[tuple[str, Callable[[Any, RunReport], None]]] = []
+    if any(s.get("goodput_pct") is not None for s in report.steps):
+        chosen.append(("goodput", _goodput))
+    if report.series is not None:
+        for key in report.series:
+            chosen.append((key, functools.partial(_line, key=key)))
+    else:
+        for key, label in _TRENDS:
+            if any(s.get(key) is not None for s in report.steps):
+                chosen.append((key, functools.partial(_trend, key=key, label=label)))
+    checkpoints = report.checkpoints
+    if checkpoints is not None and (
+        checkpoints["saves"]
+        or checkpoints["restores"]
+        or any(a["outcome"] != "completed" for a in checkpoints["attempt_log"])
+    ):
+        chosen.append(("checkpoints", _checkpoints))
+    return chosen
+
+
+def plot_report(report: RunReport, path: str | os.PathLike[str]) -> list[str]:
+    """Write the report's picture to ``path`` (:data:`PLOT_SIZE_PX`, in the format its suffix
+    names) with the panels the run has data for; returns their names. Raises
+    :class:`NothingToPlot` when there are none."""
+    chosen = panels(report)
+    if not chosen:
+        raise NothingToPlot(
+            "the run logged nothing to draw (no efficiency/* keys, reward, kl_penalty or loss "
+            "at a trainer step, no rollout checkpoints): choose keys with --keys"
+        )
     plt = _pyplot()
     width, height = PLOT_SIZE_PX
     figure = plt.figure(figsize=(width / PLOT_DPI, height / PLOT_DPI), dpi=PLOT_DPI)
-    grid = figure.add_gridspec(2, 2, height_ratios=(1.15, 1), width_ratios=(1, 1.25))
+    wide = chosen[0][0] == "goodput"
+    small = chosen[1:] if wide else chosen
+    columns = max(1, min(len(small), MAX_COLUMNS))
+    rows = math.ceil(len(small) / columns) + wide
+    grid = figure.add_gridspec(rows, columns, height_ratios=(1.15,) * wide + (1,) * (rows - wide))
     try:
-        _goodput(figure.add_subplot(grid[0, :]), report)
-        _reward(figure.add_subplot(grid[1, 0]), report)
-        _checkpoints(figure.add_subplot(grid[1, 1]), report)
+        if wide:
+            _goodput(figure.add_subplot(grid[0, :]), report)
+        for index, (_name, draw) in enumerate(small):
+            row, column = divmod(index, columns)
+            # The last panel takes what its row leaves (a lone checkpoints panel: the width).
+            last = column + 1 if index < len(small) - 1 else columns
+            draw(figure.add_subplot(grid[row + wide, column:last]), report)
         title = os.path.basename(report.source) if report.source else "run"
-        figure.suptitle(f"rlmetrics report: {title}", fontsize=13)
+        shown = f" ({report.selection})" if report.selection else ""
+        figure.suptitle(f"rlmetrics report: {title}{shown}", fontsize=13)
         figure.tight_layout()
-        figure.savefig(path, dpi=PLOT_DPI, format="png")
+        figure.savefig(path, dpi=PLOT_DPI)
     finally:
         plt.close(figure)
+    return [name for name, _ in chosen]
 
 
 def _goodput(axes: Any, report: RunReport) -> None:
     steps = [s for s in report.steps if s.get("goodput_pct") is not None]
     axes.set_title("Where each step's wall time went (driver wall clock, step window)")
-    if not steps:
-        axes.text(0.5, 0.5, "no efficiency/* keys", ha="center", transform=axes.transAxes)
-        return
     x = [s["step"] for s in steps]
     bottom = [0.0] * len(steps)
     productive = [s["productive_s"] for s in steps]
@@ -88,23 +182,26 @@ def _goodput(axes: Any, report: RunReport) -> None:
     )
 
 
-def _reward(axes: Any, report: RunReport) -> None:
-    axes.set_title("Reward over steps")
-    points = [(s["step"], s["reward"]) for s in report.steps if s.get("reward") is not None]
-    if not points:
-        axes.text(0.5, 0.5, "no reward logged", ha="center", transform=axes.transAxes)
-        return
+def _trend(axes: Any, report: RunReport, key: str, label: str) -> None:
+    points = [(s["step"], s[key]) for s in report.steps if s.get(key) is not None]
+    _draw_line(axes, f"{label} over steps", points)
+
+
+def _line(axes: Any, report: RunReport, key: str) -> None:
+    _draw_line(axes, key, (report.series or {}).get(key, []))
+
+
+def _draw_line(axes: Any, title: str, points: Sequence[tuple[int, float]]) -> None:
+    axes.set_title(title)
     axes.plot([p[0] for p in points], [p[1] for p in points], color="#3b6ea8", marker=".")
     axes.set_xlabel("step")
-    axes.set_ylabel("mean reward")
     axes.grid(alpha=0.3)
 
 
 def _checkpoints(axes: Any, report: RunReport) -> None:
     axes.set_title("Rollout checkpoints: latency by phase, in the order they happened")
     checkpoints = report.checkpoints
-    if checkpoints is None:
-        axes.text(0.5, 0.5, "no rollout checkpoints", ha="center", transform=axes.transAxes)
+    if checkpoints is None:  # panels() draws this panel only for a run that has them
         return
     timeline: list[tuple[float, str, dict[str, float]]] = []
     for kind, key in (("save", "saves"), ("restore", "restores")):

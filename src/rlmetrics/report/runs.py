@@ -12,20 +12,23 @@ later values and says which steps repeated.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from .._warn import logger
 from ..backends.jsonl import (
     HYPERPARAMS_KIND,
     RESUME_KIND,
-    open_regular,
+    SkippedLines,
     read_jsonl,
     samples_path,
 )
 from ..events import TRAIN_PREFIXES
+from .regressions import find_regressions
+from .select import StepSelection, choose, is_step_row, numeric_series
 from .summary import RunReport, build_report
 
 __all__ = ["SAMPLES_SHOWN", "RunNotFound", "read_reports", "split_runs"]
@@ -100,14 +103,27 @@ def _samples(path: Path) -> dict[str | None, dict[str, Any]]:
     }
 
 
-def read_reports(path: str | os.PathLike[str], run: str | None = None) -> list[RunReport]:
+def read_reports(
+    path: str | os.PathLike[str],
+    run: str | None = None,
+    skipped: SkippedLines | None = None,
+    *,
+    steps: StepSelection | None = None,
+    keys: Sequence[str] | None = None,
+) -> list[RunReport]:
     """The report of every run in the JSONL at ``path`` (or of the one ``run`` names), each
     with its configuration, its latest samples (from the samples file beside it) and its
-    repeated steps. Raises :class:`RunNotFound` for a ``run`` the file does not hold."""
+    repeated steps. Raises :class:`RunNotFound` for a ``run`` the file does not hold.
+
+    ``steps`` limits each report to those steps (its regressions are still judged on the
+    whole run); ``keys`` adds those series (:class:`~.select.UnknownKeys` names any a run did
+    not log). Lines that are no row are counted into ``skipped`` (each report's
+    ``skipped_lines``); without it, one warning says how many and names the first few."""
     path = Path(path)
-    with open_regular(path) as handle:
-        lines = sum(1 for line in handle if line.strip())
-    rows = list(read_jsonl(path, every_row=True))
+    bad = SkippedLines() if skipped is None else skipped
+    rows = list(read_jsonl(path, every_row=True, skipped=bad))
+    if skipped is None and bad.count:
+        logger.warning(bad.summary(path))
     runs = split_runs(rows) or {None: _Run()}
     if run is not None:
         if run not in runs:
@@ -117,7 +133,15 @@ def read_reports(path: str | os.PathLike[str], run: str | None = None) -> list[R
     samples = _samples(samples_path(path))
     reports = []
     for run_id, found in runs.items():
-        report = build_report(found.rows, source=str(path), skipped=lines - len(rows))
+        shown = found.rows if steps is None else steps.apply(found.rows)
+        report = build_report(shown, source=str(path), skipped=bad.count)
+        if steps is not None:
+            report = attrs.evolve(
+                report,
+                selection=steps.describe(),
+                steps_logged=len({r["step"] for r in found.rows if is_step_row(r)}),
+                regressions=find_regressions(found.rows).as_dict(),
+            )
         reports.append(
             attrs.evolve(
                 report,
@@ -126,6 +150,7 @@ def read_reports(path: str | os.PathLike[str], run: str | None = None) -> list[R
                 repeated_steps=tuple(sorted(found.repeated)),
                 hyperparams=found.hyperparams or None,
                 samples=samples.get(run_id),
+                series=None if keys is None else choose(keys, numeric_series(shown)),
             )
         )
     return reports

@@ -90,10 +90,16 @@ class RunReport:
     hyperparams: dict[str, Any] | None = None
     #: Sample rows: how many, and the first rows of the latest table.
     samples: dict[str, Any] | None = None
-    #: Step-time regressions and what moved with them (:mod:`.regressions`).
+    #: Step-time regressions and what moved with them (:mod:`.regressions`), judged on the
+    #: whole run whatever steps the report shows.
     regressions: dict[str, Any] | None = None
     #: Reward components, validation datasets, the vLLM engine's state, GPUs (``signals``).
     signals: dict[str, Any] | None = None
+    #: The steps shown, when not all (``--steps``, ``--tail``), and how many the run logged.
+    selection: str | None = None
+    steps_logged: int | None = None
+    #: The series ``--keys`` chose, ``{key: [[step, value], ...]}``, in the order named.
+    series: dict[str, list[tuple[int, float]]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(

@@ -14,6 +14,9 @@ __all__ = ["render", "render_runs"]
 HYPERPARAMS_SHOWN = 12
 #: Characters of a sample cell the text report shows.
 CELL_SHOWN = 72
+#: Steps the per-step table shows in full; a longer run shows its first and last steps and a
+#: mean row (``rlmetrics report --table-rows N``; ``--json`` has every step).
+TABLE_ROWS = 20
 
 
 def _s(value: float | None, digits: int = 1) -> str:
@@ -24,15 +27,20 @@ def _seconds(values: Mapping[str, float]) -> str:
     return ", ".join(f"{k} {v:.1f}s" for k, v in sorted(values.items())) or "none"
 
 
-def render(report: RunReport) -> str:
+def render(report: RunReport, table_rows: int = TABLE_ROWS) -> str:
     lines = [
         f"Run report: {report.source or '(rows)'} ({report.rows} rows"
         + (f", {report.skipped_lines} unreadable lines skipped" if report.skipped_lines else "")
         + ")"
     ]
+    if report.selection is not None:
+        lines.append(
+            f"Showing {report.selection}: {len(report.steps)} of the "
+            f"{report.steps_logged} steps logged (regressions are judged on them all)"
+        )
     lines += _identity(report)
     if report.steps:
-        lines += _steps(report)
+        lines += _steps(report, table_rows)
     lines += _goodput(report.goodput)
     if report.setup is not None:
         phases = report.setup["phases"]
@@ -67,13 +75,13 @@ def render(report: RunReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_runs(reports: Sequence[RunReport]) -> str:
+def render_runs(reports: Sequence[RunReport], table_rows: int = TABLE_ROWS) -> str:
     """Each run's report in turn, with a line naming how many runs the file holds."""
     if len(reports) == 1:
-        return render(reports[0])
+        return render(reports[0], table_rows)
     ids = ", ".join(str(r.run_id) for r in reports)
     head = f"{len(reports)} runs in this file ({ids}); each is reported on its own.\n\n"
-    return head + "\n".join(render(report) for report in reports)
+    return head + "\n".join(render(report, table_rows) for report in reports)
 
 
 def _identity(report: RunReport) -> list[str]:
@@ -163,12 +171,13 @@ def _signals(signals: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _steps(report: RunReport) -> list[str]:
+def _steps(report: RunReport, table_rows: int = TABLE_ROWS) -> list[str]:
     categories = sorted({c for s in report.steps for c in s["idle_s"]})
     short = [c.split("/", 1)[-1] for c in categories]
     header = ["step", "wall s", "goodput %", *[f"{c} s" for c in short], "reward", "kl", "loss"]
-    rows = [
-        [
+
+    def cells(s: Mapping[str, Any]) -> list[str]:
+        return [
             str(s["step"]),
             _s(s["wall_time_s"]),
             _s(s.get("goodput_pct")),
@@ -180,13 +189,56 @@ def _steps(report: RunReport) -> list[str]:
             _s(s.get("kl"), 4),
             _s(s.get("loss"), 4),
         ]
-        for s in report.steps
-    ]
+
+    steps = report.steps
+    hidden = len(steps) - table_rows
+    if hidden <= 0:
+        rows = [cells(s) for s in steps]
+        note = []
+    else:
+        # The first steps and the latest ones, then the mean of every step.
+        head = max(1, table_rows // 4)
+        tail = table_rows - head
+        gap = ["…"] + [""] * (len(header) - 1)
+        rows = [
+            *(cells(s) for s in steps[:head]),
+            gap,
+            *(cells(s) for s in steps[-tail:]),
+            ["mean", *cells(_mean_step(steps, categories))[1:]],
+        ]
+        note = [
+            f"  ({len(steps)} steps: {hidden} not shown; --steps A:B or --tail N shows others, "
+            "--table-rows N more at once, --json every step)"
+        ]
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    return ["", "Per step (idle = driver wall clock, step window):"] + [
-        "  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
-        for row in (header, *rows)
-    ]
+    return (
+        ["", "Per step (idle = driver wall clock, step window):"]
+        + [
+            (
+                "  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+            ).rstrip()
+            for row in (header, *rows)
+        ]
+        + note
+    )
+
+
+def _mean_step(steps: Sequence[Mapping[str, Any]], categories: Sequence[str]) -> dict[str, Any]:
+    """A step row of the means of every column over ``steps`` (each over the steps that have
+    a value)."""
+
+    def mean(values: Sequence[float | None]) -> float | None:
+        present = [v for v in values if v is not None]
+        return sum(present) / len(present) if present else None
+
+    timed = [s for s in steps if s["wall_time_s"] is not None]
+    return {
+        "step": None,
+        "wall_time_s": mean([s["wall_time_s"] for s in steps]),
+        "goodput_pct": mean([s.get("goodput_pct") for s in steps]),
+        "idle_s": {c: mean([s["idle_s"].get(c, 0.0) for s in timed]) or 0.0 for c in categories},
+        **{key: mean([s.get(key) for s in steps]) for key in ("reward", "kl", "loss")},
+    }
 
 
 def _goodput(goodput: Mapping[str, Any]) -> list[str]:

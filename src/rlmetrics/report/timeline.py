@@ -101,7 +101,7 @@ def plot_timeline(
             _draw(axes, traces, chosen, by_lane, all_steps)
         axes.set_title(f"rlmetrics timeline: {title}", fontsize=12)
         figure.tight_layout()
-        figure.savefig(path, dpi=PLOT_DPI, format="png")
+        figure.savefig(path, dpi=PLOT_DPI)  # in the format its suffix names
     finally:
         plt.close(figure)
     return len(chosen)
