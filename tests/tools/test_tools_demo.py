@@ -78,15 +78,40 @@ def test_the_demo_as_a_user_runs_it(tmp_path: Path) -> None:
     assert summary["vllm"]["generations_failed"] > 0
 
 
-def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_a_taken_port_falls_back_to_a_free_one_and_says_so(tmp_path: Path, how: str) -> None:
+    """The port comes from --prometheus-port, else OTEL_EXPORTER_PROMETHEUS_PORT (the variable
+    the exporter's own message recommends), else 9464; a taken one is a demo's hiccup, not an
+    error."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = run_cli("demo", "--steps", "2", "--prometheus-port", str(port), "--output", tmp_path)
-    assert done.returncode == 1
-    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+        flag = ("--prometheus-port", str(port)) if how == "flag" else ()
+        env = {"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)} if how == "environment" else {}
+        done = run_cli(
+            "demo", "--steps", "2", "--interval", "0", "--no-plot", "--output", tmp_path, *flag,
+            env=env,
+        )
+    assert done.returncode == 0, done.stderr
+    assert f"127.0.0.1:{port} is taken" in done.stdout and "a free port instead" in done.stdout
+    [url] = [line for line in done.stdout.splitlines() if line.startswith("Prometheus endpoint")]
+    assert "http://127.0.0.1:" in url and f":{port}/" not in url
     assert "Traceback" not in done.stderr
+
+
+def test_the_environments_port_is_the_demos_default(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = run_cli(
+        "demo", "--steps", "1", "--interval", "0", "--no-plot", "--output", tmp_path,
+        env={"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)},
+    )
+    assert done.returncode == 0, done.stderr
+    # Unless another process took it meanwhile, the demo listened where it was told.
+    assert f"http://127.0.0.1:{port}/metrics" in done.stdout or "is taken" in done.stdout
+    assert "127.0.0.1:9464" not in done.stdout
 
 
 @pytest.mark.parametrize("steps", ["0", "-3", "x"])

@@ -59,9 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prometheus-port",
         type=int,
-        default=9464,
         metavar="PORT",
-        help="port of the Prometheus endpoint on 127.0.0.1 (default 9464; 0 picks a free one)",
+        help="port of the Prometheus endpoint on 127.0.0.1 (default OTEL_EXPORTER_PROMETHEUS_PORT, "
+        "else 9464; 0 picks a free one, and so does a port another process holds)",
     )
     parser.add_argument(
         "--otlp-endpoint",

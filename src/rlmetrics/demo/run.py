@@ -14,6 +14,7 @@ read the final state.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import threading
 import time
@@ -24,10 +25,12 @@ from typing import Any, TextIO
 import attrs
 
 from .. import Logger, account, phase, run, start, step, warn_once
+from ..exporters.prometheus import port_from_env as prometheus_port
 from ..backends.jsonl import samples_path
 from ..hooks import collect_offers
 from ..plugins import load_plugins
 from ..report.summary import RunReport, read_report
+from ..telemetry import Telemetry, TelemetryError
 from .parts import DemoPart, DemoSettings
 from .progress import Progress
 from .simulation import _MAX_TOKENS, GENERATIONS_PER_PROMPT, SETUP_PREFIX, Simulation
@@ -49,7 +52,8 @@ class DemoOptions:
     output: Path = DEFAULT_OUTPUT
     interval_s: float = 0.1
     prometheus_host: str = "127.0.0.1"
-    prometheus_port: int = 9464
+    #: None: ``OTEL_EXPORTER_PROMETHEUS_PORT``, else 9464. A taken port falls back to a free one.
+    prometheus_port: int | None = None
     otlp_endpoint: str | None = None
     serve: bool = False
     run_id: str | None = None
@@ -128,6 +132,34 @@ def _close(name: str, part: DemoPart) -> None:
         warn_once(f"demo-part-close:{name}", f"rlmetrics demo: closing part {name!r} failed")
 
 
+def _start(options: DemoOptions, exporters: dict[str, dict[str, Any]], say: TextIO) -> Telemetry:
+    """Telemetry for the demo; a Prometheus port another process holds (a second demo, a
+    trainer) is a demo's hiccup, not an error: a free port is taken instead, and said."""
+
+    def attempt() -> Telemetry:
+        return start(
+            service_name="rlmetrics-demo",
+            run_id=options.run_id,
+            exporters=exporters,
+            export_interval_s=1.0,
+        )
+
+    try:
+        return attempt()
+    except TelemetryError as exc:
+        cause = exc.__cause__
+        if not (isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE):
+            raise
+    prometheus = exporters["prometheus"]
+    port = prometheus.get("port", prometheus_port())
+    say.write(
+        f"Prometheus port {options.prometheus_host}:{port} is taken (another demo or trainer?); "
+        "serving on a free port instead\n"
+    )
+    prometheus["port"] = 0
+    return attempt()
+
+
 def run_demo(
     options: DemoOptions,
     *,
@@ -150,20 +182,16 @@ def run_demo(
     settings = DemoSettings(seed=options.seed, steps=options.steps, output=output)
     simulation = Simulation(options.seed, options.steps)
     parts = _build_parts(settings)
-    exporters: dict[str, dict[str, Any]] = {
-        "prometheus": {"host": options.prometheus_host, "port": options.prometheus_port}
-    }
+    prometheus: dict[str, Any] = {"host": options.prometheus_host}
+    if options.prometheus_port is not None:
+        prometheus["port"] = options.prometheus_port
+    exporters: dict[str, dict[str, Any]] = {"prometheus": prometheus}
     if options.otlp_endpoint:
         exporters["otlp"] = {"endpoint": options.otlp_endpoint}
     if traces is not None:
         exporters["otlp_file"] = {"path": traces}
     try:
-        telemetry = start(
-            service_name="rlmetrics-demo",
-            run_id=options.run_id,
-            exporters=exporters,
-            export_interval_s=1.0,
-        )
+        telemetry = _start(options, exporters, say)
     except BaseException:
         for name, part in parts.items():
             _close(name, part)

@@ -29,7 +29,14 @@ from ..health import stall_after_s as stall_bound
 from ..telemetry import TelemetryError
 from . import Exporter
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "HOST_ENV", "PORT_ENV", "make_exporter"]
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "HOST_ENV",
+    "PORT_ENV",
+    "make_exporter",
+    "port_from_env",
+]
 
 INSTALL_HINT = "pip install 'rlmetrics[prometheus]'"
 DEFAULT_HOST = "127.0.0.1"
@@ -38,7 +45,8 @@ HOST_ENV = "OTEL_EXPORTER_PROMETHEUS_HOST"
 PORT_ENV = "OTEL_EXPORTER_PROMETHEUS_PORT"
 
 
-def _port_from_env() -> int:
+def port_from_env() -> int:
+    """The port ``OTEL_EXPORTER_PROMETHEUS_PORT`` names, else :data:`DEFAULT_PORT`."""
     text = os.environ.get(PORT_ENV, "").strip()
     if not text:
         return DEFAULT_PORT
@@ -123,7 +131,7 @@ def make_exporter(
             f"exporter 'prometheus' needs the Prometheus exporter: {INSTALL_HINT}"
         ) from exc
     host = host or os.environ.get(HOST_ENV, "").strip() or DEFAULT_HOST
-    port = _port_from_env() if port is None else port
+    port = port_from_env() if port is None else port
     stall_after = stall_bound(stall_after_s)
     # A registry of our own: a second start in one process must not find the first's collector.
     registry = CollectorRegistry()
