@@ -680,3 +680,154 @@ def test_a_cut_past_the_key_cap_keeps_the_keys_a_key_map_tees(tmp_path: Path) ->
         assert single(points(reader), "rl.kl.divergence").value == 0.125
     [row] = read_jsonl(tmp_path / "m.jsonl")
     assert row["metrics"]["kl"] == 0.125
+
+
+# -- configuration mistakes fail at construction; the step and value rules (issue 25, 6-7) ------
+
+
+def test_a_misspelled_backend_option_raises_naming_the_options(tmp_path: Path) -> None:
+    # It used to warn with a TypeError traceback and build a Logger with no backend at all.
+    with pytest.raises(
+        TypeError, match=r"backend 'jsonl' has no option 'pth' \(did you mean 'path'\?\)"
+    ):
+        rlmetrics.Logger(backends={"jsonl": {"pth": tmp_path / "m.jsonl"}})
+    with pytest.raises(TypeError, match=r"its options: path"):
+        rlmetrics.Logger(backends={"jsonl": {"pth": tmp_path / "m.jsonl"}})
+    with pytest.raises(TypeError, match=r"backend 'jsonl': options are a mapping"):
+        rlmetrics.Logger(backends={"jsonl": "m.jsonl"})  # type: ignore[dict-item]
+
+
+def test_a_backend_that_takes_any_option_is_not_second_guessed(tmp_path: Path) -> None:
+    class AnyOptions:
+        inline = True
+
+        def __init__(self, **options: Any) -> None:
+            self.options = options
+
+        def log_metrics(self, metrics: Any, step: int, prefix: str) -> None: ...
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register("any", AnyOptions)
+
+    register_plugin(Offers(), "offers-any")
+    logger = rlmetrics.Logger(backends={"any": {"whatever": 1}})
+    assert logger.backends["any"].options == {"whatever": 1}  # type: ignore[attr-defined]
+    logger.finish()
+
+
+def test_a_world_failure_at_start_still_degrades_with_one_line(tmp_path: Path, caplog: Any) -> None:
+    (tmp_path / "dir.jsonl").mkdir()
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "dir.jsonl"}})
+    assert logger.backends == {}
+    assert "Traceback" not in caplog.text and "failed to start and is skipped" in caplog.text
+
+
+@pytest.mark.parametrize("variable", ["RLMETRICS_DISABLE_PLUGINS", "RLMETRICS_PLUGINS"])
+def test_an_unknown_plugin_name_in_the_environment_raises_with_the_names(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "jsonl, traning")
+    with pytest.raises(
+        ValueError, match=rf"{variable} names no installed plugin: 'traning'"
+    ) as raised:
+        rlmetrics.Logger(backends={"console": {"stream": _Sink()}})
+    assert "did you mean 'training'" in str(raised.value)
+    assert "rlmetrics-vllm" in str(raised.value) or "vllm" in str(raised.value)
+    with pytest.raises(ValueError, match=variable):
+        rlmetrics.start(exporters=["console"])
+    assert rlmetrics.current() is None
+
+
+def test_an_unknown_plugin_name_given_to_start_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match=r"disable_plugins= names no installed plugin: 'nope'"):
+        rlmetrics.start(disable_plugins=["nope"])
+    assert rlmetrics.current() is None
+
+
+def _steps(path: Path) -> list[tuple[Any, str]]:
+    return [(row["step"], row["prefix"]) for row in read_jsonl(path)]
+
+
+def test_log_metrics_without_a_step_continues_from_the_last(tmp_path: Path) -> None:
+    with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger:
+        logger.log_metrics({"loss": 1.0})  # the first: step 0, as wandb.log starts
+        logger.log_metrics({"loss": 1.0})
+        logger.log_metrics({"loss": 1.0}, step=10, prefix="train")
+        logger.log_metrics({"accuracy": 1.0}, prefix="validation")
+        logger.log_metrics({"loss": 1.0}, prefix="train")
+    assert _steps(tmp_path / "m.jsonl") == [
+        (0, ""),
+        (1, ""),
+        (10, "train"),
+        (11, "validation"),
+        (12, "train"),
+    ]
+
+
+def test_setup_timing_is_step_0_and_the_first_step_after_it_is_1(tmp_path: Path) -> None:
+    with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger:
+        logger.log_setup_timing({"policy_init_time_s": 1.0})
+        logger.log_metrics({"loss": 1.0}, prefix="train")
+    assert _steps(tmp_path / "m.jsonl") == [(0, "timing/setup"), (1, "train")]
+
+
+@pytest.mark.parametrize(
+    ("step", "written"),
+    [(7, 7), (7.0, 1), (True, 1), ("two", 1), (2.5, 1), (-3, 1), (None, 1)],
+)
+def test_a_step_is_an_integer_else_the_next_one_with_a_warning(
+    tmp_path: Path, caplog: Any, step: Any, written: int
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger,
+    ):
+        logger.log_metrics({"loss": 1.0}, step=0, prefix="train")
+        logger.log_metrics({"loss": 2.0}, step=step, prefix="train")
+    rows = list(read_jsonl(tmp_path / "m.jsonl"))
+    assert [r["step"] for r in rows] == [0, written]
+    assert [type(r["step"]) for r in rows] == [int, int]
+    assert rows[1]["metrics"] == {"loss": 2.0}  # the row itself is not lost
+    bad = step is True or isinstance(step, (str, float)) or step == -3
+    assert ("rlmetrics: log_metrics' step must be" in caplog.text) is bad
+    if isinstance(step, str):
+        assert "two" not in caplog.text  # a logged string is never quoted
+
+
+def test_a_numpy_step_is_its_integer(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger:
+        logger.log_metrics({"loss": 1.0}, step=np.int64(5), prefix="train")
+        logger.log_metrics({"loss": 1.0}, prefix="train")
+    assert _steps(tmp_path / "m.jsonl") == [(5, "train"), (6, "train")]
+
+
+def test_none_follows_the_one_rule_for_values_that_are_not_numbers(
+    telemetry: tuple[Any, Any], tmp_path: Path, caplog: Any
+) -> None:
+    """A value of a series' key that is not a finite number — None, NaN, a string — is not
+    exported, and each is said once per key; the trackers get every value as logged."""
+    _, reader = telemetry
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger,
+    ):
+        for step in (1, 2):
+            logger.log_metrics(
+                {"reward": None, "loss": math.nan, "kl_penalty": "high", "lr": 1e-6},
+                step=step,
+                prefix="train",
+            )
+        logger.log_metrics({"my_thing": None}, step=3, prefix="train")  # no series reads it
+    [row, *_] = read_jsonl(tmp_path / "m.jsonl")
+    assert row["metrics"] == {"reward": None, "loss": "nan", "kl_penalty": "high", "lr": 1e-6}
+    names = {p.name for p in points(reader)}
+    assert "rl.learning_rate" in names
+    assert not names & {"rl.reward.mean", "rl.policy.loss", "rl.kl.divergence"}
+    for key in ("reward", "loss", "kl_penalty"):
+        assert caplog.text.count(f"(key {key!r}) dropped a value") == 1, caplog.text
+    assert "None is not a finite number" in caplog.text
+    assert "my_thing" not in caplog.text

@@ -491,19 +491,34 @@ class Recorder:
     def record_declared(
         self, group: str, metrics: Mapping[str, Any], attributes: Attributes = None
     ) -> dict[str, Any]:
-        """Record every key declared under ``group`` that ``metrics`` carries (None skipped);
-        returns what it found, or ``{}`` unless telemetry is exporting. The teeing family's
-        one call: the declared keys are looked up in the dict, not the dict scanned. Never
-        raises."""
+        """Record every key declared under ``group`` that ``metrics`` carries; returns what
+        it found, or ``{}`` unless telemetry is exporting. The teeing family's one call: the
+        declared keys are looked up in the dict, not the dict scanned. A key logged with None
+        is dropped and said, as NaN or a string is (the one rule for a logged value that is
+        not a finite number); ``record`` itself skips None, a reading a family did not take.
+        Never raises."""
         session = self._session
         if session is None:
             return {}
         try:
+            series_by_key = session.groups.get(group, {})
             present = {
                 key: value
-                for key in session.groups.get(group, ())
-                if (value := metrics.get(key)) is not None
+                for key in series_by_key
+                if (value := metrics.get(key, _MISSING)) is not _MISSING
             }
+            try:
+                logged_none = None in present.values()
+            except Exception:  # an array's == answers an array
+                logged_none = any(value is None for value in present.values())
+            if logged_none:
+                for key in [k for k, v in present.items() if v is None]:
+                    del present[key]
+                    warn_once(
+                        f"record:{group}:{key}:dropped",
+                        f"rlmetrics.record: {series_by_key[key].spec.name} (key {key!r}) "
+                        "dropped a value: None is not a finite number",
+                    )
         except Exception:
             warn_once(
                 f"record:{describe_key(group)}:lookup",

@@ -27,17 +27,19 @@ from .backends.worker import (
     is_inline,
     snapshot,
 )
+from .configuration import check_options
 from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
 from .hyperparams import to_hyperparams
 from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
-from .plugins import hooks
+from .plugins import check_plugin_lists, hooks
 from .registry import default_registry
 from .samples import MAX_CELL_BYTES, MAX_SAMPLE_ROWS, to_samples
 from .telemetry import current
-from .tracing import close_open_scopes
+from .tracing import close_open_scopes, current_step
+from .values import as_step
 
 __all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logger", "flatten"]
 
@@ -113,6 +115,7 @@ class Logger:
         self.max_sample_rows = max_sample_rows
         self.max_cell_bytes = max_cell_bytes
         self._key_map = None if key_map is None else KeyMapper(resolve_key_map(key_map))
+        check_plugin_lists()  # a misspelled plugin name would load or deny nothing in silence
         config = {"jsonl": {}} if backends is None else dict(backends)
         factories = available_backends()
         unknown = sorted(set(config) - set(factories))
@@ -122,11 +125,17 @@ class Logger:
                 "from a plugin's register_backends hook: install its distribution (for example "
                 "rlmetrics-wandb) or check RLMETRICS_PLUGINS / RLMETRICS_DISABLE_PLUGINS"
             )
+        # Every backend's options are checked before any backend starts: a misspelled option
+        # is a mistake to fix now, not a backend skipped with a warning.
+        checked = {
+            name: check_options("backend", name, factories[name][1], options, ("identity",))
+            for name, options in config.items()
+        }
         self.backends: dict[str, Backend] = {}
-        for name, options in config.items():
+        for name, options in checked.items():
             owner, factory = factories[name]
             try:
-                self.backends[name] = _build(factory, options or {}, self.identity)
+                self.backends[name] = _build(factory, options, self.identity)
             except Exception as exc:
                 # A condition of the world (a path that cannot be written) is one line that
                 # says what to change; anything else is a plugin's bug, with its traceback.
@@ -134,8 +143,8 @@ class Logger:
                 warn_once(
                     f"backend-start:{name}",
                     f"rlmetrics: backend {name!r} (from plugin {owner!r}) failed to start and is "
-                    + (f"skipped: {exc}. " if expected else "skipped; ")
-                    + "The other backends and telemetry still get every step",
+                    + (f"skipped: {exc}. The" if expected else "skipped; the")
+                    + " other backends and telemetry still get every step",
                     expected=expected,
                 )
         self.finish_timeout_s = finish_timeout_s
@@ -149,6 +158,8 @@ class Logger:
         }
         self._lock = threading.Lock()
         self._samples: dict[str, int] = {}
+        #: The last trainer step logged (given or continued): a call without one takes the next.
+        self._last_step = -1
         self._finished = False
         forget_in_child(self)
 
@@ -162,18 +173,24 @@ class Logger:
     def log_metrics(
         self,
         metrics: Mapping[str, Any],
-        step: int,
+        step: int | None = None,
         prefix: str = "",
         step_metric: str | None = None,
         step_finished: bool = False,
     ) -> None:
-        """Log one dict under ``prefix``. Never raises.
+        """Log one dict under ``prefix`` at trainer ``step``. Never raises.
+
+        ``step`` is an integer from 0 (a NumPy or torch integer counts). Without one the dict
+        lands at the step of the ``rlmetrics.step`` scope it is logged in, else at the step
+        after the last this Logger logged, as ``wandb.log`` does (the first is 0); a step that
+        is not an integer is said once and treated as missing, so the row still lands.
 
         ``step_metric`` and ``step_finished`` are NeMo-RL's ``LoggerInterface`` arguments,
         accepted so this Logger is a drop-in for NeMo-RL's: every backend keeps each key (the
         step metric's too) and puts the row at ``step``.
         """
         try:
+            step = self._next_step(step)
             flat = flatten(metrics, teed=lambda: _TeedKeys(self._key_map))
             prefix = key_text(prefix) if prefix else ""
             taken = routing.take(prefix, flat, hooks().wanted)
@@ -289,6 +306,25 @@ class Logger:
         self.finish()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _next_step(self, given: Any) -> int:
+        """The step a call logs at: ``given`` when it is one (:func:`rlmetrics.values.as_step`),
+        else the open ``rlmetrics.step``'s, else the one after the last; remembered."""
+        step = as_step(given)
+        if step is None:
+            if given is not None:
+                warn_once(
+                    "logger:step",
+                    "rlmetrics: log_metrics' step must be an integer from 0 (a NumPy or torch "
+                    f"integer counts), got {describe_value(given)}; the row is logged as if no "
+                    "step were given (at the step after the last)",
+                )
+            step = current_step()
+        with self._lock:
+            if step is None:
+                step = self._last_step + 1
+            self._last_step = step
+        return step
 
     def _next_sample(self, prefix: str) -> int:
         with self._lock:

@@ -20,7 +20,7 @@ from . import tracing as _tracing
 from ._fork import reset_in_child
 from ._version import __version__
 from ._warn import logger, warn_once
-from .plugins import hooks, load_plugins
+from .plugins import check_plugin_lists, hooks, load_plugins
 from .registry import MetricRegistry, default_registry
 
 if TYPE_CHECKING:
@@ -263,8 +263,10 @@ def start(
         (docs/trackers.md, "Run identity and resume").
 
     Raises :class:`TelemetryError` if telemetry is already running in this process or an
-    exporter cannot start (nothing is left running then), and ``ValueError`` for an unknown
-    exporter or a bad argument.
+    exporter cannot start (nothing is left running then), ``ValueError`` for an unknown
+    exporter, a plugin name no installed plugin has (here or in ``RLMETRICS_PLUGINS`` /
+    ``RLMETRICS_DISABLE_PLUGINS``) or a bad argument, and ``TypeError`` for an option an
+    exporter does not take (naming those it does).
     """
     global _active, _atexit_registered
     if export_interval_s is not None and export_interval_s <= 0:
@@ -283,7 +285,9 @@ def start(
                 "exports through one provider: shut the running handle down first, or use "
                 "rlmetrics.current() to reach it"
             )
+        check_plugin_lists(plugins, disable_plugins)
         loaded = load_plugins(plugins, disable_plugins)
+        from .configuration import check_options
         from .exporters import available_exporters
 
         offered = available_exporters(loaded)
@@ -294,6 +298,8 @@ def start(
                 "from a plugin's register_exporters hook (check RLMETRICS_PLUGINS / "
                 "RLMETRICS_DISABLE_PLUGINS and `rlmetrics plugins`)"
             )
+        for name, options in wanted.items():
+            check_options("exporter", name, offered[name][1], options, ("export_interval_s",))
         from ._providers import build_provider, resource_attributes, traces_wanted
 
         attributes = resource_attributes(service_name, service_version, run_id, resource)

@@ -43,6 +43,7 @@ from . import plugins as _plugins
 from ._fork import forget_in_child, reset_in_child
 from ._warn import describe_key, describe_value, warn_once
 from .events import EfficiencySummary
+from .values import as_step
 
 if TYPE_CHECKING:
     from .logger import Logger
@@ -68,6 +69,7 @@ __all__ = [
     "Umbrella",
     "account",
     "close_open_scopes",
+    "current_step",
     "phase",
     "phase_span_name",
     "rollout",
@@ -732,15 +734,11 @@ def _tags(tags: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _as_step(value: Any) -> int | None:
-    if type(value) is int:
-        return value
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value.__index__())
-    except Exception:
-        return None
+def current_step() -> int | None:
+    """The step of the innermost :func:`step` scope open in this process, if any (where a
+    ``Logger.log_metrics`` without a step lands)."""
+    steps = _state.steps
+    return steps[-1]._step if steps else None
 
 
 class Step(Scope):
@@ -768,7 +766,7 @@ class Step(Scope):
         self._step = 0
 
     def __enter__(self) -> Step:
-        iteration = _as_step(self._given)
+        iteration = as_step(self._given)  # the one rule for a step (the Logger's too)
         state = _state
         if iteration is None:
             warn_once(

@@ -28,6 +28,7 @@ __all__ = [
     "as_number",
     "as_plain",
     "as_real",
+    "as_step",
     "attribute_set",
     "check_attributes",
     "encodable",
@@ -45,6 +46,22 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _NOT_SCALARS = (str, bytes, bytearray)
 _PLAIN = frozenset({float, int, bool, str, type(None)})
+
+
+def as_step(value: Any) -> int | None:
+    """A trainer step as an int, or None when ``value`` is not one: a step is an integer from
+    0 to int64's largest — a Python int or any integer with ``__index__`` (a NumPy or torch
+    integer scalar), never a bool, a float or a string. Never raises."""
+    if type(value) is int:
+        number = value
+    elif isinstance(value, bool):
+        return None
+    else:
+        try:
+            number = int(value.__index__())
+        except Exception:
+            return None
+    return number if 0 <= number <= INT64_MAX else None
 
 
 def as_real(value: Any) -> int | float | None:
