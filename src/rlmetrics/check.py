@@ -383,7 +383,7 @@ def check_declared(
                 "load",
                 _plugin_label(info),
                 "-",
-                f"the plugin failed to load, so nothing it declares is checked: {info.reason}",
+                f"the plugin failed to load, so nothing it declares is checked: {info.summary}",
             )
         )
     findings: list[Finding] = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import traceback
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +46,10 @@ __all__ = [
     "SHADOWED",
     "PluginInfo",
     "Plugins",
+    "check_plugin_lists",
     "get_plugins",
     "hooks",
+    "installed_names",
     "load_plugins",
     "normalize",
     "overrides",
@@ -80,6 +83,16 @@ class PluginInfo:
     series: tuple[str, ...] = ()
     reason: str | None = None
     builtin: bool = False
+    #: The traceback of a plugin whose import failed (``rlmetrics plugins --verbose``).
+    traceback: str | None = None
+
+    @property
+    def summary(self) -> str | None:
+        """The reason's first line (a table row's), ``…`` marking that there is more."""
+        if self.reason is None:
+            return None
+        lines = self.reason.strip().splitlines() or [""]
+        return lines[0] + (" …" if len(lines) > 1 else "")
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self, recurse=False, value_serializer=_listify)
@@ -273,8 +286,9 @@ def _matches(candidate: _Candidate, names: set[str]) -> bool:
     )
 
 
-def _load(plugins: Plugins, candidate: _Candidate) -> PluginInfo:
-    """Import and register one entry point; a failure rolls back what it declared."""
+def _load(plugins: Plugins, candidate: _Candidate, quiet: bool = False) -> PluginInfo:
+    """Import and register one entry point; a failure rolls back what it declared and is
+    warned (unless ``quiet``: a command that lists the failures itself)."""
     ep = candidate.entry_point
     registry = default_registry()
     mark = registry.mark()
@@ -285,15 +299,23 @@ def _load(plugins: Plugins, candidate: _Candidate) -> PluginInfo:
         raise
     except BaseException as exc:  # SystemExit at a plugin's import must not end the job
         registry.rollback(mark)
-        warn_once(
-            f"plugin-load:{ep.name}",
-            f"rlmetrics: plugin {ep.name!r} ({ep.value}, from {candidate.distribution}) failed "
-            f"to import and is skipped; the other plugins load: {exc!r}",
+        if not quiet:
+            warn_once(
+                f"plugin-load:{ep.name}",
+                f"rlmetrics: plugin {ep.name!r} ({ep.value}, from {candidate.distribution}) "
+                f"failed to import and is skipped; the other plugins load: {exc!r}",
+            )
+        return candidate.row(
+            FAILED, reason=f"import failed: {exc!r}", traceback=traceback.format_exc()
         )
-        return candidate.row(FAILED, reason=f"import failed: {exc!r}")
     if problem is not None:
         registry.rollback(mark)
-        logger.warning("rlmetrics: plugin %r skipped: %s", ep.name, problem)
+        if not quiet:
+            warn_once(
+                f"plugin-load:{ep.name}",
+                f"rlmetrics: plugin {ep.name!r} (from {candidate.distribution}) skipped, its "
+                f"hooks are invalid: {problem}",
+            )
         return candidate.row(FAILED, reason=f"invalid hooks: {problem}")
     module = ep.module
     series = tuple(
@@ -304,16 +326,52 @@ def _load(plugins: Plugins, candidate: _Candidate) -> PluginInfo:
     return candidate.row(LOADED, hooks=plugins.hooks_of(ep.name), series=series)
 
 
+def installed_names() -> dict[str, str]:
+    """Every entry-point and distribution name of the ``rlmetrics`` group, normalised, as each
+    is spelled: the names an allow- or deny-list may use."""
+    names: dict[str, str] = {}
+    for candidate in _candidates():
+        names[normalize(candidate.entry_point.name)] = candidate.entry_point.name
+        if candidate.distribution:
+            names.setdefault(normalize(candidate.distribution), candidate.distribution)
+    return names
+
+
+def check_plugin_lists(
+    allow: Iterable[str] | str | None = None, deny: Iterable[str] | str | None = None
+) -> None:
+    """Raise ``ValueError`` naming every name in the allow- and deny-lists (``allow``/``deny``,
+    else ``RLMETRICS_PLUGINS``/``RLMETRICS_DISABLE_PLUGINS``) that no installed plugin has, with
+    the installed names: a misspelled name would otherwise load, or deny, nothing in silence."""
+    from .configuration import check_plugin_names
+
+    known: dict[str, str] | None = None
+    for given, env, source in (
+        (allow, ALLOW_ENV, "plugins="),
+        (deny, DENY_ENV, "disable_plugins="),
+    ):
+        value = given if given is not None else os.environ.get(env)
+        if value is None:
+            continue
+        names = value.split(",") if isinstance(value, str) else list(value)
+        if known is None:
+            known = installed_names()
+        check_plugin_names(names, source if given is not None else env, known)
+
+
 def load_plugins(
     allow: Iterable[str] | None = None,
     deny: Iterable[str] | None = None,
+    *,
+    quiet: bool = False,
 ) -> Plugins:
     """Build the process's plugin manager from the ``rlmetrics`` entry points.
 
     ``allow`` (else ``RLMETRICS_PLUGINS``) lists the third-party entry point or distribution
     names to load, all other third-party plugins being skipped; the core's built-ins load
     regardless. ``deny`` (else ``RLMETRICS_DISABLE_PLUGINS``) lists names never to load,
-    built-ins included.
+    built-ins included. ``quiet`` records a plugin's failure without warning about it (a
+    command that lists the failures itself).
     """
     allow_source = "allow=" if allow is not None else ALLOW_ENV
     deny_source = "deny=" if deny is not None else DENY_ENV
@@ -327,7 +385,7 @@ def load_plugins(
         elif allowed is not None and not candidate.builtin and not _matches(candidate, allowed):
             info = candidate.row(DISABLED, reason=f"not in the allow-list {allow_source}")
         else:
-            info = _load(plugins, candidate)
+            info = _load(plugins, candidate, quiet)
         plugins.infos.append(info)
     plugins.infos.extend(shadowed)
     for name, plugin in _in_process.items():

@@ -90,7 +90,15 @@ def test_a_taken_port_falls_back_to_a_free_one_and_says_so(tmp_path: Path, how: 
         flag = ("--prometheus-port", str(port)) if how == "flag" else ()
         env = {"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)} if how == "environment" else {}
         done = run_cli(
-            "demo", "--steps", "2", "--interval", "0", "--no-plot", "--output", tmp_path, *flag,
+            "demo",
+            "--steps",
+            "2",
+            "--interval",
+            "0",
+            "--no-plot",
+            "--output",
+            tmp_path,
+            *flag,
             env=env,
         )
     assert done.returncode == 0, done.stderr
@@ -105,7 +113,14 @@ def test_the_environments_port_is_the_demos_default(tmp_path: Path) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     done = run_cli(
-        "demo", "--steps", "1", "--interval", "0", "--no-plot", "--output", tmp_path,
+        "demo",
+        "--steps",
+        "1",
+        "--interval",
+        "0",
+        "--no-plot",
+        "--output",
+        tmp_path,
         env={"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)},
     )
     assert done.returncode == 0, done.stderr

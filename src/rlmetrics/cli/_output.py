@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["add_format_options", "print_json", "print_table"]
+__all__ = ["add_format_options", "input_problem", "print_json", "print_table"]
 
 
 def add_format_options(parser: argparse.ArgumentParser, *, markdown: bool = False) -> None:
@@ -29,3 +31,19 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     for row in (header, *rows):
         cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)]
         sys.stdout.write("  ".join([*cells, str(row[-1])]).rstrip() + "\n")
+
+
+def input_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a run's JSONL file, or None (a folder is named as one,
+    with the JSONL files in it)."""
+    if path.is_dir():
+        found = sorted(p for p in path.glob("*.jsonl") if not p.name.endswith(".samples.jsonl"))[:5]
+        inside = f" (in it: {', '.join(map(str, found))})" if found else " (it holds no .jsonl)"
+        return f"{path} is a folder: give a JSONL file{inside}"
+    if not path.exists():
+        return f"{path}: no such file"
+    if not path.is_file():
+        return f"{path} is not a regular file (a device or a FIFO): give a JSONL file"
+    if not os.access(path, os.R_OK):
+        return f"{path}: cannot read it (permission denied)"
+    return None

@@ -8,17 +8,28 @@ keys on one series).
 
 One line per finding, naming the plugin and the series; exit status 1 when any is an error.
 Departures a family's specification fixes (Gym's _ms and _total names) are declared by that
-family (the register_check_exemptions hook) and listed as exempt with --json."""
+family (the register_check_exemptions hook) and listed as exempt with --json.
+
+--run RUN.jsonl also tries every key the run logged at a trainer step through the installed
+plugins and lists those no declared series reads (they reach the trackers, never
+OpenTelemetry), each with the line that would declare a series for it; --key-map NAME applies
+the key map the run's Logger used. Exit status 1 when --run finds any."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..check import ERROR, check_plugins
 from ..plugins import load_plugins, normalize
 from ..registry import default_registry
-from ._output import add_format_options, print_json
+from ._output import add_format_options, input_problem, print_json
+from .plugins import print_failures
+
+if TYPE_CHECKING:
+    from ..report.unexported import Unexported
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -32,11 +43,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="check only this plugin (its entry-point or distribution name)",
     )
+    parser.add_argument(
+        "--run",
+        dest="run_jsonl",
+        type=Path,
+        metavar="RUN.jsonl",
+        help="also list the keys this run logged that no declared series reads",
+    )
+    parser.add_argument(
+        "--key-map",
+        metavar="NAME",
+        help="with --run: the key map the run's Logger used (Logger(key_map=NAME))",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="after the findings, each failed plugin's whole reason and its traceback",
+    )
     add_format_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    plugins = load_plugins()
+    plugins = load_plugins(quiet=True)  # a failed plugin is a finding; --verbose says why
     if args.plugin is not None:
         wanted = normalize(args.plugin)
         if not any(
@@ -48,8 +77,23 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
     result = check_plugins(plugins, default_registry().declared(), only=args.plugin)
+    unexported: list[Unexported] | None = None
+    tried = 0
+    if args.run_jsonl is not None:
+        found = _unexported(args.run_jsonl, args.key_map)
+        if isinstance(found, str):
+            sys.stderr.write(f"rlmetrics check: {found}\n")
+            return 2
+        unexported, tried = found
     if args.json:
-        print_json(result.as_dict())
+        document = result.as_dict()
+        if unexported is not None:
+            document["run"] = {
+                "path": str(args.run_jsonl),
+                "keys_tried": tried,
+                "unexported": [u.as_dict() for u in unexported],
+            }
+        print_json(document)
     else:
         for finding in result.findings:
             sys.stdout.write(finding.line() + "\n")
@@ -58,4 +102,45 @@ def run(args: argparse.Namespace) -> int:
             f"{result.warnings} warnings, {len(result.exempt)} exempt; "
             f"{len(result.key_maps)} key maps checked\n"
         )
-    return 1 if any(f.severity == ERROR for f in result.findings) else 0
+        if unexported is not None:
+            _print_unexported(args.run_jsonl, unexported, tried)
+        only = None if args.plugin is None else normalize(args.plugin)
+        print_failures(
+            [
+                info
+                for info in plugins.infos
+                if only is None
+                or only in (normalize(info.name), normalize(info.distribution or ""))
+            ],
+            args.verbose,
+        )
+    failed = any(f.severity == ERROR for f in result.findings) or bool(unexported)
+    return 1 if failed else 0
+
+
+def _unexported(path: Path, key_map: str | None) -> tuple[list[Unexported], int] | str:
+    """The run's keys no series reads, or what is wrong with the arguments."""
+    from ..backends.jsonl import SkippedLines, read_jsonl
+    from ..report.unexported import unexported_keys
+
+    problem = input_problem(path)
+    if problem is not None:
+        return problem
+    try:
+        rows = list(read_jsonl(path, skipped=SkippedLines()))
+        return unexported_keys(rows, key_map)
+    except (KeyError, ValueError) as exc:  # an unknown key map
+        return str(exc.args[0] if exc.args else exc)
+
+
+def _print_unexported(path: Path, unexported: list[Unexported], tried: int) -> None:
+    if not unexported:
+        sys.stdout.write(f"{path}: every one of the {tried} keys logged reaches a series\n")
+        return
+    sys.stdout.write(
+        f"{path}: {len(unexported)} of the {tried} keys logged reach the trackers only (no "
+        "declared series reads them); the line that would declare each:\n"
+    )
+    width = max(len(u.name) for u in unexported)
+    for u in unexported:
+        sys.stdout.write(f"  {u.name:<{width}}  {u.remedy}\n")

@@ -6,24 +6,32 @@ demo part a plugin offers under a name another plugin's offer won (shadowed)."""
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
 
 from ..hooks import collect_offers
-from ..plugins import LOADED, PluginInfo, load_plugins
+from ..plugins import FAILED, LOADED, PluginInfo, load_plugins
 from ._output import add_format_options, print_json, print_table
 
-__all__ = ["HELP", "NAME", "add_arguments", "run"]
+__all__ = ["HELP", "NAME", "add_arguments", "print_failures", "run"]
 
 NAME = "plugins"
 HELP = "list plugins, their status, hooks and declared series"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="after the table, each failed plugin's whole reason and its traceback",
+    )
     add_format_options(parser)
 
 
 def _detail(info: PluginInfo) -> str:
     if info.status != LOADED:
-        return info.reason or ""
+        return info.summary or ""
     parts = []
     if info.hooks:
         parts.append("hooks: " + ", ".join(info.hooks))
@@ -33,7 +41,7 @@ def _detail(info: PluginInfo) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    plugins = load_plugins()
+    plugins = load_plugins(quiet=True)  # the table says what failed; --verbose says why
     # What each plugin offers by name, so an offer another plugin's won is listed (shadowed).
     for what, hook in (
         ("backend", plugins.hooks.register_backends),
@@ -57,4 +65,24 @@ def run(args: argparse.Namespace) -> int:
             for info in infos
         ],
     )
+    print_failures(infos, args.verbose)
     return 0
+
+
+def print_failures(infos: Sequence[PluginInfo], verbose: bool) -> None:
+    """Under a listing: how to see why plugins failed, or (``verbose``) each one's whole
+    reason and traceback, once."""
+    failed = [info for info in infos if info.status == FAILED]
+    if not failed:
+        return
+    if not verbose:
+        sys.stdout.write(
+            f"\n{len(failed)} plugin(s) failed to load; --verbose shows each reason in full "
+            "and its traceback\n"
+        )
+        return
+    for info in failed:
+        origin = f"{info.distribution} {info.version}" if info.distribution else "in process"
+        sys.stdout.write(f"\n{info.name} ({origin}): {info.reason}\n")
+        if info.traceback:
+            sys.stdout.write(info.traceback.rstrip() + "\n")

@@ -25,7 +25,6 @@ With several runs in the file, both are about the last one (--run picks another)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from ..backends.jsonl import SkippedLines
 from ..report.runs import RunNotFound, read_reports
 from ..report.select import StepSelection, UnknownKeys
 from ..report.text import TABLE_ROWS, render_runs
-from ._output import add_format_options, print_json
+from ._output import add_format_options, input_problem, print_json
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -149,25 +148,10 @@ def _step_range(text: str) -> tuple[int, int]:
     return span
 
 
-def _input_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be read as a JSONL file, or None."""
-    if path.is_dir():
-        found = sorted(p for p in path.glob("*.jsonl") if not p.name.endswith(".samples.jsonl"))[:5]
-        inside = f" (in it: {', '.join(map(str, found))})" if found else " (it holds no .jsonl)"
-        return f"{path} is a folder: give a JSONL file{inside}"
-    if not path.exists():
-        return f"{path}: no such file"
-    if not path.is_file():
-        return f"{path} is not a regular file (a device or a FIFO): give a JSONL file"
-    if not os.access(path, os.R_OK):
-        return f"{path}: cannot read it (permission denied)"
-    return None
-
-
 def _usage_problem(args: argparse.Namespace) -> str | None:
     """The first mistake in what was asked, before anything is read."""
     for path in (args.jsonl, *(args.traces or ())):
-        problem = _input_problem(path)
+        problem = input_problem(path)
         if problem is not None:
             return problem
     if args.timeline is not None and not args.traces:

@@ -25,8 +25,8 @@ from typing import Any, TextIO
 import attrs
 
 from .. import Logger, account, phase, run, start, step, warn_once
-from ..exporters.prometheus import port_from_env as prometheus_port
 from ..backends.jsonl import samples_path
+from ..exporters.prometheus import port_from_env as prometheus_port
 from ..hooks import collect_offers
 from ..plugins import load_plugins
 from ..report.summary import RunReport, read_report

@@ -59,6 +59,9 @@ __all__ = [
     "resolve_key_map",
 ]
 
+#: No session's declarations read yet (a KeyMapper made before telemetry starts).
+_NOT_READ = object()
+
 #: The one wildcard of a pattern key; it matches one path segment (no ``/``).
 WILDCARD = "*"
 #: Category targets that are not categories: the step's wall time (the efficiency summary's
@@ -277,7 +280,7 @@ class KeyMapper:
     def __init__(self, key_map: KeyMap) -> None:
         self.key_map = key_map
         self._plans: dict[tuple[str, ...], _Plan] = {}
-        self._declared_for: object = None
+        self._declared_for: object = _NOT_READ  # read on first use, telemetry or not
         self._declared: dict[str, Declared] = {}
         self._bounded: dict[KeyRule, BoundedValues] = {}
         # Each labelled point's attribute set, prepared once: per rule, its matched names
