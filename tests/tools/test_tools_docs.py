@@ -1,5 +1,5 @@
 """The metric tables inside the docs pages are what the installed plugins declare, and every
-page the README and the docs link to exists."""
+page the README and the docs link to exists, down to the heading an anchor names."""
 
 from __future__ import annotations
 
@@ -70,9 +70,77 @@ def test_the_command_checks_and_rewrites(tmp_path: Path) -> None:
     assert run_cli("docs", "--check", page).returncode == 0
 
 
+#: Every Markdown page a reader reaches from the README: its links are checked.
+LINKED_PAGES = sorted(
+    {
+        ROOT / "README.md",
+        ROOT / "benchmarks" / "README.md",
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "examples").glob("*/README.md"),
+    }
+)
+_LINK = re.compile(r"\]\(([^)\s]*)\)")
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_HTML_ANCHOR = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: its rendered text lower-cased, everything but
+    letters, digits, spaces, hyphens and underscores removed, spaces made hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link shows its text
+    text = text.replace("`", "").replace("*", "")
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """Every anchor ``page`` has: its headings' (repeats numbered as GitHub numbers them)
+    and explicit ``<a id=...>`` ones. Fenced code is not a heading."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        found.update(_HTML_ANCHOR.findall(line))
+        heading = None if fenced else _HEADING.match(line)
+        if heading:
+            anchor = github_anchor(heading.group(2))
+            count = seen.get(anchor, 0)
+            seen[anchor] = count + 1
+            found.add(anchor if count == 0 else f"{anchor}-{count}")
+    return found
+
+
+def test_github_anchor_is_githubs() -> None:
+    assert github_anchor("`rlmetrics check [--plugin NAME] [--json]`") == (
+        "rlmetrics-check---plugin-name---json"
+    )
+    assert github_anchor("Async efficiency (`rlmetrics.families.efficiency`)") == (
+        "async-efficiency-rlmetricsfamiliesefficiency"
+    )
+    assert github_anchor("`register_dashboard_rows(register)`") == (
+        "register_dashboard_rowsregister"
+    )
+    assert github_anchor("Worker spans as children of the driver's step") == (
+        "worker-spans-as-children-of-the-drivers-step"
+    )
+
+
 def test_local_links_resolve() -> None:
-    for page in [ROOT / "README.md", *PAGES]:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
-            if "://" in target:
+    """Every link to a file in the repository reaches it, and every ``#anchor`` (on another
+    page or the same one) names a heading or an ``<a id>`` of that page."""
+    broken = []
+    for page in LINKED_PAGES:
+        text = page.read_text()
+        for target in _LINK.findall(text):
+            if "://" in target or target.startswith("mailto:"):
                 continue
-            assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(ROOT)} -> {target}"
+            if not linked.exists():
+                broken.append(f"{where}: no such file")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                broken.append(f"{where}: no heading has that anchor")
+    assert broken == []
