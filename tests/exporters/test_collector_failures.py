@@ -326,3 +326,72 @@ def test_an_exporter_that_raises_is_reported_once_and_contained(
     assert warnings[0].exc_info is not None  # the first report carries the traceback
     assert not [r for r in caplog.records if "Exception while exporting" in r.getMessage()]
     assert otlp_receiver.requests == []
+
+
+QUICKSTART = """
+import sys
+import time
+
+import rlmetrics
+
+telemetry = rlmetrics.start(
+    service_name="grpo", exporters=["otlp"], otlp_endpoint=sys.argv[1], export_interval_s=0.2
+)
+logger = rlmetrics.Logger(backends={"jsonl": {"path": sys.argv[2]}})
+logger.log_setup_timing({"policy_init_time_s": 12.5, "total_setup_time_s": 44.0})
+for step in range(1, 4):
+    logger.log_metrics({"reward": 0.5, "loss": 0.1, "kl_penalty": 0.01}, step=step, prefix="train")
+    time.sleep(0.5)  # a step's work: the reader exports (and fails) meanwhile
+logger.finish()
+telemetry.shutdown(timeout_s=5)
+"""
+
+
+def test_a_dead_collector_is_one_warning_line_as_the_docs_say(tmp_path: Any) -> None:
+    """The README's quickstart with no collector: troubleshooting.md promises one WARNING line
+    on the rlmetrics logger. It printed the SDK's retry lines and errors too (and once, a
+    gRPC traceback), which read like a crash; those are now at DEBUG, while the export is
+    rlmetrics' own. An exporter of the user's own keeps the SDK's lines."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:  # a port nothing listens on once closed: a dead collector
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-c", QUICKSTART, f"http://127.0.0.1:{port}", str(tmp_path / "m.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"rlmetrics: OTLP export to 127.0.0.1:{port} failed (UNAVAILABLE")
+
+
+def test_the_sdks_lines_about_other_exports_pass_as_they_are(caplog: Any) -> None:
+    otlp._exporter_class()  # installs the filter, as building the exporter does
+    sdk = logging.getLogger(otlp.SDK_EXPORTER_LOGGER)
+    with caplog.at_level(logging.DEBUG):
+        sdk.warning("Transient error of an exporter the user built")
+        otlp._exporting.active = True
+        try:
+            sdk.warning("Transient error of rlmetrics' own export")
+        finally:
+            otlp._exporting.active = False
+    levels = {(r.name, r.levelno, r.getMessage()) for r in caplog.records}
+    assert (
+        otlp.SDK_EXPORTER_LOGGER,
+        logging.WARNING,
+        "Transient error of an exporter the user built",
+    ) in levels
+    assert (
+        otlp.SDK_LINES_LOGGER,
+        logging.DEBUG,
+        "Transient error of rlmetrics' own export",
+    ) in levels
+    assert not any(
+        r.levelno >= logging.WARNING and "own export" in r.getMessage() for r in caplog.records
+    )

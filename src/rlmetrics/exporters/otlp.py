@@ -9,7 +9,11 @@ Three things the SDK's exporters do not do are added here, for both:
   outlive ``shutdown()``'s bound against a dead collector);
 - each failed export reported through ``warn_once``, once per signal, endpoint and gRPC
   status;
-- ``shutdown()`` cutting the exporter's retry backoff short.
+- ``shutdown()`` cutting the exporter's retry backoff short;
+- the SDK's own lines about an export rlmetrics made (a WARNING per retry, an ERROR per failed
+  export) logged at DEBUG, as ``rlmetrics.otlp.sdk``, since the report above says it once:
+  a dead collector is one warning line, as the docs promise. An OTLP exporter the user built
+  keeps the SDK's lines.
 
 They need the private SDK attributes listed in :data:`PRIVATE_SDK_ATTRIBUTES` — every private
 attribute rlmetrics touches is in this module, and a test on each supported SDK asserts that
@@ -20,6 +24,7 @@ behaviour. The SDK is imported only when the exporter is built.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any
@@ -34,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_OTLP_TIMEOUT_S",
     "PRIVATE_SDK_ATTRIBUTES",
+    "SDK_EXPORTER_LOGGER",
+    "SDK_LINES_LOGGER",
     "make_exporter",
     "otlp_timeout_s",
     "register_exporters",
@@ -130,6 +137,39 @@ _ENDPOINT_ENV = {
 }
 
 
+#: The SDK's exporter logger (the gRPC mixin's module): a line per retry and per failure.
+SDK_EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.grpc.exporter"
+#: Where those lines go, at DEBUG, when the export is rlmetrics'.
+SDK_LINES_LOGGER = "rlmetrics.otlp.sdk"
+
+_exporting = threading.local()
+
+
+class _OwnExportLines(logging.Filter):
+    """Moves the SDK exporter's lines about an export rlmetrics is making on this thread to
+    DEBUG on :data:`SDK_LINES_LOGGER` (rlmetrics reports the failure itself, once); lines
+    about any other export pass as they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(_exporting, "active", False):
+            return True
+        logging.getLogger(SDK_LINES_LOGGER).debug(
+            "%s", record.getMessage(), exc_info=record.exc_info
+        )
+        return False
+
+
+_filter_lock = threading.Lock()
+
+
+def _quiet_own_exports() -> None:
+    """Install :class:`_OwnExportLines` on the SDK's exporter logger, once per process."""
+    sdk_logger = logging.getLogger(SDK_EXPORTER_LOGGER)
+    with _filter_lock:
+        if not any(isinstance(f, _OwnExportLines) for f in sdk_logger.filters):
+            sdk_logger.addFilter(_OwnExportLines())
+
+
 def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
     """``base`` (an SDK OTLP gRPC exporter) reporting failed exports through ``warn_once``:
     once per signal, endpoint and cause at WARNING, at DEBUG afterwards, and quiet in a
@@ -153,6 +193,7 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
 
         def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
             self._rlmetrics_last_error = None
+            _exporting.active = True  # the SDK's lines of this export: DEBUG, said below
             try:
                 outcome = super().export(data, *args, **kwargs)
             except Exception as exc:
@@ -161,6 +202,8 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
                     f"rlmetrics: OTLP {label}export to {self._endpoint} raised {exc!r}; {loss}",
                 )
                 return result.FAILURE
+            finally:
+                _exporting.active = False
             if outcome is not result.SUCCESS:
                 self._report_failure()
             return outcome
@@ -189,6 +232,7 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
                 warn_once(key, message, expected=True)
 
     Reporting.__name__ = Reporting.__qualname__ = f"Reporting{base.__name__}"
+    _quiet_own_exports()
     return Reporting
 
 
