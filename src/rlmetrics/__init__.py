@@ -16,7 +16,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._process_state import resets_process_state
-    from ._warn import describe_value, warn_once
+    from ._warn import StrictModeError, describe_value, warn_once
     from .hookspecs import hookimpl
     from .keymaps import KeyMap, KeyRule
     from .logger import Logger
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 #: Each public name and the module it lives in.
 _WHERE = {
     "resets_process_state": "._process_state",
+    "StrictModeError": "._warn",
     "describe_value": "._warn",
     "warn_once": "._warn",
     "hookimpl": ".hookspecs",
@@ -104,6 +105,7 @@ __all__ = [
     "PhaseKind",
     "PhaseTimer",
     "SpecError",
+    "StrictModeError",
     "Telemetry",
     "TelemetryError",
     "account",

@@ -11,18 +11,43 @@ at DEBUG.
 Keys name a cause (a plugin and what failed), never a logged value, so the set of keys stays
 bounded; as a backstop it is capped. A message never quotes a logged string (it may be a
 secret): :func:`describe_value` gives its type and length instead.
+
+**Strict mode** (``rlmetrics.start(strict=True)``, ``Logger(strict=True)`` or
+``RLMETRICS_STRICT=1``), for CI and first runs: a warning that means "something you asked for
+is not happening" — every one but the :data:`INFORMATIONAL` causes — is remembered, and the
+next rlmetrics call on the user's side (a ``Logger`` call, ``start()``, ``shutdown()``,
+``force_flush()``) raises :class:`StrictModeError` with it, once the call has done its work. A
+failure on another thread (a tracker's writer, the exporter's) surfaces the same way: the
+threads that hit it are never the ones raised into.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from typing import Any
 
 from ._fork import reset_in_child
 
-__all__ = ["MAX_WARNING_KEYS", "describe_key", "describe_value", "logger", "warn_once"]
+__all__ = [
+    "INFORMATIONAL",
+    "MAX_WARNING_KEYS",
+    "STRICT_ENV",
+    "StrictModeError",
+    "describe_key",
+    "describe_value",
+    "hold_strict",
+    "informational",
+    "logger",
+    "note_unmet",
+    "raise_if_strict",
+    "release_strict",
+    "strict_from_env",
+    "strict_mode",
+    "warn_once",
+]
 
 logger = logging.getLogger("rlmetrics")
 
@@ -32,6 +57,42 @@ MAX_WARNING_KEYS = 4096
 _OVERFLOW = "\0overflow"
 _warned: set[str] = set()
 _lock = threading.Lock()
+
+STRICT_ENV = "RLMETRICS_STRICT"
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"", "0", "false", "no", "off"})
+
+#: The causes (warn-once keys, by their leading segments) whose warning is information, not a
+#: request going unmet: strict mode never raises for them. Everything else does.
+INFORMATIONAL: dict[str, str] = {
+    "*-clash": "a name two plugins offer: the documented winner is used",
+    "plugin-clash": "an entry-point name two distributions offer: the documented winner loads",
+    "samples:rows": "sample rows past max_sample_rows are cut, the rest logged",
+    "samples:columns": "sample columns past the cap are cut, the rest logged",
+    "samples:cell": "sample text past max_cell_bytes is cut, the rest logged",
+    "hyperparams:too-many": "a configuration past 10,000 values: the first are logged",
+    "hyperparams:text": "a configuration value trackers cannot store is logged as its text",
+    "hyperparams:omegaconf": "an OmegaConf config that does not resolve is logged unresolved",
+    "mlflow:key-renamed": "a key MLflow refuses is logged under a name it accepts",
+    "mlflow:param-cut": "a parameter past MLflow's 6000 characters is cut",
+    "mlflow:param-changed": "a changed parameter is kept under MLflow's rule and said",
+    "mlflow:resume-not-found": "no MLflow run to resume: a new one is started with the tag",
+    "rollout:unknown-reason": "a checkpoint reason outside the known set is counted as other",
+    "dashboard-row": "a command's output (the dashboard), not the run's",
+    "alert-rules": "a command's output (the alert rules), not the run's",
+    "demo-part": "a part of rlmetrics demo, not of a run",
+    "demo-part-step": "a part of rlmetrics demo, not of a run",
+    "demo-part-close": "a part of rlmetrics demo, not of a run",
+}
+
+
+class StrictModeError(RuntimeError):
+    """Strict mode: something asked of rlmetrics is not happening (the message says what)."""
+
+
+_strict_holders = 0
+_pending: str | None = None
+_pending_more = 0
 
 
 def warn_once(key: str, message: str, *, expected: bool = False) -> None:
@@ -57,6 +118,8 @@ def warn_once(key: str, message: str, *, expected: bool = False) -> None:
             "logged at DEBUG",
             MAX_WARNING_KEYS,
         )
+    if first and not informational(key) and strict_mode():
+        note_unmet(message)
     in_except = sys.exc_info()[0] is not None
     if expected and first:
         logger.warning(message)
@@ -64,6 +127,76 @@ def warn_once(key: str, message: str, *, expected: bool = False) -> None:
             logger.debug(message, exc_info=True)
         return
     logger.log(logging.WARNING if first else logging.DEBUG, message, exc_info=in_except)
+
+
+def informational(key: str) -> bool:
+    """Whether warn-once ``key`` is one of the :data:`INFORMATIONAL` causes."""
+    head = key.split(":", 1)[0]
+    if head.endswith("-clash"):
+        return True
+    return any(key == cause or key.startswith(cause + ":") for cause in INFORMATIONAL)
+
+
+def strict_from_env() -> bool:
+    """``RLMETRICS_STRICT`` read strictly: ``ValueError`` for a value that is neither on
+    (``1``, ``true``, ``yes``, ``on``) nor off (``0``, ``false``, ``no``, ``off``, empty)."""
+    value = os.environ.get(STRICT_ENV, "").strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ValueError(
+        f"{STRICT_ENV}={os.environ.get(STRICT_ENV)!r} is neither on (1, true, yes, on) nor off "
+        "(0, false, no, off)"
+    )
+
+
+def strict_mode() -> bool:
+    """Whether strict mode is on: a started telemetry or a live Logger asked for it, or
+    ``RLMETRICS_STRICT`` says so. Never raises."""
+    return _strict_holders > 0 or os.environ.get(STRICT_ENV, "").strip().lower() in _ON
+
+
+def hold_strict() -> None:
+    """Strict mode on until the matching :func:`release_strict` (``start(strict=True)``
+    holds it until shutdown, ``Logger(strict=True)`` until ``finish()``)."""
+    global _strict_holders
+    with _lock:
+        _strict_holders += 1
+
+
+def release_strict() -> None:
+    global _strict_holders
+    with _lock:
+        _strict_holders = max(0, _strict_holders - 1)
+
+
+def note_unmet(message: str) -> None:
+    """Remember, in strict mode, that something asked for is not happening: the next
+    :func:`raise_if_strict` raises it (later ones are counted)."""
+    global _pending, _pending_more
+    if not strict_mode():
+        return
+    with _lock:
+        if _pending is None:
+            _pending = message
+        else:
+            _pending_more += 1
+
+
+def raise_if_strict() -> None:
+    """Raise :class:`StrictModeError` with what strict mode has noted since the last raise
+    (a no-op when nothing was: one global read)."""
+    global _pending, _pending_more
+    if _pending is None:
+        return
+    with _lock:
+        message, more = _pending, _pending_more
+        _pending, _pending_more = None, 0
+    if message is None:
+        return
+    also = f" (and {more} more: see the rlmetrics log)" if more else ""
+    raise StrictModeError(f"strict mode: {message}{also}")
 
 
 def describe_value(value: Any) -> str:
@@ -89,6 +222,9 @@ def describe_key(key: Any) -> str:
 
 
 def _reset() -> None:
-    """Forget every key (tests)."""
+    """Forget every key and strict mode's state (tests)."""
+    global _strict_holders, _pending, _pending_more
     with _lock:
         _warned.clear()
+        _strict_holders = 0
+        _pending, _pending_more = None, 0

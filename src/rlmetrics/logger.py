@@ -18,7 +18,15 @@ from typing import Any
 
 from . import routing
 from ._fork import forget_in_child
-from ._warn import describe_value, warn_once
+from ._warn import (
+    StrictModeError,
+    describe_value,
+    hold_strict,
+    raise_if_strict,
+    release_strict,
+    strict_from_env,
+    warn_once,
+)
 from .backends import Backend, BackendFactory, BackendUnavailable, available_backends
 from .backends.worker import (
     DEFAULT_QUEUE_SIZE,
@@ -92,6 +100,13 @@ class Logger:
 
     ``log_samples`` keeps at most ``max_sample_rows`` rows per call and ``max_cell_bytes``
     bytes of text per cell (:mod:`rlmetrics.samples`).
+
+    ``strict=True`` (or ``RLMETRICS_STRICT=1``) turns strict mode on until ``finish()``: a
+    warning that something asked for is not happening — a backend that did not start, a
+    value not exported, a row a tracker did not write — raises
+    :class:`~rlmetrics.StrictModeError` from this Logger's next call, once that call has done
+    its work (docs/configuration.md, "Strict mode"). For CI and first runs; a run you care
+    about should degrade, not stop.
     """
 
     def __init__(
@@ -105,6 +120,45 @@ class Logger:
         resume: bool | None = None,
         max_sample_rows: int = MAX_SAMPLE_ROWS,
         max_cell_bytes: int = MAX_CELL_BYTES,
+        strict: bool | None = None,
+    ) -> None:
+        self._strict = bool(strict)
+        strict_from_env()  # a bad RLMETRICS_STRICT is a mistake: raised before anything starts
+        if self._strict:
+            hold_strict()
+        try:
+            self._start(
+                backends,
+                queue_size,
+                finish_timeout_s,
+                key_map,
+                run_id,
+                resume,
+                max_sample_rows,
+                max_cell_bytes,
+            )
+        except BaseException:
+            if self._strict:
+                release_strict()
+            raise
+        try:
+            raise_if_strict()  # a backend that did not start, a plugin that did not load
+        except StrictModeError:
+            self._finish(None)
+            if self._strict:
+                release_strict()
+            raise
+
+    def _start(
+        self,
+        backends: Mapping[str, Mapping[str, Any] | None] | None,
+        queue_size: int,
+        finish_timeout_s: float,
+        key_map: str | KeyMap | None,
+        run_id: str | None,
+        resume: bool | None,
+        max_sample_rows: int,
+        max_cell_bytes: int,
     ) -> None:
         if max_sample_rows < 1 or max_cell_bytes < 1:
             raise ValueError(
@@ -205,6 +259,7 @@ class Logger:
             )
         except Exception:
             warn_once("logger:log_metrics", "rlmetrics: Logger.log_metrics failed; step dropped")
+        raise_if_strict()
 
     def log_setup_timing(self, timings: Mapping[str, Any]) -> None:
         """Startup phase durations (``<phase>_time_s``), logged once at step 0."""
@@ -221,6 +276,7 @@ class Logger:
             )
         except Exception:
             warn_once("logger:efficiency", "rlmetrics: Logger.log_efficiency_summary failed")
+        raise_if_strict()
 
     def log_rollout_checkpoint(self, event: RolloutEvent) -> None:
         """One rollout-checkpoint event; backends get it under its prefix with its wall time.
@@ -236,6 +292,7 @@ class Logger:
             )
         except Exception:
             warn_once("logger:rollout", "rlmetrics: Logger.log_rollout_checkpoint failed")
+        raise_if_strict()
 
     def log_hyperparams(self, config: Any) -> None:
         """The run's configuration, to every backend that keeps one (W&B config, MLflow
@@ -249,6 +306,7 @@ class Logger:
                 self._call_backends("log_hyperparams", params)
         except Exception:
             warn_once("logger:hyperparams", "rlmetrics: Logger.log_hyperparams failed")
+        raise_if_strict()
 
     def log_samples(self, rows: Any, step: int, name: str = "samples") -> None:
         """A few samples of the run (``[{"prompt": ..., "completion": ..., "reward": ...,
@@ -269,6 +327,7 @@ class Logger:
                 self._call_backends("log_samples", table, step, name)
         except Exception:
             warn_once("logger:samples", "rlmetrics: Logger.log_samples failed")
+        raise_if_strict()
 
     def finish(self, timeout_s: float | None = None) -> None:
         """Write what is queued and close every backend, once, waiting at most ``timeout_s``
@@ -276,11 +335,19 @@ class Logger:
 
         A ``rlmetrics.step`` of this Logger still open (never left: the loop died inside it)
         ends first, with what was opened inside it, marked truncated, so its seconds and
-        summary are logged and exported."""
+        summary are logged and exported. In strict mode, raises
+        :class:`~rlmetrics.StrictModeError` once everything is closed if anything asked for
+        did not happen (rows a tracker did not write included)."""
+        if self._finish(timeout_s) and self._strict:
+            release_strict()
+        raise_if_strict()
+
+    def _finish(self, timeout_s: float | None) -> bool:
+        """Close everything, once; whether this call did."""
         close_open_scopes("still open at Logger.finish()", self)
         with self._lock:
             if self._finished:
-                return
+                return False
             self._finished = True
             for inline in self._inline.values():
                 inline.finish()
@@ -293,6 +360,7 @@ class Logger:
             for worker in self._workers.values():
                 worker.say_unwritten(f"Logger.finish() was interrupted ({type(exc).__name__})")
             raise
+        return True
 
     def __enter__(self) -> Logger:
         return self
@@ -303,7 +371,10 @@ class Logger:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.finish()
+        if exc is None:
+            self.finish()
+        elif self._finish(None) and self._strict:
+            release_strict()  # the block's own exception is the one to see
 
     # -- internals ------------------------------------------------------------------------
 

@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any
 from . import tracing as _tracing
 from ._fork import reset_in_child
 from ._version import __version__
-from ._warn import logger, warn_once
+from ._warn import (
+    StrictModeError,
+    hold_strict,
+    logger,
+    note_unmet,
+    raise_if_strict,
+    release_strict,
+    strict_from_env,
+    warn_once,
+)
 from .plugins import check_plugin_lists, hooks, load_plugins
 from .registry import MetricRegistry, default_registry
 
@@ -48,8 +57,11 @@ class Telemetry:
         registry: MetricRegistry,
         resource: Mapping[str, Any],
         resume: bool = False,
+        strict: bool = False,
     ) -> None:
         self._built = built
+        #: Whether this handle holds strict mode on (``start(strict=True)``) until shutdown.
+        self.strict = strict
         #: Whether this process continues a run that already wrote to the trackers
         #: (``start(resume=True)``); a Logger created while this handle runs resumes too.
         self.resume = resume
@@ -116,14 +128,23 @@ class Telemetry:
             timeout_s,
             "force_flush",
         )
+        raise_if_strict()
 
     def shutdown(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
         """Export what is left and stop, returning within ``timeout_s`` even if the collector
-        is unreachable (what could not be sent by then is dropped). Idempotent."""
+        is unreachable (what could not be sent by then is dropped). Idempotent. In strict
+        mode, raises :class:`~rlmetrics.StrictModeError` once stopped if anything asked for
+        did not happen."""
+        if self._shutdown(timeout_s) and self.strict:
+            release_strict()
+        raise_if_strict()
+
+    def _shutdown(self, timeout_s: float) -> bool:
+        """Stop, once; whether this call did."""
         global _active
         with self._lock:
             if self._closed:
-                return
+                return False
             self._closed = True
         try:
             # Spans still open (a phase on a thread that never ended) end first, so they and
@@ -143,6 +164,7 @@ class Telemetry:
             with _start_lock:
                 if _active is self:
                     _active = None
+        return True
 
     def __enter__(self) -> Telemetry:
         return self
@@ -153,7 +175,10 @@ class Telemetry:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.shutdown()
+        if exc is None:
+            self.shutdown()
+        elif self._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S) and self.strict:
+            release_strict()  # the block's own exception is the one to see
 
     def __repr__(self) -> str:
         state = "exporting" if self.exporting else ("stopped" if self._closed else "idle")
@@ -184,12 +209,12 @@ def _bounded(actions: Sequence[Callable[[], Any]], timeout_s: float, what: str) 
     for worker in workers:
         worker.join(max(0.0, deadline - time.monotonic()))
     if any(worker.is_alive() for worker in workers):
-        logger.warning(
-            "rlmetrics: telemetry %s did not finish within %.1f s (collector unreachable?); "
-            "what was not exported is dropped",
-            what,
-            timeout_s,
+        message = (
+            f"rlmetrics: telemetry {what} did not finish within {timeout_s:.1f} s (collector "
+            "unreachable?); what was not exported is dropped"
         )
+        logger.warning(message)
+        note_unmet(message)
 
 
 _active: Telemetry | None = None
@@ -214,7 +239,7 @@ def current() -> Telemetry | None:
 def _shutdown_at_exit() -> None:
     handle = _active
     if handle is not None:
-        handle.shutdown()
+        handle._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S)  # nobody is left to raise into
 
 
 def start(
@@ -234,6 +259,7 @@ def start(
     prometheus_port: int | None = None,
     otlp_endpoint: str | None = None,
     resume: bool = False,
+    strict: bool = False,
 ) -> Telemetry:
     """Start exporting every declared series.
 
@@ -261,6 +287,9 @@ def start(
     :param resume: this process continues the run ``run_id`` names (a job restarted from a
         checkpoint): Loggers created while telemetry runs continue the same tracker runs
         (docs/trackers.md, "Run identity and resume").
+    :param strict: strict mode until shutdown (also ``RLMETRICS_STRICT=1``): a warning that
+        something asked for is not happening raises :class:`~rlmetrics.StrictModeError` from
+        the next rlmetrics call (docs/configuration.md, "Strict mode"); for CI and first runs.
 
     Raises :class:`TelemetryError` if telemetry is already running in this process or an
     exporter cannot start (nothing is left running then), ``ValueError`` for an unknown
@@ -269,6 +298,7 @@ def start(
     exporter does not take (naming those it does).
     """
     global _active, _atexit_registered
+    strict_from_env()  # a bad RLMETRICS_STRICT is a mistake: raised before anything starts
     if export_interval_s is not None and export_interval_s <= 0:
         raise ValueError(f"export_interval_s must be positive, got {export_interval_s}")
     if resume and run_id is None and not _run_id_elsewhere(resource):
@@ -319,12 +349,20 @@ def start(
             registry.freeze()
         if built is not None and built.tracer_provider is not None:
             _tracing.bind(built.tracer_provider.get_tracer("rlmetrics", __version__))
-        handle = Telemetry(built, registry, attributes, resume=bool(resume))
+        handle = Telemetry(built, registry, attributes, resume=bool(resume), strict=strict)
         _active = handle
+        if strict:
+            hold_strict()
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
     hooks().telemetry_started(handle)
+    try:
+        raise_if_strict()  # a plugin that did not load, a hook that raised
+    except StrictModeError:
+        if handle._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S) and strict:
+            release_strict()
+        raise
     return handle
 
 
