@@ -35,7 +35,7 @@ from .backends.worker import (
     is_inline,
     snapshot,
 )
-from .configuration import check_options
+from .configuration import check_configured_options, choose, configured, setting
 from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
@@ -77,9 +77,13 @@ class Logger:
     """Fan a training loop's metrics out to backends and to the telemetry plugins.
 
     ``backends`` maps a backend name to its config (``{"jsonl": {"path": "m.jsonl"}}``); None
-    means the JSONL backend with its default path. An unknown name is a configuration mistake
-    and raises here; a backend that fails to start (no credentials, store gone) is skipped
-    with a warning and the others run.
+    means the backends configured without code (``RLMETRICS_BACKENDS``, the configuration
+    file's ``[backends.<name>]`` tables; their options also reach the backends a call names),
+    else the JSONL backend with its default path. An unknown name or option is a
+    configuration mistake and raises here, naming the valid ones; a backend that fails to
+    start (no credentials, store gone) is skipped with a warning and the others run. Every
+    other argument left at its default takes the configuration file's ``[logger]`` value
+    (docs/configuration.md).
 
     Every backend but the inline ones (JSONL, console) writes on a thread of its own behind a
     queue of ``queue_size`` rows (:mod:`rlmetrics.backends.worker`), so a stalled tracker
@@ -122,8 +126,19 @@ class Logger:
         max_cell_bytes: int = MAX_CELL_BYTES,
         strict: bool | None = None,
     ) -> None:
-        self._strict = bool(strict)
         strict_from_env()  # a bad RLMETRICS_STRICT is a mistake: raised before anything starts
+        # An argument left at its default takes the configuration's ([logger], the variables).
+        file = configured().logger
+        queue_size = setting(file, "queue_size", queue_size, DEFAULT_QUEUE_SIZE)
+        finish_timeout_s = setting(
+            file, "finish_timeout_s", finish_timeout_s, DEFAULT_FINISH_TIMEOUT_S
+        )
+        key_map = setting(file, "key_map", key_map, None)
+        run_id = setting(file, "run_id", run_id, None)
+        resume = setting(file, "resume", resume, None)
+        max_sample_rows = setting(file, "max_sample_rows", max_sample_rows, MAX_SAMPLE_ROWS)
+        max_cell_bytes = setting(file, "max_cell_bytes", max_cell_bytes, MAX_CELL_BYTES)
+        self._strict = bool(setting(file, "strict", strict, None))
         if self._strict:
             hold_strict()
         try:
@@ -170,8 +185,15 @@ class Logger:
         self.max_cell_bytes = max_cell_bytes
         self._key_map = None if key_map is None else KeyMapper(resolve_key_map(key_map))
         check_plugin_lists()  # a misspelled plugin name would load or deny nothing in silence
-        config = {"jsonl": {}} if backends is None else dict(backends)
         factories = available_backends()
+        # The call's backends, else RLMETRICS_BACKENDS, else the file's, else JSONL; each with
+        # the options the environment and the file give it under the call's own.
+        chosen, sources = choose(
+            "backend",
+            None if backends is None else dict(backends),
+            configured(backend_names=factories).backends,
+        )
+        config = {"jsonl": {}} if chosen is None else chosen
         unknown = sorted(set(config) - set(factories))
         if unknown:
             raise ValueError(
@@ -182,7 +204,9 @@ class Logger:
         # Every backend's options are checked before any backend starts: a misspelled option
         # is a mistake to fix now, not a backend skipped with a warning.
         checked = {
-            name: check_options("backend", name, factories[name][1], options, ("identity",))
+            name: check_configured_options(
+                "backend", name, factories[name][1], options, sources.get(name, {}), ("identity",)
+            )
             for name, options in config.items()
         }
         self.backends: dict[str, Backend] = {}

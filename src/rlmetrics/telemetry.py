@@ -263,6 +263,12 @@ def start(
 ) -> Telemetry:
     """Start exporting every declared series.
 
+    An argument left at its default takes the value configured without code: the exporters
+    from ``RLMETRICS_EXPORTERS`` or the configuration file (``RLMETRICS_CONFIG``), each
+    exporter's options from ``RLMETRICS_EXPORTER_<NAME>_<OPTION>`` and the file (under the
+    call's own), the other arguments from the file's ``[telemetry]`` table. They are checked as
+    the call's are (docs/configuration.md).
+
     :param exporters: exporters by name, each offered by a plugin's ``register_exporters``
         hook: the core offers ``"otlp"`` (gRPC, configured by the standard
         ``OTEL_EXPORTER_OTLP_*`` variables or ``otlp_endpoint``), ``"prometheus"`` (an HTTP
@@ -299,6 +305,20 @@ def start(
     """
     global _active, _atexit_registered
     strict_from_env()  # a bad RLMETRICS_STRICT is a mistake: raised before anything starts
+    from .configuration import check_configured_options, choose, configured, setting
+
+    # An argument left at its default takes the configuration file's value (RLMETRICS_CONFIG).
+    file = configured().telemetry
+    service_name = setting(file, "service_name", service_name, None)
+    service_version = setting(file, "service_version", service_version, None)
+    run_id = setting(file, "run_id", run_id, None)
+    resume = setting(file, "resume", resume, False)
+    export_interval_s = setting(file, "export_interval_s", export_interval_s, None)
+    traces = setting(file, "traces", traces, True)
+    plugins = setting(file, "plugins", plugins, None)
+    disable_plugins = setting(file, "disable_plugins", disable_plugins, None)
+    resource = setting(file, "resource", resource, None)
+    strict = setting(file, "strict", strict, False)
     if export_interval_s is not None and export_interval_s <= 0:
         raise ValueError(f"export_interval_s must be positive, got {export_interval_s}")
     if resume and run_id is None and not _run_id_elsewhere(resource):
@@ -306,7 +326,6 @@ def start(
             "start(resume=True) continues the run its id names: pass run_id= (the id of the "
             "run to continue), or set SLURM_JOB_ID"
         )
-    wanted = _exporter_options(exporters, prometheus_host, prometheus_port, otlp_endpoint)
     registry = default_registry()
     with _start_lock:
         if _active is not None:
@@ -317,10 +336,16 @@ def start(
             )
         check_plugin_lists(plugins, disable_plugins)
         loaded = load_plugins(plugins, disable_plugins)
-        from .configuration import check_options
         from .exporters import available_exporters
 
         offered = available_exporters(loaded)
+        # The call's exporters, else RLMETRICS_EXPORTERS, else the file's; each with the
+        # options the environment and the file give it under the call's own.
+        given = _given_exporters(exporters)
+        chosen, sources = choose("exporter", given, configured(exporter_names=offered).exporters)
+        wanted = _exporter_options(
+            chosen or {}, given, prometheus_host, prometheus_port, otlp_endpoint
+        )
         unknown = [name for name in wanted if name not in offered]
         if unknown:
             raise ValueError(
@@ -329,7 +354,14 @@ def start(
                 "RLMETRICS_DISABLE_PLUGINS and `rlmetrics plugins`)"
             )
         for name, options in wanted.items():
-            check_options("exporter", name, offered[name][1], options, ("export_interval_s",))
+            check_configured_options(
+                "exporter",
+                name,
+                offered[name][1],
+                options,
+                sources.get(name, {}),
+                ("export_interval_s",),
+            )
         from ._providers import build_provider, resource_attributes, traces_wanted
 
         attributes = resource_attributes(service_name, service_version, run_id, resource)
@@ -377,25 +409,36 @@ def _run_id_elsewhere(resource: Mapping[str, Any] | None) -> bool:
     )
 
 
-def _exporter_options(
+def _given_exporters(
     exporters: Iterable[str] | Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any] | None:
+    """The call's choice of exporters as ``{name: options}``, None when it made none (an empty
+    choice is none: the configuration's stands)."""
+    if isinstance(exporters, Mapping):
+        return {str(name): options for name, options in exporters.items()} or None
+    if isinstance(exporters, str):
+        return {exporters: {}}
+    return {name: {} for name in exporters} or None
+
+
+def _exporter_options(
+    chosen: Mapping[str, Any],
+    given: Mapping[str, Any] | None,
     prometheus_host: str | None,
     prometheus_port: int | None,
     otlp_endpoint: str | None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Any]:
     """``{exporter: options}``, the named ``start()`` arguments folded into the options of
-    the exporter they configure."""
-    wanted: dict[str, dict[str, Any]]
-    if isinstance(exporters, Mapping):
-        wanted = {str(name): dict(options or {}) for name, options in exporters.items()}
-    else:
-        wanted = {name: {} for name in exporters}
+    the exporter they configure: over the configured ones, under the call's own mapping."""
+    wanted = {name: dict(o) if isinstance(o, Mapping) else o for name, o in chosen.items()}
     shortcuts: dict[str, dict[str, Any]] = {
         "prometheus": {"host": prometheus_host, "port": prometheus_port},
         "otlp": {"endpoint": otlp_endpoint},
     }
     for name, options in shortcuts.items():
-        if name in wanted:
-            given = {key: value for key, value in options.items() if value is not None}
-            wanted[name] = {**given, **wanted[name]}
+        if name in wanted and isinstance(wanted[name], dict):
+            explicit = (given or {}).get(name)
+            for key, value in options.items():
+                if value is not None and not (isinstance(explicit, Mapping) and key in explicit):
+                    wanted[name][key] = value
     return wanted

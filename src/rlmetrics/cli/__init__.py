@@ -7,6 +7,7 @@ rlmetrics check       every declared series linted; non-zero exit on errors
 rlmetrics dashboard   the Grafana dashboard (docs/grafana/rlmetrics.json is its output)
 rlmetrics alerts      the Prometheus alerting rules (stall, endpoint down, lost rows…)
 rlmetrics stack       a local Prometheus scraping the run, Gym, vLLM and Ray, with the rules
+rlmetrics config      the configuration from RLMETRICS_CONFIG and the variables, checked
 rlmetrics plugins     every entry point, its status, hooks and declared series
 rlmetrics metrics     every declared series (docs/metrics.md is its ``--markdown``)
 rlmetrics docs        the metric tables marked in docs pages, regenerated
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from .._version import __version__
-from . import alerts, check, dashboard, demo, docs, metrics, plugins, report, stack
+from . import alerts, check, config, dashboard, demo, docs, metrics, plugins, report, stack
 
 __all__ = ["COMMANDS", "main"]
 
@@ -33,6 +34,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     dashboard,
     alerts,
     stack,
+    config,
     plugins,
     metrics,
     docs,

@@ -1,0 +1,280 @@
+"""Configuration without code: exporters, backends and their options from a TOML file
+(``RLMETRICS_CONFIG``) and environment variables, the call winning over the environment, the
+environment over the file; every mistake found as the Python call's is (issue 25)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import rlmetrics
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.configuration import _env_value, configured
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``config(text)`` writes a configuration file and points RLMETRICS_CONFIG at it."""
+
+    def write(text: str) -> Path:
+        path = tmp_path / "rlmetrics.toml"
+        path.write_text(textwrap.dedent(text))
+        monkeypatch.setenv("RLMETRICS_CONFIG", str(path))
+        return path
+
+    return write
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [row["metrics"] for row in read_jsonl(path)]
+
+
+def _scrape(handle: rlmetrics.Telemetry) -> str:
+    host, port = handle.prometheus_address or ("", 0)
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
+def test_a_file_configures_telemetry_exporters_the_logger_and_backends(
+    config: Any, tmp_path: Path
+) -> None:
+    config(
+        f"""
+        [telemetry]
+        service_name = "from-the-file"
+        run_id = "run-7"
+
+        [exporters.prometheus]
+        port = 0
+
+        [logger]
+        max_sample_rows = 2
+
+        [backends.jsonl]
+        path = "{tmp_path / "configured.jsonl"}"
+        """
+    )
+    with rlmetrics.start() as handle:
+        assert (handle.service_name, handle.run_id) == ("from-the-file", "run-7")
+        with rlmetrics.Logger() as logger:
+            logger.log_metrics({"reward": 0.5}, step=1, prefix="train")
+            assert logger.max_sample_rows == 2
+        assert "rl_reward_mean" in _scrape(handle)
+    assert _rows(tmp_path / "configured.jsonl") == [{"reward": 0.5}]
+
+
+def test_variables_configure_exporters_and_backends(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RLMETRICS_EXPORTERS", "prometheus")
+    monkeypatch.setenv("RLMETRICS_EXPORTER_PROMETHEUS_PORT", "0")
+    monkeypatch.setenv("RLMETRICS_EXPORTER_PROMETHEUS_STALL_AFTER_S", "30")
+    monkeypatch.setenv("RLMETRICS_BACKENDS", "jsonl")
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PATH", str(tmp_path / "env.jsonl"))
+    with rlmetrics.start() as handle, rlmetrics.Logger() as logger:
+        logger.log_metrics({"loss": 0.25}, step=1, prefix="train")
+        assert "rl_policy_loss" in _scrape(handle)
+        host, port = handle.prometheus_address or ("", 0)
+        with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=10) as health:
+            assert json.loads(health.read())["stall_after_s"] == 30
+    assert _rows(tmp_path / "env.jsonl") == [{"loss": 0.25}]
+
+
+def test_the_call_wins_over_the_environment_which_wins_over_the_file(
+    config: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config(
+        f"""
+        [backends.jsonl]
+        path = "{tmp_path / "file.jsonl"}"
+
+        [backends.console]
+        """
+    )
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PATH", str(tmp_path / "env.jsonl"))
+    with rlmetrics.Logger() as logger:  # the file's choice, the variable's path
+        assert sorted(logger.backends) == ["console", "jsonl"]
+        logger.log_metrics({"x": 1.0}, step=1)
+    assert _rows(tmp_path / "env.jsonl") == [{"x": 1.0}]
+    monkeypatch.setenv("RLMETRICS_BACKENDS", "jsonl")
+    with rlmetrics.Logger() as logger:  # the variable's choice
+        assert list(logger.backends) == ["jsonl"]
+    call = tmp_path / "call.jsonl"
+    with rlmetrics.Logger(backends={"jsonl": {"path": call}}) as logger:  # the call's
+        logger.log_metrics({"x": 2.0}, step=1)
+    assert _rows(call) == [{"x": 2.0}]
+
+
+def test_a_start_argument_wins_over_a_configured_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RLMETRICS_EXPORTERS", "prometheus")
+    monkeypatch.setenv("RLMETRICS_EXPORTER_PROMETHEUS_PORT", "1")  # a port nobody may bind
+    with rlmetrics.start(prometheus_port=0) as handle:
+        assert handle.prometheus_address is not None and handle.prometheus_address[1] != 1
+
+
+# -- one validation for the call, the file and the environment ------------------------------------
+
+
+def test_a_misspelled_option_is_the_same_mistake_from_each_source(
+    config: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    mistake = r"backend 'jsonl' has no option 'pth' \(did you mean 'path'\?\); its options: path"
+    with pytest.raises(TypeError, match=mistake):
+        rlmetrics.Logger(backends={"jsonl": {"pth": "m.jsonl"}})
+    config("[backends.jsonl]\npth = 'm.jsonl'\n")
+    with pytest.raises(
+        TypeError, match=mistake + r" \(from rlmetrics.toml \[backends.jsonl\] pth\)"
+    ):
+        rlmetrics.Logger()
+    monkeypatch.delenv("RLMETRICS_CONFIG")
+    monkeypatch.setenv("RLMETRICS_BACKENDS", "jsonl")
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PTH", "m.jsonl")
+    with pytest.raises(TypeError, match=mistake + r" \(from RLMETRICS_BACKEND_JSONL_PTH\)"):
+        rlmetrics.Logger()
+    exporter = r"exporter 'prometheus' has no option 'prot' \(did you mean 'port'\?\)"
+    with pytest.raises(TypeError, match=exporter):
+        rlmetrics.start(exporters={"prometheus": {"prot": 0}})
+    monkeypatch.setenv("RLMETRICS_EXPORTERS", "prometheus")
+    monkeypatch.setenv("RLMETRICS_EXPORTER_PROMETHEUS_PROT", "0")
+    with pytest.raises(TypeError, match=exporter):
+        rlmetrics.start()
+    assert rlmetrics.current() is None
+
+
+def test_an_unknown_name_is_the_same_mistake_from_each_source(
+    config: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValueError, match=r"unknown backend\(s\) \['jsonn'\]"):
+        rlmetrics.Logger(backends={"jsonn": {}})
+    config("[backends.jsonn]\n")
+    with pytest.raises(ValueError, match=r"unknown backend\(s\) \['jsonn'\]"):
+        rlmetrics.Logger()
+    monkeypatch.delenv("RLMETRICS_CONFIG")
+    monkeypatch.setenv("RLMETRICS_EXPORTERS", "otlpp")
+    with pytest.raises(ValueError, match=r"unknown exporter\(s\) \['otlpp'\]"):
+        rlmetrics.start()
+    assert rlmetrics.current() is None
+
+
+@pytest.mark.parametrize(
+    ("variables", "mistake"),
+    [
+        (
+            {"RLMETRICS_BACKEND_JSONN_PATH": "x"},
+            "RLMETRICS_BACKEND_JSONN_PATH names no backend: RLMETRICS_BACKEND_<NAME>_<OPTION> "
+            "takes one of",
+        ),
+        (
+            {"RLMETRICS_BACKEND_JSONL_PATH": "x"},
+            "RLMETRICS_BACKEND_JSONL_PATH configures backend 'jsonl', which is not chosen",
+        ),
+        ({"RLMETRICS_CONFIG": "/nonexistent/rlmetrics.toml"}, "cannot read the configuration"),
+    ],
+)
+def test_a_variable_that_does_nothing_is_a_mistake(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], mistake: str
+) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=mistake):
+        rlmetrics.Logger()
+
+
+@pytest.mark.parametrize(
+    ("text", "mistake"),
+    [
+        ("[telemtry]\n", r"no table \[telemtry\] \(did you mean 'telemetry'\?\)"),
+        ("[telemetry]\nservice = 'x'\n", r"\[telemetry\] has no setting 'service'"),
+        ("[telemetry]\nexport_interval_s = 'ten'\n", "export_interval_s must be a number, got str"),
+        ("[logger]\nqueue_size = true\n", "queue_size must be an integer, got bool"),
+        ("[backends]\njsonl = 1\n", r"\[backends\] holds one table per backend"),
+        ("[telemetry\n", "not valid TOML"),
+    ],
+)
+def test_a_file_mistake_names_itself(config: Any, text: str, mistake: str) -> None:
+    config(text)
+    with pytest.raises(ValueError, match=mistake):
+        rlmetrics.start()
+    with pytest.raises(ValueError, match=mistake):
+        rlmetrics.Logger()
+    assert rlmetrics.current() is None
+
+
+def test_a_value_the_call_refuses_is_refused_from_the_file(config: Any) -> None:
+    with pytest.raises(ValueError, match="export_interval_s must be positive"):
+        rlmetrics.start(export_interval_s=-1)
+    config("[telemetry]\nexport_interval_s = -1\n")
+    with pytest.raises(ValueError, match="export_interval_s must be positive"):
+        rlmetrics.start()
+
+
+def test_strict_mode_from_the_file(config: Any) -> None:
+    config("[logger]\nstrict = true\n\n[backends.jsonl]\npath = '/dev/null/x.jsonl'\n")
+    with pytest.raises(rlmetrics.StrictModeError, match="backend 'jsonl'"):
+        rlmetrics.Logger()
+
+
+def test_where_each_value_came_from(config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    config("[telemetry]\nservice_name = 'a'\n\n[exporters.otlp]\nendpoint = 'x:4317'\n")
+    monkeypatch.setenv("RLMETRICS_EXPORTER_OTLP_TIMEOUT_S", "2.5")
+    found = configured(exporter_names=["otlp", "prometheus"]).as_dict()
+    assert found["telemetry"] == {
+        "service_name": {"value": "a", "from": "rlmetrics.toml [telemetry] service_name"}
+    }
+    assert found["exporters"] == {
+        "from": "rlmetrics.toml [exporters]",
+        "options": {
+            "otlp": {
+                "endpoint": {"value": "x:4317", "from": "rlmetrics.toml [exporters.otlp] endpoint"},
+                "timeout_s": {"value": 2.5, "from": "RLMETRICS_EXPORTER_OTLP_TIMEOUT_S"},
+            }
+        },
+    }
+    assert found["backends"] is None
+
+
+@given(
+    st.one_of(
+        st.integers(-(2**63), 2**63 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.booleans(),
+        st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=20),
+    )
+)
+def test_a_variables_value_reads_as_toml_else_as_its_text(value: Any) -> None:
+    if isinstance(value, str):
+        parsed = _env_value(value)
+        # Text that is no TOML value is the text itself; text that is one reads as it.
+        assert (
+            parsed == value or not isinstance(parsed, str) or value.strip().startswith(("'", '"'))
+        )
+    else:
+        text = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
+        assert _env_value(text) == value
+
+
+def test_the_config_command_shows_and_checks_it(
+    config: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from rlmetrics.cli import main
+
+    assert main(["config"]) == 0
+    assert "nothing is configured" not in capsys.readouterr().out  # (backends: none configured)
+    config("[telemetry]\nservice_name = 'a'\n\n[backends.jsonl]\npath = 'm.jsonl'\n")
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PATH", "runs/m.jsonl")
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert "telemetry.service_name = 'a'  (rlmetrics.toml [telemetry] service_name)" in out
+    assert "jsonl.path = 'runs/m.jsonl'  (RLMETRICS_BACKEND_JSONL_PATH)" in out
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PTH", "x")
+    assert main(["config"]) == 2
+    assert "has no option 'pth'" in capsys.readouterr().err
