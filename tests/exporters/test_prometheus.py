@@ -294,3 +294,76 @@ def test_the_prometheus_variables_only_matter_to_the_prometheus_exporter(
     with pytest.raises(rlmetrics.TelemetryError, match="PROMETHEUS_PORT='not-a-port'"):
         rlmetrics.start(exporters=["prometheus"])
     assert rlmetrics.current() is None
+
+
+def _promtool_findings(promtool: str, exposition: str) -> list[str]:
+    import subprocess
+
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=exposition, capture_output=True, text=True, timeout=60
+    )
+    return [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+
+
+def test_a_flush_before_a_scrape_serves_each_family_once(promtool: str) -> None:
+    """``force_flush`` collects through every reader; the SDK's Prometheus reader queued that
+    collection and served it beside the next scrape's, every family twice."""
+    declare_test_series()
+    with rlmetrics.start(exporters=("prometheus",), prometheus_port=0) as handle:
+        record_test_series(1)
+        handle.force_flush(timeout_s=5)
+        handle.force_flush(timeout_s=5)
+        assert handle.prometheus_address is not None
+        exposition = _scrape(handle.prometheus_address)
+    helps = re.findall(r"^# HELP (\S+)", exposition, flags=re.M)
+    assert helps and len(helps) == len(set(helps)), "a family served twice"
+    assert _promtool_findings(promtool, exposition) == []
+
+
+def test_concurrent_scrapes_each_get_one_whole_exposition() -> None:
+    declare_test_series()
+    with rlmetrics.start(exporters=("prometheus",), prometheus_port=0) as handle:
+        record_test_series(1)
+        address = handle.prometheus_address
+        assert address is not None
+        results: list[str] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(_scrape(address))) for _ in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    assert len(results) == 8
+    for exposition in results:
+        helps = re.findall(r"^# HELP (\S+)", exposition, flags=re.M)
+        assert len(helps) == len(set(helps))
+
+
+def test_a_name_ending_in_its_unit_says_the_unit_once_and_otlp_keeps_it(
+    promtool: str, otlp_receiver: OtlpReceiver
+) -> None:
+    spec = rlmetrics.MetricSpec(
+        "acme.wait_ms",
+        rlmetrics.Kind.HISTOGRAM,
+        unit="ms",
+        buckets=[1.0, 10.0],
+        description="Time one acme waited",
+    )
+    receiver = otlp_receiver
+    with isolated_state(rlmetrics.MetricRegistry()):
+        rlmetrics.declare("acme", [spec])
+        with rlmetrics.start(
+            exporters=("prometheus", "otlp"), prometheus_port=0, otlp_endpoint=receiver.endpoint
+        ) as handle:
+            rlmetrics.record("acme", {"acme.wait_ms": 5.0})
+            assert handle.prometheus_address is not None
+            exposition = _scrape(handle.prometheus_address)
+            handle.force_flush(timeout_s=10)
+        assert "acme.wait_ms" in {p.name for p in receiver.points()}
+    assert "acme_wait_milliseconds_bucket" in exposition
+    assert "_ms_" not in exposition
+    # promtool asks for the base unit (the spec fixes milliseconds) and nothing else.
+    assert _promtool_findings(promtool, exposition) == [
+        'acme_wait_milliseconds use base unit "seconds" instead of "milliseconds"'
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -206,3 +207,37 @@ def test_the_demos_spans_and_metrics_come_from_the_same_clock_readings(tmp_path:
     # Every step had overhead (logging) on its spans; step 10 validated.
     assert goodput["reasons_steps"] == {"overhead_and_wasted": 10}
     assert goodput["disagreements"]["validation"]["spans_overhead_s"] > 0
+
+
+def test_promtool_finds_the_demos_endpoint_clean_but_for_the_specs_milliseconds(
+    tmp_path: Path, promtool: str
+) -> None:
+    """The demo's endpoint after its run (it flushed for its report, as a trainer might): one
+    exposition, each unit said once. What promtool still asks — seconds for NeMo Gym's
+    histograms, whose specification fixes milliseconds — is all it says."""
+    import subprocess
+    import urllib.request
+
+    found: list[str] = []
+
+    def lint(result: Any) -> None:
+        with urllib.request.urlopen(result.url, timeout=10) as answer:
+            exposition = answer.read().decode()
+        done = subprocess.run(
+            [promtool, "check", "metrics"],
+            input=exposition,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        found.extend(line for line in (done.stdout + done.stderr).splitlines() if line.strip())
+        assert "gym_rollout_duration_milliseconds_bucket" in exposition
+        assert "_ms_milliseconds" not in exposition
+
+    options = DemoOptions(steps=3, seed=0, output=tmp_path, interval_s=0.0, prometheus_port=0)
+    run_demo(options, say=io.StringIO(), progress=io.StringIO(), on_result=lint)
+    assert found, "the endpoint was not linted"
+    allowed = re.compile(
+        r'gym_[a-z_]+_milliseconds use base unit "seconds" instead of "milliseconds"'
+    )
+    assert [line for line in found if not allowed.fullmatch(line)] == []

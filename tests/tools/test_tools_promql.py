@@ -4,6 +4,7 @@ declared series (over HTTP, through ``rlmetrics.start``), and for generated name
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from typing import Any
 
@@ -14,7 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import rlmetrics
 from rlmetrics.dashboard.grafana import substitute
-from rlmetrics.dashboard.promql import Names, for_run, prometheus_label, sample_names
+from rlmetrics.dashboard.promql import (
+    Names,
+    for_run,
+    prometheus_label,
+    prometheus_unit,
+    sample_names,
+)
 from rlmetrics.registry import MetricRegistry, default_registry
 from rlmetrics.spec import Kind, MetricSpec
 from rlmetrics.testing import isolated_state
@@ -105,19 +112,26 @@ _NAMES = st.from_regex(r"[a-z][a-z0-9]{0,5}(\.[a-z][a-z0-9_]{0,6}){1,3}", fullma
     unit=st.sampled_from(_WORDS),
     kind=st.sampled_from([Kind.COUNTER, Kind.GAUGE, Kind.HISTOGRAM, Kind.UP_DOWN_COUNTER]),
     total=st.booleans(),
+    unit_in_name=st.booleans(),
 )
 def test_the_translation_matches_the_exporter(
-    name: str, unit: str, kind: Kind, total: bool
+    name: str, unit: str, kind: Kind, total: bool, unit_in_name: bool
 ) -> None:
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    """Against rlmetrics' own Prometheus reader, the one users scrape (names that end in
+    their unit, as NeMo Gym's do, included)."""
     from opentelemetry.sdk.metrics import MeterProvider
     from prometheus_client import CollectorRegistry, generate_latest
 
+    from rlmetrics.exporters.prometheus import make_reader
+
+    if unit_in_name and re.fullmatch(r"[a-z]+", unit):
+        name += "_" + unit
     if total:
         name += "_total"
     spec = MetricSpec(name, kind, unit=unit, buckets=[1.0] if kind is Kind.HISTOGRAM else None)
     registry = CollectorRegistry()
-    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    reader = make_reader(registry)
+    provider = MeterProvider(metric_readers=[reader])
     try:
         meter = provider.get_meter("t")
         make: dict[Kind, Any] = {
@@ -134,10 +148,13 @@ def test_the_translation_matches_the_exporter(
             if kind is Kind.HISTOGRAM
             else instrument.add
         )(1)
-        served = _sample_names(generate_latest(registry).decode())
+        served = _sample_names(reader.scrape(lambda: generate_latest(registry)).decode())
     finally:
         provider.shutdown()
     assert served == set(sample_names(spec))
+    word = prometheus_unit(unit)
+    if unit_in_name and word and word != unit:
+        assert not any(f"_{unit}_{word}" in n for n in served)  # the unit is said once
 
 
 def test_names_refuse_what_nobody_declared_and_the_wrong_kind() -> None:

@@ -64,5 +64,5 @@ def test_the_dashboard_row_reads_declared_series() -> None:
     row = rollouts_row(names)
     assert all(read in names for panel in row.panels for read in panel.reads)
     exprs = " ".join(q.expr for panel in row.panels for q in panel.queries)
-    assert "gym_rollout_duration_ms_milliseconds_bucket" in exprs
+    assert "gym_rollout_duration_milliseconds_bucket" in exprs
     assert 'gym_rollout_rewarded_total{nemo_gym_rollout_masked="false"}' in exprs

@@ -4,9 +4,12 @@ The OpenTelemetry Prometheus exporter renames what it exposes: dots become under
 unit is appended as a word (``s`` → ``_seconds``, ``ms`` → ``_milliseconds``, ``By`` →
 ``_bytes``, ``%`` → ``_percent``, ``{token}/s`` → ``_per_second``; an annotation such as
 ``{token}`` and the unit ``1`` add nothing) unless the name already ends with it, and a counter's
-samples end in ``_total``. A panel that spelled names by hand would break silently when a
-spec's unit changes; :class:`Names` derives them from the declared specs instead, and a test
-checks the translation against the exporter itself for every declared unit.
+samples end in ``_total``. A name ending in its unit's abbreviation (``gym.rollout.duration_ms``,
+unit ``ms``) is exposed by rlmetrics' Prometheus exporter with the word in its place
+(``gym_rollout_duration_milliseconds``), not with both. A panel that spelled names by hand
+would break silently when a spec's unit changes; :class:`Names` derives them from the
+declared specs instead, and a test checks the translation against the exporter itself for
+every declared unit.
 
 Resource attributes (the run id) are not labels of each series: the exporter puts them on
 ``target_info``. :func:`for_run` joins a vector with it on ``job`` and ``instance``.
@@ -27,6 +30,7 @@ __all__ = [
     "prometheus_name",
     "prometheus_unit",
     "sample_names",
+    "unit_named",
 ]
 
 #: The label ``target_info`` carries the resource attribute ``rlmetrics.run.id`` under.
@@ -105,11 +109,27 @@ def prometheus_label(key: str) -> str:
     return _NOT_LABEL.sub("_", key)
 
 
+def unit_named(name: str, unit: str, counter: bool = False) -> str:
+    """``name`` with a last segment ending in ``unit``'s abbreviation (``duration_ms``, unit
+    ``ms``; a counter's before its ``_total``) ending in the unit's word instead
+    (``duration_milliseconds``), so the exporter, which appends the word unless the name ends
+    with it, does not repeat the unit. Any other name as it is."""
+    word = prometheus_unit(unit)
+    if not word or word == unit:
+        return name
+    total = "_total" if counter and name.endswith("_total") else ""
+    stem = name[: len(name) - len(total)]
+    if stem.endswith(("_" + unit, "." + unit)):
+        return stem[: -len(unit)] + word + total
+    return name
+
+
 def prometheus_name(spec: MetricSpec) -> str:
     """The metric family name a spec is exposed as: a counter's samples add ``_total`` and a
     histogram's ``_bucket``/``_sum``/``_count`` (see :meth:`Names.counter` and friends)."""
-    name = _sanitize(spec.name)
-    if spec.kind in (Kind.COUNTER, Kind.OBSERVABLE_COUNTER) and name.endswith("_total"):
+    counter = spec.kind in (Kind.COUNTER, Kind.OBSERVABLE_COUNTER)
+    name = _sanitize(unit_named(spec.name, spec.unit, counter))
+    if counter and name.endswith("_total"):
         name = name[: -len("_total")]  # prometheus_client strips it and adds it back per sample
     word = prometheus_unit(spec.unit)
     if word and not name.endswith("_" + word):

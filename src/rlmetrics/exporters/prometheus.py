@@ -9,10 +9,24 @@ publish a training job's metrics to its whole network. Port 0 picks a free port;
 The same server answers ``/health`` with the run's liveness (:mod:`rlmetrics.health`): 200
 while steps arrive, 503 once the run has been silent for longer than ``stall_after_s``. Every
 other path serves the metrics, as ``prometheus_client``'s own server does.
+
+Two things the SDK's reader does not do are added (:class:`_Reader`):
+
+- A name whose last segment already ends in its unit (NeMo Gym's ``gym.rollout.duration_ms``,
+  unit ``ms``, a name its specification fixes) is exposed with the unit's word in place of the
+  abbreviation, ``gym_rollout_duration_milliseconds``: the exporter appends the unit's word
+  unless the name ends with it, so it gave ``gym_rollout_duration_ms_milliseconds``. The OTLP
+  name is unchanged.
+- Only a scrape's collection is served. A collection made for anything else (a
+  ``force_flush``) was queued in the exporter's collector and served at the next scrape beside
+  that scrape's own: every family twice, an exposition ``promtool`` refuses. Scrapes are served
+  one at a time, so two never share a collection either.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import socket
@@ -24,6 +38,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .. import hookimpl
 from .._warn import warn_once
+from ..dashboard.promql import unit_named
 from ..health import HEALTH_PATH, health
 from ..health import stall_after_s as stall_bound
 from ..telemetry import TelemetryError
@@ -35,6 +50,7 @@ __all__ = [
     "HOST_ENV",
     "PORT_ENV",
     "make_exporter",
+    "make_reader",
     "port_from_env",
 ]
 
@@ -72,13 +88,74 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
-def _with_health(metrics_app: Any, stall_after: float) -> Any:
+@functools.cache
+def _reader_class() -> type:
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics.export import Sum
+
+    class _Reader(PrometheusMetricReader):  # type: ignore[misc]
+        """The SDK's Prometheus reader serving only a scrape's own collection (see the
+        module's docstring), with each name's unit said once."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._scraping: int | None = None  # the thread serving a scrape, while it does
+            self._scrape_lock = threading.Lock()
+            self._names: dict[tuple[str, str, bool], str] = {}
+
+        def scrape(self, serve: Callable[[], Any]) -> Any:
+            """``serve()`` (which collects through this reader) as the one scrape running."""
+            with self._scrape_lock:
+                self._scraping = threading.get_ident()
+                try:
+                    return serve()
+                finally:
+                    self._scraping = None
+
+        def _receive_metrics(self, metrics_data: Any, *args: Any, **kwargs: Any) -> None:
+            if metrics_data is None or self._scraping != threading.get_ident():
+                return  # not a scrape's: Prometheus pulls, nothing is waiting for it
+            super()._receive_metrics(self._unit_named(metrics_data), *args, **kwargs)
+
+        def _unit_named(self, data: Any) -> Any:
+            """``data`` with every metric renamed by :func:`unit_named` (none, mostly)."""
+            renamed = False
+            resources = []
+            for resource in data.resource_metrics:
+                scopes = []
+                for scope in resource.scope_metrics:
+                    metrics = []
+                    for metric in scope.metrics:
+                        counter = isinstance(metric.data, Sum) and metric.data.is_monotonic
+                        key = (metric.name, metric.unit or "", counter)
+                        name = self._names.get(key)
+                        if name is None:
+                            name = self._names[key] = unit_named(*key)
+                        if name != metric.name:
+                            metric = dataclasses.replace(metric, name=name)
+                            renamed = True
+                        metrics.append(metric)
+                    scopes.append(dataclasses.replace(scope, metrics=metrics))
+                resources.append(dataclasses.replace(resource, scope_metrics=scopes))
+            return dataclasses.replace(data, resource_metrics=resources) if renamed else data
+
+    return _Reader
+
+
+def make_reader(registry: Any) -> Any:
+    """The Prometheus reader this exporter serves through ``registry`` (a
+    ``prometheus_client.CollectorRegistry``); serve each scrape through its ``scrape``."""
+    return _reader_class()(registry=registry)
+
+
+def _with_health(metrics_app: Any, stall_after: float, reader: Any) -> Any:
     """A WSGI app: :data:`HEALTH_PATH` answers the run's health, every other path the
-    metrics."""
+    metrics, one scrape at a time, through ``reader``."""
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != HEALTH_PATH:
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            # prometheus_client renders the whole exposition within the call.
+            return reader.scrape(lambda: metrics_app(environ, start_response))  # type: ignore[no-any-return]
         try:
             code, body = health(stall_after)
         except Exception:  # the endpoint must answer: a failure is reported, once
@@ -124,8 +201,9 @@ def make_exporter(
     ``export_interval_s`` is unused: Prometheus pulls, on its own scrape interval.
     """
     try:
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import CollectorRegistry, make_wsgi_app
+
+        _reader_class()
     except ImportError as exc:
         raise ImportError(
             f"exporter 'prometheus' needs the Prometheus exporter: {INSTALL_HINT}"
@@ -135,15 +213,18 @@ def make_exporter(
     stall_after = stall_bound(stall_after_s)
     # A registry of our own: a second start in one process must not find the first's collector.
     registry = CollectorRegistry()
+    reader = make_reader(registry)
     try:
-        server, thread = _serve(host, port, _with_health(make_wsgi_app(registry), stall_after))
+        server, thread = _serve(
+            host, port, _with_health(make_wsgi_app(registry), stall_after, reader)
+        )
     except OSError as exc:
+        reader.shutdown()
         raise TelemetryError(
             f"the Prometheus exporter cannot listen on {host}:{port}: {exc.strerror or exc}. "
             "Another process (often a second trainer on this node) holds it: choose another "
             f"port with start(prometheus_port=...) or {PORT_ENV} (0 picks a free one)"
         ) from exc
-    reader = PrometheusMetricReader(registry=registry)
 
     def close() -> None:
         server.shutdown()

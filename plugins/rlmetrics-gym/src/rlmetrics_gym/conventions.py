@@ -3,7 +3,8 @@
 
 Gym's own conventions: "durations in milliseconds with a ``_ms`` suffix, counters with a
 ``_total`` suffix", plus ``gym.driver.output_write_bytes``. In Prometheus a ``_ms`` histogram is
-exposed as ``*_ms_milliseconds_bucket`` and a ``*_total`` counter keeps its name. Server memory
+exposed as ``*_milliseconds_bucket`` (rlmetrics' exporter says the unit once) and a ``*_total``
+counter keeps its name. Server memory
 points carry the *sampled* server tree's root ``process.pid`` (not the emitting process's), as
 the specification prescribes. The exemptions are derived from what this distribution declares,
 so a new Gym series that follows the conventions needs no edit here.

@@ -2,7 +2,7 @@
 
 The reward-range share is a live view of scored, unmasked rollouts, not the benchmark score
 (pass@k and per-task averages are computed at the end by ``/aggregate_metrics``). Durations are
-Gym's ``_ms`` histograms, exposed by Prometheus as ``*_ms_milliseconds_bucket``.
+Gym's ``_ms`` histograms, exposed by Prometheus as ``*_milliseconds_bucket``.
 """
 
 from __future__ import annotations
