@@ -126,10 +126,10 @@ class _Series:
         self.sums = self.spec.kind in (Kind.OBSERVABLE_COUNTER, Kind.OBSERVABLE_UP_DOWN_COUNTER)
         # Only a spec with an open attribute has a max_series cap to enforce.
         self.capped = self.spec.open_attributes
-        self.admitted: dict[AttributeSet, dict[str, str]] = {}
+        self.admitted: dict[AttributeSet, dict[str, str | int]] = {}
         # Attribute sets already checked against the declaration: an observable callback
         # yields the same sets every collection, and checking is most of its cost.
-        self.valid: dict[AttributeSet, tuple[AttributeSet, dict[str, str]]] = {}
+        self.valid: dict[AttributeSet, tuple[AttributeSet, dict[str, str | int]]] = {}
         # A gauge's last value per attribute set, kept as the observation the collection
         # returns and overwritten in place (:mod:`rlmetrics.last_value`).
         self.table: dict[AttributeSet, LastValue] = {}
@@ -140,8 +140,8 @@ class _Series:
         self.recordable = False
 
     def point(
-        self, value: Any, attributes: Any, admitted: dict[AttributeSet, dict[str, str]]
-    ) -> tuple[int | float, AttributeSet, dict[str, str] | None] | str:
+        self, value: Any, attributes: Any, admitted: dict[AttributeSet, dict[str, str | int]]
+    ) -> tuple[int | float, AttributeSet, dict[str, str | int] | None] | str:
         """``(number, attribute key, attributes)`` for an exportable point, else why not.
 
         ``admitted`` holds the attribute sets already counted against the spec's
@@ -335,7 +335,7 @@ class Session:
     def _observations(self, series: _Series, observed: list[Any]) -> list[Any]:
         spec, valid, observation = series.spec, series.valid, self._observation
         limit = spec.max_series if series.capped else None
-        seen: dict[AttributeSet, dict[str, str]] = {}  # the cap applies to one collection
+        seen: dict[AttributeSet, dict[str, str | int]] = {}  # the cap applies to one collection
         out: list[Any] = []
         # Observations past the cap, folded into one overflow observation as the SDK's own
         # overflow aggregates them: summed for a sum, the last one for a gauge.

@@ -20,7 +20,7 @@ class LastValue(Observation):
     last value.
     """
 
-    def __init__(self, value: int | float, attributes: dict[str, str] | None) -> None:
+    def __init__(self, value: int | float, attributes: dict[str, str | int] | None) -> None:
         super().__init__(value, attributes)
         self.current = value
 

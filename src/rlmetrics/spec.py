@@ -29,7 +29,7 @@ __all__ = [
 OPEN: None = None
 
 #: What an observable callback yields: a value and the attributes it carries.
-Observation = tuple[float, Mapping[str, str]]
+Observation = tuple[float, Mapping[str, str | int]]
 
 
 class SpecError(ValueError):

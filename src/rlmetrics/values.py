@@ -36,10 +36,11 @@ __all__ = [
     "readable_items",
 ]
 
-AttributeSet = frozenset[tuple[str, str]]
+AttributeSet = frozenset[tuple[str, str | int]]
 #: What ``record`` takes as attributes: a mapping, or an attribute set (a frozenset of
-#: ``(key, value)`` pairs) a caller prepared once to skip building it on every call.
-Attributes = Mapping[str, str] | AttributeSet | None
+#: ``(key, value)`` pairs) a caller prepared once to skip building it on every call. Values
+#: are strings; an open attribute's may be an int (``http.response.status_code``).
+Attributes = Mapping[str, str | int] | AttributeSet | None
 
 #: What an integer point can carry: OTLP encodes integer points as int64.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -227,7 +228,7 @@ def attribute_set(attributes: Attributes) -> AttributeSet:
 
 def check_attributes(
     spec: MetricSpec, attributes: Any
-) -> tuple[AttributeSet, dict[str, str]] | str:
+) -> tuple[AttributeSet, dict[str, str | int]] | str:
     """``(hashable key, attributes)`` for an attribute set the spec allows, else why not.
 
     Only the declaration is checked here; the spec's ``max_series`` cap is the binding's.
@@ -241,9 +242,12 @@ def check_attributes(
         if attr not in allowed:
             declared = sorted(allowed) or "none"
             return f"attribute {describe_key(attr)} is not declared (declared: {declared})"
-        if not isinstance(value, str):
-            return f"attribute {attr!r} must be a string, got {type(value).__name__}"
         closed = allowed[attr]
+        if not isinstance(value, str) and not (closed is None and type(value) is int):
+            # An open attribute may be an int, as semantic conventions type some
+            # (http.response.status_code, process.pid); a closed set is strings.
+            wanted = "a string" if closed is not None else "a string or an int"
+            return f"attribute {attr!r} must be {wanted}, got {type(value).__name__}"
         if closed is not None and value not in closed:
             return f"attribute {attr!r} has a value outside its closed set {sorted(closed)}"
     plain = dict(attributes)

@@ -367,3 +367,50 @@ def test_a_name_ending_in_its_unit_says_the_unit_once_and_otlp_keeps_it(
     assert _promtool_findings(promtool, exposition) == [
         'acme_wait_milliseconds use base unit "seconds" instead of "milliseconds"'
     ]
+
+
+def test_an_integer_attribute_is_an_int_over_otlp_and_a_label_in_prometheus(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    """Semantic conventions type some attributes as ints (``http.response.status_code``,
+    ``process.pid``): an open attribute takes an int, OTLP carries it as one, Prometheus
+    renders the label as its digits."""
+    spec = rlmetrics.MetricSpec(
+        "acme.responses",
+        rlmetrics.Kind.COUNTER,
+        unit="{response}",
+        attributes={"http.response.status_code": rlmetrics.OPEN},
+        description="Responses by status",
+    )
+    with isolated_state(rlmetrics.MetricRegistry()):
+        rlmetrics.declare("acme", [spec])
+        with rlmetrics.start(
+            exporters=("prometheus", "otlp"),
+            prometheus_port=0,
+            otlp_endpoint=otlp_receiver.endpoint,
+        ) as handle:
+            rlmetrics.record("acme", {"acme.responses": 3}, {"http.response.status_code": 200})
+            assert handle.prometheus_address is not None
+            exposition = _scrape(handle.prometheus_address)
+            handle.force_flush(timeout_s=10)
+    sent = [p.attributes for p in otlp_receiver.points() if p.name == "acme.responses"]
+    assert sent and all(a == {"http.response.status_code": 200} for a in sent)
+    assert all(type(a["http.response.status_code"]) is int for a in sent)
+    assert 'acme_responses_total{http_response_status_code="200"' in exposition
+
+
+def test_a_bool_is_no_integer_attribute_and_a_closed_set_takes_strings() -> None:
+    from rlmetrics.values import check_attributes
+
+    spec = rlmetrics.MetricSpec(
+        "acme.x",
+        rlmetrics.Kind.GAUGE,
+        attributes={"process.pid": rlmetrics.OPEN, "acme.mode": {"a", "b"}},
+    )
+    assert check_attributes(spec, {"process.pid": 42}) == (
+        frozenset({("process.pid", 42)}),
+        {"process.pid": 42},
+    )
+    assert isinstance(check_attributes(spec, {"process.pid": True}), str)
+    assert isinstance(check_attributes(spec, {"process.pid": 4.5}), str)
+    assert isinstance(check_attributes(spec, {"acme.mode": 1}), str)

@@ -88,7 +88,7 @@ def test_rss_and_pss_of_a_server_tree_with_its_descendants(
         point = next(p for p in points(reader) if p.name == SERVER_USAGE)
         assert point.unit == "By"
         assert point.attributes[SERVER_TYPE_ATTR] == "responses_api_models"
-        assert point.attributes[PID_ATTR] == str(tree.pid)
+        assert point.attributes[PID_ATTR] == tree.pid  # an int, as the conventions type it
 
         # One child dies (left unreaped, a zombie): it is no longer attributed; the peak stays.
         tree.kill_child(tree.children[0])
@@ -194,11 +194,11 @@ def test_tracking_a_name_again_with_a_new_root_retracts_the_old_roots_series(
         sampler.track("judge", "resources_servers", old.pid)
         sampler.sample()
         judge = [p for p in points(reader) if p.attributes.get(SERVER_NAME_ATTR) == "judge"]
-        assert {p.attributes[PID_ATTR] for p in judge} == {str(old.pid)}
+        assert {p.attributes[PID_ATTR] for p in judge} == {old.pid}
         sampler.track("judge", "resources_servers", new.pid)  # before the old root exits
-        assert [p for p in points(reader) if p.attributes.get(PID_ATTR) == str(old.pid)] == []
+        assert [p for p in points(reader) if p.attributes.get(PID_ATTR) == old.pid] == []
         sampler.sample()
         found = [p for p in points(reader) if p.attributes.get(SERVER_NAME_ATTR) == "judge"]
-    assert {p.attributes[PID_ATTR] for p in found} == {str(new.pid)}
+    assert {p.attributes[PID_ATTR] for p in found} == {new.pid}
     assert {p.name for p in found} == {SERVER_USAGE, SERVER_PEAK, SERVER_PROCESSES}
     assert sampler.tracked() == ["judge"]

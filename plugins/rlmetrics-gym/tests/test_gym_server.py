@@ -53,7 +53,7 @@ def served() -> Iterator[tuple[Served, Holds]]:
 
 
 def responses(status: int) -> tuple[str, tuple[tuple[str, Any], ...]]:
-    return (RESPONSES, ((STATUS_ATTR, str(status)),))
+    return (RESPONSES, ((STATUS_ATTR, status),))  # an int, as the conventions type it
 
 
 def cancelled(route: str, phase: str) -> tuple[str, tuple[tuple[str, Any], ...]]:

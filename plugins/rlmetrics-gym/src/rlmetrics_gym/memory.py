@@ -213,10 +213,10 @@ class _Server:
     name: str
     server_type: str
     process: psutil.Process
-    attributes: dict[str, str]
+    attributes: dict[str, str | int]
     peaks: dict[str, int]
 
-    def typed(self, memory_type: str) -> dict[str, str]:
+    def typed(self, memory_type: str) -> dict[str, str | int]:
         return {**self.attributes, MEMORY_TYPE_ATTR: memory_type}
 
 
@@ -255,7 +255,8 @@ class MemorySampler:
             name,
             server_type,
             process,
-            {SERVER_NAME_ATTR: name, SERVER_TYPE_ATTR: server_type, PID_ATTR: str(pid)},
+            # process.pid is an int, as the semantic conventions type it.
+            {SERVER_NAME_ATTR: name, SERVER_TYPE_ATTR: server_type, PID_ATTR: pid},
             {},
         )
         with self._lock:

@@ -79,7 +79,7 @@ RESPONSE_STARTED = "response_started"
 PHASES: frozenset[str] = frozenset({BEFORE_RESPONSE_START, RESPONSE_STARTED})
 UNMATCHED = "<unmatched>"
 
-_STATUS_CODES = frozenset(str(code) for code in range(100, 600))
+_STATUS_CODES = range(100, 600)
 #: Route templates are the app's registered routes (two phases each), so this only bounds a
 #: misconfigured app; cancellations of templates past it are dropped with a warning.
 _MAX_CANCELLED_SERIES = 512
@@ -91,12 +91,12 @@ def _observe_in_flight() -> list[tuple[float, Mapping[str, str]]]:
     return [(sum(totals.in_flight for totals in every), {})] if every else []
 
 
-def _observe_responses() -> list[tuple[float, Mapping[str, str]]]:
+def _observe_responses() -> list[tuple[float, Mapping[str, int]]]:
     summed: dict[int, int] = {}
     for totals in tuple(_all_totals):
         for status, count in list(totals.responses.items()):
             summed[status] = summed.get(status, 0) + count
-    out: list[tuple[float, Mapping[str, str]]] = []
+    out: list[tuple[float, Mapping[str, int]]] = []
     for status, count in summed.items():
         attribute = status_attribute(status)
         if attribute is None:
@@ -172,11 +172,12 @@ rlmetrics.declare(GROUP, SPECS)
 # -- mappings -----------------------------------------------------------------------------------
 
 
-def status_attribute(status: Any) -> str | None:
-    """The ``http.response.status_code`` value of an ASGI status, or None outside 100-599."""
+def status_attribute(status: Any) -> int | None:
+    """The ``http.response.status_code`` value of an ASGI status — an int, as the HTTP
+    semantic conventions type it — or None outside 100-599."""
     if type(status) is not int or not 100 <= status <= 599:
         return None
-    return str(status)
+    return status
 
 
 def strip_rollout_prefix(path: str, prefix: re.Pattern[str] | None) -> str:
