@@ -313,8 +313,8 @@ def _load(plugins: Plugins, candidate: _Candidate, quiet: bool = False) -> Plugi
         if not quiet:
             warn_once(
                 f"plugin-load:{ep.name}",
-                f"rlmetrics: plugin {ep.name!r} (from {candidate.distribution}) skipped, its "
-                f"hooks are invalid: {problem}",
+                f"rlmetrics: plugin {ep.name!r} skipped, its hooks are invalid (from "
+                f"{candidate.distribution}): {problem}",
             )
         return candidate.row(FAILED, reason=f"invalid hooks: {problem}")
     module = ep.module
