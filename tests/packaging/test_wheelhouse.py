@@ -49,7 +49,7 @@ def _run(*args: str | Path, cwd: Path | None = None) -> str:
 
 def _extras() -> list[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return sorted(name for name in project["optional-dependencies"] if name != "all")
+    return sorted(project["optional-dependencies"])
 
 
 @pytest.fixture(scope="module")

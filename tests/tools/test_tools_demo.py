@@ -241,3 +241,35 @@ def test_promtool_finds_the_demos_endpoint_clean_but_for_the_specs_milliseconds(
         r'gym_[a-z_]+_milliseconds use base unit "seconds" instead of "milliseconds"'
     )
     assert [line for line in found if not allowed.fullmatch(line)] == []
+
+
+def test_the_demos_output_folder_is_ignored_by_git(tmp_path: Path) -> None:
+    """Run from a checkout, the demo writes ./rlmetrics-demo (and the quickstart
+    ./quickstart-run); nothing of either may show up as a file to commit."""
+    import shutil
+    import subprocess
+
+    from rlmetrics.demo.run import DEFAULT_OUTPUT
+
+    root = Path(__file__).resolve().parents[2]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    written = [
+        f"{DEFAULT_OUTPUT}/{name}"
+        for name in (
+            "metrics.jsonl",
+            "metrics.samples.jsonl",
+            "traces.jsonl",
+            "report.png",
+            "timeline.png",
+            "anything-a-later-demo-writes.svg",
+        )
+    ] + ["quickstart-run/metrics.jsonl", "rlmetrics.jsonl", "run/metrics.jsonl"]
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", *written],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sorted(done.stdout.split()) == sorted(written)

@@ -144,3 +144,22 @@ def test_local_links_resolve() -> None:
             elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
                 broken.append(f"{where}: no heading has that anchor")
     assert broken == []
+
+
+def test_the_quickstart_the_readme_links_to_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    readme = (ROOT / "README.md").read_text()
+    assert "](examples/quickstart.py)" in readme
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "rl_reward_mean{" in done.stdout and "rl_setup_duration_seconds{" in done.stdout
+    assert "rows in quickstart-run/metrics.jsonl" in done.stdout
+    assert "Traceback" not in done.stderr
