@@ -269,3 +269,21 @@ def test_nothing_is_evaluated_without_telemetry() -> None:
             is None
         )
     assert calls == []
+
+
+def test_configured_health_sets_the_default_suite_for_a_block_only() -> None:
+    from rlmetrics_gym.health import configured_health
+
+    before = default_suite()
+    with configured_health(ignored_checks=["response_zero_output_tokens"]) as suite:
+        assert default_suite() is suite and suite.ignored == ("response_zero_output_tokens",)
+    assert default_suite() is before
+    with pytest.raises(RuntimeError), configured_health(ignored_checks=[]):
+        raise RuntimeError("the block failed")
+    assert default_suite() is before
+    with (
+        pytest.raises(ValueError, match="no_such_check"),
+        configured_health(ignored_checks=["no_such_check"]),
+    ):
+        pass
+    assert default_suite() is before

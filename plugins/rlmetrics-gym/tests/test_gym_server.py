@@ -7,6 +7,7 @@ import asyncio
 import http.client
 import socket
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -398,3 +399,33 @@ def test_a_status_outside_100_599_is_left_out_with_a_warning(
     assert wrapped.totals.responses == {999: 1}
     assert delta(before, counter_values(reader)) == {}
     assert "outside 100-599" in caplog.text
+
+
+def _docs_example() -> dict[str, Any]:
+    """The rollout-prefix example of docs/gym-server.md, run as the page shows it."""
+    page = (Path(__file__).resolve().parents[3] / "docs" / "gym-server.md").read_text()
+    code = page.split("<!-- rollout-prefix-example -->", 1)[1].split("```python\n", 1)[1]
+    namespace: dict[str, Any] = {"__name__": "gym_server_docs_example"}
+    exec(compile(code.split("```", 1)[0], "docs/gym-server.md", "exec"), namespace)
+    return namespace
+
+
+def test_the_docs_app_that_strips_its_rollout_prefix_routes_and_counts_the_template() -> None:
+    example = _docs_example()
+    app = example["app"]
+    with serve(app) as running:
+        assert get(running.port, "/rollouts/abc/items/7") == (200, b"7")
+    scope = {"type": "http", "path": "/rollouts/abc/items/7", "root_path": "", "method": "GET"}
+    assert app.template(scope) == "/items/{item_id}"
+
+
+def test_a_rollout_prefix_alone_leaves_the_apps_routing_as_it_was() -> None:
+    """What the docs say: rollout_prefix changes the counted template, not the path the app
+    routes on."""
+    example = _docs_example()
+    unstripped = GymServerMetricsMiddleware(
+        Starlette(routes=example["routes"]), rollout_prefix=example["ROLLOUT_PREFIX"]
+    )
+    with serve(unstripped) as running:
+        assert get(running.port, "/rollouts/abc/items/7")[0] == 404
+        assert get(running.port, "/items/7") == (200, b"7")

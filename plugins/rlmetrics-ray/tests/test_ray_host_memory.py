@@ -308,3 +308,21 @@ def test_the_environment_runs_the_sdk_it_says() -> None:
     if not expected:
         pytest.skip("not running under a tox env (RLMETRICS_EXPECT_SDK unset)")
     assert version("opentelemetry-sdk") == expected
+
+
+def test_configured_sets_the_settings_for_a_block_only() -> None:
+    """The scoped form a test wants: what the block set is gone after it, even when it
+    raises, and what was configured before comes back."""
+    from rlmetrics_ray import configured
+
+    configure(interval_s=30)
+    with configured(interval_s=2, nodes=lambda: []) as inside:
+        assert (inside.interval_s, settings().interval_s) == (2, 2)
+        assert settings().nodes is not None
+    assert settings().interval_s == 30 and settings().nodes is None
+    with pytest.raises(RuntimeError), configured(timeout_s=1):
+        raise RuntimeError("the block failed")
+    assert settings().timeout_s == 5.0
+    with pytest.raises(ValueError, match="configure"), configured(interval_s=0):
+        pass  # a wrong value raises before the block, and changes nothing
+    assert settings().interval_s == 30

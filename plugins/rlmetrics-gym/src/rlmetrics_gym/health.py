@@ -21,11 +21,12 @@ serves the live counters (:func:`observe_rollout`) and the post-run report
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -54,6 +55,7 @@ __all__ = [
     "VERDICT_ATTR",
     "VERDICT_TOTAL",
     "configure_health",
+    "configured_health",
     "default_suite",
     "health_hookimpl",
     "health_hookspec",
@@ -332,6 +334,26 @@ def configure_health(
     with _default_lock:
         _default = suite
     return suite
+
+
+@contextlib.contextmanager
+def configured_health(
+    *,
+    ignored_checks: str | Iterable[str] | None = None,
+    checks: Iterable[TrajectoryCheck] | None = None,
+) -> Iterator[HealthSuite]:
+    """:func:`configure_health` for a ``with`` block only (tests): the block's default suite is
+    yielded, and the one before comes back after the block, even when it raises. An unknown
+    id raises before the block."""
+    global _default
+    with _default_lock:
+        before = _default
+    suite = configure_health(ignored_checks=ignored_checks, checks=checks)
+    try:
+        yield suite
+    finally:
+        with _default_lock:
+            _default = before
 
 
 # -- the live counters ------------------------------------------------------------------------

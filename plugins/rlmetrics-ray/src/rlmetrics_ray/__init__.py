@@ -12,7 +12,7 @@ Importing this package declares nothing and does not import Ray or the OpenTelem
 
 from __future__ import annotations
 
-from .config import HostMemorySettings, active_monitor, configure, settings
+from .config import HostMemorySettings, active_monitor, configure, configured, settings
 from .monitor import HostMemory, HostMemoryMonitor, Snapshot
 from .nodes import RayNode, loopback_metrics_url, metrics_url
 from .worker_groups import (
@@ -37,6 +37,7 @@ __all__ = [
     "__version__",
     "active_monitor",
     "configure",
+    "configured",
     "loopback_metrics_url",
     "metrics_url",
     "register_worker_group",

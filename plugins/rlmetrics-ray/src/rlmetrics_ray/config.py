@@ -1,7 +1,7 @@
 """How the host memory monitor that telemetry starts is configured, and which one runs.
 
-Settings come from :func:`configure` (call it before ``rlmetrics.start()``), else from the
-environment, else from the defaults:
+Settings come from :func:`configure` (call it before ``rlmetrics.start()``; :func:`configured`
+for a ``with`` block only), else from the environment, else from the defaults:
 
 - ``enabled``: ``RLMETRICS_RAY_HOST_MEMORY`` (``0``, ``false``, ``no``, ``off`` disable); on.
 - ``gpus``: ``RLMETRICS_RAY_GPUS`` (the same words disable); on: the monitor reads each host's
@@ -16,9 +16,11 @@ This module declares nothing, so importing it (or the package) is safe at any ti
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -38,6 +40,7 @@ __all__ = [
     "HostMemorySettings",
     "active_monitor",
     "configure",
+    "configured",
     "settings",
 ]
 
@@ -88,6 +91,22 @@ def configure(**changes: Any) -> None:
                 _explicit.pop(key, None)
             else:
                 _explicit[key] = value
+
+
+@contextlib.contextmanager
+def configured(**changes: Any) -> Iterator[HostMemorySettings]:
+    """:func:`configure` for a ``with`` block only (tests, a script that starts telemetry
+    twice): the settings in force inside are yielded, and what was configured before comes
+    back after the block, even when it raises. A wrong key or value raises before the block."""
+    with _lock:
+        before = dict(_explicit)
+    configure(**changes)
+    try:
+        yield settings()
+    finally:
+        with _lock:
+            _explicit.clear()
+            _explicit.update(before)
 
 
 def _check(key: str, value: Any) -> None:
