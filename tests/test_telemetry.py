@@ -145,20 +145,24 @@ with in_memory_telemetry(exporters=["console"], export_interval_s=60) as (handle
 
 
 class _BlockingReader:
-    """A MetricReader whose flush and shutdown block for ~6 s (a wedged exporter)."""
+    """A MetricReader whose flush and shutdown block for a minute (a wedged exporter)."""
 
     def __new__(cls) -> Any:
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
         class Blocking(InMemoryMetricReader):
             released = threading.Event()
+            #: Set when a blocked call returns: after the test released it, or after a minute.
+            returned = threading.Event()
 
             def force_flush(self, *args: Any, **kwargs: Any) -> bool:
-                self.released.wait(6)
+                self.released.wait(60)
+                self.returned.set()
                 return True
 
             def shutdown(self, *args: Any, **kwargs: Any) -> None:
-                self.released.wait(6)
+                self.released.wait(60)
+                self.returned.set()
 
         return Blocking()
 
@@ -174,7 +178,10 @@ def test_shutdown_and_force_flush_return_within_their_bound(call: str, caplog: A
             started = time.monotonic()
             getattr(handle, call)(timeout_s=1)
             took = time.monotonic() - started
-        assert took < 1 + 1.5, f"{call} took {took:.1f} s"
+        # The order of events, not the machine's speed: the call came back while the reader
+        # was still blocked (it blocks a minute, until released below).
+        assert not reader.returned.is_set(), f"{call} waited for the blocked reader"
+        assert took >= 1.0, f"{call} gave up before its bound ({took:.2f} s)"
         assert f"telemetry {call} did not finish within 1.0 s" in caplog.text
     finally:
         reader.released.set()

@@ -229,7 +229,9 @@ def test_sampler_is_off_by_default_and_stops_promptly() -> None:
     sampler.stop()
     sampler.stop()
     assert not sampler.running
-    assert time.monotonic() - started < 2.0
+    # A stop that waited for the sampler's next tick would take an hour; a minute is slack
+    # no loaded machine needs.
+    assert time.monotonic() - started < 60
 
 
 def test_sampler_refuses_a_bad_interval() -> None:
