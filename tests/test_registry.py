@@ -208,7 +208,7 @@ def test_record_drops_each_bad_input_and_keeps_the_valid_values(caplog: Any) -> 
             )
             rlmetrics.record(GROUP, {"gauge": 1.0}, {"undeclared": "x"})
             rlmetrics.record(GROUP, {"counter": 1, "gauge": 9.0}, {"outcome": "maybe"})
-            rlmetrics.record(GROUP, {"gauge": 1.0}, {"phase": 3})  # type: ignore[dict-item]
+            rlmetrics.record(GROUP, {"gauge": 1.0}, {"phase": 3.5})  # type: ignore[dict-item]
             rlmetrics.record(GROUP, {"counter": -1})
             rlmetrics.record(GROUP, {"gauge": 7.0}, {"phase": "third"})
             rlmetrics.record(GROUP, {"gauge": 8.0}, {"phase": "over-the-cap"})  # overflow
@@ -232,7 +232,7 @@ def test_record_drops_each_bad_input_and_keeps_the_valid_values(caplog: Any) -> 
         "exported through its callback",
         "attribute 'undeclared' is not declared",
         "attribute 'outcome' has a value outside its closed set",
-        "must be a string",
+        "attribute 'phase' must be a string or an int, got float",
         "a counter cannot take a negative value",
         "max_series=3",
         "no metric group 'nope'",

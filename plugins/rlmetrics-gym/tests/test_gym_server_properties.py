@@ -46,8 +46,10 @@ def _scope(path: str, method: str = "GET") -> dict[str, Any]:
 
 
 @given(st.integers(min_value=100, max_value=599))
-def test_every_http_status_is_its_decimal_string(status: int) -> None:
-    assert status_attribute(status) == str(status)
+def test_every_http_status_is_itself_an_int(status: int) -> None:
+    """http.response.status_code is an int in the HTTP semantic conventions."""
+    attribute = status_attribute(status)
+    assert attribute == status and type(attribute) is int
 
 
 @given(
