@@ -20,7 +20,7 @@ _ATTRIBUTES: list[Any] = [
     {"host": "c"},  # the third distinct set: past max_series=2
     {},
     {"other": "x"},  # undeclared
-    {"host": 3},  # not a string
+    {"host": 3.5},  # neither a string nor an int
     {"host": ["x"]},  # unhashable
     "host=a",  # not a mapping
 ]
