@@ -3,6 +3,13 @@
 Families declare their specs at import (``declare``); ``rlmetrics.start()`` freezes the
 registry and binds every spec to an OpenTelemetry instrument (:mod:`rlmetrics.instruments`);
 ``record`` then writes by registry key, and is a cheap no-op while no session is bound.
+
+A process pays only for the families it uses. A recorded series gets its instrument on its
+first point; an observable one is called at every collection, so a group declared with
+``on_use=True`` gets its observable instruments only once the process uses the family
+(``activate(group)``: a server middleware built, a runtime sampler enabled), whether that is
+before ``start()`` or long after the registry froze. Every installed distribution declares
+at start; only the families a process activates cost it a collection.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._fork import forget_in_child
+from ._warn import describe_key, warn_once
 from .instruments import Recorder, Session
 from .spec import MetricSpec
 
@@ -26,6 +34,7 @@ __all__ = [
     "Declared",
     "LateDeclarationError",
     "MetricRegistry",
+    "activate",
     "declare",
     "default_registry",
     "is_exporting",
@@ -68,6 +77,11 @@ class MetricRegistry(Recorder):
         self._lock = threading.RLock()
         self._by_key: dict[tuple[str, str], Declared] = {}
         self._by_name: dict[str, Declared] = {}
+        # Groups whose observable instruments wait for the process to use the family, and
+        # the groups this process has used (kept across sessions and into a forked child,
+        # which inherits what the family built: a middleware, a sampler).
+        self._on_use: set[str] = set()
+        self._active: set[str] = set()
         self._frozen = False
         self._session = None
         forget_in_child(self)
@@ -81,9 +95,19 @@ class MetricRegistry(Recorder):
 
     # -- declaration ----------------------------------------------------------------------
 
-    def declare(self, group: str, specs: Iterable[MetricSpec], *, owner: str | None = None) -> None:
+    def declare(
+        self,
+        group: str,
+        specs: Iterable[MetricSpec],
+        *,
+        owner: str | None = None,
+        on_use: bool = False,
+    ) -> None:
         """Declare ``specs`` under ``group``; raise on a conflict or after freeze.
 
+        With ``on_use=True`` the group's observable instruments are created when the process
+        first calls :meth:`activate` for it, not at start: a family installed everywhere but
+        used in a few processes (a server's, a sampler's) costs the others no collection.
         Identical re-declaration (a module imported twice, a reload) is a no-op.
         """
         owner = owner or _caller_module(1)
@@ -107,11 +131,19 @@ class MetricRegistry(Recorder):
                     f"Import {owner} before rlmetrics.start(), or register it as an entry point in "
                     "the 'rlmetrics' group so it loads at start."
                 )
+            if on_use != (group in self._on_use) and any(g == group for g, _ in self._by_key):
+                raise DeclarationError(
+                    f"rlmetrics.declare({group!r}) from {owner}: the group was declared "
+                    f"{'without' if on_use else 'with'} on_use=True before; one group is "
+                    "activated one way"
+                )
             pending: list[Declared] = []
             for spec in specs:
                 item = Declared(group, spec, owner)
                 self._check_conflict(item, pending)
                 pending.append(item)
+            if on_use:
+                self._on_use.add(group)
             for item in pending:
                 # setdefault: an identical re-declaration keeps the first owner and position.
                 self._by_key.setdefault((group, item.spec.key), item)
@@ -155,6 +187,35 @@ class MetricRegistry(Recorder):
         with self._lock:
             return frozenset(key for g, key in self._by_key if g == group)
 
+    # -- activation ---------------------------------------------------------------------
+
+    def activate(self, group: str) -> None:
+        """The process uses ``group``'s family: create its observable instruments in the
+        running session (and in every later one). Cheap once done; never raises, and never
+        an error after the registry froze (the group was declared before). Call it where
+        the family is first used, never from an observable callback (the SDK holds its
+        collection lock there)."""
+        if group in self._active:
+            return
+        try:
+            with self._lock:
+                if group in self._active:
+                    return
+                self._active.add(group)
+                session = self._session
+            if session is not None:
+                session.activate(group)
+        except Exception:
+            warn_once(
+                f"activate:{describe_key(group)}",
+                f"rlmetrics: activating {describe_key(group)} failed; its observable series "
+                "are not exported",
+            )
+
+    def bound_now(self, group: str) -> bool:
+        """Whether ``group``'s observable instruments are created at start."""
+        return group not in self._on_use or group in self._active
+
     def freeze(self) -> None:
         """Close declaration (telemetry start does this through ``bind``)."""
         with self._lock:
@@ -174,6 +235,7 @@ class MetricRegistry(Recorder):
             for item in undone:
                 del self._by_key[(item.group, item.spec.key)]
                 del self._by_name[item.spec.name.lower()]
+            self._on_use &= {group for group, _ in self._by_key}
             return undone
 
     # -- sessions -------------------------------------------------------------------------
@@ -182,7 +244,7 @@ class MetricRegistry(Recorder):
         """Freeze and build every declared instrument on ``meter``; recording starts."""
         with self._lock:
             self._frozen = True
-            self._session = Session(self._by_key.values(), meter)
+            self._session = Session(self._by_key.values(), meter, self.bound_now)
 
     def release(self) -> None:
         """End the session: recording becomes a no-op and declaration reopens."""
@@ -202,6 +264,8 @@ class MetricRegistry(Recorder):
         with self._lock:
             clone._by_key = dict(self._by_key)
             clone._by_name = dict(self._by_name)
+            clone._on_use = set(self._on_use)
+            clone._active = set(self._active)
         return clone
 
     def _exchange(self, other: MetricRegistry) -> None:
@@ -211,6 +275,8 @@ class MetricRegistry(Recorder):
         with self._lock, other._lock:
             self._by_key, other._by_key = other._by_key, self._by_key
             self._by_name, other._by_name = other._by_name, self._by_name
+            self._on_use, other._on_use = other._on_use, self._on_use
+            self._active, other._active = other._active, self._active
             self._frozen, other._frozen = other._frozen, self._frozen
             self._session, other._session = other._session, self._session
 
@@ -223,9 +289,10 @@ def default_registry() -> MetricRegistry:
     return _default
 
 
-def declare(group: str, specs: Iterable[MetricSpec]) -> None:
-    """Declare ``specs`` under ``group`` in the default registry (call at import time)."""
-    _default.declare(group, specs, owner=_caller_module(1))
+def declare(group: str, specs: Iterable[MetricSpec], *, on_use: bool = False) -> None:
+    """Declare ``specs`` under ``group`` in the default registry (call at import time); with
+    ``on_use=True`` its observable instruments wait for :func:`activate`."""
+    _default.declare(group, specs, owner=_caller_module(1), on_use=on_use)
 
 
 # The recording calls are methods of the one default registry, bound as ``random.random``
@@ -233,6 +300,7 @@ def declare(group: str, specs: Iterable[MetricSpec]) -> None:
 # frame, where a function looking the registry up would add a second. For that the default
 # registry is never replaced; ``rlmetrics.testing.isolated_state`` swaps what it holds.
 record = _default.record
+activate = _default.activate
 record_points = _default.record_points
 record_declared = _default.record_declared
 retract = _default.retract
