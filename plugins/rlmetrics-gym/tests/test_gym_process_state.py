@@ -20,7 +20,8 @@ from rlmetrics_gym.driver import driver_rollout
 from rlmetrics_gym.http_client import MAX_DESTINATIONS, OVERFLOW, destination_value
 from rlmetrics_gym.resources import resources_operation
 from rlmetrics_gym.rollouts import failure_kind_value, register_failure_kinds
-from rlmetrics_gym.runtime import FD_COUNT, FD_COUNT_UNIX, report_file_descriptors_as
+from rlmetrics_gym.runtime import FD_COUNT, FD_COUNT_UNIX, _switch, report_file_descriptors_as
+from rlmetrics_gym.runtime import process as runtime_process
 
 from rlmetrics import testing
 from rlmetrics.testing import in_memory_telemetry, isolated_state, points
@@ -87,8 +88,8 @@ def test_what_one_test_chose_for_the_process_never_reaches_the_next() -> None:
 
     with isolated_state():  # the next test
         assert failure_kind_value("sandbox_oom") == rollouts.UNREGISTERED_KIND
-        assert runtime._fd_names == frozenset({FD_COUNT})
+        assert runtime_process._fd_names == frozenset({FD_COUNT})
         assert health.default_suite() is not configured
-        assert runtime._enabled_for == [None]
+        assert _switch.enabled_for == [None]
         assert destination_value("one-more") == "one-more"
         assert http_client._in_flight.snapshot() == {}

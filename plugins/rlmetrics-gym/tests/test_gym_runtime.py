@@ -24,6 +24,8 @@ from rlmetrics_gym.runtime import (
     TASKS,
     enable_runtime_metrics,
     event_loop_sampler,
+    garbage_collector,
+    process,
     report_file_descriptors_as,
     start_event_loop_sampler,
 )
@@ -260,17 +262,17 @@ def test_gc_metrics_under_concurrent_exports_without_deadlock(
 
 def test_gc_callback_is_installed_only_while_telemetry_exports(runtime: Any) -> None:
     handle, _ = runtime
-    assert runtime_module._on_gc in gc.callbacks
+    assert garbage_collector._on_gc in gc.callbacks
     handle.shutdown()
-    assert runtime_module._on_gc not in gc.callbacks
+    assert garbage_collector._on_gc not in gc.callbacks
 
 
 def test_gc_and_process_series_only_for_a_process_that_enables_them(telemetry: Any) -> None:
     _, reader = telemetry
     assert _runtime_names(reader) == set()
-    assert runtime_module._on_gc not in gc.callbacks
+    assert garbage_collector._on_gc not in gc.callbacks
     enable_runtime_metrics()  # while exporting: from the next collection on
-    assert runtime_module._on_gc in gc.callbacks
+    assert garbage_collector._on_gc in gc.callbacks
     gc.collect()
     assert {"gym.gc.collections_total", "gym.gc.pause_duration_ms", "process.cpu.time"} <= (
         _runtime_names(reader)
@@ -284,7 +286,7 @@ def test_enabling_before_start_applies_to_that_session_only() -> None:
             assert "process.memory.usage" in _runtime_names(reader)
         with in_memory_telemetry() as (_, reader):  # a later session starts without them
             assert _runtime_names(reader) == set()
-            assert runtime_module._on_gc not in gc.callbacks
+            assert garbage_collector._on_gc not in gc.callbacks
 
 
 def test_pauses_the_collector_overwrote_during_a_drain_are_dropped() -> None:
@@ -369,12 +371,12 @@ def test_file_descriptors_under_the_current_semconv_name_on_request(runtime: Any
 
 
 def test_a_forked_child_reports_itself_not_its_parent() -> None:
-    parent = runtime_module._process()
+    parent = process._process()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report what runtime reads as "this process"
         try:
-            os.write(write, str(runtime_module._process().pid).encode())
+            os.write(write, str(process._process().pid).encode())
         finally:
             os._exit(0)
     os.close(write)

@@ -98,8 +98,8 @@ _MATERIALIZE_BUCKETS = (1, 10, 100, 1_000, 5_000, 10_000, 30_000, 60_000, 300_00
 # Counts: 0 has its own bucket (a rollout without tool calls is the common case).
 _COUNT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1_024, 4_096)
 
-_resident: Tally[tuple[()]] = Tally(overflow=())
-_active: Tally[tuple[()]] = Tally(overflow=())
+_resident: Tally[tuple[()]] = Tally(overflow=(), group=GROUP)
+_active: Tally[tuple[()]] = Tally(overflow=(), group=GROUP)
 
 
 @resets_process_state
@@ -176,7 +176,7 @@ SPECS: tuple[MetricSpec, ...] = (
     ),
 )
 
-rlmetrics.declare(GROUP, SPECS)
+rlmetrics.declare(GROUP, SPECS, on_use=True)
 
 
 # -- admission ----------------------------------------------------------------------------------

@@ -98,8 +98,8 @@ _CONNECT_BUCKETS = (
     *(1_000, 2_500, 5_000, 10_000, 30_000),
 )
 
-_in_flight: Tally[str] = Tally(overflow=OVERFLOW, max_keys=MAX_DESTINATIONS + 1)
-_connects: Tally[str] = Tally(overflow=OVERFLOW, max_keys=MAX_DESTINATIONS + 1)
+_in_flight: Tally[str] = Tally(overflow=OVERFLOW, max_keys=MAX_DESTINATIONS + 1, group=GROUP)
+_connects: Tally[str] = Tally(overflow=OVERFLOW, max_keys=MAX_DESTINATIONS + 1, group=GROUP)
 
 
 def _by_destination(destination: str) -> Mapping[str, str]:
@@ -150,7 +150,7 @@ SPECS: tuple[MetricSpec, ...] = (
     ),
 )
 
-rlmetrics.declare(GROUP, SPECS)
+rlmetrics.declare(GROUP, SPECS, on_use=True)
 
 # -- destinations -------------------------------------------------------------------------------
 

@@ -85,8 +85,8 @@ _BUCKETS = (
 )
 
 _Key = tuple[str, str]  # (operation, executor)
-_queued: Tally[_Key] = Tally(overflow=("other", "other"))
-_active: Tally[_Key] = Tally(overflow=("other", "other"))
+_queued: Tally[_Key] = Tally(overflow=("other", "other"), group=GROUP)
+_active: Tally[_Key] = Tally(overflow=("other", "other"), group=GROUP)
 
 
 @resets_process_state
@@ -138,7 +138,7 @@ SPECS: tuple[MetricSpec, ...] = (
     ),
 )
 
-rlmetrics.declare(GROUP, SPECS)
+rlmetrics.declare(GROUP, SPECS, on_use=True)
 
 
 # -- pure mappings ------------------------------------------------------------------------------

@@ -201,7 +201,7 @@ SPECS: tuple[MetricSpec, ...] = (
     ),
 )
 
-rlmetrics.declare(GROUP, SPECS)
+rlmetrics.declare(GROUP, SPECS, on_use=True)
 
 # -- the log_metrics route: one rollout result dict -------------------------------------------
 
@@ -435,6 +435,7 @@ def record_verify(duration_ms: float | None, succeeded: bool) -> None:
     the rate describes the exported session. Never raises."""
     if not is_exporting():
         return
+    rlmetrics.activate(GROUP)  # the success rate's gauge: only a process that verifies reports it
     with _verify.lock:
         _verify.total += 1
         _verify.completed += 1 if flag(succeeded) == "true" else 0

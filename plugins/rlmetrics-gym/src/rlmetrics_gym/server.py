@@ -166,7 +166,7 @@ SPECS: tuple[MetricSpec, ...] = (
     ),
 )
 
-rlmetrics.declare(GROUP, SPECS)
+rlmetrics.declare(GROUP, SPECS, on_use=True)
 
 
 # -- mappings -----------------------------------------------------------------------------------
@@ -262,6 +262,7 @@ _all_totals: list[ServerTotals] = []
 def _list(totals: ServerTotals) -> None:
     totals.listed = True
     _all_totals.append(totals)
+    rlmetrics.activate(GROUP)  # only a process that serves reports the server series
 
 
 @resets_process_state
