@@ -37,9 +37,18 @@ CASES = {
     "record() counter": "raw Counter.add",
     "raw Histogram.record": None,
     "record() histogram": "raw Histogram.record",
-    "raw Counter.add, one attribute": None,
-    "record() counter, one attribute (an admitted set)": "raw Counter.add, one attribute",
+    "raw Counter.add, 1 attribute": None,
+    "record() counter, 1 attribute": "raw Counter.add, 1 attribute",
+    "raw Counter.add, 3 attributes": None,
+    "record() counter, 3 attributes": "raw Counter.add, 3 attributes",
+    "raw Histogram.record, 1 attribute": None,
+    "record() histogram, 1 attribute": "raw Histogram.record, 1 attribute",
+    "raw Histogram.record, 3 attributes": None,
+    "record() histogram, 3 attributes": "raw Histogram.record, 3 attributes",
 }
+#: The attribute sets of the labelled cases: the same dict every call, as a loop passes them.
+ONE = {"rl.worker_group": "actor"}
+THREE = {"rl.worker_group": "actor", "rl.dataset": "math", "rl.phase": "train"}
 _WARM_UP = 200
 
 
@@ -49,22 +58,22 @@ def _run_case(name: str | None, calls: int) -> None:
     meter = provider.get_meter("raw-record")
     raw_counter = meter.create_counter("raw.counter")
     raw_histogram = meter.create_histogram("raw.histogram", unit="s")
-    raw_labelled = meter.create_counter("raw.labelled")
-    host = {"host": "a"}
     with isolated_state():
         rlmetrics.declare(
             "bench",
             [
-                rlmetrics.MetricSpec("bench.counter", rlmetrics.Kind.COUNTER, key="counter"),
                 rlmetrics.MetricSpec(
-                    "bench.histogram", rlmetrics.Kind.HISTOGRAM, unit="s", key="histogram"
-                ),
-                # An open attribute: capped at max_series, the path the overflow check is on.
-                rlmetrics.MetricSpec(
-                    "bench.labelled",
+                    "bench.counter",
                     rlmetrics.Kind.COUNTER,
-                    key="labelled",
-                    attributes={"host": rlmetrics.OPEN},
+                    key="counter",
+                    attributes=dict.fromkeys(THREE, rlmetrics.OPEN),
+                ),
+                rlmetrics.MetricSpec(
+                    "bench.histogram",
+                    rlmetrics.Kind.HISTOGRAM,
+                    unit="s",
+                    key="histogram",
+                    attributes=dict.fromkeys(THREE, rlmetrics.OPEN),
                 ),
             ],
         )
@@ -76,9 +85,21 @@ def _run_case(name: str | None, calls: int) -> None:
                 "record() counter": lambda: rlmetrics.record("bench", {"counter": 1}),
                 "raw Histogram.record": lambda: raw_histogram.record(0.5),
                 "record() histogram": lambda: rlmetrics.record("bench", {"histogram": 0.5}),
-                "raw Counter.add, one attribute": lambda: raw_labelled.add(1, host),
-                "record() counter, one attribute (an admitted set)": lambda: rlmetrics.record(
-                    "bench", {"labelled": 1}, host
+                "raw Counter.add, 1 attribute": lambda: raw_counter.add(1, ONE),
+                "record() counter, 1 attribute": lambda: rlmetrics.record(
+                    "bench", {"counter": 1}, ONE
+                ),
+                "raw Counter.add, 3 attributes": lambda: raw_counter.add(1, THREE),
+                "record() counter, 3 attributes": lambda: rlmetrics.record(
+                    "bench", {"counter": 1}, THREE
+                ),
+                "raw Histogram.record, 1 attribute": lambda: raw_histogram.record(0.5, ONE),
+                "record() histogram, 1 attribute": lambda: rlmetrics.record(
+                    "bench", {"histogram": 0.5}, ONE
+                ),
+                "raw Histogram.record, 3 attributes": lambda: raw_histogram.record(0.5, THREE),
+                "record() histogram, 3 attributes": lambda: rlmetrics.record(
+                    "bench", {"histogram": 0.5}, THREE
                 ),
             }
             for call in cases.values():
