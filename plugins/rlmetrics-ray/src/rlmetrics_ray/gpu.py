@@ -107,6 +107,7 @@ rlmetrics.declare(
             callback=lambda: _observe(HostMemoryMonitor.gpu_memory_limit),
         ),
     ],
+    on_use=True,
 )
 
 

@@ -81,6 +81,7 @@ rlmetrics.declare(
             callback=lambda: observe_total(),
         ),
     ],
+    on_use=True,
 )
 
 
@@ -115,6 +116,15 @@ def _no_nodes() -> Sequence[Any]:
     return ()
 
 
+def _activate() -> None:
+    """The monitor found a host or a GPU: host memory and GPU series are exported from now on
+    (a driver that never calls ray.init() runs none of their callbacks)."""
+    from .gpu import GROUP as GPU_GROUP
+
+    rlmetrics.activate(GROUP)
+    rlmetrics.activate(GPU_GROUP)
+
+
 @rlmetrics.hookimpl
 def telemetry_started(telemetry: rlmetrics.Telemetry) -> None:
     """Start the process's monitor on an exporting driver; it waits for ``ray.init()``. In a
@@ -142,6 +152,7 @@ def telemetry_started(telemetry: rlmetrics.Telemetry) -> None:
         max_concurrency=current.max_concurrency,
         gpus=current.gpus,
         local_gpus=local,
+        on_hosts=_activate,
     )
     _set_active(monitor)
     monitor.start()

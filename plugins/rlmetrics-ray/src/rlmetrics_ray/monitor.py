@@ -215,6 +215,8 @@ class HostMemoryMonitor:
     :param gpus: read each host's GPUs from its exposition too.
     :param local_gpus: reads this machine's GPUs (:class:`~rlmetrics_ray.nvml.NvmlGpus`); used
         in a cycle that lists no Ray node, so a process without Ray still reports its GPUs.
+    :param on_hosts: called (on the monitor's thread) after each cycle that found a host or
+        a GPU: how the families reading the monitor are activated only once there is one.
     """
 
     def __init__(
@@ -229,6 +231,7 @@ class HostMemoryMonitor:
         max_age_s: float | None = None,
         gpus: bool = True,
         local_gpus: Callable[[], Sequence[GpuReading]] | None = None,
+        on_hosts: Callable[[], None] | None = None,
     ) -> None:
         for name, value in (("interval_s", interval_s), ("timeout_s", timeout_s)):
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -253,6 +256,7 @@ class HostMemoryMonitor:
         )
         self.gpus = gpus
         self.local_gpus = local_gpus
+        self.on_hosts = on_hosts
         self._gpu_said = False
         self._snapshot = Snapshot()
         self._cycles = 0
@@ -361,6 +365,8 @@ class HostMemoryMonitor:
         snapshot = build_snapshot(
             readings, time.monotonic(), failures, gpus, [host.name for host in hosts]
         )
+        if (hosts or gpus) and self.on_hosts is not None:
+            self.on_hosts()  # the first host or GPU: the families that report them start
         with self._cond:
             self._snapshot = snapshot
             self._cycles += 1
