@@ -536,11 +536,11 @@ class Recorder:
                 # The attribute set, found once for every key of the call. A loop passes the
                 # same few dicts again and again: comparing with the last one (a copy, so a
                 # dict changed in place is seen) is cheaper than building its set.
-                last = self._last_attributes
+                previous = self._last_attributes
                 if type(attributes) is frozenset:
                     labelled = attributes
-                elif last[0] == attributes:
-                    labelled = last[1]
+                elif previous[0] == attributes:
+                    labelled = previous[1]
                 else:
                     try:
                         labelled = attribute_set(attributes)
