@@ -216,20 +216,38 @@ def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
                 retract(GROUP, key)
 
 
+#: The ``vllm/requests_waiting/*`` keys (with their reason) of each key sequence a loop logs:
+#: found once per sequence, not with a string test per key every step.
+_waiting_plans: dict[tuple[Any, ...], tuple[tuple[str, str], ...]] = {}
+_MAX_PLANS = 64
+
+
+def _waiting_keys(keys: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
+    plan = _waiting_plans.get(keys)
+    if plan is None:
+        plan = tuple(
+            (key, key[len(REQUESTS_WAITING_PREFIX) :])
+            for key in keys
+            if type(key) is str and key.startswith(REQUESTS_WAITING_PREFIX)
+        )
+        if len(_waiting_plans) >= _MAX_PLANS:
+            _waiting_plans.clear()  # a loop whose key sequences churn: start over
+        _waiting_plans[keys] = plan
+    return plan
+
+
 def _tee_waiting(metrics: Mapping[str, Any], reading: bool) -> None:
     """``vllm/requests_waiting/<reason>`` keys as one gauge by reason; a step with a reading
     but none of them (an engine restarted) ends every reason exported so far."""
     points = []
-    for key in metrics:
-        if type(key) is str and key.startswith(REQUESTS_WAITING_PREFIX):
-            reason = key[len(REQUESTS_WAITING_PREFIX) :]
-            if key_attribute(reason, "vLLM waiting reason") is None:
-                continue
-            label = _reasons(reason)
-            attributes = _waiting.get(label)
-            if attributes is None:
-                attributes = _waiting[label] = frozenset({(WAITING_REASON_ATTR, label)})
-            points.append((metrics[key], attributes))
+    for key, reason in _waiting_keys(tuple(metrics)):
+        if key_attribute(reason, "vLLM waiting reason") is None:
+            continue
+        label = _reasons(reason)
+        attributes = _waiting.get(label)
+        if attributes is None:
+            attributes = _waiting[label] = frozenset({(WAITING_REASON_ATTR, label)})
+        points.append((metrics[key], attributes))
     if points:
         record_points(GROUP, REQUESTS_WAITING, points)
     elif reading:
