@@ -119,10 +119,10 @@ def _no_nodes() -> Sequence[Any]:
 def _activate() -> None:
     """The monitor found a host or a GPU: host memory and GPU series are exported from now on
     (a driver that never calls ray.init() runs none of their callbacks)."""
-    from .gpu import GROUP as GPU_GROUP
-
     rlmetrics.activate(GROUP)
-    rlmetrics.activate(GPU_GROUP)
+    # rlmetrics_ray.gpu's group, named rather than imported: a process that left that module
+    # out (a denied entry point) must not declare it here, after the registry froze.
+    rlmetrics.activate("hw.gpu")
 
 
 @rlmetrics.hookimpl

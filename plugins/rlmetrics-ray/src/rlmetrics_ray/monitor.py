@@ -366,7 +366,10 @@ class HostMemoryMonitor:
             readings, time.monotonic(), failures, gpus, [host.name for host in hosts]
         )
         if (hosts or gpus) and self.on_hosts is not None:
-            self.on_hosts()  # the first host or GPU: the families that report them start
+            try:
+                self.on_hosts()  # the first host or GPU: the families that report them start
+            except Exception:
+                warn_once("ray:monitor:on-hosts", "rlmetrics-ray: the monitor's on_hosts failed")
         with self._cond:
             self._snapshot = snapshot
             self._cycles += 1
