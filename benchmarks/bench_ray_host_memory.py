@@ -217,24 +217,34 @@ class CallbackCapture:
 
 
 def bench_collection(args: argparse.Namespace, endpoints: Endpoints) -> None:
+    from rlmetrics_ray import configure
+
+    from rlmetrics.testing import isolated_state
+
+    healthy_nodes = nodes(endpoints.ok[: args.hosts])
+    # The monitor telemetry starts, as a driver gets it; its first cycle scrapes every endpoint
+    # and its timer is an hour out, so the snapshot measured is that real one, fresh throughout.
+    # (Chosen inside an outer isolated state: the outermost one resets process settings.)
+    with isolated_state():
+        configure(nodes=lambda: healthy_nodes, interval_s=3600.0, timeout_s=args.timeout)
+        return _collection(args, snapshot_hosts=args.hosts)
+
+
+def _collection(args: argparse.Namespace, snapshot_hosts: int) -> None:
     from opentelemetry.metrics import CallbackOptions, Observation
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from rlmetrics_ray import active_monitor, configure
+    from rlmetrics_ray import active_monitor
     from rlmetrics_ray.host_memory import GROUP, USED, observe_used
 
     import rlmetrics
     from rlmetrics.testing import in_memory_telemetry, isolated_state
 
-    healthy_nodes = nodes(endpoints.ok[: args.hosts])
-    # The monitor telemetry starts, as a driver gets it; its first cycle scrapes every endpoint
-    # and its timer is an hour out, so the snapshot measured is that real one, fresh throughout.
-    configure(nodes=lambda: healthy_nodes, interval_s=3600.0, timeout_s=args.timeout)
     with isolated_state(), in_memory_telemetry() as (_handle, reader):
         monitor = active_monitor()
         assert monitor is not None and monitor.wait_for_cycles(1, 60.0)
         snapshot = monitor.snapshot
-        assert len(snapshot.hosts) == args.hosts, snapshot.failures[:3]
+        assert len(snapshot.hosts) == snapshot_hosts, (len(snapshot.hosts), snapshot.failures[:3])
 
         # The family's specs bound on a meter of their own, to reach the callback the SDK calls.
         bench_provider = MeterProvider(shutdown_on_exit=False)
