@@ -418,11 +418,20 @@ class Session:
 
             return observe_table
 
+        # The last tuple the callback returned and the observations checked from it.
+        memo: list[Any] = [None, []]
+
         def observe(_options: Any) -> list[Any]:
             if not self.active:
                 return []
             try:
-                observed = list(spec.callback())  # type: ignore[misc]
+                result = spec.callback()  # type: ignore[misc]
+                if type(result) is tuple and result is memo[0]:
+                    # The very tuple of the last collection (a snapshot its owner replaces
+                    # when it has new readings): the same observations, checked once. A
+                    # thousand hosts cost one check a cycle, not one a collection.
+                    return memo[1]  # type: ignore[no-any-return]
+                observed = list(result)
             except Exception:
                 warn_once(
                     f"observe:{spec.name}",
@@ -430,15 +439,19 @@ class Session:
                     "this collection",
                 )
                 return []
-            return self._observations(series, observed)
+            out = self._observations(series, observed)
+            memo[:] = (result, out) if type(result) is tuple else (None, [])
+            return out
 
         return observe
 
     def _observations(self, series: _Series, observed: list[Any]) -> list[Any]:
         spec, valid, observation = series.spec, series.valid, self._observation
-        limit = spec.max_series if series.capped else None
+        limit = spec.max_series if series.capped else INT64_MAX
+        counter = series.counter
         seen: dict[AttributeSet, dict[str, str | int]] = {}  # the cap applies to one collection
         out: list[Any] = []
+        append = out.append
         # Observations past the cap, folded into one overflow observation as the SDK's own
         # overflow aggregates them: summed for a sum, the last one for a gauge.
         overflow: int | float | None = None
@@ -447,16 +460,9 @@ class Session:
                 value, attributes = item
             except (TypeError, ValueError):
                 value = attributes = _MISSING
-            if value is _MISSING:  # reported outside the except: a traceback would say nothing
-                warn_once(
-                    f"observe:{spec.name}:shape",
-                    f"rlmetrics: the callback of {spec.name!r} must yield (value, attributes) "
-                    f"pairs, got a {type(item).__name__}",
-                )
-                continue
             if type(attributes) is dict and (
-                (type(value) is float and value - value == 0)
-                or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
+                ((kind := type(value)) is float and value - value == 0)
+                or (kind is int and INT64_MIN <= value <= INT64_MAX)
             ):
                 # A callback yields the same attribute sets every collection: a finite number
                 # under a set already checked, new to this collection and within the cap,
@@ -465,16 +471,23 @@ class Session:
                     key = frozenset(attributes.items())
                 except TypeError:  # an unhashable value: point() says why
                     key = None
-                checked = None if key is None else valid.get(key)
                 if (
-                    checked is not None
+                    key is not None
+                    and (checked := valid.get(key)) is not None
                     and key not in seen
-                    and (limit is None or len(seen) < limit)
-                    and not (series.counter and value < 0)
+                    and len(seen) < limit
+                    and (value >= 0 or not counter)
                 ):
-                    seen[key] = checked[1]  # type: ignore[index]
-                    out.append(observation(value, checked[1]))
+                    seen[key] = known = checked[1]
+                    append(observation(value, known))
                     continue
+            if value is _MISSING:  # reported outside the except: a traceback would say nothing
+                warn_once(
+                    f"observe:{spec.name}:shape",
+                    f"rlmetrics: the callback of {spec.name!r} must yield (value, attributes) "
+                    f"pairs, got a {type(item).__name__}",
+                )
+                continue
             point = series.point(value, attributes, seen)
             if isinstance(point, str):
                 warn_once(

@@ -17,6 +17,7 @@ import importlib
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -72,6 +73,16 @@ class NvmlGpus:
         self._initialised = False
         self._unavailable: str | None = None
         self._lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):
+            reference = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: _after_fork(reference))
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's monitor thread may have held the lock at the fork (importing pynvml
+        # or starting NVML takes a while): the child's stop() waited on it for ever. NVML's
+        # handles are the parent's too, so the child starts it again if it reads GPUs.
+        self._lock = threading.Lock()
+        self._initialised = False
 
     @property
     def unavailable(self) -> str | None:
@@ -155,6 +166,12 @@ class NvmlGpus:
                 with contextlib.suppress(Exception):
                     self._nvml.nvmlShutdown()
             self._initialised = False
+
+
+def _after_fork(reference: weakref.ref[NvmlGpus]) -> None:
+    gpus = reference()
+    if gpus is not None:
+        gpus._after_fork_in_child()
 
 
 def _text(value: Any) -> str:
