@@ -569,8 +569,8 @@ class Recorder:
                         _unknown(group, key)
                     continue
                 if (
-                    series.recordable
-                    and not attributes
+                    not attributes  # first: a labelled call leaves this branch at once
+                    and series.recordable
                     and (
                         ((kind := type(value)) is float and value - value == 0)
                         # Within one 30-bit digit, which CPython compares on its fast path
@@ -588,17 +588,17 @@ class Recorder:
                             series.table[_NO_KEY] = session.last_value(value, None)
                         else:
                             last.current = value
-                    elif not series.defer:
-                        if series.deferrable and session.in_context is not None:
-                            session._sum(series, value, _NO_KEY, None)  # its stream starts
+                    elif series.defer:
+                        if session.in_context():  # type: ignore[misc]
+                            series.write(value)  # type: ignore[misc]  # in a span: its exemplar
                         else:
-                            series.write(value)  # type: ignore[misc]
-                    elif session.in_context():  # type: ignore[misc]
-                        series.write(value)  # type: ignore[misc]  # in a span: its exemplar
+                            # A counter outside any span: added up until the collection.
+                            with series.sum_lock:
+                                series.plain += value
+                    elif series.deferrable and session.in_context is not None:
+                        session._sum(series, value, _NO_KEY, None)  # its stream starts
                     else:
-                        # A counter outside any span: added up until the collection.
-                        with series.sum_lock:
-                            series.plain += value
+                        series.write(value)  # type: ignore[misc]
                 elif (
                     labelled is not None
                     and series.recordable
