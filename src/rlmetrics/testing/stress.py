@@ -13,6 +13,8 @@ shuts telemetry down (the final export) and prints what it sent, as JSON.
 The paths (each event is one call a training loop or a server makes):
 
 - ``record``: ``rlmetrics.record(GROUP, {"events": 1})`` on one counter;
+- ``record_in_span``: the same inside a span each thread keeps open (traces exported too), so
+  every point goes to the SDK with its exemplar: what the deferred sums of a counter save;
 - ``labelled``: the same with ``{"stress.thread": <thread>}``, one attribute set per thread;
 - ``log_metrics``: ``Logger.log_metrics`` of a four-key dict whose ``events`` key a key map
   ties to a counter (the other keys teed as the training family's gauges);
@@ -44,9 +46,15 @@ THREAD_ATTR = "stress.thread"
 PROCESS_ATTR = "stress.process"
 GYM_CONNECTS = "gym.http.connection_pool.connect_total"
 GYM_IN_FLIGHT = "gym.http.client.requests.in_flight"
-PATHS = ("record", "labelled", "log_metrics", "gym")
+PATHS = ("record", "record_in_span", "labelled", "log_metrics", "gym")
 #: The series each path's events are counted in, as the receiver sees it.
-SERIES = {"record": EVENTS, "labelled": LABELLED, "log_metrics": LOGGED, "gym": GYM_CONNECTS}
+SERIES = {
+    "record": EVENTS,
+    "record_in_span": EVENTS,
+    "labelled": LABELLED,
+    "log_metrics": LOGGED,
+    "gym": GYM_CONNECTS,
+}
 #: How often a thread looks at the clock (events).
 _CHECK_EVERY = 256
 
@@ -213,7 +221,7 @@ def _event(path: str, thread: int) -> Callable[[], None]:
     """One event of ``path``, as a call."""
     import rlmetrics
 
-    if path == "record":
+    if path in ("record", "record_in_span"):
         values = {"events": 1}
         record = rlmetrics.record
         return lambda: record(GROUP, values)
@@ -252,15 +260,29 @@ def _thread(
 ) -> None:
     event = _event(path, index)
     gate.wait()
-    stop = time.monotonic() + seconds
-    count = 0
-    while count < limit:
-        for _ in range(_CHECK_EVERY):
-            event()
-        count += _CHECK_EVERY
-        if time.monotonic() >= stop:
-            break
+    with _span(path):
+        stop = time.monotonic() + seconds
+        count = 0
+        while count < limit:
+            for _ in range(_CHECK_EVERY):
+                event()
+            count += _CHECK_EVERY
+            if time.monotonic() >= stop:
+                break
     out[index] = count
+
+
+def _span(path: str) -> Any:
+    """A span around a thread's events on the ``record_in_span`` path, else nothing."""
+    import contextlib
+
+    import rlmetrics
+
+    telemetry = rlmetrics.current()
+    provider = None if telemetry is None else telemetry.tracer_provider
+    if path != "record_in_span" or provider is None:
+        return contextlib.nullcontext()
+    return provider.get_tracer("rlmetrics-stress").start_as_current_span("stress")
 
 
 def _cpu() -> float:
@@ -301,7 +323,7 @@ def worker(argv: Sequence[str]) -> None:
         exporters={"otlp": {"endpoint": args.endpoint}},
         export_interval_s=args.interval,
         resource={PROCESS_ATTR: str(args.worker)},
-        traces=False,
+        traces=args.path == "record_in_span",
     )
     limit = args.limit or sys.maxsize
     gate = threading.Event()
