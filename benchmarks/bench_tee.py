@@ -46,6 +46,10 @@ GOALS = {
     "one step + one collection": 1.3,
     "record() counter": 1.2,
     "record() histogram": 1.2,
+    "record() counter, 1 attribute": 1.2,
+    "record() counter, 3 attributes": 1.2,
+    "record() histogram, 1 attribute": 1.2,
+    "record() histogram, 3 attributes": 1.2,
     "Logger + JSONL, telemetry not started": 1.5,
     "import rlmetrics (CPU, fresh process)": 1.2,
 }
@@ -55,6 +59,10 @@ OURS_COLLECTED = "rlmetrics' collection alone vs sync set + collection"
 FLOOR = "Python alone: a bound method and a dict loop around Counter.add, no checks"
 SNAPSHOT = "queued backends' snapshot of the step vs log_metrics, JSONL backend"
 SNAPSHOT_ARRAYS = "the same, step + 4 NumPy arrays of 256 floats"
+
+#: The labelled cases' attribute sets: the same dict every call, as a loop passes them.
+ONE = {"rl.worker_group": "actor"}
+THREE = {"rl.worker_group": "actor", "rl.dataset": "math", "rl.phase": "train"}
 
 _EFFICIENCY = {
     "init/total": ("wall_clock", "run", "overhead"),
@@ -223,13 +231,19 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
         rlmetrics.declare(
             "bench",
             [
-                rlmetrics.MetricSpec("bench.counter", rlmetrics.Kind.COUNTER, key="counter"),
+                rlmetrics.MetricSpec(
+                    "bench.counter",
+                    rlmetrics.Kind.COUNTER,
+                    key="counter",
+                    attributes=dict.fromkeys(THREE, rlmetrics.OPEN),
+                ),
                 rlmetrics.MetricSpec(
                     "bench.histogram",
                     rlmetrics.Kind.HISTOGRAM,
                     unit="s",
                     key="histogram",
                     buckets=[0.1, 1, 10],
+                    attributes=dict.fromkeys(THREE, rlmetrics.OPEN),
                 ),
             ],
         )
@@ -295,6 +309,19 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
                 number=number * 4,
                 rounds=rounds,
             )
+            for label, labels in (("1 attribute", ONE), ("3 attributes", THREE)):
+                results[f"record() counter, {label}"] = compare(
+                    lambda labels=labels: rlmetrics.record("bench", {"counter": 1}, labels),
+                    lambda labels=labels: raw_counter.add(1, labels),
+                    number=number * 4,
+                    rounds=rounds,
+                )
+                results[f"record() histogram, {label}"] = compare(
+                    lambda labels=labels: rlmetrics.record("bench", {"histogram": 0.5}, labels),
+                    lambda labels=labels: raw_histogram.record(0.5, labels),
+                    number=number * 4,
+                    rounds=rounds,
+                )
             # What a queued backend (W&B, MLflow) adds to the caller's thread: the step taken
             # as plain values before it is queued, once for all of them.
             results[SNAPSHOT] = compare(
@@ -419,7 +446,8 @@ def main() -> None:
     block = table(*measured, f"{families}, {processes} processes of {rounds} rounds")
     sys.stdout.write(block)
     if args.update_readme:
-        update_readme(f"bench-tee:{version('opentelemetry-sdk')}", block)
+        every = ":all-families" if args.all_families else ""
+        update_readme(f"bench-tee:{version('opentelemetry-sdk')}{every}", block)
 
 
 if __name__ == "__main__":
