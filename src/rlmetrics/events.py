@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import attrs
 
 from ._warn import describe_value, warn_once
+from .keyplans import KeyPlans
 from .values import as_number, as_plain, encodable, readable_items
 
 __all__ = [
@@ -238,22 +239,13 @@ def _category(key: Any) -> str | None:
     return None
 
 
-#: A training loop logs the same keys in the same order every step, so which of them are
-#: categories is worked out once per key sequence: a step then costs one tuple of its keys
-#: and a lookup, not a string test per key.
-_plans: dict[tuple[Any, ...], tuple[tuple[str, str], ...]] = {}
-_MAX_PLANS = 256
-
-
-def _category_plan(keys: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
+def _category_keys(keys: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
     """``(key, category)`` for each category key of a dict with these keys, in order."""
-    plan = _plans.get(keys)
-    if plan is None:
-        plan = tuple((key, c) for key in keys if (c := _category(key)) is not None)
-        if len(_plans) >= _MAX_PLANS:  # key sets that churn every step: start over
-            _plans.clear()
-        _plans[keys] = plan
-    return plan
+    return tuple((key, c) for key in keys if (c := _category(key)) is not None)
+
+
+#: Which keys of a dict are categories, worked out once per key sequence.
+_category_plan = KeyPlans(_category_keys)
 
 
 @attrs.frozen

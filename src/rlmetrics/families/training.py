@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import hookimpl
 from ..events import TRAIN_PREFIXES
+from ..keyplans import KeyPlans
 from ..registry import (
     _caller_module,
     declare,
@@ -287,7 +288,7 @@ def record_dataset_metrics(rows: list[tuple[str, str, Any]]) -> None:
 def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
     if prefix in TRAIN_PREFIXES:
         record_declared(GROUP, metrics)
-        keys = _labelled_keys(metrics)
+        keys = _labelled_keys(tuple(metrics))
         if keys:
             labelled = {k: metrics[k] for k in keys}
             record_reward_components(reward_components(labelled))
@@ -303,23 +304,14 @@ def telemetry_started() -> None:
     _datasets.clear()
 
 
-#: A loop logs the same keys every step: which of them are components or per-dataset
-#: metrics is worked out once per key sequence, so a step costs a tuple and a lookup.
-_plans: dict[tuple[Any, ...], tuple[str, ...]] = {}
-_MAX_PLANS = 256
+def _find_labelled_keys(keys: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(
+        k
+        for k in keys
+        if type(k) is str and (k.startswith(_REWARD_PREFIX) or k.startswith(_VALIDATION_KEY_PREFIX))
+    )
 
 
-def _labelled_keys(metrics: Mapping[str, Any]) -> tuple[str, ...]:
-    keys = tuple(metrics)
-    plan = _plans.get(keys)
-    if plan is None:
-        plan = tuple(
-            k
-            for k in keys
-            if type(k) is str
-            and (k.startswith(_REWARD_PREFIX) or k.startswith(_VALIDATION_KEY_PREFIX))
-        )
-        if len(_plans) >= _MAX_PLANS:
-            _plans.clear()  # a loop whose keys churn: start over rather than grow
-        _plans[keys] = plan
-    return plan
+#: Which keys of a train dict are components or per-dataset metrics, worked out once per key
+#: sequence.
+_labelled_keys = KeyPlans(_find_labelled_keys)

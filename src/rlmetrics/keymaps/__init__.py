@@ -37,6 +37,7 @@ import attrs
 from .._warn import warn_once
 from ..events import EFFICIENCY_PREFIX, TRAIN_PREFIXES
 from ..hooks import collect_offers
+from ..keyplans import KeyPlans
 from ..registry import default_registry, is_exporting, record, record_points
 from ..telemetry import current
 from ..values import AttributeSet, BoundedValues, key_attribute
@@ -266,9 +267,6 @@ class _Plan:
     kept: tuple[str, ...]  # the others, which the tee gets as they are
 
 
-_MAX_PLANS = 256
-
-
 class KeyMapper:
     """One :class:`KeyMap` applied to a Logger's dicts.
 
@@ -279,7 +277,7 @@ class KeyMapper:
 
     def __init__(self, key_map: KeyMap) -> None:
         self.key_map = key_map
-        self._plans: dict[tuple[str, ...], _Plan] = {}
+        self._plans = KeyPlans(self._plan)
         self._declared_for: object = _NOT_READ  # read on first use, telemetry or not
         self._declared: dict[str, Declared] = {}
         self._bounded: dict[KeyRule, BoundedValues] = {}
@@ -294,10 +292,7 @@ class KeyMapper:
         if prefix not in PREFIXES:
             return flat
         try:
-            keys = tuple(flat)
-            plan = self._plans.get(keys)
-            if plan is None:
-                plan = self._plan(keys)
+            plan = self._plans(tuple(flat))
             if not plan.listed:
                 return flat
             if plan.series and is_exporting():
@@ -329,11 +324,7 @@ class KeyMapper:
             elif rule.category is not None:
                 categories.append((key, efficiency_key(rule.category)))
         kept = tuple(k for k in keys if k not in listed)
-        plan = _Plan(tuple(series), tuple(categories), frozenset(listed), kept)
-        if len(self._plans) >= _MAX_PLANS:  # key sets that churn every step: start over
-            self._plans.clear()
-        self._plans[keys] = plan
-        return plan
+        return _Plan(tuple(series), tuple(categories), frozenset(listed), kept)
 
     def _targets(self) -> dict[str, Declared]:
         """Every declared series by name, read once per telemetry session (declarations are

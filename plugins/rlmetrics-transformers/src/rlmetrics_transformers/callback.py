@@ -27,6 +27,7 @@ from transformers import TrainerCallback
 
 from rlmetrics import KeyMap, Logger
 from rlmetrics.adapters import AdapterLogger, guarded
+from rlmetrics.keyplans import KeyPlans
 
 __all__ = ["EVAL_PREFIX", "TEST_PREFIX", "TRAIN_PREFIX", "RLMetricsCallback", "split_prefix"]
 
@@ -39,11 +40,7 @@ def split_prefix(logs: Mapping[str, Any], train: str = TRAIN_PREFIX) -> dict[str
     """``{prefix: {key: value}}``: ``eval_loss`` is ``loss`` under ``eval``, ``test_loss``
     ``loss`` under ``test``, every other key itself under ``train``."""
     keys = tuple(logs)
-    plan = _plans.get(keys)
-    if plan is None:
-        plan = _plans[keys] = tuple(_split(key) for key in keys)
-        if len(_plans) > _MAX_PLANS:  # key sets that churn every call: start over
-            _plans.clear()
+    plan = _plans(keys)
     out: dict[str, dict[str, Any]] = {}
     for key, (prefix, name) in zip(keys, plan, strict=True):
         out.setdefault(train if prefix is None else prefix, {})[name] = logs[key]
@@ -59,9 +56,12 @@ def _split(key: Any) -> tuple[str | None, Any]:
     return None, key
 
 
+def _split_keys(keys: tuple[Any, ...]) -> tuple[tuple[str | None, Any], ...]:
+    return tuple(_split(key) for key in keys)
+
+
 #: Which keys go where, worked out once per key sequence (a trainer logs the same every step).
-_plans: dict[tuple[Any, ...], tuple[tuple[str | None, Any], ...]] = {}
-_MAX_PLANS = 64
+_plans = KeyPlans(_split_keys, limit=64)
 
 
 class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
