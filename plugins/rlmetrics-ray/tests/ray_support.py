@@ -27,6 +27,7 @@ __all__ = [
     "NODE_FIXTURE",
     "PLACEMENT_GROUP_TABLE",
     "WAIT_S",
+    "Cluster",
     "ExpositionServer",
     "dead_port",
     "node_info",
@@ -181,6 +182,21 @@ def node_info(
         alive=alive,
     )
     return info
+
+
+class Cluster:
+    """The node list a monitor reads: ``ray.nodes()`` entries the test edits between cycles."""
+
+    def __init__(self) -> None:
+        self.infos: list[dict[str, Any]] = []
+
+    def add(self, node_id: str, hostname: str, port: int | None) -> dict[str, Any]:
+        info = node_info(node_id, hostname, port)
+        self.infos.append(info)
+        return info
+
+    def __call__(self) -> list[dict[str, Any]]:
+        return list(self.infos)
 
 
 def dead_port() -> int:

@@ -11,11 +11,15 @@
   used (it stops every Ray on the machine).
 - Ray waits a hard-coded 30 s for its raylet to register; on a loaded 2-core machine that can
   run out, so a start that fails is cleaned up and tried again.
+- The driver: :func:`driver` connects this process to the head and refuses a Ray imported
+  before ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` was set (it would advertise the interface
+  address). Ray itself is imported only there: a test module sets :data:`RAY_ENV` first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -24,9 +28,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["RAY_ENV", "RayHead", "free_port"]
+import pytest
+
+__all__ = ["RAY_ENV", "RayHead", "connect", "driver", "free_port"]
 
 RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # node address 127.0.0.1
@@ -124,3 +132,43 @@ class RayHead:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> RayHead:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def connect(head: RayHead, **options: Any) -> None:
+    """``ray.init`` on ``head`` as its driver (``options``: a ``runtime_env``, say), with
+    Ray's worker logs kept off this process's output."""
+    import ray
+
+    ray.init(address=head.address, log_to_driver=False, logging_level=logging.WARNING, **options)
+
+
+@contextlib.contextmanager
+def driver(head: RayHead) -> Iterator[list[dict[str, Any]]]:
+    """This process connected to ``head`` as its driver until the block ends: ``ray.nodes()``,
+    every node on 127.0.0.1 (checked)."""
+    import ray
+    from ray._private import ray_constants  # the flag the environment variable sets
+
+    if ray_constants.ENABLE_RAY_CLUSTER:
+        pytest.fail(
+            "Ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set, so it would "
+            "advertise this machine's interface address: refusing to start it"
+        )
+    connect(head)
+    try:
+        nodes = ray.nodes()
+        addresses = {node["NodeManagerAddress"] for node in nodes}
+        assert addresses == {"127.0.0.1"}, f"Ray advertises {addresses}, not loopback"
+        yield nodes
+    finally:
+        ray.shutdown()

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ray_support import WAIT_S, ExpositionServer, node_info, render_exposition, render_gpus
+from ray_support import WAIT_S, Cluster, ExpositionServer, render_exposition, render_gpus
 from rlmetrics_ray import active_monitor, configure
 from rlmetrics_ray.exposition import read_samples
 from rlmetrics_ray.gpu import MEMORY_LIMIT, MEMORY_USAGE, UTILIZATION, GpuRows, nemo_rl_rows
@@ -38,19 +38,6 @@ Serve = Callable[..., ExpositionServer]
 def host_exposition(gpus: list[tuple[int, float, float, float]]) -> str:
     """A GPU host's raylet: its memory, and its GPUs as (index, util %, used MiB, free MiB)."""
     return render_gpus(gpus, text=render_exposition(1 * GiB, 4 * GiB, 3 * GiB, 16 * GiB))
-
-
-class Cluster:
-    def __init__(self) -> None:
-        self.infos: list[dict[str, Any]] = []
-
-    def add(self, node_id: str, hostname: str, port: int | None) -> dict[str, Any]:
-        info = node_info(node_id, hostname, port)
-        self.infos.append(info)
-        return info
-
-    def __call__(self) -> list[dict[str, Any]]:
-        return list(self.infos)
 
 
 @pytest.fixture

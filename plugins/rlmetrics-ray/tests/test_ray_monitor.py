@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ray_support import (
     WAIT_S,
+    Cluster,
     ExpositionServer,
     dead_port,
-    node_info,
     render_exposition,
     wait_until,
 )
@@ -41,21 +41,6 @@ def memory(
     used: float, total: float, used_host: float | None = None, total_host: float | None = None
 ) -> str:
     return render_exposition(used=used, total=total, used_host=used_host, total_host=total_host)
-
-
-class Cluster:
-    """The node list a monitor reads: ``ray.nodes()`` entries the test edits between cycles."""
-
-    def __init__(self) -> None:
-        self.infos: list[dict[str, Any]] = []
-
-    def add(self, node_id: str, hostname: str, port: int | None) -> dict[str, Any]:
-        info = node_info(node_id, hostname, port)
-        self.infos.append(info)
-        return info
-
-    def __call__(self) -> list[dict[str, Any]]:
-        return list(self.infos)
 
 
 @pytest.fixture

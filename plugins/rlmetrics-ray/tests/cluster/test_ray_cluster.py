@@ -26,7 +26,7 @@ if importlib.util.find_spec("ray") is None:
         raise ImportError("RLMETRICS_REQUIRE_RAY=1 but Ray is not installed")
     pytest.skip("needs Ray (ray[default]); the tox env 'ray' installs it", allow_module_level=True)
 
-from ray_support_cluster import RAY_ENV, RayHead
+from ray_support_cluster import RAY_ENV, RayHead, connect, driver
 
 os.environ.update(RAY_ENV)  # before Ray is imported: it reads them at import
 
@@ -52,36 +52,16 @@ RAY_WAIT_S = 90.0
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
     """A one-node Ray cluster (``ray start --head``, two CPUs) for this module."""
-    ray_head = RayHead(num_cpus=2)
-    try:
-        yield ray_head.start()
-    finally:
-        ray_head.close()
+    with RayHead(num_cpus=2) as ray_head:
+        yield ray_head
 
 
 @pytest.fixture(scope="module")
 def cluster(head: RayHead) -> Iterator[list[dict[str, Any]]]:
     """This process connected to ``head`` as its driver; ``ray.nodes()``."""
-    from ray._private import ray_constants  # the flag the environment variable sets
-
-    if ray_constants.ENABLE_RAY_CLUSTER:
-        pytest.fail(
-            "Ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set, so it would "
-            "advertise this machine's interface address: refusing to start it"
-        )
-    connect(head)
-    try:
-        nodes = ray.nodes()
-        addresses = {node["NodeManagerAddress"] for node in nodes}
-        assert addresses == {"127.0.0.1"}, f"Ray advertises {addresses}, not loopback"
+    with driver(head) as nodes:
         assert {node["MetricsExportPort"] for node in nodes} == {head.metrics_port}
         yield nodes
-    finally:
-        ray.shutdown()
-
-
-def connect(head: RayHead, **options: Any) -> None:
-    ray.init(address=head.address, log_to_driver=False, logging_level=logging.WARNING, **options)
 
 
 def host_points(reader: Any) -> list[Any]:

@@ -9,7 +9,6 @@ Skipped where Ray is not installed (the SDK envs); the tox env ``ray`` runs them
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 from collections.abc import Iterator
 
@@ -20,7 +19,7 @@ if importlib.util.find_spec("ray") is None:
         raise ImportError("RLMETRICS_REQUIRE_RAY=1 but Ray is not installed")
     pytest.skip("needs Ray (ray[default]); the tox env 'ray' installs it", allow_module_level=True)
 
-from ray_support_cluster import RAY_ENV, RayHead
+from ray_support_cluster import RAY_ENV, RayHead, driver
 
 os.environ.update(RAY_ENV)  # before Ray is imported: it reads them at import
 
@@ -39,21 +38,8 @@ RAY_WAIT_S = 90.0
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RayHead]:
     """A one-node Ray cluster, this process connected to it as the driver."""
-    from ray._private import ray_constants
-
-    head = RayHead(num_cpus=2)
-    try:
-        head.start()
-        if ray_constants.ENABLE_RAY_CLUSTER:
-            pytest.fail("Ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set")
-        ray.init(address=head.address, log_to_driver=False, logging_level=logging.WARNING)
-        try:
-            assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
-            yield head
-        finally:
-            ray.shutdown()
-    finally:
-        head.close()
+    with RayHead(num_cpus=2) as head, driver(head):
+        yield head
 
 
 @pytest.fixture

@@ -10,18 +10,16 @@ fails there.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from ray_support_cluster import RAY_ENV, RayHead
+from ray_support_cluster import RAY_ENV, RayHead, driver
 
 os.environ.update(RAY_ENV)  # before Ray is imported: it reads them at import
 
-import ray
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 from rlmetrics_ray.train import CONTROLLER_GROUP, RLMetricsTrainCallback
@@ -36,19 +34,8 @@ RAY_WAIT_S = 120.0
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RayHead]:
     """A one-node Ray cluster on 127.0.0.1 with this process connected as its driver."""
-    from ray._private import ray_constants
-
-    head = RayHead(num_cpus=2)
-    try:
-        head.start()
-        if ray_constants.ENABLE_RAY_CLUSTER:
-            pytest.fail("Ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set")
-        ray.init(address=head.address, log_to_driver=False, logging_level=logging.WARNING)
-        assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
+    with RayHead(num_cpus=2) as head, driver(head):
         yield head
-    finally:
-        ray.shutdown()
-        head.close()
 
 
 def test_a_torch_trainer_reports_through_the_controller_with_the_drivers_run_id(
