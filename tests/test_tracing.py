@@ -529,10 +529,10 @@ def test_span_ids_do_not_follow_the_random_module(traced: Any) -> None:
 
 
 def test_a_timer_adds_up_every_thread_and_stays_bounded_unread() -> None:
-    from rlmetrics import tracing
+    from rlmetrics.tracing.accounting import MAX_PENDING
 
     timer = rlmetrics.PhaseTimer()
-    per_thread = tracing._MAX_PENDING  # each thread alone would fold at least once
+    per_thread = MAX_PENDING  # each thread alone would fold at least once
 
     def worker() -> None:
         for _ in range(per_thread):
@@ -545,7 +545,7 @@ def test_a_timer_adds_up_every_thread_and_stays_bounded_unread() -> None:
     taken.append(timer.take())  # read while they record: nothing is lost or counted twice
     for thread in threads:
         thread.join()
-    assert len(timer._pending) <= tracing._MAX_PENDING + 4
+    assert len(timer._pending) <= MAX_PENDING + 4
     taken.append(timer.take())
     total = sum(t.get("idle/buffer_full_backoff", 0.0) for t in taken)
     assert total == 4 * per_thread * 0.5

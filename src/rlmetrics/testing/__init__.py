@@ -17,9 +17,10 @@ from typing import Any
 
 import attrs
 
-from .. import _warn, plugins, registry, tracing
+from .. import _warn, plugins, registry
 from .._process_state import reset_process_state, resets_process_state
 from ..telemetry import Telemetry, current, start
+from ..tracing._state import reset as reset_tracing
 from .peers import BlackHole, ExpositionServer, OtlpPoint, OtlpReceiver
 from .traces import SpanRecord, in_memory_tracing, span_records
 
@@ -191,7 +192,7 @@ def isolated_state(
     default._exchange(stand_in)
     plugins._plugins = None
     _warn._reset()
-    tracing._reset()
+    reset_tracing()
     _depth.append(None)
     try:
         yield default
@@ -204,7 +205,7 @@ def isolated_state(
         plugins._in_process.clear()
         plugins._in_process.update(saved_in_process)
         _warn._reset()
-        tracing._reset()
+        reset_tracing()
         _depth.pop()
         if outermost:
             reset_process_state()

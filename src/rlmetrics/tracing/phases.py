@@ -1,0 +1,241 @@
+"""The phase API: ``with rlmetrics.phase("generation", bucket="productive"):`` (or a
+decorator) reads the clock once when the block starts and once when it ends; the two readings
+are its leaf span, tagged ``rl.bucket`` (while tracing), *and* the seconds added to the
+phase's accounting. :class:`PhaseTimer` is a phase factory with accounting of its own (the
+efficiency family's ``EfficiencyTimer``); :func:`account` adds seconds measured elsewhere.
+
+This module names no phase and no category: which names are accounted, per step or over the
+run, and which bucket their span carries, plugins offer through ``register_phases``
+(:class:`~rlmetrics.tracing.accounting.PhaseKind`). A phase no plugin offers is a span only;
+without an explicit bucket it is ``overhead``, as NeMo-RL tags an unknown leaf.
+
+Without tracing a phase is two clock readings and an append: the path is written inline for
+that (see :meth:`Phase.__exit__`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+from .. import plugins as _plugins
+from .._warn import describe_key, describe_value, warn_once
+from ._state import kinds, state, target
+from .accounting import BUCKETS, MAX_PENDING, PhaseSeconds, clock_of
+from .scopes import BUCKET_ATTR, ITERATION_ATTR, PHASE_ATTR, Scope, span_tags
+
+__all__ = [
+    "DEFAULT_BUCKET",
+    "Phase",
+    "PhaseTimer",
+    "account",
+    "phase",
+    "phase_span_name",
+]
+
+#: The bucket of a phase that neither names one nor is offered by a plugin.
+DEFAULT_BUCKET = "overhead"
+_INVALID_NAME = "rl.phase"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _span_name(name: str) -> str:
+    """A phase's span name: ``rl.`` and its name with ``/`` as ``.`` (``idle/refit_bubble`` is
+    ``rl.idle.refit_bubble``), as NeMo-RL names efficiency spans."""
+    dotted = name.replace("/", ".")
+    return dotted if dotted.startswith("rl.") else "rl." + dotted
+
+
+phase_span_name = functools.lru_cache(maxsize=1024)(_span_name)
+
+
+class PhaseTimer(PhaseSeconds):
+    """Seconds per phase name, added up across threads, and the phases that add to them.
+
+    ``time(name)`` is a :class:`Phase` whose seconds land here (and which is a span while
+    tracing); ``record(name, seconds)`` adds seconds measured elsewhere, without a span. The
+    efficiency family's ``EfficiencyTimer`` and ``CollectorTimer`` are timers of this kind.
+
+    :param clock: a function returning seconds that the phases of this timer read; the default
+        is monotonic and dates spans in Unix time.
+    """
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        super().__init__()
+        self._clock = clock_of(clock)
+
+    def time(
+        self, name: str, bucket: str | None = None, tags: Mapping[str, Any] | None = None
+    ) -> Phase:
+        """A phase whose seconds this timer adds up (a ``with`` block or a decorator)."""
+        return Phase(name, bucket, tags, self)
+
+
+class Phase(Scope):
+    """One timed phase of a step: ``with rlmetrics.phase("generation", bucket="productive"):``
+    or ``@rlmetrics.phase("reward", bucket="overhead")``.
+
+    :param name: the phase; a name a plugin offers (the efficiency family's categories, such
+        as ``idle/refit_bubble``) is accounted in the step's efficiency summary and carries the
+        plugin's bucket; any other name is a span only.
+    :param bucket: ``productive``, ``overhead``, ``idle`` or ``wasted`` for the span's
+        ``rl.bucket``; default the plugin's, else ``overhead``.
+    :param tags: further span attributes (strings, ints, bools; never a time-series number).
+    :param timer: the :class:`PhaseTimer` its seconds go to (``PhaseTimer.time`` passes it);
+        default the step's or the run's accounting, as the phase's :class:`PhaseKind` says.
+
+    A phase that raises still ends its span (status error) and still counts its seconds.
+    Never raises: a bad name or bucket is reported once and the phase is still timed. One
+    object times one block at a time: call ``rlmetrics.phase(...)`` for each.
+    """
+
+    __slots__ = ("_bucket", "_phase", "_tags", "_timer")
+
+    def __init__(
+        self,
+        name: str,
+        bucket: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        timer: PhaseTimer | None = None,
+    ) -> None:
+        self._span = None
+        self._phase = name
+        self._tags = tags
+        self._timer = timer
+        if bucket is not None and bucket not in BUCKETS:
+            warn_once(
+                "phase:bucket",
+                f"rlmetrics.phase: bucket must be one of {sorted(BUCKETS)}, got "
+                f"{describe_key(bucket)}; dropped (the phase's own bucket is used)",
+            )
+            bucket = None
+        self._bucket = bucket
+
+    def __enter__(self) -> Phase:
+        timer = self._timer
+        clock = self._clock = state.clock if timer is None else timer._clock
+        if state.binding is None:  # not tracing: two clock readings and the accounting
+            self._t0 = clock.now()
+        else:
+            self._open(clock)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._span is not None:
+            self._close(exc)
+            return
+        seconds = (self._clock.now() - self._t0) / 1e9
+        name = self._phase
+        if type(name) is not str:
+            self._valid_name()  # reported once; accounted nowhere
+            return
+        try:
+            timer = self._timer
+            if timer is not None:
+                timer.record(name, seconds)
+                return
+            if _plugins._plugins is state.kinds_source:  # target(name), inlined
+                accounts = state.targets.get(name)
+            else:
+                accounts = target(name)
+            if accounts is not None:  # the step's or the run's: PhaseSeconds.record, inlined
+                pending = accounts._pending
+                pending.append((name, seconds))
+                if len(pending) > MAX_PENDING:
+                    accounts._fold()
+        except Exception:
+            warn_once("tracing:Phase", "rlmetrics: accounting a phase failed; its seconds are lost")
+
+    def __call__(self, function: _F) -> _F:
+        """Time every call of ``function`` as this phase (``@rlmetrics.phase(...)``)."""
+        name, bucket, tags, timer = self._phase, self._bucket, self._tags, self._timer
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                with Phase(name, bucket, tags, timer):
+                    return await function(*args, **kwargs)
+
+            return timed_async  # type: ignore[return-value]
+
+        @functools.wraps(function)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with Phase(name, bucket, tags, timer):
+                return function(*args, **kwargs)
+
+        return timed  # type: ignore[return-value]
+
+    def _valid_name(self) -> str | None:
+        name = self._phase
+        if type(name) is str and name:
+            return name
+        warn_once(
+            "phase:name",
+            f"rlmetrics.phase: a phase name must be a non-empty string, got "
+            f"{describe_value(name)}; the phase is timed as {_INVALID_NAME!r} and accounted "
+            "nowhere",
+        )
+        return None
+
+    def _ended(self, t1: int) -> None:
+        name = self._phase
+        if type(name) is not str:
+            return
+        accounts = self._timer if self._timer is not None else target(name)
+        if accounts is not None:
+            accounts.record(name, (t1 - self._t0) / 1e9)
+
+    def _name(self) -> str:
+        name = self._valid_name()
+        return _INVALID_NAME if name is None else phase_span_name(name)
+
+    def _attributes(self) -> dict[str, Any]:
+        name = self._valid_name()
+        attributes: dict[str, Any] = {}
+        if self._tags:
+            attributes.update(span_tags(self._tags, "rlmetrics.phase"))
+        bucket = self._bucket
+        if name is not None:
+            attributes[PHASE_ATTR] = name
+        if bucket is None:
+            kind = None if name is None else kinds().get(name)
+            bucket = DEFAULT_BUCKET if kind is None else kind.bucket
+        if bucket is not None:
+            attributes[BUCKET_ATTR] = bucket
+        steps = state.steps
+        if steps and steps[-1]._iteration is not None:
+            attributes[ITERATION_ATTR] = steps[-1]._iteration
+        return attributes
+
+
+#: ``rlmetrics.phase(name, bucket=None, tags=None)``: the class itself, so a phase costs one
+#: call less (see :class:`Phase`).
+phase = Phase
+
+
+def account(name: str, seconds: float) -> None:
+    """Add ``seconds`` measured elsewhere to phase ``name``'s accounting, without a span: the
+    seconds a pool of worker threads spent, summed (``wasted/failed_trajectory``). A name no
+    plugin offers is accounted nowhere."""
+    try:
+        accounts = target(name) if type(name) is str else None
+        value = float(seconds)
+    except Exception:
+        accounts = None
+    if accounts is None:
+        warn_once(
+            "phase:account",
+            f"rlmetrics.account: {describe_key(name)} is no phase a plugin offers (or its seconds "
+            "are not a number); not accounted",
+        )
+        return
+    accounts.record(name, value)

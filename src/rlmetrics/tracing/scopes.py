@@ -1,0 +1,400 @@
+"""The spans rlmetrics opens: :class:`Scope` (what every one shares: its span, the two clock
+readings, ending it from another thread at shutdown), the step's umbrella span
+:class:`Step`, and :class:`Umbrella` (the run, a rollout). A phase, the leaf span, is
+:class:`rlmetrics.tracing.phases.Phase`.
+
+What a span carries follows the spec: per-step categoricals (``rl.iteration``,
+``rl.weight_version``) are span tags, never metric labels; numbers that change over time are
+never on spans; umbrella spans carry no ``rl.bucket``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .. import plugins as _plugins
+from .._warn import describe_key, describe_value, warn_once
+from ..events import EfficiencySummary
+from ..values import as_step
+from ._state import state
+from .accounting import Clock, clock_of
+
+if TYPE_CHECKING:
+    from ..logger import Logger
+
+__all__ = [
+    "BUCKET_ATTR",
+    "GENERATIONS_ATTR",
+    "ITERATION_ATTR",
+    "PHASE_ATTR",
+    "ROLLOUT_SPAN",
+    "RUN_SPAN",
+    "STEP_SPAN",
+    "THREAD_ID_ATTR",
+    "THREAD_NAME_ATTR",
+    "TRUNCATED_ATTR",
+    "WEIGHT_VERSION_ATTR",
+    "Scope",
+    "Step",
+    "Umbrella",
+    "close_open_scopes",
+    "current_step",
+    "rollout",
+    "run",
+    "span_tags",
+    "step",
+]
+
+BUCKET_ATTR = "rl.bucket"
+#: The phase's own name on its span (a category like ``idle/refit_bubble``, or yours).
+PHASE_ATTR = "rl.phase"
+ITERATION_ATTR = "rl.iteration"
+WEIGHT_VERSION_ATTR = "rl.weight_version"
+GENERATIONS_ATTR = "rl.num_generations_per_prompt"
+#: Set on a span rlmetrics ended because it was still open at shutdown or Logger.finish().
+TRUNCATED_ATTR = "rlmetrics.span.truncated"
+THREAD_ID_ATTR = "thread.id"
+THREAD_NAME_ATTR = "thread.name"
+
+RUN_SPAN = "rl.run"
+STEP_SPAN = "rl.step"
+ROLLOUT_SPAN = "rl.rollout"
+
+
+def _thread_attributes(attributes: dict[str, Any]) -> None:
+    ident = threading.get_ident()
+    if ident != state.main_thread:
+        attributes[THREAD_ID_ATTR] = ident
+        attributes[THREAD_NAME_ATTR] = threading.current_thread().name
+
+
+class Scope:
+    """A span rlmetrics opens and ends (a phase, a step, a rollout, the run). Subclasses say
+    what it is called, what it carries and what happens when it ends."""
+
+    __slots__ = ("__weakref__", "_binding", "_clock", "_order", "_span", "_t0", "_token")
+
+    def __init__(self) -> None:
+        self._span: Any = None
+        self._token: Any = None
+
+    # What a subclass provides.
+    def _name(self) -> str:
+        raise NotImplementedError
+
+    def _attributes(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _ended(self, t1: int) -> None:
+        """The scope ended at clock reading ``t1`` (accounting, delivery)."""
+
+    def _finish(self, t1: int) -> None:
+        try:
+            self._ended(t1)
+        except Exception:
+            warn_once(
+                f"tracing:{type(self).__name__}",
+                f"rlmetrics: ending a {type(self).__name__.lower()} failed; its seconds are lost",
+            )
+
+    # The with-block.
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._close(exc)
+
+    def _open(self, clock: Clock) -> None:
+        self._clock = clock
+        self._t0 = t0 = clock.now()
+        binding = state.binding
+        if binding is not None:
+            try:
+                attributes = self._attributes()
+                _thread_attributes(attributes)
+                self._span, self._token = binding.start(self._name(), attributes, t0 + clock.offset)
+            except Exception:
+                self._span = self._token = None
+                warn_once("tracing:start", "rlmetrics: a span could not start; timing goes on")
+                return
+            self._binding = binding  # detached by the same, even after tracing stopped
+            state.sequence += 1
+            self._order = state.sequence
+            state.open[id(self)] = self
+
+    def _close(self, error: BaseException | None) -> None:
+        t1 = self._clock.now()
+        span = self._span
+        if span is None:
+            self._finish(t1)
+            return
+        binding = self._binding
+        token, self._token = self._token, None
+        mine = state.open.pop(id(self), None) is not None  # else a closer ended it already
+        try:
+            if token is not None:
+                binding.detach(token)
+        except Exception:
+            warn_once("tracing:detach", "rlmetrics: a span's context could not be left")
+        if not mine:
+            return
+        self._finish(t1)
+        try:
+            if error is not None and not isinstance(error, GeneratorExit):
+                binding.fail(span, error)
+            span.end(end_time=t1 + self._clock.offset)
+        except Exception:
+            warn_once("tracing:end", "rlmetrics: a span could not end; timing goes on")
+        self._span = None
+
+    def _truncate(self, reason: str) -> None:
+        """End the span now, from another thread: it was still open at shutdown."""
+        if state.open.pop(id(self), None) is None:
+            return  # its owner ended it meanwhile
+        t1 = self._clock.now()
+        span = self._span
+        try:
+            span.set_attribute(TRUNCATED_ATTR, True)
+            span.add_event(TRUNCATED_ATTR, {"reason": reason})
+        except Exception:
+            pass
+        self._finish(t1)
+        try:
+            span.end(end_time=t1 + self._clock.offset)
+        except Exception:
+            warn_once("tracing:truncate", "rlmetrics: an open span could not be ended")
+
+
+def close_open_scopes(reason: str, logger: Logger | None = None) -> int:
+    """End every span rlmetrics still has open, innermost first, marked
+    ``rlmetrics.span.truncated`` with ``reason``; each is accounted as if it ended now (a
+    phase's seconds count, a step delivers its summary). Returns how many were closed.
+
+    With ``logger``, only the steps that deliver to it and what was opened inside them (after
+    them): a Logger that finishes ends its own steps, not a run another Logger serves.
+    """
+    scopes = sorted(list(state.open.values()), key=lambda s: s._order, reverse=True)
+    if logger is not None:
+        mine = [s._order for s in scopes if isinstance(s, Step) and s._logger is logger]
+        if not mine:
+            return 0
+        scopes = [s for s in scopes if s._order >= min(mine)]
+    for scope in scopes:
+        try:
+            scope._truncate(reason)
+        except Exception:
+            warn_once("tracing:close", "rlmetrics: closing an open span failed")
+    return len(scopes)
+
+
+def span_tags(tags: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Span attributes from ``tags``: string keys, and string, int or bool values. A float is
+    a time-series number, which belongs on a metric; it is dropped with a warning."""
+    out: dict[str, Any] = {}
+    try:
+        items = list(tags.items())
+    except Exception:
+        warn_once(f"{where}:tags", f"{where}: tags must be a mapping; ignored")
+        return out
+    for key, value in items:
+        if type(key) is str and key and isinstance(value, (str, int)):
+            out[key] = value
+        else:
+            warn_once(
+                f"{where}:tag",
+                f"{where}: tag {describe_key(key)} with {describe_value(value)} dropped: a span "
+                "tag is a string, int or bool (numbers that change over time are metrics)",
+            )
+    return out
+
+
+def current_step() -> int | None:
+    """The step of the innermost :func:`step` scope open in this process, if any (where a
+    ``Logger.log_metrics`` without a step lands)."""
+    steps = state.steps
+    return steps[-1]._step if steps else None
+
+
+class Step(Scope):
+    """One training step: the umbrella span ``rl.step`` (``rl.iteration``, never
+    ``rl.bucket``), and when it ends the step's efficiency summary (see :func:`step`)."""
+
+    __slots__ = ("_deliver", "_given", "_iteration", "_logger", "_step", "_tag_values")
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        logger: Logger | None = None,
+        weight_version: str | int | None = None,
+        num_generations_per_prompt: int | None = None,
+        tags: Mapping[str, Any] | None = None,
+        summary: bool = True,
+    ) -> None:
+        self._span = None
+        self._given = n
+        self._logger = logger
+        self._deliver = summary
+        self._tag_values = (weight_version, num_generations_per_prompt, tags)
+        self._iteration: int | None = None
+        self._step = 0
+
+    def __enter__(self) -> Step:
+        iteration = as_step(self._given)  # the one rule for a step (the Logger's too)
+        if iteration is None:
+            warn_once(
+                "step:n",
+                f"rlmetrics.step: the step must be an int, got {describe_value(self._given)}; its "
+                "span has no rl.iteration and its summary is logged as the step after the last",
+            )
+            self._step = 0 if state.last_step is None else state.last_step + 1
+        else:
+            self._step = iteration
+        self._iteration = iteration
+        state.last_step = self._step
+        self._open(state.clock)
+        if state.run_start_ns is None:
+            state.run_start_ns = self._t0
+        state.steps.append(self)
+        return self
+
+    def _name(self) -> str:
+        return STEP_SPAN
+
+    def _attributes(self) -> dict[str, Any]:
+        weight_version, generations, tags = self._tag_values
+        attributes: dict[str, Any] = span_tags(tags, "rlmetrics.step") if tags else {}
+        if self._iteration is not None:
+            attributes[ITERATION_ATTR] = self._iteration
+        for key, value, kinds in (
+            (WEIGHT_VERSION_ATTR, weight_version, (str, int)),
+            (GENERATIONS_ATTR, generations, (int,)),
+        ):
+            if value is None:
+                continue
+            if isinstance(value, kinds) and not isinstance(value, bool):
+                attributes[key] = value
+            else:
+                warn_once(
+                    f"step:{key}",
+                    f"rlmetrics.step: {key} must be {' or '.join(k.__name__ for k in kinds)}, "
+                    f"got {describe_value(value)}; dropped",
+                )
+        return attributes
+
+    def _ended(self, t1: int) -> None:
+        with contextlib.suppress(ValueError):
+            state.steps.remove(self)
+        if not self._deliver:
+            return
+        run_start = state.run_start_ns if state.run_start_ns is not None else self._t0
+        seconds = state.run_timer.snapshot()
+        seconds.update(state.step_timer.take())
+        try:
+            summary = EfficiencySummary(
+                seconds=seconds,
+                step_wall_time_s=(t1 - self._t0) / 1e9,
+                run_elapsed_s=(t1 - run_start) / 1e9,
+            )
+            if self._logger is not None:
+                self._logger.log_efficiency_summary(summary, self._step)
+            else:
+                _plugins.hooks().on_efficiency_summary(summary, self._step)
+        except Exception:
+            warn_once("step:summary", "rlmetrics.step: the step's efficiency summary was lost")
+
+
+def step(
+    n: int,
+    *,
+    logger: Logger | None = None,
+    weight_version: str | int | None = None,
+    num_generations_per_prompt: int | None = None,
+    tags: Mapping[str, Any] | None = None,
+    summary: bool = True,
+) -> Step:
+    """Time one training step: ``with rlmetrics.step(n, logger=logger):``.
+
+    While tracing, the step is the span ``rl.step`` with ``rl.iteration=n`` (and
+    ``rl.weight_version``, ``rl.num_generations_per_prompt`` when given: span tags, never
+    metric labels); the phases inside are its children. When the block ends, the step's
+    :class:`~rlmetrics.events.EfficiencySummary` (the step's wall time, the seconds of the
+    phases accounted per step, the run totals of the cumulative ones) goes to
+    ``logger.log_efficiency_summary(summary, n)`` — backends get its ``efficiency/*`` dict —
+    or, without a logger, straight to the ``on_efficiency_summary`` hook. ``summary=False``
+    skips that (a loop that logs ``efficiency/*`` itself). Never raises.
+    """
+    return Step(
+        n,
+        logger=logger,
+        weight_version=weight_version,
+        num_generations_per_prompt=num_generations_per_prompt,
+        tags=tags,
+        summary=summary,
+    )
+
+
+class Umbrella(Scope):
+    """A span that groups others and carries no ``rl.bucket`` (the run, a rollout)."""
+
+    __slots__ = ("_clock_fn", "_saved", "_span_name", "_tags")
+
+    def __init__(
+        self,
+        name: str,
+        tags: Mapping[str, Any] | None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._span = None
+        self._span_name = name
+        self._tags = tags
+        self._clock_fn = clock
+
+    def __enter__(self) -> Umbrella:
+        if self._span_name == RUN_SPAN:  # a run's accounting starts from nothing
+            state.step_timer.take()
+            state.run_timer.take()
+            state.last_step = None
+        clock = state.clock
+        if self._clock_fn is not None:
+            self._saved = clock
+            clock = state.clock = clock_of(self._clock_fn)
+        self._open(clock)
+        if self._span_name == RUN_SPAN:
+            state.run_start_ns = self._t0
+        return self
+
+    def _ended(self, t1: int) -> None:
+        if self._clock_fn is not None:  # the run's own clock ends with it
+            state.clock = self._saved
+
+    def _name(self) -> str:
+        return self._span_name
+
+    def _attributes(self) -> dict[str, Any]:
+        return span_tags(self._tags, f"rlmetrics:{self._span_name}") if self._tags else {}
+
+
+def run(
+    tags: Mapping[str, Any] | None = None, *, clock: Callable[[], float] | None = None
+) -> Umbrella:
+    """The run's umbrella span ``rl.run``: ``with rlmetrics.run():`` around the training loop.
+    Entering it starts the run's accounting afresh: the totals of ``cumulative`` phases and
+    the run's elapsed time count from here.
+
+    :param clock: a function returning seconds (Unix time) that every phase and step inside
+        reads instead of the real clock: a simulation's time (``rlmetrics demo`` uses it).
+    """
+    return Umbrella(RUN_SPAN, tags, clock)
+
+
+def rollout(tags: Mapping[str, Any] | None = None) -> Umbrella:
+    """A rollout's umbrella span ``rl.rollout`` (no ``rl.bucket``); phases inside are its
+    children."""
+    return Umbrella(ROLLOUT_SPAN, tags)
