@@ -121,8 +121,11 @@ def test_a_dead_collector_never_holds_the_loop_or_shutdown_past_its_bound(
 
 
 def test_a_collector_that_refuses_spans_is_reported_once(
-    otlp_receiver: OtlpReceiver, rlmetrics_log: WarnOnceLog
+    otlp_receiver: OtlpReceiver, rlmetrics_log: WarnOnceLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A deadline a busy machine cannot miss: a span export that ran past the default 3 s was
+    # reported as a second cause (DEADLINE_EXCEEDED) beside the refusal this test is about.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "30")
     otlp_receiver.reject_with = grpc.StatusCode.PERMISSION_DENIED
     with rlmetrics.start(
         exporters=["otlp"], otlp_endpoint=otlp_receiver.endpoint, export_interval_s=INTERVAL_S
