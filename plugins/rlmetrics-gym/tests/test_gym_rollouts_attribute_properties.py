@@ -12,7 +12,7 @@ from gym_support_client import find
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rlmetrics_gym import health, http_client, resources, rollouts, startup
-from rlmetrics_gym._client_values import IDENTIFIER, SERVER_NAME, TYPE_NAME, flag, member
+from rlmetrics_gym._attribute_values import IDENTIFIER, SERVER_NAME, TYPE_NAME, flag, member
 
 from rlmetrics.testing import in_memory_telemetry, isolated_state, points
 

@@ -24,7 +24,7 @@ from typing import Any, Final
 from rlmetrics import OPEN, Kind, MetricSpec, declare, hookimpl, is_exporting, record
 from rlmetrics.values import OTHER, BoundedValues
 
-from ._client_values import SERVER_NAME, TYPE_NAME, bounded
+from ._attribute_values import SERVER_NAME, TYPE_NAME, bounded
 
 __all__ = [
     "AGENT_NAME_ATTR",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import rlmetrics
 from rlmetrics.alerts.model import AlertContext, AlertExample, AlertRule, RuleBuilder
 
-from ._client_values import OUTCOME_ATTR
+from ._attribute_values import OUTCOME_ATTR
 from .health import VERDICT_ATTR, VERDICT_TOTAL
 from .memory import HOST_TOTAL, HOST_USAGE
 from .runtime import EVENT_LOOP_ATTR, LAG_MS

@@ -39,7 +39,7 @@ from rlmetrics import (
     warn_once,
 )
 
-from ._client_counts import Tally
+from ._tally import Tally
 from .resources import Limit
 from .rollouts import ROLLOUT_PREFIX
 

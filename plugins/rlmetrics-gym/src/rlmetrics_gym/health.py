@@ -36,7 +36,7 @@ import pluggy
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, is_exporting, record, resets_process_state, warn_once
 
-from ._client_values import IDENTIFIER, OUTCOME_ATTR, member
+from ._attribute_values import IDENTIFIER, OUTCOME_ATTR, member
 
 __all__ = [
     "CHECK_ATTR",

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, Final
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, hookimpl, resets_process_state
 
-from ._client_counts import Tally
-from ._client_values import SERVER_NAME
+from ._attribute_values import SERVER_NAME
+from ._tally import Tally
 
 if TYPE_CHECKING:
     import aiohttp

@@ -40,8 +40,8 @@ from typing import Any, Final, Protocol
 import rlmetrics
 from rlmetrics import Kind, MetricSpec, record, resets_process_state, warn_once
 
-from ._client_counts import Tally
-from ._client_values import member
+from ._attribute_values import member
+from ._tally import Tally
 
 __all__ = [
     "ACTIVE",

@@ -42,7 +42,7 @@ from rlmetrics import (
     warn_once,
 )
 
-from ._client_values import (
+from ._attribute_values import (
     DISPATCH_NAME_ATTR,
     FAILURE_CLASS_ATTR,
     FAILURE_KIND_ATTR,

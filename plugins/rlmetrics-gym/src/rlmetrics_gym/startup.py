@@ -25,7 +25,7 @@ import psutil
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, is_exporting, record, warn_once
 
-from ._client_values import SERVER_NAME, bounded, flag, member
+from ._attribute_values import SERVER_NAME, bounded, flag, member
 
 __all__ = [
     "GROUP",
