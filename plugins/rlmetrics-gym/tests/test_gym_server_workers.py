@@ -51,7 +51,7 @@ def _latest(receiver: OtlpReceiver, name: str) -> dict[int, float]:
     for point in receiver.points():
         if point.name != name or point.resource.get("nemo.gym.server.name") != "math_with_judge":
             continue
-        if name == RESPONSES and point.attributes.get(STATUS_ATTR) != "200":
+        if name == RESPONSES and point.attributes.get(STATUS_ATTR) != 200:  # an int (semconv)
             continue
         latest[int(point.resource["process.pid"])] = point.value or 0
     return latest
