@@ -10,7 +10,7 @@ prefix's with it (``validation/accuracy``).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -25,6 +25,7 @@ __all__ = [
     "is_step_row",
     "key_name",
     "numeric_series",
+    "step_values",
 ]
 
 
@@ -96,19 +97,26 @@ class StepSelection:
         return [row for row in rows if not is_step_row(row) or row["step"] in kept]
 
 
-def numeric_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[int, float]]]:
-    """``{key name: [(step, value), ...]}`` of every number logged at a trainer step, in step
-    order (a step logged twice keeps its later value)."""
-    found: dict[str, dict[int, float]] = {}
+def step_values(rows: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, str, str, Any]]:
+    """``(step, prefix, key, value)`` of every value logged at a trainer step, in file order
+    (the rows a report reads that are not a trainer step's are passed over)."""
     for row in rows:
         metrics = row.get("metrics")
         if not is_step_row(row) or not isinstance(metrics, Mapping):
             continue
         prefix = row.get("prefix", "")
         for key, value in metrics.items():
-            number = as_number(value)
-            if number is not None and not isinstance(value, bool):
-                found.setdefault(key_name(prefix, key), {})[row["step"]] = float(number)
+            yield row["step"], prefix, key, value
+
+
+def numeric_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """``{key name: [(step, value), ...]}`` of every number logged at a trainer step, in step
+    order (a step logged twice keeps its later value)."""
+    found: dict[str, dict[int, float]] = {}
+    for step, prefix, key, value in step_values(rows):
+        number = as_number(value)
+        if number is not None and not isinstance(value, bool):
+            found.setdefault(key_name(prefix, key), {})[step] = float(number)
     return {name: sorted(points.items()) for name, points in found.items()}
 
 

@@ -20,7 +20,7 @@ import attrs
 from ..events import TRAIN_PREFIXES
 from ..families.training import dataset_metrics
 from ..values import as_number
-from .select import is_step_row, key_name
+from .select import key_name, step_values
 
 __all__ = ["Unexported", "declaring_line", "unexported_keys"]
 
@@ -72,14 +72,9 @@ def _series_name(key: str) -> str:
 def _logged(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Any]:
     """``{(prefix, key): a number logged under it}`` for every key logged at a trainer step."""
     found: dict[tuple[str, str], Any] = {}
-    for row in rows:
-        metrics = row.get("metrics")
-        if not is_step_row(row) or not isinstance(metrics, Mapping):
-            continue
-        prefix = row.get("prefix", "")
-        for key, value in metrics.items():
-            if (prefix, key) not in found and as_number(value) is not None:
-                found[(prefix, key)] = value
+    for _step, prefix, key, value in step_values(rows):
+        if (prefix, key) not in found and as_number(value) is not None:
+            found[(prefix, key)] = value
     return found
 
 
