@@ -6,19 +6,14 @@ of one Gym server, received over OTLP."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import psutil
 import pytest
 from gym_support_server import serve
+from gym_support_uvicorn import uvicorn_workers
 from rlmetrics_gym.agent import (
     INVOKE_AGENT_DURATION,
     MAX_TOOLS,
@@ -157,12 +152,6 @@ def test_tool_names_are_bounded(telemetry: Any) -> None:
 # -- process.pid: the Uvicorn workers of one server told apart ------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_the_server_resource_carries_the_process_pid() -> None:
     assert server_resource("math_with_judge", "resources_servers") == {
         "nemo.gym.server.name": "math_with_judge",
@@ -172,36 +161,9 @@ def test_the_server_resource_carries_the_process_pid() -> None:
 
 
 def test_two_uvicorn_workers_of_one_server_are_told_apart_by_process_pid() -> None:
-    port = _free_port()
     receiver = OtlpReceiver().start()
     try:
-        env = {
-            **os.environ,
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-            "OTEL_EXPORTER_OTLP_INSECURE": "true",
-            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
-        }
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "gym_support_worker_app:app",
-                "--workers",
-                "2",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
+        with uvicorn_workers(2, receiver) as (_port, server):
 
             def worker_pids() -> set[int]:
                 return {
@@ -217,15 +179,5 @@ def test_two_uvicorn_workers_of_one_server_are_told_apart_by_process_pid() -> No
             for resource, _names in receiver.resources():
                 assert resource["service.name"] == "nemo-gym"
                 assert resource["nemo.gym.server.type"] == "resources_servers"
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait(10)
-            assert server.stderr is not None
-            server.stderr.close()
     finally:
         receiver.stop()

@@ -5,19 +5,13 @@ once the load stops."""
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
+from gym_support_uvicorn import uvicorn_workers
 from rlmetrics_gym.server import IN_FLIGHT, RESPONSES, STATUS_ATTR
 
 from rlmetrics.testing import wait_until
@@ -26,12 +20,6 @@ from rlmetrics.testing.peers import OtlpReceiver
 WORKERS = 4
 CLIENTS = 8
 REQUESTS = 60  # per client, each on a new connection, so the kernel spreads them out
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get_pid(port: int) -> int:
@@ -58,89 +46,56 @@ def _latest(receiver: OtlpReceiver, name: str) -> dict[int, float]:
 
 
 def test_four_workers_under_load_count_apart_and_exactly() -> None:
-    port = _free_port()
     receiver = OtlpReceiver().start()
-    env = {
-        **os.environ,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-        "OTEL_EXPORTER_OTLP_INSECURE": "true",
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
-    }
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "gym_support_worker_app:app",
-            "--workers",
-            str(WORKERS),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
     try:
-        served: Counter[int] = Counter()  # every request answered, readiness probes too
-        lock = threading.Lock()
+        with uvicorn_workers(WORKERS, receiver) as (port, _server):
+            served: Counter[int] = Counter()  # every request answered, readiness probes too
+            lock = threading.Lock()
 
-        def request() -> None:
-            pid = _get_pid(port)
-            with lock:
-                served[pid] += 1
+            def request() -> None:
+                pid = _get_pid(port)
+                with lock:
+                    served[pid] += 1
 
-        def up() -> bool:
-            try:
-                request()
-            except OSError:
-                return False
-            return True
-
-        wait_until(up, 120, "the server to answer")
-        failures: list[BaseException] = []
-
-        def client() -> None:
-            try:
-                for _ in range(REQUESTS):
+            def up() -> bool:
+                try:
                     request()
-            except BaseException as exc:  # reported below, not lost in the thread
-                failures.append(exc)
+                except OSError:
+                    return False
+                return True
 
-        clients = [threading.Thread(target=client) for _ in range(CLIENTS)]
-        deadline = time.monotonic() + 120
-        for thread in clients:
-            thread.start()
-        for thread in clients:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        assert not failures, failures
-        assert not any(thread.is_alive() for thread in clients)
-        assert sum(served.values()) == CLIENTS * REQUESTS + 1
+            wait_until(up, 120, "the server to answer")
+            failures: list[BaseException] = []
 
-        def settled() -> bool:
-            counted = _latest(receiver, RESPONSES)
+            def client() -> None:
+                try:
+                    for _ in range(REQUESTS):
+                        request()
+                except BaseException as exc:  # reported below, not lost in the thread
+                    failures.append(exc)
+
+            clients = [threading.Thread(target=client) for _ in range(CLIENTS)]
+            deadline = time.monotonic() + 120
+            for thread in clients:
+                thread.start()
+            for thread in clients:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            assert not failures, failures
+            assert not any(thread.is_alive() for thread in clients)
+            assert sum(served.values()) == CLIENTS * REQUESTS + 1
+
+            def settled() -> bool:
+                counted = _latest(receiver, RESPONSES)
+                in_flight = _latest(receiver, IN_FLIGHT)
+                return all(counted.get(pid, 0) >= served[pid] for pid in served) and all(
+                    in_flight.get(pid) == 0 for pid in served
+                )
+
+            wait_until(settled, 60, "every worker's counts to reach the receiver")
+            # Each worker counted exactly the requests it answered, so the sum is exact too.
+            assert _latest(receiver, RESPONSES) == dict(served)
+            assert len(served) >= 2  # the load reached several workers, each told apart by pid
             in_flight = _latest(receiver, IN_FLIGHT)
-            return all(counted.get(pid, 0) >= served[pid] for pid in served) and all(
-                in_flight.get(pid) == 0 for pid in served
-            )
-
-        wait_until(settled, 60, "every worker's counts to reach the receiver")
-        # Each worker counted exactly the requests it answered, so the sum is exact too.
-        assert _latest(receiver, RESPONSES) == dict(served)
-        assert len(served) >= 2  # the load reached several workers, each told apart by pid
-        in_flight = _latest(receiver, IN_FLIGHT)
-        assert {pid: in_flight[pid] for pid in served} == dict.fromkeys(served, 0)
+            assert {pid: in_flight[pid] for pid in served} == dict.fromkeys(served, 0)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(10)
         receiver.stop()
