@@ -138,7 +138,7 @@ def _cases(reader: Any) -> list[Case]:
         return sum(
             point.value
             for point in data_points(reader.get_metrics_data(), RESPONSES)
-            if point.attributes.get(STATUS_ATTR) == "200"
+            if point.attributes.get(STATUS_ATTR) == 200
         )
 
     starlette_bare, fastapi_bare = build_app(), _fastapi_app()
