@@ -259,15 +259,18 @@ def _collection(args: argparse.Namespace, snapshot_hosts: int) -> None:
         options = CallbackOptions()
         assert len(sdk_callback(options)) == args.hosts
 
-        # Baselines: the least any observable callback does (an Observation per host from the
-        # pairs), and a raw SDK observable gauge pair returning the same observations.
+        # Baselines: the least any observable callback does (an Observation per host from
+        # (value, attribute dict) pairs made beforehand), and a raw SDK observable gauge pair
+        # returning the same observations.
+        used_pairs = [(v, dict(a)) for v, a in snapshot.used]
+
         def minimal() -> list[Any]:
-            return [Observation(v, a) for v, a in snapshot.used]
+            return [Observation(v, a) for v, a in used_pairs]
 
         raw_reader = InMemoryMetricReader()
         provider = MeterProvider(metric_readers=[raw_reader], shutdown_on_exit=False)
         raw_meter = provider.get_meter("baseline")
-        raw_used, raw_total = minimal(), [Observation(v, a) for v, a in snapshot.total]
+        raw_used, raw_total = minimal(), [Observation(v, dict(a)) for v, a in snapshot.total]
         raw_meter.create_observable_gauge("raw.used", [lambda _o: raw_used], unit="By")
         raw_meter.create_observable_gauge("raw.total", [lambda _o: raw_total], unit="By")
 

@@ -53,3 +53,19 @@ def test_the_same_tuple_exports_the_same_points_and_a_new_one_its_own() -> None:
         returned[0] = ((float("nan"), {"host": "a"}),)  # a bad value in a tuple: still dropped
         assert _exported(reader) == {}
         assert _exported(reader) == {}
+
+
+def test_an_attribute_set_prepared_by_the_owner_exports_as_its_mapping_would() -> None:
+    # A monitor hands back one frozenset per host, built once: the same points as the dicts,
+    # checked the same way (an undeclared attribute in one is dropped, the cap still holds).
+    prepared = {host: frozenset({("host", host)}) for host in "abc"}
+    stray = frozenset({("host", "a"), ("zone", "x")})
+    with in_memory_telemetry() as (_handle, reader):
+        for attributes in (prepared, {host: {"host": host} for host in "abc"}):
+            returned[0] = [(1.0, attributes["a"]), (2.0, attributes["b"]), (4.0, stray)]
+            assert _exported(reader) == {"a": 1.0, "b": 2.0}
+            returned[0] = [(1.0, attributes["a"]), (2.0, attributes["b"])]
+            assert _exported(reader) == {"a": 1.0, "b": 2.0}
+            returned[0] = [(1.0, attributes["c"]), (5.0, attributes["a"]), (6.0, attributes["b"])]
+            found = {p.attributes.get("host"): p.value for p in points(reader)}
+            assert found == {"c": 1.0, "a": 5.0, None: 6.0}  # b past the cap of 2: the overflow

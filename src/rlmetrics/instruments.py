@@ -460,16 +460,23 @@ class Session:
                 value, attributes = item
             except (TypeError, ValueError):
                 value = attributes = _MISSING
-            if type(attributes) is dict and (
-                ((kind := type(value)) is float and value - value == 0)
-                or (kind is int and INT64_MIN <= value <= INT64_MAX)
+            if ((kind := type(value)) is float and value - value == 0) or (
+                kind is int and INT64_MIN <= value <= INT64_MAX
             ):
                 # A callback yields the same attribute sets every collection: a finite number
                 # under a set already checked, new to this collection and within the cap,
-                # goes straight out (hundreds of hosts per collection, for example).
-                try:
-                    key = frozenset(attributes.items())
-                except TypeError:  # an unhashable value: point() says why
+                # goes straight out (hundreds of hosts per collection, for example). A
+                # frozenset of (name, value) pairs is a set its owner prepared once (a monitor
+                # keeps one per host): no set to build or hash here, a third of the check.
+                shape = type(attributes)
+                if shape is frozenset:
+                    key = attributes
+                elif shape is dict:
+                    try:
+                        key = frozenset(attributes.items())
+                    except TypeError:  # an unhashable value: point() says why
+                        key = None
+                else:
                     key = None
                 if (
                     key is not None

@@ -28,8 +28,10 @@ __all__ = [
 #: Marks an attribute key whose values are not a closed set; the spec's ``max_series`` caps it.
 OPEN: None = None
 
-#: What an observable callback yields: a value and the attributes it carries.
-Observation = tuple[float, Mapping[str, str | int]]
+#: What an observable callback yields: a value and the attributes it carries, as a mapping
+#: or as a frozenset of ``(name, value)`` pairs its owner built once and hands back every
+#: collection (the same object each time: the check finds it by identity).
+Observation = tuple[float, Mapping[str, str | int] | frozenset[tuple[str, str | int]]]
 
 
 class SpecError(ValueError):
@@ -200,7 +202,7 @@ class MetricSpec:
     :data:`OPEN` for an open key; a metric with any open key is capped at ``max_series``
     distinct attribute sets. ``key`` is what callers record against (defaults to the name).
     ``buckets`` are explicit histogram boundaries; ``callback`` feeds an observable kind and
-    returns an iterable of ``(value, attributes)`` pairs.
+    returns an iterable of ``(value, attributes)`` pairs (see :data:`Observation`).
     """
 
     name: str = attrs.field(validator=_check(_name_problem))

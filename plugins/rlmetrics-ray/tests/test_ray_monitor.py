@@ -379,13 +379,17 @@ host_memories = st.lists(
 @given(host_memories)
 def test_a_snapshot_observes_each_value_a_host_has_once(hosts: list[HostMemory]) -> None:
     snapshot = build_snapshot(hosts, taken_at=0.0)
-    assert snapshot.used == tuple(
+    assert [(value, dict(found)) for value, found in snapshot.used] == [
         (h.used, attributes(h.host_name, h.worker_groups, h.source))
         for h in hosts
         if h.used is not None
-    )
-    assert snapshot.total == tuple(
+    ]
+    assert [(value, dict(found)) for value, found in snapshot.total] == [
         (h.total, attributes(h.host_name, h.worker_groups, h.source))
         for h in hosts
         if h.total is not None
-    )
+    ]
+    # One attribute set per host, the same object in every snapshot: the collection's check
+    # finds it by identity.
+    again = build_snapshot(hosts, taken_at=1.0)
+    assert all(a[1] is b[1] for a, b in zip(snapshot.used, again.used, strict=True))

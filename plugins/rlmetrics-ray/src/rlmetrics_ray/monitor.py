@@ -29,7 +29,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -84,7 +84,27 @@ MAX_EXPOSITION_BYTES = 32 * 1024 * 1024
 _HEADERS = {"Accept": "text/plain;version=0.0.4"}  # the classic text format Ray serves
 _CHUNK = 256 * 1024
 
-Observation = tuple[float, dict[str, str]]
+#: A value and its attribute set: a frozenset of (name, value) pairs, the same object for
+#: the same host (or GPU) every cycle (see :func:`_attribute_set`).
+Observation = tuple[float, frozenset[tuple[str, str | int]]]
+
+#: Past this many distinct attribute sets (hosts come and go over a long run) the table
+#: starts over; a set built again is only a slower check at the next collection.
+_MAX_ATTRIBUTE_SETS = 16384
+_attribute_sets: dict[frozenset[tuple[str, str | int]], frozenset[tuple[str, str | int]]] = {}
+
+
+def _attribute_set(attributes: Mapping[str, str | int]) -> frozenset[tuple[str, str | int]]:
+    """``attributes`` as the one frozenset this process uses for them. Built on the monitor's
+    thread, so the collection's check of a thousand hosts finds each set by identity instead
+    of building, hashing and comparing one per host under the SDK's collection lock."""
+    built = frozenset(attributes.items())
+    found = _attribute_sets.get(built)
+    if found is None:
+        if len(_attribute_sets) >= _MAX_ATTRIBUTE_SETS:
+            _attribute_sets.clear()
+        _attribute_sets[built] = found = built
+    return found
 
 
 @attrs.frozen
@@ -160,7 +180,7 @@ def build_snapshot(
     used: list[Observation] = []
     total: list[Observation] = []
     for host in hosts:
-        attributes = host.attributes
+        attributes = _attribute_set(host.attributes)
         if host.used is not None:
             used.append((host.used, attributes))
         if host.total is not None:
@@ -169,7 +189,7 @@ def build_snapshot(
     usage: list[Observation] = []
     limit: list[Observation] = []
     for host_gpu in gpus:
-        attributes, gpu = host_gpu.attributes, host_gpu.gpu
+        attributes, gpu = _attribute_set(host_gpu.attributes), host_gpu.gpu
         for out, value in (
             (utilization, gpu.utilization),
             (usage, gpu.used_bytes),
