@@ -216,6 +216,18 @@ def test_a_malformed_line_costs_that_line_and_its_family_only(
     assert "1 malformed line" in caplog.text
 
 
+def test_a_count_past_floats_range_costs_its_line_only(render: Render) -> None:
+    """A sample of 400 digits parses as an int no float can hold (found by the 10**5 fuzz
+    run: math.isfinite raised OverflowError and the whole reading was lost). It is not a
+    finite value, so it is left out like +Inf; every other family's deltas land."""
+    after = render(AFTER).splitlines()
+    engine_1 = f'{PROMPT_TOKENS_FAMILY}_total{{engine="1"'
+    huge = next(i for i, line in enumerate(after) if line.startswith(engine_1))
+    after[huge] = after[huge].rsplit(" ", 1)[0] + " " + "9" * 400
+    result = step_metrics(read_text(render(BEFORE)), read_text("\n".join(after) + "\n"))
+    assert result == pytest.approx({k: v for k, v in EXPECTED.items() if k != PROMPT_TOKENS_KEY})
+
+
 def test_a_snapshot_pickles(render: Render) -> None:
     snapshot = merge_snapshots([read_text(render(BEFORE)), read_text(render(AFTER))])
     assert pickle.loads(pickle.dumps(snapshot)) == snapshot

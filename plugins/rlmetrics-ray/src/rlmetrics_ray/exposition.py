@@ -170,13 +170,23 @@ def _samples(parsed: Iterable[object], families: Collection[str]) -> dict[str, l
     return out
 
 
+def _byte_count(value: object) -> float | None:
+    """``value`` as a float if it can be a byte count (finite, not negative), else None. An
+    int past float's range (the parser gives "9" * 400 as one) is not finite."""
+    if not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
 def pick_value(samples: Iterable[Sample], ip: str | None) -> float | None:
     """The usable value (finite, not negative) of the node's own sample (labelled with its
     ``ip``), else the first usable one; None when there is none."""
     usable = [
-        (labels, float(value))
-        for labels, value in samples
-        if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+        (labels, number) for labels, value in samples if (number := _byte_count(value)) is not None
     ]
     if not usable:
         return None

@@ -304,8 +304,14 @@ def _keep(part: dict[SampleKey, float], samples: Iterable[Any]) -> None:
     """Add the wanted, finite samples to ``part``."""
     for sample in samples:
         name = canonical_name(sample.name)
-        if name in _WANTED_SAMPLES and math.isfinite(sample.value):
-            part[(name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+        if name not in _WANTED_SAMPLES:
+            continue
+        try:
+            value = float(sample.value)
+        except (OverflowError, TypeError, ValueError):  # an int no float holds: not finite
+            continue
+        if math.isfinite(value):
+            part[(name, tuple(sorted(sample.labels.items())))] = value
 
 
 def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
