@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 from _harness import Comparison, compare, fresh_runs, machine, pool, update_readme
-from grpo_step import GRPO_STEP
+from grpo_step import GRPO_STEP, TRAINING_SERIES
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -74,15 +74,6 @@ _EFFICIENCY = {
     "idle/buffer_full_backoff": ("thread_seconds", "run", "idle"),
     "wasted/failed_trajectory": ("thread_seconds", "run", "wasted"),
 }
-_TRAINING = {
-    "reward": "rl.reward.mean",
-    "loss": "rl.policy.loss",
-    "kl_penalty": "rl.kl.divergence",
-    "grad_norm": "rl.grad_norm",
-    "lr": "rl.learning_rate",
-    "approx_entropy": "rl.entropy",
-    "critic/loss": "rl.value.loss",
-}
 
 
 class RawTee:
@@ -94,7 +85,7 @@ class RawTee:
         self.reader = InMemoryMetricReader()
         self.provider = MeterProvider(metric_readers=[self.reader], shutdown_on_exit=False)
         meter = self.provider.get_meter("raw")
-        self.gauges = {key: meter.create_gauge(name) for key, name in _TRAINING.items()}
+        self.gauges = {key: meter.create_gauge(name) for key, name in TRAINING_SERIES.items()}
         self.seconds = meter.create_gauge("rl.efficiency.seconds", unit="s")
         self.pct = meter.create_gauge("rl.efficiency.pct", unit="%")
         self.step_number = meter.create_gauge("rl.step.number", unit="{step}")
@@ -136,8 +127,8 @@ class RawObservable:
         self.reader = InMemoryMetricReader()
         self.provider = MeterProvider(metric_readers=[self.reader], shutdown_on_exit=False)
         meter = self.provider.get_meter("raw-observable")
-        plain = {key: [Observation(metrics[key])] for key in _TRAINING}
-        for key, name in _TRAINING.items():
+        plain = {key: [Observation(metrics[key])] for key in TRAINING_SERIES}
+        for key, name in TRAINING_SERIES.items():
             meter.create_observable_gauge(name, callbacks=[lambda _o, obs=plain[key]: obs])
         seconds = [
             Observation(metrics[f"efficiency/{category}_s"], attributes)

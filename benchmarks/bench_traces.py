@@ -33,7 +33,7 @@ from typing import Any
 
 import attrs
 from _harness import Comparison, compare, fresh_runs, machine, pool, update_readme
-from grpo_step import GRPO_STEP
+from grpo_step import GRPO_STEP, TRAINING_SERIES
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -62,15 +62,6 @@ PHASES = (
     ("logging", "overhead"),
 )
 _BUCKETS = {"idle/buffer_starvation": "idle", "idle/refit_bubble": "idle"}
-_TRAINING = {
-    "reward": "rl.reward.mean",
-    "loss": "rl.policy.loss",
-    "kl_penalty": "rl.kl.divergence",
-    "grad_norm": "rl.grad_norm",
-    "lr": "rl.learning_rate",
-    "approx_entropy": "rl.entropy",
-    "critic/loss": "rl.value.loss",
-}
 _STEP_CATEGORIES = ("idle/buffer_starvation", "idle/refit_bubble", "idle/validation")
 #: The loop's dict without the efficiency keys: the step's summary brings those.
 LOGGED = {k: v for k, v in GRPO_STEP.items() if not k.startswith("efficiency/")}
@@ -108,7 +99,7 @@ class RawStep:
         self.reader = InMemoryMetricReader()
         self.meters = MeterProvider(metric_readers=[self.reader], shutdown_on_exit=False)
         meter = self.meters.get_meter("raw")
-        self.gauges = {key: meter.create_gauge(name) for key, name in _TRAINING.items()}
+        self.gauges = {key: meter.create_gauge(name) for key, name in TRAINING_SERIES.items()}
         self.seconds = meter.create_gauge("rl.efficiency.seconds", unit="s")
         self.pct = meter.create_gauge("rl.efficiency.pct", unit="%")
         measurement = {"idle/refit_event_wait": "collector_wall_clock"}

@@ -63,6 +63,18 @@ GRPO_STEP: dict[str, Any] = {
     **{f"extra/metric_{i}": float(i) * 0.1 for i in range(17)},
 }
 
+#: The keys of GRPO_STEP the training family tees, and the gauge each is exported as: what a
+#: baseline writes by hand.
+TRAINING_SERIES = {
+    "reward": "rl.reward.mean",
+    "loss": "rl.policy.loss",
+    "kl_penalty": "rl.kl.divergence",
+    "grad_norm": "rl.grad_norm",
+    "lr": "rl.learning_rate",
+    "approx_entropy": "rl.entropy",
+    "critic/loss": "rl.value.loss",
+}
+
 #: The series the built-in families export from GRPO_STEP: 7 training gauges, 8 efficiency
 #: categories, the efficiency pct, and the step number and its time (liveness).
 TEED_SERIES = 18
