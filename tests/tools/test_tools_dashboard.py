@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 from collections.abc import Callable
@@ -90,7 +91,24 @@ def _start_demo(port: int, output: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A demo that does not exit when interrupted is aborted: its threads' stacks say why.
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+        # Ctrl-C's handling, whatever this process inherited: a suite started in the background
+        # by a non-interactive shell ignores SIGINT, and so would the demo.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def _stop(demo: subprocess.Popen[str]) -> str:
+    """Interrupt the demo as Ctrl-C does; its stderr once it has exited."""
+    if demo.poll() is None:
+        demo.send_signal(signal.SIGINT)
+    try:
+        return demo.communicate(timeout=30)[1]
+    except subprocess.TimeoutExpired:
+        demo.send_signal(signal.SIGABRT)
+        stderr = demo.communicate(timeout=30)[1]
+        raise AssertionError(f"the demo did not exit on SIGINT:\n{stderr}") from None
 
 
 def _read_json_document(process: subprocess.Popen[str]) -> dict[str, Any]:
@@ -141,9 +159,7 @@ def test_every_panel_returns_data_from_a_real_prometheus_scraping_the_demo(
                 empty.append((title, query, answer))
         assert empty == [], f"panels without data: {empty}\n{prometheus.targets()}"
     finally:
-        if demo.poll() is None:
-            demo.send_signal(signal.SIGINT)
-        _stdout, stderr = demo.communicate(timeout=30)
+        stderr = _stop(demo)
     assert demo.returncode == 0, stderr
     assert "Traceback" not in stderr
     # The run's JSONL, fed to `rlmetrics report`, agrees with what the demo reported.

@@ -99,6 +99,9 @@ class RayHead:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **RAY_ENV},
                 start_new_session=True,
+                # stop()'s SIGINT is heard even when this suite inherited SIGINT ignored (started
+                # in the background by a non-interactive shell).
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
