@@ -8,7 +8,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import rlmetrics
-from rlmetrics import Kind, MetricSpec
+from rlmetrics import OPEN, Kind, MetricSpec
 from rlmetrics.testing import data_points, in_memory_telemetry
 
 
@@ -19,6 +19,13 @@ def _declared() -> None:
         [
             MetricSpec("test.exemplars.gauge", Kind.GAUGE, key="gauge"),
             MetricSpec("test.exemplars.histogram", Kind.HISTOGRAM, unit="s", key="histogram"),
+            MetricSpec(
+                "test.exemplars.by_phase",
+                Kind.HISTOGRAM,
+                unit="s",
+                key="by_phase",
+                attributes={"phase": OPEN},
+            ),
         ],
     )
 
@@ -52,3 +59,32 @@ def test_always_on_keeps_the_sdks_reservoir_for_every_instrument(
         data = reader.get_metrics_data()
     assert [e.value for e in _exemplars(data, "test.exemplars.gauge")] == [1.5]
     assert [e.value for e in _exemplars(data, "test.exemplars.histogram")] == [0.25]
+
+
+@pytest.mark.parametrize("attributes", [None, {"phase": "train"}])
+@pytest.mark.parametrize("exemplar_filter", ["trace_based", "always_on"])
+def test_the_loops_fast_path_hands_the_sdk_the_current_span_and_no_other(
+    monkeypatch: pytest.MonkeyPatch, attributes: dict[str, str] | None, exemplar_filter: str
+) -> None:
+    # Once a series and its attribute set exist, record() passes the SDK the current context
+    # itself (read from its context variable) or, outside every span, a spanless stand-in.
+    monkeypatch.setenv("OTEL_METRICS_EXEMPLAR_FILTER", exemplar_filter)
+    tracer = TracerProvider().get_tracer("test")
+    with in_memory_telemetry() as (_handle, reader):
+        rlmetrics.record("test.exemplars", {"by_phase": 1.0}, attributes)  # through write()
+        reader.get_metrics_data()  # the reservoir starts afresh after a collection
+        rlmetrics.record("test.exemplars", {"by_phase": 2.0}, attributes)
+        with tracer.start_as_current_span("step") as span:
+            rlmetrics.record("test.exemplars", {"by_phase": 7.0}, attributes)
+        rlmetrics.record("test.exemplars", {"by_phase": 20.0}, attributes)
+        data = reader.get_metrics_data()
+    (point,) = data_points(data, "test.exemplars.by_phase")
+    assert dict(point.attributes) == (attributes or {})
+    assert (point.count, point.sum) == (4, 30.0)
+    in_span = span.get_span_context().trace_id
+    found = sorted((e.value, e.trace_id) for e in point.exemplars)
+    if exemplar_filter == "always_on":
+        # One exemplar per bucket (the SDK's default boundaries 0, 5, 10, 25, ...).
+        assert found == [(2.0, None), (7.0, in_span), (20.0, None)]
+    else:
+        assert found == [(7.0, in_span)]

@@ -254,6 +254,28 @@ def test_record_warns_once_per_cause(caplog: Any) -> None:
     assert levels == [logging.WARNING] + [logging.DEBUG] * 4
 
 
+def test_negative_histogram_value_is_dropped_with_one_warning(caplog: Any) -> None:
+    # The SDK drops a negative histogram value too, but logs a warning on every call: a loop
+    # that logs a negative duration each step would flood its log.
+    rlmetrics.declare(
+        GROUP, [MetricSpec("t.h", Kind.HISTOGRAM, unit="s", key="h", attributes={"phase": OPEN})]
+    )
+    with in_memory_telemetry() as (_handle, reader), caplog.at_level(logging.DEBUG):
+        for phase in (None, {"phase": "a"}):
+            rlmetrics.record(GROUP, {"h": 2.0}, phase)  # the series and its set exist first
+            for value in (-1.0, -3, -0.5):
+                rlmetrics.record(GROUP, {"h": value}, phase)
+        found = points(reader)
+    assert {(p.attributes.get("phase"), p.count, p.sum) for p in found} == {
+        (None, 1, 2.0),
+        ("a", 1, 2.0),
+    }
+    negative = [r for r in caplog.records if "negative" in r.getMessage()]
+    assert [(r.name, r.levelno) for r in negative][:1] == [("rlmetrics", logging.WARNING)]
+    assert all(r.name == "rlmetrics" for r in negative), [r.getMessage() for r in negative]
+    assert "a histogram cannot take a negative value" in negative[0].getMessage()
+
+
 def test_failing_callback_is_reported_and_other_series_still_export(caplog: Any) -> None:
     def broken() -> list[Any]:
         raise RuntimeError("node unreachable")

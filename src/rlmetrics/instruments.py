@@ -29,10 +29,18 @@ SDK's default (trace-based) exemplar filter keeps none. A point recorded inside 
 straight to the SDK, exemplar and all; with ``OTEL_METRICS_EXEMPLAR_FILTER=always_on`` every
 point does. The first point of each attribute set also goes straight to the SDK, so its
 stream starts when the series does.
+
+A point the loop writes straight to the SDK (a histogram's, a counter's inside a span) is
+handed the current context rather than left to the SDK to look up: the SDK's own lookup is two
+Python calls, the context variable's ``get`` is one C call. Outside every span the current
+context is empty, and the SDK would look an empty (falsy) context up again, so the point gets a
+context that holds one private key and no span instead. The SDK reads a point's context for one
+thing, its exemplar's span, and finds none in either.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -113,13 +121,15 @@ class _Series:
     __slots__ = (
         "admitted",
         "capped",
-        "counter",
         "declared",
         "defer",
         "deferrable",
+        "direct",
         "gauge",
         "instrument",
+        "least",
         "lock",
+        "nonnegative",
         "observable",
         "pending",
         "plain",
@@ -137,7 +147,11 @@ class _Series:
         self.spec = declared.spec
         # Read on every record: precomputed rather than derived from the kind each time.
         self.observable = self.spec.kind.observable
-        self.counter = self.spec.kind.monotonic
+        # A counter's or histogram's value cannot be negative: the SDK would drop it too, but
+        # with a warning on every call.
+        self.nonnegative = self.spec.kind.monotonic or self.spec.kind is Kind.HISTOGRAM
+        # The least value the loop's fast paths pass (one float comparison, not two tests).
+        self.least = 0.0 if self.nonnegative else -math.inf
         self.gauge = self.spec.kind is Kind.GAUGE
         # Whether the SDK adds up a collection's observations of one attribute set (a counter
         # or up-down counter) rather than keeping the last one (a gauge).
@@ -165,6 +179,8 @@ class _Series:
         self.write: Callable[..., None] | None = None
         # Recordable and bound: a point can go straight to its instrument or table.
         self.recordable = False
+        # A point goes straight to ``write`` (not a gauge's table, not a deferred sum).
+        self.direct = False
 
     def point(
         self, value: Any, attributes: Any, admitted: dict[AttributeSet, dict[str, str | int]]
@@ -191,7 +207,7 @@ class _Series:
             if not encodable(converted):
                 return _BEYOND_INT64
             number = converted
-        if self.counter and number < 0:
+        if self.nonnegative and number < 0:
             return f"a {self.spec.kind.value} cannot take a negative value"
         if not attributes:
             return number, _NO_KEY, None
@@ -249,6 +265,7 @@ class Session:
         meter: Meter,
         bound_now: Callable[[str], bool] = lambda _group: True,
     ) -> None:
+        from opentelemetry.context import Context, get_current
         from opentelemetry.metrics import Observation
 
         from .last_value import LastValue
@@ -258,9 +275,23 @@ class Session:
         self._meter = meter
         self.active = True
         self.groups: dict[str, dict[str, _Series]] = {}
-        #: ``ContextVar.get`` of OpenTelemetry's current context (empty, so falsy, outside
-        #: every span), or None where sums are never deferred.
-        self.in_context = _context_getter()
+        #: OpenTelemetry's current context (empty, so falsy, outside every span), read in
+        #: one C call where the API's ``get_current`` makes two Python calls.
+        self.context = _current_context()
+        #: The context handed to the SDK with a point recorded outside every span: one with
+        #: no span in it, as the empty current context has none, but not empty, for the SDK
+        #: looks an empty (falsy) context up again. The SDK reads a point's context only
+        #: for its exemplar's span.
+        self.outside_spans = Context({"rlmetrics.outside_spans": True})
+        #: ``self.context``, or None where sums are never deferred: not with the
+        #: ``always_on`` exemplar filter (every point is an exemplar), nor under a runtime
+        #: context other than the default contextvars one.
+        self.in_context = (
+            None
+            if self.context is get_current
+            or os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER", "").strip().lower() == "always_on"
+            else self.context
+        )
         self._deferring: tuple[_Series, ...] = ()
         self._deferring_lock = threading.Lock()
         summable = False
@@ -318,6 +349,9 @@ class Session:
                 }[spec.kind]
                 instrument = create(callbacks=[self._callback(series)], **common)
             series.instrument = instrument
+            series.direct = not series.gauge and not (
+                series.deferrable and self.in_context is not None
+            )
             series.recordable = not series.observable
 
     # -- the checked path (every point the recorder's loop does not write itself) -----------
@@ -448,7 +482,7 @@ class Session:
     def _observations(self, series: _Series, observed: list[Any]) -> list[Any]:
         spec, valid, observation = series.spec, series.valid, self._observation
         limit = spec.max_series if series.capped else INT64_MAX
-        counter = series.counter
+        counter = series.nonnegative
         seen: dict[AttributeSet, dict[str, str | int]] = {}  # the cap applies to one collection
         out: list[Any] = []
         append = out.append
@@ -512,18 +546,15 @@ class Session:
         return out
 
 
-def _context_getter() -> Callable[[], Any] | None:
-    """``get`` of the context variable OpenTelemetry keeps the current context in, when a
-    counter's sums may be deferred: not with the ``always_on`` exemplar filter (every point
-    is an exemplar), nor under a runtime context other than the default contextvars one."""
-    if os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER", "").strip().lower() == "always_on":
-        return None
+def _current_context() -> Callable[[], Any]:
+    """What returns OpenTelemetry's current context: ``get`` of the context variable it is
+    kept in under the default (contextvars) runtime context, else the API's ``get_current``."""
     from contextvars import ContextVar
 
     from opentelemetry import context
 
     variable = getattr(getattr(context, "_RUNTIME_CONTEXT", None), "_current_context", None)
-    return variable.get if isinstance(variable, ContextVar) else None
+    return variable.get if isinstance(variable, ContextVar) else context.get_current
 
 
 class Recorder:
@@ -551,23 +582,70 @@ class Recorder:
             except KeyError:
                 _no_group(group)
                 return
-            labelled: AttributeSet | None = None
-            if attributes:
-                # The attribute set, found once for every key of the call. A loop passes the
-                # same few dicts again and again: comparing with the last one (a copy, so a
-                # dict changed in place is seen) is cheaper than building its set.
-                previous = self._last_attributes
-                if type(attributes) is frozenset:
-                    labelled = attributes
-                elif previous[0] == attributes:
-                    labelled = previous[1]
-                else:
+            # Two loops, unlabelled and labelled, alike but apart: one shared loop tests which
+            # it is on every key, a few steps of a call that costs the SDK's own call again.
+            if not attributes:
+                for key in values:  # not items(): that builds a view and a tuple per key
+                    value = values[key]
                     try:
-                        labelled = attribute_set(attributes)
-                        self._last_attributes = (dict(attributes), labelled)
-                    except Exception:
-                        labelled = None  # write() says what is wrong with it
-            for key in values:  # not items(): that builds a view and a tuple per key
+                        series = series_by_key[key]
+                    except KeyError:
+                        if value is not None:
+                            _unknown(group, key)
+                        continue
+                    if (
+                        series.recordable
+                        and (
+                            ((kind := type(value)) is float and value - value == 0.0)
+                            # Within one 30-bit digit, which CPython compares on its fast
+                            # path (unchained: two fewer steps); a larger int takes write()'s
+                            # check.
+                            or (kind is int and value <= 2**30 - 1 and value >= -(2**30 - 1))
+                        )
+                        and value >= series.least
+                    ):
+                        # The commonest point of all, a finite number on an unlabelled series
+                        # that already has its instrument, written without a call. (Checked
+                        # first: every test it saves is time on the training loop's thread.)
+                        if series.direct:
+                            series.write(  # type: ignore[misc]
+                                value, None, session.context() or session.outside_spans
+                            )
+                        elif series.gauge:
+                            last = series.table.get(_NO_KEY)
+                            if last is None:
+                                series.table[_NO_KEY] = session.last_value(value, None)
+                            else:
+                                last.current = value
+                        elif series.defer:
+                            if current := session.in_context():  # type: ignore[misc]
+                                # In a span: to the SDK, for its exemplar.
+                                series.write(value, None, current)  # type: ignore[misc]
+                            else:
+                                # A counter outside any span: added up until the collection.
+                                with series.sum_lock:
+                                    series.plain += value
+                        else:
+                            session._sum(series, value, _NO_KEY, None)  # its stream starts
+                    elif value is not None:
+                        session.write(series, group, key, value, None)
+                return
+            # The attribute set, found once for every key of the call. A loop passes the same
+            # few dicts again and again: comparing with the last one (a copy, so a dict changed
+            # in place is seen) is cheaper than building its set.
+            previous = self._last_attributes
+            labelled: AttributeSet
+            if previous[0] == attributes:
+                labelled = previous[1]
+            elif type(attributes) is frozenset:
+                labelled = attributes
+            else:
+                try:
+                    labelled = attribute_set(attributes)
+                    self._last_attributes = (dict(attributes), labelled)
+                except Exception:
+                    labelled = _MISSING  # admitted nowhere: write() says what is wrong with it
+            for key in values:
                 value = values[key]
                 try:
                     series = series_by_key[key]
@@ -576,58 +654,28 @@ class Recorder:
                         _unknown(group, key)
                     continue
                 if (
-                    not attributes  # first: a labelled call leaves this branch at once
+                    # Under an attribute set this series already admitted (checked against
+                    # the declaration and counted against the cap once).
+                    (known := series.admitted.get(labelled)) is not None
                     and series.recordable
                     and (
-                        ((kind := type(value)) is float and value - value == 0)
-                        # Within one 30-bit digit, which CPython compares on its fast path
-                        # (unchained: two fewer steps); a larger int takes write()'s check.
+                        ((kind := type(value)) is float and value - value == 0.0)
                         or (kind is int and value <= 2**30 - 1 and value >= -(2**30 - 1))
                     )
-                    and (value >= 0 or not series.counter)
+                    and value >= series.least
                 ):
-                    # The commonest point of all, a finite number on an unlabelled series
-                    # that already has its instrument, written without a call. (Checked
-                    # first: every test it saves is time on the training loop's thread.)
-                    if series.gauge:
-                        last = series.table.get(_NO_KEY)
-                        if last is None:
-                            series.table[_NO_KEY] = session.last_value(value, None)
-                        else:
-                            last.current = value
-                    elif series.defer:
-                        if session.in_context():  # type: ignore[misc]
-                            series.write(value)  # type: ignore[misc]  # in a span: its exemplar
-                        else:
-                            # A counter outside any span: added up until the collection.
-                            with series.sum_lock:
-                                series.plain += value
-                    elif series.deferrable and session.in_context is not None:
-                        session._sum(series, value, _NO_KEY, None)  # its stream starts
-                    else:
-                        series.write(value)  # type: ignore[misc]
-                elif (
-                    labelled is not None
-                    and series.recordable
-                    and (known := series.admitted.get(labelled)) is not None
-                    and (
-                        ((kind := type(value)) is float and value - value == 0)
-                        or (kind is int and value <= 2**30 - 1 and value >= -(2**30 - 1))
-                    )
-                    and (value >= 0 or not series.counter)
-                ):
-                    # A labelled point under an attribute set this series already admitted
-                    # (checked against the declaration and counted against the cap once).
-                    if series.gauge:
+                    if series.direct:
+                        series.write(  # type: ignore[misc]
+                            value, known, session.context() or session.outside_spans
+                        )
+                    elif series.gauge:
                         last = series.table.get(labelled)
                         if last is None:
                             series.table[labelled] = session.last_value(value, known)
                         else:
                             last.current = value
-                    elif series.deferrable and session.in_context is not None:
-                        session._sum(series, value, labelled, known)
                     else:
-                        series.write(value, known)  # type: ignore[misc]
+                        session._sum(series, value, labelled, known)
                 elif value is not None:
                     session.write(series, group, key, value, attributes)
         except Exception:
@@ -658,7 +706,7 @@ class Recorder:
                     and series.recordable
                     and type(attributes) is frozenset
                     and (known := admitted.get(attributes)) is not None
-                    and (value >= 0 or not series.counter)
+                    and value >= series.least
                 ):
                     # A finite float under a prepared attribute set already admitted: the
                     # dimensioned gauge's every-step case, written without a call.
