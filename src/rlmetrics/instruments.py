@@ -482,7 +482,7 @@ class Session:
     def _observations(self, series: _Series, observed: list[Any]) -> list[Any]:
         spec, valid, observation = series.spec, series.valid, self._observation
         limit = spec.max_series if series.capped else INT64_MAX
-        counter = series.nonnegative
+        nonnegative = series.nonnegative
         seen: dict[AttributeSet, dict[str, str | int]] = {}  # the cap applies to one collection
         out: list[Any] = []
         append = out.append
@@ -517,7 +517,7 @@ class Session:
                     and (checked := valid.get(key)) is not None
                     and key not in seen
                     and len(seen) < limit
-                    and (value >= 0 or not counter)
+                    and (value >= 0 or not nonnegative)
                 ):
                     seen[key] = known = checked[1]
                     append(observation(value, known))
@@ -605,8 +605,8 @@ class Recorder:
                         and value >= series.least
                     ):
                         # The commonest point of all, a finite number on an unlabelled series
-                        # that already has its instrument, written without a call. (Checked
-                        # first: every test it saves is time on the training loop's thread.)
+                        # that already has its instrument: to the SDK, to a gauge's table or
+                        # to a counter's sum, with no call of rlmetrics' own.
                         if series.direct:
                             series.write(  # type: ignore[misc]
                                 value, None, session.context() or session.outside_spans
