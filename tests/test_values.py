@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlmetrics.values import as_number, as_plain, as_real, key_attribute
+from rlmetrics.values import as_number, as_plain, as_real, finite_float, key_attribute
 
 
 @pytest.mark.parametrize(
@@ -98,6 +98,23 @@ def test_as_number_is_finite_and_never_a_bool(value: Any) -> None:
     if number is not None:
         assert not isinstance(number, bool)
         assert number == value and number - number == 0
+
+
+@given(st.one_of(st.integers(), st.floats(), st.booleans(), st.text(), st.none()))
+def test_finite_float_is_the_finite_number_as_a_float(value: Any) -> None:
+    number = finite_float(value)
+    if number is None:
+        # Not a finite number, or an int no float holds ("9" * 400 parsed by Prometheus).
+        assert as_number(value) is None or abs(value) > 2.0**1023
+    else:
+        assert type(number) is float and number - number == 0
+        assert number == float(value)
+
+
+def test_finite_float_leaves_out_an_int_past_floats_range() -> None:
+    assert finite_float(int("9" * 400)) is None
+    assert finite_float(-(10**400)) is None
+    assert finite_float(2**1023) == 2.0**1023
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ __all__ = [
     "attribute_set",
     "check_attributes",
     "encodable",
+    "finite_float",
     "key_attribute",
     "readable_items",
 ]
@@ -101,6 +102,19 @@ def as_number(value: Any) -> int | float | None:
     if type(number) is float and not math.isfinite(number):
         return None
     return number
+
+
+def finite_float(value: Any) -> float | None:
+    """``value`` as a finite float, or None: a finite real number (see :func:`as_number`)
+    that a float can hold. An int past float's range is not one: Prometheus' parser gives a
+    sample of hundreds of digits as such an int, and ``float()`` of it raises."""
+    number = as_number(value)
+    if number is None:
+        return None
+    try:
+        return float(number)
+    except OverflowError:
+        return None
 
 
 def encodable(number: int | float) -> bool:

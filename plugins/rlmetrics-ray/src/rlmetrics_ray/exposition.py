@@ -15,10 +15,11 @@ out first (a substring search, ~0.15 ms) and only they go through the parser.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
+
+from rlmetrics.values import finite_float
 
 __all__ = [
     "MEMORY_FAMILIES",
@@ -171,15 +172,9 @@ def _samples(parsed: Iterable[object], families: Collection[str]) -> dict[str, l
 
 
 def _byte_count(value: object) -> float | None:
-    """``value`` as a float if it can be a byte count (finite, not negative), else None. An
-    int past float's range (the parser gives "9" * 400 as one) is not finite."""
-    if not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) and number >= 0 else None
+    """``value`` as a float if it can be a byte count (finite, not negative), else None."""
+    number = finite_float(value)
+    return number if number is not None and number >= 0 else None
 
 
 def pick_value(samples: Iterable[Sample], ip: str | None) -> float | None:

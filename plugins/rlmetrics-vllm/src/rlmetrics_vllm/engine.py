@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from rlmetrics import warn_once
+from rlmetrics.values import finite_float
 
 __all__ = [
     "AWAKE_SHARE_KEY",
@@ -304,13 +305,7 @@ def _keep(part: dict[SampleKey, float], samples: Iterable[Any]) -> None:
     """Add the wanted, finite samples to ``part``."""
     for sample in samples:
         name = canonical_name(sample.name)
-        if name not in _WANTED_SAMPLES:
-            continue
-        try:
-            value = float(sample.value)
-        except (OverflowError, TypeError, ValueError):  # an int no float holds: not finite
-            continue
-        if math.isfinite(value):
+        if name in _WANTED_SAMPLES and (value := finite_float(sample.value)) is not None:
             part[(name, tuple(sorted(sample.labels.items())))] = value
 
 
