@@ -70,6 +70,19 @@ def test_lists_become_summaries_over_their_finite_numbers() -> None:
     }
 
 
+def test_an_int_past_floats_range_is_skipped_and_the_rest_lands() -> None:
+    # float() of it raised OverflowError, which lost the whole row.
+    out = _values({"huge": 10**400, "r": [1, -(10**400), 3], "ok": 2.0})
+    assert out.pop("huge").reason == "an int past float's range"
+    assert out == {
+        "r/mean": 2.0,
+        "r/p50": 2.0,
+        "r/p90": pytest.approx(2.8),
+        "r/max": 3.0,
+        "ok": 2.0,
+    }
+
+
 def test_none_and_empty_lists_are_dropped_silently() -> None:
     assert _values({"none": None, "empty": [], "tuple": ()}) == {}
 

@@ -78,6 +78,18 @@ def test_a_repeated_step_is_said_once(
     assert caplog.text.count("logged twice at step 4") == 1
 
 
+def test_an_int_past_floats_range_is_skipped_and_the_rest_lands(
+    swanlab_config: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # float() of it raised OverflowError, which lost the whole row.
+    backend = SwanLabBackend(**swanlab_config)
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        backend.log_metrics({"huge": 10**400, "loss": 0.5}, 1, "train")
+    backend.finish()
+    assert scalars(backend.run_dir, "train/loss") == [(1, 0.5)]
+    assert "'train/huge' is an int past float's range" in caplog.text
+
+
 def test_a_run_the_script_started_is_logged_into_and_left_open(
     swanlab_config: dict[str, Any],
 ) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rlmetrics import as_plain, as_real
+from rlmetrics.values import finite_float
 
 __all__ = ["LIST_SUMMARIES", "Skipped", "metric_values"]
 
@@ -37,20 +38,22 @@ class Skipped:
         self.reason = reason
 
 
-def _scalar(plain: Any) -> float | None:
-    """The float a plain value stands for (bools as 0/1, NaN kept), or None."""
+def _scalar(plain: Any) -> float | Skipped | None:
+    """The float a plain value stands for (bools as 0/1, NaN kept), Skipped for a number no
+    float holds, or None."""
     if isinstance(plain, bool):
         return float(plain)
     number = as_real(plain)
-    return None if number is None else float(number)
+    if number is None:
+        return None
+    try:
+        return float(number)
+    except OverflowError:
+        return Skipped("an int past float's range")
 
 
 def _summaries(elements: list[Any]) -> dict[str, float] | None:
-    finite = sorted(
-        n
-        for e in elements
-        if not isinstance(e, bool) and (n := as_real(e)) is not None and math.isfinite(n)
-    )
+    finite = sorted(n for e in elements if (n := finite_float(e)) is not None)
     if not finite:
         return None
     # Deciles by linear interpolation between the closest ranks (NumPy's default percentile);

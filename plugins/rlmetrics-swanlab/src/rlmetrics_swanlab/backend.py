@@ -45,7 +45,10 @@ def swanlab_value(value: Any) -> Any:
         return swanlab.Text(plain)
     number = as_real(plain)
     if number is not None:
-        return float(number)
+        try:
+            return float(number)
+        except OverflowError:
+            return ("an int past float's range",)
     return (f"a {type(value).__name__} value",)
 
 

@@ -13,10 +13,10 @@ histograms.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from rlmetrics import as_plain, as_real
+from rlmetrics.values import finite_float
 
 __all__ = ["HISTOGRAM", "SCALAR", "SKIP", "TEXT", "tensorboard_value"]
 
@@ -35,12 +35,11 @@ def tensorboard_value(value: Any) -> tuple[str, Any]:
         return TEXT, plain
     number = as_real(plain)
     if number is not None:
-        return SCALAR, float(number)
+        try:
+            return SCALAR, float(number)
+        except OverflowError:
+            return SKIP, "an int past float's range"
     if isinstance(plain, (list, tuple)):
-        finite = [
-            float(n)
-            for e in plain
-            if not isinstance(e, bool) and (n := as_real(e)) is not None and math.isfinite(n)
-        ]
+        finite = [n for e in plain if (n := finite_float(e)) is not None]
         return (HISTOGRAM, finite) if finite else (SKIP, None)
     return SKIP, f"a {type(value).__name__} value"
