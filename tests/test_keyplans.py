@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlmetrics.keyplans import KeyPlans
+from rlmetrics.testing import reset_process_state
 
 
 def test_a_sequence_is_built_once_and_looked_up_after() -> None:
@@ -50,3 +51,14 @@ def test_every_answer_is_what_build_gives_and_the_table_stays_bounded(
     for keys in calls:
         assert plans(tuple(keys)) == tuple(sorted(keys))
         assert len(plans) <= 4
+
+
+def test_a_reset_of_process_state_empties_every_table() -> None:
+    # How full a table is decides when it starts over: a test that measures memory must not
+    # depend on what the tests before it logged.
+    plans = KeyPlans(len)
+    plans(("a", "b"))
+    assert len(plans) == 1
+    reset_process_state()
+    assert len(plans) == 0
+    assert plans(("a", "b")) == 2

@@ -10,8 +10,11 @@ over.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
+
+from ._process_state import resets_process_state
 
 __all__ = ["DEFAULT_LIMIT", "KeyPlans"]
 
@@ -19,6 +22,9 @@ P = TypeVar("P")
 
 #: Key sequences a table keeps before it starts over.
 DEFAULT_LIMIT = 256
+#: Every table, so a test starts with them empty: how full a table is decides when it starts
+#: over, and a test that measures memory must not depend on the tests before it.
+_TABLES: weakref.WeakSet[KeyPlans[Any]] = weakref.WeakSet()
 
 
 class KeyPlans(Generic[P]):
@@ -29,7 +35,7 @@ class KeyPlans(Generic[P]):
     either result serves.
     """
 
-    __slots__ = ("_build", "_limit", "_plans")
+    __slots__ = ("__weakref__", "_build", "_limit", "_plans")
 
     def __init__(self, build: Callable[[tuple[Any, ...]], P], limit: int = DEFAULT_LIMIT) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -37,6 +43,7 @@ class KeyPlans(Generic[P]):
         self._build = build
         self._limit = limit
         self._plans: dict[tuple[Any, ...], P] = {}
+        _TABLES.add(self)
 
     def __call__(self, keys: tuple[Any, ...]) -> P:
         plan = self._plans.get(keys)
@@ -49,3 +56,9 @@ class KeyPlans(Generic[P]):
 
     def __len__(self) -> int:
         return len(self._plans)
+
+
+@resets_process_state
+def _empty_every_table() -> None:
+    for table in list(_TABLES):
+        table._plans.clear()
