@@ -28,6 +28,17 @@ def test_a_sequence_is_built_once_and_looked_up_after() -> None:
     assert len(plans) == 2
 
 
+def test_the_same_keys_in_another_order_get_their_own_plan() -> None:
+    # A plan is positional (the transformers callback zips it with the keys): the table must
+    # key on the order, or ('eval_loss', 'loss') would get ('loss', 'eval_loss')'s plan and
+    # swap train/loss and eval/loss.
+    plans = KeyPlans(lambda keys: tuple(key.startswith("eval_") for key in keys))
+    assert plans(("loss", "eval_loss")) == (False, True)
+    assert plans(("eval_loss", "loss")) == (True, False)
+    assert plans(("loss", "eval_loss")) == (False, True)
+    assert len(plans) == 2
+
+
 def test_past_its_limit_the_table_starts_over() -> None:
     plans = KeyPlans(lambda keys: len(keys), limit=3)
     for n in range(3):
@@ -43,13 +54,23 @@ def test_a_limit_that_is_no_positive_int_is_refused(limit: Any) -> None:
         KeyPlans(lambda keys: keys, limit=limit)
 
 
-@given(st.lists(st.lists(st.sampled_from(["a", "b", "reward/x", "eval_loss"]), max_size=4)))
+def _positional(keys: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
+    return tuple(enumerate(keys))
+
+
+@given(
+    st.lists(
+        st.lists(st.sampled_from(["a", "b", "reward/x", "eval_loss"]), max_size=4)
+        | st.permutations(["a", "b", "eval_loss"]),
+    )
+)
 def test_every_answer_is_what_build_gives_and_the_table_stays_bounded(
     calls: list[list[str]],
 ) -> None:
-    plans = KeyPlans(lambda keys: tuple(sorted(keys)), limit=4)
+    # An order-sensitive plan, and the same keys in several orders among the calls.
+    plans = KeyPlans(_positional, limit=4)
     for keys in calls:
-        assert plans(tuple(keys)) == tuple(sorted(keys))
+        assert plans(tuple(keys)) == _positional(tuple(keys))
         assert len(plans) <= 4
 
 
