@@ -4,25 +4,38 @@ An adapter (a ``transformers.TrainerCallback``, a Lightning ``Logger``, an Accel
 a Ray Train callback) is a thin translation from the trainer's extension point to
 :class:`~rlmetrics.Logger` calls. Two things are the same in all of them:
 
-- :class:`AdapterLogger`: the Logger the user passed, used as it is, or one the adapter builds
-  from ``backends`` and ``key_map`` when the trainer starts (on the process that logs, so a
-  rank that never logs opens no file and no tracker run), finishes when it ends and builds
-  again if the trainer runs again. The configuration is checked where the adapter is made:
-  an unknown backend or key map fails before the trainer starts, with the choices.
+- :class:`AdapterLogger`: the Logger the user passed, used as it is and never finished here
+  (it is its owner's), or one the adapter builds from ``backends`` and ``key_map`` the first
+  time the trainer logs (on the process that logs, so a rank that never logs opens no file and
+  no tracker run). A built Logger is the adapter's for its whole life — ``train()``,
+  ``evaluate()``, ``predict()``, a second ``train()`` all write to it — and is finished once:
+  by :meth:`AdapterLogger.finish` (the adapter's explicit end: Accelerate's ``end_training``,
+  ``callback.finish()``), when the adapter is garbage-collected (its trainer is gone), or at
+  interpreter exit, whichever comes first. One Logger per adapter means one run per tracker
+  (W&B, MLflow): never a second run under the same run id left running. After it is
+  finished, the adapter's calls are dropped and said once. The configuration is checked where
+  the adapter is made: an unknown backend or key map fails before the trainer starts, with the
+  choices.
 - :func:`guarded`: the trainer calls the adapter from its own loop, so nothing the adapter
   does may raise into it; a failure is reported once, naming the adapter and the call, and
-  the trainer's step goes on.
+  the trainer's step goes on. Strict mode is the exception a user asks for: a
+  :class:`~rlmetrics.StrictModeError` (and, in strict mode, the adapter's own failure)
+  propagates out of the call and stops the run.
 
 A third-party adapter (for a trainer with its own logger interface) is built from the same two.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ._warn import warn_once
+from ._fork import reset_in_child
+from ._warn import StrictModeError, raise_if_strict, warn_once
 from .keymaps import KeyMap, resolve_key_map
 from .logger import Logger
 
@@ -33,19 +46,25 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def guarded(adapter: str, call: str) -> Callable[[_F], _F]:
     """Wrap an adapter's method so that it never raises into the trainer: an exception is
-    reported once (``adapter`` and ``call`` named) and the method returns None."""
+    reported once (``adapter`` and ``call`` named) and the method returns None.
+
+    Strict mode wins: a :class:`~rlmetrics.StrictModeError` propagates, and in strict mode
+    the method's own failure is raised as one (its cause attached) once it is reported."""
 
     def wrap(function: _F) -> _F:
         @functools.wraps(function)
         def guard(*args: Any, **kwargs: Any) -> Any:
             try:
                 return function(*args, **kwargs)
+            except StrictModeError:
+                raise  # strict mode was asked for: it stops the run
             except Exception:
                 warn_once(
                     f"adapter:{adapter}:{call}",
                     f"rlmetrics: {adapter}: {call} failed; the trainer goes on (later failures "
                     "of this call are reported at DEBUG)",
                 )
+                raise_if_strict()  # in strict mode, the failure just reported stops the run
                 return None
 
         return guard  # type: ignore[return-value]
@@ -53,9 +72,48 @@ def guarded(adapter: str, call: str) -> Callable[[_F], _F]:
     return wrap
 
 
+#: The Loggers adapters built and nobody has finished yet: finished at interpreter exit.
+_open: set[Logger] = set()
+_open_lock = threading.Lock()
+
+
+def _finish_unattended(logger: Logger) -> None:
+    """Finish ``logger`` with nobody to raise to (its adapter was garbage-collected, or the
+    interpreter is exiting): a strict-mode error was already said as a warning."""
+    with _open_lock:
+        if logger not in _open:
+            return
+        _open.discard(logger)
+    try:
+        logger.finish()
+    except StrictModeError:
+        pass
+    except Exception:
+        warn_once("adapter:finish", "rlmetrics: finishing an adapter's Logger failed")
+
+
+@atexit.register
+def _finish_open_loggers() -> None:
+    """At interpreter exit, every adapter's Logger still open is finished (each waits at most
+    its ``finish_timeout_s`` for its queued backends). Registered after the backends' own exit
+    report, so it runs before it: what is written here is not reported as lost."""
+    for logger in list(_open):
+        _finish_unattended(logger)
+
+
+@reset_in_child
+def _forget_open_loggers() -> None:
+    # A forked child's copies of the parent's Loggers are the parent's to finish.
+    global _open_lock
+    _open_lock = threading.Lock()
+    _open.clear()
+
+
 class AdapterLogger:
-    """The Logger an adapter writes to: ``logger`` as given, or one built on :meth:`start`
-    from ``backends`` (``Logger``'s argument) and ``key_map``.
+    """The Logger an adapter writes to: ``logger`` as given, or one built on the first
+    :meth:`start` from ``backends`` (``Logger``'s argument) and ``key_map``, kept for the
+    adapter's whole life and finished once (:meth:`finish`, the adapter garbage-collected, or
+    interpreter exit).
 
     Passing a Logger and ``backends`` or ``key_map`` too is a mistake (the Logger has its
     own), and so is an unknown backend or key map name: each raises ``ValueError`` here.
@@ -90,30 +148,67 @@ class AdapterLogger:
                     f"{sorted(available_backends())}"
                 )
         self._built: Logger | None = None
+        self._finished = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     @property
     def logger(self) -> Logger | None:
-        """The Logger in use: the given one, or the one :meth:`start` built (None before)."""
+        """The Logger in use: the given one, or the one :meth:`start` built (None before it,
+        and after :meth:`finish`)."""
         return self.given if self.given is not None else self._built
 
-    def start(self) -> Logger:
-        """The Logger to write to, building it the first time (or again after :meth:`finish`)."""
+    @property
+    def finished(self) -> bool:
+        """Whether :meth:`finish` ended this adapter's life (a given Logger is never)."""
+        return self._finished
+
+    def start(self) -> Logger | None:
+        """The Logger to write to, built the first time; None once :meth:`finish` ended the
+        Logger built here (the call is dropped, and said once)."""
         if self.given is not None:
             return self.given
         if self._built is None:
-            self._built = Logger(self.backends, key_map=self.key_map)
+            if self._finished:
+                warn_once(
+                    f"adapter:{self.adapter}:after-finish",
+                    f"rlmetrics: {self.adapter} was called after its Logger was finished; what "
+                    "it was given is dropped (one adapter is one run: make a new one, or pass "
+                    "it a Logger of yours, which you finish)",
+                )
+                return None
+            built = Logger(self.backends, key_map=self.key_map)
+            with _open_lock:
+                _open.add(built)
+            # The adapter gone (its trainer with it): the Logger is finished then. Not at
+            # exit through weakref's own hook: _finish_open_loggers runs in a known order.
+            self._finalizer = weakref.finalize(self, _finish_unattended, built)
+            self._finalizer.atexit = False
+            self._built = built
         return self._built
 
     def finish(self) -> None:
-        """Finish the Logger built here and forget it, so the trainer can run again. A given
-        Logger is its owner's to finish: it may outlive this trainer."""
+        """Finish the Logger built here, once; later :meth:`start` calls return None. A given
+        Logger is its owner's to finish (it may outlive this trainer): it stays open, and
+        the adapter keeps writing to it. In strict mode, raises what ``Logger.finish`` does."""
+        if self.given is not None:
+            return
+        self._finished = True
         built, self._built = self._built, None
-        if built is not None:
-            built.finish()
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer.detach()
+        if built is None:
+            return
+        with _open_lock:
+            if built not in _open:
+                return
+            _open.discard(built)
+        built.finish()
 
     def __getstate__(self) -> dict[str, Any]:
         # An adapter may travel to another process (Ray ships its callbacks to the Train
         # controller); a Logger holds files and threads, so it is built again there.
         state = dict(self.__dict__)
         state["_built"] = None
+        state["_finalizer"] = None
         return state

@@ -16,6 +16,7 @@ from rlmetrics_accelerate import RLMetricsTracker
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.testing import points
+from rlmetrics.testing.trainers import Recorder
 
 
 def _loop(tracker: RLMetricsTracker, steps: int = 3) -> list[float]:
@@ -108,3 +109,60 @@ def test_bad_values_drop_only_themselves(tmp_path: Path, telemetry: tuple[Any, A
     assert (
         row["step"] == 5 and row["metrics"]["kl_penalty"] == 0.25 and row["metrics"]["lr"] == "high"
     )
+
+
+def test_the_default_jsonl_lands_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As docs/integrations/accelerate.md says: ./rlmetrics.jsonl where the main process runs.
+    monkeypatch.chdir(tmp_path)
+    losses = _loop(RLMetricsTracker(), steps=2)
+    rows = list(read_jsonl(tmp_path / "rlmetrics.jsonl"))
+    assert [row["metrics"]["loss"] for row in rows] == losses
+
+
+# -- one Logger per tracker, finished once at end_training (issue 31) -------------------------
+
+
+def test_end_training_finishes_the_one_run_and_later_logs_are_dropped(
+    recorder: type[Recorder], caplog: Any
+) -> None:
+    tracker = RLMetricsTracker(backends={"recorder": {}})
+    accelerator = Accelerator(cpu=True, log_with=[tracker])
+    accelerator.init_trackers("grpo", config={"lr": 0.1})
+    for step in (1, 2):
+        accelerator.log({"loss": 1.0 / step}, step=step)
+    accelerator.end_training()
+    (run,) = recorder.made
+    assert run.finished == 1
+    assert run.threads == {"rlmetrics-backend-recorder"}  # a queued backend, as the trackers
+    assert [(step, metrics) for step, _, metrics in run.rows] == [
+        (1, {"loss": 1.0}),
+        (2, {"loss": 0.5}),
+    ]
+    assert run.hyperparams == [{"lr": 0.1}]
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        accelerator.log({"loss": 0.25}, step=3)  # after end_training: never a second run
+        accelerator.log({"loss": 0.125}, step=4)
+        accelerator.end_training()
+    assert len(recorder.made) == 1 and run.finished == 1 and len(run.rows) == 2
+    (said,) = [r.getMessage() for r in caplog.records if "after its Logger" in r.getMessage()]
+    assert said.startswith("rlmetrics: rlmetrics-accelerate was called after its Logger was")
+
+
+# -- strict mode wins over the guard (issue 32) -----------------------------------------------
+
+
+def test_in_strict_mode_a_strict_mode_error_stops_the_loop(
+    tmp_path: Path, telemetry: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLMETRICS_STRICT", "1")
+    path = tmp_path / "metrics.jsonl"
+    tracker = RLMetricsTracker(backends={"jsonl": {"path": path}})
+    accelerator = Accelerator(cpu=True, log_with=[tracker])
+    accelerator.init_trackers("strict")
+    accelerator.log({"reward": 1.0}, step=1)
+    with pytest.raises(rlmetrics.StrictModeError, match=r"rl.reward.mean \(key 'reward'\)"):
+        accelerator.log({"reward": "high"}, step=2)
+    accelerator.end_training()
+    assert [row["step"] for row in read_jsonl(path)] == [1, 2]  # the call did its work first

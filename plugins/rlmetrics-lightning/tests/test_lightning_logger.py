@@ -17,6 +17,7 @@ import rlmetrics
 from rlmetrics import KeyMap, KeyRule
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.testing import points
+from rlmetrics.testing.trainers import Recorder
 
 #: The toy module's keys as rlmetrics series: the map a user of their own loop would write.
 TOY_MAP = KeyMap(
@@ -42,14 +43,25 @@ class Toy(lightning.LightningModule):  # type: ignore[misc]
         self.log("nan_metric", float("nan"))
         return loss
 
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
-def _fit(logger: Any, steps: int = 3) -> lightning.Trainer:
+def _data() -> DataLoader[Any]:
     torch.manual_seed(0)
-    data = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
-    trainer = lightning.Trainer(
+    return DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+
+
+def _trainer(logger: Any, steps: int = 3) -> lightning.Trainer:
+    return lightning.Trainer(
         max_steps=steps,
         logger=logger,
         log_every_n_steps=1,
@@ -59,7 +71,11 @@ def _fit(logger: Any, steps: int = 3) -> lightning.Trainer:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(Toy(), DataLoader(data, batch_size=2))
+
+
+def _fit(logger: Any, steps: int = 3) -> lightning.Trainer:
+    trainer = _trainer(logger, steps)
+    trainer.fit(Toy(), _data())
     return trainer
 
 
@@ -80,7 +96,9 @@ def test_fit_logs_each_step_the_hyperparameters_and_finishes(
     assert exported["rl.reward.mean"] == 2.0
     hyperparams = [row for row in read_jsonl(path, every_row=True) if "hyperparams" in row]
     assert hyperparams[0]["hyperparams"]["lr"] == 0.1
-    assert logger.experiment is None  # finalize finished the Logger it built
+    assert logger.experiment is not None  # finalize ends fit, not the run: still open
+    logger.finish()
+    assert logger.experiment is None
 
 
 def test_a_given_logger_is_written_to_and_left_to_its_owner(tmp_path: Path) -> None:
@@ -126,3 +144,99 @@ def test_a_configuration_mistake_fails_before_fit() -> None:
         RLMetricsLogger(backends={"nope": {}})
     with pytest.raises(ValueError, match="unknown key map"):
         RLMetricsLogger(key_map="nope")
+
+
+# -- one Logger per trainer for its whole life (issue 31) -------------------------------------
+
+
+def test_fit_validate_test_and_a_second_fit_are_one_run_finished_once(
+    tmp_path: Path, recorder: type[Recorder]
+) -> None:
+    logger = RLMetricsLogger(backends={"recorder": {}})
+    trainer = _trainer(logger, steps=2)
+    module = Toy()
+    trainer.fit(module, _data())
+    trainer.validate(module, _data())  # finalize("success") ran after fit: the run goes on
+    trainer.test(module, _data())
+    trainer.fit_loop.epoch_loop.max_steps = 4
+    trainer.fit(module, _data())  # a second fit, on from step 2
+    (run,) = recorder.made  # one tracker run: never a second one under the same run id
+    assert run.finished == 0
+    logger.finish()
+    logger.finish()
+    assert run.finished == 1
+    assert run.threads == {"rlmetrics-backend-recorder"}  # a queued backend, as the trackers
+    keys = [
+        (step, next(k for k in ("train_loss", "val_loss", "test_loss") if k in metrics))
+        for step, _, metrics in run.rows
+        if {"train_loss", "val_loss", "test_loss"} & set(metrics)
+    ]
+    assert keys == [
+        (0, "train_loss"),
+        (1, "train_loss"),
+        (2, "val_loss"),
+        (2, "test_loss"),
+        (2, "train_loss"),
+        (3, "train_loss"),
+    ]
+    trainer.validate(module, _data())  # after finish(): dropped, never a new run
+    assert len(recorder.made) == 1 and run.finished == 1
+
+
+def test_the_first_logged_step_is_the_one_lightnings_own_loggers_report(tmp_path: Path) -> None:
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    path = tmp_path / "metrics.jsonl"
+    ours = RLMetricsLogger(backends={"jsonl": {"path": path}})
+    theirs = CSVLogger(tmp_path / "csv", name="toy", version=0)
+    _fit([ours, theirs], steps=3)
+    with open(Path(theirs.log_dir) / "metrics.csv", newline="") as handle:
+        csv_rows = [row for row in csv.DictReader(handle) if row.get("train_loss")]
+    jsonl_rows = [row for row in read_jsonl(path) if "train_loss" in row["metrics"]]
+    assert [int(row["step"]) for row in csv_rows] == [row["step"] for row in jsonl_rows]
+    assert [row["step"] for row in jsonl_rows] == [0, 1, 2]  # the first step is 0, as theirs
+    assert [float(row["train_loss"]) for row in csv_rows] == pytest.approx(
+        [row["metrics"]["train_loss"] for row in jsonl_rows]
+    )
+    ours.finish()
+
+
+def test_the_default_jsonl_lands_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As docs/integrations/lightning.md says: ./rlmetrics.jsonl, not under default_root_dir.
+    monkeypatch.chdir(tmp_path)
+    logger = RLMetricsLogger()
+    _fit(logger, steps=1)
+    logger.finish()
+    assert [row["step"] for row in read_jsonl(tmp_path / "rlmetrics.jsonl")] == [0]
+
+
+# -- strict mode wins over the guard (issue 32) -----------------------------------------------
+
+
+class SaysNaN(Toy):
+    """Logs a reward that is no number at step 1, which strict mode refuses."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("train_loss", loss)
+        self.log("reward", float("nan") if self.global_step == 1 else 1.0)
+        return loss
+
+
+def test_in_strict_mode_a_strict_mode_error_stops_the_fit(
+    tmp_path: Path, telemetry: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLMETRICS_STRICT", "1")
+    path = tmp_path / "metrics.jsonl"
+    logger = RLMetricsLogger(backends={"jsonl": {"path": path}}, key_map=TOY_MAP)
+    trainer = _trainer(logger, steps=4)
+    with pytest.raises(rlmetrics.StrictModeError, match=r"rl.reward.mean \(key 'reward'\)"):
+        trainer.fit(SaysNaN(), _data())
+    assert trainer.global_step == 2  # stopped in the step that logged it, the fit unfinished
+    assert [row["step"] for row in read_jsonl(path)] == [0, 1]  # the call did its work first
+    logger.finish()

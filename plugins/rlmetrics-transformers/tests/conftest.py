@@ -10,9 +10,9 @@ to the callback under test. Test modules are named ``test_transformers_*`` and s
 from __future__ import annotations
 
 from rlmetrics.testing import load_hypothesis_profile
-from rlmetrics.testing.trainers import ignore_unless_installed, isolated, telemetry
+from rlmetrics.testing.trainers import ignore_unless_installed, isolated, recorder, telemetry
 
-__all__ = ["isolated", "telemetry"]
+__all__ = ["isolated", "recorder", "telemetry"]
 
 collect_ignore_glob = ignore_unless_installed(
     "torch", "transformers", "trl", why="the tox env 'integrations' installs them"

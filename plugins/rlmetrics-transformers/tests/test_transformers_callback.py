@@ -25,6 +25,7 @@ from transformers_support import (
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.testing import points
+from rlmetrics.testing.trainers import Recorder
 
 SERIES = {"reward": "rl.reward.mean", "kl": "rl.kl.divergence", "loss": "rl.policy.loss"}
 
@@ -167,7 +168,6 @@ def test_bad_values_from_the_trainer_drop_only_themselves(
     )
     trainer.train()
     trainer.state.global_step = 7
-    callback.logs.start()  # train() finished its Logger; Trainer.log still reaches on_log
     trainer.log(
         {
             "loss": None,
@@ -179,7 +179,7 @@ def test_bad_values_from_the_trainer_drop_only_themselves(
         }
     )
     exported = {p.name: p.value for p in points(reader) if not p.attributes}
-    callback.logs.finish()
+    callback.finish()
     rows = {row["step"]: row["metrics"] for row in _train_rows(path) if "loss" in row["metrics"]}
     # The good values land...
     assert exported["rl.kl.divergence"] == 0.5
@@ -237,9 +237,8 @@ def test_eval_keys_go_under_eval(tmp_path: Path) -> None:
         callbacks=[callback],
     )
     trainer.train()
-    callback.logs.start()  # train() finished its Logger; evaluate() logs through on_log too
     trainer.evaluate()
-    callback.logs.finish()
+    callback.finish()
     (row,) = [row for row in read_jsonl(path) if row["prefix"] == "eval"]
     assert row["step"] == 1 and "loss" in row["metrics"] and "runtime" in row["metrics"]
 
@@ -252,3 +251,129 @@ def test_split_prefix_keeps_every_value_once(logs: dict[str, float]) -> None:
         for key, value in metrics.items():
             original = key if prefix == "train" else f"{prefix}_{key}"
             assert logs[original] == value
+
+
+def test_split_prefix_keeps_each_orders_own_plan() -> None:
+    # The plans are cached per key sequence: the same keys in another order must not get the
+    # first order's plan (which would swap train/loss and eval/loss).
+    assert split_prefix({"loss": 1.0, "eval_loss": 2.0}) == {
+        "train": {"loss": 1.0},
+        "eval": {"loss": 2.0},
+    }
+    assert split_prefix({"eval_loss": 3.0, "loss": 4.0}) == {
+        "eval": {"loss": 3.0},
+        "train": {"loss": 4.0},
+    }
+
+
+# -- one Logger per trainer for its whole life (issue 31) -------------------------------------
+
+
+def test_train_evaluate_predict_and_a_second_train_are_one_run_finished_once(
+    tmp_path: Path, recorder: type[Recorder]
+) -> None:
+    callback = RLMetricsCallback(backends={"recorder": {}})
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**_args(tmp_path, max_steps=2)),
+        train_dataset=lm_dataset(),
+        eval_dataset=lm_dataset(count=4),
+        callbacks=[callback],
+    )
+    trainer.train()
+    trainer.evaluate()
+    trainer.predict(lm_dataset(count=4))
+    trainer.train()  # a second train(), from step 0 again
+    trainer.evaluate()
+    (run,) = recorder.made  # one tracker run: never a second one under the same run id
+    assert run.finished == 0  # the trainer is still there: so is its run
+    callback.finish()
+    callback.finish()
+    assert run.finished == 1
+    assert run.threads == {"rlmetrics-backend-recorder"}  # a queued backend, as the trackers
+    steps = [(step, prefix) for step, prefix, metrics in run.rows if "loss" in metrics]
+    assert steps == [(1, "train"), (2, "train"), (2, "eval")] * 2
+    assert [row[0] for row in run.rows if "train_runtime" in row[2]] == [2, 2]  # each summary
+    assert len(run.hyperparams) == 1  # the arguments once: the second train() has no setup
+    trainer.evaluate()  # after finish(): dropped, never a new run
+    assert len(recorder.made) == 1 and run.finished == 1
+
+
+def test_the_trainer_gone_finishes_the_run(tmp_path: Path, recorder: type[Recorder]) -> None:
+    import gc
+
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**_args(tmp_path, max_steps=2)),
+        train_dataset=lm_dataset(),
+        callbacks=[RLMetricsCallback(backends={"recorder": {}})],
+    )
+    trainer.train()
+    (run,) = recorder.made
+    assert run.finished == 0
+    del trainer
+    gc.collect()
+    assert run.finished == 1
+    assert [step for step, _, metrics in run.rows if "loss" in metrics] == [1, 2]
+
+
+# -- strict mode wins over the guard (issue 32) -----------------------------------------------
+
+
+class SaysHigh(TrainerCallback):  # type: ignore[misc]
+    """Runs before the callback under test: at step 2 the trainer's dict holds a reward that
+    is no number, which strict mode refuses."""
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if logs is not None and state.global_step == 2:
+            logs["reward"] = "high"
+
+
+def test_in_strict_mode_a_strict_mode_error_stops_the_trainer(
+    tmp_path: Path, telemetry: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLMETRICS_STRICT", "1")
+    path = tmp_path / "metrics.jsonl"
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**_args(tmp_path, max_steps=4)),
+        train_dataset=lm_dataset(),
+        callbacks=[SaysHigh(), RLMetricsCallback(backends={"jsonl": {"path": path}})],
+    )
+    with pytest.raises(rlmetrics.StrictModeError, match=r"rl.reward.mean \(key 'reward'\)"):
+        trainer.train()
+    assert trainer.state.global_step == 2  # stopped at the step that broke it
+    assert [row["step"] for row in _train_rows(path)] == [1, 2]  # the call did its work first
+
+
+def test_in_strict_mode_a_backend_that_cannot_start_stops_the_trainer_before_a_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLMETRICS_STRICT", "1")
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**_args(tmp_path)),
+        train_dataset=lm_dataset(),
+        callbacks=[RLMetricsCallback(backends={"jsonl": {"path": tmp_path}})],  # a folder
+    )
+    with pytest.raises(rlmetrics.StrictModeError, match="backend 'jsonl'"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+
+
+def test_the_default_jsonl_lands_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As docs/integrations/trl.md says: ./rlmetrics.jsonl where the process runs, not output_dir.
+    monkeypatch.chdir(tmp_path)
+    callback = RLMetricsCallback()
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**_args(tmp_path, max_steps=1)),
+        train_dataset=lm_dataset(),
+        callbacks=[callback],
+    )
+    trainer.train()
+    callback.finish()
+    assert [row["step"] for row in _train_rows(tmp_path / "rlmetrics.jsonl")] == [1, 1]
+    assert not list((tmp_path / "out").glob("**/*.jsonl"))

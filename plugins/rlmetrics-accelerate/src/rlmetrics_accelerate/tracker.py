@@ -5,7 +5,14 @@
 ``start`` in ``init_trackers`` (the Logger is built then, on the main process only),
 ``store_init_configuration`` with ``init_trackers``' ``config`` (the run's hyperparameters),
 ``log`` for each ``Accelerator.log(values, step=...)``, ``finish`` in ``end_training``.
-Every call is guarded: nothing here can fail the training loop.
+
+``end_training`` is the loop's explicit end: the Logger built here is finished there, once
+(else when the tracker is garbage-collected, or at interpreter exit: :mod:`rlmetrics.adapters`).
+One tracker is one run: what is logged through it after ``end_training`` is dropped and said
+once, never written to a second run under the same run id.
+
+Every call is guarded: nothing here can fail the training loop, unless strict mode is on,
+where a ``StrictModeError`` stops the loop as asked.
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
     :param logger: an :class:`rlmetrics.Logger` to write to (finished by its owner); without
         one, the tracker builds its own from ``backends`` and ``key_map`` in ``init_trackers``
         and finishes it in ``end_training``.
-    :param backends: ``Logger``'s ``backends`` for the Logger built here.
+    :param backends: ``Logger``'s ``backends`` for the Logger built here (default: the JSONL
+        backend, ``./rlmetrics.jsonl`` in the working directory of the main process).
     :param key_map: which of your keys is which rlmetrics series (a name such as ``"trl"``
         or ``"verl"``, or a :class:`rlmetrics.KeyMap`).
     :param prefix: the prefix every dict is logged under.
@@ -65,7 +73,9 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "store_init_configuration")
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
-        self.logs.start().log_hyperparams(values)
+        logger = self.logs.start()
+        if logger is not None:
+            logger.log_hyperparams(values)
 
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "log")
@@ -73,7 +83,9 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
         if step is None:  # Accelerator.log's step is optional; keep the last one
             step = self._last_step
         self._last_step = step
-        self.logs.start().log_metrics(values, step=step, prefix=self.prefix)
+        logger = self.logs.start()
+        if logger is not None:
+            logger.log_metrics(values, step=step, prefix=self.prefix)
 
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "finish")

@@ -2,8 +2,17 @@
 
 Lightning hands its loggers what a ``LightningModule`` logs (``self.log``), already reduced to
 floats, with the trainer's global step; the hyperparameters (``save_hyperparameters``); and
-``finalize(status)`` when the run ends. Each becomes one Logger call; only rank zero logs, as
-Lightning's own loggers do. Every call is guarded: nothing here can fail the trainer's step.
+``finalize(status)`` at the end of every ``fit``, ``validate``, ``test`` and ``predict``. Each
+logged dict becomes one Logger call; only rank zero logs, as Lightning's own loggers do.
+
+The Logger built here is the logger's for the trainer's whole life: ``finalize`` ends a stage,
+not the run, so the ``validate()`` or ``test()`` after a ``fit()`` (and a second ``fit()``)
+write to the same Logger, one run in each tracker. It is finished once: by
+:meth:`RLMetricsLogger.finish`, when the logger is garbage-collected with its trainer, or at
+interpreter exit (:mod:`rlmetrics.adapters`).
+
+Every call is guarded: nothing here can fail the trainer's step, unless strict mode is on,
+where a ``StrictModeError`` stops the run as asked.
 """
 
 from __future__ import annotations
@@ -28,8 +37,10 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
 
     :param logger: an :class:`rlmetrics.Logger` to write to (finished by its owner); without
         one, the logger builds its own from ``backends`` and ``key_map`` when the run starts
-        logging and finishes it in ``finalize``.
-    :param backends: ``Logger``'s ``backends`` for the Logger built here.
+        logging, and keeps it for every later ``fit``/``validate``/``test`` until
+        :meth:`finish`, garbage collection or interpreter exit.
+    :param backends: ``Logger``'s ``backends`` for the Logger built here (default: the JSONL
+        backend, ``./rlmetrics.jsonl`` in the working directory of rank zero).
     :param key_map: which of your keys is which rlmetrics series (a name or a
         :class:`rlmetrics.KeyMap`); Lightning's keys are yours, so there is no default.
     :param prefix: the prefix every dict is logged under (``train``: the prefix the training
@@ -72,7 +83,9 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
     def log_hyperparams(
         self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any
     ) -> None:
-        self.logs.start().log_hyperparams(vars(params) if isinstance(params, Namespace) else params)
+        logger = self.logs.start()
+        if logger is not None:
+            logger.log_hyperparams(vars(params) if isinstance(params, Namespace) else params)
 
     @rank_zero_only  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "log_metrics")
@@ -80,9 +93,17 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         if step is None:  # Lightning passes its global step; a direct call may not
             step = self._last_step
         self._last_step = step
-        self.logs.start().log_metrics(metrics, step=step, prefix=self.prefix)
+        logger = self.logs.start()
+        if logger is not None:
+            logger.log_metrics(metrics, step=step, prefix=self.prefix)
+
+    def finalize(self, status: str) -> None:
+        """The end of a ``fit``, ``validate``, ``test`` or ``predict``, not of the run: the
+        Logger stays open for the next one (queued backends go on writing on their threads)."""
 
     @rank_zero_only  # type: ignore[untyped-decorator,misc]
-    @guarded(_ADAPTER, "finalize")
-    def finalize(self, status: str) -> None:
+    @guarded(_ADAPTER, "finish")
+    def finish(self) -> None:
+        """Finish the Logger built here (a given one is its owner's): call it when the trainer
+        is done and the process goes on. Later calls are dropped."""
         self.logs.finish()

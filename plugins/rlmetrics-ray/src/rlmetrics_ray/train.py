@@ -102,8 +102,9 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
     @guarded(_ADAPTER, "the run's configuration")
     def _log_config(self, run_context: Any) -> None:
         config = getattr(run_context, "train_loop_config", None)
-        if config:
-            self.logs.start().log_hyperparams(config)
+        logger = self.logs.start() if config else None
+        if logger is not None:
+            logger.log_hyperparams(config)
 
     def _step(self, metrics: Mapping[str, Any]) -> int:
         value = rlmetrics.as_number(metrics.get(self.step_key))
@@ -120,6 +121,8 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
             self._start_telemetry()
             self._log_config(run_context)
         logger = self.logs.start()
+        if logger is None:  # never here: nothing finishes this callback's Logger but its exit
+            return
         self._reports += 1
         first = metrics[0] or {}
         step = self._step(first)

@@ -6,15 +6,21 @@ from the training loop: ``on_log`` with each dict ``Trainer.log`` writes, at
 ``state.global_step``. The callback is a translation to Logger calls and nothing else:
 
 - ``on_init_end`` / ``on_train_begin``: the setup phases (the trainer's construction and the
-  time ``train()`` took to reach its first step) as the Logger's setup timing, and the
-  training arguments as the run's hyperparameters;
+  time the first ``train()`` took to reach its first step) as the Logger's setup timing, and
+  the training arguments as the run's hyperparameters (once: a second ``train()`` has no
+  setup of its own);
 - ``on_log``: the dict at the trainer's ``global_step`` — ``eval_*`` and ``test_*`` keys under
   the ``eval`` and ``test`` prefixes (as transformers' own W&B integration groups them), the
   rest under ``train``, where the ``trl`` key map makes TRL's keys rlmetrics' series;
-- ``on_train_end``: the Logger it built is finished (a given one is its owner's).
+
+The Logger it builds is the callback's for the trainer's whole life: ``train()``, the
+``evaluate()`` and ``predict()`` after it and a second ``train()`` all write to it (one run in
+each tracker), and it is finished once: by :meth:`RLMetricsCallback.finish`, when the callback
+is garbage-collected with its trainer, or at interpreter exit (:mod:`rlmetrics.adapters`).
 
 Only the world's process zero logs, as transformers' own integrations do. Every call is
-guarded: nothing here can fail the trainer's step.
+guarded: nothing here can fail the trainer's step, unless strict mode is on, where a
+``StrictModeError`` stops the run as asked.
 """
 
 from __future__ import annotations
@@ -68,9 +74,11 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
     """Send every step a ``Trainer`` logs to rlmetrics.
 
     :param logger: an :class:`rlmetrics.Logger` to write to, used as it is (and finished by
-        its owner). Without one the callback builds its own when training starts, from
-        ``backends`` (default: the JSONL backend) and ``key_map``, and finishes it when
-        training ends.
+        its owner). Without one the callback builds its own when the trainer first logs, from
+        ``backends`` (default: the JSONL backend, ``./rlmetrics.jsonl`` in the working
+        directory of the process that logs) and ``key_map``; it serves every later ``train()``,
+        ``evaluate()`` and ``predict()`` and is finished by :meth:`finish`, when the callback
+        is garbage-collected, or at interpreter exit.
     :param backends: ``Logger``'s ``backends`` for the Logger the callback builds.
     :param key_map: which key the trainer logs is which rlmetrics series; ``"trl"`` (the
         default) covers TRL's trainers and ``Trainer``'s own keys.
@@ -79,7 +87,9 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
     :param setup_started: a ``time.monotonic()`` reading where the run's setup began (before
         the model was loaded, say); default: when the callback was made.
 
-    A wrong ``backends`` or ``key_map`` raises here, before the trainer starts.
+    A wrong ``backends`` or ``key_map`` raises here, before the trainer starts. In strict mode
+    (``RLMETRICS_STRICT=1``, ``Logger(strict=True)``) a ``StrictModeError`` propagates out of
+    the callback and stops the trainer.
     """
 
     def __init__(
@@ -97,6 +107,7 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         self.prefix = prefix
         self._setup_started = time.monotonic() if setup_started is None else setup_started
         self._init_ended: float | None = None
+        self._began = False
 
     @property
     def logger(self) -> Logger | None:
@@ -109,9 +120,12 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
 
     @guarded(_ADAPTER, "on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not state.is_world_process_zero:
-            return
+        if not state.is_world_process_zero or self._began:
+            return  # a second train(): its setup is no run's setup, its arguments are known
         logger = self.logs.start()
+        if logger is None:
+            return
+        self._began = True
         now = time.monotonic()
         timings = {"total_setup_time_s": now - self._setup_started}
         if self._init_ended is not None:
@@ -133,10 +147,14 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         if not logs or not state.is_world_process_zero:
             return
         logger = self.logs.start()
+        if logger is None:
+            return
         for prefix, metrics in split_prefix(logs, self.prefix).items():
             logger.log_metrics(metrics, step=state.global_step, prefix=prefix)
 
-    @guarded(_ADAPTER, "on_train_end")
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.is_world_process_zero:
-            self.logs.finish()
+    @guarded(_ADAPTER, "finish")
+    def finish(self) -> None:
+        """Finish the Logger the callback built (a given one is its owner's): call it when the
+        trainer is done and the process goes on (the next trainer's callback builds its own
+        Logger, under the same run id when telemetry is running). Later calls are dropped."""
+        self.logs.finish()
