@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import functools
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -77,28 +78,41 @@ _open: set[Logger] = set()
 _open_lock = threading.Lock()
 
 
-def _finish_unattended(logger: Logger) -> None:
+def _finish_unattended(logger: Logger, timeout_s: float | None = None) -> None:
     """Finish ``logger`` with nobody to raise to (its adapter was garbage-collected, or the
-    interpreter is exiting): a strict-mode error was already said as a warning."""
+    interpreter is exiting), waiting at most ``timeout_s`` (default: its ``finish_timeout_s``);
+    a strict-mode error was already said as a warning."""
     with _open_lock:
         if logger not in _open:
             return
         _open.discard(logger)
     try:
-        logger.finish()
+        logger.finish(timeout_s)
     except StrictModeError:
         pass
     except Exception:
         warn_once("adapter:finish", "rlmetrics: finishing an adapter's Logger failed")
 
 
-@atexit.register
+#: How long the interpreter's exit waits, in all, for the adapters' Loggers to finish.
+_EXIT_BOUND_S = 10.0
+
+
 def _finish_open_loggers() -> None:
-    """At interpreter exit, every adapter's Logger still open is finished (each waits at most
-    its ``finish_timeout_s`` for its queued backends). Registered after the backends' own exit
-    report, so it runs before it: what is written here is not reported as lost."""
+    """At interpreter exit, every adapter's Logger still open is finished, all within
+    :data:`_EXIT_BOUND_S`. One of threading's exit hooks, as ``concurrent.futures`` uses: they
+    run before every ``atexit`` handler, so before the trackers' own (W&B tears its service
+    down in one, tensorboardX closes its event files) and before the backends' exit report."""
+    deadline = time.monotonic() + _EXIT_BOUND_S
     for logger in list(_open):
-        _finish_unattended(logger)
+        _finish_unattended(logger, max(0.0, deadline - time.monotonic()))
+
+
+_register_exit_hook = getattr(threading, "_register_atexit", None)
+if callable(_register_exit_hook):
+    _register_exit_hook(_finish_open_loggers)
+else:  # pragma: no cover - CPython has it from 3.9 on
+    atexit.register(_finish_open_loggers)
 
 
 @reset_in_child
