@@ -93,6 +93,19 @@ def test_finish_is_once_and_the_adapter_then_drops_and_says_so(caplog: Any) -> N
     assert len(said) == 1 and "toy was called after its Logger was finished" in said[0]
 
 
+def test_in_strict_mode_a_call_after_finish_stops_the_trainer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    logs = AdapterLogger(backends={"recorder": {}}, adapter="toy")
+    trainer = Trainer(logs)
+    trainer.train(1)
+    logs.finish()
+    monkeypatch.setenv("RLMETRICS_STRICT", "1")
+    with pytest.raises(rlmetrics.StrictModeError, match="toy was called after its Logger"):
+        trainer.evaluate()
+    assert len(Recorder.made) == 1
+
+
 def test_a_given_logger_is_used_as_it_is_and_never_finished_here() -> None:
     given = rlmetrics.Logger(backends={"recorder": {}})
     logs = AdapterLogger(given, adapter="toy")

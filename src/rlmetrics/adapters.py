@@ -178,7 +178,8 @@ class AdapterLogger:
 
     def start(self) -> Logger | None:
         """The Logger to write to, built the first time; None once :meth:`finish` ended the
-        Logger built here (the call is dropped, and said once)."""
+        Logger built here (the call is dropped, and said once; in strict mode, raised as a
+        :class:`~rlmetrics.StrictModeError`)."""
         if self.given is not None:
             return self.given
         if self._built is None:
@@ -189,6 +190,7 @@ class AdapterLogger:
                     "it was given is dropped (one adapter is one run: make a new one, or pass "
                     "it a Logger of yours, which you finish)",
                 )
+                raise_if_strict()  # rows dropped: in strict mode, that stops the run
                 return None
             built = Logger(self.backends, key_map=self.key_map)
             with _open_lock:
