@@ -34,7 +34,9 @@ def test_json_format_prints_the_jsonl_row_of_every_call(tmp_path: Path) -> None:
         logger = Logger(
             backends={"jsonl": {"path": str(path)}, "console": {"stream": stream, "format": "json"}}
         )
-        logger.log_metrics({"reward": 0.5, "kl": float("nan"), "big": 10**5000}, step=3, prefix="train")
+        logger.log_metrics(
+            {"reward": 0.5, "kl": float("nan"), "big": 10**5000}, step=3, prefix="train"
+        )
         logger.log_metrics({"loss": 1.25}, step=4, prefix="train")
         logger.finish()
     printed = _json_rows(stream.getvalue())

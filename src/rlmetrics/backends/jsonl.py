@@ -122,7 +122,13 @@ def to_json_value(value: Any, _depth: int = 0) -> Any:
 def metrics_line(run_id: str, metrics: Mapping[str, Any], step: int, prefix: str) -> str:
     """One metrics row, ``{"time", "run_id", "step", "prefix", "metrics"}``, as a JSON line
     (the console backend's JSON rows are the same line)."""
-    row = {"time": time.time(), "run_id": run_id, "step": step, "prefix": prefix, "metrics": metrics}
+    row = {
+        "time": time.time(),
+        "run_id": run_id,
+        "step": step,
+        "prefix": prefix,
+        "metrics": metrics,
+    }
     try:
         # Almost every row is plain numbers and strings, which json encodes as they are;
         # only a row it refuses (NaN, a tensor, a huge int...) is converted value by value.
