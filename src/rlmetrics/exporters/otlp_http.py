@@ -2,9 +2,10 @@
 with bounded, reported failures; and the protocol choice the ``otlp`` exporter makes.
 
 The OpenTelemetry specification chooses the OTLP transport with
-``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc`` or ``http/protobuf``; ``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``
-per signal): ``exporters=["otlp"]`` follows it (gRPC when unset, as rlmetrics always did), and
-``exporters=["otlp_http"]`` asks for HTTP whatever it says.
+``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc`` or ``http/protobuf``;
+``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`` per signal): ``exporters=["otlp"]`` follows it (gRPC
+when unset, as rlmetrics always did), and ``exporters=["otlp_http"]`` asks for HTTP whatever
+it says.
 
 What the ``otlp`` exporter adds to the SDK's, this one adds too, without any private SDK
 attribute (the HTTP exporter's internals differ between SDK 1.44 and 1.45):
