@@ -34,19 +34,6 @@ class _State:
         self.main_thread = threading.main_thread().ident
         self.reset()
 
-    def new_session(self) -> None:
-        """A telemetry session starts: the accounting starts afresh (:meth:`start_run`)
-        unless an ``rlmetrics.run()`` scope is open, which owns it."""
-        if not self.runs:
-            self.start_run()
-
-    def start_run(self) -> None:
-        """The step's and the run's accounting, the run's start and the last step, afresh."""
-        self.step_timer.take()
-        self.run_timer.take()
-        self.run_start_ns = None
-        self.last_step = None
-
     def reset(self) -> None:
         """Forget the binding, the phase table, the accounting and the open spans."""
         self.binding: Binding | None = None
@@ -63,6 +50,19 @@ class _State:
         self.last_step: int | None = None
         self.open: dict[int, Scope] = {}  # open scopes while tracing, by id
         self.sequence = 0
+
+    def new_session(self) -> None:
+        """A telemetry session starts: the accounting starts afresh (:meth:`start_run`)
+        unless an ``rlmetrics.run()`` scope is open, which owns it."""
+        if not self.runs:
+            self.start_run()
+
+    def start_run(self) -> None:
+        """The step's and the run's accounting, the run's start and the last step, afresh."""
+        self.step_timer.take()
+        self.run_timer.take()
+        self.run_start_ns = None
+        self.last_step = None
 
 
 state = _State()

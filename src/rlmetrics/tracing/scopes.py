@@ -101,13 +101,14 @@ class Scope:
         "_thread",
         "_token",
     )
+    #: The clock reading it started at; None while it is not running (never entered, or
+    #: ended), so an exit without an entry is told from one.
+    _t0: int | None
 
     def __init__(self) -> None:
         self._span: Any = None
         self._token: Any = None
-        #: The clock reading it started at; None while it is not running (never entered,
-        #: or ended), so an exit without an entry is told from one.
-        self._t0: int | None = None
+        self._t0 = None
 
     # What a subclass provides.
     def _name(self) -> str:
