@@ -136,3 +136,30 @@ def test_the_body_names_each_exporter_and_each_backend_s_lost_rows(
                 logger.finish(timeout_s=5)
     finally:
         receiver.stop()
+
+
+def test_the_stall_rule_follows_the_run_s_pace_with_its_options(clock: Any) -> None:
+    with rlmetrics.start(
+        exporters={"prometheus": {"port": 0, "stall_factor": 2, "stall_min_s": 5}}
+    ) as handle:
+        logger = rlmetrics.Logger(backends={})
+        for step in range(1, 22):  # 20 intervals of 10 s: the median is known
+            logger.log_metrics({"reward": 0.5}, step=step, prefix="train")
+            clock.now += 10.0
+        clock.now -= 10.0
+        status, body = _health(handle)
+        assert body["step_interval_median_s"] == 10.0
+        assert body["stall_rule"] == {"factor": 2.0, "min_s": 5.0, "bound_s": 600.0}
+        assert body["stall_after_s"] == 20.0  # 2 x the median, above the floor
+        clock.now += 19.5
+        assert _health(handle)[:1] == (200,)
+        clock.now += 1.0
+        status, body = _health(handle)
+        assert (status, body["status"]) == (503, "stalled")
+
+
+@pytest.mark.parametrize(("option", "bad"), [("stall_factor", 0), ("stall_min_s", "soon")])
+def test_a_bad_stall_option_fails_start_naming_it(option: str, bad: Any) -> None:
+    with pytest.raises(rlmetrics.TelemetryError, match=option):
+        rlmetrics.start(exporters={"prometheus": {"port": 0, option: bad}})
+    assert rlmetrics.current() is None

@@ -42,8 +42,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from .. import hookimpl
 from .._warn import warn_once
 from ..dashboard.promql import unit_named
-from ..health import HEALTH_PATH, health
-from ..health import stall_after_s as stall_bound
+from ..health import HEALTH_PATH, health, stall_rule
+from ..liveness import StallRule
 from ..telemetry import TelemetryError
 from . import Exporter
 
@@ -257,7 +257,7 @@ def make_reader(registry: Any) -> Any:
     return _reader_class()(registry=registry)
 
 
-def _with_health(metrics_app: Any, stall_after: float, reader: Any) -> Any:
+def _with_health(metrics_app: Any, rule: StallRule, reader: Any) -> Any:
     """A WSGI app: :data:`HEALTH_PATH` answers the run's health, every other path the
     metrics, one scrape at a time, through ``reader``."""
 
@@ -266,7 +266,7 @@ def _with_health(metrics_app: Any, stall_after: float, reader: Any) -> Any:
             # prometheus_client renders the whole exposition within the call.
             return reader.scrape(lambda: metrics_app(environ, start_response))  # type: ignore[no-any-return]
         try:
-            code, body = health(stall_after)
+            code, body = health(rule)
         except Exception:  # the endpoint must answer: a failure is reported, once
             warn_once("prometheus:health", "rlmetrics: the health path failed to answer")
             code, body = 500, {"status": "error"}
@@ -301,10 +301,17 @@ def make_exporter(
     host: str | None = None,
     port: int | None = None,
     stall_after_s: float | None = None,
+    stall_factor: float | None = None,
+    stall_min_s: float | None = None,
 ) -> Exporter:
     """A Prometheus reader and its HTTP server, listening on ``host``:``port``.
 
-    :param stall_after_s: seconds without a new step after which ``/health`` answers 503;
+    ``/health`` answers 503 once the run is stalled by the rule ``RLStepStalled`` applies too
+    (:class:`~rlmetrics.liveness.StallRule`):
+
+    :param stall_factor: silence, in median step intervals, that is a stall (default 3);
+    :param stall_min_s: the shortest silence that is a stall (default 60 s);
+    :param stall_after_s: the silence that is a stall before 20 step intervals are known;
         default ``RLMETRICS_STALL_AFTER_S``, else 600.
 
     ``export_interval_s`` is unused: Prometheus pulls, on its own scrape interval.
@@ -319,14 +326,12 @@ def make_exporter(
         ) from exc
     host = host or os.environ.get(HOST_ENV, "").strip() or DEFAULT_HOST
     port = port_from_env() if port is None else port
-    stall_after = stall_bound(stall_after_s)
+    rule = stall_rule(stall_after_s, stall_factor, stall_min_s)
     # A registry of our own: a second start in one process must not find the first's collector.
     registry = CollectorRegistry()
     reader = make_reader(registry)
     try:
-        server, thread = _serve(
-            host, port, _with_health(make_wsgi_app(registry), stall_after, reader)
-        )
+        server, thread = _serve(host, port, _with_health(make_wsgi_app(registry), rule, reader))
     except OSError as exc:
         reader.shutdown()
         raise TelemetryError(
