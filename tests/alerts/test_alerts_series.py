@@ -8,9 +8,9 @@ the same variable as the expression cannot catch a wrong series; these can."""
 from __future__ import annotations
 
 import re
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,7 +142,9 @@ def _sibling_examples(rule: AlertRule, names: Names) -> Iterator[AlertExample]:
         )
 
 
-def test_a_rule_stays_quiet_when_only_a_sibling_series_grows(promtool: str, tmp_path: Path) -> None:
+def test_a_rule_stays_quiet_when_only_a_sibling_series_grows(
+    promtool_test_rules: Callable[..., Any],
+) -> None:
     names = _names()
     rules = [rule for rule in _rules() if rule.reads]
     assert {"RLMetricsBackendDropping", "RLMetricsBackendFailing", "RLStepStalled"} <= {
@@ -163,14 +165,8 @@ def test_a_rule_stays_quiet_when_only_a_sibling_series_grows(promtool: str, tmp_
         for rule in rules
     ]
     assert all(rule.examples for rule in moved)
-    (tmp_path / "rules.yml").write_text(render_yaml(rule_groups(rules, annotations=False)))
-    (tmp_path / "tests.yml").write_text(promtool_tests(moved, "rules.yml"))
-    tested = subprocess.run(
-        [promtool, "test", "rules", "tests.yml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    tested = promtool_test_rules(
+        render_yaml(rule_groups(rules, annotations=False)), promtool_tests(moved, "rules.yml")
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +126,7 @@ def _series(samples: list[tuple[int, bool, dict[str, float]]], name: str) -> str
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_health_and_the_stall_alert_say_stalled_at_the_same_times(
-    scenario: str, clock: Any, promtool: str, tmp_path: Path
+    scenario: str, clock: Any, promtool_test_rules: Callable[..., Any]
 ) -> None:
     steps, tail_s = SCENARIOS[scenario]
     rule = documented_rule()
@@ -136,7 +136,6 @@ def test_health_and_the_stall_alert_say_stalled_at_the_same_times(
     assert any(stalled for _, stalled in expected) and not expected[0][1]
 
     [stall] = [r for r in collect_rules()[0] if r.name == "RLStepStalled"]
-    (tmp_path / "rules.yml").write_text(render_yaml(rule_groups([stall], annotations=False)))
     labels = ",".join(f'{k}="{v}"' for k, v in JOB.items())
     count = len(samples)
     test = {
@@ -168,12 +167,7 @@ def test_health_and_the_stall_alert_say_stalled_at_the_same_times(
             }
         ],
     }
-    (tmp_path / "tests.yml").write_text(render_yaml(test))
-    tested = subprocess.run(
-        [promtool, "test", "rules", "tests.yml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    tested = promtool_test_rules(
+        render_yaml(rule_groups([stall], annotations=False)), render_yaml(test)
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
