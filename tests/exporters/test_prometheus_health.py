@@ -4,9 +4,11 @@ silent past the bound, read over real HTTP from the real endpoint, on a clock th
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,11 +70,20 @@ def test_a_run_that_never_logs_a_step_stalls_from_its_start(clock: Any) -> None:
         assert body["seconds_since_last_step"] is None
 
 
+def _documented_default_s() -> float:
+    """The bound's default as docs/operations.md states it (never the code's constant)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    found = re.search(r"`stall_after_s` \((\d+) s\)", text)
+    assert found is not None, "docs/operations.md states no default for stall_after_s"
+    return float(found[1])
+
+
 def test_the_bound_comes_from_the_option_then_the_environment(
     clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with rlmetrics.start(exporters=["prometheus"], prometheus_port=0) as handle:
-        assert _health(handle)[1]["stall_after_s"] == DEFAULT_STALL_AFTER_S
+        assert _health(handle)[1]["stall_after_s"] == _documented_default_s()
+        assert _documented_default_s() == DEFAULT_STALL_AFTER_S
     monkeypatch.setenv(STALL_AFTER_ENV, "120")
     with rlmetrics.start(exporters=["prometheus"], prometheus_port=0) as handle:
         assert _health(handle)[1]["stall_after_s"] == 120
