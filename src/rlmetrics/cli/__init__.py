@@ -4,6 +4,7 @@
 rlmetrics demo        a simulated GRPO run end to end: JSONL, Prometheus endpoint, report
 rlmetrics report      a run's JSONL summarised (goodput, setup, trends, vLLM, checkpoints)
 rlmetrics query       a run's state as JSON for an agent or a script (exit 1 on a finding)
+rlmetrics mcp         the same answers as MCP tools over stdio, read-only
 rlmetrics check       every declared series linted; non-zero exit on errors
 rlmetrics dashboard   the Grafana dashboard (docs/grafana/rlmetrics.json is its output)
 rlmetrics alerts      the Prometheus alerting rules (stall, endpoint down, lost rows…)
@@ -30,6 +31,7 @@ from . import (
     dashboard,
     demo,
     docs,
+    mcp,
     metrics,
     plugins,
     query,
@@ -44,6 +46,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     demo,
     report,
     query,
+    mcp,
     check,
     dashboard,
     alerts,
