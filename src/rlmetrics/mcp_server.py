@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from .backends.jsonl import read_jsonl
+from .backends.jsonl import SkippedLines, read_jsonl
 from .runstate import QueryError, run_state, select
 
 __all__ = ["MAX_ANSWER_BYTES", "MAX_LIST", "RunFolder", "build_server", "serve"]
+
+_T = TypeVar("_T")
 
 #: The most JSON one answer carries (an agent's context is not a log).
 MAX_ANSWER_BYTES = 256 * 1024
@@ -59,7 +62,7 @@ class RunFolder:
         for path in sorted(base.rglob("*.jsonl"))[: limit * 4]:
             if path.name.endswith(".samples.jsonl") or not path.is_file():
                 continue
-            rows = read_jsonl(path, skipped=_Ignored())
+            rows = read_jsonl(path, skipped=SkippedLines())  # counted by run_state, not here
             ids = list(dict.fromkeys(r["run_id"] for r in rows if isinstance(r.get("run_id"), str)))
             if not ids:
                 continue  # not a run's metrics (a traces file, another tool's JSON lines)
@@ -67,15 +70,6 @@ class RunFolder:
             if len(found) == limit:
                 break
         return found
-
-
-class _Ignored:
-    """A skipped-lines sink for listings (the count is the state tool's to report)."""
-
-    count = 0
-
-    def add(self, number: int, why: str) -> None:
-        self.count += 1
 
 
 def _bounded(answer: dict[str, Any]) -> dict[str, Any]:
@@ -102,13 +96,11 @@ def build_server(root: str | os.PathLike[str]) -> Any:
         ),
     )
 
-    @server.tool()
     def list_runs(folder: str = ".", limit: int = 50) -> list[dict[str, Any]]:
         """The runs' JSONL files under ``folder`` (relative to the run folder), each with the
         run ids it holds; at most ``limit`` (1-200) files."""
         return folder_call(lambda: runs_root.runs(folder, limit))
 
-    @server.tool()
     def run_state(jsonl: str, traces: str | None = None, run: str | None = None) -> dict[str, Any]:
         """A run's state (schema rlmetrics.query/1): identity and hyperparameters, steps and
         pace, stalls, the last value of each key, the slowest phases (with ``traces``, the
@@ -116,16 +108,18 @@ def build_server(root: str | os.PathLike[str]) -> Any:
         run folder; ``run`` a run id (default: the file's last)."""
         return folder_call(lambda: runs_root.state(jsonl, traces, run))
 
-    @server.tool()
     def run_field(jsonl: str, path: str, traces: str | None = None, run: str | None = None) -> Any:
         """One part of ``run_state``'s answer: ``path`` is dotted keys and ``[n]`` indexes,
         for example ``steps.last`` or ``last_values["train/reward"].value``."""
         return folder_call(lambda: select(runs_root.state(jsonl, traces, run), path))
 
+    # Registered by call, not as decorators: the SDK's decorator is untyped to mypy.
+    for tool in (list_runs, run_state, run_field):
+        server.tool()(tool)
     return server
 
 
-def folder_call(answer: Any) -> Any:
+def folder_call(answer: Callable[[], _T]) -> _T:
     """A tool's answer, or its refusal as one line: a ``ToolError``, which the SDK hands the
     agent as the call's error (any other exception reaches it only as "Error executing
     tool")."""

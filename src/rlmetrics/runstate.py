@@ -230,7 +230,7 @@ def _phases(traces: str | os.PathLike[str], run: str | None) -> tuple[list[dict[
             others += 1
         elif span.bucket is not None:  # a leaf phase: umbrella spans hold the others
             totals.setdefault(span.name, []).append(span.seconds)
-    phases = [
+    phases: list[dict[str, Any]] = [
         {
             "name": name,
             "count": len(seconds),

@@ -430,7 +430,7 @@ class OtlpHttpReceiver(OtlpReceiver):
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
         receiver = self
-        kinds = {
+        kinds: dict[str, tuple[Any, Any, list[Any] | None]] = {
             "/v1/metrics": (
                 metrics_service_pb2.ExportMetricsServiceRequest,
                 metrics_service_pb2.ExportMetricsServiceResponse,
