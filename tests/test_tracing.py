@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import subprocess
 import sys
@@ -18,7 +19,13 @@ import pytest
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.families.efficiency import CollectorTimer, EfficiencyTimer
-from rlmetrics.testing import SpanRecord, in_memory_tracing, points, span_records
+from rlmetrics.testing import (
+    SpanRecord,
+    in_memory_telemetry,
+    in_memory_tracing,
+    points,
+    span_records,
+)
 
 
 @pytest.fixture
@@ -550,3 +557,189 @@ def test_a_timer_adds_up_every_thread_and_stays_bounded_unread() -> None:
     total = sum(t.get("idle/buffer_full_backoff", 0.0) for t in taken)
     assert total == 4 * per_thread * 0.5
     assert timer.snapshot() == {}
+
+
+# -- the accounting's windows: a step's, a timer's, a telemetry session's ----------------------
+
+
+class SimulatedClock:
+    """Seconds that move only when the test says so (the phases' and steps' clock). Its
+    origin is small, so every reading in ns is exact and the sums can be compared exactly."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _timed_steps(clock: SimulatedClock, logger: rlmetrics.Logger) -> EfficiencyTimer:
+    """Three steps on ``clock``: the first not summarised, each with a phase of the step's
+    own, a collector-loop phase (run window) and a phase of a timer of the loop's own."""
+    driver = EfficiencyTimer(clock=clock)
+    with rlmetrics.run(clock=clock):
+        for n, starving in ((1, 3.0), (2, 2.0), (3, 0.5)):
+            with rlmetrics.step(n, logger=logger, summary=n != 1):
+                with rlmetrics.phase("idle/buffer_starvation"):
+                    clock.spend(starving)
+                with rlmetrics.phase("idle/refit_event_wait"):
+                    clock.spend(1.0)
+                with driver.time("idle/refit_bubble"):  # the timer's, not the step's
+                    clock.spend(4.0)
+                clock.spend(0.25)
+    return driver
+
+
+#: What the two summarised steps of :func:`_timed_steps` report, exactly.
+_TIMED_ROWS = {
+    2: {
+        "efficiency/idle/buffer_starvation_s": 2.0,
+        "efficiency/idle/refit_event_wait_s": 2.0,  # run window: steps 1 and 2
+        "efficiency/step_wall_time_s": 7.25,
+        "efficiency/total_wall_time_s": 15.5,
+    },
+    3: {
+        "efficiency/idle/buffer_starvation_s": 0.5,
+        "efficiency/idle/refit_event_wait_s": 3.0,
+        "efficiency/step_wall_time_s": 5.75,
+        "efficiency/total_wall_time_s": 21.25,
+    },
+}
+
+
+@pytest.mark.parametrize("tracing", [False, True], ids=["untraced", "traced"])
+def test_a_step_window_ends_with_its_step_and_a_timer_keeps_its_own(
+    tracing: bool, tmp_path: Path
+) -> None:
+    """Traced or not, the same summaries: a step not summarised takes its seconds with it,
+    and a timer's phase counts in the timer only (never in the step's accounting too)."""
+    path = tmp_path / "run.jsonl"
+    clock = SimulatedClock()
+    with contextlib.ExitStack() as stack:
+        if tracing:
+            _handle, _reader, exporter = stack.enter_context(in_memory_tracing())
+        logger = stack.enter_context(rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}))
+        driver = _timed_steps(clock, logger)
+    rows = {row["step"]: row["metrics"] for row in read_jsonl(path)}
+    assert set(rows) == {2, 3}
+    for step, expected in _TIMED_ROWS.items():
+        got = {key: rows[step][key] for key in expected}
+        assert got == expected, step
+        assert "efficiency/idle/refit_bubble_s" not in rows[step]
+    assert driver.snapshot() == {"idle/refit_bubble": 12.0}
+    if tracing:
+        [second] = [
+            s
+            for s in span_records(exporter)
+            if s.name == "rl.idle.buffer_starvation" and s.attributes["rl.iteration"] == 2
+        ]
+        assert second.seconds == rows[2]["efficiency/idle/buffer_starvation_s"]
+
+
+def test_a_new_telemetry_session_starts_the_run_totals_afresh(tmp_path: Path) -> None:
+    """Without rlmetrics.run(): a second start() (another run id) counts its own
+    collector-clock and thread-seconds totals and its own wall time."""
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for run_id, path, seconds in (("run-a", paths[0], 5.0), ("run-b", paths[1], 2.0)):
+        with (
+            in_memory_telemetry(run_id=run_id),
+            rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}) as logger,
+        ):
+            for n in (1, 2):
+                with rlmetrics.step(n, logger=logger):
+                    rlmetrics.account("idle/refit_event_wait", seconds)
+                    rlmetrics.account("idle/buffer_full_backoff", 2 * seconds)
+                    if run_id == "run-a":
+                        time.sleep(0.05)  # wall time the second session must not inherit
+    first, second = ([row["metrics"] for row in read_jsonl(p)] for p in paths)
+    assert [r["efficiency/idle/refit_event_wait_s"] for r in first] == [5.0, 10.0]
+    assert [r["efficiency/idle/refit_event_wait_s"] for r in second] == [2.0, 4.0]
+    assert [r["efficiency/idle/buffer_full_backoff_s"] for r in second] == [4.0, 8.0]
+    # The session's first step starts its wall time: the same two clock readings.
+    assert second[0]["efficiency/total_wall_time_s"] == second[0]["efficiency/step_wall_time_s"]
+    assert second[1]["efficiency/total_wall_time_s"] < 0.05
+
+
+# -- misuse: warned once, never raised, never a traceback -------------------------------------
+
+
+def _unentered() -> list[Any]:
+    return [
+        rlmetrics.phase("idle/refit_bubble"),
+        rlmetrics.phase("generation", bucket="productive"),
+        EfficiencyTimer().time("idle/refit_bubble"),
+        rlmetrics.step(3),
+        rlmetrics.run(),
+        rlmetrics.rollout(),
+    ]
+
+
+@pytest.mark.parametrize("tracing", [False, True], ids=["untraced", "traced"])
+def test_a_scope_exited_without_being_entered_is_warned_once(
+    tracing: bool, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    path = tmp_path / "run.jsonl"
+    with contextlib.ExitStack() as stack:
+        if tracing:
+            _handle, _reader, exporter = stack.enter_context(in_memory_tracing())
+        logger = stack.enter_context(rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}))
+        for _ in range(2):
+            for scope in _unentered():
+                scope.__exit__(None, None, None)  # never entered: nothing raised
+        with rlmetrics.step(1, logger=logger):  # and the accounting goes on unharmed
+            entered = rlmetrics.phase("idle/refit_bubble")
+            with entered:
+                pass
+            entered.__exit__(None, None, None)  # a second exit: counted once
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "exited without being entered" in warnings[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info]
+    [row] = read_jsonl(path)
+    assert set(row["metrics"]) >= {"efficiency/idle/refit_bubble_s"}
+    if tracing:
+        named = by_name(span_records(exporter))
+        [bubble] = named["rl.idle.refit_bubble"]
+        assert row["metrics"]["efficiency/idle/refit_bubble_s"] == bubble.seconds
+        assert set(named) == {"rl.step", "rl.idle.refit_bubble"}
+
+
+def test_a_phase_ended_on_another_thread_is_warned_once_without_a_traceback(
+    traced: Any, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    _handle, _reader, exporter = traced
+    caplog.set_level(logging.DEBUG)
+    path = tmp_path / "run.jsonl"
+    with rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}) as logger:
+        with rlmetrics.step(1, logger=logger):
+            for _ in range(3):
+                phase = rlmetrics.phase("idle/refit_bubble")
+                phase.__enter__()
+                thread = threading.Thread(target=phase.__exit__, args=(None, None, None))
+                thread.start()
+                thread.join(10)
+        with rlmetrics.step(2, logger=logger), rlmetrics.phase("generation"):
+            pass  # the loop's thread still nests its spans where they belong
+    assert not [r for r in caplog.records if r.exc_info], [
+        r.getMessage() for r in caplog.records if r.exc_info
+    ]
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "another thread" in warnings[0], warnings
+    named = by_name(span_records(exporter))
+    bubbles = named["rl.idle.refit_bubble"]
+    assert len(bubbles) == 3
+    first, second = read_jsonl(path)
+    assert first["metrics"]["efficiency/idle/refit_bubble_s"] == pytest.approx(
+        sum(b.seconds for b in bubbles)
+    )
+    [step_two] = [s for s in named["rl.step"] if s.attributes["rl.iteration"] == 2]
+    [generation] = named["rl.generation"]
+    assert generation.parent_id == step_two.span_id
+    assert "efficiency/idle/refit_bubble_s" not in second["metrics"] or (
+        second["metrics"]["efficiency/idle/refit_bubble_s"] == 0
+    )

@@ -4,15 +4,17 @@
 newest step, when it was logged and how long ago, the stall bound, each exporter's state and
 each backend's lost rows. The status is
 
-- ``ok`` (HTTP 200): a step arrived within the bound;
-- ``starting`` (200): no step yet, and telemetry started within the bound;
-- ``stalled`` (503): nothing for longer than the bound (counted from the newest step, or from
+- ``ok`` (HTTP 200): a step arrived within the stall limit;
+- ``starting`` (200): no step yet, and telemetry started within the limit;
+- ``stalled`` (503): nothing for longer than the limit (counted from the newest step, or from
   telemetry's start when there is none).
 
-A load balancer, a Kubernetes probe or a cron job can read the status code alone; the body says
-why. The bound is the Prometheus exporter's ``stall_after_s`` option
-(``start(exporters={"prometheus": {"stall_after_s": 900}})``), else ``RLMETRICS_STALL_AFTER_S``,
-else :data:`DEFAULT_STALL_AFTER_S`.
+The limit is :class:`~rlmetrics.liveness.StallRule`'s, the rule the ``RLStepStalled`` alert
+applies too: ``stall_factor`` times the median step interval, at least ``stall_min_s``;
+before 20 intervals are known, ``stall_after_s``. Each is a Prometheus exporter option
+(``start(exporters={"prometheus": {"stall_after_s": 900}})``); ``stall_after_s`` also comes
+from ``RLMETRICS_STALL_AFTER_S``. A load balancer, a Kubernetes probe or a cron job can read the
+status code alone; the body says why.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from . import liveness
 from .backends.worker import live_backends
 from .exporters import push_exporter
 from .exporters.tally import ExportTally
+from .liveness import DEFAULT_STALL_BOUND_S, StallRule
 from .telemetry import TelemetryError, current
 
 __all__ = [
@@ -36,20 +39,29 @@ __all__ = [
     "export_tallies",
     "health",
     "stall_after_s",
+    "stall_rule",
 ]
 
 #: The path the Prometheus endpoint answers the health check on.
 HEALTH_PATH = "/health"
-#: Seconds without a new step after which the run is reported stalled (prime-rl's alert uses
-#: the same ten minutes). Raise it for runs whose steps or setup take longer.
-DEFAULT_STALL_AFTER_S = 600.0
+#: Seconds without a new step after which the run is reported stalled before its median step
+#: interval is known. Raise it for runs whose setup or first steps take longer.
+DEFAULT_STALL_AFTER_S = DEFAULT_STALL_BOUND_S
 STALL_AFTER_ENV = "RLMETRICS_STALL_AFTER_S"
 
 
+def _positive(source: str, value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TelemetryError(f"{source}: {what} must be a number")
+    if not (math.isfinite(value) and value > 0):
+        raise TelemetryError(f"{source}: {what} must be a positive number")
+    return float(value)
+
+
 def stall_after_s(option: float | None = None) -> float:
-    """The stall bound: ``option`` when given, else ``RLMETRICS_STALL_AFTER_S``, else the
-    default. A bound that is not a positive number of seconds raises :class:`TelemetryError`
-    naming where it came from."""
+    """The stall bound before the median step interval is known: ``option`` when given, else
+    ``RLMETRICS_STALL_AFTER_S``, else the default. A bound that is not a positive number of
+    seconds raises :class:`TelemetryError` naming where it came from."""
     source, value = "stall_after_s", option
     if value is None:
         text = os.environ.get(STALL_AFTER_ENV, "").strip()
@@ -60,11 +72,25 @@ def stall_after_s(option: float | None = None) -> float:
             value = float(text)
         except ValueError:
             value = math.nan
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TelemetryError(f"{source}: the stall bound must be a number of seconds")
-    if not (math.isfinite(value) and value > 0):
-        raise TelemetryError(f"{source}: the stall bound must be a positive number of seconds")
-    return float(value)
+    return _positive(source, value, "the stall bound (seconds)")
+
+
+def stall_rule(
+    bound_s: float | None = None, factor: float | None = None, min_s: float | None = None
+) -> StallRule:
+    """The stall rule of the Prometheus exporter's options ``stall_after_s``, ``stall_factor``
+    and ``stall_min_s`` (each None for its default); a value that is not a positive number
+    raises :class:`TelemetryError` naming the option."""
+    defaults = StallRule()
+    return StallRule(
+        factor=defaults.factor
+        if factor is None
+        else _positive("stall_factor", factor, "the stall factor (median step intervals)"),
+        min_s=defaults.min_s
+        if min_s is None
+        else _positive("stall_min_s", min_s, "the shortest stall (seconds)"),
+        bound_s=stall_after_s(bound_s),
+    )
 
 
 def export_tallies() -> Iterator[tuple[str, ExportTally]]:
@@ -127,10 +153,10 @@ def _backends() -> dict[str, dict[str, int]]:
     return states
 
 
-def health(stall_after: float) -> tuple[int, dict[str, Any]]:
-    """``(HTTP status, JSON body)`` of the health path, now, with stall bound
-    ``stall_after`` seconds."""
+def health(rule: StallRule) -> tuple[int, dict[str, Any]]:
+    """``(HTTP status, JSON body)`` of the health path, now, under stall rule ``rule``."""
     snapshot = liveness.liveness.snapshot()
+    stall_after = rule.limit_s(snapshot.interval_median_s)
     now = liveness.clock()
     since = snapshot.last_step_time if snapshot.last_step_time is not None else None
     origin = since if since is not None else snapshot.started_time
@@ -150,6 +176,7 @@ def health(stall_after: float) -> tuple[int, dict[str, Any]]:
         "seconds_since_last_step": None if since is None else max(0.0, now - since),
         "seconds_silent": silent,
         "stall_after_s": stall_after,
+        "stall_rule": {"factor": rule.factor, "min_s": rule.min_s, "bound_s": rule.bound_s},
         "step_interval_median_s": snapshot.interval_median_s,
         "exporters": _exporters(),
         "backends": _backends(),

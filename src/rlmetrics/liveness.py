@@ -1,5 +1,7 @@
 """Whether the training loop is making progress: the newest trainer step of this telemetry
-session, when it arrived, and the recent intervals between steps.
+session, when it arrived, the recent intervals between steps, and the one rule that calls a
+silence a stall (:class:`StallRule`: the health path and the ``RLStepStalled`` alert both
+apply it).
 
 This module only keeps the state (it declares nothing, so the health path may import it at any
 time); the ``liveness`` family (:mod:`rlmetrics.families.liveness`) feeds it from the logged
@@ -16,7 +18,19 @@ from collections.abc import Callable
 
 import attrs
 
-__all__ = ["MEDIAN_WINDOW", "NO_STEP", "Liveness", "Snapshot", "Step", "clock", "liveness"]
+__all__ = [
+    "DEFAULT_STALL_BOUND_S",
+    "DEFAULT_STALL_FACTOR",
+    "DEFAULT_STALL_MIN_S",
+    "MEDIAN_WINDOW",
+    "NO_STEP",
+    "Liveness",
+    "Snapshot",
+    "StallRule",
+    "Step",
+    "clock",
+    "liveness",
+]
 
 #: Intervals the median step interval is taken over, and the fewest it is given from (a
 #: median from fewer cannot be told from noise: p50 from at least 20 values).
@@ -24,6 +38,34 @@ MEDIAN_WINDOW = 20
 
 #: ``Liveness.step`` before the first step of a session.
 NO_STEP = -(2**63)
+
+#: A run is stalled once silent for longer than this many median step intervals...
+DEFAULT_STALL_FACTOR = 3.0
+#: ...and never sooner than this (a scrape and a rule evaluation must pass before Prometheus
+#: can see a step, so a shorter silence is not news)...
+DEFAULT_STALL_MIN_S = 60.0
+#: ...and, before :data:`MEDIAN_WINDOW` intervals are known, once silent for longer than this
+#: (prime-rl's alert uses the same ten minutes; setup and the first steps can be slow).
+DEFAULT_STALL_BOUND_S = 600.0
+
+
+@attrs.frozen
+class StallRule:
+    """When a silence is a stall: longer than ``factor`` times the median step interval (the
+    run's own pace), and at least ``min_s``; before the median is known, longer than
+    ``bound_s``. ``/health`` applies it to the liveness state, ``RLStepStalled`` to the
+    ``rl.step.*`` series, with the same defaults (docs/operations.md)."""
+
+    factor: float = DEFAULT_STALL_FACTOR
+    min_s: float = DEFAULT_STALL_MIN_S
+    bound_s: float = DEFAULT_STALL_BOUND_S
+
+    def limit_s(self, interval_median_s: float | None) -> float:
+        """The silence, in seconds, beyond which the run is stalled."""
+        if interval_median_s is None:
+            return self.bound_s
+        return max(self.factor * interval_median_s, self.min_s)
+
 
 #: The time source of step timestamps and of the health path's "now" (Unix seconds). Tests
 #: replace it to move time without sleeping.

@@ -379,6 +379,9 @@ def start(
             registry.bind(built.provider.get_meter("rlmetrics", __version__))
         else:
             registry.freeze()
+        # A new session: the last one's run-wide totals (cumulative phases, the run's wall
+        # time) do not carry into this one, whatever its run id.
+        _tracing.new_session()
         if built is not None and built.tracer_provider is not None:
             _tracing.bind(built.tracer_provider.get_tracer("rlmetrics", __version__))
         handle = Telemetry(built, registry, attributes, resume=bool(resume), strict=strict)

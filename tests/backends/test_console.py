@@ -1,8 +1,15 @@
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
+import pytest
+
+from rlmetrics import Logger
 from rlmetrics.backends.console import ConsoleBackend
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.testing import isolated_state
 
 
 def test_one_line_per_call_with_prefixed_keys() -> None:
@@ -14,3 +21,47 @@ def test_one_line_per_call_with_prefixed_keys() -> None:
         "step 3 | train/loss=0.123457 train/reward=1 ... 1 more",
         "step 0 | telemetry/wall_time_seconds=10",
     ]
+
+
+def _json_rows(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_json_format_prints_the_jsonl_row_of_every_call(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    path = tmp_path / "m.jsonl"
+    with isolated_state():
+        logger = Logger(
+            backends={"jsonl": {"path": str(path)}, "console": {"stream": stream, "format": "json"}}
+        )
+        logger.log_metrics(
+            {"reward": 0.5, "kl": float("nan"), "big": 10**5000}, step=3, prefix="train"
+        )
+        logger.log_metrics({"loss": 1.25}, step=4, prefix="train")
+        logger.finish()
+    printed = _json_rows(stream.getvalue())
+    assert stream.getvalue().count("\n") == 2  # no human line beside them
+    written = list(read_jsonl(path))
+    for row in printed + written:
+        del row["time"]
+    assert printed == written
+    assert printed[0]["run_id"] == logger.identity.run_id
+    assert printed[0]["metrics"] == {"reward": 0.5, "kl": "nan", "big": "<int of 5001 digits>"}
+
+
+def test_both_prints_the_human_line_then_the_row() -> None:
+    stream = io.StringIO()
+    backend = ConsoleBackend(stream=stream, format="both")
+    backend.log_metrics({"loss": 0.5}, step=2, prefix="train")
+    human, row = stream.getvalue().splitlines()
+    assert human == "step 2 | train/loss=0.5"
+    assert {k: v for k, v in json.loads(row).items() if k not in ("time", "run_id")} == {
+        "step": 2,
+        "prefix": "train",
+        "metrics": {"loss": 0.5},
+    }
+
+
+def test_an_unknown_format_names_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match="one of \\['text', 'json', 'both'\\], got 'yaml'"):
+        ConsoleBackend(format="yaml")  # type: ignore[arg-type]

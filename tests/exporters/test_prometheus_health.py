@@ -4,9 +4,11 @@ silent past the bound, read over real HTTP from the real endpoint, on a clock th
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,11 +70,20 @@ def test_a_run_that_never_logs_a_step_stalls_from_its_start(clock: Any) -> None:
         assert body["seconds_since_last_step"] is None
 
 
+def _documented_default_s() -> float:
+    """The bound's default as docs/operations.md states it (never the code's constant)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    found = re.search(r"`stall_after_s` \((\d+) s\)", text)
+    assert found is not None, "docs/operations.md states no default for stall_after_s"
+    return float(found[1])
+
+
 def test_the_bound_comes_from_the_option_then_the_environment(
     clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with rlmetrics.start(exporters=["prometheus"], prometheus_port=0) as handle:
-        assert _health(handle)[1]["stall_after_s"] == DEFAULT_STALL_AFTER_S
+        assert _health(handle)[1]["stall_after_s"] == _documented_default_s()
+        assert _documented_default_s() == DEFAULT_STALL_AFTER_S
     monkeypatch.setenv(STALL_AFTER_ENV, "120")
     with rlmetrics.start(exporters=["prometheus"], prometheus_port=0) as handle:
         assert _health(handle)[1]["stall_after_s"] == 120
@@ -136,3 +147,30 @@ def test_the_body_names_each_exporter_and_each_backend_s_lost_rows(
                 logger.finish(timeout_s=5)
     finally:
         receiver.stop()
+
+
+def test_the_stall_rule_follows_the_run_s_pace_with_its_options(clock: Any) -> None:
+    with rlmetrics.start(
+        exporters={"prometheus": {"port": 0, "stall_factor": 2, "stall_min_s": 5}}
+    ) as handle:
+        logger = rlmetrics.Logger(backends={})
+        for step in range(1, 22):  # 20 intervals of 10 s: the median is known
+            logger.log_metrics({"reward": 0.5}, step=step, prefix="train")
+            clock.now += 10.0
+        clock.now -= 10.0
+        status, body = _health(handle)
+        assert body["step_interval_median_s"] == 10.0
+        assert body["stall_rule"] == {"factor": 2.0, "min_s": 5.0, "bound_s": 600.0}
+        assert body["stall_after_s"] == 20.0  # 2 x the median, above the floor
+        clock.now += 19.5
+        assert _health(handle)[:1] == (200,)
+        clock.now += 1.0
+        status, body = _health(handle)
+        assert (status, body["status"]) == (503, "stalled")
+
+
+@pytest.mark.parametrize(("option", "bad"), [("stall_factor", 0), ("stall_min_s", "soon")])
+def test_a_bad_stall_option_fails_start_naming_it(option: str, bad: Any) -> None:
+    with pytest.raises(rlmetrics.TelemetryError, match=option):
+        rlmetrics.start(exporters={"prometheus": {"port": 0, option: bad}})
+    assert rlmetrics.current() is None

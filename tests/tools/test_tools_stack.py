@@ -6,9 +6,11 @@ it changes. Loopback only; every wait is bounded."""
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import threading
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -176,6 +178,13 @@ def test_the_stall_alert_goes_pending_then_firing_and_resolves(
         )
         assert {s["metric"]["alertstate"] for s in states} == {"pending", "firing"}
 
+    # No local process can stop it over HTTP: the lifecycle endpoints are off.
+    request = urllib.request.Request(f"{stack.url}/-/quit", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 403
+    assert stack.process.poll() is None and stack.active_targets("rlmetrics")
+
     pid = stack.report["prometheus"]["pid"]
     status, err = stack.stop()
     assert status == 0, err
@@ -279,6 +288,32 @@ def test_no_start_writes_a_configuration_promtool_accepts(promtool: str, tmp_pat
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS" in checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "lifecycle"), [((), False), (("--enable-lifecycle",), True)], ids=["default", "asked"]
+)
+def test_prometheus_serves_its_lifecycle_endpoints_only_when_asked(
+    tmp_path: Path, args: tuple[str, ...], lifecycle: bool
+) -> None:
+    """--web.enable-lifecycle lets any local process stop Prometheus (POST /-/quit)."""
+    from rlmetrics.stack.config import StackFiles
+    from rlmetrics.stack.server import PrometheusProcess
+
+    done = run_cli("stack", "--dir", tmp_path / "stack", "--no-start", "--no-ray", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    told = shlex.split(json.loads(done.stdout)["start_with"].split(" && ", 1)[1])
+    assert told[0] == "prometheus" and "--web.listen-address=127.0.0.1:9090" in told
+    assert ("--web.enable-lifecycle" in told) is lifecycle
+    files = StackFiles(tmp_path / "direct")
+    built = PrometheusProcess("/usr/bin/prometheus", files, 9091, lifecycle=lifecycle).command()
+    assert built[1:] == [
+        "--config.file=prometheus.yml",
+        "--web.listen-address=127.0.0.1:9091",
+        f"--storage.tsdb.path={files.data.name}",
+        *(["--web.enable-lifecycle"] if lifecycle else []),
+    ]
+    assert "--web.enable-lifecycle" not in PrometheusProcess("p", files, 1).command()
 
 
 def test_a_misspelt_threshold_fails_before_anything_is_written(tmp_path: Path) -> None:

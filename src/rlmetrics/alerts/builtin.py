@@ -6,7 +6,9 @@ The stall rule compares the silence since the newest step with the run's own pac
 after ``stall.factor`` times the median step interval (``rl.step.interval.median``, published
 once 20 intervals are known), never sooner than ``stall.min_s`` (a scrape and an evaluation
 interval must pass before Prometheus can see a step), and, before the median is known, after
-``stall.bound_s``.
+``stall.bound_s``. It is :class:`rlmetrics.liveness.StallRule`, which ``/health`` applies: the
+same defaults, and no ``for:`` of its own (the floor already covers the scrape lag), so the
+alert fires when ``/health`` turns ``stalled``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 from .. import hookimpl
 from ..dashboard.promql import RUN_ID_LABEL
+from ..liveness import StallRule
 from .model import AlertContext, AlertExample, AlertRule, RuleBuilder, counted, with_run_id
 
 __all__ = [
@@ -47,14 +50,19 @@ def stall_rules(context: AlertContext) -> Iterator[AlertRule]:
     names = context.names
     if LAST_TIMESTAMP not in names or INTERVAL_MEDIAN not in names:
         return
+    defaults = StallRule()  # /health's rule and defaults
     factor = context.threshold(
-        "stall.factor", 3.0, "silence, in median step intervals, after which a run is stalled"
+        "stall.factor",
+        defaults.factor,
+        "silence, in median step intervals, after which a run is stalled",
     )
     floor = context.threshold(
-        "stall.min_s", 60.0, "the shortest silence that counts as a stall (scrape lag)"
+        "stall.min_s", defaults.min_s, "the shortest silence that counts as a stall (scrape lag)"
     )
     bound = context.threshold(
-        "stall.bound_s", 600.0, "the silence that counts as a stall before 20 steps are known"
+        "stall.bound_s",
+        defaults.bound_s,
+        "the silence that counts as a stall before 20 steps are known",
     )
     last, median = names.gauge(LAST_TIMESTAMP), names.gauge(INTERVAL_MEDIAN)
     limit = (
@@ -73,7 +81,7 @@ def stall_rules(context: AlertContext) -> Iterator[AlertRule]:
         "20 steps are known. The process still answers scrapes, so it is alive but stuck.",
         runbook="Check the run's /health and its log for the last phase it entered; look for "
         "a hung collective, a dead rollout or Gym server, or a data loader waiting on storage.",
-        for_s=context.for_(60),
+        for_s=context.for_(0),
         severity="page",
         reads=(LAST_TIMESTAMP, INTERVAL_MEDIAN),
         examples=(

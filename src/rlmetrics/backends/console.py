@@ -1,15 +1,23 @@
-"""The console backend: one readable line per logged dict, for a quick look."""
+"""The console backend: one readable line per logged dict, for a quick look; on request, the
+same row as one JSON object, for an agent or a script reading the job's log."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from .. import hookimpl
+from ..identity import RunIdentity, new_run_id
 from . import full_key
+from .jsonl import metrics_line
 
-__all__ = ["ConsoleBackend", "register_backends"]
+__all__ = ["ConsoleBackend", "ConsoleFormat", "register_backends"]
+
+#: ``text``: the human line; ``json``: the JSONL row instead; ``both``: the human line, then
+#: the JSONL row.
+ConsoleFormat = Literal["text", "json", "both"]
+_FORMATS: tuple[ConsoleFormat, ...] = ("text", "json", "both")
 
 
 def _format(value: Any) -> str:
@@ -19,20 +27,44 @@ def _format(value: Any) -> str:
 
 
 class ConsoleBackend:
-    """Prints ``step N | prefix/key=value ...`` to ``stream`` (stdout by default)."""
+    """Prints ``step N | prefix/key=value ...`` to ``stream`` (stdout by default).
+
+    ``format="json"`` prints, instead, the row the JSONL backend writes
+    (``{"time", "run_id", "step", "prefix", "metrics"}``, every key, on one line), so a job's
+    log carries everything the tracker has, in a form an agent parses; ``format="both"``
+    prints the human line and then that row.
+    """
 
     #: A print: on the caller's thread, in order with the loop's own output.
     inline = True
 
-    def __init__(self, stream: TextIO | None = None, max_keys: int = 50) -> None:
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        max_keys: int = 50,
+        format: ConsoleFormat = "text",
+        identity: RunIdentity | None = None,
+    ) -> None:
+        if format not in _FORMATS:
+            raise ValueError(
+                f"console format must be one of {list(_FORMATS)}, got {format!r}: "
+                "Logger(backends={'console': {'format': 'json'}})"
+            )
         self.stream = stream
         self.max_keys = max_keys
+        self.format = format
+        self.run_id = (identity or RunIdentity(new_run_id())).run_id
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
-        items = [f"{full_key(prefix, str(k))}={_format(v)}" for k, v in metrics.items()]
-        more = len(items) - self.max_keys
-        shown = items[: self.max_keys] + ([f"... {more} more"] if more > 0 else [])
-        print(f"step {step} | " + " ".join(shown), file=self.stream or sys.stdout, flush=True)
+        out = self.stream or sys.stdout
+        if self.format != "json":
+            items = [f"{full_key(prefix, str(k))}={_format(v)}" for k, v in metrics.items()]
+            more = len(items) - self.max_keys
+            shown = items[: self.max_keys] + ([f"... {more} more"] if more > 0 else [])
+            print(f"step {step} | " + " ".join(shown), file=out)
+        if self.format != "text":
+            out.write(metrics_line(self.run_id, metrics, step, prefix))
+        out.flush()
 
     def finish(self) -> None:
         (self.stream or sys.stdout).flush()

@@ -46,6 +46,7 @@ from .worker import BackendWorker
 __all__ = [
     "JsonlBackend",
     "SkippedLines",
+    "metrics_line",
     "open_regular",
     "read_jsonl",
     "register_backends",
@@ -118,6 +119,27 @@ def to_json_value(value: Any, _depth: int = 0) -> Any:
         return f"<unrepresentable {type(value).__name__}>"
 
 
+def metrics_line(run_id: str, metrics: Mapping[str, Any], step: int, prefix: str) -> str:
+    """One metrics row, ``{"time", "run_id", "step", "prefix", "metrics"}``, as a JSON line
+    (the console backend's JSON rows are the same line)."""
+    row = {
+        "time": time.time(),
+        "run_id": run_id,
+        "step": step,
+        "prefix": prefix,
+        "metrics": metrics,
+    }
+    try:
+        # Almost every row is plain numbers and strings, which json encodes as they are;
+        # only a row it refuses (NaN, a tensor, a huge int...) is converted value by value.
+        return json.dumps(row, allow_nan=False) + "\n"
+    except Exception:
+        row["step"] = to_json_value(step)
+        row["prefix"] = to_json_value(prefix)
+        row["metrics"] = {key_text(k): to_json_value(v) for k, v in metrics.items()}
+        return json.dumps(row, allow_nan=False) + "\n"
+
+
 class JsonlBackend:
     """Appends ``{"time", "run_id", "step", "prefix", "metrics"}`` per call to ``path``.
 
@@ -148,23 +170,7 @@ class JsonlBackend:
             self._write(_line({"time": time.time(), "run_id": self.run_id, "kind": RESUME_KIND}))
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
-        row = {
-            "time": time.time(),
-            "run_id": self.run_id,
-            "step": step,
-            "prefix": prefix,
-            "metrics": metrics,
-        }
-        try:
-            # Almost every row is plain numbers and strings, which json encodes as they are;
-            # only a row it refuses (NaN, a tensor, a huge int...) is converted value by value.
-            line = json.dumps(row, allow_nan=False) + "\n"
-        except Exception:
-            row["step"] = to_json_value(step)
-            row["prefix"] = to_json_value(prefix)
-            row["metrics"] = {key_text(k): to_json_value(v) for k, v in metrics.items()}
-            line = json.dumps(row, allow_nan=False) + "\n"
-        self._write(line)
+        self._write(metrics_line(self.run_id, metrics, step, prefix))
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """One ``hyperparams`` row: the configuration, nested as logged."""

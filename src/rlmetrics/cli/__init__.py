@@ -3,6 +3,8 @@
 
 rlmetrics demo        a simulated GRPO run end to end: JSONL, Prometheus endpoint, report
 rlmetrics report      a run's JSONL summarised (goodput, setup, trends, vLLM, checkpoints)
+rlmetrics query       a run's state as JSON for an agent or a script (exit 1 on a finding)
+rlmetrics mcp         the same answers as MCP tools over stdio, read-only
 rlmetrics check       every declared series linted; non-zero exit on errors
 rlmetrics dashboard   the Grafana dashboard (docs/grafana/rlmetrics.json is its output)
 rlmetrics alerts      the Prometheus alerting rules (stall, endpoint down, lost rows…)
@@ -22,7 +24,20 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from .._version import __version__
-from . import alerts, check, config, dashboard, demo, docs, metrics, plugins, report, stack
+from . import (
+    alerts,
+    check,
+    config,
+    dashboard,
+    demo,
+    docs,
+    mcp,
+    metrics,
+    plugins,
+    query,
+    report,
+    stack,
+)
 
 __all__ = ["COMMANDS", "main"]
 
@@ -30,6 +45,8 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: tuple[ModuleType, ...] = (
     demo,
     report,
+    query,
+    mcp,
     check,
     dashboard,
     alerts,

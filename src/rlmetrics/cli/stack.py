@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -93,6 +94,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how often the rules are evaluated (default: the scrape interval)",
     )
     parser.add_argument("--prometheus", metavar="PATH", help="the prometheus binary to run")
+    parser.add_argument(
+        "--enable-lifecycle",
+        action="store_true",
+        help="let Prometheus serve POST /-/reload and /-/quit (--web.enable-lifecycle): any "
+        "local process could then stop it; off by default",
+    )
     parser.add_argument("--no-start", action="store_true", help="write the files only")
     add_settings(parser)
     add_format_options(parser)
@@ -152,10 +159,10 @@ def run(args: argparse.Namespace) -> int:
     }
     binary = None if args.no_start else find_prometheus(args.prometheus)
     if binary is None:
-        command = (
-            f"cd {root} && prometheus --config.file=prometheus.yml "
-            f"--web.listen-address=127.0.0.1:{args.port or DEFAULT_PORT}"
+        told = PrometheusProcess(
+            "prometheus", files, args.port or DEFAULT_PORT, lifecycle=args.enable_lifecycle
         )
+        command = f"cd {shlex.quote(str(root))} && {shlex.join(told.command())}"
         if not args.no_start:
             sys.stderr.write(f"rlmetrics stack: {INSTALL_HINT}\n")
         _say(
@@ -171,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
             "with --port (0 picks a free one)\n"
         )
         return 1
-    server = PrometheusProcess(binary, files, port)
+    server = PrometheusProcess(binary, files, port, lifecycle=args.enable_lifecycle)
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         server.start(preexec=_die_with_parent)

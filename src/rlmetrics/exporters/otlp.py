@@ -326,7 +326,22 @@ def make_exporter(
         ``OTEL_EXPORTER_OTLP_{METRICS,TRACES}_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``,
         else the SDK's ``localhost:4317``.
     :param timeout_s: seconds per export, retries included; default :func:`otlp_timeout_s`.
+
+    ``OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`` (or both signals' own ``_PROTOCOL``
+    variables) makes it the :mod:`~rlmetrics.exporters.otlp_http` exporter instead, as the
+    OpenTelemetry specification says; a different protocol per signal is refused.
     """
+    from . import otlp_http  # it builds on this module: imported when chosen
+
+    chosen = {otlp_http.protocol("metrics"), otlp_http.protocol("traces")}
+    if chosen == {otlp_http.HTTP_PROTOBUF}:
+        return otlp_http.make_exporter(export_interval_s, endpoint, timeout_s)
+    if len(chosen) > 1:
+        raise ValueError(
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL and OTEL_EXPORTER_OTLP_TRACES_PROTOCOL choose "
+            "different protocols; rlmetrics sends both signals to one collector over one: set "
+            "OTEL_EXPORTER_OTLP_PROTOCOL only"
+        )
     exporter = _exporter_class()(**_options(endpoint, timeout_s, "metrics"))
     reader = periodic_reader(exporter, export_interval_s, _reader_class())
     try:

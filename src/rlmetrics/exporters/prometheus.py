@@ -7,8 +7,9 @@ publish a training job's metrics to its whole network. Port 0 picks a free port;
 ``prometheus_address`` says which.
 
 The same server answers ``/health`` with the run's liveness (:mod:`rlmetrics.health`): 200
-while steps arrive, 503 once the run has been silent for longer than ``stall_after_s``. Every
-other path serves the metrics, as ``prometheus_client``'s own server does.
+while steps arrive, 503 once the run has stalled. Every other path serves the metrics, as
+``prometheus_client``'s own server does. What a client can make the process hold is bounded
+(:class:`_BoundedServer`): a few handler threads, a short queue, an idle timeout.
 
 Two things the SDK's reader does not do are added (:class:`_Reader`):
 
@@ -25,22 +26,24 @@ Two things the SDK's reader does not do are added (:class:`_Reader`):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import os
+import queue
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .. import hookimpl
 from .._warn import warn_once
 from ..dashboard.promql import unit_named
-from ..health import HEALTH_PATH, health
-from ..health import stall_after_s as stall_bound
+from ..health import HEALTH_PATH, health, stall_rule
+from ..liveness import StallRule
 from ..telemetry import TelemetryError
 from . import Exporter
 
@@ -48,6 +51,9 @@ __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "HOST_ENV",
+    "IDLE_TIMEOUT_S",
+    "MAX_HANDLERS",
+    "MAX_WAITING",
     "PORT_ENV",
     "make_exporter",
     "make_reader",
@@ -59,6 +65,19 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
 HOST_ENV = "OTEL_EXPORTER_PROMETHEUS_HOST"
 PORT_ENV = "OTEL_EXPORTER_PROMETHEUS_PORT"
+
+# What a client of the endpoint (any local process) can make the training process hold: a
+# scrape or a health check sends its request at once and takes a few milliseconds, so a few
+# threads serve every Prometheus and probe there is; an idle connection costs a socket, never
+# a thread of its own.
+#: Threads that serve requests, at most (started as connections need them).
+MAX_HANDLERS = 4
+#: Connections waiting for a free handler, at most; one more is closed at once.
+MAX_WAITING = 16
+#: Seconds a connection may take to send its request, counted from when it was accepted
+#: (waiting included), and then to take each part of the answer; then it is closed.
+#: Prometheus' own scrape timeout is 10 s.
+IDLE_TIMEOUT_S = 10.0
 
 
 def port_from_env() -> int:
@@ -76,16 +95,106 @@ def port_from_env() -> int:
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """Scrapes every few seconds are not worth a log line each."""
+    """Scrapes every few seconds are not worth a log line each (nor is a client that timed
+    out)."""
 
     def log_message(self, format: str, *args: Any) -> None:
         return None
 
+    def parse_request(self) -> bool:
+        # The request arrived within the connection's idle deadline: the answer gets the
+        # idle timeout afresh for each part a slow reader takes.
+        parsed = bool(super().parse_request())
+        self.connection.settimeout(self.server.idle_timeout_s)  # type: ignore[attr-defined]
+        return parsed
 
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    """One thread per request, so a slow client never holds up a scrape."""
 
-    daemon_threads = True
+class _BoundedServer(WSGIServer):
+    """Requests served by at most :data:`MAX_HANDLERS` threads; at most :data:`MAX_WAITING`
+    accepted connections wait for one, and one more is closed at once; a connection that has
+    not sent its request :data:`IDLE_TIMEOUT_S` after it was accepted is closed. A slow or
+    idle client costs its own connection, never an unbounded thread; a scrape never waits
+    for another client's request (the reader serves one scrape at a time)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.idle_timeout_s = IDLE_TIMEOUT_S  # read when built, so a test can shorten it
+        self._waiting: queue.Queue[tuple[socket.socket, Any, float] | None] = queue.Queue(
+            MAX_WAITING
+        )
+        self._handlers: list[threading.Thread] = []
+        self._serving: set[socket.socket] = set()
+        # Each queued connection is matched to the handler that will take it: a free one, a
+        # new one, or (all busy) the first to finish. ``_free`` are handlers nothing waits
+        # for; ``_unmatched`` connections wait for a busy handler.
+        self._free = 0
+        self._unmatched = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Called on the accepting thread: queue the connection for a handler."""
+        deadline = time.monotonic() + self.idle_timeout_s
+        try:
+            self._waiting.put_nowait((request, client_address, deadline))
+        except queue.Full:
+            self.shutdown_request(request)
+            return
+        with self._lock:
+            if self._free:
+                self._free -= 1
+            elif len(self._handlers) < MAX_HANDLERS and not self._closed:
+                handler = threading.Thread(
+                    target=self._handle, name="rlmetrics-prometheus-handler", daemon=True
+                )
+                self._handlers.append(handler)
+                handler.start()
+            else:
+                self._unmatched += 1
+
+    def _handle(self) -> None:
+        while True:
+            item = self._waiting.get()
+            if item is None:
+                return
+            with self._lock:
+                self._serving.add(item[0])
+            request, client_address, deadline = item
+            try:
+                # Whatever is left of its deadline: a request sent meanwhile is read at once.
+                request.settimeout(max(0.05, deadline - time.monotonic()))
+                self.finish_request(request, client_address)
+            except Exception:
+                pass  # a client that went away or timed out: nothing to report
+            finally:
+                self.shutdown_request(request)
+                with self._lock:
+                    self._serving.discard(request)
+                    if self._unmatched:
+                        self._unmatched -= 1  # the next connection waiting is this one's
+                    else:
+                        self._free += 1
+
+    def server_close(self) -> None:
+        """Stop listening, close waiting and served connections, and end the handlers."""
+        super().server_close()
+        with self._lock:
+            self._closed = True
+            handlers = list(self._handlers)
+            for request in self._serving:
+                with contextlib.suppress(OSError):  # its handler's read returns at once
+                    request.shutdown(socket.SHUT_RDWR)
+        while True:
+            try:
+                item = self._waiting.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                self.shutdown_request(item[0])
+        for _ in handlers:
+            self._waiting.put(None)
+        for handler in handlers:
+            handler.join(1.0)
 
 
 @functools.cache
@@ -148,7 +257,7 @@ def make_reader(registry: Any) -> Any:
     return _reader_class()(registry=registry)
 
 
-def _with_health(metrics_app: Any, stall_after: float, reader: Any) -> Any:
+def _with_health(metrics_app: Any, rule: StallRule, reader: Any) -> Any:
     """A WSGI app: :data:`HEALTH_PATH` answers the run's health, every other path the
     metrics, one scrape at a time, through ``reader``."""
 
@@ -157,7 +266,7 @@ def _with_health(metrics_app: Any, stall_after: float, reader: Any) -> Any:
             # prometheus_client renders the whole exposition within the call.
             return reader.scrape(lambda: metrics_app(environ, start_response))  # type: ignore[no-any-return]
         try:
-            code, body = health(stall_after)
+            code, body = health(rule)
         except Exception:  # the endpoint must answer: a failure is reported, once
             warn_once("prometheus:health", "rlmetrics: the health path failed to answer")
             code, body = 500, {"status": "error"}
@@ -178,7 +287,7 @@ def _serve(host: str, port: int, app: Any) -> tuple[WSGIServer, threading.Thread
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
 
-    class Server(_ThreadingServer):
+    class Server(_BoundedServer):
         address_family = family
 
     server = make_server(str(address[0]), port, app, Server, handler_class=_QuietHandler)
@@ -192,10 +301,17 @@ def make_exporter(
     host: str | None = None,
     port: int | None = None,
     stall_after_s: float | None = None,
+    stall_factor: float | None = None,
+    stall_min_s: float | None = None,
 ) -> Exporter:
     """A Prometheus reader and its HTTP server, listening on ``host``:``port``.
 
-    :param stall_after_s: seconds without a new step after which ``/health`` answers 503;
+    ``/health`` answers 503 once the run is stalled by the rule ``RLStepStalled`` applies too
+    (:class:`~rlmetrics.liveness.StallRule`):
+
+    :param stall_factor: silence, in median step intervals, that is a stall (default 3);
+    :param stall_min_s: the shortest silence that is a stall (default 60 s);
+    :param stall_after_s: the silence that is a stall before 20 step intervals are known;
         default ``RLMETRICS_STALL_AFTER_S``, else 600.
 
     ``export_interval_s`` is unused: Prometheus pulls, on its own scrape interval.
@@ -210,14 +326,12 @@ def make_exporter(
         ) from exc
     host = host or os.environ.get(HOST_ENV, "").strip() or DEFAULT_HOST
     port = port_from_env() if port is None else port
-    stall_after = stall_bound(stall_after_s)
+    rule = stall_rule(stall_after_s, stall_factor, stall_min_s)
     # A registry of our own: a second start in one process must not find the first's collector.
     registry = CollectorRegistry()
     reader = make_reader(registry)
     try:
-        server, thread = _serve(
-            host, port, _with_health(make_wsgi_app(registry), stall_after, reader)
-        )
+        server, thread = _serve(host, port, _with_health(make_wsgi_app(registry), rule, reader))
     except OSError as exc:
         reader.shutdown()
         raise TelemetryError(

@@ -56,12 +56,21 @@ def port_is_free(port: int) -> bool:
 
 class PrometheusProcess:
     """``prometheus`` serving the stack's configuration on 127.0.0.1:``port``; its output goes
-    to ``prometheus.log`` in the stack's folder."""
+    to ``prometheus.log`` in the stack's folder.
 
-    def __init__(self, binary: str, files: StackFiles, port: int) -> None:
+    :param lifecycle: also serve ``POST /-/reload`` and ``/-/quit``
+        (``--web.enable-lifecycle``). Off by default: those endpoints take no credentials, so
+        any local process could stop the run's Prometheus with them. The stack needs neither:
+        its targets are files Prometheus watches.
+    """
+
+    def __init__(
+        self, binary: str, files: StackFiles, port: int, *, lifecycle: bool = False
+    ) -> None:
         self.binary = binary
         self.files = files
         self.port = port
+        self.lifecycle = lifecycle
         self.log = files.root / "prometheus.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -69,18 +78,23 @@ class PrometheusProcess:
     def url(self) -> str:
         return f"http://{_HOST}:{self.port}"
 
+    def command(self) -> list[str]:
+        """The command line, run in the stack's folder (``files.root``)."""
+        command = [
+            self.binary,
+            f"--config.file={self.files.config.name}",
+            f"--web.listen-address={_HOST}:{self.port}",
+            f"--storage.tsdb.path={self.files.data.name}",
+        ]
+        if self.lifecycle:
+            command.append("--web.enable-lifecycle")
+        return command
+
     def start(self, preexec: Callable[[], None] | None = None) -> PrometheusProcess:
         """Start the server; ``preexec`` runs in the child before ``prometheus`` does."""
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [
-                    self.binary,
-                    f"--config.file={self.files.config.name}",
-                    f"--web.listen-address={_HOST}:{self.port}",
-                    f"--storage.tsdb.path={self.files.data.name}",
-                    # POST /-/reload re-reads the configuration and the rules (loopback only).
-                    "--web.enable-lifecycle",
-                ],
+                self.command(),
                 cwd=self.files.root,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -21,7 +21,7 @@ from .. import _warn, plugins, registry
 from .._process_state import reset_process_state, resets_process_state
 from ..telemetry import Telemetry, current, start
 from ..tracing._state import reset as reset_tracing
-from .peers import BlackHole, ExpositionServer, OtlpPoint, OtlpReceiver
+from .peers import BlackHole, ExpositionServer, OtlpHttpReceiver, OtlpPoint, OtlpReceiver
 from .traces import SpanRecord, in_memory_tracing, span_records
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "BlackHole",
     "ExpositionServer",
     "OtlpPoint",
+    "OtlpHttpReceiver",
     "OtlpReceiver",
     "Point",
     "SpanRecord",

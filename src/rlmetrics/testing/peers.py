@@ -23,6 +23,7 @@ __all__ = [
     "BlackHole",
     "ExpositionServer",
     "OtlpExemplar",
+    "OtlpHttpReceiver",
     "OtlpPoint",
     "OtlpReceiver",
     "OtlpSpan",
@@ -415,3 +416,84 @@ class OtlpReceiver:
                         f"{self.rejected} rejected"
                     )
                 self._cond.wait(min(remaining, 0.5))
+
+
+class OtlpHttpReceiver(OtlpReceiver):
+    """A real OTLP/HTTP endpoint on 127.0.0.1 (``POST /v1/metrics`` and ``/v1/traces``,
+    protobuf bodies), recording what it receives; the same reading methods as
+    :class:`OtlpReceiver`. ``reject_with`` is an HTTP status (400: a collector that refuses
+    our data, without retries); :attr:`endpoint` is the base URL the exporter adds paths to.
+    """
+
+    def start(self) -> OtlpHttpReceiver:
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+        receiver = self
+        kinds: dict[str, tuple[Any, Any, list[Any] | None]] = {
+            "/v1/metrics": (
+                metrics_service_pb2.ExportMetricsServiceRequest,
+                metrics_service_pb2.ExportMetricsServiceResponse,
+                None,
+            ),
+            "/v1/traces": (
+                trace_service_pb2.ExportTraceServiceRequest,
+                trace_service_pb2.ExportTraceServiceResponse,
+                self.trace_requests,
+            ),
+        }
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                kind = kinds.get(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                if kind is None:
+                    self.send_error(404)
+                    return
+                request_type, response_type, into = kind
+                try:
+                    request = request_type.FromString(body)
+                except Exception:
+                    self.send_error(400, "not an OTLP protobuf request")
+                    return
+                with receiver._cond:
+                    status = receiver.reject_with
+                    if status is not None:
+                        receiver.rejected += 1
+                    else:
+                        (receiver.requests if into is None else into).append(request)
+                    receiver._cond.notify_all()
+                if status is not None:
+                    self.send_error(int(status), "rlmetrics test receiver rejects this request")
+                    return
+                answer = response_type().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server.daemon_threads = True
+        self.port = int(server.server_port)
+        thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="otlp-http-receiver",
+            daemon=True,
+        )
+        thread.start()
+        self._server = server
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    close = stop

@@ -33,6 +33,7 @@ One module per concern:
 
 from __future__ import annotations
 
+from ._state import new_session as new_session
 from .accounting import BUCKETS, PhaseKind
 from .binding import bind as bind
 from .binding import tracing

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .binding import Binding
     from .scopes import Scope, Step
 
-__all__ = ["kinds", "reset", "state", "target"]
+__all__ = ["kinds", "new_session", "reset", "state", "target"]
 
 _NOT_LOADED = object()
 
@@ -46,9 +46,23 @@ class _State:
         self.clock = DEFAULT_CLOCK
         self.run_start_ns: int | None = None
         self.steps: list[Step] = []  # open steps, innermost last
+        self.runs = 0  # rlmetrics.run() scopes open: they own the run's accounting
         self.last_step: int | None = None
         self.open: dict[int, Scope] = {}  # open scopes while tracing, by id
         self.sequence = 0
+
+    def new_session(self) -> None:
+        """A telemetry session starts: the accounting starts afresh (:meth:`start_run`)
+        unless an ``rlmetrics.run()`` scope is open, which owns it."""
+        if not self.runs:
+            self.start_run()
+
+    def start_run(self) -> None:
+        """The step's and the run's accounting, the run's start and the last step, afresh."""
+        self.step_timer.take()
+        self.run_timer.take()
+        self.run_start_ns = None
+        self.last_step = None
 
 
 state = _State()
@@ -64,6 +78,12 @@ def _forget_after_fork() -> None:
 def reset() -> None:
     """Forget the accounting, the phase table and the open spans (tests, a forked child)."""
     state.reset()
+
+
+def new_session() -> None:
+    """A telemetry session starts (``telemetry.start`` calls it): the run-wide totals of the
+    last session (cumulative phases, the run's wall time) do not carry into this one."""
+    state.new_session()
 
 
 def kinds() -> dict[str, PhaseKind]:

@@ -25,7 +25,7 @@ from .. import plugins as _plugins
 from .._warn import describe_key, describe_value, warn_once
 from ._state import kinds, state, target
 from .accounting import BUCKETS, MAX_PENDING, PhaseSeconds, clock_of
-from .scopes import BUCKET_ATTR, ITERATION_ATTR, PHASE_ATTR, Scope, span_tags
+from .scopes import BUCKET_ATTR, ITERATION_ATTR, PHASE_ATTR, Scope, exited_unentered, span_tags
 
 __all__ = [
     "DEFAULT_BUCKET",
@@ -103,6 +103,7 @@ class Phase(Scope):
         timer: PhaseTimer | None = None,
     ) -> None:
         self._span = None
+        self._t0 = None
         self._phase = name
         self._tags = tags
         self._timer = timer
@@ -133,7 +134,12 @@ class Phase(Scope):
         if self._span is not None:
             self._close(exc)
             return
-        seconds = (self._clock.now() - self._t0) / 1e9
+        t0 = self._t0
+        if t0 is None:  # never entered, or exited twice
+            exited_unentered(self)
+            return
+        self._t0 = None
+        seconds = (self._clock.now() - t0) / 1e9
         name = self._phase
         if type(name) is not str:
             self._valid_name()  # reported once; accounted nowhere
@@ -187,12 +193,12 @@ class Phase(Scope):
         return None
 
     def _ended(self, t1: int) -> None:
-        name = self._phase
-        if type(name) is not str:
+        name, t0 = self._phase, self._t0
+        if type(name) is not str or t0 is None:
             return
         accounts = self._timer if self._timer is not None else target(name)
         if accounts is not None:
-            accounts.record(name, (t1 - self._t0) / 1e9)
+            accounts.record(name, (t1 - t0) / 1e9)
 
     def _name(self) -> str:
         name = self._valid_name()

@@ -43,6 +43,7 @@ __all__ = [
     "Umbrella",
     "close_open_scopes",
     "current_step",
+    "exited_unentered",
     "rollout",
     "run",
     "span_tags",
@@ -65,22 +66,49 @@ STEP_SPAN = "rl.step"
 ROLLOUT_SPAN = "rl.rollout"
 
 
-def _thread_attributes(attributes: dict[str, Any]) -> None:
+def _thread_attributes(attributes: dict[str, Any]) -> int:
+    """The ``thread.*`` attributes of a span started on this thread (none on the main one);
+    returns the thread's id."""
     ident = threading.get_ident()
     if ident != state.main_thread:
         attributes[THREAD_ID_ATTR] = ident
         attributes[THREAD_NAME_ATTR] = threading.current_thread().name
+    return ident
+
+
+def exited_unentered(scope: Scope) -> None:
+    """``scope`` was exited while not running: never entered, or exited twice. Said once;
+    nothing is timed or accounted for it."""
+    warn_once(
+        "tracing:unentered",
+        f"rlmetrics: a {type(scope).__name__.lower()} was exited without being entered (or "
+        "exited twice); ignored. Time a block with `with rlmetrics.phase(...):` / "
+        "`with rlmetrics.step(n):`, or call __enter__ before __exit__",
+    )
 
 
 class Scope:
     """A span rlmetrics opens and ends (a phase, a step, a rollout, the run). Subclasses say
     what it is called, what it carries and what happens when it ends."""
 
-    __slots__ = ("__weakref__", "_binding", "_clock", "_order", "_span", "_t0", "_token")
+    __slots__ = (
+        "__weakref__",
+        "_binding",
+        "_clock",
+        "_order",
+        "_span",
+        "_t0",
+        "_thread",
+        "_token",
+    )
+    #: The clock reading it started at; None while it is not running (never entered, or
+    #: ended), so an exit without an entry is told from one.
+    _t0: int | None
 
     def __init__(self) -> None:
         self._span: Any = None
         self._token: Any = None
+        self._t0 = None
 
     # What a subclass provides.
     def _name(self) -> str:
@@ -117,7 +145,7 @@ class Scope:
         if binding is not None:
             try:
                 attributes = self._attributes()
-                _thread_attributes(attributes)
+                self._thread = _thread_attributes(attributes)
                 self._span, self._token = binding.start(self._name(), attributes, t0 + clock.offset)
             except Exception:
                 self._span = self._token = None
@@ -129,22 +157,36 @@ class Scope:
             state.open[id(self)] = self
 
     def _close(self, error: BaseException | None) -> None:
+        if self._t0 is None:
+            exited_unentered(self)
+            return
         t1 = self._clock.now()
         span = self._span
         if span is None:
             self._finish(t1)
+            self._t0 = None
             return
         binding = self._binding
         token, self._token = self._token, None
         mine = state.open.pop(id(self), None) is not None  # else a closer ended it already
-        try:
-            if token is not None:
-                binding.detach(token)
-        except Exception:
-            warn_once("tracing:detach", "rlmetrics: a span's context could not be left")
+        if token is not None:
+            if threading.get_ident() == self._thread:
+                try:
+                    binding.detach(token)
+                except Exception:
+                    warn_once("tracing:detach", "rlmetrics: a span's context could not be left")
+            else:  # a context can be left only on the thread that entered it
+                warn_once(
+                    "tracing:thread",
+                    f"rlmetrics: a {type(self).__name__.lower()} was ended on another thread "
+                    "than the one it started on; its span ends and its seconds count, but the "
+                    "starting thread's context still holds it until its enclosing step ends. "
+                    "Enter and exit a phase on the same thread",
+                )
         if not mine:
             return
         self._finish(t1)
+        self._t0 = None
         try:
             if error is not None and not isinstance(error, GeneratorExit):
                 binding.fail(span, error)
@@ -238,6 +280,7 @@ class Step(Scope):
         summary: bool = True,
     ) -> None:
         self._span = None
+        self._t0 = None
         self._given = n
         self._logger = logger
         self._deliver = summary
@@ -291,15 +334,17 @@ class Step(Scope):
     def _ended(self, t1: int) -> None:
         with contextlib.suppress(ValueError):
             state.steps.remove(self)
-        if not self._deliver:
+        t0 = self._t0
+        if not self._deliver or t0 is None:  # its window ends all the same: the next step
+            state.step_timer.take()  # starts from zero
             return
-        run_start = state.run_start_ns if state.run_start_ns is not None else self._t0
+        run_start = state.run_start_ns if state.run_start_ns is not None else t0
         seconds = state.run_timer.snapshot()
         seconds.update(state.step_timer.take())
         try:
             summary = EfficiencySummary(
                 seconds=seconds,
-                step_wall_time_s=(t1 - self._t0) / 1e9,
+                step_wall_time_s=(t1 - t0) / 1e9,
                 run_elapsed_s=(t1 - run_start) / 1e9,
             )
             if self._logger is not None:
@@ -352,15 +397,15 @@ class Umbrella(Scope):
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._span = None
+        self._t0 = None
         self._span_name = name
         self._tags = tags
         self._clock_fn = clock
 
     def __enter__(self) -> Umbrella:
         if self._span_name == RUN_SPAN:  # a run's accounting starts from nothing
-            state.step_timer.take()
-            state.run_timer.take()
-            state.last_step = None
+            state.start_run()
+            state.runs += 1
         clock = state.clock
         if self._clock_fn is not None:
             self._saved = clock
@@ -371,6 +416,8 @@ class Umbrella(Scope):
         return self
 
     def _ended(self, t1: int) -> None:
+        if self._span_name == RUN_SPAN:
+            state.runs = max(0, state.runs - 1)
         if self._clock_fn is not None:  # the run's own clock ends with it
             state.clock = self._saved
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import rlmetrics
-from rlmetrics import OPEN, Kind, MetricSpec
+from rlmetrics import OPEN, Kind, MetricSpec, resets_process_state
 
 from .config import _set_active, active_monitor, settings
 from .exposition import SOURCES
@@ -38,6 +38,7 @@ from .monitor import (
 )
 from .nodes import NodeSource, ray_nodes
 from .nvml import NvmlGpus
+from .ray_init import on_ray_init, ray_is_initialized
 
 __all__ = [
     "GROUP",
@@ -155,13 +156,43 @@ def telemetry_started(telemetry: rlmetrics.Telemetry) -> None:
         on_hosts=_activate,
     )
     _set_active(monitor)
-    monitor.start()
+    # A driver that never reaches Ray starts no thread: the monitor waits for ray.init() in
+    # Ray's own post-init hooks. Given nodes, this machine's GPUs through NVML, or Ray already
+    # connected: it has work now.
+    reads_gpus = local is not None and importlib.util.find_spec("pynvml") is not None
+    if nodes is not ray_nodes or reads_gpus or ray_is_initialized():
+        monitor.start()
+        return
+    global _waiting
+    _waiting = monitor
+    if not on_ray_init(_start_waiting_monitor):
+        _start_waiting_monitor()  # a Ray without post-init hooks: the thread waits instead
+
+
+#: The monitor of the running session while it waits for ``ray.init()``.
+_waiting: HostMemoryMonitor | None = None
+
+
+@resets_process_state
+def _forget_waiting_monitor() -> None:
+    global _waiting
+    _waiting = None
+
+
+def _start_waiting_monitor() -> None:
+    """Ray's post-init hook (one function, registered once however many sessions run)."""
+    global _waiting
+    monitor, _waiting = _waiting, None
+    if monitor is not None:
+        monitor.start()
 
 
 @rlmetrics.hookimpl
 def telemetry_stopping(telemetry: rlmetrics.Telemetry) -> None:
     """Stop the monitor's thread. Its last snapshot stays readable, so the final export
     still carries every host's latest reading (while it is fresh)."""
+    global _waiting
+    _waiting = None  # a ray.init() after the session starts nothing
     monitor = active_monitor()
     if monitor is not None:
         monitor.stop()

@@ -16,6 +16,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -237,3 +239,43 @@ def test_telemetry_started_before_ray_init_waits_for_it_and_the_job_runtime_env_
     assert resource["rlmetrics.run.id"] == "run-job" and resource["service.name"] == "grpo"
     assert resource["process.pid"] == pid and resource["ray.node.id"] == node["NodeID"]
     assert "rl.worker_group" not in resource
+
+
+_LAZY_DRIVER = """
+import sys, threading, time
+import rlmetrics
+from rlmetrics_ray import active_monitor, configure, loopback_metrics_url
+from rlmetrics.testing import in_memory_telemetry
+
+def monitor_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("rlmetrics-ray")]
+
+configure(resolver=loopback_metrics_url, interval_s=0.5)
+with in_memory_telemetry():
+    monitor = active_monitor()
+    waiting = monitor is not None and not monitor.running
+    print("started", waiting, monitor_threads(), "ray" in sys.modules)
+    import ray
+    print("imported", monitor.running, monitor_threads())
+    ray.init(address=sys.argv[1], log_to_driver=False)
+    print("connected", monitor.wait_for_cycles(1, 60.0), monitor_threads())
+    ray.shutdown()
+"""
+
+
+def test_a_driver_starts_the_monitor_thread_only_when_it_reaches_ray(head: RayHead) -> None:
+    # Ray imported after rlmetrics.start() (the import hook) and connected later (Ray's own
+    # post-init hook): no thread until ray.init(), then the monitor cycles.
+    result = subprocess.run(
+        [sys.executable, "-c", _LAZY_DRIVER, head.address],
+        capture_output=True,
+        text=True,
+        timeout=RAY_WAIT_S,
+        env={**os.environ, **RAY_ENV},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        "started True [] False",
+        "imported False []",
+        "connected True ['rlmetrics-ray-host-memory']",
+    ]

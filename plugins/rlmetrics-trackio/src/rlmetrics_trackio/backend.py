@@ -1,0 +1,197 @@
+"""The Trackio backend: each logged dict becomes values at the trainer step of one Trackio run,
+in a local project (Trackio's SQLite store under ``TRACKIO_DIR``).
+
+Values:
+
+* numbers (Python, NumPy, torch scalars) → numbers; NaN and ±inf as Trackio keeps them; an int
+  past int64 as a float (Trackio skips such ints), one past float's range is skipped;
+* bools → ``1.0`` / ``0.0``; strings as they are;
+* ``None`` → skipped silently; lists and any other value → skipped, one warning per kind (the
+  JSONL backend keeps them).
+
+The configuration goes into the run's config (later calls add to it); sample rows become one
+``trackio.Table`` per call under their name, a cell Trackio cannot hold as its text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import trackio
+
+from rlmetrics import as_plain, as_real, describe_value, warn_once
+from rlmetrics.backends import as_step, full_key
+from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
+from rlmetrics.identity import RunIdentity
+from rlmetrics.samples import columns_of
+
+__all__ = ["REFUSED_NAME_CHARACTERS", "TrackioBackend", "trackio_cell", "trackio_value"]
+
+#: What a Trackio run name may not hold: it names files of the run's media.
+REFUSED_NAME_CHARACTERS = '<>:"/\\|?*'
+#: Trackio keeps integers in int64 and skips a larger one.
+_INT64 = 2**63
+
+
+def trackio_value(value: Any) -> Any:
+    """A number or a string, None (absent) or a reason string for a skipped value (wrapped
+    in a tuple so it is not mistaken for text)."""
+    if value is None:
+        return None
+    plain = as_plain(value)
+    if isinstance(plain, bool):
+        return float(plain)
+    if isinstance(plain, str):
+        return plain
+    number = as_real(plain)
+    if number is None:
+        return (f"a {type(value).__name__} value",)
+    if isinstance(number, int) and -_INT64 <= number < _INT64:
+        return number
+    try:
+        return float(number)
+    except OverflowError:
+        return ("an int past float's range",)
+
+
+def trackio_cell(value: Any) -> Any:
+    """A table cell as Trackio stores it: None, a bool, a finite number or a string (any
+    other value as its text: a table keeps every row)."""
+    plain = as_plain(value)
+    if plain is None or isinstance(plain, (bool, str)):
+        return plain
+    if isinstance(plain, int) and -_INT64 <= plain < _INT64:
+        return plain
+    if isinstance(plain, float) and math.isfinite(plain):
+        return plain
+    try:
+        return str(plain)
+    except Exception:
+        return f"<unrepresentable {type(value).__name__}>"
+
+
+class TrackioBackend:
+    """Logs to a Trackio run it starts with ``trackio.init`` (or to the script's active one).
+
+    :param project: the Trackio project (default ``rlmetrics``).
+    :param name: the run's name; default the run id (so a resumed run finds its run).
+    :param group, config: passed to ``trackio.init``.
+    :param init_kwargs: any other ``trackio.init`` argument; they win over the named ones.
+    :param identity: the run (given by the Logger): a resumed run passes ``resume="allow"``.
+    :param run: an already started Trackio run to log into; the backend never finishes it.
+
+    Trackio's own system monitors stay off unless ``init_kwargs`` turns them on: rlmetrics
+    exports host and GPU series itself.
+    """
+
+    def __init__(
+        self,
+        project: str = "rlmetrics",
+        name: str | None = None,
+        group: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        init_kwargs: Mapping[str, Any] | None = None,
+        identity: RunIdentity | None = None,
+        run: Any = None,
+    ) -> None:
+        self._finished = False
+        self._step = 0
+        self._logged = False
+        if run is None:
+            run = trackio.context_vars.current_run.get()  # the script's own run, if any
+        if run is not None:
+            self.run = run
+            self._owns_run = False
+            return
+        kwargs: dict[str, Any] = {
+            "project": project,
+            "name": name
+            if name is not None or identity is None
+            else identity.tracker_id(REFUSED_NAME_CHARACTERS),
+            "group": group,
+            "config": dict(config) if config is not None else None,
+            "resume": "allow" if identity is not None and identity.resume else "never",
+            "embed": False,
+            "auto_log_gpu": False,
+            "auto_log_cpu": False,
+        }
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        kwargs.update(init_kwargs or {})
+        # trackio.init makes its run the thread's current one; put the script's back, so a
+        # later Logger (or the script's own trackio.log) never takes this run for its own.
+        current = trackio.context_vars.current_run
+        script_run = current.get()
+        try:
+            self.run = trackio.init(**kwargs)
+        except Exception as exc:
+            shown = {k: v for k, v in kwargs.items() if k != "config"}
+            raise RuntimeError(f"rlmetrics-trackio: trackio.init({shown}) failed: {exc}") from exc
+        finally:
+            current.set(script_run)
+        self._owns_run = True
+
+    def _number(self, step: Any) -> int:
+        number = as_step(step)
+        if number is None:
+            warn_once(
+                "trackio:bad-step",
+                f"rlmetrics-trackio: a step ({describe_value(step)}) is not a number; such "
+                "dicts are logged at the previous step",
+            )
+            return self._step
+        self._step = number
+        return number
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        row: dict[str, Any] = {}
+        for key, value in metrics.items():
+            if key in (STEP_KEY, WALL_TIME_KEY):
+                continue
+            name = full_key(prefix, key)
+            converted = trackio_value(value)
+            if isinstance(converted, tuple):
+                warn_once(
+                    f"trackio:skip:{converted[0]}",
+                    f"rlmetrics-trackio: {name!r} is {converted[0]}, which Trackio cannot "
+                    "show; it is skipped (the JSONL backend keeps it)",
+                )
+                continue
+            if converted is not None:
+                row[name] = converted
+        if row:
+            self._log(row, self._number(step))
+
+    def _log(self, row: dict[str, Any], step: int) -> None:
+        self.run.log(row, step=step)
+        self._logged = True
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """The configuration, nested as logged, into the run's config. Trackio stores a
+        run's config once, with its first record: a call after that is said once (the JSONL
+        backend keeps it)."""
+        if self._logged:
+            warn_once(
+                "trackio:late-config",
+                "rlmetrics-trackio: hyperparameters logged after the run's first step do not "
+                "reach Trackio, which stores a run's config with its first record; log them "
+                "before the first step (the JSONL backend keeps them)",
+            )
+            return
+        self.run.config.update(dict(params))
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
+        """One ``trackio.Table`` under ``name`` per call, its columns in the samples'
+        order (prompt, completion, reward first)."""
+        columns = columns_of(rows)
+        data = [[trackio_cell(row.get(column)) for column in columns] for row in rows]
+        self._log({name: trackio.Table(columns=columns, data=data)}, self._number(step))
+
+    def finish(self) -> None:
+        """Finish the run, once; a run the script started is left to the script."""
+        if self._finished:
+            return
+        self._finished = True
+        if self._owns_run:
+            self.run.finish()

@@ -1,0 +1,202 @@
+"""The ``otlp_http`` exporter: OTLP over HTTP/protobuf, metrics and spans to one collector,
+with bounded, reported failures; and the protocol choice the ``otlp`` exporter makes.
+
+The OpenTelemetry specification chooses the OTLP transport with
+``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc`` or ``http/protobuf``;
+``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`` per signal): ``exporters=["otlp"]`` follows it (gRPC
+when unset, as rlmetrics always did), and ``exporters=["otlp_http"]`` asks for HTTP whatever
+it says.
+
+What the ``otlp`` exporter adds to the SDK's, this one adds too, without any private SDK
+attribute (the HTTP exporter's internals differ between SDK 1.44 and 1.45):
+
+- a 3 s export timeout, retries included, when no timeout variable of the signal is set, so
+  the last export against a dead or black-holed collector gives up inside ``shutdown()``'s
+  bound;
+- each failed export reported once per signal and endpoint through ``warn_once``, the SDK's
+  own lines about it at DEBUG (``rlmetrics.otlp.sdk``).
+
+``endpoint`` is the collector's base URL (``http://host:4318``): the signal paths
+``/v1/metrics`` and ``/v1/traces`` are added, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` is treated;
+the per-signal variables are used as they are. The SDK is imported only when it is built.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import hookimpl
+from .._warn import logger, warn_once
+from . import Exporter, ForkSafe, ForkSafeSpans, batch_span_processor, periodic_reader
+from .otlp import SDK_LINES_LOGGER, otlp_timeout_s
+
+__all__ = [
+    "HTTP_PROTOBUF",
+    "SDK_HTTP_EXPORTER_LOGGERS",
+    "make_exporter",
+    "protocol",
+    "register_exporters",
+]
+
+INSTALL_HINT = "pip install 'rlmetrics[otlp-http]'"
+#: The protocol value that chooses this transport.
+HTTP_PROTOBUF = "http/protobuf"
+_PROTOCOLS = ("grpc", HTTP_PROTOBUF)
+#: The SDK's HTTP exporter loggers: a line per retry and per failed export.
+SDK_HTTP_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http._common._http",
+)
+_PATHS = {"metrics": "/v1/metrics", "traces": "/v1/traces"}
+
+
+def protocol(signal: str = "metrics") -> str:
+    """The OTLP protocol ``signal`` is to use: its own variable, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``grpc``. Any other value (``http/json``, which the
+    Python SDK does not export) is a configuration mistake, raised with the variable named."""
+    for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            if value not in _PROTOCOLS:
+                raise ValueError(
+                    f"{name}={value!r} is not an OTLP protocol rlmetrics exports with; use one "
+                    f"of {list(_PROTOCOLS)}"
+                ) from None
+            return value
+    return "grpc"
+
+
+_exporting = threading.local()
+
+
+class _OwnExportLines(logging.Filter):
+    """The SDK's lines about an export rlmetrics makes on this thread go to DEBUG (the
+    failure is reported once, below); lines about any other export pass as they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(_exporting, "active", False):
+            return True
+        logging.getLogger(SDK_LINES_LOGGER).debug(
+            "%s", record.getMessage(), exc_info=record.exc_info
+        )
+        return False
+
+
+@functools.cache
+def _quiet_own_exports() -> None:
+    for name in SDK_HTTP_EXPORTER_LOGGERS:
+        logging.getLogger(name).addFilter(_OwnExportLines())
+
+
+def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: str) -> type:
+    """``base`` (an SDK OTLP HTTP exporter) reporting each failed export once per signal and
+    endpoint: the SDK drops a failed batch and only logs."""
+    what = "points" if signal == "metrics" else "spans"
+
+    class Reporting(fork_safe, base):  # type: ignore[misc,valid-type]
+        def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+            _exporting.active = True
+            try:
+                outcome = super().export(data, *args, **kwargs)
+            except Exception as exc:
+                outcome = exc
+            finally:
+                _exporting.active = False
+            if outcome is result.SUCCESS:
+                return outcome
+            message = (
+                f"rlmetrics: OTLP/HTTP {signal} export to {endpoint} failed; these {what} are "
+                "dropped and training goes on. Check the endpoint and that a collector takes "
+                "OTLP over HTTP there. Later failures are logged at DEBUG."
+            )
+            if getattr(self, "_shutdown", False):
+                logger.debug(message)  # past shutdown's bound, which telemetry reported
+            else:
+                warn_once(f"otlp_http:{signal}:{endpoint}", message, expected=True)
+            return result.FAILURE
+
+    Reporting.__name__ = Reporting.__qualname__ = f"Reporting{base.__name__}"
+    _quiet_own_exports()
+    return Reporting
+
+
+def _signal_endpoint(endpoint: str | None, signal: str) -> str | None:
+    """The URL ``signal`` is sent to: ``endpoint`` with its path added; None lets the SDK
+    read the variables (and default to ``http://localhost:4318``)."""
+    if endpoint is None:
+        return None
+    return endpoint.rstrip("/") + _PATHS[signal]
+
+
+def _described(endpoint: str | None, signal: str) -> str:
+    """The URL ``signal`` goes to, for reports (what the SDK resolves when given none)."""
+    if endpoint is not None:
+        return endpoint.rstrip("/") + _PATHS[signal]
+    for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value if name.endswith(f"{signal.upper()}_ENDPOINT") else value + _PATHS[signal]
+    return "http://localhost:4318" + _PATHS[signal]
+
+
+def _timeout(timeout_s: float | None, signal: str) -> float | None:
+    return timeout_s if timeout_s is not None else otlp_timeout_s(signal)
+
+
+def make_exporter(
+    export_interval_s: float | None = None,
+    endpoint: str | None = None,
+    timeout_s: float | None = None,
+) -> Exporter:
+    """An OTLP/HTTP metric exporter on a periodic reader and a span exporter behind a batch
+    processor, both to one collector.
+
+    :param endpoint: the collector's base URL (``http://host:4318``); default from
+        ``OTEL_EXPORTER_OTLP_{METRICS,TRACES}_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``.
+    :param timeout_s: seconds per export, retries included; default
+        :data:`~rlmetrics.exporters.otlp.DEFAULT_OTLP_TIMEOUT_S` unless a timeout variable
+        is set.
+    """
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        raise ImportError(
+            f"exporter 'otlp_http' needs the OTLP HTTP exporter: {INSTALL_HINT}"
+        ) from None
+    from opentelemetry.sdk.metrics.export import MetricExportResult
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    built = []
+    for signal, base, fork_safe, result in (
+        ("metrics", OTLPMetricExporter, ForkSafe, MetricExportResult),
+        ("traces", OTLPSpanExporter, ForkSafeSpans, SpanExportResult),
+    ):
+        kwargs: dict[str, Any] = {}
+        url = _signal_endpoint(endpoint, signal)
+        if url is not None:
+            kwargs["endpoint"] = url
+        timeout = _timeout(timeout_s, signal)
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        cls = _reporting(base, fork_safe, result, signal, _described(endpoint, signal))
+        built.append(cls(**kwargs))
+    metrics, spans = built
+    reader = periodic_reader(metrics, export_interval_s)
+    try:
+        processor = batch_span_processor(spans, export_interval_s)
+    except BaseException:
+        reader.shutdown(timeout_millis=1000)
+        raise
+    return Exporter(reader, span_processor=processor)
+
+
+@hookimpl
+def register_exporters(register: Callable[[str, Callable[..., Exporter]], None]) -> None:
+    register("otlp_http", make_exporter)

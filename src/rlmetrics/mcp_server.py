@@ -1,0 +1,136 @@
+"""``rlmetrics mcp``: the answers of ``rlmetrics query`` as tools an agent calls, over MCP's
+stdio transport (the official ``mcp`` Python SDK, the ``rlmetrics[mcp]`` extra).
+
+Read-only and bounded: every path a tool is given is resolved inside the run folder the
+server was started on (``--root``) and refused outside it; a file is read, never written;
+an answer is at most :data:`MAX_ANSWER_BYTES` of JSON (the newest values are kept when
+``last_values`` must be cut); a listing at most :data:`MAX_LIST` files. A refusal or a
+question that cannot be answered is one line, as the tool's error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .backends.jsonl import SkippedLines, read_jsonl
+from .runstate import QueryError, run_state, select
+
+__all__ = ["MAX_ANSWER_BYTES", "MAX_LIST", "RunFolder", "build_server", "serve"]
+
+_T = TypeVar("_T")
+
+#: The most JSON one answer carries (an agent's context is not a log).
+MAX_ANSWER_BYTES = 256 * 1024
+#: The most JSONL files ``list_runs`` names.
+MAX_LIST = 200
+
+
+class RunFolder:
+    """The folder the server answers about: every path is resolved inside it."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+
+    def path(self, given: str, what: str = "file") -> Path:
+        """``given`` (relative to the folder, or absolute inside it), resolved; outside the
+        folder (``..``, a symlink out, another absolute path) is refused."""
+        candidate = Path(given)
+        resolved = (candidate if candidate.is_absolute() else self.root / candidate).resolve()
+        if resolved != self.root and self.root not in resolved.parents:
+            raise QueryError(f"{given!r} is outside the run folder {self.root}: refused")
+        if what == "file" and not resolved.is_file():
+            raise QueryError(f"{given!r}: no such file in the run folder")
+        return resolved
+
+    def state(self, jsonl: str, traces: str | None, run: str | None) -> dict[str, Any]:
+        answer = run_state(
+            self.path(jsonl),
+            traces=None if traces is None else self.path(traces),
+            run=run,
+        )
+        return _bounded(answer)
+
+    def runs(self, folder: str, limit: int) -> list[dict[str, Any]]:
+        if not 1 <= limit <= MAX_LIST:
+            raise QueryError(f"limit must be between 1 and {MAX_LIST}, got {limit}: refused")
+        base = self.path(folder, what="folder")
+        found = []
+        for path in sorted(base.rglob("*.jsonl"))[: limit * 4]:
+            if path.name.endswith(".samples.jsonl") or not path.is_file():
+                continue
+            rows = read_jsonl(path, skipped=SkippedLines())  # counted by run_state, not here
+            ids = list(dict.fromkeys(r["run_id"] for r in rows if isinstance(r.get("run_id"), str)))
+            if not ids:
+                continue  # not a run's metrics (a traces file, another tool's JSON lines)
+            found.append({"jsonl": str(path.relative_to(self.root)), "run_ids": ids[-20:]})
+            if len(found) == limit:
+                break
+        return found
+
+
+def _bounded(answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` within :data:`MAX_ANSWER_BYTES`: the oldest ``last_values`` go first."""
+    values = answer["last_values"]
+    while len(json.dumps(answer)) > MAX_ANSWER_BYTES and values:
+        keep = dict(list(values.items())[len(values) // 2 :])
+        answer["last_values"] = values = keep
+        answer["findings"] = [*answer["findings"], "last_values cut to fit the answer's bound"]
+    return answer
+
+
+def build_server(root: str | os.PathLike[str]) -> Any:
+    """The MCP server for the run folder ``root`` (``mcp`` imported here)."""
+    from mcp.server.mcpserver import MCPServer
+
+    runs_root = RunFolder(root)
+    server = MCPServer(
+        "rlmetrics",
+        instructions=(
+            "Read-only answers about RL training runs under one folder: call list_runs, then "
+            "run_state on a run's JSONL (schema rlmetrics.query/1: pace, stalls, last values, "
+            "slowest phases, regressions, findings), or run_field for one part of it."
+        ),
+    )
+
+    def list_runs(folder: str = ".", limit: int = 50) -> list[dict[str, Any]]:
+        """The runs' JSONL files under ``folder`` (relative to the run folder), each with the
+        run ids it holds; at most ``limit`` (1-200) files."""
+        return folder_call(lambda: runs_root.runs(folder, limit))
+
+    def run_state(jsonl: str, traces: str | None = None, run: str | None = None) -> dict[str, Any]:
+        """A run's state (schema rlmetrics.query/1): identity and hyperparameters, steps and
+        pace, stalls, the last value of each key, the slowest phases (with ``traces``, the
+        otlp_file output), regressions and findings. ``jsonl`` and ``traces`` are paths in the
+        run folder; ``run`` a run id (default: the file's last)."""
+        return folder_call(lambda: runs_root.state(jsonl, traces, run))
+
+    def run_field(jsonl: str, path: str, traces: str | None = None, run: str | None = None) -> Any:
+        """One part of ``run_state``'s answer: ``path`` is dotted keys and ``[n]`` indexes,
+        for example ``steps.last`` or ``last_values["train/reward"].value``."""
+        return folder_call(lambda: select(runs_root.state(jsonl, traces, run), path))
+
+    # Registered by call, not as decorators: the SDK's decorator is untyped to mypy.
+    for tool in (list_runs, run_state, run_field):
+        server.tool()(tool)
+    return server
+
+
+def folder_call(answer: Callable[[], _T]) -> _T:
+    """A tool's answer, or its refusal as one line: a ``ToolError``, which the SDK hands the
+    agent as the call's error (any other exception reaches it only as "Error executing
+    tool")."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        return answer()
+    except QueryError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def serve(root: str | os.PathLike[str]) -> None:
+    """Serve the run folder ``root`` over stdio until the client closes it."""
+    build_server(root).run("stdio")

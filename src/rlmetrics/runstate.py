@@ -1,0 +1,351 @@
+"""What a run looks like from its files: one JSON answer an agent or a script can read.
+
+:func:`run_state` reads a run's JSONL (and, when given, its OTLP/JSON traces file and a
+Prometheus server's alerts) and answers in the documented, stable shape
+``rlmetrics.query/1`` (``docs/query.schema.json``, ``docs/operations.md#rlmetrics-query``):
+the run's identity and configuration, its steps and their pace, the stalls (the same
+:class:`~rlmetrics.liveness.StallRule` ``/health`` and ``RLStepStalled`` apply), the last value
+of every logged number, the slowest phases, step-time regressions and the alerts firing, and
+``findings``: one line per thing a person should look at. ``rlmetrics query`` prints it and
+``rlmetrics mcp`` serves it.
+
+Never raises for what is in the files: a torn or foreign line is skipped and counted, a traces
+file of another run contributes nothing (counted), a dead Prometheus is an ``alerts_error``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import statistics
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .backends.jsonl import HYPERPARAMS_KIND, RESUME_KIND, SkippedLines, read_jsonl
+from .liveness import MEDIAN_WINDOW, StallRule
+
+__all__ = ["SCHEMA", "QueryError", "run_state", "select"]
+
+#: The answer's shape and version: a change that removes or retypes a field is a new version.
+SCHEMA = "rlmetrics.query/1"
+#: The most phases, stalls and values an answer lists (an agent's context is not a log).
+MAX_PHASES = 10
+MAX_STALLS = 20
+MAX_VALUES = 500
+#: A rate trend is judged on the newest steps against the ones before them.
+TREND_STEPS = 20
+#: A pace that changed by less than this share is steady.
+TREND_TOLERANCE = 0.2
+
+
+class QueryError(ValueError):
+    """The question cannot be answered (a missing file, an unknown run, a bad field path)."""
+
+
+def run_state(
+    jsonl: str | os.PathLike[str],
+    *,
+    traces: str | os.PathLike[str] | None = None,
+    prometheus: str | None = None,
+    run: str | None = None,
+    now: float | None = None,
+    rule: StallRule | None = None,
+) -> dict[str, Any]:
+    """The answer for the run in ``jsonl`` (the file's last run unless ``run`` names one)."""
+    path = Path(jsonl)
+    if not path.is_file():
+        raise QueryError(f"{path}: not a regular file (give the run's JSONL, as Logger wrote it)")
+    skipped = SkippedLines()
+    try:
+        rows = list(read_jsonl(path, every_row=True, skipped=skipped))
+    except (OSError, ValueError) as exc:
+        raise QueryError(f"{path}: cannot be read: {exc}") from None
+    run_ids = list(dict.fromkeys(r.get("run_id") for r in rows if r.get("run_id") is not None))
+    if run is not None and run not in run_ids:
+        raise QueryError(f"{path} has no run {run!r}; its runs: {run_ids}")
+    chosen = run if run is not None else (run_ids[-1] if run_ids else None)
+    mine = [r for r in rows if r.get("run_id") == chosen]
+    metric_rows = [r for r in mine if "kind" not in r and isinstance(r.get("metrics"), dict)]
+    now = time.time() if now is None else now
+    steps, stalls, stalled_now = _steps(metric_rows, now, rule or StallRule())
+    answer: dict[str, Any] = {
+        "schema": SCHEMA,
+        "source": {
+            "jsonl": str(path),
+            "skipped_lines": skipped.count,
+            "traces": None if traces is None else str(traces),
+            "prometheus": prometheus,
+        },
+        "run": {
+            "run_id": chosen,
+            "runs_in_file": run_ids,
+            "resumed": any(r.get("kind") == RESUME_KIND for r in mine),
+            "hyperparams": _hyperparams(mine),
+        },
+        "steps": steps,
+        "stalls": stalls[-MAX_STALLS:],
+        "stalled_now": stalled_now,
+        "last_values": _last_values(metric_rows),
+        "slowest_phases": [],
+        "traces_other_runs": 0,
+        "regressions": _regressions(metric_rows),
+        "alerts": None,
+        "alerts_error": None,
+        "findings": [],
+    }
+    if traces is not None:
+        answer["slowest_phases"], answer["traces_other_runs"] = _phases(traces, chosen)
+    if prometheus is not None:
+        answer["alerts"], answer["alerts_error"] = _alerts(prometheus, chosen)
+    answer["findings"] = _findings(answer)
+    return answer
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _steps(
+    rows: Sequence[Mapping[str, Any]], now: float, rule: StallRule
+) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    """When each trainer step first arrived, and what that says about the pace."""
+    first_seen: dict[int, float] = {}
+    for row in rows:
+        step, at = row.get("step"), _number(row.get("time"))
+        if type(step) is int and at is not None and step not in first_seen:
+            first_seen[step] = at
+    ordered = sorted(first_seen.items())
+    times = [t for _, t in ordered]
+    # A step that arrived before the one below it (a clock step back) counts as no wait.
+    intervals = [max(0.0, b - a) for a, b in itertools.pairwise(times)]
+    median = statistics.median(intervals[-MEDIAN_WINDOW:]) if intervals else None
+    stalls: list[dict[str, Any]] = []
+    for index, gap in enumerate(intervals):
+        # The pace known when this silence began: the intervals before it.
+        known = intervals[:index][-MEDIAN_WINDOW:]
+        limit = rule.limit_s(statistics.median(known) if len(known) >= MEDIAN_WINDOW else None)
+        if gap > limit:
+            stalls.append(
+                {"after_step": ordered[index][0], "gap_s": round(gap, 3), "limit_s": limit}
+            )
+    last_time = times[-1] if times else None
+    since = None if last_time is None else max(0.0, now - last_time)
+    limit_now = rule.limit_s(median if len(intervals) >= MEDIAN_WINDOW else None)
+    steps = {
+        "count": len(ordered),
+        "first": ordered[0][0] if ordered else None,
+        "last": ordered[-1][0] if ordered else None,
+        "last_time": last_time,
+        "seconds_since_last": since,
+        "median_interval_s": median,
+        "stall_limit_s": limit_now,
+        "rate_per_min": _rate(intervals),
+        "recent_rate_per_min": _rate(intervals[-TREND_STEPS:]),
+        "trend": _trend(intervals),
+    }
+    return steps, stalls, since is not None and since > limit_now
+
+
+def _rate(intervals: Sequence[float]) -> float | None:
+    total = sum(intervals)
+    return None if not intervals or total <= 0 else round(60.0 * len(intervals) / total, 4)
+
+
+def _trend(intervals: Sequence[float]) -> str | None:
+    """``slower``, ``faster`` or ``steady``: the newest steps' median interval against the
+    median before them; None before there are enough of both."""
+    if len(intervals) < 2 * TREND_STEPS:
+        return None
+    recent = statistics.median(intervals[-TREND_STEPS:])
+    before = statistics.median(intervals[:-TREND_STEPS])
+    if before <= 0:
+        return None
+    change = recent / before - 1.0
+    if change > TREND_TOLERANCE:
+        return "slower"
+    if change < -TREND_TOLERANCE:
+        return "faster"
+    return "steady"
+
+
+def _hyperparams(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    merged: dict[str, Any] = {}
+    for row in rows:
+        if row.get("kind") == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):
+            merged.update(row["hyperparams"])
+    return merged or None
+
+
+def _last_values(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The newest number of every logged key (``prefix/key``), with its step."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        prefix, step = row.get("prefix") or "", row.get("step")
+        for key, value in row["metrics"].items():
+            number = _number(value)
+            if number is not None:
+                name = f"{prefix}/{key}" if prefix else str(key)
+                latest.pop(name, None)  # newest last, so the cap keeps the newest keys
+                latest[name] = {"step": step if type(step) is int else None, "value": value}
+    items = list(latest.items())[-MAX_VALUES:]
+    return dict(sorted(items))
+
+
+def _regressions(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    from .report.regressions import find_regressions  # the report's judgement, as it is
+
+    report = find_regressions(rows).as_dict()
+    return {
+        "status": report["status"],
+        "reason": report["reason"],
+        "slow_steps": report["slow_steps"],
+        "count": len(report["regressions"]),
+    }
+
+
+def _phases(traces: str | os.PathLike[str], run: str | None) -> tuple[list[dict[str, Any]], int]:
+    """The slowest leaf phases of ``run`` in the traces file, and how many spans of other
+    runs the file held."""
+    from .report.traces import read_traces
+
+    path = Path(traces)
+    if not path.is_file():
+        raise QueryError(f"{path}: no such traces file (the otlp_file exporter's output)")
+    others = 0
+    totals: dict[str, list[float]] = {}
+    for span in read_traces([path]).spans:
+        if span.resource.get("rlmetrics.run.id") != run:
+            others += 1
+        elif span.bucket is not None:  # a leaf phase: umbrella spans hold the others
+            totals.setdefault(span.name, []).append(span.seconds)
+    phases: list[dict[str, Any]] = [
+        {
+            "name": name,
+            "count": len(seconds),
+            "total_s": round(sum(seconds), 6),
+            "mean_s": round(sum(seconds) / len(seconds), 6),
+        }
+        for name, seconds in totals.items()
+    ]
+    phases.sort(key=lambda p: (-p["total_s"], p["name"]))
+    return phases[:MAX_PHASES], others
+
+
+def _alerts(url: str, run: str | None) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """The alerts a Prometheus server at ``url`` has firing or pending for ``run`` (every
+    alert when they carry no run id), or the reason none could be read."""
+    endpoint = url.rstrip("/") + "/api/v1/alerts"
+    try:
+        with urllib.request.urlopen(endpoint, timeout=5) as response:
+            body = json.load(response)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, f"{endpoint}: {getattr(exc, 'reason', exc)}"
+    found = []
+    for alert in (body.get("data") or {}).get("alerts") or []:
+        labels = alert.get("labels") or {}
+        if run is not None and labels.get("rlmetrics_run_id") not in (None, run):
+            continue
+        found.append(
+            {
+                "name": labels.get("alertname"),
+                "state": alert.get("state"),
+                "summary": (alert.get("annotations") or {}).get("summary"),
+            }
+        )
+    return found, None
+
+
+def _findings(answer: Mapping[str, Any]) -> list[str]:
+    """One line per thing a person should look at; empty when the run looks healthy."""
+    found = []
+    steps = answer["steps"]
+    if steps["count"] == 0:
+        found.append("no trainer step in the file")
+    if answer["stalled_now"]:
+        found.append(
+            f"stalled: no step for {steps['seconds_since_last']:.0f} s after step "
+            f"{steps['last']} (the limit is {steps['stall_limit_s']:.0f} s)"
+        )
+    if answer["stalls"]:
+        worst = max(answer["stalls"], key=lambda s: s["gap_s"])
+        found.append(
+            f"{len(answer['stalls'])} stall(s) during the run; the longest {worst['gap_s']:.0f} s "
+            f"after step {worst['after_step']}"
+        )
+    if steps["trend"] == "slower":
+        found.append("steps are getting slower (the newest steps' median interval is up)")
+    if answer["regressions"]["count"]:
+        found.append(
+            f"{answer['regressions']['count']} step-time regression(s): rlmetrics report "
+            "shows what moved with them"
+        )
+    for alert in answer["alerts"] or []:
+        if alert["state"] == "firing":
+            found.append(f"alert {alert['name']} firing: {alert['summary']}")
+    if answer["alerts_error"]:
+        found.append(f"alerts not read: {answer['alerts_error']}")
+    if answer["source"]["skipped_lines"]:
+        found.append(f"{answer['source']['skipped_lines']} line(s) of the JSONL were not rows")
+    return found
+
+
+def select(answer: Any, path: str) -> Any:
+    """The part of ``answer`` a field path names: dotted keys and ``[n]`` indexes
+    (``steps.last``, ``stalls[0].gap_s``, ``last_values["train/loss"].value``)."""
+    current = answer
+    for part in _parts(path):
+        try:
+            current = current[part]
+        except (KeyError, IndexError, TypeError):
+            raise QueryError(f"no field {path!r} in the answer (at {part!r})") from None
+    return current
+
+
+def _parts(path: str) -> list[str | int]:
+    parts: list[str | int] = []
+    text = path.strip()
+    if text.startswith("$"):
+        text = text[1:].lstrip(".")
+    word = ""
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == ".":
+            if word:
+                parts.append(word)
+            word = ""
+        elif char == "[":
+            if word:
+                parts.append(word)
+            word = ""
+            close = text.find("]", index)
+            if close < 0:
+                raise QueryError(f"field path {path!r}: '[' without ']'")
+            inner = text[index + 1 : close].strip()
+            if inner[:1] in "\"'" and inner[-1:] == inner[:1] and len(inner) >= 2:
+                parts.append(inner[1:-1])
+            elif inner.lstrip("-").isdigit():
+                parts.append(int(inner))
+            else:
+                raise QueryError(f"field path {path!r}: [{inner}] is neither an index nor a key")
+            index = close
+        else:
+            word += char
+        index += 1
+    if word:
+        parts.append(word)
+    if not parts:
+        raise QueryError("an empty field path")
+    return parts

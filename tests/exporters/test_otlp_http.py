@@ -1,0 +1,168 @@
+"""OTLP over HTTP/protobuf against a real HTTP receiver on 127.0.0.1: chosen by
+``OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`` (the specification's variable) or by name, every
+kind and the spans arrive; a dead or black-holed endpoint is reported once and bounded at
+shutdown."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import rlmetrics
+from rlmetrics.testing import BlackHole, OtlpHttpReceiver
+
+from ._peers import (
+    COUNTER,
+    GAUGE,
+    HISTOGRAM,
+    INTERVAL_S,
+    UP_DOWN,
+    WarnOnceLog,
+    declare_test_series,
+    record_test_series,
+)
+
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
+PROTOCOL_ENV = (
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+)
+TIMEOUT_ENV = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")
+#: Scheduling delay allowed on top of shutdown's bound (see test_collector_failures).
+LOAD_SLACK_S = 15.0
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROTOCOL_ENV + TIMEOUT_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpHttpReceiver]:
+    peer = OtlpHttpReceiver().start()
+    try:
+        yield peer
+    finally:
+        handle = rlmetrics.current()
+        if handle is not None:
+            handle.shutdown(timeout_s=2)
+        peer.stop()
+
+
+def _all_arrived(receiver: OtlpHttpReceiver) -> bool:
+    hist = receiver.find(HISTOGRAM, worker="w0")
+    return (
+        getattr(receiver.find(GAUGE, **{"rl.phase": "train"}), "value", None) == 1.5
+        and getattr(receiver.find(COUNTER, **{"gen_ai.token.type": "output"}), "value", None) == 40
+        and getattr(receiver.find(UP_DOWN), "value", None) == 3
+        and hist is not None
+        and hist.count == 4
+    )
+
+
+def _start(receiver_endpoint: str, chosen_by: str, **kwargs: object) -> rlmetrics.Telemetry:
+    """Telemetry exporting over OTLP/HTTP, chosen the way ``chosen_by`` says."""
+    exporters: object = (
+        ("otlp",)
+        if chosen_by == "protocol-variable"
+        else {"otlp_http": {"endpoint": receiver_endpoint}}
+    )
+    return rlmetrics.start(
+        "otlp-http-test",
+        run_id="run-otlp-http",
+        exporters=exporters,  # type: ignore[arg-type]
+        otlp_endpoint=receiver_endpoint if chosen_by == "protocol-variable" else None,
+        export_interval_s=INTERVAL_S,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("chosen_by", ["protocol-variable", "name"])
+def test_metrics_and_spans_arrive_over_http(
+    receiver: OtlpHttpReceiver, chosen_by: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if chosen_by == "protocol-variable":
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    declare_test_series()
+    with _start(receiver.endpoint, chosen_by):
+        record_test_series()
+        with rlmetrics.run(), rlmetrics.step(7), rlmetrics.phase("idle/refit_bubble"):
+            pass
+        receiver.wait_for(_all_arrived, what="every recorded value")
+        spans = receiver.wait_for(
+            lambda r: (found := r.spans()) and len(found) == 3 and found, what="three spans"
+        )
+    resource = {k: v for attributes, _ in receiver.resources() for k, v in attributes.items()}
+    assert resource["rlmetrics.run.id"] == "run-otlp-http"
+    by_id = {span.span_id: span for span in spans}
+    phase = next(span for span in spans if span.name == "rl.idle.refit_bubble")
+    assert by_id[phase.parent_id].name == "rl.step"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("peer", ["dead", "black-hole"])
+def test_a_dead_or_silent_endpoint_is_bounded_at_shutdown_and_said_once(
+    peer: str, rlmetrics_log: WarnOnceLog
+) -> None:
+    if peer == "dead":
+        dead = OtlpHttpReceiver().start()
+        dead.stop()
+        endpoint, closer = dead.endpoint, dead.stop
+    else:
+        hole = BlackHole()
+        endpoint, closer = hole.endpoint, hole.close
+    try:
+        declare_test_series()
+        handle = _start(endpoint, "name")
+        record_test_series()
+        with rlmetrics.run(), rlmetrics.step(1), rlmetrics.phase("idle/refit_bubble"):
+            pass
+        if peer == "dead":
+            rlmetrics_log.wait_for("OTLP/HTTP metrics export to")
+        started = time.monotonic()
+        handle.shutdown(timeout_s=1.0)
+        elapsed = time.monotonic() - started
+        print(f"shutdown(timeout_s=1.0), {peer} OTLP/HTTP endpoint: {elapsed:.2f} s")
+        assert elapsed < 1.0 + LOAD_SLACK_S
+        assert not handle.exporting
+    finally:
+        closer()
+    said = rlmetrics_log.matching("OTLP/HTTP metrics export to", level=logging.WARNING)
+    assert len(said) <= 1 and (peer != "dead" or len(said) == 1)
+
+
+def test_a_refusing_receiver_is_one_warning(
+    receiver: OtlpHttpReceiver, rlmetrics_log: WarnOnceLog
+) -> None:
+    receiver.reject_with = 400
+    declare_test_series()
+    with _start(receiver.endpoint, "name"):
+        record_test_series()
+        receiver.wait_for(lambda r: r.rejected >= 2, what="two refused exports")
+    said = rlmetrics_log.matching("OTLP/HTTP metrics export to", level=logging.WARNING)
+    assert len(said) == 1 and receiver.endpoint + "/v1/metrics" in said[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_PROTOCOL='http/json'"),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"},
+            "choose different protocols",
+        ),
+    ],
+)
+def test_a_protocol_rlmetrics_cannot_use_is_a_configuration_mistake(
+    env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        rlmetrics.start("otlp-http-test", exporters=("otlp",), otlp_endpoint="http://127.0.0.1:9")

@@ -1,0 +1,164 @@
+"""``rlmetrics query``: a run's state as JSON, held to the schema shipped in docs/, equal to what
+the run's files hold; exit codes a script can test; bad input is a clear answer."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from tools_support import run_cli
+
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.demo.run import DemoOptions, run_demo
+from rlmetrics.runstate import QueryError, run_state, select
+
+SCHEMA = json.loads(
+    (Path(__file__).parents[2] / "docs" / "schemas" / "query.schema.json").read_text()
+)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A seeded demo run's folder: metrics.jsonl and traces.jsonl."""
+    output = tmp_path_factory.mktemp("query-demo")
+    options = DemoOptions(steps=12, seed=5, output=output, interval_s=0.0, prometheus_port=0)
+    run_demo(options, say=io.StringIO(), progress=io.StringIO())
+    return output
+
+
+def _rows(path: Path, **options: Any) -> None:
+    with path.open("w") as out:
+        for row in options["rows"]:
+            out.write(json.dumps(row) + "\n")
+
+
+def test_a_demo_run_answers_every_documented_field_with_what_its_files_hold(demo: Path) -> None:
+    result = run_cli("query", demo / "metrics.jsonl", "--traces", demo / "traces.jsonl")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    jsonschema.validate(answer, SCHEMA)
+    rows = list(read_jsonl(demo / "metrics.jsonl", every_row=True))
+    metric_rows = [r for r in rows if "kind" not in r]
+    steps = {r["step"] for r in metric_rows if type(r["step"]) is int}
+    assert answer["run"]["run_id"] == rows[-1]["run_id"]
+    assert answer["steps"]["count"] == len(steps)
+    assert (answer["steps"]["first"], answer["steps"]["last"]) == (min(steps), max(steps))
+    hyper: dict[str, Any] = {}
+    for row in rows:
+        if row.get("kind") == "hyperparams":
+            hyper.update(row["hyperparams"])
+    assert answer["run"]["hyperparams"] == hyper
+    last = next(
+        r for r in reversed(metric_rows) if "reward" in r["metrics"] and r["prefix"] == "train"
+    )
+    assert answer["last_values"]["train/reward"] == {
+        "step": last["step"],
+        "value": last["metrics"]["reward"],
+    }
+    assert answer["slowest_phases"] and answer["traces_other_runs"] == 0
+    totals = [p["total_s"] for p in answer["slowest_phases"]]
+    assert totals == sorted(totals, reverse=True)
+    assert answer["findings"] == []
+
+
+def test_field_selection_prints_the_parts_named(demo: Path) -> None:
+    result = run_cli(
+        "query",
+        demo / "metrics.jsonl",
+        "--field",
+        "steps.last",
+        "--field",
+        'last_values["train/reward"].step',
+    )
+    assert result.returncode == 0, result.stderr
+    last = json.loads(result.stdout.splitlines()[0])
+    assert result.stdout.splitlines() == [str(last), str(last)]
+    bad = run_cli("query", demo / "metrics.jsonl", "--field", "steps.nope")
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip() == "rlmetrics query: no field 'steps.nope' in the answer (at 'nope')"
+    )
+
+
+def _step_rows(times: list[float], run_id: str = "r1") -> list[dict[str, Any]]:
+    return [
+        {
+            "time": t,
+            "run_id": run_id,
+            "step": n,
+            "prefix": "train",
+            "metrics": {"loss": 1.0 / (n + 1)},
+        }
+        for n, t in enumerate(times)
+    ]
+
+
+def test_a_stall_is_a_finding_and_exit_1(tmp_path: Path) -> None:
+    times = [1000.0 + n for n in range(30)] + [1000.0 + 29 + 500.0]
+    path = tmp_path / "m.jsonl"
+    _rows(path, rows=_step_rows(times))
+    answer = run_state(path, now=times[-1] + 1.0)
+    jsonschema.validate(answer, SCHEMA)
+    assert answer["stalls"] == [{"after_step": 29, "gap_s": 500.0, "limit_s": 60.0}]
+    assert not answer["stalled_now"]
+    assert answer["findings"] == ["1 stall(s) during the run; the longest 500 s after step 29"]
+    result = run_cli("query", path)
+    assert result.returncode == 1
+
+
+def test_bad_input_is_a_clear_answer_never_a_traceback(tmp_path: Path) -> None:
+    # A half-written JSONL: the torn line is counted and said.
+    path = tmp_path / "m.jsonl"
+    _rows(path, rows=_step_rows([1.0, 2.0, 3.0]))
+    with path.open("a") as out:
+        out.write('{"time": 4.0, "run_id": "r1", "st')
+    answer = run_state(path, now=4.0)
+    assert answer["source"]["skipped_lines"] == 1 and answer["steps"]["count"] == 3
+    # A dead Prometheus: alerts unread, said, exit 1.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    result = run_cli("query", path, "--prometheus", dead)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    answer = json.loads(result.stdout)
+    jsonschema.validate(answer, SCHEMA)
+    assert answer["alerts"] is None and answer["alerts_error"].startswith(dead + "/api/v1/alerts")
+    for args, message in [
+        ((tmp_path / "missing.jsonl",), "no such file"),
+        ((tmp_path,), "is a folder"),
+        ((path, "--run", "nope"), "has no run 'nope'; its runs: ['r1']"),
+    ]:
+        result = run_cli("query", *args)
+        assert (
+            result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+        )
+
+
+def test_a_traces_file_of_another_run_is_left_out(demo: Path, tmp_path: Path) -> None:
+    other = tmp_path / "m.jsonl"
+    _rows(other, rows=_step_rows([1.0, 2.0], run_id="another-run"))
+    answer = run_state(other, traces=demo / "traces.jsonl", now=2.0)
+    assert answer["slowest_phases"] == [] and answer["traces_other_runs"] > 0
+
+
+@given(st.lists(st.one_of(st.text(max_size=5), st.integers(-3, 3)), max_size=4))
+def test_select_reads_what_the_path_names_or_says_why_not(parts: list[str | int]) -> None:
+    answer = {"a": [{"b": 1}, {"c": [2, 3]}], "x.y": 4}
+    path = "".join(f"[{p}]" if isinstance(p, int) else f'["{p}"]' for p in parts)
+    assume(path and not any(isinstance(p, str) and ('"' in p or "]" in p) for p in parts))
+    current: Any = answer
+    try:
+        for part in parts:
+            current = current[part]
+    except (KeyError, IndexError, TypeError):
+        with pytest.raises(QueryError):
+            select(answer, path)
+        return
+    assert select(answer, path) == current
