@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from .. import hookimpl
+from ..configuration import POSITIVE_INTEGER, Option, declare_options
 from . import full_key
 
 __all__ = ["ConsoleBackend", "register_backends"]
@@ -18,6 +19,11 @@ def _format(value: Any) -> str:
     return str(value)
 
 
+#: A text stream: an object with ``write`` (``sys.stderr``), given in code.
+STREAM = Option("a text stream (an object with write(), given in code)", lambda v: callable(getattr(v, "write", None)))
+
+
+@declare_options(stream=STREAM, max_keys=POSITIVE_INTEGER)
 class ConsoleBackend:
     """Prints ``step N | prefix/key=value ...`` to ``stream`` (stdout by default)."""
 

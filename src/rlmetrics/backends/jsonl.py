@@ -37,6 +37,7 @@ from typing import Any, TextIO
 
 from .. import hookimpl
 from .._warn import logger
+from ..configuration import PATH, declare_options
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
 from ..values import as_plain
@@ -118,6 +119,7 @@ def to_json_value(value: Any, _depth: int = 0) -> Any:
         return f"<unrepresentable {type(value).__name__}>"
 
 
+@declare_options(path=PATH)
 class JsonlBackend:
     """Appends ``{"time", "run_id", "step", "prefix", "metrics"}`` per call to ``path``.
 

@@ -38,8 +38,10 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .. import hookimpl
 from .._warn import warn_once
+from ..configuration import PORT, POSITIVE_NUMBER, TEXT, declare_options
 from ..dashboard.promql import unit_named
 from ..health import HEALTH_PATH, health
+from ..health import STALL_AFTER_ENV
 from ..health import stall_after_s as stall_bound
 from ..telemetry import TelemetryError
 from . import Exporter
@@ -187,6 +189,11 @@ def _serve(host: str, port: int, app: Any) -> tuple[WSGIServer, threading.Thread
     return server, thread
 
 
+@declare_options(
+    host=TEXT.read_from(HOST_ENV),
+    port=PORT.read_from(PORT_ENV),
+    stall_after_s=POSITIVE_NUMBER.read_from(STALL_AFTER_ENV),
+)
 def make_exporter(
     export_interval_s: float | None = None,
     host: str | None = None,
@@ -224,7 +231,7 @@ def make_exporter(
             f"the Prometheus exporter cannot listen on {host}:{port}: {exc.strerror or exc}. "
             "Another process (often a second trainer on this node) holds it: choose another "
             f"port with start(prometheus_port=...) or {PORT_ENV} (0 picks a free one)"
-        ) from exc
+        ) from None  # the message says all the OSError did
 
     def close() -> None:
         server.shutdown()
