@@ -8,8 +8,10 @@ of the world — no credentials, a store gone, a path that cannot be written —
 keeps degrading with a warning, as it always did.
 
 Settings come from the call, else the environment, else the configuration file
-(``RLMETRICS_CONFIG``), else the defaults: a call's argument left at its default takes the
-configured value. The file (docs/configuration.md has every setting)::
+(``RLMETRICS_CONFIG``), else the defaults: a call's argument left out (None, "not given")
+takes the configured value, one the call gives wins even when it equals the default
+(:func:`resolve`). Every mistake is a :class:`ConfigurationError` naming the wrong value's
+source. The file (docs/configuration.md has every setting)::
 
     [telemetry]                 # rlmetrics.start()'s arguments
     service_name = "grpo"
