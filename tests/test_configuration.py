@@ -175,8 +175,7 @@ def test_an_unknown_name_is_the_same_mistake_from_each_source(
         ),
         (
             {"RLMETRICS_BACKEND_CONSOLE_MAX_KEYS": "5"},
-            "RLMETRICS_BACKEND_CONSOLE_MAX_KEYS configures backend 'console', which is not "
-            "chosen",
+            "RLMETRICS_BACKEND_CONSOLE_MAX_KEYS configures backend 'console', which is not chosen",
         ),
         ({"RLMETRICS_CONFIG": "/nonexistent/rlmetrics.toml"}, "cannot read the configuration"),
     ],
@@ -195,7 +194,10 @@ def test_a_variable_that_does_nothing_is_a_mistake(
     [
         ("[telemtry]\n", r"no table \[telemtry\] \(did you mean 'telemetry'\?\)"),
         ("[telemetry]\nservice = 'x'\n", r"\[telemetry\] has no setting 'service'"),
-        ("[telemetry]\nexport_interval_s = 'ten'\n", "export_interval_s must be a positive number, got str"),
+        (
+            "[telemetry]\nexport_interval_s = 'ten'\n",
+            "export_interval_s must be a positive number, got str",
+        ),
         ("[logger]\nqueue_size = true\n", "queue_size must be a positive integer, got bool"),
         ("[backends]\njsonl = 1\n", r"\[backends\] holds one table per backend"),
         ("[telemetry\n", "not valid TOML"),

@@ -126,7 +126,11 @@ PROBES: dict[str, list[Probe] | str] = {
     "Run id (`rlmetrics.run.id`)": [
         Probe(
             "start",
-            {"default": lambda v: re.fullmatch("[0-9a-f]{12}", v), "file": "f-run", "call": "c-run"},
+            {
+                "default": lambda v: re.fullmatch("[0-9a-f]{12}", v),
+                "file": "f-run",
+                "call": "c-run",
+            },
             lambda h: h.run_id,
             call=lambda v: {"run_id": v},
             file=lambda v: f"[telemetry]\nrun_id = {_toml(v)}\n",
@@ -282,7 +286,12 @@ PROBES: dict[str, list[Probe] | str] = {
     "Logger backends": [
         Probe(
             "logger",
-            {"default": ["jsonl"], "file": ["console"], "env": ["console", "jsonl"], "call": ["jsonl"]},
+            {
+                "default": ["jsonl"],
+                "file": ["console"],
+                "env": ["console", "jsonl"],
+                "call": ["jsonl"],
+            },
             lambda lg: sorted(lg.backends),
             call=lambda v: {"backends": {n: {} for n in v}},
             env=lambda v: {"RLMETRICS_BACKENDS": ",".join(v)},
@@ -312,7 +321,11 @@ PROBES: dict[str, list[Probe] | str] = {
     "The Logger's run id": [
         Probe(
             "logger",
-            {"default": lambda v: re.fullmatch("[0-9a-f]{12}", v), "file": "f-run", "call": "c-run"},
+            {
+                "default": lambda v: re.fullmatch("[0-9a-f]{12}", v),
+                "file": "f-run",
+                "call": "c-run",
+            },
             lambda lg: lg.identity.run_id,
             call=lambda v: {"run_id": v},
             file=lambda v: f"[logger]\nrun_id = {_toml(v)}\n",
@@ -368,8 +381,10 @@ PROBES: dict[str, list[Probe] | str] = {
     "vLLM token usage names (`rlmetrics-vllm`)": "a plugin's setting: plugins/rlmetrics-vllm/tests",
     "GPUs from the host-memory scrape, NVML without Ray (`rlmetrics-ray`)": "a plugin's setting: "
     "plugins/rlmetrics-ray/tests",
-    "Host-memory scrape interval (`rlmetrics-ray`)": "a plugin's setting: plugins/rlmetrics-ray/tests",
-    "Host-memory scrape timeout (`rlmetrics-ray`)": "a plugin's setting: plugins/rlmetrics-ray/tests",
+    "Host-memory scrape interval (`rlmetrics-ray`)": "a plugin's setting: "
+    "plugins/rlmetrics-ray/tests",
+    "Host-memory scrape timeout (`rlmetrics-ray`)": "a plugin's setting: "
+    "plugins/rlmetrics-ray/tests",
     "Per-worker resource detectors (Ray workers)": "set for the workers by rlmetrics_ray: "
     "plugins/rlmetrics-ray/tests",
     "W&B offline": "W&B's own variable: plugins/rlmetrics-wandb/tests",
@@ -421,12 +436,24 @@ def _cells(probe: Probe) -> Iterator[tuple[str, dict[str, Any], dict[str, str], 
     if env:
         yield "environment over the file", {}, env, file, values["env"]
     if probe.call is not None:
-        yield "call over the environment and the file", probe.call(values["call"]), env, file, values["call"]
+        yield (
+            "call over the environment and the file",
+            probe.call(values["call"]),
+            env,
+            file,
+            values["call"],
+        )
         concrete = values["default"] is not None and not callable(values["default"])
         if concrete and probe.default_given and (file or env):
             # The call giving the default's value still wins: "not given" is None, not it.
             below = probe.env(values["file"]) if probe.env and "file" in values else env
-            yield "call giving the default", probe.call(values["default"]), below, file, values["default"]
+            yield (
+                "call giving the default",
+                probe.call(values["default"]),
+                below,
+                file,
+                values["default"],
+            )
 
 
 ROWS = documented_rows()

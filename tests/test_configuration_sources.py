@@ -37,7 +37,7 @@ def _raises(call: Any, *fragments: str) -> ConfigurationError:
     message = str(caught.value)
     for fragment in fragments:
         assert fragment in message, (fragment, message)
-    assert caught.value.__cause__ is None and caught.value.__suppress_context__ or (
+    assert (caught.value.__cause__ is None and caught.value.__suppress_context__) or (
         caught.value.__context__ is None
     ), "a chained internal traceback above the message"
     assert rlmetrics.current() is None
@@ -46,7 +46,9 @@ def _raises(call: Any, *fragments: str) -> ConfigurationError:
 
 def test_a_misspelt_file_key_names_itself_not_the_valid_key_beside_it(config: Any) -> None:
     config("[backends.jsonl]\npath = 'm.jsonl'\npth = 'n.jsonl'\n")
-    error = _raises(rlmetrics.Logger, "no option 'pth'", "(from rlmetrics.toml [backends.jsonl] pth)")
+    error = _raises(
+        rlmetrics.Logger, "no option 'pth'", "(from rlmetrics.toml [backends.jsonl] pth)"
+    )
     assert "[backends.jsonl] path)" not in str(error)
 
 
@@ -72,11 +74,26 @@ def test_a_misspelt_option_of_the_default_backend_is_said_at_once(
     ("variables", "file", "call", "fragments"),
     [
         ({"RLMETRICS_EXPORTERS": "otlpp"}, "", "start", ["'otlpp'", "(from RLMETRICS_EXPORTERS)"]),
-        ({}, "[exporters.promethus]\n", "start", ["'promethus'", "did you mean 'prometheus'", "(from rlmetrics.toml [exporters])"]),
+        (
+            {},
+            "[exporters.promethus]\n",
+            "start",
+            ["'promethus'", "did you mean 'prometheus'", "(from rlmetrics.toml [exporters])"],
+        ),
         ({"RLMETRICS_BACKENDS": "jsonn"}, "", "logger", ["'jsonn'", "(from RLMETRICS_BACKENDS)"]),
         ({}, "[backends.jsonn]\n", "logger", ["'jsonn'", "(from rlmetrics.toml [backends])"]),
-        ({"RLMETRICS_KEY_MAP": "trll"}, "", "logger", ["unknown key map 'trll'", "(from RLMETRICS_KEY_MAP)"]),
-        ({}, "[logger]\nkey_map = 'trll'\n", "logger", ["unknown key map 'trll'", "(from rlmetrics.toml [logger] key_map)"]),
+        (
+            {"RLMETRICS_KEY_MAP": "trll"},
+            "",
+            "logger",
+            ["unknown key map 'trll'", "(from RLMETRICS_KEY_MAP)"],
+        ),
+        (
+            {},
+            "[logger]\nkey_map = 'trll'\n",
+            "logger",
+            ["unknown key map 'trll'", "(from rlmetrics.toml [logger] key_map)"],
+        ),
     ],
 )
 def test_an_unknown_name_names_its_source(
@@ -100,22 +117,35 @@ def test_an_unknown_name_names_its_source(
         (
             "[exporters.prometheus]\nport = 0\nstall_after_s = 'soon'\n",
             {},
-            ["option 'stall_after_s' must be a positive number, got str", "(from rlmetrics.toml [exporters.prometheus] stall_after_s)"],
+            [
+                "option 'stall_after_s' must be a positive number, got str",
+                "(from rlmetrics.toml [exporters.prometheus] stall_after_s)",
+            ],
         ),
         (
             "",
             {"RLMETRICS_EXPORTERS": "prometheus", "RLMETRICS_EXPORTER_PROMETHEUS_PORT": "ninety"},
-            ["option 'port' must be a port number", "got str", "(from RLMETRICS_EXPORTER_PROMETHEUS_PORT)"],
+            [
+                "option 'port' must be a port number",
+                "got str",
+                "(from RLMETRICS_EXPORTER_PROMETHEUS_PORT)",
+            ],
         ),
         (
             "[exporters.otlp]\ntimeout_s = 'five'\n",
             {},
-            ["exporter 'otlp' option 'timeout_s' must be a positive number, got str", "(from rlmetrics.toml [exporters.otlp] timeout_s)"],
+            [
+                "exporter 'otlp' option 'timeout_s' must be a positive number, got str",
+                "(from rlmetrics.toml [exporters.otlp] timeout_s)",
+            ],
         ),
         (
             "",
             {"RLMETRICS_EXPORTERS": "otlp", "RLMETRICS_EXPORTER_OTLP_ENDPOINT": "4317"},
-            ["exporter 'otlp' option 'endpoint' must be a string, got int 4317", "(from RLMETRICS_EXPORTER_OTLP_ENDPOINT)"],
+            [
+                "exporter 'otlp' option 'endpoint' must be a string, got int 4317",
+                "(from RLMETRICS_EXPORTER_OTLP_ENDPOINT)",
+            ],
         ),
         (
             "[exporters.otlp_file]\npath = 5\n",
@@ -125,7 +155,11 @@ def test_an_unknown_name_names_its_source(
     ],
 )
 def test_a_wrong_type_option_names_its_source_before_anything_starts(
-    config: Any, monkeypatch: pytest.MonkeyPatch, file: str, variables: dict[str, str], fragments: list[str]
+    config: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    file: str,
+    variables: dict[str, str],
+    fragments: list[str],
 ) -> None:
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
@@ -136,10 +170,23 @@ def test_a_wrong_type_option_names_its_source_before_anything_starts(
 
 
 def test_a_wrong_type_option_from_the_call_is_refused_too(tmp_path: Path) -> None:
-    _raises(lambda: rlmetrics.start(exporters={"otlp": {"timeout_s": "5"}}), "option 'timeout_s' must be a positive number, got str")
-    _raises(lambda: rlmetrics.start(exporters={"prometheus": {"port": 70000}}), "must be a port number", "got int 70000")
-    _raises(lambda: rlmetrics.Logger(backends={"jsonl": {"path": 3}}), "backend 'jsonl' option 'path' must be a path")
-    _raises(lambda: rlmetrics.Logger(backends={"console": {"max_keys": "50"}}), "option 'max_keys' must be a positive integer")
+    _raises(
+        lambda: rlmetrics.start(exporters={"otlp": {"timeout_s": "5"}}),
+        "option 'timeout_s' must be a positive number, got str",
+    )
+    _raises(
+        lambda: rlmetrics.start(exporters={"prometheus": {"port": 70000}}),
+        "must be a port number",
+        "got int 70000",
+    )
+    _raises(
+        lambda: rlmetrics.Logger(backends={"jsonl": {"path": 3}}),
+        "backend 'jsonl' option 'path' must be a path",
+    )
+    _raises(
+        lambda: rlmetrics.Logger(backends={"console": {"max_keys": "50"}}),
+        "option 'max_keys' must be a positive integer",
+    )
 
 
 @pytest.mark.parametrize("special", ["/dev/zero", "/dev/full", "fifo", "folder"])
@@ -191,7 +238,16 @@ def test_a_taken_port_is_one_exception_without_a_chained_traceback() -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        with pytest.raises(rlmetrics.TelemetryError, match="cannot listen on 127.0.0.1") as caught:
+        with pytest.raises(
+            rlmetrics.TelemetryError, match=r"cannot listen on 127\.0\.0\.1:.*holds it"
+        ) as caught:
             rlmetrics.start(exporters={"prometheus": {"port": port}})
     assert caught.value.__suppress_context__ and caught.value.__cause__ is None
+    assert rlmetrics.current() is None
+
+
+def test_a_host_no_resolver_takes_is_one_telemetry_error() -> None:
+    with pytest.raises(rlmetrics.TelemetryError, match="Check the host") as caught:
+        rlmetrics.start(exporters={"prometheus": {"host": "x" * 300, "port": 0}})
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
     assert rlmetrics.current() is None

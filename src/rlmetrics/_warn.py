@@ -130,7 +130,7 @@ def warn_once(key: str, message: str, *, expected: bool = False) -> None:
     # repeat is checked against the holders alone (one global read: the repeated-failure path
     # stays as cheap as it was); RLMETRICS_STRICT makes each start()/Logger() a holder.
     again = known and _strict_holders > 0 and key not in _raised
-    if (first and strict_mode() or again) and not informational(key):
+    if ((first and strict_mode()) or again) and not informational(key):
         with _lock:
             noted = key in _raised or (again and len(_raised) >= MAX_WARNING_KEYS)
             if not noted and len(_raised) < MAX_WARNING_KEYS:

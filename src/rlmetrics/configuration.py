@@ -138,7 +138,9 @@ class Option:
         except Exception:
             pass
         kind = type(value).__name__
-        shown = f" {value!r}" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+        shown = (
+            f" {value!r}" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+        )
         return f"must be {self.what}, got {kind}{shown}"
 
 
@@ -150,8 +152,13 @@ POSITIVE_NUMBER = Option("a positive number", lambda v: _finite_number(v) and v 
 NON_NEGATIVE_NUMBER = Option("a number of 0 or more", lambda v: _finite_number(v) and v >= 0)
 INTEGER = Option("an integer", lambda v: type(v) is int)
 POSITIVE_INTEGER = Option("a positive integer", lambda v: type(v) is int and v > 0)
-PORT = Option("a port number (0-65535; 0 picks a free one)", lambda v: type(v) is int and 0 <= v <= 65535)
-TEXT_LIST = Option("a list of strings", lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v))
+PORT = Option(
+    "a port number (0-65535; 0 picks a free one)", lambda v: type(v) is int and 0 <= v <= 65535
+)
+TEXT_LIST = Option(
+    "a list of strings",
+    lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v),
+)
 TABLE = Option("a table", lambda v: isinstance(v, Mapping))
 ANYTHING = Option("anything", lambda v: True)
 
@@ -660,22 +667,24 @@ def _with_environment(
     return table, source
 
 
-def _yield_to_variables(
-    factory: Any, found: dict[str, tuple[Any, str]], prefix: str
-) -> None:
+def _yield_to_variables(factory: Any, found: dict[str, tuple[Any, str]], prefix: str) -> None:
     """Drop each option the configuration file gives whose factory reads a variable that is
     set (``OTEL_EXPORTER_OTLP_ENDPOINT`` over ``[exporters.otlp] endpoint``): the environment
     wins over the file."""
     if isinstance(factory, tuple) and len(factory) == 2:
         factory = factory[1]
     for option, kind in declared_options(factory).items():
-        if option in found and not found[option][1].startswith(prefix):
-            if any(os.environ.get(variable, "").strip() for variable in kind.variables):
-                del found[option]
+        from_file = option in found and not found[option][1].startswith(prefix)
+        if from_file and any(os.environ.get(v, "").strip() for v in kind.variables):
+            del found[option]
 
 
 def _check(
-    kind: str, name: str, factory: Any, found: Mapping[str, tuple[Any, str]], provided: Iterable[str]
+    kind: str,
+    name: str,
+    factory: Any,
+    found: Mapping[str, tuple[Any, str]],
+    provided: Iterable[str],
 ) -> None:
     """:func:`check_options` of configured options ``{option: (value, source)}``."""
     plugin_and_factory = factory

@@ -20,7 +20,10 @@ def _format(value: Any) -> str:
 
 
 #: A text stream: an object with ``write`` (``sys.stderr``), given in code.
-STREAM = Option("a text stream (an object with write(), given in code)", lambda v: callable(getattr(v, "write", None)))
+STREAM = Option(
+    "a text stream (an object with write(), given in code)",
+    lambda v: callable(getattr(v, "write", None)),
+)
 
 
 @declare_options(stream=STREAM, max_keys=POSITIVE_INTEGER)

@@ -65,12 +65,12 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
             resolve_key_map(key_map)
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"{exc}{from_source(source)}") from None
-    if telemetry["resume"][0] and telemetry["run_id"][0] is None:
-        if not os.environ.get("SLURM_JOB_ID"):
-            raise ConfigurationError(
-                f"resume = true continues the run its id names, and no run_id is configured "
-                f"(nor SLURM_JOB_ID){from_source(telemetry['resume'][1])}"
-            )
+    unnamed = telemetry["run_id"][0] is None and not os.environ.get("SLURM_JOB_ID")
+    if telemetry["resume"][0] and unnamed:
+        raise ConfigurationError(
+            f"resume = true continues the run its id names, and no run_id is configured "
+            f"(nor SLURM_JOB_ID){from_source(telemetry['resume'][1])}"
+        )
     if "prometheus" in (found.exporters or {}):
         # The variables the exporter reads itself when the configuration gives no value.
         from ..exporters.prometheus import port_from_env

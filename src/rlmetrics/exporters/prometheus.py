@@ -26,6 +26,7 @@ Two things the SDK's reader does not do are added (:class:`_Reader`):
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import json
 import os
@@ -40,8 +41,7 @@ from .. import hookimpl
 from .._warn import warn_once
 from ..configuration import PORT, POSITIVE_NUMBER, TEXT, declare_options
 from ..dashboard.promql import unit_named
-from ..health import HEALTH_PATH, health
-from ..health import STALL_AFTER_ENV
+from ..health import HEALTH_PATH, STALL_AFTER_ENV, health
 from ..health import stall_after_s as stall_bound
 from ..telemetry import TelemetryError
 from . import Exporter
@@ -225,13 +225,19 @@ def make_exporter(
         server, thread = _serve(
             host, port, _with_health(make_wsgi_app(registry), stall_after, reader)
         )
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a host no resolver takes (idna)
         reader.shutdown()
-        raise TelemetryError(
-            f"the Prometheus exporter cannot listen on {host}:{port}: {exc.strerror or exc}. "
+        held = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
+        remedy = (
             "Another process (often a second trainer on this node) holds it: choose another "
             f"port with start(prometheus_port=...) or {PORT_ENV} (0 picks a free one)"
-        ) from None  # the message says all the OSError did
+            if held
+            else f"Check the host (start(prometheus_host=...) or {HOST_ENV}) and the port"
+        )
+        reason = getattr(exc, "strerror", None) or exc
+        raise TelemetryError(
+            f"the Prometheus exporter cannot listen on {host}:{port}: {reason}. {remedy}"
+        ) from None  # the message says all the exception did
 
     def close() -> None:
         server.shutdown()
