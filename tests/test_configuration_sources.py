@@ -251,3 +251,84 @@ def test_a_host_no_resolver_takes_is_one_telemetry_error() -> None:
         rlmetrics.start(exporters={"prometheus": {"host": "x" * 300, "port": 0}})
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
     assert rlmetrics.current() is None
+
+
+@pytest.mark.parametrize(
+    ("file", "variables", "fragment"),
+    [
+        (
+            "[exporters.prometheus]\nstall_after_s = 'soon'\n",
+            {},
+            "(from rlmetrics.toml [exporters.prometheus] stall_after_s)",
+        ),
+        ("[logger]\nkey_map = 'trll'\n", {}, "(from rlmetrics.toml [logger] key_map)"),
+        ("", {"RLMETRICS_KEY_MAP": "trll"}, "(from RLMETRICS_KEY_MAP)"),
+        ("[telemetry]\nresume = true\n", {}, "(from rlmetrics.toml [telemetry] resume)"),
+        ("[telemetry]\ndisable_plugins = ['nonesuch']\n", {}, "rlmetrics.toml [telemetry]"),
+        (
+            "[exporters.prometheus]\n",
+            {"RLMETRICS_STALL_AFTER_S": "soon"},
+            "RLMETRICS_STALL_AFTER_S",
+        ),
+        ("", {"RLMETRICS_STRICT": "maybe"}, "RLMETRICS_STRICT='maybe'"),
+    ],
+)
+def test_the_config_command_exits_2_on_what_start_or_logger_refuses(
+    config: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+    file: str,
+    variables: dict[str, str],
+    fragment: str,
+) -> None:
+    from rlmetrics.cli import main
+
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    if file:
+        config(file)
+    assert main(["config"]) == 2
+    assert fragment in capsys.readouterr().err
+    # ... and each is what start() or Logger() refuses.
+    with (
+        pytest.raises((ConfigurationError, rlmetrics.TelemetryError)),
+        rlmetrics.start() as handle,
+        rlmetrics.Logger(),
+    ):
+        assert handle is not None
+    assert rlmetrics.current() is None
+
+
+def test_the_config_command_prints_every_setting_with_its_source(
+    config: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from rlmetrics.cli import main
+
+    config("[telemetry]\nservice_name = 'a'\n\n[logger]\nqueue_size = 8\n")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    monkeypatch.setenv("RLMETRICS_STRICT", "0")
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert "telemetry.service_name = 'from-env'  (OTEL_SERVICE_NAME)" in out
+    assert "telemetry.strict = False  (RLMETRICS_STRICT)" in out
+    assert "telemetry.traces = True  (default)" in out
+    assert "logger.queue_size = 8  (rlmetrics.toml [logger] queue_size)" in out
+    assert "logger.finish_timeout_s = 30.0  (default)" in out
+
+
+def test_a_configured_logger_identity_mistake_names_its_source(
+    config: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the fuzz property: a file's [logger] run_id other than the running
+    telemetry's raised a bare ValueError."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    config("[logger]\nrun_id = 'other'\n")
+    with rlmetrics.start(run_id="this-run"):
+        _raises_here = pytest.raises(ConfigurationError, match=r"\[logger\] run_id\)$")
+        with _raises_here as caught:
+            rlmetrics.Logger(backends={"console": {}})
+        assert caught.value.__cause__ is None
+    config("[logger]\nresume = true\n")
+    _raises(
+        lambda: rlmetrics.Logger(backends={"console": {}}), "(from rlmetrics.toml [logger] resume)"
+    )

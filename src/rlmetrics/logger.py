@@ -168,7 +168,6 @@ class Logger:
             SETTING_DEFAULTS,
         )
         value = {name: found[0] for name, found in self.settings.items()}
-        key_map_source = self.settings["key_map"][1]
         self._strict = bool(value["strict"])
         # Strict mode held on, or (an explicit strict=False) off against RLMETRICS_STRICT.
         self._strict_hold = True if self._strict else (False if strict is False else None)
@@ -180,7 +179,9 @@ class Logger:
                 value["queue_size"],
                 value["finish_timeout_s"],
                 value["key_map"],
-                None if key_map_source in (CALL, DEFAULT) else key_map_source,
+                _configured_source(self.settings, "key_map"),
+                _configured_source(self.settings, "run_id")
+                or _configured_source(self.settings, "resume"),
                 value["run_id"],
                 value["resume"],
                 value["max_sample_rows"],
@@ -209,6 +210,7 @@ class Logger:
         finish_timeout_s: float,
         key_map: str | KeyMap | None,
         key_map_source: str | None,
+        identity_source: str | None,
         run_id: str | None,
         resume: bool | None,
         max_sample_rows: int,
@@ -219,7 +221,10 @@ class Logger:
                 f"max_sample_rows and max_cell_bytes must be positive, got {max_sample_rows} "
                 f"and {max_cell_bytes}"
             )
-        self.identity = _identity(run_id, resume)
+        try:
+            self.identity = _identity(run_id, resume)
+        except ValueError as exc:
+            raise ConfigurationError(f"{exc}{from_source(identity_source)}") from None
         self.max_sample_rows = max_sample_rows
         self.max_cell_bytes = max_cell_bytes
         try:
@@ -517,6 +522,12 @@ class Logger:
                 queued = snapshot(args)
                 for worker in takers:
                     worker.call(method, *queued)
+
+
+def _configured_source(settings: Mapping[str, tuple[Any, str]], name: str) -> str | None:
+    """The variable or file setting that gave ``name``; None for the call's or the default."""
+    source = settings[name][1]
+    return None if source in (CALL, DEFAULT) else source
 
 
 def _identity(run_id: str | None, resume: bool | None) -> RunIdentity:
