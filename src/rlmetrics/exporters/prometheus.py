@@ -51,6 +51,7 @@ __all__ = [
     "DEFAULT_PORT",
     "HOST_ENV",
     "PORT_ENV",
+    "PortTaken",
     "make_exporter",
     "make_reader",
     "port_from_env",
@@ -75,6 +76,11 @@ def port_from_env() -> int:
     if not 0 <= port <= 65535:
         raise TelemetryError(f"{PORT_ENV}={text!r} is not a port number (0-65535; 0 picks one)")
     return port
+
+
+class PortTaken(TelemetryError):
+    """The Prometheus exporter's port is held by another process (its message says which and
+    what to do); a caller that can pick another port (``rlmetrics demo``) catches this one."""
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -235,7 +241,7 @@ def make_exporter(
             else f"Check the host (start(prometheus_host=...) or {HOST_ENV}) and the port"
         )
         reason = getattr(exc, "strerror", None) or exc
-        raise TelemetryError(
+        raise (PortTaken if held else TelemetryError)(
             f"the Prometheus exporter cannot listen on {host}:{port}: {reason}. {remedy}"
         ) from None  # the message says all the exception did
 
