@@ -174,8 +174,8 @@ def test_an_unknown_name_is_the_same_mistake_from_each_source(
             "takes one of",
         ),
         (
-            {"RLMETRICS_BACKEND_JSONL_PATH": "x"},
-            "RLMETRICS_BACKEND_JSONL_PATH configures backend 'jsonl', which is not chosen",
+            {"RLMETRICS_BACKEND_CONSOLE_MAX_KEYS": "5"},
+            "RLMETRICS_BACKEND_CONSOLE_MAX_KEYS configures backend 'console', which is not chosen",
         ),
         ({"RLMETRICS_CONFIG": "/nonexistent/rlmetrics.toml"}, "cannot read the configuration"),
     ],
@@ -194,8 +194,11 @@ def test_a_variable_that_does_nothing_is_a_mistake(
     [
         ("[telemtry]\n", r"no table \[telemtry\] \(did you mean 'telemetry'\?\)"),
         ("[telemetry]\nservice = 'x'\n", r"\[telemetry\] has no setting 'service'"),
-        ("[telemetry]\nexport_interval_s = 'ten'\n", "export_interval_s must be a number, got str"),
-        ("[logger]\nqueue_size = true\n", "queue_size must be an integer, got bool"),
+        (
+            "[telemetry]\nexport_interval_s = 'ten'\n",
+            "export_interval_s must be a positive number, got str",
+        ),
+        ("[logger]\nqueue_size = true\n", "queue_size must be a positive integer, got bool"),
         ("[backends]\njsonl = 1\n", r"\[backends\] holds one table per backend"),
         ("[telemetry\n", "not valid TOML"),
     ],
@@ -210,10 +213,10 @@ def test_a_file_mistake_names_itself(config: Any, text: str, mistake: str) -> No
 
 
 def test_a_value_the_call_refuses_is_refused_from_the_file(config: Any) -> None:
-    with pytest.raises(ValueError, match="export_interval_s must be positive"):
+    with pytest.raises(ValueError, match="export_interval_s must be a positive number"):
         rlmetrics.start(export_interval_s=-1)
     config("[telemetry]\nexport_interval_s = -1\n")
-    with pytest.raises(ValueError, match="export_interval_s must be positive"):
+    with pytest.raises(ValueError, match="export_interval_s must be a positive number"):
         rlmetrics.start()
 
 

@@ -17,6 +17,7 @@ from ._version import __version__
 if TYPE_CHECKING:
     from ._process_state import resets_process_state
     from ._warn import StrictModeError, describe_value, warn_once
+    from .configuration import ConfigurationError
     from .hookspecs import hookimpl
     from .keymaps import KeyMap, KeyRule
     from .logger import Logger
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "resets_process_state": "._process_state",
     "StrictModeError": "._warn",
+    "ConfigurationError": ".configuration",
     "describe_value": "._warn",
     "warn_once": "._warn",
     "hookimpl": ".hookspecs",
@@ -95,6 +97,7 @@ _WHERE = {
 
 __all__ = [
     "__version__",
+    "ConfigurationError",
     "DeclarationError",
     "KeyMap",
     "KeyRule",

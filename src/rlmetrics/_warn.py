@@ -56,6 +56,10 @@ MAX_WARNING_KEYS = 4096
 
 _OVERFLOW = "\0overflow"
 _warned: set[str] = set()
+#: The keys strict mode has raised for since strict mode was last taken up (a ``start()`` or
+#: ``Logger`` holding it): a failure warned once per process still raises in each strict
+#: scope. Bounded like ``_warned``.
+_raised: set[str] = set()
 _lock = threading.Lock()
 
 STRICT_ENV = "RLMETRICS_STRICT"
@@ -91,6 +95,9 @@ class StrictModeError(RuntimeError):
 
 
 _strict_holders = 0
+#: Scopes that turned strict mode off explicitly (``Logger(strict=False)``): the call wins
+#: over ``RLMETRICS_STRICT`` while one lives, unless another scope holds strict mode on.
+_strict_refusers = 0
 _pending: str | None = None
 _pending_more = 0
 
@@ -118,8 +125,18 @@ def warn_once(key: str, message: str, *, expected: bool = False) -> None:
             "logged at DEBUG",
             MAX_WARNING_KEYS,
         )
-    if first and not informational(key) and strict_mode():
-        note_unmet(message)
+    # Strict mode raises for each failure once per strict scope, even when this process
+    # warned about it before the scope began (a second strict Logger, the same cause). A
+    # repeat is checked against the holders alone (one global read: the repeated-failure path
+    # stays as cheap as it was); RLMETRICS_STRICT makes each start()/Logger() a holder.
+    again = known and _strict_holders > 0 and key not in _raised
+    if ((first and strict_mode()) or again) and not informational(key):
+        with _lock:
+            noted = key in _raised or (again and len(_raised) >= MAX_WARNING_KEYS)
+            if not noted and len(_raised) < MAX_WARNING_KEYS:
+                _raised.add(key)
+        if not noted:
+            note_unmet(message)
     in_except = sys.exc_info()[0] is not None
     if expected and first:
         logger.warning(message)
@@ -153,22 +170,33 @@ def strict_from_env() -> bool:
 
 def strict_mode() -> bool:
     """Whether strict mode is on: a started telemetry or a live Logger asked for it, or
-    ``RLMETRICS_STRICT`` says so. Never raises."""
-    return _strict_holders > 0 or os.environ.get(STRICT_ENV, "").strip().lower() in _ON
+    ``RLMETRICS_STRICT`` says so and no live one turned it off. Never raises."""
+    if _strict_holders > 0:
+        return True
+    return _strict_refusers == 0 and os.environ.get(STRICT_ENV, "").strip().lower() in _ON
 
 
-def hold_strict() -> None:
-    """Strict mode on until the matching :func:`release_strict` (``start(strict=True)``
-    holds it until shutdown, ``Logger(strict=True)`` until ``finish()``)."""
-    global _strict_holders
+def hold_strict(on: bool = True) -> None:
+    """Strict mode on (``on``), or off against ``RLMETRICS_STRICT``, until the matching
+    :func:`release_strict` (``start(strict=...)`` holds it until shutdown, ``Logger(strict=...)``
+    until ``finish()``). Taking strict mode on starts a new strict scope: a failure already
+    raised for in an earlier one raises again when it recurs."""
+    global _strict_holders, _strict_refusers
     with _lock:
-        _strict_holders += 1
+        if on:
+            _strict_holders += 1
+            _raised.clear()
+        else:
+            _strict_refusers += 1
 
 
-def release_strict() -> None:
-    global _strict_holders
+def release_strict(on: bool = True) -> None:
+    global _strict_holders, _strict_refusers
     with _lock:
-        _strict_holders = max(0, _strict_holders - 1)
+        if on:
+            _strict_holders = max(0, _strict_holders - 1)
+        else:
+            _strict_refusers = max(0, _strict_refusers - 1)
 
 
 def note_unmet(message: str) -> None:
@@ -223,8 +251,9 @@ def describe_key(key: Any) -> str:
 
 def _reset() -> None:
     """Forget every key and strict mode's state (tests)."""
-    global _strict_holders, _pending, _pending_more
+    global _strict_holders, _strict_refusers, _pending, _pending_more
     with _lock:
         _warned.clear()
-        _strict_holders = 0
+        _raised.clear()
+        _strict_holders = _strict_refusers = 0
         _pending, _pending_more = None, 0

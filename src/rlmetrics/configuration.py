@@ -8,8 +8,10 @@ of the world — no credentials, a store gone, a path that cannot be written —
 keeps degrading with a warning, as it always did.
 
 Settings come from the call, else the environment, else the configuration file
-(``RLMETRICS_CONFIG``), else the defaults: a call's argument left at its default takes the
-configured value. The file (docs/configuration.md has every setting)::
+(``RLMETRICS_CONFIG``), else the defaults: a call's argument left out (None, "not given")
+takes the configured value, one the call gives wins even when it equals the default
+(:func:`resolve`). Every mistake is a :class:`ConfigurationError` naming the wrong value's
+source. The file (docs/configuration.md has every setting)::
 
     [telemetry]                 # rlmetrics.start()'s arguments
     service_name = "grpo"
@@ -37,33 +39,156 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
 __all__ = [
+    "ANYTHING",
     "BACKENDS_ENV",
     "BACKEND_OPTION_ENV",
     "CONFIG_ENV",
     "EXPORTERS_ENV",
     "EXPORTER_OPTION_ENV",
+    "FLAG",
+    "INTEGER",
     "KEY_MAP_ENV",
     "LOGGER_SETTINGS",
+    "MAX_CONFIG_BYTES",
+    "NON_NEGATIVE_NUMBER",
+    "NUMBER",
+    "PATH",
+    "PORT",
+    "POSITIVE_INTEGER",
+    "POSITIVE_NUMBER",
     "TELEMETRY_SETTINGS",
+    "SETTING_VARIABLES",
+    "TABLE",
+    "TEXT",
+    "TEXT_LIST",
+    "ConfigurationError",
     "Configured",
+    "Option",
     "check_configured_options",
+    "check_names",
     "check_options",
     "check_plugin_names",
+    "check_setting",
     "choose",
+    "source_of",
     "configured",
+    "declare_options",
+    "declared_options",
+    "from_source",
     "option_names",
     "read_file",
+    "resolve",
     "setting",
     "suggest",
 ]
+
+
+class ConfigurationError(ValueError, TypeError):
+    """A configuration mistake: an unknown name, option or setting, or a value of the wrong
+    type, from the call, an environment variable or the configuration file. The message is the
+    whole story: what is wrong, where it came from and what would be valid.
+
+    It is a ``ValueError`` and a ``TypeError`` both, the two exceptions these mistakes raised
+    before it existed, so code catching either still catches it."""
+
+
+def from_source(source: str | None) -> str:
+    """`` (from RLMETRICS_BACKEND_JSONL_PTH)`` naming where a value came from, or nothing
+    for the call's own."""
+    return f" (from {source})" if source else ""
+
+
+# -- declared options: what each exporter's and backend's options must be --------------------
+
+
+def _finite_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+@attrs.frozen
+class Option:
+    """What one option of an exporter or backend (or one setting) must be: ``accepts`` says
+    whether a value is one, ``what`` says it for a message (``a number``). None is always
+    accepted: it means the option's default."""
+
+    what: str
+    accepts: Callable[[Any], bool]
+    #: Environment variables the factory reads for this option when it is not given (the
+    #: standard ``OTEL_*`` ones): set, they win over the configuration file's value.
+    variables: tuple[str, ...] = ()
+
+    def read_from(self, *variables: str) -> Option:
+        """This option, read by its factory from ``variables`` when not given."""
+        return attrs.evolve(self, variables=variables)
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not one (``must be a number, got str``), else None."""
+        if value is None:
+            return None
+        try:
+            if self.accepts(value):
+                return None
+        except Exception:
+            pass
+        kind = type(value).__name__
+        shown = (
+            f" {value!r}" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+        )
+        return f"must be {self.what}, got {kind}{shown}"
+
+
+TEXT = Option("a string", lambda v: isinstance(v, str))
+PATH = Option("a path (a string)", lambda v: isinstance(v, (str, os.PathLike)))
+FLAG = Option("true or false", lambda v: isinstance(v, bool))
+NUMBER = Option("a number", _finite_number)
+POSITIVE_NUMBER = Option("a positive number", lambda v: _finite_number(v) and v > 0)
+NON_NEGATIVE_NUMBER = Option("a number of 0 or more", lambda v: _finite_number(v) and v >= 0)
+INTEGER = Option("an integer", lambda v: type(v) is int)
+POSITIVE_INTEGER = Option("a positive integer", lambda v: type(v) is int and v > 0)
+PORT = Option(
+    "a port number (0-65535; 0 picks a free one)", lambda v: type(v) is int and 0 <= v <= 65535
+)
+TEXT_LIST = Option(
+    "a list of strings",
+    lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v),
+)
+TABLE = Option("a table", lambda v: isinstance(v, Mapping))
+ANYTHING = Option("anything", lambda v: True)
+
+_DECLARED = "rlmetrics_options"
+
+
+def declare_options(**options: Option) -> Callable[[Any], Any]:
+    """Declare what each option of an exporter or backend factory must be, checked where a
+    configuration is read (the call, a variable, the file), the wrong one's source named::
+
+        @declare_options(endpoint=TEXT, timeout_s=POSITIVE_NUMBER)
+        def make_exporter(export_interval_s=None, endpoint=None, timeout_s=None): ...
+
+    A factory that takes ``**options`` (a tracker passing them on) declares the ones it knows;
+    the others are passed on unchecked."""
+
+    def declare(factory: Any) -> Any:
+        setattr(factory, _DECLARED, dict(options))
+        return factory
+
+    return declare
+
+
+def declared_options(factory: Any) -> dict[str, Option]:
+    """The options ``factory`` declared (:func:`declare_options`), else none."""
+    declared = getattr(factory, _DECLARED, None)
+    return dict(declared) if isinstance(declared, Mapping) else {}
 
 
 def suggest(name: str, choices: Iterable[str]) -> str:
@@ -98,28 +223,51 @@ def check_options(
     factory: Callable[..., Any],
     options: Any,
     provided: Iterable[str] = (),
+    sources: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """``options`` as a dict, after checking each is an option ``factory`` takes; raises
-    ``TypeError`` naming the wrong one, the closest valid one and all of them.
+    """``options`` as a dict, after checking each is an option ``factory`` takes, of the type
+    it declared (:func:`declare_options`); raises :class:`ConfigurationError` naming the wrong
+    one, where it came from (``sources``: option to variable or file setting; none for the
+    call's own), the closest valid one and all of them.
 
     ``what`` and ``name`` say whose options they are (``backend``, ``'jsonl'``); ``provided``
     are the parameters rlmetrics passes itself (the run's identity, the export interval)."""
     if options is None:
         return {}
+    sources = sources or {}
     if not isinstance(options, Mapping):
-        raise TypeError(
+        raise ConfigurationError(
             f"{what} {name!r}: options are a mapping of option names to values, "
             f"got a {type(options).__name__}"
         )
     valid = option_names(factory, provided)
-    if valid is not None:
-        for option in options:
-            if option not in valid:
-                raise TypeError(
-                    f"{what} {name!r} has no option {option!r}{suggest(str(option), valid)}; "
-                    f"its options: {', '.join(valid) or 'none'}"
-                )
+    declared = declared_options(factory)
+    for option, value in options.items():
+        source = from_source(sources.get(option))
+        if valid is not None and option not in valid:
+            raise ConfigurationError(
+                f"{what} {name!r} has no option {option!r}{suggest(str(option), valid)}; "
+                f"its options: {', '.join(valid) or 'none'}{source}"
+            )
+        kind = declared.get(option)
+        problem = None if kind is None else kind.problem(value)
+        if problem is not None:
+            raise ConfigurationError(f"{what} {name!r} option {option!r} {problem}{source}")
     return dict(options)
+
+
+def check_names(
+    kind: str, names: Iterable[str], offered: Mapping[str, Any], source: str | None, hint: str
+) -> None:
+    """Raise :class:`ConfigurationError` if any of ``names`` (exporters, backends chosen by
+    ``source``; None for the call) is none a plugin offers, with the closest and ``hint``."""
+    unknown = [name for name in names if name not in offered]
+    if unknown:
+        close = "".join(suggest(str(n), offered) for n in unknown[:1])
+        raise ConfigurationError(
+            f"unknown {kind}(s) {unknown}{close}{from_source(source)}; available: "
+            f"{sorted(offered)}. {hint}"
+        )
 
 
 def check_plugin_names(names: Iterable[str] | None, source: str, known: Mapping[str, str]) -> None:
@@ -135,7 +283,7 @@ def check_plugin_names(names: Iterable[str] | None, source: str, known: Mapping[
         hints = "; ".join(
             f"{name.strip()!r}{suggest(normalize(name.strip()), known)}" for name in unknown
         )
-        raise ValueError(
+        raise ConfigurationError(
             f"{source} names no installed plugin: {hints}. Installed (entry-point or "
             f"distribution names): {', '.join(sorted(set(known.values())))}"
         )
@@ -154,31 +302,33 @@ BACKEND_OPTION_ENV = "RLMETRICS_BACKEND_"
 #: The Logger's key map (``Logger(key_map=...)``).
 KEY_MAP_ENV = "RLMETRICS_KEY_MAP"
 
-_NUMBER = (int, float)
-#: The settings of the file's ``[telemetry]`` table: each a ``start()`` argument, its type.
-TELEMETRY_SETTINGS: dict[str, tuple[type, ...]] = {
-    "service_name": (str,),
-    "service_version": (str,),
-    "run_id": (str,),
-    "resume": (bool,),
-    "export_interval_s": _NUMBER,
-    "traces": (bool,),
-    "plugins": (list,),
-    "disable_plugins": (list,),
-    "resource": (dict,),
-    "strict": (bool,),
+#: The settings of the file's ``[telemetry]`` table: each a ``start()`` argument, what it is.
+TELEMETRY_SETTINGS: dict[str, Option] = {
+    "service_name": TEXT,
+    "service_version": TEXT,
+    "run_id": TEXT,
+    "resume": FLAG,
+    "export_interval_s": POSITIVE_NUMBER,
+    "traces": FLAG,
+    "plugins": TEXT_LIST,
+    "disable_plugins": TEXT_LIST,
+    "resource": TABLE,
+    "strict": FLAG,
 }
-#: The settings of the file's ``[logger]`` table: each a ``Logger()`` argument, its type.
-LOGGER_SETTINGS: dict[str, tuple[type, ...]] = {
-    "queue_size": (int,),
-    "finish_timeout_s": _NUMBER,
-    "key_map": (str,),
-    "run_id": (str,),
-    "resume": (bool,),
-    "max_sample_rows": (int,),
-    "max_cell_bytes": (int,),
-    "strict": (bool,),
+#: The settings of the file's ``[logger]`` table: each a ``Logger()`` argument, what it is.
+LOGGER_SETTINGS: dict[str, Option] = {
+    "queue_size": POSITIVE_INTEGER,
+    "finish_timeout_s": NON_NEGATIVE_NUMBER,
+    "key_map": TEXT,
+    "run_id": TEXT,
+    "resume": FLAG,
+    "max_sample_rows": POSITIVE_INTEGER,
+    "max_cell_bytes": POSITIVE_INTEGER,
+    "strict": FLAG,
 }
+#: The configuration file is read only when it is a regular file of at most this many bytes
+#: (a device or a FIFO would be read forever).
+MAX_CONFIG_BYTES = 1 << 20
 _TABLES = ("telemetry", "logger", "exporters", "backends")
 
 
@@ -222,35 +372,56 @@ def _read_toml(path: str) -> dict[str, Any]:
         try:
             import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
         except ImportError:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{CONFIG_ENV}={path}: reading TOML on Python 3.10 needs tomli: "
                 "pip install 'rlmetrics[config]'"
             ) from None
+    text = _read_regular_file(path)
     try:
-        with open(path, "rb") as handle:
-            return dict(tomllib.load(handle))
+        return dict(tomllib.loads(text))
+    except ValueError as exc:  # tomllib.TOMLDecodeError
+        raise ConfigurationError(f"{CONFIG_ENV}={path}: not valid TOML: {exc}") from None
+
+
+def _read_regular_file(path: str) -> str:
+    """The text of ``path`` if it is a regular file of at most :data:`MAX_CONFIG_BYTES`.
+
+    Opened without blocking and checked on the open descriptor, so a FIFO (whose open would
+    wait for a writer) or a device (``/dev/zero``, read forever) is refused, not read."""
+    problem = None
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
-        raise ValueError(
+        raise ConfigurationError(
             f"{CONFIG_ENV}={path}: cannot read the configuration file ({exc.strerror or exc})"
         ) from None
-    except ValueError as exc:  # tomllib.TOMLDecodeError
-        raise ValueError(f"{CONFIG_ENV}={path}: not valid TOML: {exc}") from None
+    data = b""
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            problem = "is not a regular file (a configuration file is a TOML file)"
+        else:
+            with os.fdopen(os.dup(descriptor), "rb") as handle:
+                data = handle.read(MAX_CONFIG_BYTES + 1)
+            if len(data) > MAX_CONFIG_BYTES:
+                problem = f"is larger than {MAX_CONFIG_BYTES} bytes, the most rlmetrics reads"
+    except OSError as exc:
+        problem = f": cannot read the configuration file ({exc.strerror or exc})"
+    finally:
+        os.close(descriptor)
+    if problem is not None:
+        raise ConfigurationError(f"{CONFIG_ENV}={path} {problem}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{CONFIG_ENV}={path}: not valid TOML: {exc}") from None
 
 
-def _typed(where: str, value: Any, kinds: tuple[type, ...]) -> Any:
-    """``value`` if it is one of ``kinds`` (a bool is no number), else ``ValueError``."""
-    if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds):
-        return value
-    names = {
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        bool: "true or false",
-        list: "a list",
-        dict: "a table",
-    }
-    wanted = "a number" if kinds == _NUMBER else " or ".join(names[k] for k in kinds)
-    raise ValueError(f"{where} must be {wanted}, got {type(value).__name__}")
+def check_setting(source: str, value: Any, kind: Option) -> Any:
+    """``value`` if it is a ``kind``, else :class:`ConfigurationError` naming ``source``."""
+    problem = kind.problem(value)
+    if problem is not None:
+        raise ConfigurationError(f"{source} {problem}")
+    return value
 
 
 def read_file(path: str) -> Configured:
@@ -263,7 +434,7 @@ def read_file(path: str) -> Configured:
     where = os.path.basename(path)
     for table in document:
         if table not in _TABLES:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{path}: no table [{table}]{suggest(table, _TABLES)}; the tables: "
                 f"{', '.join(f'[{t}]' for t in _TABLES)}"
             )
@@ -271,16 +442,16 @@ def read_file(path: str) -> Configured:
     for table, known in (("telemetry", TELEMETRY_SETTINGS), ("logger", LOGGER_SETTINGS)):
         given = document.get(table, {})
         if not isinstance(given, dict):
-            raise ValueError(f"{path}: [{table}] must be a table")
+            raise ConfigurationError(f"{path}: [{table}] must be a table")
         found: dict[str, tuple[Any, str]] = {}
         for key, value in given.items():
             if key not in known:
-                raise ValueError(
+                raise ConfigurationError(
                     f"{path}: [{table}] has no setting {key!r}{suggest(key, known)}; its "
                     f"settings: {', '.join(known)}"
                 )
             source = f"{where} [{table}] {key}"
-            found[key] = (_typed(source, value, known[key]), source)
+            found[key] = (check_setting(source, value, known[key]), source)
         settings[table] = found
     chosen: dict[str, dict[str, dict[str, tuple[Any, str]]] | None] = {}
     for table in ("exporters", "backends"):
@@ -289,7 +460,7 @@ def read_file(path: str) -> Configured:
             chosen[table] = None
             continue
         if not isinstance(given, dict) or not all(isinstance(v, dict) for v in given.values()):
-            raise ValueError(
+            raise ConfigurationError(
                 f"{path}: [{table}] holds one table per {table[:-1]}, "
                 f"[{table}.<name>], with its options"
             )
@@ -327,7 +498,8 @@ def _option_variables(
     prefix: str, what: str, names: Iterable[str]
 ) -> dict[str, dict[str, tuple[Any, str]]]:
     """``{name: {option: (value, variable)}}`` from every ``<prefix><NAME>_<OPTION>``
-    variable; a variable that names no available ``what`` raises ``ValueError``."""
+    variable; a variable that names no available ``what`` raises :class:`ConfigurationError`."""
+    names = list(names)
     by_spelling = sorted(((_spelled(n), n) for n in names), key=lambda p: -len(p[0]))
     found: dict[str, dict[str, tuple[Any, str]]] = {}
     for variable, text in sorted(os.environ.items()):
@@ -340,7 +512,7 @@ def _option_variables(
                 found.setdefault(name, {})[option] = (_env_value(text), variable)
                 break
         else:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{variable} names no {what}: {prefix}<NAME>_<OPTION> takes one of "
                 f"{', '.join(_spelled(n) for n in sorted(names)) or 'none'} as NAME"
             )
@@ -354,21 +526,78 @@ def _chosen_by_env(variable: str) -> list[str] | None:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
+#: Settings an environment variable of its own gives (over the file, under the call):
+#: ``{table: {setting: variable}}``. ``RLMETRICS_STRICT`` and ``OTEL_TRACES_EXPORTER`` are read
+#: as on/off; ``OTEL_METRIC_EXPORT_INTERVAL`` (ms) only over a file's ``export_interval_s``
+#: (without one, the SDK reads it itself).
+SETTING_VARIABLES: dict[str, dict[str, str]] = {
+    "telemetry": {
+        "service_name": "OTEL_SERVICE_NAME",
+        "plugins": "RLMETRICS_PLUGINS",
+        "disable_plugins": "RLMETRICS_DISABLE_PLUGINS",
+        "export_interval_s": "OTEL_METRIC_EXPORT_INTERVAL",
+        "traces": "OTEL_TRACES_EXPORTER",
+        "strict": "RLMETRICS_STRICT",
+    },
+    "logger": {"key_map": KEY_MAP_ENV, "strict": "RLMETRICS_STRICT"},
+}
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"0", "false", "no", "off"})
+
+
+def _setting_from_env(name: str, variable: str, file: Mapping[str, Any]) -> Any:
+    """The value ``variable`` gives setting ``name``, or None where it gives none."""
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return None
+    if name == "strict":
+        if text.lower() in _ON | _OFF:
+            return text.lower() in _ON
+        raise ConfigurationError(
+            f"{variable}={text!r} is neither on (1, true, yes, on) nor off (0, false, no, off)"
+        )
+    if name == "traces":
+        return text.lower() != "none"
+    if name in ("plugins", "disable_plugins"):
+        return [part.strip() for part in text.split(",") if part.strip()]
+    if name == "export_interval_s":
+        if name not in file:
+            return None
+        try:
+            milliseconds = float(text)
+        except ValueError:
+            milliseconds = -1.0
+        if not (math.isfinite(milliseconds) and milliseconds > 0):
+            raise ConfigurationError(
+                f"{variable}={text!r} must be a positive number of milliseconds"
+            )
+        return milliseconds / 1000.0
+    return text
+
+
 def configured(
-    exporter_names: Iterable[str] | None = None, backend_names: Iterable[str] | None = None
+    exporter_names: Iterable[str] | Mapping[str, Any] | None = None,
+    backend_names: Iterable[str] | Mapping[str, Any] | None = None,
 ) -> Configured:
     """What the configuration file (``RLMETRICS_CONFIG``) and the environment say, the
     environment winning: ``RLMETRICS_EXPORTERS`` / ``RLMETRICS_BACKENDS`` replace the file's
     choice, ``RLMETRICS_EXPORTER_<NAME>_<OPTION>`` / ``RLMETRICS_BACKEND_<NAME>_<OPTION>`` one
-    option each, ``RLMETRICS_KEY_MAP`` the Logger's key map. ``exporter_names`` and
-    ``backend_names`` are the ones available, which an option variable must name; without
-    them, that kind's variables are not read (the file's choice is given as it is)."""
+    option each, :data:`SETTING_VARIABLES` a setting each. ``exporter_names`` and
+    ``backend_names`` are the ones available, which a choice and an option variable must
+    name; given as ``{name: (plugin, factory)}``, each chosen one's options are checked
+    against its factory too (:func:`check_options`). Without them, that kind's variables are
+    not read (the file's choice is given as it is)."""
     path = os.environ.get(CONFIG_ENV, "").strip()
     base = read_file(path) if path else Configured()
-    logger_settings = dict(base.logger)
-    key_map = os.environ.get(KEY_MAP_ENV, "").strip()
-    if key_map:
-        logger_settings["key_map"] = (key_map, KEY_MAP_ENV)
+    tables: dict[str, dict[str, tuple[Any, str]]] = {
+        "telemetry": dict(base.telemetry),
+        "logger": dict(base.logger),
+    }
+    for table, variables in SETTING_VARIABLES.items():
+        for name, variable in variables.items():
+            value = _setting_from_env(name, variable, tables[table])
+            if value is not None:
+                tables[table][name] = (value, variable)
     exporters, exporters_source = _with_environment(
         "exporter",
         EXPORTERS_ENV,
@@ -376,6 +605,8 @@ def configured(
         exporter_names,
         base.exporters,
         base.exporters_source,
+        ("export_interval_s",),
+        None,
     )
     backends, backends_source = _with_environment(
         "backend",
@@ -384,10 +615,12 @@ def configured(
         backend_names,
         base.backends,
         base.backends_source,
+        ("identity",),
+        "jsonl",
     )
     return Configured(
-        dict(base.telemetry),
-        logger_settings,
+        tables["telemetry"],
+        tables["logger"],
         exporters,
         exporters_source,
         backends,
@@ -399,35 +632,117 @@ def _with_environment(
     kind: str,
     chooser: str,
     prefix: str,
-    names: Iterable[str] | None,
+    names: Iterable[str] | Mapping[str, Any] | None,
     table: dict[str, dict[str, tuple[Any, str]]] | None,
     source: str | None,
+    provided: Iterable[str],
+    default: str | None,
 ) -> tuple[dict[str, dict[str, tuple[Any, str]]] | None, str | None]:
-    """The file's choice of ``kind`` with the environment's over it."""
+    """The file's choice of ``kind`` with the environment's over it, every name and option
+    checked where it was read (``default``: the one used when nothing chose any, which an
+    option variable may configure alone)."""
     if names is None:
         return table, source
+    factories = dict(names) if isinstance(names, Mapping) else {n: None for n in names}
+    hint = f"A{'n' if kind[0] in 'aeiou' else ''} {kind} comes from a plugin (`rlmetrics plugins`)"
+    if table is not None:
+        check_names(kind, table, factories, source, hint)
     chosen = _chosen_by_env(chooser)
-    options = _option_variables(prefix, kind, names)
     if chosen is not None:
+        check_names(kind, chosen, factories, chooser, hint)
         table = {name: dict((table or {}).get(name, {})) for name in chosen}
         source = chooser
+    options = _option_variables(prefix, kind, factories)
     for name, given in options.items():
+        _check(kind, name, factories.get(name), given, provided)  # the misspelling first
+        if table is None and name == default:
+            table, source = {name: {}}, next(iter(given.values()))[1]
         if table is None or name not in table:
             variable = next(iter(given.values()))[1]
-            raise ValueError(
+            raise ConfigurationError(
                 f"{variable} configures {kind} {name!r}, which is not chosen: name it in "
                 f"{chooser} (or give it a [{kind}s.{name}] table in the configuration file)"
             )
         table[name].update(given)
+    for name, found in (table or {}).items():
+        _check(kind, name, factories.get(name), found, provided)
+        _yield_to_variables(factories.get(name), found, prefix)
     return table, source
 
 
+def _yield_to_variables(factory: Any, found: dict[str, tuple[Any, str]], prefix: str) -> None:
+    """Drop each option the configuration file gives whose factory reads a variable that is
+    set (``OTEL_EXPORTER_OTLP_ENDPOINT`` over ``[exporters.otlp] endpoint``): the environment
+    wins over the file."""
+    if isinstance(factory, tuple) and len(factory) == 2:
+        factory = factory[1]
+    for option, kind in declared_options(factory).items():
+        from_file = option in found and not found[option][1].startswith(prefix)
+        if from_file and any(os.environ.get(v, "").strip() for v in kind.variables):
+            del found[option]
+
+
+def _check(
+    kind: str,
+    name: str,
+    factory: Any,
+    found: Mapping[str, tuple[Any, str]],
+    provided: Iterable[str],
+) -> None:
+    """:func:`check_options` of configured options ``{option: (value, source)}``."""
+    plugin_and_factory = factory
+    if isinstance(plugin_and_factory, tuple) and len(plugin_and_factory) == 2:
+        factory = plugin_and_factory[1]
+    if not callable(factory):
+        return
+    check_options(
+        kind,
+        name,
+        factory,
+        {option: value for option, (value, _src) in found.items()},
+        provided,
+        {option: src for option, (_value, src) in found.items()},
+    )
+
+
 def setting(settings: Mapping[str, tuple[Any, str]], name: str, given: Any, default: Any) -> Any:
-    """A call's argument ``given``, or the configured value when the call left it at its
-    ``default``."""
-    if (given is default or given == default) and name in settings:
+    """A call's argument ``given`` when it gave one (anything but None, the "not given" of
+    every argument configuration can give), else the configured value, else ``default``."""
+    if given is not None:
+        return given
+    if name in settings:
         return settings[name][0]
-    return given
+    return default
+
+
+#: Where a resolved setting came from when neither a variable nor the file gave it.
+CALL = "the call"
+DEFAULT = "default"
+
+
+def resolve(
+    settings: Mapping[str, tuple[Any, str]], given: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> dict[str, tuple[Any, str]]:
+    """Each setting of ``defaults`` as ``(value, source)``: the call's (``given``, None
+    meaning not given), else the configured one (``settings``: the environment's over the
+    file's, each with its source), else the default."""
+    resolved: dict[str, tuple[Any, str]] = {}
+    for name, default in defaults.items():
+        value = given.get(name)
+        if value is not None:
+            resolved[name] = (value, CALL)
+        elif name in settings:
+            resolved[name] = settings[name]
+        else:
+            resolved[name] = (default, DEFAULT)
+    return resolved
+
+
+def source_of(settings: Mapping[str, tuple[Any, str]], name: str, given: Any) -> str | None:
+    """Where the value :func:`setting` chose came from: None for the call's or the default."""
+    if given is not None or name not in settings:
+        return None
+    return settings[name][1]
 
 
 def choose(
@@ -467,10 +782,4 @@ def check_configured_options(
     provided: Iterable[str] = (),
 ) -> dict[str, Any]:
     """:func:`check_options`, naming the variable or file setting a wrong option came from."""
-    try:
-        return check_options(what, name, factory, options, provided)
-    except TypeError as exc:
-        wrong = [src for option, src in sources.items() if repr(option) in str(exc)]
-        if wrong:
-            raise TypeError(f"{exc} (from {wrong[0]})") from None
-        raise
+    return check_options(what, name, factory, options, provided, sources)

@@ -54,6 +54,7 @@ from .values import (
     Attributes,
     AttributeSet,
     as_number,
+    as_real,
     attribute_set,
     check_attributes,
     encodable,
@@ -83,6 +84,27 @@ def _not_finite(value: Any) -> str:
 
 
 _BEYOND_INT64 = "an int beyond the int64 range an exporter can encode"
+
+
+def _drop_cause(value: Any, reason: str) -> str:
+    """Which cause a dropped point is, for its warn-once key: one of a few words, so a key
+    warns once per cause (a string, then a None, then a NaN each say so) and the keys stay
+    bounded. Off the hot path: only a dropped point gets here."""
+    if value is None:
+        return "none"
+    if reason.endswith("is not a finite number"):
+        try:
+            number = as_real(value)
+            if number is None:
+                return "not-a-number"
+            return "nan" if number != number else "infinite"
+        except Exception:  # a value whose comparison raises
+            return "not-a-number"
+    if reason == _BEYOND_INT64:
+        return "int64"
+    if "negative" in reason:
+        return "negative"
+    return "attributes"
 
 
 def _record_failed(group: Any) -> None:
@@ -368,7 +390,7 @@ class Session:
         point = series.point(value, attributes, series.admitted)
         if isinstance(point, str):
             warn_once(
-                f"record:{group}:{key}:dropped",
+                f"record:{group}:{key}:dropped:{_drop_cause(value, point)}",
                 f"rlmetrics.record: {series.spec.name} (key {key!r}) dropped a value: {point}",
             )
             return
@@ -748,7 +770,7 @@ class Recorder:
                 for key in [k for k, v in present.items() if v is None]:
                     del present[key]
                     warn_once(
-                        f"record:{group}:{key}:dropped",
+                        f"record:{group}:{key}:dropped:none",
                         f"rlmetrics.record: {series_by_key[key].spec.name} (key {key!r}) "
                         "dropped a value: None is not a finite number",
                     )

@@ -24,7 +24,6 @@ from ._warn import (
     hold_strict,
     raise_if_strict,
     release_strict,
-    strict_from_env,
     warn_once,
 )
 from .backends import Backend, BackendFactory, BackendUnavailable, available_backends
@@ -35,7 +34,17 @@ from .backends.worker import (
     is_inline,
     snapshot,
 )
-from .configuration import check_configured_options, choose, configured, setting
+from .configuration import (
+    CALL,
+    DEFAULT,
+    ConfigurationError,
+    check_configured_options,
+    check_names,
+    choose,
+    configured,
+    from_source,
+    resolve,
+)
 from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
@@ -53,6 +62,18 @@ __all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logge
 
 #: How long ``Logger.finish()`` waits for queued backends to write what they hold.
 DEFAULT_FINISH_TIMEOUT_S = 30.0
+
+#: Each ``Logger()`` argument configuration can give, and its default (None: decided later).
+SETTING_DEFAULTS: dict[str, Any] = {
+    "queue_size": DEFAULT_QUEUE_SIZE,
+    "finish_timeout_s": DEFAULT_FINISH_TIMEOUT_S,
+    "key_map": None,
+    "run_id": None,
+    "resume": None,
+    "max_sample_rows": MAX_SAMPLE_ROWS,
+    "max_cell_bytes": MAX_CELL_BYTES,
+    "strict": False,
+}
 
 
 class _TeedKeys:
@@ -82,8 +103,9 @@ class Logger:
     else the JSONL backend with its default path. An unknown name or option is a
     configuration mistake and raises here, naming the valid ones; a backend that fails to
     start (no credentials, store gone) is skipped with a warning and the others run. Every
-    other argument left at its default takes the configuration file's ``[logger]`` value
-    (docs/configuration.md).
+    other argument the call gives wins; one it leaves out (None) takes its variable's value
+    (``RLMETRICS_KEY_MAP``, ``RLMETRICS_STRICT``), else the configuration file's ``[logger]``
+    value, else its default (docs/configuration.md).
 
     Every backend but the inline ones (JSONL, console) writes on a thread of its own behind a
     queue of ``queue_size`` rows (:mod:`rlmetrics.backends.worker`), so a stalled tracker
@@ -117,52 +139,69 @@ class Logger:
         self,
         backends: Mapping[str, Mapping[str, Any] | None] | None = None,
         *,
-        queue_size: int = DEFAULT_QUEUE_SIZE,
-        finish_timeout_s: float = DEFAULT_FINISH_TIMEOUT_S,
+        queue_size: int | None = None,
+        finish_timeout_s: float | None = None,
         key_map: str | KeyMap | None = None,
         run_id: str | None = None,
         resume: bool | None = None,
-        max_sample_rows: int = MAX_SAMPLE_ROWS,
-        max_cell_bytes: int = MAX_CELL_BYTES,
+        max_sample_rows: int | None = None,
+        max_cell_bytes: int | None = None,
         strict: bool | None = None,
     ) -> None:
-        strict_from_env()  # a bad RLMETRICS_STRICT is a mistake: raised before anything starts
-        # An argument left at its default takes the configuration's ([logger], the variables).
-        file = configured().logger
-        queue_size = setting(file, "queue_size", queue_size, DEFAULT_QUEUE_SIZE)
-        finish_timeout_s = setting(
-            file, "finish_timeout_s", finish_timeout_s, DEFAULT_FINISH_TIMEOUT_S
+        # An argument the call gives wins; one it leaves out (None) takes the environment's
+        # value, else the configuration file's [logger] one, else the default.
+        # (A bad RLMETRICS_STRICT is a mistake: configured() raises it before anything starts.)
+        #: Each setting as ``(value, source)``: ``"the call"``, the variable or file setting
+        #: that gave it, or ``"default"`` (docs/configuration.md).
+        self.settings = resolve(
+            configured().logger,
+            {
+                "queue_size": queue_size,
+                "finish_timeout_s": finish_timeout_s,
+                "key_map": key_map,
+                "run_id": run_id,
+                "resume": resume,
+                "max_sample_rows": max_sample_rows,
+                "max_cell_bytes": max_cell_bytes,
+                "strict": strict,
+            },
+            SETTING_DEFAULTS,
         )
-        key_map = setting(file, "key_map", key_map, None)
-        run_id = setting(file, "run_id", run_id, None)
-        resume = setting(file, "resume", resume, None)
-        max_sample_rows = setting(file, "max_sample_rows", max_sample_rows, MAX_SAMPLE_ROWS)
-        max_cell_bytes = setting(file, "max_cell_bytes", max_cell_bytes, MAX_CELL_BYTES)
-        self._strict = bool(setting(file, "strict", strict, None))
-        if self._strict:
-            hold_strict()
+        value = {name: found[0] for name, found in self.settings.items()}
+        self._strict = bool(value["strict"])
+        # Strict mode held on, or (an explicit strict=False) off against RLMETRICS_STRICT.
+        self._strict_hold = True if self._strict else (False if strict is False else None)
+        if self._strict_hold is not None:
+            hold_strict(self._strict_hold)
         try:
             self._start(
                 backends,
-                queue_size,
-                finish_timeout_s,
-                key_map,
-                run_id,
-                resume,
-                max_sample_rows,
-                max_cell_bytes,
+                value["queue_size"],
+                value["finish_timeout_s"],
+                value["key_map"],
+                _configured_source(self.settings, "key_map"),
+                _configured_source(self.settings, "run_id")
+                or _configured_source(self.settings, "resume"),
+                value["run_id"],
+                value["resume"],
+                value["max_sample_rows"],
+                value["max_cell_bytes"],
             )
         except BaseException:
-            if self._strict:
-                release_strict()
+            self._release_strict()
             raise
         try:
             raise_if_strict()  # a backend that did not start, a plugin that did not load
         except StrictModeError:
             self._finish(None)
-            if self._strict:
-                release_strict()
+            self._release_strict()
             raise
+
+    def _release_strict(self) -> None:
+        """Give back what this Logger held of strict mode (once)."""
+        if self._strict_hold is not None:
+            release_strict(self._strict_hold)
+            self._strict_hold = None
 
     def _start(
         self,
@@ -170,37 +209,46 @@ class Logger:
         queue_size: int,
         finish_timeout_s: float,
         key_map: str | KeyMap | None,
+        key_map_source: str | None,
+        identity_source: str | None,
         run_id: str | None,
         resume: bool | None,
         max_sample_rows: int,
         max_cell_bytes: int,
     ) -> None:
         if max_sample_rows < 1 or max_cell_bytes < 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"max_sample_rows and max_cell_bytes must be positive, got {max_sample_rows} "
                 f"and {max_cell_bytes}"
             )
-        self.identity = _identity(run_id, resume)
+        try:
+            self.identity = _identity(run_id, resume)
+        except ValueError as exc:
+            raise ConfigurationError(f"{exc}{from_source(identity_source)}") from None
         self.max_sample_rows = max_sample_rows
         self.max_cell_bytes = max_cell_bytes
-        self._key_map = None if key_map is None else KeyMapper(resolve_key_map(key_map))
+        try:
+            self._key_map = None if key_map is None else KeyMapper(resolve_key_map(key_map))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"{exc}{from_source(key_map_source)}") from None
         check_plugin_lists()  # a misspelled plugin name would load or deny nothing in silence
         factories = available_backends()
         # The call's backends, else RLMETRICS_BACKENDS, else the file's, else JSONL; each with
         # the options the environment and the file give it under the call's own.
+        found = configured(backend_names=factories)
         chosen, sources = choose(
-            "backend",
-            None if backends is None else dict(backends),
-            configured(backend_names=factories).backends,
+            "backend", None if backends is None else dict(backends), found.backends
         )
         config = {"jsonl": {}} if chosen is None else chosen
-        unknown = sorted(set(config) - set(factories))
-        if unknown:
-            raise ValueError(
-                f"unknown backend(s) {unknown}; available: {sorted(factories)}. A backend comes "
-                "from a plugin's register_backends hook: install its distribution (for example "
-                "rlmetrics-wandb) or check RLMETRICS_PLUGINS / RLMETRICS_DISABLE_PLUGINS"
-            )
+        check_names(
+            "backend",
+            config,
+            factories,
+            None if backends is not None else found.backends_source,
+            "A backend comes from a plugin's register_backends hook: install its distribution "
+            "(for example rlmetrics-wandb) or check RLMETRICS_PLUGINS / "
+            "RLMETRICS_DISABLE_PLUGINS",
+        )
         # Every backend's options are checked before any backend starts: a misspelled option
         # is a mistake to fix now, not a backend skipped with a warning.
         checked = {
@@ -362,8 +410,8 @@ class Logger:
         summary are logged and exported. In strict mode, raises
         :class:`~rlmetrics.StrictModeError` once everything is closed if anything asked for
         did not happen (rows a tracker did not write included)."""
-        if self._finish(timeout_s) and self._strict:
-            release_strict()
+        if self._finish(timeout_s):
+            self._release_strict()
         raise_if_strict()
 
     def _finish(self, timeout_s: float | None) -> bool:
@@ -397,8 +445,8 @@ class Logger:
     ) -> None:
         if exc is None:
             self.finish()
-        elif self._finish(None) and self._strict:
-            release_strict()  # the block's own exception is the one to see
+        elif self._finish(None):
+            self._release_strict()  # the block's own exception is the one to see
 
     # -- internals ------------------------------------------------------------------------
 
@@ -474,6 +522,12 @@ class Logger:
                 queued = snapshot(args)
                 for worker in takers:
                     worker.call(method, *queued)
+
+
+def _configured_source(settings: Mapping[str, tuple[Any, str]], name: str) -> str | None:
+    """The variable or file setting that gave ``name``; None for the call's or the default."""
+    source = settings[name][1]
+    return None if source in (CALL, DEFAULT) else source
 
 
 def _identity(run_id: str | None, resume: bool | None) -> RunIdentity:

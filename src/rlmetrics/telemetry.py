@@ -26,7 +26,6 @@ from ._warn import (
     note_unmet,
     raise_if_strict,
     release_strict,
-    strict_from_env,
     warn_once,
 )
 from .plugins import check_plugin_lists, hooks, load_plugins
@@ -42,6 +41,21 @@ if TYPE_CHECKING:
 __all__ = ["Telemetry", "TelemetryError", "current", "start"]
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
+
+#: Each ``start()`` argument configuration can give, and its default (None: decided later,
+#: from the environment the SDK reads or a generated id).
+SETTING_DEFAULTS: dict[str, Any] = {
+    "service_name": None,
+    "service_version": None,
+    "run_id": None,
+    "resume": False,
+    "export_interval_s": None,
+    "traces": True,
+    "plugins": None,
+    "disable_plugins": None,
+    "resource": None,
+    "strict": False,
+}
 
 
 class TelemetryError(RuntimeError):
@@ -69,6 +83,17 @@ class Telemetry:
         self.resource: dict[str, Any] = dict(resource)
         self._lock = threading.Lock()
         self._closed = False
+        #: Each ``start()`` setting as ``(value, source)``: ``"the call"``, the variable or
+        #: file setting that gave it, or ``"default"`` (docs/configuration.md).
+        self.settings: dict[str, tuple[Any, str]] = {}
+        #: What this handle holds of strict mode: on (True), off against RLMETRICS_STRICT
+        #: (False: ``start(strict=False)``), or nothing (None).
+        self._strict_hold: bool | None = True if strict else None
+
+    def _release_strict(self) -> None:
+        if self._strict_hold is not None:
+            release_strict(self._strict_hold)
+            self._strict_hold = None
 
     @property
     def service_name(self) -> str:
@@ -135,8 +160,8 @@ class Telemetry:
         is unreachable (what could not be sent by then is dropped). Idempotent. In strict
         mode, raises :class:`~rlmetrics.StrictModeError` once stopped if anything asked for
         did not happen."""
-        if self._shutdown(timeout_s) and self.strict:
-            release_strict()
+        if self._shutdown(timeout_s):
+            self._release_strict()
         raise_if_strict()
 
     def _shutdown(self, timeout_s: float) -> bool:
@@ -177,8 +202,8 @@ class Telemetry:
     ) -> None:
         if exc is None:
             self.shutdown()
-        elif self._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S) and self.strict:
-            release_strict()  # the block's own exception is the one to see
+        elif self._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S):
+            self._release_strict()  # the block's own exception is the one to see
 
     def __repr__(self) -> str:
         state = "exporting" if self.exporting else ("stopped" if self._closed else "idle")
@@ -249,7 +274,7 @@ def start(
     exporters: Iterable[str] | Mapping[str, Mapping[str, Any]] = (),
     readers: Sequence[MetricReader] = (),
     span_processors: Sequence[SpanProcessor] = (),
-    traces: bool = True,
+    traces: bool | None = None,
     resource: Mapping[str, Any] | None = None,
     service_version: str | None = None,
     export_interval_s: float | None = None,
@@ -258,16 +283,19 @@ def start(
     prometheus_host: str | None = None,
     prometheus_port: int | None = None,
     otlp_endpoint: str | None = None,
-    resume: bool = False,
-    strict: bool = False,
+    resume: bool | None = None,
+    strict: bool | None = None,
 ) -> Telemetry:
     """Start exporting every declared series.
 
-    An argument left at its default takes the value configured without code: the exporters
-    from ``RLMETRICS_EXPORTERS`` or the configuration file (``RLMETRICS_CONFIG``), each
-    exporter's options from ``RLMETRICS_EXPORTER_<NAME>_<OPTION>`` and the file (under the
-    call's own), the other arguments from the file's ``[telemetry]`` table. They are checked as
-    the call's are (docs/configuration.md).
+    An argument the call gives wins; one it leaves out (None, or no exporters) takes the value
+    configured without code, the environment's over the file's: the exporters from
+    ``RLMETRICS_EXPORTERS`` or the configuration file (``RLMETRICS_CONFIG``), each exporter's
+    options from ``RLMETRICS_EXPORTER_<NAME>_<OPTION>`` and the file (under the call's own),
+    the other arguments from their variables (``OTEL_SERVICE_NAME``, ``RLMETRICS_STRICT``,
+    ``OTEL_TRACES_EXPORTER``...) and the file's ``[telemetry]`` table, else their defaults.
+    They are checked as the call's are, and a mistake names where it came from
+    (docs/configuration.md).
 
     :param exporters: exporters by name, each offered by a plugin's ``register_exporters``
         hook: the core offers ``"otlp"`` (gRPC, configured by the standard
@@ -280,8 +308,8 @@ def start(
         ``SimpleSpanProcessor(InMemorySpanExporter())`` in tests). With any span processor
         (an exporter's or these) a TracerProvider is built beside the MeterProvider, on the
         same Resource, and ``rlmetrics.phase``/``step``/``run``/``rollout`` become spans.
-    :param traces: False (or ``OTEL_TRACES_EXPORTER=none``) exports no spans: the exporters'
-        span processors are dropped and no TracerProvider is built.
+    :param traces: False (or ``OTEL_TRACES_EXPORTER=none`` when not given) exports no spans:
+        the exporters' span processors are dropped and no TracerProvider is built.
     :param export_interval_s: period of the push readers; ``OTEL_METRIC_EXPORT_INTERVAL`` (ms)
         when None.
     :param plugins / disable_plugins: allow- and deny-lists of plugin names, overriding
@@ -298,34 +326,72 @@ def start(
         the next rlmetrics call (docs/configuration.md, "Strict mode"); for CI and first runs.
 
     Raises :class:`TelemetryError` if telemetry is already running in this process or an
-    exporter cannot start (nothing is left running then), ``ValueError`` for an unknown
-    exporter, a plugin name no installed plugin has (here or in ``RLMETRICS_PLUGINS`` /
-    ``RLMETRICS_DISABLE_PLUGINS``) or a bad argument, and ``TypeError`` for an option an
-    exporter does not take (naming those it does).
+    exporter cannot start (nothing is left running then), and
+    :class:`~rlmetrics.configuration.ConfigurationError` (a ``ValueError`` and a
+    ``TypeError``) for an unknown exporter, a plugin name no installed plugin has (here or in
+    ``RLMETRICS_PLUGINS`` / ``RLMETRICS_DISABLE_PLUGINS``), an option an exporter does not take
+    or of the wrong type, or a bad argument, naming the value's source.
     """
     global _active, _atexit_registered
-    strict_from_env()  # a bad RLMETRICS_STRICT is a mistake: raised before anything starts
-    from .configuration import check_configured_options, choose, configured, setting
+    from .configuration import (
+        CALL,
+        DEFAULT,
+        ConfigurationError,
+        check_configured_options,
+        check_names,
+        check_plugin_names,
+        choose,
+        configured,
+        from_source,
+        resolve,
+    )
+    from .plugins import installed_names
 
-    # An argument left at its default takes the configuration file's value (RLMETRICS_CONFIG).
-    file = configured().telemetry
-    service_name = setting(file, "service_name", service_name, None)
-    service_version = setting(file, "service_version", service_version, None)
-    run_id = setting(file, "run_id", run_id, None)
-    resume = setting(file, "resume", resume, False)
-    export_interval_s = setting(file, "export_interval_s", export_interval_s, None)
-    traces = setting(file, "traces", traces, True)
-    plugins = setting(file, "plugins", plugins, None)
-    disable_plugins = setting(file, "disable_plugins", disable_plugins, None)
-    resource = setting(file, "resource", resource, None)
-    strict = setting(file, "strict", strict, False)
-    if export_interval_s is not None and export_interval_s <= 0:
-        raise ValueError(f"export_interval_s must be positive, got {export_interval_s}")
+    # An argument the call gives wins; one it leaves out (None) takes the environment's
+    # value, else the configuration file's (RLMETRICS_CONFIG), else the default.
+    settings = resolve(
+        configured().telemetry,
+        {
+            "service_name": service_name,
+            "service_version": service_version,
+            "run_id": run_id,
+            "resume": resume,
+            "export_interval_s": export_interval_s,
+            "traces": traces,
+            "plugins": None if plugins is None else list(plugins),
+            "disable_plugins": None if disable_plugins is None else list(disable_plugins),
+            "resource": resource,
+            "strict": strict,
+        },
+        SETTING_DEFAULTS,
+    )
+    service_name = settings["service_name"][0]
+    service_version = settings["service_version"][0]
+    run_id = settings["run_id"][0]
+    resume = bool(settings["resume"][0])
+    export_interval_s, interval_source = settings["export_interval_s"]
+    traces = bool(settings["traces"][0])
+    plugins, plugins_source = settings["plugins"]
+    disable_plugins, disable_source = settings["disable_plugins"]
+    resource = settings["resource"][0]
+    if settings["resource"][1] != CALL:
+        resource = _under_the_environment(resource)
+    strict_given = strict
+    strict = bool(settings["strict"][0])
+    if export_interval_s is not None and not export_interval_s > 0:
+        raise ConfigurationError(
+            f"export_interval_s must be a positive number, got {export_interval_s}"
+            + from_source(None if interval_source == CALL else interval_source)
+        )
     if resume and run_id is None and not _run_id_elsewhere(resource):
-        raise ValueError(
+        raise ConfigurationError(
             "start(resume=True) continues the run its id names: pass run_id= (the id of the "
             "run to continue), or set SLURM_JOB_ID"
+            + from_source(None if settings["resume"][1] == CALL else settings["resume"][1])
         )
+    for names, source in ((plugins, plugins_source), (disable_plugins, disable_source)):
+        if names is not None and source not in (CALL, DEFAULT):
+            check_plugin_names(names, source, installed_names())
     registry = default_registry()
     with _start_lock:
         if _active is not None:
@@ -342,17 +408,19 @@ def start(
         # The call's exporters, else RLMETRICS_EXPORTERS, else the file's; each with the
         # options the environment and the file give it under the call's own.
         given = _given_exporters(exporters)
-        chosen, sources = choose("exporter", given, configured(exporter_names=offered).exporters)
+        options_found = configured(exporter_names=offered)
+        chosen, sources = choose("exporter", given, options_found.exporters)
         wanted = _exporter_options(
             chosen or {}, given, prometheus_host, prometheus_port, otlp_endpoint
         )
-        unknown = [name for name in wanted if name not in offered]
-        if unknown:
-            raise ValueError(
-                f"unknown exporter(s) {unknown}; available: {sorted(offered)}. An exporter comes "
-                "from a plugin's register_exporters hook (check RLMETRICS_PLUGINS / "
-                "RLMETRICS_DISABLE_PLUGINS and `rlmetrics plugins`)"
-            )
+        check_names(
+            "exporter",
+            wanted,
+            offered,
+            None if given is not None else options_found.exporters_source,
+            "An exporter comes from a plugin's register_exporters hook (check "
+            "RLMETRICS_PLUGINS / RLMETRICS_DISABLE_PLUGINS and `rlmetrics plugins`)",
+        )
         for name, options in wanted.items():
             check_configured_options(
                 "exporter",
@@ -362,7 +430,7 @@ def start(
                 sources.get(name, {}),
                 ("export_interval_s",),
             )
-        from ._providers import build_provider, resource_attributes, traces_wanted
+        from ._providers import build_provider, resource_attributes
 
         attributes = resource_attributes(service_name, service_version, run_id, resource)
         built = None
@@ -373,7 +441,7 @@ def start(
                 readers,
                 export_interval_s,
                 span_processors,
-                traces_wanted(traces),
+                bool(traces),
             )
         if built is not None and built.metric_readers:
             registry.bind(built.provider.get_meter("rlmetrics", __version__))
@@ -384,10 +452,13 @@ def start(
         _tracing.new_session()
         if built is not None and built.tracer_provider is not None:
             _tracing.bind(built.tracer_provider.get_tracer("rlmetrics", __version__))
-        handle = Telemetry(built, registry, attributes, resume=bool(resume), strict=strict)
+        handle = Telemetry(built, registry, attributes, resume=resume, strict=strict)
+        handle.settings = settings
+        # Strict mode held on, or (an explicit strict=False) off against RLMETRICS_STRICT.
+        handle._strict_hold = True if strict else (False if strict_given is False else None)
         _active = handle
-        if strict:
-            hold_strict()
+        if handle._strict_hold is not None:
+            hold_strict(handle._strict_hold)
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
@@ -395,10 +466,20 @@ def start(
     try:
         raise_if_strict()  # a plugin that did not load, a hook that raised
     except StrictModeError:
-        if handle._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S) and strict:
-            release_strict()
+        if handle._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S):
+            handle._release_strict()
         raise
     return handle
+
+
+def _under_the_environment(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The configuration file's resource attributes without those ``OTEL_RESOURCE_ATTRIBUTES``
+    sets: the environment wins over the file."""
+    if not resource:
+        return resource
+    text = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    from_env = {part.split("=", 1)[0].strip() for part in text.split(",") if "=" in part}
+    return {key: value for key, value in resource.items() if key not in from_env}
 
 
 def _run_id_elsewhere(resource: Mapping[str, Any] | None) -> bool:

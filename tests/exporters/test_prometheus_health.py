@@ -100,7 +100,8 @@ def test_a_bad_bound_fails_start_and_leaves_nothing_running(
         rlmetrics.start(exporters=["prometheus"], prometheus_port=0)
     assert rlmetrics.current() is None
     monkeypatch.delenv(STALL_AFTER_ENV)
-    with pytest.raises(rlmetrics.TelemetryError, match="stall_after_s"):
+    # A bad option is a configuration mistake, refused before the exporter is built.
+    with pytest.raises(rlmetrics.ConfigurationError, match="stall_after_s"):
         rlmetrics.start(exporters={"prometheus": {"port": 0, "stall_after_s": 0}})
     assert not [t for t in threading.enumerate() if t.name == "rlmetrics-prometheus"]
 

@@ -9,6 +9,7 @@ from typing import Any, Literal, TextIO
 
 from .. import hookimpl
 from ..identity import RunIdentity, new_run_id
+from ..configuration import POSITIVE_INTEGER, Option, declare_options
 from . import full_key
 from .jsonl import metrics_line
 
@@ -26,6 +27,18 @@ def _format(value: Any) -> str:
     return str(value)
 
 
+#: A text stream: an object with ``write`` (``sys.stderr``), given in code.
+STREAM = Option(
+    "a text stream (an object with write(), given in code)",
+    lambda v: callable(getattr(v, "write", None)),
+)
+
+
+#: How each row is printed (:data:`ConsoleFormat`).
+FORMAT = Option("one of 'text', 'json', 'both'", lambda v: v in _FORMATS)
+
+
+@declare_options(stream=STREAM, max_keys=POSITIVE_INTEGER, format=FORMAT)
 class ConsoleBackend:
     """Prints ``step N | prefix/key=value ...`` to ``stream`` (stdout by default).
 

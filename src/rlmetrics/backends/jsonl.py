@@ -37,6 +37,7 @@ from typing import Any, TextIO
 
 from .. import hookimpl
 from .._warn import logger
+from ..configuration import PATH, declare_options
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
 from ..values import as_plain
@@ -140,6 +141,7 @@ def metrics_line(run_id: str, metrics: Mapping[str, Any], step: int, prefix: str
         return json.dumps(row, allow_nan=False) + "\n"
 
 
+@declare_options(path=PATH)
 class JsonlBackend:
     """Appends ``{"time", "run_id", "step", "prefix", "metrics"}`` per call to ``path``.
 

@@ -1,21 +1,32 @@
 """Show the configuration given without code — the file RLMETRICS_CONFIG names and the
-RLMETRICS_* variables — and where each value comes from, checked as rlmetrics.start() and
-Logger() check it: an unknown table, setting, exporter, backend or option, a value of the wrong
-type or a variable that does nothing is one line and exit status 2. Run it before a long job.
-The settings a call passes in code win over these (docs/configuration.md)."""
+RLMETRICS_* / OTEL_* variables — every setting's value beside where it comes from, checked as
+rlmetrics.start() and Logger() check it: an unknown table, setting, exporter, backend, option,
+key map or plugin name, a value of the wrong type or a variable that does nothing is one line
+naming its source, and exit status 2. Run it before a long job. The settings a call passes in
+code win over these (docs/configuration.md)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ..configuration import check_configured_options, choose, configured
-from ..plugins import load_plugins
+from ..configuration import (
+    CALL,
+    DEFAULT,
+    ConfigurationError,
+    Configured,
+    check_plugin_names,
+    configured,
+    from_source,
+    resolve,
+)
+from ..plugins import installed_names, load_plugins
 from ._output import add_format_options, print_json
 
-__all__ = ["HELP", "NAME", "add_arguments", "run"]
+__all__ = ["HELP", "NAME", "add_arguments", "check", "run"]
 
 NAME = "config"
 HELP = "show and check the configuration from RLMETRICS_CONFIG and the RLMETRICS_* variables"
@@ -25,31 +36,70 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format_options(parser)
 
 
-def run(args: argparse.Namespace) -> int:
+def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
+    """What is configured, and each ``start()`` / ``Logger()`` setting as ``(value, source)``
+    when a call gives none of them; raises what ``start()`` or ``Logger()`` would."""
     from ..backends import available_backends
     from ..exporters import available_exporters
+    from ..keymaps import resolve_key_map
+    from ..logger import SETTING_DEFAULTS as LOGGER_DEFAULTS
+    from ..telemetry import SETTING_DEFAULTS as TELEMETRY_DEFAULTS
 
     plugins = load_plugins(quiet=True)
     exporters = available_exporters(plugins)
     backends = available_backends(plugins)
+    # Names, options and their types, each checked where it is read (configured() raises).
+    found = configured(exporter_names=exporters, backend_names=backends)
+    settings = {
+        "telemetry": resolve(found.telemetry, {}, TELEMETRY_DEFAULTS),
+        "logger": resolve(found.logger, {}, LOGGER_DEFAULTS),
+    }
+    telemetry, logger = settings["telemetry"], settings["logger"]
+    for name in ("plugins", "disable_plugins"):
+        names, source = telemetry[name]
+        if names is not None and source not in (CALL, DEFAULT):
+            check_plugin_names(names, source, installed_names())
+    key_map, source = logger["key_map"]
+    if key_map is not None:
+        try:
+            resolve_key_map(key_map)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"{exc}{from_source(source)}") from None
+    unnamed = telemetry["run_id"][0] is None and not os.environ.get("SLURM_JOB_ID")
+    if telemetry["resume"][0] and unnamed:
+        raise ConfigurationError(
+            f"resume = true continues the run its id names, and no run_id is configured "
+            f"(nor SLURM_JOB_ID){from_source(telemetry['resume'][1])}"
+        )
+    if "prometheus" in (found.exporters or {}):
+        # The variables the exporter reads itself when the configuration gives no value.
+        from ..exporters.prometheus import port_from_env
+        from ..health import stall_after_s
+        from ..telemetry import TelemetryError
+
+        options = found.exporters["prometheus"] if found.exporters else {}
+        try:
+            if "port" not in options:
+                port_from_env()
+            if "stall_after_s" not in options:
+                stall_after_s()
+        except TelemetryError as exc:
+            raise ConfigurationError(str(exc)) from None
+    return found, settings
+
+
+def run(args: argparse.Namespace) -> int:
     try:
-        found = configured(exporter_names=exporters, backend_names=backends)
-        for kind, table, offered, provided in (
-            ("exporter", found.exporters, exporters, ("export_interval_s",)),
-            ("backend", found.backends, backends, ("identity",)),
-        ):
-            chosen, sources = choose(kind, None, table)
-            unknown = sorted(set(chosen or ()) - set(offered))
-            if unknown:
-                raise ValueError(f"unknown {kind}(s) {unknown}; available: {sorted(offered)}")
-            for name, options in (chosen or {}).items():
-                check_configured_options(
-                    kind, name, offered[name][1], options, sources[name], provided
-                )
+        found, settings = check()
     except (TypeError, ValueError) as exc:
         sys.stderr.write(f"rlmetrics config: {exc}\n")
         return 2
     document = found.as_dict()
+    for table in ("telemetry", "logger"):
+        document[table] = {
+            name: {"value": value, "from": source}
+            for name, (value, source) in settings[table].items()
+        }
     if args.json:
         print_json(document)
         return 0
@@ -71,6 +121,4 @@ def _text(document: Mapping[str, Any]) -> str:
         for name, options in chosen["options"].items():
             for key, setting in options.items():
                 lines.append(f"  {name}.{key} = {setting['value']!r}  ({setting['from']})")
-    if not lines:
-        lines.append("nothing is configured without code (RLMETRICS_CONFIG, RLMETRICS_*)")
     return "\n".join(lines) + "\n"

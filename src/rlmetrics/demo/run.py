@@ -14,7 +14,6 @@ read the final state.
 from __future__ import annotations
 
 import contextlib
-import errno
 import importlib.util
 import threading
 import time
@@ -26,11 +25,12 @@ import attrs
 
 from .. import Logger, account, phase, run, start, step, warn_once
 from ..backends.jsonl import samples_path
+from ..exporters.prometheus import PortTaken
 from ..exporters.prometheus import port_from_env as prometheus_port
 from ..hooks import collect_offers
 from ..plugins import load_plugins
 from ..report.summary import RunReport, read_report
-from ..telemetry import Telemetry, TelemetryError
+from ..telemetry import Telemetry
 from .parts import DemoPart, DemoSettings
 from .progress import Progress
 from .simulation import _MAX_TOKENS, GENERATIONS_PER_PROMPT, SETUP_PREFIX, Simulation
@@ -146,10 +146,8 @@ def _start(options: DemoOptions, exporters: dict[str, dict[str, Any]], say: Text
 
     try:
         return attempt()
-    except TelemetryError as exc:
-        cause = exc.__cause__
-        if not (isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE):
-            raise
+    except PortTaken:
+        pass
     prometheus = exporters["prometheus"]
     port = prometheus.get("port", prometheus_port())
     say.write(

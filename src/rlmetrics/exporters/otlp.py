@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import hookimpl
 from .._warn import logger, warn_once
+from ..configuration import POSITIVE_NUMBER, TEXT, declare_options
 from . import Exporter, ForkSafe, ForkSafeSpans, batch_span_processor, periodic_reader
 
 if TYPE_CHECKING:
@@ -314,6 +315,14 @@ def _options(endpoint: str | None, timeout_s: float | None, signal: str) -> dict
     return kwargs
 
 
+@declare_options(
+    endpoint=TEXT.read_from(*_ENDPOINT_ENV.values(), "OTEL_EXPORTER_OTLP_ENDPOINT"),
+    timeout_s=POSITIVE_NUMBER.read_from(
+        "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ),
+)
 def make_exporter(
     export_interval_s: float | None = None,
     endpoint: str | None = None,

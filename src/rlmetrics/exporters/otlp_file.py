@@ -25,6 +25,7 @@ from typing import Any
 
 from .. import hookimpl
 from .._warn import warn_once
+from ..configuration import PATH, declare_options
 from . import Exporter, ForkSafeSpans, batch_span_processor
 
 __all__ = [
@@ -170,6 +171,7 @@ def _exporter_class() -> type:
     return OtlpJsonFileSpanExporter
 
 
+@declare_options(path=PATH)
 def make_exporter(
     export_interval_s: float | None = None, path: str | os.PathLike[str] = DEFAULT_PATH
 ) -> Exporter:

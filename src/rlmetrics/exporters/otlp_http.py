@@ -32,6 +32,7 @@ from typing import Any
 
 from .. import hookimpl
 from .._warn import logger, warn_once
+from ..configuration import POSITIVE_NUMBER, TEXT, declare_options
 from . import Exporter, ForkSafe, ForkSafeSpans, batch_span_processor, periodic_reader
 from .otlp import SDK_LINES_LOGGER, otlp_timeout_s
 
@@ -149,6 +150,18 @@ def _timeout(timeout_s: float | None, signal: str) -> float | None:
     return timeout_s if timeout_s is not None else otlp_timeout_s(signal)
 
 
+@declare_options(
+    endpoint=TEXT.read_from(
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ),
+    timeout_s=POSITIVE_NUMBER.read_from(
+        "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ),
+)
 def make_exporter(
     export_interval_s: float | None = None,
     endpoint: str | None = None,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import json
 import os
@@ -41,8 +42,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .. import hookimpl
 from .._warn import warn_once
+from ..configuration import PORT, POSITIVE_NUMBER, TEXT, declare_options
 from ..dashboard.promql import unit_named
-from ..health import HEALTH_PATH, health, stall_rule
+from ..health import HEALTH_PATH, STALL_AFTER_ENV, health, stall_rule
 from ..liveness import StallRule
 from ..telemetry import TelemetryError
 from . import Exporter
@@ -55,6 +57,7 @@ __all__ = [
     "MAX_HANDLERS",
     "MAX_WAITING",
     "PORT_ENV",
+    "PortTaken",
     "make_exporter",
     "make_reader",
     "port_from_env",
@@ -92,6 +95,11 @@ def port_from_env() -> int:
     if not 0 <= port <= 65535:
         raise TelemetryError(f"{PORT_ENV}={text!r} is not a port number (0-65535; 0 picks one)")
     return port
+
+
+class PortTaken(TelemetryError):
+    """The Prometheus exporter's port is held by another process (its message says which and
+    what to do); a caller that can pick another port (``rlmetrics demo``) catches this one."""
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -296,6 +304,13 @@ def _serve(host: str, port: int, app: Any) -> tuple[WSGIServer, threading.Thread
     return server, thread
 
 
+@declare_options(
+    host=TEXT.read_from(HOST_ENV),
+    port=PORT.read_from(PORT_ENV),
+    stall_after_s=POSITIVE_NUMBER.read_from(STALL_AFTER_ENV),
+    stall_factor=POSITIVE_NUMBER,
+    stall_min_s=POSITIVE_NUMBER,
+)
 def make_exporter(
     export_interval_s: float | None = None,
     host: str | None = None,
@@ -332,13 +347,19 @@ def make_exporter(
     reader = make_reader(registry)
     try:
         server, thread = _serve(host, port, _with_health(make_wsgi_app(registry), rule, reader))
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a host no resolver takes (idna)
         reader.shutdown()
-        raise TelemetryError(
-            f"the Prometheus exporter cannot listen on {host}:{port}: {exc.strerror or exc}. "
+        held = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
+        remedy = (
             "Another process (often a second trainer on this node) holds it: choose another "
             f"port with start(prometheus_port=...) or {PORT_ENV} (0 picks a free one)"
-        ) from exc
+            if held
+            else f"Check the host (start(prometheus_host=...) or {HOST_ENV}) and the port"
+        )
+        reason = getattr(exc, "strerror", None) or exc
+        raise (PortTaken if held else TelemetryError)(
+            f"the Prometheus exporter cannot listen on {host}:{port}: {reason}. {remedy}"
+        ) from None  # the message says all the exception did
 
     def close() -> None:
         server.shutdown()

@@ -9,11 +9,23 @@ from __future__ import annotations
 from typing import Any
 
 import rlmetrics
+from rlmetrics.configuration import TABLE, TEXT, declare_options
 from rlmetrics.identity import RunIdentity
 
 __all__ = ["make_backend", "register_backends"]
 
 
+# What each option must be, checked where a configuration is read (the call, a variable, the
+# file), the wrong one's source named; the tracker's own errors stay its own.
+@declare_options(
+    tracking_uri=TEXT,
+    experiment_name=TEXT,
+    run_name=TEXT,
+    run_id=TEXT,
+    tags=TABLE,
+    params=TABLE,
+    artifact_location=TEXT,
+)
 def make_backend(identity: RunIdentity | None = None, **config: Any) -> Any:
     """``MlflowBackend(identity=identity, **config)``, importing mlflow only now."""
     from .backend import MlflowBackend

@@ -9,11 +9,28 @@ from __future__ import annotations
 from typing import Any
 
 import rlmetrics
+from rlmetrics.configuration import ANYTHING, PATH, TABLE, TEXT, TEXT_LIST, declare_options
 from rlmetrics.identity import RunIdentity
 
 __all__ = ["make_backend", "register_backends"]
 
 
+# What each option must be, checked where a configuration is read (the call, a variable, the
+# file), the wrong one's source named; the tracker's own errors stay its own.
+@declare_options(
+    project=TEXT,
+    workspace=TEXT,
+    name=TEXT,
+    description=TEXT,
+    tags=TEXT_LIST,
+    group=TEXT,
+    job_type=TEXT,
+    mode=TEXT,
+    log_dir=PATH,
+    config=TABLE,
+    init_kwargs=TABLE,
+    run=ANYTHING,
+)
 def make_backend(identity: RunIdentity | None = None, **config: Any) -> Any:
     """``SwanLabBackend(identity=identity, **config)``, importing swanlab only now."""
     from .backend import SwanLabBackend

@@ -9,11 +9,27 @@ from __future__ import annotations
 from typing import Any
 
 import rlmetrics
+from rlmetrics.configuration import ANYTHING, PATH, TABLE, TEXT, TEXT_LIST, declare_options
 from rlmetrics.identity import RunIdentity
 
 __all__ = ["make_backend", "register_backends"]
 
 
+# What each option must be, checked where a configuration is read (the call, a variable, the
+# file), the wrong one's source named; the tracker's own errors stay its own.
+@declare_options(
+    project=TEXT,
+    entity=TEXT,
+    name=TEXT,
+    tags=TEXT_LIST,
+    mode=TEXT,
+    dir=PATH,
+    group=TEXT,
+    notes=TEXT,
+    config=TABLE,
+    init_kwargs=TABLE,
+    run=ANYTHING,
+)
 def make_backend(identity: RunIdentity | None = None, **config: Any) -> Any:
     """``WandbBackend(identity=identity, **config)``, importing wandb only now."""
     from .backend import WandbBackend

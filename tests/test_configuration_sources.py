@@ -1,0 +1,334 @@
+"""Every configuration mistake names the source of the wrong value, options are type-checked
+where they are read, the file is read only when it is a regular file of bounded size, and a
+Python-API mistake is one exception with no chained internal traceback (issue 32)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rlmetrics
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.configuration import MAX_CONFIG_BYTES, ConfigurationError
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``config(text)`` writes a configuration file and points RLMETRICS_CONFIG at it."""
+
+    def write(text: str) -> Path:
+        path = tmp_path / "rlmetrics.toml"
+        path.write_text(textwrap.dedent(text))
+        monkeypatch.setenv("RLMETRICS_CONFIG", str(path))
+        return path
+
+    return write
+
+
+def _raises(call: Any, *fragments: str) -> ConfigurationError:
+    """The ConfigurationError ``call()`` raises, which says each of ``fragments`` and chains
+    nothing (``raise ... from None``: the message is the whole story)."""
+    with pytest.raises(ConfigurationError) as caught:
+        call()
+    message = str(caught.value)
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    assert (caught.value.__cause__ is None and caught.value.__suppress_context__) or (
+        caught.value.__context__ is None
+    ), "a chained internal traceback above the message"
+    assert rlmetrics.current() is None
+    return caught.value
+
+
+def test_a_misspelt_file_key_names_itself_not_the_valid_key_beside_it(config: Any) -> None:
+    config("[backends.jsonl]\npath = 'm.jsonl'\npth = 'n.jsonl'\n")
+    error = _raises(
+        rlmetrics.Logger, "no option 'pth'", "(from rlmetrics.toml [backends.jsonl] pth)"
+    )
+    assert "[backends.jsonl] path)" not in str(error)
+
+
+def test_a_misspelt_option_of_the_default_backend_is_said_at_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PTH", "m.jsonl")
+    error = _raises(
+        rlmetrics.Logger,
+        "backend 'jsonl' has no option 'pth' (did you mean 'path'?)",
+        "(from RLMETRICS_BACKEND_JSONL_PTH)",
+    )
+    assert "not chosen" not in str(error)
+    monkeypatch.delenv("RLMETRICS_BACKEND_JSONL_PTH")
+    # The default backend's option alone configures the default backend.
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PATH", str(tmp_path / "env.jsonl"))
+    with rlmetrics.Logger() as logger:
+        logger.log_metrics({"x": 1.0}, step=1)
+    assert [row["metrics"] for row in read_jsonl(tmp_path / "env.jsonl")] == [{"x": 1.0}]
+
+
+@pytest.mark.parametrize(
+    ("variables", "file", "call", "fragments"),
+    [
+        ({"RLMETRICS_EXPORTERS": "otlpp"}, "", "start", ["'otlpp'", "(from RLMETRICS_EXPORTERS)"]),
+        (
+            {},
+            "[exporters.promethus]\n",
+            "start",
+            ["'promethus'", "did you mean 'prometheus'", "(from rlmetrics.toml [exporters])"],
+        ),
+        ({"RLMETRICS_BACKENDS": "jsonn"}, "", "logger", ["'jsonn'", "(from RLMETRICS_BACKENDS)"]),
+        ({}, "[backends.jsonn]\n", "logger", ["'jsonn'", "(from rlmetrics.toml [backends])"]),
+        (
+            {"RLMETRICS_KEY_MAP": "trll"},
+            "",
+            "logger",
+            ["unknown key map 'trll'", "(from RLMETRICS_KEY_MAP)"],
+        ),
+        (
+            {},
+            "[logger]\nkey_map = 'trll'\n",
+            "logger",
+            ["unknown key map 'trll'", "(from rlmetrics.toml [logger] key_map)"],
+        ),
+    ],
+)
+def test_an_unknown_name_names_its_source(
+    config: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    variables: dict[str, str],
+    file: str,
+    call: str,
+    fragments: list[str],
+) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    if file:
+        config(file)
+    _raises(rlmetrics.start if call == "start" else rlmetrics.Logger, *fragments)
+
+
+@pytest.mark.parametrize(
+    ("file", "variables", "fragments"),
+    [
+        (
+            "[exporters.prometheus]\nport = 0\nstall_after_s = 'soon'\n",
+            {},
+            [
+                "option 'stall_after_s' must be a positive number, got str",
+                "(from rlmetrics.toml [exporters.prometheus] stall_after_s)",
+            ],
+        ),
+        (
+            "",
+            {"RLMETRICS_EXPORTERS": "prometheus", "RLMETRICS_EXPORTER_PROMETHEUS_PORT": "ninety"},
+            [
+                "option 'port' must be a port number",
+                "got str",
+                "(from RLMETRICS_EXPORTER_PROMETHEUS_PORT)",
+            ],
+        ),
+        (
+            "[exporters.otlp]\ntimeout_s = 'five'\n",
+            {},
+            [
+                "exporter 'otlp' option 'timeout_s' must be a positive number, got str",
+                "(from rlmetrics.toml [exporters.otlp] timeout_s)",
+            ],
+        ),
+        (
+            "",
+            {"RLMETRICS_EXPORTERS": "otlp", "RLMETRICS_EXPORTER_OTLP_ENDPOINT": "4317"},
+            [
+                "exporter 'otlp' option 'endpoint' must be a string, got int 4317",
+                "(from RLMETRICS_EXPORTER_OTLP_ENDPOINT)",
+            ],
+        ),
+        (
+            "[exporters.otlp_file]\npath = 5\n",
+            {},
+            ["option 'path' must be a path", "(from rlmetrics.toml [exporters.otlp_file] path)"],
+        ),
+    ],
+)
+def test_a_wrong_type_option_names_its_source_before_anything_starts(
+    config: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    file: str,
+    variables: dict[str, str],
+    fragments: list[str],
+) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    if file:
+        config(file)
+    error = _raises(rlmetrics.start, *fragments)
+    assert "holds" not in str(error)  # not "another process holds the port"
+
+
+def test_a_wrong_type_option_from_the_call_is_refused_too(tmp_path: Path) -> None:
+    _raises(
+        lambda: rlmetrics.start(exporters={"otlp": {"timeout_s": "5"}}),
+        "option 'timeout_s' must be a positive number, got str",
+    )
+    _raises(
+        lambda: rlmetrics.start(exporters={"prometheus": {"port": 70000}}),
+        "must be a port number",
+        "got int 70000",
+    )
+    _raises(
+        lambda: rlmetrics.Logger(backends={"jsonl": {"path": 3}}),
+        "backend 'jsonl' option 'path' must be a path",
+    )
+    _raises(
+        lambda: rlmetrics.Logger(backends={"console": {"max_keys": "50"}}),
+        "option 'max_keys' must be a positive integer",
+    )
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "/dev/full", "fifo", "folder"])
+def test_the_configuration_file_is_read_only_when_it_is_a_regular_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, special: str
+) -> None:
+    path = special
+    if special == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)  # opening it to read would wait for a writer forever
+    elif special == "folder":
+        path = str(tmp_path)
+    monkeypatch.setenv("RLMETRICS_CONFIG", path)
+    _raises(rlmetrics.Logger, f"RLMETRICS_CONFIG={path}", "is not a regular file")
+    _raises(rlmetrics.start, "is not a regular file")
+
+
+def test_the_configuration_file_is_read_up_to_its_bound(config: Any) -> None:
+    path = config("# " + "x" * MAX_CONFIG_BYTES + "\n")
+    _raises(rlmetrics.start, f"RLMETRICS_CONFIG={path} is larger than {MAX_CONFIG_BYTES} bytes")
+    config("# " + "x" * (MAX_CONFIG_BYTES - 100) + "\n[telemetry]\nservice_name = 'big'\n")
+    with rlmetrics.start() as handle:
+        assert handle.service_name == "big"
+
+
+@pytest.mark.parametrize(
+    ("make", "fragments"),
+    [
+        (lambda: rlmetrics.Logger(backends={"jsonl": {"pth": "m"}}), ["has no option 'pth'"]),
+        (lambda: rlmetrics.start(exporters={"otlp": {"timeout_s": "x"}}), ["timeout_s"]),
+        (lambda: rlmetrics.Logger(key_map="trll"), ["unknown key map 'trll'"]),
+    ],
+)
+def test_a_python_api_mistake_is_one_exception_without_a_chained_traceback(
+    make: Any, fragments: list[str]
+) -> None:
+    _raises(make, *fragments)
+
+
+def test_malformed_toml_is_one_exception(config: Any) -> None:
+    config("[telemetry\n")
+    _raises(rlmetrics.start, "not valid TOML")
+
+
+def test_a_taken_port_is_one_exception_without_a_chained_traceback() -> None:
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(
+            rlmetrics.TelemetryError, match=r"cannot listen on 127\.0\.0\.1:.*holds it"
+        ) as caught:
+            rlmetrics.start(exporters={"prometheus": {"port": port}})
+    assert caught.value.__suppress_context__ and caught.value.__cause__ is None
+    assert rlmetrics.current() is None
+
+
+def test_a_host_no_resolver_takes_is_one_telemetry_error() -> None:
+    with pytest.raises(rlmetrics.TelemetryError, match="Check the host") as caught:
+        rlmetrics.start(exporters={"prometheus": {"host": "x" * 300, "port": 0}})
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert rlmetrics.current() is None
+
+
+@pytest.mark.parametrize(
+    ("file", "variables", "fragment"),
+    [
+        (
+            "[exporters.prometheus]\nstall_after_s = 'soon'\n",
+            {},
+            "(from rlmetrics.toml [exporters.prometheus] stall_after_s)",
+        ),
+        ("[logger]\nkey_map = 'trll'\n", {}, "(from rlmetrics.toml [logger] key_map)"),
+        ("", {"RLMETRICS_KEY_MAP": "trll"}, "(from RLMETRICS_KEY_MAP)"),
+        ("[telemetry]\nresume = true\n", {}, "(from rlmetrics.toml [telemetry] resume)"),
+        ("[telemetry]\ndisable_plugins = ['nonesuch']\n", {}, "rlmetrics.toml [telemetry]"),
+        (
+            "[exporters.prometheus]\n",
+            {"RLMETRICS_STALL_AFTER_S": "soon"},
+            "RLMETRICS_STALL_AFTER_S",
+        ),
+        ("", {"RLMETRICS_STRICT": "maybe"}, "RLMETRICS_STRICT='maybe'"),
+    ],
+)
+def test_the_config_command_exits_2_on_what_start_or_logger_refuses(
+    config: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+    file: str,
+    variables: dict[str, str],
+    fragment: str,
+) -> None:
+    from rlmetrics.cli import main
+
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    if file:
+        config(file)
+    assert main(["config"]) == 2
+    assert fragment in capsys.readouterr().err
+    # ... and each is what start() or Logger() refuses.
+    with (
+        pytest.raises((ConfigurationError, rlmetrics.TelemetryError)),
+        rlmetrics.start() as handle,
+        rlmetrics.Logger(),
+    ):
+        assert handle is not None
+    assert rlmetrics.current() is None
+
+
+def test_the_config_command_prints_every_setting_with_its_source(
+    config: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from rlmetrics.cli import main
+
+    config("[telemetry]\nservice_name = 'a'\n\n[logger]\nqueue_size = 8\n")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    monkeypatch.setenv("RLMETRICS_STRICT", "0")
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert "telemetry.service_name = 'from-env'  (OTEL_SERVICE_NAME)" in out
+    assert "telemetry.strict = False  (RLMETRICS_STRICT)" in out
+    assert "telemetry.traces = True  (default)" in out
+    assert "logger.queue_size = 8  (rlmetrics.toml [logger] queue_size)" in out
+    assert "logger.finish_timeout_s = 30.0  (default)" in out
+
+
+def test_a_configured_logger_identity_mistake_names_its_source(
+    config: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the fuzz property: a file's [logger] run_id other than the running
+    telemetry's raised a bare ValueError."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    config("[logger]\nrun_id = 'other'\n")
+    with rlmetrics.start(run_id="this-run"):
+        _raises_here = pytest.raises(ConfigurationError, match=r"\[logger\] run_id\)$")
+        with _raises_here as caught:
+            rlmetrics.Logger(backends={"console": {}})
+        assert caught.value.__cause__ is None
+    config("[logger]\nresume = true\n")
+    _raises(
+        lambda: rlmetrics.Logger(backends={"console": {}}), "(from rlmetrics.toml [logger] resume)"
+    )
