@@ -205,6 +205,8 @@ PROBES: dict[str, list[Probe] | str] = {
             base_file="[exporters.otlp]\ntimeout_s = 0.5\n",
         )
     ],
+    "OTLP protocol (gRPC or HTTP/protobuf)": "the SDK's own variables, read by the otlp "
+    "exporter to choose its transport: tests/exporters/test_otlp_http.py",
     "OTLP TLS": "follows the endpoint's scheme (the endpoint row above); the variables are the "
     "SDK's own: tests/exporters/test_otlp*.py",
     "OTLP export timeout (retries included)": [
