@@ -44,7 +44,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -168,7 +168,11 @@ ANYTHING = Option("anything", lambda v: True)
 _DECLARED = "rlmetrics_options"
 
 
-def declare_options(**options: Option) -> Callable[[Any], Any]:
+#: A factory :func:`declare_options` decorates keeps its own type.
+_Factory = TypeVar("_Factory", bound=Callable[..., Any])
+
+
+def declare_options(**options: Option) -> Callable[[_Factory], _Factory]:
     """Declare what each option of an exporter or backend factory must be, checked where a
     configuration is read (the call, a variable, the file), the wrong one's source named::
 
@@ -178,7 +182,7 @@ def declare_options(**options: Option) -> Callable[[Any], Any]:
     A factory that takes ``**options`` (a tracker passing them on) declares the ones it knows;
     the others are passed on unchecked."""
 
-    def declare(factory: Any) -> Any:
+    def declare(factory: _Factory) -> _Factory:
         setattr(factory, _DECLARED, dict(options))
         return factory
 

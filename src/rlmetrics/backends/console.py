@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any, Literal, TextIO
 
 from .. import hookimpl
-from ..identity import RunIdentity, new_run_id
 from ..configuration import POSITIVE_INTEGER, Option, declare_options
+from ..identity import RunIdentity, new_run_id
 from . import full_key
 from .jsonl import metrics_line
 

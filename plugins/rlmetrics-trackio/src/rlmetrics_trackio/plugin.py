@@ -17,9 +17,7 @@ __all__ = ["make_backend", "register_backends"]
 
 # What each option must be, checked where a configuration is read (the call, a variable, the
 # file), the wrong one's source named; the tracker's own errors stay its own.
-@declare_options(
-    project=TEXT, name=TEXT, group=TEXT, config=TABLE, init_kwargs=TABLE, run=ANYTHING
-)
+@declare_options(project=TEXT, name=TEXT, group=TEXT, config=TABLE, init_kwargs=TABLE, run=ANYTHING)
 def make_backend(identity: RunIdentity | None = None, **config: Any) -> Any:
     """``TrackioBackend(identity=identity, **config)``, importing trackio only now."""
     from .backend import TrackioBackend
