@@ -406,7 +406,9 @@ def new_series_problems(spec: MetricSpec, declared: Iterable[MetricSpec]) -> lis
     others = list(declared)
     names = [other.name for other in others]
     problems = [m for severity, m, _ in _name_findings(item, names) if severity == ERROR]
-    problems += [p for p in (_unit_problem(spec.unit), _unit_in_name(item), _total_suffix(item)) if p]
+    problems += [
+        p for p in (_unit_problem(spec.unit), _unit_in_name(item), _total_suffix(item)) if p
+    ]
     exposed = prometheus_name(spec)
     for other in others:
         if other.name.lower() == spec.name.lower() or prometheus_name(other) == exposed:

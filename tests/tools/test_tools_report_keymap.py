@@ -103,7 +103,10 @@ def _log(path: Path, steps: dict[int, dict[str, float]], resume: bool) -> None:
 def test_a_resumed_run_shows_each_step_as_its_last_attempt_logged_it(tmp_path: Path) -> None:
     jsonl = tmp_path / "m.jsonl"
     # Died after step 5; its checkpoint was step 3. Step 4's first attempt logged a KL.
-    _log(jsonl, {s: {"reward": s, **({"kl_penalty": 0.5} if s == 4 else {})} for s in range(1, 6)}, False)
+    first = {
+        s: {"reward": float(s), **({"kl_penalty": 0.5} if s == 4 else {})} for s in range(1, 6)
+    }
+    _log(jsonl, first, False)
     _log(jsonl, {s: {"reward": 10.0 * s} for s in range(4, 8)}, True)
     (report,) = read_reports(jsonl)
     assert report.repeated_steps == (4, 5)

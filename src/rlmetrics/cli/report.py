@@ -7,8 +7,8 @@ A file may hold several runs (every row carries its run id): each is reported on
 one --run names; steps a run logged more than once (a resumed run that went back to its
 checkpoint) are named, each shown as its last attempt logged it. A run is read through the
 key map its trainer applied (--key-map NAME; a transformers/TRL run's is found from its
-hyperparameters), so TRL's kl is the report's KL. The run's hyperparameters and its latest samples (the samples file beside
-the JSONL) are shown.
+hyperparameters), so TRL's kl is the report's KL. The run's hyperparameters and its latest
+samples (the samples file beside the JSONL) are shown.
 
 --steps A:B (or --tail N) reports those steps only; a long run's per-step table shows its
 first and last steps and their mean (--table-rows N, --json for every step).

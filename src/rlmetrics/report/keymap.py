@@ -60,7 +60,7 @@ def found_key_map(
     run's hyperparameters show its trainer applied, else None."""
     if named is not None:
         return FoundKeyMap(named, "named with --key-map")
-    if hyperparams is not None and TRAINING_ARGUMENTS <= set(hyperparams):
+    if hyperparams is not None and set(hyperparams) >= TRAINING_ARGUMENTS:
         return FoundKeyMap(
             TRANSFORMERS_KEY_MAP,
             "found from the run: its hyperparameters are a transformers TrainingArguments, "

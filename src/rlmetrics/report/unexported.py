@@ -94,7 +94,9 @@ def _literal(text: str) -> str:
 def _tails(key: str) -> tuple[list[list[str]], str]:
     """A series name's tails for a logged key (dotted as the key is, then joined by ``_``) and
     its unit: lower case, ``/`` as ``.``, anything else ``_``, a unit word left out."""
-    segments = [_NOT_NAME.sub("_", part).strip("_") for part in key.lower().replace("/", ".").split(".")]
+    segments = [
+        _NOT_NAME.sub("_", part).strip("_") for part in key.lower().replace("/", ".").split(".")
+    ]
     segments = [("n" + part if part[0].isdigit() else part) for part in segments if part]
     unit = "1"
     if segments:
@@ -121,10 +123,10 @@ class Suggestions:
     def __init__(self) -> None:
         from ..registry import default_registry
 
-        self._declared: dict[str, Declared | None] = {
-            d.spec.name.lower(): d for d in default_registry().declared()
-        }
-        self._specs = [d.spec for d in self._declared.values()]
+        declared = default_registry().declared()
+        #: Declared series by lower-case name; the names offered here hold None.
+        self._declared: dict[str, Declared | None] = {d.spec.name.lower(): d for d in declared}
+        self._specs = [d.spec for d in declared]
         self._made: dict[tuple[bool, str], tuple[str | None, str | None, str]] = {}
 
     def __call__(self, prefix: str, key: str) -> Unexported:
@@ -153,9 +155,9 @@ class Suggestions:
         return made
 
     def _make(self, key: str, dataset: bool) -> tuple[str | None, str | None, str]:
-        from ..spec import OPEN, Kind, MetricSpec
         from .. import check
         from ..families import training
+        from ..spec import OPEN, Kind, MetricSpec
 
         tails, unit = _tails(key)
         base = "rl.validation." if dataset else "rl."
@@ -172,12 +174,12 @@ class Suggestions:
                 "docs/integrations.md)",
             )
         call = "tee_dataset_metric" if dataset else "tee_scalar"
-        extra = {"attributes": {training.DATASET_ATTR: OPEN}} if dataset else {}
+        attributes = {training.DATASET_ATTR: OPEN} if dataset else {}
         for tail in tails:
             for number in range(1, _TRIES + 1):
                 name = base + ".".join(tail) + (f"_{number}" if number > 1 else "")
                 try:
-                    spec = MetricSpec(name, Kind.GAUGE, unit=unit, key=key, **extra)
+                    spec = MetricSpec(name, Kind.GAUGE, unit=unit, key=key, attributes=attributes)
                 except ValueError:
                     break
                 if check.new_series_problems(spec, self._specs):
@@ -187,9 +189,13 @@ class Suggestions:
                 units = "" if unit == "1" else f", unit={_literal(unit)}"
                 line = f'{call}({_literal(key)}, {_literal(name)}{units}, description="...")'
                 return line, _TRAINING, ""
-        return None, None, (
-            f"no series name could be made from {key!r}: declare one with {call}(key, name) "
-            "(docs/writing-a-plugin.md)"
+        return (
+            None,
+            None,
+            (
+                f"no series name could be made from {key!r}: declare one with {call}(key, name) "
+                "(docs/writing-a-plugin.md)"
+            ),
         )
 
 
@@ -220,8 +226,8 @@ def unexported_keys(
 ) -> tuple[list[Unexported], int]:
     """The keys of ``rows`` that no installed plugin's series reads (with ``key_map``
     applied, as ``Logger(key_map=...)`` would; a key the map keeps to the backends on purpose
-    is none of them, nor tried), and how many keys were tried. Call it with telemetry not started: it
-    binds the process's registry to an in-memory session for each try."""
+    is none of them, nor tried), and how many keys were tried. Call it with telemetry not
+    started: it binds the process's registry to an in-memory session for each try."""
     from ..keymaps import KeyMapper, resolve_key_map
 
     mapper = None if key_map is None else KeyMapper(resolve_key_map(key_map))

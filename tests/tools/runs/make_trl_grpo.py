@@ -18,10 +18,9 @@ from transformers_support import length_reward, prompt_dataset, save_tiny_model 
 
 
 def main() -> None:
+    from rlmetrics_transformers import RLMetricsCallback
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
-
-    from rlmetrics_transformers import RLMetricsCallback
 
     target = HERE / "trl-grpo.jsonl"
     target.unlink(missing_ok=True)
