@@ -45,7 +45,7 @@ import attrs
 from .dashboard.promql import prometheus_name, prometheus_unit
 from .plugins import FAILED, PluginInfo, Plugins, normalize
 from .registry import Declared
-from .spec import Kind
+from .spec import Kind, MetricSpec
 
 if TYPE_CHECKING:
     from .keymaps import KeyMap, KeyRule
@@ -61,6 +61,7 @@ __all__ = [
     "check_key_maps",
     "check_plugins",
     "efficiency_categories",
+    "new_series_problems",
 ]
 
 ERROR, WARNING = "error", "warning"
@@ -395,6 +396,26 @@ def check_declared(
         else:
             exempt.append(attrs.evolve(finding, exempt_because=waiver.reason))
     return CheckResult(tuple(findings), tuple(exempt), tuple(names))
+
+
+def new_series_problems(spec: MetricSpec, declared: Iterable[MetricSpec]) -> list[str]:
+    """The errors this lint would find if ``spec`` were declared beside ``declared``: its name,
+    unit, a unit or ``_total`` in its name, a name taken (also once translated to Prometheus)
+    or a namespace clash either way. ``rlmetrics check --run`` offers only lines that pass."""
+    item = Declared("-", spec, "-")
+    others = list(declared)
+    names = [other.name for other in others]
+    problems = [m for severity, m, _ in _name_findings(item, names) if severity == ERROR]
+    problems += [
+        p for p in (_unit_problem(spec.unit), _unit_in_name(item), _total_suffix(item)) if p
+    ]
+    exposed = prometheus_name(spec)
+    for other in others:
+        if other.name.lower() == spec.name.lower() or prometheus_name(other) == exposed:
+            problems.append(f"{other.name!r} is declared (exposed as {prometheus_name(other)!r})")
+        elif spec.name.startswith(other.name + "."):
+            problems.append(f"{other.name!r} is a series, so it cannot be a namespace")
+    return problems
 
 
 def _plugin_label(info: PluginInfo) -> str:

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
 from tools_support import run_cli
 
 from rlmetrics.cli import main
@@ -92,3 +94,110 @@ def test_a_folder_for_the_run_is_one_line(tmp_path: Path) -> None:
     done = run_cli("check", "--run", tmp_path)
     assert done.returncode == 2
     assert "is a folder" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- issue 32: suggestions run as printed; key maps' backend keys are no finding ------------
+
+TRL_RUN = Path(__file__).parent / "runs" / "trl-grpo.jsonl"
+
+#: Keys a newcomer logs whose obvious series name is taken, a namespace, a unit, a Prometheus
+#: suffix, no name at all, or no Python literal as it stands.
+AWKWARD = {
+    "reward/mean": 1.0,  # rl.reward.mean exists, read from `reward`
+    "entropy": 1.0,  # rl.entropy exists, read from `approx_entropy`
+    "learning_rate": 1.0,  # rl.learning_rate exists, read from `lr`
+    "kl": 1.0,  # rl.kl is the namespace of rl.kl.divergence
+    "reward/mean/extra": 1.0,  # under a series
+    "Step_Time_s": 1.0,
+    "generation/ms": 1.0,
+    "tokens_total": 1.0,
+    "samples_per_second": 1.0,
+    "2nd/score": 1.0,
+    "!!!": 1.0,
+    'quo"te\\back': 1.0,
+    "my_custom_thing": 1.0,
+    "my.custom.thing": 1.0,  # the same name as the one above once written as a series
+    "validation/gsm8k/undeclared_score": 1.0,
+    "validation/gsm8k/accuracy_pct": 1.0,
+}
+
+
+def _run_suggested(unexported: list[Any]) -> list[Any]:
+    """Execute every suggested line as printed (the comment after it included), in a
+    namespace with the names its comment says where to import from; the key-map rules."""
+    import rlmetrics.families.training as training
+    import rlmetrics.keymaps as keymaps
+
+    modules = {"rlmetrics.families.training": training, "rlmetrics.keymaps": keymaps}
+    rules = []
+    for u in unexported:
+        assert u.line is not None and u.remedy.startswith(u.line), u
+        namespace = vars(modules[u.module]).copy()
+        exec(u.remedy, namespace)  # the whole printed remedy: line and comment
+        if u.line.startswith("KeyRule("):
+            rules.append(eval(u.line, namespace))
+    return rules
+
+
+def test_every_suggested_line_runs_as_printed_and_makes_its_key_reach_a_series() -> None:
+    from rlmetrics.check import check_plugins
+    from rlmetrics.keymaps import KeyMap
+    from rlmetrics.plugins import get_plugins
+    from rlmetrics.registry import default_registry
+    from rlmetrics.report.unexported import unexported_keys
+
+    rows = [{"step": 1, "prefix": "train", "metrics": AWKWARD}]
+    missing, tried = unexported_keys(rows)
+    assert tried == len(AWKWARD)
+    assert {u.key for u in missing} == set(AWKWARD)
+    by_key = {u.key: u for u in missing}
+    assert by_key["reward/mean"].line == 'KeyRule("reward/mean", series="rl.reward.mean")'
+    assert by_key["Step_Time_s"].line == (
+        'tee_scalar("Step_Time_s", "rl.step_time", unit="s", description="...")'
+    )
+    rules = _run_suggested(missing)  # raised DeclarationError for reward/mean before
+    assert {r.key for r in rules} == {"reward/mean", "entropy", "learning_rate"}
+    # Every declared series still passes the lint...
+    result = check_plugins(get_plugins(), default_registry().declared())
+    assert result.errors == 0, [f.line() for f in result.findings]
+    # ...and every key now reaches one, through the suggested key-map rules.
+    assert unexported_keys(rows, KeyMap("mine", rules)) == ([], len(AWKWARD))
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_any_keys_suggestion_runs_and_passes_the_lint(key: str) -> None:
+    from rlmetrics.check import check_plugins
+    from rlmetrics.plugins import get_plugins
+    from rlmetrics.registry import default_registry
+    from rlmetrics.report.unexported import Suggestions
+    from rlmetrics.testing import isolated_state
+
+    with isolated_state():
+        offered = Suggestions()("train", key)
+        if offered.line is None:
+            return
+        _run_suggested([offered])
+        result = check_plugins(get_plugins(), default_registry().declared())
+        assert result.errors == 0, [f.line() for f in result.findings]
+        if offered.line.startswith("tee_scalar("):
+            assert default_registry().keys("rl.train") >= {key}
+
+
+def test_a_trl_run_is_checked_through_the_trl_map_found_from_its_rows(tmp_path: Path) -> None:
+    done = run_cli("check", "--run", TRL_RUN)
+    assert done.returncode == 0, done.stdout
+    assert "read through key map 'trl' (found from the run" in done.stdout
+    assert "22 keys it keeps to the backends on purpose are not listed" in done.stdout
+    assert "every one of the 8 keys logged reaches a series" in done.stdout
+    result = json.loads(run_cli("check", "--run", TRL_RUN, "--json").stdout)["run"]
+    assert result["key_map"]["name"] == "trl" and len(result["kept_to_backends"]) == 22
+    assert "rewards/length_reward/std" in result["kept_to_backends"]
+    # Without the hyperparameters row nothing says which trainer wrote the rows: --key-map.
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(
+        "".join(line + "\n" for line in TRL_RUN.read_text().splitlines() if '"kind"' not in line)
+    )
+    assert run_cli("check", "--run", bare).returncode == 1
+    named = run_cli("check", "--run", bare, "--key-map", "trl")
+    assert named.returncode == 0, named.stdout
+    assert "(named with --key-map)" in named.stdout

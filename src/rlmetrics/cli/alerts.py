@@ -6,7 +6,12 @@ loop lag). Load the file with Prometheus' rule_files (rlmetrics stack does); wha
 means and what to do is in docs/operations.md.
 
 --tests DIR writes DIR/rules.yml and DIR/tests.yml: every rule's own examples, firing and
-quiet (at the default thresholds), for `promtool test rules DIR/tests.yml`."""
+quiet (at the default thresholds), for `promtool test rules DIR/tests.yml`.
+
+Nothing is written when something is wrong: a threshold no rule has (--set stall.factr=5) is a
+mistake in the command (exit status 2), a plugin whose rules could not be built is named
+(exit status 1); a rules file without that plugin's rules, or without the threshold asked
+for, would look complete and not be."""
 
 from __future__ import annotations
 
@@ -87,9 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    rules, problems, context = collect_rules(settings_from(args))
+    settings = settings_from(args)
+    rules, problems, context = collect_rules(settings)
     for problem in problems:
         sys.stderr.write(f"rlmetrics alerts: {problem.builder}: {problem.reason}\n")
+    # A threshold no rule asked for is the command's mistake (exit 2, as every command's usage
+    # errors); a builder that failed is a plugin's (exit 1). Either way, nothing is written.
+    status = 2 if set(settings.thresholds) - set(context.thresholds) else 1 if problems else 0
     if args.list or args.json:
         thresholds = sorted(context.thresholds.values(), key=lambda t: t.name)
         if args.json:
@@ -130,7 +139,10 @@ def run(args: argparse.Namespace) -> int:
                 ["threshold", "value", "default", "meaning"],
                 [[t.name, f"{t.value:g}", f"{t.default:g}", t.description] for t in thresholds],
             )
-        return 1 if problems else 0
+        return status
+    if problems:
+        sys.stderr.write("rlmetrics alerts: nothing written\n")
+        return status
     text = rules_yaml(rules)
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -147,4 +159,4 @@ def run(args: argparse.Namespace) -> int:
         )
         (args.tests / "tests.yml").write_text(promtool_tests(tested, "rules.yml"), encoding="utf-8")
         sys.stderr.write(f"promtool tests written: promtool test rules {args.tests}/tests.yml\n")
-    return 1 if problems else 0
+    return 0

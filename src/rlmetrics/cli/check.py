@@ -12,15 +12,19 @@ family (the register_check_exemptions hook) and listed as exempt with --json.
 
 --run RUN.jsonl also tries every key the run logged at a trainer step through the installed
 plugins and lists those no declared series reads (they reach the trackers, never
-OpenTelemetry), each with the line that would declare a series for it; --key-map NAME applies
-the key map the run's Logger used. Exit status 1 when --run finds any."""
+OpenTelemetry), each with the line that would declare a series for it (it runs as printed);
+--key-map NAME applies the key map the run's Logger used (a transformers/TRL run's is found
+from its hyperparameters), and the keys the map keeps to the backends on purpose are not
+listed. Exit status 1 when --run finds any."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from ..check import ERROR, check_plugins
 from ..plugins import load_plugins, normalize
@@ -29,6 +33,7 @@ from ._output import add_format_options, input_problem, print_json
 from .plugins import print_failures
 
 if TYPE_CHECKING:
+    from ..report.keymap import FoundKeyMap
     from ..report.unexported import Unexported
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
@@ -77,22 +82,17 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
     result = check_plugins(plugins, default_registry().declared(), only=args.plugin)
-    unexported: list[Unexported] | None = None
-    tried = 0
+    run_found: _RunFindings | None = None
     if args.run_jsonl is not None:
         found = _unexported(args.run_jsonl, args.key_map)
         if isinstance(found, str):
             sys.stderr.write(f"rlmetrics check: {found}\n")
             return 2
-        unexported, tried = found
+        run_found = found
     if args.json:
         document = result.as_dict()
-        if unexported is not None:
-            document["run"] = {
-                "path": str(args.run_jsonl),
-                "keys_tried": tried,
-                "unexported": [u.as_dict() for u in unexported],
-            }
+        if run_found is not None:
+            document["run"] = run_found.as_dict(args.run_jsonl)
         print_json(document)
     else:
         for finding in result.findings:
@@ -102,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
             f"{result.warnings} warnings, {len(result.exempt)} exempt; "
             f"{len(result.key_maps)} key maps checked\n"
         )
-        if unexported is not None:
-            _print_unexported(args.run_jsonl, unexported, tried)
+        if run_found is not None:
+            _print_unexported(args.run_jsonl, run_found)
         only = None if args.plugin is None else normalize(args.plugin)
         print_failures(
             [
@@ -114,26 +114,59 @@ def run(args: argparse.Namespace) -> int:
             ],
             args.verbose,
         )
-    failed = any(f.severity == ERROR for f in result.findings) or bool(unexported)
+    failed = any(f.severity == ERROR for f in result.findings) or bool(
+        run_found is not None and run_found.unexported
+    )
     return 1 if failed else 0
 
 
-def _unexported(path: Path, key_map: str | None) -> tuple[list[Unexported], int] | str:
+def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
     """The run's keys no series reads, or what is wrong with the arguments."""
-    from ..backends.jsonl import SkippedLines, read_jsonl
-    from ..report.unexported import unexported_keys
+    from ..backends.jsonl import HYPERPARAMS_KIND, SkippedLines, read_jsonl
+    from ..report.keymap import found_key_map
+    from ..report.unexported import kept_to_backends, unexported_keys
 
     problem = input_problem(path)
     if problem is not None:
         return problem
     try:
-        rows = list(read_jsonl(path, skipped=SkippedLines()))
-        return unexported_keys(rows, key_map)
+        rows = list(read_jsonl(path, every_row=True, skipped=SkippedLines()))
+        hyperparams: dict[str, Any] = {}
+        for row in rows:
+            if row.get("kind") == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):
+                hyperparams.update(row["hyperparams"])
+        found = found_key_map(hyperparams, key_map)
+        missing, tried = unexported_keys(rows, None if found is None else found.name)
+        kept = [] if found is None else kept_to_backends(rows, found.name)
+        return _RunFindings(missing, tried, found, kept)
     except (KeyError, ValueError) as exc:  # an unknown key map
         return str(exc.args[0] if exc.args else exc)
 
 
-def _print_unexported(path: Path, unexported: list[Unexported], tried: int) -> None:
+@attrs.frozen
+class _RunFindings:
+    unexported: list[Unexported]
+    tried: int
+    key_map: FoundKeyMap | None
+    kept: list[str]
+
+    def as_dict(self, path: Path) -> dict[str, Any]:
+        return {
+            "path": str(path),
+            "keys_tried": self.tried,
+            "key_map": None if self.key_map is None else self.key_map.as_dict(),
+            "kept_to_backends": self.kept,
+            "unexported": [u.as_dict() for u in self.unexported],
+        }
+
+
+def _print_unexported(path: Path, found: _RunFindings) -> None:
+    if found.key_map is not None:
+        sys.stdout.write(
+            f"{path}: read through key map {found.key_map.name!r} ({found.key_map.how}); "
+            f"{len(found.kept)} keys it keeps to the backends on purpose are not listed\n"
+        )
+    unexported, tried = found.unexported, found.tried
     if not unexported:
         sys.stdout.write(f"{path}: every one of the {tried} keys logged reaches a series\n")
         return

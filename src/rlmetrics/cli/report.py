@@ -5,8 +5,10 @@ and failures, rollout-checkpoint latencies and outcomes. A torn last line is ski
 
 A file may hold several runs (every row carries its run id): each is reported on its own, or the
 one --run names; steps a run logged more than once (a resumed run that went back to its
-checkpoint) are named. The run's hyperparameters and its latest samples (the samples file beside
-the JSONL) are shown.
+checkpoint) are named, each shown as its last attempt logged it. A run is read through the
+key map its trainer applied (--key-map NAME; a transformers/TRL run's is found from its
+hyperparameters), so TRL's kl is the report's KL. The run's hyperparameters and its latest
+samples (the samples file beside the JSONL) are shown.
 
 --steps A:B (or --tail N) reports those steps only; a long run's per-step table shows its
 first and last steps and their mean (--table-rows N, --json for every step).
@@ -50,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="run_id",
         metavar="RUN_ID",
         help="report only this run (a file may hold several; each is reported by default)",
+    )
+    parser.add_argument(
+        "--key-map",
+        metavar="NAME",
+        help="read the run through this key map (Logger(key_map=NAME)); a transformers/TRL "
+        "run is read through 'trl' without it",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
@@ -182,8 +190,15 @@ def run(args: argparse.Namespace) -> int:
     skipped = SkippedLines()
     selection = args.steps or args.tail
     try:
-        reports = read_reports(args.jsonl, args.run_id, skipped, steps=selection, keys=args.keys)
-    except (RunNotFound, UnknownKeys) as exc:
+        reports = read_reports(
+            args.jsonl,
+            args.run_id,
+            skipped,
+            steps=selection,
+            keys=args.keys,
+            key_map=args.key_map,
+        )
+    except (RunNotFound, UnknownKeys, ValueError) as exc:  # ValueError: an unknown key map
         sys.stderr.write(f"rlmetrics report: {exc.args[0]}\n")
         return 2
     if skipped.count:
@@ -192,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
         if report.repeated_steps:
             sys.stderr.write(
                 f"rlmetrics report: warning: run {report.run_id} logged steps "
-                f"{list(report.repeated_steps)[:10]} more than once; the later values are shown\n"
+                f"{list(report.repeated_steps)[:10]} again after going back (a resumed run); "
+                "each is shown as the last attempt logged it\n"
             )
     report = reports[-1]
     traces = comparison = None

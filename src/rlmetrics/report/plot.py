@@ -16,6 +16,8 @@ from typing import Any
 from .summary import RunReport
 
 __all__ = [
+    "DISTINCT_COLORS",
+    "HEADROOM",
     "INSTALL_HINT",
     "MAX_COLUMNS",
     "PLOT_DPI",
@@ -25,7 +27,9 @@ __all__ = [
     "destination_problem",
     "panels",
     "plot_report",
+    "report_figure",
     "supported_formats",
+    "title",
 ]
 
 INSTALL_HINT = "pip install 'rlmetrics[report]'"
@@ -119,6 +123,20 @@ def plot_report(report: RunReport, path: str | os.PathLike[str]) -> list[str]:
     names) with the panels the run has data for; returns their names. Raises
     :class:`NothingToPlot` when there are none."""
     chosen = panels(report)
+    plt = _pyplot()
+    figure = report_figure(report)
+    try:
+        figure.savefig(path, dpi=PLOT_DPI)
+    finally:
+        plt.close(figure)
+    return [name for name, _ in chosen]
+
+
+def report_figure(report: RunReport) -> Any:
+    """The report's picture as a matplotlib figure (the caller closes it:
+    ``matplotlib.pyplot.close(figure)``). Raises :class:`NothingToPlot` when no panel has
+    data."""
+    chosen = panels(report)
     if not chosen:
         raise NothingToPlot(
             "the run logged nothing to draw (no efficiency/* keys, reward, kl_penalty or loss "
@@ -140,14 +158,35 @@ def plot_report(report: RunReport, path: str | os.PathLike[str]) -> list[str]:
             # The last panel takes what its row leaves (a lone checkpoints panel: the width).
             last = column + 1 if index < len(small) - 1 else columns
             draw(figure.add_subplot(grid[row + wide, column:last]), report)
-        title = os.path.basename(report.source) if report.source else "run"
-        shown = f" ({report.selection})" if report.selection else ""
-        figure.suptitle(f"rlmetrics report: {title}{shown}", fontsize=13)
+        figure.suptitle(title(report), fontsize=13)
         figure.tight_layout()
-        figure.savefig(path, dpi=PLOT_DPI)
-    finally:
+    except Exception:
         plt.close(figure)
-    return [name for name, _ in chosen]
+        raise
+    return figure
+
+
+def title(report: RunReport) -> str:
+    """The picture's title: the run's id (a file may hold several runs) and its file."""
+    source = os.path.basename(report.source) if report.source else ""
+    run = f"run {report.run_id}" if report.run_id else ""
+    named = f"{run} ({source})" if run and source else run or source or "run"
+    shown = f", {report.selection}" if report.selection else ""
+    return f"rlmetrics report: {named}{shown}"
+
+
+def _integer_steps(axes: Any, steps: Sequence[int]) -> None:
+    """Steps are whole numbers: ticks only on them, the axis from the first logged step to
+    the last (no slot for a step the run never logged, such as 0)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if steps:
+        axes.set_xlim(min(steps) - 0.6, max(steps) + 0.6)
+
+
+#: Headroom above the tallest bar, as a share of it: no bar touches the frame.
+HEADROOM = 0.08
 
 
 def _goodput(axes: Any, report: RunReport) -> None:
@@ -164,6 +203,8 @@ def _goodput(axes: Any, report: RunReport) -> None:
         values = [s["idle_s"].get(category, 0.0) for s in steps]
         axes.bar(x, values, bottom=bottom, color=colors[index % len(colors)], label=category)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    axes.set_ylim(0, max(bottom, default=0.0) * (1 + HEADROOM) or 1.0)
+    _integer_steps(axes, x)
     axes.set_xlabel("step")
     axes.set_ylabel("seconds")
     share = axes.twinx()
@@ -194,6 +235,7 @@ def _line(axes: Any, report: RunReport, key: str) -> None:
 def _draw_line(axes: Any, title: str, points: Sequence[tuple[int, float]]) -> None:
     axes.set_title(title)
     axes.plot([p[0] for p in points], [p[1] for p in points], color="#3b6ea8", marker=".")
+    _integer_steps(axes, [p[0] for p in points])
     axes.set_xlabel("step")
     axes.grid(alpha=0.3)
 
@@ -233,9 +275,31 @@ def _checkpoints(axes: Any, report: RunReport) -> None:
     axes.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
 
 
-def plt_colors(count: int) -> list[Any]:
-    """``count`` distinct colours from matplotlib's tab20."""
-    from matplotlib import colormaps
+#: Colours for categories a legend must tell apart: matplotlib's tab10, then eight more
+#: chosen far from it and from each other (tab20's neighbours are a light and a dark shade of
+#: one hue). Any two are at least 0.24 apart in RGB (0-1 per channel).
+DISTINCT_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#1b1464",
+    "#7cfc00",
+    "#000000",
+    "#ffd700",
+    "#008080",
+    "#800000",
+    "#ff00ff",
+    "#a0a0ff",
+)
 
-    cmap = colormaps["tab20"]
-    return [cmap(i % 20) for i in range(count)]
+
+def plt_colors(count: int) -> list[str]:
+    """``count`` colours from :data:`DISTINCT_COLORS` (repeating past 18)."""
+    return [DISTINCT_COLORS[i % len(DISTINCT_COLORS)] for i in range(count)]

@@ -1,12 +1,17 @@
 """One JSONL file, several runs: the rows split by run id, each run with its configuration,
-its latest samples and the steps it logged more than once.
+its latest samples, the steps it logged again after going back, and the key map that reads it.
 
 Every row the JSONL backend writes carries ``run_id``; a file appended to by several runs (or by
 one run and its resumed continuation, which shares its id) is split here, in the order the runs
 first appear. Rows without a run id (files written before rlmetrics 0.3) are one run whose id is
-None. Within a run, a trainer step logged twice under the same prefix is a repeat: a resumed
-run that went back to its last checkpoint logs the steps after it again. The report keeps the
-later values and says which steps repeated.
+None.
+
+A run is one or more attempts: a ``resume`` row starts the next, and so does a step logged under
+a prefix below the latest step that prefix reached (a run that went back to its checkpoint).
+Rows at one step of one attempt are one step (a trainer that logs its end-of-training summary
+at the last step adds to that step; it does not repeat it). A step two attempts logged is a
+repeat: the report shows it as the last attempt logged it, never a mix of the two, and says
+which steps repeated.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ..backends.jsonl import (
     read_jsonl,
     samples_path,
 )
-from ..events import TRAIN_PREFIXES
+from .keymap import RunKeys, found_key_map
 from .regressions import find_regressions
 from .select import StepSelection, choose, is_step_row, numeric_series
 from .summary import RunReport, build_report
@@ -46,8 +51,42 @@ class _Run:
     rows: list[dict[str, Any]] = attrs.Factory(list)
     hyperparams: dict[str, Any] = attrs.Factory(dict)
     resumed: int = 0
-    seen: set[tuple[str, int]] = attrs.Factory(set)
     repeated: set[int] = attrs.Factory(set)
+    #: The attempt each row of ``rows`` belongs to (a resume or a step back starts the next).
+    attempts: list[int] = attrs.Factory(list)
+    attempt: int = 0
+    #: In the current attempt: the latest step each prefix logged.
+    latest: dict[str, int] = attrs.Factory(dict)
+    #: The attempt that last logged each step.
+    last_attempt: dict[int, int] = attrs.Factory(dict)
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        if is_step_row(row):
+            step, prefix = row["step"], row.get("prefix", "")
+            if step < self.latest.get(prefix, step):
+                self._next_attempt()
+            self.latest[prefix] = step
+            if self.last_attempt.get(step, self.attempt) != self.attempt:
+                self.repeated.add(step)
+            self.last_attempt[step] = self.attempt
+        self.rows.append(dict(row))
+        self.attempts.append(self.attempt)
+
+    def _next_attempt(self) -> None:
+        self.attempt += 1
+        self.latest = {}
+
+    def resume(self) -> None:
+        self.resumed += 1
+        self._next_attempt()
+
+    def shown_rows(self) -> list[dict[str, Any]]:
+        """The rows without the step rows an attempt logged that a later one logged again."""
+        return [
+            row
+            for row, attempt in zip(self.rows, self.attempts, strict=True)
+            if not is_step_row(row) or self.last_attempt[row["step"]] == attempt
+        ]
 
 
 def split_runs(rows: Iterable[Mapping[str, Any]]) -> dict[str | None, _Run]:
@@ -60,14 +99,9 @@ def split_runs(rows: Iterable[Mapping[str, Any]]) -> dict[str | None, _Run]:
         if kind == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), Mapping):
             run.hyperparams.update(row["hyperparams"])
         elif kind == RESUME_KIND:
-            run.resumed += 1
+            run.resume()
         elif kind is None:
-            run.rows.append(dict(row))
-            step, prefix = row.get("step"), row.get("prefix", "")
-            if prefix in TRAIN_PREFIXES and isinstance(step, int):
-                if (prefix, step) in run.seen:
-                    run.repeated.add(step)
-                run.seen.add((prefix, step))
+            run.add(row)
     return runs
 
 
@@ -110,6 +144,7 @@ def read_reports(
     *,
     steps: StepSelection | None = None,
     keys: Sequence[str] | None = None,
+    key_map: str | None = None,
 ) -> list[RunReport]:
     """The report of every run in the JSONL at ``path`` (or of the one ``run`` names), each
     with its configuration, its latest samples (from the samples file beside it) and its
@@ -117,7 +152,9 @@ def read_reports(
 
     ``steps`` limits each report to those steps (its regressions are still judged on the
     whole run); ``keys`` adds those series (:class:`~.select.UnknownKeys` names any a run did
-    not log). Lines that are no row are counted into ``skipped`` (each report's
+    not log). Each run is read through ``key_map`` (a key map's name), else through the map
+    its rows show its trainer applied (:func:`~.keymap.found_key_map`); an unknown name raises
+    ``ValueError``. Lines that are no row are counted into ``skipped`` (each report's
     ``skipped_lines``); without it, one warning says how many and names the first few."""
     path = Path(path)
     bad = SkippedLines() if skipped is None else skipped
@@ -131,16 +168,22 @@ def read_reports(
             raise RunNotFound(f"{path} holds no run {run!r} (runs: {held})")
         runs = {run: runs[run]}
     samples = _samples(samples_path(path))
+    readers: dict[str, RunKeys] = {}
     reports = []
     for run_id, found in runs.items():
-        shown = found.rows if steps is None else steps.apply(found.rows)
+        read = found_key_map(found.hyperparams, key_map)
+        rows = found.shown_rows()
+        if read is not None:
+            reader = readers.get(read.name) or readers.setdefault(read.name, RunKeys(read.name))
+            rows = reader.rows(rows)
+        shown = rows if steps is None else steps.apply(rows)
         report = build_report(shown, source=str(path), skipped=bad.count)
         if steps is not None:
             report = attrs.evolve(
                 report,
                 selection=steps.describe(),
-                steps_logged=len({r["step"] for r in found.rows if is_step_row(r)}),
-                regressions=find_regressions(found.rows).as_dict(),
+                steps_logged=len({r["step"] for r in rows if is_step_row(r)}),
+                regressions=find_regressions(rows).as_dict(),
             )
         reports.append(
             attrs.evolve(
@@ -151,6 +194,7 @@ def read_reports(
                 hyperparams=found.hyperparams or None,
                 samples=samples.get(run_id),
                 series=None if keys is None else choose(keys, numeric_series(shown)),
+                key_map=None if read is None else read.as_dict(),
             )
         )
     return reports

@@ -100,6 +100,8 @@ class RunReport:
     steps_logged: int | None = None
     #: The series ``--keys`` chose, ``{key: [[step, value], ...]}``, in the order named.
     series: dict[str, list[tuple[int, float]]] | None = None
+    #: The key map the run was read through, and how it was chosen (``.keymap``).
+    key_map: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(

@@ -23,6 +23,11 @@ def _s(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _g(value: float | None) -> str:
+    """Four significant digits: a KL of 3e-08 is not 0.0000."""
+    return "-" if value is None else f"{value:.4g}"
+
+
 def _seconds(values: Mapping[str, float]) -> str:
     return ", ".join(f"{k} {v:.1f}s" for k, v in sorted(values.items())) or "none"
 
@@ -85,18 +90,20 @@ def render_runs(reports: Sequence[RunReport], table_rows: int = TABLE_ROWS) -> s
 
 
 def _identity(report: RunReport) -> list[str]:
-    if report.run_id is None and not report.resumed and not report.repeated_steps:
-        return []
-    lines = [
-        f"Run {report.run_id}"
-        + (f", resumed {report.resumed} time(s)" if report.resumed else "")
-        + f": {len(report.steps)} steps"
-    ]
+    lines = []
+    if report.run_id is not None or report.resumed or report.repeated_steps:
+        lines.append(
+            f"Run {report.run_id}"
+            + (f", resumed {report.resumed} time(s)" if report.resumed else "")
+            + f": {len(report.steps)} steps"
+        )
     if report.repeated_steps:
         lines.append(
-            f"  warning: steps {_steps_list(report.repeated_steps)} were logged more than once "
-            "(a resumed run that went back to its checkpoint?); the later values are shown"
+            f"  warning: steps {_steps_list(report.repeated_steps)} were logged again after "
+            "the run went back (a resumed run); each is shown as the last attempt logged it"
         )
+    if report.key_map is not None:
+        lines.append(f"Read through key map {report.key_map['name']!r} ({report.key_map['how']})")
     return lines
 
 
@@ -186,8 +193,8 @@ def _steps(report: RunReport, table_rows: int = TABLE_ROWS) -> list[str]:
                 for c in categories
             ],
             _s(s.get("reward"), 3),
-            _s(s.get("kl"), 4),
-            _s(s.get("loss"), 4),
+            _g(s.get("kl")),
+            _g(s.get("loss")),
         ]
 
     steps = report.steps

@@ -1,0 +1,68 @@
+"""``rlmetrics alerts`` writes nothing when something is wrong (issue 32, "the first hour"):
+a misspelt threshold left the default in a rules file that looked complete, and said "11
+alerting rules written"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tools_support import run_cli
+
+import rlmetrics
+from rlmetrics.cli import main
+from rlmetrics.plugins import register
+
+
+@pytest.mark.parametrize(
+    "where",
+    [("-o", "j.yml"), ("--tests", "unit"), ("-o", "j.yml", "--tests", "unit"), ()],
+    ids=["output", "tests", "both", "stdout"],
+)
+def test_a_threshold_no_rule_has_writes_nothing_and_exits_2(
+    tmp_path: Path, where: tuple[str, ...]
+) -> None:
+    args = [str(tmp_path / part) if not part.startswith("-") else part for part in where]
+    done = run_cli("alerts", "--set", "stall.factr=5", *args)
+    assert done.returncode == 2, done.stderr
+    assert "stall.factr" in done.stderr and "stall.factor" in done.stderr  # the known ones
+    assert "nothing written" in done.stderr and "rules written" not in done.stderr
+    assert done.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_threshold_no_rule_has_in_a_listing_exits_2() -> None:
+    done = run_cli("alerts", "--set", "stall.factr=5", "--list")
+    assert done.returncode == 2 and "stall.factr" in done.stderr
+
+
+def test_a_malformed_setting_is_a_usage_error_before_anything_is_written(tmp_path: Path) -> None:
+    done = run_cli("alerts", "--set", "stall.factor", "-o", tmp_path / "j.yml")
+    assert done.returncode == 2 and "NAME=NUMBER" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_plugin_whose_rules_fail_is_named_and_nothing_is_written(
+    tmp_path: Path, capsys: Any
+) -> None:
+    class Broken:
+        @rlmetrics.hookimpl
+        def register_alert_rules(self, register: Any) -> None:
+            register(lambda context: ["not a rule"])
+
+    register(Broken(), "broken-alerts")
+    status = main(["alerts", "-o", str(tmp_path / "j.yml"), "--tests", str(tmp_path / "unit")])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert "not an AlertRule" in err and "nothing written" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_good_settings_still_write_the_rules(tmp_path: Path) -> None:
+    done = run_cli("alerts", "--set", "stall.factor=5", "-o", tmp_path / "j.yml")
+    assert done.returncode == 0, done.stderr
+    assert "alerting rules written" in done.stderr
+    default = run_cli("alerts")
+    assert default.returncode == 0 and default.stdout
+    assert (tmp_path / "j.yml").read_text() != default.stdout  # the threshold is in it
