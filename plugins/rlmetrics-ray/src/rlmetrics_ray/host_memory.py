@@ -26,6 +26,7 @@ from typing import Any
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec
+from rlmetrics.spec import MAX
 
 from .config import _set_active, active_monitor, settings
 from .exposition import SOURCES
@@ -70,6 +71,7 @@ rlmetrics.declare(
             attributes=_ATTRIBUTES,
             max_series=MAX_HOSTS,
             callback=lambda: observe_used(),
+            reduce=MAX,
         ),
         MetricSpec(
             TOTAL,
@@ -79,6 +81,7 @@ rlmetrics.declare(
             attributes=_ATTRIBUTES,
             max_series=MAX_HOSTS,
             callback=lambda: observe_total(),
+            reduce=MAX,
         ),
     ],
     on_use=True,
