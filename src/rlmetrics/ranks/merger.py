@@ -25,6 +25,7 @@ goes on.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import socket
 import time
@@ -64,6 +65,7 @@ DEFAULT_RAW_PATH = "rlmetrics.rank{rank}.jsonl"
 _MASK_BITS = 52
 #: Header: the table's fingerprint, whether this rank needs a new table, the step.
 _HEADER = 3
+_HEADER_OF = operator.itemgetter(0, 1)
 
 
 class Collective(Protocol):
@@ -268,7 +270,8 @@ class RankMerger:
             row.extend([0.0] * (table.words + len(table.keys)))
         self.exchanges["packed"] += 1
         rows = self.collective.all_gather(row)
-        if all(r[0] == table.fingerprint and r[1] == 0.0 for r in rows):
+        # Every rank packed against this table (itemgetter: the 1,024-rank check in C).
+        if set(map(_HEADER_OF, rows)) == {(table.fingerprint, 0.0)}:
             if not self.logs:
                 return None
             return merge_columns(table.columns, _unpack(rows, table))
@@ -303,23 +306,28 @@ class RankMerger:
         return Column(key, reduction.kind, weight)
 
 
-def _unpack(rows: Sequence[Sequence[float]], table: _Table) -> dict[str, list[float | None]]:
-    """``{key: [value or None per rank]}`` from the packed rows."""
-    words = table.words
-    columns: dict[str, list[float | None]] = {key: [] for key in table.keys}
-    lists = [columns[key] for key in table.keys]
+def _unpack(rows: Sequence[Sequence[float]], table: _Table) -> dict[str, Sequence[float | None]]:
+    """``{key: [value or None per rank]}`` from the packed rows: transposed in C, then the
+    few absences a mask marks set to None (only the missing bits are visited)."""
+    words, width = table.words, len(table.keys)
+    if not width:
+        return {}
     start = _HEADER + words
-    for row in rows:
-        masks = [int(w) for w in row[_HEADER:start]]
-        full = all(m == (1 << _MASK_BITS) - 1 for m in masks[:-1]) and (
-            not masks or masks[-1] == (1 << (len(table.keys) - (words - 1) * _MASK_BITS)) - 1
-        )
-        values = row[start:]
-        if full:
-            for column, value in zip(lists, values, strict=True):
-                column.append(value)
-        else:
-            for i, column in enumerate(lists):
-                present = masks[i // _MASK_BITS] >> (i % _MASK_BITS) & 1
-                column.append(values[i] if present else None)
-    return columns
+    last = width - (words - 1) * _MASK_BITS
+    full = [(1 << _MASK_BITS) - 1] * (words - 1) + [(1 << last) - 1]
+    full_row = [float(word) for word in full]
+    columns: list[Sequence[float | None]] = list(zip(*(row[start:] for row in rows), strict=True))
+    for rank, masks in enumerate(map(operator.itemgetter(slice(_HEADER, start)), rows)):
+        if masks == full_row:
+            continue
+        for word, (mask, every) in enumerate(zip(masks, full, strict=True)):
+            missing = every & ~int(mask)
+            while missing:
+                low = missing & -missing
+                i = word * _MASK_BITS + low.bit_length() - 1
+                column = columns[i]
+                if type(column) is tuple:  # a column with an absence becomes a list, once
+                    column = columns[i] = list(column)
+                column[rank] = None  # type: ignore[index]
+                missing ^= low
+    return dict(zip(table.keys, columns, strict=True))

@@ -92,16 +92,26 @@ class Merged:
 
 def _finite(
     column: Sequence[float | None], key: str, dropped: list[tuple[int, str]]
-) -> list[tuple[int, float]]:
-    out = []
+) -> tuple[list[int] | None, list[float]]:
+    """The ranks (None: every rank, in order) and their finite values; a value that is not
+    finite is named in ``dropped``. The common column (every rank, every value finite) is
+    found in C: its exact sum is finite (None in it raises)."""
+    try:
+        total = math.fsum(column)  # type: ignore[arg-type]
+    except (TypeError, OverflowError, ValueError):  # an absence; a finite overflow; inf - inf
+        total = math.nan
+    if total - total == 0:
+        return None, list(column)  # type: ignore[arg-type]
+    ranks, values = [], []
     for rank, value in enumerate(column):
         if value is None:
             continue
         if value - value == 0:  # finite: NaN and infinities fail it
-            out.append((rank, value))
+            ranks.append(rank)
+            values.append(value)
         else:
             dropped.append((rank, key))
-    return out
+    return ranks, values
 
 
 def merge_columns(
@@ -117,45 +127,48 @@ def merge_columns(
     """
     merged = Merged()
     dropped = merged.dropped
+    out = merged.values
     for column in columns:
         key, kind = column.key, column.kind
-        found = _finite(values[key], key, dropped)
+        ranks, found = _finite(values[key], key, dropped)
         if not found:
             continue
         if kind is Reduce.SUM:
-            merged.values[key] = math.fsum(v for _, v in found)
+            out[key] = math.fsum(found)
         elif kind is Reduce.MEAN:
-            merged.values[key] = math.fsum(v for _, v in found) / len(found)
+            out[key] = math.fsum(found) / len(found)
         elif kind is Reduce.MIN:
-            merged.values[key] = min(v for _, v in found)
+            out[key] = min(found)
         elif kind is Reduce.MAX:
-            merged.values[key] = max(v for _, v in found)
+            out[key] = max(found)
         elif kind is Reduce.LAST:
-            merged.values[key] = found[-1][1]
+            out[key] = found[-1]
         elif kind is Reduce.WEIGHTED_MEAN:
-            merged.values[key] = _weighted(column, found, values, merged)
+            every = range(len(found)) if ranks is None else ranks
+            out[key] = _weighted(column, list(every), found, values, merged)
         else:  # straggler
-            seconds = [v for _, v in found]
-            slowest = max(seconds)
-            mean = math.fsum(seconds) / len(seconds)
-            rank = next(r for r, v in found if v == slowest)
-            merged.values[key] = slowest
+            slowest = max(found)
+            mean = math.fsum(found) / len(found)
+            at = found.index(slowest)
+            rank = at if ranks is None else ranks[at]
+            out[key] = slowest
             merged.stragglers[key] = Straggler(
-                min(seconds), mean, slowest, rank, slowest / mean if mean > 0 else None
+                min(found), mean, slowest, rank, slowest / mean if mean > 0 else None
             )
     return merged
 
 
 def _weighted(
     column: Column,
-    found: list[tuple[int, float]],
+    ranks: list[int],
+    found: list[float],
     values: Mapping[str, Sequence[float | None]],
     merged: Merged,
 ) -> float:
     weights = values.get(column.weight) if column.weight is not None else None
     pairs: list[tuple[float, float]] = []
     if weights is not None:
-        for rank, value in found:
+        for rank, value in zip(ranks, found, strict=True):
             weight = weights[rank]
             if weight is None or weight - weight != 0 or weight < 0:
                 pairs = []
@@ -164,5 +177,5 @@ def _weighted(
     total = math.fsum(w for _, w in pairs)
     if not pairs or total <= 0:
         merged.unweighted.append(column.key)
-        return math.fsum(v for _, v in found) / len(found)
+        return math.fsum(found) / len(found)
     return math.fsum(v * w for v, w in pairs) / total
