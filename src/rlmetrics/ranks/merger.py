@@ -195,6 +195,9 @@ class RankMerger:
             warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
         numbers: dict[str, float] = {}
         for key, value in flat.items():
+            if type(value) is float:  # the common value, without a call
+                numbers[key] = value
+                continue
             number = as_real(value)
             if number is not None and type(key) is str:
                 try:
@@ -255,7 +258,7 @@ class RankMerger:
     def _exchange(self, numbers: Mapping[str, float], step: int, prefix: str) -> Merged | None:
         table = self._tables.get(prefix, _EMPTY)
         index = table.index
-        fits = all(key in index for key in numbers)
+        fits = numbers.keys() <= index.keys()
         row = [table.fingerprint, 0.0 if fits else 1.0, float(step)]
         if fits:
             mask = [0] * table.words
