@@ -312,7 +312,7 @@ class Logger:
         try:
             metrics = summary.to_metrics()
             if self._ranks is not None:
-                merged = self._ranks.merge(metrics, step, "")
+                merged = self._ranks.merge(metrics, step, "", stream="efficiency-summary")
                 if merged is None:
                     if self._ranks.export_own:
                         hooks().on_efficiency_summary(summary, step)

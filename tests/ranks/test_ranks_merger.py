@@ -15,6 +15,7 @@ import pytest
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.events import EfficiencySummary
 from rlmetrics.ranks import RankMerger
 from rlmetrics.spec import MAX, SUM
 
@@ -85,6 +86,26 @@ def test_the_steady_state_is_one_packed_collective_and_a_new_key_one_exchange_mo
     assert [r["a"] for r in results[0]] == [1.0, 2.0, 3.0, 4.0]  # mean of rank + k
     assert results[0][3]["c"] == 6.0
     assert all(r is None for rank in results[1:] for r in rank)
+
+
+def test_two_shapes_under_one_prefix_keep_a_table_each() -> None:
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+    mergers = [RankMerger(ThreadCollective(shared, rank), raw_path=None) for rank in range(WORLD)]
+
+    def rank_loop(rank: int) -> None:
+        for step in range(4):
+            mergers[rank].merge({"loss": 1.0 + rank}, step, "")
+            mergers[rank].merge(
+                {"efficiency/generation_s": 2.0 + rank}, step, "", stream="efficiency-summary"
+            )
+
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert mergers[0].exchanges == {"packed": 8, "objects": 2}
+    assert mergers[0].stragglers["efficiency/generation_s"].slowest_rank == WORLD - 1
 
 
 def test_absences_travel_in_the_mask_past_one_mask_word() -> None:
@@ -167,6 +188,33 @@ def test_a_logger_on_rank_0_writes_the_run_s_row_and_each_rank_its_raw_rows(
             (rank, 1, 0.5 * rank),
         ]
         assert all(r["run_id"] == "r1" and r["host"] for r in raw)
+
+
+def test_the_efficiency_summary_merges_its_phases_as_stragglers(tmp_path: Path) -> None:
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        merger = RankMerger(ThreadCollective(shared, rank), raw_path=None)
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}},
+            ranks=merger,
+            run_id="r1",
+        )
+        summary = EfficiencySummary(seconds={"generation": 1.0 + rank}, step_wall_time_s=2.0 + rank)
+        logger.log_efficiency_summary(summary, step=0)
+        logger.finish()
+
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    (row,) = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
+    metrics = row["metrics"]
+    wall = "efficiency/step_wall_time_s"
+    assert metrics[wall] == 2.0 + WORLD - 1  # the step waits for its slowest rank
+    assert metrics[wall + "/slowest_rank"] == WORLD - 1
+    assert metrics[wall + "/rank_min"] == 2.0
 
 
 def test_an_unknown_ranks_value_is_a_mistake() -> None:

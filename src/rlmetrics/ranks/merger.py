@@ -185,9 +185,15 @@ class RankMerger:
 
     # -- one step ---------------------------------------------------------------------
 
-    def merge(self, flat: Mapping[str, Any], step: int, prefix: str) -> dict[str, Any] | None:
+    def merge(
+        self, flat: Mapping[str, Any], step: int, prefix: str, stream: str | None = None
+    ) -> dict[str, Any] | None:
         """The run-level dict on rank 0, None on the other ranks. Never raises: a failed
-        exchange is said once and rank 0 gets its own values."""
+        exchange is said once and rank 0 gets its own values.
+
+        The ranks agree on one key table per ``stream`` (default: the prefix): dicts of other
+        shapes logged under one prefix (the efficiency summary's beside a loop's own) keep a
+        table each, so alternating them costs no exchange."""
         try:
             if self._rows is not None:
                 self._rows.log_metrics(flat, step, prefix)
@@ -206,7 +212,7 @@ class RankMerger:
                     continue
         if self.broken is None:
             try:
-                merged = self._exchange(numbers, step, prefix)
+                merged = self._exchange(numbers, step, prefix if stream is None else stream)
             except Exception as exc:
                 self.broken = f"{type(exc).__name__}: {exc}"
                 warn_once(
@@ -255,8 +261,8 @@ class RankMerger:
             record(STRAGGLER_GROUP, values, {PHASE_ATTR: key})
         return out
 
-    def _exchange(self, numbers: Mapping[str, float], step: int, prefix: str) -> Merged | None:
-        table = self._tables.get(prefix, _EMPTY)
+    def _exchange(self, numbers: Mapping[str, float], step: int, stream: str) -> Merged | None:
+        table = self._tables.get(stream, _EMPTY)
         index = table.index
         fits = numbers.keys() <= index.keys()
         row = [table.fingerprint, 0.0 if fits else 1.0, float(step)]
@@ -285,7 +291,7 @@ class RankMerger:
         keys = sorted({key for d in dicts for key in d})
         self._read_declarations()
         columns = [self._column(key) for key in keys]
-        self._tables[prefix] = _Table(keys, columns)
+        self._tables[stream] = _Table(keys, columns)
         if not self.logs:
             return None
         return merge_columns(columns, {key: [d.get(key) for d in dicts] for key in keys})
