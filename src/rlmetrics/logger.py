@@ -287,6 +287,7 @@ class Logger:
                 own, flat = flat, self._ranks.merge(flat, step, prefix)  # type: ignore[assignment]
                 if flat is None:  # not the logging rank: its tee only, if asked
                     if self._ranks.export_own:
+                        own = own if self._key_map is None else self._key_map.tee(own, prefix)
                         hooks().log_metrics(own, step, prefix)
                     return
             taken = routing.take(prefix, flat, hooks().wanted)

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 import rlmetrics
+from rlmetrics import hookimpl
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.events import EfficiencySummary
+from rlmetrics.plugins import register
 from rlmetrics.ranks import RankMerger
 from rlmetrics.spec import MAX, SUM
 
@@ -215,6 +217,31 @@ def test_the_efficiency_summary_merges_its_phases_as_stragglers(tmp_path: Path) 
     assert metrics[wall] == 2.0 + WORLD - 1  # the step waits for its slowest rank
     assert metrics[wall + "/slowest_rank"] == WORLD - 1
     assert metrics[wall + "/rank_min"] == 2.0
+
+
+def test_other_ranks_tee_their_own_values_only_when_asked() -> None:
+    teed: list[tuple[str, dict[str, Any]]] = []
+
+    class Capture:
+        @hookimpl
+        def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+            teed.append((threading.current_thread().name, dict(metrics)))
+
+    register(Capture(), "capture")
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        merger = RankMerger(ThreadCollective(shared, rank), raw_path=None, export_own=rank == 1)
+        logger = rlmetrics.Logger(backends={}, ranks=merger, run_id="r1")
+        logger.log_metrics({"loss": float(rank**2)}, step=0)
+        logger.finish()
+
+    threads = [threading.Thread(target=rank_loop, args=(r,), name=f"rank{r}") for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(teed) == [("rank0", {"loss": 5 / 3}), ("rank1", {"loss": 1.0})]
 
 
 def test_an_unknown_ranks_value_is_a_mistake() -> None:
