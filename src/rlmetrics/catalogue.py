@@ -41,8 +41,8 @@ def _attributes(item: Declared) -> str:
 def metrics_table(declared: Sequence[Declared], modules: Iterable[str]) -> str:
     """A markdown table of what ``modules`` declare, module by module, in declaration order."""
     lines = [
-        "| Metric | Kind | Unit | Attributes | Logger key | Description |",
-        "|---|---|---|---|---|---|",
+        "| Metric | Kind | Unit | Attributes | Logger key | Across ranks | Description |",
+        "|---|---|---|---|---|---|---|",
     ]
     for module in modules:
         for item in declared:
@@ -55,7 +55,8 @@ def metrics_table(declared: Sequence[Declared], modules: Iterable[str]) -> str:
             description = (spec.description + buckets).replace("|", "\\|").strip()
             lines.append(
                 f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | `{spec.unit}` | "
-                f"{_attributes(item)} | `{spec.key}` | {description} |"
+                f"{_attributes(item)} | `{spec.key}` | {spec.reduction.describe()} | "
+                f"{description} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -26,6 +26,10 @@ Rules:
 - ``duplicate-name``: no two series share a name, case-insensitively or once translated to
   Prometheus (``a.b_c`` and ``a.b.c`` are both ``a_b_c``).
 - ``description``: a spec says what it measures (a warning).
+- ``reduce``: the spec's reduction across ranks fits its instrument: a counter's or a
+  histogram's values add up (``sum`` only); an up-down counter is a total (``sum``, ``min``,
+  ``max``, ``last``); ``straggler`` is for a gauge of seconds; a ``weighted_mean`` names a
+  declared series that sums across ranks (its weight) other than itself.
 - ``load``: a plugin that failed to import declared nothing that can be checked (an error:
   its declarations may be the reason).
 - ``key-map``: every key map offered (``register_key_maps``) maps onto declared series it can
@@ -45,7 +49,7 @@ import attrs
 from .dashboard.promql import prometheus_name, prometheus_unit
 from .plugins import FAILED, PluginInfo, Plugins, normalize
 from .registry import Declared
-from .spec import Kind, MetricSpec
+from .spec import Kind, MetricSpec, Reduce
 
 if TYPE_CHECKING:
     from .keymaps import KeyMap, KeyRule
@@ -76,6 +80,7 @@ RULES: Mapping[str, str] = {
     "unbounded-attribute": "open attributes are bounded and not resource attributes",
     "duplicate-name": "one name, one series (also once translated to Prometheus)",
     "description": "every series says what it measures",
+    "reduce": "the reduction across ranks fits the instrument; a weighted mean's weight exists",
     "load": "the plugin imported (a failed one declared nothing checkable)",
     "key-map": "a key map's targets are declared and recordable; no two keys on one series",
 }
@@ -325,6 +330,67 @@ def _attribute_findings(item: Declared) -> list[tuple[str, str, str | None]]:
     return out
 
 
+#: The reductions each instrument's values can be merged by, with why (the message's reason).
+_FITTING: Mapping[Kind, tuple[frozenset[Reduce], str]] = {
+    kind: fit
+    for kinds, fit in (
+        (
+            (Kind.COUNTER, Kind.OBSERVABLE_COUNTER),
+            (frozenset({Reduce.SUM}), "a counter's increments from every rank add up"),
+        ),
+        (
+            (Kind.HISTOGRAM,),
+            (frozenset({Reduce.SUM}), "a histogram's counts and buckets from every rank add up"),
+        ),
+        (
+            (Kind.UP_DOWN_COUNTER, Kind.OBSERVABLE_UP_DOWN_COUNTER),
+            (
+                frozenset({Reduce.SUM, Reduce.MIN, Reduce.MAX, Reduce.LAST}),
+                "an up-down counter is a total: ranks' totals add up, or one of them stands",
+            ),
+        ),
+        (
+            (Kind.GAUGE, Kind.OBSERVABLE_GAUGE),
+            (frozenset(Reduce), "a gauge takes any reduction"),
+        ),
+    )
+    for kind in kinds
+}
+_SECONDS = frozenset({"s", "ms", "us", "ns", "min", "h"})
+
+
+def _reduction_problem(spec: MetricSpec, by_name: Mapping[str, MetricSpec]) -> str | None:
+    """Why ``spec``'s reduction across ranks cannot be right, or None."""
+    reduction = spec.reduction
+    allowed, why = _FITTING[spec.kind]
+    if reduction.kind not in allowed:
+        choices = ", ".join(sorted(r.value for r in allowed))
+        return (
+            f"reduce={reduction.describe()} does not fit a {spec.kind.value}: {why}; declare "
+            f"reduce= one of {choices} (or make it a gauge)"
+        )
+    if reduction.kind is Reduce.STRAGGLER and spec.unit not in _SECONDS:
+        return (
+            f"reduce=straggler is for phase times, and the unit is {spec.unit!r}: declare the "
+            "seconds of a phase (unit 's'), or reduce by max"
+        )
+    if reduction.kind is Reduce.WEIGHTED_MEAN:
+        weight = by_name.get(str(reduction.weight))
+        if weight is None:
+            return (
+                f"reduce={reduction.describe()} weighs by a series nobody declared: name a "
+                "declared series holding each rank's count (samples, tokens), or reduce by mean"
+            )
+        if weight.name == spec.name:
+            return "a weighted mean cannot weigh by itself: name the series of its counts"
+        if weight.reduction.kind is not Reduce.SUM:
+            return (
+                f"the weight {weight.name!r} reduces by {weight.reduction.describe()}; a weight "
+                "is a count that sums across ranks: declare it reduce=SUM"
+            )
+    return None
+
+
 def check_declared(
     declared: Sequence[Declared],
     plugin_of: Callable[[Declared], str],
@@ -335,6 +401,7 @@ def check_declared(
     exemptions = list(exemptions)
     raw: list[Finding] = []
     names = [item.spec.name for item in declared]
+    by_name = {item.spec.name: item.spec for item in declared}
 
     def add(item: Declared, rule: str, severity: str, message: str, attribute: str | None) -> None:
         raw.append(Finding(severity, rule, plugin_of(item), item.spec.name, message, attribute))
@@ -366,6 +433,9 @@ def check_declared(
                 add(item, "histogram-buckets", ERROR, "buckets are not strictly increasing", None)
         for severity, message, attribute in _attribute_findings(item):
             add(item, "unbounded-attribute", severity, message, attribute)
+        problem = _reduction_problem(spec, by_name)
+        if problem:
+            add(item, "reduce", ERROR, problem, None)
         if not spec.description.strip():
             add(item, "description", WARNING, "no description: say what it measures", None)
     for one, two in itertools.combinations(declared, 2):

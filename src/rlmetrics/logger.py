@@ -52,6 +52,7 @@ from .hyperparams import to_hyperparams
 from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
 from .plugins import check_plugin_lists, hooks
+from .ranks import RankMerger, resolve_ranks
 from .registry import default_registry
 from .samples import MAX_CELL_BYTES, MAX_SAMPLE_ROWS, to_samples
 from .telemetry import current
@@ -133,6 +134,11 @@ class Logger:
     :class:`~rlmetrics.StrictModeError` from this Logger's next call, once that call has done
     its work (docs/configuration.md, "Strict mode"). For CI and first runs; a run you care
     about should degrade, not stop.
+
+    ``ranks`` merges what every rank of a distributed run logs into one row per step:
+    ``"torch"`` or a merger (:func:`rlmetrics.ranks.torch_distributed`); rank 0 writes the
+    run's values to the backends and the tee, every rank its raw values to a file of its own
+    (docs/ranks.md).
     """
 
     def __init__(
@@ -147,6 +153,7 @@ class Logger:
         max_sample_rows: int | None = None,
         max_cell_bytes: int | None = None,
         strict: bool | None = None,
+        ranks: str | RankMerger | None = None,
     ) -> None:
         # An argument the call gives wins; one it leaves out (None) takes the environment's
         # value, else the configuration file's [logger] one, else the default.
@@ -173,6 +180,9 @@ class Logger:
         self._strict_hold = True if self._strict else (False if strict is False else None)
         if self._strict_hold is not None:
             hold_strict(self._strict_hold)
+        # Many ranks, one run: the merger is built first (a missing process group is a
+        # mistake to raise now) and opens this rank's raw file once the run is known.
+        self._ranks = resolve_ranks(ranks)
         try:
             self._start(
                 backends,
@@ -287,6 +297,8 @@ class Logger:
         #: The last trainer step logged (given or continued): a call without one takes the next.
         self._last_step = -1
         self._finished = False
+        if self._ranks is not None:
+            self._ranks.bind(self.identity)
         forget_in_child(self)
 
     def _after_fork_in_child(self) -> None:
@@ -319,6 +331,13 @@ class Logger:
             step = self._next_step(step)
             flat = flatten(metrics, teed=lambda: _TeedKeys(self._key_map))
             prefix = key_text(prefix) if prefix else ""
+            if self._ranks is not None:
+                own, flat = flat, self._ranks.merge(flat, step, prefix)  # type: ignore[assignment]
+                if flat is None:  # not the logging rank: its tee only, if asked
+                    if self._ranks.export_own:
+                        own = own if self._key_map is None else self._key_map.tee(own, prefix)
+                        hooks().log_metrics(own, step, prefix)
+                    return
             taken = routing.take(prefix, flat, hooks().wanted)
             # The backends get the trainer's keys; the plugins get the key map's (a new dict).
             tee = flat if self._key_map is None else self._key_map.tee(flat, prefix)
@@ -340,8 +359,16 @@ class Logger:
     def log_efficiency_summary(self, summary: EfficiencySummary, step: int = 0) -> None:
         """One step's efficiency accounting, typed; backends get its ``efficiency/*`` dict."""
         try:
+            metrics = summary.to_metrics()
+            if self._ranks is not None:
+                merged = self._ranks.merge(metrics, step, "", stream="efficiency-summary")
+                if merged is None:
+                    if self._ranks.export_own:
+                        hooks().on_efficiency_summary(summary, step)
+                    return
+                metrics, summary = merged, EfficiencySummary.from_metrics(merged)
             self._log(
-                summary.to_metrics(),
+                metrics,
                 step,
                 "",
                 lambda plugins: plugins.on_efficiency_summary(summary, step),
@@ -423,6 +450,8 @@ class Logger:
             self._finished = True
             for inline in self._inline.values():
                 inline.finish()
+            if self._ranks is not None:
+                self._ranks.finish()
         bound = self.finish_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + bound
         try:

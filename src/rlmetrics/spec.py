@@ -18,11 +18,20 @@ from typing import Any
 import attrs
 
 __all__ = [
+    "LAST",
+    "MAX",
+    "MEAN",
+    "MIN",
     "OPEN",
+    "STRAGGLER",
+    "SUM",
     "Kind",
     "MetricSpec",
     "Observation",
+    "Reduce",
+    "Reduction",
     "SpecError",
+    "weighted_mean",
 ]
 
 #: Marks an attribute key whose values are not a closed set; the spec's ``max_series`` caps it.
@@ -56,6 +65,68 @@ class Kind(str, enum.Enum):
     @property
     def monotonic(self) -> bool:
         return self in (Kind.COUNTER, Kind.OBSERVABLE_COUNTER)
+
+
+class Reduce(str, enum.Enum):
+    """How one step's values of a series from many ranks make the run's value.
+
+    ``straggler`` is for phase times: the run's value is the slowest rank's, and the merge
+    adds the fastest, the mean, which rank was slowest and the skew (slowest over mean) as
+    series of their own (:mod:`rlmetrics.families.ranks`), never a series per rank.
+    """
+
+    SUM = "sum"
+    MEAN = "mean"
+    WEIGHTED_MEAN = "weighted_mean"
+    MIN = "min"
+    MAX = "max"
+    LAST = "last"
+    STRAGGLER = "straggler"
+
+
+@attrs.frozen
+class Reduction:
+    """A spec's reduction across ranks: a :class:`Reduce` kind and, for a weighted mean, the
+    OpenTelemetry name of the series that weighs each rank's value (its sample count)."""
+
+    kind: Reduce = attrs.field(converter=Reduce)
+    weight: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        weighted = self.kind is Reduce.WEIGHTED_MEAN
+        if weighted and not (isinstance(self.weight, str) and _NAME.fullmatch(self.weight)):
+            raise SpecError(
+                f"a weighted mean names the series that weighs it, got weight={self.weight!r}: "
+                "use weighted_mean('<series name>')"
+            )
+        if not weighted and self.weight is not None:
+            raise SpecError(f"only a weighted mean takes a weight; this is {self.kind.value}")
+
+    def describe(self) -> str:
+        """``sum``, ``weighted_mean(rl.train.samples)``…"""
+        return self.kind.value if self.weight is None else f"{self.kind.value}({self.weight})"
+
+
+def weighted_mean(weight: str) -> Reduction:
+    """The mean of the ranks' values weighted by series ``weight`` (a count that sums)."""
+    return Reduction(Reduce.WEIGHTED_MEAN, weight)
+
+
+SUM = Reduction(Reduce.SUM)
+MEAN = Reduction(Reduce.MEAN)
+MIN = Reduction(Reduce.MIN)
+MAX = Reduction(Reduce.MAX)
+LAST = Reduction(Reduce.LAST)
+STRAGGLER = Reduction(Reduce.STRAGGLER)
+
+
+def _to_reduction(value: Any) -> Any:
+    if isinstance(value, (str, Reduce)):
+        try:
+            return Reduction(value)
+        except (ValueError, SpecError):
+            return value
+    return value
 
 
 # OTel API instrument-name syntax: a letter, then up to 254 of [A-Za-z0-9_.-/].
@@ -180,6 +251,15 @@ def _buckets_problem(spec: MetricSpec, buckets: Any) -> str | None:
     return None
 
 
+def _reduce_problem(spec: MetricSpec, reduce: Any) -> str | None:
+    if reduce is None or isinstance(reduce, Reduction):
+        return None
+    return (
+        f"{reduce!r} is not a reduction; use one of rlmetrics.spec's SUM, MEAN, MIN, MAX, LAST, "
+        "STRAGGLER or weighted_mean('<weight series>')"
+    )
+
+
 def _callback_problem(spec: MetricSpec, callback: Any) -> str | None:
     if not isinstance(spec.kind, Kind):
         return None  # the kind's own validator reports it
@@ -203,6 +283,8 @@ class MetricSpec:
     distinct attribute sets. ``key`` is what callers record against (defaults to the name).
     ``buckets`` are explicit histogram boundaries; ``callback`` feeds an observable kind and
     returns an iterable of ``(value, attributes)`` pairs (see :data:`Observation`).
+    ``reduce`` says how the series merges across ranks (:class:`Reduction`); left out, a
+    mean for a gauge and a sum otherwise (:attr:`reduction`).
     """
 
     name: str = attrs.field(validator=_check(_name_problem))
@@ -225,6 +307,20 @@ class MetricSpec:
     callback: Callable[[], Iterable[Observation]] | None = attrs.field(
         default=None, eq=False, validator=_check(_callback_problem)
     )
+    reduce: Reduction | None = attrs.field(
+        default=None, converter=_to_reduction, validator=_check(_reduce_problem)
+    )
+
+    @property
+    def reduction(self) -> Reduction:
+        """How the series merges across ranks: the declared one, else a sum for everything
+        but a gauge (counts, in-flight totals and histogram buckets add up) and a mean for a
+        gauge."""
+        if self.reduce is not None:
+            return self.reduce
+        if self.kind in (Kind.GAUGE, Kind.OBSERVABLE_GAUGE):
+            return MEAN
+        return SUM
 
     @property
     def open_attributes(self) -> bool:
@@ -235,7 +331,16 @@ class MetricSpec:
         """The fields in which two specs for the same name or key disagree."""
         return [
             field
-            for field in ("name", "kind", "unit", "description", "key", "attributes", "buckets")
+            for field in (
+                "name",
+                "kind",
+                "unit",
+                "description",
+                "key",
+                "attributes",
+                "buckets",
+                "reduce",
+            )
             if getattr(self, field) != getattr(other, field)
         ]
 
@@ -252,4 +357,5 @@ class MetricSpec:
                 for key, allowed in self.attributes
             },
             "buckets": list(self.buckets) if self.buckets is not None else None,
+            "reduce": self.reduction.describe(),
         }

@@ -22,7 +22,7 @@ def test_json_lists_every_declared_series(capsys: Any) -> None:
 def test_text_has_a_header_row(capsys: Any) -> None:
     assert main(["metrics"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "KIND", "UNIT", "DECLARED", "BY"]
+    assert lines[0].split() == ["NAME", "KIND", "UNIT", "ACROSS", "RANKS", "DECLARED", "BY"]
     assert any(line.startswith("rl.reward.mean ") for line in lines)
 
 

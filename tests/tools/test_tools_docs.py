@@ -56,7 +56,7 @@ def test_a_table_is_generated_between_its_markers(tmp_path: Path) -> None:
         f"intro\n{START}acme.family -->\n{metrics_table(declared, ['acme.family'])}{END}\noutro\n"
     )
     assert (
-        "| `acme.depth` | gauge | `{batch}` | `acme.queue` (open) | `acme.depth` | a \\| b |"
+        "| `acme.depth` | gauge | `{batch}` | `acme.queue` (open) | `acme.depth` | mean | a \\| b |"
         in (updated)
     )
 

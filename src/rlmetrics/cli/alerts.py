@@ -21,7 +21,9 @@ from pathlib import Path
 
 from .._yaml import render_yaml
 from ..alerts.model import AlertSettings, duration, parse_seconds
+from ..alerts.recording import recording_rules_yaml
 from ..alerts.rules import collect_rules, promtool_tests, rule_groups, rules_yaml
+from ..registry import default_registry
 from ._output import add_format_options, print_json, print_table
 
 __all__ = ["HELP", "NAME", "add_arguments", "parse_duration", "run", "settings_from"]
@@ -87,6 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--list", action="store_true", help="list the alerts and thresholds instead"
     )
+    parser.add_argument(
+        "--recording-rules",
+        type=Path,
+        metavar="FILE",
+        help="also write the recording rules that merge ranks at query time, one per declared "
+        "series and its reduction, for runs where every rank exports (docs/ranks.md)",
+    )
     add_settings(parser)
     add_format_options(parser)
 
@@ -143,6 +152,11 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         sys.stderr.write("rlmetrics alerts: nothing written\n")
         return status
+    if args.recording_rules is not None:
+        specs = [item.spec for item in default_registry().declared()]
+        args.recording_rules.parent.mkdir(parents=True, exist_ok=True)
+        args.recording_rules.write_text(recording_rules_yaml(specs), encoding="utf-8")
+        sys.stderr.write(f"recording rules written to {args.recording_rules}\n")
     text = rules_yaml(rules)
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)

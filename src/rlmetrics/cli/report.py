@@ -109,6 +109,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="draw the steps' phases, one lane per thread of each process (needs --traces)",
     )
     parser.add_argument(
+        "--perfetto",
+        type=Path,
+        metavar="FILE.json",
+        help="write every process's spans (each --traces file) on one timeline in Chrome's "
+        "Trace Event Format, for Perfetto or chrome://tracing (needs --traces)",
+    )
+    parser.add_argument(
         "--timeline-steps",
         type=_step_range,
         metavar="FIRST:LAST",
@@ -164,6 +171,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
             return problem
     if args.timeline is not None and not args.traces:
         return "--timeline draws spans: give their file with --traces"
+    if args.perfetto is not None and not args.traces:
+        return "--perfetto writes spans: give each process's file with --traces"
     if args.keys is not None and args.plot is None:
         return "--keys chooses what --plot draws: give the picture's file with --plot"
     from ..report.plot import destination_problem
@@ -217,6 +226,15 @@ def run(args: argparse.Namespace) -> int:
 
         traces = read_traces(args.traces)
         comparison = compare_goodput(traces, report.steps, report.goodput)
+        if args.perfetto is not None:
+            from ..report.perfetto import write_perfetto
+
+            try:
+                written = write_perfetto(traces, args.perfetto)
+            except OSError as exc:
+                sys.stderr.write(f"rlmetrics report: cannot write {args.perfetto}: {exc}\n")
+                return 1
+            sys.stderr.write(f"{written} spans written to {args.perfetto} (open it in Perfetto)\n")
     try:
         if args.plot is not None:
             plot_report(report, args.plot)

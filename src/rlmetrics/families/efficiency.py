@@ -29,7 +29,7 @@ from .. import hookimpl
 from .._warn import warn_once
 from ..events import EfficiencySummary
 from ..registry import declare, is_exporting, record_points
-from ..spec import OPEN, Kind, MetricSpec
+from ..spec import MEAN, OPEN, STRAGGLER, Kind, MetricSpec
 from ..tracing import Phase, PhaseKind, PhaseTimer
 
 __all__ = [
@@ -92,6 +92,7 @@ declare(
                 BUCKET_ATTR: {"productive", "overhead", "idle", "wasted"},
             },
             max_series=32,
+            reduce=STRAGGLER,
         ),
         MetricSpec(
             PCT,
@@ -100,6 +101,7 @@ declare(
             description="Productive share of driver-side wall clock over the window named by "
             "rl.efficiency.window",
             attributes={MEASUREMENT_ATTR: {WALL_CLOCK}, WINDOW_ATTR: {STEP_WINDOW, RUN_WINDOW}},
+            reduce=MEAN,
         ),
     ],
 )

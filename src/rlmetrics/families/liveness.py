@@ -28,7 +28,7 @@ from .. import hookimpl
 from ..events import SETUP_TIMING_PREFIX, WALL_TIME_KEY
 from ..liveness import MEDIAN_WINDOW, Step, liveness
 from ..registry import declare, record
-from ..spec import Kind, MetricSpec
+from ..spec import MAX, MIN, Kind, MetricSpec
 from ..values import as_number
 
 __all__ = [
@@ -53,6 +53,7 @@ declare(
             Kind.GAUGE,
             unit="{step}",
             description="The newest trainer step the training loop logged",
+            reduce=MIN,
         ),
         MetricSpec(
             LAST_TIMESTAMP,
@@ -60,6 +61,7 @@ declare(
             unit="s",
             description="When the newest trainer step was first logged, in Unix seconds: "
             "time() minus it is how long the run has been silent",
+            reduce=MIN,
         ),
         MetricSpec(
             INTERVAL_MEDIAN,
@@ -67,6 +69,7 @@ declare(
             unit="s",
             description=f"Median time between consecutive logged steps over the last "
             f"{MEDIAN_WINDOW}; absent until {MEDIAN_WINDOW} intervals are known",
+            reduce=MAX,
         ),
     ],
 )

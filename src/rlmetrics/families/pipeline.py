@@ -24,7 +24,7 @@ from .. import hookimpl
 from ..backends import worker
 from ..health import export_tallies
 from ..registry import declare, record
-from ..spec import OPEN, Kind, MetricSpec
+from ..spec import OPEN, SUM, Kind, MetricSpec
 
 __all__ = [
     "BACKEND_ATTR",
@@ -60,6 +60,7 @@ declare(
             description="Exports a push exporter attempted, by exporter and outcome",
             attributes={EXPORTER_ATTR: OPEN, OUTCOME_ATTR: {"success", "failure"}},
             max_series=2 * _MAX_NAMES,
+            reduce=SUM,
         ),
         MetricSpec(
             BACKEND_DROPPED,
@@ -68,6 +69,7 @@ declare(
             description="Rows a queued backend dropped because it did not keep up",
             attributes={BACKEND_ATTR: OPEN},
             max_series=_MAX_NAMES,
+            reduce=SUM,
         ),
         MetricSpec(
             BACKEND_FAILED,
@@ -76,6 +78,7 @@ declare(
             description="Rows a backend raised on (lost to that backend only)",
             attributes={BACKEND_ATTR: OPEN},
             max_series=_MAX_NAMES,
+            reduce=SUM,
         ),
     ],
 )

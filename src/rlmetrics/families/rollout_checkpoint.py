@@ -28,7 +28,7 @@ from ..events import (
     ThroughputSample,
 )
 from ..registry import declare, is_exporting, record
-from ..spec import OPEN, Kind, MetricSpec
+from ..spec import MAX, OPEN, SUM, Kind, MetricSpec
 from ..values import key_attribute
 
 if TYPE_CHECKING:
@@ -184,6 +184,18 @@ _GAUGES: dict[tuple[str, str], tuple[str, str, str]] = {
 }
 
 
+#: Gauges whose run-level value is the worst rank's (waits and ages); the other gauges are
+#: throughputs and counts, which add up across ranks.
+_WORST_OF_RANKS = frozenset(
+    {
+        "rl.rollout.checkpoint.mutation_wait.p95",
+        "rl.rollout.checkpoint.mutation_wait.max",
+        "rl.rollout.checkpoint.success_interval",
+        "rl.rollout.checkpoint.since_last_success",
+    }
+)
+
+
 def _key(prefix: str, field: str) -> str:
     return f"{prefix}/{field}"
 
@@ -199,6 +211,7 @@ declare(
             attributes={OPERATION_ATTR: {"save", "restore"}, PHASE_ATTR: OPEN},
             max_series=48,
             buckets=_DURATION_BUCKETS,
+            reduce=SUM,
         ),
         MetricSpec(
             ATTEMPTS,
@@ -206,10 +219,16 @@ declare(
             unit="{attempt}",
             description="Scheduled rollout-checkpoint attempts by outcome and reason",
             attributes={OUTCOME_ATTR: {"completed", "skipped", "failed"}, REASON_ATTR: REASONS},
+            reduce=SUM,
         ),
         *(
             MetricSpec(
-                name, Kind.GAUGE, unit=unit, description=description, key=_key(prefix, field)
+                name,
+                Kind.GAUGE,
+                unit=unit,
+                description=description,
+                key=_key(prefix, field),
+                reduce=MAX if name in _WORST_OF_RANKS else SUM,
             )
             for (prefix, field), (name, unit, description) in _GAUGES.items()
         ),

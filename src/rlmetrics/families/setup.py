@@ -11,7 +11,7 @@ from __future__ import annotations
 from .. import hookimpl
 from ..events import SetupTimings
 from ..registry import declare, is_exporting, record
-from ..spec import OPEN, Kind, MetricSpec
+from ..spec import OPEN, STRAGGLER, Kind, MetricSpec
 from ..values import key_attribute
 
 __all__ = ["DURATION", "GROUP", "PHASE_ATTR"]
@@ -31,6 +31,7 @@ declare(
             "at a time)",
             attributes={PHASE_ATTR: OPEN},
             max_series=64,
+            reduce=STRAGGLER,
         )
     ],
 )

@@ -31,7 +31,18 @@ from ..registry import (
     record_declared,
     record_points,
 )
-from ..spec import OPEN, Kind, MetricSpec
+from ..spec import (
+    LAST,
+    MAX,
+    MEAN,
+    OPEN,
+    STRAGGLER,
+    SUM,
+    Kind,
+    MetricSpec,
+    Reduction,
+    weighted_mean,
+)
 from ..values import AttributeSet, BoundedValues, key_attribute
 
 __all__ = [
@@ -43,6 +54,7 @@ __all__ = [
     "MAX_REWARD_COMPONENTS",
     "REWARD_COMPONENT",
     "REWARD_COMPONENT_GROUP",
+    "SAMPLES",
     "VALIDATION_PREFIX",
     "dataset_metrics",
     "record_dataset_metrics",
@@ -55,8 +67,17 @@ __all__ = [
 GROUP = "rl.train"
 
 
-def tee_scalar(logger_key: str, name: str, *, unit: str = "1", description: str = "") -> MetricSpec:
-    """Declare that ``logger_key`` in a ``train`` (or ``""``) dict is teed as gauge ``name``.
+def tee_scalar(
+    logger_key: str,
+    name: str,
+    *,
+    unit: str = "1",
+    description: str = "",
+    reduce: Reduction | str | None = None,
+) -> MetricSpec:
+    """Declare that ``logger_key`` in a ``train`` (or ``""``) dict is teed as gauge ``name``,
+    merged across ranks as ``reduce`` says (:class:`~rlmetrics.spec.Reduction`; a mean when
+    left out).
 
     Call it at import time of the module that logs the key, with the same constant::
 
@@ -65,41 +86,80 @@ def tee_scalar(logger_key: str, name: str, *, unit: str = "1", description: str 
         ...
         logger.log_metrics({ACCURACY: acc}, step, prefix="train")
     """
-    spec = MetricSpec(name, Kind.GAUGE, unit=unit, description=description, key=logger_key)
+    spec = MetricSpec(
+        name, Kind.GAUGE, unit=unit, description=description, key=logger_key, reduce=reduce
+    )
     default_registry().declare(GROUP, [spec], owner=_caller_module(1))
     return spec
 
 
+#: The series a rank's per-sample means are weighted by when ranks merge: the samples the
+#: rank's step trained on, logged as ``num_samples`` beside them (absent, ranks weigh alike).
+SAMPLES = "rl.train.samples"
+BY_SAMPLES = weighted_mean(SAMPLES)
+
 # NeMo-RL's rows (see the spec's "Training scalars" tables). kl_penalty holds the divergence
-# itself (the coefficient is divided back out), hence rl.kl.divergence.
-tee_scalar("reward", "rl.reward.mean", description="Mean reward of the step's samples")
-tee_scalar("kl_penalty", "rl.kl.divergence", description="KL divergence to the reference policy")
-tee_scalar("loss", "rl.policy.loss", description="Policy loss")
-tee_scalar("critic/loss", "rl.value.loss", description="Value (critic) loss (PPO)")
-tee_scalar("approx_entropy", "rl.entropy", description="Approximate policy entropy")
+# itself (the coefficient is divided back out), hence rl.kl.divergence. Across ranks, means
+# over samples weigh by samples, losses are the data-parallel mean, grad norm and learning
+# rate are one value every rank holds (the max is it, and shows a rank that disagrees), times
+# are phases (the slowest rank's, with the straggler series) and throughputs add up.
+tee_scalar(
+    "num_samples",
+    SAMPLES,
+    unit="{sample}",
+    description="Samples the step trained on (summed over ranks)",
+    reduce=SUM,
+)
+tee_scalar(
+    "reward", "rl.reward.mean", description="Mean reward of the step's samples", reduce=BY_SAMPLES
+)
+tee_scalar(
+    "kl_penalty",
+    "rl.kl.divergence",
+    description="KL divergence to the reference policy",
+    reduce=BY_SAMPLES,
+)
+tee_scalar("loss", "rl.policy.loss", description="Policy loss", reduce=MEAN)
+tee_scalar("critic/loss", "rl.value.loss", description="Value (critic) loss (PPO)", reduce=MEAN)
+tee_scalar(
+    "approx_entropy", "rl.entropy", description="Approximate policy entropy", reduce=BY_SAMPLES
+)
 tee_scalar(
     "mean_gen_tokens_per_sample",
     "rl.response.length.mean",
     unit="{token}",
     description="Mean generated tokens per sample",
+    reduce=BY_SAMPLES,
 )
-tee_scalar("grad_norm", "rl.grad_norm", description="Gradient norm")
-tee_scalar("lr", "rl.learning_rate", description="Learning rate")
+tee_scalar("grad_norm", "rl.grad_norm", description="Gradient norm", reduce=MAX)
+tee_scalar("lr", "rl.learning_rate", description="Learning rate", reduce=LAST)
 tee_scalar(
     "loader_latency_max",
     "rl.sft_v2.loader.latency.max",
     unit="s",
     description="SFT v2: slowest data-loader fetch of the step",
+    reduce=MAX,
 )
-tee_scalar("policy_time", "rl.sft_v2.policy.duration", unit="s", description="SFT v2: policy time")
 tee_scalar(
-    "total_step_time", "rl.sft_v2.step.duration", unit="s", description="SFT v2: step wall time"
+    "policy_time",
+    "rl.sft_v2.policy.duration",
+    unit="s",
+    description="SFT v2: policy time",
+    reduce=STRAGGLER,
+)
+tee_scalar(
+    "total_step_time",
+    "rl.sft_v2.step.duration",
+    unit="s",
+    description="SFT v2: step wall time",
+    reduce=STRAGGLER,
 )
 tee_scalar(
     "valid_tokens_per_second",
     "rl.sft_v2.valid_tokens_per_second",
     unit="{token}/s",
     description="SFT v2: valid (non-padding) tokens processed per second",
+    reduce=SUM,
 )
 
 
@@ -141,13 +201,19 @@ declare(
             "recorded as other",
             attributes={COMPONENT_ATTR: OPEN},
             max_series=MAX_REWARD_COMPONENTS + 1,
+            reduce=BY_SAMPLES,
         )
     ],
 )
 
 
 def tee_dataset_metric(
-    metric_key: str, name: str, *, unit: str = "1", description: str = ""
+    metric_key: str,
+    name: str,
+    *,
+    unit: str = "1",
+    description: str = "",
+    reduce: Reduction | str | None = MEAN,
 ) -> MetricSpec:
     """Declare that a validation metric logged per dataset (``validation/<dataset>/<metric_key>``
     in a train dict, ``<dataset>/<metric_key>`` under the ``validation`` prefix) is teed as
@@ -161,6 +227,7 @@ def tee_dataset_metric(
         key=metric_key,
         attributes={DATASET_ATTR: OPEN},
         max_series=MAX_DATASETS + 1,
+        reduce=reduce,
     )
     default_registry().declare(DATASET_GROUP, [spec], owner=_caller_module(1))
     return spec

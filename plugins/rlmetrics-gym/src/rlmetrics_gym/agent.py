@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from rlmetrics import OPEN, Kind, MetricSpec, declare, hookimpl, is_exporting, record
+from rlmetrics.spec import SUM
 from rlmetrics.values import OTHER, BoundedValues
 
 from ._attribute_values import SERVER_NAME, TYPE_NAME, bounded
@@ -75,6 +76,7 @@ declare(
             },
             max_series=(MAX_TOOLS + 1) * (MAX_ERROR_TYPES + 2),
             buckets=_BUCKETS,
+            reduce=SUM,
         ),
         MetricSpec(
             INVOKE_AGENT_DURATION,
@@ -89,6 +91,7 @@ declare(
             },
             max_series=(MAX_AGENTS + 1) * (MAX_ERROR_TYPES + 2),
             buckets=_BUCKETS,
+            reduce=SUM,
         ),
     ],
 )

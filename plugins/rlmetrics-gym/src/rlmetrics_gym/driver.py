@@ -38,6 +38,7 @@ from rlmetrics import (
     resets_process_state,
     warn_once,
 )
+from rlmetrics.spec import SUM
 
 from ._tally import Tally
 from .resources import Limit
@@ -113,11 +114,19 @@ def _unlabelled(_key: tuple[()]) -> Mapping[str, str]:
 
 
 def _histogram(name: str, unit: str, description: str, buckets: tuple[float, ...]) -> MetricSpec:
-    return MetricSpec(name, Kind.HISTOGRAM, unit=unit, description=description, buckets=buckets)
+    return MetricSpec(
+        name, Kind.HISTOGRAM, unit=unit, description=description, buckets=buckets, reduce=SUM
+    )
 
 
 SPECS: tuple[MetricSpec, ...] = (
-    MetricSpec(OFFERED, Kind.COUNTER, unit="{rollout}", description="Rollouts handed to dispatch."),
+    MetricSpec(
+        OFFERED,
+        Kind.COUNTER,
+        unit="{rollout}",
+        description="Rollouts handed to dispatch.",
+        reduce=SUM,
+    ),
     MetricSpec(
         RESIDENT,
         Kind.OBSERVABLE_UP_DOWN_COUNTER,
@@ -125,6 +134,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Rollout tasks that exist and have not finished (waiting for admission "
         "or running).",
         callback=lambda: _resident.observations(_unlabelled),
+        reduce=SUM,
     ),
     MetricSpec(
         ACTIVE,
@@ -132,6 +142,7 @@ SPECS: tuple[MetricSpec, ...] = (
         unit="{rollout}",
         description="Rollouts admitted past the concurrency limit and running.",
         callback=lambda: _active.observations(_unlabelled),
+        reduce=SUM,
     ),
     _histogram(
         ADMISSION_DURATION,

@@ -35,6 +35,7 @@ import pluggy
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, is_exporting, record, resets_process_state, warn_once
+from rlmetrics.spec import SUM
 
 from ._attribute_values import IDENTIFIER, OUTCOME_ATTR, member
 
@@ -87,6 +88,7 @@ SPECS: tuple[MetricSpec, ...] = (
         unit="{rollout}",
         description="Evaluated rollouts by health verdict and outcome.",
         attributes={VERDICT_ATTR: VERDICTS, OUTCOME_ATTR: HEALTH_OUTCOMES},
+        reduce=SUM,
     ),
     MetricSpec(
         FLAGGED,
@@ -98,6 +100,7 @@ SPECS: tuple[MetricSpec, ...] = (
         # each matching the identifier template, so the open key stays bounded.
         attributes={CHECK_ATTR: OPEN, OUTCOME_ATTR: HEALTH_OUTCOMES},
         max_series=2 * (_MAX_CHECKS + 1),
+        reduce=SUM,
     ),
 )
 

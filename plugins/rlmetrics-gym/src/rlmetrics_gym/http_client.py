@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, hookimpl, resets_process_state
+from rlmetrics.spec import SUM
 
 from ._attribute_values import SERVER_NAME
 from ._tally import Tally
@@ -115,6 +116,7 @@ SPECS: tuple[MetricSpec, ...] = (
         attributes={DESTINATION_ATTR: OPEN},
         max_series=MAX_DESTINATIONS + 1,
         callback=lambda: _in_flight.observations(_by_destination),
+        reduce=SUM,
     ),
     MetricSpec(
         QUEUE_DURATION,
@@ -128,6 +130,7 @@ SPECS: tuple[MetricSpec, ...] = (
         },
         max_series=(MAX_DESTINATIONS + 1) * len(QUEUE_OUTCOMES) * len(CONSTRAINTS),
         buckets=_QUEUE_BUCKETS,
+        reduce=SUM,
     ),
     MetricSpec(
         CONNECT_DURATION,
@@ -137,6 +140,7 @@ SPECS: tuple[MetricSpec, ...] = (
         attributes={DESTINATION_ATTR: OPEN},
         max_series=MAX_DESTINATIONS + 1,
         buckets=_CONNECT_BUCKETS,
+        reduce=SUM,
     ),
     MetricSpec(
         CONNECT_TOTAL,
@@ -147,6 +151,7 @@ SPECS: tuple[MetricSpec, ...] = (
         attributes={DESTINATION_ATTR: OPEN},
         max_series=MAX_DESTINATIONS + 1,
         callback=lambda: _connects.observations(_by_destination),
+        reduce=SUM,
     ),
 )
 

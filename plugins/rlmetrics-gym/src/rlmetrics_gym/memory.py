@@ -27,6 +27,7 @@ import psutil
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, hookimpl, resets_process_state, warn_once
+from rlmetrics.spec import MAX, MIN, SUM
 
 __all__ = [
     "GROUP",
@@ -85,6 +86,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Current RSS or PSS (memory.type) of one managed server and its descendants.",
         attributes={**_SERVER, MEMORY_TYPE_ATTR: MEMORY_TYPES},
         max_series=2 * _MAX_SERVERS,
+        reduce=SUM,
     ),
     MetricSpec(
         SERVER_PEAK,
@@ -94,6 +96,7 @@ SPECS: tuple[MetricSpec, ...] = (
         "server and its descendants.",
         attributes={**_SERVER, MEMORY_TYPE_ATTR: MEMORY_TYPES},
         max_series=2 * _MAX_SERVERS,
+        reduce=MAX,
     ),
     MetricSpec(
         SERVER_PROCESSES,
@@ -103,25 +106,29 @@ SPECS: tuple[MetricSpec, ...] = (
         "and descendants).",
         attributes=_SERVER,
         max_series=_MAX_SERVERS,
+        reduce=SUM,
     ),
     MetricSpec(
         HOST_USAGE,
         Kind.GAUGE,
         unit="By",
         description="Host memory in use: total minus available.",
+        reduce=MAX,
     ),
     MetricSpec(
         HOST_AVAILABLE,
         Kind.GAUGE,
         unit="By",
         description="Host memory available without swapping.",
+        reduce=MIN,
     ),
-    MetricSpec(HOST_TOTAL, Kind.GAUGE, unit="By", description="Total host memory."),
+    MetricSpec(HOST_TOTAL, Kind.GAUGE, unit="By", description="Total host memory.", reduce=MAX),
     MetricSpec(
         HOST_PEAK,
         Kind.GAUGE,
         unit="By",
         description="Largest host memory usage the sampler observed.",
+        reduce=MAX,
     ),
 )
 

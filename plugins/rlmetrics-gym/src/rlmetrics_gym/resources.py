@@ -39,6 +39,7 @@ from typing import Any, Final, Protocol
 
 import rlmetrics
 from rlmetrics import Kind, MetricSpec, record, resets_process_state, warn_once
+from rlmetrics.spec import SUM
 
 from ._attribute_values import member
 from ._tally import Tally
@@ -111,6 +112,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Time one resources operation waited for its limit.",
         attributes=_COMMON,
         buckets=_BUCKETS,
+        reduce=SUM,
     ),
     MetricSpec(
         DURATION,
@@ -119,6 +121,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Time one resources operation ran inside its limit, by outcome.",
         attributes={**_COMMON, OUTCOME_ATTR: OUTCOMES},
         buckets=_BUCKETS,
+        reduce=SUM,
     ),
     MetricSpec(
         QUEUED,
@@ -127,6 +130,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Resources operations waiting for their limit.",
         attributes=_COMMON,
         callback=lambda: _queued.observations(_attributes),
+        reduce=SUM,
     ),
     MetricSpec(
         ACTIVE,
@@ -135,6 +139,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Resources operations running inside their limit.",
         attributes=_COMMON,
         callback=lambda: _active.observations(_attributes),
+        reduce=SUM,
     ),
 )
 

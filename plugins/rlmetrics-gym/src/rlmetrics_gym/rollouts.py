@@ -41,6 +41,7 @@ from rlmetrics import (
     resets_process_state,
     warn_once,
 )
+from rlmetrics.spec import MEAN, SUM
 
 from ._attribute_values import (
     DISPATCH_NAME_ATTR,
@@ -161,6 +162,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Wall-clock duration of one rollout (the agent server's /run), failed "
         "rollouts included.",
         buckets=_ROLLOUT_BUCKETS,
+        reduce=SUM,
     ),
     MetricSpec(
         VERIFY_DURATION,
@@ -168,6 +170,7 @@ SPECS: tuple[MetricSpec, ...] = (
         unit="ms",
         description="Wall-clock duration of one verification.",
         buckets=_VERIFY_BUCKETS,
+        reduce=SUM,
     ),
     MetricSpec(
         VERIFY_SUCCESS_RATE,
@@ -176,12 +179,14 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Cumulative fraction of verification calls that completed (did not raise) "
         "since telemetry started in this process; not task success.",
         callback=_success_rate,
+        reduce=MEAN,
     ),
     MetricSpec(
         SERVERS_ACTIVE,
         Kind.GAUGE,
         unit="{server}",
         description="Servers the supervisor started (written by the supervisor only).",
+        reduce=SUM,
     ),
     MetricSpec(
         COMPLETED,
@@ -190,6 +195,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Rollout attempts the collection driver finished handling, by outcome.",
         attributes=_COMPLETED_ATTRIBUTES,
         max_series=1000,
+        reduce=SUM,
     ),
     MetricSpec(
         REWARDED,
@@ -198,6 +204,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Scored rollout attempts that carry a numeric reward, by reward range.",
         attributes=_REWARDED_ATTRIBUTES,
         max_series=500,
+        reduce=SUM,
     ),
 )
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, resets_process_state, warn_once
+from rlmetrics.spec import SUM
 
 __all__ = [
     "BEFORE_RESPONSE_START",
@@ -132,6 +133,7 @@ SPECS: tuple[MetricSpec, ...] = (
         unit="{request}",
         description="HTTP requests the server is handling.",
         callback=_observe_in_flight,
+        reduce=SUM,
     ),
     MetricSpec(
         RESPONSES,
@@ -144,6 +146,7 @@ SPECS: tuple[MetricSpec, ...] = (
         attributes={STATUS_ATTR: OPEN},
         max_series=len(_STATUS_CODES),
         callback=_observe_responses,
+        reduce=SUM,
     ),
     MetricSpec(
         CANCELLED,
@@ -154,6 +157,7 @@ SPECS: tuple[MetricSpec, ...] = (
         attributes={ROUTE_ATTR: OPEN, PHASE_ATTR: PHASES},
         max_series=_MAX_CANCELLED_SERIES,
         callback=_observe_cancelled,
+        reduce=SUM,
     ),
     MetricSpec(
         UNHANDLED,
@@ -163,6 +167,7 @@ SPECS: tuple[MetricSpec, ...] = (
         "a response (a handled HTTPException is a response, counted in "
         "gym.server.responses_total instead).",
         callback=_observe_unhandled,
+        reduce=SUM,
     ),
 )
 

@@ -24,6 +24,7 @@ import psutil
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, is_exporting, record, warn_once
+from rlmetrics.spec import SUM
 
 from ._attribute_values import SERVER_NAME, bounded, flag, member
 
@@ -90,6 +91,7 @@ SPECS: tuple[MetricSpec, ...] = (
         },
         max_series=1000,
         buckets=_BUCKETS,
+        reduce=SUM,
     ),
 )
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec
 from rlmetrics.events import WALL_TIME_KEY
+from rlmetrics.spec import MAX
 
 from .config import active_monitor, settings
 from .monitor import (
@@ -86,6 +87,7 @@ rlmetrics.declare(
             attributes=_ATTRIBUTES,
             max_series=MAX_GPUS,
             callback=lambda: _observe(HostMemoryMonitor.gpu_utilization),
+            reduce=MAX,
         ),
         MetricSpec(
             MEMORY_USAGE,
@@ -95,6 +97,7 @@ rlmetrics.declare(
             attributes=_ATTRIBUTES,
             max_series=MAX_GPUS,
             callback=lambda: _observe(HostMemoryMonitor.gpu_memory_usage),
+            reduce=MAX,
         ),
         MetricSpec(
             MEMORY_LIMIT,
@@ -105,6 +108,7 @@ rlmetrics.declare(
             attributes=_ATTRIBUTES,
             max_series=MAX_GPUS,
             callback=lambda: _observe(HostMemoryMonitor.gpu_memory_limit),
+            reduce=MAX,
         ),
     ],
     on_use=True,

@@ -26,6 +26,7 @@ from typing import Any
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, resets_process_state
+from rlmetrics.spec import MAX
 
 from .config import _set_active, active_monitor, settings
 from .exposition import SOURCES
@@ -71,6 +72,7 @@ rlmetrics.declare(
             attributes=_ATTRIBUTES,
             max_series=MAX_HOSTS,
             callback=lambda: observe_used(),
+            reduce=MAX,
         ),
         MetricSpec(
             TOTAL,
@@ -80,6 +82,7 @@ rlmetrics.declare(
             attributes=_ATTRIBUTES,
             max_series=MAX_HOSTS,
             callback=lambda: observe_total(),
+            reduce=MAX,
         ),
     ],
     on_use=True,

@@ -29,6 +29,7 @@ from rlmetrics import (
     retract,
 )
 from rlmetrics.events import TRAIN_PREFIXES
+from rlmetrics.spec import MEAN, SUM, weighted_mean
 from rlmetrics.values import BoundedValues, key_attribute
 
 from .engine import (
@@ -64,6 +65,7 @@ SPECS: tuple[MetricSpec, ...] = (
         key=PROMPT_TOKENS_KEY,
         description="Prefill tokens the vLLM engines processed in the step "
         "(delta of vllm:prompt_tokens, summed over engines and DP leaders).",
+        reduce=SUM,
     ),
     MetricSpec(
         "rl.vllm.generation_tokens",
@@ -72,6 +74,7 @@ SPECS: tuple[MetricSpec, ...] = (
         key=GENERATION_TOKENS_KEY,
         description="Tokens the vLLM engines generated in the step "
         "(delta of vllm:generation_tokens, summed over engines and DP leaders).",
+        reduce=SUM,
     ),
     MetricSpec(
         "rl.vllm.prompt_length.mean",
@@ -80,6 +83,7 @@ SPECS: tuple[MetricSpec, ...] = (
         key=PROMPT_LENGTH_MEAN_KEY,
         description="Mean prompt length of the requests finished in the step (sum/count delta "
         "of the vllm:request_prompt_tokens histogram); absent when none finished.",
+        reduce=weighted_mean("rl.vllm.generations.ok"),
     ),
     MetricSpec(
         "rl.vllm.generation_length.mean",
@@ -88,6 +92,7 @@ SPECS: tuple[MetricSpec, ...] = (
         key=GENERATION_LENGTH_MEAN_KEY,
         description="Mean generation length of the requests finished in the step (sum/count "
         "delta of vllm:request_generation_tokens); absent when none finished.",
+        reduce=weighted_mean("rl.vllm.generations.ok"),
     ),
     MetricSpec(
         "rl.vllm.generations.ok",
@@ -96,6 +101,7 @@ SPECS: tuple[MetricSpec, ...] = (
         key=GENERATIONS_OK_KEY,
         description="Requests finished in the step with reason stop or length "
         "(vllm:request_success).",
+        reduce=SUM,
     ),
     MetricSpec(
         "rl.vllm.generations.failed",
@@ -104,6 +110,7 @@ SPECS: tuple[MetricSpec, ...] = (
         key=GENERATIONS_FAILED_KEY,
         description="Requests finished in the step with any other reason (abort, error, "
         "repetition, or one added later): vllm:request_success total minus ok.",
+        reduce=SUM,
     ),
     MetricSpec(
         "rl.vllm.prefix_cache.hit_rate",
@@ -112,6 +119,7 @@ SPECS: tuple[MetricSpec, ...] = (
         key=PREFIX_CACHE_HIT_RATE_KEY,
         description="Prefix-cache hits over queries in the step (token deltas of "
         "vllm:prefix_cache_hits / vllm:prefix_cache_queries); absent when nothing was queried.",
+        reduce=weighted_mean("rl.vllm.prompt_tokens"),
     ),
     MetricSpec(
         "rl.vllm.kv_cache.usage",
@@ -120,6 +128,7 @@ SPECS: tuple[MetricSpec, ...] = (
         key=KV_CACHE_USAGE_KEY,
         description="The engines' mean KV-cache usage (vllm:kv_cache_usage_perc, 1 is full) "
         "at the step's second reading.",
+        reduce=MEAN,
     ),
     MetricSpec(
         "rl.vllm.preemptions",
@@ -127,6 +136,7 @@ SPECS: tuple[MetricSpec, ...] = (
         unit="{preemption}",
         key=PREEMPTIONS_KEY,
         description="Requests the engines preempted in the step (delta of vllm:num_preemptions).",
+        reduce=SUM,
     ),
     MetricSpec(
         "rl.vllm.cached_prompt_tokens",
@@ -135,6 +145,7 @@ SPECS: tuple[MetricSpec, ...] = (
         key=CACHED_PROMPT_TOKENS_KEY,
         description="Prompt tokens served from a cache in the step, local or external (delta "
         "of vllm:prompt_tokens_cached).",
+        reduce=SUM,
     ),
     MetricSpec(
         "rl.vllm.engine.awake",
@@ -144,6 +155,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Share of the step the engines were awake (vllm:engine_sleep_state, "
         "time-weighted over the step's readings); in colocated RL, 1 minus the generation "
         "fleet's sleep while the policy trains.",
+        reduce=MEAN,
     ),
     MetricSpec(
         "rl.vllm.mfu",
@@ -152,6 +164,7 @@ SPECS: tuple[MetricSpec, ...] = (
         key=MFU_KEY,
         description="Inference model FLOPs utilisation over the step: the engines' mean "
         "vllm:estimated_flops_per_gpu delta per second over the peak FLOPs the user gave.",
+        reduce=MEAN,
     ),
     MetricSpec(
         REQUESTS_WAITING,
@@ -161,6 +174,7 @@ SPECS: tuple[MetricSpec, ...] = (
         "(vllm:num_requests_waiting_by_reason, summed over engines).",
         attributes={WAITING_REASON_ATTR: OPEN},
         max_series=_MAX_REASONS + 1,
+        reduce=SUM,
     ),
 )
 

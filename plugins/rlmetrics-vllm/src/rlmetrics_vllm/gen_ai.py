@@ -25,6 +25,7 @@ from typing import Any
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, as_plain, is_exporting, record, warn_once
+from rlmetrics.spec import SUM
 
 __all__ = [
     "BATCH_DURATION",
@@ -81,6 +82,7 @@ TOKEN_USAGE = MetricSpec(
         REQUEST_MODEL: OPEN,
     },
     buckets=TOKEN_USAGE_BUCKETS,
+    reduce=SUM,
 )
 
 BATCH_DURATION = MetricSpec(
@@ -90,6 +92,7 @@ BATCH_DURATION = MetricSpec(
     description="Wall clock of one vLLM generate() batch across every data-parallel shard.",
     attributes={PROVIDER_NAME: OPEN, OPERATION_NAME: OPEN, REQUEST_MODEL: OPEN},
     buckets=BATCH_DURATION_BUCKETS,
+    reduce=SUM,
 )
 
 _USAGE_ATTRIBUTES = {PROVIDER_NAME: OPEN, OPERATION_NAME: OPEN, REQUEST_MODEL: OPEN}
@@ -101,6 +104,7 @@ USAGE_INPUT_TOKENS = MetricSpec(
     "conventions' name; recorded when token usage names are inference_usage or both).",
     attributes=_USAGE_ATTRIBUTES,
     buckets=TOKEN_USAGE_BUCKETS,
+    reduce=SUM,
 )
 USAGE_OUTPUT_TOKENS = MetricSpec(
     "gen_ai.client.inference.usage.output_tokens",
@@ -110,6 +114,7 @@ USAGE_OUTPUT_TOKENS = MetricSpec(
     "conventions' name; recorded when token usage names are inference_usage or both).",
     attributes=_USAGE_ATTRIBUTES,
     buckets=TOKEN_USAGE_BUCKETS,
+    reduce=SUM,
 )
 
 SPECS: tuple[MetricSpec, ...] = (

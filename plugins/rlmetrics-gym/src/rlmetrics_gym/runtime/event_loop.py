@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 
 import rlmetrics
 from rlmetrics import Kind, MetricSpec, warn_once
+from rlmetrics.spec import SUM
 
 from ._switch import GROUP
 
@@ -50,6 +51,7 @@ SPECS: tuple[MetricSpec, ...] = (
         "time the event loop was busy with other work when it should have run.",
         attributes={EVENT_LOOP_ATTR: EVENT_LOOP_ROLES},
         buckets=_LAG_BUCKETS_MS,
+        reduce=SUM,
     ),
     MetricSpec(
         TASKS,
@@ -58,6 +60,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Asyncio tasks that exist on the loop (resident work, not a queue), when "
         "the sampler was started with task_count=True.",
         attributes={EVENT_LOOP_ATTR: EVENT_LOOP_ROLES},
+        reduce=SUM,
     ),
 )
 

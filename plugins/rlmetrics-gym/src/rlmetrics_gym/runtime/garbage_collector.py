@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import rlmetrics
 from rlmetrics import Kind, MetricSpec, warn_once
+from rlmetrics.spec import SUM
 
 from ._switch import GROUP, enabled
 
@@ -79,6 +80,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Duration of one garbage collection.",
         attributes=_GENERATION,
         buckets=_PAUSE_BUCKETS_MS,
+        reduce=SUM,
     ),
     MetricSpec(
         GC_COLLECTIONS,
@@ -87,6 +89,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Garbage collections since enable_runtime_metrics().",
         attributes=_GENERATION,
         callback=_observe_gc_collections,
+        reduce=SUM,
     ),
     MetricSpec(
         GC_COLLECTED,
@@ -95,6 +98,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Objects the garbage collector freed since enable_runtime_metrics().",
         attributes=_GENERATION,
         callback=_observe_gc_collected,
+        reduce=SUM,
     ),
     MetricSpec(
         GC_UNCOLLECTABLE,
@@ -104,6 +108,7 @@ SPECS: tuple[MetricSpec, ...] = (
         "enable_runtime_metrics().",
         attributes=_GENERATION,
         callback=_observe_gc_uncollectable,
+        reduce=SUM,
     ),
     MetricSpec(
         GC_COUNT,
@@ -113,6 +118,7 @@ SPECS: tuple[MetricSpec, ...] = (
         "(gc.get_count()).",
         attributes=_GENERATION,
         callback=_observe_gc_count,
+        reduce=SUM,
     ),
 )
 

@@ -11,6 +11,7 @@ import psutil
 
 import rlmetrics
 from rlmetrics import Kind, MetricSpec
+from rlmetrics.spec import SUM
 
 from ._switch import GROUP, enabled
 
@@ -74,6 +75,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Total CPU seconds of this process, by cpu.mode.",
         attributes={CPU_MODE_ATTR: {"user", "system"}},
         callback=_observe_cpu_time,
+        reduce=SUM,
     ),
     MetricSpec(
         MEMORY_USAGE,
@@ -81,6 +83,7 @@ SPECS: tuple[MetricSpec, ...] = (
         unit="By",
         description="The amount of physical memory in use by this process (RSS).",
         callback=_observe_memory_usage,
+        reduce=SUM,
     ),
     MetricSpec(
         THREAD_COUNT,
@@ -88,6 +91,7 @@ SPECS: tuple[MetricSpec, ...] = (
         unit="{thread}",
         description="Threads in this process.",
         callback=_observe_thread_count,
+        reduce=SUM,
     ),
     MetricSpec(
         FD_COUNT,
@@ -96,6 +100,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Open file descriptors of this process, where the platform reports them "
         "(deprecated semconv name of process.unix.file_descriptor.count).",
         callback=_observe_fd_count,
+        reduce=SUM,
     ),
     MetricSpec(
         FD_COUNT_UNIX,
@@ -104,6 +109,7 @@ SPECS: tuple[MetricSpec, ...] = (
         description="Open file descriptors of this process, where the platform reports them; "
         "exported only after report_file_descriptors_as() selects this name.",
         callback=_observe_fd_count_unix,
+        reduce=SUM,
     ),
 )
 

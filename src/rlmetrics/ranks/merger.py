@@ -1,0 +1,342 @@
+"""RankMerger: every rank's logged dict merged into the run's, one collective per step.
+
+A Logger built with a merger (``Logger(ranks=rlmetrics.ranks.torch_distributed())``) hands it
+each flattened dict before anything is written. Every rank writes its raw values, tagged with
+its rank and host, to a JSONL file of its own (so the merge can be checked); the ranks then
+exchange their numbers in one collective and the logging rank (rank 0) gets the run-level
+dict, which its trackers and the OpenTelemetry tee receive — one row per step, not one per
+rank. The other ranks' tee gets their own values only when asked (``export_own=True``).
+
+How each key merges is declared: the spec whose logger key it is (its
+:attr:`~rlmetrics.spec.MetricSpec.reduction`), else the ``reductions`` given here, else the
+efficiency dict's own rule (category seconds are phase times: stragglers), else a mean.
+
+The exchange (the steady state, one fixed-width collective): each rank packs its numbers in
+the order of a key table the ranks agreed on for the dict's prefix, a presence mask beside
+them (a rank may lack a key; NaN is a value, not an absence), under a header carrying the
+table's fingerprint. When a rank has a key the table lacks, or the fingerprints disagree, the
+ranks exchange their dicts as objects once, merge from those, and every rank builds the same
+new table (the sorted union) from what it received: a changed key set costs one exchange more,
+once. A collective that fails (a rank died: the process group's timeout) stops the merging
+for the rest of the run, said once: rank 0 logs its own values from then on, so the loop
+goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import socket
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from .._warn import warn_once
+from ..backends.jsonl import JsonlBackend, to_json_value
+from ..events import EFFICIENCY_PREFIX
+from ..flatten import key_text
+from ..identity import RunIdentity, new_run_id
+from ..plugins import hooks
+from ..registry import default_registry, record
+from ..spec import Reduce, Reduction
+from ..values import as_real
+from .reduce import (
+    PHASE_ATTR,
+    STRAGGLER_GROUP,
+    STRAGGLER_MAX,
+    STRAGGLER_MEAN,
+    STRAGGLER_MIN,
+    STRAGGLER_SKEW,
+    STRAGGLER_SLOWEST,
+    Column,
+    Merged,
+    Straggler,
+    merge_columns,
+)
+
+__all__ = ["DEFAULT_RAW_PATH", "Collective", "RankMerger", "RankRows"]
+
+#: Where each rank's raw rows go; ``{rank}`` is the rank.
+DEFAULT_RAW_PATH = "rlmetrics.rank{rank}.jsonl"
+#: Mask bits one float64 holds exactly.
+_MASK_BITS = 52
+#: Header: the table's fingerprint, whether this rank needs a new table, the step.
+_HEADER = 3
+_HEADER_OF = operator.itemgetter(0, 1)
+
+
+class Collective(Protocol):
+    """The two collectives a merger needs, on some engine's process group."""
+
+    rank: int
+    world_size: int
+
+    def all_gather(self, row: list[float]) -> list[list[float]]:
+        """Every rank's ``row`` (one fixed width on every rank), in rank order."""
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's picklable ``obj``, in rank order."""
+
+
+class RankRows(JsonlBackend):
+    """A rank's raw rows: the JSONL backend's, with ``rank`` and ``host`` on each."""
+
+    def __init__(self, path: str | os.PathLike[str], identity: RunIdentity, rank: int) -> None:
+        super().__init__(path, identity)
+        self.rank = rank
+        self.host = socket.gethostname()
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        row = {
+            "time": time.time(),
+            "run_id": self.run_id,
+            "rank": self.rank,
+            "host": self.host,
+            "step": step,
+            "prefix": prefix,
+            "metrics": {key_text(k): to_json_value(v) for k, v in metrics.items()},
+        }
+        self._write(json.dumps(row, allow_nan=False) + "\n")
+
+
+def _efficiency_reduction(key: str) -> Reduce | None:
+    """The efficiency dict's rule: category seconds and the step's wall time are phases."""
+    if not key.startswith(EFFICIENCY_PREFIX):
+        return None
+    if key == EFFICIENCY_PREFIX + "total_wall_time_s":
+        return Reduce.MAX
+    if key.endswith("_s"):
+        return Reduce.STRAGGLER
+    if key.endswith("_is_per_step"):
+        return Reduce.LAST
+    return Reduce.MEAN
+
+
+class _Table:
+    """The keys the ranks agreed on for one prefix, in order, with their merge columns."""
+
+    def __init__(self, keys: Sequence[str], columns: Sequence[Column]) -> None:
+        self.keys = list(keys)
+        self.index = {key: i for i, key in enumerate(self.keys)}
+        self.columns = list(columns)
+        self.words = -(-len(self.keys) // _MASK_BITS)
+        digest = zlib.crc32("\0".join(self.keys).encode("utf-8", "surrogatepass"))
+        self.fingerprint = float(digest + 1)  # never 0.0, a table nobody agreed on
+
+
+_EMPTY = _Table((), ())
+
+
+class RankMerger:
+    """Merges one step's dicts across the ranks of ``collective`` (see the module).
+
+    :param collective: the engine's collectives (:func:`rlmetrics.ranks.torch_distributed`
+        builds one on torch.distributed).
+    :param raw_path: each rank's raw JSONL file; ``{rank}`` is replaced by the rank. None
+        writes none.
+    :param export_own: whether a rank other than 0 tees its own values to OpenTelemetry.
+    :param reductions: ``{logger key: reduction}`` for keys no spec declares (a spec's own
+        reduction wins); any other undeclared key is merged by mean.
+    """
+
+    def __init__(
+        self,
+        collective: Collective,
+        *,
+        raw_path: str | os.PathLike[str] | None = DEFAULT_RAW_PATH,
+        export_own: bool = False,
+        reductions: Mapping[str, Reduction | Reduce | str] | None = None,
+    ) -> None:
+        self.collective = collective
+        self.rank = collective.rank
+        self.world_size = collective.world_size
+        self.export_own = export_own
+        self.raw_path = None if raw_path is None else Path(str(raw_path).format(rank=self.rank))
+        self._given = {
+            key: value if isinstance(value, Reduction) else Reduction(value)
+            for key, value in (reductions or {}).items()
+        }
+        self._declared: dict[str, Reduction] = {}
+        self._by_name: dict[str, str] = {}
+        self._tables: dict[str, _Table] = {}
+        self._rows: RankRows | None = None
+        self.broken: str | None = None
+        #: The last merged step's phases (rank 0).
+        self.stragglers: dict[str, Straggler] = {}
+        #: Collectives made, by path (for tests and the benchmark).
+        self.exchanges = {"packed": 0, "objects": 0}
+
+    @property
+    def logs(self) -> bool:
+        """Whether this rank writes the run's rows (rank 0)."""
+        return self.rank == 0
+
+    def bind(self, identity: RunIdentity | None) -> None:
+        """Open this rank's raw file for the Logger's run (called by the Logger)."""
+        if self.raw_path is not None and self._rows is None:
+            self._rows = RankRows(self.raw_path, identity or RunIdentity(new_run_id()), self.rank)
+
+    def finish(self) -> None:
+        if self._rows is not None:
+            self._rows.finish()
+
+    # -- one step ---------------------------------------------------------------------
+
+    def merge(
+        self, flat: Mapping[str, Any], step: int, prefix: str, stream: str | None = None
+    ) -> dict[str, Any] | None:
+        """The run-level dict on rank 0, None on the other ranks. Never raises: a failed
+        exchange is said once and rank 0 gets its own values.
+
+        The ranks agree on one key table per ``stream`` (default: the prefix): dicts of other
+        shapes logged under one prefix (the efficiency summary's beside a loop's own) keep a
+        table each, so alternating them costs no exchange."""
+        try:
+            if self._rows is not None:
+                self._rows.log_metrics(flat, step, prefix)
+        except Exception:
+            warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
+        numbers: dict[str, float] = {}
+        for key, value in flat.items():
+            if type(value) is float:  # the common value, without a call
+                numbers[key] = value
+                continue
+            number = as_real(value)
+            if number is not None and type(key) is str:
+                try:
+                    numbers[key] = float(number)
+                except OverflowError:
+                    continue
+        if self.broken is None:
+            try:
+                merged = self._exchange(numbers, step, prefix if stream is None else stream)
+            except Exception as exc:
+                self.broken = f"{type(exc).__name__}: {exc}"
+                warn_once(
+                    "ranks:broken",
+                    f"rlmetrics: rank {self.rank}: the merge of step {step} across "
+                    f"{self.world_size} ranks failed ({self.broken}); ranks are merged no more "
+                    "in this run, and rank 0 logs its own values from this step on (each "
+                    "rank's raw rows are still written)",
+                    expected=True,
+                )
+            else:
+                if merged is None:
+                    return None
+                return self._result(flat, numbers, merged, step)
+        return dict(flat) if self.logs else None
+
+    def _result(
+        self, flat: Mapping[str, Any], numbers: Mapping[str, float], merged: Merged, step: int
+    ) -> dict[str, Any]:
+        for rank, key in merged.dropped:
+            warn_once(
+                f"ranks:dropped:{key}",
+                f"rlmetrics: rank {rank} logged {key!r} as a value that is not finite at step "
+                f"{step}; it is left out of the merge of {key!r} (said once per key)",
+            )
+        for key in merged.unweighted:
+            warn_once(
+                f"ranks:unweighted:{key}",
+                f"rlmetrics: {key!r} is a weighted mean, but some rank logged it without a "
+                "usable weight; it was merged as a plain mean (said once per key)",
+            )
+        # Rank 0's non-numeric values stand; every number is the run's.
+        out = {k: v for k, v in flat.items() if k not in numbers}
+        out.update(merged.values)
+        for key, straggler in merged.stragglers.items():
+            out.update(straggler.items(key))
+        self.stragglers = merged.stragglers
+        for key, straggler in merged.stragglers.items():
+            values = {
+                STRAGGLER_MAX: straggler.max,
+                STRAGGLER_MIN: straggler.min,
+                STRAGGLER_MEAN: straggler.mean,
+                STRAGGLER_SLOWEST: straggler.slowest_rank,
+                STRAGGLER_SKEW: straggler.skew,
+            }
+            record(STRAGGLER_GROUP, values, {PHASE_ATTR: key})
+        return out
+
+    def _exchange(self, numbers: Mapping[str, float], step: int, stream: str) -> Merged | None:
+        table = self._tables.get(stream, _EMPTY)
+        index = table.index
+        fits = numbers.keys() <= index.keys()
+        row = [table.fingerprint, 0.0 if fits else 1.0, float(step)]
+        if fits:
+            mask = [0] * table.words
+            values = [0.0] * len(table.keys)
+            for key, value in numbers.items():
+                i = index[key]
+                values[i] = value
+                mask[i // _MASK_BITS] |= 1 << (i % _MASK_BITS)
+            row.extend(float(word) for word in mask)
+            row.extend(values)
+        else:
+            row.extend([0.0] * (table.words + len(table.keys)))
+        self.exchanges["packed"] += 1
+        rows = self.collective.all_gather(row)
+        # Every rank packed against this table (itemgetter: the 1,024-rank check in C).
+        if set(map(_HEADER_OF, rows)) == {(table.fingerprint, 0.0)}:
+            if not self.logs:
+                return None
+            return merge_columns(table.columns, _unpack(rows, table))
+        # Some rank has a key the table lacks (or the ranks' tables differ): exchange the
+        # dicts themselves, once, and agree on the union from what every rank received.
+        self.exchanges["objects"] += 1
+        dicts: list[Mapping[str, float]] = self.collective.all_gather_object(dict(numbers))
+        keys = sorted({key for d in dicts for key in d})
+        self._read_declarations()
+        columns = [self._column(key) for key in keys]
+        self._tables[stream] = _Table(keys, columns)
+        if not self.logs:
+            return None
+        return merge_columns(columns, {key: [d.get(key) for d in dicts] for key in keys})
+
+    def _read_declarations(self) -> None:
+        """What every installed family declares (loaded now, if nothing has yet): read when
+        a table is agreed, rarely, so a family activated late is seen too."""
+        hooks()
+        for item in default_registry().declared():
+            self._declared.setdefault(item.spec.key, item.spec.reduction)
+            self._by_name.setdefault(item.spec.name, item.spec.key)
+
+    def _column(self, key: str) -> Column:
+        reduction = self._declared.get(key) or self._given.get(key)
+        if reduction is None:
+            kind = _efficiency_reduction(key)
+            reduction = Reduction(kind if kind is not None else Reduce.MEAN)
+        weight = None
+        if reduction.kind is Reduce.WEIGHTED_MEAN:
+            weight = self._by_name.get(str(reduction.weight), reduction.weight)
+        return Column(key, reduction.kind, weight)
+
+
+def _unpack(rows: Sequence[Sequence[float]], table: _Table) -> dict[str, Sequence[float | None]]:
+    """``{key: [value or None per rank]}`` from the packed rows: transposed in C, then the
+    few absences a mask marks set to None (only the missing bits are visited)."""
+    words, width = table.words, len(table.keys)
+    if not width:
+        return {}
+    start = _HEADER + words
+    last = width - (words - 1) * _MASK_BITS
+    full = [(1 << _MASK_BITS) - 1] * (words - 1) + [(1 << last) - 1]
+    full_row = [float(word) for word in full]
+    columns: list[Sequence[float | None]] = list(zip(*(row[start:] for row in rows), strict=True))
+    for rank, masks in enumerate(map(operator.itemgetter(slice(_HEADER, start)), rows)):
+        if masks == full_row:
+            continue
+        for word, (mask, every) in enumerate(zip(masks, full, strict=True)):
+            missing = every & ~int(mask)
+            while missing:
+                low = missing & -missing
+                i = word * _MASK_BITS + low.bit_length() - 1
+                column = columns[i]
+                if type(column) is tuple:  # a column with an absence becomes a list, once
+                    column = columns[i] = list(column)
+                column[rank] = None  # type: ignore[index]
+                missing ^= low
+    return dict(zip(table.keys, columns, strict=True))

@@ -1,0 +1,62 @@
+"""The collectives of a torch.distributed process group, for :class:`RankMerger`.
+
+torch is imported here, when a merger is built, never by ``import rlmetrics``. Only calls
+every backend has (``all_gather_single``, once ``all_gather_into_tensor``, and
+``all_gather_object``): the same code runs on
+gloo (CPU) and NCCL (the packed row goes to the current CUDA device there). A rank that dies
+ends a collective with the process group's own timeout (``init_process_group(timeout=)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["TorchCollective"]
+
+
+class TorchCollective:
+    """``all_gather`` of one float64 row per rank, on ``group`` (None: the default group)."""
+
+    def __init__(self, group: Any = None) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError(
+                "rlmetrics.ranks.torch_distributed() merges over a torch.distributed process "
+                "group: call torch.distributed.init_process_group() first (or pass group=)"
+            )
+        self._torch = torch
+        self._dist = dist
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        backend = str(dist.get_backend(group)).lower()
+        # NCCL moves CUDA tensors only; gloo and the others, CPU ones.
+        self._device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if backend == "nccl"
+            else torch.device("cpu")
+        )
+        self._width = -1
+        self._output: Any = None
+        # torch 2.13 renamed all_gather_into_tensor (which warns there); one call either way.
+        self._gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def all_gather(self, row: list[float]) -> list[list[float]]:
+        torch = self._torch
+        width = len(row)
+        if width != self._width:  # the output buffer is kept while the table stands
+            self._width = width
+            self._output = torch.empty(
+                width * self.world_size, dtype=torch.float64, device=self._device
+            )
+        tensor = torch.tensor(row, dtype=torch.float64, device=self._device)
+        self._gather(self._output, tensor, group=self.group)
+        flat: list[float] = self._output.tolist()
+        return [flat[i * width : (i + 1) * width] for i in range(self.world_size)]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        self._dist.all_gather_object(out, obj, group=self.group)
+        return out

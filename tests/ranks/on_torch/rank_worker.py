@@ -1,0 +1,103 @@
+"""One rank of the 4-rank training loops in test_ranks_torch.py (run as a subprocess with
+RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and MASTER_PORT set; argv: scenario, folder)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import rlmetrics
+from rlmetrics.ranks import torch_distributed
+from rlmetrics.spec import MIN
+from rlmetrics.testing import in_memory_telemetry, points
+
+STEPS = 3
+SLOW_RANK, SLOW_STEP, SLOW_S = 2, STEPS - 1, 1.5
+
+
+def values(rank: int, step: int) -> dict[str, float]:
+    """Numbers every rank can recompute: distinct per rank and step."""
+    return {
+        "num_samples": float(8 + 4 * rank + step),
+        "reward": 0.1 * rank + 0.01 * step + 0.5,
+        "loss": 1.0 + rank * 0.25 - step * 0.125,
+        "lr": 1e-5 * (rank + 1),
+        "grad_norm": 2.0 + 0.5 * ((rank + step) % 4),
+        "valid_tokens_per_second": 100.0 * (rank + 1) + step,
+        "custom/queue_min": float(10 - rank - step),
+        "custom/undeclared": float(rank * 3 + step),
+    }
+
+
+def main() -> None:
+    scenario, folder = sys.argv[1], Path(sys.argv[2])
+    rank = int(os.environ["RANK"])
+    # The rendezvous waits as long as importing torch takes on a busy host; the merger's group
+    # times out a collective a dead rank never joins after RLMETRICS_TEST_PG_TIMEOUT seconds.
+    dist.init_process_group("gloo", timeout=timedelta(seconds=600))
+    timeout = float(os.environ.get("RLMETRICS_TEST_PG_TIMEOUT", "120"))
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
+    # Data parallel by hand (DDP's import of torch._dynamo takes a minute on a busy host):
+    # each rank's gradients averaged over the group.
+    model = torch.nn.Linear(4, 1)
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
+    merger = torch_distributed(
+        group, raw_path=folder / "rank{rank}.jsonl", reductions={"custom/queue_min": MIN}
+    )
+    with in_memory_telemetry(run_id="ranks-test") as (_handle, reader):
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(folder / f"tracker{rank}.jsonl")}}, ranks=merger
+        )
+        if scenario == "late" and rank == 3:
+            time.sleep(1.0)  # this rank reaches its first step a second after the others
+        for step in range(STEPS):
+            batch = torch.full((2, 4), float(rank + step))
+            loss = model(batch).pow(2).mean()
+            optimiser.zero_grad()
+            started = time.perf_counter()
+            loss.backward()
+            # (Once a rank has died, the survivors train on alone: only their logging is tested.)
+            if not (scenario == "dies" and step >= 1):
+                for parameter in model.parameters():
+                    assert parameter.grad is not None
+                    dist.all_reduce(parameter.grad)
+                    parameter.grad /= dist.get_world_size()
+            optimiser.step()
+            if scenario == "dies" and rank == 3 and step == 1:
+                os._exit(3)  # dies before the step-1 merge
+            if rank == SLOW_RANK and step == SLOW_STEP:
+                time.sleep(SLOW_S)  # the slow phase
+            metrics: dict[str, object] = {**values(rank, step)}
+            metrics["policy_time"] = time.perf_counter() - started
+            if scenario == "kinds" and rank == 3:
+                metrics["only/rank3"] = 7.0 + step  # a key set other ranks lack
+            if scenario == "kinds" and rank == 2 and step == 1:
+                metrics["loss"] = math.nan  # a NaN on one rank
+            if scenario == "kinds" and rank == 1 and step == 2:
+                del metrics["grad_norm"]  # a key one rank leaves out once
+            logger.log_metrics(metrics, step=step, prefix="train")
+        logger.finish()
+        found = [
+            {"name": p.name, "attributes": p.attributes, "value": p.value}
+            for p in points(reader)
+            if p.name.startswith("rl.ranks.") or p.name == "rl.reward.mean"
+        ]
+    (folder / f"result{rank}.json").write_text(
+        json.dumps(
+            {"points": found, "exchanges": merger.exchanges, "broken": merger.broken}, default=str
+        )
+    )
+    if merger.broken is None:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""Four gloo ranks on 127.0.0.1 train a tiny DDP model and log through one Logger each: every
+declared reduction gives, on rank 0, the value computed by hand from the four ranks' raw
+JSONL; the trackers get one row per step; a slow rank is named by the straggler series; a
+NaN, a key set one rank lacks, a late rank and a rank that dies mid-run are handled."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlmetrics.backends.jsonl import read_jsonl
+
+WORLD = 4
+WORKER = Path(__file__).with_name("rank_worker.py")
+sys.path.insert(0, str(WORKER.parent))
+import rank_worker  # noqa: E402  (the worker's own numbers, recomputed here)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_ranks(
+    scenario: str, folder: Path, timeout_s: float = 600.0, pg_timeout_s: float = 120.0
+) -> list[int]:
+    """The four ranks as subprocesses; their exit codes. Bounded by ``timeout_s`` in all:
+    importing torch alone takes a minute per process on a busy two-core host."""
+    deadline = time.monotonic() + timeout_s
+    port = _free_port()
+    procs = []
+    for rank in range(WORLD):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": str(WORLD),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "GLOO_SOCKET_IFNAME": "lo",
+            "RLMETRICS_TEST_PG_TIMEOUT": str(pg_timeout_s),
+            "OMP_NUM_THREADS": "1",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), scenario, str(folder)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    codes = []
+    for rank, proc in enumerate(procs):
+        try:
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            raise
+        (folder / f"out{rank}.txt").write_text(out)
+        codes.append(proc.returncode)
+    return codes
+
+
+def raw_rows(folder: Path) -> dict[int, dict[int, dict[str, Any]]]:
+    """``{rank: {step: metrics}}`` from each rank's raw file."""
+    out: dict[int, dict[int, dict[str, Any]]] = {}
+    for rank in range(WORLD):
+        for row in read_jsonl(folder / f"rank{rank}.jsonl"):
+            assert row["rank"] == rank
+            assert row["host"] == socket.gethostname()
+            out.setdefault(rank, {})[row["step"]] = row["metrics"]
+    return out
+
+
+def tracker_rows(folder: Path, rank: int) -> list[dict[str, Any]]:
+    path = folder / f"tracker{rank}.jsonl"
+    if not path.exists():
+        return []
+    return [row for row in read_jsonl(path) if "metrics" in row]
+
+
+def _finite(values: list[Any]) -> list[float]:
+    return [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("kinds")
+    codes = run_ranks("kinds", folder)
+    assert codes == [0] * WORLD, [(folder / f"out{r}.txt").read_text() for r in range(WORLD)]
+    return folder
+
+
+def test_each_declared_kind_is_the_hand_computed_value_of_the_raw_rows(kinds: Path) -> None:
+    raw = raw_rows(kinds)
+    rows = tracker_rows(kinds, 0)
+    assert [row["step"] for row in rows] == list(range(rank_worker.STEPS))
+    for row in rows:
+        step, merged = row["step"], row["metrics"]
+        column = {k: [raw[r][step].get(k) for r in range(WORLD)] for k in raw[0][step]}
+        column["only/rank3"] = [raw[r][step].get("only/rank3") for r in range(WORLD)]
+        assert merged["num_samples"] == math.fsum(column["num_samples"])  # sum
+        weights = column["num_samples"]
+        assert merged["reward"] == math.fsum(
+            v * w for v, w in zip(column["reward"], weights, strict=True)
+        ) / math.fsum(weights)  # weighted mean
+        losses = _finite(column["loss"])
+        assert merged["loss"] == math.fsum(losses) / len(losses)  # mean, NaN left out
+        assert merged["lr"] == column["lr"][-1]  # last: the highest rank's
+        grad = [v for v in column["grad_norm"] if v is not None]
+        assert merged["grad_norm"] == max(grad)  # max over the ranks that logged it
+        assert merged["valid_tokens_per_second"] == math.fsum(column["valid_tokens_per_second"])
+        assert merged["custom/queue_min"] == min(column["custom/queue_min"])  # given: min
+        undeclared = column["custom/undeclared"]
+        assert merged["custom/undeclared"] == math.fsum(undeclared) / WORLD  # default: mean
+        assert merged["only/rank3"] == column["only/rank3"][3]  # one rank's key: its value
+        seconds = column["policy_time"]
+        assert merged["policy_time"] == max(seconds)  # straggler: the slowest rank's
+        assert merged["policy_time/rank_min"] == min(seconds)
+        assert merged["policy_time/rank_mean"] == math.fsum(seconds) / WORLD
+        assert merged["policy_time/slowest_rank"] == seconds.index(max(seconds))
+    assert math.isnan(float(raw[2][1]["loss"])) or raw[2][1]["loss"] == "nan"
+
+
+def test_trackers_get_one_row_per_step_not_one_per_rank(kinds: Path) -> None:
+    assert len(tracker_rows(kinds, 0)) == rank_worker.STEPS
+    for rank in range(1, WORLD):
+        assert tracker_rows(kinds, rank) == []
+
+
+def test_the_steady_state_is_one_packed_collective_per_step(kinds: Path) -> None:
+    result = json.loads((kinds / "result0.json").read_text())
+    # Step 0 agrees on the keys (object exchange); step 1 adds none; step 2 is a packed step
+    # with one key absent on one rank: no new exchange.
+    assert result["exchanges"] == {"packed": rank_worker.STEPS, "objects": 1}
+    assert result["broken"] is None
+
+
+def test_the_slow_rank_is_named_by_the_straggler_series(kinds: Path) -> None:
+    result = json.loads((kinds / "result0.json").read_text())
+    by_name = {
+        p["name"]: p["value"]
+        for p in result["points"]
+        if p["attributes"].get("rl.ranks.phase") == "policy_time"
+    }
+    assert by_name["rl.ranks.slowest"] == rank_worker.SLOW_RANK
+    assert by_name["rl.ranks.duration.max"] >= rank_worker.SLOW_S
+    assert by_name["rl.ranks.duration.min"] < rank_worker.SLOW_S
+    assert (
+        by_name["rl.ranks.skew"]
+        == by_name["rl.ranks.duration.max"] / (by_name["rl.ranks.duration.mean"])
+    )
+    rows = tracker_rows(kinds, 0)
+    assert rows[rank_worker.SLOW_STEP]["metrics"]["policy_time/slowest_rank"] == 2
+    # Rank 0's tee exported the run's value; the other ranks exported nothing of their own.
+    reward = [p for p in result["points"] if p["name"] == "rl.reward.mean"]
+    assert reward and reward[0]["value"] == rows[-1]["metrics"]["reward"]
+    for rank in range(1, WORLD):
+        other = json.loads((kinds / f"result{rank}.json").read_text())
+        assert other["points"] == []
+
+
+def test_the_nan_on_one_rank_is_said_once(kinds: Path) -> None:
+    out = (kinds / "out0.txt").read_text()
+    assert out.count("rank 2 logged 'loss' as a value that is not finite") == 1
+
+
+def test_a_rank_that_joins_late_is_waited_for(tmp_path: Path) -> None:
+    assert run_ranks("late", tmp_path) == [0] * WORLD
+    rows = tracker_rows(tmp_path, 0)
+    assert [row["step"] for row in rows] == list(range(rank_worker.STEPS))
+    assert rows[0]["metrics"]["num_samples"] == math.fsum(
+        rank_worker.values(r, 0)["num_samples"] for r in range(WORLD)
+    )
+
+
+def test_a_rank_that_dies_mid_run_costs_the_others_one_timeout_then_they_go_on(
+    tmp_path: Path,
+) -> None:
+    codes = run_ranks("dies", tmp_path, pg_timeout_s=5.0)
+    assert codes[3] == 3
+    assert codes[:3] == [0, 0, 0], [(tmp_path / f"out{r}.txt").read_text() for r in range(3)]
+    rows = tracker_rows(tmp_path, 0)
+    # Step 0 merged; steps 1 and 2 are rank 0's own values, said once.
+    assert [row["step"] for row in rows] == list(range(rank_worker.STEPS))
+    assert rows[0]["metrics"]["num_samples"] == math.fsum(
+        rank_worker.values(r, 0)["num_samples"] for r in range(WORLD)
+    )
+    assert rows[1]["metrics"]["num_samples"] == rank_worker.values(0, 1)["num_samples"]
+    for rank in range(3):
+        out = (tmp_path / f"out{rank}.txt").read_text()
+        assert out.count("ranks are merged no more") == 1, out
+        assert json.loads((tmp_path / f"result{rank}.json").read_text())["broken"]
+        assert sorted(raw_rows_of(tmp_path, rank)) == list(range(rank_worker.STEPS))
+
+
+def raw_rows_of(folder: Path, rank: int) -> list[int]:
+    return [row["step"] for row in read_jsonl(folder / f"rank{rank}.jsonl")]

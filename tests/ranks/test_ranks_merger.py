@@ -1,0 +1,249 @@
+"""The merger's exchange without torch: ranks as threads of one process sharing a barrier
+collective (the engine is what torch.distributed gives in tests/ranks/on_torch). The steady
+state is one packed collective; a new key costs one object exchange; absences travel in the
+mask (past one mask word too); a failed collective stops merging, said once."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rlmetrics
+from rlmetrics import hookimpl
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.events import EfficiencySummary
+from rlmetrics.plugins import register
+from rlmetrics.ranks import RankMerger
+from rlmetrics.spec import MAX, SUM
+
+WORLD = 3
+
+
+class ThreadCollective:
+    """``all_gather`` among threads: each puts its row, waits for all, reads them all."""
+
+    def __init__(self, shared: dict[str, Any], rank: int) -> None:
+        self.shared, self.rank, self.world_size = shared, rank, WORLD
+
+    def _gather(self, obj: Any) -> list[Any]:
+        if self.shared.get("fail"):
+            raise RuntimeError("connection closed by peer")
+        self.shared["slots"][self.rank] = obj
+        self.shared["barrier"].wait(timeout=30)
+        out = list(self.shared["slots"])
+        self.shared["barrier"].wait(timeout=30)
+        return out
+
+    def all_gather(self, row: list[float]) -> list[list[float]]:
+        widths = None
+        out = self._gather(list(row))
+        widths = {len(r) for r in out}
+        assert len(widths) == 1, f"rows of different widths: {widths}"
+        return out
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        return self._gather(obj)
+
+
+def run_ranks(
+    steps: Callable[[int], list[Mapping[str, Any]]], **merger_kwargs: Any
+) -> tuple[list[list[dict[str, Any] | None]], list[RankMerger]]:
+    """Each rank merges its dicts in turn; ``(merged per rank per step, mergers)``."""
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+    mergers = [
+        RankMerger(ThreadCollective(shared, rank), raw_path=None, **merger_kwargs)
+        for rank in range(WORLD)
+    ]
+    results: list[list[dict[str, Any] | None]] = [[] for _ in range(WORLD)]
+
+    def rank_loop(rank: int) -> None:
+        for step, flat in enumerate(steps(rank)):
+            results[rank].append(mergers[rank].merge(flat, step, "train"))
+
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    return results, mergers
+
+
+def test_the_steady_state_is_one_packed_collective_and_a_new_key_one_exchange_more() -> None:
+    def steps(rank: int) -> list[Mapping[str, Any]]:
+        return [
+            {"a": rank, "b": 1.0},
+            {"a": rank + 1, "b": 2.0},
+            {"a": rank + 2, "b": 3.0, "c": 5.0},  # a new key
+            {"a": rank + 3, "b": 4.0, "c": 6.0},
+        ]
+
+    results, mergers = run_ranks(steps)
+    assert mergers[0].exchanges == {"packed": 4, "objects": 2}
+    assert [r["a"] for r in results[0]] == [1.0, 2.0, 3.0, 4.0]  # mean of rank + k
+    assert results[0][3]["c"] == 6.0
+    assert all(r is None for rank in results[1:] for r in rank)
+
+
+def test_two_shapes_under_one_prefix_keep_a_table_each() -> None:
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+    mergers = [RankMerger(ThreadCollective(shared, rank), raw_path=None) for rank in range(WORLD)]
+
+    def rank_loop(rank: int) -> None:
+        for step in range(4):
+            mergers[rank].merge({"loss": 1.0 + rank}, step, "")
+            mergers[rank].merge(
+                {"efficiency/generation_s": 2.0 + rank}, step, "", stream="efficiency-summary"
+            )
+
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert mergers[0].exchanges == {"packed": 8, "objects": 2}
+    assert mergers[0].stragglers["efficiency/generation_s"].slowest_rank == WORLD - 1
+
+
+def test_absences_travel_in_the_mask_past_one_mask_word() -> None:
+    keys = [f"k{i:03d}" for i in range(130)]
+
+    def steps(rank: int) -> list[Mapping[str, Any]]:
+        full = {key: float(i + rank) for i, key in enumerate(keys)}
+        holes = {k: v for k, v in full.items() if not (rank == 1 and int(k[1:]) % 7 == 0)}
+        return [full, holes]
+
+    results, mergers = run_ranks(steps, reductions={key: SUM for key in keys})
+    assert mergers[0].exchanges == {"packed": 2, "objects": 1}
+    second = results[0][1]
+    assert second is not None
+    for i, key in enumerate(keys):
+        ranks = [r for r in range(WORLD) if not (r == 1 and i % 7 == 0)]
+        assert second[key] == math.fsum(float(i + r) for r in ranks)
+
+
+def test_non_numbers_stay_rank_0_s_and_a_nan_drops_only_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def steps(rank: int) -> list[Mapping[str, Any]]:
+        return [
+            {"x": 1.0, "name": f"rank{rank}"},
+            {"x": math.nan if rank == 2 else 2.0 + rank, "name": f"rank{rank}"},
+        ]
+
+    results, _ = run_ranks(steps, reductions={"x": MAX})
+    assert results[0][1] == {"x": 3.0, "name": "rank0"}
+    assert "rank 2 logged 'x' as a value that is not finite" in caplog.text
+
+
+def test_a_failed_collective_stops_merging_said_once_and_rank_0_logs_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    shared: dict[str, Any] = {"fail": True}
+    merger = RankMerger(ThreadCollective(shared, 0), raw_path=None)
+    assert merger.merge({"a": 1.0}, 0, "") == {"a": 1.0}
+    assert merger.merge({"a": 2.0}, 1, "") == {"a": 2.0}
+    assert merger.broken is not None
+    assert caplog.text.count("ranks are merged no more") == 1
+    other = RankMerger(ThreadCollective(shared, 1), raw_path=None)
+    assert other.merge({"a": 1.0}, 0, "") is None
+
+
+def test_a_logger_on_rank_0_writes_the_run_s_row_and_each_rank_its_raw_rows(
+    tmp_path: Path,
+) -> None:
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        merger = RankMerger(ThreadCollective(shared, rank), raw_path=tmp_path / "raw{rank}.jsonl")
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}},
+            ranks=merger,
+            run_id="r1",
+        )
+        for step in range(2):
+            logger.log_metrics({"num_samples": 4 + rank, "reward": 0.5 * rank}, step=step)
+        logger.finish()
+
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    rows = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
+    assert [row["step"] for row in rows] == [0, 1]
+    # reward: weighted by num_samples (4, 5, 6) as the training family declares.
+    assert rows[0]["metrics"]["num_samples"] == 15
+    assert rows[0]["metrics"]["reward"] == (0 * 4 + 0.5 * 5 + 1.0 * 6) / 15
+    for rank in (1, 2):
+        path = tmp_path / f"tracker{rank}.jsonl"
+        assert not path.exists() or [r for r in read_jsonl(path) if "metrics" in r] == []
+    for rank in range(WORLD):
+        raw = list(read_jsonl(tmp_path / f"raw{rank}.jsonl"))
+        assert [(r["rank"], r["step"], r["metrics"]["reward"]) for r in raw] == [
+            (rank, 0, 0.5 * rank),
+            (rank, 1, 0.5 * rank),
+        ]
+        assert all(r["run_id"] == "r1" and r["host"] for r in raw)
+
+
+def test_the_efficiency_summary_merges_its_phases_as_stragglers(tmp_path: Path) -> None:
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        merger = RankMerger(ThreadCollective(shared, rank), raw_path=None)
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}},
+            ranks=merger,
+            run_id="r1",
+        )
+        summary = EfficiencySummary(seconds={"generation": 1.0 + rank}, step_wall_time_s=2.0 + rank)
+        logger.log_efficiency_summary(summary, step=0)
+        logger.finish()
+
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    (row,) = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
+    metrics = row["metrics"]
+    wall = "efficiency/step_wall_time_s"
+    assert metrics[wall] == 2.0 + WORLD - 1  # the step waits for its slowest rank
+    assert metrics[wall + "/slowest_rank"] == WORLD - 1
+    assert metrics[wall + "/rank_min"] == 2.0
+
+
+def test_other_ranks_tee_their_own_values_only_when_asked() -> None:
+    teed: list[tuple[str, dict[str, Any]]] = []
+
+    class Capture:
+        @hookimpl
+        def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+            teed.append((threading.current_thread().name, dict(metrics)))
+
+    register(Capture(), "capture")
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        merger = RankMerger(ThreadCollective(shared, rank), raw_path=None, export_own=rank == 1)
+        logger = rlmetrics.Logger(backends={}, ranks=merger, run_id="r1")
+        logger.log_metrics({"loss": float(rank**2)}, step=0)
+        logger.finish()
+
+    threads = [threading.Thread(target=rank_loop, args=(r,), name=f"rank{r}") for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(teed) == [("rank0", {"loss": 5 / 3}), ("rank1", {"loss": 1.0})]
+
+
+def test_an_unknown_ranks_value_is_a_mistake() -> None:
+    with pytest.raises(ValueError, match="pass 'torch' or a merger"):
+        rlmetrics.Logger(backends={}, ranks="mpi")

@@ -1,0 +1,112 @@
+"""``rlmetrics report --perfetto``: two ranks' span files (real processes, the otlp_file
+exporter) merged into one Trace Event Format document, checked for structure: one process per
+rank, a lane per thread, a complete event per span each rank exported, buckets as categories,
+step markers on the shared clock."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from rlmetrics.report.perfetto import trace_events
+from rlmetrics.report.traces import read_traces
+from rlmetrics.tracing import BUCKETS
+
+RLMETRICS = str(Path(sys.executable).with_name("rlmetrics"))
+
+RANK = """
+import sys, threading, time
+import rlmetrics
+traces, rank, jsonl = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with (
+    rlmetrics.start(
+        exporters={"otlp_file": {"path": traces}}, run_id="pf", resource={"rlmetrics.rank": rank}
+    ),
+    rlmetrics.Logger(backends={"jsonl": {"path": jsonl}}) as logger,
+):
+    for step in range(2):
+        with rlmetrics.step(step, logger=logger):
+            with rlmetrics.phase("generation", bucket="productive"):
+                time.sleep(0.01 * (rank + 1))
+
+            def score():
+                with rlmetrics.phase("reward", bucket="overhead"):
+                    time.sleep(0.005)
+
+            worker = threading.Thread(target=score, name="scorer")
+            worker.start()
+            worker.join()
+"""
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([RLMETRICS, *args], capture_output=True, text=True, timeout=120)
+
+
+def record(folder: Path) -> list[Path]:
+    files = []
+    procs = []
+    for rank in range(2):
+        traces = folder / f"traces{rank}.jsonl"
+        files.append(traces)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", RANK, str(traces), str(rank), str(folder / f"m{rank}.jsonl")]
+            )
+        )
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0
+    return files
+
+
+def test_every_rank_is_a_process_with_its_spans_lanes_and_steps(tmp_path: Path) -> None:
+    files = record(tmp_path)
+    document = trace_events(read_traces(files))
+    json.loads(json.dumps(document))  # plain JSON
+    events = document["traceEvents"]
+    assert {event["ph"] for event in events} <= {"X", "M", "i"}
+    names = {
+        event["pid"]: event["args"]["name"]
+        for event in events
+        if event["ph"] == "M" and event["name"] == "process_name"
+    }
+    assert len(names) == 2 and all(name.startswith(("0", "1")) for name in names.values())
+    lanes = {
+        (event["pid"], event["tid"]): event["args"]["name"]
+        for event in events
+        if event["ph"] == "M" and event["name"] == "thread_name"
+    }
+    slices = [event for event in events if event["ph"] == "X"]
+    for event in slices:
+        assert (event["pid"], event["tid"]) in lanes
+        assert event["ts"] >= 0 and event["dur"] >= 0
+        assert event["cat"] in {*BUCKETS, "span"}
+    assert {name for (_, _), name in lanes.items()} >= {"main", "scorer"}
+    # One process per rank, with exactly the spans that rank exported.
+    per_pid = Counter(event["pid"] for event in slices)
+    by_rank = {int(name.split(" ")[0]): per_pid[pid] for pid, name in names.items()}
+    for rank, path in enumerate(files):
+        assert by_rank[rank] == len(read_traces([path]).spans)
+    scorer = [e for e in slices if lanes[(e["pid"], e["tid"])] == "scorer"]
+    assert scorer and all(e["name"] == "rl.reward" and e["cat"] == "overhead" for e in scorer)
+    steps = Counter(event["name"] for event in events if event["ph"] == "i")
+    assert steps == {"step 0": 2, "step 1": 2}
+
+
+def test_rlmetrics_report_writes_the_perfetto_file(tmp_path: Path) -> None:
+    files = record(tmp_path)
+    out = tmp_path / "run.json"
+    args = ["report", str(tmp_path / "m0.jsonl")]
+    for path in files:
+        args += ["--traces", str(path)]
+    done = run_cli(*args, "--perfetto", str(out))
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    slices = sum(1 for event in document["traceEvents"] if event["ph"] == "X")
+    assert f"{slices} spans written to {out}" in done.stderr
+    assert slices == len(read_traces(files).spans)
+    missing = run_cli("report", str(tmp_path / "m0.jsonl"), "--perfetto", str(out))
+    assert missing.returncode == 2 and "--perfetto writes spans" in missing.stderr

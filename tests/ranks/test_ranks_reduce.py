@@ -1,0 +1,73 @@
+"""The reduction math, without torch: each kind against its definition over any ranks'
+values, absent and non-finite values left out (and named), weights and stragglers."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlmetrics.ranks import Column, merge_columns
+from rlmetrics.spec import Reduce
+
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
+value = st.one_of(st.none(), finite, st.sampled_from([math.nan, math.inf, -math.inf]))
+columns = st.lists(value, min_size=1, max_size=40)
+
+
+def _kept(column: list[float | None]) -> list[float]:
+    return [v for v in column if v is not None and math.isfinite(v)]
+
+
+@given(columns, st.sampled_from([Reduce.SUM, Reduce.MEAN, Reduce.MIN, Reduce.MAX, Reduce.LAST]))
+def test_each_kind_is_its_definition_over_the_finite_values(
+    column: list[float | None], kind: Reduce
+) -> None:
+    merged = merge_columns([Column("k", kind)], {"k": column})
+    kept = _kept(column)
+    assert sorted(merged.dropped) == [
+        (rank, "k") for rank, v in enumerate(column) if v is not None and not math.isfinite(v)
+    ]
+    if not kept:
+        assert merged.values == {}
+        return
+    expected = {
+        Reduce.SUM: math.fsum(kept),
+        Reduce.MEAN: math.fsum(kept) / len(kept),
+        Reduce.MIN: min(kept),
+        Reduce.MAX: max(kept),
+        Reduce.LAST: kept[-1],
+    }[kind]
+    assert merged.values == {"k": expected}
+
+
+@given(st.lists(st.tuples(finite, st.floats(min_value=0.5, max_value=1e4)), min_size=1))
+def test_a_weighted_mean_weighs_each_rank_by_its_weight(pairs: list[tuple[float, float]]) -> None:
+    values = {"m": [v for v, _ in pairs], "n": [w for _, w in pairs]}
+    merged = merge_columns([Column("m", Reduce.WEIGHTED_MEAN, "n")], values)
+    total = math.fsum(w for _, w in pairs)
+    assert merged.values["m"] == math.fsum(v * w for v, w in pairs) / total
+    assert merged.unweighted == []
+
+
+def test_a_weighted_mean_without_a_rank_s_weight_is_a_plain_mean_and_says_so() -> None:
+    merged = merge_columns(
+        [Column("m", Reduce.WEIGHTED_MEAN, "n")], {"m": [1.0, 3.0], "n": [10.0, None]}
+    )
+    assert merged.values == {"m": 2.0}
+    assert merged.unweighted == ["m"]
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e4), min_size=1, max_size=1024))
+def test_a_straggler_names_the_slowest_rank(seconds: list[float]) -> None:
+    merged = merge_columns([Column("t", Reduce.STRAGGLER)], {"t": list(seconds)})
+    straggler = merged.stragglers["t"]
+    assert merged.values["t"] == straggler.max == max(seconds)
+    assert straggler.min == min(seconds)
+    assert straggler.mean == math.fsum(seconds) / len(seconds)
+    assert straggler.slowest_rank == seconds.index(max(seconds))
+    mean = straggler.mean
+    assert straggler.skew == (max(seconds) / mean if mean > 0 else None)
+    items = straggler.items("t")
+    assert items["t/slowest_rank"] == seconds.index(max(seconds))
