@@ -1,0 +1,252 @@
+"""Trajectories as bounded metrics: what ``on_trajectories`` delivers (a ``log_trajectories``
+batch or one live trajectory), counted from the same records its spans and rows come from.
+
+- ``rl.trajectory.completed`` (counter): trajectories by ``rl.trajectory.outcome``,
+  ``rl.trajectory.finish_reason`` and ``rl.env``;
+- ``rl.trajectory.turns``, ``rl.trajectory.tool_calls`` (histograms): per trajectory, by env;
+- ``rl.tool.calls`` (counter): tool calls by ``gen_ai.tool.name`` and ``rl.tool.outcome``;
+- ``rl.trajectory.tokens`` (counter): input and output tokens (``gen_ai.token.type``) by env;
+- ``rl.trajectory.duration`` (histogram, s): each rollout's wall time by outcome and env,
+  recorded inside the trajectory's span, so its exemplars point at trajectory spans;
+- ``rl.trajectory.reward`` (histogram): each reward by ``rl.reward.component`` and env;
+- ``rl.trajectory.spans.dropped`` (counter): trajectories the span budget left without spans.
+
+Names (envs, tools, finish reasons, reward components) come from the records, so they are
+bounded: a name outside ``[A-Za-z0-9_./-]{1,64}`` or past the first few distinct ones of a
+telemetry session is ``other``, and each series has its cap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from .. import hookimpl
+from ..registry import declare, record
+from ..spec import OPEN, Kind, MetricSpec
+from ..trajectories import OUTCOMES, TOOL_OUTCOMES, TrajectoryBatch, inside
+from ..trajectories.spans import (
+    ENV_ATTR,
+    OUTCOME_ATTR,
+    REWARD_COMPONENT_ATTR,
+    TOOL_NAME_ATTR,
+    TOOL_OUTCOME_ATTR,
+    TRAJECTORY_FINISH_REASON_ATTR,
+    duration_s,
+)
+from ..values import OTHER, BoundedValues, key_attribute
+
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
+
+__all__ = [
+    "COMPLETED",
+    "DROPPED",
+    "DURATION",
+    "GROUP",
+    "REWARD",
+    "TOKENS",
+    "TOOL_CALLS",
+    "TOOL_CALL_COUNT",
+    "TURNS",
+    "record_batch",
+]
+
+GROUP = "rl.trajectory"
+COMPLETED: Final = "rl.trajectory.completed"
+TURNS: Final = "rl.trajectory.turns"
+TOOL_CALLS: Final = "rl.trajectory.tool_calls"
+TOOL_CALL_COUNT: Final = "rl.tool.calls"
+TOKENS: Final = "rl.trajectory.tokens"
+DURATION: Final = "rl.trajectory.duration"
+REWARD: Final = "rl.trajectory.reward"
+DROPPED: Final = "rl.trajectory.spans.dropped"
+TOKEN_TYPE_ATTR = "gen_ai.token.type"
+
+MAX_ENVS = 16
+MAX_TOOLS = 64
+MAX_FINISH_REASONS = 8
+MAX_COMPONENTS = 16
+
+_COUNT_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256, 1024)
+# The GenAI conventions' duration buckets (0.01 s doubling to 81.92 s), then minutes.
+_SECONDS_BUCKETS = (
+    *(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92),
+    *(163.84, 327.68, 655.36, 1310.72),
+)
+_REWARD_BUCKETS = (-10, -5, -2, -1, -0.5, -0.25, 0, 0.1, 0.25, 0.5, 0.75, 0.9, 1, 2, 5, 10)
+
+declare(
+    GROUP,
+    [
+        MetricSpec(
+            COMPLETED,
+            Kind.COUNTER,
+            unit="{trajectory}",
+            description="Finished trajectories (rollouts) by outcome, finish reason and env",
+            attributes={
+                OUTCOME_ATTR: set(OUTCOMES),
+                TRAJECTORY_FINISH_REASON_ATTR: OPEN,
+                ENV_ATTR: OPEN,
+            },
+            max_series=len(OUTCOMES) * (MAX_FINISH_REASONS + 2) * (MAX_ENVS + 2),
+        ),
+        MetricSpec(
+            TURNS,
+            Kind.HISTOGRAM,
+            unit="{turn}",
+            description="Turns per trajectory, by env",
+            attributes={ENV_ATTR: OPEN},
+            max_series=MAX_ENVS + 2,
+            buckets=_COUNT_BUCKETS,
+        ),
+        MetricSpec(
+            TOOL_CALLS,
+            Kind.HISTOGRAM,
+            unit="{call}",
+            description="Tool calls per trajectory, by env",
+            attributes={ENV_ATTR: OPEN},
+            max_series=MAX_ENVS + 2,
+            buckets=_COUNT_BUCKETS,
+        ),
+        MetricSpec(
+            TOOL_CALL_COUNT,
+            Kind.COUNTER,
+            unit="{call}",
+            description="Tool calls made in trajectories, by tool and outcome",
+            attributes={TOOL_NAME_ATTR: OPEN, TOOL_OUTCOME_ATTR: set(TOOL_OUTCOMES)},
+            max_series=(MAX_TOOLS + 1) * len(TOOL_OUTCOMES),
+        ),
+        MetricSpec(
+            TOKENS,
+            Kind.COUNTER,
+            unit="{token}",
+            description="Tokens generated and read in trajectories, by token type and env",
+            attributes={TOKEN_TYPE_ATTR: {"input", "output"}, ENV_ATTR: OPEN},
+            max_series=2 * (MAX_ENVS + 2),
+        ),
+        MetricSpec(
+            DURATION,
+            Kind.HISTOGRAM,
+            unit="s",
+            description="Wall time of one trajectory (rollout), by outcome and env; exemplars "
+            "point at the trajectory's span",
+            attributes={OUTCOME_ATTR: set(OUTCOMES), ENV_ATTR: OPEN},
+            max_series=len(OUTCOMES) * (MAX_ENVS + 2),
+            buckets=_SECONDS_BUCKETS,
+        ),
+        MetricSpec(
+            REWARD,
+            Kind.HISTOGRAM,
+            unit="1",
+            description="Rewards of trajectories, by reward component and env",
+            attributes={REWARD_COMPONENT_ATTR: OPEN, ENV_ATTR: OPEN},
+            max_series=(MAX_COMPONENTS + 2) * (MAX_ENVS + 2),
+            buckets=_REWARD_BUCKETS,
+        ),
+        MetricSpec(
+            DROPPED,
+            Kind.COUNTER,
+            unit="{trajectory}",
+            description="Trajectories the span budget left without spans (their metrics and "
+            "rows are kept)",
+        ),
+    ],
+)
+
+
+class _Names:
+    """An open attribute's values from records, bounded (see the module's docstring)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, limit: int) -> None:
+        self._values = BoundedValues(limit)
+
+    def __call__(self, value: str | None) -> str | None:
+        if value is None:
+            return None
+        safe = key_attribute(value)
+        return self._values(safe) if safe is not None else OTHER
+
+    def clear(self) -> None:
+        self._values.clear()
+
+
+_envs = _Names(MAX_ENVS)
+_tools = _Names(MAX_TOOLS)
+_reasons = _Names(MAX_FINISH_REASONS)
+_components = _Names(MAX_COMPONENTS)
+
+
+def _with_env(attributes: dict[str, Any], env: str | None) -> dict[str, Any]:
+    if env is not None:
+        attributes[ENV_ATTR] = env
+    return attributes
+
+
+def record_batch(batch: TrajectoryBatch) -> None:
+    """Record the metrics of ``batch`` (what the hook does). Counters are added up over the
+    batch first (one point per attribute set); histograms take one value per trajectory."""
+    if batch.dropped:
+        record(GROUP, {DROPPED: batch.dropped})
+    completed: dict[tuple[str, str | None, str | None], int] = {}
+    tokens: dict[tuple[str, str | None], int] = {}
+    calls: dict[tuple[str, str], int] = {}
+    contexts = batch.contexts
+    for index, t in enumerate(batch.trajectories):
+        env = _envs(t.env)
+        by_env = {} if env is None else {ENV_ATTR: env}
+        key = (t.outcome, _reasons(t.finish_reason), env)
+        completed[key] = completed.get(key, 0) + 1
+        record(GROUP, {TURNS: t.turn_count, TOOL_CALLS: t.tool_call_count}, by_env)
+        given, taken = t.tokens()
+        if given:
+            tokens[("input", env)] = tokens.get(("input", env), 0) + given
+        if taken:
+            tokens[("output", env)] = tokens.get(("output", env), 0) + taken
+        for turn in t.turns:
+            for call in turn.tool_calls:
+                tool = (_tools(call.name) or OTHER, call.outcome)
+                calls[tool] = calls.get(tool, 0) + 1
+        rewards = t.all_rewards()
+        for reward in rewards:
+            component = _components(reward.component)
+            record(
+                GROUP, {REWARD: reward.value}, _with_env({REWARD_COMPONENT_ATTR: component}, env)
+            )
+        if t.reward is not None and not any(r.component == "total" for r in rewards):
+            record(GROUP, {REWARD: t.reward}, _with_env({REWARD_COMPONENT_ATTR: "total"}, env))
+        # Inside the trajectory's span: the exemplar names it.
+        duration = {DURATION: duration_s(t)}
+        outcome = _with_env({OUTCOME_ATTR: t.outcome}, env)
+        context = contexts[index] if index < len(contexts) else None
+        if context is None:
+            record(GROUP, duration, outcome)
+        else:
+            with inside(context):
+                record(GROUP, duration, outcome)
+    for (outcome_name, reason, env), n in completed.items():
+        attributes = _with_env({OUTCOME_ATTR: outcome_name}, env)
+        if reason is not None:
+            attributes[TRAJECTORY_FINISH_REASON_ATTR] = reason
+        record(GROUP, {COMPLETED: n}, attributes)
+    for (kind, env), n in tokens.items():
+        record(GROUP, {TOKENS: n}, _with_env({TOKEN_TYPE_ATTR: kind}, env))
+    for (tool_name, tool_outcome), n in calls.items():
+        record(
+            GROUP,
+            {TOOL_CALL_COUNT: n},
+            {TOOL_NAME_ATTR: tool_name, TOOL_OUTCOME_ATTR: tool_outcome},
+        )
+
+
+@hookimpl(tee=True)
+def on_trajectories(batch: TrajectoryBatch) -> None:
+    record_batch(batch)
+
+
+@hookimpl
+def telemetry_started(telemetry: Telemetry) -> None:
+    """A new session tells its names apart afresh."""
+    for names in (_envs, _tools, _reasons, _components):
+        names.clear()
