@@ -11,6 +11,19 @@ batch or one live trajectory), counted from the same records its spans and rows 
 - ``rl.trajectory.reward`` (histogram): each reward by ``rl.reward.component`` and env;
 - ``rl.trajectory.spans.dropped`` (counter): trajectories the span budget left without spans.
 
+Off-policy signals, from the records' weight versions, ``logprob_mismatch`` and
+``importance_ratio`` (async RL trains on rollouts an older policy generated):
+
+- ``rl.offpolicy.staleness`` (histogram, ``{version}``): how many weight versions behind the
+  policy being trained each rollout's policy was;
+- ``rl.offpolicy.logprob_mismatch`` (histogram): the rollout engine's logprobs against the
+  trainer's, by that lag (``rl.offpolicy.lag``: ``0`` … ``3``, ``4+``);
+- ``rl.offpolicy.importance_ratio`` (histogram): the trainer's probability over the engine's;
+  its quantiles (``histogram_quantile``) show how far off-policy the batch is.
+
+The family's dashboard rows and its alert (``RLRolloutsStale``: the 90th percentile of
+staleness above ``offpolicy.staleness`` versions for 10 minutes) come with it.
+
 Names (envs, tools, finish reasons, reward components) come from the records, so they are
 bounded: a name outside ``[A-Za-z0-9_./-]{1,64}`` or past the first few distinct ones of a
 telemetry session is ``other``, and each series has its cap.
@@ -43,6 +56,9 @@ __all__ = [
     "DROPPED",
     "DURATION",
     "GROUP",
+    "IMPORTANCE_RATIO",
+    "LOGPROB_MISMATCH",
+    "STALENESS",
     "REWARD",
     "TOKENS",
     "TOOL_CALLS",
@@ -61,6 +77,11 @@ DURATION: Final = "rl.trajectory.duration"
 REWARD: Final = "rl.trajectory.reward"
 DROPPED: Final = "rl.trajectory.spans.dropped"
 TOKEN_TYPE_ATTR = "gen_ai.token.type"
+STALENESS: Final = "rl.offpolicy.staleness"
+LOGPROB_MISMATCH: Final = "rl.offpolicy.logprob_mismatch"
+IMPORTANCE_RATIO: Final = "rl.offpolicy.importance_ratio"
+LAG_ATTR = "rl.offpolicy.lag"
+LAGS = ("0", "1", "2", "3", "4+")
 
 MAX_ENVS = 16
 MAX_TOOLS = 64
@@ -73,6 +94,9 @@ _SECONDS_BUCKETS = (
     *(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92),
     *(163.84, 327.68, 655.36, 1310.72),
 )
+_STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32)
+_MISMATCH_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
+_RATIO_BUCKETS = (0.5, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1, 1.25, 2, 5, 10)
 _REWARD_BUCKETS = (-10, -5, -2, -1, -0.5, -0.25, 0, 0.1, 0.25, 0.5, 0.75, 0.9, 1, 2, 5, 10)
 
 declare(
@@ -142,6 +166,30 @@ declare(
             attributes={REWARD_COMPONENT_ATTR: OPEN, ENV_ATTR: OPEN},
             max_series=(MAX_COMPONENTS + 2) * (MAX_ENVS + 2),
             buckets=_REWARD_BUCKETS,
+        ),
+        MetricSpec(
+            STALENESS,
+            Kind.HISTOGRAM,
+            unit="{version}",
+            description="Weight versions between the policy that generated a rollout and the "
+            "one trained on it",
+            buckets=_STALENESS_BUCKETS,
+        ),
+        MetricSpec(
+            LOGPROB_MISMATCH,
+            Kind.HISTOGRAM,
+            unit="1",
+            description="Mismatch between the rollout engine's and the trainer's logprobs of a "
+            "rollout, by weight-version lag",
+            attributes={LAG_ATTR: set(LAGS)},
+            buckets=_MISMATCH_BUCKETS,
+        ),
+        MetricSpec(
+            IMPORTANCE_RATIO,
+            Kind.HISTOGRAM,
+            unit="1",
+            description="Importance ratio (trainer over rollout engine probability) of a rollout",
+            buckets=_RATIO_BUCKETS,
         ),
         MetricSpec(
             DROPPED,
@@ -216,6 +264,14 @@ def record_batch(batch: TrajectoryBatch) -> None:
             )
         if t.reward is not None and not any(r.component == "total" for r in rewards):
             record(GROUP, {REWARD: t.reward}, _with_env({REWARD_COMPONENT_ATTR: "total"}, env))
+        lag = t.staleness(batch.trainer_weight_version)
+        if lag is not None:
+            record(GROUP, {STALENESS: lag})
+        if t.logprob_mismatch is not None:
+            by_lag = {} if lag is None else {LAG_ATTR: LAGS[min(lag, 4)]}
+            record(GROUP, {LOGPROB_MISMATCH: t.logprob_mismatch}, by_lag)
+        if t.importance_ratio is not None:
+            record(GROUP, {IMPORTANCE_RATIO: t.importance_ratio})
         # Inside the trajectory's span: the exemplar names it.
         duration = {DURATION: duration_s(t)}
         outcome = _with_env({OUTCOME_ATTR: t.outcome}, env)

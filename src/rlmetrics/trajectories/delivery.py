@@ -33,6 +33,15 @@ def _trace_id(context: Any, binding: Any) -> str | None:
         return None
 
 
+def _trainer_weight_version() -> int | None:
+    """The open step's ``weight_version``, when it is an int: the policy being trained."""
+    steps = state.steps
+    if not steps:
+        return None
+    version = steps[-1]._tag_values[0]
+    return version if type(version) is int else None
+
+
 def deliver(
     trajectories: Sequence[Trajectory],
     step: Any,
@@ -88,8 +97,11 @@ def deliver(
                 "budget=...) sets it). Said once",
                 expected=True,
             )
-    batch = TrajectoryBatch(number, tuple(trajectories), tuple(contexts), dropped)
-    if logger is not None and trajectories:
+    batch = TrajectoryBatch(
+        number, tuple(trajectories), tuple(contexts), dropped, _trainer_weight_version()
+    )
+    # Rows only for a Logger with backends (building them is most of a batch's own cost).
+    if logger is not None and trajectories and (logger._inline or logger._workers):
         try:
             rows = [
                 row_of(t, None if c is None else _trace_id(c, binding))

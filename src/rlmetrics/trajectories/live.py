@@ -43,8 +43,10 @@ from .records import (
     _generation,
     _identifier,
     _name,
+    _positive,
     _real,
     _reward,
+    _seconds_like,
     _tool_call,
 )
 from .settings import settings
@@ -152,6 +154,7 @@ class LiveTrajectory(_Block):
         "_current",
         "_fields",
         "_logger",
+        "_off_policy",
         "_open",
         "_parent",
         "_rewards",
@@ -187,6 +190,7 @@ class LiveTrajectory(_Block):
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.reward_total: float | None = None
+        self._off_policy: tuple[Any, Any] = (None, None)
 
     # -- the block ----------------------------------------------------------------------------
 
@@ -261,6 +265,8 @@ class LiveTrajectory(_Block):
             tool_call_count=self._tool_calls,
             start_ns=self._start_ns,
             end_ns=end_ns,
+            logprob_mismatch=_seconds_like("logprob_mismatch", self._off_policy[0]),
+            importance_ratio=_positive("importance_ratio", self._off_policy[1]),
         )
 
     # -- turns --------------------------------------------------------------------------------
@@ -419,10 +425,17 @@ class LiveTrajectory(_Block):
         finish_reason: str | None = None,
         reward: float | None = None,
         error: str | None = None,
+        logprob_mismatch: float | None = None,
+        importance_ratio: float | None = None,
     ) -> None:
         """Say how the trajectory ended (checked when the block ends): ``outcome`` (one of
         ``success``, ``failure``, ``error``, ``truncated``), why, its total reward (else the
-        sum of its rewards) and, for an error, the error's class."""
+        sum of its rewards), for an error the error's class, and its off-policy signals
+        (the record's ``logprob_mismatch`` and ``importance_ratio``)."""
+        if logprob_mismatch is not None:
+            self._off_policy = (logprob_mismatch, self._off_policy[1])
+        if importance_ratio is not None:
+            self._off_policy = (self._off_policy[0], importance_ratio)
         if outcome is not None:
             self.outcome = outcome
         if finish_reason is not None:

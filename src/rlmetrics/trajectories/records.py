@@ -22,6 +22,12 @@ The record schema (every key optional unless said; unknown keys are ignored)::
       "latency_s": 3.2,                 # float: wall time of the rollout
       "end_time": 1767225600.0,         # float: Unix seconds it ended (default: now)
       "error": "TimeoutError",          # str: the error class, for outcome "error"
+      "trainer_weight_version": 14,     # int: the policy being trained (default: the open
+                                        #   rlmetrics.step's weight_version, when an int)
+      "logprob_mismatch": 0.02,         # float >= 0: the rollout engine's logprobs against
+                                        #   the trainer's (mean absolute difference, or a KL)
+      "importance_ratio": 1.03,         # float > 0: the trainer's probability over the
+                                        #   engine's (the rollout's mean)
       "prompt": "...", "completion": "...",      # text, kept only under a text policy
       "rewards": [{"value": 1.0, "component": "correct", "latency_s": 0.1}],
       "turns": [
@@ -154,6 +160,20 @@ class Trajectory:
     tool_call_count: int = 0
     start_ns: int | None = None
     end_ns: int | None = None
+    trainer_weight_version: int | None = None
+    logprob_mismatch: float | None = None
+    importance_ratio: float | None = None
+
+    def staleness(self, trained: int | None = None) -> int | None:
+        """How many weight versions the policy that generated it is behind the one being
+        trained (its ``trainer_weight_version``, else ``trained``): both ints and the lag at
+        least 0, else None."""
+        generated = self.weight_version
+        if self.trainer_weight_version is not None:
+            trained = self.trainer_weight_version
+        if trained is None or type(generated) is not int or trained < generated:
+            return None
+        return trained - generated
 
     @property
     def failed(self) -> bool:
@@ -191,12 +211,15 @@ class TrajectoryBatch:
     ``contexts[i]`` is the OpenTelemetry context holding trajectory ``i``'s span (None when
     not tracing or when the span budget dropped it): record inside it
     (:func:`rlmetrics.trajectories.inside`) for an exemplar that points at the span.
-    ``dropped`` is how many of them the span budget left without spans."""
+    ``dropped`` is how many of them the span budget left without spans;
+    ``trainer_weight_version`` the open ``rlmetrics.step``'s weight version (when an int), the
+    default a trajectory's staleness is counted against."""
 
     step: int | None
     trajectories: tuple[Trajectory, ...]
     contexts: tuple[Any, ...] = ()
     dropped: int = 0
+    trainer_weight_version: int | None = None
 
     def context(self, index: int) -> Any:
         contexts = self.contexts
@@ -240,6 +263,8 @@ def _name(field: str, value: Any) -> str | None:
 def _seconds(field: str, value: Any) -> float | None:
     if value is None:
         return None
+    if type(value) is float and 0.0 <= value < math.inf:  # the common case, first
+        return value
     number = as_number(value)
     if number is None or number < 0 or type(value) is bool:
         _bad(field, "a finite number of seconds from 0", value)
@@ -247,9 +272,32 @@ def _seconds(field: str, value: Any) -> float | None:
     return float(number)
 
 
+def _seconds_like(field: str, value: Any) -> float | None:
+    """A finite number from 0 (not seconds: the message says so)."""
+    if value is None:
+        return None
+    number = as_number(value)
+    if number is None or number < 0 or type(value) is bool:
+        _bad(field, "a finite number from 0", value)
+        return None
+    return float(number)
+
+
+def _positive(field: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    number = as_number(value)
+    if number is None or number <= 0 or type(value) is bool:
+        _bad(field, "a finite number above 0", value)
+        return None
+    return float(number)
+
+
 def _count(field: str, value: Any) -> int | None:
     if value is None:
         return None
+    if type(value) is int and 0 <= value <= 2**63 - 1:
+        return value
     number = as_number(value)
     if number is None or number < 0 or number != int(number) or type(value) is bool:
         _bad(field, "an int from 0", value)
@@ -260,6 +308,8 @@ def _count(field: str, value: Any) -> int | None:
 def _real(field: str, value: Any) -> float | None:
     if value is None:
         return None
+    if type(value) is float and -math.inf < value < math.inf:
+        return value
     number = as_number(value)
     if number is None or type(value) is bool:
         _bad(field, "a finite number", value)
@@ -279,7 +329,7 @@ def _choice(field: str, value: Any, allowed: tuple[str, ...], default: str) -> s
 def _list(field: str, value: Any) -> list[Any]:
     if value is None:
         return []
-    if isinstance(value, (list, tuple)):
+    if type(value) is list or isinstance(value, (list, tuple)):
         if len(value) > MAX_CALLS_PER_TURN:
             warn_once(
                 f"trajectory:many:{field}",
@@ -293,7 +343,7 @@ def _list(field: str, value: Any) -> list[Any]:
 
 
 def _mapping(field: str, value: Any) -> Mapping[str, Any] | None:
-    if isinstance(value, Mapping):
+    if type(value) is dict or isinstance(value, Mapping):
         return value
     _bad(field, "a dict", value)
     return None
@@ -417,6 +467,9 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
         rewards=tuple(r for r in rewards if r is not None),
         turn_count=max(turn_count, len(turns)),
         tool_call_count=tool_call_count,
+        trainer_weight_version=_count("trainer_weight_version", get("trainer_weight_version")),
+        logprob_mismatch=_seconds_like("logprob_mismatch", get("logprob_mismatch")),
+        importance_ratio=_positive("importance_ratio", get("importance_ratio")),
     )
 
 
