@@ -31,7 +31,7 @@ telemetry session is ``other``, and each series has its cap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from .. import hookimpl
 from ..registry import declare, record
@@ -226,10 +226,18 @@ _reasons = _Names(MAX_FINISH_REASONS)
 _components = _Names(MAX_COMPONENTS)
 
 
-def _with_env(attributes: dict[str, Any], env: str | None) -> dict[str, Any]:
-    if env is not None:
-        attributes[ENV_ATTR] = env
-    return attributes
+# Attribute sets prepared once each (``record`` takes them as they are): their values are
+# bounded above, so this holds at most a few thousand.
+_attribute_sets: dict[tuple[tuple[str, str], ...], frozenset[tuple[str, str]]] = {}
+
+
+def _attributes(*pairs: tuple[str, str | None]) -> frozenset[tuple[str, str]]:
+    """The attribute set of ``pairs``, without the ones whose value is None."""
+    key = tuple((k, v) for k, v in pairs if v is not None)
+    found = _attribute_sets.get(key)
+    if found is None:
+        found = _attribute_sets[key] = frozenset(key)
+    return found
 
 
 def record_batch(batch: TrajectoryBatch) -> None:
@@ -241,12 +249,16 @@ def record_batch(batch: TrajectoryBatch) -> None:
     tokens: dict[tuple[str, str | None], int] = {}
     calls: dict[tuple[str, str], int] = {}
     contexts = batch.contexts
+    trained = batch.trainer_weight_version
     for index, t in enumerate(batch.trajectories):
         env = _envs(t.env)
-        by_env = {} if env is None else {ENV_ATTR: env}
         key = (t.outcome, _reasons(t.finish_reason), env)
         completed[key] = completed.get(key, 0) + 1
-        record(GROUP, {TURNS: t.turn_count, TOOL_CALLS: t.tool_call_count}, by_env)
+        record(
+            GROUP,
+            {TURNS: t.turn_count, TOOL_CALLS: t.tool_call_count},
+            _attributes((ENV_ATTR, env)),
+        )
         given, taken = t.tokens()
         if given:
             tokens[("input", env)] = tokens.get(("input", env), 0) + given
@@ -260,11 +272,17 @@ def record_batch(batch: TrajectoryBatch) -> None:
         for reward in rewards:
             component = _components(reward.component)
             record(
-                GROUP, {REWARD: reward.value}, _with_env({REWARD_COMPONENT_ATTR: component}, env)
+                GROUP,
+                {REWARD: reward.value},
+                _attributes((REWARD_COMPONENT_ATTR, component), (ENV_ATTR, env)),
             )
         if t.reward is not None and not any(r.component == "total" for r in rewards):
-            record(GROUP, {REWARD: t.reward}, _with_env({REWARD_COMPONENT_ATTR: "total"}, env))
-        lag = t.staleness(batch.trainer_weight_version)
+            record(
+                GROUP,
+                {REWARD: t.reward},
+                _attributes((REWARD_COMPONENT_ATTR, "total"), (ENV_ATTR, env)),
+            )
+        lag = t.staleness(trained)
         if lag is not None:
             record(GROUP, {STALENESS: lag})
         if t.logprob_mismatch is not None:
@@ -274,7 +292,7 @@ def record_batch(batch: TrajectoryBatch) -> None:
             record(GROUP, {IMPORTANCE_RATIO: t.importance_ratio})
         # Inside the trajectory's span: the exemplar names it.
         duration = {DURATION: duration_s(t)}
-        outcome = _with_env({OUTCOME_ATTR: t.outcome}, env)
+        outcome = _attributes((OUTCOME_ATTR, t.outcome), (ENV_ATTR, env))
         context = contexts[index] if index < len(contexts) else None
         if context is None:
             record(GROUP, duration, outcome)
@@ -282,17 +300,17 @@ def record_batch(batch: TrajectoryBatch) -> None:
             with inside(context):
                 record(GROUP, duration, outcome)
     for (outcome_name, reason, env), n in completed.items():
-        attributes = _with_env({OUTCOME_ATTR: outcome_name}, env)
-        if reason is not None:
-            attributes[TRAJECTORY_FINISH_REASON_ATTR] = reason
+        attributes = _attributes(
+            (OUTCOME_ATTR, outcome_name), (TRAJECTORY_FINISH_REASON_ATTR, reason), (ENV_ATTR, env)
+        )
         record(GROUP, {COMPLETED: n}, attributes)
     for (kind, env), n in tokens.items():
-        record(GROUP, {TOKENS: n}, _with_env({TOKEN_TYPE_ATTR: kind}, env))
+        record(GROUP, {TOKENS: n}, _attributes((TOKEN_TYPE_ATTR, kind), (ENV_ATTR, env)))
     for (tool_name, tool_outcome), n in calls.items():
         record(
             GROUP,
             {TOOL_CALL_COUNT: n},
-            {TOOL_NAME_ATTR: tool_name, TOOL_OUTCOME_ATTR: tool_outcome},
+            _attributes((TOOL_NAME_ATTR, tool_name), (TOOL_OUTCOME_ATTR, tool_outcome)),
         )
 
 
@@ -306,3 +324,4 @@ def telemetry_started(telemetry: Telemetry) -> None:
     """A new session tells its names apart afresh."""
     for names in (_envs, _tools, _reasons, _components):
         names.clear()
+    _attribute_sets.clear()
