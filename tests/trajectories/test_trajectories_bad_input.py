@@ -186,3 +186,22 @@ def test_sampling_is_by_sample_id_and_keeps_about_its_rate() -> None:
     assert keep is not None
     assert 0.2 < sum(keep) / len(keep) < 0.3
     assert keep == budget.select(records)  # the same rollouts every time
+
+
+def test_numbers_past_what_an_exporter_carries_are_dropped_with_the_rest_kept(
+    warnings_seen: pytest.LogCaptureFixture,
+) -> None:
+    record = rollout(0, outcome="success")
+    record.update(sample_id=2**70, weight_version=-(2**70), reward=10**400)
+    record["turns"][0]["generations"][0]["input_tokens"] = 2**64
+    with in_memory_tracing() as (_handle, reader, exporter):
+        rlmetrics.Logger(backends={}).log_trajectories([record], step=1)
+        with rlmetrics.trajectory("s1") as t:
+            t.reward(10**400)  # an int past float's range
+        spans = span_records(exporter)
+        found = points(reader)
+    assert warned(warnings_seen, "'sample_id' must be a str (at most 256 characters) or an int")
+    assert warned(warnings_seen, "'reward' must be a finite number")
+    agents = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert len(agents) == 2 and "rl.sample.id" not in agents[0].attributes
+    assert sum(completed(found).values()) == 2

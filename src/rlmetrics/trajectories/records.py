@@ -53,7 +53,7 @@ from typing import Any
 import attrs
 
 from .._warn import describe_value, warn_once
-from ..values import as_number, as_step
+from ..values import INT64_MAX, INT64_MIN, as_number, as_step, finite_float
 from .text import TextPolicy
 
 __all__ = [
@@ -243,11 +243,13 @@ def _identifier(field: str, value: Any) -> str | int | None:
     if type(value) is str and 0 < len(value) <= 256:
         return value
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    number = as_step(value)  # a NumPy or torch integer
-    if number is not None:
-        return number
-    _bad(field, "a str (at most 256 characters) or an int", value)
+        if INT64_MIN <= value <= INT64_MAX:  # what a span attribute can carry
+            return int(value)
+    else:
+        number = as_step(value)  # a NumPy or torch integer
+        if number is not None and number <= INT64_MAX:
+            return number
+    _bad(field, "a str (at most 256 characters) or an int within int64", value)
     return None
 
 
@@ -265,32 +267,32 @@ def _seconds(field: str, value: Any) -> float | None:
         return None
     if type(value) is float and 0.0 <= value < math.inf:  # the common case, first
         return value
-    number = as_number(value)
+    number = finite_float(value)
     if number is None or number < 0 or type(value) is bool:
         _bad(field, "a finite number of seconds from 0", value)
         return None
-    return float(number)
+    return number
 
 
 def _seconds_like(field: str, value: Any) -> float | None:
     """A finite number from 0 (not seconds: the message says so)."""
     if value is None:
         return None
-    number = as_number(value)
+    number = finite_float(value)
     if number is None or number < 0 or type(value) is bool:
         _bad(field, "a finite number from 0", value)
         return None
-    return float(number)
+    return number
 
 
 def _positive(field: str, value: Any) -> float | None:
     if value is None:
         return None
-    number = as_number(value)
+    number = finite_float(value)
     if number is None or number <= 0 or type(value) is bool:
         _bad(field, "a finite number above 0", value)
         return None
-    return float(number)
+    return number
 
 
 def _count(field: str, value: Any) -> int | None:
@@ -299,7 +301,12 @@ def _count(field: str, value: Any) -> int | None:
     if type(value) is int and 0 <= value <= 2**63 - 1:
         return value
     number = as_number(value)
-    if number is None or number < 0 or number != int(number) or type(value) is bool:
+    if (
+        number is None
+        or type(value) is bool
+        or not 0 <= number <= INT64_MAX
+        or number != int(number)
+    ):
         _bad(field, "an int from 0", value)
         return None
     return int(number)
@@ -310,11 +317,11 @@ def _real(field: str, value: Any) -> float | None:
         return None
     if type(value) is float and -math.inf < value < math.inf:
         return value
-    number = as_number(value)
+    number = finite_float(value)
     if number is None or type(value) is bool:
         _bad(field, "a finite number", value)
         return None
-    return float(number)
+    return number
 
 
 def _choice(field: str, value: Any, allowed: tuple[str, ...], default: str) -> str:
