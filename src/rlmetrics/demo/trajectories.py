@@ -6,11 +6,14 @@ prompt): one to three turns of a generation and a tool call (``python`` or ``sea
 and then one times out), then the reward checks ``correct`` and ``format``. Its outcome follows
 its reward — ``success`` at 1, ``failure`` below, ``truncated`` when the response hit the
 token limit — and one in forty ends in an ``error`` (the sandbox died). The response's tokens
-are split over its turns, so the trajectories' tokens are the step's.
+are split over its turns, so the trajectories' tokens are the step's. Rollouts are async: most
+come from the previous step's weights, some from one or two versions before, and their
+logprob mismatch against the trainer and importance ratio spread with that lag.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .parts import DemoStep
@@ -41,6 +44,8 @@ def demo_trajectories(demo: DemoStep) -> list[dict[str, Any]]:
             else "failure"
         )
         per_turn = max(1, response // turns)
+        lag = r.choice((0, 0, 0, 1, 1, 2))
+        version = max(0, demo.step - 1 - lag)
         turn_records = []
         for turn in range(turns):
             timed_out = r.random() < 0.04
@@ -53,7 +58,7 @@ def demo_trajectories(demo: DemoStep) -> list[dict[str, Any]]:
                             "output_tokens": per_turn,
                             "finish_reason": "tool_calls" if turn < turns - 1 else "stop",
                             "latency_s": round(per_turn / 900.0 + r.uniform(0.05, 0.2), 3),
-                            "weight_version": demo.step - 1,
+                            "weight_version": version,
                         }
                     ],
                     "tool_calls": [
@@ -74,7 +79,10 @@ def demo_trajectories(demo: DemoStep) -> list[dict[str, Any]]:
                 "agent": "demo-solver",
                 "outcome": outcome,
                 "finish_reason": "length" if outcome == "truncated" else "stop",
-                "weight_version": demo.step - 1,
+                "weight_version": version,
+                "trainer_weight_version": demo.step - 1,
+                "logprob_mismatch": round(0.004 + 0.01 * lag + r.uniform(0.0, 0.004), 5),
+                "importance_ratio": round(math.exp(r.gauss(0.0, 0.03 + 0.02 * lag)), 4),
                 "error": "SandboxCrashed" if errored else None,
                 "turns": turn_records,
                 "rewards": [
