@@ -60,6 +60,10 @@ class Seen:
         self.calls["on_rollout_checkpoint"] = event
 
     @rlmetrics.hookimpl
+    def on_trajectories(self, batch: Any) -> None:
+        self.calls["on_trajectories"] = batch
+
+    @rlmetrics.hookimpl
     def telemetry_started(self, telemetry: Any) -> None:
         self.calls["telemetry_started"] = (telemetry, rlmetrics.is_exporting())
 
@@ -98,6 +102,22 @@ def test_hook_on_rollout_checkpoint() -> None:
     event = CheckpointSave({"total_save_seconds": 1.5}, wall_time_s=100.0)
     rlmetrics.Logger(backends={}).log_rollout_checkpoint(event)
     assert seen.calls["on_rollout_checkpoint"] == event
+
+
+def test_hook_on_trajectories() -> None:
+    seen = _seen()
+    rlmetrics.Logger(backends={}).log_trajectories(
+        [{"sample_id": "s0", "outcome": "failure", "turns": [{"tool_calls": [{"name": "t"}]}]}],
+        step=3,
+    )
+    batch = seen.calls["on_trajectories"]
+    [trajectory] = batch.trajectories
+    assert batch.step == 3 and batch.dropped == 0
+    assert (trajectory.sample_id, trajectory.outcome, trajectory.tool_call_count) == (
+        "s0",
+        "failure",
+        1,
+    )
 
 
 def test_hook_telemetry_started() -> None:

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         trace_context,
         trace_env,
     )
+    from .trajectories import SpanBudget, trajectory
     from .values import as_number, as_plain, as_real
 
 #: Each public name and the module it lives in.
@@ -90,6 +91,8 @@ _WHERE = {
     "trace_carrier": ".tracing",
     "trace_context": ".tracing",
     "trace_env": ".tracing",
+    "SpanBudget": ".trajectories",
+    "trajectory": ".trajectories",
     "as_number": ".values",
     "as_plain": ".values",
     "as_real": ".values",
@@ -109,6 +112,7 @@ __all__ = [
     "OPEN",
     "PhaseKind",
     "PhaseTimer",
+    "SpanBudget",
     "SpecError",
     "StrictModeError",
     "Telemetry",
@@ -137,6 +141,7 @@ __all__ = [
     "trace_carrier",
     "trace_context",
     "trace_env",
+    "trajectory",
     "warn_once",
 ]
 

@@ -274,6 +274,11 @@ class Hooks:
         if self.wanted("on_rollout_checkpoint"):
             self._call_data_hook("on_rollout_checkpoint", event=event)
 
+    # -- trajectories (issue 33)
+    def on_trajectories(self, batch: TrajectoryBatch) -> None:
+        if self.wanted("on_trajectories"):
+            self._call_data_hook("on_trajectories", batch=batch)
+
     def telemetry_started(self, telemetry: Telemetry) -> None:
         _fan_out(self._hook.telemetry_started, telemetry=telemetry)
 
@@ -311,3 +316,4 @@ if TYPE_CHECKING:
     from .dashboard.model import RowBuilder
     from .demo.parts import DemoPartFactory
     from .keymaps import KeyMap
+    from .trajectories import TrajectoryBatch

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .exporters import ExporterFactory
     from .telemetry import Telemetry
     from .tracing import PhaseKind
+    from .trajectories import TrajectoryBatch
 
 __all__ = ["TEE_ATTRIBUTE", "hookimpl", "hookspec"]
 
@@ -120,6 +121,23 @@ def on_rollout_checkpoint(event: RolloutEvent) -> None:
         :class:`~rlmetrics.events.CheckpointOutcome` or
         :class:`~rlmetrics.events.ThroughputSample`; ``event.wall_time_s`` (Unix time) is the
         stream's axis, not the trainer step.
+    """
+
+
+# -- trajectories (issue 33) ---------------------------------------------------------------
+
+
+@hookspec
+def on_trajectories(batch: TrajectoryBatch) -> None:
+    """Finished rollouts: a ``Logger.log_trajectories`` batch, or one live trajectory.
+
+    :param batch: a :class:`rlmetrics.trajectories.TrajectoryBatch`: ``batch.step``, the
+        checked records ``batch.trajectories`` (each a
+        :class:`~rlmetrics.trajectories.Trajectory`: ids, outcome, turns of generations,
+        tool calls and rewards), ``batch.contexts`` (the context holding each one's span, for
+        exemplars: :func:`rlmetrics.trajectories.inside`) and ``batch.dropped`` (how many
+        the span budget left without spans). Their spans have ended and their rows are
+        logged when this is called.
     """
 
 

@@ -428,6 +428,21 @@ class Logger:
             warn_once("logger:samples", "rlmetrics: Logger.log_samples failed")
         raise_if_strict()
 
+    def log_trajectories(self, records: Any, step: int, name: str = "trajectories") -> None:
+        """Finished rollouts as trajectories (issue 33): a list of plain dicts, one per
+        rollout (schema: :mod:`rlmetrics.trajectories.records`). Each becomes spans under the
+        current step (within the span budget), a row of the samples table ``name`` for every
+        backend (bounded like ``log_samples``) and the trajectory metrics, all from the same
+        record. Text is kept only under a text policy
+        (:func:`rlmetrics.trajectories.configure`). Never raises."""
+        try:
+            from .trajectories import deliver, parse_trajectories, settings
+
+            deliver(parse_trajectories(records, settings().text), step, self, name=name)
+        except Exception:
+            warn_once("logger:trajectories", "rlmetrics: Logger.log_trajectories failed")
+        raise_if_strict()
+
     def finish(self, timeout_s: float | None = None) -> None:
         """Write what is queued and close every backend, once, waiting at most ``timeout_s``
         (default ``finish_timeout_s``) for the queued ones; says what did not make it.

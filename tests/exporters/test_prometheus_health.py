@@ -172,6 +172,6 @@ def test_the_stall_rule_follows_the_run_s_pace_with_its_options(clock: Any) -> N
 
 @pytest.mark.parametrize(("option", "bad"), [("stall_factor", 0), ("stall_min_s", "soon")])
 def test_a_bad_stall_option_fails_start_naming_it(option: str, bad: Any) -> None:
-    with pytest.raises(rlmetrics.TelemetryError, match=option):
+    with pytest.raises(rlmetrics.ConfigurationError, match=option):
         rlmetrics.start(exporters={"prometheus": {"port": 0, option: bad}})
     assert rlmetrics.current() is None

@@ -104,10 +104,11 @@ def test_the_demo_reports_its_configuration_and_samples(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "Hyperparameters (13):" in done.stdout and "optimizer/lr = 1e-06" in done.stdout
-    assert "Samples: 8 rows in 2 table(s); the latest (samples at step 10)" in done.stdout
+    # 8 sample rows in 2 tables, and each step's 32 trajectories as a table of their own.
+    assert "Samples: 328 rows in 12 table(s); the latest (samples at step 10)" in done.stdout
     summary = json.loads(run_cli("report", output / "metrics.jsonl", "--json").stdout)
     assert summary["hyperparams"]["algorithm"]["name"] == "grpo"
-    assert summary["samples"]["rows"] == 8
+    assert summary["samples"]["rows"] == 328
     (first, *_) = summary["samples"]["shown"]
     assert set(first) == {"prompt", "completion", "reward", "response_tokens"}
     assert first["prompt"].startswith("What is ")

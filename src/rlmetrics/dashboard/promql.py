@@ -143,6 +143,10 @@ def sample_names(spec: MetricSpec) -> tuple[str, ...]:
     if spec.kind in (Kind.COUNTER, Kind.OBSERVABLE_COUNTER):
         return (name + "_total",)
     if spec.kind is Kind.HISTOGRAM:
+        if spec.buckets and spec.buckets[0] < 0:
+            # prometheus_client serves neither _sum nor _count for a histogram whose first
+            # bucket is negative (its sum is no counter): only the buckets.
+            return (name + "_bucket",)
         return (name + "_bucket", name + "_sum", name + "_count")
     return (name,)
 

@@ -35,6 +35,7 @@ from .parts import DemoPart, DemoSettings
 from .progress import Progress
 from .simulation import _MAX_TOKENS, GENERATIONS_PER_PROMPT, SETUP_PREFIX, Simulation
 from .tables import SAMPLES_EVERY, demo_hyperparams, demo_samples
+from .trajectories import demo_trajectories
 
 __all__ = ["DEFAULT_OUTPUT", "DemoOptions", "DemoResult", "run_demo"]
 
@@ -262,6 +263,8 @@ def _run_step(
                 simulation.spend(seconds)
         for name, seconds in simulated.accounted.items():
             account(name, seconds)  # the collector's and its threads' clocks: no span here
+        # The step's rollouts as trajectories: spans under the step, rows, metrics.
+        logger.log_trajectories(demo_trajectories(simulated.demo), step=n)
         for event in simulated.events:
             logger.log_rollout_checkpoint(event)
         logger.log_metrics(train, step=n, prefix="train")

@@ -1,0 +1,327 @@
+"""Trajectories as bounded metrics: what ``on_trajectories`` delivers (a ``log_trajectories``
+batch or one live trajectory), counted from the same records its spans and rows come from.
+
+- ``rl.trajectory.completed`` (counter): trajectories by ``rl.trajectory.outcome``,
+  ``rl.trajectory.finish_reason`` and ``rl.env``;
+- ``rl.trajectory.turns``, ``rl.trajectory.tool_calls`` (histograms): per trajectory, by env;
+- ``rl.tool.calls`` (counter): tool calls by ``gen_ai.tool.name`` and ``rl.tool.outcome``;
+- ``rl.trajectory.tokens`` (counter): input and output tokens (``gen_ai.token.type``) by env;
+- ``rl.trajectory.duration`` (histogram, s): each rollout's wall time by outcome and env,
+  recorded inside the trajectory's span, so its exemplars point at trajectory spans;
+- ``rl.trajectory.reward`` (histogram): each reward by ``rl.reward.component`` and env;
+- ``rl.trajectory.spans.dropped`` (counter): trajectories the span budget left without spans.
+
+Off-policy signals, from the records' weight versions, ``logprob_mismatch`` and
+``importance_ratio`` (async RL trains on rollouts an older policy generated):
+
+- ``rl.offpolicy.staleness`` (histogram, ``{version}``): how many weight versions behind the
+  policy being trained each rollout's policy was;
+- ``rl.offpolicy.logprob_mismatch`` (histogram): the rollout engine's logprobs against the
+  trainer's, by that lag (``rl.offpolicy.lag``: ``0`` … ``3``, ``4+``);
+- ``rl.offpolicy.importance_ratio`` (histogram): the trainer's probability over the engine's;
+  its quantiles (``histogram_quantile``) show how far off-policy the batch is.
+
+The family's dashboard rows and its alert (``RLRolloutsStale``: the 90th percentile of
+staleness above ``offpolicy.staleness`` versions for 10 minutes) come with it.
+
+Names (envs, tools, finish reasons, reward components) come from the records, so they are
+bounded: a name outside ``[A-Za-z0-9_./-]{1,64}`` or past the first few distinct ones of a
+telemetry session is ``other``, and each series has its cap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from .. import hookimpl
+from ..registry import declare, record
+from ..spec import OPEN, Kind, MetricSpec
+from ..trajectories import OUTCOMES, TOOL_OUTCOMES, TrajectoryBatch, inside
+from ..trajectories.spans import (
+    ENV_ATTR,
+    OUTCOME_ATTR,
+    REWARD_COMPONENT_ATTR,
+    TOOL_NAME_ATTR,
+    TOOL_OUTCOME_ATTR,
+    TRAJECTORY_FINISH_REASON_ATTR,
+    duration_s,
+)
+from ..values import OTHER, BoundedValues, key_attribute
+
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
+
+__all__ = [
+    "COMPLETED",
+    "DROPPED",
+    "DURATION",
+    "GROUP",
+    "IMPORTANCE_RATIO",
+    "LOGPROB_MISMATCH",
+    "STALENESS",
+    "REWARD",
+    "TOKENS",
+    "TOOL_CALLS",
+    "TOOL_CALL_COUNT",
+    "TURNS",
+    "record_batch",
+]
+
+GROUP = "rl.trajectory"
+COMPLETED: Final = "rl.trajectory.completed"
+TURNS: Final = "rl.trajectory.turns"
+TOOL_CALLS: Final = "rl.trajectory.tool_calls"
+TOOL_CALL_COUNT: Final = "rl.tool.calls"
+TOKENS: Final = "rl.trajectory.tokens"
+DURATION: Final = "rl.trajectory.duration"
+REWARD: Final = "rl.trajectory.reward"
+DROPPED: Final = "rl.trajectory.spans.dropped"
+TOKEN_TYPE_ATTR = "gen_ai.token.type"
+STALENESS: Final = "rl.offpolicy.staleness"
+LOGPROB_MISMATCH: Final = "rl.offpolicy.logprob_mismatch"
+IMPORTANCE_RATIO: Final = "rl.offpolicy.importance_ratio"
+LAG_ATTR = "rl.offpolicy.lag"
+LAGS = ("0", "1", "2", "3", "4+")
+
+MAX_ENVS = 16
+MAX_TOOLS = 64
+MAX_FINISH_REASONS = 8
+MAX_COMPONENTS = 16
+
+_COUNT_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256, 1024)
+# The GenAI conventions' duration buckets (0.01 s doubling to 81.92 s), then minutes.
+_SECONDS_BUCKETS = (
+    *(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92),
+    *(163.84, 327.68, 655.36, 1310.72),
+)
+_STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32)
+_MISMATCH_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
+_RATIO_BUCKETS = (0.5, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1, 1.25, 2, 5, 10)
+_REWARD_BUCKETS = (-10, -5, -2, -1, -0.5, -0.25, 0, 0.1, 0.25, 0.5, 0.75, 0.9, 1, 2, 5, 10)
+
+declare(
+    GROUP,
+    [
+        MetricSpec(
+            COMPLETED,
+            Kind.COUNTER,
+            unit="{trajectory}",
+            description="Finished trajectories (rollouts) by outcome, finish reason and env",
+            attributes={
+                OUTCOME_ATTR: set(OUTCOMES),
+                TRAJECTORY_FINISH_REASON_ATTR: OPEN,
+                ENV_ATTR: OPEN,
+            },
+            max_series=len(OUTCOMES) * (MAX_FINISH_REASONS + 2) * (MAX_ENVS + 2),
+        ),
+        MetricSpec(
+            TURNS,
+            Kind.HISTOGRAM,
+            unit="{turn}",
+            description="Turns per trajectory, by env",
+            attributes={ENV_ATTR: OPEN},
+            max_series=MAX_ENVS + 2,
+            buckets=_COUNT_BUCKETS,
+        ),
+        MetricSpec(
+            TOOL_CALLS,
+            Kind.HISTOGRAM,
+            unit="{call}",
+            description="Tool calls per trajectory, by env",
+            attributes={ENV_ATTR: OPEN},
+            max_series=MAX_ENVS + 2,
+            buckets=_COUNT_BUCKETS,
+        ),
+        MetricSpec(
+            TOOL_CALL_COUNT,
+            Kind.COUNTER,
+            unit="{call}",
+            description="Tool calls made in trajectories, by tool and outcome",
+            attributes={TOOL_NAME_ATTR: OPEN, TOOL_OUTCOME_ATTR: set(TOOL_OUTCOMES)},
+            max_series=(MAX_TOOLS + 1) * len(TOOL_OUTCOMES),
+        ),
+        MetricSpec(
+            TOKENS,
+            Kind.COUNTER,
+            unit="{token}",
+            description="Tokens generated and read in trajectories, by token type and env",
+            attributes={TOKEN_TYPE_ATTR: {"input", "output"}, ENV_ATTR: OPEN},
+            max_series=2 * (MAX_ENVS + 2),
+        ),
+        MetricSpec(
+            DURATION,
+            Kind.HISTOGRAM,
+            unit="s",
+            description="Wall time of one trajectory (rollout), by outcome and env; exemplars "
+            "point at the trajectory's span",
+            attributes={OUTCOME_ATTR: set(OUTCOMES), ENV_ATTR: OPEN},
+            max_series=len(OUTCOMES) * (MAX_ENVS + 2),
+            buckets=_SECONDS_BUCKETS,
+        ),
+        MetricSpec(
+            REWARD,
+            Kind.HISTOGRAM,
+            unit="1",
+            description="Rewards of trajectories, by reward component and env",
+            attributes={REWARD_COMPONENT_ATTR: OPEN, ENV_ATTR: OPEN},
+            max_series=(MAX_COMPONENTS + 2) * (MAX_ENVS + 2),
+            buckets=_REWARD_BUCKETS,
+        ),
+        MetricSpec(
+            STALENESS,
+            Kind.HISTOGRAM,
+            unit="{version}",
+            description="Weight versions between the policy that generated a rollout and the "
+            "one trained on it",
+            buckets=_STALENESS_BUCKETS,
+        ),
+        MetricSpec(
+            LOGPROB_MISMATCH,
+            Kind.HISTOGRAM,
+            unit="1",
+            description="Mismatch between the rollout engine's and the trainer's logprobs of a "
+            "rollout, by weight-version lag",
+            attributes={LAG_ATTR: set(LAGS)},
+            buckets=_MISMATCH_BUCKETS,
+        ),
+        MetricSpec(
+            IMPORTANCE_RATIO,
+            Kind.HISTOGRAM,
+            unit="1",
+            description="Importance ratio (trainer over rollout engine probability) of a rollout",
+            buckets=_RATIO_BUCKETS,
+        ),
+        MetricSpec(
+            DROPPED,
+            Kind.COUNTER,
+            unit="{trajectory}",
+            description="Trajectories the span budget left without spans (their metrics and "
+            "rows are kept)",
+        ),
+    ],
+)
+
+
+class _Names:
+    """An open attribute's values from records, bounded (see the module's docstring)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, limit: int) -> None:
+        self._values = BoundedValues(limit)
+
+    def __call__(self, value: str | None) -> str | None:
+        if value is None:
+            return None
+        safe = key_attribute(value)
+        return self._values(safe) if safe is not None else OTHER
+
+    def clear(self) -> None:
+        self._values.clear()
+
+
+_envs = _Names(MAX_ENVS)
+_tools = _Names(MAX_TOOLS)
+_reasons = _Names(MAX_FINISH_REASONS)
+_components = _Names(MAX_COMPONENTS)
+
+
+# Attribute sets prepared once each (``record`` takes them as they are): their values are
+# bounded above, so this holds at most a few thousand.
+_attribute_sets: dict[tuple[tuple[str, str], ...], frozenset[tuple[str, str]]] = {}
+
+
+def _attributes(*pairs: tuple[str, str | None]) -> frozenset[tuple[str, str]]:
+    """The attribute set of ``pairs``, without the ones whose value is None."""
+    key = tuple((k, v) for k, v in pairs if v is not None)
+    found = _attribute_sets.get(key)
+    if found is None:
+        found = _attribute_sets[key] = frozenset(key)
+    return found
+
+
+def record_batch(batch: TrajectoryBatch) -> None:
+    """Record the metrics of ``batch`` (what the hook does). Counters are added up over the
+    batch first (one point per attribute set); histograms take one value per trajectory."""
+    if batch.dropped:
+        record(GROUP, {DROPPED: batch.dropped})
+    completed: dict[tuple[str, str | None, str | None], int] = {}
+    tokens: dict[tuple[str, str | None], int] = {}
+    calls: dict[tuple[str, str], int] = {}
+    contexts = batch.contexts
+    trained = batch.trainer_weight_version
+    for index, t in enumerate(batch.trajectories):
+        env = _envs(t.env)
+        key = (t.outcome, _reasons(t.finish_reason), env)
+        completed[key] = completed.get(key, 0) + 1
+        record(
+            GROUP,
+            {TURNS: t.turn_count, TOOL_CALLS: t.tool_call_count},
+            _attributes((ENV_ATTR, env)),
+        )
+        given, taken = t.tokens()
+        if given:
+            tokens[("input", env)] = tokens.get(("input", env), 0) + given
+        if taken:
+            tokens[("output", env)] = tokens.get(("output", env), 0) + taken
+        for turn in t.turns:
+            for call in turn.tool_calls:
+                tool = (_tools(call.name) or OTHER, call.outcome)
+                calls[tool] = calls.get(tool, 0) + 1
+        rewards = t.all_rewards()
+        for reward in rewards:
+            component = _components(reward.component)
+            record(
+                GROUP,
+                {REWARD: reward.value},
+                _attributes((REWARD_COMPONENT_ATTR, component), (ENV_ATTR, env)),
+            )
+        if t.reward is not None and not any(r.component == "total" for r in rewards):
+            record(
+                GROUP,
+                {REWARD: t.reward},
+                _attributes((REWARD_COMPONENT_ATTR, "total"), (ENV_ATTR, env)),
+            )
+        lag = t.staleness(trained)
+        if lag is not None:
+            record(GROUP, {STALENESS: lag})
+        if t.logprob_mismatch is not None:
+            by_lag = {} if lag is None else {LAG_ATTR: LAGS[min(lag, 4)]}
+            record(GROUP, {LOGPROB_MISMATCH: t.logprob_mismatch}, by_lag)
+        if t.importance_ratio is not None:
+            record(GROUP, {IMPORTANCE_RATIO: t.importance_ratio})
+        # Inside the trajectory's span: the exemplar names it.
+        duration = {DURATION: duration_s(t)}
+        outcome = _attributes((OUTCOME_ATTR, t.outcome), (ENV_ATTR, env))
+        context = contexts[index] if index < len(contexts) else None
+        if context is None:
+            record(GROUP, duration, outcome)
+        else:
+            with inside(context):
+                record(GROUP, duration, outcome)
+    for (outcome_name, reason, env), n in completed.items():
+        attributes = _attributes(
+            (OUTCOME_ATTR, outcome_name), (TRAJECTORY_FINISH_REASON_ATTR, reason), (ENV_ATTR, env)
+        )
+        record(GROUP, {COMPLETED: n}, attributes)
+    for (kind, env), n in tokens.items():
+        record(GROUP, {TOKENS: n}, _attributes((TOKEN_TYPE_ATTR, kind), (ENV_ATTR, env)))
+    for (tool_name, tool_outcome), n in calls.items():
+        record(
+            GROUP,
+            {TOOL_CALL_COUNT: n},
+            _attributes((TOOL_NAME_ATTR, tool_name), (TOOL_OUTCOME_ATTR, tool_outcome)),
+        )
+
+
+@hookimpl(tee=True)
+def on_trajectories(batch: TrajectoryBatch) -> None:
+    record_batch(batch)
+
+
+@hookimpl
+def telemetry_started(telemetry: Telemetry) -> None:
+    """A new session tells its names apart afresh."""
+    for names in (_envs, _tools, _reasons, _components):
+        names.clear()
+    _attribute_sets.clear()

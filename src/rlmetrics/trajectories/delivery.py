@@ -1,0 +1,114 @@
+"""One batch of trajectory records to its three outputs: spans (within the span budget), one
+sample row each (``Logger.log_samples``) and the ``on_trajectories`` hook, whose families
+record the metrics. The live form and ``Logger.log_trajectories`` both end here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import plugins as _plugins
+from .._warn import warn_once
+from ..tracing._state import state
+from ..tracing.scopes import current_step
+from ..values import as_step
+from .records import Trajectory, TrajectoryBatch
+from .rows import row_of
+from .settings import settings
+from .spans import emit, now_ns
+
+if TYPE_CHECKING:
+    from ..logger import Logger
+
+__all__ = ["SAMPLES_NAME", "deliver"]
+
+#: The samples table trajectories are logged as.
+SAMPLES_NAME = "trajectories"
+
+
+def _trace_id(context: Any, binding: Any) -> str | None:
+    try:
+        return f"{binding.get_current_span(context).get_span_context().trace_id:032x}"
+    except Exception:
+        return None
+
+
+def _trainer_weight_version() -> int | None:
+    """The open step's ``weight_version``, when it is an int: the policy being trained."""
+    steps = state.steps
+    if not steps:
+        return None
+    version = steps[-1]._tag_values[0]
+    return version if type(version) is int else None
+
+
+def deliver(
+    trajectories: Sequence[Trajectory],
+    step: Any,
+    logger: Logger | None,
+    *,
+    name: str = SAMPLES_NAME,
+    budgeted: bool = True,
+    parent: Any = None,
+) -> TrajectoryBatch:
+    """Spans, rows and metrics of ``trajectories`` at ``step`` (see the module's docstring).
+    ``parent`` is the context their spans start in (default: the current span's, else the
+    open step's, else the process's ``TRACEPARENT``). Never raises."""
+    number: int | None
+    if logger is not None:
+        number = logger._next_step(step)
+    else:
+        number = as_step(step)
+        if number is None:
+            number = current_step()
+    binding = state.binding
+    contexts: list[Any] = []
+    dropped = 0
+    if binding is not None and trajectories:
+        keep = settings().budget.select(trajectories) if budgeted else None
+        try:
+            if parent is None:
+                parent = binding.parent()
+            now = now_ns()
+            for index, trajectory in enumerate(trajectories):
+                if keep is not None and not keep[index]:
+                    contexts.append(None)
+                    dropped += 1
+                    continue
+                try:
+                    contexts.append(emit(binding, trajectory, number, parent, now))
+                except Exception:
+                    contexts.append(None)
+                    warn_once(
+                        "trajectory:spans",
+                        "rlmetrics: a trajectory's spans could not be recorded; its row and "
+                        "metrics are logged",
+                    )
+        except Exception:
+            warn_once(
+                "trajectory:trace", "rlmetrics: trajectory spans failed; rows and metrics go on"
+            )
+        if dropped:
+            warn_once(
+                "trajectory:budget",
+                f"rlmetrics: the trajectory span budget left {dropped} of {len(trajectories)} "
+                "trajectories of a batch without spans (they keep their rows and metrics; "
+                "rl.trajectory.spans.dropped counts them; rlmetrics.trajectories.configure("
+                "budget=...) sets it). Said once",
+                expected=True,
+            )
+    batch = TrajectoryBatch(
+        number, tuple(trajectories), tuple(contexts), dropped, _trainer_weight_version()
+    )
+    # Rows only for a Logger with backends (building them is most of a batch's own cost).
+    if logger is not None and trajectories and (logger._inline or logger._workers):
+        try:
+            rows = [
+                row_of(t, None if c is None else _trace_id(c, binding))
+                for t, c in zip(trajectories, contexts or [None] * len(trajectories), strict=True)
+            ]
+            logger.log_samples(rows, number if number is not None else 0, name)
+        except Exception:
+            warn_once("trajectory:rows", "rlmetrics: trajectory rows could not be logged")
+    _plugins.hooks().on_trajectories(batch)
+    return batch

@@ -1,0 +1,471 @@
+"""The live form: a trajectory built while an agent loop runs.
+
+::
+
+    with rlmetrics.trajectory("p3-2", group="p3", env="math", step=n, logger=logger) as t:
+        with t.turn():
+            t.generation(model="policy", input_tokens=120, output_tokens=30,
+                         finish_reason="tool_calls", latency_s=0.8, weight_version=12)
+            t.tool_call("search", latency_s=0.3)
+        t.reward(1.0, component="correct")
+
+``async with`` works the same. The builder keeps plain records of what happened (each call is
+read by the same code as an after-the-fact record's fields) and measures when it happened;
+when the block ends, the finished :class:`~rlmetrics.trajectories.records.Trajectory` goes
+where ``Logger.log_trajectories`` sends its records: spans (parented where the block began:
+the current span, else the open step, else the process's ``TRACEPARENT``), a row for the
+logger's trackers, the metrics. Its spans are always kept (the span budget is for batches).
+
+Called outside an open trajectory, or after it ended, a method warns once and does nothing.
+A generation outside ``t.turn()`` opens a turn of its own; a tool call outside one joins the
+last turn; a reward outside one belongs to the whole trajectory. An exception leaving the
+block makes the outcome ``error`` (its class is ``error.type``) and is not swallowed.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._warn import warn_once
+from ..tracing._state import state
+from .delivery import deliver
+from .records import (
+    MAX_CALLS_PER_TURN,
+    MAX_TURNS,
+    OUTCOMES,
+    Generation,
+    Reward,
+    ToolCall,
+    Trajectory,
+    Turn,
+    _choice,
+    _generation,
+    _identifier,
+    _name,
+    _positive,
+    _real,
+    _reward,
+    _seconds_like,
+    _tool_call,
+)
+from .settings import settings
+from .spans import now_ns
+
+if TYPE_CHECKING:
+    from ..logger import Logger
+
+__all__ = ["LiveTrajectory", "LiveTurn", "trajectory"]
+
+
+def _closed(what: str) -> None:
+    warn_once(
+        f"trajectory:closed:{what}",
+        f"rlmetrics: {what} called outside an open trajectory (use it inside `with "
+        "rlmetrics.trajectory(...) as t:`); ignored",
+    )
+
+
+class _TurnParts:
+    """What one turn collects."""
+
+    __slots__ = ("end_ns", "explicit", "generations", "rewards", "start_ns", "tool_calls")
+
+    def __init__(self, start_ns: int, explicit: bool) -> None:
+        self.start_ns = start_ns
+        self.explicit = explicit
+        self.end_ns: int | None = None
+        self.generations: list[Generation] = []
+        self.tool_calls: list[ToolCall] = []
+        self.rewards: list[Reward] = []
+
+    def freeze(self, end_ns: int) -> Turn:
+        return Turn(
+            generations=tuple(self.generations),
+            tool_calls=tuple(self.tool_calls),
+            rewards=tuple(self.rewards),
+            start_ns=self.start_ns,
+            end_ns=self.end_ns if self.end_ns is not None else end_ns,
+        )
+
+
+_Self = TypeVar("_Self", bound="_Block")
+
+
+class _Block:
+    """``async with`` doing what ``with`` does: nothing here waits."""
+
+    __slots__ = ()
+
+    def __enter__(self: _Self) -> _Self:
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self: _Self) -> _Self:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class LiveTurn(_Block):
+    """``with t.turn():`` (or ``async with``): one turn of the trajectory."""
+
+    __slots__ = ("_owner", "_parts")
+
+    def __init__(self, owner: LiveTrajectory | None) -> None:
+        self._owner = owner
+        self._parts: _TurnParts | None = None
+
+    def __enter__(self) -> LiveTurn:
+        owner = self._owner
+        if owner is not None:
+            self._parts = owner._open_turn()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        parts = self._parts
+        if parts is not None and self._owner is not None:
+            parts.end_ns = now_ns()
+            self._owner._close_turn(parts)
+
+
+class LiveTrajectory(_Block):
+    """One trajectory while it runs (see the module's docstring)."""
+
+    __slots__ = (
+        "_current",
+        "_fields",
+        "_logger",
+        "_off_policy",
+        "_open",
+        "_parent",
+        "_rewards",
+        "_start_ns",
+        "_step",
+        "_tool_calls",
+        "_turn_count",
+        "_turns",
+        "agent",
+        "error",
+        "finish_reason",
+        "outcome",
+        "reward_total",
+    )
+
+    def __init__(
+        self,
+        sample_id: Any,
+        *,
+        group: Any = None,
+        env: Any = None,
+        agent: Any = None,
+        step: Any = None,
+        weight_version: Any = None,
+        logger: Logger | None = None,
+    ) -> None:
+        self._fields = (sample_id, group, env, weight_version)
+        self.agent = agent
+        self._step = step
+        self._logger = logger
+        self._open = False
+        self.outcome: str | None = None
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.reward_total: float | None = None
+        self._off_policy: tuple[Any, Any] = (None, None)
+
+    # -- the block ----------------------------------------------------------------------------
+
+    def __enter__(self) -> LiveTrajectory:
+        self._open = True
+        self._turns: list[Turn] = []
+        self._turn_count = 0
+        self._tool_calls = 0
+        self._rewards: list[Reward] = []
+        self._current: _TurnParts | None = None
+        self._parent = None
+        binding = state.binding
+        if binding is not None:
+            try:
+                self._parent = binding.parent()
+            except Exception:
+                self._parent = None
+        self._start_ns = now_ns()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._open:
+            return
+        end_ns = now_ns()
+        self._open = False
+        try:
+            if self._current is not None:
+                self._turn_done(self._current, end_ns)
+            if exc is not None and not isinstance(exc, GeneratorExit):
+                if self.outcome is None:
+                    self.outcome = "error"
+                if self.error is None:
+                    self.error = type(exc).__name__
+            deliver(
+                [self._record(end_ns)],
+                self._step,
+                self._logger,
+                budgeted=False,
+                parent=self._parent,
+            )
+        except Exception:
+            warn_once("trajectory:live", "rlmetrics: a live trajectory could not be logged")
+
+    def _record(self, end_ns: int) -> Trajectory:
+        sample_id, group, env, weight_version = self._fields
+        identifier = _identifier("sample_id", sample_id)
+        if identifier is None:
+            warn_once(
+                "trajectory:no-sample-id",
+                "rlmetrics: a trajectory has no sample_id; it is logged without one (give each "
+                "rollout an id to find it in the trace and the table)",
+            )
+        return Trajectory(
+            sample_id=identifier,
+            group_id=_identifier("group_id", group),
+            env=_name("env", env),
+            agent=_name("agent", self.agent),
+            outcome=_choice("outcome", self.outcome, OUTCOMES, "success"),
+            finish_reason=_name("finish_reason", self.finish_reason),
+            weight_version=_identifier("weight_version", weight_version),
+            reward=_real("reward", self.reward_total),
+            latency_s=(end_ns - self._start_ns) / 1e9,
+            error=_name("error", self.error),
+            turns=tuple(self._turns),
+            rewards=tuple(self._rewards),
+            turn_count=self._turn_count,
+            tool_call_count=self._tool_calls,
+            start_ns=self._start_ns,
+            end_ns=end_ns,
+            logprob_mismatch=_seconds_like("logprob_mismatch", self._off_policy[0]),
+            importance_ratio=_positive("importance_ratio", self._off_policy[1]),
+        )
+
+    # -- turns --------------------------------------------------------------------------------
+
+    def turn(self) -> LiveTurn:
+        """``with t.turn():`` one turn: its generations, tool calls and rewards."""
+        if not self._open:
+            _closed("turn()")
+            return LiveTurn(None)
+        return LiveTurn(self)
+
+    def _open_turn(self) -> _TurnParts | None:
+        if not self._open:
+            _closed("turn()")
+            return None
+        now = now_ns()
+        if self._current is not None:  # an implicit turn, or a turn not left
+            self._turn_done(self._current, now)
+        parts = self._current = _TurnParts(now, explicit=True)
+        return parts
+
+    def _close_turn(self, parts: _TurnParts) -> None:
+        if self._current is parts and self._open:
+            self._turn_done(parts, parts.end_ns or now_ns())
+
+    def _turn_done(self, parts: _TurnParts, end_ns: int) -> None:
+        self._current = None
+        self._turn_count += 1
+        if len(self._turns) < MAX_TURNS:
+            self._turns.append(parts.freeze(end_ns))
+        elif self._turn_count == MAX_TURNS + 1:
+            warn_once(
+                "trajectory:many-turns",
+                f"rlmetrics: a trajectory has more than {MAX_TURNS} turns; the first "
+                f"{MAX_TURNS} are kept in its spans and row, all of them are counted",
+            )
+
+    def _turn_for(self, start_ns: int) -> _TurnParts:
+        current = self._current
+        if current is None:
+            current = self._current = _TurnParts(start_ns, explicit=False)
+        return current
+
+    # -- what happened ------------------------------------------------------------------------
+
+    def generation(
+        self,
+        model: Any = None,
+        *,
+        input_tokens: Any = None,
+        output_tokens: Any = None,
+        finish_reason: Any = None,
+        latency_s: Any = None,
+        weight_version: Any = None,
+        prompt: Any = None,
+        completion: Any = None,
+    ) -> None:
+        """A model call that just ended (``latency_s`` long). Outside ``t.turn()``, it opens
+        a turn of its own."""
+        if not self._open:
+            _closed("generation()")
+            return
+        try:
+            end_ns = now_ns()
+            parsed = _generation(
+                {
+                    "model": model,
+                    "input_tokens": input_tokens,
+                    "output_tokens": output_tokens,
+                    "finish_reason": finish_reason,
+                    "latency_s": latency_s,
+                    "weight_version": weight_version,
+                    "prompt": prompt,
+                    "completion": completion,
+                },
+                settings().text,
+                end_ns,
+            )
+            if parsed is None:
+                return
+            start_ns = end_ns - int(parsed.latency_s * 1e9)
+            turn = self._current
+            if turn is not None and not turn.explicit and turn.generations:
+                self._turn_done(turn, max(turn.start_ns, start_ns))  # the next implicit turn
+                turn = None
+            if turn is None:
+                turn = self._turn_for(start_ns)
+            if len(turn.generations) < MAX_CALLS_PER_TURN:
+                turn.generations.append(parsed)
+        except Exception:
+            warn_once("trajectory:generation", "rlmetrics: a generation could not be recorded")
+
+    def tool_call(
+        self,
+        name: Any,
+        *,
+        outcome: Any = None,
+        latency_s: Any = None,
+        error: Any = None,
+        arguments: Any = None,
+        result: Any = None,
+    ) -> None:
+        """A tool call that just ended. Outside ``t.turn()``, it joins the last turn."""
+        if not self._open:
+            _closed("tool_call()")
+            return
+        try:
+            end_ns = now_ns()
+            parsed = _tool_call(
+                {
+                    "name": name,
+                    "outcome": outcome,
+                    "latency_s": latency_s,
+                    "error": error,
+                    "arguments": arguments,
+                    "result": result,
+                },
+                settings().text,
+                end_ns,
+            )
+            if parsed is None:
+                return
+            turn = self._turn_for(end_ns - int(parsed.latency_s * 1e9))
+            self._tool_calls += 1
+            if len(turn.tool_calls) < MAX_CALLS_PER_TURN:
+                turn.tool_calls.append(parsed)
+        except Exception:
+            warn_once("trajectory:tool_call", "rlmetrics: a tool call could not be recorded")
+
+    def reward(self, value: Any, component: Any = None, *, latency_s: Any = None) -> None:
+        """A reward check that just ended: inside ``t.turn()`` the turn's, else the whole
+        trajectory's. A value that is not a finite number is dropped with a warning."""
+        if not self._open:
+            _closed("reward()")
+            return
+        try:
+            end_ns = now_ns()
+            parsed = _reward(
+                {"value": value, "component": component, "latency_s": latency_s}, end_ns
+            )
+            if parsed is None:
+                return
+            turn = self._current
+            if turn is not None and turn.explicit:
+                if len(turn.rewards) < MAX_CALLS_PER_TURN:
+                    turn.rewards.append(parsed)
+            elif len(self._rewards) < MAX_CALLS_PER_TURN:
+                self._rewards.append(parsed)
+        except Exception:
+            warn_once("trajectory:reward", "rlmetrics: a reward could not be recorded")
+
+    def finish(
+        self,
+        outcome: str | None = None,
+        *,
+        finish_reason: str | None = None,
+        reward: float | None = None,
+        error: str | None = None,
+        logprob_mismatch: float | None = None,
+        importance_ratio: float | None = None,
+    ) -> None:
+        """Say how the trajectory ended (checked when the block ends): ``outcome`` (one of
+        ``success``, ``failure``, ``error``, ``truncated``), why, its total reward (else the
+        sum of its rewards), for an error the error's class, and its off-policy signals
+        (the record's ``logprob_mismatch`` and ``importance_ratio``)."""
+        if logprob_mismatch is not None:
+            self._off_policy = (logprob_mismatch, self._off_policy[1])
+        if importance_ratio is not None:
+            self._off_policy = (self._off_policy[0], importance_ratio)
+        if outcome is not None:
+            self.outcome = outcome
+        if finish_reason is not None:
+            self.finish_reason = finish_reason
+        if reward is not None:
+            self.reward_total = reward
+        if error is not None:
+            self.error = error
+
+
+def trajectory(
+    sample_id: Any,
+    *,
+    group: Any = None,
+    env: Any = None,
+    agent: Any = None,
+    step: Any = None,
+    weight_version: Any = None,
+    logger: Logger | None = None,
+) -> LiveTrajectory:
+    """One rollout as it runs: ``with rlmetrics.trajectory(sample_id, group=..., env=...,
+    step=..., logger=logger) as t:`` (or ``async with``); see :mod:`.live`. ``step`` defaults
+    to the open ``rlmetrics.step``'s (with a logger, else the logger's next); without a
+    logger the trajectory has spans and metrics but no row."""
+    return LiveTrajectory(
+        sample_id,
+        group=group,
+        env=env,
+        agent=agent,
+        step=step,
+        weight_version=weight_version,
+        logger=logger,
+    )

@@ -1,0 +1,502 @@
+"""The trajectory record: one rollout as plain, checked data (the after-the-fact form's
+dicts parsed here, the live form builds the same objects), and the batch the
+``on_trajectories`` hook gets.
+
+A record is read field by field, each in its own guard: a field that is not what it should be
+(a NaN reward, a tool name that is not a string, a token count that is not a number) is
+dropped with one warning naming the field, and the rest of the record lands. Text (prompt,
+completion, tool arguments and results) is read only when the text policy keeps it
+(:mod:`rlmetrics.trajectories.text`): under ``off`` it never enters a record.
+
+The record schema (every key optional unless said; unknown keys are ignored)::
+
+    {
+      "sample_id": "p3-2",              # str or int: the rollout's id (warned when missing)
+      "group_id": "p3",                 # str or int: its GRPO group (the prompt)
+      "env": "math",                    # str: the environment or dataset
+      "agent": "solver",                # str: the agent's name (gen_ai.agent.name)
+      "outcome": "success",             # success | failure | error | truncated
+      "finish_reason": "stop",          # str: why the trajectory ended
+      "weight_version": 12,             # str or int: the policy that generated it
+      "reward": 1.0,                    # float: the total reward (else the sum of "rewards")
+      "latency_s": 3.2,                 # float: wall time of the rollout
+      "end_time": 1767225600.0,         # float: Unix seconds it ended (default: now)
+      "error": "TimeoutError",          # str: the error class, for outcome "error"
+      "trainer_weight_version": 14,     # int: the policy being trained (default: the open
+                                        #   rlmetrics.step's weight_version, when an int)
+      "logprob_mismatch": 0.02,         # float >= 0: the rollout engine's logprobs against
+                                        #   the trainer's (mean absolute difference, or a KL)
+      "importance_ratio": 1.03,         # float > 0: the trainer's probability over the
+                                        #   engine's (the rollout's mean)
+      "prompt": "...", "completion": "...",      # text, kept only under a text policy
+      "rewards": [{"value": 1.0, "component": "correct", "latency_s": 0.1}],
+      "turns": [
+        {
+          "latency_s": 1.1,             # else the sum of its calls'
+          "generations": [{"model": "m", "input_tokens": 120, "output_tokens": 30,
+                           "finish_reason": "tool_calls", "latency_s": 0.8,
+                           "weight_version": 12, "prompt": "...", "completion": "..."}],
+          "tool_calls": [{"name": "search", "outcome": "success", "latency_s": 0.3,
+                          "error": "TimeoutError", "arguments": "...", "result": "..."}],
+          "rewards": [{"value": 0.1, "component": "format"}]
+        }
+      ]
+    }
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .._warn import describe_value, warn_once
+from ..values import INT64_MAX, INT64_MIN, as_number, as_step, finite_float
+from .text import TextPolicy
+
+__all__ = [
+    "MAX_CALLS_PER_TURN",
+    "MAX_TURNS",
+    "OUTCOMES",
+    "TOOL_OUTCOMES",
+    "Generation",
+    "Reward",
+    "ToolCall",
+    "Trajectory",
+    "TrajectoryBatch",
+    "Turn",
+    "parse_trajectories",
+    "parse_trajectory",
+]
+
+#: What became of a trajectory. Every one but ``success`` is kept by the span budget.
+OUTCOMES = ("success", "failure", "error", "truncated")
+#: What became of a tool call.
+TOOL_OUTCOMES = ("success", "error", "timeout")
+#: Turns one record keeps (its spans and row); the count of them all is still its turn count.
+MAX_TURNS = 256
+#: Generations, tool calls and rewards one turn (or the trajectory itself) keeps.
+MAX_CALLS_PER_TURN = 64
+
+_ID = (str, int)
+
+
+@attrs.frozen(slots=True)
+class Generation:
+    """One model call: its model, tokens, why it stopped, how long it took and the policy
+    version that made it; ``start_ns``/``end_ns`` when the live form measured them."""
+
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    latency_s: float = 0.0
+    weight_version: str | int | None = None
+    prompt: str | None = None
+    completion: str | None = None
+    end_ns: int | None = None
+
+
+@attrs.frozen(slots=True)
+class ToolCall:
+    """One tool call: its name, outcome, time and (when it failed) the error's class."""
+
+    name: str
+    outcome: str = "success"
+    latency_s: float = 0.0
+    error: str | None = None
+    arguments: str | None = None
+    result: str | None = None
+    end_ns: int | None = None
+
+
+@attrs.frozen(slots=True)
+class Reward:
+    """One reward check: its value and the component it scores (``total`` by default)."""
+
+    value: float
+    component: str = "total"
+    latency_s: float = 0.0
+    end_ns: int | None = None
+
+
+@attrs.frozen(slots=True)
+class Turn:
+    """One turn: its generations, tool calls and rewards, in that order."""
+
+    generations: tuple[Generation, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    rewards: tuple[Reward, ...] = ()
+    latency_s: float | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+
+@attrs.frozen(slots=True)
+class Trajectory:
+    """One rollout (see the module's docstring for the schema it is read from).
+
+    ``turn_count`` and ``tool_call_count`` count every turn and call the rollout had, also
+    those past :data:`MAX_TURNS` that the record no longer holds."""
+
+    sample_id: str | int | None = None
+    group_id: str | int | None = None
+    env: str | None = None
+    agent: str | None = None
+    outcome: str = "success"
+    finish_reason: str | None = None
+    weight_version: str | int | None = None
+    reward: float | None = None
+    latency_s: float | None = None
+    end_time_s: float | None = None
+    error: str | None = None
+    prompt: str | None = None
+    completion: str | None = None
+    turns: tuple[Turn, ...] = ()
+    rewards: tuple[Reward, ...] = ()
+    turn_count: int = 0
+    tool_call_count: int = 0
+    start_ns: int | None = None
+    end_ns: int | None = None
+    trainer_weight_version: int | None = None
+    logprob_mismatch: float | None = None
+    importance_ratio: float | None = None
+
+    def staleness(self, trained: int | None = None) -> int | None:
+        """How many weight versions the policy that generated it is behind the one being
+        trained (its ``trainer_weight_version``, else ``trained``): both ints and the lag at
+        least 0, else None."""
+        generated = self.weight_version
+        if self.trainer_weight_version is not None:
+            trained = self.trainer_weight_version
+        if trained is None or type(generated) is not int or trained < generated:
+            return None
+        return trained - generated
+
+    @property
+    def failed(self) -> bool:
+        """Whether it did not succeed (the span budget keeps every such one)."""
+        return self.outcome != "success"
+
+    def all_rewards(self) -> list[Reward]:
+        """Its rewards and its turns' rewards."""
+        out = list(self.rewards)
+        for turn in self.turns:
+            out.extend(turn.rewards)
+        return out
+
+    def total_reward(self) -> float | None:
+        """``reward`` if given, else the sum of every reward it holds, else None."""
+        if self.reward is not None:
+            return self.reward
+        rewards = self.all_rewards()
+        return math.fsum(r.value for r in rewards) if rewards else None
+
+    def tokens(self) -> tuple[int, int]:
+        """Input and output tokens over its generations."""
+        given = taken = 0
+        for turn in self.turns:
+            for generation in turn.generations:
+                given += generation.input_tokens or 0
+                taken += generation.output_tokens or 0
+        return given, taken
+
+
+@attrs.frozen(slots=True)
+class TrajectoryBatch:
+    """What the ``on_trajectories`` hook gets: the trajectories of one call at ``step``.
+
+    ``contexts[i]`` is the OpenTelemetry context holding trajectory ``i``'s span (None when
+    not tracing or when the span budget dropped it): record inside it
+    (:func:`rlmetrics.trajectories.inside`) for an exemplar that points at the span.
+    ``dropped`` is how many of them the span budget left without spans;
+    ``trainer_weight_version`` the open ``rlmetrics.step``'s weight version (when an int), the
+    default a trajectory's staleness is counted against."""
+
+    step: int | None
+    trajectories: tuple[Trajectory, ...]
+    contexts: tuple[Any, ...] = ()
+    dropped: int = 0
+    trainer_weight_version: int | None = None
+
+    def context(self, index: int) -> Any:
+        contexts = self.contexts
+        return contexts[index] if index < len(contexts) else None
+
+
+# -- reading fields -------------------------------------------------------------------------
+
+
+def _bad(field: str, expected: str, value: Any) -> None:
+    warn_once(
+        f"trajectory:field:{field}",
+        f"rlmetrics: trajectory field {field!r} must be {expected}, got {describe_value(value)}; "
+        "the field is dropped and the rest of the trajectory is logged",
+    )
+
+
+def _identifier(field: str, value: Any) -> str | int | None:
+    if value is None:
+        return None
+    if type(value) is str and 0 < len(value) <= 256:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if INT64_MIN <= value <= INT64_MAX:  # what a span attribute can carry
+            return int(value)
+    else:
+        number = as_step(value)  # a NumPy or torch integer
+        if number is not None and number <= INT64_MAX:
+            return number
+    _bad(field, "a str (at most 256 characters) or an int within int64", value)
+    return None
+
+
+def _name(field: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if type(value) is str and 0 < len(value) <= 128:
+        return value
+    _bad(field, "a str of at most 128 characters", value)
+    return None
+
+
+def _seconds(field: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if type(value) is float and 0.0 <= value < math.inf:  # the common case, first
+        return value
+    number = finite_float(value)
+    if number is None or number < 0 or type(value) is bool:
+        _bad(field, "a finite number of seconds from 0", value)
+        return None
+    return number
+
+
+def _seconds_like(field: str, value: Any) -> float | None:
+    """A finite number from 0 (not seconds: the message says so)."""
+    if value is None:
+        return None
+    number = finite_float(value)
+    if number is None or number < 0 or type(value) is bool:
+        _bad(field, "a finite number from 0", value)
+        return None
+    return number
+
+
+def _positive(field: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    number = finite_float(value)
+    if number is None or number <= 0 or type(value) is bool:
+        _bad(field, "a finite number above 0", value)
+        return None
+    return number
+
+
+def _count(field: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if type(value) is int and 0 <= value <= 2**63 - 1:
+        return value
+    number = as_number(value)
+    if (
+        number is None
+        or type(value) is bool
+        or not 0 <= number <= INT64_MAX
+        or number != int(number)
+    ):
+        _bad(field, "an int from 0", value)
+        return None
+    return int(number)
+
+
+def _real(field: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if type(value) is float and -math.inf < value < math.inf:
+        return value
+    number = finite_float(value)
+    if number is None or type(value) is bool:
+        _bad(field, "a finite number", value)
+        return None
+    return number
+
+
+def _choice(field: str, value: Any, allowed: tuple[str, ...], default: str) -> str:
+    if value is None:
+        return default
+    if value in allowed and type(value) is str:
+        return value  # type: ignore[no-any-return]
+    _bad(field, f"one of {list(allowed)}", value)
+    return default
+
+
+def _list(field: str, value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if type(value) is list or isinstance(value, (list, tuple)):
+        if len(value) > MAX_CALLS_PER_TURN:
+            warn_once(
+                f"trajectory:many:{field}",
+                f"rlmetrics: a trajectory's {field!r} holds {len(value)} entries; the first "
+                f"{MAX_CALLS_PER_TURN} are kept",
+            )
+            return list(value[:MAX_CALLS_PER_TURN])
+        return list(value)
+    _bad(field, "a list", value)
+    return []
+
+
+def _mapping(field: str, value: Any) -> Mapping[str, Any] | None:
+    if type(value) is dict or isinstance(value, Mapping):
+        return value
+    _bad(field, "a dict", value)
+    return None
+
+
+def _generation(item: Any, text: TextPolicy, end_ns: int | None = None) -> Generation | None:
+    fields = _mapping("generations[]", item)
+    if fields is None:
+        return None
+    get = fields.get
+    return Generation(
+        model=_name("generation.model", get("model")),
+        input_tokens=_count("generation.input_tokens", get("input_tokens")),
+        output_tokens=_count("generation.output_tokens", get("output_tokens")),
+        finish_reason=_name("generation.finish_reason", get("finish_reason")),
+        latency_s=_seconds("generation.latency_s", get("latency_s")) or 0.0,
+        weight_version=_identifier("generation.weight_version", get("weight_version")),
+        prompt=text.keep("prompt", get("prompt")) if text.keeps else None,
+        completion=text.keep("completion", get("completion")) if text.keeps else None,
+        end_ns=end_ns,
+    )
+
+
+def _tool_call(item: Any, text: TextPolicy, end_ns: int | None = None) -> ToolCall | None:
+    fields = _mapping("tool_calls[]", item)
+    if fields is None:
+        return None
+    get = fields.get
+    name = _name("tool_call.name", get("name"))
+    return ToolCall(
+        name="other" if name is None else name,
+        outcome=_choice("tool_call.outcome", get("outcome"), TOOL_OUTCOMES, "success"),
+        latency_s=_seconds("tool_call.latency_s", get("latency_s")) or 0.0,
+        error=_name("tool_call.error", get("error")),
+        arguments=text.keep("tool_arguments", get("arguments")) if text.keeps else None,
+        result=text.keep("tool_result", get("result")) if text.keeps else None,
+        end_ns=end_ns,
+    )
+
+
+def _reward(item: Any, end_ns: int | None = None) -> Reward | None:
+    fields = _mapping("rewards[]", item)
+    if fields is None:
+        return None
+    value = _real("reward.value", fields.get("value"))
+    if value is None:
+        return None  # a reward without a value is no reward
+    component = _name("reward.component", fields.get("component"))
+    return Reward(
+        value=value,
+        component="total" if component is None else component,
+        latency_s=_seconds("reward.latency_s", fields.get("latency_s")) or 0.0,
+        end_ns=end_ns,
+    )
+
+
+def _turn(item: Any, text: TextPolicy) -> Turn | None:
+    fields = _mapping("turns[]", item)
+    if fields is None:
+        return None
+    generations = [_generation(g, text) for g in _list("generations", fields.get("generations"))]
+    tools = [_tool_call(c, text) for c in _list("tool_calls", fields.get("tool_calls"))]
+    rewards = [_reward(r) for r in _list("rewards", fields.get("rewards"))]
+    return Turn(
+        generations=tuple(g for g in generations if g is not None),
+        tool_calls=tuple(c for c in tools if c is not None),
+        rewards=tuple(r for r in rewards if r is not None),
+        latency_s=_seconds("turn.latency_s", fields.get("latency_s")),
+    )
+
+
+def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
+    """One record (a mapping, see the module's docstring) as a :class:`Trajectory`; None for
+    what is not a mapping. Never raises."""
+    fields = _mapping("trajectory", record)
+    if fields is None:
+        return None
+    get = fields.get
+    sample_id = _identifier("sample_id", get("sample_id"))
+    if sample_id is None:
+        warn_once(
+            "trajectory:no-sample-id",
+            "rlmetrics: a trajectory has no sample_id; it is logged without one (give each "
+            "rollout an id to find it in the trace and the table)",
+        )
+    raw_turns = get("turns")
+    turns: list[Turn] = []
+    turn_count = 0
+    if raw_turns is not None:
+        if isinstance(raw_turns, (list, tuple)):
+            turn_count = len(raw_turns)
+            if turn_count > MAX_TURNS:
+                warn_once(
+                    "trajectory:many-turns",
+                    f"rlmetrics: a trajectory has {turn_count} turns; the first {MAX_TURNS} are "
+                    "kept in its spans and row, all of them are counted",
+                )
+            for item in raw_turns[:MAX_TURNS]:
+                turn = _turn(item, text)
+                if turn is not None:
+                    turns.append(turn)
+        else:
+            _bad("turns", "a list", raw_turns)
+    rewards = [_reward(r) for r in _list("rewards", get("rewards"))]
+    tool_call_count = sum(len(t.tool_calls) for t in turns)
+    return Trajectory(
+        sample_id=sample_id,
+        group_id=_identifier("group_id", get("group_id")),
+        env=_name("env", get("env")),
+        agent=_name("agent", get("agent")),
+        outcome=_choice("outcome", get("outcome"), OUTCOMES, "success"),
+        finish_reason=_name("finish_reason", get("finish_reason")),
+        weight_version=_identifier("weight_version", get("weight_version")),
+        reward=_real("reward", get("reward")),
+        latency_s=_seconds("latency_s", get("latency_s")),
+        end_time_s=_real("end_time", get("end_time")),
+        error=_name("error", get("error")),
+        prompt=text.keep("prompt", get("prompt")) if text.keeps else None,
+        completion=text.keep("completion", get("completion")) if text.keeps else None,
+        turns=tuple(turns),
+        rewards=tuple(r for r in rewards if r is not None),
+        turn_count=max(turn_count, len(turns)),
+        tool_call_count=tool_call_count,
+        trainer_weight_version=_count("trainer_weight_version", get("trainer_weight_version")),
+        logprob_mismatch=_seconds_like("logprob_mismatch", get("logprob_mismatch")),
+        importance_ratio=_positive("importance_ratio", get("importance_ratio")),
+    )
+
+
+def parse_trajectories(records: Any, text: TextPolicy) -> list[Trajectory]:
+    """``records`` (a list or tuple of mappings) as trajectories; what is not a mapping is
+    skipped, said once. Never raises."""
+    if not isinstance(records, (list, tuple)):
+        warn_once(
+            "trajectory:not-a-list",
+            f"rlmetrics: log_trajectories takes a list of dicts (one per trajectory), got "
+            f"{describe_value(records)}; nothing logged",
+        )
+        return []
+    out = []
+    for record in records:
+        try:
+            trajectory = parse_trajectory(record, text)
+        except Exception:
+            warn_once("trajectory:parse", "rlmetrics: a trajectory could not be read; skipped")
+            continue
+        if trajectory is not None:
+            out.append(trajectory)
+    return out

@@ -1,0 +1,299 @@
+"""A trajectory record as spans, named and attributed by the OpenTelemetry GenAI semantic
+conventions, with explicit start and end times taken from the record.
+
+The tree::
+
+    invoke_agent {agent}            gen_ai.operation.name=invoke_agent, rl.* of the rollout
+    ├── rl.turn                     rl.turn.index
+    │   ├── chat {model}            gen_ai.operation.name=chat, gen_ai.request.model, usage
+    │   ├── execute_tool {tool}     gen_ai.operation.name=execute_tool, gen_ai.tool.name
+    │   └── rl.reward {component}   rl.reward.component, rl.reward
+    └── rl.reward {component}       a reward of the whole trajectory
+
+A record's times: the live form measured them; an after-the-fact record gives latencies, and
+its spans are laid end to end inside their parent, back from the trajectory's end
+(``end_time``, else the time of the call): a turn lasts its ``latency_s`` or the sum of its
+calls', the trajectory its ``latency_s`` or the sum of its turns' and rewards' when that is
+longer. Every child lies inside its parent.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..tracing._state import state
+from ..tracing.scopes import ITERATION_ATTR, WEIGHT_VERSION_ATTR
+from .records import Generation, Reward, ToolCall, Trajectory, Turn
+
+if TYPE_CHECKING:
+    from ..tracing.binding import Binding
+
+__all__ = [
+    "AGENT_NAME_ATTR",
+    "ENV_ATTR",
+    "ERROR_TYPE_ATTR",
+    "FINISH_REASONS_ATTR",
+    "GROUP_ID_ATTR",
+    "INPUT_TOKENS_ATTR",
+    "OPERATION_ATTR",
+    "OUTCOME_ATTR",
+    "OUTPUT_TOKENS_ATTR",
+    "REQUEST_MODEL_ATTR",
+    "REWARD_ATTR",
+    "REWARD_COMPONENT_ATTR",
+    "SAMPLE_ID_ATTR",
+    "TOOL_NAME_ATTR",
+    "TOOL_OUTCOME_ATTR",
+    "TRAJECTORY_FINISH_REASON_ATTR",
+    "TURN_INDEX_ATTR",
+    "TURN_SPAN",
+    "duration_s",
+    "emit",
+    "now_ns",
+    "trajectory_attributes",
+]
+
+# The OpenTelemetry GenAI conventions' names (semconv gen_ai_attributes, error_attributes).
+OPERATION_ATTR = "gen_ai.operation.name"
+AGENT_NAME_ATTR = "gen_ai.agent.name"
+TOOL_NAME_ATTR = "gen_ai.tool.name"
+REQUEST_MODEL_ATTR = "gen_ai.request.model"
+INPUT_TOKENS_ATTR = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS_ATTR = "gen_ai.usage.output_tokens"
+FINISH_REASONS_ATTR = "gen_ai.response.finish_reasons"
+INPUT_MESSAGES_ATTR = "gen_ai.input.messages"
+OUTPUT_MESSAGES_ATTR = "gen_ai.output.messages"
+TOOL_ARGUMENTS_ATTR = "gen_ai.tool.call.arguments"
+TOOL_RESULT_ATTR = "gen_ai.tool.call.result"
+ERROR_TYPE_ATTR = "error.type"
+INVOKE_AGENT = "invoke_agent"
+CHAT = "chat"
+EXECUTE_TOOL = "execute_tool"
+
+# RL attributes: the project's where it has them (rl.iteration, rl.weight_version,
+# rl.reward.component), these below where it had none.
+SAMPLE_ID_ATTR = "rl.sample.id"
+GROUP_ID_ATTR = "rl.group.id"
+ENV_ATTR = "rl.env"
+OUTCOME_ATTR = "rl.trajectory.outcome"
+TRAJECTORY_FINISH_REASON_ATTR = "rl.trajectory.finish_reason"
+TURNS_ATTR = "rl.trajectory.turns"
+TOOL_CALLS_ATTR = "rl.trajectory.tool_calls"
+REWARD_ATTR = "rl.reward"
+REWARD_COMPONENT_ATTR = "rl.reward.component"
+TOOL_OUTCOME_ATTR = "rl.tool.outcome"
+TURN_INDEX_ATTR = "rl.turn.index"
+TURN_SPAN = "rl.turn"
+REWARD_SPAN = "rl.reward"
+
+_NS = 1_000_000_000
+
+
+def _ns(seconds: float | None) -> int:
+    return int(seconds * _NS) if seconds else 0
+
+
+def _messages(role: str, text: str) -> str:
+    """A text as the conventions' message list (one message, one text part)."""
+    return json.dumps([{"role": role, "parts": [{"type": "text", "content": text}]}])
+
+
+class _Emitter:
+    """Spans for one trajectory on one binding (its tracer and context calls)."""
+
+    __slots__ = ("binding", "into", "start_span")
+
+    def __init__(self, binding: Binding) -> None:
+        self.binding = binding
+        self.start_span = binding.tracer.start_span
+        self.into = binding.set_span_in_context
+
+    def leaf(
+        self,
+        name: str,
+        parent: Any,
+        attributes: dict[str, Any],
+        t0: int,
+        t1: int,
+        error: str | None,
+    ) -> None:
+        span = self.start_span(name, parent, attributes=attributes, start_time=t0)
+        if error is not None:
+            span.set_status(self.binding.status(self.binding.error, error))
+        span.end(end_time=t1)
+
+    def generation(self, g: Generation, parent: Any, t0: int, t1: int) -> None:
+        attributes: dict[str, Any] = {OPERATION_ATTR: CHAT}
+        if g.model is not None:
+            attributes[REQUEST_MODEL_ATTR] = g.model
+        if g.input_tokens is not None:
+            attributes[INPUT_TOKENS_ATTR] = g.input_tokens
+        if g.output_tokens is not None:
+            attributes[OUTPUT_TOKENS_ATTR] = g.output_tokens
+        if g.finish_reason is not None:
+            attributes[FINISH_REASONS_ATTR] = (g.finish_reason,)
+        if g.weight_version is not None:
+            attributes[WEIGHT_VERSION_ATTR] = g.weight_version
+        if g.prompt is not None:
+            attributes[INPUT_MESSAGES_ATTR] = _messages("user", g.prompt)
+        if g.completion is not None:
+            attributes[OUTPUT_MESSAGES_ATTR] = _messages("assistant", g.completion)
+        name = CHAT if g.model is None else f"{CHAT} {g.model}"
+        self.leaf(name, parent, attributes, t0, t1, None)
+
+    def tool_call(self, c: ToolCall, parent: Any, t0: int, t1: int) -> None:
+        attributes: dict[str, Any] = {
+            OPERATION_ATTR: EXECUTE_TOOL,
+            TOOL_NAME_ATTR: c.name,
+            TOOL_OUTCOME_ATTR: c.outcome,
+        }
+        error = None
+        if c.outcome != "success":
+            error = attributes[ERROR_TYPE_ATTR] = c.error or c.outcome
+        if c.arguments is not None:
+            attributes[TOOL_ARGUMENTS_ATTR] = c.arguments
+        if c.result is not None:
+            attributes[TOOL_RESULT_ATTR] = c.result
+        self.leaf(f"{EXECUTE_TOOL} {c.name}", parent, attributes, t0, t1, error)
+
+    def reward(self, r: Reward, parent: Any, t0: int, t1: int) -> None:
+        attributes = {REWARD_COMPONENT_ATTR: r.component, REWARD_ATTR: r.value}
+        self.leaf(f"{REWARD_SPAN} {r.component}", parent, attributes, t0, t1, None)
+
+    def calls(self, turn: Turn, parent: Any, t0: int, t1: int) -> None:
+        """The turn's calls: measured ones where they ended, the others end to end from the
+        turn's start; none outside ``[t0, t1]``."""
+        at = t0
+        for g in turn.generations:
+            at = self._place(self.generation, g, g.latency_s, g.end_ns, parent, at, t0, t1)
+        for c in turn.tool_calls:
+            at = self._place(self.tool_call, c, c.latency_s, c.end_ns, parent, at, t0, t1)
+        for r in turn.rewards:
+            at = self._place(self.reward, r, r.latency_s, r.end_ns, parent, at, t0, t1)
+
+    @staticmethod
+    def _place(
+        emit: Any,
+        item: Any,
+        latency_s: float,
+        end_ns: int | None,
+        parent: Any,
+        at: int,
+        low: int,
+        high: int,
+    ) -> int:
+        if end_ns is not None:
+            e1 = min(max(end_ns, low), high)
+            e0 = max(low, e1 - _ns(latency_s))
+        else:
+            e0 = min(at, high)
+            e1 = min(e0 + _ns(latency_s), high)
+        emit(item, parent, e0, e1)
+        return e1
+
+
+def _turn_ns(turn: Turn) -> int:
+    if turn.latency_s is not None:
+        return _ns(turn.latency_s)
+    return (
+        sum(_ns(g.latency_s) for g in turn.generations)
+        + sum(_ns(c.latency_s) for c in turn.tool_calls)
+        + sum(_ns(r.latency_s) for r in turn.rewards)
+    )
+
+
+def _times(t: Trajectory, now_ns: int) -> tuple[int, int, list[int], list[int]]:
+    """Where ``t`` starts and ends, and how long each turn and each reward of its own lasts."""
+    if t.end_ns is not None:
+        t1 = t.end_ns
+    elif t.end_time_s is not None:
+        t1 = int(t.end_time_s * _NS)
+    else:
+        t1 = now_ns
+    turn_ns = [_turn_ns(turn) for turn in t.turns]
+    reward_ns = [_ns(r.latency_s) for r in t.rewards]
+    if t.start_ns is not None:
+        t0 = t.start_ns
+    else:
+        t0 = t1 - max(_ns(t.latency_s), sum(turn_ns) + sum(reward_ns))
+    return t0, t1, turn_ns, reward_ns
+
+
+def duration_s(t: Trajectory) -> float:
+    """How long ``t`` lasted: its span's duration (the metric's value, so the two agree)."""
+    t0, t1, _, _ = _times(t, 0)
+    return (t1 - t0) / _NS
+
+
+def trajectory_attributes(t: Trajectory, step: int | None) -> dict[str, Any]:
+    """The attributes of a trajectory's span."""
+    attributes: dict[str, Any] = {
+        OPERATION_ATTR: INVOKE_AGENT,
+        OUTCOME_ATTR: t.outcome,
+        TURNS_ATTR: t.turn_count,
+        TOOL_CALLS_ATTR: t.tool_call_count,
+    }
+    if t.agent is not None:
+        attributes[AGENT_NAME_ATTR] = t.agent
+    if step is not None:
+        attributes[ITERATION_ATTR] = step
+    if t.sample_id is not None:
+        attributes[SAMPLE_ID_ATTR] = t.sample_id
+    if t.group_id is not None:
+        attributes[GROUP_ID_ATTR] = t.group_id
+    if t.env is not None:
+        attributes[ENV_ATTR] = t.env
+    if t.weight_version is not None:
+        attributes[WEIGHT_VERSION_ATTR] = t.weight_version
+    if t.finish_reason is not None:
+        attributes[TRAJECTORY_FINISH_REASON_ATTR] = t.finish_reason
+    reward = t.total_reward()
+    if reward is not None:
+        attributes[REWARD_ATTR] = reward
+    if t.outcome == "error":
+        attributes[ERROR_TYPE_ATTR] = t.error or "error"
+    if t.prompt is not None:
+        attributes[INPUT_MESSAGES_ATTR] = _messages("user", t.prompt)
+    if t.completion is not None:
+        attributes[OUTPUT_MESSAGES_ATTR] = _messages("assistant", t.completion)
+    return attributes
+
+
+def emit(binding: Binding, t: Trajectory, step: int | None, parent: Any, now_ns: int) -> Any:
+    """Start and end the spans of ``t`` under ``parent`` (an OpenTelemetry context); returns
+    the context holding the trajectory's span (for exemplars)."""
+    emitter = _Emitter(binding)
+    t0, t1, turn_ns, _ = _times(t, now_ns)
+    name = INVOKE_AGENT if t.agent is None else f"{INVOKE_AGENT} {t.agent}"
+    span = emitter.start_span(
+        name, parent, attributes=trajectory_attributes(t, step), start_time=t0
+    )
+    inside = emitter.into(span, parent)
+    at = t0
+    for index, turn in enumerate(t.turns):
+        if turn.start_ns is not None and turn.end_ns is not None:
+            u0, u1 = max(t0, turn.start_ns), min(t1, turn.end_ns)
+        else:
+            u0 = min(at, t1)
+            u1 = min(u0 + turn_ns[index], t1)
+        turn_span = emitter.start_span(
+            TURN_SPAN, inside, attributes={TURN_INDEX_ATTR: index}, start_time=u0
+        )
+        emitter.calls(turn, emitter.into(turn_span, inside), u0, max(u0, u1))
+        turn_span.end(end_time=max(u0, u1))
+        at = u1
+    for r in t.rewards:
+        at = emitter._place(emitter.reward, r, r.latency_s, r.end_ns, inside, at, t0, t1)
+    if t.outcome == "error":
+        span.set_status(binding.status(binding.error, t.error or "error"))
+    span.end(end_time=t1)
+    return inside
+
+
+def now_ns() -> int:
+    """Now in Unix ns on the clock the step and phase spans read (a run's simulated clock
+    under ``rlmetrics.run(clock=...)``): when a batch's records end unless they say, and
+    what the live form measures with."""
+    clock = state.clock
+    return clock.now() + clock.offset

@@ -1,0 +1,207 @@
+"""Bad input costs only itself: missing ids, a turn outside a trajectory, 10**4 turns, a 10 MB
+completion, tool names that are not strings, NaN rewards — each a warning, and the rest of
+the record and the batch lands in spans, rows and metrics. The span budget's drops are
+counted exactly."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import rlmetrics
+from rlmetrics.testing import points, single
+from rlmetrics.testing.traces import in_memory_tracing, span_records
+from rlmetrics.trajectories import MAX_TURNS, SpanBudget, configure
+
+from ._records import rollout
+
+
+class Rows:
+    """A backend that keeps the sample rows it is given (inline, like JSONL)."""
+
+    inline = True
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        pass
+
+    def log_samples(self, rows: list[dict[str, Any]], step: int, name: str) -> None:
+        self.rows.extend(rows)
+
+    def finish(self) -> None:
+        pass
+
+
+@pytest.fixture
+def rows() -> Rows:
+    kept = Rows()
+
+    class Plugin:
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register("rows", lambda: kept)
+
+    from rlmetrics.plugins import register
+
+    register(Plugin(), "test-rows")
+    return kept
+
+
+def warned(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+def completed(found: list[Any]) -> dict[str, float]:
+    counts: dict[str, float] = Counter()
+    for p in found:
+        if p.name == "rl.trajectory.completed":
+            counts[p.attributes["rl.trajectory.outcome"]] += p.value
+    return counts
+
+
+def test_bad_records_warn_and_the_rest_lands(
+    rows: Rows, warnings_seen: pytest.LogCaptureFixture
+) -> None:
+    no_id = rollout(0)
+    del no_id["sample_id"]
+    many_turns = rollout(1)
+    many_turns["turns"] = many_turns["turns"][:1] * 10_000
+    huge = rollout(2)
+    huge["completion"] = "x" * 10_000_000
+    bad_tool = rollout(3, outcome="success")
+    bad_tool["turns"][0]["tool_calls"][0]["name"] = 42
+    nan_reward = rollout(4, outcome="success")
+    nan_reward["rewards"] = [{"value": float("nan"), "component": "correct"}]
+    nan_reward["reward"] = float("inf")
+    good = rollout(5, outcome="success")
+    batch: list[Any] = [no_id, many_turns, huge, bad_tool, nan_reward, "not a record", good]
+    with in_memory_tracing() as (_handle, reader, exporter):
+        logger = rlmetrics.Logger(backends={"rows": {}})
+        with rlmetrics.step(2, logger=logger, summary=False):
+            logger.log_trajectories(batch, step=2)
+        spans = span_records(exporter)
+        found = points(reader)
+    agents = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert len(agents) == 6 and len(rows.rows) == 6
+    assert sum(completed(found).values()) == 6
+    for text in (
+        "no sample_id",
+        "10000 turns",
+        "'tool_call.name' must be a str",
+        "'reward.value' must be a finite number",
+        "'reward' must be a finite number",
+        "'trajectory' must be a dict",
+    ):
+        assert warned(warnings_seen, text), text
+    # 10**4 turns: all counted, the first MAX_TURNS traced.
+    many = next(s for s in agents if s.attributes.get("rl.sample.id") == "s1")
+    assert many.attributes["rl.trajectory.turns"] == 10_000
+    turns = [s for s in spans if s.name == "rl.turn" and s.parent_id == many.span_id]
+    assert len(turns) == MAX_TURNS
+    histogram = single(found, "rl.trajectory.turns", **{"rl.env": "code"})
+    assert histogram.sum == 10_000 + 2 * 2  # s1 and s3, s5 are "code"
+    # The non-string tool name is "other", the rest of its record is there.
+    assert single(found, "rl.tool.calls", **{"gen_ai.tool.name": "other"}).value == 1
+    # The NaN reward is dropped, the rollout counted.
+    row = next(r for r in rows.rows if r["sample_id"] == "s4")
+    assert row["reward"] is None and row["outcome"] == "success"
+    # The 10 MB completion is not read under the default policy.
+    assert all(len(str(r)) < 10_000 for r in rows.rows)
+
+
+def test_live_calls_outside_a_trajectory_warn_and_do_nothing(
+    warnings_seen: pytest.LogCaptureFixture,
+) -> None:
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        t = rlmetrics.trajectory("s0")
+        with t.turn():  # before the block
+            t.generation("m")
+        with t:
+            t.generation("m", latency_s="slow")  # a bad field: warned, the call kept
+            t.reward(float("nan"))
+        with t.turn():  # after it
+            t.tool_call("search")
+        spans = span_records(exporter)
+    assert warned(warnings_seen, "turn() called outside an open trajectory")
+    assert warned(warnings_seen, "generation() called outside an open trajectory")
+    assert warned(warnings_seen, "'generation.latency_s' must be a finite number")
+    assert warned(warnings_seen, "'reward.value' must be a finite number")
+    names = sorted(s.name for s in spans)
+    assert names == ["chat m", "invoke_agent", "rl.turn"]
+
+
+def test_an_exception_in_a_live_trajectory_is_its_error_and_is_not_swallowed() -> None:
+    with in_memory_tracing() as (_handle, reader, exporter):
+        with pytest.raises(KeyError), rlmetrics.trajectory("s0", env="math") as t:
+            t.generation("m")
+            raise KeyError("boom")
+        spans = span_records(exporter)
+        found = points(reader)
+    [agent] = [s for s in spans if s.name == "invoke_agent"]
+    assert agent.attributes["error.type"] == "KeyError" and agent.status == "ERROR"
+    assert completed(found) == {"error": 1}
+
+
+def test_the_budget_keeps_failures_and_extremes_and_counts_every_drop(
+    warnings_seen: pytest.LogCaptureFixture,
+) -> None:
+    configure(budget=SpanBudget(top_k=2, bottom_k=3, sample_rate=0.0, trace_all_below=4))
+    records = [
+        rollout(i, outcome="failure" if i % 10 == 0 else "success", reward=float(i))
+        for i in range(40)
+    ]
+    with in_memory_tracing() as (_handle, reader, exporter):
+        logger = rlmetrics.Logger(backends={})
+        logger.log_trajectories(records, step=1)
+        logger.log_trajectories(records[:4], step=2)  # within trace_all_below: all traced
+        spans = span_records(exporter)
+        found = points(reader)
+    traced = {
+        s.attributes["rl.sample.id"]
+        for s in spans
+        if s.name.startswith("invoke_agent") and s.attributes["rl.iteration"] == 1
+    }
+    failures = {f"s{i}" for i in range(0, 40, 10)}
+    extremes = {"s0", "s1", "s2", "s38", "s39"}
+    assert traced == failures | extremes
+    dropped = 40 - len(traced)
+    assert single(found, "rl.trajectory.spans.dropped").value == dropped
+    assert sum(completed(found).values()) == 44  # metrics count every trajectory
+    assert warned(warnings_seen, f"left {dropped} of 40 trajectories")
+
+
+def test_sampling_is_by_sample_id_and_keeps_about_its_rate() -> None:
+    budget = SpanBudget(top_k=0, bottom_k=0, sample_rate=0.25, trace_all_below=0)
+    from rlmetrics.trajectories import parse_trajectories, settings
+
+    records = parse_trajectories(
+        [rollout(i, outcome="success") for i in range(2000)], settings().text
+    )
+    keep = budget.select(records)
+    assert keep is not None
+    assert 0.2 < sum(keep) / len(keep) < 0.3
+    assert keep == budget.select(records)  # the same rollouts every time
+
+
+def test_numbers_past_what_an_exporter_carries_are_dropped_with_the_rest_kept(
+    warnings_seen: pytest.LogCaptureFixture,
+) -> None:
+    record = rollout(0, outcome="success")
+    record.update(sample_id=2**70, weight_version=-(2**70), reward=10**400)
+    record["turns"][0]["generations"][0]["input_tokens"] = 2**64
+    with in_memory_tracing() as (_handle, reader, exporter):
+        rlmetrics.Logger(backends={}).log_trajectories([record], step=1)
+        with rlmetrics.trajectory("s1") as t:
+            t.reward(10**400)  # an int past float's range
+        spans = span_records(exporter)
+        found = points(reader)
+    assert warned(warnings_seen, "'sample_id' must be a str (at most 256 characters) or an int")
+    assert warned(warnings_seen, "'reward' must be a finite number")
+    agents = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert len(agents) == 2 and "rl.sample.id" not in agents[0].attributes
+    assert sum(completed(found).values()) == 2

@@ -1,0 +1,157 @@
+"""Properties of the record parser and of the mapping to spans, rows and metrics: any value
+in any field never raises and yields typed fields; a record's spans, row and metrics say the
+same thing (counts, reward, duration), and every span lies inside its parent."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rlmetrics
+from rlmetrics.testing import points
+from rlmetrics.testing.traces import in_memory_tracing, span_records
+from rlmetrics.trajectories import (
+    OUTCOMES,
+    TOOL_OUTCOMES,
+    TextPolicy,
+    Trajectory,
+    parse_trajectory,
+)
+from rlmetrics.trajectories.rows import row_of
+from rlmetrics.trajectories.spans import duration_s
+
+junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=300),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+)
+seconds = st.one_of(st.none(), st.floats(min_value=0, max_value=100))
+name = st.one_of(st.none(), st.sampled_from(["search", "python", "a.b-c", "x" * 200]), junk)
+
+generation = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": name,
+        "input_tokens": st.one_of(st.integers(0, 10**6), junk),
+        "output_tokens": st.one_of(st.integers(0, 10**6), junk),
+        "finish_reason": name,
+        "latency_s": st.one_of(seconds, junk),
+        "weight_version": st.one_of(st.integers(0, 100), junk),
+        "prompt": junk,
+        "completion": junk,
+    },
+)
+tool_call = st.fixed_dictionaries(
+    {"name": name},
+    optional={
+        "outcome": st.one_of(st.sampled_from(TOOL_OUTCOMES), junk),
+        "latency_s": st.one_of(seconds, junk),
+        "error": name,
+    },
+)
+reward = st.fixed_dictionaries(
+    {"value": st.one_of(st.floats(-10, 10), junk)},
+    optional={"component": name, "latency_s": seconds},
+)
+turn = st.one_of(
+    junk,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "generations": st.one_of(st.lists(st.one_of(generation, junk), max_size=3), junk),
+            "tool_calls": st.one_of(st.lists(st.one_of(tool_call, junk), max_size=3), junk),
+            "rewards": st.lists(reward, max_size=2),
+            "latency_s": st.one_of(seconds, junk),
+        },
+    ),
+)
+record = st.fixed_dictionaries(
+    {},
+    optional={
+        "sample_id": st.one_of(st.text(min_size=1, max_size=10), st.integers(0, 10**9), junk),
+        "group_id": junk,
+        "env": name,
+        "agent": name,
+        "outcome": st.one_of(st.sampled_from(OUTCOMES), junk),
+        "finish_reason": name,
+        "weight_version": junk,
+        "reward": st.one_of(st.floats(-5, 5), junk),
+        "latency_s": st.one_of(seconds, junk),
+        "end_time": st.one_of(st.none(), st.floats(1.7e9, 1.8e9)),
+        "prompt": junk,
+        "turns": st.one_of(st.lists(turn, max_size=4), junk),
+        "rewards": st.one_of(st.lists(st.one_of(reward, junk), max_size=3), junk),
+    },
+)
+
+
+def _typed(t: Trajectory) -> None:
+    assert t.sample_id is None or type(t.sample_id) in (str, int)
+    assert t.outcome in OUTCOMES
+    assert t.env is None or (type(t.env) is str and len(t.env) <= 128)
+    assert t.prompt is None  # the default policy reads no text
+    assert t.turn_count >= len(t.turns)
+    assert t.tool_call_count == sum(len(u.tool_calls) for u in t.turns)
+    for u in t.turns:
+        for g in u.generations:
+            assert g.input_tokens is None or g.input_tokens >= 0
+            assert math.isfinite(g.latency_s) and g.latency_s >= 0
+            assert g.completion is None
+        for c in u.tool_calls:
+            assert type(c.name) is str and c.outcome in TOOL_OUTCOMES
+    for r in t.all_rewards():
+        assert math.isfinite(r.value) and type(r.component) is str
+    total = t.total_reward()
+    assert total is None or math.isfinite(total)
+
+
+@given(record)
+def test_any_record_parses_to_typed_fields_without_raising(fields: dict[str, Any]) -> None:
+    t = parse_trajectory(fields, TextPolicy())
+    assert t is not None
+    _typed(t)
+    row = row_of(t)
+    assert row["turns"] == t.turn_count and row["outcome"] == t.outcome
+    assert row["latency_s"] == duration_s(t) >= 0
+
+
+@given(junk)
+def test_what_is_not_a_record_is_none(value: Any) -> None:
+    assert parse_trajectory(value, TextPolicy()) is None or isinstance(value, dict)
+
+
+@settings(max_examples=25)
+@given(record)
+def test_spans_row_and_metrics_of_a_record_agree(fields: dict[str, Any]) -> None:
+    t = parse_trajectory(fields, TextPolicy())
+    assert t is not None
+    with in_memory_tracing() as (_handle, reader, exporter):
+        rlmetrics.Logger(backends={}).log_trajectories([fields], step=5)
+        spans = span_records(exporter)
+        found = points(reader)
+    by_id = {s.span_id: s for s in spans}
+    [agent] = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "invoke_agent"]
+    calls = sum(len(u.generations) + len(u.tool_calls) + len(u.rewards) for u in t.turns)
+    assert len(spans) == 1 + len(t.turns) + calls + len(t.rewards)
+    for span in spans:
+        if span is not agent:
+            parent = by_id[span.parent_id]  # type: ignore[index]
+            assert parent.start_ns <= span.start_ns <= span.end_ns <= parent.end_ns
+    assert agent.attributes["rl.trajectory.outcome"] == t.outcome
+    assert agent.attributes["rl.trajectory.turns"] == t.turn_count
+    assert agent.attributes.get("rl.reward") == t.total_reward()
+    [completed] = [p for p in found if p.name == "rl.trajectory.completed"]
+    assert completed.value == 1
+    assert completed.attributes["rl.trajectory.outcome"] == t.outcome
+    [duration] = [p for p in found if p.name == "rl.trajectory.duration"]
+    assert duration.sum is not None
+    assert abs(duration.sum - agent.seconds) < 1e-6
+    [turns] = [p for p in found if p.name == "rl.trajectory.turns"]
+    assert turns.sum == t.turn_count

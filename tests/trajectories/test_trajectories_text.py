@@ -1,0 +1,115 @@
+"""The text policy: with ``off`` (the default) a marker in every prompt, completion and tool
+text reaches no output at all — the JSONL metrics and samples files, the spans (in memory and
+in the OTLP/JSON file), the metrics; ``hash``, ``redacted`` and ``full`` keep what they say,
+cut to the cell cap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rlmetrics
+from rlmetrics.backends.jsonl import samples_path
+from rlmetrics.testing import points, wait_until
+from rlmetrics.testing.traces import in_memory_tracing, span_records
+from rlmetrics.trajectories import configure
+
+from ._records import rollout
+
+MARKER = "SECRET-MARKER-7f3a"
+
+
+def run_with_text(tmp_path: Path, live: bool = True) -> tuple[Path, list[Any], str, Path]:
+    """Log a batch and a live trajectory whose every text holds the marker; returns the
+    metrics file, the spans, the collected metrics as text and the OTLP/JSON spans file."""
+    metrics_file = tmp_path / "run.jsonl"
+    traces_file = tmp_path / "traces.otlp.jsonl"
+    with in_memory_tracing(exporters={"otlp_file": {"path": str(traces_file)}}) as (
+        _handle,
+        reader,
+        exporter,
+    ):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": str(metrics_file)}})
+        with rlmetrics.step(1, logger=logger):
+            logger.log_trajectories([rollout(i, text=MARKER) for i in range(3)], step=1)
+            if live:
+                with rlmetrics.trajectory("live", logger=logger) as t, t.turn():
+                    t.generation("m", prompt=MARKER, completion=MARKER, latency_s=0.01)
+                    t.tool_call("search", arguments=MARKER, result=MARKER)
+        logger.finish()
+        spans = span_records(exporter)
+        collected = repr(points(reader))
+    wait_until(lambda: traces_file.exists() and traces_file.stat().st_size, 10, "the spans file")
+    return metrics_file, spans, collected, traces_file
+
+
+def test_text_off_lets_no_marker_reach_any_output(tmp_path: Path) -> None:
+    metrics_file, spans, collected, traces_file = run_with_text(tmp_path)
+    samples = samples_path(metrics_file)
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    trajectories = [r["sample"] for r in rows if r["name"] == "trajectories"]
+    assert sorted(r["sample_id"] for r in trajectories) == ["live", "s0", "s1", "s2"]
+    for path in (metrics_file, samples, traces_file):
+        assert MARKER not in path.read_text(), path
+    assert spans and MARKER not in repr([s.attributes for s in spans])
+    assert MARKER not in collected
+    assert "rl.trajectory.completed" in collected
+
+
+def _texts(spans: list[Any]) -> list[str]:
+    return [
+        str(v)
+        for s in spans
+        for k, v in s.attributes.items()
+        if k.startswith("gen_ai.input") or k.startswith("gen_ai.output") or ".call." in k
+    ]
+
+
+def test_hash_keeps_a_digest_never_the_text(tmp_path: Path) -> None:
+    configure(text="hash")
+    metrics_file, spans, _, traces_file = run_with_text(tmp_path)
+    texts = _texts(spans)
+    assert texts and all("sha256:" in t for t in texts)
+    for path in (metrics_file, samples_path(metrics_file), traces_file):
+        assert MARKER not in path.read_text()
+    assert "sha256:" in samples_path(metrics_file).read_text()
+
+
+def test_redacted_shows_what_the_hook_returns(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def redact(text: str, field: str) -> str:
+        seen.append(field)
+        return text.replace(MARKER, "[redacted]")
+
+    configure(text="redacted", redact=redact)
+    metrics_file, spans, _, _ = run_with_text(tmp_path)
+    texts = _texts(spans)
+    assert texts and all(MARKER not in t for t in texts)
+    assert any("[redacted]" in t for t in texts)
+    assert {"prompt", "completion", "tool_arguments", "tool_result"} <= set(seen)
+    assert MARKER not in samples_path(metrics_file).read_text()
+
+
+def test_full_keeps_the_text_cut_to_the_cap(tmp_path: Path) -> None:
+    configure(text="full", max_text_bytes=64)
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        logger = rlmetrics.Logger(backends={})
+        record = rollout(0, text=MARKER)
+        record["completion"] = MARKER + "x" * 10_000_000  # a 10 MB completion
+        logger.log_trajectories([record], step=1)
+        spans = span_records(exporter)
+    [agent] = [s for s in spans if s.name.startswith("invoke_agent")]
+    output = json.loads(agent.attributes["gen_ai.output.messages"])
+    content = output[0]["parts"][0]["content"]
+    assert content.startswith(MARKER) and len(content.encode()) == 64
+
+
+def test_a_policy_mistake_fails_at_once() -> None:
+    with pytest.raises(ValueError, match="one of"):
+        configure(text="everything")
+    with pytest.raises(ValueError, match="redact="):
+        configure(text="redacted")
