@@ -178,6 +178,7 @@ LOGGER_SETTINGS: dict[str, tuple[type, ...]] = {
     "max_sample_rows": (int,),
     "max_cell_bytes": (int,),
     "strict": (bool,),
+    "redact": (bool, list),
 }
 _TABLES = ("telemetry", "logger", "exporters", "backends")
 

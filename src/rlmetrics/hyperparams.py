@@ -7,7 +7,8 @@ turns any of them into one nested dict of JSON values — str, int, float, bool,
 dicts — on the caller's thread, so a backend that writes later (on its own thread) gets the
 configuration as it was at the call, and no backend has to know a config library.
 
-Text UTF-8 cannot hold and ints
+A value under a key that names a secret (``hub_token``, ``wandb_api_key``, ``password``:
+:mod:`rlmetrics.redaction`) is ``"<redacted>"``, its key kept. Text UTF-8 cannot hold and ints
 too long to print are replaced (:mod:`rlmetrics.storable`), each costing only itself. A list
 of plain values (an array) is one value, kept to its first :data:`MAX_HYPERPARAMS` elements.
 
@@ -28,6 +29,7 @@ import attrs
 
 from ._warn import describe_value, warn_once
 from .flatten import flatten, key_text
+from .redaction import DEFAULT_REDACTION, REDACTED, Redaction
 from .storable import printable_int, utf8_text
 from .values import as_plain, readable_items
 
@@ -77,7 +79,8 @@ _FULL: Any = object()
 
 
 class _Walk:
-    def __init__(self) -> None:
+    def __init__(self, redact: Redaction) -> None:
+        self.redact = redact
         self.leaves = 0
         self.full = False
         self.cut_list = 0
@@ -150,7 +153,10 @@ class _Walk:
             full = f"{path}/{name}" if path else name
             if replaced:
                 self.replaced.append(full)
-            converted = self.value(value, full, depth)
+            if value is not None and self.redact.secret(full):
+                converted = self.leaf(REDACTED, full)  # never walked: a secret dict too
+            else:
+                converted = self.value(value, full, depth)
             if converted is _FULL:
                 break
             out[name] = converted
@@ -182,10 +188,12 @@ class _Walk:
         return out
 
 
-def to_hyperparams(config: Any) -> dict[str, Any]:
+def to_hyperparams(config: Any, redact: Redaction = DEFAULT_REDACTION) -> dict[str, Any]:
     """``config`` as a nested dict of JSON values (see the module's docstring). A config that
-    is not a mapping or a configuration object is reported and stands for ``{}``."""
-    walk = _Walk()
+    is not a mapping or a configuration object is reported and stands for ``{}``. A value
+    under a key that names a secret (``redact``: :mod:`rlmetrics.redaction`) is
+    ``"<redacted>"``."""
+    walk = _Walk(redact)
     try:
         container = _container(config)
     except Exception:

@@ -12,7 +12,7 @@ import inspect
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -43,6 +43,7 @@ from .hyperparams import to_hyperparams
 from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
 from .plugins import check_plugin_lists, hooks
+from .redaction import redaction
 from .registry import default_registry
 from .samples import MAX_CELL_BYTES, MAX_SAMPLE_ROWS, to_samples
 from .telemetry import current
@@ -105,6 +106,11 @@ class Logger:
     ``log_samples`` keeps at most ``max_sample_rows`` rows per call and ``max_cell_bytes``
     bytes of text per cell (:mod:`rlmetrics.samples`).
 
+    ``redact`` says which hyperparameters and sample columns are secrets, logged as
+    ``"<redacted>"`` (:mod:`rlmetrics.redaction`): True (default) the documented rule (keys
+    like ``hub_token``, ``wandb_api_key``, ``password``), a list of names or glob patterns
+    that rule plus those, False nothing.
+
     ``strict=True`` (or ``RLMETRICS_STRICT=1``) turns strict mode on until ``finish()``: a
     warning that something asked for is not happening — a backend that did not start, a
     value not exported, a row a tracker did not write — raises
@@ -125,6 +131,7 @@ class Logger:
         max_sample_rows: int = MAX_SAMPLE_ROWS,
         max_cell_bytes: int = MAX_CELL_BYTES,
         strict: bool | None = None,
+        redact: bool | Sequence[str] | None = None,
     ) -> None:
         strict_from_env()  # a bad RLMETRICS_STRICT is a mistake: raised before anything starts
         # An argument left at its default takes the configuration's ([logger], the variables).
@@ -138,6 +145,8 @@ class Logger:
         resume = setting(file, "resume", resume, None)
         max_sample_rows = setting(file, "max_sample_rows", max_sample_rows, MAX_SAMPLE_ROWS)
         max_cell_bytes = setting(file, "max_cell_bytes", max_cell_bytes, MAX_CELL_BYTES)
+        # Secrets a config or a sample carries (rlmetrics.redaction): a bad setting raises now.
+        self._redact = redaction(setting(file, "redact", redact, None))
         self._strict = bool(setting(file, "strict", strict, None))
         if self._strict:
             hold_strict()
@@ -325,7 +334,7 @@ class Logger:
         OmegaConf config, a pydantic model or a namespace, nested in any mix; it is converted
         to plain values now (:func:`rlmetrics.hyperparams.to_hyperparams`). Never raises."""
         try:
-            params = to_hyperparams(config)
+            params = to_hyperparams(config, self._redact)
             if params:
                 self._call_backends("log_hyperparams", params)
         except Exception:
@@ -339,7 +348,7 @@ class Logger:
         file. Rows are bounded (``max_sample_rows``, ``max_cell_bytes``) and converted to plain
         values now; queued backends write them on their own threads. Never raises."""
         try:
-            table = to_samples(rows, self.max_sample_rows, self.max_cell_bytes)
+            table = to_samples(rows, self.max_sample_rows, self.max_cell_bytes, self._redact)
             if not isinstance(name, str) or not name:
                 warn_once(
                     "logger:samples-name",

@@ -9,7 +9,7 @@ caller's thread, before any backend sees them: at most ``max_rows`` rows per cal
 (text, numbers, bools, None; anything else its ``str()``), so a backend writing later on its
 own thread gets the rows as they were at the call. A cell no tracker can store (text with a
 lone surrogate, an int too long to print: :mod:`rlmetrics.storable`) is replaced alone, said
-once.
+once; a column whose name names a secret holds ``"<redacted>"`` (:mod:`rlmetrics.redaction`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from ._warn import describe_value, warn_once
 from .flatten import key_text
+from .redaction import DEFAULT_REDACTION, REDACTED, Redaction
 from .storable import printable_int, utf8_text
 from .values import as_plain, readable_items
 
@@ -95,10 +96,14 @@ class _Cells:
 
 
 def to_samples(
-    rows: Any, max_rows: int = MAX_SAMPLE_ROWS, max_cell_bytes: int = MAX_CELL_BYTES
+    rows: Any,
+    max_rows: int = MAX_SAMPLE_ROWS,
+    max_cell_bytes: int = MAX_CELL_BYTES,
+    redact: Redaction = DEFAULT_REDACTION,
 ) -> list[dict[str, Any]]:
-    """``rows`` (a list or tuple of mappings) as bounded rows of JSON values. Never raises;
-    what is dropped or cut is said once (see the module's docstring)."""
+    """``rows`` (a list or tuple of mappings) as bounded rows of JSON values; a column whose
+    name names a secret (``redact``: :mod:`rlmetrics.redaction`) holds ``"<redacted>"``.
+    Never raises; what is dropped or cut is said once (see the module's docstring)."""
     if not isinstance(rows, (list, tuple)):
         warn_once(
             "samples:not-a-list",
@@ -126,7 +131,12 @@ def to_samples(
                 f"rlmetrics: a sample row has {len(items)} columns; the first "
                 f"{MAX_SAMPLE_COLUMNS} are logged",
             )
-        out.append({cells.name(k): cells(v) for k, v in items[:MAX_SAMPLE_COLUMNS]})
+        row_out: dict[str, Any] = {}
+        for key, value in items[:MAX_SAMPLE_COLUMNS]:
+            name = cells.name(key)
+            secret = value is not None and redact.secret(name)
+            row_out[name] = REDACTED if secret else cells(value)
+        out.append(row_out)
     if skipped:
         warn_once(
             "samples:not-a-row",
