@@ -239,8 +239,14 @@ class MlflowBackend:
         columns = columns_of(rows)
         data: dict[str, list[Any]] = {c: [row.get(c) for row in rows] for c in columns}
         data.setdefault("step", [number] * len(rows))
+        # Columns of Python objects: pandas would make a column of ints and floats float64,
+        # rounding an int past 2**53 (pandas' JSON writer keeps 10 significant digits of a
+        # float whatever the column; docs/trackers.md says so).
+        import pandas  # type: ignore[import-untyped]  # (log_table needs it; not at start)
+
+        frame = pandas.DataFrame(data, columns=list(data), dtype=object)
         artifact = f"{_artifact_folder(name)}/step_{'none' if number is None else number}.json"
-        self.client.log_table(self.run_id, data=data, artifact_file=artifact)
+        self.client.log_table(self.run_id, data=frame, artifact_file=artifact)
 
     def finish(self) -> None:
         if self._finished:
