@@ -311,9 +311,10 @@ def _mlflow_cell(value: Any) -> Any:
 
 
 def _close(got: Any, want: Any) -> bool:
-    """Equal, floats to pandas' 10 significant digits."""
+    """Equal, floats as pandas' JSON writer keeps them: 10 significant digits, and no digit
+    past the 10th decimal place (docs/trackers.md says so)."""
     if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
-        return math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-300)
+        return math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-10)
     if isinstance(want, list) and isinstance(got, list):
         return len(got) == len(want) and all(_close(g, w) for g, w in zip(got, want, strict=True))
     return type(got) is type(want) and got == want
