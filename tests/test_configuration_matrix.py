@@ -342,6 +342,15 @@ PROBES: dict[str, list[Probe] | str] = {
             file=lambda v: f"[logger]\nrun_id = 'r-1'\nresume = {_toml(v)}\n",
         )
     ],
+    "Secrets redacted in hyperparameters, sample columns and span tags": [
+        Probe(
+            "logger",
+            {"default": None, "file": ["my_pat"], "call": False},
+            lambda lg: lg.settings["redact"][0],
+            call=lambda v: {"redact": v},
+            file=lambda v: f"[logger]\nredact = {v!r}\n".replace("'", '"'),
+        )
+    ],
     "Queue of a non-inline backend": [
         Probe(
             "logger",

@@ -137,3 +137,30 @@ def test_any_config_becomes_json(config: dict[str, Any]) -> None:
     params = to_hyperparams(config)
     json.dumps(params)  # NaN and infinities are JSON to Python's encoder; nothing else odd
     assert set(params) == set(config)
+
+
+def test_an_array_counts_as_one_value_and_the_later_keys_stay(caplog: Any) -> None:
+    np = pytest.importorskip("numpy")
+    config = {"weights": np.arange(10**5), "lr": 1e-6, "seeds": list(range(20_000)), "n": 8}
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        params = to_hyperparams(config)
+    assert params["lr"] == 1e-6 and params["n"] == 8
+    assert params["weights"] == list(range(MAX_HYPERPARAMS))  # one value, cut to the cap
+    assert params["seeds"] == list(range(MAX_HYPERPARAMS))
+    assert "values; the first" not in caplog.text  # four values: no key dropped
+    assert caplog.text.count("elements") == 1  # the cut lists: said once
+
+
+def test_text_no_tracker_can_store_costs_only_itself(caplog: Any) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        params = to_hyperparams(
+            {"bad\ud800": "a\udcffb", "seed": 10**5000, "lr": 0.5, "l": ["x\ud800", 2**70]}
+        )
+    assert params == {
+        "bad\\ud800": "a\\udcffb",
+        "seed": "<int of 5001 digits>",
+        "lr": 0.5,
+        "l": ["x\\ud800", 2**70],
+    }
+    json.dumps(params).encode("utf-8")
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1

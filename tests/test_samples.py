@@ -116,3 +116,19 @@ def test_any_rows_come_out_bounded_and_plain(rows: list[Any], max_rows: int, cel
             if isinstance(value, str):
                 assert len(value.encode("utf-8", "surrogatepass")) <= cell
     json.dumps(out)
+
+
+def test_a_cell_no_tracker_can_store_is_replaced_alone_and_said_once(caplog: Any) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        rows = to_samples(
+            [
+                {"prompt": "p\ud800", "completion": 10**5000, "reward": 1.0},
+                {"prompt": "q", "completion": "fine", "reward": 2.0, "col\udcff": "x"},
+            ]
+        )
+    assert rows == [
+        {"prompt": "p\\ud800", "completion": "<int of 5001 digits>", "reward": 1.0},
+        {"prompt": "q", "completion": "fine", "reward": 2.0, "col\\udcff": "x"},
+    ]
+    (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "3 sample cell(s)" in warning.getMessage()

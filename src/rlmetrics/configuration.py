@@ -163,6 +163,11 @@ TEXT_LIST = Option(
     lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v),
 )
 TABLE = Option("a table", lambda v: isinstance(v, Mapping))
+#: ``redact``: true or false, or a list of key names or glob patterns (rlmetrics.redaction).
+REDACT = Option(
+    "true, false or a list of key names",
+    lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+)
 ANYTHING = Option("anything", lambda v: True)
 
 _DECLARED = "rlmetrics_options"
@@ -329,6 +334,7 @@ LOGGER_SETTINGS: dict[str, Option] = {
     "max_sample_rows": POSITIVE_INTEGER,
     "max_cell_bytes": POSITIVE_INTEGER,
     "strict": FLAG,
+    "redact": REDACT,
 }
 #: The configuration file is read only when it is a regular file of at most this many bytes
 #: (a device or a FIFO would be read forever).

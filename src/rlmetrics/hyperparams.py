@@ -7,6 +7,11 @@ turns any of them into one nested dict of JSON values — str, int, float, bool,
 dicts — on the caller's thread, so a backend that writes later (on its own thread) gets the
 configuration as it was at the call, and no backend has to know a config library.
 
+A value under a key that names a secret (``hub_token``, ``wandb_api_key``, ``password``:
+:mod:`rlmetrics.redaction`) is ``"<redacted>"``, its key kept. Text UTF-8 cannot hold and ints
+too long to print are replaced (:mod:`rlmetrics.storable`), each costing only itself. A list
+of plain values (an array) is one value, kept to its first :data:`MAX_HYPERPARAMS` elements.
+
 Nothing here raises. A value that is not plain becomes its ``str()`` (a ``Path``, a class, a
 function), said once; a cycle is cut; nesting stops at 32 levels; at most
 :data:`MAX_HYPERPARAMS` values are kept, and what was dropped is said once.
@@ -24,6 +29,8 @@ import attrs
 
 from ._warn import describe_value, warn_once
 from .flatten import flatten, key_text
+from .redaction import DEFAULT_REDACTION, REDACTED, Redaction
+from .storable import printable_int, utf8_text
 from .values import as_plain, readable_items
 
 __all__ = ["MAX_HYPERPARAMS", "flat_hyperparams", "to_hyperparams"]
@@ -67,21 +74,28 @@ def _container(value: Any) -> Any:
     return None
 
 
+#: Returned by the walk once the cap is reached: the caller stops.
+_FULL: Any = object()
+
+
 class _Walk:
-    def __init__(self) -> None:
+    def __init__(self, redact: Redaction) -> None:
+        self.redact = redact
         self.leaves = 0
         self.full = False
+        self.cut_list = 0
+        self.replaced: list[str] = []
         self.on_path: set[int] = set()
 
     def value(self, value: Any, key: str, depth: int) -> Any:
         if type(value) in _PLAIN:
-            return value
+            return self.leaf(value, key)
         plain = as_plain(value)  # NumPy and torch scalars, arrays as lists
         if isinstance(plain, _PLAIN):
-            return plain
+            return self.leaf(plain, key)
         if isinstance(plain, enum.Enum):
             inner = as_plain(plain.value)
-            return inner if isinstance(inner, _PLAIN) else plain.name
+            return self.leaf(inner if isinstance(inner, _PLAIN) else plain.name, key)
         try:
             container = _container(plain)
         except Exception:
@@ -89,7 +103,7 @@ class _Walk:
         if container is not None and depth < _MAX_DEPTH:
             if id(plain) in self.on_path:
                 warn_once("hyperparams:cycle", "rlmetrics: a configuration contains itself; cut")
-                return None
+                return self.leaf(None, key)
             self.on_path.add(id(plain))
             try:
                 if isinstance(container, Mapping):
@@ -106,48 +120,80 @@ class _Walk:
             f"rlmetrics: hyperparameter {key!r} is {describe_value(plain)}, which trackers "
             "cannot store as it is; it is logged as its text (later ones at DEBUG)",
         )
-        return text
+        return self.leaf(text, key)
 
-    def _count(self) -> bool:
+    def leaf(self, value: Any, key: str) -> Any:
+        """One value of the configuration, counted against the cap."""
         if self.leaves >= MAX_HYPERPARAMS:
             self.full = True
-            return False
+            return _FULL
         self.leaves += 1
-        return True
+        return self.storable(value, key)
+
+    def storable(self, value: Any, key: str) -> Any:
+        """``value`` as every tracker can store it (:mod:`rlmetrics.storable`)."""
+        if type(value) is str:
+            text, replaced = utf8_text(value)
+            if replaced:
+                self.replaced.append(key)
+            return text
+        if type(value) is int:
+            number = printable_int(value)
+            if number is not value:
+                self.replaced.append(key)
+            return number
+        return value
 
     def mapping(self, node: Mapping[Any, Any], path: str, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for raw, value in readable_items(node):
             if self.full:
                 break
-            name = key_text(raw)
+            name, replaced = utf8_text(key_text(raw))
             full = f"{path}/{name}" if path else name
-            if not _is_branch(value) and not self._count():
+            if replaced:
+                self.replaced.append(full)
+            if value is not None and self.redact.secret(full):
+                converted = self.leaf(REDACTED, full)  # never walked: a secret dict too
+            else:
+                converted = self.value(value, full, depth)
+            if converted is _FULL:
                 break
-            out[name] = self.value(value, full, depth)
+            out[name] = converted
         return out
 
-    def sequence(self, items: Any, path: str, depth: int) -> list[Any]:
-        out: list[Any] = []
+    def sequence(self, items: Any, path: str, depth: int) -> Any:
         try:
             elements = list(items)
         except Exception:
-            return out
+            return self.leaf([], path)
+        plain = [e if type(e) in _PLAIN else as_plain(e) for e in elements]
+        if all(isinstance(e, _PLAIN) for e in plain):
+            # An array or a list of numbers or text is one value (a tracker shows it as one),
+            # kept to the cap's length.
+            if len(plain) > MAX_HYPERPARAMS:
+                self.cut_list += 1
+                plain = plain[:MAX_HYPERPARAMS]
+            if self.leaves >= MAX_HYPERPARAMS:
+                self.full = True
+                return _FULL
+            self.leaves += 1
+            return [self.storable(e, f"{path}/{i}") for i, e in enumerate(plain)]
+        out: list[Any] = []
         for index, value in enumerate(elements):
-            if self.full or (not _is_branch(value) and not self._count()):
+            converted = self.value(value, f"{path}/{index}", depth)
+            if converted is _FULL:
                 break
-            out.append(self.value(value, f"{path}/{index}", depth))
+            out.append(converted)
         return out
 
 
-def _is_branch(value: Any) -> bool:
-    return type(value) not in _PLAIN and isinstance(value, (Mapping, list, tuple))
-
-
-def to_hyperparams(config: Any) -> dict[str, Any]:
+def to_hyperparams(config: Any, redact: Redaction = DEFAULT_REDACTION) -> dict[str, Any]:
     """``config`` as a nested dict of JSON values (see the module's docstring). A config that
-    is not a mapping or a configuration object is reported and stands for ``{}``."""
-    walk = _Walk()
+    is not a mapping or a configuration object is reported and stands for ``{}``. A value
+    under a key that names a secret (``redact``: :mod:`rlmetrics.redaction`) is
+    ``"<redacted>"``."""
+    walk = _Walk(redact)
     try:
         container = _container(config)
     except Exception:
@@ -162,6 +208,20 @@ def to_hyperparams(config: Any) -> dict[str, Any]:
         return {}
     walk.on_path.add(id(config))
     params = walk.mapping(container, "", 1)
+    if walk.cut_list:
+        warn_once(
+            "hyperparams:long-list",
+            f"rlmetrics: {walk.cut_list} hyperparameter list(s) or array(s) had more than "
+            f"{MAX_HYPERPARAMS} elements; each is logged as its first {MAX_HYPERPARAMS}",
+        )
+    if walk.replaced:
+        warn_once(
+            "hyperparams:replaced",
+            f"rlmetrics: {len(walk.replaced)} hyperparameter(s) or name(s), first "
+            f"{walk.replaced[0]!r}, held text UTF-8 cannot hold (a lone surrogate, logged as "
+            "its \\udXXX escape) or an int too long to print (logged as '<int of N "
+            "digits>'); the rest of the configuration is logged as it is",
+        )
     if walk.full:
         warn_once(
             "hyperparams:too-many",

@@ -12,7 +12,7 @@ import inspect
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -53,6 +53,7 @@ from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
 from .plugins import check_plugin_lists, hooks
 from .ranks import RankMerger, resolve_ranks
+from .redaction import redaction
 from .registry import default_registry
 from .samples import MAX_CELL_BYTES, MAX_SAMPLE_ROWS, to_samples
 from .telemetry import current
@@ -74,6 +75,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "max_sample_rows": MAX_SAMPLE_ROWS,
     "max_cell_bytes": MAX_CELL_BYTES,
     "strict": False,
+    "redact": None,
 }
 
 
@@ -128,6 +130,11 @@ class Logger:
     ``log_samples`` keeps at most ``max_sample_rows`` rows per call and ``max_cell_bytes``
     bytes of text per cell (:mod:`rlmetrics.samples`).
 
+    ``redact`` says which hyperparameters and sample columns are secrets, logged as
+    ``"<redacted>"`` (:mod:`rlmetrics.redaction`): True (default) the documented rule (keys
+    like ``hub_token``, ``wandb_api_key``, ``password``), a list of names or glob patterns
+    that rule plus those, False nothing.
+
     ``strict=True`` (or ``RLMETRICS_STRICT=1``) turns strict mode on until ``finish()``: a
     warning that something asked for is not happening — a backend that did not start, a
     value not exported, a row a tracker did not write — raises
@@ -154,6 +161,7 @@ class Logger:
         max_cell_bytes: int | None = None,
         strict: bool | None = None,
         ranks: str | RankMerger | None = None,
+        redact: bool | Sequence[str] | None = None,
     ) -> None:
         # An argument the call gives wins; one it leaves out (None) takes the environment's
         # value, else the configuration file's [logger] one, else the default.
@@ -171,6 +179,7 @@ class Logger:
                 "max_sample_rows": max_sample_rows,
                 "max_cell_bytes": max_cell_bytes,
                 "strict": strict,
+                "redact": redact,
             },
             SETTING_DEFAULTS,
         )
@@ -180,6 +189,8 @@ class Logger:
         self._strict_hold = True if self._strict else (False if strict is False else None)
         if self._strict_hold is not None:
             hold_strict(self._strict_hold)
+        # Secrets a config or a sample carries (rlmetrics.redaction): a bad setting raises now.
+        self._redact = redaction(value["redact"])
         # Many ranks, one run: the merger is built first (a missing process group is a
         # mistake to raise now) and opens this rank's raw file once the run is known.
         self._ranks = resolve_ranks(ranks)
@@ -400,7 +411,7 @@ class Logger:
         OmegaConf config, a pydantic model or a namespace, nested in any mix; it is converted
         to plain values now (:func:`rlmetrics.hyperparams.to_hyperparams`). Never raises."""
         try:
-            params = to_hyperparams(config)
+            params = to_hyperparams(config, self._redact)
             if params:
                 self._call_backends("log_hyperparams", params)
         except Exception:
@@ -414,7 +425,7 @@ class Logger:
         file. Rows are bounded (``max_sample_rows``, ``max_cell_bytes``) and converted to plain
         values now; queued backends write them on their own threads. Never raises."""
         try:
-            table = to_samples(rows, self.max_sample_rows, self.max_cell_bytes)
+            table = to_samples(rows, self.max_sample_rows, self.max_cell_bytes, self._redact)
             if not isinstance(name, str) or not name:
                 warn_once(
                     "logger:samples-name",

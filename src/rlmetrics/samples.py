@@ -7,7 +7,9 @@ megabytes) and a loop may hand over thousands of rows, so the rows are bounded h
 caller's thread, before any backend sees them: at most ``max_rows`` rows per call and
 ``max_cell_bytes`` bytes of UTF-8 per text cell, each cut said once. Values become JSON values
 (text, numbers, bools, None; anything else its ``str()``), so a backend writing later on its
-own thread gets the rows as they were at the call.
+own thread gets the rows as they were at the call. A cell no tracker can store (text with a
+lone surrogate, an int too long to print: :mod:`rlmetrics.storable`) is replaced alone, said
+once; a column whose name names a secret holds ``"<redacted>"`` (:mod:`rlmetrics.redaction`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 
 from ._warn import describe_value, warn_once
 from .flatten import key_text
+from .redaction import DEFAULT_REDACTION, REDACTED, Redaction
+from .storable import printable_int, utf8_text
 from .values import as_plain, readable_items
 
 __all__ = [
@@ -57,12 +61,22 @@ class _Cells:
     def __init__(self, max_cell_bytes: int) -> None:
         self.max_bytes = max_cell_bytes
         self.cut = 0
+        self.replaced = 0
+
+    def name(self, key: Any) -> str:
+        text, replaced = utf8_text(key_text(key))
+        self.replaced += replaced
+        return text
 
     def __call__(self, value: Any) -> Any:
         if type(value) is str:
             text = value
         else:
             plain = as_plain(value)
+            if type(plain) is int:
+                number = printable_int(plain)
+                self.replaced += number is not plain
+                return number
             if isinstance(plain, _PLAIN):
                 return plain
             if isinstance(plain, str):
@@ -74,14 +88,22 @@ class _Cells:
                     text = f"<{type(plain).__name__}>"
         text, cut = cut_text(text, self.max_bytes)
         self.cut += cut
+        text, replaced = utf8_text(text)
+        if replaced:  # an escape is longer than its surrogate: cut again, on its boundary
+            self.replaced += 1
+            text = cut_text(text, self.max_bytes)[0]
         return text
 
 
 def to_samples(
-    rows: Any, max_rows: int = MAX_SAMPLE_ROWS, max_cell_bytes: int = MAX_CELL_BYTES
+    rows: Any,
+    max_rows: int = MAX_SAMPLE_ROWS,
+    max_cell_bytes: int = MAX_CELL_BYTES,
+    redact: Redaction = DEFAULT_REDACTION,
 ) -> list[dict[str, Any]]:
-    """``rows`` (a list or tuple of mappings) as bounded rows of JSON values. Never raises;
-    what is dropped or cut is said once (see the module's docstring)."""
+    """``rows`` (a list or tuple of mappings) as bounded rows of JSON values; a column whose
+    name names a secret (``redact``: :mod:`rlmetrics.redaction`) holds ``"<redacted>"``.
+    Never raises; what is dropped or cut is said once (see the module's docstring)."""
     if not isinstance(rows, (list, tuple)):
         warn_once(
             "samples:not-a-list",
@@ -109,12 +131,24 @@ def to_samples(
                 f"rlmetrics: a sample row has {len(items)} columns; the first "
                 f"{MAX_SAMPLE_COLUMNS} are logged",
             )
-        out.append({key_text(k): cells(v) for k, v in items[:MAX_SAMPLE_COLUMNS]})
+        row_out: dict[str, Any] = {}
+        for key, value in items[:MAX_SAMPLE_COLUMNS]:
+            name = cells.name(key)
+            secret = value is not None and redact.secret(name)
+            row_out[name] = REDACTED if secret else cells(value)
+        out.append(row_out)
     if skipped:
         warn_once(
             "samples:not-a-row",
             f"rlmetrics: {skipped} sample row(s) were not dicts and are skipped; the other "
             "rows are logged",
+        )
+    if cells.replaced:
+        warn_once(
+            "samples:replaced",
+            f"rlmetrics: {cells.replaced} sample cell(s) or column name(s) held text UTF-8 "
+            "cannot hold (a lone surrogate, logged as its \\udXXX escape) or an int too long "
+            "to print (logged as '<int of N digits>'); only those are replaced",
         )
     if cells.cut:
         warn_once(

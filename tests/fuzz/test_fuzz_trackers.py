@@ -21,6 +21,7 @@ from test_fuzz_entries import _fuzz, _good, _last_row, _size, _steps, _timed
 
 import rlmetrics
 from rlmetrics.backends.jsonl import samples_path
+from rlmetrics.redaction import REDACTED
 from rlmetrics.testing import wait_until
 
 
@@ -39,11 +40,14 @@ def test_fuzz_log_hyperparams(logger: tuple[rlmetrics.Logger, Path]) -> None:
     @given(hostile=hostile_dicts | hostile_values, lr=_good)
     def check(hostile: Any, lr: float) -> None:
         _timed(lambda: log.log_hyperparams(hostile))
-        config = {"hostile": hostile, "lr": lr}
+        # The hostile value first: whatever it is (a huge array, a cycle, a surrogate), the
+        # keys after it arrive, and a secret among them is redacted.
+        config = {"hostile": hostile, "lr": lr, "hub_token": "hf_x"}
         offset = _size(path)
         _timed(lambda: log.log_hyperparams(config))
         row = _last_row(path, offset)
         assert row["kind"] == "hyperparams" and row["hyperparams"]["lr"] == lr
+        assert row["hyperparams"]["hub_token"] == REDACTED
 
     check()
 
@@ -57,11 +61,19 @@ def test_fuzz_log_samples(logger: tuple[rlmetrics.Logger, Path]) -> None:
     marks = iter(range(10**9))
 
     @_fuzz
-    @given(hostile=_rows, step=_steps, name=hostile_keys, reward=_good, text=st.text())
-    def check(hostile: Any, step: Any, name: Any, reward: float, text: str) -> None:
+    @given(
+        hostile=_rows,
+        step=_steps,
+        name=hostile_keys,
+        reward=_good,
+        text=st.text(),
+        cell=hostile_values,
+    )
+    def check(hostile: Any, step: Any, name: Any, reward: float, text: str, cell: Any) -> None:
         _timed(lambda: log.log_samples(hostile, step=step, name=name))
         mark = next(marks)
-        good = [{"prompt": f"#{mark}", "completion": text, "reward": reward}]
+        # A hostile cell in the good row costs only itself: the row's other cells arrive.
+        good = [{"prompt": f"#{mark}", "judge": cell, "completion": text, "reward": reward}]
         _timed(lambda: log.log_samples(good, step=1))
 
         found: dict[str, Any] = {}

@@ -69,12 +69,12 @@ def test_samples_become_a_table_artifact_per_call(tracking_uri: str, tmp_path: P
     logger.finish()
 
     client = MlflowClient(tracking_uri)
-    path = client.download_artifacts(run_id, "eval_samples/step_00000007.json", str(tmp_path))
+    path = client.download_artifacts(run_id, "eval/samples/step_7.json", str(tmp_path))
     table = json.loads(Path(path).read_text())
     assert table["columns"] == ["prompt", "completion", "reward", "judge", "step"]
     assert table["data"] == [["2+2?", "4", 1.0, None, 7], ["1+1?", "3", 0.0, "wrong", 7]]
     logged = json.loads(client.get_run(run_id).data.tags["mlflow.loggedArtifacts"])
-    assert logged == [{"path": "eval_samples/step_00000007.json", "type": "table"}]
+    assert logged == [{"path": "eval/samples/step_7.json", "type": "table"}]
 
 
 def test_a_resumed_run_continues_the_mlflow_run_tagged_with_its_id(

@@ -49,7 +49,8 @@ def texts(run_dir: Path, key: str) -> list[tuple[int, str, str | None]]:
         media = r.get("media")
         if media and media["key"] == key:
             for item in media["value"]["items"]:
-                text = (run_dir / "media" / "text" / item["filename"]).read_text()
+                # As written: read_text() would turn a "\r" of the text into "\n".
+                text = (run_dir / "media" / "text" / item["filename"]).read_bytes().decode()
                 out.append((int(media["step"]), text, item.get("caption")))
     return out
 

@@ -73,4 +73,5 @@ def read_run(transaction_log: Path) -> RunLog:
         text=True,
         timeout=60,
     )
-    return RunLog([json.loads(line) for line in out.stdout.splitlines() if line.strip()])
+    # Split on "\n" only: str.splitlines also splits inside a value holding U+2028 or \x85.
+    return RunLog([json.loads(line) for line in out.stdout.split("\n") if line.strip()])

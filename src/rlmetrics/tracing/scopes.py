@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import plugins as _plugins
 from .._warn import describe_key, describe_value, warn_once
 from ..events import EfficiencySummary
+from ..redaction import REDACTED, configured_redaction
 from ..values import as_step
 from ._state import state
 from .accounting import Clock, clock_of
@@ -237,16 +238,19 @@ def close_open_scopes(reason: str, logger: Logger | None = None) -> int:
 
 def span_tags(tags: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Span attributes from ``tags``: string keys, and string, int or bool values. A float is
-    a time-series number, which belongs on a metric; it is dropped with a warning."""
+    a time-series number, which belongs on a metric; it is dropped with a warning. A tag
+    whose key names a secret (:mod:`rlmetrics.redaction`, as the configuration's ``[logger]
+    redact`` says) is ``"<redacted>"``."""
     out: dict[str, Any] = {}
     try:
         items = list(tags.items())
     except Exception:
         warn_once(f"{where}:tags", f"{where}: tags must be a mapping; ignored")
         return out
+    redact = configured_redaction()
     for key, value in items:
         if type(key) is str and key and isinstance(value, (str, int)):
-            out[key] = value
+            out[key] = REDACTED if redact.secret(key) else value
         else:
             warn_once(
                 f"{where}:tag",

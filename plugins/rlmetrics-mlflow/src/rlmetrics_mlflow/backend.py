@@ -59,10 +59,15 @@ def _param_text(value: Any) -> str:
     return text[:MAX_PARAM_VAL_LENGTH]
 
 
-def _artifact_segment(name: str) -> str:
-    """``name`` as one artifact path segment."""
-    cleaned = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).strip(".")
-    return cleaned or "samples"
+def _artifact_folder(name: str) -> str:
+    """A table's ``name`` as its artifact folder: each ``/``-separated part a folder, any
+    character but a letter, digit, ``-``, ``_`` or ``.`` as ``_``, no empty, ``.`` or ``..``
+    part (``eval/samples`` stays ``eval/samples``; ``../x`` becomes ``x``)."""
+    parts = [
+        "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in part).strip(".")
+        for part in name.split("/")
+    ]
+    return "/".join(part for part in parts if part) or "samples"
 
 
 class MlflowBackend:
@@ -228,15 +233,20 @@ class MlflowBackend:
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """The rows as an MLflow table (``log_table``), one artifact per call:
-        ``<name>/step_<step>.json`` with a ``step`` column; the run's Evaluation view lists
-        it."""
+        ``<name>/step_<step>.json`` (``rollouts/step_5.json``) with a ``step`` column; the
+        run's Evaluation view lists it."""
         number = as_step(step)
         columns = columns_of(rows)
         data: dict[str, list[Any]] = {c: [row.get(c) for row in rows] for c in columns}
         data.setdefault("step", [number] * len(rows))
-        label = "none" if number is None else f"{number:08d}"
-        artifact = f"{_artifact_segment(name)}/step_{label}.json"
-        self.client.log_table(self.run_id, data=data, artifact_file=artifact)
+        # Columns of Python objects: pandas would make a column of ints and floats float64,
+        # rounding an int past 2**53 (pandas' JSON writer keeps 10 significant digits of a
+        # float whatever the column; docs/trackers.md says so).
+        import pandas  # type: ignore[import-untyped]  # (log_table needs it; not at start)
+
+        frame = pandas.DataFrame(data, columns=list(data), dtype=object)
+        artifact = f"{_artifact_folder(name)}/step_{'none' if number is None else number}.json"
+        self.client.log_table(self.run_id, data=frame, artifact_file=artifact)
 
     def finish(self) -> None:
         if self._finished:

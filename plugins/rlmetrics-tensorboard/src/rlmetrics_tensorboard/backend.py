@@ -40,9 +40,18 @@ __all__ = ["HPARAMS_FOLDER", "TensorBoardBackend"]
 HPARAMS_FOLDER = "hparams"
 
 
-def _hparam_value(value: Any) -> bool | int | float | str:
+#: The largest int the HParams dashboard holds exactly (it stores numbers as doubles).
+EXACT_INT = 2**53
+
+
+def _hparam_value(value: Any, texts: list[str], key: str) -> bool | int | float | str:
     """A value the HParams dashboard takes: bool, int, float, str; lists and None as their
-    ``str()``, as MLflow's params are."""
+    ``str()``, as MLflow's params are. An int past ±2⁵³ is its text too (appended to
+    ``texts`` for the one warning): a double would round it, and one past int64 made
+    tensorboardX refuse the whole session."""
+    if type(value) is int and abs(value) > EXACT_INT:
+        texts.append(key)
+        return str(value)
     if isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
@@ -142,7 +151,17 @@ class TensorBoardBackend:
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """The configuration, flattened with ``/``, as an hparams session in
         ``<log_dir>/hparams`` (TensorBoard's HParams dashboard)."""
-        flat = {key: _hparam_value(value) for key, value in flat_hyperparams(params).items()}
+        texts: list[str] = []
+        flat = {
+            key: _hparam_value(value, texts, key) for key, value in flat_hyperparams(params).items()
+        }
+        if texts:
+            warn_once(
+                "tensorboard:hparam-text",
+                f"rlmetrics-tensorboard: {len(texts)} hyperparameter(s), first {texts[0]!r}, "
+                "are ints past 2**53, which the HParams dashboard would round; they are "
+                "logged as their text",
+            )
         experiment, start, end = hparams(flat, {})
         folder = str(self.log_dir / HPARAMS_FOLDER)
         with self._lock, SummaryWriter(logdir=folder, filename_suffix=_unique_suffix()) as writer:

@@ -16,7 +16,7 @@ from rlmetrics.identity import RunIdentity, tracker_init_kwargs
 from rlmetrics.samples import columns_of
 
 from .axes import StepAxes
-from .values import SKIP, to_wandb
+from .values import SKIP, config_value, to_wandb
 
 __all__ = ["REFUSED_ID_CHARACTERS", "WandbBackend"]
 
@@ -124,14 +124,30 @@ class WandbBackend:
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """The configuration, nested as logged, into the run's config (a later value of a key
-        replaces the earlier one, as a resumed run's may)."""
-        self.run.config.update(dict(params), allow_val_change=True)
+        replaces the earlier one, as a resumed run's may). A number W&B would round (an int
+        past ±2⁵³, NaN, an infinity) is given as its text, said once."""
+        texts: list[str] = []
+        config = {key: config_value(value, texts, key) for key, value in params.items()}
+        if texts:
+            warn_once(
+                "wandb:config-text",
+                f"rlmetrics-wandb: {len(texts)} hyperparameter(s), first {texts[0]!r}, are "
+                "numbers W&B's config would round (an int past 2**53, NaN or an infinity); "
+                "they are logged as their text",
+            )
+        self.run.config.update(config, allow_val_change=True)
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """The rows as a ``wandb.Table`` under ``name``, in a history row at ``rlmetrics/step``
         (a table per call: W&B shows each step's table, and the latest by default)."""
         columns = columns_of(rows)
-        table = wandb.Table(columns=columns, data=[[row.get(c) for c in columns] for row in rows])
+        # Mixed types in a column (a judge's score, then its "n/a") are one table, not a
+        # TypeError that loses every row.
+        table = wandb.Table(
+            columns=columns,
+            data=[[row.get(c) for c in columns] for row in rows],
+            allow_mixed_types=True,
+        )
         row: dict[str, Any] = {name: table}
         number = as_step(step)
         if number is not None:

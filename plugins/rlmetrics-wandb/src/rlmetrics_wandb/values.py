@@ -9,16 +9,23 @@ untouched. Two exceptions:
 * ``None`` is skipped: nothing was measured, and a null would break a chart's line;
 * a value ``wandb.log`` cannot serialise (any other object) would make W&B refuse the whole
   row, so it is logged as its ``str()`` instead.
+
+The run's config (:func:`config_value`) is JSON that W&B reads as doubles: an int past ±2⁵³
+would arrive rounded and NaN as null, so those are given as their text, which arrives exactly.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
 from rlmetrics import as_real
 
-__all__ = ["SKIP", "to_wandb"]
+__all__ = ["EXACT_INT", "SKIP", "config_value", "to_wandb"]
+
+#: The largest int a double holds exactly: W&B's config stores numbers as doubles.
+EXACT_INT = 2**53
 
 #: Returned for a value that should not appear in the row at all.
 SKIP: Any = object()
@@ -49,3 +56,20 @@ def to_wandb(value: Any, _depth: int = 0) -> Any:
         return str(value)
     except Exception:
         return f"<unrepresentable {type(value).__name__}>"
+
+
+def config_value(value: Any, texts: list[str], key: str = "") -> Any:
+    """A plain hyperparameter (from :func:`rlmetrics.hyperparams.to_hyperparams`) as W&B's
+    config keeps it exactly: an int past ±2⁵³ and a NaN or infinity as their text (each key
+    given so is appended to ``texts``, for the one warning), dicts and lists value by value."""
+    if type(value) is int and abs(value) > EXACT_INT:
+        texts.append(key)
+        return str(value)
+    if type(value) is float and not math.isfinite(value):
+        texts.append(key)
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: config_value(v, texts, f"{key}/{k}" if key else k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [config_value(v, texts, f"{key}/{i}") for i, v in enumerate(value)]
+    return value
