@@ -256,7 +256,9 @@ PROBES: dict[str, list[Probe] | str] = {
             base_file="[exporters.prometheus]\nport = 0\n",
         )
     ],
-    "Stall bound of the health path (`/health` answers 503 after this long without a new step)": [
+    "Stall bound of the health path before 20 step intervals are known (`/health` answers 503 "
+    "after this long without a new step; then `stall_factor` × the median interval, at least "
+    "`stall_min_s`: [operations](operations.md#is-the-run-alive-the-health-path))": [
         _prometheus_stall(lambda v: {"RLMETRICS_STALL_AFTER_S": str(v)})
     ],
     "Shutdown bound": "an argument of shutdown(), nothing configures it: tests/test_telemetry.py",
