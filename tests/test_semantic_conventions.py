@@ -33,6 +33,7 @@ MUST_CHECK = {
     "hw.gpu.utilization",
     "hw.gpu.memory.usage",
     "hw.gpu.memory.limit",
+    "hw.gpu.memory.utilization",
 }
 
 #: Names and keys rlmetrics declares that the package does not define (yet), and why.
