@@ -207,6 +207,8 @@ PROBES: dict[str, list[Probe] | str] = {
     ],
     "OTLP protocol (gRPC or HTTP/protobuf)": "the SDK's own variables, read by the otlp "
     "exporter to choose its transport: tests/exporters/test_otlp_http.py",
+    "OTLP histogram aggregation": "an exporter's option and the SDK's own variable, as the "
+    "'An exporter's option' row: tests/exporters/test_exponential_histograms.py",
     "OTLP TLS": "follows the endpoint's scheme (the endpoint row above); the variables are the "
     "SDK's own: tests/exporters/test_otlp*.py",
     "OTLP export timeout (retries included)": [

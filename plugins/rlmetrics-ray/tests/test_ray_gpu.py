@@ -22,7 +22,14 @@ from hypothesis import strategies as st
 from ray_support import WAIT_S, Cluster, ExpositionServer, render_exposition, render_gpus
 from rlmetrics_ray import active_monitor, configure
 from rlmetrics_ray.exposition import read_samples
-from rlmetrics_ray.gpu import MEMORY_LIMIT, MEMORY_USAGE, UTILIZATION, GpuRows, nemo_rl_rows
+from rlmetrics_ray.gpu import (
+    MEMORY_LIMIT,
+    MEMORY_USAGE,
+    MEMORY_UTILIZATION,
+    UTILIZATION,
+    GpuRows,
+    nemo_rl_rows,
+)
 from rlmetrics_ray.gpu_readings import GPU_FAMILIES, GpuReading, gpus_from_samples
 from rlmetrics_ray.monitor import HostMemoryMonitor
 from rlmetrics_ray.nvml import NvmlGpus, visible_indices
@@ -60,7 +67,7 @@ def gpu_points(reader: Any) -> dict[tuple[str, str, str], tuple[float, dict[str,
     """(metric, host.name, hw.id) → (value, attributes) of one collection."""
     out: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
     for point in points(reader):
-        if point.name in (UTILIZATION, MEMORY_USAGE, MEMORY_LIMIT):
+        if point.name in (UTILIZATION, MEMORY_USAGE, MEMORY_LIMIT, MEMORY_UTILIZATION):
             key = (point.name, point.attributes["host.name"], point.attributes["hw.id"])
             assert key not in out, f"two points for {key}"
             out[key] = (point.value, point.attributes)
@@ -69,11 +76,15 @@ def gpu_points(reader: Any) -> dict[tuple[str, str, str], tuple[float, dict[str,
 
 def expected(host: str, index: int, util: float, used: float, free: float) -> dict[Any, Any]:
     attributes = {"host.name": host, "hw.id": str(index), "hw.model": H100}
-    return {
-        (UTILIZATION, host, str(index)): (util / 100, attributes),
+    found = {
+        # The conventions' utilisation is per task; Ray's (NVML's) rate is the general one.
+        (UTILIZATION, host, str(index)): (util / 100, {**attributes, "hw.gpu.task": "general"}),
         (MEMORY_USAGE, host, str(index)): (used * MiB, attributes),
         (MEMORY_LIMIT, host, str(index)): ((used + free) * MiB, attributes),
     }
+    if used + free > 0:  # a GPU without memory has no fraction of it in use
+        found[(MEMORY_UTILIZATION, host, str(index))] = (used / (used + free), attributes)
+    return found
 
 
 # -- what is exported ------------------------------------------------------------------------
@@ -96,8 +107,9 @@ def test_two_hosts_two_gpus_each_one_host_black_holed(
         **expected("gpu-host-b", 0, 100.0, 81920.0, 0.0),
         **expected("gpu-host-b", 1, 0.0, 0.0, 81920.0),
     }
-    found = {p.name: p for p in points(reader) if p.name in (UTILIZATION, MEMORY_USAGE)}
+    found = {p.name: p for p in points(reader)}
     assert (found[UTILIZATION].kind, found[UTILIZATION].unit) == ("gauge", "1")
+    assert (found[MEMORY_UTILIZATION].kind, found[MEMORY_UTILIZATION].unit) == ("gauge", "1")
     # The conventions' instrument: an up-down counter (Prometheus: a gauge), in bytes.
     assert (found[MEMORY_USAGE].kind, found[MEMORY_USAGE].monotonic) == ("sum", False)
     assert found[MEMORY_USAGE].unit == "By"
@@ -162,6 +174,9 @@ def test_the_gpu_families_read_in_bytes_and_fractions() -> None:
         GpuReading("1", H100, 12.5, 1024.0 * MiB, 4096.0 * MiB),
     )
     assert readings[0].utilization == 0.87
+    assert (readings[0].memory_utilization, readings[1].memory_utilization) == (0.5, 0.25)
+    # A GPU that reports no memory at all has no fraction of it in use.
+    assert GpuReading("2", H100, 0.0, 0.0, 0.0).memory_utilization is None
 
 
 def test_the_real_exposition_has_no_gpu() -> None:
@@ -185,6 +200,11 @@ def test_any_set_of_gpus_reads_back(gpus: list[tuple[int, float, float, float]])
         assert reading.utilization_pct == float(repr(float(util)))
         assert reading.used_bytes == float(used) * MiB
         assert reading.limit_bytes == (float(used) + float(free)) * MiB
+        if used + free > 0:
+            assert reading.memory_utilization is not None
+            assert 0.0 <= reading.memory_utilization <= 1.0
+        else:
+            assert reading.memory_utilization is None
 
 
 # -- NeMo-RL's tracker rows ------------------------------------------------------------------
@@ -400,7 +420,10 @@ def test_the_monitor_reports_local_gpus_when_no_ray_node_is_listed(
             assert monitor is not None
             monitor.local_gpus = local
             monitor.refresh()
-            assert gpu_points(reader)[(MEMORY_USAGE, "this-machine", "0")][0] == 1 * GiB
+            found = gpu_points(reader)
+            assert found[(MEMORY_USAGE, "this-machine", "0")][0] == 1 * GiB
+            assert found[(MEMORY_UTILIZATION, "this-machine", "0")][0] == 1 / 80
+            assert found[(UTILIZATION, "this-machine", "0")][1]["hw.gpu.task"] == "general"
 
 
 # CUDA_VISIBLE_DEVICES as CUDA reads it: a model of the rule, against the implementation.

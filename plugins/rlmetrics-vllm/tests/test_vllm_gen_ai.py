@@ -142,31 +142,90 @@ def test_no_per_request_server_duration_is_declared() -> None:
         "rl.vllm.batch.duration",
         "gen_ai.client.inference.usage.input_tokens",
         "gen_ai.client.inference.usage.output_tokens",
+        "gen_ai.client.inference.operation.input_tokens",
+        "gen_ai.client.inference.operation.output_tokens",
     }
     declared = {d.spec.name for d in rlmetrics.default_registry().declared()}
     assert "gen_ai.server.request.duration" not in declared
     assert names <= declared
 
 
-@pytest.mark.parametrize("names", ["spec", "inference_usage", "both"])
-def test_token_usage_names_option(telemetry: Any, names: str) -> None:
+STABLE_SHAPE = {"gen_ai.client.token.usage"}
+#: semantic-conventions-genai PR #374: counters by modality, histograms per operation.
+USAGE_COUNTERS_SHAPE = {
+    "gen_ai.client.inference.usage.input_tokens",
+    "gen_ai.client.inference.usage.output_tokens",
+    "gen_ai.client.inference.operation.input_tokens",
+    "gen_ai.client.inference.operation.output_tokens",
+}
+TINY = {
+    "gen_ai.provider.name": "vllm",
+    "gen_ai.operation.name": "text_completion",
+    "gen_ai.request.model": "tiny",
+}
+
+
+def _token_series(reader: Any) -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
+    for point in points(reader):
+        if point.name.startswith("gen_ai."):
+            found.setdefault(point.name, []).append(point)
+    return found
+
+
+def test_the_default_is_the_stable_histogram_alone(telemetry: Any) -> None:
     _, reader = telemetry
-    gen_ai.set_token_usage_names(names)
+    gen_ai.record_generation([10, 20], [5], model="tiny")
+    found = _token_series(reader)
+    assert set(found) == STABLE_SHAPE  # never both shapes by default
+    assert gen_ai.token_usage_names() == "spec"
+
+
+def test_the_inference_usage_shape_is_counters_by_modality_and_operation_histograms(
+    telemetry: Any,
+) -> None:
+    _, reader = telemetry
+    gen_ai.set_token_usage_names("inference_usage")
     try:
         gen_ai.record_generation([10, 20], [5], model="tiny")
+        gen_ai.record_generation([3], [7, 1], model="tiny")
     finally:
         gen_ai.set_token_usage_names(None)
-    found = {p.name: p for p in points(reader)}
-    split = {
-        "gen_ai.client.inference.usage.input_tokens",
-        "gen_ai.client.inference.usage.output_tokens",
-    }
-    assert ("gen_ai.client.token.usage" in found) == (names != "inference_usage")
-    assert (split <= set(found)) == (names != "spec")
-    if names != "spec":
-        inputs = found["gen_ai.client.inference.usage.input_tokens"]
-        assert (inputs.count, inputs.sum, inputs.unit) == (2, 30, "{token}")
-        assert "gen_ai.token.type" not in inputs.attributes
+    found = _token_series(reader)
+    assert set(found) == USAGE_COUNTERS_SHAPE
+    for side, total in (("input", 33), ("output", 13)):
+        (counter,) = found[f"gen_ai.client.inference.usage.{side}_tokens"]
+        assert (counter.kind, counter.monotonic, counter.unit) == ("sum", True, "{token}")
+        assert counter.value == total  # every request's tokens added up
+        assert counter.attributes == {**TINY, "gen_ai.token.modality": "text"}
+        (histogram,) = found[f"gen_ai.client.inference.operation.{side}_tokens"]
+        assert (histogram.kind, histogram.unit, histogram.sum) == ("histogram", "{token}", total)
+        assert histogram.count == 3  # one point per request
+        assert histogram.bounds == TOKEN_USAGE_BUCKETS
+        # The per-operation histograms carry neither the token type nor the modality.
+        assert histogram.attributes == TINY
+
+
+def test_both_shapes_when_asked(telemetry: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, reader = telemetry
+    monkeypatch.setenv(gen_ai.TOKEN_USAGE_ENV, "both")
+    gen_ai.record_generation([10, 20], [5], model="tiny")
+    found = _token_series(reader)
+    assert set(found) == STABLE_SHAPE | USAGE_COUNTERS_SHAPE
+    stable = {p.attributes["gen_ai.token.type"]: p for p in found["gen_ai.client.token.usage"]}
+    assert (stable["input"].sum, stable["output"].sum) == (30, 5)
+    (counter,) = found["gen_ai.client.inference.usage.input_tokens"]
+    assert counter.value == 30
+
+
+def test_a_bad_environment_value_falls_back_to_the_stable_shape(
+    telemetry: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, reader = telemetry
+    monkeypatch.setenv(gen_ai.TOKEN_USAGE_ENV, "counters")
+    gen_ai.record_generation([4], [2])
+    assert set(_token_series(reader)) == STABLE_SHAPE
+    assert "RLMETRICS_GEN_AI_TOKEN_USAGE" in caplog.text
 
 
 def test_token_usage_names_refuse_a_typo() -> None:

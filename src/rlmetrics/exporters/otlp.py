@@ -315,6 +315,41 @@ def _options(endpoint: str | None, timeout_s: float | None, signal: str) -> dict
     return kwargs
 
 
+#: The histogram aggregations OTLP can carry, by the names the OTel specification gives them in
+#: ``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION``.
+EXPLICIT_HISTOGRAM = "explicit_bucket_histogram"
+EXPONENTIAL_HISTOGRAM = "base2_exponential_bucket_histogram"
+HISTOGRAM_AGGREGATIONS = (EXPLICIT_HISTOGRAM, EXPONENTIAL_HISTOGRAM)
+
+
+def _histogram_preference(histogram_aggregation: str | None) -> dict[str, Any]:
+    """The metric exporter's ``preferred_aggregation`` for ``histogram_aggregation``; none
+    when it is None, so the SDK reads the standard variable itself. The preference is this
+    reader's alone: a Prometheus reader beside it keeps explicit buckets (its exporter drops
+    exponential histograms on SDK 1.44 and 1.45)."""
+    if histogram_aggregation is None:
+        return {}
+    if histogram_aggregation not in HISTOGRAM_AGGREGATIONS:
+        raise ValueError(
+            f"exporter 'otlp': histogram_aggregation must be one of {HISTOGRAM_AGGREGATIONS} "
+            f"(as OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION), "
+            f"got {histogram_aggregation!r}"
+        )
+    from opentelemetry.sdk.metrics import Histogram
+    from opentelemetry.sdk.metrics.view import (
+        ExplicitBucketHistogramAggregation,
+        ExponentialBucketHistogramAggregation,
+    )
+
+    aggregation = (
+        ExponentialBucketHistogramAggregation()
+        if histogram_aggregation == EXPONENTIAL_HISTOGRAM
+        # No boundaries: each histogram's own buckets (its spec's advisory) still apply.
+        else ExplicitBucketHistogramAggregation()
+    )
+    return {"preferred_aggregation": {Histogram: aggregation}}
+
+
 @declare_options(
     endpoint=TEXT.read_from(*_ENDPOINT_ENV.values(), "OTEL_EXPORTER_OTLP_ENDPOINT"),
     timeout_s=POSITIVE_NUMBER.read_from(
@@ -322,11 +357,13 @@ def _options(endpoint: str | None, timeout_s: float | None, signal: str) -> dict
         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
         "OTEL_EXPORTER_OTLP_TIMEOUT",
     ),
+    histogram_aggregation=TEXT.read_from("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"),
 )
 def make_exporter(
     export_interval_s: float | None = None,
     endpoint: str | None = None,
     timeout_s: float | None = None,
+    histogram_aggregation: str | None = None,
 ) -> Exporter:
     """An OTLP gRPC metric exporter on a periodic reader and a span exporter behind a batch
     processor, both to one collector.
@@ -335,10 +372,15 @@ def make_exporter(
         ``OTEL_EXPORTER_OTLP_{METRICS,TRACES}_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``,
         else the SDK's ``localhost:4317``.
     :param timeout_s: seconds per export, retries included; default :func:`otlp_timeout_s`.
+    :param histogram_aggregation: ``"base2_exponential_bucket_histogram"`` exports every
+        histogram as an exponential histogram, ``"explicit_bucket_histogram"`` with its
+        declared buckets; default from ``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION``,
+        else explicit.
 
     ``OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`` (or both signals' own ``_PROTOCOL``
     variables) makes it the :mod:`~rlmetrics.exporters.otlp_http` exporter instead, as the
-    OpenTelemetry specification says; a different protocol per signal is refused.
+    OpenTelemetry specification says (the SDK reads the histogram variable there itself); a
+    different protocol per signal is refused.
     """
     from . import otlp_http  # it builds on this module: imported when chosen
 
@@ -351,7 +393,8 @@ def make_exporter(
             "different protocols; rlmetrics sends both signals to one collector over one: set "
             "OTEL_EXPORTER_OTLP_PROTOCOL only"
         )
-    exporter = _exporter_class()(**_options(endpoint, timeout_s, "metrics"))
+    preference = _histogram_preference(histogram_aggregation)
+    exporter = _exporter_class()(**_options(endpoint, timeout_s, "metrics"), **preference)
     reader = periodic_reader(exporter, export_interval_s, _reader_class())
     try:
         spans = _span_exporter_class()(**_options(endpoint, timeout_s, "traces"))

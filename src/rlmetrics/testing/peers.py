@@ -147,7 +147,7 @@ class OtlpPoint:
     name: str
     unit: str
     description: str
-    kind: str  # "gauge", "sum", "histogram"
+    kind: str  # "gauge", "sum", "histogram", "exponential_histogram"
     monotonic: bool | None
     temporality: int | None
     attributes: dict[str, Any]
@@ -159,6 +159,11 @@ class OtlpPoint:
     bucket_counts: tuple[int, ...] = ()
     bounds: tuple[float, ...] = ()
     exemplars: tuple[OtlpExemplar, ...] = ()
+    #: An exponential histogram's scale, zero bucket and positive buckets (offset, counts).
+    scale: int | None = None
+    zero_count: int | None = None
+    positive_offset: int | None = None
+    positive_bucket_counts: tuple[int, ...] = ()
 
 
 @attrs.frozen
@@ -263,6 +268,20 @@ def flatten_request(request: Any) -> list[OtlpPoint]:
                                 sum=dp.sum,
                                 bucket_counts=tuple(dp.bucket_counts),
                                 bounds=tuple(dp.explicit_bounds),
+                                exemplars=_exemplars(dp),
+                                **common,
+                            )
+                        )
+                    elif kind == "exponential_histogram":
+                        out.append(
+                            OtlpPoint(
+                                attributes=attributes,
+                                count=dp.count,
+                                sum=dp.sum,
+                                scale=dp.scale,
+                                zero_count=dp.zero_count,
+                                positive_offset=dp.positive.offset,
+                                positive_bucket_counts=tuple(dp.positive.bucket_counts),
                                 exemplars=_exemplars(dp),
                                 **common,
                             )

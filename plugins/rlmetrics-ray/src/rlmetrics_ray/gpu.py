@@ -8,11 +8,14 @@ collection never waits on HTTP.
 
 - ``hw.gpu.utilization`` (gauge, ``1``): utilisation as a fraction, Ray's percent / 100;
 - ``hw.gpu.memory.usage`` and ``hw.gpu.memory.limit`` (up-down counters, ``By``): memory in
-  use, and in all (used + available); Ray publishes MiB, converted to bytes.
+  use, and in all (used + available); Ray publishes MiB, converted to bytes;
+- ``hw.gpu.memory.utilization`` (gauge, ``1``): the fraction of memory in use, usage / limit.
 
 Attributes: ``host.name`` (as for host memory: the host the GPU is on, not the resource's
 host), ``hw.id`` (the GPU's index on its host, which the conventions require) and ``hw.model``
-(Ray's ``GpuDeviceName``). A process without Ray reads its own GPUs through NVML instead
+(Ray's ``GpuDeviceName``); ``hw.gpu.utilization`` also carries ``hw.gpu.task`` = ``general``
+(the conventions define utilisation per task; Ray's and NVML's rate is the general one). A
+process without Ray reads its own GPUs through NVML instead
 (:mod:`rlmetrics_ray.nvml`); no GPU or no NVML means no series and one INFO line.
 
 For the trackers, :class:`GpuRows` logs the rows NeMo-RL's Ray GPU monitor logs
@@ -37,6 +40,8 @@ from .config import active_monitor, settings
 from .monitor import (
     GPU_INDEX_ATTR,
     GPU_MODEL_ATTR,
+    GPU_TASK_ATTR,
+    GPU_TASK_GENERAL,
     HOST_NAME_ATTR,
     HostMemoryMonitor,
     Observation,
@@ -53,6 +58,7 @@ __all__ = [
     "MAX_GPUS",
     "MEMORY_LIMIT",
     "MEMORY_USAGE",
+    "MEMORY_UTILIZATION",
     "ROW_PREFIX",
     "STEP_KEY",
     "UTILIZATION",
@@ -64,10 +70,12 @@ GROUP = "hw.gpu"
 UTILIZATION = "hw.gpu.utilization"
 MEMORY_USAGE = "hw.gpu.memory.usage"
 MEMORY_LIMIT = "hw.gpu.memory.limit"
+MEMORY_UTILIZATION = "hw.gpu.memory.utilization"
 #: GPUs one collection may report (eight a host for host memory's 4096 hosts).
 MAX_GPUS = 8 * 4096
 
 _ATTRIBUTES = {HOST_NAME_ATTR: OPEN, GPU_INDEX_ATTR: OPEN, GPU_MODEL_ATTR: OPEN}
+_TASK_ATTRIBUTES = {**_ATTRIBUTES, GPU_TASK_ATTR: {GPU_TASK_GENERAL}}
 
 
 def _observe(read: Callable[[HostMemoryMonitor], Sequence[Observation]]) -> Sequence[Observation]:
@@ -84,7 +92,7 @@ rlmetrics.declare(
             unit="1",
             description="Fraction of time a GPU was busy (Ray's ray_node_gpus_utilization / 100, "
             "or NVML's)",
-            attributes=_ATTRIBUTES,
+            attributes=_TASK_ATTRIBUTES,
             max_series=MAX_GPUS,
             callback=lambda: _observe(HostMemoryMonitor.gpu_utilization),
             reduce=MAX,
@@ -110,6 +118,16 @@ rlmetrics.declare(
             callback=lambda: _observe(HostMemoryMonitor.gpu_memory_limit),
             reduce=MAX,
         ),
+        MetricSpec(
+            MEMORY_UTILIZATION,
+            Kind.OBSERVABLE_GAUGE,
+            unit="1",
+            description="Fraction of a GPU's memory in use (hw.gpu.memory.usage / "
+            "hw.gpu.memory.limit)",
+            attributes=_ATTRIBUTES,
+            max_series=MAX_GPUS,
+            callback=lambda: _observe(HostMemoryMonitor.gpu_memory_utilization),
+        ),
     ],
     on_use=True,
 )
@@ -122,7 +140,7 @@ def register_check_exemptions(register: Callable[[Exemption], None]) -> None:
     register(
         Exemption(
             "unbounded-attribute",
-            {UTILIZATION, MEMORY_USAGE, MEMORY_LIMIT},
+            {UTILIZATION, MEMORY_USAGE, MEMORY_LIMIT, MEMORY_UTILIZATION},
             "OpenTelemetry's hardware conventions require hw.id; here it is a GPU's index on "
             "its host (a handful of values), capped with the series at max_series",
             attribute=GPU_INDEX_ATTR,

@@ -64,6 +64,14 @@ class GpuReading:
         """Utilisation as a fraction (``hw.gpu.utilization`` is unit ``1``)."""
         return None if self.utilization_pct is None else self.utilization_pct / 100.0
 
+    @property
+    def memory_utilization(self) -> float | None:
+        """The fraction of the GPU's memory in use (``hw.gpu.memory.utilization``, unit ``1``):
+        used / limit, None without both or with no memory at all."""
+        if self.used_bytes is None or self.limit_bytes is None or not self.limit_bytes > 0:
+            return None
+        return self.used_bytes / self.limit_bytes
+
 
 def gpus_from_samples(
     samples: Mapping[str, Sequence[Sample]], ip: str | None = None

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 __all__ = [
     "GPU_INDEX_ATTR",
     "GPU_MODEL_ATTR",
+    "GPU_TASK_ATTR",
+    "GPU_TASK_GENERAL",
     "HOST_NAME_ATTR",
     "MAX_EXPOSITION_BYTES",
     "SOURCE_ATTR",
@@ -74,6 +76,10 @@ SOURCE_ATTR = "rl.host.memory.source"
 #: (here the GPU's index), ``hw.model`` is its model name.
 GPU_INDEX_ATTR = "hw.id"
 GPU_MODEL_ATTR = "hw.model"
+#: ``hw.gpu.utilization`` is the fraction of time spent in one task (``hw.gpu.task``:
+#: ``general``, ``encoder``, ``decoder``); Ray and NVML's utilisation rate is the general one.
+GPU_TASK_ATTR = "hw.gpu.task"
+GPU_TASK_GENERAL = "general"
 
 logger = logging.getLogger("rlmetrics")
 _SCRAPED_FAMILIES = MEMORY_FAMILIES | GPU_FAMILIES
@@ -166,6 +172,7 @@ class Snapshot:
     gpu_utilization: tuple[Observation, ...] = ()
     gpu_memory_usage: tuple[Observation, ...] = ()
     gpu_memory_limit: tuple[Observation, ...] = ()
+    gpu_memory_utilization: tuple[Observation, ...] = ()
 
 
 def build_snapshot(
@@ -188,12 +195,16 @@ def build_snapshot(
     utilization: list[Observation] = []
     usage: list[Observation] = []
     limit: list[Observation] = []
+    memory_utilization: list[Observation] = []
     for host_gpu in gpus:
         attributes, gpu = _attribute_set(host_gpu.attributes), host_gpu.gpu
+        if gpu.utilization is not None:
+            task = _attribute_set({**host_gpu.attributes, GPU_TASK_ATTR: GPU_TASK_GENERAL})
+            utilization.append((gpu.utilization, task))
         for out, value in (
-            (utilization, gpu.utilization),
             (usage, gpu.used_bytes),
             (limit, gpu.limit_bytes),
+            (memory_utilization, gpu.memory_utilization),
         ):
             if value is not None:
                 out.append((value, attributes))
@@ -208,6 +219,7 @@ def build_snapshot(
         gpu_utilization=tuple(utilization),
         gpu_memory_usage=tuple(usage),
         gpu_memory_limit=tuple(limit),
+        gpu_memory_utilization=tuple(memory_utilization),
     )
 
 
@@ -321,6 +333,11 @@ class HostMemoryMonitor:
         """``hw.gpu.memory.limit`` observations of the latest snapshot, if it is fresh."""
         snapshot = self._snapshot
         return snapshot.gpu_memory_limit if self._fresh(snapshot) else ()
+
+    def gpu_memory_utilization(self) -> Sequence[Observation]:
+        """``hw.gpu.memory.utilization`` observations of the latest snapshot, if it is fresh."""
+        snapshot = self._snapshot
+        return snapshot.gpu_memory_utilization if self._fresh(snapshot) else ()
 
     def fresh_snapshot(self) -> Snapshot | None:
         """The latest snapshot while it is fresh, else None."""

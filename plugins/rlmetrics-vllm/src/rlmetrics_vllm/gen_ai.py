@@ -4,11 +4,13 @@
 output lengths it returned and the batch's wall clock. Token counts follow the OpenTelemetry
 GenAI semantic conventions (``gen_ai.client.token.usage``, their attributes and buckets).
 
-The newer GenAI conventions split token usage into one histogram per kind,
-``gen_ai.client.inference.usage.input_tokens`` and ``...output_tokens``; a backend built on them
-gets those with :func:`set_token_usage_names` (``"inference_usage"``, or ``"both"`` while
-dashboards move) or ``RLMETRICS_GEN_AI_TOKEN_USAGE``. The default stays the spec's
-``gen_ai.client.token.usage``.
+The GenAI conventions' newer shape (semantic-conventions-genai PR #374) replaces that histogram
+with two families: counters ``gen_ai.client.inference.usage.input_tokens`` / ``...output_tokens``
+split by ``gen_ai.token.modality`` (what the tokens add up to), and histograms
+``gen_ai.client.inference.operation.input_tokens`` / ``...output_tokens`` without it (tokens per
+request). A backend built on them gets both families with :func:`set_token_usage_names`
+(``"inference_usage"``, or ``"both"`` while dashboards move) or ``RLMETRICS_GEN_AI_TOKEN_USAGE``.
+The default stays ``gen_ai.client.token.usage``, never both shapes unless asked.
 
 ``gen_ai.server.request.duration`` is not recorded: it is defined per inference request, and
 one ``generate()`` here is a whole batch spread over every data-parallel shard, so no
@@ -33,10 +35,15 @@ __all__ = [
     "DEFAULT_OPERATION",
     "DEFAULT_PROVIDER",
     "GROUP",
+    "MODALITY_TEXT",
+    "OPERATION_INPUT_TOKENS",
     "OPERATION_NAME",
+    "OPERATION_OUTPUT_TOKENS",
     "PROVIDER_NAME",
     "REQUEST_MODEL",
     "SPECS",
+    "TOKEN_MODALITY",
+    "TOKEN_MODALITY_VALUES",
     "TOKEN_TYPE",
     "TOKEN_USAGE",
     "TOKEN_USAGE_BUCKETS",
@@ -56,6 +63,11 @@ OPERATION_NAME = "gen_ai.operation.name"
 PROVIDER_NAME = "gen_ai.provider.name"
 REQUEST_MODEL = "gen_ai.request.model"
 TOKEN_TYPE = "gen_ai.token.type"
+#: The newer shape's counters carry the tokens' modality instead of their type (PR #374).
+TOKEN_MODALITY = "gen_ai.token.modality"
+TOKEN_MODALITY_VALUES = frozenset({"text", "image", "audio"})
+#: vLLM's generate() here takes and returns token ids of text.
+MODALITY_TEXT = "text"
 
 DEFAULT_PROVIDER = "vllm"
 #: RL rollouts send token ids to ``LLM.generate()``: a completion, not a chat exchange.
@@ -98,20 +110,40 @@ BATCH_DURATION = MetricSpec(
 _USAGE_ATTRIBUTES = {PROVIDER_NAME: OPEN, OPERATION_NAME: OPEN, REQUEST_MODEL: OPEN}
 USAGE_INPUT_TOKENS = MetricSpec(
     "gen_ai.client.inference.usage.input_tokens",
-    Kind.HISTOGRAM,
+    Kind.COUNTER,
     unit="{token}",
-    description="Input tokens per request of a vLLM generate() batch (the newer GenAI "
-    "conventions' name; recorded when token usage names are inference_usage or both).",
-    attributes=_USAGE_ATTRIBUTES,
-    buckets=TOKEN_USAGE_BUCKETS,
+    description="Input tokens of vLLM generate() batches, added up by gen_ai.token.modality "
+    "(the GenAI conventions' newer counter; recorded when token usage names are "
+    "inference_usage or both).",
+    attributes={**_USAGE_ATTRIBUTES, TOKEN_MODALITY: TOKEN_MODALITY_VALUES},
     reduce=SUM,
 )
 USAGE_OUTPUT_TOKENS = MetricSpec(
     "gen_ai.client.inference.usage.output_tokens",
+    Kind.COUNTER,
+    unit="{token}",
+    description="Output tokens of vLLM generate() batches, added up by gen_ai.token.modality "
+    "(the GenAI conventions' newer counter; recorded when token usage names are "
+    "inference_usage or both).",
+    attributes={**_USAGE_ATTRIBUTES, TOKEN_MODALITY: TOKEN_MODALITY_VALUES},
+)
+OPERATION_INPUT_TOKENS = MetricSpec(
+    "gen_ai.client.inference.operation.input_tokens",
     Kind.HISTOGRAM,
     unit="{token}",
-    description="Output tokens per request of a vLLM generate() batch (the newer GenAI "
-    "conventions' name; recorded when token usage names are inference_usage or both).",
+    description="Input tokens per request of a vLLM generate() batch (the GenAI conventions' "
+    "newer per-operation histogram; recorded when token usage names are inference_usage "
+    "or both).",
+    attributes=_USAGE_ATTRIBUTES,
+    buckets=TOKEN_USAGE_BUCKETS,
+)
+OPERATION_OUTPUT_TOKENS = MetricSpec(
+    "gen_ai.client.inference.operation.output_tokens",
+    Kind.HISTOGRAM,
+    unit="{token}",
+    description="Output tokens per request of a vLLM generate() batch (the GenAI conventions' "
+    "newer per-operation histogram; recorded when token usage names are inference_usage "
+    "or both).",
     attributes=_USAGE_ATTRIBUTES,
     buckets=TOKEN_USAGE_BUCKETS,
     reduce=SUM,
@@ -122,6 +154,8 @@ SPECS: tuple[MetricSpec, ...] = (
     BATCH_DURATION,
     USAGE_INPUT_TOKENS,
     USAGE_OUTPUT_TOKENS,
+    OPERATION_INPUT_TOKENS,
+    OPERATION_OUTPUT_TOKENS,
 )
 
 #: ``spec`` (``gen_ai.client.token.usage``, the default), ``inference_usage`` or ``both``.
@@ -133,8 +167,9 @@ _names: str | None = None
 def set_token_usage_names(names: str | None) -> None:
     """Which token usage series :func:`record_generation` records: ``"spec"``
     (``gen_ai.client.token.usage`` by ``gen_ai.token.type``), ``"inference_usage"``
-    (``gen_ai.client.inference.usage.input_tokens`` / ``.output_tokens``) or ``"both"``;
-    None goes back to ``RLMETRICS_GEN_AI_TOKEN_USAGE``, else ``spec``."""
+    (the ``gen_ai.client.inference.usage.*`` counters by ``gen_ai.token.modality`` and the
+    ``gen_ai.client.inference.operation.*`` histograms) or ``"both"``; None goes back to
+    ``RLMETRICS_GEN_AI_TOKEN_USAGE``, else ``spec``."""
     global _names
     if names is not None and names not in _NAMES:
         raise ValueError(f"token usage names must be one of {_NAMES}, got {names!r}")
@@ -207,7 +242,12 @@ def record_generation(
     for token_type, lengths in (("input", input_lengths), ("output", output_lengths)):
         try:
             attributes = {**base, TOKEN_TYPE: token_type}
-            split = (USAGE_INPUT_TOKENS if token_type == "input" else USAGE_OUTPUT_TOKENS).key
+            counter, per_request = (
+                (USAGE_INPUT_TOKENS, OPERATION_INPUT_TOKENS)
+                if token_type == "input"
+                else (USAGE_OUTPUT_TOKENS, OPERATION_OUTPUT_TOKENS)
+            )
+            by_modality = {**base, TOKEN_MODALITY: MODALITY_TEXT}
             for length in _lengths(lengths):
                 if isinstance(length, numbers.Real) and length < 0:
                     warn_once(
@@ -219,7 +259,8 @@ def record_generation(
                 if names != "inference_usage":
                     record(GROUP, {TOKEN_USAGE.key: length}, attributes)
                 if names != "spec":
-                    record(GROUP, {split: length}, base)
+                    record(GROUP, {per_request.key: length}, base)
+                    record(GROUP, {counter.key: length}, by_modality)
         except Exception:
             warn_once(
                 f"gen_ai:{token_type}",
