@@ -172,6 +172,7 @@ TELEMETRY_SETTINGS: dict[str, tuple[type, ...]] = {
 LOGGER_SETTINGS: dict[str, tuple[type, ...]] = {
     "queue_size": (int,),
     "finish_timeout_s": _NUMBER,
+    "exit_timeout_s": _NUMBER,
     "key_map": (str,),
     "run_id": (str,),
     "resume": (bool,),
