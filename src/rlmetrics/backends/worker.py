@@ -201,22 +201,32 @@ def _lost(rows: int, failed: int, dropped: int) -> list[str]:
 def _report_failure(name: str) -> None:
     """Report the exception being handled: a condition of the world (a full disk, a store
     that went away) in one line naming it, anything else with its traceback."""
-    error = sys.exc_info()[1]
-    expected = isinstance(error, (OSError, BackendUnavailable))
+    expected, text = _condition()
     warn_once(
         f"backend:{name}:log",
-        f"rlmetrics: backend {name!r} failed to log a step"
-        + (f" ({type(error).__name__}: {error})" if expected else "")
-        + "; the other backends and telemetry still got it. Its later failures are counted "
-        "and reported when the Logger finishes",
+        f"rlmetrics: backend {name!r} failed to log a step{text}; the other backends and "
+        "telemetry still got it. Its later failures are counted and reported when the Logger "
+        "finishes",
         expected=expected,
     )
 
 
+def _condition() -> tuple[bool, str]:
+    """Whether the exception being handled is a condition of the world (a full disk, a store
+    that went away: ``OSError``, :class:`BackendUnavailable`), and if so the text that names
+    it, for a one-line report; anything else is a bug, reported with its traceback."""
+    error = sys.exc_info()[1]
+    if isinstance(error, (OSError, BackendUnavailable)):
+        return True, f" ({type(error).__name__}: {error})"
+    return False, ""
+
+
 def _report_method_failure(name: str, method: str) -> None:
+    expected, text = _condition()
     warn_once(
         f"backend:{name}:{method}",
-        f"rlmetrics: backend {name!r} failed in {method}; the other backends still got it",
+        f"rlmetrics: backend {name!r} failed in {method}{text}; the other backends still got it",
+        expected=expected,
     )
 
 
@@ -224,7 +234,12 @@ def _finish(name: str, backend: Any) -> None:
     try:
         backend.finish()
     except Exception:
-        warn_once(f"backend:{name}:finish", f"rlmetrics: backend {name!r} failed to finish")
+        expected, text = _condition()
+        warn_once(
+            f"backend:{name}:finish",
+            f"rlmetrics: backend {name!r} failed to finish{text}",
+            expected=expected,
+        )
 
 
 class InlineBackend:
