@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rlmetrics_mlflow.backend import DEFAULT_CONNECT_TIMEOUT_S
+from rlmetrics_mlflow.backend import DEFAULT_CONNECT_TIMEOUT_S, _is_local
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
@@ -78,3 +78,21 @@ def test_the_default_bound_is_the_documented_one() -> None:
     (row,) = [line for line in docs.read_text().splitlines() if "| `connect_timeout_s` |" in line]
     documented = float(row.rstrip(" |").rsplit("|", 1)[1].strip().removesuffix(" s"))
     assert documented == DEFAULT_CONNECT_TIMEOUT_S
+
+
+@pytest.mark.parametrize(
+    ("uri", "local"),
+    [
+        ("sqlite:///mlflow.db", True),
+        ("file:///tmp/mlruns", True),
+        ("mlruns", True),
+        ("/tmp/mlruns", True),
+        ("http://127.0.0.1:5000", False),
+        ("https://mlflow.example", False),
+        ("databricks", False),
+        ("databricks://profile", False),
+        ("postgresql://u@127.0.0.1/db", False),
+    ],
+)
+def test_only_a_store_on_this_disk_is_started_without_the_bound(uri: str, local: bool) -> None:
+    assert _is_local(uri) is local

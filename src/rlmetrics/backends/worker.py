@@ -420,10 +420,13 @@ def at_exit(function: Callable[[], None]) -> None:
     ``concurrent.futures`` uses for the same reason; a plain ``atexit`` handler where the
     interpreter has no such hook."""
     register = getattr(threading, "_register_atexit", None)
-    if callable(register):
-        register(function)
-    else:  # pragma: no cover - CPython has it from 3.9 on
-        atexit.register(function)
+    try:
+        if callable(register):
+            register(function)
+            return
+    except RuntimeError:  # imported while the interpreter already shuts threads down
+        pass
+    atexit.register(function)
 
 
 def begin_exit(bound: float) -> tuple[float, float]:

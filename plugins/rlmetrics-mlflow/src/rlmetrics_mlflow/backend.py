@@ -42,11 +42,16 @@ _T = TypeVar("_T")
 #: creates a run in well under a second.
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: Tracking-URI schemes of a store on this machine's disk, which no server can stall.
-_LOCAL_SCHEMES = frozenset({"", "file", "sqlite"})
+_LOCAL_SCHEMES = frozenset({"file", "sqlite"})
 
 
 def _is_local(uri: str) -> bool:
-    return urllib.parse.urlparse(uri).scheme.lower() in _LOCAL_SCHEMES
+    """Whether ``uri`` names a store on this machine's disk: a ``file:`` or ``sqlite:`` URI or
+    a plain path (``mlruns``); ``databricks`` and every server URI are not."""
+    scheme = urllib.parse.urlparse(uri).scheme.lower()
+    if not scheme:
+        return not uri.lower().startswith(("databricks", "uc"))
+    return scheme in _LOCAL_SCHEMES
 
 
 def _end_abandoned_run(connected: tuple[MlflowClient, str]) -> None:
