@@ -373,6 +373,16 @@ PROBES: dict[str, list[Probe] | str] = {
             file=lambda v: f"[logger]\nfinish_timeout_s = {v}\n",
         )
     ],
+    "Exit bound: how long the interpreter's exit waits for the queued backends of a Logger "
+    "never finished": [
+        Probe(
+            "logger",
+            {"default": 10.0, "file": 12.0, "call": 7.0},
+            lambda lg: lg.exit_timeout_s,
+            call=lambda v: {"exit_timeout_s": v},
+            file=lambda v: f"[logger]\nexit_timeout_s = {v}\n",
+        )
+    ],
     "Sample rows per `log_samples` call": [
         Probe(
             "logger",

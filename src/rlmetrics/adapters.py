@@ -27,10 +27,8 @@ A third-party adapter (for a trainer with its own logger interface) is built fro
 
 from __future__ import annotations
 
-import atexit
 import functools
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -73,14 +71,14 @@ def guarded(adapter: str, call: str) -> Callable[[_F], _F]:
     return wrap
 
 
-#: The Loggers adapters built and nobody has finished yet: finished at interpreter exit.
+#: The Loggers adapters built and nobody has finished yet (the interpreter's exit finishes
+#: every unfinished Logger: rlmetrics.logger).
 _open: set[Logger] = set()
 _open_lock = threading.Lock()
 
 
 def _finish_unattended(logger: Logger, timeout_s: float | None = None) -> None:
-    """Finish ``logger`` with nobody to raise to (its adapter was garbage-collected, or the
-    interpreter is exiting), waiting at most ``timeout_s`` (default: its ``finish_timeout_s``);
+    """Finish ``logger`` with nobody to raise to (its adapter was garbage-collected), waiting at most ``timeout_s`` (default: its ``finish_timeout_s``);
     a strict-mode error was already said as a warning."""
     with _open_lock:
         if logger not in _open:
@@ -92,27 +90,6 @@ def _finish_unattended(logger: Logger, timeout_s: float | None = None) -> None:
         pass
     except Exception:
         warn_once("adapter:finish", "rlmetrics: finishing an adapter's Logger failed")
-
-
-#: How long the interpreter's exit waits, in all, for the adapters' Loggers to finish.
-_EXIT_BOUND_S = 10.0
-
-
-def _finish_open_loggers() -> None:
-    """At interpreter exit, every adapter's Logger still open is finished, all within
-    :data:`_EXIT_BOUND_S`. One of threading's exit hooks, as ``concurrent.futures`` uses: they
-    run before every ``atexit`` handler, so before the trackers' own (W&B tears its service
-    down in one, tensorboardX closes its event files) and before the backends' exit report."""
-    deadline = time.monotonic() + _EXIT_BOUND_S
-    for logger in list(_open):
-        _finish_unattended(logger, max(0.0, deadline - time.monotonic()))
-
-
-_register_exit_hook = getattr(threading, "_register_atexit", None)
-if callable(_register_exit_hook):
-    _register_exit_hook(_finish_open_loggers)
-else:  # pragma: no cover - CPython has it from 3.9 on
-    atexit.register(_finish_open_loggers)
 
 
 @reset_in_child
@@ -196,7 +173,7 @@ class AdapterLogger:
             with _open_lock:
                 _open.add(built)
             # The adapter gone (its trainer with it): the Logger is finished then. Not at
-            # exit through weakref's own hook: _finish_open_loggers runs in a known order.
+            # exit through weakref's own hook: the Logger's exit hook runs in a known order.
             self._finalizer = weakref.finalize(self, _finish_unattended, built)
             self._finalizer.atexit = False
             self._built = built

@@ -328,6 +328,7 @@ TELEMETRY_SETTINGS: dict[str, Option] = {
 LOGGER_SETTINGS: dict[str, Option] = {
     "queue_size": POSITIVE_INTEGER,
     "finish_timeout_s": NON_NEGATIVE_NUMBER,
+    "exit_timeout_s": NON_NEGATIVE_NUMBER,
     "key_map": TEXT,
     "run_id": TEXT,
     "resume": FLAG,

@@ -12,6 +12,7 @@ import inspect
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -27,7 +28,9 @@ from ._warn import (
     warn_once,
 )
 from .backends import Backend, BackendFactory, BackendUnavailable, available_backends
+from .backends import worker as _worker
 from .backends.worker import (
+    DEFAULT_EXIT_TIMEOUT_S,
     DEFAULT_QUEUE_SIZE,
     BackendWorker,
     InlineBackend,
@@ -60,7 +63,14 @@ from .telemetry import current
 from .tracing import close_open_scopes, current_step
 from .values import as_step
 
-__all__ = ["DEFAULT_FINISH_TIMEOUT_S", "MAX_FLAT_KEYS", "TRAIN_PREFIXES", "Logger", "flatten"]
+__all__ = [
+    "DEFAULT_EXIT_TIMEOUT_S",
+    "DEFAULT_FINISH_TIMEOUT_S",
+    "MAX_FLAT_KEYS",
+    "TRAIN_PREFIXES",
+    "Logger",
+    "flatten",
+]
 
 #: How long ``Logger.finish()`` waits for queued backends to write what they hold.
 DEFAULT_FINISH_TIMEOUT_S = 30.0
@@ -69,6 +79,7 @@ DEFAULT_FINISH_TIMEOUT_S = 30.0
 SETTING_DEFAULTS: dict[str, Any] = {
     "queue_size": DEFAULT_QUEUE_SIZE,
     "finish_timeout_s": DEFAULT_FINISH_TIMEOUT_S,
+    "exit_timeout_s": DEFAULT_EXIT_TIMEOUT_S,
     "key_map": None,
     "run_id": None,
     "resume": None,
@@ -113,7 +124,8 @@ class Logger:
     Every backend but the inline ones (JSONL, console) writes on a thread of its own behind a
     queue of ``queue_size`` rows (:mod:`rlmetrics.backends.worker`), so a stalled tracker
     costs its own rows, never the loop's time; ``finish()`` waits at most
-    ``finish_timeout_s`` for them.
+    ``finish_timeout_s`` for them. A Logger never finished is finished when the interpreter
+    exits, waiting at most ``exit_timeout_s`` for them (:mod:`rlmetrics.backends.worker`).
 
     ``key_map`` (a name such as ``"trl"``, or a :class:`~rlmetrics.keymaps.KeyMap`) says
     which key a trainer logs is which declared series: the backends still get the trainer's
@@ -154,6 +166,7 @@ class Logger:
         *,
         queue_size: int | None = None,
         finish_timeout_s: float | None = None,
+        exit_timeout_s: float | None = None,
         key_map: str | KeyMap | None = None,
         run_id: str | None = None,
         resume: bool | None = None,
@@ -173,6 +186,7 @@ class Logger:
             {
                 "queue_size": queue_size,
                 "finish_timeout_s": finish_timeout_s,
+                "exit_timeout_s": exit_timeout_s,
                 "key_map": key_map,
                 "run_id": run_id,
                 "resume": resume,
@@ -199,6 +213,7 @@ class Logger:
                 backends,
                 value["queue_size"],
                 value["finish_timeout_s"],
+                value["exit_timeout_s"],
                 value["key_map"],
                 _configured_source(self.settings, "key_map"),
                 _configured_source(self.settings, "run_id")
@@ -229,6 +244,7 @@ class Logger:
         backends: Mapping[str, Mapping[str, Any] | None] | None,
         queue_size: int,
         finish_timeout_s: float,
+        exit_timeout_s: float,
         key_map: str | KeyMap | None,
         key_map_source: str | None,
         identity_source: str | None,
@@ -295,6 +311,7 @@ class Logger:
                     expected=expected,
                 )
         self.finish_timeout_s = finish_timeout_s
+        self.exit_timeout_s = exit_timeout_s
         # Inline backends are called under the lock on the caller's thread; the others are
         # handed to their worker, which queues without blocking.
         self._inline = {n: InlineBackend(n, b) for n, b in self.backends.items() if is_inline(b)}
@@ -310,6 +327,8 @@ class Logger:
         self._finished = False
         if self._ranks is not None:
             self._ranks.bind(self.identity)
+        self._pid = os.getpid()
+        _unfinished.add(self)
         forget_in_child(self)
 
     def _after_fork_in_child(self) -> None:
@@ -467,19 +486,21 @@ class Logger:
             self._release_strict()
         raise_if_strict()
 
-    def _finish(self, timeout_s: float | None) -> bool:
-        """Close everything, once; whether this call did."""
+    def _finish(self, timeout_s: float | None, started: float | None = None) -> bool:
+        """Close everything, once, waiting ``timeout_s`` from ``started`` (default: now);
+        whether this call did."""
         close_open_scopes("still open at Logger.finish()", self)
         with self._lock:
             if self._finished:
                 return False
             self._finished = True
+            _unfinished.discard(self)
             for inline in self._inline.values():
                 inline.finish()
             if self._ranks is not None:
                 self._ranks.finish()
         bound = self.finish_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + bound
+        deadline = (time.monotonic() if started is None else started) + bound
         try:
             for worker in self._workers.values():
                 worker.finish(deadline, bound)
@@ -583,6 +604,33 @@ def _configured_source(settings: Mapping[str, tuple[Any, str]], name: str) -> st
     """The variable or file setting that gave ``name``; None for the call's or the default."""
     source = settings[name][1]
     return None if source in (CALL, DEFAULT) else source
+
+
+#: Every Logger of this process not finished yet (held weakly): the interpreter's exit
+#: finishes them.
+_unfinished: weakref.WeakSet[Logger] = weakref.WeakSet()
+
+
+def _finish_at_exit() -> None:
+    """Finish every Logger that was never finished, when the interpreter exits: its queued
+    backends write what they hold within its ``exit_timeout_s`` (counted from the exit's
+    start), and what they could not write is counted and said. One of threading's exit hooks
+    (:func:`rlmetrics.backends.worker.at_exit`): it runs before telemetry's own exit shutdown,
+    an ``atexit`` handler, so what it counts and what a step it closes delivers is still
+    exported. Never raises."""
+    loggers = [lg for lg in list(_unfinished) if lg._pid == os.getpid()]
+    bound = max((lg.exit_timeout_s for lg in loggers), default=DEFAULT_EXIT_TIMEOUT_S)
+    deadline, bound = _worker.begin_exit(bound)
+    started = deadline - bound
+    for logger in loggers:
+        try:
+            if logger._finish(logger.exit_timeout_s, started) and logger._strict:
+                release_strict()
+        except BaseException:  # an interrupt during the wait: what was left is said
+            warn_once("logger:exit", "rlmetrics: finishing a Logger at exit failed")
+
+
+_worker.at_exit(_finish_at_exit)
 
 
 def _identity(run_id: str | None, resume: bool | None) -> RunIdentity:

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import math
+import threading
 
-from rlmetrics.backends import as_step, full_key
+import pytest
+
+from rlmetrics.backends import BackendUnavailable, as_step, full_key, start_within
 
 
 def test_full_key_leaves_axis_keys_unprefixed() -> None:
@@ -21,3 +24,28 @@ def test_as_step_takes_finite_numbers_only() -> None:
 
     assert [as_step(v) for v in (3, 3.0, Scalar())] == [3, 3, 7]
     assert [as_step(v) for v in (None, True, "3", math.nan, math.inf)] == [None] * 5
+
+
+def test_start_within_gives_up_at_its_bound_and_ends_what_starts_late() -> None:
+    """A tracker's connection that hangs costs the caller the bound, then a one-line
+    ``BackendUnavailable``; if it does connect later, what it made is handed to ``abandon``."""
+    release = threading.Event()
+    abandoned: list[str] = []
+    ended = threading.Event()
+
+    def connect() -> str:
+        release.wait(30)
+        return "run-1"
+
+    def abandon(run: str) -> None:
+        abandoned.append(run)
+        ended.set()
+
+    with pytest.raises(BackendUnavailable, match=r"the server at x did not answer within 0\.1 s"):
+        start_within(connect, 0.1, "the server at x", abandon=abandon)
+    release.set()
+    assert ended.wait(10) and abandoned == ["run-1"]
+    # In time: its result, or its own exception, is the caller's.
+    assert start_within(lambda: 7, 10, "x") == 7
+    with pytest.raises(ZeroDivisionError):
+        start_within(lambda: 1 // 0, 10, "x")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import logging
 import math
@@ -8,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rlmetrics
 from rlmetrics.backends.jsonl import JsonlBackend, read_jsonl, to_json_value
+from rlmetrics.testing.disks import DEV_FULL, MountRefused, small_tmpfs
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -284,3 +289,45 @@ def test_a_jsonl_path_that_cannot_be_written_is_one_line_naming_it_and_the_remed
     assert str(path) in message and "choose a writable file path" in message
     # The traceback stays recoverable at DEBUG.
     assert any(r.exc_info for r in caplog.records if r.levelno == logging.DEBUG)
+
+
+# -- a full disk: one line per cause, mid-run and at finish, never a traceback ---------------
+
+
+def _full_disk_paths(tmp_path: Path) -> Iterator[Path]:
+    """``/dev/full``, then a file on a 64 KB tmpfs the test fills (skipped where mounting is
+    not permitted; CI runs as root)."""
+    yield DEV_FULL
+    try:
+        with small_tmpfs(tmp_path / "disk") as disk:
+            filler = disk / "filler"
+            with contextlib.suppress(OSError), filler.open("wb") as handle:
+                handle.write(b"x" * (1 << 20))  # the disk is full once this fails
+            yield disk / "metrics.jsonl"
+    except MountRefused as refused:
+        pytest.skip(str(refused))
+
+
+@pytest.mark.parametrize("where", ["dev-full", "tmpfs"])
+def test_a_full_disk_is_one_line_at_each_call_and_at_finish(
+    where: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rows a full disk refuses are counted and said in one line naming the error, and so is
+    the close at ``finish()`` (which flushes what the disk refused): no traceback anywhere."""
+    paths = _full_disk_paths(tmp_path)
+    path = next(paths) if where == "dev-full" else next(itertools.islice(paths, 1, None))
+    try:
+        with caplog.at_level(logging.DEBUG, logger="rlmetrics"):
+            logger = rlmetrics.Logger(backends={"jsonl": {"path": path}})
+            for step in range(3):
+                logger.log_metrics({"loss": 1.0}, step=step)
+            logger.finish()
+    finally:
+        paths.close()
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert all(r.exc_info is None for r in said), caplog.text  # tracebacks at DEBUG only
+    assert "No space left on device" in said[0].getMessage()
+    assert any(
+        "failed to finish" in r.getMessage() and "No space left" in r.getMessage() for r in said
+    ), caplog.text
+    assert any("3 of 3 rows failed to write" in r.getMessage() for r in said), caplog.text

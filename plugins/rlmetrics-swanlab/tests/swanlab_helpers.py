@@ -34,8 +34,9 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def scalars(run_dir: Path, key: str) -> list[tuple[int, float]]:
+    # MessageToDict leaves out a field at its default: step 0, the number 0.0.
     return [
-        (int(r["scalar"]["step"]), r["scalar"]["value"]["number"])
+        (int(r["scalar"].get("step", 0)), r["scalar"]["value"].get("number", 0.0))
         for r in records(run_dir)
         if "scalar" in r and r["scalar"]["key"] == key
     ]

@@ -11,6 +11,7 @@ from wandb_helpers import read_run
 import rlmetrics
 from rlmetrics.events import STEP_KEY
 from rlmetrics.identity import RunIdentity
+from rlmetrics.testing import reset_process_state
 
 
 def _logger(tmp_path: Path, **options: object) -> rlmetrics.Logger:
@@ -73,3 +74,22 @@ def test_the_run_id_is_the_wandb_run_id_and_a_resumed_run_continues_it(tmp_path:
     steps = [[row[STEP_KEY] for row in log.history] for log in logs]
     assert steps == [list(range(1, 11)), list(range(11, 21))]
     assert resumed.backends["wandb"].run.settings.resume == "allow"
+
+
+def test_a_run_an_earlier_test_left_running_is_finished_by_the_state_reset(
+    tmp_path: Path,
+) -> None:
+    """A Logger never finished (or whose finish ran out of time) leaves W&B's active run set,
+    and W&B's default reinit policy hands that run to the next ``wandb.init``: the next test's
+    backend then logs into the earlier test's run (its sample table beside the other's rows).
+    The process-state reset between tests finishes the runs the backend started."""
+    earlier = _logger(tmp_path / "earlier")
+    earlier.log_metrics({"loss": 1.0}, step=1, prefix="train")
+    reset_process_state()  # what isolated_state() runs between two tests
+    logger = _logger(tmp_path / "next")
+    backend = logger.backends["wandb"]
+    assert backend.run is not earlier.backends["wandb"].run
+    logger.log_metrics({"loss": 2.0}, step=5, prefix="train")
+    logger.finish()
+    earlier.finish()  # its run is finished already: nothing more to do
+    assert [row[STEP_KEY] for row in read_run(backend.transaction_log).history] == [5]

@@ -13,8 +13,10 @@ and whether this process resumes it).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..events import STEP_KEY, WALL_TIME_KEY
 from ..hooks import collect_offers
@@ -31,7 +33,10 @@ __all__ = [
     "as_step",
     "available_backends",
     "full_key",
+    "start_within",
 ]
+
+_T = TypeVar("_T")
 
 #: Axis keys are logged as they are, never under the dict's prefix, so a tracker can bind
 #: a prefix's series to them.
@@ -97,3 +102,50 @@ def available_backends(plugins: Plugins | None = None) -> dict[str, tuple[str, B
     """``{name: (offering plugin, factory)}`` from every plugin's ``register_backends``."""
     plugins = plugins or get_plugins()
     return collect_offers("backend", plugins.hooks.register_backends, plugins)
+
+
+def start_within(
+    start: Callable[[], _T],
+    timeout_s: float,
+    what: str,
+    abandon: Callable[[_T], None] | None = None,
+) -> _T:
+    """``start()`` (a tracker's connection: create its run, reach its server) on a thread of
+    its own, waited for at most ``timeout_s``: a server that never answers costs the caller
+    that bound, whatever the tracker's own timeouts and retries do. Its result or its
+    exception is the caller's; past the bound, :class:`BackendUnavailable` saying that
+    ``what`` did not answer (the Logger then skips the backend in one line). The thread is
+    left to end on its own; should ``start`` still succeed, ``abandon`` gets what it returned
+    (to end a run nobody will write to)."""
+    lock = threading.Lock()
+    outcome: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            result = start()
+        except BaseException as exc:  # handed to the caller below
+            with lock:
+                outcome["error"] = exc
+            finished.set()
+            return
+        with lock:
+            late = "gave-up" in outcome
+            outcome["result"] = result
+        finished.set()
+        if late and abandon is not None:
+            # A best effort for a backend already reported as skipped.
+            with contextlib.suppress(Exception):
+                abandon(result)
+
+    threading.Thread(target=run, name="rlmetrics-backend-start", daemon=True).start()
+    finished.wait(timeout_s)
+    with lock:
+        if "error" in outcome:
+            raise outcome["error"]
+        if "result" in outcome:
+            return outcome["result"]  # type: ignore[no-any-return]
+        outcome["gave-up"] = True
+    raise BackendUnavailable(
+        f"{what} did not answer within {timeout_s:.1f} s (the backend's connect_timeout_s)"
+    )

@@ -7,6 +7,14 @@ a training step must not wait for them. So the Logger hands each row to a
 own thread, or, when the queue is full because the backend is not keeping up, dropped and
 counted, reported once. ``finish()`` waits a bounded time and says what did not make it.
 
+A Logger that is never finished is finished when the interpreter exits (the end of the script,
+``sys.exit``, an uncaught exception, a SIGTERM a Python handler turns into ``SystemExit``):
+every queued backend writes what it holds within ``Logger(exit_timeout_s=)``, and what it could
+not write in that bound is counted and said. The drain is one of threading's exit hooks, not an
+``atexit`` handler: those run only after every ``atexit`` handler a tracker registered when it
+was imported after rlmetrics (tensorboardX closes its event files there, MLflow ends its
+fluent run), and rows drained after them would reach a closed writer.
+
 Backends that never block and must be durable when the call returns (the local JSONL file,
 the console) declare ``inline = True`` and are called on the caller's thread instead.
 
@@ -29,16 +37,21 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from .._process_state import resets_process_state
 from .._warn import describe_value, logger, warn_once
 from ..flatten import key_text
 from ..values import as_plain, readable_items
 from . import BackendUnavailable
 
 __all__ = [
+    "DEFAULT_EXIT_TIMEOUT_S",
     "DEFAULT_QUEUE_SIZE",
     "MAX_SNAPSHOT_DEPTH",
     "BackendWorker",
     "InlineBackend",
+    "at_exit",
+    "begin_exit",
+    "drain_at_exit",
     "is_inline",
     "live_backends",
     "snapshot",
@@ -46,6 +59,11 @@ __all__ = [
 
 #: Rows a backend may fall behind before further rows for it are dropped.
 DEFAULT_QUEUE_SIZE = 10_000
+#: How long the interpreter's exit waits for queued backends to write what they hold
+#: (``Logger(exit_timeout_s=)``). A SIGTERM leaves a job a grace period before SIGKILL
+#: (Kubernetes' default 30 s, SLURM's KillWait 30 s), which telemetry's own shutdown (5 s) and
+#: the trackers' exit handlers share.
+DEFAULT_EXIT_TIMEOUT_S = 10.0
 
 _FINISH = object()
 
@@ -134,16 +152,26 @@ def _plain_container(value: Any) -> bool:
 # long as its Logger).
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
 
-#: Called with ``(backend name, "dropped" or "failed")`` each time a backend loses a row; the
-#: ``pipeline`` family sets it to count the loss as ``rlmetrics.backend.*`` while telemetry runs.
-loss_listener: Callable[[str, str], None] | None = None
+#: Called with ``(backend name, "dropped" or "failed", rows)`` each time a backend loses rows
+#: (rows it could not write by its finish bound count as dropped); the ``pipeline`` family sets
+#: it to count the loss as ``rlmetrics.backend.*`` while telemetry runs.
+loss_listener: Callable[[str, str, int], None] | None = None
+
+#: ``(deadline, bound)`` once the interpreter is exiting: no backend's finish waits past it.
+_exiting: tuple[float, float] | None = None
 
 
-def _lose(name: str, reason: str) -> None:
+@resets_process_state
+def _not_exiting() -> None:
+    global _exiting
+    _exiting = None
+
+
+def _lose(name: str, reason: str, rows: int = 1) -> None:
     listener = loss_listener
     if listener is not None:
         try:
-            listener(name, reason)
+            listener(name, reason, rows)
         except Exception:
             warn_once("backend:loss-listener", "rlmetrics: counting a backend's lost row failed")
 
@@ -173,22 +201,32 @@ def _lost(rows: int, failed: int, dropped: int) -> list[str]:
 def _report_failure(name: str) -> None:
     """Report the exception being handled: a condition of the world (a full disk, a store
     that went away) in one line naming it, anything else with its traceback."""
-    error = sys.exc_info()[1]
-    expected = isinstance(error, (OSError, BackendUnavailable))
+    expected, text = _condition()
     warn_once(
         f"backend:{name}:log",
-        f"rlmetrics: backend {name!r} failed to log a step"
-        + (f" ({type(error).__name__}: {error})" if expected else "")
-        + "; the other backends and telemetry still got it. Its later failures are counted "
-        "and reported when the Logger finishes",
+        f"rlmetrics: backend {name!r} failed to log a step{text}; the other backends and "
+        "telemetry still got it. Its later failures are counted and reported when the Logger "
+        "finishes",
         expected=expected,
     )
 
 
+def _condition() -> tuple[bool, str]:
+    """Whether the exception being handled is a condition of the world (a full disk, a store
+    that went away: ``OSError``, :class:`BackendUnavailable`), and if so the text that names
+    it, for a one-line report; anything else is a bug, reported with its traceback."""
+    error = sys.exc_info()[1]
+    if isinstance(error, (OSError, BackendUnavailable)):
+        return True, f" ({type(error).__name__}: {error})"
+    return False, ""
+
+
 def _report_method_failure(name: str, method: str) -> None:
+    expected, text = _condition()
     warn_once(
         f"backend:{name}:{method}",
-        f"rlmetrics: backend {name!r} failed in {method}; the other backends still got it",
+        f"rlmetrics: backend {name!r} failed in {method}{text}; the other backends still got it",
+        expected=expected,
     )
 
 
@@ -196,7 +234,12 @@ def _finish(name: str, backend: Any) -> None:
     try:
         backend.finish()
     except Exception:
-        warn_once(f"backend:{name}:finish", f"rlmetrics: backend {name!r} failed to finish")
+        expected, text = _condition()
+        warn_once(
+            f"backend:{name}:finish",
+            f"rlmetrics: backend {name!r} failed to finish{text}",
+            expected=expected,
+        )
 
 
 class InlineBackend:
@@ -247,6 +290,7 @@ class BackendWorker:
         self.failed = 0
         self.dropped = 0
         self._said = False  # what it did not write has been reported
+        self._finishing = False  # finish() was called: the finish marker is queued or due
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self._pid = os.getpid()
         self._thread = threading.Thread(
@@ -271,6 +315,7 @@ class BackendWorker:
         self._said = True
         unwritten = self.unwritten()
         if unwritten:
+            _lose(self.name, "dropped", unwritten)
             lost = _lost(self.rows, self.failed, self.dropped)
             logger.warning(
                 "rlmetrics: backend %r: %s: %d rows not written%s",
@@ -316,25 +361,37 @@ class BackendWorker:
 
     def finish(self, deadline: float, timeout_s: float) -> None:
         """Write what is queued, then finish the backend, waiting until ``deadline``
-        (``time.monotonic()``, ``timeout_s`` after the Logger's finish began); report what was
-        dropped, failed or left unwritten."""
-        if os.getpid() != self._pid:
+        (``time.monotonic()``, ``timeout_s`` after the Logger's finish began; never past the
+        interpreter's exit bound); report what was dropped, failed or left unwritten, once.
+        Rows left unwritten are counted as dropped."""
+        if os.getpid() != self._pid or self._finishing:
             return
+        self._finishing = True
+        exiting = _exiting
+        why = ""
+        if exiting is not None:
+            why = "the process is exiting without Logger.finish(): "
+            if exiting[0] < deadline:
+                deadline, timeout_s = exiting
         with contextlib.suppress(queue.Full):  # a full queue: the join below reports it
             self._queue.put(_FINISH, timeout=max(0.0, deadline - time.monotonic()))
         self._thread.join(max(0.0, deadline - time.monotonic()))
         lost = _lost(self.rows, self.failed, self.dropped)
         self._said = True
         if self._thread.is_alive():
+            unwritten = self.unwritten()
+            if unwritten:
+                _lose(self.name, "dropped", unwritten)
             logger.warning(
-                "rlmetrics: backend %r did not finish within %.1f s: %d queued rows not written%s",
+                "rlmetrics: %sbackend %r did not finish within %.1f s: %d rows not written%s",
+                why,
                 self.name,
                 timeout_s,
-                self._queue.qsize(),
+                unwritten,
                 "".join(f", {phrase}" for phrase in lost),
             )
         elif lost:
-            logger.warning("rlmetrics: backend %r finished; %s", self.name, ", ".join(lost))
+            logger.warning("rlmetrics: %sbackend %r finished; %s", why, self.name, ", ".join(lost))
 
     # -- the backend's thread ------------------------------------------------------------
 
@@ -357,13 +414,44 @@ class BackendWorker:
                     _report_method_failure(self.name, method)
 
 
-@atexit.register
-def _say_what_exiting_loses() -> None:
-    """On every exit that runs Python (``sys.exit`` from a SIGTERM handler, the end of the
-    script) while a queued backend still holds rows, say so: its thread is a daemon that dies
-    with the process."""
-    for runner in live_backends():
-        if isinstance(runner, BackendWorker):
-            runner.say_unwritten(
-                "the process is exiting before Logger.finish() wrote what it holds"
-            )
+def at_exit(function: Callable[[], None]) -> None:
+    """Run ``function`` when the interpreter exits, before every ``atexit`` handler and while
+    every thread still runs (see the module's docstring): one of threading's exit hooks, which
+    ``concurrent.futures`` uses for the same reason; a plain ``atexit`` handler where the
+    interpreter has no such hook."""
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if callable(register):
+            register(function)
+            return
+    except RuntimeError:  # imported while the interpreter already shuts threads down
+        pass
+    atexit.register(function)
+
+
+def begin_exit(bound: float) -> tuple[float, float]:
+    """Mark the process as exiting: from now on no backend's finish waits more than ``bound``
+    seconds from now. The first call's bound holds; returns ``(deadline, bound)``."""
+    global _exiting
+    if _exiting is None:
+        _exiting = (time.monotonic() + bound, bound)
+    return _exiting
+
+
+def drain_at_exit() -> None:
+    """Finish every queued backend of this process not finished yet, within the exit's bound
+    (:func:`begin_exit`), and say what each did not write. The Logger's own exit hook has
+    finished every unfinished Logger first; this finishes the rest (the backends of a Logger
+    no longer referenced, the JSONL samples file of one). Never raises: an interrupt (a second
+    SIGTERM) only cuts the wait short."""
+    deadline, bound = begin_exit(DEFAULT_EXIT_TIMEOUT_S)
+    runners = [r for r in live_backends() if isinstance(r, BackendWorker)]
+    try:
+        for runner in runners:
+            runner.finish(deadline, bound)
+    except BaseException as exc:  # nobody is left to raise into
+        for runner in runners:
+            runner.say_unwritten(f"the exit's wait was interrupted ({type(exc).__name__})")
+
+
+at_exit(drain_at_exit)

@@ -9,7 +9,8 @@ visible where the alerts can see them:
   (``success``, ``failure``). A failed OTLP export is counted here even while the collector it
   failed to reach is down, so a Prometheus scrape of the same process shows it.
 - ``rlmetrics.backend.dropped``: rows a queued backend (W&B, MLflow…) dropped because it did
-  not keep up, by ``rlmetrics.backend``.
+  not keep up (its queue was full, or its finish bound passed before it wrote them), by
+  ``rlmetrics.backend``.
 - ``rlmetrics.backend.failed``: rows a backend raised on, by ``rlmetrics.backend``.
 
 Each is counted when it happens, so a run whose pipeline loses nothing (and that has no push
@@ -89,8 +90,8 @@ def _exported(name: str, succeeded: bool) -> None:
     record(GROUP, {EXPORTS: 1}, {EXPORTER_ATTR: name, OUTCOME_ATTR: outcome})
 
 
-def _lost(name: str, reason: str) -> None:
-    record(GROUP, {_LOST[reason]: 1}, {BACKEND_ATTR: name})
+def _lost(name: str, reason: str, rows: int) -> None:
+    record(GROUP, {_LOST[reason]: rows}, {BACKEND_ATTR: name})
 
 
 @hookimpl

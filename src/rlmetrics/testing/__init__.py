@@ -21,6 +21,7 @@ from .. import _warn, plugins, registry
 from .._process_state import reset_process_state, resets_process_state
 from ..telemetry import Telemetry, current, start
 from ..tracing._state import reset as reset_tracing
+from .children import run_to_exit
 from .peers import BlackHole, ExpositionServer, OtlpHttpReceiver, OtlpPoint, OtlpReceiver
 from .traces import SpanRecord, in_memory_tracing, span_records
 
@@ -41,6 +42,7 @@ __all__ = [
     "load_hypothesis_profile",
     "points",
     "reset_process_state",
+    "run_to_exit",
     "single",
     "span_records",
     "wait_until",

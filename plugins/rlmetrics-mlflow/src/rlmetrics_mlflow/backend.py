@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import mlflow
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -22,7 +24,7 @@ from mlflow.utils.validation import (
 )
 
 from rlmetrics import describe_value, warn_once
-from rlmetrics.backends import as_step, full_key
+from rlmetrics.backends import as_step, full_key, start_within
 from rlmetrics.hyperparams import flat_hyperparams, to_hyperparams
 from rlmetrics.identity import RUN_ID_ATTR, RunIdentity
 from rlmetrics.samples import columns_of
@@ -30,9 +32,32 @@ from rlmetrics.samples import columns_of
 from .keys import KeyMap
 from .values import Skipped, metric_values
 
-__all__ = ["MlflowBackend"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MlflowBackend"]
 
 _T = TypeVar("_T")
+
+#: How long creating the run may take against a tracking server. MLflow's own defaults
+#: (MLFLOW_HTTP_REQUEST_TIMEOUT 120 s, MLFLOW_HTTP_REQUEST_MAX_RETRIES 7 with backoff) hold a
+#: black-holed server for about 125 s and a refused port for about 251 s; a healthy server
+#: creates a run in well under a second.
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: Tracking-URI schemes of a store on this machine's disk, which no server can stall.
+_LOCAL_SCHEMES = frozenset({"file", "sqlite"})
+
+
+def _is_local(uri: str) -> bool:
+    """Whether ``uri`` names a store on this machine's disk: a ``file:`` or ``sqlite:`` URI or
+    a plain path (``mlruns``); ``databricks`` and every server URI are not."""
+    scheme = urllib.parse.urlparse(uri).scheme.lower()
+    if not scheme:
+        return not uri.lower().startswith(("databricks", "uc"))
+    return scheme in _LOCAL_SCHEMES
+
+
+def _end_abandoned_run(connected: tuple[MlflowClient, str]) -> None:
+    """A run created after its backend gave up on the server: nothing will log to it."""
+    client, run_id = connected
+    client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
 
 
 def _chunks(items: Sequence[_T], size: int) -> Iterable[Sequence[_T]]:
@@ -86,6 +111,10 @@ class MlflowBackend:
     :param identity: the run (given by the Logger): a new MLflow run gets the tag
         ``rlmetrics.run.id``; a resumed one (``resume=True``) continues the run of the
         experiment that carries its id in that tag, if there is one.
+    :param connect_timeout_s: how long creating (or resuming) the run may take against a
+        tracking server (any store but a local sqlite or file one); past it the backend does
+        not start (:class:`~rlmetrics.backends.BackendUnavailable`: the Logger skips it and
+        says so once), whatever MLflow's own timeouts and retries would do.
     """
 
     def __init__(
@@ -98,9 +127,9 @@ class MlflowBackend:
         params: Mapping[str, Any] | None = None,
         artifact_location: str | None = None,
         identity: RunIdentity | None = None,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
-        self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self._keys = KeyMap()
         self._finished = False
         self._last_step = 0
@@ -110,24 +139,63 @@ class MlflowBackend:
         run_tags = self._named(tags or {})
         if identity is not None:
             run_tags.setdefault(RUN_ID_ATTR, identity.run_id)
+
+        def connect() -> tuple[MlflowClient, str]:
+            client = MlflowClient(tracking_uri=self.tracking_uri)
+            return client, self._start_run(
+                client,
+                run_id,
+                experiment_name,
+                run_name,
+                run_tags,
+                params,
+                artifact_location,
+                identity,
+            )
+
+        uri = self.tracking_uri or mlflow.get_tracking_uri()
+        if _is_local(uri):
+            self.client, self.run_id = connect()  # a local store: disk work that ends
+        else:
+            self.client, self.run_id = start_within(
+                connect,
+                connect_timeout_s,
+                f"the MLflow tracking server at {uri}",
+                abandon=_end_abandoned_run,
+            )
+
+    def _start_run(
+        self,
+        client: MlflowClient,
+        run_id: str | None,
+        experiment_name: str | None,
+        run_name: str | None,
+        run_tags: dict[str, str],
+        params: Mapping[str, Any] | None,
+        artifact_location: str | None,
+        identity: RunIdentity | None,
+    ) -> str:
+        """Create (or resume) the run in the store; its id."""
+        self.client = client
         experiment_id: str | None = None
         if run_id is None and identity is not None and identity.resume:
             experiment_id = self._experiment_id(experiment_name, artifact_location)
             run_id = self._tagged_run(experiment_id, identity.run_id)
         if run_id is not None:
-            self.run_id = self.client.get_run(run_id).info.run_id
-            self.client.update_run(self.run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+            self.run_id = client.get_run(run_id).info.run_id
+            client.update_run(self.run_id, status=RunStatus.to_string(RunStatus.RUNNING))
             initial_tags = [RunTag(k, v) for k, v in run_tags.items()]
         else:
             if experiment_id is None:
                 experiment_id = self._experiment_id(experiment_name, artifact_location)
-            run = self.client.create_run(experiment_id, tags=run_tags, run_name=run_name)
+            run = client.create_run(experiment_id, tags=run_tags, run_name=run_name)
             self.run_id = run.info.run_id
             initial_tags = []
         if params:
             self.log_hyperparams(to_hyperparams(params))
         for tag_chunk in _chunks(initial_tags, MAX_PARAMS_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, tags=tag_chunk, synchronous=True)
+            client.log_batch(self.run_id, tags=tag_chunk, synchronous=True)
+        return self.run_id
 
     def _tagged_run(self, experiment_id: str, run_id: str) -> str | None:
         """The latest run of the experiment tagged with ``run_id``, to resume; None (said)

@@ -9,6 +9,14 @@ for a key at a step it already has is dropped by SwanLab, so the backend says so
 * strings → ``swanlab.Text`` at the step;
 * ``None`` → skipped silently; lists and any other value → skipped, one warning per kind (SwanLab
   has no histogram of a plain list; the JSONL backend keeps them).
+
+SwanLab writes a run's records and media later, on a thread of its own, and a write it cannot
+make is never seen by its caller: on a full disk it retries each media folder for seconds and
+logs tracebacks, and a deleted run folder is written into a file no longer on disk. So before
+it hands SwanLab a row, the backend checks that the run's folder is still there and that its
+disk has at least :data:`MIN_FREE_BYTES` free (room for what SwanLab still holds). When either
+fails, that row and every later one are counted as failed at once (one line says why) and the
+backend hands SwanLab nothing more.
 """
 
 from __future__ import annotations
@@ -22,12 +30,15 @@ from typing import Any
 import swanlab
 
 from rlmetrics import as_plain, as_real, describe_value, warn_once
-from rlmetrics.backends import as_step, full_key
+from rlmetrics.backends import BackendUnavailable, as_step, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs
 from rlmetrics.samples import columns_of
 
-__all__ = ["REFUSED_ID_CHARACTERS", "SwanLabBackend"]
+__all__ = ["MIN_FREE_BYTES", "REFUSED_ID_CHARACTERS", "SwanLabBackend"]
+
+#: Free space the run folder's disk must have for the backend to hand SwanLab another row.
+MIN_FREE_BYTES = 1 << 20
 
 #: What SwanLab refuses in a run id (its settings' pattern, besides control characters).
 REFUSED_ID_CHARACTERS = '<>:"/\\|?*#%'
@@ -112,6 +123,7 @@ class SwanLabBackend:
         run: Any = None,
     ) -> None:
         self._finished = False
+        self._broken: str | None = None
         self._last_step: dict[str, int] = {}
         self._step = 0
         if run is None and swanlab.has_run():
@@ -147,6 +159,28 @@ class SwanLabBackend:
         """The run's local folder (``files/config.yaml``, ``media/``, the record log)."""
         return Path(self.run.dir)
 
+    def _check_writable(self) -> None:
+        """Raise :class:`BackendUnavailable` if SwanLab could not write another row: the run
+        folder was deleted, or its disk is (nearly) full; from then on at once, every time."""
+        if self._broken is None:
+            folder = self.run_dir
+            try:
+                disk = os.statvfs(folder)
+                free = disk.f_bavail * disk.f_frsize
+            except OSError as exc:
+                self._broken = f"SwanLab's run folder {folder} is gone ({exc.strerror or exc})"
+            else:
+                if free < MIN_FREE_BYTES:
+                    self._broken = (
+                        f"the disk holding SwanLab's run folder {folder} has {free} bytes free "
+                        f"(less than {MIN_FREE_BYTES})"
+                    )
+        if self._broken is not None:
+            raise BackendUnavailable(
+                f"{self._broken}; this backend hands SwanLab nothing more in this run (the "
+                "other backends go on)"
+            )
+
     def _number(self, step: Any) -> int:
         number = as_step(step)
         if number is None:
@@ -160,6 +194,7 @@ class SwanLabBackend:
         return number
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        self._check_writable()
         number = self._number(step)
         row: dict[str, Any] = {}
         for key, value in metrics.items():
@@ -194,6 +229,7 @@ class SwanLabBackend:
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """One ``swanlab.Text`` per row under ``name`` (its columns as ``column: value``
         paragraphs, the reward as its caption)."""
+        self._check_writable()
         columns = columns_of(rows)
         self.run.log({name: [_sample_text(row, columns) for row in rows]}, step=self._number(step))
 

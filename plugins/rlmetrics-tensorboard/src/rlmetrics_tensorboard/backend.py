@@ -1,4 +1,8 @@
-"""The TensorBoard backend: event files written by tensorboardX, one log folder per run.
+"""The TensorBoard backend: event files, one log folder per run.
+
+Events are built with tensorboardX's summaries and written synchronously on the backend's own
+thread (:mod:`.eventfile`): a write the disk refuses, or a log folder deleted mid-run, is
+counted as the row's failure and said once, and the backend then stops writing at once.
 
 Each logged dict becomes scalars (text, histograms) at the trainer step, stamped with the time
 it is written (a queued row waits well under a millisecond unless the writer falls behind), or
@@ -20,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tensorboardX import SummaryWriter
+from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.proto.summary_pb2 import Summary
-from tensorboardX.summary import hparams
+from tensorboardX.summary import histogram, hparams, text
 
 from rlmetrics import describe_value, warn_once
 from rlmetrics.backends import as_step, full_key
@@ -31,6 +35,7 @@ from rlmetrics.hyperparams import flat_hyperparams
 from rlmetrics.identity import RunIdentity, new_run_id
 from rlmetrics.samples import columns_of, markdown_table
 
+from .eventfile import EventFile
 from .values import HISTOGRAM, SCALAR, TEXT, tensorboard_value
 
 __all__ = ["HPARAMS_FOLDER", "TensorBoardBackend"]
@@ -57,6 +62,18 @@ def _hparam_value(value: Any, texts: list[str], key: str) -> bool | int | float 
     return str(value)
 
 
+def _default_bins() -> list[float]:
+    """The histogram bins tensorboardX's ``add_histogram`` uses (TensorFlow's defaults)."""
+    value, positive = 1e-12, []
+    while value < 1e20:
+        positive.append(value)
+        value *= 1.1
+    return [-v for v in reversed(positive)] + [0.0] + positive
+
+
+_BINS = _default_bins()
+
+
 def _unique_suffix() -> str:
     """An event file's name ends in its writer's start second and host: two writers started
     in one second (a quick restart) would write one file. Nanoseconds keep them apart, in the
@@ -70,7 +87,8 @@ class TensorBoardBackend:
     :param log_dir: the run's folder; default ``<root_dir>/<run id>``.
     :param root_dir: where run folders go when ``log_dir`` is not given (point TensorBoard at
         it: ``tensorboard --logdir runs``); default ``runs``.
-    :param flush_secs: how often tensorboardX flushes to disk (its default is 120 s).
+    :param flush_secs: how often the event file is fsynced (each row reaches the OS when it
+        is written).
     :param identity: the run (given by the Logger): its id names the folder, and a resumed
         run continues it.
     """
@@ -86,25 +104,20 @@ class TensorBoardBackend:
         self.log_dir = Path(root_dir) / self.identity.run_id if log_dir is None else Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.flush_secs = flush_secs
-        self._writer: SummaryWriter | None = None
+        self._file: EventFile | None = None
         self._lock = threading.Lock()
         self._last_step = 0
         self._finished = False
 
-    def _open(self, step: int | None) -> SummaryWriter:
-        """The run's writer, opened at the first write. A resumed run's first write marks a
-        restart at its step (see the module's docstring)."""
+    def _open(self, step: int | None) -> EventFile:
+        """The run's event file, opened at the first write. A resumed run's first write marks
+        a restart at its step (see the module's docstring)."""
         if self._finished:
             raise ValueError(f"TensorBoard backend {self.log_dir} is finished")
-        if self._writer is None:
+        if self._file is None:
             purge = step if self.identity.resume and step is not None else None
-            self._writer = SummaryWriter(
-                logdir=str(self.log_dir),
-                flush_secs=self.flush_secs,
-                purge_step=purge,
-                filename_suffix=_unique_suffix(),
-            )
-        return self._writer
+            self._file = EventFile(self.log_dir, _unique_suffix(), self.flush_secs, purge)
+        return self._file
 
     def _step(self, step: Any) -> int:
         number = as_step(step)
@@ -123,7 +136,8 @@ class TensorBoardBackend:
         wall = metrics.get(WALL_TIME_KEY)
         walltime = float(wall) if isinstance(wall, (int, float)) else time.time()
         with self._lock:
-            writer = self._open(number)
+            file = self._open(number)
+            events: list[Event] = []
             scalars: list[Summary.Value] = []
             for key, value in metrics.items():
                 if key in (STEP_KEY, WALL_TIME_KEY):
@@ -133,9 +147,9 @@ class TensorBoardBackend:
                 if kind == SCALAR:
                     scalars.append(Summary.Value(tag=tag, simple_value=payload))
                 elif kind == TEXT:
-                    writer.add_text(tag, payload, number, walltime=walltime)
+                    events.append(_event(text(tag, payload), number, walltime))
                 elif kind == HISTOGRAM:
-                    writer.add_histogram(tag, payload, number, walltime=walltime)
+                    events.append(_event(histogram(tag, payload, _BINS), number, walltime))
                 elif payload is not None:
                     warn_once(
                         f"tensorboard:skip:{payload}",
@@ -143,10 +157,12 @@ class TensorBoardBackend:
                         "show; it is skipped (the JSONL backend keeps it)",
                     )
             if scalars:
-                # The dict's scalars as one event, written as add_scalar writes each (a float32
+                # The dict's scalars as one event, as add_scalar writes each (a float32
                 # simple_value) but without its NaN check, which logs a warning per value: a
                 # diverging loss would say so on every step.
-                writer.file_writer.add_summary(Summary(value=scalars), number, walltime)
+                events.insert(0, _event(Summary(value=scalars), number, walltime))
+            if events:
+                file.write(events)  # the dict's events in one write: all of them or the error
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """The configuration, flattened with ``/``, as an hparams session in
@@ -164,22 +180,34 @@ class TensorBoardBackend:
             )
         experiment, start, end = hparams(flat, {})
         folder = str(self.log_dir / HPARAMS_FOLDER)
-        with self._lock, SummaryWriter(logdir=folder, filename_suffix=_unique_suffix()) as writer:
-            for summary in (experiment, start, end):
-                writer.file_writer.add_summary(summary)
+        with self._lock:
+            file = EventFile(Path(folder), _unique_suffix(), self.flush_secs)
+            try:
+                file.write(
+                    _event(summary, None, time.time()) for summary in (experiment, start, end)
+                )
+            finally:
+                file.close()
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """The rows as one Markdown table under the tag ``name`` (the Text dashboard)."""
         number = self._step(step)
-        text = markdown_table(rows, columns_of(rows))
+        table = markdown_table(rows, columns_of(rows))
         with self._lock:
-            self._open(number).add_text(name, text, number)
+            self._open(number).write([_event(text(name, table), number, time.time())])
 
     def finish(self) -> None:
-        """Flush and close the event file, once."""
+        """fsync and close the event file, once."""
         with self._lock:
             if self._finished:
                 return
             self._finished = True
-            if self._writer is not None:
-                self._writer.close()
+            if self._file is not None:
+                self._file.close()
+
+
+def _event(summary: Summary, step: int | None, walltime: float) -> Event:
+    event = Event(summary=summary, wall_time=walltime)
+    if step is not None:
+        event.step = step
+    return event

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import wandb
 
-from rlmetrics import describe_value, warn_once
+from rlmetrics import describe_value, resets_process_state, warn_once
 from rlmetrics.backends import as_step, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs
@@ -22,6 +23,22 @@ __all__ = ["REFUSED_ID_CHARACTERS", "WandbBackend"]
 
 #: What W&B refuses in a run id.
 REFUSED_ID_CHARACTERS = "/\\#?%:"
+
+# Every backend that started a W&B run of its own, held weakly: see _finish_leftover_runs.
+_started: weakref.WeakSet[WandbBackend] = weakref.WeakSet()
+
+
+@resets_process_state
+def _finish_leftover_runs() -> None:
+    """Finish the W&B runs backends started and nobody finished (a Logger never finished, a
+    finish that ran out of time). W&B keeps one active run per process and its default reinit
+    policy hands it to the next ``wandb.init``: the next test's backend would log into an
+    earlier test's run."""
+    for backend in list(_started):
+        try:
+            backend.finish()
+        except Exception:
+            warn_once("wandb:reset", "rlmetrics-wandb: finishing a leftover W&B run failed")
 
 
 class WandbBackend:
@@ -82,6 +99,8 @@ class WandbBackend:
             # With W&B's default reinit policy, init returns the script's own active run:
             # log into it, but leave finishing it to the script.
             self._owns_run = self.run is not previous
+            if self._owns_run:
+                _started.add(self)
         self.axes = StepAxes(self.run.define_metric)
 
     @property
@@ -160,5 +179,6 @@ class WandbBackend:
         if self._finished:
             return
         self._finished = True
+        _started.discard(self)
         if self._owns_run:
             self.run.finish()

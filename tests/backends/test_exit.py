@@ -1,0 +1,131 @@
+"""A Logger that is never finished loses nothing already logged: at interpreter exit (the end
+of the script, ``sys.exit``, an uncaught exception, a SIGTERM that a Python handler turns into
+``SystemExit``) every queued backend writes what it holds within ``exit_timeout_s``, and only
+what it could not write in that bound is counted and said.
+
+Each case is a real child process running a tiny script with a slow third-party backend,
+registered in the child like any plugin: it writes each row to a file after a pause, as a
+remote tracker would, so rows are still queued when the script ends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rlmetrics
+from rlmetrics.testing import in_memory_telemetry, points, run_to_exit
+
+logger_module = importlib.import_module("rlmetrics.logger")
+
+_SCRIPT = """
+import json, logging, signal, sys, threading
+import rlmetrics
+from rlmetrics.plugins import register
+
+PAUSE = threading.Event()
+
+class Slow:
+    # A tracker whose writes take a while: each row reaches the file after a pause.
+    def __init__(self, path, stall=False):
+        self.path, self.stall = path, stall
+
+    def log_metrics(self, metrics, step, prefix):
+        PAUSE.wait(None if self.stall else 0.3)
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\\n")
+
+    def finish(self):
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"finished": True}) + "\\n")
+
+class Offers:
+    @rlmetrics.hookimpl
+    def register_backends(self, register):
+        register("slow", Slow)
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+register(Offers(), "offers")
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+how, path, stall = sys.argv[1], sys.argv[2], sys.argv[3] == "stall"
+logger = rlmetrics.Logger(
+    backends={"slow": {"path": path, "stall": stall}}, exit_timeout_s=float(sys.argv[4])
+)
+for step in range(3):
+    logger.log_metrics({"loss": float(step)}, step=step)
+if how == "exit":
+    sys.exit(3)
+if how == "raise":
+    raise RuntimeError("the loop died")
+if how == "sigterm":
+    print("ready", flush=True)
+    threading.Event().wait()  # still training when the signal comes
+"""
+
+#: Each exit path, and the exit status Python gives it.
+EXITS = {"end": 0, "exit": 3, "raise": 1, "sigterm": 143}
+
+
+def _run(how: str, path: Path, *, stall: bool = False, exit_timeout_s: float = 10.0) -> str:
+    """Run the script to its exit; its stderr."""
+    args = (how, str(path), "stall" if stall else "-", str(exit_timeout_s))
+    status, err = run_to_exit(_SCRIPT, args, sigterm_when_ready=how == "sigterm")
+    assert status == EXITS[how], err
+    return err
+
+
+def _rows(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("how", sorted(EXITS))
+def test_a_logger_never_finished_writes_every_row_at_exit(how: str, tmp_path: Path) -> None:
+    """The three rows are queued behind a slow tracker when the script ends, however it ends:
+    all three are written and the backend is finished, and nothing is said to be lost."""
+    path = tmp_path / "rows.jsonl"
+    err = _run(how, path)
+    assert _rows(path) == [
+        {"step": 0, "loss": 0.0},
+        {"step": 1, "loss": 1.0},
+        {"step": 2, "loss": 2.0},
+        {"finished": True},
+    ], err
+    assert "not written" not in err and "rlmetrics" not in err, err
+
+
+def test_what_a_stalled_tracker_cannot_write_within_the_bound_is_said(tmp_path: Path) -> None:
+    """A tracker that never answers holds the exit for ``exit_timeout_s`` only; its three
+    rows are said to be lost, with the bound, and the process exits."""
+    path = tmp_path / "rows.jsonl"
+    err = _run("end", path, stall=True, exit_timeout_s=0.5)
+    assert not path.exists()
+    assert "backend 'slow'" in err and "3 rows not written" in err, err
+    assert "within 0.5 s" in err and "process is exiting" in err, err
+    assert "Traceback" not in err
+
+
+def test_rows_left_unwritten_at_exit_are_counted(
+    blocking_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the exit drain could not write is counted as the backend's dropped rows
+    (``rlmetrics.backend.dropped``) while telemetry still runs: the drain comes before
+    telemetry's own exit shutdown."""
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={"blocking": {}}, exit_timeout_s=0.2)
+        try:
+            for step in range(4):
+                logger.log_metrics({"loss": 1.0}, step=step)
+            assert blocking_backend.entered.wait(10)
+            # What the interpreter's exit runs, for this Logger only (not earlier tests').
+            monkeypatch.setattr(logger_module, "_unfinished", weakref.WeakSet([logger]))
+            logger_module._finish_at_exit()
+        finally:
+            blocking_backend.release.set()
+        dropped = [p for p in points(reader) if p.name == "rlmetrics.backend.dropped"]
+    # The first row is being written (blocked) when the exit comes: all four are unwritten.
+    assert [(p.attributes, p.value) for p in dropped] == [({"rlmetrics.backend": "blocking"}, 4)]
