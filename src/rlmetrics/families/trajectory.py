@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Final
 
 from .. import hookimpl
 from ..registry import declare, record
-from ..spec import OPEN, Kind, MetricSpec
+from ..spec import OPEN, SUM, Kind, MetricSpec
 from ..trajectories import OUTCOMES, TOOL_OUTCOMES, TrajectoryBatch, inside
 from ..trajectories.spans import (
     ENV_ATTR,
@@ -105,6 +105,7 @@ declare(
         MetricSpec(
             COMPLETED,
             Kind.COUNTER,
+            reduce=SUM,
             unit="{trajectory}",
             description="Finished trajectories (rollouts) by outcome, finish reason and env",
             attributes={
@@ -117,6 +118,7 @@ declare(
         MetricSpec(
             TURNS,
             Kind.HISTOGRAM,
+            reduce=SUM,
             unit="{turn}",
             description="Turns per trajectory, by env",
             attributes={ENV_ATTR: OPEN},
@@ -126,6 +128,7 @@ declare(
         MetricSpec(
             TOOL_CALLS,
             Kind.HISTOGRAM,
+            reduce=SUM,
             unit="{call}",
             description="Tool calls per trajectory, by env",
             attributes={ENV_ATTR: OPEN},
@@ -135,6 +138,7 @@ declare(
         MetricSpec(
             TOOL_CALL_COUNT,
             Kind.COUNTER,
+            reduce=SUM,
             unit="{call}",
             description="Tool calls made in trajectories, by tool and outcome",
             attributes={TOOL_NAME_ATTR: OPEN, TOOL_OUTCOME_ATTR: set(TOOL_OUTCOMES)},
@@ -143,6 +147,7 @@ declare(
         MetricSpec(
             TOKENS,
             Kind.COUNTER,
+            reduce=SUM,
             unit="{token}",
             description="Tokens generated and read in trajectories, by token type and env",
             attributes={TOKEN_TYPE_ATTR: {"input", "output"}, ENV_ATTR: OPEN},
@@ -151,6 +156,7 @@ declare(
         MetricSpec(
             DURATION,
             Kind.HISTOGRAM,
+            reduce=SUM,
             unit="s",
             description="Wall time of one trajectory (rollout), by outcome and env; exemplars "
             "point at the trajectory's span",
@@ -161,6 +167,7 @@ declare(
         MetricSpec(
             REWARD,
             Kind.HISTOGRAM,
+            reduce=SUM,
             unit="1",
             description="Rewards of trajectories, by reward component and env",
             attributes={REWARD_COMPONENT_ATTR: OPEN, ENV_ATTR: OPEN},
@@ -170,6 +177,7 @@ declare(
         MetricSpec(
             STALENESS,
             Kind.HISTOGRAM,
+            reduce=SUM,
             unit="{version}",
             description="Weight versions between the policy that generated a rollout and the "
             "one trained on it",
@@ -178,6 +186,7 @@ declare(
         MetricSpec(
             LOGPROB_MISMATCH,
             Kind.HISTOGRAM,
+            reduce=SUM,
             unit="1",
             description="Mismatch between the rollout engine's and the trainer's logprobs of a "
             "rollout, by weight-version lag",
@@ -187,6 +196,7 @@ declare(
         MetricSpec(
             IMPORTANCE_RATIO,
             Kind.HISTOGRAM,
+            reduce=SUM,
             unit="1",
             description="Importance ratio (trainer over rollout engine probability) of a rollout",
             buckets=_RATIO_BUCKETS,
@@ -194,6 +204,7 @@ declare(
         MetricSpec(
             DROPPED,
             Kind.COUNTER,
+            reduce=SUM,
             unit="{trajectory}",
             description="Trajectories the span budget left without spans (their metrics and "
             "rows are kept)",

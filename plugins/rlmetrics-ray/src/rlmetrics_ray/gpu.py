@@ -127,6 +127,7 @@ rlmetrics.declare(
             attributes=_ATTRIBUTES,
             max_series=MAX_GPUS,
             callback=lambda: _observe(HostMemoryMonitor.gpu_memory_utilization),
+            reduce=MAX,
         ),
     ],
     on_use=True,

@@ -126,6 +126,7 @@ USAGE_OUTPUT_TOKENS = MetricSpec(
     "(the GenAI conventions' newer counter; recorded when token usage names are "
     "inference_usage or both).",
     attributes={**_USAGE_ATTRIBUTES, TOKEN_MODALITY: TOKEN_MODALITY_VALUES},
+    reduce=SUM,
 )
 OPERATION_INPUT_TOKENS = MetricSpec(
     "gen_ai.client.inference.operation.input_tokens",
@@ -136,6 +137,7 @@ OPERATION_INPUT_TOKENS = MetricSpec(
     "or both).",
     attributes=_USAGE_ATTRIBUTES,
     buckets=TOKEN_USAGE_BUCKETS,
+    reduce=SUM,
 )
 OPERATION_OUTPUT_TOKENS = MetricSpec(
     "gen_ai.client.inference.operation.output_tokens",
