@@ -259,7 +259,7 @@ PROBES: dict[str, list[Probe] | str] = {
         )
     ],
     "Stall bound of the health path before 20 step intervals are known (`/health` answers 503 "
-    "after this long without a new step; then `stall_factor` × the median interval, at least "
+    "after this long without a new step; then `stall_factor` \u00d7 the median interval, at least "
     "`stall_min_s`: [operations](operations.md#is-the-run-alive-the-health-path))": [
         _prometheus_stall(lambda v: {"RLMETRICS_STALL_AFTER_S": str(v)})
     ],

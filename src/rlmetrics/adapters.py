@@ -78,8 +78,9 @@ _open_lock = threading.Lock()
 
 
 def _finish_unattended(logger: Logger, timeout_s: float | None = None) -> None:
-    """Finish ``logger`` with nobody to raise to (its adapter was garbage-collected), waiting at most ``timeout_s`` (default: its ``finish_timeout_s``);
-    a strict-mode error was already said as a warning."""
+    """Finish ``logger`` with nobody to raise to (its adapter was garbage-collected), waiting
+    at most ``timeout_s`` (default: its ``finish_timeout_s``); a strict-mode error was already
+    said as a warning."""
     with _open_lock:
         if logger not in _open:
             return

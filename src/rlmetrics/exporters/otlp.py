@@ -357,7 +357,9 @@ def _histogram_preference(histogram_aggregation: str | None) -> dict[str, Any]:
         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
         "OTEL_EXPORTER_OTLP_TIMEOUT",
     ),
-    histogram_aggregation=TEXT.read_from("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"),
+    histogram_aggregation=TEXT.read_from(
+        "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"
+    ),
 )
 def make_exporter(
     export_interval_s: float | None = None,
