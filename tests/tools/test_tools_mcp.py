@@ -15,6 +15,7 @@ from tools_support import RLMETRICS
 
 from rlmetrics.demo.run import DemoOptions, run_demo
 from rlmetrics.runstate import run_state
+from rlmetrics.testing import isolated_state
 
 pytest.importorskip("mcp")
 
@@ -29,7 +30,10 @@ MOMENT = ("seconds_since_last",)
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("mcp-runs")
     options = DemoOptions(steps=8, seed=2, output=root / "demo", interval_s=0.0, prometheus_port=0)
-    run_demo(options, say=io.StringIO(), progress=io.StringIO())
+    # A module's fixture runs outside each test's isolated_state: the demo activates families
+    # (Gym's rollouts) in the process registry, so it gets an isolation of its own.
+    with isolated_state():
+        run_demo(options, say=io.StringIO(), progress=io.StringIO())
     return root
 
 

@@ -18,6 +18,7 @@ from tools_support import run_cli
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.demo.run import DemoOptions, run_demo
 from rlmetrics.runstate import QueryError, run_state, select
+from rlmetrics.testing import isolated_state
 
 SCHEMA = json.loads(
     (Path(__file__).parents[2] / "docs" / "schemas" / "query.schema.json").read_text()
@@ -29,7 +30,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A seeded demo run's folder: metrics.jsonl and traces.jsonl."""
     output = tmp_path_factory.mktemp("query-demo")
     options = DemoOptions(steps=12, seed=5, output=output, interval_s=0.0, prometheus_port=0)
-    run_demo(options, say=io.StringIO(), progress=io.StringIO())
+    # A module's fixture runs outside each test's isolated_state: the demo activates families
+    # (Gym's rollouts) in the process registry, so it gets an isolation of its own.
+    with isolated_state():
+        run_demo(options, say=io.StringIO(), progress=io.StringIO())
     return output
 
 
