@@ -90,8 +90,17 @@ REWARD_SPAN = "rl.reward"
 _NS = 1_000_000_000
 
 
+#: The longest duration a span takes (about 31 years): a record's latency past it is cut to
+#: it, so a span's times stay the int64 nanoseconds OTLP carries (1e299 s once overflowed).
+_MAX_NS = 10**18
+
+
 def _ns(seconds: float | None) -> int:
-    return int(seconds * _NS) if seconds else 0
+    if not seconds or not seconds > 0:  # None, 0, a negative or NaN: no time of its own
+        return 0
+    if seconds >= _MAX_NS / _NS:  # infinity included
+        return _MAX_NS
+    return int(seconds * _NS)
 
 
 def _messages(role: str, text: str) -> str:
@@ -208,7 +217,7 @@ def _times(t: Trajectory, now_ns: int) -> tuple[int, int, list[int], list[int]]:
     if t.end_ns is not None:
         t1 = t.end_ns
     elif t.end_time_s is not None:
-        t1 = int(t.end_time_s * _NS)
+        t1 = _ns(t.end_time_s) or now_ns
     else:
         t1 = now_ns
     turn_ns = [_turn_ns(turn) for turn in t.turns]
