@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["printable_int", "utf8_text"]
+__all__ = ["decimal_digits", "printable_int", "utf8_text"]
 
 #: Below this many bits an int has fewer than 4,300 digits: ``str()`` is never refused.
 _SAFE_BITS = 14_000
@@ -37,8 +37,9 @@ def utf8_text(text: str) -> tuple[str, bool]:
     return text, False
 
 
-def _digits(number: int) -> int:
-    """The decimal digits of ``number``, without printing it."""
+def decimal_digits(number: int) -> int:
+    """The decimal digits of ``number``, without printing it (the JSONL backend's stand-in
+    for an int too long to print says it too)."""
     digits = max(1, int(abs(number).bit_length() * math.log10(2)))
     while 10**digits <= abs(number):
         digits += 1
@@ -52,5 +53,5 @@ def printable_int(number: int) -> int | str:
     try:
         str(number)
     except ValueError:
-        return f"<int of {_digits(number)} digits>"
+        return f"<int of {decimal_digits(number)} digits>"
     return number

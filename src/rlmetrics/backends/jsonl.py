@@ -40,6 +40,7 @@ from .._warn import logger
 from ..configuration import PATH, declare_options
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
+from ..storable import decimal_digits
 from ..values import as_plain
 from . import BackendUnavailable
 from .worker import BackendWorker
@@ -91,14 +92,6 @@ _MAX_INT_DIGITS: int = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or
 _INT_LIMIT = 10**_MAX_INT_DIGITS
 
 
-def _digits(value: int) -> int:
-    """The decimal digits of ``value``, without converting it to a string."""
-    digits = max(1, int(abs(value).bit_length() * math.log10(2)))
-    while 10**digits <= abs(value):
-        digits += 1
-    return digits
-
-
 def to_json_value(value: Any, _depth: int = 0) -> Any:
     """A JSON-safe stand-in for ``value``: numbers, bools and strings as they are (NumPy and
     torch ones as their plain Python form), lists element by element, and what JSON cannot
@@ -108,7 +101,7 @@ def to_json_value(value: Any, _depth: int = 0) -> Any:
         return value
     if isinstance(value, int):
         if abs(value) >= _INT_LIMIT:
-            return f"<int of {_digits(value)} digits>"
+            return f"<int of {decimal_digits(value)} digits>"
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
