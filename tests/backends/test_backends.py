@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import math
 import threading
 
@@ -49,3 +50,17 @@ def test_start_within_gives_up_at_its_bound_and_ends_what_starts_late() -> None:
     assert start_within(lambda: 7, 10, "x") == 7
     with pytest.raises(ZeroDivisionError):
         start_within(lambda: 1 // 0, 10, "x")
+
+
+def test_a_step_axis_keeps_a_dict_without_a_number_at_the_previous_step(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from rlmetrics.backends import StepAxis
+
+    axis = StepAxis("sometracker")
+    with caplog.at_level(logging.DEBUG, logger="rlmetrics"):
+        assert [axis(s) for s in (3, "x", None, 5, object())] == [3, 3, 3, 5, 5]
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1
+    assert said[0].startswith("rlmetrics-sometracker: a step (")
+    assert said[0].endswith("is not a number; such dicts are logged at the previous step")

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from .._warn import describe_value, warn_once
 from ..events import STEP_KEY, WALL_TIME_KEY
 from ..hooks import collect_offers
 from ..plugins import Plugins, get_plugins
@@ -30,6 +31,7 @@ __all__ = [
     "TakesHyperparams",
     "TakesSamples",
     "BackendUnavailable",
+    "StepAxis",
     "as_step",
     "available_backends",
     "full_key",
@@ -96,6 +98,29 @@ def as_step(step: Any) -> int | None:
     """
     number = as_number(step)
     return None if number is None else int(number)
+
+
+class StepAxis:
+    """A tracker's integer step axis: each dict at its trainer step, and one whose step is not
+    a number at the previous one (said once per tracker), since such a tracker needs a step
+    and the last good one keeps the point near its peers."""
+
+    def __init__(self, tracker: str) -> None:
+        self.tracker = tracker
+        #: The step the last dict was logged at.
+        self.last = 0
+
+    def __call__(self, step: Any) -> int:
+        number = as_step(step)
+        if number is None:
+            warn_once(
+                f"{self.tracker}:bad-step",
+                f"rlmetrics-{self.tracker}: a step ({describe_value(step)}) is not a number; "
+                "such dicts are logged at the previous step",
+            )
+            return self.last
+        self.last = number
+        return number
 
 
 def available_backends(plugins: Plugins | None = None) -> dict[str, tuple[str, BackendFactory]]:

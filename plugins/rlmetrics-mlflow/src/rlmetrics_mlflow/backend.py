@@ -23,8 +23,8 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
-from rlmetrics import describe_value, warn_once
-from rlmetrics.backends import as_step, full_key, start_within
+from rlmetrics import warn_once
+from rlmetrics.backends import StepAxis, as_step, full_key, start_within
 from rlmetrics.hyperparams import flat_hyperparams, to_hyperparams
 from rlmetrics.identity import RUN_ID_ATTR, RunIdentity
 from rlmetrics.samples import columns_of
@@ -132,7 +132,7 @@ class MlflowBackend:
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
         self._keys = KeyMap()
         self._finished = False
-        self._last_step = 0
+        self._step = StepAxis("mlflow")
         run_id = run_id or os.environ.get("MLFLOW_RUN_ID") or None
         experiment_name = experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or None
         run_name = run_name or os.environ.get("MLFLOW_RUN_NAME") or None
@@ -243,16 +243,7 @@ class MlflowBackend:
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         timestamp = int(time.time() * 1000)
-        number = as_step(step)
-        if number is None:
-            # MLflow needs an integer step; the last good one keeps the point near its peers.
-            warn_once(
-                "mlflow:bad-step",
-                f"rlmetrics-mlflow: a step ({describe_value(step)}) is not a number; such dicts "
-                "are logged at the previous step",
-            )
-        step = self._last_step if number is None else number
-        self._last_step = step
+        step = self._step(step)  # MLflow needs an integer step
         batch: dict[str, Metric] = {}
         for key, value in metric_values(metrics):
             full = full_key(prefix, key)

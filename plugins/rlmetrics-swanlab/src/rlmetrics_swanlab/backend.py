@@ -29,8 +29,8 @@ from typing import Any
 
 import swanlab
 
-from rlmetrics import as_plain, as_real, describe_value, warn_once
-from rlmetrics.backends import BackendUnavailable, as_step, full_key
+from rlmetrics import as_plain, as_real, warn_once
+from rlmetrics.backends import BackendUnavailable, StepAxis, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs
 from rlmetrics.samples import columns_of
@@ -125,7 +125,7 @@ class SwanLabBackend:
         self._finished = False
         self._broken: str | None = None
         self._last_step: dict[str, int] = {}
-        self._step = 0
+        self._number = StepAxis("swanlab")
         if run is None and swanlab.has_run():
             run = swanlab.get_run()  # the script's own run: log into it, leave it to the script
         if run is not None:
@@ -180,18 +180,6 @@ class SwanLabBackend:
                 f"{self._broken}; this backend hands SwanLab nothing more in this run (the "
                 "other backends go on)"
             )
-
-    def _number(self, step: Any) -> int:
-        number = as_step(step)
-        if number is None:
-            warn_once(
-                "swanlab:bad-step",
-                f"rlmetrics-swanlab: a step ({describe_value(step)}) is not a number; such "
-                "dicts are logged at the previous step",
-            )
-            return self._step
-        self._step = number
-        return number
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         self._check_writable()

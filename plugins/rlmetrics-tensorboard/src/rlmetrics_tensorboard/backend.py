@@ -28,8 +28,8 @@ from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.summary import histogram, hparams, text
 
-from rlmetrics import describe_value, warn_once
-from rlmetrics.backends import as_step, full_key
+from rlmetrics import warn_once
+from rlmetrics.backends import StepAxis, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.hyperparams import flat_hyperparams
 from rlmetrics.identity import RunIdentity, new_run_id
@@ -106,7 +106,7 @@ class TensorBoardBackend:
         self.flush_secs = flush_secs
         self._file: EventFile | None = None
         self._lock = threading.Lock()
-        self._last_step = 0
+        self._step = StepAxis("tensorboard")
         self._finished = False
 
     def _open(self, step: int | None) -> EventFile:
@@ -118,18 +118,6 @@ class TensorBoardBackend:
             purge = step if self.identity.resume and step is not None else None
             self._file = EventFile(self.log_dir, _unique_suffix(), self.flush_secs, purge)
         return self._file
-
-    def _step(self, step: Any) -> int:
-        number = as_step(step)
-        if number is None:
-            warn_once(
-                "tensorboard:bad-step",
-                f"rlmetrics-tensorboard: a step ({describe_value(step)}) is not a number; such "
-                "dicts are logged at the previous step",
-            )
-            return self._last_step
-        self._last_step = number
-        return number
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         number = self._step(step)

@@ -21,8 +21,8 @@ from typing import Any
 
 import trackio
 
-from rlmetrics import as_plain, as_real, describe_value, warn_once
-from rlmetrics.backends import as_step, full_key
+from rlmetrics import as_plain, as_real, warn_once
+from rlmetrics.backends import StepAxis, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity
 from rlmetrics.samples import columns_of
@@ -97,7 +97,7 @@ class TrackioBackend:
         run: Any = None,
     ) -> None:
         self._finished = False
-        self._step = 0
+        self._number = StepAxis("trackio")
         self._logged = False
         if run is None:
             run = trackio.context_vars.current_run.get()  # the script's own run, if any
@@ -131,18 +131,6 @@ class TrackioBackend:
         finally:
             current.set(script_run)
         self._owns_run = True
-
-    def _number(self, step: Any) -> int:
-        number = as_step(step)
-        if number is None:
-            warn_once(
-                "trackio:bad-step",
-                f"rlmetrics-trackio: a step ({describe_value(step)}) is not a number; such "
-                "dicts are logged at the previous step",
-            )
-            return self._step
-        self._step = number
-        return number
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         row: dict[str, Any] = {}
