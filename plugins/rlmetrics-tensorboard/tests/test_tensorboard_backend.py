@@ -82,6 +82,20 @@ def test_hyperparams_reach_the_hparams_dashboard(tmp_path: Path) -> None:
     }
 
 
+def test_a_second_call_adds_its_keys_to_the_one_session_the_dashboard_shows(
+    tmp_path: Path,
+) -> None:
+    # TensorBoard's reader keeps the first session it meets in a folder, so a second session
+    # written beside the first was never shown: the folder holds one session, the merged one.
+    logger = rlmetrics.Logger(backends={"tensorboard": {"log_dir": tmp_path / "tb"}})
+    logger.log_hyperparams({"lr": 1e-6, "seed": 1})
+    logger.log_hyperparams({"seed": 2, "model": {"name": "qwen"}})
+    logger.finish()
+
+    assert hparams(tmp_path / "tb") == {"lr": 1e-6, "seed": 2, "model/name": "qwen"}
+    assert len(list((tmp_path / "tb" / "hparams").iterdir())) == 1
+
+
 def test_samples_are_a_markdown_table_in_the_text_dashboard(tmp_path: Path) -> None:
     logger = rlmetrics.Logger(backends={"tensorboard": {"log_dir": tmp_path / "tb"}})
     logger.log_samples(

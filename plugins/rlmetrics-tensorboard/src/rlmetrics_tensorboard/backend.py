@@ -108,6 +108,11 @@ class TensorBoardBackend:
         self._lock = threading.Lock()
         self._step = StepAxis("tensorboard")
         self._finished = False
+        #: Every hyperparameter logged so far (a later value wins), and the event file that
+        #: holds them: TensorBoard's reader shows the first session it meets in a folder, so
+        #: each call rewrites the one session instead of adding a second it would hide.
+        self._hparams: dict[str, bool | int | float | str] = {}
+        self._hparams_file: Path | None = None
 
     def _open(self, step: int | None) -> EventFile:
         """The run's event file, opened at the first write. A resumed run's first write marks
@@ -166,16 +171,23 @@ class TensorBoardBackend:
                 "are ints past 2**53, which the HParams dashboard would round; they are "
                 "logged as their text",
             )
-        experiment, start, end = hparams(flat, {})
-        folder = str(self.log_dir / HPARAMS_FOLDER)
+        folder = self.log_dir / HPARAMS_FOLDER
         with self._lock:
-            file = EventFile(Path(folder), _unique_suffix(), self.flush_secs)
+            merged = {**self._hparams, **flat}
+            experiment, start, end = hparams(merged, {})
+            file = EventFile(folder, _unique_suffix(), self.flush_secs)
             try:
                 file.write(
                     _event(summary, None, time.time()) for summary in (experiment, start, end)
                 )
             finally:
                 file.close()
+            # Only once the merged session is on disk is the one it replaces removed: a
+            # failed write keeps the previous session whole.
+            self._hparams = merged
+            previous, self._hparams_file = self._hparams_file, file.path
+            if previous is not None:
+                previous.unlink(missing_ok=True)
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """The rows as one Markdown table under the tag ``name`` (the Text dashboard)."""
