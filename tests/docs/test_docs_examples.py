@@ -15,14 +15,19 @@ before a block's fence says what it needs, never silently:
   does not spell, such as the report column a tracker example feeds);
 - ``<!-- example: optional wandb mlflow -->``: run only where these packages import (skipped
   with their names otherwise);
-- ``<!-- example: skip REASON -->``: never run here (a real remote server or cluster, or an
-  excerpt of a larger program the page shows piece by piece); the reason is the skip's.
+- ``<!-- example: given CODE -->``: an excerpt of a larger program (a server's handler, a
+  driver's loop) runs with CODE first, which binds the names the program around it would
+  (``row = {...}; index = 3``); an excerpt that awaits runs in an event loop;
+- ``<!-- example: skip REASON -->``: never run here (a real remote server or cluster, or a
+  plugin's module loaded through its entry point); the reason is the skip's.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib.util
+import inspect
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +46,7 @@ from rlmetrics.testing.peers import OtlpReceiver
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
-_MARKER = re.compile(r"<!--\s*example:\s*(reaches|optional|skip)\b(.*?)-->", re.S)
+_MARKER = re.compile(r"<!--\s*example:\s*(reaches|optional|given|skip)\b(.*?)-->", re.S)
 _SERIES_NAME = re.compile(r"[\"'`]([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+)[\"'`]")
 
 
@@ -96,6 +101,8 @@ def collector() -> Iterator[OtlpReceiver]:
         receiver.stop()
 
 
+#: An excerpt of an async handler awaits at its top level.
+_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 _DECLARING = re.compile(r"\b(declare|tee_scalar|tee_dataset_metric)\(")
 
 
@@ -103,7 +110,7 @@ def _import_time(example: Example) -> tuple[Any, Any]:
     """The block split where a module's import would end: up to its last declaration (a
     ``declare``/``tee_scalar`` call, a hook implementation), then the rest (what the loop does
     once telemetry runs)."""
-    tree = ast.parse(example.code, example.id)
+    tree = compile(example.code, example.id, "exec", flags=ast.PyCF_ONLY_AST | _AWAIT)
     split = 0
     for index, node in enumerate(tree.body):
         source = ast.get_source_segment(example.code, node) or ""
@@ -111,8 +118,40 @@ def _import_time(example: Example) -> tuple[Any, Any]:
             split = index + 1
     parts = (tree.body[:split], tree.body[split:])
     return tuple(
-        compile(ast.Module(body=body, type_ignores=[]), example.id, "exec") for body in parts
+        compile(ast.Module(body=body, type_ignores=[]), example.id, "exec", flags=_AWAIT)
+        for body in parts
     )
+
+
+#: Calls that start telemetry: rlmetrics' own and a plugin's wrapper of it.
+_STARTS = {"start", "start_server_telemetry"}
+
+
+def _starts_telemetry(code: str) -> bool:
+    """Whether the block calls ``rlmetrics.start(...)`` (or one of :data:`_STARTS` by name)
+    itself, not in a comment or a string."""
+    tree = compile(code, "<example>", "exec", flags=ast.PyCF_ONLY_AST | _AWAIT)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in _STARTS:
+            return True
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "start"
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "rlmetrics"
+        ):
+            return True
+    return False
+
+
+def _run(code: Any, namespace: dict[str, Any]) -> None:
+    """``exec`` that also runs a block which awaits (its code is then a coroutine)."""
+    result = eval(code, namespace)
+    if inspect.iscoroutine(result):
+        asyncio.run(result)
 
 
 @pytest.mark.parametrize("example", ALL, ids=[e.id for e in ALL])
@@ -161,16 +200,20 @@ def test_the_example_runs_and_feeds_the_series_it_shows(
     namespace: dict[str, Any] = {"__name__": "docs_example", "rlmetrics": rlmetrics}
     before, after = _import_time(example)
     try:
-        if "start(" in example.code:
-            exec(compile(example.code, example.id, "exec"), namespace)
+        for given in example.marked("given"):  # what the program around an excerpt binds
+            exec(given, namespace)
+        if _starts_telemetry(example.code):
+            _run(compile(example.code, example.id, "exec", flags=_AWAIT), namespace)
             assert readers, f"{example.id}: calls start( but started no telemetry"
             if current() is not None:
                 found.update(p.name for p in points(readers[-1]))
         else:
-            exec(before, namespace)  # a module's import: its declarations precede start()
+            _run(before, namespace)  # a module's import: its declarations precede start()
             with in_memory_telemetry() as (_handle, reader):
-                namespace["logger"] = rlmetrics.Logger(backends={"jsonl": {"path": "run.jsonl"}})
-                exec(after, namespace)
+                if "logger" not in namespace:  # unless the excerpt's program has its own
+                    jsonl = {"jsonl": {"path": "run.jsonl"}}
+                    namespace["logger"] = rlmetrics.Logger(backends=jsonl)
+                _run(after, namespace)
                 found.update(p.name for p in points(reader))
     finally:  # while the collector still listens
         handle = current()
