@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 import pytest
 from gym_support_server import wait_until
+from opentelemetry.sdk.metrics import MetricsTimeoutError
 from rlmetrics_gym import runtime as runtime_module
 from rlmetrics_gym.runtime import (
     EVENT_LOOP_ATTR,
@@ -208,7 +209,12 @@ def test_gc_metrics_under_concurrent_exports_without_deadlock(
         try:
             deadline = time.monotonic() + 20
             while not stop.is_set() and time.monotonic() < deadline:
-                points(reader)
+                try:
+                    points(reader)
+                except MetricsTimeoutError:
+                    # The SDK's 10 s bound on one collection, met on a machine busy enough:
+                    # slow, not stuck (a deadlock leaves this thread alive, asserted below).
+                    continue
                 exports[0] += 1
         except BaseException as exc:  # surfaced below
             errors.append(exc)
