@@ -87,14 +87,15 @@ def stacks() -> Iterator[list[Stack]]:
 
 
 class Run:
-    """A training loop logging a step every ``interval_s`` until paused."""
+    """A training loop logging a step every ``interval_s`` until paused, to the Logger
+    ``backends`` given (none by default)."""
 
-    def __init__(self, interval_s: float = 0.1) -> None:
+    def __init__(self, interval_s: float = 0.1, backends: dict[str, Any] | None = None) -> None:
         self.interval_s = interval_s
         self.running = threading.Event()
         self.done = threading.Event()
         self.step = 0
-        self.logger = rlmetrics.Logger(backends={})
+        self.logger = rlmetrics.Logger(backends=backends or {})
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
@@ -112,3 +113,4 @@ class Run:
     def __exit__(self, *_exc: object) -> None:
         self.done.set()
         self.thread.join(5)
+        self.logger.finish()
