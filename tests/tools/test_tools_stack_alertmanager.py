@@ -10,6 +10,7 @@ import http.server
 import json
 import os
 import re
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -372,3 +373,28 @@ def test_a_webhook_that_is_not_a_url_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "'hooks.x' is not an http:// or https:// URL" in done.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_alertmanager_s_usual_port_taken_it_takes_a_free_one_and_prometheus_is_told(
+    prometheus_binary: str, alertmanager_binary: str, stacks: list[Stack], tmp_path: Path
+) -> None:
+    with socket.socket() as holder:
+        try:
+            holder.bind(("127.0.0.1", 9093))
+            holder.listen()
+        except OSError:
+            pass  # something else holds it already: taken either way
+        stack = Stack(
+            *("--dir", str(tmp_path / "stack"), "--run", "127.0.0.1:9", "--no-ray"),
+            *("--port", "0", "--prometheus", prometheus_binary),
+            *("--alertmanager", alertmanager_binary),
+        )
+        stacks.append(stack)
+        url = stack.report["alertmanager"]["url"]
+        assert url.startswith("http://127.0.0.1:") and not url.endswith(":9093")
+        assert stack.report["delivery"] == {"webhook": 0, "slack": 0, "discord": 0}
+        told = wait_until(
+            lambda: stack.get("/api/v1/alertmanagers")["activeAlertmanagers"], 30, "Alertmanager"
+        )
+        assert [a["url"] for a in told] == [f"{url}/api/v2/alerts"]
+    assert stack.stop()[0] == 0
