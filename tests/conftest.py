@@ -70,6 +70,22 @@ def promtool() -> str:
 
 
 @pytest.fixture
+def alertmanager_binary() -> str:
+    """Debian's ``prometheus-alertmanager`` (upstream's ``alertmanager`` will do). Skips the
+    test without it unless ``RLMETRICS_REQUIRE_ALERTMANAGER=1`` (CI), where it fails."""
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        reason = (
+            "no 'prometheus-alertmanager' on PATH (Debian: apt-get install -y "
+            "--no-install-recommends prometheus-alertmanager)"
+        )
+        if os.environ.get("RLMETRICS_REQUIRE_ALERTMANAGER") == "1":
+            pytest.fail(f"RLMETRICS_REQUIRE_ALERTMANAGER=1 but {reason}")
+        pytest.skip(reason)
+    return binary
+
+
+@pytest.fixture
 def prometheus_server(
     tmp_path: Path, prometheus_binary: str
 ) -> Iterator[Callable[[tuple[str, int]], PrometheusServer]]:

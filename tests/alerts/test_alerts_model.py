@@ -79,7 +79,7 @@ def test_a_malformed_duration_is_refused(text: str) -> None:
 def test_a_rule_names_its_run() -> None:
     assert with_run_id("up == 0") == (
         "(up == 0) * on(job, instance) group_left(rlmetrics_run_id) "
-        "max by (job, instance, rlmetrics_run_id) (target_info)"
+        "max by (job, instance, rlmetrics_run_id) (target_info) or on(job, instance) (up == 0)"
     )
 
 

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 import rlmetrics
@@ -127,5 +128,44 @@ def test_the_gpu_memory_rule_reads_the_hardware_series_where_declared(
     assert "hw_gpu_memory_usage_bytes" in gpu.expr and "hw_gpu_memory_limit_bytes" in gpu.expr
     (tmp_path / "rules.yml").write_text(render_yaml(rule_groups([gpu], annotations=False)))
     (tmp_path / "tests.yml").write_text(promtool_tests([gpu], "rules.yml"))
+    tested = _promtool(promtool, "test", "rules", "tests.yml", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+#: Alerts on series no rlmetrics process exports: nothing there carries a run id.
+NO_RUN = {"VLLMEngineRestarted": "vLLM's own counters; the engine exports no rlmetrics resource"}
+
+
+def test_every_alert_names_its_run_in_a_label_and_its_summary(gpu_series: None) -> None:
+    """Alertmanager groups a run's alerts by the run-id label, and the person paged reads the
+    summary: every built-in alert carries both. Its firing examples (which promtool runs, above)
+    expect the label, read from the target's ``target_info``."""
+    rules, problems, _ = collect_rules()
+    assert problems == []
+    for rule in rules:
+        if rule.name in NO_RUN:
+            continue
+        assert "$labels.rlmetrics_run_id" in rule.summary, rule.name
+        assert "\n" not in rule.summary, rule.name
+        fired = [labels for example in rule.examples for labels in example.alerts]
+        assert fired and all(labels.get("rlmetrics_run_id") for labels in fired), rule.name
+
+
+def test_an_alert_on_a_target_without_target_info_still_fires(
+    promtool: str, tmp_path: Path
+) -> None:
+    """A target that publishes no ``target_info`` (its exporter told not to) loses the run
+    id, never the alert."""
+    rules, _, _ = collect_rules()
+    (stall,) = [rule for rule in rules if rule.name == "RLStepStalled"]
+    (example,) = [e for e in stall.examples if e.title == "no median yet: silent past the bound"]
+    bare = attrs.evolve(
+        example,
+        series=[s for s in example.series if not s[0].startswith("target_info")],
+        alerts=[{"job": "run", "instance": "a"}],
+    )
+    rule = attrs.evolve(stall, examples=[bare, *stall.examples])
+    (tmp_path / "rules.yml").write_text(render_yaml(rule_groups([rule], annotations=False)))
+    (tmp_path / "tests.yml").write_text(promtool_tests([rule], "rules.yml"))
     tested = _promtool(promtool, "test", "rules", "tests.yml", cwd=tmp_path)
     assert tested.returncode == 0, tested.stdout + tested.stderr

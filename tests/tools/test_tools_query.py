@@ -8,17 +8,20 @@ import json
 import socket
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import jsonschema
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from stack_support import Run, Stack
 from tools_support import run_cli
 
+import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.demo.run import DemoOptions, run_demo
 from rlmetrics.runstate import QueryError, run_state, select
-from rlmetrics.testing import isolated_state
+from rlmetrics.testing import isolated_state, wait_until
 
 SCHEMA = json.loads(
     (Path(__file__).parents[2] / "docs" / "schemas" / "query.schema.json").read_text()
@@ -143,6 +146,49 @@ def test_bad_input_is_a_clear_answer_never_a_traceback(tmp_path: Path) -> None:
         assert (
             result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
         )
+
+
+def test_the_alerts_a_running_prometheus_fires_for_the_run_are_in_the_answer(
+    prometheus_binary: str, stacks: list[Stack], tmp_path: Path
+) -> None:
+    """A real run paused under ``rlmetrics stack``'s Prometheus (the stall rule in seconds, as
+    test_tools_stack fires it): ``query --prometheus`` reports RLStepStalled firing for it,
+    with the summary Prometheus rendered, as a finding."""
+    run_id = "query-alert-run"
+    jsonl = tmp_path / "metrics.jsonl"
+    with (
+        rlmetrics.start(run_id=run_id, exporters=["prometheus"], prometheus_port=0) as handle,
+        Run(interval_s=0.1, backends={"jsonl": {"path": str(jsonl)}}) as run,
+    ):
+        assert handle.prometheus_address is not None
+        endpoint = f"127.0.0.1:{handle.prometheus_address[1]}"
+        stack = Stack(
+            *("--dir", str(tmp_path / "stack"), "--run", endpoint, "--no-ray", "--port", "0"),
+            *("--scrape-interval", "1s", "--for", "2s", "--set", "stall.min_s=3"),
+            *("--no-alertmanager", "--prometheus", prometheus_binary),
+        )
+        stacks.append(stack)
+        wait_until(
+            lambda: stack.query("rl_step_interval_median_seconds"), 30, "the median step interval"
+        )
+        run.running.clear()  # the run pauses
+        wait_until(lambda: "firing" in stack.alert_states("RLStepStalled"), 60, "the stall alert")
+        (fired,) = [
+            a
+            for a in stack.get("/api/v1/alerts")["alerts"]
+            if a["labels"]["alertname"] == "RLStepStalled"
+        ]
+        wait_until(jsonl.exists, 30, "the run's JSONL")
+        result = run_cli("query", jsonl, "--prometheus", stack.url)
+    assert result.returncode == 1, result.stderr
+    answer = json.loads(result.stdout)
+    jsonschema.validate(answer, SCHEMA)
+    assert answer["run"]["run_id"] == run_id and answer["alerts_error"] is None
+    stalled = [a for a in answer["alerts"] if a["name"] == "RLStepStalled"]
+    assert stalled == [{"name": "RLStepStalled", "state": "firing", "summary": ANY}]
+    assert stalled[0]["summary"].startswith(f"Run {run_id} ({endpoint}) has logged no step for ")
+    assert fired["annotations"]["summary"].startswith(f"Run {run_id} ({endpoint})")
+    assert f"alert RLStepStalled firing: {stalled[0]['summary']}" in answer["findings"]
 
 
 def test_a_traces_file_of_another_run_is_left_out(demo: Path, tmp_path: Path) -> None:

@@ -7,114 +7,21 @@ from __future__ import annotations
 
 import json
 import shlex
-import signal
 import subprocess
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
-from tools_support import RLMETRICS, run_cli
+from stack_support import Run, Stack
+from tools_support import run_cli
 
 import rlmetrics
 from rlmetrics.testing import ExpositionServer, wait_until
 
 RUN_ID = "stack-test-run"
-
-
-class Stack:
-    """``rlmetrics stack`` running in a subprocess, and its Prometheus' API."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [RLMETRICS, "stack", "--json", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.report = self._read_report()
-        self.url: str = self.report["prometheus"]["url"]
-
-    def _read_report(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        lines = []
-        for line in self.process.stdout:
-            lines.append(line)
-            if line == "}\n":
-                return dict(json.loads("".join(lines)))
-        _out, err = self.process.communicate(timeout=30)
-        raise AssertionError(f"rlmetrics stack ended before its report: {''.join(lines)}{err}")
-
-    def get(self, path: str, **params: str) -> Any:
-        query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        with urllib.request.urlopen(f"{self.url}{path}{query}", timeout=5) as response:
-            body = json.load(response)
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        return list(self.get("/api/v1/query", query=expr)["result"])
-
-    def alert_states(self, name: str) -> set[str]:
-        return {
-            a["state"]
-            for a in self.get("/api/v1/alerts")["alerts"]
-            if a["labels"]["alertname"] == name
-        }
-
-    def active_targets(self, job: str) -> dict[str, str]:
-        return {
-            t["labels"]["instance"]: t["health"]
-            for t in self.get("/api/v1/targets")["activeTargets"]
-            if t["labels"]["job"] == job
-        }
-
-    def stop(self) -> tuple[int, str]:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        _out, err = self.process.communicate(timeout=30)
-        return self.process.returncode, err
-
-
-@pytest.fixture
-def stacks() -> Iterator[list[Stack]]:
-    started: list[Stack] = []
-    yield started
-    for stack in started:
-        stack.stop()
-
-
-class Run:
-    """A training loop logging a step every ``interval_s`` until paused."""
-
-    def __init__(self, interval_s: float = 0.1) -> None:
-        self.interval_s = interval_s
-        self.running = threading.Event()
-        self.done = threading.Event()
-        self.step = 0
-        self.logger = rlmetrics.Logger(backends={})
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self.done.is_set():
-            if self.running.wait(0.05):
-                self.step += 1
-                self.logger.log_metrics({"reward": self.step / 100}, step=self.step, prefix="train")
-                self.done.wait(self.interval_s)
-
-    def __enter__(self) -> Run:
-        self.running.set()
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.done.set()
-        self.thread.join(5)
 
 
 def test_the_stall_alert_goes_pending_then_firing_and_resolves(
@@ -310,6 +217,7 @@ def test_prometheus_serves_its_lifecycle_endpoints_only_when_asked(
     assert built[1:] == [
         "--config.file=prometheus.yml",
         "--web.listen-address=127.0.0.1:9091",
+        "--web.external-url=http://127.0.0.1:9091",
         f"--storage.tsdb.path={files.data.name}",
         *(["--web.enable-lifecycle"] if lifecycle else []),
     ]

@@ -114,13 +114,20 @@ def stall_rules(context: AlertContext) -> Iterator[AlertRule]:
 
 def target_rules(context: AlertContext) -> Iterator[AlertRule]:
     # Only targets that exported an rlmetrics resource in the last hour (the run, Gym
-    # servers): a vLLM engine or a raylet has alerts of its own.
-    seen = f'max_over_time(target_info{{{RUN_ID_LABEL}!=""}}[1h])'
+    # servers): a vLLM engine or a raylet has alerts of its own. The run id is the one that
+    # resource named (one per target: a process restarted on the same port within the hour
+    # gives two, of which topk keeps one rather than failing the rule's one-to-one join).
+    seen = (
+        f"topk by (job, instance) (1, max by (job, instance, {RUN_ID_LABEL}) "
+        f'(max_over_time(target_info{{{RUN_ID_LABEL}!=""}}[1h])))'
+    )
     up = f"up{{{_RUN}}}"
+    info = f'target_info{{{_RUN},{RUN_ID_LABEL}="r1"}}'
     yield AlertRule(
         "RLMetricsEndpointDown",
-        f"up == 0 and on(job, instance) {seen}",
-        summary="rlmetrics endpoint {{ $labels.instance }} ({{ $labels.job }}) does not answer",
+        f"(up == 0) * on(job, instance) group_left({RUN_ID_LABEL}) {seen}",
+        summary="rlmetrics endpoint {{ $labels.instance }} ({{ $labels.job }}) of run "
+        "{{ $labels.rlmetrics_run_id }} does not answer",
         description="Prometheus cannot scrape an endpoint that was exporting rlmetrics series: "
         "the process died, hangs in native code, or its port changed.",
         runbook="Check whether the process is alive; if it is, its /health and its threads "
@@ -130,15 +137,11 @@ def target_rules(context: AlertContext) -> Iterator[AlertRule]:
         examples=(
             AlertExample(
                 "down after exporting",
-                [(up, "1 1 1 0x10"), (f'target_info{{{_RUN},{RUN_ID_LABEL}="r1"}}', "1 1 1")],
+                [(up, "1 1 1 0x10"), (info, "1 1 1")],
                 at_s=600,
-                alerts=[{"job": "run", "instance": "a"}],
+                alerts=[_ALERT],
             ),
-            AlertExample(
-                "answering",
-                [(up, "1x12"), (f'target_info{{{_RUN},{RUN_ID_LABEL}="r1"}}', "1x12")],
-                at_s=600,
-            ),
+            AlertExample("answering", [(up, "1x12"), (info, "1x12")], at_s=600),
             AlertExample("down, never an rlmetrics endpoint", [(up, "1 1 1 0x10")], at_s=600),
         ),
     )

@@ -80,11 +80,15 @@ def counted(counter: str, window: str = "5m") -> str:
 def with_run_id(vector: str) -> str:
     """``vector`` with the ``rlmetrics_run_id`` label of the process that exported it (a
     resource attribute, which the exporter publishes on ``target_info`` only), so an alert
-    names the run it is about."""
-    return (
+    names the run it is about and Alertmanager groups a run's alerts together.
+
+    A target without ``target_info`` (an exporter told not to publish it) keeps its alert,
+    without a run id: a missing label must never silence a page."""
+    named = (
         f"({vector}) * on(job, instance) group_left({RUN_ID_LABEL}) "
         f"max by (job, instance, {RUN_ID_LABEL}) (target_info)"
     )
+    return f"{named} or on(job, instance) ({vector})"
 
 
 def _pairs(items: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

@@ -5,6 +5,11 @@ DIR/targets/<job>.json (Prometheus re-reads them: edit them as servers come and 
 generated alert rules in DIR/rules/ and the Grafana dashboard in DIR/grafana/; then starts
 Debian's `prometheus` on 127.0.0.1 and keeps it running until Ctrl-C (or SIGTERM).
 
+With Debian's `prometheus-alertmanager` installed it also starts Alertmanager on 127.0.0.1
+(DIR/alertmanager.yml), which Prometheus sends its alerts to: grouped by run id, delivered to
+the webhooks given (--webhook for Alertmanager's JSON, --slack, --discord), resolutions
+included. Without it the stack says so in one line and runs without delivery.
+
 Without `prometheus` installed it says how to install it; --no-start only writes the files."""
 
 from __future__ import annotations
@@ -22,10 +27,18 @@ from typing import Any
 from ..alerts.model import duration
 from ..alerts.rules import collect_rules, rules_yaml
 from ..dashboard.grafana import build_dashboard, collect_rows, dashboard_json
-from ..stack.config import JOBS, RAY_SERVICE_DISCOVERY, StackSettings, write_stack
+from ..stack.alertmanager import (
+    ALERTMANAGER_MISSING,
+    AlertmanagerProcess,
+    Delivery,
+    find_alertmanager,
+    write_alertmanager_config,
+)
+from ..stack.config import JOBS, RAY_SERVICE_DISCOVERY, StackFiles, StackSettings, write_stack
 from ..stack.server import (
     INSTALL_HINT,
     PrometheusProcess,
+    ServerProcess,
     find_prometheus,
     free_port,
     port_is_free,
@@ -40,6 +53,7 @@ HELP = "a local Prometheus scraping the run, Gym, vLLM and Ray, with the alert r
 
 DEFAULT_RUN = "127.0.0.1:9464"
 DEFAULT_PORT = 9090
+DEFAULT_ALERTMANAGER_PORT = 9093
 
 
 def _address(text: str) -> str:
@@ -47,6 +61,12 @@ def _address(text: str) -> str:
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
     return f"{host}:{int(port)}"
+
+
+def _url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or len(text) <= len("https://"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL")
+    return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,8 +121,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "local process could then stop it; off by default",
     )
     parser.add_argument("--no-start", action="store_true", help="write the files only")
+    _add_delivery(parser)
     add_settings(parser)
     add_format_options(parser)
+
+
+def _add_delivery(parser: argparse.ArgumentParser) -> None:
+    delivery = parser.add_argument_group(
+        "alert delivery (Alertmanager; grouped by run id, resolutions sent)"
+    )
+    for flag, what in (
+        ("webhook", "a URL that gets Alertmanager's JSON payload"),
+        ("slack", "a Slack incoming-webhook URL"),
+        ("discord", "a Discord webhook URL"),
+    ):
+        delivery.add_argument(
+            f"--{flag}",
+            action="append",
+            type=_url,
+            default=[],
+            metavar="URL",
+            help=f"{what} (repeatable)",
+        )
+    delivery.add_argument(
+        "--alertmanager",
+        metavar="PATH",
+        help="the Alertmanager binary to run (default: "
+        "prometheus-alertmanager, else alertmanager, on PATH)",
+    )
+    delivery.add_argument(
+        "--no-alertmanager", action="store_true", help="no Alertmanager: alerts stay in Prometheus"
+    )
+    delivery.add_argument(
+        "--alertmanager-port",
+        type=int,
+        metavar="PORT",
+        help=f"Alertmanager's port on 127.0.0.1 (default {DEFAULT_ALERTMANAGER_PORT}, else a free "
+        "one; 0 picks a free one)",
+    )
+    for flag, default, what in (
+        ("group-wait", "30s", "how long a run's first alert waits for others to join it"),
+        ("group-interval", "5m", "how long before a run's group tells what changed"),
+        ("repeat-interval", "4h", "how often a run's alerts still firing are told again"),
+    ):
+        delivery.add_argument(
+            f"--{flag}",
+            type=parse_duration,
+            default=parse_duration(default),
+            metavar="DURATION",
+            help=f"{what} (default {default})",
+        )
+
+
+def _delivery(args: argparse.Namespace) -> Delivery:
+    return Delivery(
+        webhooks=args.webhook,
+        slack=args.slack,
+        discord=args.discord,
+        group_wait_s=args.group_wait,
+        group_interval_s=args.group_interval,
+        repeat_interval_s=args.repeat_interval,
+    )
 
 
 class _Stop(Exception):
@@ -120,7 +199,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _settings(args: argparse.Namespace) -> StackSettings:
+def _settings(args: argparse.Namespace, alertmanager: str | None) -> StackSettings:
     ray: Path | None = None
     if not args.no_ray:
         ray = args.ray_sd or (RAY_SERVICE_DISCOVERY if RAY_SERVICE_DISCOVERY.exists() else None)
@@ -133,7 +212,39 @@ def _settings(args: argparse.Namespace) -> StackSettings:
         ray_service_discovery=ray.resolve() if ray is not None else None,
         scrape_interval_s=args.scrape_interval,
         evaluation_interval_s=args.evaluation_interval or args.scrape_interval,
+        alertmanager=alertmanager,
     )
+
+
+def _port(wanted: int, flag: str, what: str, taken: int | None = None) -> int | None:
+    """``wanted`` (0: a free one other than ``taken``, the port the stack's other server was
+    given but may not listen on yet), or None after saying it is taken."""
+    port = wanted
+    while port == 0 or (wanted == 0 and port == taken):
+        port = free_port()
+    if port != taken and port_is_free(port):
+        return port
+    sys.stderr.write(
+        f"rlmetrics stack: 127.0.0.1:{port} is taken (another {what}?): choose another with "
+        f"{flag} (0 picks a free one)\n"
+    )
+    return None
+
+
+def _start(server: ServerProcess) -> bool:
+    server.start(preexec=_die_with_parent)
+    if server.wait_ready():
+        return True
+    sys.stderr.write(
+        f"rlmetrics stack: {server.name} did not come up; its log ({server.log}):\n"
+        f"{server.log_tail()}\n"
+    )
+    return False
+
+
+def _started(server: ServerProcess) -> dict[str, Any]:
+    assert server.process is not None
+    return {"url": server.url, "pid": server.process.pid, "log": str(server.log)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -143,9 +254,33 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         return 2
     rows, _ = collect_rows()
-    settings = _settings(args)
     root = args.dir.resolve()
-    files = write_stack(root, settings, rules_yaml(rules), dashboard_json(build_dashboard(rows)))
+    files = StackFiles(root)
+    delivery = _delivery(args)
+    binary = None if args.no_start else find_prometheus(args.prometheus)
+    manager: AlertmanagerProcess | None = None
+    if not args.no_alertmanager:
+        found = find_alertmanager(args.alertmanager)
+        if binary is not None and found is None:
+            sys.stderr.write(f"rlmetrics stack: {ALERTMANAGER_MISSING}\n")
+        elif binary is not None and found is not None:
+            wanted = args.alertmanager_port
+            if wanted is None:  # not asked for: the usual port, else any (Prometheus is told)
+                wanted = DEFAULT_ALERTMANAGER_PORT if port_is_free(DEFAULT_ALERTMANAGER_PORT) else 0
+            port = _port(wanted, "--alertmanager-port", "Alertmanager")
+            if port is None:
+                return 1
+            manager = AlertmanagerProcess(found, files, port)
+        else:  # not started: the files, and the commands that would start it
+            manager = AlertmanagerProcess(
+                found or "prometheus-alertmanager",
+                files,
+                args.alertmanager_port or DEFAULT_ALERTMANAGER_PORT,
+            )
+    settings = _settings(args, manager.address if manager is not None else None)
+    write_stack(root, settings, rules_yaml(rules), dashboard_json(build_dashboard(rows)))
+    if manager is not None:
+        write_alertmanager_config(files, delivery)
     report: dict[str, Any] = {
         "dir": str(root),
         "config": str(files.config),
@@ -156,51 +291,48 @@ def run(args: argparse.Namespace) -> int:
         "ray_service_discovery": (
             str(settings.ray_service_discovery) if settings.ray_service_discovery else None
         ),
+        "alertmanager": None,
+        "delivery": delivery.destinations if manager is not None else None,
     }
-    binary = None if args.no_start else find_prometheus(args.prometheus)
     if binary is None:
         told = PrometheusProcess(
             "prometheus", files, args.port or DEFAULT_PORT, lifecycle=args.enable_lifecycle
         )
-        command = f"cd {shlex.quote(str(root))} && {shlex.join(told.command())}"
+        commands = [told] if manager is None else [manager, told]
+        start_with = [f"cd {shlex.quote(str(root))} && {shlex.join(c.command())}" for c in commands]
         if not args.no_start:
             sys.stderr.write(f"rlmetrics stack: {INSTALL_HINT}\n")
         _say(
             args,
-            {**report, "prometheus": None, "start_with": command},
-            [f"Wrote {files.config} ({len(rules)} alert rules).", f"Start it with: {command}"],
+            {**report, "prometheus": None, "start_with": start_with[-1], "start_all": start_with},
+            [
+                f"Wrote {files.config} ({len(rules)} alert rules).",
+                *[f"Start Alertmanager first with: {command}" for command in start_with[:-1]],
+                f"Start it with: {start_with[-1]}",
+            ],
         )
         return 0 if args.no_start else 1
-    port = free_port() if args.port == 0 else args.port
-    if not port_is_free(port):
-        sys.stderr.write(
-            f"rlmetrics stack: 127.0.0.1:{port} is taken (another Prometheus?): choose another "
-            "with --port (0 picks a free one)\n"
-        )
+    port = _port(args.port, "--port", "Prometheus", manager.port if manager else None)
+    if port is None:
         return 1
     server = PrometheusProcess(binary, files, port, lifecycle=args.enable_lifecycle)
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
-        server.start(preexec=_die_with_parent)
-        if not server.wait_ready():
-            sys.stderr.write(
-                f"rlmetrics stack: prometheus did not come up; its log ({server.log}):\n"
-                f"{server.log_tail()}\n"
-            )
+        if manager is not None:
+            if not _start(manager):
+                return 1
+            report["alertmanager"] = {**_started(manager), "config": str(files.alertmanager_config)}
+        if not _start(server):
             return 1
         assert server.process is not None
         _say(
             args,
             {
                 **report,
-                "prometheus": {
-                    "url": server.url,
-                    "pid": server.process.pid,
-                    "log": str(server.log),
-                },
+                "prometheus": _started(server),
                 "health": [f"http://{address}/health" for address in settings.targets["rlmetrics"]],
             },
-            _lines(server.url, files.dashboard, settings, len(rules), root),
+            _lines(server.url, files.dashboard, settings, len(rules), root, manager, delivery),
         )
         status = server.process.wait()
         sys.stderr.write(
@@ -211,11 +343,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         server.stop()
+        if manager is not None:
+            manager.stop()
         signal.signal(signal.SIGTERM, previous)
 
 
 def _lines(
-    url: str, dashboard: Path, settings: StackSettings, alerts: int, root: Path
+    url: str,
+    dashboard: Path,
+    settings: StackSettings,
+    alerts: int,
+    root: Path,
+    manager: AlertmanagerProcess | None,
+    delivery: Delivery,
 ) -> list[str]:
     interval = duration(settings.scrape_interval_s)
     lines = [
@@ -223,13 +363,17 @@ def _lines(
         f"  targets:   {url}/targets",
         f"  alerts:    {url}/alerts",
     ]
+    if manager is not None:
+        sent = ", ".join(f"{n} {kind}" for kind, n in delivery.destinations.items() if n)
+        sent = sent or "no webhook: pass --webhook, --slack or --discord"
+        lines.append(f"Alertmanager: {manager.url}  (grouped by run id; to {sent})")
     lines += [f"  run health: http://{a}/health" for a in settings.targets.get("rlmetrics", ())]
     lines += [
         f"Targets: {root}/targets/<job>.json (Prometheus re-reads them as you edit them)",
         f"Dashboard: import {dashboard} into Grafana (Dashboards > New > Import), with a "
         f"Prometheus data source at {url}; `rlmetrics dashboard --prometheus {url}` gives one "
         "clipped to what the run exported.",
-        "Ctrl-C stops Prometheus.",
+        "Ctrl-C stops the stack.",
     ]
     return lines
 

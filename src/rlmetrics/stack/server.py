@@ -1,5 +1,6 @@
-"""Running Debian's ``prometheus`` for the stack: on 127.0.0.1, in the stack's folder, stopped
-with the command that started it.
+"""Running the stack's servers (Debian's ``prometheus``, and ``prometheus-alertmanager``:
+:mod:`.alertmanager`): on 127.0.0.1, in the stack's folder, stopped with the command that
+started them.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from .config import StackFiles
 
 __all__ = [
     "INSTALL_HINT",
     "PrometheusProcess",
+    "ServerProcess",
     "find_prometheus",
     "free_port",
     "port_is_free",
@@ -54,44 +56,38 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-class PrometheusProcess:
-    """``prometheus`` serving the stack's configuration on 127.0.0.1:``port``; its output goes
-    to ``prometheus.log`` in the stack's folder.
+_Server = TypeVar("_Server", bound="ServerProcess")
 
-    :param lifecycle: also serve ``POST /-/reload`` and ``/-/quit``
-        (``--web.enable-lifecycle``). Off by default: those endpoints take no credentials, so
-        any local process could stop the run's Prometheus with them. The stack needs neither:
-        its targets are files Prometheus watches.
-    """
 
-    def __init__(
-        self, binary: str, files: StackFiles, port: int, *, lifecycle: bool = False
-    ) -> None:
+class ServerProcess:
+    """A server of the stack on 127.0.0.1:``port``, run in the stack's folder with its output
+    in ``<name>.log`` there; ready when ``GET /-/ready`` answers 200 (both Prometheus and
+    Alertmanager serve it)."""
+
+    #: The log file's stem, and how messages name the server.
+    name = "server"
+
+    def __init__(self, binary: str, files: StackFiles, port: int) -> None:
         self.binary = binary
         self.files = files
         self.port = port
-        self.lifecycle = lifecycle
-        self.log = files.root / "prometheus.log"
+        self.log = files.root / f"{self.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://{_HOST}:{self.port}"
 
+    @property
+    def address(self) -> str:
+        return f"{_HOST}:{self.port}"
+
     def command(self) -> list[str]:
         """The command line, run in the stack's folder (``files.root``)."""
-        command = [
-            self.binary,
-            f"--config.file={self.files.config.name}",
-            f"--web.listen-address={_HOST}:{self.port}",
-            f"--storage.tsdb.path={self.files.data.name}",
-        ]
-        if self.lifecycle:
-            command.append("--web.enable-lifecycle")
-        return command
+        raise NotImplementedError
 
-    def start(self, preexec: Callable[[], None] | None = None) -> PrometheusProcess:
-        """Start the server; ``preexec`` runs in the child before ``prometheus`` does."""
+    def start(self: _Server, preexec: Callable[[], None] | None = None) -> _Server:
+        """Start the server; ``preexec`` runs in the child before the server's binary does."""
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 self.command(),
@@ -119,11 +115,6 @@ class PrometheusProcess:
             time.sleep(0.2)
         return False
 
-    def api(self, path: str) -> Any:
-        """A GET of the HTTP API (``/api/v1/...``), its ``data``."""
-        with urllib.request.urlopen(f"{self.url}{path}", timeout=5) as response:
-            return json.load(response)["data"]
-
     def log_tail(self, lines: int = 20) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -143,3 +134,41 @@ class PrometheusProcess:
                 process.kill()
                 process.wait(timeout=timeout_s)
         return process.returncode
+
+
+class PrometheusProcess(ServerProcess):
+    """``prometheus`` serving the stack's configuration on 127.0.0.1:``port``; its output goes
+    to ``prometheus.log`` in the stack's folder.
+
+    :param lifecycle: also serve ``POST /-/reload`` and ``/-/quit``
+        (``--web.enable-lifecycle``). Off by default: those endpoints take no credentials, so
+        any local process could stop the run's Prometheus with them. The stack needs neither:
+        its targets are files Prometheus watches.
+    """
+
+    name = "prometheus"
+
+    def __init__(
+        self, binary: str, files: StackFiles, port: int, *, lifecycle: bool = False
+    ) -> None:
+        super().__init__(binary, files, port)
+        self.lifecycle = lifecycle
+
+    def command(self) -> list[str]:
+        command = [
+            self.binary,
+            f"--config.file={self.files.config.name}",
+            f"--web.listen-address={self.address}",
+            # The links an alert carries (generatorURL) name the address it listens on, not
+            # the machine's host name.
+            f"--web.external-url={self.url}",
+            f"--storage.tsdb.path={self.files.data.name}",
+        ]
+        if self.lifecycle:
+            command.append("--web.enable-lifecycle")
+        return command
+
+    def api(self, path: str) -> Any:
+        """A GET of the HTTP API (``/api/v1/...``), its ``data``."""
+        with urllib.request.urlopen(f"{self.url}{path}", timeout=5) as response:
+            return json.load(response)["data"]

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import rlmetrics
-from rlmetrics.alerts.model import AlertContext, AlertExample, AlertRule, RuleBuilder
+from rlmetrics.alerts.model import (
+    AlertContext,
+    AlertExample,
+    AlertRule,
+    RuleBuilder,
+    with_run_id,
+)
+from rlmetrics.dashboard.promql import RUN_ID_LABEL
 
 from ._attribute_values import OUTCOME_ATTR
 from .health import VERDICT_ATTR, VERDICT_TOTAL
@@ -22,7 +29,9 @@ __all__ = ["health_rules", "host_memory_rules", "loop_lag_rules", "register_aler
 
 _GROUP = "rlmetrics-gym"
 _SERVER = 'job="gym",instance="g"'
-_LABELS = {"job": "gym", "instance": "g"}
+_LABELS = {"job": "gym", "instance": "g", RUN_ID_LABEL: "r1"}
+#: The server's resource (every process rlmetrics.start()s exports one), naming its run.
+_TARGET_INFO = (f'target_info{{{_SERVER},{RUN_ID_LABEL}="r1"}}', "1x40")
 _GIB = 2**30
 #: Samples a window needs before its p90 is read.
 _P90_SAMPLES = 40
@@ -46,9 +55,9 @@ def health_rules(context: AlertContext) -> Iterator[AlertRule]:
 
     yield AlertRule(
         "GymRolloutsUnhealthy",
-        f"{unhealthy} / {evaluated} > {share:g} and {evaluated} >= {least:g}",
-        summary="{{ $value | humanizePercentage }} of the rollouts on {{ $labels.instance }} "
-        "were flagged unhealthy",
+        with_run_id(f"{unhealthy} / {evaluated} > {share:g} and {evaluated} >= {least:g}"),
+        summary="{{ $value | humanizePercentage }} of the rollouts of run "
+        "{{ $labels.rlmetrics_run_id }} on {{ $labels.instance }} were flagged unhealthy",
         description=f"Over 15 minutes more than {share:.0%} of the evaluated rollouts got an "
         "unhealthy verdict from a trajectory check: the agent or the environment misbehaves.",
         runbook="See which checks flag them (gym.rollout.health_flagged_total by "
@@ -59,7 +68,7 @@ def health_rules(context: AlertContext) -> Iterator[AlertRule]:
         examples=(
             AlertExample(
                 "one in five unhealthy",
-                [series("healthy", 8), series("unhealthy", 2)],
+                [series("healthy", 8), series("unhealthy", 2), _TARGET_INFO],
                 at_s=1500,
                 alerts=[_LABELS],
             ),
@@ -98,13 +107,14 @@ def loop_lag_rules(context: AlertContext) -> Iterator[AlertRule]:
         ]
         rows.append((f'{bucket}{{{where},le="+Inf"}}', f"0+{per_minute}x30"))
         rows.append((f"{count}{{{where}}}", f"0+{per_minute}x30"))
+        rows.append(_TARGET_INFO)
         return rows
 
     yield AlertRule(
         "GymEventLoopLagging",
-        f"{p90} > {limit:g} and on(job, instance, {loop}) {samples} >= {_P90_SAMPLES}",
+        with_run_id(f"{p90} > {limit:g} and on(job, instance, {loop}) {samples} >= {_P90_SAMPLES}"),
         summary="The {{ $labels.nemo_gym_event_loop }} event loop on {{ $labels.instance }} "
-        "wakes up {{ $value }} ms late (p90)",
+        "(run {{ $labels.rlmetrics_run_id }}) wakes up {{ $value }} ms late (p90)",
         description=f"For five minutes the p90 event-loop lag has been above {lag_s:g} s: "
         "synchronous work holds the loop, and every request on it waits behind that work.",
         runbook="Find the blocking call (py-spy dump of the server; a verifier or a judge call "
@@ -133,9 +143,9 @@ def host_memory_rules(context: AlertContext) -> Iterator[AlertRule]:
     usage, total = names.gauge(HOST_USAGE), names.gauge(HOST_TOTAL)
     yield AlertRule(
         "GymHostMemoryHigh",
-        f"{usage} / on(job, instance) {total} > {share:g}",
-        summary="The Gym host of {{ $labels.instance }} has {{ $value | humanizePercentage }} "
-        "of its memory in use",
+        with_run_id(f"{usage} / on(job, instance) {total} > {share:g}"),
+        summary="The Gym host of {{ $labels.instance }} (run {{ $labels.rlmetrics_run_id }}) "
+        "has {{ $value | humanizePercentage }} of its memory in use",
         description=f"More than {share:.0%} of the memory of a host running Gym servers has "
         "been in use for five minutes.",
         runbook="See which server grows (gym.server.memory.usage by server): a leaking "
@@ -149,6 +159,7 @@ def host_memory_rules(context: AlertContext) -> Iterator[AlertRule]:
                 [
                     (f"{usage}{{{_SERVER}}}", f"{29 * _GIB}x20"),
                     (f"{total}{{{_SERVER}}}", f"{30 * _GIB}x20"),
+                    _TARGET_INFO,
                 ],
                 at_s=900,
                 alerts=[_LABELS],

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import rlmetrics
-from rlmetrics.alerts.model import AlertContext, AlertExample, AlertRule, RuleBuilder
+from rlmetrics.alerts.model import (
+    AlertContext,
+    AlertExample,
+    AlertRule,
+    RuleBuilder,
+    with_run_id,
+)
+from rlmetrics.dashboard.promql import RUN_ID_LABEL
 
 from .host_memory import TOTAL, USED
 from .monitor import HOST_NAME_ATTR
@@ -27,6 +34,8 @@ __all__ = [
 GPU_USAGE, GPU_LIMIT = "hw.gpu.memory.usage", "hw.gpu.memory.limit"
 _GPU_ID_ATTR = "hw.id"
 _GIB = 2**30
+#: The examples' driver: its resource names the run.
+_TARGET_INFO = (f'target_info{{job="run",instance="a",{RUN_ID_LABEL}="r1"}}', "1x20")
 
 
 def host_memory_rules(context: AlertContext) -> Iterator[AlertRule]:
@@ -40,9 +49,9 @@ def host_memory_rules(context: AlertContext) -> Iterator[AlertRule]:
     node = f'job="run",instance="a",{host}="node-1"'
     yield AlertRule(
         "RLHostMemoryHigh",
-        f"{by} ({used}) / {by} ({total}) > {share:g}",
-        summary="Host {{ $labels.host_name }} has {{ $value | humanizePercentage }} of its "
-        "memory in use",
+        with_run_id(f"{by} ({used}) / {by} ({total}) > {share:g}"),
+        summary="Host {{ $labels.host_name }} of run {{ $labels.rlmetrics_run_id }} has "
+        "{{ $value | humanizePercentage }} of its memory in use",
         description=f"More than {share:.0%} of a Ray host's memory has been in use for five "
         "minutes: the whole host's, object store, raylet and driver included. Past it the "
         "kernel's OOM killer (or Ray's memory monitor) kills workers.",
@@ -58,9 +67,10 @@ def host_memory_rules(context: AlertContext) -> Iterator[AlertRule]:
                 [
                     (f"{used}{{{node}}}", f"{95 * _GIB}x20"),
                     (f"{total}{{{node}}}", f"{100 * _GIB}x20"),
+                    _TARGET_INFO,
                 ],
                 at_s=900,
-                alerts=[{"job": "run", "instance": "a", host: "node-1"}],
+                alerts=[{"job": "run", "instance": "a", host: "node-1", RUN_ID_LABEL: "r1"}],
             ),
             AlertExample(
                 "60% used",
@@ -87,9 +97,10 @@ def gpu_memory_rules(context: AlertContext) -> Iterator[AlertRule]:
     device = f'job="run",instance="a",{host}="node-1",{gpu}="0"'
     yield AlertRule(
         "RLGPUMemoryNearLimit",
-        f"{by} ({usage}) / {by} ({limit}) > {share:g}",
-        summary="GPU {{ $labels.hw_id }} on {{ $labels.host_name }} has "
-        "{{ $value | humanizePercentage }} of its memory in use",
+        with_run_id(f"{by} ({usage}) / {by} ({limit}) > {share:g}"),
+        summary="GPU {{ $labels.hw_id }} on {{ $labels.host_name }} (run "
+        "{{ $labels.rlmetrics_run_id }}) has {{ $value | humanizePercentage }} of its memory "
+        "in use",
         description=f"More than {share:.0%} of a GPU's memory has been in use for five "
         "minutes: the next allocation spike (a longer batch, a weight refit) runs out.",
         runbook="Lower the engine's gpu_memory_utilization or the training micro-batch; "
@@ -103,9 +114,12 @@ def gpu_memory_rules(context: AlertContext) -> Iterator[AlertRule]:
                 [
                     (f"{usage}{{{device}}}", f"{79 * _GIB}x20"),
                     (f"{limit}{{{device}}}", f"{80 * _GIB}x20"),
+                    _TARGET_INFO,
                 ],
                 at_s=900,
-                alerts=[{"job": "run", "instance": "a", host: "node-1", gpu: "0"}],
+                alerts=[
+                    {"job": "run", "instance": "a", host: "node-1", gpu: "0", RUN_ID_LABEL: "r1"}
+                ],
             ),
             AlertExample(
                 "60 of 80 GiB",
