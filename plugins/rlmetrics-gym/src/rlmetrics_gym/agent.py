@@ -25,6 +25,7 @@ from typing import Any, Final, TypeVar
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, declare, hookimpl, is_exporting, record
+from rlmetrics.blocks import Block
 from rlmetrics.spec import SUM
 from rlmetrics.trajectories import LiveTrajectory
 from rlmetrics.values import OTHER, BoundedValues
@@ -159,7 +160,7 @@ def record_agent_invocation(agent: Any, seconds: float, error: BaseException | N
 _Self = TypeVar("_Self", bound="_Timed")
 
 
-class _Timed:
+class _Timed(Block):
     __slots__ = ("_name", "_started")
 
     def __init__(self, name: Any) -> None:
@@ -180,17 +181,6 @@ class _Timed:
         tb: TracebackType | None,
     ) -> None:
         self._record(time.perf_counter() - self._started, exc)
-
-    async def __aenter__(self: _Self) -> _Self:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 class timed_tool_call(_Timed):
