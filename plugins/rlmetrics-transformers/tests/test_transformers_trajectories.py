@@ -50,7 +50,7 @@ class TrlCompletions(TrainerCallback):  # type: ignore[misc]
             }
 
 
-def _grpo(tmp_path: Path, callbacks: list[Any]) -> Any:
+def _grpo(tmp_path: Path, callbacks: list[Any], **config: Any) -> Any:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -74,8 +74,10 @@ def _grpo(tmp_path: Path, callbacks: list[Any]) -> Any:
             seed=0,
             beta=0.0,
             reward_weights=list(WEIGHTS),
+            **config,
         ),
         train_dataset=Dataset.from_dict({"prompt": prompts}),
+        eval_dataset=Dataset.from_dict({"prompt": prompts[:4]}),
         processing_class=AutoTokenizer.from_pretrained(model),
         callbacks=callbacks,
     )
@@ -181,6 +183,8 @@ def test_trajectories_false_logs_no_trajectories(tmp_path: Path) -> None:
 def test_under_the_full_text_policy_each_row_holds_trls_prompt_and_completion(
     tmp_path: Path,
 ) -> None:
+    """And an evaluation's completions (GRPO keeps them where it keeps training's) are not
+    training rollouts: none is logged."""
     from rlmetrics.trajectories import configure
 
     configure(text="full")
@@ -188,12 +192,21 @@ def test_under_the_full_text_policy_each_row_holds_trls_prompt_and_completion(
     callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
     trl = TrlCompletions()
     with in_memory_tracing():
-        trainer = _grpo(tmp_path, [callback, trl])
+        trainer = _grpo(
+            tmp_path,
+            [callback, trl],
+            eval_strategy="steps",
+            eval_steps=2,
+            per_device_eval_batch_size=4,
+        )
         trl.trainer = trainer
         trainer.train()
         callback.finish()
+    evaluated = [row for row in read_jsonl(path) if row["prefix"] == "eval"]
+    assert [row["step"] for row in evaluated if "loss" in row["metrics"]] == [2, 4]
     lines = list(read_jsonl(samples_path(path), every_row=True))
     assert len(lines) == 2 * PER_STEP * STEPS_PER_GENERATION
+    assert {line["step"] for line in lines} == {1, 3}
     for line in lines:
         row = line["sample"]
         index = int(row["sample_id"].split("-")[1])

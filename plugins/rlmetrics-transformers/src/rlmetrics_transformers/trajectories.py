@@ -8,8 +8,10 @@ callbacks' ``on_log`` before TRL's own use of them, so at ``on_log`` they hold t
 logged step trained on. transformers hands a callback no trainer, so
 :func:`calling_trainer` finds the one whose callbacks it is among on the call stack.
 
-A batch can be logged twice (a generation batch that serves several optimizer steps, or no new
-generation between two logs): :class:`CompletionReader` hands over only completions it has not
+Only training completions are logged: an evaluation's (GRPO fills the same deques in
+``evaluate()``) would mix into the training rollouts' reward metrics. A batch can be logged
+twice (a generation batch that serves several optimizer steps, or no new generation between
+two logs): :class:`CompletionReader` hands over only completions it has not
 handed over before, told apart by their advantage objects (``Tensor.tolist()`` makes a fresh
 float for each, and the reader holds the last batch's, so no id is reused while it compares).
 
@@ -160,12 +162,9 @@ class CompletionReader:
         held = {id(a) for a in self._held}
         fresh = [i for i, a in enumerate(advantages) if id(a) not in held]
         self._held = advantages
-        if not fresh:
-            return []
-        training = getattr(getattr(trainer, "model", None), "training", True)
-        size = getattr(trainer, "num_generations" if training else "num_generations_eval", None)
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            size = getattr(trainer, "num_generations", None)
+        if not fresh or not getattr(getattr(trainer, "model", None), "training", True):
+            return []  # an evaluation's completions: read (so never later), not logged
+        size = getattr(trainer, "num_generations", None)
         return completion_records(
-            trainer, fresh, step, group_size=size if isinstance(size, int) else None
+            trainer, fresh, step, group_size=size if type(size) is int and size > 0 else None
         )
