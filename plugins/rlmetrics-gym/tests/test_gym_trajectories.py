@@ -285,3 +285,49 @@ def test_trajectory_record_reads_a_truncated_failed_row() -> None:
     assert (record["outcome"], record["finish_reason"]) == ("truncated", "max_output_tokens")
     assert (record["error"], record["latency_s"], record["env"]) == ("TimeoutError", 1.5, "code")
     assert len(record["turns"]) == 1
+
+
+def test_under_the_full_text_policy_a_row_keeps_its_text_and_a_flattened_row_reads_the_same(
+    tmp_path: Path,
+) -> None:
+    from rlmetrics.trajectories import configure
+
+    configure(text="full")
+    nested = {
+        "_ng_task_index": 5,
+        "_ng_rollout_index": 1,
+        "responses_create_params": {"input": "what is 2+2?"},
+        "response": {
+            "model": MODEL,
+            "output": [
+                {"type": "function_call", "name": "python", "call_id": "c", "arguments": "2+2"},
+                {"type": "function_call_output", "call_id": "c", "output": "4"},
+                {"type": "message", "content": [{"type": "output_text", "text": "4"}]},
+            ],
+        },
+        "reward": 1.0,
+    }
+    flattened = {
+        "_ng_task_index": 5,
+        "_ng_rollout_index": 2,
+        "responses_create_params/input": "what is 2+2?",
+        "response/model": MODEL,
+        "response/output": nested["response"]["output"],
+        "reward": 1.0,
+    }
+    path = tmp_path / "metrics.jsonl"
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": path}})
+        log_rollout_trajectories(logger, [nested, flattened], step=1)
+        logger.finish()
+        spans = span_records(exporter)
+    rows = [line["sample"] for line in read_jsonl(samples_path(path), every_row=True)]
+    assert [(r["sample_id"], r["prompt"], r["completion"], r["turns"]) for r in rows] == [
+        ("5-1", "what is 2+2?", "4", 2),
+        ("5-2", "what is 2+2?", "4", 2),
+    ]
+    tools = [s for s in spans if s.name.startswith("execute_tool")]
+    assert [
+        (s.attributes["gen_ai.tool.call.arguments"], s.attributes["gen_ai.tool.call.result"])
+        for s in tools
+    ] == [("2+2", "4")] * 2

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from rlmetrics_transformers import RLMetricsCallback
 from transformers import AutoTokenizer, TrainerCallback
-from transformers_support import length_reward, save_tiny_model
+from transformers_support import length_reward, save_tiny_model, trainer_args
 
 from rlmetrics.backends.jsonl import read_jsonl, samples_path
 from rlmetrics.testing import points
@@ -60,18 +60,10 @@ def _grpo(tmp_path: Path, callbacks: list[Any], **config: Any) -> Any:
         model=model,
         reward_funcs=[length_reward, odd_length_reward],
         args=GRPOConfig(
-            output_dir=str(tmp_path / "out"),
-            per_device_train_batch_size=PER_STEP,
+            **trainer_args(tmp_path, per_device_train_batch_size=PER_STEP, max_steps=MAX_STEPS),
             steps_per_generation=STEPS_PER_GENERATION,
             num_generations=2,
             max_completion_length=8,
-            max_steps=MAX_STEPS,
-            logging_steps=1,
-            report_to="none",
-            use_cpu=True,
-            save_strategy="no",
-            disable_tqdm=True,
-            seed=0,
             beta=0.0,
             reward_weights=list(WEIGHTS),
             **config,

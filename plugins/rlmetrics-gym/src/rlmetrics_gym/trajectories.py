@@ -29,14 +29,13 @@ text policy keeps text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from rlmetrics import warn_once
-from rlmetrics.trajectories import MAX_TURNS, settings
+from rlmetrics.trajectories import MAX_TURNS, as_text, settings
 
-from .driver import NG_PERF_KEY, NG_PERF_TURNS_KEY
+from .driver import NG_PERF_KEY, NG_PERF_TURNS_KEY, _field
 
 __all__ = [
     "GROUP_KEY",
@@ -54,25 +53,6 @@ ROLLOUT_INDEX_KEY: Final = "_ng_rollout_index"
 _FUNCTION_CALL = "function_call"
 _FUNCTION_OUTPUT = "function_call_output"
 _OUTCOMES: Final = {"scored": "success", "failed": "error", "omitted": "failure"}
-
-
-def _get(row: Any, *path: str) -> Any:
-    node = row
-    for part in path:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
-    return node
-
-
-def _text(value: Any) -> str | None:
-    """Text for the text policy: a str as it is, anything else as JSON."""
-    if value is None or type(value) is str:
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except Exception:
-        return None
 
 
 def _message_text(items: Sequence[Any]) -> str | None:
@@ -101,14 +81,14 @@ def _turns(output: Sequence[Any], model: Any, keeps_text: bool) -> list[dict[str
         if kind == _FUNCTION_CALL:
             call = {"name": item.get("name")}
             if keeps_text:
-                call["arguments"] = _text(item.get("arguments"))
+                call["arguments"] = as_text(item.get("arguments"))
             calls.append(call)
             by_call_id[item.get("call_id")] = call
         elif kind == _FUNCTION_OUTPUT:
             answered = True
             answers = by_call_id.get(item.get("call_id"))
             if answers is not None and keeps_text:
-                answers["result"] = _text(item.get("output"))
+                answers["result"] = as_text(item.get("output"))
     turns.append({"tool_calls": calls})  # the last turn: its calls, or the final answer
     for turn in turns:
         turn["generations"] = [
@@ -128,7 +108,7 @@ def run_ids(row: Mapping[str, Any]) -> tuple[Any, Any]:
 
 def run_env(row: Mapping[str, Any]) -> Any:
     """The env of a rollout's row: its ``agent_ref.name``, else its ``dispatch_name``."""
-    return _get(row, "agent_ref", "name") or row.get("dispatch_name")
+    return _field(row, "agent_ref", "name") or row.get("dispatch_name")
 
 
 def trajectory_record(
@@ -136,8 +116,7 @@ def trajectory_record(
 ) -> dict[str, Any]:
     """One Gym result row as a trajectory record (see the module's docstring). Pure: the
     record's fields are checked when it is logged."""
-    response = _get(result, "response")
-    output = _get(response, "output")
+    output = _field(result, "response", "output")
     keeps_text = settings().text.keeps
     sample_id, group_id = run_ids(result)
     record: dict[str, Any] = {
@@ -151,8 +130,8 @@ def trajectory_record(
     if isinstance(duration_ms, (int, float)) and not isinstance(duration_ms, bool):
         record["latency_s"] = duration_ms / 1000.0
     if isinstance(output, list):
-        turns = _turns(output, _get(response, "model"), keeps_text)
-        usage = _get(response, "usage")
+        turns = _turns(output, _field(result, "response", "model"), keeps_text)
+        usage = _field(result, "response", "usage")
         if isinstance(usage, Mapping):
             last = turns[-1]["generations"][0]
             last["input_tokens"] = usage.get("input_tokens")
@@ -161,7 +140,7 @@ def trajectory_record(
         if keeps_text:
             record["completion"] = _message_text(output)
     else:
-        count = _get(result, NG_PERF_KEY, NG_PERF_TURNS_KEY)
+        count = _field(result, NG_PERF_KEY, NG_PERF_TURNS_KEY)
         if type(count) is int and count >= 0:
             record["turns"] = [{}] * min(count, MAX_TURNS)
     said = result.get("outcome")
@@ -170,11 +149,11 @@ def trajectory_record(
         record["outcome"] = outcome
         if outcome == "error":
             record["error"] = result.get("failure_type")
-    if _get(response, "status") == "incomplete":
+    if _field(result, "response", "status") == "incomplete":
         record["outcome"] = "truncated"
-        record["finish_reason"] = _get(response, "incomplete_details", "reason")
+        record["finish_reason"] = _field(result, "response", "incomplete_details", "reason")
     if keeps_text:
-        record["prompt"] = _text(_get(result, "responses_create_params", "input"))
+        record["prompt"] = as_text(_field(result, "responses_create_params", "input"))
     return record
 
 

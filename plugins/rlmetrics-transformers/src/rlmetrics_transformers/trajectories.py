@@ -23,13 +23,12 @@ the prompt and completion text are read only when the trajectory text policy kee
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlmetrics.trajectories import settings
+from rlmetrics.trajectories import as_text, settings
 
 __all__ = ["CompletionReader", "calling_trainer", "completion_records"]
 
@@ -56,16 +55,6 @@ def calling_trainer(callback: Any) -> Any:
         return None
     finally:
         del frame  # a frame held in a local keeps every frame above it alive
-
-
-def _text(value: Any) -> str | None:
-    """A prompt or completion as text: a str as it is, a conversation as JSON."""
-    if value is None or type(value) is str:
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except Exception:
-        return None
 
 
 def _model_name(trainer: Any) -> str | None:
@@ -126,9 +115,9 @@ def completion_records(
             record["reward"] = total
         if policy.keeps:
             if index < len(prompts):
-                record["prompt"] = _text(prompts[index])
+                record["prompt"] = as_text(prompts[index])
             if index < len(completions):
-                record["completion"] = _text(completions[index])
+                record["completion"] = as_text(completions[index])
         records.append(record)
     return records
 
