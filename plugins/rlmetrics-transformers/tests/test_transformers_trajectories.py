@@ -204,3 +204,24 @@ def test_under_the_full_text_policy_each_row_holds_trls_prompt_and_completion(
         index = int(row["sample_id"].split("-")[1])
         assert row["completion"] == trl.at[line["step"]]["completion"][index]
         assert row["prompt"].startswith(MARKER)
+
+
+class Wrapped:
+    """A callback that wraps another, as a profiler's does: the trainer holds the wrapper."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_wrapped_callback_still_finds_its_trainers_completions(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    with in_memory_tracing():
+        trainer = _grpo(tmp_path, [Wrapped(callback)])
+        trainer.train()
+        callback.finish()
+    lines = list(read_jsonl(samples_path(path), every_row=True))
+    assert len(lines) == 2 * PER_STEP * STEPS_PER_GENERATION

@@ -137,7 +137,7 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
             return
         self._began = True
         if self._completions is not None:
-            self._completions.find(self)
+            self._completions.find()
         now = time.monotonic()
         timings = {"total_setup_time_s": now - self._setup_started}
         if self._init_ended is not None:
@@ -165,7 +165,7 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
             logger.log_metrics(metrics, step=state.global_step, prefix=prefix)
         completions = self._completions
         if completions is not None:
-            completions.find(self)  # a callback added after train() began
+            completions.find()  # a callback added after train() began
             records = completions.new_records(state.global_step)
             if records:
                 logger.log_trajectories(records, step=state.global_step)

@@ -6,7 +6,7 @@ parallel deques ``prompt``, ``completion``, ``advantages`` and, per reward funct
 ``rewards[name]`` (a reward function's ``None`` is NaN there). ``Trainer.log`` calls the
 callbacks' ``on_log`` before TRL's own use of them, so at ``on_log`` they hold the batch the
 logged step trained on. transformers hands a callback no trainer, so
-:func:`calling_trainer` finds the one whose callbacks it is among on the call stack.
+:func:`calling_trainer` finds the one calling it on the call stack.
 
 Only training completions are logged: an evaluation's (GRPO fills the same deques in
 ``evaluate()``) would mix into the training rollouts' reward metrics. A batch can be logged
@@ -39,16 +39,17 @@ _STACK_DEPTH = 12
 _MAX_MODEL_NAME = 128
 
 
-def calling_trainer(callback: Any) -> Any:
-    """The object whose ``callback_handler`` holds ``callback`` and that is calling it, found
-    on the call stack (None when there is none)."""
+def calling_trainer() -> Any:
+    """The nearest object up the call stack that calls callbacks through a
+    ``callback_handler`` (a ``Trainer``: a callback's caller's caller), None when there is
+    none. The nearest, not the one holding this callback: a callback wrapped in another (a
+    profiler's, say) is called all the same."""
     frame = inspect.currentframe()
     try:
         depth = 0
         while frame is not None and depth < _STACK_DEPTH:
             owner = frame.f_locals.get("self")
-            handler = getattr(owner, "callback_handler", None)
-            if handler is not None and any(c is callback for c in handler.callbacks):
+            if getattr(owner, "callback_handler", None) is not None:
                 return owner
             frame = frame.f_back
             depth += 1
@@ -132,11 +133,11 @@ class CompletionReader:
         self._trainer: weakref.ref[Any] | None = None
         self._held: list[Any] = []
 
-    def find(self, callback: Any) -> None:
-        """Look for the trainer calling ``callback`` (once found, kept: weakly)."""
+    def find(self) -> None:
+        """Look for the trainer calling the callback (once found, kept: weakly)."""
         if self._trainer is not None and self._trainer() is not None:
             return
-        trainer = calling_trainer(callback)
+        trainer = calling_trainer()
         if trainer is not None:
             self._trainer = weakref.ref(trainer)
 
