@@ -17,6 +17,8 @@ from typing import Any
 import aiohttp
 import pytest
 from gym_support_server import serve
+from hypothesis import given
+from hypothesis import strategies as st
 from rlmetrics_gym.agent import timed_agent_invocation, timed_tool_call
 from rlmetrics_gym.trajectories import log_rollout_trajectories, trajectory_record
 from starlette.applications import Starlette
@@ -245,23 +247,30 @@ def test_bad_rows_warn_once_and_the_rest_lands(caplog: pytest.LogCaptureFixture)
         "response": {"output": [{"type": "function_call", "name": ["not", "a", "name"]}]},
     }
     odd = {**good, "_ng_rollout_index": 3, "outcome": ["unhashable"], "response": "not one"}
-    rows: list[Any] = [no_ids, nan_reward, bad_tool, odd, "not a row", good, {**nan_reward}]
+    odder = {
+        **good,
+        "_ng_rollout_index": 4,
+        "duration_ms": 10**400,  # past a float: the latency is dropped, said once
+        "response": {"output": [{"type": "function_call", "name": "search", "call_id": []}]},
+    }
+    rows: list[Any] = [no_ids, nan_reward, bad_tool, odd, odder, "not a row", good, {**nan_reward}]
     with in_memory_tracing() as (_handle, reader, exporter):
         log_rollout_trajectories(rlmetrics.Logger(backends={}), rows, step=1)
         spans = span_records(exporter)
         found = points(reader)
     agents = [s for s in spans if s.name.startswith("invoke_agent")]
-    assert len(agents) == 6  # every mapping; the string is skipped
+    assert len(agents) == 7  # every mapping; the string is skipped
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     for text in (
         "no sample_id",
         "'reward' must be a finite number",
         "'tool_call.name' must be a str",
         "'trajectory' must be a dict",
+        "'latency_s' must be a finite number",
     ):
         assert sum(text in m for m in messages) == 1, text  # said once
     tools = {p.attributes["gen_ai.tool.name"]: p.value for p in found if p.name == "rl.tool.calls"}
-    assert tools == {"search": 4, "other": 1}
+    assert tools == {"search": 5, "other": 1}
     nan_spans = [s for s in agents if s.attributes.get("rl.sample.id") == "0-1"]
     assert len(nan_spans) == 2 and all("rl.reward" not in s.attributes for s in nan_spans)
 
@@ -331,3 +340,66 @@ def test_under_the_full_text_policy_a_row_keeps_its_text_and_a_flattened_row_rea
         (s.attributes["gen_ai.tool.call.arguments"], s.attributes["gen_ai.tool.call.result"])
         for s in tools
     ] == [("2+2", "4")] * 2
+
+
+# Anything a result row could hold where trajectory_record looks.
+_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=20),
+    st.sampled_from(["scored", "failed", "omitted", "function_call", "function_call_output"]),
+)
+_ITEM = st.one_of(
+    _VALUE,
+    st.dictionaries(
+        st.sampled_from(["type", "name", "call_id", "arguments", "output", "content"]),
+        st.one_of(_VALUE, st.lists(_VALUE, max_size=2)),
+        max_size=6,
+    ),
+)
+_ROW = st.dictionaries(
+    st.sampled_from(
+        [
+            "_ng_task_index",
+            "_ng_rollout_index",
+            "reward",
+            "outcome",
+            "duration_ms",
+            "failure_type",
+            "agent_ref",
+            "response",
+            "response/output",
+            "ng_perf",
+        ]
+    ),
+    st.one_of(
+        _VALUE,
+        st.lists(_ITEM, max_size=6),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "output": st.lists(_ITEM, max_size=6),
+                "status": _VALUE,
+                "usage": st.dictionaries(st.text(max_size=12), _VALUE, max_size=2),
+                "name": _VALUE,
+                "num_turns": _VALUE,
+            },
+        ),
+    ),
+    max_size=8,
+)
+
+
+@given(rows=st.lists(_ROW, max_size=4), text=st.sampled_from(["off", "full"]))
+def test_any_result_row_is_read_and_logged_without_raising(
+    rows: list[dict[str, Any]], text: str
+) -> None:
+    from rlmetrics.trajectories import configure, parse_trajectories
+    from rlmetrics.trajectories import settings as trajectory_settings
+
+    configure(text=text)
+    records = [trajectory_record(row) for row in rows]
+    assert len(parse_trajectories(records, trajectory_settings().text)) == len(rows)
+    log_rollout_trajectories(rlmetrics.Logger(backends={}), rows, step=1)

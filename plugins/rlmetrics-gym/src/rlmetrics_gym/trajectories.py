@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from rlmetrics import warn_once
 from rlmetrics.trajectories import MAX_TURNS, as_text, settings
+from rlmetrics.values import finite_float
 
 from .driver import NG_PERF_KEY, NG_PERF_TURNS_KEY, _field
 
@@ -83,10 +84,13 @@ def _turns(output: Sequence[Any], model: Any, keeps_text: bool) -> list[dict[str
             if keeps_text:
                 call["arguments"] = as_text(item.get("arguments"))
             calls.append(call)
-            by_call_id[item.get("call_id")] = call
+            call_id = item.get("call_id")
+            if type(call_id) is str or type(call_id) is int:  # else nothing can answer it
+                by_call_id[call_id] = call
         elif kind == _FUNCTION_OUTPUT:
             answered = True
-            answers = by_call_id.get(item.get("call_id"))
+            call_id = item.get("call_id")
+            answers = by_call_id.get(call_id) if type(call_id) in (str, int) else None
             if answers is not None and keeps_text:
                 answers["result"] = as_text(item.get("output"))
     turns.append({"tool_calls": calls})  # the last turn: its calls, or the final answer
@@ -127,8 +131,10 @@ def trajectory_record(
         "reward": result.get("reward"),
     }
     duration_ms = result.get("duration_ms")
-    if isinstance(duration_ms, (int, float)) and not isinstance(duration_ms, bool):
-        record["latency_s"] = duration_ms / 1000.0
+    if duration_ms is not None:
+        ms = None if type(duration_ms) is bool else finite_float(duration_ms)
+        # What is no number of milliseconds goes as it is: the parser says what is wrong.
+        record["latency_s"] = duration_ms if ms is None else ms / 1000.0
     if isinstance(output, list):
         turns = _turns(output, _field(result, "response", "model"), keeps_text)
         usage = _field(result, "response", "usage")
@@ -171,10 +177,16 @@ def log_rollout_trajectories(
     try:
         records: list[Any] = []
         for result in results:
-            if isinstance(result, Mapping):
-                records.append(trajectory_record(result, env=env, agent=agent))
-            else:
+            if not isinstance(result, Mapping):
                 records.append(result)  # the core's parser skips it, said once
+                continue
+            try:
+                records.append(trajectory_record(result, env=env, agent=agent))
+            except Exception:  # a row no one foresaw costs only itself
+                warn_once(
+                    "gym:trajectories:row",
+                    "rlmetrics-gym: a Gym result row could not be read as a trajectory; skipped",
+                )
         logger.log_trajectories(records, step=step)
     except Exception:
         warn_once(
