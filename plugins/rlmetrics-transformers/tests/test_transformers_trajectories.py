@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from datasets import Dataset
 from rlmetrics_transformers import RLMetricsCallback
 from transformers import AutoTokenizer, TrainerCallback
 from transformers_support import length_reward, save_tiny_model, trainer_args
@@ -51,7 +52,6 @@ class TrlCompletions(TrainerCallback):  # type: ignore[misc]
 
 
 def _grpo(tmp_path: Path, callbacks: list[Any], **config: Any) -> Any:
-    from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     model = save_tiny_model(tmp_path / "model")
@@ -225,3 +225,35 @@ def test_a_wrapped_callback_still_finds_its_trainers_completions(tmp_path: Path)
         callback.finish()
     lines = list(read_jsonl(samples_path(path), every_row=True))
     assert len(lines) == 2 * PER_STEP * STEPS_PER_GENERATION
+
+
+def test_an_rloo_run_yields_one_trajectory_per_completion_too(tmp_path: Path) -> None:
+    from trl import RLOOConfig, RLOOTrainer
+
+    model = save_tiny_model(tmp_path / "model")
+    path = tmp_path / "metrics.jsonl"
+    callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    trl = TrlCompletions()
+    with in_memory_tracing():
+        trainer = RLOOTrainer(
+            model=model,
+            reward_funcs=length_reward,
+            args=RLOOConfig(
+                **trainer_args(tmp_path, max_steps=2),
+                num_generations=2,
+                max_completion_length=8,
+                beta=0.0,
+            ),
+            train_dataset=Dataset.from_dict({"prompt": [f"w{i} w{i + 1}" for i in range(8)]}),
+            processing_class=AutoTokenizer.from_pretrained(model),
+            callbacks=[callback, trl],
+        )
+        trl.trainer = trainer
+        trainer.train()
+        callback.finish()
+    lines = list(read_jsonl(samples_path(path), every_row=True))
+    assert sorted(trl.at) == [1, 2]
+    assert len(lines) == sum(len(trl.at[step]["completion"]) for step in (1, 2))
+    for line in lines:
+        index = int(line["sample"]["sample_id"].split("-")[1])
+        assert line["sample"]["reward"] == trl.at[line["step"]]["length_reward"][index]
