@@ -113,3 +113,27 @@ def test_a_policy_mistake_fails_at_once() -> None:
         configure(text="everything")
     with pytest.raises(ValueError, match="redact="):
         configure(text="redacted")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("as it is", "as it is"),
+        (None, None),
+        ([{"role": "user", "content": "é"}], '[{"role": "user", "content": "é"}]'),
+        ({"set": {1}}, '{"set": "{1}"}'),  # what JSON cannot write as itself, as its str
+        ({1: float("nan")}, '{"1": NaN}'),
+    ],
+)
+def test_as_text_is_a_str_as_it_is_and_anything_else_as_json(value: Any, text: Any) -> None:
+    from rlmetrics.trajectories import as_text
+
+    assert as_text(value) == text
+
+
+def test_as_text_never_raises() -> None:
+    from rlmetrics.trajectories import as_text
+
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    assert as_text(cycle) is None

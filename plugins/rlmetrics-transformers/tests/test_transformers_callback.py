@@ -20,6 +20,7 @@ from transformers_support import (
     prompt_dataset,
     save_tiny_model,
     tiny_model,
+    trainer_args,
 )
 
 import rlmetrics
@@ -51,21 +52,6 @@ class Readings(TrainerCallback):  # type: ignore[misc]
             }
 
 
-def _args(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
-    return {
-        "output_dir": str(tmp_path / "out"),
-        "per_device_train_batch_size": 2,
-        "max_steps": 3,
-        "logging_steps": 1,
-        "report_to": "none",
-        "use_cpu": True,
-        "save_strategy": "no",
-        "disable_tqdm": True,
-        "seed": 0,
-        **overrides,
-    }
-
-
 def _train_rows(path: Path) -> list[dict[str, Any]]:
     return [row for row in read_jsonl(path) if row["prefix"] == "train"]
 
@@ -78,7 +64,7 @@ def test_a_transformers_trainer_logs_each_step_at_its_global_step(
     readings = Readings(reader)
     trainer = Trainer(
         model=tiny_model(),
-        args=TrainingArguments(**_args(tmp_path, learning_rate=1e-3)),
+        args=TrainingArguments(**trainer_args(tmp_path, learning_rate=1e-3)),
         train_dataset=lm_dataset(),
         callbacks=[RLMetricsCallback(backends={"jsonl": {"path": path}}), readings],
     )
@@ -122,7 +108,7 @@ def test_a_trl_grpo_trainer_gets_reward_kl_and_loss_as_rlmetrics_series(
         model=model,
         reward_funcs=length_reward,
         args=GRPOConfig(
-            **_args(tmp_path, max_steps=2),
+            **trainer_args(tmp_path, max_steps=2),
             num_generations=2,
             max_completion_length=8,
             beta=beta,
@@ -162,7 +148,7 @@ def test_bad_values_from_the_trainer_drop_only_themselves(
     callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
     trainer = Trainer(
         model=tiny_model(),
-        args=TrainingArguments(**_args(tmp_path, max_steps=1)),
+        args=TrainingArguments(**trainer_args(tmp_path, max_steps=1)),
         train_dataset=lm_dataset(),
         callbacks=[callback],
     )
@@ -204,7 +190,7 @@ class BrokenLogger(rlmetrics.Logger):
 def test_an_rlmetrics_failure_never_fails_the_trainers_step(tmp_path: Path, caplog: Any) -> None:
     trainer = Trainer(
         model=tiny_model(),
-        args=TrainingArguments(**_args(tmp_path)),
+        args=TrainingArguments(**trainer_args(tmp_path)),
         train_dataset=lm_dataset(),
         callbacks=[RLMetricsCallback(BrokenLogger(backends={}))],
     )
@@ -231,7 +217,7 @@ def test_eval_keys_go_under_eval(tmp_path: Path) -> None:
     callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
     trainer = Trainer(
         model=tiny_model(),
-        args=TrainingArguments(**_args(tmp_path, max_steps=1)),
+        args=TrainingArguments(**trainer_args(tmp_path, max_steps=1)),
         train_dataset=lm_dataset(),
         eval_dataset=lm_dataset(count=4),
         callbacks=[callback],
@@ -275,7 +261,7 @@ def test_train_evaluate_predict_and_a_second_train_are_one_run_finished_once(
     callback = RLMetricsCallback(backends={"recorder": {}})
     trainer = Trainer(
         model=tiny_model(),
-        args=TrainingArguments(**_args(tmp_path, max_steps=2)),
+        args=TrainingArguments(**trainer_args(tmp_path, max_steps=2)),
         train_dataset=lm_dataset(),
         eval_dataset=lm_dataset(count=4),
         callbacks=[callback],
@@ -304,7 +290,7 @@ def test_the_trainer_gone_finishes_the_run(tmp_path: Path, recorder: type[Record
 
     trainer = Trainer(
         model=tiny_model(),
-        args=TrainingArguments(**_args(tmp_path, max_steps=2)),
+        args=TrainingArguments(**trainer_args(tmp_path, max_steps=2)),
         train_dataset=lm_dataset(),
         callbacks=[RLMetricsCallback(backends={"recorder": {}})],
     )
@@ -336,7 +322,7 @@ def test_in_strict_mode_a_strict_mode_error_stops_the_trainer(
     path = tmp_path / "metrics.jsonl"
     trainer = Trainer(
         model=tiny_model(),
-        args=TrainingArguments(**_args(tmp_path, max_steps=4)),
+        args=TrainingArguments(**trainer_args(tmp_path, max_steps=4)),
         train_dataset=lm_dataset(),
         callbacks=[SaysHigh(), RLMetricsCallback(backends={"jsonl": {"path": path}})],
     )
@@ -352,7 +338,7 @@ def test_in_strict_mode_a_backend_that_cannot_start_stops_the_trainer_before_a_s
     monkeypatch.setenv("RLMETRICS_STRICT", "1")
     trainer = Trainer(
         model=tiny_model(),
-        args=TrainingArguments(**_args(tmp_path)),
+        args=TrainingArguments(**trainer_args(tmp_path)),
         train_dataset=lm_dataset(),
         callbacks=[RLMetricsCallback(backends={"jsonl": {"path": tmp_path}})],  # a folder
     )
@@ -369,7 +355,7 @@ def test_the_default_jsonl_lands_in_the_working_directory(
     callback = RLMetricsCallback()
     trainer = Trainer(
         model=tiny_model(),
-        args=TrainingArguments(**_args(tmp_path, max_steps=1)),
+        args=TrainingArguments(**trainer_args(tmp_path, max_steps=1)),
         train_dataset=lm_dataset(),
         callbacks=[callback],
     )

@@ -38,6 +38,7 @@ __all__ = [
     "save_tiny_model",
     "tiny_model",
     "tiny_tokenizer",
+    "trainer_args",
 ]
 
 WORDS = [f"w{i}" for i in range(60)]
@@ -80,6 +81,23 @@ def save_tiny_model(folder: Path, seed: int = 0) -> str:
     tiny_model(seed).save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
     return str(folder)
+
+
+def trainer_args(folder: Path, **overrides: Any) -> dict[str, Any]:
+    """A few logged steps on CPU, saving and reporting nothing: ``TrainingArguments``' (and
+    ``GRPOConfig``'s) keywords, ``overrides`` on top."""
+    return {
+        "output_dir": str(folder / "out"),
+        "per_device_train_batch_size": 2,
+        "max_steps": 3,
+        "logging_steps": 1,
+        "report_to": "none",
+        "use_cpu": True,
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "seed": 0,
+        **overrides,
+    }
 
 
 def prompt_dataset(count: int = 8) -> Dataset:

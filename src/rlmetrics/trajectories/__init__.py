@@ -40,7 +40,7 @@ from .records import (
     parse_trajectory,
 )
 from .settings import TrajectorySettings, configure, settings
-from .text import TEXT_MODES, TextPolicy
+from .text import TEXT_MODES, TextPolicy, as_text
 
 __all__ = [
     "MAX_CALLS_PER_TURN",
@@ -60,6 +60,7 @@ __all__ = [
     "TrajectoryBatch",
     "TrajectorySettings",
     "Turn",
+    "as_text",
     "configure",
     "deliver",
     "inside",

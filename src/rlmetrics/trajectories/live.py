@@ -25,9 +25,10 @@ block makes the outcome ``error`` (its class is ``error.type``) and is not swall
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from .._warn import warn_once
+from ..blocks import Block
 from ..tracing._state import state
 from .delivery import deliver
 from .records import (
@@ -89,38 +90,7 @@ class _TurnParts:
         )
 
 
-_Self = TypeVar("_Self", bound="_Block")
-
-
-class _Block:
-    """``async with`` doing what ``with`` does: nothing here waits."""
-
-    __slots__ = ()
-
-    def __enter__(self: _Self) -> _Self:
-        raise NotImplementedError
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        raise NotImplementedError
-
-    async def __aenter__(self: _Self) -> _Self:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
-
-
-class LiveTurn(_Block):
+class LiveTurn(Block):
     """``with t.turn():`` (or ``async with``): one turn of the trajectory."""
 
     __slots__ = ("_owner", "_parts")
@@ -147,7 +117,7 @@ class LiveTurn(_Block):
             self._owner._close_turn(parts)
 
 
-class LiveTrajectory(_Block):
+class LiveTrajectory(Block):
     """One trajectory while it runs (see the module's docstring)."""
 
     __slots__ = (

@@ -12,6 +12,7 @@ matched without being shown. ``redacted``: your function turns the text into wha
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -20,12 +21,24 @@ import attrs
 from .._warn import describe_value, warn_once
 from ..samples import MAX_CELL_BYTES, cut_text
 
-__all__ = ["TEXT_MODES", "Redactor", "TextPolicy"]
+__all__ = ["TEXT_MODES", "Redactor", "TextPolicy", "as_text"]
 
 TEXT_MODES = ("off", "hash", "redacted", "full")
 
 #: ``redact(text, field)``: the text as it may be shown.
 Redactor = Callable[[str, str], str]
+
+
+def as_text(value: Any) -> str | None:
+    """What a framework holds of a prompt or completion as text the policy can keep: a str as
+    it is, anything else (a conversation's messages, say) as JSON; None for None and for what
+    JSON cannot write. Never raises."""
+    if value is None or type(value) is str:
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except Exception:
+        return None
 
 
 def _mode(policy: TextPolicy, attribute: attrs.Attribute[Any], mode: Any) -> None:

@@ -18,14 +18,20 @@ doubling to 82 s), extended to 11 minutes for sandboxed tools and long agent tur
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
+import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, declare, hookimpl, is_exporting, record
+from rlmetrics.blocks import Block
 from rlmetrics.spec import SUM
+from rlmetrics.trajectories import LiveTrajectory
 from rlmetrics.values import OTHER, BoundedValues
 
 from ._attribute_values import SERVER_NAME, TYPE_NAME, bounded
+from .trajectories import run_env, run_ids
 
 __all__ = [
     "AGENT_NAME_ATTR",
@@ -113,14 +119,30 @@ def _attributes(operation: str, key: str, name: str, error: Any) -> dict[str, st
     return attributes
 
 
+#: The trajectory of the agent invocation this task is inside (``run=`` given), if any.
+_trajectory: ContextVar[LiveTrajectory | None] = ContextVar(
+    "rlmetrics_gym_trajectory", default=None
+)
+
+
 def record_tool_call(tool: Any, seconds: float, error: BaseException | None = None) -> None:
-    """Record one tool call of ``seconds``; ``error`` is what it raised, if it did. Never
-    raises; a no-op unless telemetry is exporting."""
+    """Record one tool call of ``seconds``; ``error`` is what it raised, if it did. Inside an
+    agent invocation given ``run=``, the call is also one of its trajectory's. Never raises;
+    the histogram is a no-op unless telemetry is exporting."""
     if is_exporting():
         record(
             GROUP,
             {TOOL_DURATION: seconds},
             _attributes("execute_tool", TOOL_NAME_ATTR, _name(tool, _tools), error),
+        )
+    trajectory = _trajectory.get()
+    if trajectory is not None:
+        kind = None if error is None else error if isinstance(error, type) else type(error)
+        trajectory.tool_call(
+            tool,
+            latency_s=seconds,
+            outcome=None if kind is None else "error",
+            error=None if kind is None else kind.__name__,
         )
 
 
@@ -135,7 +157,10 @@ def record_agent_invocation(agent: Any, seconds: float, error: BaseException | N
         )
 
 
-class _Timed:
+_Self = TypeVar("_Self", bound="_Timed")
+
+
+class _Timed(Block):
     __slots__ = ("_name", "_started")
 
     def __init__(self, name: Any) -> None:
@@ -145,7 +170,7 @@ class _Timed:
     def _record(self, seconds: float, error: BaseException | None) -> None:
         raise NotImplementedError
 
-    def __enter__(self) -> _Timed:
+    def __enter__(self: _Self) -> _Self:
         self._started = time.perf_counter()
         return self
 
@@ -156,17 +181,6 @@ class _Timed:
         tb: TracebackType | None,
     ) -> None:
         self._record(time.perf_counter() - self._started, exc)
-
-    async def __aenter__(self) -> _Timed:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 class timed_tool_call(_Timed):
@@ -182,9 +196,63 @@ class timed_tool_call(_Timed):
 
 class timed_agent_invocation(_Timed):
     """Time one agent invocation (``with timed_agent_invocation("simple_agent"): ...``, or
-    ``async with``), as :class:`timed_tool_call` does a tool call."""
+    ``async with``), as :class:`timed_tool_call` does a tool call.
 
-    __slots__ = ()
+    Given ``run=`` (the ``/run`` request body), the invocation is also a live trajectory
+    (``rlmetrics.trajectory``): its sample and group ids from the body's
+    ``_ng_task_index`` / ``_ng_rollout_index``, its env ``env`` (else the body's
+    ``agent_ref.name``), the agent the invocation's name; the tool calls timed inside it are
+    its tool calls, ``invocation.trajectory`` takes its generations, rewards and outcome, and
+    an exception leaving the block makes it an ``error``. ``step`` and ``logger`` are the
+    trajectory's (with a logger it is a row of the ``trajectories`` samples table too).
+    """
+
+    __slots__ = ("_options", "_token", "trajectory")
+
+    def __init__(
+        self,
+        name: Any,
+        *,
+        run: Mapping[str, Any] | None = None,
+        env: Any = None,
+        step: Any = None,
+        logger: Any = None,
+    ) -> None:
+        super().__init__(name)
+        self._options = (run, env, step, logger)
+        self._token: Token[LiveTrajectory | None] | None = None
+        #: The invocation's trajectory, while it runs (None without ``run=``).
+        self.trajectory: LiveTrajectory | None = None
+
+    def __enter__(self) -> timed_agent_invocation:
+        super().__enter__()
+        run, env, step, logger = self._options
+        if isinstance(run, Mapping):
+            sample_id, group = run_ids(run)
+            trajectory = rlmetrics.trajectory(
+                sample_id,
+                group=group,
+                env=env if env is not None else run_env(run),
+                agent=self._name,
+                step=step,
+                logger=logger,
+            )
+            self.trajectory = trajectory.__enter__()
+            self._token = _trajectory.set(trajectory)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        super().__exit__(exc_type, exc, tb)
+        token, trajectory = self._token, self.trajectory
+        if token is not None and trajectory is not None:
+            self._token = None
+            _trajectory.reset(token)
+            trajectory.__exit__(exc_type, exc, tb)
 
     def _record(self, seconds: float, error: BaseException | None) -> None:
         record_agent_invocation(self._name, seconds, error)

@@ -11,7 +11,10 @@ from the training loop: ``on_log`` with each dict ``Trainer.log`` writes, at
   setup of its own);
 - ``on_log``: the dict at the trainer's ``global_step`` — ``eval_*`` and ``test_*`` keys under
   the ``eval`` and ``test`` prefixes (as transformers' own W&B integration groups them), the
-  rest under ``train``, where the ``trl`` key map makes TRL's keys rlmetrics' series;
+  rest under ``train``, where the ``trl`` key map makes TRL's keys rlmetrics' series — and,
+  for a TRL trainer that keeps its completions (GRPO, RLOO), each completion generated since
+  the last log as a trajectory (:mod:`.trajectories`): spans, a row of the ``trajectories``
+  samples table and the trajectory metrics, with the rewards TRL computed;
 
 The Logger it builds is the callback's for the trainer's whole life: ``train()``, the
 ``evaluate()`` and ``predict()`` after it and a second ``train()`` all write to it (one run in
@@ -34,6 +37,8 @@ from transformers import TrainerCallback
 from rlmetrics import KeyMap, Logger
 from rlmetrics.adapters import AdapterLogger, guarded
 from rlmetrics.keyplans import KeyPlans
+
+from .trajectories import CompletionReader
 
 __all__ = ["EVAL_PREFIX", "TEST_PREFIX", "TRAIN_PREFIX", "RLMetricsCallback", "split_prefix"]
 
@@ -86,6 +91,9 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         ``eval`` and ``test``).
     :param setup_started: a ``time.monotonic()`` reading where the run's setup began (before
         the model was loaded, say); default: when the callback was made.
+    :param trajectories: log a TRL trainer's completions (GRPO, RLOO) as trajectories, one per
+        completion with its rewards (text only under the trajectory text policy, off by
+        default); False for none.
 
     A wrong ``backends`` or ``key_map`` raises here, before the trainer starts. In strict mode
     (``RLMETRICS_STRICT=1``, ``Logger(strict=True)``) a ``StrictModeError`` propagates out of
@@ -100,6 +108,7 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         key_map: str | KeyMap | None = None,
         prefix: str = TRAIN_PREFIX,
         setup_started: float | None = None,
+        trajectories: bool = True,
     ) -> None:
         if logger is None and key_map is None:
             key_map = "trl"
@@ -108,6 +117,7 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         self._setup_started = time.monotonic() if setup_started is None else setup_started
         self._init_ended: float | None = None
         self._began = False
+        self._completions = CompletionReader() if trajectories else None
 
     @property
     def logger(self) -> Logger | None:
@@ -126,6 +136,8 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         if logger is None:
             return
         self._began = True
+        if self._completions is not None:
+            self._completions.find()
         now = time.monotonic()
         timings = {"total_setup_time_s": now - self._setup_started}
         if self._init_ended is not None:
@@ -151,6 +163,12 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
             return
         for prefix, metrics in split_prefix(logs, self.prefix).items():
             logger.log_metrics(metrics, step=state.global_step, prefix=prefix)
+        completions = self._completions
+        if completions is not None:
+            completions.find()  # a callback added after train() began
+            records = completions.new_records(state.global_step)
+            if records:
+                logger.log_trajectories(records, step=state.global_step)
 
     @guarded(_ADAPTER, "finish")
     def finish(self) -> None:
