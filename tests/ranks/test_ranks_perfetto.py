@@ -88,6 +88,18 @@ def test_every_rank_is_a_process_with_its_spans_lanes_and_steps(tmp_path: Path) 
         assert event["ts"] >= 0 and event["dur"] >= 0
         assert event["cat"] in {*BUCKETS, "span"}
     assert {name for (_, _), name in lanes.items()} >= {"main", "scorer"}
+    # Ranks are shown in rank order, whichever started first.
+    order = {
+        event["pid"]: event["args"]["sort_index"]
+        for event in events
+        if event["ph"] == "M" and event["name"] == "process_sort_index"
+    }
+    assert sorted(names.values(), key=lambda name: order[_pid_of(names, name)]) == sorted(
+        names.values()
+    )
+    # Perfetto takes the thread whose tid is its pid for the main thread: only the main lane's.
+    for (pid, tid), name in lanes.items():
+        assert (tid == pid) == (name == "main"), (pid, tid, name)
     # One process per rank, with exactly the spans that rank exported.
     per_pid = Counter(event["pid"] for event in slices)
     by_rank = {int(name.split(" ")[0]): per_pid[pid] for pid, name in names.items()}
@@ -97,6 +109,10 @@ def test_every_rank_is_a_process_with_its_spans_lanes_and_steps(tmp_path: Path) 
     assert scorer and all(e["name"] == "rl.reward" and e["cat"] == "overhead" for e in scorer)
     steps = Counter(event["name"] for event in events if event["ph"] == "i")
     assert steps == {"step 0": 2, "step 1": 2}
+
+
+def _pid_of(names: dict[int, str], name: str) -> int:
+    return next(pid for pid, found in names.items() if found == name)
 
 
 def test_rlmetrics_report_writes_the_perfetto_file(tmp_path: Path) -> None:

@@ -40,7 +40,10 @@ def test_a_ddp_fit_on_two_processes_logs_one_merged_row_per_step(tmp_path: Path)
     rows = [row for row in read_jsonl(tmp_path / "tracker.jsonl") if "reward" in row["metrics"]]
     assert [row["step"] for row in rows] == list(range(ddp_run.STEPS))  # one per step
     raw = {
-        rank: {row["step"]: row["metrics"] for row in read_jsonl(tmp_path / f"rlmetrics.rank{rank}.jsonl")}
+        rank: {
+            row["step"]: row["metrics"]
+            for row in read_jsonl(tmp_path / f"rlmetrics.rank{rank}.jsonl")
+        }
         for rank in (0, 1)
     }
     for row in rows:

@@ -23,7 +23,7 @@ from ..tracing import ITERATION_ATTR, STEP_SPAN
 from .plot import PLOT_DPI, _pyplot
 from .traces import Span, TraceSet
 
-__all__ = ["BUCKET_COLOURS", "DEFAULT_STEPS", "RANK_ATTRS", "lanes", "plot_timeline", "rank_window"]
+__all__ = ["BUCKET_COLOURS", "DEFAULT_STEPS", "lanes", "plot_timeline", "rank_window"]
 
 BUCKET_COLOURS = {
     "productive": "#4c9f70",
@@ -35,24 +35,12 @@ BUCKET_COLOURS = {
 #: Steps drawn when no window is given: the first ones.
 DEFAULT_STEPS = 12
 _WIDTH_PX = 1600
-#: Resource attributes that give a process's rank, the first found wins (as in --perfetto).
-RANK_ATTRS = ("rlmetrics.rank", "rank")
-
-
-def _rank(span: Span) -> int | None:
-    for key in RANK_ATTRS:
-        value = span.resource.get(key)
-        if type(value) is int:
-            return value
-        if type(value) is str and value.isdigit():
-            return int(value)
-    return None
 
 
 def _lane_name(span: Span, driver: tuple[Any, ...] | None) -> tuple[tuple[int, int], str]:
     resource = span.resource
     thread = span.thread
-    rank_of = _rank(span)
+    rank_of = span.rank
     if rank_of is not None:  # a rank of a distributed run: lanes by rank, rank 0 first
         base = f"rank {rank_of}"
         rank = (0, rank_of)
