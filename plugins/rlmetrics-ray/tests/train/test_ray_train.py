@@ -129,17 +129,26 @@ def test_merged_ranks_are_one_row_per_report_computed_from_the_workers_raw_rows(
     path, raw_path = tmp_path / "metrics.jsonl", tmp_path / "ranks.jsonl"
 
     def train_loop(config: dict[str, Any]) -> None:
-        """Each worker reports three steps of its own numbers."""
+        """Each worker trains a tiny model on data of its own for three steps and reports its
+        loss beside numbers of its own."""
         import ray.train
+        import torch
 
         rank = ray.train.get_context().get_world_rank()
+        torch.manual_seed(rank)
+        model = torch.nn.Linear(2, 1)
+        optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(config["steps"]):
+            loss = torch.nn.functional.mse_loss(model(torch.randn(4, 2)), torch.randn(4, 1))
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
             ray.train.report(
                 {
                     "step": step,
                     "num_samples": 8.0 + 4 * rank + step,
                     "reward": 0.5 + 0.1 * rank + 0.01 * step,
-                    "loss_term": 1.0 + 0.25 * rank - 0.125 * step,
+                    "loss_term": loss.item(),
                     "note": f"rank{rank}",
                 }
             )
