@@ -22,6 +22,7 @@ import pytest
 
 import rlmetrics
 from rlmetrics.adapters import AdapterLogger, guarded
+from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.testing import in_memory_telemetry
 from rlmetrics.testing.trainers import Recorder, recorder
 
@@ -243,3 +244,23 @@ def test_strict_mode_at_the_built_loggers_start_stops_the_trainer(
     trainer = Trainer(AdapterLogger(backends={"jsonl": {"path": tmp_path}}, adapter="toy"))
     with pytest.raises(rlmetrics.StrictModeError, match="backend 'jsonl'"):
         trainer.train(1)
+
+
+def test_ranks_on_one_process_log_as_they_are_and_a_mistake_fails_at_once(
+    tmp_path: Path,
+) -> None:
+    """``ranks="torch"`` with no process group (the script run without a launcher) builds a
+    Logger that merges nothing; a Logger given with ranks=, or an unknown engine, is refused."""
+    path = tmp_path / "m.jsonl"
+    logs = AdapterLogger(backends={"jsonl": {"path": str(path)}}, ranks="torch")
+    assert logs.merges
+    logger = logs.start()
+    assert logger is not None
+    logger.log_metrics({"reward": 1.0}, step=0, prefix="train")
+    logs.finish()
+    assert [row["metrics"] for row in read_jsonl(path)] == [{"reward": 1.0}]
+    assert not list(tmp_path.glob("rlmetrics.rank*.jsonl"))
+    with rlmetrics.Logger(backends={}) as given, pytest.raises(ValueError, match="or ranks="):
+        AdapterLogger(given, ranks="torch")
+    with pytest.raises(ValueError, match="pass 'torch'"):
+        AdapterLogger(ranks="nccl")

@@ -28,6 +28,7 @@ A third-party adapter (for a trainer with its own logger interface) is built fro
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -37,6 +38,7 @@ from ._fork import reset_in_child
 from ._warn import StrictModeError, raise_if_strict, warn_once
 from .keymaps import KeyMap, resolve_key_map
 from .logger import Logger
+from .ranks import RankMerger
 
 __all__ = ["AdapterLogger", "guarded"]
 
@@ -118,8 +120,22 @@ class AdapterLogger:
         backends: Mapping[str, Mapping[str, Any] | None] | None = None,
         key_map: str | KeyMap | None = None,
         adapter: str = "adapter",
+        ranks: str | RankMerger | None = None,
     ) -> None:
         self.adapter = adapter
+        if logger is not None and ranks is not None:
+            raise ValueError(
+                f"{adapter}: pass either a Logger or ranks= to build one that merges the ranks, "
+                "not both (give your Logger ranks=: rlmetrics.Logger(ranks='torch'))"
+            )
+        if ranks is not None and not isinstance(ranks, RankMerger) and ranks != "torch":
+            raise ValueError(
+                f"{adapter}: ranks={ranks!r}: pass 'torch' (the default process group) or a "
+                "merger such as rlmetrics.ranks.torch_distributed(group=...)"
+            )
+        #: ``Logger``'s ``ranks`` for the Logger built here: resolved when it is built, on
+        #: every rank, once the trainer has initialised its process group.
+        self.ranks = ranks
         if logger is not None and (backends is not None or key_map is not None):
             raise ValueError(
                 f"{adapter}: pass either a Logger or backends=/key_map= to build one, not both "
@@ -170,7 +186,7 @@ class AdapterLogger:
                 )
                 raise_if_strict()  # rows dropped: in strict mode, that stops the run
                 return None
-            built = Logger(self.backends, key_map=self.key_map)
+            built = Logger(self.backends, key_map=self.key_map, ranks=self._merger())
             with _open_lock:
                 _open.add(built)
             # The adapter gone (its trainer with it): the Logger is finished then. Not at
@@ -179,6 +195,27 @@ class AdapterLogger:
             self._finalizer.atexit = False
             self._built = built
         return self._built
+
+    @property
+    def merges(self) -> bool:
+        """Whether every rank calls this adapter's logging (``ranks=`` was given): the
+        adapter then calls its Logger on every rank, which merges them."""
+        return self.ranks is not None
+
+    def _merger(self) -> RankMerger | None:
+        """``ranks`` for the Logger built now: ``"torch"`` is the default process group's
+        merger when one is initialised with more than one rank; a process on its own (the
+        same script run without a launcher) logs its values as they are."""
+        if self.ranks != "torch":
+            return self.ranks if isinstance(self.ranks, RankMerger) else None
+        dist = sys.modules.get("torch.distributed")  # never imported here: the trainer's
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+        if dist.get_world_size() < 2:
+            return None
+        from .ranks import torch_distributed
+
+        return torch_distributed()
 
     def finish(self) -> None:
         """Finish the Logger built here, once; later :meth:`start` calls return None. A given

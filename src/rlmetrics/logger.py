@@ -294,6 +294,10 @@ class Logger:
             )
             for name, options in config.items()
         }
+        if self._ranks is not None and not self._ranks.logs:
+            # A rank that does not log the run's rows opens no tracker (no file, no W&B run
+            # per rank); its backends were checked above, so a mistake fails on every rank.
+            checked = {}
         self.backends: dict[str, Backend] = {}
         for name, options in checked.items():
             owner, factory = factories[name]

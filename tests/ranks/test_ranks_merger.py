@@ -18,7 +18,7 @@ from rlmetrics import hookimpl
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.events import EfficiencySummary
 from rlmetrics.plugins import register
-from rlmetrics.ranks import RankMerger
+from rlmetrics.ranks import RankMerger, gathered
 from rlmetrics.spec import MAX, SUM
 
 WORLD = 3
@@ -180,9 +180,8 @@ def test_a_logger_on_rank_0_writes_the_run_s_row_and_each_rank_its_raw_rows(
     # reward: weighted by num_samples (4, 5, 6) as the training family declares.
     assert rows[0]["metrics"]["num_samples"] == 15
     assert rows[0]["metrics"]["reward"] == (0 * 4 + 0.5 * 5 + 1.0 * 6) / 15
-    for rank in (1, 2):
-        path = tmp_path / f"tracker{rank}.jsonl"
-        assert not path.exists() or [r for r in read_jsonl(path) if "metrics" in r] == []
+    for rank in (1, 2):  # the other ranks open no tracker at all (no file, no W&B run)
+        assert not (tmp_path / f"tracker{rank}.jsonl").exists()
     for rank in range(WORLD):
         raw = list(read_jsonl(tmp_path / f"raw{rank}.jsonl"))
         assert [(r["rank"], r["step"], r["metrics"]["reward"]) for r in raw] == [
@@ -247,3 +246,38 @@ def test_other_ranks_tee_their_own_values_only_when_asked() -> None:
 def test_an_unknown_ranks_value_is_a_mistake() -> None:
     with pytest.raises(ValueError, match="pass 'torch' or a merger"):
         rlmetrics.Logger(backends={}, ranks="mpi")
+
+
+def test_dicts_gathered_already_merge_as_the_exchange_does(tmp_path: Path) -> None:
+    """Ray Train's controller holds every worker's report: merge_gathered gives the value the
+    collective gives, writes one raw row per rank, and keeps rank 0's non-numbers."""
+
+    def steps(rank: int) -> list[Mapping[str, Any]]:
+        return [
+            {"num_samples": 4 + rank, "reward": 0.5 * rank, "note": f"r{rank}", "loss": 1.0}
+            | ({"only/rank2": 7.0} if rank == 2 else {}),
+            {"num_samples": 2, "reward": math.nan if rank == 1 else 1.0, "loss": 2.0 + rank},
+        ]
+
+    exchanged, _ = run_ranks(steps)
+    merger = gathered(raw_path=tmp_path / "ranks.jsonl")
+    merger.bind(None)
+    by_hand = [
+        merger.merge_gathered([steps(r)[step] for r in range(WORLD)], step, "train", ["h0"])
+        for step in range(2)
+    ]
+    merger.finish()
+    assert by_hand == exchanged[0]
+    assert by_hand[0]["note"] == "r0" and by_hand[0]["only/rank2"] == 7.0
+    raw = list(read_jsonl(tmp_path / "ranks.jsonl"))
+    assert [(r["rank"], r["step"], r["host"]) for r in raw] == [
+        (rank, step, "h0" if rank == 0 else None) for step in range(2) for rank in range(WORLD)
+    ]
+
+
+def test_a_merge_of_gathered_dicts_never_raises() -> None:
+    merger = gathered(raw_path=None)
+    assert merger.merge_gathered([], 0, "train") == {}
+    # The exchanging call has nothing to exchange with: said once, rank 0's own values.
+    assert merger.merge({"a": 1.0}, 0, "train") == {"a": 1.0}
+    assert merger.broken is not None

@@ -13,17 +13,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..spec import Reduce, Reduction
+from .gathered import Gathered
 from .merger import DEFAULT_RAW_PATH, Collective, RankMerger, RankRows
 from .reduce import Column, Merged, Straggler, merge_columns
 
 __all__ = [
     "DEFAULT_RAW_PATH",
+    "GATHERED_RAW_PATH",
     "Collective",
     "Column",
+    "Gathered",
     "Merged",
     "RankMerger",
     "RankRows",
     "Straggler",
+    "gathered",
     "merge_columns",
     "resolve_ranks",
     "torch_distributed",
@@ -44,6 +48,21 @@ def torch_distributed(
     return RankMerger(
         TorchCollective(group), raw_path=raw_path, export_own=export_own, reductions=reductions
     )
+
+
+#: The raw rows of a merger whose process holds every rank's values: one file for all ranks.
+GATHERED_RAW_PATH = "rlmetrics.ranks.jsonl"
+
+
+def gathered(
+    *,
+    raw_path: str | os.PathLike[str] | None = GATHERED_RAW_PATH,
+    reductions: Mapping[str, Reduction | Reduce | str] | None = None,
+) -> RankMerger:
+    """A merger for a process that receives every rank's dict itself (Ray Train's
+    controller): :meth:`RankMerger.merge_gathered` merges them with no collective. Its
+    ``raw_path`` is one file for every rank (each row carries its ``rank``)."""
+    return RankMerger(Gathered(), raw_path=raw_path, reductions=reductions)
 
 
 def resolve_ranks(ranks: str | RankMerger | None) -> RankMerger | None:

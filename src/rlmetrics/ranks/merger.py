@@ -90,11 +90,18 @@ class RankRows(JsonlBackend):
         self.host = socket.gethostname()
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        self.log_rank(metrics, step, prefix, self.rank, self.host)
+
+    def log_rank(
+        self, metrics: Mapping[str, Any], step: int, prefix: str, rank: int, host: str | None
+    ) -> None:
+        """One row of ``rank``'s: a process that holds every rank's values (Ray Train's
+        controller) writes them all, with the host it was told (None: not known there)."""
         row = {
             "time": time.time(),
             "run_id": self.run_id,
-            "rank": self.rank,
-            "host": self.host,
+            "rank": rank,
+            "host": host,
             "step": step,
             "prefix": prefix,
             "metrics": {key_text(k): to_json_value(v) for k, v in metrics.items()},
@@ -162,6 +169,8 @@ class RankMerger:
         self._declared: dict[str, Reduction] = {}
         self._by_name: dict[str, str] = {}
         self._tables: dict[str, _Table] = {}
+        #: Each key's merge column, for :meth:`merge_gathered` (no table there).
+        self._columns: dict[str, Column] = {}
         self._rows: RankRows | None = None
         self.broken: str | None = None
         #: The last merged step's phases (rank 0).
@@ -199,17 +208,7 @@ class RankMerger:
                 self._rows.log_metrics(flat, step, prefix)
         except Exception:
             warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
-        numbers: dict[str, float] = {}
-        for key, value in flat.items():
-            if type(value) is float:  # the common value, without a call
-                numbers[key] = value
-                continue
-            number = as_real(value)
-            if number is not None and type(key) is str:
-                try:
-                    numbers[key] = float(number)
-                except OverflowError:
-                    continue
+        numbers = _numbers(flat)
         if self.broken is None:
             try:
                 merged = self._exchange(numbers, step, prefix if stream is None else stream)
@@ -228,6 +227,44 @@ class RankMerger:
                     return None
                 return self._result(flat, numbers, merged, step)
         return dict(flat) if self.logs else None
+
+    def merge_gathered(
+        self,
+        dicts: Sequence[Mapping[str, Any]],
+        step: int,
+        prefix: str,
+        hosts: Sequence[str | None] | None = None,
+    ) -> dict[str, Any]:
+        """The run-level dict of every rank's flattened dict, gathered already (``dicts[i]``
+        from rank ``i``; Ray Train's controller receives every worker's report so): the same
+        reductions, raw rows (one per rank, with ``hosts[i]``, else no host) and straggler
+        series as :meth:`merge`, with no collective. Never raises: a merge that fails is said
+        once and rank 0's dict is returned."""
+        first = dicts[0] if dicts else {}
+        try:
+            if self._rows is not None:
+                for rank, flat in enumerate(dicts):
+                    host = hosts[rank] if hosts is not None and rank < len(hosts) else None
+                    self._rows.log_rank(flat, step, prefix, rank, host)
+        except Exception:
+            warn_once("ranks:raw", "rlmetrics: the ranks' raw rows could not be written")
+        try:
+            numbers = [_numbers(flat) for flat in dicts]
+            keys = sorted({key for found in numbers for key in found})
+            if not self._columns.keys() >= set(keys):
+                self._read_declarations()
+                for key in keys:
+                    self._columns.setdefault(key, self._column(key))
+            columns = [self._columns[key] for key in keys]
+            merged = merge_columns(columns, {key: [n.get(key) for n in numbers] for key in keys})
+            return self._result(first, numbers[0] if numbers else {}, merged, step)
+        except Exception as exc:
+            warn_once(
+                "ranks:gathered",
+                f"rlmetrics: the merge of {len(dicts)} ranks' values failed "
+                f"({type(exc).__name__}: {exc}); rank 0's values are logged instead",
+            )
+            return dict(first)
 
     def _result(
         self, flat: Mapping[str, Any], numbers: Mapping[str, float], merged: Merged, step: int
@@ -313,6 +350,22 @@ class RankMerger:
         if reduction.kind is Reduce.WEIGHTED_MEAN:
             weight = self._by_name.get(str(reduction.weight), reduction.weight)
         return Column(key, reduction.kind, weight)
+
+
+def _numbers(flat: Mapping[str, Any]) -> dict[str, float]:
+    """The real numbers of a flattened dict, as floats (what the ranks exchange)."""
+    numbers: dict[str, float] = {}
+    for key, value in flat.items():
+        if type(value) is float:  # the common value, without a call
+            numbers[key] = value
+            continue
+        number = as_real(value)
+        if number is not None and type(key) is str:
+            try:
+                numbers[key] = float(number)
+            except OverflowError:
+                continue
+    return numbers
 
 
 def _unpack(rows: Sequence[Sequence[float]], table: _Table) -> dict[str, Sequence[float | None]]:

@@ -26,6 +26,10 @@ __all__ = ["trace_events", "write_perfetto"]
 _PROCESS_NAMES = ("rlmetrics.rank", "rank", "rl.worker_group", "service.name")
 
 
+#: The first tid of a lane other than a process's main thread (no pid reaches it).
+_OTHER_TIDS = 1_000_000
+
+
 def _process_name(span: Span) -> str:
     resource = span.resource
     parts = [str(resource[key]) for key in _PROCESS_NAMES if resource.get(key) is not None][:2]
@@ -59,11 +63,16 @@ def trace_events(traces: TraceSet) -> dict[str, Any]:
         if pid is None:
             pid = pids[span.process] = len(pids) + 1
             events.append(_meta("process_name", pid, 0, {"name": _process_name(span)}))
-            events.append(_meta("process_sort_index", pid, 0, {"sort_index": pid}))
+            # Ranks in rank order (whichever started first), the other processes after them.
+            rank = span.rank
+            order = rank if rank is not None else _OTHER_TIDS + pid
+            events.append(_meta("process_sort_index", pid, 0, {"sort_index": order}))
         lane = (pid, span.thread)
         tid = tids.get(lane)
         if tid is None:
-            tid = tids[lane] = sum(1 for p, _ in tids if p == pid) + 1
+            # Perfetto takes the thread whose tid is its pid for the process's main thread:
+            # the main lane's tid is its pid; the other lanes' are past every pid.
+            tid = tids[lane] = pid if span.thread is None else _OTHER_TIDS + len(tids)
             events.append(_meta("thread_name", pid, tid, {"name": span.thread or "main"}))
         start_us = (span.start_ns - origin) / 1000
         events.append(

@@ -2,6 +2,11 @@
 thread of each process (the driver first, then its workers), coloured by ``rl.bucket``, with
 each step shaded and numbered. Needs matplotlib (``pip install 'rlmetrics[report]'``).
 
+A run of several ranks (each rank's spans in a file of its own, its resource carrying
+``rlmetrics.rank``) gets a lane per rank and thread, rank 0 on top: every rank's steps of the
+window are drawn, on the wall clock the ranks share, so a straggler shows as the lane whose
+phase ends last.
+
 A lane shows a phase's *own* time: a phase inside another is drawn on top of it, so the
 colour at any instant is the innermost phase's. Phases without a bucket (the collector loop's
 waits) are drawn hatched in grey. A long run is cut to a window of steps (``steps``), so the
@@ -14,10 +19,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..tracing import ITERATION_ATTR, STEP_SPAN
 from .plot import PLOT_DPI, _pyplot
 from .traces import Span, TraceSet
 
-__all__ = ["BUCKET_COLOURS", "DEFAULT_STEPS", "lanes", "plot_timeline"]
+__all__ = ["BUCKET_COLOURS", "DEFAULT_STEPS", "lanes", "plot_timeline", "rank_window"]
 
 BUCKET_COLOURS = {
     "productive": "#4c9f70",
@@ -31,12 +37,16 @@ DEFAULT_STEPS = 12
 _WIDTH_PX = 1600
 
 
-def _lane_name(span: Span, driver: tuple[Any, ...] | None) -> tuple[int, str]:
+def _lane_name(span: Span, driver: tuple[Any, ...] | None) -> tuple[tuple[int, int], str]:
     resource = span.resource
     thread = span.thread
-    if span.process == driver:
+    rank_of = span.rank
+    if rank_of is not None:  # a rank of a distributed run: lanes by rank, rank 0 first
+        base = f"rank {rank_of}"
+        rank = (0, rank_of)
+    elif span.process == driver:
         base = "driver"
-        rank = 0
+        rank = (0, -1)
     else:
         group = resource.get("rl.worker_group") or resource.get("service.name") or "worker"
         pid = resource.get("process.pid")
@@ -44,15 +54,30 @@ def _lane_name(span: Span, driver: tuple[Any, ...] | None) -> tuple[int, str]:
             f"pid {pid}" if pid is not None else str(resource.get("service.instance.id", "?"))[:8]
         )
         base = f"{group} ({which})"
-        rank = 1
+        rank = (1, 0)
     return rank, base if thread is None else f"{base} / {thread}"
+
+
+def rank_window(traces: TraceSet, window: Sequence[Span]) -> list[Span]:
+    """Every process's ``rl.step`` spans of the steps in ``window`` (which holds one process's
+    each): with several ranks, each rank's own step spans, whose phases are its lanes."""
+    numbers = {span.attributes.get(ITERATION_ATTR) for span in window}
+    chosen = {id(span) for span in window}
+    extra = [
+        span
+        for span in traces.spans
+        if span.name == STEP_SPAN
+        and id(span) not in chosen
+        and span.attributes.get(ITERATION_ATTR) in numbers
+    ]
+    return [*window, *extra]
 
 
 def lanes(traces: TraceSet, window: Sequence[Span]) -> dict[str, list[Span]]:
     """The phases (spans carrying ``rl.phase``) below the steps of ``window``, by lane; the
     driver's lanes first."""
     driver = window[0].process if window else None
-    found: dict[tuple[int, str], list[Span]] = {}
+    found: dict[tuple[tuple[int, int], str], list[Span]] = {}
     seen: set[tuple[str, str]] = set()
     for step in window:
         for span in traces.descendants(step):
@@ -89,7 +114,8 @@ def plot_timeline(
         if (steps is None and len(all_steps) and n in list(all_steps)[:DEFAULT_STEPS])
         or (steps is not None and steps[0] <= n <= steps[1])
     ]
-    by_lane = lanes(traces, chosen)
+    every = rank_window(traces, chosen)
+    by_lane = lanes(traces, every)
     height = max(4.0, 1.6 + 0.55 * max(1, len(by_lane)))
     figure = plt.figure(figsize=(_WIDTH_PX / PLOT_DPI, height), dpi=PLOT_DPI)
     axes = figure.add_subplot(1, 1, 1)
@@ -98,7 +124,7 @@ def plot_timeline(
         if not chosen:
             axes.text(0.5, 0.5, "no rl.step spans", ha="center", transform=axes.transAxes)
         else:
-            _draw(axes, traces, chosen, by_lane, all_steps)
+            _draw(axes, traces, chosen, every, by_lane, all_steps)
         axes.set_title(f"rlmetrics timeline: {title}", fontsize=12)
         figure.tight_layout()
         figure.savefig(path, dpi=PLOT_DPI)  # in the format its suffix names
@@ -111,10 +137,13 @@ def _draw(
     axes: Any,
     traces: TraceSet,
     chosen: Sequence[Span],
+    every: Sequence[Span],
     by_lane: Mapping[str, Sequence[Span]],
     all_steps: Mapping[int, Span],
 ) -> None:
-    origin = min(s.start_ns for s in chosen)
+    # Every rank's steps share the wall clock: the window spans the earliest start and the
+    # latest end of any of them; the shaded bands are the steps of one process.
+    origin = min(s.start_ns for s in every)
     names = list(by_lane)
     rows = {name: len(names) - 1 - i for i, name in enumerate(names)}  # driver on top
     number = {id(span): n for n, span in all_steps.items()}
@@ -139,7 +168,7 @@ def _draw(
                 linewidth=0.3,
                 hatch="//" if bucket is None else None,
             )
-    end = max(s.end_ns for s in chosen)
+    end = max(s.end_ns for s in every)
     axes.set_xlim(0.0, (end - origin) / 1e9 * 1.01)  # the steps' window: nothing else is drawn
     axes.set_yticks(list(rows.values()), list(rows))
     axes.set_ylim(-0.6, len(names) - 0.2)

@@ -41,6 +41,7 @@ from ..families import efficiency
 from ..tracing import BUCKET_ATTR, BUCKETS, ITERATION_ATTR, PHASE_ATTR, STEP_SPAN
 
 __all__ = [
+    "RANK_ATTRS",
     "REASONS",
     "Span",
     "TraceSet",
@@ -52,6 +53,8 @@ __all__ = [
     "step_rollups",
 ]
 
+#: Resource attributes that give a process's rank in a distributed run, the first found wins.
+RANK_ATTRS = ("rlmetrics.rank", "rank")
 #: Each documented reason goodput from spans and from metrics differ, in the order applied.
 REASONS = {
     "other_clocks": "leaves on other threads or processes (spans count them; the metric is the "
@@ -96,6 +99,18 @@ class Span:
             self.resource.get("process.pid"),
             self.source if self.resource.get("service.instance.id") is None else None,
         )
+
+    @property
+    def rank(self) -> int | None:
+        """Its process's rank in a distributed run (resource ``rlmetrics.rank``, else
+        ``rank``), when it has one."""
+        for key in RANK_ATTRS:
+            value = self.resource.get(key)
+            if type(value) is int:
+                return value
+            if type(value) is str and value.isdigit():
+                return int(value)
+        return None
 
     @property
     def thread(self) -> str | None:

@@ -37,6 +37,46 @@ def values(rank: int, step: int) -> dict[str, float]:
     }
 
 
+#: The straggler scenario: the slow rank's seconds in its phase, and every other rank's.
+STRAGGLER_RANK, STRAGGLER_S, OTHERS_S = 2, 0.2, 0.02
+#: Bounds that scenario: it steps until the test writes ``stop`` in the folder, or this many.
+STRAGGLER_MAX_STEPS = 3000
+
+
+def straggle(rank: int, folder: Path, group: object) -> None:
+    """Rank 2 slow in ``policy_time`` at every step, until the test says stop: rank 0 exports
+    the run's series (the straggler set among them) on a Prometheus endpoint whose address it
+    writes to ``endpoint.txt``, for the test's ``rlmetrics stack`` to scrape."""
+    merger = torch_distributed(group, raw_path=folder / "rank{rank}.jsonl")
+    started = (
+        rlmetrics.start(run_id="ranks-alert", exporters=["prometheus"], prometheus_port=0)
+        if rank == 0
+        else None
+    )
+    if started is not None:
+        assert started.prometheus_address is not None
+        endpoint = folder / "endpoint.txt"
+        endpoint.with_suffix(".tmp").write_text(f"127.0.0.1:{started.prometheus_address[1]}")
+        endpoint.with_suffix(".tmp").rename(endpoint)  # whole, or not there
+    logger = rlmetrics.Logger(
+        backends={"jsonl": {"path": str(folder / f"tracker{rank}.jsonl")}}, ranks=merger
+    )
+    stop = torch.zeros(1)
+    for step in range(STRAGGLER_MAX_STEPS):
+        began = time.perf_counter()
+        time.sleep(STRAGGLER_S if rank == STRAGGLER_RANK else OTHERS_S)
+        metrics = {"policy_time": time.perf_counter() - began, "num_samples": 8.0}
+        logger.log_metrics(metrics, step=step, prefix="train")
+        # Every rank stops at the same step: the stop file as seen by any rank.
+        stop[0] = float((folder / "stop").exists())
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX, group=group)  # type: ignore[arg-type]
+        if stop[0]:
+            break
+    logger.finish()
+    if started is not None:
+        started.shutdown()
+
+
 def main() -> None:
     scenario, folder = sys.argv[1], Path(sys.argv[2])
     rank = int(os.environ["RANK"])
@@ -45,6 +85,10 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=600))
     timeout = float(os.environ.get("RLMETRICS_TEST_PG_TIMEOUT", "120"))
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
+    if scenario == "straggler":
+        straggle(rank, folder, group)
+        dist.destroy_process_group()
+        return
     # Data parallel by hand (DDP's import of torch._dynamo takes a minute on a busy host):
     # each rank's gradients averaged over the group.
     model = torch.nn.Linear(4, 1)

@@ -18,11 +18,15 @@ from typing import Any
 import pytest
 
 from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.testing import wait_until
 
 WORLD = 4
 WORKER = Path(__file__).with_name("rank_worker.py")
 sys.path.insert(0, str(WORKER.parent))
 import rank_worker  # noqa: E402  (the worker's own numbers, recomputed here)
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))
+from stack_support import Stack  # noqa: E402  (rlmetrics stack and its Prometheus' API)
 
 
 def _free_port() -> int:
@@ -31,12 +35,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def run_ranks(
-    scenario: str, folder: Path, timeout_s: float = 600.0, pg_timeout_s: float = 120.0
-) -> list[int]:
-    """The four ranks as subprocesses; their exit codes. Bounded by ``timeout_s`` in all:
-    importing torch alone takes a minute per process on a busy two-core host."""
-    deadline = time.monotonic() + timeout_s
+def start_ranks(
+    scenario: str, folder: Path, pg_timeout_s: float = 120.0
+) -> list[subprocess.Popen[str]]:
+    """The four ranks as subprocesses, started."""
     port = _free_port()
     procs = []
     for rank in range(WORLD):
@@ -60,6 +62,15 @@ def run_ranks(
                 text=True,
             )
         )
+    return procs
+
+
+def wait_ranks(
+    procs: list[subprocess.Popen[str]], folder: Path, timeout_s: float = 600.0
+) -> list[int]:
+    """The ranks' exit codes, their output kept in the folder. Bounded by ``timeout_s`` in
+    all: importing torch alone takes a minute per process on a busy two-core host."""
+    deadline = time.monotonic() + timeout_s
     codes = []
     for rank, proc in enumerate(procs):
         try:
@@ -71,6 +82,13 @@ def run_ranks(
         (folder / f"out{rank}.txt").write_text(out)
         codes.append(proc.returncode)
     return codes
+
+
+def run_ranks(
+    scenario: str, folder: Path, timeout_s: float = 600.0, pg_timeout_s: float = 120.0
+) -> list[int]:
+    """The four ranks run to their end; their exit codes."""
+    return wait_ranks(start_ranks(scenario, folder, pg_timeout_s), folder, timeout_s)
 
 
 def raw_rows(folder: Path) -> dict[int, dict[int, dict[str, Any]]]:
@@ -208,3 +226,54 @@ def test_a_rank_that_dies_mid_run_costs_the_others_one_timeout_then_they_go_on(
 
 def raw_rows_of(folder: Path, rank: int) -> list[int]:
     return [row["step"] for row in read_jsonl(folder / f"rank{rank}.jsonl")]
+
+
+def test_a_slow_rank_fires_the_straggler_alert_in_a_real_prometheus(
+    prometheus_binary: str, tmp_path: Path
+) -> None:
+    """Rank 2 slow in one phase at every step: ``rlmetrics stack`` scrapes rank 0's endpoint,
+    and RLStragglerRank fires in its Prometheus naming rank 2 and the phase."""
+    procs = start_ranks("straggler", tmp_path)
+    stack: Stack | None = None
+    try:
+        endpoint = tmp_path / "endpoint.txt"
+        wait_until(
+            lambda: endpoint.exists() or any(p.poll() is not None for p in procs),
+            600,
+            "rank 0's Prometheus endpoint (importing torch on four processes)",
+        )
+        assert endpoint.exists(), "a rank ended before rank 0 served its endpoint"
+        address = endpoint.read_text()
+        stack = Stack(
+            "--dir", str(tmp_path / "stack"), "--run", address, "--no-ray", "--port", "0",
+            "--scrape-interval", "1s", "--for", "2s", "--prometheus", prometheus_binary,
+            "--no-alertmanager",
+        )  # fmt: skip
+        wait_until(lambda: stack.query("rl_ranks_slowest"), 120, "the straggler series scraped")
+        wait_until(
+            lambda: stack.alert_states("RLStragglerRank") == {"firing"}, 120, "the alert firing"
+        )
+        (alert,) = [
+            a
+            for a in stack.get("/api/v1/alerts")["alerts"]
+            if a["labels"]["alertname"] == "RLStragglerRank"
+        ]
+        assert float(alert["value"]) == rank_worker.STRAGGLER_RANK  # the rank, as a value
+        assert alert["labels"]["rl_ranks_phase"] == "policy_time"
+        assert alert["labels"]["rlmetrics_run_id"] == "ranks-alert"
+        assert alert["annotations"]["summary"].startswith(
+            f"Rank {rank_worker.STRAGGLER_RANK} of run ranks-alert is the straggler in phase "
+            "policy_time"
+        )
+    finally:
+        (tmp_path / "stop").write_text("")
+        if stack is not None:
+            stack.stop()
+        codes = wait_ranks(procs, tmp_path)
+    assert codes == [0] * WORLD, [(tmp_path / f"out{r}.txt").read_text() for r in range(WORLD)]
+    # The tracker's rows name the slow rank too, from the ranks' raw seconds.
+    raw = raw_rows(tmp_path)
+    for row in tracker_rows(tmp_path, 0):
+        seconds = [raw[rank][row["step"]]["policy_time"] for rank in range(WORLD)]
+        assert row["metrics"]["policy_time/slowest_rank"] == seconds.index(max(seconds))
+        assert row["metrics"]["policy_time/slowest_rank"] == rank_worker.STRAGGLER_RANK

@@ -5,6 +5,12 @@ floats, with the trainer's global step; the hyperparameters (``save_hyperparamet
 ``finalize(status)`` at the end of every ``fit``, ``validate``, ``test`` and ``predict``. Each
 logged dict becomes one Logger call; only rank zero logs, as Lightning's own loggers do.
 
+With ``ranks="torch"`` (DDP and the other strategies on a torch.distributed process group),
+every rank hands its dict to a Logger of its own that merges them across the ranks as each
+series declares (:mod:`rlmetrics.ranks`): rank zero writes the run's values, one row per step,
+and every rank its raw values to ``rlmetrics.rank{rank}.jsonl``. Lightning calls its loggers'
+``log_metrics`` on every rank at the same steps, which the merge's collective needs.
+
 The Logger built here is the logger's for the trainer's whole life: ``finalize`` ends a stage,
 not the run, so the ``validate()`` or ``test()`` after a ``fit()`` (and a second ``fit()``)
 write to the same Logger, one run in each tracker. It is finished once: by
@@ -26,6 +32,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from rlmetrics import KeyMap, Logger
 from rlmetrics.adapters import AdapterLogger, guarded
+from rlmetrics.ranks import RankMerger
 
 __all__ = ["RLMetricsLogger"]
 
@@ -46,6 +53,9 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
     :param prefix: the prefix every dict is logged under (``train``: the prefix the training
         scalars and key maps read).
     :param name: / :param version: what Lightning shows for this logger.
+    :param ranks: ``"torch"`` merges every rank's values over the trainer's default process
+        group (or a merger, :func:`rlmetrics.ranks.torch_distributed`); None (the default)
+        logs rank zero's values only. A run on one process logs its values as they are.
     """
 
     def __init__(
@@ -57,9 +67,12 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         prefix: str = "train",
         name: str = "rlmetrics",
         version: str | int = 0,
+        ranks: str | RankMerger | None = None,
     ) -> None:
         super().__init__()
-        self.logs = AdapterLogger(logger, backends=backends, key_map=key_map, adapter=_ADAPTER)
+        self.logs = AdapterLogger(
+            logger, backends=backends, key_map=key_map, adapter=_ADAPTER, ranks=ranks
+        )
         self.prefix = prefix
         self._name = name
         self._version = version
@@ -87,9 +100,12 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         if logger is not None:
             logger.log_hyperparams(vars(params) if isinstance(params, Namespace) else params)
 
-    @rank_zero_only  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "log_metrics")
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        # Rank zero only, as Lightning's loggers; every rank when the ranks are merged (each
+        # rank's Logger takes part in the step's collective).
+        if not self.logs.merges and getattr(rank_zero_only, "rank", 0) != 0:
+            return
         if step is None:  # Lightning passes its global step; a direct call may not
             step = self._last_step
         self._last_step = step
@@ -101,9 +117,11 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         """The end of a ``fit``, ``validate``, ``test`` or ``predict``, not of the run: the
         Logger stays open for the next one (queued backends go on writing on their threads)."""
 
-    @rank_zero_only  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "finish")
     def finish(self) -> None:
         """Finish the Logger built here (a given one is its owner's): call it when the trainer
-        is done and the process goes on. Later calls are dropped."""
+        is done and the process goes on (on every rank when the ranks are merged). Later
+        calls are dropped."""
+        if not self.logs.merges and getattr(rank_zero_only, "rank", 0) != 0:
+            return
         self.logs.finish()

@@ -8,7 +8,10 @@ callback travels to the controller as configuration only, and there it
 - builds its :class:`rlmetrics.Logger` on the first report (from ``backends`` and
   ``key_map``) and logs world rank 0's dict at the trainer's step (the dict's ``step`` key,
   else the number of reports so far) under ``train``; with ``all_workers=True`` each worker's
-  dict also reaches the backends under ``worker/<rank>``;
+  dict also reaches the backends under ``worker/<rank>``; with ``ranks=True`` the ``train``
+  row is every worker's dict merged as each series declares (:mod:`rlmetrics.ranks`: a reward
+  weighted by samples, token counts summed, phase seconds as stragglers), and every worker's
+  raw dict is appended, with its rank, to one JSONL file (``raw_path``);
 - logs the run's ``train_loop_config`` as its hyperparameters, once;
 - with ``telemetry=`` (``rlmetrics.start``'s arguments), starts telemetry in the controller
   as part of the driver's run: the driver's run identity (:func:`rlmetrics_ray.runtime_env`,
@@ -34,6 +37,9 @@ from ray.train import UserCallback
 import rlmetrics
 from rlmetrics import KeyMap
 from rlmetrics.adapters import AdapterLogger, guarded
+from rlmetrics.flatten import flatten
+from rlmetrics.ranks import GATHERED_RAW_PATH, RankMerger, gathered
+from rlmetrics.spec import Reduce, Reduction
 
 from .workers import runtime_env
 
@@ -58,6 +64,12 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
     :param telemetry: ``rlmetrics.start`` arguments (``{"exporters": ["otlp"]}``) to start
         telemetry in the controller; None leaves it off (the backends still get every row).
     :param run_id: the run the controller's telemetry belongs to; default: the driver's.
+    :param ranks: log the workers' dicts merged into the run's (one row per report) instead
+        of world rank 0's. The controller holds every worker's report, so the merge needs no
+        collective: :meth:`rlmetrics.ranks.RankMerger.merge_gathered`.
+    :param reductions: ``{key: reduction}`` for keys no series declares (else a mean).
+    :param raw_path: with ``ranks``, the workers' raw rows (each with its ``rank``; the
+        worker's host is not known in the controller: ``null``); None writes none.
     """
 
     def __init__(
@@ -70,6 +82,9 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
         all_workers: bool = False,
         telemetry: Mapping[str, Any] | None = None,
         run_id: str | None = None,
+        ranks: bool = False,
+        reductions: Mapping[str, Reduction | Reduce | str] | None = None,
+        raw_path: str | os.PathLike[str] | None = GATHERED_RAW_PATH,
     ) -> None:
         self.logs = AdapterLogger(backends=backends, key_map=key_map, adapter=_ADAPTER)
         self.prefix = prefix
@@ -82,6 +97,10 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
         self.identity: dict[str, str] = (
             runtime_env(CONTROLLER_GROUP, run_id=run_id)["env_vars"] if carried else {}
         )
+        self.ranks = ranks
+        self.reductions = None if reductions is None else dict(reductions)
+        self.raw_path = raw_path
+        self._merger: RankMerger | None = None
         self._reports = 0
         self._started = False
 
@@ -126,14 +145,29 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
         self._reports += 1
         first = metrics[0] or {}
         step = self._step(first)
-        logger.log_metrics(first, step=step, prefix=self.prefix)
+        if self.ranks and len(metrics) > 1:
+            merged = self._merged(logger, metrics, step)
+            logger.log_metrics(merged, step=step, prefix=self.prefix)
+        else:
+            logger.log_metrics(first, step=step, prefix=self.prefix)
         if self.all_workers:
             for rank, reported in enumerate(metrics):
                 logger.log_metrics(reported or {}, step=step, prefix=f"{WORKER_PREFIX}/{rank}")
 
+    def _merged(
+        self, logger: rlmetrics.Logger, metrics: list[dict[str, Any]], step: int
+    ) -> dict[str, Any]:
+        """Every worker's dict merged into the run's (rank 0's where the merge cannot)."""
+        if self._merger is None:  # built in the controller, on its first report
+            self._merger = gathered(raw_path=self.raw_path, reductions=self.reductions)
+            self._merger.bind(logger.identity)
+        flat = [flatten(reported or {}) for reported in metrics]
+        return self._merger.merge_gathered(flat, step, self.prefix)
+
     def __getstate__(self) -> dict[str, Any]:
         # Shipped to the controller as configuration: what was started here stays here.
         state = dict(self.__dict__)
+        state["_merger"] = None
         state["_started"] = False
         state["_reports"] = 0
         return state

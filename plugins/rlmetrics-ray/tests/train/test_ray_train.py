@@ -10,6 +10,7 @@ fails there.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,6 +121,68 @@ def test_a_torch_trainer_reports_through_the_controller_with_the_drivers_run_id(
     assert resource["process.pid"] != os.getpid()
     kl = [p.value for p in receiver.points() if p.name == "rl.kl.divergence"]
     assert kl and set(kl) == {0.5}  # step 2's None was dropped, not exported
+
+
+def test_merged_ranks_are_one_row_per_report_computed_from_the_workers_raw_rows(
+    cluster: RayHead, tmp_path: Path
+) -> None:
+    path, raw_path = tmp_path / "metrics.jsonl", tmp_path / "ranks.jsonl"
+
+    def train_loop(config: dict[str, Any]) -> None:
+        """Each worker trains a tiny model on data of its own for three steps and reports its
+        loss beside numbers of its own."""
+        import ray.train
+        import torch
+
+        rank = ray.train.get_context().get_world_rank()
+        torch.manual_seed(rank)
+        model = torch.nn.Linear(2, 1)
+        optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(config["steps"]):
+            loss = torch.nn.functional.mse_loss(model(torch.randn(4, 2)), torch.randn(4, 1))
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            ray.train.report(
+                {
+                    "step": step,
+                    "num_samples": 8.0 + 4 * rank + step,
+                    "reward": 0.5 + 0.1 * rank + 0.01 * step,
+                    "loss_term": loss.item(),
+                    "note": f"rank{rank}",
+                }
+            )
+
+    with isolated_state():
+        callback = RLMetricsTrainCallback(
+            backends={"jsonl": {"path": str(path)}}, ranks=True, raw_path=str(raw_path)
+        )
+        result = TorchTrainer(
+            train_loop,
+            train_loop_config={"steps": 3},
+            scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+            run_config=RunConfig(
+                name="rlmetrics-ranks", storage_path=str(tmp_path / "storage"), callbacks=[callback]
+            ),
+        ).fit()
+        assert result.error is None
+    rows = list(read_jsonl(path))
+    assert [row["step"] for row in rows] == [0, 1, 2]  # one row per report, not two
+    raw: dict[tuple[int, int], dict[str, Any]] = {
+        (row["rank"], row["step"]): row["metrics"] for row in read_jsonl(raw_path)
+    }
+    assert sorted(raw) == [(rank, step) for rank in (0, 1) for step in range(3)]
+    for row in rows:
+        step, merged = row["step"], row["metrics"]
+        mine = [raw[(rank, step)] for rank in (0, 1)]
+        weights = [m["num_samples"] for m in mine]
+        assert merged["num_samples"] == math.fsum(weights)  # declared: sum
+        assert merged["reward"] == math.fsum(  # declared: weighted by num_samples
+            m["reward"] * w for m, w in zip(mine, weights, strict=True)
+        ) / math.fsum(weights)
+        assert merged["loss_term"] == math.fsum(m["loss_term"] for m in mine) / 2  # a mean
+        assert merged["note"] == "rank0"  # not a number: rank 0's
+    assert {row["run_id"] for row in read_jsonl(raw_path)} == {rows[0]["run_id"]}
 
 
 def test_a_callback_never_fails_a_report(tmp_path: Path) -> None:

@@ -1,0 +1,67 @@
+"""One Lightning DDP fit on CPU with two processes, for test_lightning_ranks.py (argv: the
+folder to write in). Lightning's subprocess launcher starts rank 1 by running this file
+again, with the same argv and the rank in the environment."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning
+import torch
+from rlmetrics_lightning import RLMetricsLogger
+from torch.utils.data import DataLoader, TensorDataset
+
+STEPS = 3
+
+
+def values(rank: int, step: int) -> dict[str, float]:
+    """What each rank logs: distinct per rank and step, exact in float32 (Lightning holds
+    logged numbers as float32 tensors)."""
+    return {
+        "num_samples": float(8 + 4 * rank + step),
+        "reward": 0.5 + 0.125 * rank + 0.25 * step,
+        "loss_term": 1.0 + rank - 0.5 * step,
+    }
+
+
+class Ranked(lightning.LightningModule):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        for key, value in values(self.global_rank, self.global_step).items():
+            self.log(key, value)  # each rank's own value (no sync_dist): rlmetrics merges
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main() -> None:
+    folder = Path(sys.argv[1])
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+    logger = RLMetricsLogger(
+        backends={"jsonl": {"path": str(folder / "tracker.jsonl")}}, ranks="torch"
+    )
+    trainer = lightning.Trainer(
+        max_steps=STEPS,
+        logger=logger,
+        log_every_n_steps=1,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Ranked(), data)
+    logger.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""RLMetricsLogger(ranks="torch") in a real Lightning DDP fit on CPU with two processes: the
+tracker gets one row per step, not two, and each run-level value is the one computed by hand
+from the two ranks' raw JSONL (reward weighted by num_samples, num_samples summed, an
+undeclared key averaged)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rlmetrics.backends.jsonl import read_jsonl
+
+RUN = Path(__file__).with_name("ddp_run.py")
+sys.path.insert(0, str(RUN.parent))
+import ddp_run  # noqa: E402  (the run's own numbers)
+
+#: Two processes importing torch and Lightning on a busy two-core host, then DDP's setup.
+RUN_TIMEOUT_S = 600.0
+
+
+def test_a_ddp_fit_on_two_processes_logs_one_merged_row_per_step(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, str(RUN), str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [row for row in read_jsonl(tmp_path / "tracker.jsonl") if "reward" in row["metrics"]]
+    assert [row["step"] for row in rows] == list(range(ddp_run.STEPS))  # one per step
+    raw = {
+        rank: {
+            row["step"]: row["metrics"]
+            for row in read_jsonl(tmp_path / f"rlmetrics.rank{rank}.jsonl")
+        }
+        for rank in (0, 1)
+    }
+    for row in rows:
+        step, merged = row["step"], row["metrics"]
+        mine = [raw[rank][step] for rank in (0, 1)]
+        assert [m["reward"] for m in mine] == [ddp_run.values(r, step)["reward"] for r in (0, 1)]
+        weights = [m["num_samples"] for m in mine]
+        assert merged["num_samples"] == math.fsum(weights)
+        assert merged["reward"] == math.fsum(
+            m["reward"] * w for m, w in zip(mine, weights, strict=True)
+        ) / math.fsum(weights)
+        assert merged["loss_term"] == math.fsum(m["loss_term"] for m in mine) / 2
