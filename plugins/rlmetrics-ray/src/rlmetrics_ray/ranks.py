@@ -156,16 +156,23 @@ class RayReducer:
         self.reductions = Reductions(reductions)
         node = ray.get_runtime_context().get_node_id()
         # On the driver's node, owned by the driver: it ends with the driver.
-        self.buffer = (
-            ray.remote(StepBuffer)
-            .options(
-                name=name,
-                num_cpus=0,
-                max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
+        try:
+            self.buffer = (
+                ray.remote(StepBuffer)
+                .options(
+                    name=name,
+                    num_cpus=0,
+                    max_restarts=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
+                )
+                .remote(world_size, float(late_after_s))
             )
-            .remote(world_size, float(late_after_s))
-        )
+        except ValueError as exc:  # the name is taken in this job
+            raise ValueError(
+                f"ray_reducer(): {exc}. Another reducer named {name!r} runs in this Ray job: "
+                "finish its Logger first, or give this one another name= (and its workers "
+                "the same name=)"
+            ) from None
         self._logger: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -185,8 +192,11 @@ class RayReducer:
     def merge(
         self, flat: Mapping[str, Any], step: int, prefix: str, stream: str | None = None
     ) -> dict[str, Any] | None:
-        """What the driver logs itself (and the merged rows this reducer logs) pass as is."""
-        return dict(flat)
+        """What the driver logs itself passes as is; a merged step this reducer is logging
+        through the Logger is that step's row (an efficiency summary's, with its straggler
+        entries, which the summary the Logger rebuilt it from does not carry)."""
+        row: dict[str, Any] | None = getattr(self._delivering, "row", None)
+        return dict(flat) if row is None else row
 
     def drain(self, timeout_s: float) -> None:
         """Stop polling, then log what the buffer still holds: the steps that complete
@@ -204,8 +214,17 @@ class RayReducer:
                     break
 
     def finish(self) -> None:
+        """End the buffer actor, and wait (bounded) until its name is free for the next
+        reducer of this job."""
         with contextlib.suppress(Exception):
             self._ray.kill(self.buffer)
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline:
+                try:
+                    self._ray.get_actor(self.name)
+                except ValueError:
+                    return
+                time.sleep(0.05)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -274,7 +293,11 @@ class RayReducer:
         if logger is None:
             return
         if gathered.stream == EFFICIENCY_STREAM:
-            logger.log_efficiency_summary(EfficiencySummary.from_metrics(out), gathered.step)
+            self._delivering.row = out  # what merge() gives the Logger back, on this thread
+            try:
+                logger.log_efficiency_summary(EfficiencySummary.from_metrics(out), gathered.step)
+            finally:
+                self._delivering.row = None
         else:
             logger.log_metrics(out, step=gathered.step, prefix=gathered.prefix)
         self.steps_logged += 1

@@ -89,6 +89,12 @@ def worker_class() -> Any:
             self.logger.log_metrics(metrics, step=step, prefix="train")
             return int(self.rank)
 
+        def efficiency(self, step: int, seconds: float) -> None:
+            from rlmetrics.events import EfficiencySummary
+
+            summary = EfficiencySummary({"train/policy": seconds}, step_wall_time_s=2 * seconds)
+            self.logger.log_efficiency_summary(summary, step)
+
         def finish(self) -> None:
             self.logger.finish()
 
@@ -228,10 +234,17 @@ def test_ranks_ray_by_name_on_the_driver_and_in_the_workers(cluster: None, tmp_p
                 timeout=CALL_S,
             )
             assert ranks == [0, 1]
+        ray.get([w.efficiency.remote(2, 1.0 + r) for r, w in enumerate(workers)], timeout=CALL_S)
         ray.get([w.finish.remote() for w in workers], timeout=CALL_S)
         logger.finish()
     rows = tracker_rows(tmp_path / "driver.jsonl")
-    assert [(row["step"], row["metrics"]["loss"]) for row in rows] == [(0, 0.5), (1, 1.5)]
+    assert [(row["step"], row["metrics"]["loss"]) for row in rows[:2]] == [(0, 0.5), (1, 1.5)]
+    # The efficiency summary: a category's seconds are a straggler phase, as on torch.
+    (efficiency,) = rows[2:]
+    assert efficiency["step"] == 2
+    assert efficiency["metrics"]["efficiency/train/policy_s"] == 2.0
+    assert efficiency["metrics"]["efficiency/train/policy_s/slowest_rank"] == 1
+    assert efficiency["metrics"]["efficiency/step_wall_time_s"] == 4.0
     assert sorted(p.name for p in tmp_path.glob("rlmetrics.rank*.jsonl")) == [
         "rlmetrics.rank0.jsonl",
         "rlmetrics.rank1.jsonl",
