@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from rlmetrics.events import EfficiencySummary
 from rlmetrics.identity import RunIdentity, new_run_id
 from rlmetrics.ranks import (
     DEFAULT_RAW_PATH,
+    Column,
     RankRows,
     Reductions,
     merge_columns,
@@ -53,6 +55,7 @@ __all__ = [
     "RayReducer",
     "ray_rank",
     "ray_ranks",
+    "merge_step",
     "ray_reducer",
 ]
 
@@ -154,6 +157,7 @@ class RayReducer:
         self.name = name
         self.poll_s = float(poll_s)
         self.reductions = Reductions(reductions)
+        self._columns: dict[tuple[str, ...], list[Column]] = {}
         node = ray.get_runtime_context().get_node_id()
         # On the driver's node, owned by the driver: it ends with the driver.
         try:
@@ -277,18 +281,7 @@ class RayReducer:
                 "not waited for again until it reports (said once per rank)",
                 expected=True,
             )
-        rows = gathered.rows
-        width = max(rows) + 1 if rows else 0
-        keys = sorted({key for numbers in rows.values() for key in numbers})
-        columns = self.reductions.columns(keys)
-        # One column entry per rank number, so a straggler's slowest rank is its real rank.
-        by_rank = [rows.get(rank) for rank in range(width)]
-        values = {
-            key: [None if numbers is None else numbers.get(key) for numbers in by_rank]
-            for key in keys
-        }
-        merged = merge_columns(columns, values)
-        out = run_row({}, {}, merged, gathered.step)
+        out = merge_step(gathered, self.reductions, self._columns)
         logger = self._logger
         if logger is None:
             return
@@ -301,6 +294,36 @@ class RayReducer:
         else:
             logger.log_metrics(out, step=gathered.step, prefix=gathered.prefix)
         self.steps_logged += 1
+
+
+def merge_step(
+    gathered: Gathered,
+    reductions: Reductions,
+    columns: dict[tuple[str, ...], list[Column]] | None = None,
+) -> dict[str, Any]:
+    """The run's row of one gathered step: every key any rank sent, merged as declared
+    (the straggler series recorded, what was left out said once per key). ``columns``
+    keeps each key set's columns, so the declarations are read when a key set is new, as
+    the torch path reads them when its ranks agree on a new table."""
+    rows = gathered.rows
+    width = max(rows) + 1 if rows else 0
+    keys = tuple(sorted({key for numbers in rows.values() for key in numbers}))
+    # One column entry per rank number, so a straggler's slowest rank is its real rank; each
+    # rank's values looked up and the table transposed in C (None: the rank lacks the key).
+    absent = (None,) * len(keys)
+    per_rank = [
+        absent if (numbers := rows.get(rank)) is None else tuple(map(numbers.get, keys))
+        for rank in range(width)
+    ]
+    by_key = zip(*per_rank, strict=True)
+    values: dict[str, Sequence[float | None]] = dict(zip(keys, by_key, strict=True))
+    found = None if columns is None else columns.get(keys)
+    if found is None:
+        found = reductions.columns(keys)
+        if columns is not None:
+            columns[keys] = found
+    merged = merge_columns(found, values)
+    return run_row({}, {}, merged, gathered.step)
 
 
 class RayRank:
@@ -410,11 +433,11 @@ def _train_context() -> tuple[int | None, int | None]:
     """This worker's rank and world size from Ray Train's context, else ``RANK`` and
     ``WORLD_SIZE``; None where neither says."""
     rank = world = None
-    with contextlib.suppress(Exception):
-        from ray import train
-
-        context = train.get_context()
-        rank, world = int(context.get_world_rank()), int(context.get_world_size())
+    train: Any = sys.modules.get("ray.train")  # a Train worker has it; others do not import it
+    if train is not None:
+        with contextlib.suppress(Exception):
+            context = train.get_context()
+            rank, world = int(context.get_world_rank()), int(context.get_world_size())
     if rank is None:
         rank = _env_int("RANK")
     if world is None:
