@@ -55,7 +55,7 @@ from .hyperparams import to_hyperparams
 from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
 from .plugins import check_plugin_lists, hooks
-from .ranks import RankMerger, resolve_ranks
+from .ranks import Ranks, resolve_ranks
 from .redaction import redaction
 from .registry import default_registry
 from .samples import MAX_CELL_BYTES, MAX_SAMPLE_ROWS, to_samples
@@ -155,8 +155,9 @@ class Logger:
     about should degrade, not stop.
 
     ``ranks`` merges what every rank of a distributed run logs into one row per step:
-    ``"torch"`` or a merger (:func:`rlmetrics.ranks.torch_distributed`); rank 0 writes the
-    run's values to the backends and the tee, every rank its raw values to a file of its own
+    ``"torch"``, an installed engine's name (``"ray"`` with rlmetrics-ray) or a merger
+    (:func:`rlmetrics.ranks.torch_distributed`); rank 0 (on Ray, the driver) writes the run's
+    values to the backends and the tee, every rank its raw values to a file of its own
     (docs/ranks.md).
     """
 
@@ -173,7 +174,7 @@ class Logger:
         max_sample_rows: int | None = None,
         max_cell_bytes: int | None = None,
         strict: bool | None = None,
-        ranks: str | RankMerger | None = None,
+        ranks: str | Ranks | None = None,
         redact: bool | Sequence[str] | None = None,
     ) -> None:
         # An argument the call gives wins; one it leaves out (None) takes the environment's
@@ -330,10 +331,16 @@ class Logger:
         self._last_step = -1
         self._finished = False
         if self._ranks is not None:
-            self._ranks.bind(self.identity)
+            self._ranks.bind(self.identity, self)
         self._pid = os.getpid()
         _unfinished.add(self)
         forget_in_child(self)
+
+    def _drain_ranks(self, timeout_s: float) -> None:
+        try:
+            self._ranks.drain(timeout_s)  # type: ignore[union-attr]
+        except Exception:
+            warn_once("logger:ranks-drain", "rlmetrics: the ranks' last rows were not delivered")
 
     def _after_fork_in_child(self) -> None:
         # Another thread may have held the lock when the process forked; the child has no
@@ -494,6 +501,10 @@ class Logger:
         """Close everything, once, waiting ``timeout_s`` from ``started`` (default: now);
         whether this call did."""
         close_open_scopes("still open at Logger.finish()", self)
+        if self._ranks is not None and not self._finished:
+            # An engine whose run rows arrive off this thread delivers them now, through this
+            # Logger, so before its lock is taken.
+            self._drain_ranks(self.finish_timeout_s if timeout_s is None else timeout_s)
         with self._lock:
             if self._finished:
                 return False

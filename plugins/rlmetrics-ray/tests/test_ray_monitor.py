@@ -393,3 +393,31 @@ def test_a_snapshot_observes_each_value_a_host_has_once(hosts: list[HostMemory])
     # finds it by identity.
     again = build_snapshot(hosts, taken_at=1.0)
     assert all(a[1] is b[1] for a, b in zip(snapshot.used, again.used, strict=True))
+
+
+# -- once per host -----------------------------------------------------------------------------
+
+
+def test_a_monitor_not_elected_scrapes_and_exports_nothing_until_it_is(
+    serve: Serve, cluster: Cluster, started: Any, tmp_path: Any
+) -> None:
+    from rlmetrics_ray.election import HostElection
+
+    server = serve(memory(1 * GiB, 4 * GiB, 3 * GiB, 16 * GiB))
+    cluster.add("a" * 56, "gpu-1", server.port)
+    monitor, reader = started(lock_dir=str(tmp_path))
+    assert monitor.elected and host_points(reader)
+    # Another process of the run holds this host's lock (here: another election on the file).
+    monitor.stop()
+    election = monitor.election
+    assert isinstance(election, HostElection) and election.path.parent == tmp_path
+    holder = HostElection("another", tmp_path)
+    holder.path = election.path  # the same host and run's lock, held by "another process"
+    assert holder()
+    requests = server.requests
+    snapshot = monitor.refresh()
+    assert (snapshot.hosts, monitor.elected, host_points(reader)) == ((), False, {})
+    assert server.requests == requests  # nothing scraped
+    holder.release()
+    monitor.refresh()
+    assert monitor.elected and host_points(reader)

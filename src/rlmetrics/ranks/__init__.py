@@ -3,22 +3,31 @@
 
 ``Logger(ranks=rlmetrics.ranks.torch_distributed())`` (or ``ranks="torch"``) merges over the
 trainer's torch.distributed process group: rank 0 logs the run's values, every rank keeps its
-raw ones in a JSONL file of its own (docs/ranks.md).
+raw ones in a JSONL file of its own (docs/ranks.md). Other engines plug in by name through
+the ``rlmetrics.ranks`` entry-point group (rlmetrics-ray's ``ranks="ray"``): the core names
+no engine but the one it ships.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from ..identity import RunIdentity
 from ..spec import Reduce, Reduction
+from .declared import Reductions
 from .gathered import Gathered
-from .merger import DEFAULT_RAW_PATH, Collective, RankMerger, RankRows
+from .merger import DEFAULT_RAW_PATH, Collective, RankMerger, RankRows, numbers_of, run_row
 from .reduce import Column, Merged, Straggler, merge_columns
+
+#: The entry-point group that names a Logger's ``ranks=`` engines: ``name = "module:factory"``,
+#: the factory called with no arguments when a Logger is built with ``ranks="name"``.
+ENTRY_POINT_GROUP = "rlmetrics.ranks"
 
 __all__ = [
     "DEFAULT_RAW_PATH",
+    "ENTRY_POINT_GROUP",
     "GATHERED_RAW_PATH",
     "Collective",
     "Column",
@@ -26,12 +35,44 @@ __all__ = [
     "Merged",
     "RankMerger",
     "RankRows",
+    "Ranks",
+    "Reductions",
     "Straggler",
     "gathered",
     "merge_columns",
+    "numbers_of",
     "resolve_ranks",
+    "run_row",
     "torch_distributed",
 ]
+
+
+class Ranks(Protocol):
+    """What a Logger's ``ranks=`` is: an engine's merger (:class:`RankMerger` on
+    torch.distributed; rlmetrics-ray's reducer and ranks on Ray)."""
+
+    @property
+    def logs(self) -> bool:
+        """Whether this process logs the run's rows (to its backends and the tee)."""
+
+    #: Whether a process that does not log the run's rows tees its own values.
+    export_own: bool
+
+    def bind(self, identity: RunIdentity | None, logger: Any = None) -> None:
+        """The Logger's run is known (``logger`` is the Logger, for an engine whose run
+        rows arrive off the loop's thread)."""
+
+    def merge(
+        self, flat: Mapping[str, Any], step: int, prefix: str, stream: str | None = None
+    ) -> dict[str, Any] | None:
+        """The dict this process logs for ``flat`` (the run's), or None: it logs none."""
+
+    def drain(self, timeout_s: float) -> None:
+        """Before the Logger closes (its lock not held): deliver what is still in flight,
+        waiting at most ``timeout_s``."""
+
+    def finish(self) -> None:
+        """The Logger closes (under its lock)."""
 
 
 def torch_distributed(
@@ -65,13 +106,23 @@ def gathered(
     return RankMerger(Gathered(), raw_path=raw_path, reductions=reductions)
 
 
-def resolve_ranks(ranks: str | RankMerger | None) -> RankMerger | None:
-    """A Logger's ``ranks=``: a merger, ``"torch"`` (the default process group's) or None."""
-    if ranks is None or isinstance(ranks, RankMerger):
+def resolve_ranks(ranks: str | Ranks | None) -> Ranks | None:
+    """A Logger's ``ranks=``: a merger, ``"torch"`` (the default process group's), the name
+    of an installed engine (the ``rlmetrics.ranks`` entry-point group), or None."""
+    if ranks is None or not isinstance(ranks, str):
         return ranks
     if ranks == "torch":
         return torch_distributed()
+    from importlib.metadata import entry_points
+
+    engines = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if ranks in engines:
+        factory = engines[ranks].load()
+        built: Ranks = factory()
+        return built
+    names = ", ".join(repr(name) for name in sorted({"torch", *engines}))
     raise ValueError(
-        f"Logger(ranks={ranks!r}): pass 'torch' or a merger such as "
-        "rlmetrics.ranks.torch_distributed(group=...)"
+        f"Logger(ranks={ranks!r}): pass one of {names} (an engine installs its name in the "
+        f"{ENTRY_POINT_GROUP!r} entry-point group; rlmetrics-ray adds 'ray') or a merger "
+        "such as rlmetrics.ranks.torch_distributed(group=...)"
     )

@@ -7,9 +7,9 @@ exchange their numbers in one collective and the logging rank (rank 0) gets the 
 dict, which its trackers and the OpenTelemetry tee receive — one row per step, not one per
 rank. The other ranks' tee gets their own values only when asked (``export_own=True``).
 
-How each key merges is declared: the spec whose logger key it is (its
-:attr:`~rlmetrics.spec.MetricSpec.reduction`), else the ``reductions`` given here, else the
-efficiency dict's own rule (category seconds are phase times: stragglers), else a mean.
+How each key merges is declared (:class:`~rlmetrics.ranks.declared.Reductions`): the spec
+whose logger key it is, else the ``reductions`` given here, else the efficiency dict's own
+rule (category seconds are phase times: stragglers), else a mean.
 
 The exchange (the steady state, one fixed-width collective): each rank packs its numbers in
 the order of a key table the ranks agreed on for the dict's prefix, a presence mask beside
@@ -36,13 +36,12 @@ from typing import Any, Protocol
 
 from .._warn import warn_once
 from ..backends.jsonl import JsonlBackend, to_json_value
-from ..events import EFFICIENCY_PREFIX
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
-from ..plugins import hooks
-from ..registry import default_registry, record
+from ..registry import record
 from ..spec import Reduce, Reduction
 from ..values import as_real
+from .declared import Reductions
 from .reduce import (
     PHASE_ATTR,
     STRAGGLER_GROUP,
@@ -57,7 +56,7 @@ from .reduce import (
     merge_columns,
 )
 
-__all__ = ["DEFAULT_RAW_PATH", "Collective", "RankMerger", "RankRows"]
+__all__ = ["DEFAULT_RAW_PATH", "Collective", "RankMerger", "RankRows", "numbers_of", "run_row"]
 
 #: Where each rank's raw rows go; ``{rank}`` is the rank.
 DEFAULT_RAW_PATH = "rlmetrics.rank{rank}.jsonl"
@@ -109,17 +108,54 @@ class RankRows(JsonlBackend):
         self._write(json.dumps(row, allow_nan=False) + "\n")
 
 
-def _efficiency_reduction(key: str) -> Reduce | None:
-    """The efficiency dict's rule: category seconds and the step's wall time are phases."""
-    if not key.startswith(EFFICIENCY_PREFIX):
-        return None
-    if key == EFFICIENCY_PREFIX + "total_wall_time_s":
-        return Reduce.MAX
-    if key.endswith("_s"):
-        return Reduce.STRAGGLER
-    if key.endswith("_is_per_step"):
-        return Reduce.LAST
-    return Reduce.MEAN
+def numbers_of(flat: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers of a flattened dict (what merges): floats as they are, any other real
+    (ints, NumPy and torch scalars, bools) as a float; strings and the like are left out."""
+    numbers: dict[str, float] = {}
+    for key, value in flat.items():
+        if type(value) is float:  # the common value, without a call
+            numbers[key] = value
+            continue
+        number = as_real(value)
+        if number is not None and type(key) is str:
+            try:
+                numbers[key] = float(number)
+            except OverflowError:
+                continue
+    return numbers
+
+
+def run_row(
+    flat: Mapping[str, Any], numbers: Mapping[str, float], merged: Merged, step: int
+) -> dict[str, Any]:
+    """The run's row of a merged step: ``flat``'s values that are not numbers (the logging
+    rank's), every merged number, each straggler phase's entries; the straggler series are
+    recorded and what the merge left out is said once per key."""
+    for rank, key in merged.dropped:
+        warn_once(
+            f"ranks:dropped:{key}",
+            f"rlmetrics: rank {rank} logged {key!r} as a value that is not finite at step "
+            f"{step}; it is left out of the merge of {key!r} (said once per key)",
+        )
+    for key in merged.unweighted:
+        warn_once(
+            f"ranks:unweighted:{key}",
+            f"rlmetrics: {key!r} is a weighted mean, but some rank logged it without a "
+            "usable weight; it was merged as a plain mean (said once per key)",
+        )
+    out = {k: v for k, v in flat.items() if k not in numbers}
+    out.update(merged.values)
+    for key, straggler in merged.stragglers.items():
+        out.update(straggler.items(key))
+        values = {
+            STRAGGLER_MAX: straggler.max,
+            STRAGGLER_MIN: straggler.min,
+            STRAGGLER_MEAN: straggler.mean,
+            STRAGGLER_SLOWEST: straggler.slowest_rank,
+            STRAGGLER_SKEW: straggler.skew,
+        }
+        record(STRAGGLER_GROUP, values, {PHASE_ATTR: key})
+    return out
 
 
 class _Table:
@@ -162,12 +198,7 @@ class RankMerger:
         self.world_size = collective.world_size
         self.export_own = export_own
         self.raw_path = None if raw_path is None else Path(str(raw_path).format(rank=self.rank))
-        self._given = {
-            key: value if isinstance(value, Reduction) else Reduction(value)
-            for key, value in (reductions or {}).items()
-        }
-        self._declared: dict[str, Reduction] = {}
-        self._by_name: dict[str, str] = {}
+        self.reductions = Reductions(reductions)
         self._tables: dict[str, _Table] = {}
         #: Each key's merge column, for :meth:`merge_gathered` (no table there).
         self._columns: dict[str, Column] = {}
@@ -183,10 +214,13 @@ class RankMerger:
         """Whether this rank writes the run's rows (rank 0)."""
         return self.rank == 0
 
-    def bind(self, identity: RunIdentity | None) -> None:
+    def bind(self, identity: RunIdentity | None, logger: Any = None) -> None:
         """Open this rank's raw file for the Logger's run (called by the Logger)."""
         if self.raw_path is not None and self._rows is None:
             self._rows = RankRows(self.raw_path, identity or RunIdentity(new_run_id()), self.rank)
+
+    def drain(self, timeout_s: float) -> None:
+        """Nothing is in flight between steps: every merge ended in its collective."""
 
     def finish(self) -> None:
         if self._rows is not None:
@@ -208,7 +242,7 @@ class RankMerger:
                 self._rows.log_metrics(flat, step, prefix)
         except Exception:
             warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
-        numbers = _numbers(flat)
+        numbers = numbers_of(flat)
         if self.broken is None:
             try:
                 merged = self._exchange(numbers, step, prefix if stream is None else stream)
@@ -225,7 +259,9 @@ class RankMerger:
             else:
                 if merged is None:
                     return None
-                return self._result(flat, numbers, merged, step)
+                out = run_row(flat, numbers, merged, step)
+                self.stragglers = merged.stragglers
+                return out
         return dict(flat) if self.logs else None
 
     def merge_gathered(
@@ -249,15 +285,16 @@ class RankMerger:
         except Exception:
             warn_once("ranks:raw", "rlmetrics: the ranks' raw rows could not be written")
         try:
-            numbers = [_numbers(flat) for flat in dicts]
+            numbers = [numbers_of(flat) for flat in dicts]
             keys = sorted({key for found in numbers for key in found})
-            if not self._columns.keys() >= set(keys):
-                self._read_declarations()
-                for key in keys:
-                    self._columns.setdefault(key, self._column(key))
+            new = [key for key in keys if key not in self._columns]
+            if new:  # declarations read only when a key is new, as a table is agreed
+                self._columns.update(zip(new, self.reductions.columns(new), strict=True))
             columns = [self._columns[key] for key in keys]
             merged = merge_columns(columns, {key: [n.get(key) for n in numbers] for key in keys})
-            return self._result(first, numbers[0] if numbers else {}, merged, step)
+            out = run_row(first, numbers[0] if numbers else {}, merged, step)
+            self.stragglers = merged.stragglers
+            return out
         except Exception as exc:
             warn_once(
                 "ranks:gathered",
@@ -265,38 +302,6 @@ class RankMerger:
                 f"({type(exc).__name__}: {exc}); rank 0's values are logged instead",
             )
             return dict(first)
-
-    def _result(
-        self, flat: Mapping[str, Any], numbers: Mapping[str, float], merged: Merged, step: int
-    ) -> dict[str, Any]:
-        for rank, key in merged.dropped:
-            warn_once(
-                f"ranks:dropped:{key}",
-                f"rlmetrics: rank {rank} logged {key!r} as a value that is not finite at step "
-                f"{step}; it is left out of the merge of {key!r} (said once per key)",
-            )
-        for key in merged.unweighted:
-            warn_once(
-                f"ranks:unweighted:{key}",
-                f"rlmetrics: {key!r} is a weighted mean, but some rank logged it without a "
-                "usable weight; it was merged as a plain mean (said once per key)",
-            )
-        # Rank 0's non-numeric values stand; every number is the run's.
-        out = {k: v for k, v in flat.items() if k not in numbers}
-        out.update(merged.values)
-        for key, straggler in merged.stragglers.items():
-            out.update(straggler.items(key))
-        self.stragglers = merged.stragglers
-        for key, straggler in merged.stragglers.items():
-            values = {
-                STRAGGLER_MAX: straggler.max,
-                STRAGGLER_MIN: straggler.min,
-                STRAGGLER_MEAN: straggler.mean,
-                STRAGGLER_SLOWEST: straggler.slowest_rank,
-                STRAGGLER_SKEW: straggler.skew,
-            }
-            record(STRAGGLER_GROUP, values, {PHASE_ATTR: key})
-        return out
 
     def _exchange(self, numbers: Mapping[str, float], step: int, stream: str) -> Merged | None:
         table = self._tables.get(stream, _EMPTY)
@@ -326,46 +331,11 @@ class RankMerger:
         self.exchanges["objects"] += 1
         dicts: list[Mapping[str, float]] = self.collective.all_gather_object(dict(numbers))
         keys = sorted({key for d in dicts for key in d})
-        self._read_declarations()
-        columns = [self._column(key) for key in keys]
+        columns = self.reductions.columns(keys)
         self._tables[stream] = _Table(keys, columns)
         if not self.logs:
             return None
         return merge_columns(columns, {key: [d.get(key) for d in dicts] for key in keys})
-
-    def _read_declarations(self) -> None:
-        """What every installed family declares (loaded now, if nothing has yet): read when
-        a table is agreed, rarely, so a family activated late is seen too."""
-        hooks()
-        for item in default_registry().declared():
-            self._declared.setdefault(item.spec.key, item.spec.reduction)
-            self._by_name.setdefault(item.spec.name, item.spec.key)
-
-    def _column(self, key: str) -> Column:
-        reduction = self._declared.get(key) or self._given.get(key)
-        if reduction is None:
-            kind = _efficiency_reduction(key)
-            reduction = Reduction(kind if kind is not None else Reduce.MEAN)
-        weight = None
-        if reduction.kind is Reduce.WEIGHTED_MEAN:
-            weight = self._by_name.get(str(reduction.weight), reduction.weight)
-        return Column(key, reduction.kind, weight)
-
-
-def _numbers(flat: Mapping[str, Any]) -> dict[str, float]:
-    """The real numbers of a flattened dict, as floats (what the ranks exchange)."""
-    numbers: dict[str, float] = {}
-    for key, value in flat.items():
-        if type(value) is float:  # the common value, without a call
-            numbers[key] = value
-            continue
-        number = as_real(value)
-        if number is not None and type(key) is str:
-            try:
-                numbers[key] = float(number)
-            except OverflowError:
-                continue
-    return numbers
 
 
 def _unpack(rows: Sequence[Sequence[float]], table: _Table) -> dict[str, Sequence[float | None]]:

@@ -6,6 +6,8 @@
 - :func:`register_worker_group` labels hosts with the worker groups placed on them.
 - :func:`runtime_env` carries the driver's run to Ray workers, whose own
   ``rlmetrics.start()`` then exports as part of it.
+- ``Logger(ranks="ray")`` (:mod:`rlmetrics_ray.ranks`) reduces Ray actors' values on the
+  driver; the monitor reports each host from one elected process (:mod:`rlmetrics_ray.election`).
 
 Importing this package declares nothing and does not import Ray or the OpenTelemetry SDK.
 """

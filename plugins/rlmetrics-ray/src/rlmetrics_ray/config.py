@@ -10,6 +10,9 @@ for a ``with`` block only), else from the environment, else from the defaults:
 - ``timeout_s``: ``RLMETRICS_RAY_HOST_MEMORY_TIMEOUT_S``; 5 s per endpoint, whole request.
 - ``resolver``, ``nodes``, ``max_concurrency``: :func:`configure` only (see
   :class:`HostMemorySettings`).
+- ``elect``, ``lock_dir``: :func:`configure` only; one process per host and run reports
+  the host (:mod:`rlmetrics_ray.election`), its lock file in ``lock_dir`` (default: the
+  system's temporary directory).
 
 This module declares nothing, so importing it (or the package) is safe at any time.
 """
@@ -67,6 +70,10 @@ class HostMemorySettings:
     resolver: Resolver = metrics_url
     nodes: NodeSource | None = None
     max_concurrency: int = 256
+    #: Elect one process per host and run to report the host (False: every process does).
+    elect: bool = True
+    #: Where the election's lock files are (None: the system's temporary directory).
+    lock_dir: str | os.PathLike[str] | None = None
 
 
 _explicit: dict[str, Any] = {}
@@ -122,7 +129,10 @@ def _check(key: str, value: Any) -> None:
     elif key == "max_concurrency":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"configure(): max_concurrency must be a positive int, got {value!r}")
-    elif key in ("enabled", "gpus"):
+    elif key == "lock_dir":
+        if not isinstance(value, (str, os.PathLike)):
+            raise TypeError(f"configure(): lock_dir must be a path, got {type(value).__name__}")
+    elif key in ("enabled", "gpus", "elect"):
         if not isinstance(value, bool):
             raise ValueError(f"configure(): {key} must be a bool, got {value!r}")
     elif not callable(value):

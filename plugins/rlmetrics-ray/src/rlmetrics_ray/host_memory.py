@@ -29,6 +29,7 @@ from rlmetrics import OPEN, Kind, MetricSpec, resets_process_state
 from rlmetrics.spec import MAX
 
 from .config import _set_active, active_monitor, settings
+from .election import HostElection
 from .exposition import SOURCES
 from .monitor import (
     HOST_NAME_ATTR,
@@ -157,6 +158,8 @@ def telemetry_started(telemetry: rlmetrics.Telemetry) -> None:
         gpus=current.gpus,
         local_gpus=local,
         on_hosts=_activate,
+        # One process per host and run reports the host, never one per rank.
+        election=HostElection(telemetry.run_id, current.lock_dir) if current.elect else None,
     )
     _set_active(monitor)
     # A driver that never reaches Ray starts no thread: the monitor waits for ray.init() in

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import socket
 import threading
 import time
@@ -249,6 +250,11 @@ class HostMemoryMonitor:
         in a cycle that lists no Ray node, so a process without Ray still reports its GPUs.
     :param on_hosts: called (on the monitor's thread) after each cycle that found a host or
         a GPU: how the families reading the monitor are activated only once there is one.
+    :param election: whether this process is the one that reports its host now
+        (:class:`~rlmetrics_ray.election.HostElection`), asked at the start of every cycle: a
+        cycle it is not elected for scrapes nothing and reports nothing, so the host's series
+        are exported by one process per host, and another takes over within one interval of
+        the elected one's death. None: always.
     """
 
     def __init__(
@@ -264,6 +270,7 @@ class HostMemoryMonitor:
         gpus: bool = True,
         local_gpus: Callable[[], Sequence[GpuReading]] | None = None,
         on_hosts: Callable[[], None] | None = None,
+        election: Callable[[], bool] | None = None,
     ) -> None:
         for name, value in (("interval_s", interval_s), ("timeout_s", timeout_s)):
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -289,6 +296,9 @@ class HostMemoryMonitor:
         self.gpus = gpus
         self.local_gpus = local_gpus
         self.on_hosts = on_hosts
+        self.election = election
+        #: Whether the last cycle was this process's to report (see ``election``).
+        self.elected = election is None
         self._gpu_said = False
         self._snapshot = Snapshot()
         self._cycles = 0
@@ -355,6 +365,8 @@ class HostMemoryMonitor:
         return self._cycle(None)
 
     def _cycle(self, stopping: threading.Event | None) -> Snapshot:
+        if not self._elect():
+            return self._replace(Snapshot())  # another process on this host reports it
         try:
             hosts = self._hosts()
             by_node = self._worker_groups_by_node()
@@ -407,11 +419,32 @@ class HostMemoryMonitor:
                 self.on_hosts()  # the first host or GPU: the families that report them start
             except Exception:
                 warn_once("ray:monitor:on-hosts", "rlmetrics-ray: the monitor's on_hosts failed")
+        return self._replace(snapshot)
+
+    def _replace(self, snapshot: Snapshot) -> Snapshot:
         with self._cond:
             self._snapshot = snapshot
             self._cycles += 1
             self._cond.notify_all()
         return snapshot
+
+    def _elect(self) -> bool:
+        """Whether this cycle is this process's to report; said when that changes."""
+        if self.election is None:
+            return True
+        try:
+            elected = bool(self.election())
+        except Exception:
+            warn_once("ray:monitor:election", "rlmetrics-ray: the host election failed")
+            elected = False
+        if elected and not self.elected:
+            logger.info(
+                "rlmetrics-ray: this process (pid %d) reports this host's memory and GPUs "
+                "for the run (elected)",
+                os.getpid(),
+            )
+        self.elected = elected
+        return elected
 
     def _local_gpus(self) -> list[HostGpu]:
         """This machine's GPUs, from the ``local_gpus`` reader (never raises)."""
@@ -589,6 +622,11 @@ class HostMemoryMonitor:
                 loop.call_soon_threadsafe(task.cancel)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
+        release = getattr(self.election, "release", None)
+        if callable(release) and (thread is None or not thread.is_alive()):
+            with contextlib.suppress(Exception):
+                release()  # stopped: another process on this host takes over at its next try
+            self.elected = self.election is None
         close = getattr(self.local_gpus, "close", None)
         if callable(close):
             with contextlib.suppress(Exception):

@@ -1,0 +1,176 @@
+"""StepBuffer: where the Ray workers' rows of one step meet, until the driver takes them.
+
+The driver's reducer (:mod:`rlmetrics_ray.ranks`) runs this class as an async Ray actor on
+its own node; every worker ``push``-es its numbers of each logged dict to it without
+waiting, and the driver long-polls ``take``. Nothing here imports Ray, so the rendezvous
+rules are tested as plain Python.
+
+A step of a stream (a worker Logger's prefix, or the efficiency summary's) is released to
+the driver when every expected rank has pushed it, or once ``late_after_s`` has passed since
+its first row arrived: the driver then merges the ranks that did arrive and names the ones
+that did not. A rank that missed a step is not waited for again until it pushes once more
+(a dead worker costs one wait, not one per step; a late one rejoins by pushing). Steps of a
+stream are released in the order their first rows arrived, so the trackers see them in
+order. A row for a step already released is dropped and counted per rank.
+
+Expected ranks: ``range(world_size)`` when the driver or any worker says the world size,
+else every rank that joined.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+
+import attrs
+
+__all__ = ["Gathered", "StepBuffer", "Taken"]
+
+#: Released steps remembered per stream, to tell a late row from a new step.
+_REMEMBERED = 4096
+
+
+@attrs.frozen
+class Gathered:
+    """One step of one stream: ``rows[rank]`` is that rank's numbers; ``missing`` the
+    expected ranks that had not pushed it when it was released."""
+
+    stream: str
+    step: int
+    prefix: str
+    rows: dict[int, dict[str, float]]
+    missing: tuple[int, ...]
+
+
+@attrs.frozen
+class Taken:
+    """What one ``take`` hands the driver: the released steps in order, the rows that came
+    after their step was released (``(rank, stream, step)``), and the steps still pending."""
+
+    gathered: list[Gathered]
+    late: list[tuple[int, str, int]]
+    pending: int
+    world_size: int | None
+
+
+@attrs.define
+class _Pending:
+    prefix: str
+    first: float
+    rows: dict[int, dict[str, float]] = attrs.Factory(dict)
+
+
+class StepBuffer:
+    """The rendezvous of the workers' rows (see the module).
+
+    :param world_size: the number of ranks, if the driver knows it (else the workers say it
+        when they join, else every joined rank is expected).
+    :param late_after_s: how long a step waits for its missing ranks after its first row.
+    """
+
+    def __init__(
+        self,
+        world_size: int | None = None,
+        late_after_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.world_size = world_size
+        self.late_after_s = late_after_s
+        self._clock = clock
+        self._joined: set[int] = set()
+        self._absent: set[int] = set()
+        self._pending: dict[str, dict[int, _Pending]] = {}
+        self._released: dict[str, deque[int]] = {}
+        self._released_set: dict[str, set[int]] = {}
+        self._late: list[tuple[int, str, int]] = []
+        self._arrived: asyncio.Event | None = None
+
+    # -- the workers' side ------------------------------------------------------------------
+
+    def join(self, rank: int | None = None, world_size: int | None = None) -> int:
+        """A worker's rank: the one it gives, else the lowest not taken."""
+        if world_size is not None and self.world_size is None:
+            self.world_size = int(world_size)
+        if rank is None:
+            rank = next(r for r in range(len(self._joined) + 1) if r not in self._joined)
+        self._joined.add(int(rank))
+        self._absent.discard(int(rank))
+        return int(rank)
+
+    def push(
+        self, rank: int, stream: str, step: int, prefix: str, numbers: dict[str, float]
+    ) -> None:
+        """One rank's numbers of one logged dict."""
+        self._joined.add(rank)
+        self._absent.discard(rank)  # a rank that missed steps is back
+        if step in self._released_set.get(stream, ()):
+            self._late.append((rank, stream, step))
+            return
+        steps = self._pending.setdefault(stream, {})
+        pending = steps.get(step)
+        if pending is None:
+            pending = steps[step] = _Pending(prefix, self._clock())
+        # The same step logged twice under one stream: one row, the later value wins.
+        pending.rows.setdefault(rank, {}).update(numbers)
+        if self._arrived is not None:
+            self._arrived.set()
+
+    # -- the driver's side ------------------------------------------------------------------
+
+    def expected(self) -> set[int]:
+        ranks = set(range(self.world_size)) if self.world_size is not None else set()
+        return (ranks | self._joined) - self._absent
+
+    async def take(self, wait_s: float = 0.5, flush: bool = False) -> Taken:
+        """The steps released now; waits up to ``wait_s`` for one when there is none.
+        ``flush`` releases every pending step at once (the driver is closing)."""
+        taken = self.release(flush)
+        if not taken.gathered and not taken.late and wait_s > 0 and not flush:
+            self._arrived = self._arrived or asyncio.Event()
+            self._arrived.clear()
+            deadline = self._clock() + wait_s
+            while not taken.gathered and (remaining := deadline - self._clock()) > 0:
+                wake = min(remaining, self._next_deadline() - self._clock())
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), timeout=max(wake, 0.001))
+                self._arrived.clear()
+                taken = self.release(False)
+        return taken
+
+    def release(self, flush: bool = False) -> Taken:
+        """The steps that are complete or waited long enough, in order per stream."""
+        now = self._clock()
+        gathered: list[Gathered] = []
+        for stream, steps in self._pending.items():
+            # Insertion order is arrival order: the head of each stream goes first.
+            while steps:
+                step, pending = next(iter(steps.items()))
+                expected = self.expected()
+                complete = expected <= pending.rows.keys()
+                if not (complete or flush or now - pending.first >= self.late_after_s):
+                    break
+                del steps[step]
+                everyone = set(range(self.world_size)) if self.world_size is not None else set()
+                missing = tuple(sorted((everyone | self._joined) - pending.rows.keys()))
+                # Not waited for again until they push once more.
+                self._absent.update(r for r in missing if r in expected)
+                gathered.append(Gathered(stream, step, pending.prefix, pending.rows, missing))
+                self._remember(stream, step)
+        late, self._late = self._late, []
+        pending_count = sum(len(steps) for steps in self._pending.values())
+        return Taken(gathered, late, pending_count, self.world_size)
+
+    def _remember(self, stream: str, step: int) -> None:
+        order = self._released.setdefault(stream, deque())
+        seen = self._released_set.setdefault(stream, set())
+        order.append(step)
+        seen.add(step)
+        if len(order) > _REMEMBERED:
+            seen.discard(order.popleft())
+
+    def _next_deadline(self) -> float:
+        firsts = [next(iter(steps.values())).first for steps in self._pending.values() if steps]
+        return min(firsts) + self.late_after_s if firsts else float("inf")

@@ -1,0 +1,84 @@
+"""The rendezvous rules of the Ray reducer's buffer, as plain Python (no Ray): a step is
+released when every expected rank pushed it, or once it waited ``late_after_s`` (a clock
+given here stands in for time); a rank that missed a step is not waited for again until it
+pushes; steps leave in order; a late row is reported, not merged."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rlmetrics_ray.step_buffer import StepBuffer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_step_leaves_when_every_rank_pushed_it_and_not_before() -> None:
+    buffer = StepBuffer(world_size=2, late_after_s=10.0, clock=Clock())
+    buffer.push(0, "train", 0, "train", {"x": 1.0})
+    assert buffer.release().gathered == []
+    buffer.push(1, "train", 0, "train", {"x": 2.0})
+    (step,) = buffer.release().gathered
+    assert (step.step, step.rows, step.missing) == (0, {0: {"x": 1.0}, 1: {"x": 2.0}}, ())
+
+
+def test_a_missing_rank_costs_one_wait_then_is_not_waited_for_until_it_pushes() -> None:
+    clock = Clock()
+    buffer = StepBuffer(world_size=3, late_after_s=5.0, clock=clock)
+    for rank in (0, 1):
+        buffer.push(rank, "train", 0, "train", {"x": 1.0})
+    clock.now = 4.9
+    assert buffer.release().gathered == []
+    clock.now = 5.0
+    (step0,) = buffer.release().gathered
+    assert step0.missing == (2,)
+    # Rank 2 is absent now: the next step leaves as soon as ranks 0 and 1 pushed it.
+    for rank in (0, 1):
+        buffer.push(rank, "train", 1, "train", {"x": 1.0})
+    (step1,) = buffer.release().gathered
+    assert step1.missing == (2,)
+    # Its row of step 0 comes late: reported, not merged; it is waited for again.
+    buffer.push(2, "train", 0, "train", {"x": 9.0})
+    taken = buffer.release()
+    assert taken.late == [(2, "train", 0)]
+    assert buffer.expected() == {0, 1, 2}
+
+
+def test_steps_of_a_stream_leave_in_the_order_they_arrived() -> None:
+    clock = Clock()
+    buffer = StepBuffer(world_size=2, late_after_s=5.0, clock=clock)
+    buffer.push(0, "train", 0, "train", {"x": 1.0})
+    buffer.push(0, "train", 1, "train", {"x": 1.0})
+    buffer.push(1, "train", 1, "train", {"x": 1.0})
+    assert buffer.release().gathered == []  # step 1 is complete, but step 0 is not yet
+    buffer.push(1, "train", 0, "train", {"x": 1.0})
+    assert [g.step for g in buffer.release().gathered] == [0, 1]
+
+
+def test_without_a_world_size_the_joined_ranks_are_expected() -> None:
+    buffer = StepBuffer(late_after_s=5.0, clock=Clock())
+    assert [buffer.join(), buffer.join(), buffer.join(5)] == [0, 1, 5]
+    assert buffer.join(world_size=6) == 2 and buffer.world_size == 6
+    assert buffer.expected() == set(range(6))
+
+
+def test_take_waits_for_the_step_to_complete_and_flush_releases_what_is_pending() -> None:
+    async def scenario() -> tuple[list[int], list[tuple[int, ...]]]:
+        buffer = StepBuffer(world_size=2, late_after_s=60.0)
+        buffer.push(0, "train", 0, "train", {"x": 1.0})
+        waiting = asyncio.ensure_future(buffer.take(wait_s=30.0))
+        await asyncio.sleep(0)
+        buffer.push(1, "train", 0, "train", {"x": 2.0})
+        first = await asyncio.wait_for(waiting, 30.0)
+        buffer.push(0, "train", 1, "train", {"x": 1.0})
+        flushed = await buffer.take(wait_s=30.0, flush=True)
+        return [g.step for g in first.gathered], [g.missing for g in flushed.gathered]
+
+    steps, missing = asyncio.run(scenario())
+    assert steps == [0]
+    assert missing == [(1,)]

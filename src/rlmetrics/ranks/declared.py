@@ -1,0 +1,64 @@
+"""How each logged key merges across ranks: what the installed families declare, else what
+the merger was told, else the efficiency dict's own rule, else a mean.
+
+One resolver for every engine's merger (torch.distributed's, the Ray reducer's), so a key
+merges the same way whichever engine carried it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ..events import EFFICIENCY_PREFIX
+from ..plugins import hooks
+from ..registry import default_registry
+from ..spec import Reduce, Reduction
+from .reduce import Column
+
+__all__ = ["Reductions", "efficiency_reduction"]
+
+
+def efficiency_reduction(key: str) -> Reduce | None:
+    """The efficiency dict's rule: category seconds and the step's wall time are phases."""
+    if not key.startswith(EFFICIENCY_PREFIX):
+        return None
+    if key == EFFICIENCY_PREFIX + "total_wall_time_s":
+        return Reduce.MAX
+    if key.endswith("_s"):
+        return Reduce.STRAGGLER
+    if key.endswith("_is_per_step"):
+        return Reduce.LAST
+    return Reduce.MEAN
+
+
+class Reductions:
+    """``{logger key: reduction}``: a spec's own reduction wins over ``given``; a key neither
+    names merges by the efficiency rule, else by mean."""
+
+    def __init__(self, given: Mapping[str, Reduction | Reduce | str] | None = None) -> None:
+        self._given = {
+            key: value if isinstance(value, Reduction) else Reduction(value)
+            for key, value in (given or {}).items()
+        }
+        self._declared: dict[str, Reduction] = {}
+        self._by_name: dict[str, str] = {}
+
+    def columns(self, keys: Iterable[str]) -> list[Column]:
+        """A column per key, in order. The declarations are read now (and the families
+        loaded, if nothing has yet): called when a key set is new, rarely, so a family
+        activated late is seen too."""
+        hooks()
+        for item in default_registry().declared():
+            self._declared.setdefault(item.spec.key, item.spec.reduction)
+            self._by_name.setdefault(item.spec.name, item.spec.key)
+        return [self._column(key) for key in keys]
+
+    def _column(self, key: str) -> Column:
+        reduction = self._declared.get(key) or self._given.get(key)
+        if reduction is None:
+            kind = efficiency_reduction(key)
+            reduction = Reduction(kind if kind is not None else Reduce.MEAN)
+        weight = None
+        if reduction.kind is Reduce.WEIGHTED_MEAN:
+            weight = self._by_name.get(str(reduction.weight), reduction.weight)
+        return Column(key, reduction.kind, weight)
