@@ -40,6 +40,7 @@ from .backends.worker import (
 from .configuration import (
     CALL,
     DEFAULT,
+    UNKNOWN_KEYS_MODES,
     ConfigurationError,
     check_configured_options,
     check_names,
@@ -47,6 +48,7 @@ from .configuration import (
     configured,
     from_source,
     resolve,
+    suggest,
 )
 from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
@@ -54,6 +56,7 @@ from .hooks import Hooks
 from .hyperparams import to_hyperparams
 from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
+from .known_keys import KeyChecker
 from .plugins import check_plugin_lists, hooks
 from .ranks import RankMerger, resolve_ranks
 from .redaction import redaction
@@ -87,6 +90,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "max_cell_bytes": MAX_CELL_BYTES,
     "strict": False,
     "redact": None,
+    "unknown_keys": "ignore",
 }
 
 
@@ -154,6 +158,14 @@ class Logger:
     its work (docs/configuration.md, "Strict mode"). For CI and first runs; a run you care
     about should degrade, not stop.
 
+    ``unknown_keys`` is an opt-in for typos (:mod:`rlmetrics.known_keys`): a logged key that
+    no declared series, no rule of the key map and no documented list knows (``kl_penalti``,
+    a prefix ``trian``) is said once per key with the nearest known one under ``"warn"``, and
+    under ``"error"`` too, where strict mode raises :class:`~rlmetrics.StrictModeError`
+    naming it (outside strict mode ``"error"`` warns: the loop is never raised into).
+    ``"ignore"`` (default) checks nothing. Decided once per key sequence; the key still
+    reaches every backend.
+
     ``ranks`` merges what every rank of a distributed run logs into one row per step:
     ``"torch"`` or a merger (:func:`rlmetrics.ranks.torch_distributed`); rank 0 writes the
     run's values to the backends and the tee, every rank its raw values to a file of its own
@@ -175,6 +187,7 @@ class Logger:
         strict: bool | None = None,
         ranks: str | RankMerger | None = None,
         redact: bool | Sequence[str] | None = None,
+        unknown_keys: str | None = None,
     ) -> None:
         # An argument the call gives wins; one it leaves out (None) takes the environment's
         # value, else the configuration file's [logger] one, else the default.
@@ -194,6 +207,7 @@ class Logger:
                 "max_cell_bytes": max_cell_bytes,
                 "strict": strict,
                 "redact": redact,
+                "unknown_keys": unknown_keys,
             },
             SETTING_DEFAULTS,
         )
@@ -205,6 +219,9 @@ class Logger:
             hold_strict(self._strict_hold)
         # Secrets a config or a sample carries (rlmetrics.redaction): a bad setting raises now.
         self._redact = redaction(value["redact"])
+        self._unknown_mode = _unknown_keys_mode(
+            value["unknown_keys"], _configured_source(self.settings, "unknown_keys")
+        )
         # Many ranks, one run: the merger is built first (a missing process group is a
         # mistake to raise now) and opens this rank's raw file once the run is known.
         self._ranks = resolve_ranks(ranks)
@@ -268,6 +285,12 @@ class Logger:
             self._key_map = None if key_map is None else KeyMapper(resolve_key_map(key_map))
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"{exc}{from_source(key_map_source)}") from None
+        # The keys nothing knows, decided per key sequence (built only when asked for).
+        self._unknown = (
+            None
+            if self._unknown_mode == "ignore"
+            else KeyChecker(None if self._key_map is None else self._key_map.key_map)
+        )
         check_plugin_lists()  # a misspelled plugin name would load or deny nothing in silence
         factories = available_backends()
         # The call's backends, else RLMETRICS_BACKENDS, else the file's, else JSONL; each with
@@ -361,6 +384,8 @@ class Logger:
             step = self._next_step(step)
             flat = flatten(metrics, teed=lambda: _TeedKeys(self._key_map))
             prefix = key_text(prefix) if prefix else ""
+            if self._unknown is not None:
+                self._say_unknown(prefix, flat)
             if self._ranks is not None:
                 own, flat = flat, self._ranks.merge(flat, step, prefix)  # type: ignore[assignment]
                 if flat is None:  # not the logging rank: its tee only, if asked
@@ -545,6 +570,24 @@ class Logger:
             self._last_step = step
         return step
 
+    def _say_unknown(self, prefix: str, flat: Mapping[str, Any]) -> None:
+        """Warn once per key nothing knows (``unknown_keys``); never raises."""
+        try:
+            found = self._unknown(prefix, flat) if self._unknown is not None else ()
+        except Exception:
+            warn_once("logger:unknown-keys", "rlmetrics: checking for unknown keys failed")
+            return
+        # "warn" is information (strict mode never raises for it); "error" is a request:
+        # strict mode raises it from this call.
+        cause = "unknown-key" if self._unknown_mode == "warn" else "unknown-key-error"
+        for unknown in found:
+            warn_once(
+                f"{cause}:{unknown.name}",
+                f"rlmetrics: {unknown.message()}. Logger(unknown_keys={self._unknown_mode!r}) "
+                "says so; a key logged on purpose is declared with rlmetrics.declare_keys "
+                "(docs/concepts.md)",
+            )
+
     def _next_sample(self, prefix: str) -> int:
         with self._lock:
             self._samples[prefix] = self._samples.get(prefix, -1) + 1
@@ -598,6 +641,18 @@ class Logger:
                 queued = snapshot(args)
                 for worker in takers:
                     worker.call(method, *queued)
+
+
+def _unknown_keys_mode(mode: Any, source: str | None) -> str:
+    """``unknown_keys`` checked: one of its values, else the mistake, naming its source."""
+    if isinstance(mode, str) and mode in UNKNOWN_KEYS_MODES:
+        return mode
+    shown = repr(mode) if isinstance(mode, str) else describe_value(mode)
+    raise ConfigurationError(
+        f"unknown_keys={shown}{from_source(source)} is not one of "
+        f"{', '.join(map(repr, UNKNOWN_KEYS_MODES))}"
+        + (suggest(mode, UNKNOWN_KEYS_MODES) if isinstance(mode, str) else "")
+    )
 
 
 def _configured_source(settings: Mapping[str, tuple[Any, str]], name: str) -> str | None:
