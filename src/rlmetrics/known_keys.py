@@ -272,12 +272,12 @@ class Vocabulary:
             return ()
         read = self.prefix_read(prefix)
         close_prefixes = () if read else self._close(prefix, self._exact_prefixes())
-        candidates = self._candidates(prefix) if read else []
+        candidates = self._candidates(prefix) if read else ([], [])
         return tuple(
             Unknown(
                 prefix,
                 key,
-                close=self._close(key, candidates),
+                close=self._close(key, _instances(key, candidates)),
                 unread_prefix=not read,
                 close_prefixes=close_prefixes,
                 key_maps=_maps_listing(key) if prefix in TRAIN_PREFIXES else (),
@@ -285,14 +285,10 @@ class Vocabulary:
             for key in missing
         )
 
-    def _candidates(self, prefix: str) -> list[str]:
-        """The keys to offer for a key under ``prefix``: its exact known keys, and the key
-        patterns that apply to it as they are written (``validation/*/accuracy``)."""
-        keys = set(self._exact.get(prefix, ()))
-        keys.update(
-            text for regex, text in self._pattern_texts if text != ANY and regex.fullmatch(prefix)
-        )
-        return sorted(keys)
+    def _candidates(self, prefix: str) -> tuple[list[str], list[str]]:
+        """The exact known keys under ``prefix``, and the key patterns that apply to it."""
+        patterns = {t for r, t in self._pattern_texts if t != ANY and r.fullmatch(prefix)}
+        return sorted(self._exact.get(prefix, ())), sorted(patterns)
 
     def _exact_prefixes(self) -> list[str]:
         return sorted(p for p in self._prefixes if p)
@@ -300,6 +296,22 @@ class Vocabulary:
     @staticmethod
     def _close(word: str, candidates: list[str]) -> tuple[str, ...]:
         return tuple(difflib.get_close_matches(word, candidates, _SUGGESTIONS, _SIMILARITY))
+
+
+def _instances(key: str, candidates: tuple[list[str], list[str]]) -> list[str]:
+    """The keys to offer for ``key``: the exact ones, and each pattern with its ``*`` segments
+    filled from ``key``'s (``validation/*/accuracy`` offers ``validation/gsm8k/accuracy`` for
+    ``validation/gsm8k/acuracy``), or as written when the segments do not line up."""
+    exact, patterns = candidates
+    segments = key.split("/")
+    out = list(exact)
+    for pattern in patterns:
+        parts = pattern.split("/")
+        if "**" not in pattern and len(parts) == len(segments):
+            out.append("/".join(s if p == "*" else p for p, s in zip(parts, segments, strict=True)))
+        else:
+            out.append(pattern)
+    return out
 
 
 def _maps_listing(key: str) -> tuple[str, ...]:
@@ -320,13 +332,13 @@ def unknown_in_rows(
     each once in the order first logged: what ``Logger(unknown_keys="warn")`` with
     ``key_map`` said while the run logged them (``rlmetrics check --run``)."""
     vocabulary = Vocabulary(key_map)
-    found: dict[str, Unknown] = {}
+    found: dict[tuple[str, str], Unknown] = {}
     for row in rows:
         metrics, prefix = row.get("metrics"), row.get("prefix", "")
         if not isinstance(metrics, Mapping) or type(prefix) is not str:
             continue
         for unknown in vocabulary.unknown(prefix, metrics):
-            found.setdefault(unknown.name, unknown)
+            found.setdefault((prefix, unknown.key), unknown)
     return list(found.values())
 
 

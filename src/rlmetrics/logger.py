@@ -573,6 +573,7 @@ class Logger:
     def _say_unknown(self, prefix: str, flat: Mapping[str, Any]) -> None:
         """Warn once per key nothing knows (``unknown_keys``); never raises."""
         try:
+            hooks()  # the plugins loaded first: what they declare is known
             found = self._unknown(prefix, flat) if self._unknown is not None else ()
         except Exception:
             warn_once("logger:unknown-keys", "rlmetrics: checking for unknown keys failed")
@@ -582,7 +583,7 @@ class Logger:
         cause = "unknown-key" if self._unknown_mode == "warn" else "unknown-key-error"
         for unknown in found:
             warn_once(
-                f"{cause}:{unknown.name}",
+                f"{cause}:{unknown.prefix}:{unknown.key}",
                 f"rlmetrics: {unknown.message()}. Logger(unknown_keys={self._unknown_mode!r}) "
                 "says so; a key logged on purpose is declared with rlmetrics.declare_keys "
                 "(docs/concepts.md)",
