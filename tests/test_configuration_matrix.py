@@ -405,8 +405,11 @@ PROBES: dict[str, list[Probe] | str] = {
         Probe(
             "logger",
             {"default": "ignore", "file": "warn", "env": "error", "call": "warn"},
-            lambda lg: lg._unknown_mode if (lg._unknown is None) == (lg._unknown_mode == "ignore")
-            else "inconsistent",
+            lambda lg: (
+                lg._unknown_mode
+                if (lg._unknown is None) == (lg._unknown_mode == "ignore")
+                else "inconsistent"
+            ),
             call=lambda v: {"unknown_keys": v},
             env=lambda v: {"RLMETRICS_UNKNOWN_KEYS": v},
             file=lambda v: f"[logger]\nunknown_keys = {_toml(v)}\n",

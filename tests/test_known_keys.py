@@ -194,9 +194,7 @@ def test_the_decision_is_made_once_per_key_sequence() -> None:
 
     checker._plans._build = counted
     for _ in range(50):
-        assert [u.key for u in checker("train", {"loss": 1.0, "kl_penalti": 2.0})] == [
-            "kl_penalti"
-        ]
+        assert [u.key for u in checker("train", {"loss": 1.0, "kl_penalti": 2.0})] == ["kl_penalti"]
         assert checker("", {"loss": 1.0}) == ()
     assert built == [("train", "loss", "kl_penalti"), ("", "loss")]
 
@@ -206,7 +204,7 @@ def test_the_decision_is_made_once_per_key_sequence() -> None:
 
 def test_error_raises_in_strict_mode_naming_the_key(tmp_path: Path) -> None:
     logger = _logger(tmp_path, unknown_keys="error", strict=True)
-    with pytest.raises(rlmetrics.StrictModeError, match="'kl_penalti'.*did you mean 'kl_penalty'"):
+    with pytest.raises(rlmetrics.StrictModeError, match=r"'kl_penalti'.*did you mean 'kl_penalty'"):
         logger.log_metrics({"loss": 0.1, "kl_penalti": 0.01}, step=1, prefix="train")
     logger.log_metrics({"loss": 0.1, "kl_penalti": 0.01}, step=2, prefix="train")  # said once
     logger.finish()
@@ -265,7 +263,9 @@ _ROWS = st.lists(
 
 
 @given(rows=_ROWS, trl=st.booleans())
-def test_check_run_lists_what_the_logger_said(rows: list[tuple[str, dict[str, float]]], trl: bool) -> None:
+def test_check_run_lists_what_the_logger_said(
+    rows: list[tuple[str, dict[str, float]]], trl: bool
+) -> None:
     import tempfile
 
     with isolated_state(), tempfile.TemporaryDirectory() as folder:

@@ -27,8 +27,9 @@ from .instruments import Recorder, Session
 from .spec import MetricSpec
 
 if TYPE_CHECKING:
-    from .known_keys import KeyPattern
     from opentelemetry.metrics import Meter
+
+    from .known_keys import KeyPattern
 
 __all__ = [
     "DeclarationError",

@@ -203,3 +203,29 @@ def test_a_trl_run_is_checked_through_the_trl_map_found_from_its_rows(tmp_path: 
     named = run_cli("check", "--run", bare, "--key-map", "trl")
     assert named.returncode == 0, named.stdout
     assert "(named with --key-map)" in named.stdout
+
+
+def test_nothing_the_demo_or_the_trl_run_logs_is_an_unknown_key(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """The opt-in for typos (issue 32) says nothing about a real run's keys: the demo's (every
+    installed family's part of it, validation steps included) with the option on through its
+    variable, and the TRL run's through the map found from it."""
+    import io
+    import logging
+
+    from rlmetrics.backends.jsonl import read_jsonl
+    from rlmetrics.demo.run import DemoOptions, run_demo
+    from rlmetrics.known_keys import unknown_in_rows
+
+    monkeypatch.setenv("RLMETRICS_UNKNOWN_KEYS", "error")
+    options = DemoOptions(steps=10, seed=2, output=tmp_path, interval_s=0.0, prometheus_port=0)
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        result = run_demo(options, say=io.StringIO(), progress=io.StringIO())
+    assert not [r for r in caplog.records if "Logger(unknown_keys=" in r.getMessage()]
+    rows = list(read_jsonl(result.jsonl))
+    assert any("validation/gsm8k/accuracy" in r.get("metrics", {}) for r in rows)
+    assert unknown_in_rows(rows) == []
+    for path in (result.jsonl, TRL_RUN):
+        found = json.loads(run_cli("check", "--run", path, "--json").stdout)["run"]
+        assert found["unknown_keys"] == [], path
