@@ -72,6 +72,13 @@ def test_a_misspelt_prefix_is_said_with_the_prefix_it_is_close_to(
     assert all("a prefix no family reads" in s and "prefix 'train'?" in s for s in said)
 
 
+def test_a_pattern_is_offered_only_where_its_written_parts_are_close() -> None:
+    [unknown] = Vocabulary().unknown("train", ["extra/metric_0"])
+    assert unknown.close == ()  # not 'reward/metric_0': 'extra' is no 'reward'
+    [unknown] = Vocabulary().unknown("train", ["reward/format/meen"])
+    assert unknown.close[0] == "reward/format/mean"
+
+
 def test_a_misspelt_per_dataset_metric_is_said_with_its_pattern(
     tmp_path: Path, caught: pytest.LogCaptureFixture
 ) -> None:
@@ -193,10 +200,14 @@ def test_the_decision_is_made_once_per_key_sequence() -> None:
         return plan(keys)
 
     checker._plans._build = counted
-    for _ in range(50):
-        assert [u.key for u in checker("train", {"loss": 1.0, "kl_penalti": 2.0})] == ["kl_penalti"]
+    assert [u.key for u in checker("train", {"loss": 1.0, "kl_penalti": 2.0})] == ["kl_penalti"]
+    for _ in range(50):  # said once: later steps with the same keys find nothing to say
+        assert checker("train", {"loss": 1.0, "kl_penalti": 2.0}) == ()
         assert checker("", {"loss": 1.0}) == ()
     assert built == [("train", "loss", "kl_penalti"), ("", "loss")]
+    # New declarations: the decision is made again, and said again.
+    declare_keys(["something_else"])
+    assert [u.key for u in checker("train", {"loss": 1.0, "kl_penalti": 2.0})] == ["kl_penalti"]
 
 
 # -- strict mode and the settings ----------------------------------------------------------

@@ -307,10 +307,14 @@ def _instances(key: str, candidates: tuple[list[str], list[str]]) -> list[str]:
     out = list(exact)
     for pattern in patterns:
         parts = pattern.split("/")
-        if "**" not in pattern and len(parts) == len(segments):
-            out.append("/".join(s if p == "*" else p for p, s in zip(parts, segments, strict=True)))
-        else:
+        if "**" in pattern or len(parts) != len(segments):
             out.append(pattern)
+            continue
+        # Only where the written parts are close: ``extra/metric_0`` is no ``reward/*``.
+        written = "/".join(p for p in parts if p != "*")
+        logged = "/".join(s for p, s in zip(parts, segments, strict=True) if p != "*")
+        if difflib.SequenceMatcher(None, written, logged).ratio() >= _SIMILARITY:
+            out.append("/".join(s if p == "*" else p for p, s in zip(parts, segments, strict=True)))
     return out
 
 
@@ -342,20 +346,37 @@ def unknown_in_rows(
     return list(found.values())
 
 
+@attrs.define
+class _Findings:
+    """A key sequence's unknown keys, and whether they were handed out yet."""
+
+    unknown: tuple[Unknown, ...]
+    said: bool = False
+
+
 class KeyChecker:
     """The unknown keys of each logged dict, worked out once per (prefix, key sequence) and
-    again only when the declarations change; what a Logger asks on every step."""
+    again only when the declarations change; what a Logger asks on every step. A sequence's
+    findings are handed out the first time it arrives (to be said), never again: a step
+    after that costs a tuple of its keys and a dict lookup."""
 
     def __init__(self, key_map: KeyMap | None = None) -> None:
         self._key_map = key_map
+        self._registry = default_registry()  # never replaced (isolated_state swaps its content)
         self._vocabulary = Vocabulary(key_map)
         self._plans = KeyPlans(self._plan)
 
-    def _plan(self, prefix_and_keys: tuple[Any, ...]) -> tuple[Unknown, ...]:
-        return self._vocabulary.unknown(prefix_and_keys[0], prefix_and_keys[1:])
+    def _plan(self, prefix_and_keys: tuple[Any, ...]) -> _Findings:
+        return _Findings(self._vocabulary.unknown(prefix_and_keys[0], prefix_and_keys[1:]))
 
     def __call__(self, prefix: str, flat: Mapping[str, Any]) -> tuple[Unknown, ...]:
-        if default_registry().generation != self._vocabulary.generation:
+        """The unknown keys of ``flat`` logged under ``prefix`` if its key sequence is new
+        (or the declarations changed since it was seen), else ``()``."""
+        if self._registry.generation != self._vocabulary.generation:
             self._vocabulary = Vocabulary(self._key_map)
             self._plans = KeyPlans(self._plan)
-        return self._plans((prefix, *flat))
+        found = self._plans((prefix, *flat))
+        if found.said or not found.unknown:
+            return ()
+        found.said = True  # two threads may both say it: warn_once keeps it to one line
+        return found.unknown

@@ -291,6 +291,7 @@ class Logger:
             if self._unknown_mode == "ignore"
             else KeyChecker(None if self._key_map is None else self._key_map.key_map)
         )
+        self._plugins_loaded = False
         check_plugin_lists()  # a misspelled plugin name would load or deny nothing in silence
         factories = available_backends()
         # The call's backends, else RLMETRICS_BACKENDS, else the file's, else JSONL; each with
@@ -573,7 +574,9 @@ class Logger:
     def _say_unknown(self, prefix: str, flat: Mapping[str, Any]) -> None:
         """Warn once per key nothing knows (``unknown_keys``); never raises."""
         try:
-            hooks()  # the plugins loaded first: what they declare is known
+            if not self._plugins_loaded:  # what the plugins declare is known from the start
+                hooks()
+                self._plugins_loaded = True
             found = self._unknown(prefix, flat) if self._unknown is not None else ()
         except Exception:
             warn_once("logger:unknown-keys", "rlmetrics: checking for unknown keys failed")

@@ -144,8 +144,8 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
         found = found_key_map(hyperparams, key_map)
         missing, tried = unexported_keys(rows, None if found is None else found.name)
         kept = [] if found is None else kept_to_backends(rows, found.name)
-        key_map = None if found is None else resolve_key_map(found.name)
-        return _RunFindings(missing, tried, found, kept, unknown_in_rows(rows, key_map))
+        mapped = None if found is None else resolve_key_map(found.name)
+        return _RunFindings(missing, tried, found, kept, unknown_in_rows(rows, mapped))
     except (KeyError, ValueError) as exc:  # an unknown key map
         return str(exc.args[0] if exc.args else exc)
 
@@ -181,10 +181,10 @@ def _print_unexported(path: Path, found: _RunFindings) -> None:
             f"{path}: {len(found.unknown)} keys logged are known to no declared series, key-map "
             'rule or documented list (typos?), as Logger(unknown_keys="warn") says them:\n'
         )
-        width = max(len(u.name) for u in found.unknown)
-        for u in found.unknown:
-            hint = u.hint()
-            sys.stdout.write(f"  {u.name:<{width}}  {hint or 'no known key is close'}\n")
+        width = max(len(unknown.name) for unknown in found.unknown)
+        for unknown in found.unknown:
+            hint = unknown.hint() or "no known key is close"
+            sys.stdout.write(f"  {unknown.name:<{width}}  {hint}\n")
     unexported, tried = found.unexported, found.tried
     if not unexported:
         sys.stdout.write(f"{path}: every one of the {tried} keys logged reaches a series\n")
