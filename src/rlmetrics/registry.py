@@ -188,6 +188,9 @@ class MetricRegistry(Recorder):
         do not say (:func:`rlmetrics.known_keys.declare_keys`); after freeze, an error."""
         patterns = list(patterns)
         with self._lock:
+            new = [p for p in patterns if p not in self._key_patterns]
+            if not new:
+                return  # declared before (a module imported twice): a no-op, as for series
             if self._frozen:
                 keys = ", ".join(repr(p.key) for p in patterns)
                 raise LateDeclarationError(
@@ -196,10 +199,8 @@ class MetricRegistry(Recorder):
                     f"freeze at rlmetrics.start(). Import {owner} before rlmetrics.start(), or "
                     "register it as an entry point in the 'rlmetrics' group so it loads at start."
                 )
-            new = [p for p in patterns if p not in self._key_patterns]
-            if new:
-                self._key_patterns.extend(new)
-                self.generation += 1
+            self._key_patterns.extend(new)
+            self.generation += 1
 
     def key_patterns(self) -> list[KeyPattern]:
         """Every declared key pattern, in declaration order."""
