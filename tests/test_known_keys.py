@@ -258,13 +258,14 @@ def test_a_wrong_value_names_its_source(tmp_path: Path, monkeypatch: pytest.Monk
 
 # -- the Logger and check --run agree --------------------------------------------------------
 
-_WORDS = ["loss", "kl_penalty", "reward", "lr", "grad_norm", "epoch", "accuracy", "format"]
+_WORDS = ["loss", "kl_penalty", "reward", "lr", "grad_norm", "epoch", "accuracy", "format", "kl"]
 _KEY = st.one_of(
     st.sampled_from(_WORDS),
     st.sampled_from(_WORDS).map(lambda w: w[:-1] + "i"),  # a typo
     st.sampled_from(_WORDS).map(lambda w: f"reward/{w}"),
     st.sampled_from(_WORDS).map(lambda w: f"validation/gsm8k/{w}"),
     st.sampled_from(_WORDS).map(lambda w: f"efficiency/idle/{w}_s"),
+    st.sampled_from(_WORDS).map(lambda w: f"rewards/{w}/mean"),  # TRL's, under its map
     st.from_regex(r"[a-z]{1,6}(/[a-z_]{1,6}){0,2}", fullmatch=True),
 )
 _PREFIX = st.sampled_from(["train", "", "trian", "validation", "eval", "timing/setup", "perf"])
