@@ -214,6 +214,7 @@ class Vocabulary:
         registry = default_registry()
         self.generation = registry.generation
         self._key_map = key_map
+        self._offered: dict[str, KeyMap] | None = None
         #: Exact keys by exact prefix; patterns as (prefix regex, key regex).
         self._exact: dict[str, set[str]] = {}
         self._patterns: list[tuple[re.Pattern[str], re.Pattern[str]]] = []
@@ -280,7 +281,7 @@ class Vocabulary:
                 close=self._close(key, _instances(key, candidates)),
                 unread_prefix=not read,
                 close_prefixes=close_prefixes,
-                key_maps=_maps_listing(key) if prefix in TRAIN_PREFIXES else (),
+                key_maps=self._maps_listing(key) if prefix in TRAIN_PREFIXES else (),
             )
             for key in missing
         )
@@ -289,6 +290,17 @@ class Vocabulary:
         """The exact known keys under ``prefix``, and the key patterns that apply to it."""
         patterns = {t for r, t in self._pattern_texts if t != ANY and r.fullmatch(prefix)}
         return sorted(self._exact.get(prefix, ())), sorted(patterns)
+
+    def _maps_listing(self, key: str) -> tuple[str, ...]:
+        """The offered key maps with a rule for ``key`` (read once, for an unknown key)."""
+        if self._offered is None:
+            from .keymaps import available_key_maps
+
+            try:
+                self._offered = {n: m for n, (_p, m) in available_key_maps().items()}
+            except Exception:  # a broken plugin's offer: no hint, the finding stands
+                self._offered = {}
+        return tuple(sorted(n for n, m in self._offered.items() if m.rule_for(key)))
 
     def _exact_prefixes(self) -> list[str]:
         return sorted(p for p in self._prefixes if p)
@@ -316,17 +328,6 @@ def _instances(key: str, candidates: tuple[list[str], list[str]]) -> list[str]:
         if difflib.SequenceMatcher(None, written, logged).ratio() >= _SIMILARITY:
             out.append("/".join(s if p == "*" else p for p, s in zip(parts, segments, strict=True)))
     return out
-
-
-def _maps_listing(key: str) -> tuple[str, ...]:
-    """The offered key maps with a rule for ``key`` (asked only for an unknown key)."""
-    from .keymaps import available_key_maps
-
-    try:
-        offered = available_key_maps()
-    except Exception:  # a broken plugin's offer: no hint, the finding stands
-        return ()
-    return tuple(sorted(name for name, (_p, m) in offered.items() if m.rule_for(key)))
 
 
 def unknown_in_rows(
