@@ -212,19 +212,21 @@ class Logger:
             SETTING_DEFAULTS,
         )
         value = {name: found[0] for name, found in self.settings.items()}
+        # The settings that can be mistakes are checked before strict mode is held: a Logger
+        # that raises here leaves nothing held.
+        self._unknown_mode = _unknown_keys_mode(
+            value["unknown_keys"], _configured_source(self.settings, "unknown_keys")
+        )
+        # Secrets a config or a sample carries (rlmetrics.redaction): a bad setting raises now.
+        self._redact = redaction(value["redact"])
+        # Many ranks, one run: the merger is built first (a missing process group is a
+        # mistake to raise now) and opens this rank's raw file once the run is known.
+        self._ranks = resolve_ranks(ranks)
         self._strict = bool(value["strict"])
         # Strict mode held on, or (an explicit strict=False) off against RLMETRICS_STRICT.
         self._strict_hold = True if self._strict else (False if strict is False else None)
         if self._strict_hold is not None:
             hold_strict(self._strict_hold)
-        # Secrets a config or a sample carries (rlmetrics.redaction): a bad setting raises now.
-        self._redact = redaction(value["redact"])
-        self._unknown_mode = _unknown_keys_mode(
-            value["unknown_keys"], _configured_source(self.settings, "unknown_keys")
-        )
-        # Many ranks, one run: the merger is built first (a missing process group is a
-        # mistake to raise now) and opens this rank's raw file once the run is known.
-        self._ranks = resolve_ranks(ranks)
         try:
             self._start(
                 backends,
