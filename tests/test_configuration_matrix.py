@@ -401,6 +401,20 @@ PROBES: dict[str, list[Probe] | str] = {
             file=lambda v: f"[logger]\nmax_cell_bytes = {v}\n",
         )
     ],
+    "Keys nothing knows (typos)": [
+        Probe(
+            "logger",
+            {"default": "ignore", "file": "warn", "env": "error", "call": "warn"},
+            lambda lg: (
+                lg._unknown_mode
+                if (lg._unknown is None) == (lg._unknown_mode == "ignore")
+                else "inconsistent"
+            ),
+            call=lambda v: {"unknown_keys": v},
+            env=lambda v: {"RLMETRICS_UNKNOWN_KEYS": v},
+            file=lambda v: f"[logger]\nunknown_keys = {_toml(v)}\n",
+        )
+    ],
     "Host-memory monitor on/off (`rlmetrics-ray`)": "a plugin's setting: "
     "plugins/rlmetrics-ray/tests/test_ray_host_memory.py",
     "vLLM token usage names (`rlmetrics-vllm`)": "a plugin's setting: plugins/rlmetrics-vllm/tests",
@@ -433,6 +447,7 @@ _VARIABLES = (
     "RLMETRICS_EXPORTERS",
     "RLMETRICS_BACKENDS",
     "RLMETRICS_KEY_MAP",
+    "RLMETRICS_UNKNOWN_KEYS",
     "RLMETRICS_STALL_AFTER_S",
     "OTEL_SERVICE_NAME",
     "OTEL_RESOURCE_ATTRIBUTES",

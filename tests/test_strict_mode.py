@@ -62,3 +62,15 @@ def test_an_explicit_strict_false_wins_over_the_environment(
     assert not strict_mode()
     logger.finish()
     assert strict_mode()  # the variable again, once the Logger that refused it is done
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"), [("redact", 5), ("ranks", "nonsense"), ("unknown_keys", "loud")]
+)
+def test_a_logger_that_raises_on_its_settings_leaves_strict_mode_as_it_was(
+    tmp_path: Path, setting: str, value: object
+) -> None:
+    # A mistake found before the Logger exists must not hold strict mode for the process.
+    with pytest.raises(ValueError, match=setting):
+        _logger(tmp_path, "m.jsonl", strict=True, **{setting: value})
+    assert not strict_mode()

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .configuration import ConfigurationError
     from .hookspecs import hookimpl
     from .keymaps import KeyMap, KeyRule
+    from .known_keys import declare_keys
     from .logger import Logger
     from .registry import (
         DeclarationError,
@@ -61,6 +62,7 @@ _WHERE = {
     "hookimpl": ".hookspecs",
     "KeyMap": ".keymaps",
     "KeyRule": ".keymaps",
+    "declare_keys": ".known_keys",
     "Logger": ".logger",
     "DeclarationError": ".registry",
     "LateDeclarationError": ".registry",
@@ -124,6 +126,7 @@ __all__ = [
     "as_real",
     "current",
     "declare",
+    "declare_keys",
     "default_registry",
     "describe_value",
     "hookimpl",

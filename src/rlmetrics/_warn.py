@@ -87,6 +87,8 @@ INFORMATIONAL: dict[str, str] = {
     "mlflow:param-changed": "a changed parameter is kept under MLflow's rule and said",
     "mlflow:resume-not-found": "no MLflow run to resume: a new one is started with the tag",
     "rollout:unknown-reason": "a checkpoint reason outside the known set is counted as other",
+    "unknown-key": "a key nothing knows, under Logger(unknown_keys='warn'): said, not raised "
+    "('error' asks strict mode to raise)",
     "dashboard-row": "a command's output (the dashboard), not the run's",
     "alert-rules": "a command's output (the alert rules), not the run's",
     "demo-part": "a part of rlmetrics demo, not of a run",

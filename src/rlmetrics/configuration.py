@@ -32,7 +32,8 @@ source. The file (docs/configuration.md has every setting)::
 and the variables ``RLMETRICS_EXPORTERS=otlp,prometheus`` / ``RLMETRICS_BACKENDS=jsonl,wandb``
 (a choice replacing the file's), ``RLMETRICS_EXPORTER_<NAME>_<OPTION>`` /
 ``RLMETRICS_BACKEND_<NAME>_<OPTION>`` (one option: ``RLMETRICS_BACKEND_WANDB_PROJECT=grpo``;
-a TOML value, else the text), ``RLMETRICS_KEY_MAP``, ``RLMETRICS_STRICT``.
+a TOML value, else the text), ``RLMETRICS_KEY_MAP``, ``RLMETRICS_STRICT``,
+``RLMETRICS_UNKNOWN_KEYS``.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ __all__ = [
     "TABLE",
     "TEXT",
     "TEXT_LIST",
+    "UNKNOWN_KEYS",
+    "UNKNOWN_KEYS_ENV",
+    "UNKNOWN_KEYS_MODES",
     "ConfigurationError",
     "Configured",
     "Option",
@@ -310,6 +314,13 @@ EXPORTER_OPTION_ENV = "RLMETRICS_EXPORTER_"
 BACKEND_OPTION_ENV = "RLMETRICS_BACKEND_"
 #: The Logger's key map (``Logger(key_map=...)``).
 KEY_MAP_ENV = "RLMETRICS_KEY_MAP"
+#: What the Logger does with a key nothing knows (``Logger(unknown_keys=...)``).
+UNKNOWN_KEYS_ENV = "RLMETRICS_UNKNOWN_KEYS"
+#: ``unknown_keys``' values (rlmetrics.known_keys).
+UNKNOWN_KEYS_MODES = ("ignore", "warn", "error")
+UNKNOWN_KEYS = Option(
+    "one of 'ignore', 'warn', 'error'", lambda v: isinstance(v, str) and v in UNKNOWN_KEYS_MODES
+)
 
 #: The settings of the file's ``[telemetry]`` table: each a ``start()`` argument, what it is.
 TELEMETRY_SETTINGS: dict[str, Option] = {
@@ -336,6 +347,7 @@ LOGGER_SETTINGS: dict[str, Option] = {
     "max_cell_bytes": POSITIVE_INTEGER,
     "strict": FLAG,
     "redact": REDACT,
+    "unknown_keys": UNKNOWN_KEYS,
 }
 #: The configuration file is read only when it is a regular file of at most this many bytes
 #: (a device or a FIFO would be read forever).
@@ -550,7 +562,11 @@ SETTING_VARIABLES: dict[str, dict[str, str]] = {
         "traces": "OTEL_TRACES_EXPORTER",
         "strict": "RLMETRICS_STRICT",
     },
-    "logger": {"key_map": KEY_MAP_ENV, "strict": "RLMETRICS_STRICT"},
+    "logger": {
+        "key_map": KEY_MAP_ENV,
+        "strict": "RLMETRICS_STRICT",
+        "unknown_keys": UNKNOWN_KEYS_ENV,
+    },
 }
 _ON = frozenset({"1", "true", "yes", "on"})
 _OFF = frozenset({"0", "false", "no", "off"})
@@ -569,6 +585,13 @@ def _setting_from_env(name: str, variable: str, file: Mapping[str, Any]) -> Any:
         )
     if name == "traces":
         return text.lower() != "none"
+    if name == "unknown_keys":
+        if text.lower() in UNKNOWN_KEYS_MODES:
+            return text.lower()
+        raise ConfigurationError(
+            f"{variable}={text!r} is not one of {', '.join(map(repr, UNKNOWN_KEYS_MODES))}"
+            f"{suggest(text.lower(), UNKNOWN_KEYS_MODES)}"
+        )
     if name in ("plugins", "disable_plugins"):
         return [part.strip() for part in text.split(",") if part.strip()]
     if name == "export_interval_s":

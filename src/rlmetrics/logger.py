@@ -40,6 +40,7 @@ from .backends.worker import (
 from .configuration import (
     CALL,
     DEFAULT,
+    UNKNOWN_KEYS_MODES,
     ConfigurationError,
     check_configured_options,
     check_names,
@@ -47,6 +48,7 @@ from .configuration import (
     configured,
     from_source,
     resolve,
+    suggest,
 )
 from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
@@ -54,6 +56,7 @@ from .hooks import Hooks
 from .hyperparams import to_hyperparams
 from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
+from .known_keys import KeyChecker
 from .plugins import check_plugin_lists, hooks
 from .ranks import Ranks, resolve_ranks
 from .redaction import redaction
@@ -87,6 +90,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "max_cell_bytes": MAX_CELL_BYTES,
     "strict": False,
     "redact": None,
+    "unknown_keys": "ignore",
 }
 
 
@@ -154,6 +158,14 @@ class Logger:
     its work (docs/configuration.md, "Strict mode"). For CI and first runs; a run you care
     about should degrade, not stop.
 
+    ``unknown_keys`` is an opt-in for typos (:mod:`rlmetrics.known_keys`): a logged key that
+    no declared series, no rule of the key map and no documented list knows (``kl_penalti``,
+    a prefix ``trian``) is said once per key with the nearest known one under ``"warn"``, and
+    under ``"error"`` too, where strict mode raises :class:`~rlmetrics.StrictModeError`
+    naming it (outside strict mode ``"error"`` warns: the loop is never raised into).
+    ``"ignore"`` (default) checks nothing. Decided once per key sequence; the key still
+    reaches every backend.
+
     ``ranks`` merges what every rank of a distributed run logs into one row per step:
     ``"torch"``, an installed engine's name (``"ray"`` with rlmetrics-ray) or a merger
     (:func:`rlmetrics.ranks.torch_distributed`); rank 0 (on Ray, the driver) writes the run's
@@ -176,6 +188,7 @@ class Logger:
         strict: bool | None = None,
         ranks: str | Ranks | None = None,
         redact: bool | Sequence[str] | None = None,
+        unknown_keys: str | None = None,
     ) -> None:
         # An argument the call gives wins; one it leaves out (None) takes the environment's
         # value, else the configuration file's [logger] one, else the default.
@@ -195,20 +208,26 @@ class Logger:
                 "max_cell_bytes": max_cell_bytes,
                 "strict": strict,
                 "redact": redact,
+                "unknown_keys": unknown_keys,
             },
             SETTING_DEFAULTS,
         )
         value = {name: found[0] for name, found in self.settings.items()}
-        self._strict = bool(value["strict"])
-        # Strict mode held on, or (an explicit strict=False) off against RLMETRICS_STRICT.
-        self._strict_hold = True if self._strict else (False if strict is False else None)
-        if self._strict_hold is not None:
-            hold_strict(self._strict_hold)
+        # The settings that can be mistakes are checked before strict mode is held: a Logger
+        # that raises here leaves nothing held.
+        self._unknown_mode = _unknown_keys_mode(
+            value["unknown_keys"], _configured_source(self.settings, "unknown_keys")
+        )
         # Secrets a config or a sample carries (rlmetrics.redaction): a bad setting raises now.
         self._redact = redaction(value["redact"])
         # Many ranks, one run: the merger is built first (a missing process group is a
         # mistake to raise now) and opens this rank's raw file once the run is known.
         self._ranks = resolve_ranks(ranks)
+        self._strict = bool(value["strict"])
+        # Strict mode held on, or (an explicit strict=False) off against RLMETRICS_STRICT.
+        self._strict_hold = True if self._strict else (False if strict is False else None)
+        if self._strict_hold is not None:
+            hold_strict(self._strict_hold)
         try:
             self._start(
                 backends,
@@ -269,6 +288,13 @@ class Logger:
             self._key_map = None if key_map is None else KeyMapper(resolve_key_map(key_map))
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"{exc}{from_source(key_map_source)}") from None
+        # The keys nothing knows, decided per key sequence (built only when asked for).
+        self._unknown = (
+            None
+            if self._unknown_mode == "ignore"
+            else KeyChecker(None if self._key_map is None else self._key_map.key_map)
+        )
+        self._plugins_loaded = False
         check_plugin_lists()  # a misspelled plugin name would load or deny nothing in silence
         factories = available_backends()
         # The call's backends, else RLMETRICS_BACKENDS, else the file's, else JSONL; each with
@@ -372,6 +398,8 @@ class Logger:
             step = self._next_step(step)
             flat = flatten(metrics, teed=lambda: _TeedKeys(self._key_map))
             prefix = key_text(prefix) if prefix else ""
+            if self._unknown is not None:
+                self._say_unknown(prefix, flat)
             if self._ranks is not None:
                 own, flat = flat, self._ranks.merge(flat, step, prefix)  # type: ignore[assignment]
                 if flat is None:  # not the logging rank: its tee only, if asked
@@ -560,6 +588,27 @@ class Logger:
             self._last_step = step
         return step
 
+    def _say_unknown(self, prefix: str, flat: Mapping[str, Any]) -> None:
+        """Warn once per key nothing knows (``unknown_keys``); never raises."""
+        try:
+            if not self._plugins_loaded:  # what the plugins declare is known from the start
+                hooks()
+                self._plugins_loaded = True
+            found = self._unknown(prefix, flat) if self._unknown is not None else ()
+        except Exception:
+            warn_once("logger:unknown-keys", "rlmetrics: checking for unknown keys failed")
+            return
+        # "warn" is information (strict mode never raises for it); "error" is a request:
+        # strict mode raises it from this call.
+        cause = "unknown-key" if self._unknown_mode == "warn" else "unknown-key-error"
+        for unknown in found:
+            warn_once(
+                f"{cause}:{unknown.prefix}:{unknown.key}",
+                f"rlmetrics: {unknown.message()}. Logger(unknown_keys={self._unknown_mode!r}) "
+                "says so; a key logged on purpose is declared with rlmetrics.declare_keys "
+                "(docs/concepts.md)",
+            )
+
     def _next_sample(self, prefix: str) -> int:
         with self._lock:
             self._samples[prefix] = self._samples.get(prefix, -1) + 1
@@ -613,6 +662,18 @@ class Logger:
                 queued = snapshot(args)
                 for worker in takers:
                     worker.call(method, *queued)
+
+
+def _unknown_keys_mode(mode: Any, source: str | None) -> str:
+    """``unknown_keys`` checked: one of its values, else the mistake, naming its source."""
+    if isinstance(mode, str) and mode in UNKNOWN_KEYS_MODES:
+        return mode
+    shown = repr(mode) if isinstance(mode, str) else describe_value(mode)
+    raise ConfigurationError(
+        f"unknown_keys={shown}{from_source(source)} is not one of "
+        f"{', '.join(map(repr, UNKNOWN_KEYS_MODES))}"
+        + (suggest(mode, UNKNOWN_KEYS_MODES) if isinstance(mode, str) else "")
+    )
 
 
 def _configured_source(settings: Mapping[str, tuple[Any, str]], name: str) -> str | None:

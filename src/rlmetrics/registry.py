@@ -29,6 +29,8 @@ from .spec import MetricSpec
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
 
+    from .known_keys import KeyPattern
+
 __all__ = [
     "DeclarationError",
     "Declared",
@@ -84,6 +86,12 @@ class MetricRegistry(Recorder):
         self._active: set[str] = set()
         self._frozen = False
         self._session = None
+        #: The key patterns families declared (:mod:`rlmetrics.known_keys`): frozen, rolled
+        #: back and isolated with the series.
+        self._key_patterns: list[KeyPattern] = []
+        #: Bumped by every change of what is declared: what is derived from the declarations
+        #: (the known keys) is rebuilt when it moves, never per step.
+        self.generation = 0
         forget_in_child(self)
 
     def _after_fork_in_child(self) -> None:
@@ -144,6 +152,7 @@ class MetricRegistry(Recorder):
                 pending.append(item)
             if on_use:
                 self._on_use.add(group)
+            self.generation += 1
             for item in pending:
                 # setdefault: an identical re-declaration keeps the first owner and position.
                 self._by_key.setdefault((group, item.spec.key), item)
@@ -173,6 +182,30 @@ class MetricRegistry(Recorder):
                     f"{rival.group!r}; they differ in {', '.join(fields)}. One series has one "
                     "declaration: make them identical or rename one."
                 )
+
+    def declare_key_patterns(self, patterns: Iterable[KeyPattern], owner: str) -> None:
+        """Declare logged keys a family reads (or keeps to the backends) that its series' keys
+        do not say (:func:`rlmetrics.known_keys.declare_keys`); after freeze, an error."""
+        patterns = list(patterns)
+        with self._lock:
+            new = [p for p in patterns if p not in self._key_patterns]
+            if not new:
+                return  # declared before (a module imported twice): a no-op, as for series
+            if self._frozen:
+                keys = ", ".join(repr(p.key) for p in patterns)
+                raise LateDeclarationError(
+                    f"rlmetrics.declare_keys from {owner} came after telemetry started, so "
+                    f"{keys} would not be known to Logger(unknown_keys=...): declarations "
+                    f"freeze at rlmetrics.start(). Import {owner} before rlmetrics.start(), or "
+                    "register it as an entry point in the 'rlmetrics' group so it loads at start."
+                )
+            self._key_patterns.extend(new)
+            self.generation += 1
+
+    def key_patterns(self) -> list[KeyPattern]:
+        """Every declared key pattern, in declaration order."""
+        with self._lock:
+            return list(self._key_patterns)
 
     def declared(self) -> list[Declared]:
         """Every declaration, in declaration order."""
@@ -221,21 +254,25 @@ class MetricRegistry(Recorder):
         with self._lock:
             self._frozen = True
 
-    def mark(self) -> int:
+    def mark(self) -> tuple[int, int]:
         """A point to :meth:`rollback` to: what a failed plugin declared is undone."""
         with self._lock:
-            return len(self._by_key)
+            return len(self._by_key), len(self._key_patterns)
 
-    def rollback(self, mark: int) -> list[Declared]:
-        """Forget every declaration made since ``mark``; returns them."""
+    def rollback(self, mark: tuple[int, int]) -> list[Declared]:
+        """Forget every declaration (series and key patterns) made since ``mark``; returns
+        the series."""
+        series, patterns = mark
         with self._lock:
             if self._frozen:
                 raise LateDeclarationError("rlmetrics: cannot roll declarations back while frozen")
-            undone = list(self._by_key.values())[mark:]
+            undone = list(self._by_key.values())[series:]
             for item in undone:
                 del self._by_key[(item.group, item.spec.key)]
                 del self._by_name[item.spec.name.lower()]
             self._on_use &= {group for group, _ in self._by_key}
+            del self._key_patterns[patterns:]
+            self.generation += 1
             return undone
 
     # -- sessions -------------------------------------------------------------------------
@@ -266,6 +303,7 @@ class MetricRegistry(Recorder):
             clone._by_name = dict(self._by_name)
             clone._on_use = set(self._on_use)
             clone._active = set(self._active)
+            clone._key_patterns = list(self._key_patterns)
         return clone
 
     def _exchange(self, other: MetricRegistry) -> None:
@@ -279,6 +317,9 @@ class MetricRegistry(Recorder):
             self._active, other._active = other._active, self._active
             self._frozen, other._frozen = other._frozen, self._frozen
             self._session, other._session = other._session, self._session
+            self._key_patterns, other._key_patterns = other._key_patterns, self._key_patterns
+            self.generation += 1
+            other.generation += 1
 
 
 _default = MetricRegistry()

@@ -17,6 +17,7 @@ import attrs
 
 from ._warn import warn_once
 from .events import (
+    EFFICIENCY_PREFIX,
     ROLLOUT_EVENT_TYPES,
     SETUP_TIMING_PREFIX,
     TRAIN_PREFIXES,
@@ -39,6 +40,10 @@ class Route:
     ``wall_clock`` marks an event stream whose axis is Unix time, not the trainer step: a dict
     logged without ``telemetry/wall_time_seconds`` is stamped with the time it was logged,
     before any backend sees it, so every backend and the hook agree on its time.
+
+    ``reads`` says which keys of such a dict the payload is parsed from, as a key pattern
+    (:mod:`rlmetrics.known_keys`: ``**`` every key, ``efficiency/**`` those under it): they
+    are known keys, never a typo ``Logger(unknown_keys=...)`` reports.
     """
 
     hook: str
@@ -46,6 +51,7 @@ class Route:
     parse: Callable[[str, Mapping[str, Any]], Any]
     deliver: Callable[[Hooks, Any, int], None]
     wall_clock: bool = False
+    reads: str = "**"
 
 
 _NO_SUMMARY = EfficiencySummary()
@@ -75,6 +81,7 @@ ROUTES: tuple[Route, ...] = (
         frozenset(TRAIN_PREFIXES),
         parse=_efficiency_summary,
         deliver=lambda hooks, summary, step: hooks.on_efficiency_summary(summary, step),
+        reads=EFFICIENCY_PREFIX + "**",
     ),
 )
 

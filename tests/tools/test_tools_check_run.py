@@ -55,13 +55,15 @@ def test_the_keys_no_series_reads_are_listed_with_their_declaring_line(tmp_path:
     assert done.returncode == 1, done.stdout + done.stderr
     out = done.stdout
     assert f"{jsonl}: 3 of the 10 keys logged reach the trackers only" in out
-    listed = {line.split()[0] for line in out.split("keys logged reach")[1].splitlines()[1:]}
+    # (The keys nothing knows are listed above this section: tests/test_known_keys.py.)
+    section = out.split("keys logged reach")[1].splitlines()[1:]
+    listed = {line.split()[0] for line in section}
     assert listed == {"my_custom_thing", "validation/gsm8k/undeclared_score", "perf/tokens_per_s"}
-    [line] = [line for line in out.splitlines() if line.strip().startswith("my_custom_thing")]
+    [line] = [line for line in section if line.strip().startswith("my_custom_thing")]
     assert 'tee_scalar("my_custom_thing", "rl.my_custom_thing", description="...")' in line
-    [score] = [line for line in out.splitlines() if "undeclared_score" in line]
+    [score] = [line for line in section if "undeclared_score" in line]
     assert 'tee_dataset_metric("undeclared_score", "rl.validation.undeclared_score"' in score
-    [perf] = [line for line in out.splitlines() if "perf/tokens_per_s" in line]
+    [perf] = [line for line in section if "perf/tokens_per_s" in line]
     assert "no family reads dicts logged under 'perf'" in perf
     as_json = json.loads(run_cli("check", "--run", jsonl, "--json").stdout)["run"]
     assert as_json["keys_tried"] == 10
@@ -201,3 +203,29 @@ def test_a_trl_run_is_checked_through_the_trl_map_found_from_its_rows(tmp_path: 
     named = run_cli("check", "--run", bare, "--key-map", "trl")
     assert named.returncode == 0, named.stdout
     assert "(named with --key-map)" in named.stdout
+
+
+def test_nothing_the_demo_or_the_trl_run_logs_is_an_unknown_key(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """The opt-in for typos (issue 32) says nothing about a real run's keys: the demo's (every
+    installed family's part of it, validation steps included) with the option on through its
+    variable, and the TRL run's through the map found from it."""
+    import io
+    import logging
+
+    from rlmetrics.backends.jsonl import read_jsonl
+    from rlmetrics.demo.run import DemoOptions, run_demo
+    from rlmetrics.known_keys import unknown_in_rows
+
+    monkeypatch.setenv("RLMETRICS_UNKNOWN_KEYS", "error")
+    options = DemoOptions(steps=10, seed=2, output=tmp_path, interval_s=0.0, prometheus_port=0)
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        result = run_demo(options, say=io.StringIO(), progress=io.StringIO())
+    assert not [r for r in caplog.records if "Logger(unknown_keys=" in r.getMessage()]
+    rows = list(read_jsonl(result.jsonl))
+    assert any("validation/gsm8k/accuracy" in r.get("metrics", {}) for r in rows)
+    assert unknown_in_rows(rows) == []
+    for path in (result.jsonl, TRL_RUN):
+        found = json.loads(run_cli("check", "--run", path, "--json").stdout)["run"]
+        assert found["unknown_keys"] == [], path

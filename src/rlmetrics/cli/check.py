@@ -15,7 +15,10 @@ plugins and lists those no declared series reads (they reach the trackers, never
 OpenTelemetry), each with the line that would declare a series for it (it runs as printed);
 --key-map NAME applies the key map the run's Logger used (a transformers/TRL run's is found
 from its hyperparameters), and the keys the map keeps to the backends on purpose are not
-listed. Exit status 1 when --run finds any."""
+listed. It also lists the keys nothing knows — no declared series, key-map rule or
+documented list (rlmetrics.known_keys: typos such as kl_penalti, a prefix such as trian) —
+with the nearest known key, by the same decision Logger(unknown_keys="warn") makes while a
+run logs. Exit status 1 when --run finds any."""
 
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from ._output import add_format_options, input_problem, print_json
 from .plugins import print_failures
 
 if TYPE_CHECKING:
+    from ..known_keys import Unknown
     from ..report.keymap import FoundKeyMap
     from ..report.unexported import Unexported
 
@@ -115,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             args.verbose,
         )
     failed = any(f.severity == ERROR for f in result.findings) or bool(
-        run_found is not None and run_found.unexported
+        run_found is not None and (run_found.unexported or run_found.unknown)
     )
     return 1 if failed else 0
 
@@ -123,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
 def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
     """The run's keys no series reads, or what is wrong with the arguments."""
     from ..backends.jsonl import HYPERPARAMS_KIND, SkippedLines, read_jsonl
+    from ..keymaps import resolve_key_map
+    from ..known_keys import unknown_in_rows
     from ..report.keymap import found_key_map
     from ..report.unexported import kept_to_backends, unexported_keys
 
@@ -138,7 +144,8 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
         found = found_key_map(hyperparams, key_map)
         missing, tried = unexported_keys(rows, None if found is None else found.name)
         kept = [] if found is None else kept_to_backends(rows, found.name)
-        return _RunFindings(missing, tried, found, kept)
+        mapped = None if found is None else resolve_key_map(found.name)
+        return _RunFindings(missing, tried, found, kept, unknown_in_rows(rows, mapped))
     except (KeyError, ValueError) as exc:  # an unknown key map
         return str(exc.args[0] if exc.args else exc)
 
@@ -149,6 +156,8 @@ class _RunFindings:
     tried: int
     key_map: FoundKeyMap | None
     kept: list[str]
+    #: The keys nothing knows, as Logger(unknown_keys="warn") says them (the same decision).
+    unknown: list[Unknown]
 
     def as_dict(self, path: Path) -> dict[str, Any]:
         return {
@@ -157,6 +166,7 @@ class _RunFindings:
             "key_map": None if self.key_map is None else self.key_map.as_dict(),
             "kept_to_backends": self.kept,
             "unexported": [u.as_dict() for u in self.unexported],
+            "unknown_keys": [u.as_dict() for u in self.unknown],
         }
 
 
@@ -166,6 +176,15 @@ def _print_unexported(path: Path, found: _RunFindings) -> None:
             f"{path}: read through key map {found.key_map.name!r} ({found.key_map.how}); "
             f"{len(found.kept)} keys it keeps to the backends on purpose are not listed\n"
         )
+    if found.unknown:
+        sys.stdout.write(
+            f"{path}: {len(found.unknown)} keys logged are known to no declared series, key-map "
+            'rule or documented list (typos?), as Logger(unknown_keys="warn") says them:\n'
+        )
+        width = max(len(unknown.name) for unknown in found.unknown)
+        for unknown in found.unknown:
+            hint = unknown.hint() or "no known key is close"
+            sys.stdout.write(f"  {unknown.name:<{width}}  {hint}\n")
     unexported, tried = found.unexported, found.tried
     if not unexported:
         sys.stdout.write(f"{path}: every one of the {tried} keys logged reaches a series\n")

@@ -23,6 +23,7 @@ from typing import Any
 from .. import hookimpl
 from ..events import TRAIN_PREFIXES
 from ..keyplans import KeyPlans
+from ..known_keys import declare_keys
 from ..registry import (
     _caller_module,
     declare,
@@ -190,6 +191,16 @@ _DATASET_PREFIX = VALIDATION_PREFIX + "-"
 #: component's mean.
 _REWARD_STATISTICS = frozenset({"mean", "std", "min", "max", "median", "sum", "count"})
 
+# The reward keys a train dict may carry: components (``reward/<component>``,
+# ``reward/<component>/mean``), and the statistics no series reads (prime-rl's ``reward/mean``
+# of the total; a component's spread), which reach the trackers only on purpose.
+declare_keys(["reward/*", "reward/*/mean"], note="reward components")
+declare_keys(
+    [f"reward/*/{s}" for s in sorted(_REWARD_STATISTICS - {"mean"})],
+    backend_only=True,
+    note="a reward component's statistics other than its mean",
+)
+
 declare(
     REWARD_COMPONENT_GROUP,
     [
@@ -230,6 +241,10 @@ def tee_dataset_metric(
         reduce=reduce,
     )
     default_registry().declare(DATASET_GROUP, [spec], owner=_caller_module(1))
+    # The keys it is read from, wherever the loop logs per-dataset metrics.
+    declare_keys([f"{_VALIDATION_KEY_PREFIX}*/{metric_key}"])
+    declare_keys([f"*/{metric_key}"], prefixes=[VALIDATION_PREFIX])
+    declare_keys([metric_key], prefixes=[_DATASET_PREFIX + "*"])
     return spec
 
 

@@ -41,6 +41,7 @@ from rlmetrics import (
     resets_process_state,
     warn_once,
 )
+from rlmetrics.known_keys import ANY, declare_keys
 from rlmetrics.spec import MEAN, SUM
 
 from ._attribute_values import (
@@ -217,6 +218,9 @@ ROLLOUT_PREFIX: Final = "gym/rollout"
 OUTCOME_KEY: Final = "outcome"
 DISPATCH_NAME_KEY: Final = "dispatch_name"
 REWARD_KEY: Final = "reward"
+# Every field of a rollout row is the row's (its response, flattened, included): no key of it
+# is a typo for Logger(unknown_keys=...).
+declare_keys([ANY], prefixes=[ROLLOUT_PREFIX], note="a rollout result row")
 #: Gym's own field for "this reward is not a valid measurement".
 MASK_SAMPLE_KEY: Final = "mask_sample"
 FAILURE_CLASS_KEY: Final = "failure_class"

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec
 from rlmetrics.events import WALL_TIME_KEY
+from rlmetrics.known_keys import ANY, declare_keys
 from rlmetrics.spec import MAX
 
 from .config import active_monitor, settings
@@ -49,6 +50,7 @@ from .monitor import (
 )
 from .nodes import ray_nodes
 from .nvml import NvmlGpus
+from .workers import WORKER_PREFIX
 
 if TYPE_CHECKING:
     from rlmetrics.check import Exemption
@@ -154,6 +156,13 @@ def register_check_exemptions(register: Callable[[Exemption], None]) -> None:
 #: NeMo-RL logs its GPU rows under this prefix, on their own step axis ``ray/ray_step``.
 ROW_PREFIX = "ray"
 STEP_KEY = "ray_step"
+# Rows for the trackers (the GPU series are recorded from the snapshot itself), and what each
+# Ray Train worker reports under worker/<rank> (rlmetrics_ray.train, with all_workers): known
+# keys, never a typo for Logger(unknown_keys=...).
+declare_keys([ANY], prefixes=[ROW_PREFIX], backend_only=True, note="NeMo-RL's GPU rows")
+declare_keys(
+    [ANY], prefixes=[f"{WORKER_PREFIX}/*"], backend_only=True, note="each worker's own report"
+)
 _GIB = 1024**3
 
 

@@ -41,14 +41,12 @@ from rlmetrics.flatten import flatten
 from rlmetrics.ranks import GATHERED_RAW_PATH, RankMerger, gathered
 from rlmetrics.spec import Reduce, Reduction
 
-from .workers import runtime_env
+from .workers import WORKER_PREFIX, runtime_env
 
 __all__ = ["CONTROLLER_GROUP", "WORKER_PREFIX", "RLMetricsTrainCallback"]
 
 #: The ``rl.worker_group`` of the Train controller's telemetry.
 CONTROLLER_GROUP = "ray_train_controller"
-#: Each worker's dict reaches the backends under ``worker/<rank>`` (with ``all_workers``).
-WORKER_PREFIX = "worker"
 _ADAPTER = "rlmetrics-ray train"
 
 

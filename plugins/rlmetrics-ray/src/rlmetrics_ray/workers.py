@@ -46,11 +46,15 @@ __all__ = [
     "TRACEPARENT_ENV",
     "TRACESTATE_ENV",
     "WORKER_GROUP_ATTR",
+    "WORKER_PREFIX",
     "parse_resource_env",
     "runtime_env",
 ]
 
 RUN_ID_ATTR = "rlmetrics.run.id"
+#: Each Ray Train worker's dict reaches the backends under ``worker/<rank>`` (with
+#: ``all_workers``: :mod:`rlmetrics_ray.train`).
+WORKER_PREFIX = "worker"
 WORKER_GROUP_ATTR = "rl.worker_group"
 RESOURCE_ENV = "OTEL_RESOURCE_ATTRIBUTES"
 TRACEPARENT_ENV = "TRACEPARENT"

@@ -29,6 +29,7 @@ from rlmetrics import (
     retract,
 )
 from rlmetrics.events import TRAIN_PREFIXES
+from rlmetrics.known_keys import declare_keys
 from rlmetrics.spec import MEAN, SUM, weighted_mean
 from rlmetrics.values import BoundedValues, key_attribute
 
@@ -179,6 +180,8 @@ SPECS: tuple[MetricSpec, ...] = (
 )
 
 rlmetrics.declare(GROUP, SPECS)
+# Read beside the series' keys: one gauge by waiting reason (the reason is the key's tail).
+declare_keys([REQUESTS_WAITING_PREFIX + "*"], note="requests waiting, by reason")
 
 
 _MEAN_KEYS = frozenset(

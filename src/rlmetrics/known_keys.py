@@ -1,0 +1,383 @@
+"""Which logged keys rlmetrics knows: the one decision behind ``Logger(unknown_keys=...)`` and
+``rlmetrics check --run`` (issue 32: an opt-in for typos).
+
+A key logged under a prefix is *known* when
+
+- a declared series reads it: a spec's registry key, in a dict logged under the train
+  prefixes (what :func:`~rlmetrics.families.training.tee_scalar` and ``record_declared``
+  read);
+- the Logger's key map lists it (:mod:`rlmetrics.keymaps`), backend-only rules included;
+- a typed hook parses it (:data:`rlmetrics.routing.ROUTES`: every field of a setup-timing or
+  rollout-checkpoint dict, the ``efficiency/*`` keys of a train dict);
+- a declared key pattern matches it (:func:`declare_keys`): what a family reads in a way its
+  series' keys do not say (``reward/<component>``, ``validation/<dataset>/<metric>``, a
+  vLLM waiting reason, every field of a Gym rollout row), and the keys documented as reaching
+  the backends only (:data:`BACKEND_ONLY`, and those a plugin or a loop declares so).
+
+Anything else is *unknown*: a typo (``kl_penalti``), or a prefix no family reads (``trian``).
+It still reaches every backend; the option only says so, with the nearest known key or prefix
+("did you mean"). The decision is worked out once per key sequence (:mod:`rlmetrics.keyplans`)
+and rebuilt only when the declarations change (they freeze at ``rlmetrics.start()``).
+
+A third-party family that reads logged keys beyond its series' keys must declare them here,
+or its keys are reported as unknown (docs/writing-a-plugin.md).
+
+Patterns: a key (or a prefix) with ``*`` standing for one path segment (no ``/``), and
+``**`` for any rest, ``/`` included (``efficiency/**``; ``**`` alone is every key, and as a
+prefix every prefix, the empty one included).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .events import STEP_KEY, TRAIN_PREFIXES, WALL_TIME_KEY
+from .keyplans import KeyPlans
+from .registry import _caller_module, default_registry
+
+if TYPE_CHECKING:
+    from .keymaps import KeyMap
+
+__all__ = [
+    "ANY",
+    "BACKEND_ONLY",
+    "EVALUATION_PREFIXES",
+    "KeyPattern",
+    "KeyChecker",
+    "Unknown",
+    "Vocabulary",
+    "declare_keys",
+    "unknown_in_rows",
+]
+
+#: The pattern of every key (or, as a prefix, every prefix).
+ANY = "**"
+#: How many close known keys a message offers.
+_SUGGESTIONS = 3
+_SIMILARITY = 0.7
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    if pattern == ANY:
+        return re.compile(".*", re.DOTALL)
+    parts = re.split(r"(\*\*|\*)", pattern)
+    out = []
+    for part in parts:
+        if part == "**":
+            out.append(".+")
+        elif part == "*":
+            out.append("[^/]+")
+        else:
+            out.append(re.escape(part))
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _is_pattern(text: str) -> bool:
+    return "*" in text
+
+
+def _text(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"KeyPattern.{attribute.name} must be a string, got {value!r}")
+
+
+@attrs.frozen
+class KeyPattern:
+    """Keys matching ``key`` logged under a prefix matching ``prefix`` are known: read by a
+    family, or (``backend_only``) documented as reaching the trackers only."""
+
+    key: str = attrs.field(validator=_text)
+    prefix: str = attrs.field(validator=_text)
+    backend_only: bool = False
+    note: str = attrs.field(default="", eq=False)
+    owner: str = attrs.field(default="", eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.key:
+            raise ValueError("KeyPattern: key must be a non-empty string")
+
+
+def declare_keys(
+    keys: Iterable[str],
+    *,
+    prefixes: Iterable[str] = TRAIN_PREFIXES,
+    backend_only: bool = False,
+    note: str = "",
+) -> list[KeyPattern]:
+    """Declare logged ``keys`` (exact or patterns) under each of ``prefixes`` as known: keys a
+    family reads that no series' key says (call it at import time, beside the reading code),
+    or, with ``backend_only``, keys a loop or a plugin logs for the trackers only on purpose.
+    ``Logger(unknown_keys=...)`` and ``rlmetrics check --run`` never report them. Declarations
+    freeze with the series at ``rlmetrics.start()``::
+
+        declare_keys(["rollout/*/latency_s"], backend_only=True, note="per-worker latency")
+    """
+    if isinstance(keys, str) or isinstance(prefixes, str):
+        raise TypeError("declare_keys takes lists of keys and prefixes, not one string")
+    owner = _caller_module(1)
+    patterns = [
+        KeyPattern(key, prefix, backend_only, note, owner) for prefix in prefixes for key in keys
+    ]
+    default_registry().declare_key_patterns(patterns, owner)
+    return patterns
+
+
+#: Keys every trainer logs for the trackers and no series reads, under any prefix: the epoch
+#: and step counters and the axes the backends add (docs/concepts.md).
+BACKEND_ONLY = ("epoch", "global_step", "step", WALL_TIME_KEY, STEP_KEY)
+declare_keys(
+    BACKEND_ONLY,
+    prefixes=[ANY],
+    backend_only=True,
+    note="counters and axes every trainer logs for the trackers",
+)
+#: Prefixes of evaluation dicts (a trainer's ``eval_*`` / ``test_*`` keys, as the adapters
+#: log them): no series reads them, every key of them reaches the trackers only. (Per-dataset
+#: validation metrics that are series go under ``validation``: docs/concepts.md.)
+EVALUATION_PREFIXES = ("eval", "test")
+declare_keys([ANY], prefixes=EVALUATION_PREFIXES, backend_only=True, note="evaluation dicts")
+
+
+@attrs.frozen
+class Unknown:
+    """A logged key no declaration knows, with the nearest known keys or prefix."""
+
+    prefix: str
+    key: str
+    #: Close known keys under the same prefix ("did you mean").
+    close: tuple[str, ...] = ()
+    #: The prefix no family reads (the whole dict is unknown), and close known prefixes.
+    unread_prefix: bool = False
+    close_prefixes: tuple[str, ...] = ()
+    #: Offered key maps that list this key (the run may want one of them).
+    key_maps: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The key as a report names it: itself in a train dict, else under its prefix."""
+        return self.key if self.prefix in TRAIN_PREFIXES else f"{self.prefix}/{self.key}"
+
+    def hint(self) -> str:
+        """What to check: the nearest known prefix or keys, the key maps that list it."""
+        hints = []
+        if self.unread_prefix and self.close_prefixes:
+            hints.append(f"did you mean prefix {_either(self.close_prefixes)}?")
+        elif self.close:
+            hints.append(f"did you mean {_either(self.close)}?")
+        if self.key_maps:
+            hints.append(
+                "key map "
+                + _either(self.key_maps)
+                + f" lists it (Logger(key_map={self.key_maps[0]!r}))"
+            )
+        return " ".join(hints)
+
+    def message(self) -> str:
+        """The one line the Logger warns and ``check --run`` prints."""
+        where = f"under prefix {self.prefix!r}" if self.prefix else "without a prefix"
+        if self.unread_prefix:
+            what = f"key {self.key!r} logged {where}, a prefix no family reads"
+        else:
+            what = (
+                f"key {self.key!r} logged {where} is known to no declared series, key-map "
+                "rule or documented list"
+            )
+        hint = self.hint()
+        return f"{what}{f' ({hint})' if hint else ''}; it reaches the trackers only"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prefix": self.prefix,
+            "key": self.key,
+            "unread_prefix": self.unread_prefix,
+            "did_you_mean": list(self.close_prefixes if self.unread_prefix else self.close),
+            "key_maps": list(self.key_maps),
+            "message": self.message(),
+        }
+
+
+def _either(names: Iterable[str]) -> str:
+    return " or ".join(repr(n) for n in names)
+
+
+class Vocabulary:
+    """Every known (prefix, key), from the declarations as they are now and ``key_map``."""
+
+    def __init__(self, key_map: KeyMap | None = None) -> None:
+        from . import routing
+
+        registry = default_registry()
+        self.generation = registry.generation
+        self._key_map = key_map
+        self._offered: dict[str, KeyMap] | None = None
+        #: Exact keys by exact prefix; patterns as (prefix regex, key regex).
+        self._exact: dict[str, set[str]] = {}
+        self._patterns: list[tuple[re.Pattern[str], re.Pattern[str]]] = []
+        self._pattern_texts: list[tuple[re.Pattern[str], str]] = []
+        #: Prefixes something reads (exact), and prefix patterns.
+        self._prefixes: set[str] = set(TRAIN_PREFIXES)
+        self._prefix_patterns: list[re.Pattern[str]] = []
+        series_keys = {item.spec.key for item in registry.declared()}
+        for prefix in TRAIN_PREFIXES:
+            self._exact.setdefault(prefix, set()).update(series_keys)
+        for route in routing.ROUTES:
+            for prefix in route.prefixes:
+                self._add(prefix, route.reads)
+        for pattern in registry.key_patterns():
+            self._add(pattern.prefix, pattern.key)
+        if key_map is not None:
+            from .keymaps import PREFIXES
+
+            for prefix in PREFIXES:
+                for rule in key_map.rules:
+                    self._add(prefix, rule.key)  # the same `*`
+
+    def _add(self, prefix: str, key: str) -> None:
+        if _is_pattern(prefix) or _is_pattern(key):
+            prefix_regex = _pattern_regex(prefix)
+            self._patterns.append((prefix_regex, _pattern_regex(key)))
+            self._pattern_texts.append((prefix_regex, key))
+            if prefix == ANY:
+                pass  # keys every prefix may carry: no prefix is read for them
+            elif _is_pattern(prefix):
+                self._prefix_patterns.append(prefix_regex)
+            else:
+                self._prefixes.add(prefix)
+        else:
+            self._exact.setdefault(prefix, set()).add(key)
+            self._prefixes.add(prefix)
+
+    def known(self, prefix: str, key: str) -> bool:
+        """Whether ``key`` logged under ``prefix`` is known (the module's rule)."""
+        if key in self._exact.get(prefix, ()):
+            return True
+        return any(p.fullmatch(prefix) and k.fullmatch(key) for p, k in self._patterns)
+
+    def prefix_read(self, prefix: str) -> bool:
+        """Whether anything reads (or documents) dicts logged under ``prefix`` beyond the
+        keys every prefix may carry."""
+        if prefix in self._prefixes:
+            return True
+        return any(p.fullmatch(prefix) for p in self._prefix_patterns)
+
+    def unknown(self, prefix: str, keys: Iterable[Any]) -> tuple[Unknown, ...]:
+        """The keys of a dict logged under ``prefix`` that are unknown, each with what is
+        near it (a key that is not a string is none of them: flattening made it one)."""
+        missing = [k for k in keys if type(k) is str and not self.known(prefix, k)]
+        if not missing:
+            return ()
+        read = self.prefix_read(prefix)
+        close_prefixes = () if read else self._close(prefix, self._exact_prefixes())
+        candidates = self._candidates(prefix) if read else ([], [])
+        return tuple(
+            Unknown(
+                prefix,
+                key,
+                close=self._close(key, _instances(key, candidates)),
+                unread_prefix=not read,
+                close_prefixes=close_prefixes,
+                key_maps=self._maps_listing(key) if prefix in TRAIN_PREFIXES else (),
+            )
+            for key in missing
+        )
+
+    def _candidates(self, prefix: str) -> tuple[list[str], list[str]]:
+        """The exact known keys under ``prefix``, and the key patterns that apply to it."""
+        patterns = {t for r, t in self._pattern_texts if t != ANY and r.fullmatch(prefix)}
+        return sorted(self._exact.get(prefix, ())), sorted(patterns)
+
+    def _maps_listing(self, key: str) -> tuple[str, ...]:
+        """The offered key maps with a rule for ``key`` (read once, for an unknown key)."""
+        if self._offered is None:
+            from .keymaps import available_key_maps
+
+            try:
+                self._offered = {n: m for n, (_p, m) in available_key_maps().items()}
+            except Exception:  # a broken plugin's offer: no hint, the finding stands
+                self._offered = {}
+        return tuple(sorted(n for n, m in self._offered.items() if m.rule_for(key)))
+
+    def _exact_prefixes(self) -> list[str]:
+        return sorted(p for p in self._prefixes if p)
+
+    @staticmethod
+    def _close(word: str, candidates: list[str]) -> tuple[str, ...]:
+        return tuple(difflib.get_close_matches(word, candidates, _SUGGESTIONS, _SIMILARITY))
+
+
+def _instances(key: str, candidates: tuple[list[str], list[str]]) -> list[str]:
+    """The keys to offer for ``key``: the exact ones, and each pattern with its ``*`` segments
+    filled from ``key``'s (``validation/*/accuracy`` offers ``validation/gsm8k/accuracy`` for
+    ``validation/gsm8k/acuracy``), or as written when the segments do not line up."""
+    exact, patterns = candidates
+    segments = key.split("/")
+    out = list(exact)
+    for pattern in patterns:
+        parts = pattern.split("/")
+        if "**" in pattern or len(parts) != len(segments):
+            out.append(pattern)
+            continue
+        # Only where the written parts are close: ``extra/metric_0`` is no ``reward/*``.
+        written = "/".join(p for p in parts if p != "*")
+        logged = "/".join(s for p, s in zip(parts, segments, strict=True) if p != "*")
+        if difflib.SequenceMatcher(None, written, logged).ratio() >= _SIMILARITY:
+            out.append("/".join(s if p == "*" else p for p, s in zip(parts, segments, strict=True)))
+    return out
+
+
+def unknown_in_rows(
+    rows: Iterable[Mapping[str, Any]], key_map: KeyMap | None = None
+) -> list[Unknown]:
+    """The unknown keys of a run's rows (a JSONL file's: each a logged dict with its prefix),
+    each once in the order first logged: what ``Logger(unknown_keys="warn")`` with
+    ``key_map`` said while the run logged them (``rlmetrics check --run``)."""
+    vocabulary = Vocabulary(key_map)
+    found: dict[tuple[str, str], Unknown] = {}
+    for row in rows:
+        metrics, prefix = row.get("metrics"), row.get("prefix", "")
+        if not isinstance(metrics, Mapping) or type(prefix) is not str:
+            continue
+        for unknown in vocabulary.unknown(prefix, metrics):
+            found.setdefault((prefix, unknown.key), unknown)
+    return list(found.values())
+
+
+@attrs.define
+class _Findings:
+    """A key sequence's unknown keys, and whether they were handed out yet."""
+
+    unknown: tuple[Unknown, ...]
+    said: bool = False
+
+
+class KeyChecker:
+    """The unknown keys of each logged dict, worked out once per (prefix, key sequence) and
+    again only when the declarations change; what a Logger asks on every step. A sequence's
+    findings are handed out the first time it arrives (to be said), never again: a step
+    after that costs a tuple of its keys and a dict lookup."""
+
+    def __init__(self, key_map: KeyMap | None = None) -> None:
+        self._key_map = key_map
+        self._registry = default_registry()  # never replaced (isolated_state swaps its content)
+        self._vocabulary = Vocabulary(key_map)
+        self._plans = KeyPlans(self._plan)
+
+    def _plan(self, prefix_and_keys: tuple[Any, ...]) -> _Findings:
+        return _Findings(self._vocabulary.unknown(prefix_and_keys[0], prefix_and_keys[1:]))
+
+    def __call__(self, prefix: str, flat: Mapping[str, Any]) -> tuple[Unknown, ...]:
+        """The unknown keys of ``flat`` logged under ``prefix`` if its key sequence is new
+        (or the declarations changed since it was seen), else ``()``."""
+        if self._registry.generation != self._vocabulary.generation:
+            self._vocabulary = Vocabulary(self._key_map)
+            self._plans = KeyPlans(self._plan)
+        found = self._plans((prefix, *flat))
+        if found.said or not found.unknown:
+            return ()
+        found.said = True  # two threads may both say it: warn_once keeps it to one line
+        return found.unknown

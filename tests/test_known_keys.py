@@ -1,0 +1,337 @@
+"""The opt-in for typos (issue 32): a key nothing knows — no declared series, no key-map rule,
+no documented list — is said by ``Logger(unknown_keys="warn")``, raised in strict mode under
+``"error"``, and listed by ``rlmetrics check --run`` by the same decision
+(:mod:`rlmetrics.known_keys`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import rlmetrics
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.configuration import ConfigurationError
+from rlmetrics.keymaps import KeyMap, KeyRule, resolve_key_map
+from rlmetrics.known_keys import KeyChecker, Vocabulary, declare_keys, unknown_in_rows
+from rlmetrics.registry import LateDeclarationError, default_registry
+from rlmetrics.testing import in_memory_telemetry, isolated_state
+
+TRL_RUN = Path(__file__).parent / "tools" / "runs" / "trl-grpo.jsonl"
+_SAID = "Logger(unknown_keys="
+
+
+def _logger(tmp_path: Path, **kwargs: Any) -> rlmetrics.Logger:
+    return rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}, **kwargs)
+
+
+def _said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The unknown-key warnings the Logger logged, each as its finding's message."""
+    return [
+        r.getMessage().removeprefix("rlmetrics: ").split(". " + _SAID)[0]
+        for r in caplog.records
+        if r.levelno == logging.WARNING and _SAID in r.getMessage()
+    ]
+
+
+@pytest.fixture
+def caught(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        yield caplog
+
+
+# -- typos --------------------------------------------------------------------------------------
+
+
+def test_a_misspelt_key_is_said_once_with_the_key_it_is_close_to(
+    tmp_path: Path, caught: pytest.LogCaptureFixture
+) -> None:
+    with _logger(tmp_path, unknown_keys="warn") as logger:
+        for step in (1, 2, 3):
+            logger.log_metrics({"loss": 0.1, "kl_penalti": 0.01}, step=step, prefix="train")
+    [said] = _said(caught)
+    assert "'kl_penalti'" in said and "did you mean 'kl_penalty'?" in said
+    # The key still reaches every backend.
+    rows = [r for r in read_jsonl(tmp_path / "m.jsonl") if "metrics" in r]
+    assert all("kl_penalti" in r["metrics"] for r in rows) and len(rows) == 3
+
+
+def test_a_misspelt_prefix_is_said_with_the_prefix_it_is_close_to(
+    tmp_path: Path, caught: pytest.LogCaptureFixture
+) -> None:
+    with _logger(tmp_path, unknown_keys="warn") as logger:
+        logger.log_metrics({"loss": 0.1, "kl_penalty": 0.01}, step=1, prefix="trian")
+    said = _said(caught)
+    assert len(said) == 2
+    assert all("a prefix no family reads" in s and "prefix 'train'?" in s for s in said)
+
+
+def test_a_pattern_is_offered_only_where_its_written_parts_are_close() -> None:
+    [unknown] = Vocabulary().unknown("train", ["extra/metric_0"])
+    assert unknown.close == ()  # not 'reward/metric_0': 'extra' is no 'reward'
+    [unknown] = Vocabulary().unknown("train", ["reward/format/meen"])
+    assert unknown.close[0] == "reward/format/mean"
+
+
+def test_a_misspelt_per_dataset_metric_is_said_with_its_pattern(
+    tmp_path: Path, caught: pytest.LogCaptureFixture
+) -> None:
+    with _logger(tmp_path, unknown_keys="warn") as logger:
+        logger.log_metrics({"validation/gsm8k/acuracy": 0.5}, step=1, prefix="train")
+        logger.log_metrics({"gsm8k/acuracy": 0.5}, step=1, prefix="validation")
+    said = _said(caught)
+    assert len(said) == 2
+    assert "did you mean 'validation/gsm8k/accuracy'" in said[0]
+    assert "did you mean 'gsm8k/accuracy'" in said[1]
+
+
+def test_a_key_another_trainers_map_lists_names_that_map(
+    tmp_path: Path, caught: pytest.LogCaptureFixture
+) -> None:
+    with _logger(tmp_path, unknown_keys="warn") as logger:
+        logger.log_metrics({"completions/mean_length": 120.0}, step=1, prefix="train")
+    [said] = _said(caught)
+    assert "key map 'trl' lists it (Logger(key_map='trl'))" in said
+
+
+# -- what is known ------------------------------------------------------------------------------
+
+KNOWN = [
+    ("train", "loss"),
+    ("train", "kl_penalty"),
+    ("", "reward"),
+    ("train", "reward/mean"),  # a statistic of the total: the trackers' on purpose
+    ("train", "reward/format"),  # a component
+    ("train", "reward/format/mean"),
+    ("train", "reward/format/std"),
+    ("train", "validation/gsm8k/accuracy"),
+    ("validation", "gsm8k/accuracy"),
+    ("validation-gsm8k", "accuracy"),
+    ("train", "efficiency/idle/refit_bubble_s"),
+    ("", "efficiency/step_wall_time_s"),
+    ("timing/setup", "anything_time_s"),
+    ("timing/rollout_checkpoint", "tq_save_seconds"),
+    ("rollout/checkpoint_outcome", "reason_whatever"),
+    ("train", "epoch"),
+    ("perf", "epoch"),  # the documented list holds under any prefix
+    ("eval", "loss"),
+]
+
+
+@pytest.mark.parametrize(("prefix", "key"), KNOWN)
+def test_keys_the_families_read_or_document_are_known(prefix: str, key: str) -> None:
+    assert Vocabulary().known(prefix, key)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "key"),
+    [
+        ("train", "kl_penalti"),
+        ("trian", "loss"),
+        ("train", "reward/format/meen"),
+        ("train", "validation/gsm8k/acuracy"),
+        ("train", "kl"),  # TRL's and OpenRLHF's: known only through their key map
+    ],
+)
+def test_keys_nothing_declares_are_unknown(prefix: str, key: str) -> None:
+    assert not Vocabulary().known(prefix, key)
+
+
+def test_every_key_the_trl_run_logs_is_known_under_the_trl_map(tmp_path: Path) -> None:
+    rows = list(read_jsonl(TRL_RUN))
+    assert unknown_in_rows(rows, resolve_key_map("trl")) == []
+    # Replayed through a strict Logger with the map: nothing raises.
+    with _logger(tmp_path, key_map="trl", unknown_keys="error", strict=True) as logger:
+        for row in rows:
+            if "metrics" in row:
+                logger.log_metrics(row["metrics"], step=row["step"], prefix=row["prefix"])
+    # Without the map, TRL's own keys are what it lists (not a typo among them).
+    unknown = {u.key for u in unknown_in_rows(rows)}
+    assert {"kl", "completions/mean_length", "clip_ratio/low_mean"} <= unknown
+
+
+def test_a_key_map_rule_kept_to_the_backends_is_known() -> None:
+    key_map = KeyMap("mine", [KeyRule("my_stat"), KeyRule("timers/*")])
+    vocabulary = Vocabulary(key_map)
+    assert vocabulary.known("train", "my_stat") and vocabulary.known("", "timers/step")
+    assert not vocabulary.known("train", "timers/a/b")
+
+
+def test_a_declared_key_is_known_and_a_late_one_is_refused() -> None:
+    assert not Vocabulary().known("train", "my_stat")
+    declare_keys(["my_stat"], backend_only=True, note="logged for the trackers")
+    assert Vocabulary().known("train", "my_stat")
+    assert not Vocabulary().known("perf", "my_stat")
+    with in_memory_telemetry():
+        declare_keys(["my_stat"], backend_only=True)  # the same again (a reload): a no-op
+        with pytest.raises(LateDeclarationError, match="before rlmetrics"):
+            declare_keys(["late"])
+
+
+def test_a_failed_plugins_key_patterns_are_rolled_back() -> None:
+    registry = default_registry()
+    mark = registry.mark()
+    declare_keys(["from_a_broken_plugin"])
+    registry.rollback(mark)
+    assert not Vocabulary().known("train", "from_a_broken_plugin")
+
+
+def test_declarations_after_the_logger_was_built_count(
+    tmp_path: Path, caught: pytest.LogCaptureFixture
+) -> None:
+    # A plugin loaded at start() declares after the Logger was made: the decision follows.
+    with _logger(tmp_path, unknown_keys="warn") as logger:
+        declare_keys(["declared_later"])
+        logger.log_metrics({"declared_later": 1.0}, step=1, prefix="train")
+    assert _said(caught) == []
+
+
+def test_the_decision_is_made_once_per_key_sequence() -> None:
+    checker = KeyChecker()
+    built: list[tuple[Any, ...]] = []
+    plan = checker._plan
+
+    def counted(keys: tuple[Any, ...]) -> Any:
+        built.append(keys)
+        return plan(keys)
+
+    checker._plans._build = counted
+    assert [u.key for u in checker("train", {"loss": 1.0, "kl_penalti": 2.0})] == ["kl_penalti"]
+    for _ in range(50):  # said once: later steps with the same keys find nothing to say
+        assert checker("train", {"loss": 1.0, "kl_penalti": 2.0}) == ()
+        assert checker("", {"loss": 1.0}) == ()
+    assert built == [("train", "loss", "kl_penalti"), ("", "loss")]
+    # New declarations: the decision is made again, and said again.
+    declare_keys(["something_else"])
+    assert [u.key for u in checker("train", {"loss": 1.0, "kl_penalti": 2.0})] == ["kl_penalti"]
+
+
+# -- strict mode and the settings ----------------------------------------------------------
+
+
+def test_error_raises_in_strict_mode_naming_the_key(tmp_path: Path) -> None:
+    logger = _logger(tmp_path, unknown_keys="error", strict=True)
+    with pytest.raises(rlmetrics.StrictModeError, match=r"'kl_penalti'.*did you mean 'kl_penalty'"):
+        logger.log_metrics({"loss": 0.1, "kl_penalti": 0.01}, step=1, prefix="train")
+    logger.log_metrics({"loss": 0.1, "kl_penalti": 0.01}, step=2, prefix="train")  # said once
+    logger.finish()
+    rows = [r for r in read_jsonl(tmp_path / "m.jsonl") if "metrics" in r]
+    assert len(rows) == 2  # the call did its work before raising
+
+
+def test_warn_never_raises_in_strict_mode_and_error_outside_it_warns(
+    tmp_path: Path, caught: pytest.LogCaptureFixture
+) -> None:
+    with _logger(tmp_path, unknown_keys="warn", strict=True) as logger:
+        logger.log_metrics({"kl_penalti": 0.01}, step=1, prefix="train")
+    with _logger(tmp_path, unknown_keys="error") as logger:
+        logger.log_metrics({"kl_penalti": 0.01}, step=1, prefix="train")
+    assert len(_said(caught)) == 2
+
+
+def test_ignore_checks_nothing(tmp_path: Path, caught: pytest.LogCaptureFixture) -> None:
+    with _logger(tmp_path, strict=True) as logger:
+        assert logger._unknown is None
+        logger.log_metrics({"kl_penalti": 0.01}, step=1, prefix="trian")
+    assert _said(caught) == []
+
+
+def test_a_wrong_value_names_its_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match=r"unknown_keys='wrn'.*did you mean 'warn'"):
+        rlmetrics.Logger(unknown_keys="wrn")
+    monkeypatch.setenv("RLMETRICS_UNKNOWN_KEYS", "loud")
+    with pytest.raises(ConfigurationError, match="RLMETRICS_UNKNOWN_KEYS='loud'"):
+        rlmetrics.Logger()
+    monkeypatch.delenv("RLMETRICS_UNKNOWN_KEYS")
+    (tmp_path / "r.toml").write_text('[logger]\nunknown_keys = "everything"\n')
+    monkeypatch.setenv("RLMETRICS_CONFIG", str(tmp_path / "r.toml"))
+    with pytest.raises(ConfigurationError, match=r"r.toml \[logger\] unknown_keys must be one"):
+        rlmetrics.Logger()
+
+
+# -- the Logger and check --run agree --------------------------------------------------------
+
+_WORDS = ["loss", "kl_penalty", "reward", "lr", "grad_norm", "epoch", "accuracy", "format", "kl"]
+_KEY = st.one_of(
+    st.sampled_from(_WORDS),
+    st.sampled_from(_WORDS).map(lambda w: w[:-1] + "i"),  # a typo
+    st.sampled_from(_WORDS).map(lambda w: f"reward/{w}"),
+    st.sampled_from(_WORDS).map(lambda w: f"validation/gsm8k/{w}"),
+    st.sampled_from(_WORDS).map(lambda w: f"efficiency/idle/{w}_s"),
+    st.sampled_from(_WORDS).map(lambda w: f"rewards/{w}/mean"),  # TRL's, under its map
+    st.from_regex(r"[a-z]{1,6}(/[a-z_]{1,6}){0,2}", fullmatch=True),
+)
+_PREFIX = st.sampled_from(["train", "", "trian", "validation", "eval", "timing/setup", "perf"])
+_ROWS = st.lists(
+    st.tuples(_PREFIX, st.dictionaries(_KEY, st.floats(0, 1), min_size=1, max_size=6)),
+    min_size=1,
+    max_size=4,
+)
+
+
+@given(rows=_ROWS, trl=st.booleans())
+def test_check_run_lists_what_the_logger_said(
+    rows: list[tuple[str, dict[str, float]]], trl: bool
+) -> None:
+    import tempfile
+
+    with isolated_state(), tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "m.jsonl"
+        handler = _Collect()
+        logging.getLogger("rlmetrics").addHandler(handler)
+        try:
+            with rlmetrics.Logger(
+                backends={"jsonl": {"path": path}},
+                unknown_keys="warn",
+                key_map="trl" if trl else None,
+            ) as logger:
+                for step, (prefix, metrics) in enumerate(rows):
+                    logger.log_metrics(metrics, step=step, prefix=prefix)
+        finally:
+            logging.getLogger("rlmetrics").removeHandler(handler)
+        listed = unknown_in_rows(read_jsonl(path), resolve_key_map("trl") if trl else None)
+        assert handler.said == [u.message() for u in listed]
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.said: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if _SAID in text:
+            self.said.append(text.removeprefix("rlmetrics: ").split(". " + _SAID)[0])
+
+
+def test_check_run_prints_and_writes_the_loggers_findings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlmetrics.cli import main
+
+    path = tmp_path / "m.jsonl"
+    with rlmetrics.Logger(backends={"jsonl": {"path": path}}) as logger:
+        logger.log_metrics({"loss": 0.1, "kl_penalti": 0.01}, step=1, prefix="train")
+        logger.log_metrics({"kl_penalty": 0.01}, step=2, prefix="trian")
+    assert main(["check", "--run", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "2 keys logged are known to no declared series, key-map rule or documented list" in out
+    said = [line.split() for line in out.splitlines() if "did you mean" in line]
+    assert [(words[0], words[-1]) for words in said] == [
+        ("kl_penalti", "'kl_penalty'?"),
+        ("trian/kl_penalty", "'train'?"),
+    ]
+    assert main(["check", "--run", str(path), "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["run"]["unknown_keys"]
+    assert [(u["prefix"], u["key"], u["did_you_mean"]) for u in found] == [
+        ("train", "kl_penalti", ["kl_penalty"]),
+        ("trian", "kl_penalty", ["train"]),
+    ]
+    assert found[0]["message"] == unknown_in_rows(read_jsonl(path))[0].message()
