@@ -121,8 +121,9 @@ def read_trajectories(
     limit: int = MAX_ROWS,
 ) -> dict[str, Any]:
     """The run's trajectory rows (``{"rows": [...], "total": n, "with_spans": k}``), the
-    newest ``limit`` of them, each with ``step`` and, when its spans are in ``traces``, its
-    ``turns`` and trajectory ``rewards``."""
+    newest ``limit`` of them, each as logged plus its ``step`` and, when its spans are in
+    ``traces``, ``spans``: its ``turns`` (each a list of generations, tool calls and rewards in
+    time order) and the trajectory's own ``rewards``."""
     path = samples_path(Path(jsonl))
     rows: list[dict[str, Any]] = []
     total = 0
@@ -142,6 +143,6 @@ def read_trajectories(
     for row in rows:
         span = spans.get(_key(row.get("sample_id"), row.get("step")))
         if span is not None:
-            row.update(_tree(traces, span))  # type: ignore[arg-type]
+            row["spans"] = _tree(traces, span)  # type: ignore[arg-type]
             with_spans += 1
     return {"rows": rows, "total": total, "with_spans": with_spans, "traced": traces is not None}

@@ -186,7 +186,7 @@
       const bits = [item.name || "tool", item.outcome || ""];
       if (item.error) bits.push(item.error);
       if (item.latency_s !== undefined) bits.push(fmt(item.latency_s, 3) + " s");
-      return el("div", { class: "item tool " + (item.outcome || "") }, el("div", {}, el("span", { class: "tag" }, "tool call"),
+      return el("div", { class: "item tool " + (item.outcome || ""), "data-tool": item.name || "" }, el("div", {}, el("span", { class: "tag" }, "tool call"),
         bits.filter(Boolean).join(" · ")), textBlock("arguments", item.arguments), textBlock("result", item.result));
     }
     return el("div", { class: "item reward" }, el("span", { class: "tag" }, "reward"),
@@ -195,15 +195,15 @@
 
   function detail(row) {
     const box = el("div", {});
-    if (row.turns) {
-      row.turns.forEach((turn, i) => box.append(el("div", { class: "turn" }, el("b", {}, `Turn ${i + 1}`),
+    if (row.spans) {
+      row.spans.turns.forEach((turn, i) => box.append(el("div", { class: "turn" }, el("b", {}, `Turn ${i + 1}`),
         ...(turn.length ? turn.map(itemNode) : [el("div", { class: "note" }, "(nothing recorded in this turn)")]))));
-      if (!row.turns.length) box.append(el("div", { class: "note" }, "No turns."));
-      for (const r of row.rewards || []) box.append(itemNode(r));
+      if (!row.spans.turns.length) box.append(el("div", { class: "note" }, "No turns."));
+      for (const r of row.spans.rewards) box.append(itemNode(r));
     } else {
       box.append(el("div", { class: "note" }, DATA.trajectories.traced
-        ? `No spans for this trajectory (the span budget kept rows only): ${fmt(row.turns_count)} turns, ${fmt(row.tool_calls)} tool calls.`
-        : `${fmt(row.turns_count)} turns, ${fmt(row.tool_calls)} tool calls: give the run's traces file with --traces to see each.`));
+        ? `No spans for this trajectory (the span budget kept rows only): ${fmt(row.turns)} turns, ${fmt(row.tool_calls)} tool calls.`
+        : `${fmt(row.turns)} turns, ${fmt(row.tool_calls)} tool calls: give the run's traces file with --traces to see each.`));
       const parts = Object.keys(row).filter(k => k.startsWith("reward/"));
       for (const k of parts) box.append(itemNode({ kind: "reward", component: k.slice(7), value: row[k] }));
     }
@@ -217,8 +217,7 @@
   function trajectories() {
     const box = document.getElementById("trajectories");
     const t = DATA.trajectories;
-    const rows = t.rows.map(r => Object.assign({}, r, { turns_count: Array.isArray(r.turns) ? r.turns.length : r.turns,
-      turns: Array.isArray(r.turns) ? r.turns : undefined }));
+    const rows = t.rows;
     if (!rows.length) { box.append(el("p", { class: "empty" }, "The run logged no trajectories (no 'trajectories' rows in its samples file).")); return; }
     const distinct = key => [...new Set(rows.map(r => r[key]).filter(v => v !== undefined && v !== null))].sort();
     const select = (id, label, values) => el("label", {}, label, el("select", { id: id },
@@ -241,7 +240,7 @@
 
     const nodes = rows.map((row, i) => {
       const cells = COLUMNS.map(([key, , num]) => {
-        const v = key === "turns" ? row.turns_count : row[key];
+        const v = row[key];
         if (key === "outcome") return el("td", {}, el("span", { class: "outcome " + v }, v));
         return el("td", { class: num ? "num" : "" }, fmt(v, key === "latency_s" ? 3 : undefined));
       });
