@@ -87,7 +87,7 @@ def test_the_page_asks_for_nothing_and_holds_every_trajectory(
         record = recorded.records[(row["sample_id"], row["step"])]
         tree = row["spans"]
         assert len(tree["turns"]) == len(record["turns"]) == row["turns"]
-        for turn, given in zip(tree["turns"], record["turns"]):
+        for turn, given in zip(tree["turns"], record["turns"], strict=True):
             kinds = [item["kind"] for item in turn]
             assert sorted(kinds) == ["generation", "tool"]
             [tool] = [item for item in turn if item["kind"] == "tool"]
@@ -112,11 +112,9 @@ def test_kept_text_is_data_never_markup(recorded: TrajectoryRun, tmp_path: Path)
     assert any(MARKUP in str(item.get("completion")) for item in first["spans"]["turns"][0])
 
 
-def test_without_traces_the_rows_keep_their_counts(
-    recorded: TrajectoryRun, tmp_path: Path
-) -> None:
+def test_without_traces_the_rows_keep_their_counts(recorded: TrajectoryRun, tmp_path: Path) -> None:
     out = _write(recorded, tmp_path / "run.html")
-    _page_, data = _page(out)
+    _, data = _page(out)
     assert data["timeline"] is None and data["traces"] == []
     rows = data["trajectories"]["rows"]
     assert len(rows) == 18 and not data["trajectories"]["traced"]
@@ -143,5 +141,5 @@ def test_a_run_without_trajectories_still_has_its_page(tmp_path: Path) -> None:
     out = tmp_path / "plain.html"
     done = run_cli("report", jsonl, "--html", out)
     assert done.returncode == 0, done.stderr
-    _page_, data = _page(out)
+    _, data = _page(out)
     assert data["trajectories"] == {"rows": [], "total": 0, "with_spans": 0, "traced": False}

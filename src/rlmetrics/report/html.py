@@ -22,8 +22,8 @@ from typing import Any
 
 from .summary import RunReport
 from .timeline import DEFAULT_STEPS, lanes
-from .trajectory_view import read_trajectories
 from .traces import Span, TraceSet
+from .trajectory_view import read_trajectories
 
 __all__ = ["CSP", "build_page", "page_data", "write_html"]
 
@@ -97,14 +97,24 @@ def _timeline(traces: TraceSet, steps: tuple[int, int] | None) -> dict[str, Any]
 
     return {
         "steps": [
-            {"step": s.attributes.get("rl.iteration"), "start": sec(s.start_ns), "end": sec(s.end_ns)}
+            {
+                "step": s.attributes.get("rl.iteration"),
+                "start": sec(s.start_ns),
+                "end": sec(s.end_ns),
+            }
             for s in window
         ],
         "lanes": [
             {
                 "name": name,
                 "spans": [
-                    [sec(s.start_ns), sec(s.end_ns), str(s.attributes["rl.phase"]), s.bucket, depth(s)]
+                    [
+                        sec(s.start_ns),
+                        sec(s.end_ns),
+                        str(s.attributes["rl.phase"]),
+                        s.bucket,
+                        depth(s),
+                    ]
                     for s in sorted(lane, key=depth)
                 ],
             }
@@ -121,7 +131,7 @@ def page_data(
     timeline_steps: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """What the page draws, as one JSON-able dict."""
-    return _finite(
+    data: dict[str, Any] = _finite(
         {
             "run_id": report.run_id,
             "source": str(jsonl),
@@ -134,10 +144,11 @@ def page_data(
             "trajectories": read_trajectories(jsonl, report.run_id, traces),
         }
     )
+    return data
 
 
 def _asset(name: str) -> str:
-    return resources.files(__package__).joinpath("html_assets", name).read_text("utf-8")
+    return resources.files(__package__).joinpath("html_assets").joinpath(name).read_text("utf-8")
 
 
 def _script_json(data: Mapping[str, Any]) -> str:
