@@ -25,6 +25,7 @@ __all__ = [
     "export_demo",
     "flat",
     "free_port",
+    "listening_on",
 ]
 
 #: Steps of the demo run each UI receives (32 trajectories a step).
@@ -79,13 +80,46 @@ def _end(process: subprocess.Popen[Any]) -> None:
             process.wait(timeout=30)
 
 
+_ADDRESSES = {
+    "0100007F": "127.0.0.1",
+    "00000000": "0.0.0.0",
+    "00000000000000000000000001000000": "::1",
+    "00000000000000000000000000000000": "::",
+}
+
+
+def listening_on(port: int) -> set[str] | None:
+    """The local addresses a socket listens on at ``port`` (Linux's /proc/net tables), or
+    None where there are no such tables."""
+    found: set[str] = set()
+    tables = [Path("/proc/net/tcp"), Path("/proc/net/tcp6")]
+    if not any(t.exists() for t in tables):
+        return None
+    for table in tables:
+        if not table.exists():
+            continue
+        for line in table.read_text().splitlines()[1:]:
+            fields = line.split()
+            address, _, hex_port = fields[1].partition(":")
+            if fields[3] == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(_ADDRESSES.get(address, address))
+    return found
+
+
 class ServerProcess:
     """A server subprocess, its log in ``folder/server.log``."""
 
     def __init__(
-        self, name: str, argv: Sequence[str], folder: Path, env: Mapping[str, str], health: str
+        self,
+        name: str,
+        argv: Sequence[str],
+        folder: Path,
+        env: Mapping[str, str],
+        health: str,
+        ports: Sequence[int],
     ) -> None:
-        self.name, self.health, self.folder = name, health, folder
+        self.name, self.health, self.folder, self.ports = name, health, folder, tuple(ports)
+        self.url = f"http://127.0.0.1:{ports[0]}"
         self.log = folder / "server.log"
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(

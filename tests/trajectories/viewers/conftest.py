@@ -25,7 +25,12 @@ def _need(module: str, install: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def phoenix_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def phoenix_url(phoenix: ServerProcess) -> str:
+    return phoenix.url
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A Phoenix server (``phoenix serve``, sqlite in its working folder)."""
     _need("phoenix.server", "pip install arize-phoenix")
     folder = tmp_path_factory.mktemp("phoenix")
@@ -41,10 +46,11 @@ def phoenix_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "PHOENIX_WORKING_DIR": str(folder),
         },
         health=f"http://127.0.0.1:{port}/healthz",
+        ports=(port, grpc_port),
     )
     try:
         server.wait_healthy()
-        yield f"http://127.0.0.1:{port}"
+        yield server
     finally:
         server.stop()
 
@@ -75,9 +81,10 @@ def mlflow_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         folder,
         {},
         health=f"http://127.0.0.1:{port}/health",
+        ports=(port,),
     )
     try:
         server.wait_healthy()
-        yield f"http://127.0.0.1:{port}"
+        yield server.url
     finally:
         server.stop()

@@ -12,7 +12,7 @@ import pytest
 
 from rlmetrics.testing import wait_until
 
-from ._servers import DemoExport, export_demo, flat
+from ._servers import DemoExport, ServerProcess, export_demo, flat, listening_on
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +99,13 @@ def test_phoenix_keeps_the_genai_and_rl_attributes(phoenix_url: str, exported: D
     assert checked > 64 * 8
     agents = [flat(s.get("attributes") or {}) for s in spans.values()]
     assert sum(a.get("gen_ai.operation.name") == "invoke_agent" for a in agents) == 64
+
+
+def test_phoenix_listens_on_loopback_only(phoenix: ServerProcess) -> None:
+    """Its UI/API/OTLP-HTTP port and its OTLP/gRPC port (which Phoenix binds to every interface
+    unless started as the test starts it) are on 127.0.0.1 and nowhere else."""
+    for port in phoenix.ports:
+        found = listening_on(port)
+        if found is None:
+            pytest.skip("no /proc/net tables to read listening sockets from")
+        assert found == {"127.0.0.1"}, (port, found)
