@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .summary import RunReport
-from .timeline import DEFAULT_STEPS, lanes
+from .timeline import DEFAULT_STEPS, _depth, lanes, rank_window
 from .traces import Span, TraceSet
 from .trajectory_view import read_trajectories
 
@@ -77,23 +77,16 @@ def _timeline(traces: TraceSet, steps: tuple[int, int] | None) -> dict[str, Any]
     if not window:
         return {"steps": [], "lanes": [], "end": 0.0}
     t0 = min(s.start_ns for s in window)
-    found = lanes(traces, window)
+    # With several ranks, each rank's own step spans hold its phases: every rank a lane.
+    found = lanes(traces, rank_window(traces, window))
     spans: list[Span] = [s for lane in found.values() for s in lane]
     end = max([s.end_ns for s in window] + [s.end_ns for s in spans])
 
     def sec(ns: int) -> float:
         return round((ns - t0) / 1e9, 6)
 
-    index = traces.by_id
-
     def depth(span: Span) -> int:
-        d, parent_id = 0, span.parent_id
-        while parent_id is not None and d < 64:
-            parent = index.get((span.trace_id, parent_id))
-            if parent is None or "rl.phase" not in parent.attributes:
-                break
-            d, parent_id = d + 1, parent.parent_id
-        return d
+        return _depth(span, traces.by_id)
 
     return {
         "steps": [
