@@ -66,7 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--otlp-endpoint",
         metavar="URL",
-        help="also export over OTLP gRPC to this collector (host:port or http://host:port)",
+        help="also export over OTLP to this collector (host:port or http://host:port): gRPC, "
+        "or HTTP with OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf (then the base URL, e.g. a "
+        "Phoenix or MLflow server's)",
     )
     parser.add_argument("--run-id", help="the run id resource attribute (default: generated)")
     parser.add_argument(

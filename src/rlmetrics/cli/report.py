@@ -22,7 +22,12 @@ by phase. It needs matplotlib: pip install 'rlmetrics[report]'.
 workers' files) adds goodput per step from the spans beside goodput from the metrics, with the
 documented reason for each difference. --timeline FILE.png draws the steps' phases as bands on
 a time axis, the driver's and each worker's threads as lanes (--timeline-steps FIRST:LAST).
-With several runs in the file, both are about the last one (--run picks another)."""
+With several runs in the file, both are about the last one (--run picks another).
+
+--html FILE.html writes the run as one self-contained page (no network: inline CSS, script and
+SVG): its curves, goodput per step, the timeline (with --traces) and a table of its
+trajectories, filtered by outcome, env and reward, each row opening into its turns, tool calls
+and kept text (from the --traces spans). No extra is needed."""
 
 from __future__ import annotations
 
@@ -116,6 +121,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Trace Event Format, for Perfetto or chrome://tracing (needs --traces)",
     )
     parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE.html",
+        help="write the run as one self-contained HTML page (no network): curves, goodput, "
+        "timeline (with --traces) and its trajectories, filterable, each opening into its turns",
+    )
+    parser.add_argument(
         "--timeline-steps",
         type=_step_range,
         metavar="FIRST:LAST",
@@ -175,6 +187,11 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--perfetto writes spans: give each process's file with --traces"
     if args.keys is not None and args.plot is None:
         return "--keys chooses what --plot draws: give the picture's file with --plot"
+    if args.html is not None:
+        if not args.html.parent.is_dir():
+            return f"--html {args.html}: no such folder {args.html.parent} (create it first)"
+        if args.html.is_dir():
+            return f"--html {args.html} is a folder: name the page's file"
     from ..report.plot import destination_problem
 
     for option, path in (("--plot", args.plot), ("--timeline", args.timeline)):
@@ -235,6 +252,15 @@ def run(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"rlmetrics report: cannot write {args.perfetto}: {exc}\n")
                 return 1
             sys.stderr.write(f"{written} spans written to {args.perfetto} (open it in Perfetto)\n")
+    if args.html is not None:
+        from ..report.html import write_html
+
+        try:
+            count = write_html(report, args.jsonl, args.html, traces, args.timeline_steps)
+        except OSError as exc:
+            sys.stderr.write(f"rlmetrics report: cannot write {args.html}: {exc}\n")
+            return 1
+        sys.stderr.write(f"{args.html} written ({count} trajectories)\n")
     try:
         if args.plot is not None:
             plot_report(report, args.plot)
@@ -252,7 +278,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"rlmetrics report: cannot write the picture: {exc}\n")
         return 1
     plot = str(args.plot) if args.plot else None
-    extra = {"traces": comparison, "timeline": str(args.timeline) if args.timeline else None}
+    extra = {
+        "traces": comparison,
+        "timeline": str(args.timeline) if args.timeline else None,
+        "html": str(args.html) if args.html else None,
+    }
     if args.json:
         if len(reports) == 1:
             print_json({**report.as_dict(), "plot": plot, **extra})
@@ -269,4 +299,6 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"\nPicture: {args.plot}{shown}\n")
         if args.timeline is not None:
             sys.stdout.write(f"\nTimeline: {args.timeline}{shown}\n")
+        if args.html is not None:
+            sys.stdout.write(f"\nPage: {args.html}{shown}\n")
     return 0

@@ -1,0 +1,202 @@
+"""``rlmetrics report --html``: the run in one self-contained HTML file — its curves, goodput
+per step, the timeline of its phases (with ``--traces``) and a table of its trajectories that
+filters by outcome, env and reward and opens a row into its turns, tool calls and kept text.
+
+Self-contained means the file asks for nothing: the CSS, the script and the run's data are
+inline, the charts are SVG the script draws, and the page's Content-Security-Policy forbids
+every request (``default-src 'none'``), so it opens the same from a laptop, a CI artifact or an
+air-gapped cluster. The data is one JSON block; text a text policy kept is shown as text
+(``textContent``), never as markup."""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .summary import RunReport
+from .timeline import DEFAULT_STEPS, _depth, lanes, rank_window
+from .traces import Span, TraceSet
+from .trajectory_view import read_trajectories
+
+__all__ = ["CSP", "build_page", "page_data", "write_html"]
+
+#: Nothing may be fetched: inline style and script only, images from data: URLs.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+#: Step-row keys that are timings (the goodput chart's), not curves.
+_TIMINGS = {"step", "wall_time_s", "idle_s", "productive_s", "goodput_pct"}
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity made None (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _curves(report: RunReport) -> dict[str, list[tuple[int, float]]]:
+    """Every numeric per-step series of the report (reward, KL, loss... and what --keys
+    chose), then goodput %."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for row in report.steps:
+        for key, value in row.items():
+            if key in _TIMINGS or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if math.isfinite(value):
+                curves.setdefault(key, []).append((row["step"], value))
+    for key, points in (report.series or {}).items():
+        curves[key] = list(points)
+    goodput = [
+        (row["step"], row["goodput_pct"])
+        for row in report.steps
+        if isinstance(row.get("goodput_pct"), (int, float))
+    ]
+    if goodput:
+        curves["goodput %"] = goodput
+    return curves
+
+
+def _timeline(traces: TraceSet, steps: tuple[int, int] | None) -> dict[str, Any]:
+    """The phases of a window of steps (the first ``DEFAULT_STEPS`` unless ``steps``), by lane,
+    in seconds from the window's start: what ``--timeline`` draws, as data."""
+    by_step = traces.steps()
+    if steps is None:
+        window = list(by_step.values())[:DEFAULT_STEPS]
+    else:
+        window = [s for n, s in by_step.items() if steps[0] <= n <= steps[1]]
+    if not window:
+        return {"steps": [], "lanes": [], "end": 0.0}
+    t0 = min(s.start_ns for s in window)
+    # With several ranks, each rank's own step spans hold its phases: every rank a lane.
+    found = lanes(traces, rank_window(traces, window))
+    spans: list[Span] = [s for lane in found.values() for s in lane]
+    end = max([s.end_ns for s in window] + [s.end_ns for s in spans])
+
+    def sec(ns: int) -> float:
+        return round((ns - t0) / 1e9, 6)
+
+    def depth(span: Span) -> int:
+        return _depth(span, traces.by_id)
+
+    return {
+        "steps": [
+            {
+                "step": s.attributes.get("rl.iteration"),
+                "start": sec(s.start_ns),
+                "end": sec(s.end_ns),
+            }
+            for s in window
+        ],
+        "lanes": [
+            {
+                "name": name,
+                "spans": [
+                    [
+                        sec(s.start_ns),
+                        sec(s.end_ns),
+                        str(s.attributes["rl.phase"]),
+                        s.bucket,
+                        depth(s),
+                    ]
+                    for s in sorted(lane, key=depth)
+                ],
+            }
+            for name, lane in found.items()
+        ],
+        "end": sec(end),
+    }
+
+
+def page_data(
+    report: RunReport,
+    jsonl: str | os.PathLike[str],
+    traces: TraceSet | None = None,
+    timeline_steps: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """What the page draws, as one JSON-able dict."""
+    data: dict[str, Any] = _finite(
+        {
+            "run_id": report.run_id,
+            "source": str(jsonl),
+            "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "traces": list(traces.sources) if traces is not None else [],
+            "steps": list(report.steps),
+            "goodput": report.goodput,
+            "curves": _curves(report),
+            "timeline": None if traces is None else _timeline(traces, timeline_steps),
+            "trajectories": read_trajectories(jsonl, report.run_id, traces),
+        }
+    )
+    return data
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath("html_assets").joinpath(name).read_text("utf-8")
+
+
+def _script_json(data: Mapping[str, Any]) -> str:
+    """``data`` as JSON safe inside a ``<script>`` element: no ``</script>``, no HTML comment
+    opener, no line separators JavaScript would read as line ends."""
+    text = json.dumps(data, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        text = text.replace(raw, escaped)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def build_page(data: Mapping[str, Any]) -> str:
+    """The whole HTML document for ``data`` (:func:`page_data`)."""
+    title = html.escape(f"rlmetrics run {data.get('run_id') or ''}".strip())
+    sections = (
+        ("curves", "Curves"),
+        ("goodput", "Goodput per step (seconds)"),
+        ("timeline", "Timeline"),
+        ("trajectories", "Trajectories"),
+    )
+    body = "\n".join(f'<h2>{label}</h2>\n<section id="{sid}"></section>' for sid, label in sections)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="rlmetrics report --html">
+<title>{title}</title>
+<style>
+{_asset("report.css")}
+</style>
+</head>
+<body>
+<header id="header"></header>
+{body}
+<script id="rlmetrics-data" type="application/json">{_script_json(data)}</script>
+<script>
+{_asset("report.js")}
+</script>
+</body>
+</html>
+"""
+
+
+def write_html(
+    report: RunReport,
+    jsonl: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    traces: TraceSet | None = None,
+    timeline_steps: tuple[int, int] | None = None,
+) -> int:
+    """Write the page of ``report`` (read from ``jsonl``, with its spans from ``traces``) to
+    ``path``; returns how many trajectory rows it holds."""
+    data = page_data(report, jsonl, traces, timeline_steps)
+    Path(path).write_text(build_page(data), encoding="utf-8")
+    rows: Sequence[Any] = data["trajectories"]["rows"]
+    return len(rows)

@@ -1,0 +1,289 @@
+// rlmetrics report --html: draws the run's data (the JSON block above) with the DOM and SVG
+// only. No network: the page's Content-Security-Policy forbids every fetch.
+"use strict";
+(function () {
+  const DATA = JSON.parse(document.getElementById("rlmetrics-data").textContent);
+  const SVG = "http://www.w3.org/2000/svg";
+  const BUCKETS = { productive: "#4c9f70", overhead: "#5b8db8", idle: "#e07b39", wasted: "#d64550", none: "#b0b0b0" };
+  const PALETTE = ["#e07b39", "#d64550", "#8e6cb8", "#c9a227", "#3ba3a3", "#b86c9a", "#7a8a3b", "#9a6b4b"];
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") node.className = v; else node.setAttribute(k, v);
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    for (const child of children) node.append(child instanceof Node ? child : String(child));
+    return node;
+  }
+  function fmt(v, digits) {
+    if (v === null || v === undefined || v === "") return "";
+    if (typeof v !== "number") return String(v);
+    if (Number.isInteger(v)) return String(v);
+    const a = Math.abs(v);
+    if (a !== 0 && (a < 0.001 || a >= 1e6)) return v.toExponential(2);
+    return v.toFixed(digits === undefined ? (a < 1 ? 4 : 2) : digits);
+  }
+  function title(text) { return svg("title", {}, text); }
+
+  // -- header ----------------------------------------------------------------------------------
+  function header() {
+    const g = DATA.goodput || {};
+    const t = DATA.trajectories;
+    const cards = [
+      ["steps", g.steps],
+      ["goodput", g.goodput_pct === undefined || g.goodput_pct === null ? "" : fmt(g.goodput_pct, 1) + " %"],
+      ["step wall time", g.step_wall_time_s === undefined ? "" : fmt(g.step_wall_time_s, 1) + " s"],
+      ["trajectories", t.total],
+    ];
+    const box = document.getElementById("header");
+    box.append(
+      el("h1", {}, "rlmetrics run " + (DATA.run_id || "")),
+      el("div", { class: "meta" }, DATA.source + (DATA.traces.length ? " · spans from " + DATA.traces.join(", ") : "")),
+      el("div", { class: "cards" }, ...cards.filter(c => c[1] !== undefined && c[1] !== "")
+        .map(([k, v]) => el("div", { class: "card" }, el("b", {}, v), el("span", {}, k)))),
+    );
+  }
+
+  // -- line charts -----------------------------------------------------------------------------
+  function lineChart(name, points, unit) {
+    const W = 330, H = 170, L = 52, R = 10, T = 10, B = 26;
+    const xs = points.map(p => p[0]), ys = points.map(p => p[1]);
+    let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+    let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+    if (x0 === x1) { x0 -= 1; x1 += 1; }
+    if (y0 === y1) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
+    const X = x => L + (x - x0) / (x1 - x0) * (W - L - R);
+    const Y = y => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+    const chart = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": name });
+    chart.append(
+      svg("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }),
+      svg("line", { class: "axis", x1: L, y1: T, x2: L, y2: H - B }),
+      svg("text", { x: L - 4, y: T + 9, "text-anchor": "end" }, fmt(y1)),
+      svg("text", { x: L - 4, y: H - B, "text-anchor": "end" }, fmt(y0)),
+      svg("text", { x: L, y: H - 8 }, "step " + fmt(x0)),
+      svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }, fmt(x1)),
+    );
+    const d = points.map((p, i) => (i ? "L" : "M") + X(p[0]).toFixed(1) + " " + Y(p[1]).toFixed(1)).join(" ");
+    chart.append(svg("path", { class: "curve", d: d }));
+    if (points.length <= 60) {
+      for (const [x, y] of points) {
+        chart.append(svg("circle", { cx: X(x), cy: Y(y), r: 2.2, fill: "#3b6fb6" }, title(`step ${x}: ${fmt(y)}${unit || ""}`)));
+      }
+    }
+    return el("div", { class: "chart" }, el("h3", {}, name), chart);
+  }
+
+  function curves() {
+    const box = document.getElementById("curves");
+    const names = Object.keys(DATA.curves);
+    if (!names.length) { box.append(el("p", { class: "empty" }, "The run logged no curves.")); return; }
+    box.append(el("div", { class: "charts" }, ...names.map(n => lineChart(n, DATA.curves[n]))));
+  }
+
+  // -- goodput: stacked seconds per step ---------------------------------------------------------
+  function goodput() {
+    const box = document.getElementById("goodput");
+    const steps = DATA.steps.filter(s => typeof s.wall_time_s === "number");
+    if (!steps.length) { box.append(el("p", { class: "empty" }, "No step timings in this run.")); return; }
+    const cats = [...new Set(steps.flatMap(s => Object.keys(s.idle_s || {})))].sort();
+    const colour = c => PALETTE[cats.indexOf(c) % PALETTE.length];
+    const W = Math.max(680, Math.min(1400, steps.length * 18 + 80)), H = 240, L = 52, R = 10, T = 10, B = 26;
+    const top = Math.max(...steps.map(s => s.wall_time_s)) || 1;
+    const bw = (W - L - R) / steps.length;
+    const Y = v => T + (1 - v / top) * (H - T - B);
+    const chart = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "goodput per step" });
+    chart.append(
+      svg("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }),
+      svg("text", { x: L - 4, y: T + 9, "text-anchor": "end" }, fmt(top, 1) + " s"),
+      svg("text", { x: L - 4, y: H - B, "text-anchor": "end" }, "0"),
+      svg("text", { x: L, y: H - 8 }, "step " + steps[0].step),
+      svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }, "step " + steps[steps.length - 1].step),
+    );
+    steps.forEach((s, i) => {
+      const x = L + i * bw + bw * 0.1, w = Math.max(1, bw * 0.8);
+      let base = 0;
+      const parts = [["productive", s.productive_s, BUCKETS.productive]]
+        .concat(cats.map(c => [c, (s.idle_s || {})[c] || 0, colour(c)]));
+      const other = s.wall_time_s - parts.reduce((a, p) => a + (p[1] || 0), 0);
+      if (other > 1e-9) parts.push(["other", other, BUCKETS.none]);
+      for (const [name, v, c] of parts) {
+        if (!v) continue;
+        chart.append(svg("rect", { x: x, y: Y(base + v), width: w, height: Y(base) - Y(base + v), fill: c },
+          title(`step ${s.step} · ${name}: ${fmt(v, 2)} s` + (name === "productive" ? ` · goodput ${fmt(s.goodput_pct, 1)} %` : ""))));
+        base += v;
+      }
+    });
+    const legend = el("div", { class: "legend" },
+      el("span", {}, el("i", { style: "background:" + BUCKETS.productive }), "productive"),
+      ...cats.map(c => el("span", {}, el("i", { style: "background:" + colour(c) }), c)));
+    box.append(legend, el("div", { class: "chart" }, chart));
+  }
+
+  // -- timeline: phases by lane, steps shaded -----------------------------------------------------
+  function timeline() {
+    const box = document.getElementById("timeline");
+    const tl = DATA.timeline;
+    if (!tl) { box.append(el("p", { class: "empty" }, "No spans: give the run's traces file with --traces to see its timeline.")); return; }
+    if (!tl.lanes.length) { box.append(el("p", { class: "empty" }, "The traces hold no phases for these steps.")); return; }
+    const LANE = 22, L = 200, R = 10, T = 18, W = 1300;
+    const H = T + tl.lanes.length * LANE + 24;
+    const end = Math.max(tl.end, 1e-9);
+    const X = t => L + t / end * (W - L - R);
+    const chart = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "timeline" });
+    tl.steps.forEach((s, i) => {
+      chart.append(svg("rect", { x: X(s.start), y: T - 14, width: Math.max(1, X(s.end) - X(s.start)), height: H - T - 10 + 14,
+        fill: i % 2 ? "#f2f4f7" : "#e9edf2" }, title(`step ${s.step}: ${fmt(s.end - s.start, 2)} s`)));
+      chart.append(svg("text", { x: X(s.start) + 3, y: T - 4 }, "step " + s.step));
+    });
+    tl.lanes.forEach((lane, i) => {
+      const y = T + i * LANE;
+      chart.append(svg("text", { x: L - 6, y: y + 15, "text-anchor": "end" }, lane.name));
+      for (const [start, stop, phase, bucket, depth] of lane.spans) {
+        const inset = Math.min(depth, 3) * 3;
+        chart.append(svg("rect", { x: X(start), y: y + 2 + inset, width: Math.max(0.5, X(stop) - X(start)),
+          height: LANE - 4 - 2 * inset, fill: BUCKETS[bucket || "none"], stroke: "#fff", "stroke-width": 0.5 },
+          title(`${phase} (${bucket || "no bucket"}): ${fmt(stop - start, 3)} s`)));
+      }
+    });
+    chart.append(svg("text", { x: W - R, y: H - 4, "text-anchor": "end" }, fmt(end, 1) + " s"));
+    const legend = el("div", { class: "legend" }, ...Object.entries(BUCKETS).map(([k, c]) =>
+      el("span", {}, el("i", { style: "background:" + c }), k === "none" ? "no bucket" : k)));
+    box.append(legend, el("div", { class: "chart" }, chart));
+  }
+
+  // -- trajectories ------------------------------------------------------------------------------
+  const COLUMNS = [
+    ["step", "step", true], ["sample_id", "sample", false], ["group_id", "group", false], ["env", "env", false],
+    ["outcome", "outcome", false], ["finish_reason", "finish", false], ["reward", "reward", true],
+    ["turns", "turns", true], ["tool_calls", "tool calls", true], ["input_tokens", "tokens in", true],
+    ["output_tokens", "tokens out", true], ["latency_s", "latency s", true], ["weight_version", "weights", true],
+  ];
+
+  function textBlock(label, text) {
+    if (text === undefined || text === null || text === "") return null;
+    return el("div", {}, el("div", { class: "item" }, el("span", { class: "tag" }, label)),
+      el("pre", { class: "text" }, typeof text === "string" ? text : JSON.stringify(text, null, 1)));
+  }
+
+  function itemNode(item) {
+    if (item.kind === "generation") {
+      const bits = [item.model || "model", `${fmt(item.input_tokens)} → ${fmt(item.output_tokens)} tokens`];
+      if (item.finish_reason) bits.push("finish " + item.finish_reason);
+      if (item.latency_s !== undefined) bits.push(fmt(item.latency_s, 3) + " s");
+      return el("div", { class: "item generation" }, el("div", {}, el("span", { class: "tag" }, "generation"), bits.join(" · ")),
+        textBlock("prompt", item.prompt), textBlock("completion", item.completion));
+    }
+    if (item.kind === "tool") {
+      const bits = [item.name || "tool", item.outcome || ""];
+      if (item.error) bits.push(item.error);
+      if (item.latency_s !== undefined) bits.push(fmt(item.latency_s, 3) + " s");
+      return el("div", { class: "item tool " + (item.outcome || ""), "data-tool": item.name || "" }, el("div", {}, el("span", { class: "tag" }, "tool call"),
+        bits.filter(Boolean).join(" · ")), textBlock("arguments", item.arguments), textBlock("result", item.result));
+    }
+    return el("div", { class: "item reward" }, el("span", { class: "tag" }, "reward"),
+      `${item.component || "reward"} = ${fmt(item.value)}`);
+  }
+
+  function detail(row) {
+    const box = el("div", {});
+    if (row.spans) {
+      row.spans.turns.forEach((turn, i) => box.append(el("div", { class: "turn" }, el("b", {}, `Turn ${i + 1}`),
+        ...(turn.length ? turn.map(itemNode) : [el("div", { class: "note" }, "(nothing recorded in this turn)")]))));
+      if (!row.spans.turns.length) box.append(el("div", { class: "note" }, "No turns."));
+      for (const r of row.spans.rewards) box.append(itemNode(r));
+    } else {
+      box.append(el("div", { class: "note" }, DATA.trajectories.traced
+        ? `No spans for this trajectory (the span budget kept rows only): ${fmt(row.turns)} turns, ${fmt(row.tool_calls)} tool calls.`
+        : `${fmt(row.turns)} turns, ${fmt(row.tool_calls)} tool calls: give the run's traces file with --traces to see each.`));
+      const parts = Object.keys(row).filter(k => k.startsWith("reward/"));
+      for (const k of parts) box.append(itemNode({ kind: "reward", component: k.slice(7), value: row[k] }));
+    }
+    for (const [k, label] of [["error", "error"], ["agent", "agent"], ["trace_id", "trace id"]]) {
+      if (row[k] !== undefined) box.append(el("div", { class: "note" }, `${label}: ${row[k]}`));
+    }
+    box.append(...[textBlock("prompt", row.prompt), textBlock("completion", row.completion)].filter(Boolean));
+    return box;
+  }
+
+  function trajectories() {
+    const box = document.getElementById("trajectories");
+    const t = DATA.trajectories;
+    const rows = t.rows;
+    if (!rows.length) { box.append(el("p", { class: "empty" }, "The run logged no trajectories (no 'trajectories' rows in its samples file).")); return; }
+    const distinct = key => [...new Set(rows.map(r => r[key]).filter(v => v !== undefined && v !== null))].sort();
+    const select = (id, label, values) => el("label", {}, label, el("select", { id: id },
+      el("option", { value: "" }, "all"), ...values.map(v => el("option", { value: String(v) }, String(v)))));
+    const filters = el("div", { class: "filters" },
+      select("f-outcome", "outcome", distinct("outcome")),
+      select("f-env", "env", distinct("env")),
+      el("label", {}, "reward ≥", el("input", { id: "f-reward-min", type: "number", step: "any" })),
+      el("label", {}, "reward ≤", el("input", { id: "f-reward-max", type: "number", step: "any" })),
+      el("label", {}, "sample / group", el("input", { id: "f-text", type: "search", placeholder: "id contains…" })),
+      el("span", { id: "shown" }));
+    const body = el("tbody", {});
+    const table = el("table", { id: "trajectory-table" },
+      el("thead", {}, el("tr", {}, ...COLUMNS.map(([, label, num]) => el("th", { class: num ? "num" : "" }, label)))), body);
+    const note = t.total > rows.length ? el("p", { class: "note" }, `The newest ${rows.length} of ${t.total} trajectories.`) : null;
+    const spanNote = el("p", { class: "note" }, t.traced
+      ? `${t.with_spans} of ${rows.length} trajectories have spans; click a row for its turns.`
+      : "Click a row for its counts; with --traces a row opens into its turns and tool calls.");
+    box.append(...[filters, note, spanNote, table].filter(Boolean));
+
+    const nodes = rows.map((row, i) => {
+      const cells = COLUMNS.map(([key, , num]) => {
+        const v = row[key];
+        if (key === "outcome") return el("td", {}, el("span", { class: "outcome " + v }, v));
+        return el("td", { class: num ? "num" : "" }, fmt(v, key === "latency_s" ? 3 : undefined));
+      });
+      const tr = el("tr", { class: "traj", "data-index": String(i) }, ...cells);
+      tr.addEventListener("click", () => {
+        const next = tr.nextSibling;
+        if (next && next.classList && next.classList.contains("detail")) { next.remove(); tr.classList.remove("open"); return; }
+        tr.classList.add("open");
+        tr.after(el("tr", { class: "detail" }, el("td", { colspan: String(COLUMNS.length) }, detail(row))));
+      });
+      return tr;
+    });
+
+    function apply() {
+      const outcome = document.getElementById("f-outcome").value;
+      const env = document.getElementById("f-env").value;
+      const lo = parseFloat(document.getElementById("f-reward-min").value);
+      const hi = parseFloat(document.getElementById("f-reward-max").value);
+      const text = document.getElementById("f-text").value.trim().toLowerCase();
+      body.replaceChildren();
+      let shown = 0;
+      rows.forEach((row, i) => {
+        if (outcome && String(row.outcome) !== outcome) return;
+        if (env && String(row.env) !== env) return;
+        if (!Number.isNaN(lo) && !(row.reward >= lo)) return;
+        if (!Number.isNaN(hi) && !(row.reward <= hi)) return;
+        if (text && !(`${row.sample_id} ${row.group_id}`.toLowerCase().includes(text))) return;
+        nodes[i].classList.remove("open");
+        body.append(nodes[i]);
+        shown += 1;
+      });
+      document.getElementById("shown").textContent = `${shown} of ${rows.length} trajectories`;
+    }
+    for (const id of ["f-outcome", "f-env", "f-reward-min", "f-reward-max", "f-text"]) {
+      document.getElementById(id).addEventListener("input", apply);
+    }
+    apply();
+  }
+
+  header();
+  curves();
+  goodput();
+  timeline();
+  trajectories();
+  document.body.setAttribute("data-ready", "1");
+})();

@@ -1,0 +1,148 @@
+"""A run's trajectories as the HTML report shows them: every ``trajectories`` row of its samples
+file (the rows ``log_trajectories`` and ``rlmetrics.trajectory`` wrote), each with its turns,
+tool calls, rewards and kept text read from the run's spans when a traces file is given.
+
+A row and its spans are the same record (docs/trajectories.md): they are matched by sample id
+and step (the trajectory span's ``rl.sample.id`` and ``rl.iteration``). A row without spans
+(the span budget dropped them, or no traces file was read) keeps its counts and says so."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..backends.jsonl import read_jsonl, samples_path
+from ..tracing import ITERATION_ATTR
+from .traces import Span, TraceSet
+
+__all__ = ["TABLE", "MAX_ROWS", "read_trajectories"]
+
+#: The samples table trajectories are logged to.
+TABLE = "trajectories"
+#: Rows the page holds at most (the newest are kept): a browser table past this is unusable.
+MAX_ROWS = 20_000
+_TRAJECTORY_OP = "invoke_agent"
+_OPERATION = "gen_ai.operation.name"
+
+
+def _key(sample_id: Any, step: Any) -> tuple[str, Any]:
+    return str(sample_id), step
+
+
+def _seconds(span: Span) -> float:
+    return round(span.seconds, 6)
+
+
+def _item(span: Span) -> dict[str, Any] | None:
+    """One generation, tool call or reward of a turn, as the page shows it."""
+    a = span.attributes
+    op = a.get(_OPERATION)
+    if op == "chat":
+        reasons = a.get("gen_ai.response.finish_reasons")
+        item = {
+            "kind": "generation",
+            "model": a.get("gen_ai.request.model"),
+            "input_tokens": a.get("gen_ai.usage.input_tokens"),
+            "output_tokens": a.get("gen_ai.usage.output_tokens"),
+            "finish_reason": ", ".join(map(str, reasons))
+            if isinstance(reasons, (list, tuple))
+            else reasons,
+            "latency_s": _seconds(span),
+            "prompt": a.get("gen_ai.input.messages"),
+            "completion": a.get("gen_ai.output.messages"),
+        }
+    elif op == "execute_tool":
+        item = {
+            "kind": "tool",
+            "name": a.get("gen_ai.tool.name"),
+            "outcome": a.get("rl.tool.outcome"),
+            "error": a.get("error.type"),
+            "latency_s": _seconds(span),
+            "arguments": a.get("gen_ai.tool.call.arguments"),
+            "result": a.get("gen_ai.tool.call.result"),
+        }
+    elif span.name.startswith("rl.reward"):
+        item = {
+            "kind": "reward",
+            "component": a.get("rl.reward.component"),
+            "value": a.get("rl.reward"),
+        }
+    else:
+        return None
+    item["start_ns"] = span.start_ns
+    return {k: v for k, v in item.items() if v is not None}
+
+
+def _ordered(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    items.sort(key=lambda i: i.pop("start_ns"))
+    return items
+
+
+def _tree(traces: TraceSet, trajectory: Span) -> dict[str, Any]:
+    """A trajectory span's turns (each its generations, tool calls and rewards in time order)
+    and its own rewards."""
+    turns: list[tuple[Any, int, list[dict[str, Any]]]] = []
+    rewards: list[dict[str, Any]] = []
+    for child in traces.children.get((trajectory.trace_id, trajectory.span_id), ()):
+        if child.name == "rl.turn":
+            found = [
+                item
+                for grandchild in traces.children.get((child.trace_id, child.span_id), ())
+                if (item := _item(grandchild)) is not None
+            ]
+            index = child.attributes.get("rl.turn.index")
+            turns.append((index if isinstance(index, int) else 1 << 62, child.start_ns, found))
+        else:
+            item = _item(child)
+            if item is not None and item["kind"] == "reward":
+                rewards.append(item)
+    turns.sort(key=lambda t: (t[0], t[1]))
+    return {
+        "turns": [_ordered(items) for _i, _s, items in turns],
+        "rewards": _ordered(rewards),
+    }
+
+
+def _spans_by_sample(traces: TraceSet) -> dict[tuple[str, Any], Span]:
+    out: dict[tuple[str, Any], Span] = {}
+    for span in traces.spans:
+        a = span.attributes
+        if a.get(_OPERATION) == _TRAJECTORY_OP and "rl.sample.id" in a:
+            out[_key(a["rl.sample.id"], a.get(ITERATION_ATTR))] = span
+    return out
+
+
+def read_trajectories(
+    jsonl: str | os.PathLike[str],
+    run_id: str | None,
+    traces: TraceSet | None = None,
+    limit: int = MAX_ROWS,
+) -> dict[str, Any]:
+    """The run's trajectory rows (``{"rows": [...], "total": n, "with_spans": k}``), the
+    newest ``limit`` of them, each as logged plus its ``step`` and, when its spans are in
+    ``traces``, ``spans``: its ``turns`` (each a list of generations, tool calls and rewards in
+    time order) and the trajectory's own ``rewards``."""
+    path = samples_path(Path(jsonl))
+    rows: list[dict[str, Any]] = []
+    total = 0
+    if path.is_file():
+        for line in read_jsonl(path):
+            sample = line.get("sample")
+            if line.get("name") != TABLE or not isinstance(sample, Mapping):
+                continue
+            if run_id is not None and line.get("run_id") != run_id:
+                continue
+            total += 1
+            rows.append({"step": line.get("step"), **sample})
+            if len(rows) > limit:
+                del rows[: len(rows) - limit]
+    spans = _spans_by_sample(traces) if traces is not None else {}
+    with_spans = 0
+    for row in rows:
+        span = spans.get(_key(row.get("sample_id"), row.get("step")))
+        if span is not None:
+            row["spans"] = _tree(traces, span)  # type: ignore[arg-type]
+            with_spans += 1
+    return {"rows": rows, "total": total, "with_spans": with_spans, "traced": traces is not None}

@@ -1,0 +1,97 @@
+"""A run with trajectories for ``rlmetrics report --html``'s tests: three steps through the real
+Logger and telemetry, spans to an OTLP/JSON file, text kept (``full``) so the page has text to
+show — a text holding markup, which the page must show as text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import rlmetrics
+from rlmetrics.backends.jsonl import samples_path
+from rlmetrics.testing import isolated_state
+from rlmetrics.trajectories import configure
+
+__all__ = ["MARKUP", "TrajectoryRun", "record_trajectory_run", "trajectory_rows"]
+
+#: Kept text that is markup: the page must show it, never run or render it.
+MARKUP = "</script><b id='injected'>bold?</b>"
+_OUTCOMES = ("success", "failure", "success", "error", "truncated", "success")
+
+
+class TrajectoryRun:
+    def __init__(self, jsonl: Path, traces: Path, records: dict[tuple[str, int], dict[str, Any]]):
+        self.jsonl, self.traces, self.records = jsonl, traces, records
+
+
+def _record(step: int, index: int) -> dict[str, Any]:
+    outcome = _OUTCOMES[index % len(_OUTCOMES)]
+    turns = 1 + (index + step) % 3
+    return {
+        "sample_id": f"{step}-{index}",
+        "group_id": f"{step}-g{index // 3}",
+        "env": ("math", "code")[index % 2],
+        "agent": "solver",
+        "outcome": outcome,
+        "finish_reason": "stop" if outcome == "success" else "length",
+        "weight_version": step,
+        "error": "TimeoutError" if outcome == "error" else None,
+        "prompt": f"question {step}-{index} {MARKUP}",
+        "turns": [
+            {
+                "generations": [
+                    {
+                        "model": "policy",
+                        "input_tokens": 100 + turn,
+                        "output_tokens": 20 + turn,
+                        "finish_reason": "tool_calls",
+                        "latency_s": 0.5,
+                        "completion": f"turn {turn} says {MARKUP}",
+                    }
+                ],
+                "tool_calls": [
+                    {
+                        "name": ("search", "python")[turn % 2],
+                        "outcome": "error" if (index + turn) % 4 == 0 else "success",
+                        "latency_s": 0.25,
+                    }
+                ],
+            }
+            for turn in range(turns)
+        ],
+        "rewards": [
+            {"value": 1.0 if outcome == "success" else 0.0, "component": "correct"},
+            {"value": 0.25 * (index % 3), "component": "format"},
+        ],
+    }
+
+
+def record_trajectory_run(folder: Path, steps: int = 3, per_step: int = 6) -> TrajectoryRun:
+    jsonl, traces = folder / "metrics.jsonl", folder / "traces.jsonl"
+    records: dict[tuple[str, int], dict[str, Any]] = {}
+    with isolated_state():
+        configure(text="full")
+        with (
+            rlmetrics.start(exporters={"otlp_file": {"path": traces}}, run_id="html-run"),
+            rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger,
+        ):
+            for step in range(1, steps + 1):
+                with rlmetrics.step(step, logger=logger):
+                    batch = [_record(step, i) for i in range(per_step)]
+                    records.update({(r["sample_id"], step): r for r in batch})
+                    with rlmetrics.phase("generation", bucket="productive"):
+                        logger.log_trajectories(batch, step=step)
+                    mean = sum(r["rewards"][0]["value"] for r in batch) / per_step
+                    logger.log_metrics({"reward": mean, "loss": 1.0 / step}, step=step)
+    return TrajectoryRun(jsonl, traces, records)
+
+
+def trajectory_rows(jsonl: Path) -> list[dict[str, Any]]:
+    """The trajectory rows the run's samples file holds, each with its step."""
+    rows = []
+    for line in samples_path(jsonl).read_text().splitlines():
+        row = json.loads(line)
+        if row.get("name") == "trajectories":
+            rows.append({"step": row["step"], **row["sample"]})
+    return rows

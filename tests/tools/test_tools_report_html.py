@@ -1,0 +1,145 @@
+"""``rlmetrics report --html`` without a browser: the page asks for nothing (no http(s) source
+or link, a Content-Security-Policy that forbids every request), holds every trajectory row of
+the run with its turns from the spans, and carries kept text as data, never as markup."""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_html_support import MARKUP, TrajectoryRun, record_trajectory_run, trajectory_rows
+from tools_support import run_cli
+
+from rlmetrics.report.html import CSP
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> TrajectoryRun:
+    return record_trajectory_run(tmp_path_factory.mktemp("html-run"))
+
+
+class _Page(html.parser.HTMLParser):
+    """Every tag with its attributes, and the data block's text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.data: str | None = None
+        self._in_data = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        self.tags.append((tag, found))
+        self._in_data = tag == "script" and found.get("id") == "rlmetrics-data"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_data = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_data:
+            self.data = (self.data or "") + data
+
+
+def _page(path: Path) -> tuple[_Page, dict[str, Any]]:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    assert page.data is not None, "no data block"
+    return page, json.loads(page.data)
+
+
+def _write(recorded: TrajectoryRun, out: Path, *extra: str) -> Path:
+    done = run_cli("report", recorded.jsonl, "--html", out, *extra)
+    assert done.returncode == 0, done.stderr
+    assert f"Page: {out}" in done.stdout
+    return out
+
+
+def test_the_page_asks_for_nothing_and_holds_every_trajectory(
+    recorded: TrajectoryRun, tmp_path: Path
+) -> None:
+    out = _write(recorded, tmp_path / "run.html", "--traces", recorded.traces)
+    page, data = _page(out)
+    text = out.read_text(encoding="utf-8")
+    # No resource from anywhere: no external src/href, no <link>, <iframe>, <img>, <object>.
+    for tag, attrs in page.tags:
+        assert tag not in {"link", "iframe", "img", "object", "embed", "base"}, tag
+        for name in ("src", "href", "action", "data", "srcset"):
+            value = attrs.get(name) or ""
+            assert not re.match(r"\s*(https?:)?//", value), (tag, name, value)
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text)
+    assert not re.search(r"url\(\s*['\"]?(https?:)?//", text)
+    assert not re.search(r"@import|fetch\(|XMLHttpRequest|WebSocket|EventSource", text)
+    [csp] = [a["content"] for t, a in page.tags if a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp == CSP and "default-src 'none'" in csp
+    # Every trajectory row of the samples file, with its turns from the spans.
+    rows = trajectory_rows(recorded.jsonl)
+    shown = data["trajectories"]
+    assert shown["total"] == len(rows) == len(recorded.records) == 18
+    assert shown["with_spans"] == len(rows)
+    assert [(r["sample_id"], r["step"]) for r in shown["rows"]] == [
+        (r["sample_id"], r["step"]) for r in rows
+    ]
+    for row in shown["rows"]:
+        record = recorded.records[(row["sample_id"], row["step"])]
+        tree = row["spans"]
+        assert len(tree["turns"]) == len(record["turns"]) == row["turns"]
+        for turn, given in zip(tree["turns"], record["turns"], strict=True):
+            kinds = [item["kind"] for item in turn]
+            assert sorted(kinds) == ["generation", "tool"]
+            [tool] = [item for item in turn if item["kind"] == "tool"]
+            assert tool["name"] == given["tool_calls"][0]["name"]
+            assert tool["outcome"] == given["tool_calls"][0]["outcome"]
+        assert {(r["component"], r["value"]) for r in tree["rewards"]} == {
+            (r["component"], r["value"]) for r in record["rewards"]
+        }
+    # Curves, goodput and the timeline's lanes are there.
+    assert {"reward", "loss"} <= set(data["curves"])
+    assert data["timeline"]["lanes"] and [s["step"] for s in data["timeline"]["steps"]] == [1, 2, 3]
+
+
+def test_kept_text_is_data_never_markup(recorded: TrajectoryRun, tmp_path: Path) -> None:
+    out = _write(recorded, tmp_path / "run.html", "--traces", recorded.traces)
+    page, data = _page(out)
+    text = out.read_text(encoding="utf-8")
+    assert MARKUP not in text  # escaped inside the JSON block: no early </script>
+    assert not any(attrs.get("id") == "injected" for _t, attrs in page.tags)
+    first = data["trajectories"]["rows"][0]
+    assert MARKUP in first["prompt"]
+    assert any(MARKUP in str(item.get("completion")) for item in first["spans"]["turns"][0])
+
+
+def test_without_traces_the_rows_keep_their_counts(recorded: TrajectoryRun, tmp_path: Path) -> None:
+    out = _write(recorded, tmp_path / "run.html")
+    _, data = _page(out)
+    assert data["timeline"] is None and data["traces"] == []
+    rows = data["trajectories"]["rows"]
+    assert len(rows) == 18 and not data["trajectories"]["traced"]
+    assert all(isinstance(r["turns"], int) and "spans" not in r for r in rows)
+
+
+def test_a_page_with_nowhere_to_go_is_refused_before_anything_is_read(
+    recorded: TrajectoryRun, tmp_path: Path
+) -> None:
+    done = run_cli("report", recorded.jsonl, "--html", tmp_path / "missing" / "run.html")
+    assert done.returncode == 2 and "no such folder" in done.stderr
+    done = run_cli("report", recorded.jsonl, "--html", tmp_path)
+    assert done.returncode == 2 and "is a folder" in done.stderr
+
+
+def test_a_run_without_trajectories_still_has_its_page(tmp_path: Path) -> None:
+    jsonl = tmp_path / "plain.jsonl"
+    jsonl.write_text(
+        "".join(
+            json.dumps({"time": 1.0 + s, "step": s, "metrics": {"train/reward": s / 10}}) + "\n"
+            for s in range(1, 4)
+        )
+    )
+    out = tmp_path / "plain.html"
+    done = run_cli("report", jsonl, "--html", out)
+    assert done.returncode == 0, done.stderr
+    _, data = _page(out)
+    assert data["trajectories"] == {"rows": [], "total": 0, "with_spans": 0, "traced": False}

@@ -1,0 +1,189 @@
+"""``rlmetrics report --html`` in a real browser: Debian's Chromium (``/usr/bin/chromium``, or
+``RLMETRICS_CHROMIUM``) driven by Playwright. The page loads from a file with no console
+message and no request but its own; it shows one row per trajectory the run logged; a row
+opens into its turns (kept text shown as text); the filters show exactly the rows they
+should. The demo's page is screenshotted (``RLMETRICS_HTML_SCREENSHOTS=FOLDER`` keeps its top
+and its trajectory table: that is how docs/images/report-html*.png are made).
+
+Skipped without Playwright or the browser, unless ``RLMETRICS_REQUIRE_CHROMIUM=1`` (the
+``html`` tox env) makes that a failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_html_support import MARKUP, TrajectoryRun, record_trajectory_run, trajectory_rows
+from tools_support import run_cli
+
+CHROMIUM = os.environ.get("RLMETRICS_CHROMIUM", "/usr/bin/chromium")
+REQUIRED = os.environ.get("RLMETRICS_REQUIRE_CHROMIUM") == "1"
+
+
+def _unavailable(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"RLMETRICS_REQUIRE_CHROMIUM=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed (pip install playwright)")
+    if not os.access(CHROMIUM, os.X_OK):
+        _unavailable(f"no browser at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+class Loaded:
+    """A page and everything it said and asked for while loading."""
+
+    def __init__(self, page: Any, messages: list[str], requests: list[str]) -> None:
+        self.page, self.messages, self.requests = page, messages, requests
+
+    def rows(self) -> int:
+        return int(self.page.locator("#trajectory-table tbody tr.traj").count())
+
+
+def _open(browser: Any, path: Path) -> Loaded:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    messages: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("requestfailed", lambda r: messages.append(f"requestfailed: {r.url}"))
+    page.goto(path.resolve().as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+    return Loaded(page, messages, requests)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrajectoryRun, Path]:
+    run = record_trajectory_run(tmp_path_factory.mktemp("html-browser"))
+    out = run.jsonl.with_name("run.html")
+    done = run_cli("report", run.jsonl, "--traces", run.traces, "--html", out)
+    assert done.returncode == 0, done.stderr
+    return run, out
+
+
+@pytest.fixture
+def loaded(browser: Any, recorded: tuple[TrajectoryRun, Path]) -> Iterator[Loaded]:
+    found = _open(browser, recorded[1])
+    try:
+        yield found
+    finally:
+        found.page.close()
+
+
+def test_the_page_loads_offline_with_a_row_per_trajectory(
+    loaded: Loaded, recorded: tuple[TrajectoryRun, Path]
+) -> None:
+    run, out = recorded
+    assert loaded.messages == []
+    assert loaded.requests == [out.resolve().as_uri()]
+    assert loaded.rows() == len(trajectory_rows(run.jsonl)) == 18
+    assert loaded.page.locator("#shown").inner_text() == "18 of 18 trajectories"
+    # The charts were drawn: a curve per series, the goodput bars, the timeline's phases.
+    assert loaded.page.locator("#curves svg path.curve").count() >= 2
+    assert loaded.page.locator("#goodput svg rect").count() >= 3
+    assert loaded.page.locator("#timeline svg rect").count() >= 6
+
+
+def test_a_row_opens_into_its_turns_and_closes_again(
+    loaded: Loaded, recorded: tuple[TrajectoryRun, Path]
+) -> None:
+    run, _ = recorded
+    page = loaded.page
+    row = page.locator("tr.traj", has=page.locator("td", has_text="2-1")).first
+    record = run.records[("2-1", 2)]
+    row.click()
+    detail = page.locator("tr.detail")
+    assert detail.count() == 1
+    assert detail.locator(".turn").count() == len(record["turns"])
+    tools = detail.locator(".item.tool")
+    assert [tools.nth(i).get_attribute("data-tool") for i in range(tools.count())] == [
+        turn["tool_calls"][0]["name"] for turn in record["turns"]
+    ]
+    assert detail.locator(".item.generation").count() == len(record["turns"])
+    # Kept text is shown as text: the markup in it is neither rendered nor run.
+    assert MARKUP in detail.inner_text()
+    assert page.locator("#injected").count() == 0
+    row.click()
+    assert page.locator("tr.detail").count() == 0
+    assert loaded.messages == []
+
+
+def _expect_rows(loaded: Loaded, rows: list[dict[str, Any]]) -> None:
+    shown = loaded.page.locator("#trajectory-table tbody tr.traj td:nth-child(2)")
+    assert sorted(shown.all_inner_texts()) == sorted(r["sample_id"] for r in rows)
+
+
+def test_the_filters_show_exactly_the_rows_they_match(
+    loaded: Loaded, recorded: tuple[TrajectoryRun, Path]
+) -> None:
+    rows = trajectory_rows(recorded[0].jsonl)
+    page = loaded.page
+    page.select_option("#f-outcome", "failure")
+    _expect_rows(loaded, [r for r in rows if r["outcome"] == "failure"])
+    page.select_option("#f-outcome", "success")
+    page.select_option("#f-env", "code")
+    _expect_rows(loaded, [r for r in rows if r["outcome"] == "success" and r["env"] == "code"])
+    page.select_option("#f-outcome", "")
+    page.select_option("#f-env", "")
+    page.fill("#f-reward-min", "0.5")
+    _expect_rows(loaded, [r for r in rows if r["reward"] >= 0.5])
+    page.fill("#f-reward-max", "1.25")
+    _expect_rows(loaded, [r for r in rows if 0.5 <= r["reward"] <= 1.25])
+    page.fill("#f-reward-min", "")
+    page.fill("#f-reward-max", "")
+    page.fill("#f-text", "3-")
+    _expect_rows(loaded, [r for r in rows if r["sample_id"].startswith("3-")])
+    page.fill("#f-text", "")
+    assert loaded.rows() == len(rows)
+    assert loaded.messages == []
+
+
+def test_the_demos_page_reads_well(browser: Any, tmp_path: Path) -> None:
+    """The demo's run, as a user would open it: every one of its trajectories in the table, a
+    row opened, the whole page screenshotted."""
+    output = tmp_path / "demo"
+    done = run_cli(
+        "demo", "--steps", "8", "--interval", "0", "--prometheus-port", "0", "--no-plot",
+        "--output", output, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    page_file = output / "run.html"
+    jsonl, traces = output / "metrics.jsonl", output / "traces.jsonl"
+    done = run_cli("report", jsonl, "--traces", traces, "--html", page_file)
+    assert done.returncode == 0, done.stderr
+    loaded = _open(browser, page_file)
+    try:
+        assert loaded.messages == [] and loaded.requests == [page_file.resolve().as_uri()]
+        assert loaded.rows() == len(trajectory_rows(jsonl)) > 0
+        loaded.page.locator("tr.traj").nth(3).click()
+        assert loaded.page.locator("tr.detail .turn").count() >= 1
+        table = tmp_path / "report-html-trajectories.png"
+        loaded.page.screenshot(path=str(table))
+        loaded.page.evaluate("window.scrollTo(0, 0)")
+        top = tmp_path / "report-html.png"
+        loaded.page.screenshot(path=str(top))
+        assert top.stat().st_size > 10_000 and table.stat().st_size > 10_000
+        keep = os.environ.get("RLMETRICS_HTML_SCREENSHOTS")
+        if keep:
+            for shot in (top, table):
+                shutil.copyfile(shot, Path(keep) / shot.name)
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()
