@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import hookimpl
+from .. import hookimpl, stall_watch
 from ..events import SETUP_TIMING_PREFIX, WALL_TIME_KEY
 from ..liveness import MEDIAN_WINDOW, Step, liveness
 from ..registry import declare, record
@@ -38,6 +38,7 @@ __all__ = [
     "NUMBER",
     "log_metrics",
     "telemetry_started",
+    "telemetry_stopping",
 ]
 
 GROUP = "rl.step"
@@ -103,3 +104,9 @@ def _publish(newest: Step) -> None:
 @hookimpl
 def telemetry_started() -> None:
     liveness.reset()
+    stall_watch.watch(True)
+
+
+@hookimpl
+def telemetry_stopping() -> None:
+    stall_watch.watch(False)
