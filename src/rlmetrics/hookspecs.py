@@ -152,7 +152,7 @@ def on_alert(alert: Alert) -> None:
         no new trainer step for longer than the stall rule allows, the rule ``/health`` and
         Prometheus' alert apply), ``state`` (``firing`` / ``resolved``), a ``summary``, the
         newest ``step`` and the ``time_s``. Called from rlmetrics' stall-watch thread while
-        telemetry runs; each Logger's backends that take alerts (``log_alert``) get it too.
+        telemetry exports; each Logger's backends that take alerts (``log_alert``) get it too.
     """
 
 

@@ -4,7 +4,8 @@ hook (and each Logger's backends that take alerts) when the run goes silent for 
 
 Prometheus evaluates the same rule over the ``rl.step.*`` series, and ``/health`` on request;
 this thread is for the trackers that keep alerts of their own (Trackio), which see nothing of
-Prometheus. It runs while telemetry does (the liveness family starts and stops it), wakes every
+Prometheus. It runs while telemetry exports (the liveness family starts and stops it: steps
+reach the liveness state only then), wakes every
 :data:`CHECK_INTERVAL_S` and reads the liveness state: one snapshot under its lock, no I/O.
 The rule is the Prometheus exporter's when one runs (its ``stall_*`` options), else the default
 one with ``RLMETRICS_STALL_AFTER_S``.

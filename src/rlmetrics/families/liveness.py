@@ -22,7 +22,7 @@ health path reads too.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import hookimpl, stall_watch
 from ..events import SETUP_TIMING_PREFIX, WALL_TIME_KEY
@@ -30,6 +30,9 @@ from ..liveness import MEDIAN_WINDOW, Step, liveness
 from ..registry import declare, record
 from ..spec import MAX, MIN, Kind, MetricSpec
 from ..values import as_number
+
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
 
 __all__ = [
     "GROUP",
@@ -102,9 +105,11 @@ def _publish(newest: Step) -> None:
 
 
 @hookimpl
-def telemetry_started() -> None:
+def telemetry_started(telemetry: Telemetry) -> None:
     liveness.reset()
-    stall_watch.watch(True)
+    # Steps reach the liveness state only while telemetry exports (log_metrics is a tee):
+    # without a reader every silence would look like a stall.
+    stall_watch.watch(telemetry.exporting)
 
 
 @hookimpl
