@@ -4,6 +4,7 @@ storage and API."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -135,3 +136,22 @@ def test_a_stall_fires_and_resolves_as_trackio_alerts(
         handle.shutdown()
     (text,) = [a["text"] for a in trackio.Api().alerts(project, run=run) if "firing" in a["title"]]
     assert "no new trainer step for 601 s" in text
+
+
+def test_a_trajectory_that_cannot_become_a_trace_is_said_once_and_the_rest_land(
+    project: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rlmetrics_trackio.backend import TrackioBackend
+
+    from rlmetrics.trajectories import parse_trajectories, settings
+
+    (good,) = parse_trajectories([RECORD], settings().text)
+    backend = TrackioBackend(project=project, name="direct")
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        backend.log_trajectories([object(), good, object()], 5, [None, None, None])  # type: ignore[list-item]
+        backend.finish()
+    said = [r.getMessage() for r in caplog.records if "Trackio trace" in r.getMessage()]
+    assert len(said) == 1 and "it is skipped" in said[0]
+    traces = SQLiteStorage.get_traces(project, run="direct")
+    assert [(t["step"], t["metadata"]["sample_id"]) for t in traces] == [(5, "p3-2")]
+    assert "trace_id" not in traces[0]["metadata"]  # not traced: no OpenTelemetry trace

@@ -33,6 +33,12 @@ def _ms(seconds: float | None) -> float | None:
     return round(seconds * 1000.0, 3)
 
 
+def _status(outcome: str) -> str:
+    """Trackio's span status: ``success``, or ``error`` for any other outcome (a failed or
+    truncated rollout, a tool call that timed out), which its dashboard marks."""
+    return "success" if outcome == "success" else "error"
+
+
 def _number(value: float | None) -> float | None:
     """A number Trackio's JSON keeps (NaN and ±inf are absent)."""
     return value if value is not None and math.isfinite(value) else None
@@ -72,7 +78,7 @@ def _tool(spans: _Spans, call: ToolCall, parent: str) -> None:
         "tool",
         parent,
         duration_ms=_ms(call.latency_s),
-        status="success" if call.outcome == "success" else "error",
+        status=_status(call.outcome),
         error=call.error,
         input=call.arguments,
         output=call.result,
@@ -132,7 +138,7 @@ def trace_of(t: Trajectory, trace_id: str | None) -> trackio.Trace:
         "span",
         None,
         duration_ms=_ms(seconds),
-        status="success" if t.outcome == "success" else "error",
+        status=_status(t.outcome),
         error=t.error,
         metadata={"outcome": t.outcome, "reward": _number(t.reward)},
     )
@@ -152,7 +158,7 @@ def trace_of(t: Trajectory, trace_id: str | None) -> trackio.Trace:
         "env": t.env,
         "agent": t.agent,
         "outcome": t.outcome,
-        "status": "success" if t.outcome == "success" else "error",
+        "status": _status(t.outcome),
         "finish_reason": t.finish_reason,
         "reward": _number(t.reward),
         "weight_version": t.weight_version,
