@@ -287,6 +287,21 @@ PROBES: dict[str, list[Probe] | str] = {
     "Which distribution wins an entry-point name clash, or a backend/exporter/demo-part name two "
     "plugins register": "not a start()/Logger() setting: tests/test_plugins.py",
     "Strict mode": [_strict("start", "telemetry"), _strict("logger", "logger")],
+    "Naming profile (the proposed RL conventions' names beside rlmetrics')": [
+        Probe(
+            "start",
+            {
+                "default": "rlmetrics",
+                "file": "rl_proposal",
+                "env": "rlmetrics",
+                "call": "rl_proposal",
+            },
+            lambda h: h.naming,
+            call=lambda v: {"naming": v},
+            env=lambda v: {"RLMETRICS_NAMING": v},
+            file=lambda v: f"[telemetry]\nnaming = {_toml(v)}\n",
+        )
+    ],
     "The configuration file": "the file itself: every File cell of this table, and "
     "tests/test_configuration_sources.py",
     "Logger backends": [

@@ -64,6 +64,10 @@ class Seen:
         self.calls["on_trajectories"] = batch
 
     @rlmetrics.hookimpl
+    def on_alert(self, alert: Any) -> None:
+        self.calls.setdefault("on_alert", []).append(alert)
+
+    @rlmetrics.hookimpl
     def telemetry_started(self, telemetry: Any) -> None:
         self.calls["telemetry_started"] = (telemetry, rlmetrics.is_exporting())
 
@@ -118,6 +122,58 @@ def test_hook_on_trajectories() -> None:
         "failure",
         1,
     )
+
+
+def test_hook_on_alert(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process stall rule fires RLStepStalled when the run goes silent past its bound
+    and resolves it when a step arrives; a backend with ``log_alert`` gets the same alerts."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from rlmetrics import liveness, stall_watch
+
+    now = [1_000.0]
+    monkeypatch.setattr(liveness, "clock", lambda: now[0])
+    monkeypatch.setattr(stall_watch, "CHECK_INTERVAL_S", 3600.0)  # checked by hand below
+    taken: list[Any] = []
+
+    class AlertBackend:
+        inline = True
+
+        def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+            pass
+
+        def log_alert(self, alert: Any) -> None:
+            taken.append(alert)
+
+        def finish(self) -> None:
+            pass
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register("alerts", AlertBackend)
+
+    seen = _seen()
+    register(Offers(), "offers-alerts")
+    with rlmetrics.start(readers=[InMemoryMetricReader()]):
+        watch = stall_watch.watch(True)
+        assert watch is not None
+        logger = rlmetrics.Logger(backends={"alerts": {}})
+        logger.log_metrics({"loss": 1.0}, step=4, prefix="train")
+        assert watch.check() is None  # not silent long enough
+        now[0] += 601.0
+        fired = watch.check()
+        assert fired is not None and watch.check() is None  # said once while it holds
+        logger.log_metrics({"loss": 1.0}, step=5, prefix="train")
+        resolved = watch.check()
+        logger.finish()
+    assert [(a.name, a.state, a.step) for a in seen.calls["on_alert"]] == [
+        ("RLStepStalled", "firing", 4),
+        ("RLStepStalled", "resolved", 5),
+    ]
+    assert seen.calls["on_alert"] == [fired, resolved]
+    assert "601 s" in fired.summary and fired.time_s == 1_601.0
+    assert taken == [fired, resolved]
 
 
 def test_hook_telemetry_started() -> None:

@@ -32,6 +32,12 @@ Rules:
   declared series that sums across ranks (its weight) other than itself.
 - ``load``: a plugin that failed to import declared nothing that can be checked (an error:
   its declarations may be the reason).
+- ``rl-proposal``: no series takes a name the proposed RL conventions define
+  (semantic-conventions-genai #88: :data:`rlmetrics.families.rl_proposal.PROPOSAL_NAMES`), nor
+  one under such a name: ``rlmetrics.start(naming="rl_proposal")`` speaks the proposal, and a
+  plugin's ``rl.train.loss`` of another meaning would collide with it. The proposal's
+  histograms the profile records (``rl.loop.duration``...) are declared by rlmetrics, so
+  ``duplicate-name`` and ``name`` hold them; rlmetrics' own names hold the rest of ``rl.*``.
 - ``key-map``: every key map offered (``register_key_maps``) maps onto declared series it can
   record into, with declared attributes, and onto known efficiency categories; no two of its
   keys land on one series (or one category).
@@ -83,6 +89,7 @@ RULES: Mapping[str, str] = {
     "reduce": "the reduction across ranks fits the instrument; a weighted mean's weight exists",
     "load": "the plugin imported (a failed one declared nothing checkable)",
     "key-map": "a key map's targets are declared and recordable; no two keys on one series",
+    "rl-proposal": "no series takes, or sits under, a name the proposed RL conventions define",
 }
 
 
@@ -267,6 +274,25 @@ def _name_findings(item: Declared, names: Iterable[str]) -> list[tuple[str, str,
     return out
 
 
+def _proposal_problem(name: str) -> str | None:
+    """Why ``name`` collides with the proposed RL conventions, else None."""
+    from .families.rl_proposal import PROPOSAL_NAMES
+
+    lowered = name.lower()
+    for reserved in PROPOSAL_NAMES:
+        if lowered == reserved:
+            return (
+                f"{name!r} is a name the proposed RL conventions define (semantic-conventions-"
+                "genai #88), which naming='rl_proposal' speaks: choose another name"
+            )
+        if lowered.startswith(reserved + "."):
+            return (
+                f"{name!r} sits under {reserved!r}, a series of the proposed RL conventions "
+                "(semantic-conventions-genai #88): a series cannot also be a namespace"
+            )
+    return None
+
+
 def _unit_problem(unit: str) -> str | None:
     parts = unit.split("/")
     if len(parts) > 2:
@@ -410,6 +436,9 @@ def check_declared(
         spec = item.spec
         for severity, message, attribute in _name_findings(item, names):
             add(item, "name", severity, message, attribute)
+        problem = _proposal_problem(spec.name)
+        if problem:
+            add(item, "rl-proposal", ERROR, problem, None)
         problem = _unit_problem(spec.unit)
         if problem:
             add(item, "unit", ERROR, problem, None)
@@ -477,7 +506,14 @@ def new_series_problems(spec: MetricSpec, declared: Iterable[MetricSpec]) -> lis
     names = [other.name for other in others]
     problems = [m for severity, m, _ in _name_findings(item, names) if severity == ERROR]
     problems += [
-        p for p in (_unit_problem(spec.unit), _unit_in_name(item), _total_suffix(item)) if p
+        p
+        for p in (
+            _proposal_problem(spec.name),
+            _unit_problem(spec.unit),
+            _unit_in_name(item),
+            _total_suffix(item),
+        )
+        if p
     ]
     exposed = prometheus_name(spec)
     for other in others:

@@ -33,7 +33,7 @@ and the variables ``RLMETRICS_EXPORTERS=otlp,prometheus`` / ``RLMETRICS_BACKENDS
 (a choice replacing the file's), ``RLMETRICS_EXPORTER_<NAME>_<OPTION>`` /
 ``RLMETRICS_BACKEND_<NAME>_<OPTION>`` (one option: ``RLMETRICS_BACKEND_WANDB_PROJECT=grpo``;
 a TOML value, else the text), ``RLMETRICS_KEY_MAP``, ``RLMETRICS_STRICT``,
-``RLMETRICS_UNKNOWN_KEYS``.
+``RLMETRICS_UNKNOWN_KEYS``, ``RLMETRICS_NAMING``.
 """
 
 from __future__ import annotations
@@ -334,6 +334,7 @@ TELEMETRY_SETTINGS: dict[str, Option] = {
     "disable_plugins": TEXT_LIST,
     "resource": TABLE,
     "strict": FLAG,
+    "naming": TEXT,
 }
 #: The settings of the file's ``[logger]`` table: each a ``Logger()`` argument, what it is.
 LOGGER_SETTINGS: dict[str, Option] = {
@@ -561,6 +562,7 @@ SETTING_VARIABLES: dict[str, dict[str, str]] = {
         "export_interval_s": "OTEL_METRIC_EXPORT_INTERVAL",
         "traces": "OTEL_TRACES_EXPORTER",
         "strict": "RLMETRICS_STRICT",
+        "naming": "RLMETRICS_NAMING",
     },
     "logger": {
         "key_map": KEY_MAP_ENV,

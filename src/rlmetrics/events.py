@@ -20,12 +20,15 @@ from .values import as_number, as_plain, encodable, readable_items
 
 __all__ = [
     "AGGREGATE_EFFICIENCY_KEYS",
+    "ALERT_FIRING",
+    "ALERT_RESOLVED",
     "EFFICIENCY_PREFIX",
     "ROLLOUT_EVENT_TYPES",
     "SETUP_TIMING_PREFIX",
     "STEP_KEY",
     "TRAIN_PREFIXES",
     "WALL_TIME_KEY",
+    "Alert",
     "CheckpointOutcome",
     "CheckpointRestore",
     "CheckpointSave",
@@ -203,6 +206,30 @@ def setup_phase(key: str) -> str | None:
         if key.endswith(suffix) and len(key) > len(suffix):
             return key[: -len(suffix)]
     return None
+
+
+#: An alert's two states: it started to hold, or it stopped holding.
+ALERT_FIRING = "firing"
+ALERT_RESOLVED = "resolved"
+
+
+@attrs.frozen
+class Alert:
+    """An alert rlmetrics evaluated in this process changed state (the ``on_alert`` hook).
+
+    :param name: the rule, as Prometheus' rule of the same meaning is named
+        (``RLStepStalled``).
+    :param state: :data:`ALERT_FIRING` or :data:`ALERT_RESOLVED`.
+    :param summary: one line saying what holds (or held), for a person.
+    :param step: the newest trainer step when it changed state (None before the first).
+    :param time_s: when, in Unix seconds.
+    """
+
+    name: str
+    state: str
+    summary: str
+    step: int | None
+    time_s: float
 
 
 @attrs.frozen

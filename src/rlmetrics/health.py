@@ -156,11 +156,9 @@ def _backends() -> dict[str, dict[str, int]]:
 def health(rule: StallRule) -> tuple[int, dict[str, Any]]:
     """``(HTTP status, JSON body)`` of the health path, now, under stall rule ``rule``."""
     snapshot = liveness.liveness.snapshot()
-    stall_after = rule.limit_s(snapshot.interval_median_s)
     now = liveness.clock()
-    since = snapshot.last_step_time if snapshot.last_step_time is not None else None
-    origin = since if since is not None else snapshot.started_time
-    silent = None if origin is None else max(0.0, now - origin)
+    since = snapshot.last_step_time
+    silent, stall_after = liveness.silence(snapshot, rule, now)
     if silent is not None and silent > stall_after:
         status = "stalled"
     elif snapshot.step is None:

@@ -31,7 +31,7 @@ from .registry import is_exporting
 
 if TYPE_CHECKING:
     from .backends import BackendFactory
-    from .events import EfficiencySummary, RolloutEvent, SetupTimings
+    from .events import Alert, EfficiencySummary, RolloutEvent, SetupTimings
     from .exporters import ExporterFactory
     from .plugins import Plugins
     from .telemetry import Telemetry
@@ -278,6 +278,9 @@ class Hooks:
     def on_trajectories(self, batch: TrajectoryBatch) -> None:
         if self.wanted("on_trajectories"):
             self._call_data_hook("on_trajectories", batch=batch)
+
+    def on_alert(self, alert: Alert) -> None:
+        _fan_out(self._hook.on_alert, alert=alert)
 
     def telemetry_started(self, telemetry: Telemetry) -> None:
         _fan_out(self._hook.telemetry_started, telemetry=telemetry)

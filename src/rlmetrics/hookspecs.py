@@ -23,7 +23,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from .backends import BackendFactory
-    from .events import EfficiencySummary, RolloutEvent, SetupTimings
+    from .events import Alert, EfficiencySummary, RolloutEvent, SetupTimings
     from .exporters import ExporterFactory
     from .telemetry import Telemetry
     from .tracing import PhaseKind
@@ -138,6 +138,21 @@ def on_trajectories(batch: TrajectoryBatch) -> None:
         exemplars: :func:`rlmetrics.trajectories.inside`) and ``batch.dropped`` (how many
         the span budget left without spans). Their spans have ended and their rows are
         logged when this is called.
+    """
+
+
+# -- alerts ----------------------------------------------------------------------------------
+
+
+@hookspec
+def on_alert(alert: Alert) -> None:
+    """An alert rlmetrics evaluates in this process started or stopped firing.
+
+    :param alert: an :class:`rlmetrics.events.Alert`: its rule's ``name`` (``RLStepStalled``:
+        no new trainer step for longer than the stall rule allows, the rule ``/health`` and
+        Prometheus' alert apply), ``state`` (``firing`` / ``resolved``), a ``summary``, the
+        newest ``step`` and the ``time_s``. Called from rlmetrics' stall-watch thread while
+        telemetry exports; each Logger's backends that take alerts (``log_alert``) get it too.
     """
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "StallRule",
     "Step",
     "clock",
+    "silence",
     "liveness",
 ]
 
@@ -143,3 +144,15 @@ class Liveness:
 
 #: The process's liveness state (one telemetry session at a time).
 liveness = Liveness()
+
+
+def silence(snapshot: Snapshot, rule: StallRule, now: float) -> tuple[float | None, float]:
+    """``(seconds silent, stall limit)`` of ``snapshot`` at ``now`` under ``rule``: silent since
+    the newest step, or since the session started when there is none (None before either).
+    The run is stalled when the first exceeds the second: ``/health`` and the in-process
+    ``RLStepStalled`` alert decide it here."""
+    limit = rule.limit_s(snapshot.interval_median_s)
+    origin = (
+        snapshot.last_step_time if snapshot.last_step_time is not None else snapshot.started_time
+    )
+    return (None if origin is None else max(0.0, now - origin)), limit

@@ -50,7 +50,13 @@ from .configuration import (
     resolve,
     suggest,
 )
-from .events import SETUP_TIMING_PREFIX, TRAIN_PREFIXES, EfficiencySummary, RolloutEvent
+from .events import (
+    SETUP_TIMING_PREFIX,
+    TRAIN_PREFIXES,
+    Alert,
+    EfficiencySummary,
+    RolloutEvent,
+)
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
 from .hyperparams import to_hyperparams
@@ -685,6 +691,17 @@ def _configured_source(settings: Mapping[str, tuple[Any, str]], name: str) -> st
 #: Every Logger of this process not finished yet (held weakly): the interpreter's exit
 #: finishes them.
 _unfinished: weakref.WeakSet[Logger] = weakref.WeakSet()
+
+
+def alert_loggers(alert: Alert) -> None:
+    """``backend.log_alert(alert)`` on every backend of every unfinished Logger of this
+    process that takes alerts (:class:`rlmetrics.backends.TakesAlerts`). Never raises."""
+    for logger in list(_unfinished):
+        if logger._pid == os.getpid():
+            try:
+                logger._call_backends("log_alert", alert)
+            except Exception:
+                warn_once("logger:alert", "rlmetrics: an alert could not reach a Logger's backends")
 
 
 def _finish_at_exit() -> None:

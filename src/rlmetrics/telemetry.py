@@ -30,6 +30,7 @@ from ._warn import (
 )
 from .plugins import check_plugin_lists, hooks, load_plugins
 from .registry import MetricRegistry, default_registry
+from .tracing import naming as _naming
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -55,6 +56,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "disable_plugins": None,
     "resource": None,
     "strict": False,
+    "naming": "rlmetrics",
 }
 
 
@@ -102,6 +104,13 @@ class Telemetry:
     @property
     def run_id(self) -> str:
         return str(self.resource.get("rlmetrics.run.id"))
+
+    @property
+    def naming(self) -> str:
+        """The naming profile: ``rlmetrics`` (the default) or ``rl_proposal``
+        (:mod:`rlmetrics.families.rl_proposal`)."""
+        value = self.settings.get("naming", ("rlmetrics", ""))[0]
+        return str(value)
 
     @property
     def exporting(self) -> bool:
@@ -175,6 +184,7 @@ class Telemetry:
             # Spans still open (a phase on a thread that never ended) end first, so they and
             # the step summaries they complete are exported by the shutdown below.
             _tracing.unbind()
+            _naming.use(None)
             hooks().telemetry_stopping(self)
             built = self._built
             if built is not None:
@@ -285,6 +295,7 @@ def start(
     otlp_endpoint: str | None = None,
     resume: bool | None = None,
     strict: bool | None = None,
+    naming: str | None = None,
 ) -> Telemetry:
     """Start exporting every declared series.
 
@@ -324,6 +335,11 @@ def start(
     :param strict: strict mode until shutdown (also ``RLMETRICS_STRICT=1``): a warning that
         something asked for is not happening raises :class:`~rlmetrics.StrictModeError` from
         the next rlmetrics call (docs/configuration.md, "Strict mode"); for CI and first runs.
+    :param naming: ``"rl_proposal"`` also speaks the proposed RL conventions' names
+        (semantic-conventions-genai #88: ``rl.{loop,sample,reward,train,sync}.duration``, the
+        spans ``rl.loop``, ``rl.sample``..., ``rl.run.id`` on the resource); also
+        ``RLMETRICS_NAMING`` and ``[telemetry] naming``. Default ``"rlmetrics"``: its own names
+        only (docs/conventions.md).
 
     Raises :class:`TelemetryError` if telemetry is already running in this process or an
     exporter cannot start (nothing is left running then), and
@@ -362,6 +378,7 @@ def start(
             "disable_plugins": None if disable_plugins is None else list(disable_plugins),
             "resource": resource,
             "strict": strict,
+            "naming": naming,
         },
         SETTING_DEFAULTS,
     )
@@ -378,6 +395,14 @@ def start(
         resource = _under_the_environment(resource)
     strict_given = strict
     strict = bool(settings["strict"][0])
+    naming, naming_source = settings["naming"]
+    from .families import rl_proposal  # the profile's histograms are declared with it
+
+    if naming not in rl_proposal.NAMINGS:
+        raise ConfigurationError(
+            f"naming must be one of {list(rl_proposal.NAMINGS)}, got {naming!r}"
+            + from_source(None if naming_source == CALL else naming_source)
+        )
     if export_interval_s is not None and not export_interval_s > 0:
         raise ConfigurationError(
             f"export_interval_s must be a positive number, got {export_interval_s}"
@@ -433,6 +458,8 @@ def start(
         from ._providers import build_provider, resource_attributes
 
         attributes = resource_attributes(service_name, service_version, run_id, resource)
+        if naming == rl_proposal.RL_PROPOSAL:
+            attributes.update(rl_proposal.resource_attributes(attributes))
         built = None
         if wanted or readers or span_processors:
             built = build_provider(
@@ -452,6 +479,7 @@ def start(
         _tracing.new_session()
         if built is not None and built.tracer_provider is not None:
             _tracing.bind(built.tracer_provider.get_tracer("rlmetrics", __version__))
+        _naming.use(rl_proposal.Profile() if naming == rl_proposal.RL_PROPOSAL else None)
         handle = Telemetry(built, registry, attributes, resume=resume, strict=strict)
         handle.settings = settings
         # Strict mode held on, or (an explicit strict=False) off against RLMETRICS_STRICT.

@@ -263,3 +263,53 @@ def test_check_of_one_plugin_ignores_another_plugins_load_failure(tmp_path: Path
     everything = run_cli("check", "--json", env=env)
     loads = [f["plugin"] for f in json.loads(everything.stdout)["findings"] if f["rule"] == "load"]
     assert (everything.returncode, loads) == (1, ["acme-broken:acme_broken"])
+
+
+def test_a_name_of_the_proposed_rl_conventions_is_reserved() -> None:
+    """Both namespaces (docs/conventions.md): a series may not take a name the RL proposal
+    defines, nor sit under one; rlmetrics' own rl.* names beside them pass."""
+    gauge = Kind.GAUGE
+    assert _rules(
+        MetricSpec("rl.train.loss", gauge, unit="1"),
+        MetricSpec("rl.environment.reward.mean.policy", gauge, unit="1"),
+        MetricSpec("rl.reward.mean", gauge, unit="1"),
+        MetricSpec("rl.train.loss_scale", gauge, unit="1"),
+    ) == {
+        ("rl-proposal", "rl.train.loss"),
+        ("rl-proposal", "rl.environment.reward.mean.policy"),
+    }
+
+
+PROPOSAL_NAME = """
+import rlmetrics
+from rlmetrics import Kind, MetricSpec
+
+rlmetrics.declare("acme", [
+    MetricSpec("rl.train.mfu", Kind.GAUGE, unit="1", description="the proposal's name"),
+])
+"""
+PROFILE_SERIES = """
+import rlmetrics
+from rlmetrics import Kind, MetricSpec
+
+rlmetrics.declare("acme", [
+    MetricSpec("rl.sample.duration", Kind.HISTOGRAM, unit="s", buckets=[1, 2],
+               description="the profile's histogram, declared again"),
+])
+"""
+
+
+def test_a_plugin_cannot_collide_with_the_profiles_series_or_the_proposals(
+    tmp_path: Path,
+) -> None:
+    install(tmp_path, "acme-rl", {"acme_rl.py": PROPOSAL_NAME}, {"acme_rl": "acme_rl"})
+    install(
+        tmp_path, "acme-sample", {"acme_sample.py": PROFILE_SERIES}, {"acme_sample": "acme_sample"}
+    )
+    done = run_cli("check", "--json", env={"PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 1
+    found = {(f["rule"], f["plugin"]): f["message"] for f in json.loads(done.stdout)["findings"]}
+    assert "#88" in found[("rl-proposal", "acme-rl:acme_rl")]
+    # The profile's own histograms are rlmetrics' declarations: declaring one again fails the
+    # plugin's import, loudly, naming the series.
+    assert "rl.sample.duration" in found[("load", "acme-sample:acme_sample")]

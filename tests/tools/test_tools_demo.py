@@ -276,3 +276,30 @@ def test_the_demos_output_folder_is_ignored_by_git(tmp_path: Path) -> None:
         timeout=60,
     )
     assert sorted(done.stdout.split()) == sorted(written)
+
+
+def test_a_demo_under_the_rl_naming_profile_speaks_the_proposal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RLMETRICS_NAMING=rl_proposal (docs/conventions.md): the demo's steps are ``rl.loop``
+    spans, its training and refit-bubble phases ``rl.train`` / ``rl.sync``, the resource
+    carries ``rl.run.id``; the report still finds every step and reconciles goodput."""
+    from rlmetrics.report.traces import read_traces
+
+    monkeypatch.setenv("RLMETRICS_NAMING", "rl_proposal")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "rl.algorithm=grpo,rl.system=rlmetrics-demo")
+    options = DemoOptions(steps=4, seed=1, output=tmp_path, interval_s=0.0, prometheus_port=0)
+    result = run_demo(options, say=io.StringIO(), progress=io.StringIO())
+    assert result.traces is not None and result.goodput is not None
+    traces = read_traces([result.traces])
+    names = {span.name for span in traces.spans}
+    assert {"rl.loop", "rl.train", "rl.sync"} <= names
+    assert not names & {"rl.step", "rl.policy_training", "rl.idle.refit_bubble"}
+    assert sorted(traces.steps()) == [1, 2, 3, 4]
+    assert result.goodput["unexplained_steps"] == []
+    [resource] = {
+        tuple(sorted(span.resource.items())) for span in traces.spans if span.name == "rl.loop"
+    }
+    attributes = dict(resource)
+    assert attributes["rl.run.id"] == result.run_id
+    assert (attributes["rl.algorithm"], attributes["rl.system"]) == ("grpo", "rlmetrics-demo")

@@ -4,11 +4,12 @@ A backend is any object with ``log_metrics(metrics, step, prefix)`` and ``finish
 offered by a plugin's ``register_backends`` hook under a name that ``Logger(backends=...)``
 selects. The built-in ``jsonl`` and ``console`` backends are plugins like any other.
 
-Two methods are optional, and a backend that has them gets what the Logger logs through them
-(third-party backends included): ``log_hyperparams(params)`` (:class:`TakesHyperparams`) and
-``log_samples(rows, step, name)`` (:class:`TakesSamples`). A factory that names an
-``identity`` parameter is handed the run's :class:`~rlmetrics.identity.RunIdentity` (its id,
-and whether this process resumes it).
+Four methods are optional, and a backend that has them gets what the Logger logs through them
+(third-party backends included): ``log_hyperparams(params)`` (:class:`TakesHyperparams`),
+``log_samples(rows, step, name)`` (:class:`TakesSamples`), ``log_trajectories(trajectories,
+step, trace_ids)`` (:class:`TakesTrajectories`) and ``log_alert(alert)``
+(:class:`TakesAlerts`). A factory that names an ``identity`` parameter is handed the run's
+:class:`~rlmetrics.identity.RunIdentity` (its id, and whether this process resumes it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from .._warn import describe_value, warn_once
 from ..events import STEP_KEY, WALL_TIME_KEY
@@ -24,12 +25,18 @@ from ..hooks import collect_offers
 from ..plugins import Plugins, get_plugins
 from ..values import as_number
 
+if TYPE_CHECKING:
+    from ..events import Alert
+    from ..trajectories import Trajectory
+
 __all__ = [
     "AXIS_KEYS",
     "Backend",
     "BackendFactory",
+    "TakesAlerts",
     "TakesHyperparams",
     "TakesSamples",
+    "TakesTrajectories",
     "BackendUnavailable",
     "StepAxis",
     "as_step",
@@ -74,6 +81,28 @@ class TakesSamples(Protocol):
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """Show ``rows`` (dicts of JSON values, prompt/completion/reward and any other column,
         bounded by the Logger: :mod:`rlmetrics.samples`) as the table ``name`` at ``step``."""
+
+
+@runtime_checkable
+class TakesTrajectories(Protocol):
+    """A backend that shows finished rollouts as traces of its own (optional; every backend
+    gets them as sample rows through ``log_samples`` regardless)."""
+
+    def log_trajectories(
+        self, trajectories: Sequence[Trajectory], step: int, trace_ids: Sequence[str | None]
+    ) -> None:
+        """Show ``trajectories`` (checked records, :class:`rlmetrics.trajectories.Trajectory`)
+        logged at ``step``; ``trace_ids[i]`` is the OpenTelemetry trace id (32 hex digits) of
+        the i-th one's spans, None where it has none."""
+
+
+@runtime_checkable
+class TakesAlerts(Protocol):
+    """A backend that keeps alerts of its own (optional)."""
+
+    def log_alert(self, alert: Alert) -> None:
+        """Keep ``alert`` (:class:`rlmetrics.events.Alert`: a rule rlmetrics evaluates in
+        this process started or stopped firing). Called from rlmetrics' stall-watch thread."""
 
 
 BackendFactory = Callable[..., Backend]

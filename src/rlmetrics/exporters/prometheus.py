@@ -46,6 +46,7 @@ from ..configuration import PORT, POSITIVE_NUMBER, TEXT, declare_options
 from ..dashboard.promql import unit_named
 from ..health import HEALTH_PATH, STALL_AFTER_ENV, health, stall_rule
 from ..liveness import StallRule
+from ..stall_watch import configure_rule
 from ..telemetry import TelemetryError
 from . import Exporter
 
@@ -342,6 +343,7 @@ def make_exporter(
     host = host or os.environ.get(HOST_ENV, "").strip() or DEFAULT_HOST
     port = port_from_env() if port is None else port
     rule = stall_rule(stall_after_s, stall_factor, stall_min_s)
+    configure_rule(rule)  # the in-process RLStepStalled alert applies the same rule
     # A registry of our own: a second start in one process must not find the first's collector.
     registry = CollectorRegistry()
     reader = make_reader(registry)

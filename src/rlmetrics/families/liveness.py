@@ -22,14 +22,17 @@ health path reads too.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import hookimpl
+from .. import hookimpl, stall_watch
 from ..events import SETUP_TIMING_PREFIX, WALL_TIME_KEY
 from ..liveness import MEDIAN_WINDOW, Step, liveness
 from ..registry import declare, record
 from ..spec import MAX, MIN, Kind, MetricSpec
 from ..values import as_number
+
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
 
 __all__ = [
     "GROUP",
@@ -38,6 +41,7 @@ __all__ = [
     "NUMBER",
     "log_metrics",
     "telemetry_started",
+    "telemetry_stopping",
 ]
 
 GROUP = "rl.step"
@@ -101,5 +105,13 @@ def _publish(newest: Step) -> None:
 
 
 @hookimpl
-def telemetry_started() -> None:
+def telemetry_started(telemetry: Telemetry) -> None:
     liveness.reset()
+    # Steps reach the liveness state only while telemetry exports (log_metrics is a tee):
+    # without a reader every silence would look like a stall.
+    stall_watch.watch(telemetry.exporting)
+
+
+@hookimpl
+def telemetry_stopping() -> None:
+    stall_watch.watch(False)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..tracing import ITERATION_ATTR, STEP_SPAN
+from ..tracing import ITERATION_ATTR, STEP_SPANS
 from .traces import Span, TraceSet
 
 __all__ = ["trace_events", "write_perfetto"]
@@ -87,7 +87,7 @@ def trace_events(traces: TraceSet) -> dict[str, Any]:
                 "args": _args(span),
             }
         )
-        if span.name == STEP_SPAN and span.attributes.get(ITERATION_ATTR) is not None:
+        if span.name in STEP_SPANS and span.attributes.get(ITERATION_ATTR) is not None:
             events.append(
                 {
                     "name": f"step {span.attributes[ITERATION_ATTR]}",

@@ -38,7 +38,7 @@ import attrs
 
 from ..exporters.otlp_file import read_spans, span_attributes
 from ..families import efficiency
-from ..tracing import BUCKET_ATTR, BUCKETS, ITERATION_ATTR, PHASE_ATTR, STEP_SPAN
+from ..tracing import BUCKET_ATTR, BUCKETS, ITERATION_ATTR, PHASE_ATTR, STEP_SPANS
 
 __all__ = [
     "RANK_ATTRS",
@@ -162,7 +162,7 @@ class TraceSet:
         out: dict[int, Span] = {}
         for span in self.spans:
             iteration = span.attributes.get(ITERATION_ATTR)
-            if span.name == STEP_SPAN and type(iteration) is int:
+            if span.name in STEP_SPANS and type(iteration) is int:
                 out[iteration] = span
         return dict(sorted(out.items()))
 

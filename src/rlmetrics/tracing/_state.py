@@ -18,6 +18,7 @@ from .accounting import DEFAULT_CLOCK, PhaseKind, PhaseSeconds
 
 if TYPE_CHECKING:
     from .binding import Binding
+    from .naming import Naming
     from .scopes import Scope, Step
 
 __all__ = ["kinds", "new_session", "reset", "state", "target"]
@@ -50,6 +51,8 @@ class _State:
         self.last_step: int | None = None
         self.open: dict[int, Scope] = {}  # open scopes while tracing, by id
         self.sequence = 0
+        #: The naming profile in use (``start(naming=...)``); None: rlmetrics' names only.
+        self.naming: Naming | None = None
 
     def new_session(self) -> None:
         """A telemetry session starts: the accounting starts afresh (:meth:`start_run`)

@@ -25,6 +25,7 @@ from .. import plugins as _plugins
 from .._warn import describe_key, describe_value, warn_once
 from ._state import kinds, state, target
 from .accounting import BUCKETS, MAX_PENDING, PhaseSeconds, clock_of
+from .naming import phase_seconds
 from .scopes import BUCKET_ATTR, ITERATION_ATTR, PHASE_ATTR, Scope, exited_unentered, span_tags
 
 __all__ = [
@@ -144,6 +145,8 @@ class Phase(Scope):
         if type(name) is not str:
             self._valid_name()  # reported once; accounted nowhere
             return
+        if state.naming is not None:
+            phase_seconds(state.naming, name, seconds)
         try:
             timer = self._timer
             if timer is not None:
@@ -196,13 +199,25 @@ class Phase(Scope):
         name, t0 = self._phase, self._t0
         if type(name) is not str or t0 is None:
             return
+        if state.naming is not None:
+            phase_seconds(state.naming, name, (t1 - t0) / 1e9)
         accounts = self._timer if self._timer is not None else target(name)
         if accounts is not None:
             accounts.record(name, (t1 - t0) / 1e9)
 
     def _name(self) -> str:
         name = self._valid_name()
-        return _INVALID_NAME if name is None else phase_span_name(name)
+        if name is None:
+            return _INVALID_NAME
+        naming = state.naming
+        if naming is not None:  # a stage of the profile takes the profile's span name
+            try:
+                stage = naming.stage(name)
+                if stage is not None:
+                    return naming.span_name(stage)
+            except Exception:
+                warn_once("naming:span", "rlmetrics: the naming profile could not name a span")
+        return phase_span_name(name)
 
     def _attributes(self) -> dict[str, Any]:
         name = self._valid_name()

@@ -23,6 +23,7 @@ from ..redaction import REDACTED, configured_redaction
 from ..values import as_step
 from ._state import state
 from .accounting import Clock, clock_of
+from .naming import LOOP, step_seconds
 
 if TYPE_CHECKING:
     from ..logger import Logger
@@ -35,6 +36,7 @@ __all__ = [
     "ROLLOUT_SPAN",
     "RUN_SPAN",
     "STEP_SPAN",
+    "STEP_SPANS",
     "THREAD_ID_ATTR",
     "THREAD_NAME_ATTR",
     "TRUNCATED_ATTR",
@@ -64,6 +66,9 @@ THREAD_NAME_ATTR = "thread.name"
 
 RUN_SPAN = "rl.run"
 STEP_SPAN = "rl.step"
+#: What a step's span is called: ``rl.step``, or ``rl.loop`` under the RL naming profile
+#: (``start(naming="rl_proposal")``); a trace's readers take either.
+STEP_SPANS = frozenset({STEP_SPAN, "rl.loop"})
 ROLLOUT_SPAN = "rl.rollout"
 
 
@@ -312,6 +317,12 @@ class Step(Scope):
         return self
 
     def _name(self) -> str:
+        naming = state.naming
+        if naming is not None:
+            try:
+                return naming.span_name(LOOP)
+            except Exception:
+                warn_once("naming:span", "rlmetrics: the naming profile could not name a span")
         return STEP_SPAN
 
     def _attributes(self) -> dict[str, Any]:
@@ -319,6 +330,12 @@ class Step(Scope):
         attributes: dict[str, Any] = span_tags(tags, "rlmetrics.step") if tags else {}
         if self._iteration is not None:
             attributes[ITERATION_ATTR] = self._iteration
+        naming = state.naming
+        if naming is not None:
+            try:
+                naming.step_attributes(attributes, self._iteration)
+            except Exception:
+                warn_once("naming:step-tags", "rlmetrics: the naming profile's step tags failed")
         for key, value, kinds in (
             (WEIGHT_VERSION_ATTR, weight_version, (str, int)),
             (GENERATIONS_ATTR, generations, (int,)),
@@ -339,6 +356,8 @@ class Step(Scope):
         with contextlib.suppress(ValueError):
             state.steps.remove(self)
         t0 = self._t0
+        if state.naming is not None and t0 is not None:
+            step_seconds(state.naming, (t1 - t0) / 1e9)
         if not self._deliver or t0 is None:  # its window ends all the same: the next step
             state.step_timer.take()  # starts from zero
             return

@@ -33,6 +33,13 @@ def _trace_id(context: Any, binding: Any) -> str | None:
         return None
 
 
+def _trace_ids(contexts: Sequence[Any], binding: Any, count: int) -> list[str | None]:
+    """Each trajectory's trace id (None where it has no span: not tracing, over budget)."""
+    if not contexts:
+        return [None] * count
+    return [None if c is None else _trace_id(c, binding) for c in contexts]
+
+
 def _trainer_weight_version() -> int | None:
     """The open step's ``weight_version``, when it is an int: the policy being trained."""
     steps = state.steps
@@ -102,13 +109,20 @@ def deliver(
     )
     # Rows only for a Logger with backends (building them is most of a batch's own cost).
     if logger is not None and trajectories and (logger._inline or logger._workers):
+        trace_ids = _trace_ids(contexts, binding, len(trajectories))
         try:
-            rows = [
-                row_of(t, None if c is None else _trace_id(c, binding))
-                for t, c in zip(trajectories, contexts or [None] * len(trajectories), strict=True)
-            ]
+            rows = [row_of(t, i) for t, i in zip(trajectories, trace_ids, strict=True)]
             logger.log_samples(rows, number if number is not None else 0, name)
         except Exception:
             warn_once("trajectory:rows", "rlmetrics: trajectory rows could not be logged")
+        try:  # the backends that show traces of their own (Trackio) take the records too
+            logger._call_backends(
+                "log_trajectories",
+                tuple(trajectories),
+                number if number is not None else 0,
+                tuple(trace_ids),
+            )
+        except Exception:
+            warn_once("trajectory:traces", "rlmetrics: trajectories could not reach a backend")
     _plugins.hooks().on_trajectories(batch)
     return batch

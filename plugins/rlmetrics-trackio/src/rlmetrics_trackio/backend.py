@@ -11,6 +11,10 @@ Values:
 
 The configuration goes into the run's config (later calls add to it); sample rows become one
 ``trackio.Table`` per call under their name, a cell Trackio cannot hold as its text.
+Trajectories (``Logger.log_trajectories``, the live form) become Trackio traces, one per
+rollout, under ``trajectory_traces`` at their step (their rows are the ``trajectories`` table
+as for every backend); rlmetrics' in-process alerts (``RLStepStalled``) become
+``trackio.alert`` s of the run (:mod:`rlmetrics_trackio.traces`).
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ import trackio
 
 from rlmetrics import as_plain, as_real, warn_once
 from rlmetrics.backends import StepAxis, full_key
-from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
+from rlmetrics.events import STEP_KEY, WALL_TIME_KEY, Alert
 from rlmetrics.identity import RunIdentity
 from rlmetrics.samples import columns_of
+from rlmetrics.trajectories import Trajectory
+
+from .traces import TRACE_KEY, alert_level, alert_title, trace_of
 
 __all__ = ["REFUSED_NAME_CHARACTERS", "TrackioBackend", "trackio_cell", "trackio_value"]
 
@@ -175,6 +182,34 @@ class TrackioBackend:
         columns = columns_of(rows)
         data = [[trackio_cell(row.get(column)) for column in columns] for row in rows]
         self._log({name: trackio.Table(columns=columns, data=data)}, self._number(step))
+
+    def log_trajectories(
+        self, trajectories: Sequence[Trajectory], step: int, trace_ids: Sequence[str | None]
+    ) -> None:
+        """One Trackio trace per trajectory, all under ``trajectory_traces`` at ``step``; a
+        trajectory that cannot become one is said once and the others land."""
+        traces = []
+        for trajectory, trace_id in zip(trajectories, trace_ids, strict=False):
+            try:
+                traces.append(trace_of(trajectory, trace_id))
+            except Exception as exc:
+                warn_once(
+                    "trackio:trace",
+                    f"rlmetrics-trackio: a trajectory could not become a Trackio trace ({exc!r}); "
+                    "it is skipped (its row is in the trajectories table)",
+                )
+        if traces:
+            self._log({TRACE_KEY: traces}, self._number(step))
+
+    def log_alert(self, alert: Alert) -> None:
+        """``run.alert``: ``RLStepStalled firing`` (warn) / ``resolved`` (info), its summary as
+        the text, at the newest step (Trackio's own when there is none yet)."""
+        if self._finished:
+            return
+        step = alert.step if alert.step is not None and alert.step >= 0 else None
+        self.run.alert(
+            title=alert_title(alert), text=alert.summary, level=alert_level(alert), step=step
+        )
 
     def finish(self) -> None:
         """Finish the run, once; a run the script started is left to the script."""

@@ -1,0 +1,137 @@
+"""The stall rule evaluated in this process: ``RLStepStalled`` fires through the ``on_alert``
+hook (and each Logger's backends that take alerts) when the run goes silent for longer than
+:class:`~rlmetrics.liveness.StallRule` allows, and resolves when a new step arrives.
+
+Prometheus evaluates the same rule over the ``rl.step.*`` series, and ``/health`` on request;
+this thread is for the trackers that keep alerts of their own (Trackio), which see nothing of
+Prometheus. It runs while telemetry exports (the liveness family starts and stops it: steps
+reach the liveness state only then), wakes every
+:data:`CHECK_INTERVAL_S` and reads the liveness state: one snapshot under its lock, no I/O.
+The rule is the Prometheus exporter's when one runs (its ``stall_*`` options), else the default
+one with ``RLMETRICS_STALL_AFTER_S``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from . import liveness as _liveness
+from . import plugins as _plugins
+from ._warn import warn_once
+from .events import ALERT_FIRING, ALERT_RESOLVED, Alert
+from .liveness import StallRule
+
+__all__ = ["CHECK_INTERVAL_S", "STALL_ALERT", "StallWatch", "configure_rule", "send", "watch"]
+
+#: The alert's name: the Prometheus rule of the same meaning (``rlmetrics alerts``).
+STALL_ALERT = "RLStepStalled"
+#: How often the watch reads the liveness state (seconds). The shortest stall is a minute
+#: (``stall_min_s``), so a few seconds late is news still.
+CHECK_INTERVAL_S = 5.0
+
+_rule: StallRule | None = None
+
+
+def configure_rule(rule: StallRule | None) -> None:
+    """The rule the watch applies from now (the Prometheus exporter's); None: the default."""
+    global _rule
+    _rule = rule
+
+
+def _current_rule() -> StallRule:
+    if _rule is not None:
+        return _rule
+    from .health import stall_rule  # reads RLMETRICS_STALL_AFTER_S
+
+    try:
+        return stall_rule()
+    except Exception:  # a bad variable is the exporter's to raise; the default serves here
+        return StallRule()
+
+
+class StallWatch:
+    """Fires ``RLStepStalled`` when the stall rule starts to hold and resolves it when it stops
+    (:meth:`check`, also called by tests with a moved :data:`rlmetrics.liveness.clock`)."""
+
+    def __init__(self, interval_s: float | None = None) -> None:
+        self._interval_s = CHECK_INTERVAL_S if interval_s is None else interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.firing = False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rlmetrics-stall-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.check()
+
+    def check(self) -> Alert | None:
+        """Read the liveness state now; returns the alert it sent, if the state changed."""
+        try:
+            snapshot = _liveness.liveness.snapshot()
+            rule = _current_rule()
+            now = _liveness.clock()
+            silent, limit = _liveness.silence(snapshot, rule, now)
+            stalled = silent is not None and silent > limit
+            if stalled == self.firing:
+                return None
+            self.firing = stalled
+            if stalled:
+                since = "the last step" if snapshot.step is not None else "telemetry started"
+                summary = (
+                    f"no new trainer step for {silent:.0f} s since {since} (the stall limit is "
+                    f"{limit:.0f} s)"
+                )
+            else:
+                summary = f"trainer step {snapshot.step} arrived; the run is making progress"
+            alert = Alert(
+                STALL_ALERT,
+                ALERT_FIRING if stalled else ALERT_RESOLVED,
+                summary,
+                snapshot.step,
+                now,
+            )
+        except Exception:
+            warn_once("stall-watch", "rlmetrics: the in-process stall rule could not be evaluated")
+            return None
+        send(alert)
+        return alert
+
+
+def send(alert: Alert) -> None:
+    """``alert`` to the ``on_alert`` hook and to each live Logger's backends. Never raises."""
+    try:
+        _plugins.hooks().on_alert(alert)
+    except Exception:
+        warn_once("alert:hook", "rlmetrics: an alert could not reach the on_alert hook")
+    try:
+        from .logger import alert_loggers
+
+        alert_loggers(alert)
+    except Exception:
+        warn_once("alert:backends", "rlmetrics: an alert could not reach the Loggers' backends")
+
+
+_watch: StallWatch | None = None
+
+
+def watch(on: bool) -> StallWatch | None:
+    """Start (``on``) or stop the process's watch; returns the one running, if any."""
+    global _watch
+    if _watch is not None:
+        _watch.stop()
+        _watch = None
+    if on:
+        _watch = StallWatch()
+        _watch.start()
+    else:
+        configure_rule(None)
+    return _watch
