@@ -77,6 +77,27 @@ def test_samples_become_a_table_artifact_per_call(tracking_uri: str, tmp_path: P
     assert logged == [{"path": "eval/samples/step_7.json", "type": "table"}]
 
 
+def test_float_cells_pandas_would_round_are_said_once_and_the_rest_exact(
+    tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # log_table writes through pandas' JSON writer, which keeps 10 significant digits and none
+    # past the 10th decimal place: such a cell lands rounded, so it must be said, not lost.
+    backend = MlflowBackend(**_config(tracking_uri, tmp_path))
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        backend.log_samples([{"reward": 0.5}, {"reward": 0.25}], 1, "exact")
+        assert "digits" not in caplog.text
+        backend.log_samples(
+            [{"reward": 6.103515625e-05}, {"reward": 1e-12}, {"reward": 0.75}], 2, "rounded"
+        )
+    backend.finish()
+
+    (message,) = [r.getMessage() for r in caplog.records if "digits" in r.getMessage()]
+    assert "2 float cells" in message and "'rounded'" in message and "6.103515625e-05" in message
+    client = MlflowClient(tracking_uri)
+    path = client.download_artifacts(backend.run_id, "exact/step_1.json", str(tmp_path))
+    assert json.loads(Path(path).read_text())["data"] == [[0.5, 1], [0.25, 1]]
+
+
 def test_a_resumed_run_continues_the_mlflow_run_tagged_with_its_id(
     tracking_uri: str, tmp_path: Path
 ) -> None:

@@ -7,6 +7,7 @@ manages itself, and two Loggers in one process do not share state.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import urllib.parse
@@ -306,9 +307,33 @@ class MlflowBackend:
         frame = pandas.DataFrame(data, columns=list(data), dtype=object)
         artifact = f"{_artifact_folder(name)}/step_{'none' if number is None else number}.json"
         self.client.log_table(self.run_id, data=frame, artifact_file=artifact)
+        rounded = _rounded_floats(frame, data)
+        if rounded:
+            warn_once(
+                "mlflow:table-float-digits",
+                f"rlmetrics-mlflow: {len(rounded)} float cells of table {name!r}, first "
+                f"{rounded[0]!r}, are stored with fewer digits: MLflow writes tables through "
+                "pandas' JSON writer, which keeps 10 significant digits and none past the 10th "
+                "decimal place, and NaN and infinities as null (the JSONL backend has them "
+                "exactly); later tables at DEBUG",
+            )
 
     def finish(self) -> None:
         if self._finished:
             return
         self._finished = True
         self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FINISHED))
+
+
+def _rounded_floats(frame: Any, data: Mapping[str, list[Any]]) -> list[float]:
+    """The float cells of ``data`` that ``frame``'s JSON, written as ``log_table`` writes it,
+    does not hold exactly (read back with Python's exact parser)."""
+    if not any(type(v) is float for column in data.values() for v in column):
+        return []
+    written = json.loads(frame.to_json(orient="split", index=False, date_format="iso"))["data"]
+    return [
+        value
+        for row, cells in enumerate(zip(*data.values(), strict=True))
+        for value, back in zip(cells, written[row], strict=True)
+        if type(value) is float and not (type(back) in (int, float) and back == value)
+    ]
