@@ -148,8 +148,11 @@ class Store:
         }.get(name, {})
         if name == "mlflow":
             shutil.copyfile(migrated_store, tmp_path / "mlflow.db")
+            # An experiment of its own, so artifact_location holds: the store's default
+            # experiment keeps MLflow's ./mlruns, which wrote tables into the working folder.
             options = {
                 "tracking_uri": self.uri,
+                "experiment_name": "values",
                 "artifact_location": (tmp_path / "artifacts").as_uri(),
             }
         if name == "swanlab":

@@ -17,8 +17,15 @@ from ._servers import PHOENIX_LAUNCHER, ServerProcess, free_port
 REQUIRED = os.environ.get("RLMETRICS_REQUIRE_TRACEUI") == "1"
 
 
+def _installed(module: str) -> bool:
+    try:  # find_spec of a submodule imports its parent, which may be missing itself
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def _need(module: str, install: str) -> None:
-    if importlib.util.find_spec(module) is None:
+    if not _installed(module):
         if REQUIRED:
             pytest.fail(f"RLMETRICS_REQUIRE_TRACEUI=1 but {module} is missing ({install})")
         pytest.skip(f"{module} is not installed ({install})")
@@ -60,6 +67,10 @@ def mlflow_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An MLflow tracking server on a sqlite store (MLflow 3 takes OTLP/HTTP traces at
     ``/v1/traces`` with the experiment in the ``x-mlflow-experiment-id`` header)."""
     _need("mlflow.server", "pip install mlflow")
+    _need(
+        "flask",
+        "pip install mlflow: mlflow-skinny, which the trackers' tests install, has no server",
+    )
     folder = tmp_path_factory.mktemp("mlflow")
     port = free_port()
     server = ServerProcess(
