@@ -384,7 +384,13 @@ def start(
     )
     service_name = settings["service_name"][0]
     service_version = settings["service_version"][0]
-    run_id = settings["run_id"][0]
+    run_id, run_id_source = settings["run_id"]
+    if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
+        # Refused here, naming its source: taken, it failed the first Logger, which could not.
+        raise ConfigurationError(
+            f"run_id must be a non-empty string, got {run_id!r}"
+            + from_source(None if run_id_source == CALL else run_id_source)
+        )
     resume = bool(settings["resume"][0])
     export_interval_s, interval_source = settings["export_interval_s"]
     traces = bool(settings["traces"][0])

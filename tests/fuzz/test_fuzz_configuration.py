@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import rlmetrics
@@ -181,6 +181,9 @@ def _start_and_log() -> None:
 
 @settings(suppress_health_check=list(HealthCheck))
 @given(documents(), _variables)
+# Found at 10**5 examples: an empty run id from the file was taken by start() and refused by
+# the first Logger, whose message named no source.
+@example({"telemetry": {"resume": False, "run_id": ""}}, {})
 def test_a_configuration_starts_or_raises_one_error_naming_its_source(
     document: dict[str, Any], variables: dict[str, str]
 ) -> None:
