@@ -33,7 +33,7 @@ Rules:
 - ``load``: a plugin that failed to import declared nothing that can be checked (an error:
   its declarations may be the reason).
 - ``rl-proposal``: no series takes a name the proposed RL conventions define
-  (semantic-conventions-genai #88: :data:`rlmetrics.families.rl_proposal.PROPOSAL_NAMES`), nor
+  (semantic-conventions-genai #88: :data:`RL_PROPOSAL_NAMES`), nor
   one under such a name: ``rlmetrics.start(naming="rl_proposal")`` speaks the proposal, and a
   plugin's ``rl.train.loss`` of another meaning would collide with it. The proposal's
   histograms the profile records (``rl.loop.duration``...) are declared by rlmetrics, so
@@ -274,12 +274,32 @@ def _name_findings(item: Declared, names: Iterable[str]) -> list[tuple[str, str,
     return out
 
 
+#: The metric names the proposed RL conventions define (semantic-conventions-genai #88) beyond
+#: the five duration histograms ``naming="rl_proposal"`` declares: reserved, so no plugin
+#: takes one (or sits under one) with another meaning.
+RL_PROPOSAL_NAMES: frozenset[str] = frozenset(
+    {
+        "rl.step.duration",
+        "rl.sample.samples",
+        "rl.sample.episodes",
+        "rl.train.steps",
+        "rl.train.tokens",
+        "rl.train.loss",
+        "rl.train.mfu",
+        "rl.tokens.rate",
+        "rl.tokens.rate_per_gpu",
+        "rl.samples.rate",
+        "rl.samples.rate_per_gpu",
+        "rl.environment.reward.mean",
+        "rl.environment.episode.length.mean",
+    }
+)
+
+
 def _proposal_problem(name: str) -> str | None:
     """Why ``name`` collides with the proposed RL conventions, else None."""
-    from .families.rl_proposal import PROPOSAL_NAMES
-
     lowered = name.lower()
-    for reserved in PROPOSAL_NAMES:
+    for reserved in RL_PROPOSAL_NAMES:
         if lowered == reserved:
             return (
                 f"{name!r} is a name the proposed RL conventions define (semantic-conventions-"

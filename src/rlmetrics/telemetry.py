@@ -402,13 +402,6 @@ def start(
     strict_given = strict
     strict = bool(settings["strict"][0])
     naming, naming_source = settings["naming"]
-    from .families import rl_proposal  # the profile's histograms are declared with it
-
-    if naming not in rl_proposal.NAMINGS:
-        raise ConfigurationError(
-            f"naming must be one of {list(rl_proposal.NAMINGS)}, got {naming!r}"
-            + from_source(None if naming_source == CALL else naming_source)
-        )
     if export_interval_s is not None and not export_interval_s > 0:
         raise ConfigurationError(
             f"export_interval_s must be a positive number, got {export_interval_s}"
@@ -433,6 +426,13 @@ def start(
             )
         check_plugin_lists(plugins, disable_plugins)
         loaded = load_plugins(plugins, disable_plugins)
+        # A profile is registered by the family that declares its series, loaded just now.
+        if naming not in _naming.names():
+            raise ConfigurationError(
+                f"naming must be one of {_naming.names()}, got {naming!r}"
+                + from_source(None if naming_source == CALL else naming_source)
+            )
+        profile = _naming.build(naming)
         from .exporters import available_exporters
 
         offered = available_exporters(loaded)
@@ -464,8 +464,8 @@ def start(
         from ._providers import build_provider, resource_attributes
 
         attributes = resource_attributes(service_name, service_version, run_id, resource)
-        if naming == rl_proposal.RL_PROPOSAL:
-            attributes.update(rl_proposal.resource_attributes(attributes))
+        if profile is not None:
+            attributes.update(profile.resource_attributes(attributes))
         built = None
         if wanted or readers or span_processors:
             built = build_provider(
@@ -485,7 +485,7 @@ def start(
         _tracing.new_session()
         if built is not None and built.tracer_provider is not None:
             _tracing.bind(built.tracer_provider.get_tracer("rlmetrics", __version__))
-        _naming.use(rl_proposal.Profile() if naming == rl_proposal.RL_PROPOSAL else None)
+        _naming.use(profile)
         handle = Telemetry(built, registry, attributes, resume=resume, strict=strict)
         handle.settings = settings
         # Strict mode held on, or (an explicit strict=False) off against RLMETRICS_STRICT.

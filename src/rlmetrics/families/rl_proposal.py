@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .._warn import warn_once
+from ..check import RL_PROPOSAL_NAMES
 from ..identity import RUN_ID_ATTR as RUN_ID
 from ..registry import declare, record
 from ..spec import SUM, Kind, MetricSpec
@@ -50,7 +51,7 @@ __all__ = [
 
 #: The ``naming`` setting's values: rlmetrics' own names only (the default), or those and the
 #: proposal's.
-DEFAULT: Final = "rlmetrics"
+DEFAULT: Final = _naming.DEFAULT
 RL_PROPOSAL: Final = "rl_proposal"
 NAMINGS: Final = (DEFAULT, RL_PROPOSAL)
 
@@ -86,23 +87,8 @@ RESOURCE_ATTRIBUTES: Final = (RUN_ID_ATTR, ALGORITHM_ATTR, SYSTEM_ATTR)
 
 #: Every other metric name the proposal defines (rlmetrics emits none of them): no plugin
 #: may declare one, nor a series under one (``rlmetrics check``, rule ``rl-proposal``).
-PROPOSAL_NAMES: Final = frozenset(
-    {
-        "rl.step.duration",
-        "rl.sample.samples",
-        "rl.sample.episodes",
-        "rl.train.steps",
-        "rl.train.tokens",
-        "rl.train.loss",
-        "rl.train.mfu",
-        "rl.tokens.rate",
-        "rl.tokens.rate_per_gpu",
-        "rl.samples.rate",
-        "rl.samples.rate_per_gpu",
-        "rl.environment.reward.mean",
-        "rl.environment.episode.length.mean",
-    }
-)
+#: The proposal's other metric names, which ``rlmetrics check`` reserves.
+PROPOSAL_NAMES: Final = RL_PROPOSAL_NAMES
 
 # Seconds doubling from 10 ms (the GenAI conventions' duration buckets), then to ~6 hours: a
 # loop or a training phase of a large run takes minutes to hours.
@@ -151,6 +137,9 @@ class Profile(_naming.Naming):
     def record(self, stage: str, seconds: float) -> None:
         record(GROUP, {DURATIONS[stage]: seconds})
 
+    def resource_attributes(self, resource: Mapping[str, Any]) -> dict[str, Any]:
+        return resource_attributes(resource)
+
 
 def resource_attributes(resource: Mapping[str, Any]) -> dict[str, Any]:
     """The profile's attributes for a resource that holds ``resource`` (the environment's,
@@ -166,3 +155,6 @@ def resource_attributes(resource: Mapping[str, Any]) -> dict[str, Any]:
             "OTEL_RESOURCE_ATTRIBUTES=rl.algorithm=grpo,rl.system=verl",
         )
     return attributes
+
+
+_naming.register(RL_PROPOSAL, Profile)
