@@ -2,9 +2,9 @@
 
 1. ``merge``: a 60-key step merged across 4 gloo ranks on this host (``Logger(ranks=...)``'s
    merger: pack, one ``all_gather``, unpack, reduce on rank 0) against one raw ``all_reduce``
-   of the same packed tensor — goal <= 1.1x. CPU time of the calling thread
-   (the default clock, ``time.thread_time_ns``: gloo's own threads move the bytes for both sides), in alternating
-   rounds, min / median / max of the per-round ratios (benchmarks/_harness.py).
+   of the same packed tensor — goal <= 1.1x. CPU time of the calling thread (the default
+   clock, ``time.thread_time_ns``: gloo's own threads move the bytes for both sides), in
+   alternating rounds, min / median / max of the per-round ratios (benchmarks/_harness.py).
 2. ``reducer``: rank 0's side of one step of 1,024 simulated ranks (60 keys each, a few absent,
    phase times as stragglers): unpacking the gathered rows and reducing them — goal <= 10 ms
    per step on one core — with the bytes one rank sends per step and the series the merged

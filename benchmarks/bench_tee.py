@@ -69,6 +69,7 @@ GOALS = {
 }
 #: Rows that explain others and have no goal of their own.
 REFERENCE = "SDK alone: observable gauges' collection vs sync set + collection"
+COLLECTION_FLOOR = "SDK alone: observable gauges' collection vs the raw collection alone"
 FLOOR = "Python alone: a bound method and a dict loop around Counter.add, no checks"
 SNAPSHOT = "queued backends' snapshot of the step vs log_metrics, JSONL backend"
 SNAPSHOT_ARRAYS = "the same, step + 4 NumPy arrays of 256 floats"
@@ -303,6 +304,15 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
             observable = RawObservable(raw, step)
             results[REFERENCE] = compare(
                 observable.collect, raw_and_collect, number=max(1, number // 4), rounds=rounds
+            )
+            # The floor of the next row: what the SDK's observable gauges cost at collection
+            # with no rlmetrics code, against the same raw collection.
+            results[COLLECTION_FLOOR] = compare(
+                observable.collect,
+                raw.collect,
+                number=max(1, number // 4),
+                rounds=rounds,
+                base_setup=lambda: raw.step(step, next(steps)),
             )
             # Collection against collection: each side's step fills its provider off the clock.
             results[COLLECTION] = compare(

@@ -10,7 +10,6 @@ dicts and exports it as ``rl.step.*``.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections import deque
@@ -136,9 +135,16 @@ class Liveness:
             )
 
     def _median(self) -> float | None:
-        if len(self._intervals) < MEDIAN_WINDOW:
+        intervals = self._intervals
+        count = len(intervals)
+        if count < MEDIAN_WINDOW:
             return None
-        return float(statistics.median(self._intervals))
+        # statistics.median's rule, without its Python frames: this runs on every new step.
+        ordered = sorted(intervals)
+        middle = count // 2
+        if count % 2:
+            return float(ordered[middle])
+        return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 #: The process's liveness state (one telemetry session at a time).
