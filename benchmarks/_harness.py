@@ -9,9 +9,13 @@ A process's memory layout shifts its timings as a whole (by ±0.05 in a ratio, r
 which more rounds in the same process cannot average out; so a benchmark runs its rounds in
 several fresh processes and pools them (:meth:`Comparison.pooled`).
 
-Time is this process's CPU time (``time.process_time``), not wall time: on these VMs the
-hypervisor steals a third of the CPU at times, which wall time would charge to whichever side
-happened to be running.
+Time is the calling thread's CPU time (``time.thread_time_ns``), not wall time: on these VMs
+the hypervisor steals a third of the CPU at times and other jobs share the two cores, which
+wall time would charge to whichever side happened to be running; the thread's own clock also
+leaves out the SDK's and the backends' threads, which neither side waits for. (A case that
+hands its work to threads of its own passes ``clock_ns=time.process_time_ns``.) Even so a busy
+machine slows both sides' memory accesses, so a benchmark states the load it ran under
+(:class:`Load`): the ratios of alternating rounds are what count, never the microseconds.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import attrs
 
 __all__ = [
     "Comparison",
+    "Load",
     "compare",
     "fresh_runs",
     "machine",
@@ -72,10 +77,22 @@ class Comparison:
 
 
 def _cpu(
-    call: Callable[[], object], number: int, timer: Callable[[], float] = time.process_time
+    call: Callable[[], object],
+    number: int,
+    clock_ns: Callable[[], int],
+    setup: Callable[[], object] | None,
 ) -> float:
-    """CPU seconds of ``number`` calls (timeit's loop, its GC pause, this process's clock)."""
-    return timeit.Timer(call, timer=timer).timeit(number=number)
+    """CPU seconds of ``number`` calls on ``clock_ns``: timeit's loop (and its GC pause) when
+    there is no ``setup``, else a loop that runs ``setup`` before each call off the clock."""
+    if setup is None:
+        return timeit.Timer(call, timer=clock_ns).timeit(number=number) / 1e9
+    spent = 0
+    for _ in range(number):
+        setup()
+        started = clock_ns()
+        call()
+        spent += clock_ns() - started
+    return spent / 1e9
 
 
 def compare(
@@ -84,24 +101,47 @@ def compare(
     *,
     number: int,
     rounds: int,
-    timer: Callable[[], float] = time.process_time,
+    clock_ns: Callable[[], int] = time.thread_time_ns,
+    case_setup: Callable[[], object] | None = None,
+    base_setup: Callable[[], object] | None = None,
 ) -> Comparison:
     """Time ``case`` against ``base``, ``number`` calls each per round, alternating order.
 
-    ``timer`` is the clock: this process's CPU time, or ``time.thread_time`` for what a call
-    costs the calling thread alone (when the case hands work to threads of its own)."""
+    ``clock_ns`` is the clock: the calling thread's CPU time, or ``time.process_time_ns`` when
+    the case hands work to threads of its own. ``case_setup`` / ``base_setup`` run before each
+    call of their side, off the clock (a collection timed alone after the step that fills it)."""
     ratios, case_times, base_times = [], [], []
     for index in range(rounds):
         if index % 2 == 0:
-            case_t = _cpu(case, number, timer)
-            base_t = _cpu(base, number, timer)
+            case_t = _cpu(case, number, clock_ns, case_setup)
+            base_t = _cpu(base, number, clock_ns, base_setup)
         else:
-            base_t = _cpu(base, number, timer)
-            case_t = _cpu(case, number, timer)
+            base_t = _cpu(base, number, clock_ns, base_setup)
+            case_t = _cpu(case, number, clock_ns, case_setup)
         ratios.append(case_t / base_t)
         case_times.append(case_t / number)
         base_times.append(base_t / number)
     return Comparison(tuple(ratios), statistics.median(case_times), statistics.median(base_times))
+
+
+@attrs.define
+class Load:
+    """The machine's load averages (1, 5, 15 minutes) when a benchmark started and ended: on
+    shared machines the reader's context for every microsecond in the table."""
+
+    start: tuple[float, float, float] = attrs.field(factory=os.getloadavg)
+    end: tuple[float, float, float] | None = None
+
+    def stop(self) -> Load:
+        self.end = os.getloadavg()
+        return self
+
+    def __str__(self) -> str:
+        def shown(values: tuple[float, float, float]) -> str:
+            return " / ".join(f"{value:.2f}" for value in values)
+
+        end = "?" if self.end is None else shown(self.end)
+        return f"load (1 / 5 / 15 min) {shown(self.start)} at the start, {end} at the end"
 
 
 def fresh_runs(script: str, processes: int, args: list[str]) -> list[Any]:

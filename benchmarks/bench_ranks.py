@@ -2,9 +2,9 @@
 
 1. ``merge``: a 60-key step merged across 4 gloo ranks on this host (``Logger(ranks=...)``'s
    merger: pack, one ``all_gather``, unpack, reduce on rank 0) against one raw ``all_reduce``
-   of the same packed tensor — goal <= 1.1x. CPU time of the calling thread
-   (``time.thread_time``: gloo's own threads move the bytes for both sides), in alternating
-   rounds, min / median / max of the per-round ratios (benchmarks/_harness.py).
+   of the same packed tensor — goal <= 1.1x. CPU time of the calling thread (the default
+   clock, ``time.thread_time_ns``: gloo's own threads move the bytes for both sides), in
+   alternating rounds, min / median / max of the per-round ratios (benchmarks/_harness.py).
 2. ``reducer``: rank 0's side of one step of 1,024 simulated ranks (60 keys each, a few absent,
    phase times as stragglers): unpacking the gathered rows and reducing them — goal <= 10 ms
    per step on one core — with the bytes one rank sends per step and the series the merged
@@ -77,7 +77,7 @@ def rank_main(rank: int, port: int, number: int, rounds: int) -> None:
     for _ in range(number):  # warm both paths
         case()
         base()
-    result = compare(case, base, number=number, rounds=rounds, timer=time.thread_time)
+    result = compare(case, base, number=number, rounds=rounds)
     assert merger.exchanges["objects"] == 1, merger.exchanges
     if rank == 0:
         done = {"ratios": result.ratios, "case_s": result.case_s, "base_s": result.base_s}

@@ -31,7 +31,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +109,6 @@ def measure(rounds: int, number: int) -> dict[str, Comparison]:
                 by_hand,
                 number=number,
                 rounds=rounds,
-                timer=time.thread_time,
             )
             logger.finish(timeout_s=600)  # the trackers write the backlog (not timed)
         baseline_file.close()

@@ -188,7 +188,6 @@ class RawTrajectory:
 
 def measure(rounds: int, number: int) -> dict[str, Comparison]:
     results: dict[str, Comparison] = {}
-    timer = time.thread_time
     with isolated_state():
         reader = InMemoryMetricReader()
         handle = rlmetrics.start(
@@ -224,8 +223,8 @@ def measure(rounds: int, number: int) -> dict[str, Comparison]:
                     t.finish("success", finish_reason="stop")
 
             ours(), by_hand(), live()  # first calls: instruments, attribute sets
-            results[ONE] = compare(ours, by_hand, number=number, rounds=rounds, timer=timer)
-            results[LIVE] = compare(live, by_hand, number=number, rounds=rounds, timer=timer)
+            results[ONE] = compare(ours, by_hand, number=number, rounds=rounds)
+            results[LIVE] = compare(live, by_hand, number=number, rounds=rounds)
 
             # -- the budget: a batch of 100 that is all dropped, per trajectory -----------------
             batch = [record(n) for n in range(100)]
@@ -244,11 +243,9 @@ def measure(rounds: int, number: int) -> dict[str, Comparison]:
                 pass
 
             dropped()
-            whole = compare(
-                dropped, nothing, number=max(1, number // 10), rounds=rounds, timer=timer
-            )
+            whole = compare(dropped, nothing, number=max(1, number // 10), rounds=rounds)
             results[DROPPED] = attrs.evolve(whole, case_s=whole.case_s / 100)
-            side = compare(decided, nothing, number=number, rounds=rounds, timer=timer)
+            side = compare(decided, nothing, number=number, rounds=rounds)
             results[DROPPED_SPANS] = attrs.evolve(side, case_s=side.case_s / 100)
         finally:
             handle.shutdown(timeout_s=5)

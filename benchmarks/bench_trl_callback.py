@@ -119,8 +119,12 @@ def main() -> None:
     without()  # warm-up: first-call costs of torch, TRL and the dataloader
     with_callback()
     with printed_into_readme(MARKER if args.update_readme else None):
-        case = compare(with_callback, without, number=1, rounds=args.rounds)
-        noise = compare(without, without, number=1, rounds=args.rounds)
+        case = compare(
+            with_callback, without, number=1, rounds=args.rounds, clock_ns=time.process_time_ns
+        )
+        noise = compare(
+            without, without, number=1, rounds=args.rounds, clock_ns=time.process_time_ns
+        )
         timed = TimedCallback(RLMetricsCallback(backends={"jsonl": {"path": work / "t.jsonl"}}))
         trainer.add_callback(timed)
         start = time.process_time()

@@ -1,7 +1,7 @@
 """Interpreter instructions per ``record()`` call, counted by callgrind: repeatable where the
 timings of these shared VMs are not, for telling apart changes smaller than timing noise.
 
-    python benchmarks/count_record.py [--calls 20000] [--update-readme]
+    python benchmarks/count_record.py [--calls 20000] [--tee] [--update-readme]
 
 Every case runs in a fresh interpreter under ``valgrind --tool=callgrind``, after the same
 setup and the same warm-up of every case, then ``--calls`` calls of that case alone; a run
@@ -9,11 +9,17 @@ with no calls gives what the setup costs, and the difference over the calls is o
 instructions. Instructions are not time (mispredicted branches and cache misses are not in
 them, and they cost the interpreter's dispatch more than its arithmetic): compare versions
 of the code here, and hold the goals with ``bench_tee.py``.
+
+With ``--tee`` it counts ``bench_tee.py``'s step cases instead: ``log_metrics`` of the 60-key
+GRPO step and of a 4-key dict, and a step with one collection, each against its hand-written
+baseline, the step advancing on every call as a loop's does (a tenth of ``--calls`` calls for
+a step, a fortieth for a step with a collection).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import shutil
@@ -23,7 +29,8 @@ from collections.abc import Callable
 from importlib.metadata import version
 
 from _harness import machine, update_readme
-from bench_tee import FLOOR, _Floor
+from bench_tee import FLOOR, FOUR, RawTee, _Floor
+from grpo_step import GRPO_STEP
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -46,10 +53,58 @@ CASES = {
     "raw Histogram.record, 3 attributes": None,
     "record() histogram, 3 attributes": "raw Histogram.record, 3 attributes",
 }
+#: ``--tee``'s cases, the raw calls each is read against, and the share of ``--calls`` made.
+TEE_CASES = {
+    "raw step: the 18 series by Gauge.set": (None, 10),
+    "log_metrics, 60 keys, no backend": ("raw step: the 18 series by Gauge.set", 10),
+    "raw 4 keys by Gauge.set": (None, 10),
+    "log_metrics, 4 keys, no backend": ("raw 4 keys by Gauge.set", 10),
+    "raw step + collection": (None, 40),
+    "one step + one collection": ("raw step + collection", 40),
+}
 #: The attribute sets of the labelled cases: the same dict every call, as a loop passes them.
 ONE = {"rl.worker_group": "actor"}
 THREE = {"rl.worker_group": "actor", "rl.dataset": "math", "rl.phase": "train"}
 _WARM_UP = 200
+
+
+def _run_tee_case(name: str | None, calls: int) -> None:
+    """:func:`_run_case` for ``--tee``'s cases: the Logger and the raw provider set up, every
+    case warmed up, then ``name`` alone ``calls`` times."""
+    raw = RawTee()
+    step = dict(GRPO_STEP)
+    steps = itertools.count(1)
+    with isolated_state(), in_memory_telemetry() as (_handle, reader):
+        quiet = rlmetrics.Logger(backends={})
+
+        def ours_and_collect() -> None:
+            quiet.log_metrics(step, step=next(steps), prefix="train")
+            reader.get_metrics_data()
+
+        def raw_and_collect() -> None:
+            raw.step(step, next(steps))
+            raw.collect()
+
+        cases: dict[str, Callable[[], object]] = {
+            "raw step: the 18 series by Gauge.set": lambda: raw.step(step, next(steps)),
+            "log_metrics, 60 keys, no backend": lambda: quiet.log_metrics(
+                step, step=next(steps), prefix="train"
+            ),
+            "raw 4 keys by Gauge.set": lambda: raw.four(FOUR, next(steps)),
+            "log_metrics, 4 keys, no backend": lambda: quiet.log_metrics(
+                FOUR, step=next(steps), prefix="train"
+            ),
+            "raw step + collection": raw_and_collect,
+            "one step + one collection": ours_and_collect,
+        }
+        for call in cases.values():
+            for _ in range(_WARM_UP // 4):
+                call()
+        if name is not None:
+            call = cases[name]
+            for _ in range(calls):
+                call()
+    raw.provider.shutdown()
 
 
 def _run_case(name: str | None, calls: int) -> None:
@@ -112,8 +167,10 @@ def _run_case(name: str | None, calls: int) -> None:
     provider.shutdown()
 
 
-def _instructions(valgrind: str, name: str | None, calls: int) -> int:
-    child = [sys.executable, __file__, "--child", "--calls", str(calls)]
+def _instructions(valgrind: str, name: str | None, calls: int, tee: bool = False) -> int:
+    child = [sys.executable, __file__, "--child", "--calls", str(calls)] + (
+        ["--tee"] if tee else []
+    )
     if name is not None:
         child += ["--case", name]
     done = subprocess.run(
@@ -132,29 +189,39 @@ def _instructions(valgrind: str, name: str | None, calls: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20_000, help="calls of the counted case")
+    parser.add_argument(
+        "--tee", action="store_true", help="count bench_tee.py's step cases, not record()'s"
+    )
     parser.add_argument("--update-readme", action="store_true", help="rewrite this SDK's table")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ["RLMETRICS_PLUGINS"] = ""  # an empty allow-list: the core's built-ins only
     if args.child:
-        _run_case(args.case, args.calls)
+        (_run_tee_case if args.tee else _run_case)(args.case, args.calls)
         return
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("count_record.py needs valgrind (Debian's package valgrind)")
-    setup = _instructions(valgrind, None, 0)
+    setup = _instructions(valgrind, None, 0, args.tee)
+    if args.tee:
+        against = {name: raw for name, (raw, _share) in TEE_CASES.items()}
+        calls = {name: max(1, args.calls // share) for name, (_raw, share) in TEE_CASES.items()}
+    else:
+        against, calls = CASES, dict.fromkeys(CASES, args.calls)
     per_call = {
-        name: (_instructions(valgrind, name, args.calls) - setup) / args.calls for name in CASES
+        name: (_instructions(valgrind, name, calls[name], args.tee) - setup) / calls[name]
+        for name in against
     }
     rows = ["| case | instructions a call | against the raw call |", "|---|---|---|"]
-    for name, raw in CASES.items():
+    for name, raw in against.items():
         ratio = "" if raw is None else f"{per_call[name] / per_call[raw]:.3f}"
         rows.append(f"| {name} | {per_call[name]:,.0f} | {ratio} |")
     block = f"{machine()}, {args.calls} calls\n\n" + "\n".join(rows) + "\n"
     sys.stdout.write(block)
     if args.update_readme:
-        update_readme(f"count-record:{version('opentelemetry-sdk')}", block)
+        kind = "count-tee" if args.tee else "count-record"
+        update_readme(f"{kind}:{version('opentelemetry-sdk')}", block)
 
 
 if __name__ == "__main__":

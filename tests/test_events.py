@@ -196,3 +196,25 @@ def test_a_numpy_flag_and_a_string_subclass_are_read_as_plain_values() -> None:
     summary = EfficiencySummary(efficiency_pct=np.float32(50.0), pct_per_step=np.bool_(True))
     assert summary.pct_per_step is True and summary.efficiency_pct == 50.0
     assert CheckpointOutcome(outcome="failed", reason=np.str_("tq_error")).reason == "tq_error"
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        {"loss": 0.5, "reward": 1.0},
+        {},
+        {"efficiency/efficiency_pct": 42.0},
+        {"efficiency/idle/validation_s": 1.0, "loss": 0.5},
+        {"efficiency/total_waste_s": 3.0},  # an aggregate only: an efficiency key, no field
+        {"efficiency/efficiency_pct": float("nan"), "efficiency/step_wall_time_s": "slow"},
+    ],
+)
+def test_in_metrics_is_from_metrics_or_none_without_an_efficiency_key(
+    metrics: dict[str, Any],
+) -> None:
+    found = EfficiencySummary.in_metrics(metrics)
+    if any(key.startswith("efficiency/") for key in metrics):
+        assert found == EfficiencySummary.from_metrics(metrics)
+    else:
+        assert found is None
+        assert EfficiencySummary.from_metrics(metrics) == EfficiencySummary()

@@ -243,3 +243,54 @@ def test_a_cap_above_the_sdks_own_limit_exports_the_same_on_every_sdk() -> None:
                 rlmetrics.record("t", {"capped": 1}, {"host": f"h{i}"})
             exported = _capped_points(reader)
     assert exported == {**{f"h{i}": 1 for i in range(2500)}, "overflow": 100}
+
+
+def test_record_declared_reads_a_dict_shorter_than_its_group(caplog: Any) -> None:
+    # A dict with fewer keys than the group declares is scanned from its own side: the same
+    # keys found, None dropped and said, keys the group never declared left alone.
+    rlmetrics.declare(
+        "test.declared",
+        [MetricSpec(f"test.declared.{name}", Kind.GAUGE, key=name) for name in "abcdef"],
+    )
+    with in_memory_telemetry() as (_handle, reader), caplog.at_level(logging.WARNING):
+        found = rlmetrics.record_declared("test.declared", {"b": 2.0, "z": 9.0, "e": None})
+        assert found == {"b": 2.0}
+        assert "test.declared.e (key 'e') dropped a value: None" in caplog.text
+        wide = {name: float(i) for i, name in enumerate("abcdefgh")}
+        assert rlmetrics.record_declared("test.declared", wide) == {
+            name: float(i) for i, name in enumerate("abcdef")
+        }
+        exported = {p.name: p.value for p in points(reader) if p.name.startswith("test.")}
+    assert exported == {f"test.declared.{name}": float(i) for i, name in enumerate("abcdef")}
+
+
+@pytest.mark.parametrize("exemplar_filter", ["trace_based", "always_on"])
+def test_a_gauge_collected_inside_a_span_exports_the_same_with_either_filter(
+    monkeypatch: pytest.MonkeyPatch, exemplar_filter: str
+) -> None:
+    # A gauge's last value carries a spanless context (the SDK skips its lookup): under the
+    # trace-based filter an observable keeps no exemplar anyway; under always_on the SDK
+    # still looks the current context up, so what is exported does not depend on it.
+    from opentelemetry.sdk.trace import TracerProvider
+
+    monkeypatch.setenv("OTEL_METRICS_EXEMPLAR_FILTER", exemplar_filter)
+    rlmetrics.declare("test.spanned", [MetricSpec("test.spanned.g", Kind.GAUGE, key="g")])
+    tracer = TracerProvider().get_tracer("test")
+    with in_memory_telemetry() as (_handle, reader):
+        rlmetrics.record("test.spanned", {"g": 3.0})
+        with tracer.start_as_current_span("collecting") as span:
+            data = reader.get_metrics_data()
+    (point,) = [
+        p
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "test.spanned.g"
+        for p in m.data.data_points
+    ]
+    assert point.value == 3.0
+    exemplars = list(getattr(point, "exemplars", None) or [])
+    if exemplar_filter == "always_on":
+        assert [e.span_id for e in exemplars] == [span.get_span_context().span_id]
+    else:
+        assert exemplars == []

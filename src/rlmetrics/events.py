@@ -104,8 +104,8 @@ def _numbers(field: str, values: Any, floats: bool = False) -> dict[str, float]:
     value that is not a mapping."""
     if (
         type(values) is dict
-        and set(map(type, values)) <= _STR
-        and set(map(type, values.values())) <= _FLOAT
+        and _STR.issuperset(map(type, values))
+        and _FLOAT.issuperset(map(type, values.values()))
         # A NaN or an infinity makes the sum one; a finite sum means every value is finite.
         and math.isfinite(sum(values.values()))
     ):
@@ -266,13 +266,22 @@ def _category(key: Any) -> str | None:
     return None
 
 
-def _category_keys(keys: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
-    """``(key, category)`` for each category key of a dict with these keys, in order."""
-    return tuple((key, c) for key in keys if (c := _category(key)) is not None)
+def _category_keys(keys: tuple[Any, ...]) -> tuple[bool, tuple[tuple[str, str], ...]]:
+    """Whether a dict with these keys has any ``efficiency/*`` key, and ``(key, category)``
+    for each of its category keys, in order."""
+    efficiency = any(type(key) is str and key.startswith(EFFICIENCY_PREFIX) for key in keys)
+    return efficiency, tuple((key, c) for key in keys if (c := _category(key)) is not None)
 
 
 #: Which keys of a dict are categories, worked out once per key sequence.
 _category_plan = KeyPlans(_category_keys)
+
+
+def _given(value: Any) -> Any:
+    """A field's logged value as the summary's converter takes it: a finite float as it is
+    (the converter reads it again), anything else as the number it stands for, or None (so a
+    value that is not a number is absent, as it always was, not reported as a bad field)."""
+    return value if type(value) is float and value - value == 0 else as_number(value)
 
 
 @attrs.frozen
@@ -295,14 +304,24 @@ class EfficiencySummary:
     @classmethod
     def from_metrics(cls, metrics: Mapping[str, Any]) -> EfficiencySummary:
         """Read the ``efficiency/*`` keys of a flat logger dict; other keys are ignored."""
+        found = cls.in_metrics(metrics)
+        return cls() if found is None else found
+
+    @classmethod
+    def in_metrics(cls, metrics: Mapping[str, Any]) -> EfficiencySummary | None:
+        """:meth:`from_metrics`, or None for a dict with no ``efficiency/*`` key at all (every
+        field is read from one): most train dicts, found out without building a summary."""
         fields = metrics if type(metrics) is dict else dict(_fields(metrics))
-        seconds = {category: fields[key] for key, category in _category_plan(tuple(fields))}
+        efficiency, categories = _category_plan(tuple(fields))
+        if not efficiency:
+            return None
+        seconds = {category: fields[key] for key, category in categories}
         per_step = as_number(fields.get(_PCT_PER_STEP_KEY))
         return cls(
             seconds=seconds,
-            step_wall_time_s=as_number(fields.get(_STEP_WALL_KEY)),
-            run_elapsed_s=as_number(fields.get(_RUN_ELAPSED_KEY)),
-            efficiency_pct=as_number(fields.get(_PCT_KEY)),
+            step_wall_time_s=_given(fields.get(_STEP_WALL_KEY)),
+            run_elapsed_s=_given(fields.get(_RUN_ELAPSED_KEY)),
+            efficiency_pct=_given(fields.get(_PCT_KEY)),
             pct_per_step=None if per_step is None else bool(per_step),
         )
 

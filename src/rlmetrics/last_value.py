@@ -5,6 +5,7 @@ Imported when telemetry starts (it needs the OpenTelemetry API), never by ``impo
 
 from __future__ import annotations
 
+from opentelemetry.context import Context
 from opentelemetry.metrics import Observation
 
 __all__ = ["LastValue"]
@@ -20,8 +21,15 @@ class LastValue(Observation):
     last value.
     """
 
-    def __init__(self, value: int | float, attributes: dict[str, str | int] | None) -> None:
-        super().__init__(value, attributes)
+    def __init__(
+        self,
+        value: int | float,
+        attributes: dict[str, str | int] | None,
+        context: Context | None = None,
+    ) -> None:
+        # With a ``context`` the SDK takes it rather than looking the current one up for
+        # each observation of each collection (it reads it only for an exemplar's span).
+        super().__init__(value, attributes, context)
         self.current = value
 
     @property

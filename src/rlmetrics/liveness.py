@@ -10,11 +10,11 @@ dicts and exports it as ``rl.step.*``.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import NamedTuple
 
 import attrs
 
@@ -73,9 +73,11 @@ class StallRule:
 clock: Callable[[], float] = time.time
 
 
-@attrs.frozen
-class Step:
-    """A newest step, as :meth:`Liveness.advance` saw it arrive."""
+class Step(NamedTuple):
+    """A newest step, as :meth:`Liveness.advance` saw it arrive.
+
+    A named tuple, not an attrs class: one is built for every new step of the loop, and a
+    frozen attrs instance costs three times as much to build."""
 
     number: int
     time: float
@@ -121,8 +123,9 @@ class Liveness:
             if step <= self.step:
                 return
             now = clock()
-            if self._last_time is not None:
-                self._intervals.append(max(0.0, now - self._last_time))
+            last = self._last_time
+            if last is not None:
+                self._intervals.append(now - last if now > last else 0.0)
             self.step, self._last_time = step, now
             publish(Step(step, now, self._median()))
 
@@ -137,9 +140,16 @@ class Liveness:
             )
 
     def _median(self) -> float | None:
-        if len(self._intervals) < MEDIAN_WINDOW:
+        intervals = self._intervals
+        count = len(intervals)
+        if count < MEDIAN_WINDOW:
             return None
-        return float(statistics.median(self._intervals))
+        # statistics.median's rule, without its Python frames: this runs on every new step.
+        ordered = sorted(intervals)
+        middle = count // 2
+        if count % 2:
+            return float(ordered[middle])
+        return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 #: The process's liveness state (one telemetry session at a time).

@@ -58,8 +58,8 @@ _NO_SUMMARY = EfficiencySummary()
 
 
 def _efficiency_summary(_prefix: str, flat: Mapping[str, Any]) -> EfficiencySummary | None:
-    summary = EfficiencySummary.from_metrics(flat)
-    return None if summary == _NO_SUMMARY else summary
+    summary = EfficiencySummary.in_metrics(flat)
+    return None if summary is None or summary == _NO_SUMMARY else summary
 
 
 ROUTES: tuple[Route, ...] = (

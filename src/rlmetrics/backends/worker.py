@@ -138,13 +138,13 @@ _STR = frozenset({str})
 
 def _plain_container(value: Any) -> bool:
     """Whether ``value`` is a plain list of immutable values, or a plain dict of them under
-    string keys (checked in C)."""
+    string keys (checked in C, by issuperset of an iterator: no set is built)."""
     if type(value) is list:
-        return set(map(type, value)) <= _IMMUTABLE
+        return _IMMUTABLE.issuperset(map(type, value))
     return (
         type(value) is dict
-        and set(map(type, value)) <= _STR
-        and set(map(type, value.values())) <= _IMMUTABLE
+        and _STR.issuperset(map(type, value))
+        and _IMMUTABLE.issuperset(map(type, value.values()))
     )
 
 
