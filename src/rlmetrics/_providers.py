@@ -10,9 +10,11 @@ before the error reaches the caller: no reader thread, server or socket is left.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import random
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -207,6 +209,29 @@ def traces_wanted(traces: bool) -> bool:
     return traces and os.environ.get(TRACES_EXPORTER_ENV, "").strip().lower() != "none"
 
 
+#: The SDK's metric-reader logger. A periodic reader whose first interval ends before the
+#: MeterProvider that registers it exists (a slow start on a loaded machine) warns "Cannot call
+#: collect on a MetricReader until it is registered on a MeterProvider": harmless while
+#: :func:`build_provider` is building that provider, so said at DEBUG then.
+_READER_LOGGER = "opentelemetry.sdk.metrics._internal.export"
+_UNREGISTERED = "Cannot call collect on a MetricReader until it is registered"
+#: Set while a provider is being built (the reader's thread logs, not the building one).
+_building = threading.Event()
+
+
+class _UnregisteredWhileBuilding(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _building.is_set() and record.getMessage().startswith(_UNREGISTERED):
+            logging.getLogger("rlmetrics.providers").debug(
+                "%s (the provider that registers it is being built)", record.getMessage()
+            )
+            return False
+        return True
+
+
+logging.getLogger(_READER_LOGGER).addFilter(_UnregisteredWhileBuilding())
+
+
 def build_provider(
     resource: Mapping[str, Any],
     exporters: Mapping[str, tuple[Callable[..., Exporter], Mapping[str, Any]]],
@@ -219,6 +244,7 @@ def build_provider(
     readers and, when any exporter offers a span processor (or ``span_processors`` are given)
     and ``traces`` is true, one TracerProvider over them, on the same Resource."""
     built: dict[str, Exporter] = {}
+    _building.set()
     try:
         for name, (factory, options) in exporters.items():
             exporter = factory(export_interval_s=export_interval_s, **options)
@@ -254,6 +280,8 @@ def build_provider(
     except BaseException:
         _abandon(built)
         raise
+    finally:
+        _building.clear()
     return Built(provider, built, tracer_provider, len(metric_readers))
 
 
