@@ -120,6 +120,20 @@ def _tensorboard_hparam(value: Any) -> Any:
     return str(value)
 
 
+def _as_config_yaml_reads(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` as SwanLab's config.yaml reads it back, entry by entry."""
+    import yaml
+
+    out = {}
+    for key, value in config.items():
+        dumped = yaml.safe_dump(
+            {key: {"value": value}}, allow_unicode=True, default_flow_style=False
+        )
+        ((back_key, back),) = yaml.safe_load(dumped).items()
+        out[back_key] = back["value"]
+    return out
+
+
 def _swanlab_config(value: Any) -> Any:
     """SwanLab's config.yaml: NaN and infinities as text, and U+0085 (NEL, a YAML line break)
     read back as a space where it is not quoted (so compared as a space on both sides)."""
@@ -246,10 +260,17 @@ def test_any_configuration_arrives_exactly_where_the_tracker_can_take_it(
         texts_said = [r for r in caplog.records if "W&B's config would round" in r.getMessage()]
         assert len(texts_said) == (1 if _wandb_config(merged) != _nonfinite_text(merged) else 0)
     if name == "swanlab":
+        from rlmetrics_swanlab.backend import altered_by_config_yaml
+
         got = swanlab_config(backend.run_dir)
-        want = _swanlab_config(merged)
+        # What SwanLab's YAML writer folds (a line break in some keys, NEL) reads back
+        # otherwise: compared as the file holds it, and said once.
+        altered = altered_by_config_yaml(merged)
+        want = _swanlab_config(_as_config_yaml_reads(merged))
         got = _swanlab_config({k: v for k, v in got.items() if k.startswith("ex")})
         assert _same(got, want), _first_difference(got, want)
+        said = [r for r in caplog.records if "SwanLab's config.yaml" in r.getMessage()]
+        assert len(said) == (1 if altered else 0)
     # Nothing was lost to an exception: no backend call raised (log() would have failed).
 
 

@@ -35,7 +35,7 @@ from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs
 from rlmetrics.samples import columns_of
 
-__all__ = ["MIN_FREE_BYTES", "REFUSED_ID_CHARACTERS", "SwanLabBackend"]
+__all__ = ["MIN_FREE_BYTES", "REFUSED_ID_CHARACTERS", "SwanLabBackend", "altered_by_config_yaml"]
 
 #: Free space the run folder's disk must have for the backend to hand SwanLab another row.
 MIN_FREE_BYTES = 1 << 20
@@ -211,8 +211,19 @@ class SwanLabBackend:
             self.run.log(row, step=number)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        """The configuration, nested as logged, into the run's config."""
-        self.run.config.update(dict(params))
+        """The configuration, nested as logged, into the run's config; what its config.yaml
+        would read back otherwise is said once."""
+        config = dict(params)
+        self.run.config.update(config)
+        altered = altered_by_config_yaml(config)
+        if altered:
+            warn_once(
+                "swanlab:config-yaml",
+                f"rlmetrics-swanlab: {len(altered)} hyperparameter(s), first {altered[0]!r}, "
+                "are read back otherwise from SwanLab's config.yaml (its YAML writer folds a "
+                "line break in some keys and text, and U+0085 reads back as a space); the "
+                "JSONL backend has them exactly; later ones at DEBUG",
+            )
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """One ``swanlab.Text`` per row under ``name`` (its columns as ``column: value``
@@ -228,3 +239,34 @@ class SwanLabBackend:
         self._finished = True
         if self._owns_run:
             self.run.finish()
+
+
+def altered_by_config_yaml(config: Mapping[str, Any]) -> list[str]:
+    """The keys of ``config`` whose entry SwanLab's ``config.yaml`` reads back otherwise: each
+    is dumped as SwanLab dumps it (``yaml.safe_dump``, Unicode kept, block style, the value one
+    level down) and read back."""
+    import yaml  # SwanLab's own dependency, which writes the file
+
+    altered = []
+    for key, value in config.items():
+        entry = {key: {"value": value}}
+        try:
+            back = yaml.safe_load(
+                yaml.safe_dump(entry, allow_unicode=True, default_flow_style=False)
+            )
+        except Exception:  # SwanLab's own conversion decides what such a value becomes
+            continue
+        if not _same_text(back, entry):
+            altered.append(str(key))
+    return altered
+
+
+def _same_text(a: Any, b: Any) -> bool:
+    """Equal, NaN equal to NaN (a float YAML keeps as it is)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_text(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_text(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return type(a) is type(b) and a == b
