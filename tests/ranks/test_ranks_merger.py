@@ -127,6 +127,29 @@ def test_absences_travel_in_the_mask_past_one_mask_word() -> None:
         assert second[key] == math.fsum(float(i + r) for r in ranks)
 
 
+def test_a_dict_in_another_key_order_packs_into_the_table_s_order() -> None:
+    # Each rank logs its keys in an order of its own, and changes it between steps: the
+    # packing plan of each key sequence puts every value in the agreed table's slot.
+    keys = ["z", "m", "a", "q"]
+
+    def steps(rank: int) -> list[Mapping[str, Any]]:
+        order = keys[rank:] + keys[:rank]
+        values = {key: float(10 * i + rank) for i, key in enumerate(keys)}
+        return [
+            {key: values[key] for key in order},
+            {key: values[key] for key in reversed(order)},
+            {key: values[key] for key in order if key != "m" or rank != 2},
+        ]
+
+    results, mergers = run_ranks(steps, reductions={key: SUM for key in keys})
+    assert mergers[0].exchanges == {"packed": 3, "objects": 1}
+    for step, merged in enumerate(results[0]):
+        assert merged is not None
+        for i, key in enumerate(keys):
+            ranks = [r for r in range(WORLD) if not (step == 2 and key == "m" and r == 2)]
+            assert merged[key] == math.fsum(float(10 * i + r) for r in ranks)
+
+
 def test_non_numbers_stay_rank_0_s_and_a_nan_drops_only_itself(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -71,3 +71,56 @@ def test_a_straggler_names_the_slowest_rank(seconds: list[float]) -> None:
     assert straggler.skew == (max(seconds) / mean if mean > 0 else None)
     items = straggler.items("t")
     assert items["t/slowest_rank"] == seconds.index(max(seconds))
+
+
+_KINDS = [Reduce.SUM, Reduce.MEAN, Reduce.MIN, Reduce.MAX, Reduce.LAST, Reduce.STRAGGLER]
+
+
+@given(
+    st.integers(min_value=1, max_value=8).flatmap(
+        lambda ranks: st.lists(
+            st.tuples(
+                st.sampled_from(_KINDS),
+                st.lists(st.one_of(finite, finite, finite, value), min_size=ranks, max_size=ranks),
+            ),
+            min_size=1,
+            max_size=12,
+        )
+    )
+)
+def test_a_table_of_many_keys_merges_each_key_as_it_would_alone(
+    table: list[tuple[Reduce, list[float | None]]],
+) -> None:
+    # The common step (every value present and finite) merges a kind at a time; any other,
+    # key by key: either way each key is its definition, in the table's order.
+    columns = [Column(f"k{i:02d}", kind) for i, (kind, _) in enumerate(table)]
+    values = {f"k{i:02d}": column for i, (_, column) in enumerate(table)}
+    merged = merge_columns(columns, values)
+    expected: dict[str, float] = {}
+    for (kind, column), spec in zip(table, columns, strict=True):
+        kept = _kept(column)
+        if not kept:
+            continue
+        expected[spec.key] = {
+            Reduce.SUM: math.fsum(kept),
+            Reduce.MEAN: math.fsum(kept) / len(kept),
+            Reduce.MIN: min(kept),
+            Reduce.MAX: max(kept),
+            Reduce.LAST: kept[-1],
+            Reduce.STRAGGLER: max(kept),
+        }[kind]
+    assert list(merged.values.items()) == list(expected.items())
+    assert sorted(merged.stragglers) == sorted(
+        spec.key
+        for spec, (kind, column) in zip(columns, table, strict=True)
+        if kind is Reduce.STRAGGLER and _kept(column)
+    )
+    for key, straggler in merged.stragglers.items():
+        kept = _kept(values[key])
+        assert (straggler.min, straggler.mean) == (min(kept), math.fsum(kept) / len(kept))
+    assert sorted(merged.dropped) == sorted(
+        (rank, key)
+        for key, column in values.items()
+        for rank, v in enumerate(column)
+        if v is not None and not math.isfinite(v)
+    )

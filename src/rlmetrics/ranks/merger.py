@@ -30,7 +30,8 @@ import os
 import socket
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,6 +39,7 @@ from .._warn import warn_once
 from ..backends.jsonl import JsonlBackend, to_json_value
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
+from ..keyplans import KeyPlans
 from ..registry import record
 from ..spec import Reduce, Reduction
 from ..values import as_real
@@ -51,6 +53,7 @@ from .reduce import (
     STRAGGLER_SKEW,
     STRAGGLER_SLOWEST,
     Column,
+    ColumnPlan,
     Merged,
     Straggler,
     merge_columns,
@@ -65,6 +68,7 @@ _MASK_BITS = 52
 #: Header: the table's fingerprint, whether this rank needs a new table, the step.
 _HEADER = 3
 _HEADER_OF = operator.itemgetter(0, 1)
+_FLOATS = frozenset({float})
 
 
 class Collective(Protocol):
@@ -143,8 +147,12 @@ def run_row(
             f"rlmetrics: {key!r} is a weighted mean, but some rank logged it without a "
             "usable weight; it was merged as a plain mean (said once per key)",
         )
-    out = {k: v for k, v in flat.items() if k not in numbers}
-    out.update(merged.values)
+    # numbers' keys are flat's: as many means every value is a number (the common dict).
+    if len(numbers) == len(flat):
+        out = dict(merged.values)
+    else:
+        out = {k: v for k, v in flat.items() if k not in numbers}
+        out.update(merged.values)
     for key, straggler in merged.stragglers.items():
         out.update(straggler.items(key))
         values = {
@@ -159,15 +167,50 @@ def run_row(
 
 
 class _Table:
-    """The keys the ranks agreed on for one prefix, in order, with their merge columns."""
+    """The keys the ranks agreed on for one prefix, in order, with their merge columns, and
+    what packing a dict against it needs, worked out once per key sequence."""
 
     def __init__(self, keys: Sequence[str], columns: Sequence[Column]) -> None:
         self.keys = list(keys)
         self.index = {key: i for i, key in enumerate(self.keys)}
         self.columns = list(columns)
-        self.words = -(-len(self.keys) // _MASK_BITS)
+        self.plan = ColumnPlan(self.columns)
+        self.words = words = -(-len(self.keys) // _MASK_BITS)
+        self.start = _HEADER + words
+        last = len(self.keys) - (words - 1) * _MASK_BITS
+        #: Each mask word with every key present, as ints and as the floats a row carries.
+        self.full = [(1 << _MASK_BITS) - 1] * (words - 1) + [(1 << last) - 1] if words else []
+        self.full_row = [float(word) for word in self.full]
+        self.masks_of = operator.itemgetter(slice(_HEADER, self.start))
+        self.values_of = operator.itemgetter(slice(self.start, None))
         digest = zlib.crc32("\0".join(self.keys).encode("utf-8", "surrogatepass"))
         self.fingerprint = float(digest + 1)  # never 0.0, a table nobody agreed on
+        self.packs: KeyPlans[_Pack] = KeyPlans(lambda found: _Pack(self, found))
+
+
+class _Pack:
+    """How a dict of one key sequence packs against a table: whether its keys fit, its mask
+    words, and which of its values goes where (an absent key's slot takes a 0.0 appended
+    to the values)."""
+
+    __slots__ = ("fits", "mask", "order")
+
+    def __init__(self, table: _Table, keys: tuple[str, ...]) -> None:
+        index = table.index
+        self.fits = all(key in index for key in keys)
+        mask = [0] * table.words
+        at: dict[int, int] = {}
+        if self.fits:
+            for position, key in enumerate(keys):
+                i = index[key]
+                at[i] = position
+                mask[i // _MASK_BITS] |= 1 << (i % _MASK_BITS)
+        self.mask = [float(word) for word in mask]
+        places = [at.get(i, len(keys)) for i in range(len(table.keys))]
+        #: None: the dict's values are in the table's order already, every key present.
+        self.order: Callable[[Sequence[float]], Sequence[float]] | None = (
+            None if places == list(range(len(keys))) else operator.itemgetter(*places, 0)
+        )
 
 
 _EMPTY = _Table((), ())
@@ -242,7 +285,8 @@ class RankMerger:
                 self._rows.log_metrics(flat, step, prefix)
         except Exception:
             warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
-        numbers = numbers_of(flat)
+        # The common dict (every value a float) is its own numbers: no copy, no test per key.
+        numbers = flat if _FLOATS.issuperset(map(type, flat.values())) else numbers_of(flat)
         if self.broken is None:
             try:
                 merged = self._exchange(numbers, step, prefix if stream is None else stream)
@@ -305,27 +349,29 @@ class RankMerger:
 
     def _exchange(self, numbers: Mapping[str, float], step: int, stream: str) -> Merged | None:
         table = self._tables.get(stream, _EMPTY)
-        index = table.index
-        fits = numbers.keys() <= index.keys()
-        row = [table.fingerprint, 0.0 if fits else 1.0, float(step)]
-        if fits:
-            mask = [0] * table.words
-            values = [0.0] * len(table.keys)
-            for key, value in numbers.items():
-                i = index[key]
-                values[i] = value
-                mask[i // _MASK_BITS] |= 1 << (i % _MASK_BITS)
-            row.extend(float(word) for word in mask)
-            row.extend(values)
+        pack = table.packs(tuple(numbers))
+        row = [table.fingerprint, 0.0 if pack.fits else 1.0, float(step)]
+        if pack.fits:
+            values = list(numbers.values())
+            row += pack.mask
+            if pack.order is None:
+                row += values
+            else:
+                values.append(0.0)  # an absent key's slot
+                row += pack.order(values)[:-1]
         else:
-            row.extend([0.0] * (table.words + len(table.keys)))
+            row += [0.0] * (table.words + len(table.keys))
         self.exchanges["packed"] += 1
         rows = self.collective.all_gather(row)
         # Every rank packed against this table (itemgetter: the 1,024-rank check in C).
         if set(map(_HEADER_OF, rows)) == {(table.fingerprint, 0.0)}:
             if not self.logs:
                 return None
-            return merge_columns(table.columns, _unpack(rows, table))
+            if all(map(operator.eq, repeat(table.full_row), map(table.masks_of, rows))):
+                # Every rank logged every key: the columns are the rows transposed, in C.
+                return table.plan.merge(list(zip(*map(table.values_of, rows), strict=True)))
+            found = _unpack(rows, table)
+            return table.plan.merge(list(found.values()), found, present=False)
         # Some rank has a key the table lacks (or the ranks' tables differ): exchange the
         # dicts themselves, once, and agree on the union from what every rank received.
         self.exchanges["objects"] += 1
@@ -341,15 +387,11 @@ class RankMerger:
 def _unpack(rows: Sequence[Sequence[float]], table: _Table) -> dict[str, Sequence[float | None]]:
     """``{key: [value or None per rank]}`` from the packed rows: transposed in C, then the
     few absences a mask marks set to None (only the missing bits are visited)."""
-    words, width = table.words, len(table.keys)
-    if not width:
+    if not table.keys:
         return {}
-    start = _HEADER + words
-    last = width - (words - 1) * _MASK_BITS
-    full = [(1 << _MASK_BITS) - 1] * (words - 1) + [(1 << last) - 1]
-    full_row = [float(word) for word in full]
-    columns: list[Sequence[float | None]] = list(zip(*(row[start:] for row in rows), strict=True))
-    for rank, masks in enumerate(map(operator.itemgetter(slice(_HEADER, start)), rows)):
+    full, full_row = table.full, table.full_row
+    columns: list[Sequence[float | None]] = list(zip(*map(table.values_of, rows), strict=True))
+    for rank, masks in enumerate(map(table.masks_of, rows)):
         if masks == full_row:
             continue
         for word, (mask, every) in enumerate(zip(masks, full, strict=True)):

@@ -9,7 +9,10 @@ left out of its key's merge and named in :attr:`Merged.dropped`, so the caller s
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
+from operator import itemgetter, truediv
+from typing import Any
 
 import attrs
 
@@ -25,6 +28,7 @@ __all__ = [
     "STRAGGLER_SLOWEST",
     "STRAGGLER_SUFFIXES",
     "Column",
+    "ColumnPlan",
     "Merged",
     "Straggler",
     "merge_columns",
@@ -125,6 +129,117 @@ def merge_columns(
     rank without a finite, non-negative weight makes it a plain mean, listed in
     :attr:`Merged.unweighted`); ``straggler`` is the slowest rank's, with :class:`Straggler`.
     """
+    return ColumnPlan(columns).merge([values[column.key] for column in columns], values)
+
+
+def _picker(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """``[seq[i] for i in indices]`` in C (an itemgetter of one index returns no tuple)."""
+    if len(indices) == 1:
+        only = indices[0]
+        return lambda seq: (seq[only],)
+    if not indices:
+        return lambda seq: ()
+    return itemgetter(*indices)
+
+
+class ColumnPlan:
+    """The columns of one key table grouped by reduction, worked out once per table, so a
+    step whose every value is present and finite (the common step) merges a group at a
+    time in C — ``map(math.fsum, ...)``, ``map(min, ...)`` — rather than key by key. Any
+    other step merges column by column (:func:`merge_columns`' definition); both give the
+    same values."""
+
+    def __init__(self, columns: Sequence[Column]) -> None:
+        self.columns = list(columns)
+        self.keys = [column.key for column in self.columns]
+        by_kind: dict[Reduce, list[int]] = {}
+        for i, column in enumerate(self.columns):
+            by_kind.setdefault(column.kind, []).append(i)
+        self._groups = [
+            (kind, _picker(by_kind.get(kind, [])))
+            for kind in (Reduce.SUM, Reduce.MEAN, Reduce.MIN, Reduce.MAX, Reduce.LAST)
+        ]
+        self._weighted = [(i, self.columns[i]) for i in by_kind.get(Reduce.WEIGHTED_MEAN, [])]
+        self._stragglers = [(i, self.columns[i].key) for i in by_kind.get(Reduce.STRAGGLER, [])]
+        grouped = [
+            i
+            for kind in (Reduce.SUM, Reduce.MEAN, Reduce.MIN, Reduce.MAX, Reduce.LAST)
+            for i in by_kind.get(kind, [])
+        ]
+        rest = [
+            i for kind in (Reduce.WEIGHTED_MEAN, Reduce.STRAGGLER) for i in by_kind.get(kind, [])
+        ]
+        self._rest = _picker(rest)
+        # The grouped results, then the rest's, back in the table's order.
+        position = {i: at for at, i in enumerate(grouped + rest)}
+        self._in_order = _picker([position[i] for i in range(len(self.columns))])
+
+    def merge(
+        self,
+        values: Sequence[Sequence[float | None]],
+        by_key: Mapping[str, Sequence[float | None]] | None = None,
+        *,
+        present: bool = True,
+    ) -> Merged:
+        """Merge ``values[i]`` (the ranks' values of ``columns[i]``); ``by_key`` maps the
+        weight keys (default: these columns). ``present=False`` says some value is absent
+        (the per-column merge, without trying the grouped one first). A column of no
+        values (no ranks) merges column by column too: it is left out."""
+        if not present or not self.columns or not all(values) or not _clean(values):
+            if by_key is None:
+                by_key = dict(zip(self.keys, values, strict=True))
+            return _merge_each(self.columns, by_key)
+        merged = Merged()
+        pooled: list[Any] = []
+        for kind, pick in self._groups:
+            group = pick(values)
+            if not group:
+                continue
+            if kind is Reduce.SUM:
+                pooled.extend(map(math.fsum, group))
+            elif kind is Reduce.MEAN:
+                pooled.extend(map(truediv, map(math.fsum, group), map(len, group)))
+            elif kind is Reduce.MIN:
+                pooled.extend(map(min, group))
+            elif kind is Reduce.MAX:
+                pooled.extend(map(max, group))
+            else:  # last
+                pooled.extend([column[-1] for column in group])
+        if self._weighted and by_key is None:
+            by_key = dict(zip(self.keys, values, strict=True))
+        for i, column in self._weighted:
+            found = list(values[i])
+            every = list(range(len(found)))
+            pooled.append(_weighted(column, every, found, by_key, merged))  # type: ignore[arg-type]
+        stragglers = merged.stragglers
+        for i, key in self._stragglers:
+            seconds: Sequence[float] = values[i]  # type: ignore[assignment]
+            slowest = max(seconds)
+            mean = math.fsum(seconds) / len(seconds)
+            stragglers[key] = Straggler(
+                min(seconds),
+                mean,
+                slowest,
+                seconds.index(slowest),
+                slowest / mean if mean > 0 else None,
+            )
+            pooled.append(slowest)
+        merged.values = dict(zip(self.keys, self._in_order(pooled), strict=True))
+        return merged
+
+
+def _clean(values: Sequence[Sequence[float | None]]) -> bool:
+    """Whether every value is present and finite: their exact sum is finite (an absence
+    raises, a NaN or an infinity makes it not finite), found in C."""
+    try:
+        total = math.fsum(chain.from_iterable(values))  # type: ignore[arg-type]
+    except (TypeError, OverflowError, ValueError):  # an absence; a finite overflow; inf - inf
+        return False
+    return total - total == 0
+
+
+def _merge_each(columns: Sequence[Column], values: Mapping[str, Sequence[float | None]]) -> Merged:
+    """:func:`merge_columns` column by column: absences and values that are not finite."""
     merged = Merged()
     dropped = merged.dropped
     out = merged.values

@@ -9,6 +9,7 @@ ends a collective with the process group's own timeout (``init_process_group(tim
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 __all__ = ["TorchCollective"]
@@ -40,20 +41,38 @@ class TorchCollective:
         )
         self._width = -1
         self._output: Any = None
+        #: The gathered rows on the host: ``self._output`` itself on CPU (a tensor over this
+        #: array's memory, so the rows are read back without a tensor call per value).
+        self._host = array("d")
+        self._host_view: Any = None
         # torch 2.13 renamed all_gather_into_tensor (which warns there); one call either way.
         self._gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
     def all_gather(self, row: list[float]) -> list[list[float]]:
         torch = self._torch
         width = len(row)
-        if width != self._width:  # the output buffer is kept while the table stands
+        if width != self._width:  # the buffers are kept while the table stands
             self._width = width
-            self._output = torch.empty(
-                width * self.world_size, dtype=torch.float64, device=self._device
+            self._host = array("d", bytes(8 * width * self.world_size))
+            self._host_view = torch.frombuffer(self._host, dtype=torch.float64)
+            on_cpu = self._device.type == "cpu"
+            self._output = (
+                self._host_view
+                if on_cpu
+                else torch.empty_like(self._host_view, device=self._device)
             )
-        tensor = torch.tensor(row, dtype=torch.float64, device=self._device)
+        # array -> tensor shares the memory: cheaper than torch.tensor(list) per value.
+        tensor = (
+            torch.frombuffer(array("d", row), dtype=torch.float64)
+            if row
+            else (torch.empty(0, dtype=torch.float64))
+        )
+        if self._output is not self._host_view:
+            tensor = tensor.to(self._device)
         self._gather(self._output, tensor, group=self.group)
-        flat: list[float] = self._output.tolist()
+        if self._output is not self._host_view:
+            self._host_view.copy_(self._output)
+        flat = self._host.tolist()
         return [flat[i * width : (i + 1) * width] for i in range(self.world_size)]
 
     def all_gather_object(self, obj: Any) -> list[Any]:
