@@ -90,6 +90,30 @@ _EFFICIENCY = {
 }
 
 
+def declare_bench_group() -> None:
+    """The ``bench`` group the ``record()`` cases write: a counter (key ``counter``) and a
+    histogram (key ``histogram``), each taking :data:`THREE`'s attributes."""
+    rlmetrics.declare(
+        "bench",
+        [
+            rlmetrics.MetricSpec(
+                "bench.counter",
+                rlmetrics.Kind.COUNTER,
+                key="counter",
+                attributes=dict.fromkeys(THREE, rlmetrics.OPEN),
+            ),
+            rlmetrics.MetricSpec(
+                "bench.histogram",
+                rlmetrics.Kind.HISTOGRAM,
+                unit="s",
+                key="histogram",
+                buckets=[0.1, 1, 10],
+                attributes=dict.fromkeys(THREE, rlmetrics.OPEN),
+            ),
+        ],
+    )
+
+
 class RawTee:
     """The 18 series of GRPO_STEP written by hand with raw SDK calls: what rlmetrics replaces
     (the 16 the training and efficiency families tee, and the liveness family's step number and
@@ -242,25 +266,7 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
 
     # -- telemetry started, every installed family on ----------------------------------------
     with isolated_state():
-        rlmetrics.declare(
-            "bench",
-            [
-                rlmetrics.MetricSpec(
-                    "bench.counter",
-                    rlmetrics.Kind.COUNTER,
-                    key="counter",
-                    attributes=dict.fromkeys(THREE, rlmetrics.OPEN),
-                ),
-                rlmetrics.MetricSpec(
-                    "bench.histogram",
-                    rlmetrics.Kind.HISTOGRAM,
-                    unit="s",
-                    key="histogram",
-                    buckets=[0.1, 1, 10],
-                    attributes=dict.fromkeys(THREE, rlmetrics.OPEN),
-                ),
-            ],
-        )
+        declare_bench_group()
         with in_memory_telemetry() as (_handle, reader):
             quiet = rlmetrics.Logger(backends={})
             results["log_metrics, no backend"] = compare(
