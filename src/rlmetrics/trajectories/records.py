@@ -389,17 +389,12 @@ def _generation(item: Any, text: TextPolicy, end_ns: int | None = None) -> Gener
         or (type(version) is str and 0 < len(version) <= 256)
     ):
         version = _identifier("generation.weight_version", version)
-    return Generation(
-        model,
-        given,
-        taken,
-        reason,
-        latency,
-        version,
-        text.keep("prompt", get("prompt")) if text.keeps else None,
-        text.keep("completion", get("completion")) if text.keeps else None,
-        end_ns,
-    )
+    if text.keeps:
+        prompt = text.keep("prompt", get("prompt"))
+        completion = text.keep("completion", get("completion"))
+    else:
+        prompt = completion = None
+    return Generation(model, given, taken, reason, latency, version, prompt, completion, end_ns)
 
 
 def _tool_call(item: Any, text: TextPolicy, end_ns: int | None = None) -> ToolCall | None:
@@ -421,14 +416,13 @@ def _tool_call(item: Any, text: TextPolicy, end_ns: int | None = None) -> ToolCa
     error = get("error")
     if error is not None:
         error = _name("tool_call.error", error)
+    if text.keeps:
+        arguments = text.keep("tool_arguments", get("arguments"))
+        result = text.keep("tool_result", get("result"))
+    else:
+        arguments = result = None
     return ToolCall(
-        "other" if name is None else name,
-        outcome,
-        latency,
-        error,
-        text.keep("tool_arguments", get("arguments")) if text.keeps else None,
-        text.keep("tool_result", get("result")) if text.keeps else None,
-        end_ns,
+        "other" if name is None else name, outcome, latency, error, arguments, result, end_ns
     )
 
 
@@ -566,8 +560,11 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
     error = get("error")
     if error is not None:
         error = _name("error", error)
-    prompt = text.keep("prompt", get("prompt")) if text.keeps else None
-    completion = text.keep("completion", get("completion")) if text.keeps else None
+    if text.keeps:
+        prompt = text.keep("prompt", get("prompt"))
+        completion = text.keep("completion", get("completion"))
+    else:
+        prompt = completion = None
     trained = get("trainer_weight_version")
     if trained is not None:
         trained = _count("trainer_weight_version", trained)
