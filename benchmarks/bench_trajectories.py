@@ -1,13 +1,15 @@
 """A trajectory's spans and points at the cost of the same written by hand.
 
     python benchmarks/bench_trajectories.py [--processes 5] [--rounds 31] [--quick]
+                                            [--rss 1000000] [--rss-seconds 900]
                                             [--update-readme]
 
 Run it in each SDK's bench env (``tox exec -e bench-otel1452 -- python
-benchmarks/bench_trajectories.py``), under ``flock /work/locks/bench.lock``. Time is the calling
-thread's CPU time (``time.thread_time``), in alternating rounds against a baseline measured in
-the same process, the rounds of ``--processes`` fresh processes pooled (``_harness.py``); the
-step advances every call, as a training loop's does.
+benchmarks/bench_trajectories.py``), under ``flock /work/locks/bench.lock``. Time is the
+harness's CPU clock (the calling thread's on its newer version; neither side here runs threads
+of its own), in alternating rounds against a baseline measured in the same process, the rounds
+of ``--processes`` fresh processes pooled (``_harness.py``); the step advances every call, as
+a training loop's does.
 
 - one trajectory of 4 turns (a generation and a tool call each) and a reward, text off,
   through ``Logger.log_trajectories`` (no backend: the row is built and bounded, nothing is
@@ -19,14 +21,24 @@ step advances every call, as a training loop's does.
 - a trajectory the span budget drops, in a batch of 100 that all are dropped: the cost per
   trajectory of the whole call (its metrics and row included; goal ≤5 µs), and of the span
   side alone — the budget's decision and the counted drop — against a batch traced whole
-  minus its spans (reference rows: the absolute µs).
+  minus its spans, and the floor: the four histogram points a dropped trajectory still owes,
+  by hand on the raw SDK (reference rows: the absolute µs);
+- memory: ``--rss`` trajectories (10⁶ by default; ``0`` skips it) through
+  ``log_trajectories`` in batches of 1000 under the default span budget (the failures, the
+  top and bottom 8 by reward and a tenth of the rest traced), each batch's ids and rewards
+  new, the metrics collected every 10 batches as an exporting run's are; the process's RSS
+  after a garbage collection once a tenth of them are logged (the warm-up) and at the end.
+  Goal: growth within 5 MB. Bounded in time too: past ``--rss-seconds`` it stops and says how
+  many it logged. Its own fresh process, after the timed ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import random
 import sys
 import time
 from typing import Any
@@ -48,6 +60,9 @@ ONE = "one trajectory (4 turns, 4 tool calls, a reward), text off"
 LIVE = "the same trajectory, live (reference)"
 DROPPED = "a budget-dropped trajectory, whole call (batch of 100)"
 DROPPED_SPANS = "a budget-dropped trajectory, span side only (reference)"
+DROPPED_FLOOR = "its 4 histogram points by hand on the raw SDK (reference: the floor)"
+RSS_GOAL_MB = 5.0
+RSS_BATCH = 1000
 GOALS: dict[str, tuple[float, str]] = {ONE: (1.3, "x"), DROPPED: (5.0, "µs")}
 
 TURNS = 4
@@ -247,9 +262,90 @@ def measure(rounds: int, number: int) -> dict[str, Comparison]:
             results[DROPPED] = attrs.evolve(whole, case_s=whole.case_s / 100)
             side = compare(decided, nothing, number=number, rounds=rounds)
             results[DROPPED_SPANS] = attrs.evolve(side, case_s=side.case_s / 100)
+            # What a dropped trajectory still owes the SDK, one call per value (a histogram
+            # takes no count): turns, tool calls, its reward and its duration.
+            env = {"rl.env": "math"}
+            reward_set = {"rl.reward.component": "correct", **env}
+            outcome_set = {"rl.trajectory.outcome": "success", **env}
+
+            def owed() -> None:
+                for _ in range(100):
+                    raw.turns.record(TURNS, env)
+                    raw.tool_calls.record(TURNS, env)
+                    raw.reward.record(1.0, reward_set)
+                    raw.duration.record(3.1, outcome_set)
+
+            floor = compare(owed, nothing, number=max(1, number // 10), rounds=rounds)
+            results[DROPPED_FLOOR] = attrs.evolve(floor, case_s=floor.case_s / 100)
         finally:
             handle.shutdown(timeout_s=5)
     return results
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * _PAGE
+
+
+def measure_rss(total: int, seconds: float) -> dict[str, Any]:
+    """RSS after the warm-up (a tenth of ``total``) and at the end (see the module's
+    docstring); stops early past ``seconds``."""
+    rng = random.Random(33)
+    batch = [record(n) for n in range(RSS_BATCH)]
+    warm_up = max(RSS_BATCH, total // 10)
+    logged = 0
+    rss_warm: int | None = None
+    started = time.monotonic()
+    with isolated_state():
+        reader = InMemoryMetricReader()
+        handle = rlmetrics.start(
+            readers=[reader], span_processors=[SimpleSpanProcessor(_Discard())]
+        )
+        try:
+            logger = rlmetrics.Logger(backends={})
+            step = 0
+            while logged < total:
+                step += 1
+                for n, item in enumerate(batch):  # new ids and rewards each batch
+                    item["sample_id"] = f"s{step}-{n}"
+                    item["group_id"] = f"g{step}-{n // 8}"
+                    item["rewards"][0]["value"] = rng.random()
+                    item["outcome"] = "failure" if rng.random() < 0.01 else "success"
+                logger.log_trajectories(batch, step=step)
+                logged += len(batch)
+                if step % 10 == 0:
+                    reader.get_metrics_data()
+                if rss_warm is None and logged >= warm_up:
+                    gc.collect()
+                    rss_warm = rss_bytes()
+                if time.monotonic() - started > seconds:
+                    break
+            reader.get_metrics_data()
+            gc.collect()
+            rss_end = rss_bytes()
+        finally:
+            handle.shutdown(timeout_s=5)
+    return {
+        "trajectories": logged,
+        "warm_up": warm_up,
+        "rss_warm": rss_warm if rss_warm is not None else rss_end,
+        "rss_end": rss_end,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def rss_line(result: dict[str, Any]) -> str:
+    growth = (result["rss_end"] - result["rss_warm"]) / 2**20
+    judged = f"≤{RSS_GOAL_MB} MB " + ("met" if growth <= RSS_GOAL_MB else "**missed**")
+    return (
+        f"RSS over {result['trajectories']:,} trajectories (batches of {RSS_BATCH}, default "
+        f"budget; {result['seconds']:.0f} s): {result['rss_warm'] / 2**20:.1f} MB after "
+        f"{result['warm_up']:,}, {result['rss_end'] / 2**20:.1f} MB at the end: growth "
+        f"{growth:+.2f} MB, goal {judged}"
+    )
 
 
 def table(results: dict[str, Comparison]) -> str:
@@ -262,7 +358,7 @@ def table(results: dict[str, Comparison]) -> str:
     for name, result in results.items():
         low, mid, high = result.spread
         goal, unit = GOALS.get(name, (None, "x"))
-        if unit == "µs" or name == DROPPED_SPANS:
+        if unit == "µs" or name in (DROPPED_SPANS, DROPPED_FLOOR):
             judged = (
                 f"≤{goal} µs " + ("met" if result.case_s * 1e6 <= goal else "**missed**")
                 if goal is not None
@@ -289,12 +385,18 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=100, help="calls per side per round")
     parser.add_argument("--quick", action="store_true", help="1 process, 5 rounds (a smoke run)")
     parser.add_argument("--update-readme", action="store_true", help="rewrite this SDK's table")
+    parser.add_argument("--rss", type=int, default=10**6, help="trajectories for RSS; 0: skip")
+    parser.add_argument("--rss-seconds", type=float, default=900.0, help="time bound for RSS")
     parser.add_argument("--as-json", action="store_true", help=argparse.SUPPRESS)  # a child run
+    parser.add_argument("--rss-only", action="store_true", help=argparse.SUPPRESS)  # a child run
     args = parser.parse_args()
     os.environ["RLMETRICS_PLUGINS"] = ""  # the core's built-ins only
     processes, rounds, number = (
         (1, 5, 30) if args.quick else (args.processes, args.rounds, args.number)
     )
+    if args.rss_only:
+        sys.stdout.write(json.dumps(measure_rss(args.rss, args.rss_seconds)))
+        return
     if args.as_json:
         results = measure(rounds, number)
         sys.stdout.write(json.dumps({k: attrs.asdict(v) for k, v in results.items()}))
@@ -304,6 +406,15 @@ def main() -> None:
         __file__, processes, ["--as-json", "--rounds", str(rounds), "--number", str(number)]
     )
     text = table(pool(runs))
+    if args.rss:
+        (memory,) = fresh_runs(
+            __file__,
+            1,
+            ["--rss-only", "--rss", str(args.rss), "--rss-seconds", str(args.rss_seconds)],
+        )
+        text += "\n" + rss_line(memory) + "\n"
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    text += f"\nload average (1, 5, 15 min) at the end: {load}\n"
     print(text)
     if args.update_readme:
         from importlib.metadata import version

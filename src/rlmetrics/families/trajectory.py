@@ -253,7 +253,11 @@ def _attributes(*pairs: tuple[str, str | None]) -> frozenset[tuple[str, str]]:
 
 def record_batch(batch: TrajectoryBatch) -> None:
     """Record the metrics of ``batch`` (what the hook does). Counters are added up over the
-    batch first (one point per attribute set); histograms take one value per trajectory."""
+    batch first (one point per attribute set); histograms take one value per trajectory.
+
+    What depends only on a name (its bounded value, the attribute sets it is in) is found once
+    per batch, not once per trajectory: a batch of a step's rollouts holds a few envs, tools
+    and components, and the per-trajectory Python left is the histogram points themselves."""
     if batch.dropped:
         record(GROUP, {DROPPED: batch.dropped})
     completed: dict[tuple[str, str | None, str | None], int] = {}
@@ -261,38 +265,68 @@ def record_batch(batch: TrajectoryBatch) -> None:
     calls: dict[tuple[str, str], int] = {}
     contexts = batch.contexts
     trained = batch.trainer_weight_version
+    # Per batch: a raw name's bounded value, and the attribute sets of each bounded env.
+    envs: dict[str | None, str | None] = {}
+    reasons: dict[str | None, str | None] = {}
+    tools: dict[tuple[str, str], tuple[str, str]] = {}
+    components: dict[str, str | None] = {}
+    by_env: dict[str | None, frozenset[tuple[str, str]]] = {}
+    rewarded: dict[tuple[str | None, str | None], frozenset[tuple[str, str]]] = {}
+    timed: dict[tuple[str, str | None], frozenset[tuple[str, str]]] = {}
     for index, t in enumerate(batch.trajectories):
-        env = _envs(t.env)
-        key = (t.outcome, _reasons(t.finish_reason), env)
+        raw_env = t.env
+        try:
+            env = envs[raw_env]
+        except KeyError:
+            env = envs[raw_env] = _envs(raw_env)
+        raw_reason = t.finish_reason
+        try:
+            reason = reasons[raw_reason]
+        except KeyError:
+            reason = reasons[raw_reason] = _reasons(raw_reason)
+        outcome_name = t.outcome
+        key = (outcome_name, reason, env)
         completed[key] = completed.get(key, 0) + 1
-        record(
-            GROUP,
-            {TURNS: t.turn_count, TOOL_CALLS: t.tool_call_count},
-            _attributes((ENV_ATTR, env)),
-        )
-        given, taken = t.tokens()
+        env_set = by_env.get(env)
+        if env_set is None:
+            env_set = by_env[env] = _attributes((ENV_ATTR, env))
+        record(GROUP, {TURNS: t.turn_count, TOOL_CALLS: t.tool_call_count}, env_set)
+        given = taken = 0
+        for turn in t.turns:
+            for generation in turn.generations:
+                given += generation.input_tokens or 0
+                taken += generation.output_tokens or 0
+            for call in turn.tool_calls:
+                raw_tool = (call.name, call.outcome)
+                tool = tools.get(raw_tool)
+                if tool is None:
+                    tool = tools[raw_tool] = (_tools(call.name) or OTHER, call.outcome)
+                calls[tool] = calls.get(tool, 0) + 1
         if given:
             tokens[("input", env)] = tokens.get(("input", env), 0) + given
         if taken:
             tokens[("output", env)] = tokens.get(("output", env), 0) + taken
-        for turn in t.turns:
-            for call in turn.tool_calls:
-                tool = (_tools(call.name) or OTHER, call.outcome)
-                calls[tool] = calls.get(tool, 0) + 1
-        rewards = t.all_rewards()
-        for reward in rewards:
-            component = _components(reward.component)
-            record(
-                GROUP,
-                {REWARD: reward.value},
-                _attributes((REWARD_COMPONENT_ATTR, component), (ENV_ATTR, env)),
-            )
-        if t.reward is not None and not any(r.component == "total" for r in rewards):
-            record(
-                GROUP,
-                {REWARD: t.reward},
-                _attributes((REWARD_COMPONENT_ATTR, "total"), (ENV_ATTR, env)),
-            )
+        has_total = False
+        for reward in t.all_rewards():
+            raw_component = reward.component
+            has_total = has_total or raw_component == "total"
+            try:
+                component = components[raw_component]
+            except KeyError:
+                component = components[raw_component] = _components(raw_component)
+            reward_set = rewarded.get((component, env))
+            if reward_set is None:
+                reward_set = rewarded[(component, env)] = _attributes(
+                    (REWARD_COMPONENT_ATTR, component), (ENV_ATTR, env)
+                )
+            record(GROUP, {REWARD: reward.value}, reward_set)
+        if t.reward is not None and not has_total:
+            reward_set = rewarded.get(("total", env))
+            if reward_set is None:
+                reward_set = rewarded[("total", env)] = _attributes(
+                    (REWARD_COMPONENT_ATTR, "total"), (ENV_ATTR, env)
+                )
+            record(GROUP, {REWARD: t.reward}, reward_set)
         lag = t.staleness(trained)
         if lag is not None:
             record(GROUP, {STALENESS: lag})
@@ -303,7 +337,11 @@ def record_batch(batch: TrajectoryBatch) -> None:
             record(GROUP, {IMPORTANCE_RATIO: t.importance_ratio})
         # Inside the trajectory's span: the exemplar names it.
         duration = {DURATION: duration_s(t)}
-        outcome = _attributes((OUTCOME_ATTR, t.outcome), (ENV_ATTR, env))
+        outcome = timed.get((outcome_name, env))
+        if outcome is None:
+            outcome = timed[(outcome_name, env)] = _attributes(
+                (OUTCOME_ATTR, outcome_name), (ENV_ATTR, env)
+            )
         context = contexts[index] if index < len(contexts) else None
         if context is None:
             record(GROUP, duration, outcome)

@@ -81,6 +81,7 @@ MAX_TURNS = 256
 MAX_CALLS_PER_TURN = 64
 
 _ID = (str, int)
+_INF = math.inf
 
 
 @attrs.frozen(slots=True)
@@ -356,80 +357,141 @@ def _mapping(field: str, value: Any) -> Mapping[str, Any] | None:
     return None
 
 
+# The readers below check the common case inline (a str name, an int count, a float of
+# seconds: what a trainer's records hold) and call the field's reader only for the rest,
+# which warns exactly as before. A batch of a step's rollouts is read field by field, and a
+# call per field was most of the cost of a trajectory the span budget drops.
+
+
 def _generation(item: Any, text: TextPolicy, end_ns: int | None = None) -> Generation | None:
-    fields = _mapping("generations[]", item)
+    fields = item if type(item) is dict else _mapping("generations[]", item)
     if fields is None:
         return None
     get = fields.get
-    return Generation(
-        model=_name("generation.model", get("model")),
-        input_tokens=_count("generation.input_tokens", get("input_tokens")),
-        output_tokens=_count("generation.output_tokens", get("output_tokens")),
-        finish_reason=_name("generation.finish_reason", get("finish_reason")),
-        latency_s=_seconds("generation.latency_s", get("latency_s")) or 0.0,
-        weight_version=_identifier("generation.weight_version", get("weight_version")),
-        prompt=text.keep("prompt", get("prompt")) if text.keeps else None,
-        completion=text.keep("completion", get("completion")) if text.keeps else None,
-        end_ns=end_ns,
-    )
+    model = get("model")
+    if model is not None and not (type(model) is str and 0 < len(model) <= 128):
+        model = _name("generation.model", model)
+    given = get("input_tokens")
+    if given is not None and not (type(given) is int and 0 <= given <= INT64_MAX):
+        given = _count("generation.input_tokens", given)
+    taken = get("output_tokens")
+    if taken is not None and not (type(taken) is int and 0 <= taken <= INT64_MAX):
+        taken = _count("generation.output_tokens", taken)
+    reason = get("finish_reason")
+    if reason is not None and not (type(reason) is str and 0 < len(reason) <= 128):
+        reason = _name("generation.finish_reason", reason)
+    latency = get("latency_s")
+    if not (type(latency) is float and 0.0 <= latency < _INF):
+        latency = _seconds("generation.latency_s", latency) or 0.0
+    version = get("weight_version")
+    if version is not None and not (
+        (type(version) is int and INT64_MIN <= version <= INT64_MAX)
+        or (type(version) is str and 0 < len(version) <= 256)
+    ):
+        version = _identifier("generation.weight_version", version)
+    if text.keeps:
+        prompt = text.keep("prompt", get("prompt"))
+        completion = text.keep("completion", get("completion"))
+    else:
+        prompt = completion = None
+    return Generation(model, given, taken, reason, latency, version, prompt, completion, end_ns)
 
 
 def _tool_call(item: Any, text: TextPolicy, end_ns: int | None = None) -> ToolCall | None:
-    fields = _mapping("tool_calls[]", item)
+    fields = item if type(item) is dict else _mapping("tool_calls[]", item)
     if fields is None:
         return None
     get = fields.get
-    name = _name("tool_call.name", get("name"))
+    name = get("name")
+    if not (type(name) is str and 0 < len(name) <= 128):
+        name = _name("tool_call.name", name)
+    outcome = get("outcome")
+    if outcome is None:
+        outcome = "success"
+    elif not (type(outcome) is str and outcome in TOOL_OUTCOMES):
+        outcome = _choice("tool_call.outcome", outcome, TOOL_OUTCOMES, "success")
+    latency = get("latency_s")
+    if not (type(latency) is float and 0.0 <= latency < _INF):
+        latency = _seconds("tool_call.latency_s", latency) or 0.0
+    error = get("error")
+    if error is not None:
+        error = _name("tool_call.error", error)
+    if text.keeps:
+        arguments = text.keep("tool_arguments", get("arguments"))
+        result = text.keep("tool_result", get("result"))
+    else:
+        arguments = result = None
     return ToolCall(
-        name="other" if name is None else name,
-        outcome=_choice("tool_call.outcome", get("outcome"), TOOL_OUTCOMES, "success"),
-        latency_s=_seconds("tool_call.latency_s", get("latency_s")) or 0.0,
-        error=_name("tool_call.error", get("error")),
-        arguments=text.keep("tool_arguments", get("arguments")) if text.keeps else None,
-        result=text.keep("tool_result", get("result")) if text.keeps else None,
-        end_ns=end_ns,
+        "other" if name is None else name, outcome, latency, error, arguments, result, end_ns
     )
 
 
 def _reward(item: Any, end_ns: int | None = None) -> Reward | None:
-    fields = _mapping("rewards[]", item)
+    fields = item if type(item) is dict else _mapping("rewards[]", item)
     if fields is None:
         return None
-    value = _real("reward.value", fields.get("value"))
-    if value is None:
-        return None  # a reward without a value is no reward
-    component = _name("reward.component", fields.get("component"))
-    return Reward(
-        value=value,
-        component="total" if component is None else component,
-        latency_s=_seconds("reward.latency_s", fields.get("latency_s")) or 0.0,
-        end_ns=end_ns,
-    )
+    get = fields.get
+    value = get("value")
+    if not (type(value) is float and -_INF < value < _INF):
+        value = _real("reward.value", value)
+        if value is None:
+            return None  # a reward without a value is no reward
+    component = get("component")
+    if component is None:
+        component = "total"
+    elif not (type(component) is str and 0 < len(component) <= 128):
+        component = _name("reward.component", component)
+        if component is None:
+            component = "total"
+    latency = get("latency_s")
+    if not (type(latency) is float and 0.0 <= latency < _INF):
+        latency = _seconds("reward.latency_s", latency) or 0.0
+    return Reward(value, component, latency, end_ns)
+
+
+def _items(field: str, value: Any) -> Any:
+    """``_list`` without its copy for a list within the bound (the common case)."""
+    if type(value) is list and len(value) <= MAX_CALLS_PER_TURN:
+        return value
+    return _list(field, value)
 
 
 def _turn(item: Any, text: TextPolicy) -> Turn | None:
-    fields = _mapping("turns[]", item)
+    fields = item if type(item) is dict else _mapping("turns[]", item)
     if fields is None:
         return None
-    generations = [_generation(g, text) for g in _list("generations", fields.get("generations"))]
-    tools = [_tool_call(c, text) for c in _list("tool_calls", fields.get("tool_calls"))]
-    rewards = [_reward(r) for r in _list("rewards", fields.get("rewards"))]
-    return Turn(
-        generations=tuple(g for g in generations if g is not None),
-        tool_calls=tuple(c for c in tools if c is not None),
-        rewards=tuple(r for r in rewards if r is not None),
-        latency_s=_seconds("turn.latency_s", fields.get("latency_s")),
-    )
+    get = fields.get
+    generations = []
+    for g in _items("generations", get("generations")):
+        generation = _generation(g, text)
+        if generation is not None:
+            generations.append(generation)
+    tools = []
+    for c in _items("tool_calls", get("tool_calls")):
+        call = _tool_call(c, text)
+        if call is not None:
+            tools.append(call)
+    rewards = []
+    for r in _items("rewards", get("rewards")):
+        reward = _reward(r)
+        if reward is not None:
+            rewards.append(reward)
+    latency = get("latency_s")
+    if latency is not None and not (type(latency) is float and 0.0 <= latency < _INF):
+        latency = _seconds("turn.latency_s", latency)
+    return Turn(tuple(generations), tuple(tools), tuple(rewards), latency)
 
 
 def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
     """One record (a mapping, see the module's docstring) as a :class:`Trajectory`; None for
     what is not a mapping. Never raises."""
-    fields = _mapping("trajectory", record)
+    fields = record if type(record) is dict else _mapping("trajectory", record)
     if fields is None:
         return None
     get = fields.get
-    sample_id = _identifier("sample_id", get("sample_id"))
+    sample_id = get("sample_id")
+    if not (type(sample_id) is str and 0 < len(sample_id) <= 256):
+        sample_id = _identifier("sample_id", sample_id)
     if sample_id is None:
         warn_once(
             "trajectory:no-sample-id",
@@ -454,29 +516,85 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
                     turns.append(turn)
         else:
             _bad("turns", "a list", raw_turns)
-    rewards = [_reward(r) for r in _list("rewards", get("rewards"))]
-    tool_call_count = sum(len(t.tool_calls) for t in turns)
+    rewards = []
+    for r in _items("rewards", get("rewards")):
+        reward = _reward(r)
+        if reward is not None:
+            rewards.append(reward)
+    tool_call_count = 0
+    for turn in turns:
+        tool_call_count += len(turn.tool_calls)
+    # The optional fields: read only when given (most records leave most of them out).
+    group_id = get("group_id")
+    if group_id is not None and not (type(group_id) is str and 0 < len(group_id) <= 256):
+        group_id = _identifier("group_id", group_id)
+    env = get("env")
+    if env is not None and not (type(env) is str and 0 < len(env) <= 128):
+        env = _name("env", env)
+    agent = get("agent")
+    if agent is not None and not (type(agent) is str and 0 < len(agent) <= 128):
+        agent = _name("agent", agent)
+    outcome = get("outcome")
+    if outcome is None:
+        outcome = "success"
+    elif not (type(outcome) is str and outcome in OUTCOMES):
+        outcome = _choice("outcome", outcome, OUTCOMES, "success")
+    reason = get("finish_reason")
+    if reason is not None and not (type(reason) is str and 0 < len(reason) <= 128):
+        reason = _name("finish_reason", reason)
+    version = get("weight_version")
+    if version is not None and not (
+        (type(version) is int and INT64_MIN <= version <= INT64_MAX)
+        or (type(version) is str and 0 < len(version) <= 256)
+    ):
+        version = _identifier("weight_version", version)
+    reward_total = get("reward")
+    if reward_total is not None:
+        reward_total = _real("reward", reward_total)
+    latency = get("latency_s")
+    if latency is not None:
+        latency = _seconds("latency_s", latency)
+    end_time = get("end_time")
+    if end_time is not None:
+        end_time = _real("end_time", end_time)
+    error = get("error")
+    if error is not None:
+        error = _name("error", error)
+    if text.keeps:
+        prompt = text.keep("prompt", get("prompt"))
+        completion = text.keep("completion", get("completion"))
+    else:
+        prompt = completion = None
+    trained = get("trainer_weight_version")
+    if trained is not None:
+        trained = _count("trainer_weight_version", trained)
+    mismatch = get("logprob_mismatch")
+    if mismatch is not None:
+        mismatch = _seconds_like("logprob_mismatch", mismatch)
+    ratio = get("importance_ratio")
+    if ratio is not None:
+        ratio = _positive("importance_ratio", ratio)
     return Trajectory(
         sample_id=sample_id,
-        group_id=_identifier("group_id", get("group_id")),
-        env=_name("env", get("env")),
-        agent=_name("agent", get("agent")),
-        outcome=_choice("outcome", get("outcome"), OUTCOMES, "success"),
-        finish_reason=_name("finish_reason", get("finish_reason")),
-        weight_version=_identifier("weight_version", get("weight_version")),
-        reward=_real("reward", get("reward")),
-        latency_s=_seconds("latency_s", get("latency_s")),
-        end_time_s=_real("end_time", get("end_time")),
-        error=_name("error", get("error")),
-        prompt=text.keep("prompt", get("prompt")) if text.keeps else None,
-        completion=text.keep("completion", get("completion")) if text.keeps else None,
+        group_id=group_id,
+        env=env,
+        agent=agent,
+        outcome=outcome,
+        finish_reason=reason,
+        weight_version=version,
+        reward=reward_total,
+        latency_s=latency,
+        end_time_s=end_time,
+        error=error,
+        prompt=prompt,
+        completion=completion,
         turns=tuple(turns),
-        rewards=tuple(r for r in rewards if r is not None),
+        rewards=tuple(rewards),
         turn_count=max(turn_count, len(turns)),
         tool_call_count=tool_call_count,
-        trainer_weight_version=_count("trainer_weight_version", get("trainer_weight_version")),
-        logprob_mismatch=_seconds_like("logprob_mismatch", get("logprob_mismatch")),
-        importance_ratio=_positive("importance_ratio", get("importance_ratio")),
+        trainer_weight_version=trained,
+        logprob_mismatch=mismatch,
+        importance_ratio=ratio,
     )
 
 

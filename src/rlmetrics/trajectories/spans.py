@@ -205,11 +205,16 @@ class _Emitter:
 def _turn_ns(turn: Turn) -> int:
     if turn.latency_s is not None:
         return _ns(turn.latency_s)
-    return (
-        sum(_ns(g.latency_s) for g in turn.generations)
-        + sum(_ns(c.latency_s) for c in turn.tool_calls)
-        + sum(_ns(r.latency_s) for r in turn.rewards)
-    )
+    # Loops, not three sum() of generators: this runs for every turn of every trajectory
+    # (its duration is a metric also when the budget drops its spans).
+    total = 0
+    for g in turn.generations:
+        total += _ns(g.latency_s)
+    for c in turn.tool_calls:
+        total += _ns(c.latency_s)
+    for r in turn.rewards:
+        total += _ns(r.latency_s)
+    return total
 
 
 def _times(t: Trajectory, now_ns: int) -> tuple[int, int, list[int], list[int]]:
@@ -231,8 +236,17 @@ def _times(t: Trajectory, now_ns: int) -> tuple[int, int, list[int], list[int]]:
 
 def duration_s(t: Trajectory) -> float:
     """How long ``t`` lasted: its span's duration (the metric's value, so the two agree)."""
-    t0, t1, _, _ = _times(t, 0)
-    return (t1 - t0) / _NS
+    if t.start_ns is not None:  # measured (the live form): as _times places it
+        t0, t1, _, _ = _times(t, 0)
+        return (t1 - t0) / _NS
+    # A record's: laid back from its end, so the end itself cancels out (what _times
+    # computes, without its lists).
+    spent = 0
+    for turn in t.turns:
+        spent += _turn_ns(turn)
+    for r in t.rewards:
+        spent += _ns(r.latency_s)
+    return max(_ns(t.latency_s), spent) / _NS
 
 
 def trajectory_attributes(t: Trajectory, step: int | None) -> dict[str, Any]:
