@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,3 +151,32 @@ def test_the_scripts_own_run_is_logged_into_and_left_running(project: str) -> No
         (7, ["train/loss"]),
         (8, ["after"]),
     ]
+
+
+def test_a_store_it_cannot_write_is_skipped_and_named_and_the_rest_lands(tmp_path: Path) -> None:
+    """Trackio's store under a path that cannot be a folder: Trackio itself only warned at
+    finish() that the batch 'could not be persisted' while the Logger counted the tracker as
+    working. The backend now fails at start, named, and the other backends get every row."""
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    script = (
+        "import rlmetrics\n"
+        f"lg = rlmetrics.Logger(backends={{'trackio': {{'project': 'p'}}, "
+        f"'jsonl': {{'path': {str(tmp_path / 'm.jsonl')!r}}}}})\n"
+        "print(sorted(lg.backends))\n"
+        "for s in range(1, 4):\n"
+        "    lg.log_metrics({'loss': 0.5}, step=s, prefix='train')\n"
+        "lg.finish()\n"
+    )
+    env = {**os.environ, "TRACKIO_DIR": str(blocker / "store"), "DO_NOT_TRACK": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "['jsonl']" in done.stdout.splitlines()
+    said = [line for line in done.stderr.splitlines() if "trackio" in line.lower()]
+    assert len(said) == 1 and "cannot be written" in said[0] and str(blocker) in said[0], said
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 3

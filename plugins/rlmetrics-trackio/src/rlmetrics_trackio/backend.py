@@ -20,13 +20,16 @@ as for every backend); rlmetrics' in-process alerts (``RLStepStalled``) become
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import trackio
+import trackio.utils
 
 from rlmetrics import as_plain, as_real, warn_once
-from rlmetrics.backends import StepAxis, full_key
+from rlmetrics.backends import BackendUnavailable, StepAxis, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY, Alert
 from rlmetrics.identity import RunIdentity
 from rlmetrics.samples import columns_of
@@ -128,6 +131,7 @@ class TrackioBackend:
         kwargs.update(init_kwargs or {})
         # trackio.init makes its run the thread's current one; put the script's back, so a
         # later Logger (or the script's own trackio.log) never takes this run for its own.
+        _check_store_writable()
         current = trackio.context_vars.current_run
         script_run = current.get()
         try:
@@ -218,3 +222,19 @@ class TrackioBackend:
         self._finished = True
         if self._owns_run:
             self.run.finish()
+
+
+def _check_store_writable() -> None:
+    """Trackio's local store can be written, or :class:`BackendUnavailable` naming it: Trackio
+    itself only warns at ``finish()`` that a batch "could not be persisted", while the run
+    looked healthy throughout."""
+    folder = Path(trackio.utils.TRACKIO_DIR)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".rlmetrics-probe-"):
+            pass
+    except OSError as exc:
+        raise BackendUnavailable(
+            f"rlmetrics-trackio: Trackio's store {folder} cannot be written "
+            f"({exc.strerror or exc}); set TRACKIO_DIR to a folder this process can write"
+        ) from None
