@@ -173,7 +173,9 @@ def _environment(variables: Mapping[str, str]) -> Iterator[None]:
 def _start_and_log() -> None:
     handle = rlmetrics.start()
     try:
-        with rlmetrics.Logger() as logger:
+        # In the scratch folder: a Logger the document gives no path writes rlmetrics.jsonl
+        # into the working folder, which was the checkout's.
+        with contextlib.chdir(_SCRATCH), rlmetrics.Logger() as logger:
             logger.log_metrics({"loss": 0.5}, step=1, prefix="train")
     finally:
         handle.shutdown(timeout_s=2.0)
