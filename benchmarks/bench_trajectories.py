@@ -35,12 +35,14 @@ a training loop's does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
 import random
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -201,84 +203,91 @@ class RawTrajectory:
             otel_context.detach(token)
 
 
-def measure(rounds: int, number: int) -> dict[str, Comparison]:
-    results: dict[str, Comparison] = {}
+@contextlib.contextmanager
+def _session() -> Iterator[tuple[InMemoryMetricReader, rlmetrics.Logger]]:
+    """What every measurement here runs in: isolated telemetry on an in-memory reader, spans
+    ended into nothing, and a Logger with no backend."""
     with isolated_state():
         reader = InMemoryMetricReader()
         handle = rlmetrics.start(
             readers=[reader], span_processors=[SimpleSpanProcessor(_Discard())]
         )
         try:
-            logger = rlmetrics.Logger(backends={})
-            raw = RawTrajectory()
-            steps = iter(range(1, 10**9))
-            one = [record(0)]
-
-            def ours() -> None:
-                logger.log_trajectories(one, step=next(steps))
-
-            def by_hand() -> None:
-                raw.log(next(steps))
-
-            def live() -> None:
-                with rlmetrics.trajectory(
-                    "s0", group="g0", env="math", agent="solver", step=next(steps)
-                ) as t:
-                    for _ in range(TURNS):
-                        with t.turn():
-                            t.generation(
-                                "policy",
-                                input_tokens=100,
-                                output_tokens=20,
-                                finish_reason="tool_calls",
-                                latency_s=0.5,
-                            )
-                            t.tool_call("search", latency_s=0.25)
-                    t.reward(1.0, component="correct", latency_s=0.1)
-                    t.finish("success", finish_reason="stop")
-
-            ours(), by_hand(), live()  # first calls: instruments, attribute sets
-            results[ONE] = compare(ours, by_hand, number=number, rounds=rounds)
-            results[LIVE] = compare(live, by_hand, number=number, rounds=rounds)
-
-            # -- the budget: a batch of 100 that is all dropped, per trajectory -----------------
-            batch = [record(n) for n in range(100)]
-            parsed = parse_trajectories(batch, settings().text)
-            configure(budget=SpanBudget(top_k=0, bottom_k=0, sample_rate=0.0, trace_all_below=0))
-            budget = settings().budget
-
-            def dropped() -> None:
-                logger.log_trajectories(batch, step=next(steps))
-
-            def decided() -> None:
-                budget.select(parsed)
-                rlmetrics.record("rl.trajectory", {"rl.trajectory.spans.dropped": 100})
-
-            def nothing() -> None:
-                pass
-
-            dropped()
-            whole = compare(dropped, nothing, number=max(1, number // 10), rounds=rounds)
-            results[DROPPED] = attrs.evolve(whole, case_s=whole.case_s / 100)
-            side = compare(decided, nothing, number=number, rounds=rounds)
-            results[DROPPED_SPANS] = attrs.evolve(side, case_s=side.case_s / 100)
-            # What a dropped trajectory still owes the SDK, one call per value (a histogram
-            # takes no count): turns, tool calls, its reward and its duration.
-            env = {"rl.env": "math"}
-            reward_set = {"rl.reward.component": "correct", **env}
-            outcome_set = {"rl.trajectory.outcome": "success", **env}
-
-            def owed() -> None:
-                for _ in range(100):
-                    raw.turns.record(TURNS, env)
-                    raw.tool_calls.record(TURNS, env)
-                    raw.reward.record(1.0, reward_set)
-                    raw.duration.record(3.1, outcome_set)
-
-            floor = compare(owed, nothing, number=max(1, number // 10), rounds=rounds)
-            results[DROPPED_FLOOR] = attrs.evolve(floor, case_s=floor.case_s / 100)
+            yield reader, rlmetrics.Logger(backends={})
         finally:
             handle.shutdown(timeout_s=5)
+
+
+def measure(rounds: int, number: int) -> dict[str, Comparison]:
+    results: dict[str, Comparison] = {}
+    with _session() as (_reader, logger):
+        raw = RawTrajectory()
+        steps = iter(range(1, 10**9))
+        one = [record(0)]
+
+        def ours() -> None:
+            logger.log_trajectories(one, step=next(steps))
+
+        def by_hand() -> None:
+            raw.log(next(steps))
+
+        def live() -> None:
+            with rlmetrics.trajectory(
+                "s0", group="g0", env="math", agent="solver", step=next(steps)
+            ) as t:
+                for _ in range(TURNS):
+                    with t.turn():
+                        t.generation(
+                            "policy",
+                            input_tokens=100,
+                            output_tokens=20,
+                            finish_reason="tool_calls",
+                            latency_s=0.5,
+                        )
+                        t.tool_call("search", latency_s=0.25)
+                t.reward(1.0, component="correct", latency_s=0.1)
+                t.finish("success", finish_reason="stop")
+
+        ours(), by_hand(), live()  # first calls: instruments, attribute sets
+        results[ONE] = compare(ours, by_hand, number=number, rounds=rounds)
+        results[LIVE] = compare(live, by_hand, number=number, rounds=rounds)
+
+        # -- the budget: a batch of 100 that is all dropped, per trajectory -----------------
+        batch = [record(n) for n in range(100)]
+        parsed = parse_trajectories(batch, settings().text)
+        configure(budget=SpanBudget(top_k=0, bottom_k=0, sample_rate=0.0, trace_all_below=0))
+        budget = settings().budget
+
+        def dropped() -> None:
+            logger.log_trajectories(batch, step=next(steps))
+
+        def decided() -> None:
+            budget.select(parsed)
+            rlmetrics.record("rl.trajectory", {"rl.trajectory.spans.dropped": 100})
+
+        def nothing() -> None:
+            pass
+
+        dropped()
+        whole = compare(dropped, nothing, number=max(1, number // 10), rounds=rounds)
+        results[DROPPED] = attrs.evolve(whole, case_s=whole.case_s / 100)
+        side = compare(decided, nothing, number=number, rounds=rounds)
+        results[DROPPED_SPANS] = attrs.evolve(side, case_s=side.case_s / 100)
+        # What a dropped trajectory still owes the SDK, one call per value (a histogram
+        # takes no count): turns, tool calls, its reward and its duration.
+        env = {"rl.env": "math"}
+        reward_set = {"rl.reward.component": "correct", **env}
+        outcome_set = {"rl.trajectory.outcome": "success", **env}
+
+        def owed() -> None:
+            for _ in range(100):
+                raw.turns.record(TURNS, env)
+                raw.tool_calls.record(TURNS, env)
+                raw.reward.record(1.0, reward_set)
+                raw.duration.record(3.1, outcome_set)
+
+        floor = compare(owed, nothing, number=max(1, number // 10), rounds=rounds)
+        results[DROPPED_FLOOR] = attrs.evolve(floor, case_s=floor.case_s / 100)
     return results
 
 
@@ -299,35 +308,27 @@ def measure_rss(total: int, seconds: float) -> dict[str, Any]:
     logged = 0
     rss_warm: int | None = None
     started = time.monotonic()
-    with isolated_state():
-        reader = InMemoryMetricReader()
-        handle = rlmetrics.start(
-            readers=[reader], span_processors=[SimpleSpanProcessor(_Discard())]
-        )
-        try:
-            logger = rlmetrics.Logger(backends={})
-            step = 0
-            while logged < total:
-                step += 1
-                for n, item in enumerate(batch):  # new ids and rewards each batch
-                    item["sample_id"] = f"s{step}-{n}"
-                    item["group_id"] = f"g{step}-{n // 8}"
-                    item["rewards"][0]["value"] = rng.random()
-                    item["outcome"] = "failure" if rng.random() < 0.01 else "success"
-                logger.log_trajectories(batch, step=step)
-                logged += len(batch)
-                if step % 10 == 0:
-                    reader.get_metrics_data()
-                if rss_warm is None and logged >= warm_up:
-                    gc.collect()
-                    rss_warm = rss_bytes()
-                if time.monotonic() - started > seconds:
-                    break
-            reader.get_metrics_data()
-            gc.collect()
-            rss_end = rss_bytes()
-        finally:
-            handle.shutdown(timeout_s=5)
+    with _session() as (reader, logger):
+        step = 0
+        while logged < total:
+            step += 1
+            for n, item in enumerate(batch):  # new ids and rewards each batch
+                item["sample_id"] = f"s{step}-{n}"
+                item["group_id"] = f"g{step}-{n // 8}"
+                item["rewards"][0]["value"] = rng.random()
+                item["outcome"] = "failure" if rng.random() < 0.01 else "success"
+            logger.log_trajectories(batch, step=step)
+            logged += len(batch)
+            if step % 10 == 0:
+                reader.get_metrics_data()
+            if rss_warm is None and logged >= warm_up:
+                gc.collect()
+                rss_warm = rss_bytes()
+            if time.monotonic() - started > seconds:
+                break
+        reader.get_metrics_data()
+        gc.collect()
+        rss_end = rss_bytes()
     return {
         "trajectories": logged,
         "warm_up": warm_up,
