@@ -29,6 +29,7 @@ import asyncio
 import importlib.util
 import inspect
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,10 @@ def test_the_example_runs_and_feeds_the_series_it_shows(
         if missing:
             pytest.skip(f"{example.id} needs {', '.join(missing)}")
     monkeypatch.chdir(tmp_path)
+    if "wandb" in sys.modules:
+        # W&B fixes its folder process-wide at its first run (a later chdir or WANDB_DIR is
+        # not seen); a page's program is a fresh process, so it starts from a fresh W&B.
+        sys.modules["wandb"].teardown()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "0")
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -224,3 +229,7 @@ def test_the_example_runs_and_feeds_the_series_it_shows(
     promised |= {name for text in example.marked("reaches") for name in text.split()}
     missing = sorted(promised - found)
     assert not missing, f"{example.id}: the series it shows never got a point: {missing}"
+    if '"wandb": {' in example.code and '"dir"' not in example.code:
+        # A page's program is a fresh process: W&B writes under the folder it runs in, never
+        # into the checkout an earlier test left W&B's process-wide settings pointing at.
+        assert (tmp_path / "wandb").is_dir(), f"{example.id}: W&B wrote its run elsewhere"
