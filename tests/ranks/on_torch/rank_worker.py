@@ -83,17 +83,21 @@ BUSY_STEPS = 30
 
 def busy(rank: int, folder: Path, group: object) -> None:
     """The loop all_reduces on the very group it gave the merger, every step, while its
-    merges run on the merger's thread; it logs one dict it overwrites after each call."""
+    merges run on the merger's thread; it logs one dict, and a loss tensor, that it
+    overwrites right after each call."""
     merger = torch_distributed(group, raw_path=folder / "rank{rank}.jsonl")
     logger = rlmetrics.Logger(
         backends={"jsonl": {"path": str(folder / f"tracker{rank}.jsonl")}}, ranks=merger
     )
-    metrics: dict[str, float] = {}
+    loss = torch.zeros((), dtype=torch.float64)  # a tensor the loop refills in place
+    metrics: dict[str, object] = {"loss": loss}
     sums = []
     for step in range(BUSY_STEPS):
-        metrics.update(num_samples=float(rank + step), loss=float(rank * step))
+        loss.fill_(float(rank * step))
+        metrics["num_samples"] = float(rank + step)
         logger.log_metrics(metrics, step=step, prefix="train")
-        metrics.update(num_samples=-1.0, loss=-1.0)  # the loop's buffer, refilled at once
+        metrics["num_samples"] = -1.0  # the loop's dict and tensor, refilled at once
+        loss.fill_(-1.0)
         total = torch.tensor([float(rank + step)])
         dist.all_reduce(total, group=group)  # type: ignore[arg-type]
         sums.append(total.item())
