@@ -485,3 +485,27 @@ def test_finish_waits_a_bounded_time_for_a_merge_that_cannot_complete(
     assert merger.handoff is not None
     merger.handoff.thread.join(10)
     assert not merger.handoff.thread.is_alive()
+
+
+def test_a_group_of_its_own_that_cannot_be_opened_leaves_the_merge_on_the_loop_s_thread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    trainer = _group()
+
+    class Unopenable(ThreadCollective):
+        def own_group(self) -> ThreadCollective:
+            raise RuntimeError("no more ports")
+
+    def loop(rank: int) -> None:
+        merger = RankMerger(Unopenable(trainer, rank), raw_path=None)
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}}, ranks=merger
+        )
+        assert merger.handoff is None
+        logger.log_metrics({"n": float(rank)}, step=0)
+        logger.finish()
+
+    _run_loggers(loop)
+    assert "could not open the merger's own process group" in caplog.text
+    (row,) = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
+    assert row["metrics"]["n"] == 1.0  # the mean of 0, 1 and 2

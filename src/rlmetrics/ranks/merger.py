@@ -38,6 +38,7 @@ import json
 import operator
 import os
 import socket
+import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -321,6 +322,7 @@ class RankMerger:
         #: (``max_pending``) or not done when the Logger finished.
         self.unmerged = 0
         self._rows_closed = False
+        self._rows_lock = threading.Lock()
 
     @property
     def logs(self) -> bool:
@@ -337,7 +339,15 @@ class RankMerger:
         own_group = getattr(self.collective, "own_group", None)
         if not self.background or self.handoff is not None or deliver is None or own_group is None:
             return
-        self.collective = own_group()
+        try:
+            self.collective = own_group()
+        except Exception as exc:
+            warn_once(
+                "ranks:own-group",
+                f"rlmetrics: rank {self.rank} could not open the merger's own process group "
+                f"({type(exc).__name__}: {exc}); it merges on the loop's thread instead",
+            )
+            return
         self._deliver = deliver
         self.handoff = Handoff(
             self._merge_job, "rlmetrics-ranks", self.max_pending, self.full_wait_s
@@ -368,8 +378,9 @@ class RankMerger:
 
     def finish(self) -> None:
         if self._rows is not None:
-            self._rows_closed = True
-            self._rows.finish()
+            with self._rows_lock:
+                self._rows_closed = True
+                self._rows.finish()
 
     # -- one step ---------------------------------------------------------------------
 
@@ -394,8 +405,12 @@ class RankMerger:
 
     def _write_raw(self, flat: Mapping[str, Any], step: int, prefix: str) -> None:
         try:
-            if self._rows is not None and not self._rows_closed:
-                self._rows.log_metrics(flat, step, prefix)
+            if self._rows is not None:
+                # The merger's thread writes, and the loop's when a dict does not fit the
+                # queue: one writer at a time, none after finish().
+                with self._rows_lock:
+                    if not self._rows_closed:
+                        self._rows.log_metrics(flat, step, prefix)
         except Exception:
             warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
 
