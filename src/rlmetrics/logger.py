@@ -64,7 +64,7 @@ from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
 from .known_keys import KeyChecker
 from .plugins import check_plugin_lists, hooks
-from .ranks import Ranks, resolve_ranks
+from .ranks import EFFICIENCY_STREAM, Ranks, resolve_ranks
 from .redaction import redaction
 from .registry import default_registry
 from .samples import MAX_CELL_BYTES, MAX_SAMPLE_ROWS, to_samples
@@ -408,8 +408,9 @@ class Logger:
                 self._say_unknown(prefix, flat)
             if self._ranks is not None:
                 own, flat = flat, self._ranks.merge(flat, step, prefix)  # type: ignore[assignment]
-                if flat is None:  # not the logging rank: its tee only, if asked
-                    if self._ranks.export_own:
+                if flat is None:  # not the logging rank (its tee only, if asked), or a row
+                    # the ranks' thread delivers once merged (_log_merged_row)
+                    if self._ranks.export_own and not self._ranks.logs:
                         own = own if self._key_map is None else self._key_map.tee(own, prefix)
                         hooks().log_metrics(own, step, prefix)
                     return
@@ -427,6 +428,32 @@ class Logger:
             warn_once("logger:log_metrics", "rlmetrics: Logger.log_metrics failed; step dropped")
         raise_if_strict()
 
+    def _log_merged_row(
+        self, flat: dict[str, Any], step: int, prefix: str, stream: str | None
+    ) -> None:
+        """The run's row of a step a ranks engine merged off the loop's thread (rank 0's
+        torch.distributed merger, in step order): delivered as ``log_metrics`` (or, for the
+        efficiency summary's stream, ``log_efficiency_summary``) delivers a merged row, the
+        backends under this Logger's lock. Never raises."""
+        try:
+            if stream == EFFICIENCY_STREAM:
+                summary = EfficiencySummary.from_metrics(flat)
+                self._log(
+                    flat, step, "", lambda plugins: plugins.on_efficiency_summary(summary, step)
+                )
+                return
+            taken = routing.take(prefix, flat, hooks().wanted)
+            tee = flat if self._key_map is None else self._key_map.tee(flat, prefix)
+            self._log(
+                flat,
+                step,
+                prefix,
+                lambda plugins: routing.deliver(taken, plugins, prefix, tee, step),
+                tee=tee,
+            )
+        except Exception:
+            warn_once("logger:ranks-row", "rlmetrics: a merged row of the ranks was dropped")
+
     def log_setup_timing(self, timings: Mapping[str, Any]) -> None:
         """Startup phase durations (``<phase>_time_s``), logged once at step 0."""
         self.log_metrics(timings, step=0, prefix=SETUP_TIMING_PREFIX)
@@ -436,9 +463,9 @@ class Logger:
         try:
             metrics = summary.to_metrics()
             if self._ranks is not None:
-                merged = self._ranks.merge(metrics, step, "", stream="efficiency-summary")
+                merged = self._ranks.merge(metrics, step, "", stream=EFFICIENCY_STREAM)
                 if merged is None:
-                    if self._ranks.export_own:
+                    if self._ranks.export_own and not self._ranks.logs:
                         hooks().on_efficiency_summary(summary, step)
                     return
                 metrics, summary = merged, EfficiencySummary.from_metrics(merged)

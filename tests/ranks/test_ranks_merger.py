@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -304,3 +305,207 @@ def test_a_merge_of_gathered_dicts_never_raises() -> None:
     # The exchanging call has nothing to exchange with: said once, rank 0's own values.
     assert merger.merge({"a": 1.0}, 0, "train") == {"a": 1.0}
     assert merger.broken is not None
+
+
+# -- merged off the loop's thread (a collective that opens a group of its own) -----------------
+
+
+class SeparableCollective(ThreadCollective):
+    """A thread "group" that opens another over the same ranks for the merger's thread."""
+
+    def __init__(self, shared: dict[str, Any], rank: int, own: dict[str, Any]) -> None:
+        super().__init__(shared, rank)
+        self.own = own
+
+    def own_group(self) -> ThreadCollective:
+        return ThreadCollective(self.own, self.rank)
+
+
+def _group(timeout_s: float = 30.0) -> dict[str, Any]:
+    return {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD, timeout=timeout_s)}
+
+
+def _run_loggers(loop: Callable[[int], None]) -> None:
+    threads = [threading.Thread(target=loop, args=(r,), name=f"rank{r}") for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+
+
+def test_off_the_loop_s_thread_rows_arrive_in_step_order_each_exact_and_the_dict_reusable(
+    tmp_path: Path,
+) -> None:
+    """Each rank reuses one dict (its values overwritten after every call) and runs its own
+    collective on the trainer's group at every step while the merges run on the merger's."""
+    trainer, own = _group(), _group()
+    steps = 40
+    teed: list[tuple[str, int]] = []
+
+    class Capture:
+        @hookimpl
+        def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+            teed.append((threading.current_thread().name, step))
+
+    register(Capture(), "capture-background")
+    sums: dict[int, list[float]] = {rank: [] for rank in range(WORLD)}
+
+    def loop(rank: int) -> None:
+        collective = SeparableCollective(trainer, rank, own)
+        merger = RankMerger(
+            collective, raw_path=tmp_path / "raw{rank}.jsonl", reductions={"n": SUM}
+        )
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}},
+            ranks=merger,
+            run_id="r1",
+        )
+        assert merger.handoff is not None
+        metrics: dict[str, Any] = {}
+        for step in range(steps):
+            metrics.update(n=float(rank + step), loss=float(rank * step), tag=f"s{step}")
+            logger.log_metrics(metrics, step=step, prefix="train")
+            metrics.update(n=-1.0, loss=-1.0, tag="reused")  # the caller's buffer, refilled
+            # The trainer's own collective, while the merger's thread runs its merges.
+            sums[rank].append(
+                sum(collective.all_gather([float(rank * step)])[r][0] for r in range(WORLD))
+            )
+        logger.finish()
+        assert merger.unmerged == 0 and merger.broken is None
+
+    _run_loggers(loop)
+    rows = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
+    assert [row["step"] for row in rows] == list(range(steps))
+    for row in rows:
+        step = row["step"]
+        assert row["metrics"]["n"] == math.fsum(float(r + step) for r in range(WORLD))
+        assert row["metrics"]["loss"] == math.fsum(float(r * step) for r in range(WORLD)) / WORLD
+        assert row["metrics"]["tag"] == f"s{step}"  # rank 0's, as it was at its call
+    for rank in range(WORLD):
+        assert sums[rank] == [float(sum(range(WORLD)) * step) for step in range(steps)]
+        raw = list(read_jsonl(tmp_path / f"raw{rank}.jsonl"))
+        assert [(r["step"], r["metrics"]["n"]) for r in raw] == [
+            (step, float(rank + step)) for step in range(steps)
+        ]
+    # Rank 0's run rows reached the tee from the merger's thread, in step order.
+    delivered = [step for name, step in teed if name == "rlmetrics-ranks"]
+    assert delivered == list(range(steps))
+    assert not [name for name, _ in teed if name.startswith("rank")]
+
+
+def test_off_the_loop_s_thread_the_efficiency_summary_is_delivered_as_one(tmp_path: Path) -> None:
+    trainer, own = _group(), _group()
+    summaries: list[tuple[str, float]] = []
+
+    class Capture:
+        @hookimpl
+        def on_efficiency_summary(self, summary: EfficiencySummary, step: int) -> None:
+            summaries.append((threading.current_thread().name, summary.step_wall_time_s))
+
+    register(Capture(), "capture-summary")
+
+    def loop(rank: int) -> None:
+        merger = RankMerger(SeparableCollective(trainer, rank, own), raw_path=None)
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}}, ranks=merger
+        )
+        summary = EfficiencySummary(seconds={"generation": 1.0 + rank}, step_wall_time_s=2.0 + rank)
+        logger.log_efficiency_summary(summary, step=0)
+        logger.finish()
+
+    _run_loggers(loop)
+    (row,) = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
+    assert row["metrics"]["efficiency/step_wall_time_s/slowest_rank"] == WORLD - 1
+    assert summaries == [("rlmetrics-ranks", 2.0 + WORLD - 1)]
+
+
+def test_a_merge_queue_left_full_is_said_once_counted_and_never_blocks_the_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rank 2 logs nothing until the others have logged every step: their merges wait in
+    the collective, their queues fill, and what does not fit is counted and said."""
+    trainer, own = _group(), _group(timeout_s=2.0)
+    steps, others_done = 8, threading.Barrier(WORLD - 1)
+    mergers: dict[int, RankMerger] = {}
+
+    def loop(rank: int) -> None:
+        merger = RankMerger(
+            SeparableCollective(trainer, rank, own),
+            raw_path=tmp_path / "raw{rank}.jsonl",
+            max_pending=2,
+            full_wait_s=0.0,
+        )
+        mergers[rank] = merger
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}}, ranks=merger
+        )
+        if rank == WORLD - 1:
+            time.sleep(0.5)  # the slow rank: the others' loops go on without it
+        for step in range(steps):
+            logger.log_metrics({"n": float(rank + step)}, step=step)
+        if rank != WORLD - 1:
+            others_done.wait(30)
+        logger.finish()
+
+    _run_loggers(loop)
+    # Said once (these ranks are threads of one process: once for both that fell behind).
+    assert caplog.text.count("logged dicts behind") == 1
+    assert mergers[1].unmerged > 0
+    rows = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
+    logged = [row["step"] for row in rows]
+    assert logged == sorted(set(logged))  # in step order, none twice
+    assert mergers[0].unmerged > 0
+    assert len(logged) + mergers[0].unmerged == steps  # each step logged or counted
+    for rank in range(WORLD):  # every step in the raw file (the dropped ones written first)
+        raw = sorted(r["step"] for r in read_jsonl(tmp_path / f"raw{rank}.jsonl"))
+        assert raw == list(range(steps))
+
+
+def test_finish_waits_a_bounded_time_for_a_merge_that_cannot_complete(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rank 0 alone logs (the other ranks never do): its merge waits in the collective, and
+    finish() returns after its timeout, the steps still pending counted and said."""
+    trainer, own = _group(), _group(timeout_s=60.0)
+    merger = RankMerger(SeparableCollective(trainer, 0, own), raw_path=tmp_path / "raw.jsonl")
+    logger = rlmetrics.Logger(
+        backends={"jsonl": {"path": str(tmp_path / "tracker.jsonl")}}, ranks=merger
+    )
+    for step in range(3):
+        logger.log_metrics({"n": float(step)}, step=step)
+    started = time.monotonic()
+    logger.finish(timeout_s=0.5)
+    assert time.monotonic() - started < 20
+    assert merger.unmerged == 3
+    assert "3 logged dict(s) were still being merged across the 3 ranks" in caplog.text
+    assert [r["step"] for r in read_jsonl(tmp_path / "raw.jsonl")] == [0, 1, 2]
+    assert not [row for row in read_jsonl(tmp_path / "tracker.jsonl") if "metrics" in row]
+    own["barrier"].abort()  # the merger's thread ends with its collective
+    assert merger.handoff is not None
+    merger.handoff.thread.join(10)
+    assert not merger.handoff.thread.is_alive()
+
+
+def test_a_group_of_its_own_that_cannot_be_opened_leaves_the_merge_on_the_loop_s_thread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    trainer = _group()
+
+    class Unopenable(ThreadCollective):
+        def own_group(self) -> ThreadCollective:
+            raise RuntimeError("no more ports")
+
+    def loop(rank: int) -> None:
+        merger = RankMerger(Unopenable(trainer, rank), raw_path=None)
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}}, ranks=merger
+        )
+        assert merger.handoff is None
+        logger.log_metrics({"n": float(rank)}, step=0)
+        logger.finish()
+
+    _run_loggers(loop)
+    assert "could not open the merger's own process group" in caplog.text
+    (row,) = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
+    assert row["metrics"]["n"] == 1.0  # the mean of 0, 1 and 2

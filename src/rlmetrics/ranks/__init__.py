@@ -18,25 +18,39 @@ from ..identity import RunIdentity
 from ..spec import Reduce, Reduction
 from .declared import Reductions
 from .gathered import Gathered
-from .merger import DEFAULT_RAW_PATH, Collective, RankMerger, RankRows, numbers_of, run_row
+from .handoff import DEFAULT_FULL_WAIT_S, DEFAULT_MAX_PENDING, Handoff
+from .merger import (
+    DEFAULT_RAW_PATH,
+    Collective,
+    RankMerger,
+    RankRows,
+    SeparableCollective,
+    numbers_of,
+    run_row,
+)
 from .reduce import Column, Merged, Straggler, merge_columns
 
 #: The entry-point group that names a Logger's ``ranks=`` engines: ``name = "module:factory"``,
 #: the factory called with no arguments when a Logger is built with ``ranks="name"``.
 ENTRY_POINT_GROUP = "rlmetrics.ranks"
+#: The ``stream`` a Logger merges its efficiency summaries on (logged back as a summary).
+EFFICIENCY_STREAM = "efficiency-summary"
 
 __all__ = [
     "DEFAULT_RAW_PATH",
+    "EFFICIENCY_STREAM",
     "ENTRY_POINT_GROUP",
     "GATHERED_RAW_PATH",
     "Collective",
     "Column",
     "Gathered",
+    "Handoff",
     "Merged",
     "RankMerger",
     "RankRows",
     "Ranks",
     "Reductions",
+    "SeparableCollective",
     "Straggler",
     "gathered",
     "merge_columns",
@@ -60,12 +74,14 @@ class Ranks(Protocol):
 
     def bind(self, identity: RunIdentity | None, logger: Any = None) -> None:
         """The Logger's run is known (``logger`` is the Logger, for an engine whose run
-        rows arrive off the loop's thread)."""
+        rows arrive off the loop's thread: the Ray reducer logs them through it, the
+        torch.distributed merger's thread through its ``_log_merged_row``)."""
 
     def merge(
         self, flat: Mapping[str, Any], step: int, prefix: str, stream: str | None = None
     ) -> dict[str, Any] | None:
-        """The dict this process logs for ``flat`` (the run's), or None: it logs none."""
+        """The dict this process logs for ``flat`` (the run's), or None: it logs none now
+        (not the logging process, or the run's row is delivered once merged)."""
 
     def drain(self, timeout_s: float) -> None:
         """Before the Logger closes (its lock not held): deliver what is still in flight,
@@ -81,13 +97,25 @@ def torch_distributed(
     raw_path: str | os.PathLike[str] | None = DEFAULT_RAW_PATH,
     export_own: bool = False,
     reductions: Mapping[str, Reduction | Reduce | str] | None = None,
+    background: bool = True,
+    max_pending: int = DEFAULT_MAX_PENDING,
+    full_wait_s: float = DEFAULT_FULL_WAIT_S,
 ) -> RankMerger:
     """A merger over torch.distributed ``group`` (None: the default process group, which
-    must be initialised). See :class:`RankMerger` for the other arguments."""
+    must be initialised). By default a Logger's merges run on the merger's own thread over a
+    gloo group of its own, opened when the Logger is built (on every rank: build each rank's
+    Logger at the same point); ``background=False`` merges on the loop's thread. See
+    :class:`RankMerger` for the other arguments."""
     from .torch import TorchCollective
 
     return RankMerger(
-        TorchCollective(group), raw_path=raw_path, export_own=export_own, reductions=reductions
+        TorchCollective(group),
+        raw_path=raw_path,
+        export_own=export_own,
+        reductions=reductions,
+        background=background,
+        max_pending=max_pending,
+        full_wait_s=full_wait_s,
     )
 
 

@@ -20,6 +20,16 @@ new table (the sorted union) from what it received: a changed key set costs one 
 once. A collective that fails (a rank died: the process group's timeout) stops the merging
 for the rest of the run, said once: rank 0 logs its own values from then on, so the loop
 goes on.
+
+Off the step's thread (the default once a Logger binds a merger whose collective can open a
+group of its own, as torch.distributed's does): :meth:`RankMerger.merge` copies the dict to
+plain values and hands it to a thread of the merger's own (:class:`~.handoff.Handoff`), which
+writes the raw row, runs the collective on a process group of its own (so it never interleaves
+with the trainer's collectives) and, on rank 0, reduces and delivers the run's row to the
+Logger's backends and tee when it is merged, in step order. The loop pays the copy and a
+queue put; rank 0's row is written a collective later than the step that logged it.
+``background=False`` keeps the merge on the calling thread (the row written before
+``log_metrics`` returns).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import json
 import operator
 import os
 import socket
+import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +48,7 @@ from typing import Any, Protocol
 
 from .._warn import warn_once
 from ..backends.jsonl import JsonlBackend, to_json_value
+from ..backends.worker import snapshot
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
 from ..keyplans import KeyPlans
@@ -44,6 +56,7 @@ from ..registry import record
 from ..spec import Reduce, Reduction
 from ..values import as_real
 from .declared import Reductions
+from .handoff import DEFAULT_FULL_WAIT_S, DEFAULT_MAX_PENDING, Handoff
 from .reduce import (
     PHASE_ATTR,
     STRAGGLER_GROUP,
@@ -59,7 +72,15 @@ from .reduce import (
     merge_columns,
 )
 
-__all__ = ["DEFAULT_RAW_PATH", "Collective", "RankMerger", "RankRows", "numbers_of", "run_row"]
+__all__ = [
+    "DEFAULT_RAW_PATH",
+    "Collective",
+    "RankMerger",
+    "RankRows",
+    "SeparableCollective",
+    "numbers_of",
+    "run_row",
+]
 
 #: Where each rank's raw rows go; ``{rank}`` is the rank.
 DEFAULT_RAW_PATH = "rlmetrics.rank{rank}.jsonl"
@@ -82,6 +103,32 @@ class Collective(Protocol):
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Every rank's picklable ``obj``, in rank order."""
+
+
+class SeparableCollective(Collective, Protocol):
+    """A collective that can open a process group of its own over the same ranks (called on
+    every rank at once): the merger's thread merges there, apart from the trainer's."""
+
+    def own_group(self) -> Collective:
+        """The same ranks on a new group (a collective call itself)."""
+
+
+class _Job:
+    """One logged dict handed to the merger's thread: plain values, taken on the loop's
+    thread (the caller may reuse its dict and its tensors at once)."""
+
+    __slots__ = ("flat", "floats", "prefix", "step", "stream")
+
+    def __init__(
+        self, flat: dict[str, Any], floats: bool, step: int, prefix: str, stream: str | None
+    ) -> None:
+        self.flat, self.floats, self.step, self.prefix, self.stream = (
+            flat,
+            floats,
+            step,
+            prefix,
+            stream,
+        )
 
 
 class RankRows(JsonlBackend):
@@ -226,6 +273,13 @@ class RankMerger:
     :param export_own: whether a rank other than 0 tees its own values to OpenTelemetry.
     :param reductions: ``{logger key: reduction}`` for keys no spec declares (a spec's own
         reduction wins); any other undeclared key is merged by mean.
+    :param background: merge on a thread of the merger's own, over a process group of its
+        own, once a Logger binds it (when the collective can open one: torch.distributed's
+        can); False merges on the calling thread, before ``merge`` returns.
+    :param max_pending: dicts the merger's thread may fall behind before the loop is told:
+        then a dict waits ``full_wait_s`` once for room, and one that finds none stops the
+        merging for the rest of the run on this rank (said once, the dicts not merged
+        counted in :attr:`unmerged`; the raw rows are still written).
     """
 
     def __init__(
@@ -235,8 +289,18 @@ class RankMerger:
         raw_path: str | os.PathLike[str] | None = DEFAULT_RAW_PATH,
         export_own: bool = False,
         reductions: Mapping[str, Reduction | Reduce | str] | None = None,
+        background: bool = True,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        full_wait_s: float = DEFAULT_FULL_WAIT_S,
     ) -> None:
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"RankMerger(max_pending={max_pending!r}): a positive int")
+        if not full_wait_s >= 0:
+            raise ValueError(f"RankMerger(full_wait_s={full_wait_s!r}): seconds, 0 or more")
         self.collective = collective
+        self.background = background
+        self.max_pending = max_pending
+        self.full_wait_s = float(full_wait_s)
         self.rank = collective.rank
         self.world_size = collective.world_size
         self.export_own = export_own
@@ -251,6 +315,14 @@ class RankMerger:
         self.stragglers: dict[str, Straggler] = {}
         #: Collectives made, by path (for tests and the benchmark).
         self.exchanges = {"packed": 0, "objects": 0}
+        #: The merger's thread, once a Logger binds a background merger.
+        self.handoff: Handoff | None = None
+        self._deliver: Callable[[dict[str, Any], int, str, str | None], None] | None = None
+        #: Dicts logged that were not merged because the merger's thread was behind
+        #: (``max_pending``) or not done when the Logger finished.
+        self.unmerged = 0
+        self._rows_closed = False
+        self._rows_lock = threading.Lock()
 
     @property
     def logs(self) -> bool:
@@ -258,35 +330,100 @@ class RankMerger:
         return self.rank == 0
 
     def bind(self, identity: RunIdentity | None, logger: Any = None) -> None:
-        """Open this rank's raw file for the Logger's run (called by the Logger)."""
+        """Open this rank's raw file for the Logger's run (called by the Logger); with a
+        ``logger`` to deliver to, a background merger opens its own process group (on every
+        rank at once: each rank's Logger binds as it is built) and starts its thread."""
         if self.raw_path is not None and self._rows is None:
             self._rows = RankRows(self.raw_path, identity or RunIdentity(new_run_id()), self.rank)
+        deliver = getattr(logger, "_log_merged_row", None)
+        own_group = getattr(self.collective, "own_group", None)
+        if not self.background or self.handoff is not None or deliver is None or own_group is None:
+            return
+        try:
+            self.collective = own_group()
+        except Exception as exc:
+            warn_once(
+                "ranks:own-group",
+                f"rlmetrics: rank {self.rank} could not open the merger's own process group "
+                f"({type(exc).__name__}: {exc}); it merges on the loop's thread instead",
+            )
+            return
+        self._deliver = deliver
+        self.handoff = Handoff(
+            self._merge_job, "rlmetrics-ranks", self.max_pending, self.full_wait_s
+        )
 
     def drain(self, timeout_s: float) -> None:
-        """Nothing is in flight between steps: every merge ended in its collective."""
+        """Before the Logger closes: the merges handed to the merger's thread complete
+        within ``timeout_s`` (a rank that died: the group's timeout ends its collective and
+        the rest are logged unmerged); what is still queued then is written to the raw file
+        only, counted in :attr:`unmerged` and said."""
+        if self.handoff is None:
+            return
+        left = self.handoff.drain(timeout_s)
+        running = self.handoff.pending - len(left)
+        for job in left:
+            self._write_raw(job.flat, job.step, job.prefix)
+        if left or running > 0:
+            self.unmerged += len(left) + max(running, 0)
+            steps = sorted({job.step for job in left})
+            warn_once(
+                "ranks:drain",
+                f"rlmetrics: rank {self.rank}: {len(left) + max(running, 0)} logged dict(s) "
+                f"were still being merged across the {self.world_size} ranks when the Logger "
+                f"finished ({timeout_s:g} s; a rank that stopped logging, or a collective "
+                "still waiting for its process group's timeout)"
+                + (f"; steps {steps[0]}-{steps[-1]} are in the raw file only" if steps else ""),
+            )
 
     def finish(self) -> None:
         if self._rows is not None:
-            self._rows.finish()
+            with self._rows_lock:
+                self._rows_closed = True
+                self._rows.finish()
 
     # -- one step ---------------------------------------------------------------------
 
     def merge(
         self, flat: Mapping[str, Any], step: int, prefix: str, stream: str | None = None
     ) -> dict[str, Any] | None:
-        """The run-level dict on rank 0, None on the other ranks. Never raises: a failed
-        exchange is said once and rank 0 gets its own values.
+        """The run-level dict on rank 0, None on the other ranks — and None on rank 0 too
+        when the merge runs on the merger's thread, which delivers the run's row to the
+        Logger itself once merged. Never raises: a failed exchange is said once and rank 0
+        gets its own values.
 
         The ranks agree on one key table per ``stream`` (default: the prefix): dicts of other
         shapes logged under one prefix (the efficiency summary's beside a loop's own) keep a
         table each, so alternating them costs no exchange."""
-        try:
-            if self._rows is not None:
-                self._rows.log_metrics(flat, step, prefix)
-        except Exception:
-            warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
+        if self.handoff is not None:
+            self._hand_off(flat, step, prefix, stream)
+            return None
+        self._write_raw(flat, step, prefix)
         # The common dict (every value a float) is its own numbers: no copy, no test per key.
         numbers = flat if _FLOATS.issuperset(map(type, flat.values())) else numbers_of(flat)
+        return self._merged_row(flat, numbers, step, prefix, stream)
+
+    def _write_raw(self, flat: Mapping[str, Any], step: int, prefix: str) -> None:
+        try:
+            if self._rows is not None:
+                # The merger's thread writes, and the loop's when a dict does not fit the
+                # queue: one writer at a time, none after finish().
+                with self._rows_lock:
+                    if not self._rows_closed:
+                        self._rows.log_metrics(flat, step, prefix)
+        except Exception:
+            warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
+
+    def _merged_row(
+        self,
+        flat: Mapping[str, Any],
+        numbers: Mapping[str, float],
+        step: int,
+        prefix: str,
+        stream: str | None,
+    ) -> dict[str, Any] | None:
+        """Rank 0's row of ``flat`` (whose numbers are ``numbers``): merged by the exchange,
+        or its own values once the merging broke; None on the other ranks."""
         if self.broken is None:
             try:
                 merged = self._exchange(numbers, step, prefix if stream is None else stream)
@@ -307,6 +444,65 @@ class RankMerger:
                 self.stragglers = merged.stragglers
                 return out
         return dict(flat) if self.logs else None
+
+    # -- off the step's thread ----------------------------------------------------------
+
+    def _hand_off(
+        self, flat: Mapping[str, Any], step: int, prefix: str, stream: str | None
+    ) -> None:
+        """The loop's side: ``flat`` copied to plain values (a dict of floats in C; any
+        other as a queued backend's snapshot: NumPy and torch scalars become numbers now),
+        then queued. Never raises."""
+        assert self.handoff is not None
+        try:
+            floats = _FLOATS.issuperset(map(type, flat.values()))
+            job = _Job(dict(flat) if floats else snapshot(dict(flat)), floats, step, prefix, stream)
+            if self.handoff.put(job):
+                return
+            if self.handoff.closed:  # logged after finish(): written raw, as a merge would
+                self._write_raw(job.flat, step, prefix)
+                return
+            # Full past the wait: this rank's merges would no longer line up with the
+            # others' (they would merge this step with a later one); it stops merging.
+            self.unmerged += 1
+            self._write_raw(job.flat, step, prefix)
+            if self.broken is None:
+                self.broken = f"{self.max_pending} logged dicts behind"
+            warn_once(
+                "ranks:behind",
+                f"rlmetrics: rank {self.rank}: the merge across {self.world_size} ranks is "
+                f"{self.max_pending} logged dicts behind (max_pending; a collective waits on a "
+                f"rank that stopped, or the loop logs faster than the ranks merge), still "
+                f"after {self.full_wait_s:g} s: step {step} and the steps after it while it "
+                "stays behind are written to the raw file only (counted in "
+                "RankMerger.unmerged), and this rank merges no more in this run (the other "
+                "ranks' next merge then ends with their group's timeout); rank 0 logs its own "
+                "values from then on",
+                expected=True,
+            )
+        except Exception:
+            warn_once("ranks:handoff", "rlmetrics: a logged dict could not be handed to the merge")
+
+    def _merge_job(self, job: _Job) -> None:
+        """The merger thread's side of one dict: its raw row, the collective, and on rank 0
+        the run's row delivered to the Logger. Never raises."""
+        flat = job.flat
+        self._write_raw(flat, job.step, job.prefix)
+        try:
+            numbers = flat if job.floats else numbers_of(flat)
+            out = self._merged_row(flat, numbers, job.step, job.prefix, job.stream)
+            if out is not None and self._deliver is not None and not self.handoff_closed:
+                self._deliver(out, job.step, job.prefix, job.stream)
+        except Exception:
+            warn_once(
+                "ranks:deliver",
+                f"rlmetrics: rank {self.rank} could not log a merged row (step {job.step})",
+            )
+
+    @property
+    def handoff_closed(self) -> bool:
+        """Whether the merger's thread delivers no more (the Logger finished)."""
+        return self.handoff is not None and self.handoff.closed
 
     def merge_gathered(
         self,

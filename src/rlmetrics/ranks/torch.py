@@ -5,11 +5,16 @@ every backend has (``all_gather_single``, once ``all_gather_into_tensor``, and
 ``all_gather_object``): the same code runs on
 gloo (CPU) and NCCL (the packed row goes to the current CUDA device there). A rank that dies
 ends a collective with the process group's own timeout (``init_process_group(timeout=)``).
+
+:meth:`TorchCollective.own_group` opens the merger's own gloo group over the same ranks, with
+the same timeout: the merger's thread gathers there, never interleaved with the trainer's
+collectives on its groups, and on CPU even when the trainer's group is NCCL's.
 """
 
 from __future__ import annotations
 
 from array import array
+from datetime import timedelta
 from typing import Any
 
 __all__ = ["TorchCollective"]
@@ -47,6 +52,37 @@ class TorchCollective:
         self._host_view: Any = None
         # torch 2.13 renamed all_gather_into_tensor (which warns there); one call either way.
         self._gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def timeout(self) -> timedelta:
+        """How long a collective of this group waits for a rank (its backend's option;
+        torch's default for the backend when the backend does not say)."""
+        from torch.distributed import distributed_c10d
+
+        pg = self.group if self.group is not None else distributed_c10d._get_default_group()
+        for device in (self._device, self._torch.device("cpu")):
+            try:
+                found = pg._get_backend(device).options._timeout
+            except Exception:
+                continue
+            if isinstance(found, timedelta):
+                return found
+        default: timedelta = distributed_c10d.default_pg_timeout
+        return default
+
+    def own_group(self) -> TorchCollective:
+        """A gloo group of the merger's own over this group's ranks, with its timeout: a
+        collective call (every rank's Logger binds its merger as it is built). Only the
+        group's ranks take part when it is not the whole world."""
+        dist = self._dist
+        ranks = dist.get_process_group_ranks(self.group) if self.group is not None else None
+        whole = ranks is None or len(ranks) == dist.get_world_size()
+        group = dist.new_group(
+            ranks=None if whole else ranks,
+            backend="gloo",
+            timeout=self.timeout(),
+            use_local_synchronization=not whole,
+        )
+        return TorchCollective(group)
 
     def all_gather(self, row: list[float]) -> list[list[float]]:
         torch = self._torch

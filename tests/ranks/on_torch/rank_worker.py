@@ -77,6 +77,43 @@ def straggle(rank: int, folder: Path, group: object) -> None:
         started.shutdown()
 
 
+#: The busy scenario's steps: more than a few, so merges overlap the loop's own collectives.
+BUSY_STEPS = 30
+
+
+def busy(rank: int, folder: Path, group: object) -> None:
+    """The loop all_reduces on the very group it gave the merger, every step, while its
+    merges run on the merger's thread; it logs one dict, and a loss tensor, that it
+    overwrites right after each call."""
+    merger = torch_distributed(group, raw_path=folder / "rank{rank}.jsonl")
+    logger = rlmetrics.Logger(
+        backends={"jsonl": {"path": str(folder / f"tracker{rank}.jsonl")}}, ranks=merger
+    )
+    loss = torch.zeros((), dtype=torch.float64)  # a tensor the loop refills in place
+    metrics: dict[str, object] = {"loss": loss}
+    sums = []
+    for step in range(BUSY_STEPS):
+        loss.fill_(float(rank * step))
+        metrics["num_samples"] = float(rank + step)
+        logger.log_metrics(metrics, step=step, prefix="train")
+        metrics["num_samples"] = -1.0  # the loop's dict and tensor, refilled at once
+        loss.fill_(-1.0)
+        total = torch.tensor([float(rank + step)])
+        dist.all_reduce(total, group=group)  # type: ignore[arg-type]
+        sums.append(total.item())
+    logger.finish()
+    (folder / f"result{rank}.json").write_text(
+        json.dumps(
+            {
+                "sums": sums,
+                "background": merger.handoff is not None,
+                "unmerged": merger.unmerged,
+                "broken": merger.broken,
+            }
+        )
+    )
+
+
 def main() -> None:
     scenario, folder = sys.argv[1], Path(sys.argv[2])
     rank = int(os.environ["RANK"])
@@ -85,8 +122,8 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=600))
     timeout = float(os.environ.get("RLMETRICS_TEST_PG_TIMEOUT", "120"))
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
-    if scenario == "straggler":
-        straggle(rank, folder, group)
+    if scenario in ("straggler", "busy"):
+        (straggle if scenario == "straggler" else busy)(rank, folder, group)
         dist.destroy_process_group()
         return
     # Data parallel by hand (DDP's import of torch._dynamo takes a minute on a busy host):
@@ -109,13 +146,18 @@ def main() -> None:
             started = time.perf_counter()
             loss.backward()
             # (Once a rank has died, the survivors train on alone: only their logging is tested.)
-            if not (scenario == "dies" and step >= 1):
+            if not (scenario.startswith("dies") and step >= 1):
                 for parameter in model.parameters():
                     assert parameter.grad is not None
                     dist.all_reduce(parameter.grad)
                     parameter.grad /= dist.get_world_size()
             optimiser.step()
-            if scenario == "dies" and rank == 3 and step == 1:
+            if scenario.startswith("dies") and rank == 3 and step == 1:
+                if scenario == "dies" and merger.handoff is not None:
+                    # A rank that dies mid-step has had its last logged step merged (its merge
+                    # runs on the merger's thread while the step computes, for seconds in a
+                    # real loop); "dies-at-once" dies with it still queued.
+                    merger.handoff.wait_idle(60)
                 os._exit(3)  # dies before the step-1 merge
             if rank == SLOW_RANK and step == SLOW_STEP:
                 time.sleep(SLOW_S)  # the slow phase

@@ -195,6 +195,33 @@ def test_the_nan_on_one_rank_is_said_once(kinds: Path) -> None:
     assert out.count("rank 2 logged 'loss' as a value that is not finite") == 1
 
 
+def test_merges_off_the_loop_s_thread_leave_its_own_collectives_alone_and_arrive_in_order(
+    tmp_path: Path,
+) -> None:
+    """The loop all_reduces on the group it gave the merger at every step while the merges
+    run on the merger's own group and thread: its sums are right, rank 0's rows arrive one per
+    step in step order, each the sum of the four ranks' values as they were logged (the loop
+    overwrote its dict right after each call)."""
+    assert run_ranks("busy", tmp_path) == [0] * WORLD
+    steps = rank_worker.BUSY_STEPS
+    for rank in range(WORLD):
+        result = json.loads((tmp_path / f"result{rank}.json").read_text())
+        assert result["background"] and result["unmerged"] == 0 and result["broken"] is None
+        assert result["sums"] == [float(sum(range(WORLD)) + WORLD * s) for s in range(steps)]
+    rows = tracker_rows(tmp_path, 0)
+    assert [row["step"] for row in rows] == list(range(steps))
+    raw = raw_rows(tmp_path)
+    for row in rows:
+        step = row["step"]
+        assert row["metrics"]["num_samples"] == math.fsum(
+            raw[r][step]["num_samples"] for r in range(WORLD)
+        )
+        assert [raw[r][step]["num_samples"] for r in range(WORLD)] == [
+            float(r + step) for r in range(WORLD)
+        ]
+        assert row["metrics"]["loss"] == math.fsum(float(r * step) for r in range(WORLD)) / WORLD
+
+
 def test_a_rank_that_joins_late_is_waited_for(tmp_path: Path) -> None:
     assert run_ranks("late", tmp_path) == [0] * WORLD
     rows = tracker_rows(tmp_path, 0)
@@ -221,6 +248,25 @@ def test_a_rank_that_dies_mid_run_costs_the_others_one_timeout_then_they_go_on(
         out = (tmp_path / f"out{rank}.txt").read_text()
         assert out.count("ranks are merged no more") == 1, out
         assert json.loads((tmp_path / f"result{rank}.json").read_text())["broken"]
+        assert sorted(raw_rows_of(tmp_path, rank)) == list(range(rank_worker.STEPS))
+
+
+def test_a_rank_that_dies_before_its_last_logged_step_merged_costs_that_step_s_merge(
+    tmp_path: Path,
+) -> None:
+    """Off the loop's thread, a rank that dies right after it logs takes its queued merge
+    with it: the others' merge of that step waits out the group's timeout, and rank 0 logs
+    its own values from that step on (said once), as for a rank dying mid-collective."""
+    codes = run_ranks("dies-at-once", tmp_path, pg_timeout_s=5.0)
+    assert codes[3] == 3
+    assert codes[:3] == [0, 0, 0], [(tmp_path / f"out{r}.txt").read_text() for r in range(3)]
+    rows = tracker_rows(tmp_path, 0)
+    assert [row["step"] for row in rows] == list(range(rank_worker.STEPS))
+    for row in rows:  # rank 0's own: rank 3's step 0 never reached the collective
+        assert row["metrics"]["num_samples"] == rank_worker.values(0, row["step"])["num_samples"]
+    for rank in range(3):
+        out = (tmp_path / f"out{rank}.txt").read_text()
+        assert out.count("ranks are merged no more") == 1, out
         assert sorted(raw_rows_of(tmp_path, rank)) == list(range(rank_worker.STEPS))
 
 
