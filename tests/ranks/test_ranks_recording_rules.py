@@ -46,8 +46,12 @@ def test_promtool_accepts_every_rule_and_each_kind_is_its_hand_computed_value(
             {"series": f"rl_train_samples{{{labels}}}", "values": f"{samples}x10"},
             {"series": f"rl_sft_v2_policy_duration_seconds{{{labels}}}", "values": f"{seconds}x10"},
             {"series": f"rl_grad_norm{{{labels}}}", "values": f"{grad}x10"},
-            # a counter: `tokens` per minute on this rank
-            {"series": f"rl_vllm_prompt_tokens_total{{{labels}}}", "values": f"0+{tokens}x10"},
+            # a counter of the core's (the suite also runs where no other family is installed):
+            # `tokens` per minute on this rank
+            {
+                "series": f"rl_trajectory_spans_dropped_total{{{labels}}}",
+                "values": f"0+{tokens}x10",
+            },
         ]
     expected = {
         "rlmetrics_run:rl_reward_mean:weighted_mean": (0.5 * 10 + 1.0 * 30) / 40,
@@ -55,7 +59,7 @@ def test_promtool_accepts_every_rule_and_each_kind_is_its_hand_computed_value(
         "rlmetrics_run:rl_sft_v2_policy_duration_seconds:min": 2.0,
         "rlmetrics_run:rl_sft_v2_policy_duration_seconds:avg": 4.0,
         "rlmetrics_run:rl_grad_norm:max": 4.0,
-        "rlmetrics_run:rl_vllm_prompt_tokens:rate5m": (60 + 120) / 60,
+        "rlmetrics_run:rl_trajectory_spans_dropped:rate5m": (60 + 120) / 60,
     }
     tests = {
         "rule_files": ["rules.yml"],
