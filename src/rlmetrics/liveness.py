@@ -14,7 +14,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
 
 import attrs
 
@@ -27,7 +26,6 @@ __all__ = [
     "Liveness",
     "Snapshot",
     "StallRule",
-    "Step",
     "clock",
     "silence",
     "liveness",
@@ -73,17 +71,6 @@ class StallRule:
 clock: Callable[[], float] = time.time
 
 
-class Step(NamedTuple):
-    """A newest step, as :meth:`Liveness.advance` saw it arrive.
-
-    A named tuple, not an attrs class: one is built for every new step of the loop, and a
-    frozen attrs instance costs three times as much to build."""
-
-    number: int
-    time: float
-    interval_median_s: float | None
-
-
 @attrs.frozen
 class Snapshot:
     """What the liveness state holds at one instant (Unix seconds throughout)."""
@@ -106,6 +93,10 @@ class Liveness:
         self._last_time: float | None = None
         self._started: float | None = None
         self._intervals: deque[float] = deque(maxlen=MEDIAN_WINDOW)
+        #: The median of ``_intervals``, worked out when asked for (a collection, a health
+        #: check), not on every step: ``_stale`` until then.
+        self._median_s: float | None = None
+        self._stale = False
 
     def reset(self) -> None:
         """A new telemetry session: no step yet, silence counted from now."""
@@ -114,11 +105,12 @@ class Liveness:
             self._last_time = None
             self._started = clock()
             self._intervals.clear()
+            self._median_s, self._stale = None, False
 
-    def advance(self, step: int, publish: Callable[[Step], None]) -> None:
+    def advance(self, step: int, publish: Callable[[int, float], None]) -> None:
         """``step`` was logged: if it is the newest, note when (and the interval since the
-        newest before it) and ``publish`` it, under the lock, so that two threads logging
-        new steps at once publish them in order."""
+        newest before it) and ``publish(step, when)``, under the lock, so that two threads
+        logging new steps at once publish them in order. The median waits until asked for."""
         with self._lock:
             if step <= self.step:
                 return
@@ -126,8 +118,14 @@ class Liveness:
             last = self._last_time
             if last is not None:
                 self._intervals.append(now - last if now > last else 0.0)
+                self._stale = True
             self.step, self._last_time = step, now
-            publish(Step(step, now, self._median()))
+            publish(step, now)
+
+    def interval_median(self) -> float | None:
+        """The median of the last :data:`MEDIAN_WINDOW` intervals, None before that many."""
+        with self._lock:
+            return self._median()
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -140,11 +138,16 @@ class Liveness:
             )
 
     def _median(self) -> float | None:
-        intervals = self._intervals
+        if self._stale:
+            self._median_s, self._stale = self._median_of(self._intervals), False
+        return self._median_s
+
+    @staticmethod
+    def _median_of(intervals: deque[float]) -> float | None:
         count = len(intervals)
         if count < MEDIAN_WINDOW:
             return None
-        # statistics.median's rule, without its Python frames: this runs on every new step.
+        # statistics.median's rule, without its Python frames.
         ordered = sorted(intervals)
         middle = count // 2
         if count % 2:

@@ -27,6 +27,7 @@ from .events import (
     rollout_event_from_metrics,
 )
 from .hooks import Hooks
+from .keyplans import KeyPlans
 
 __all__ = ["ROUTES", "Route", "deliver", "routes_for", "take"]
 
@@ -43,7 +44,8 @@ class Route:
 
     ``reads`` says which keys of such a dict the payload is parsed from, as a key pattern
     (:mod:`rlmetrics.known_keys`: ``**`` every key, ``efficiency/**`` those under it): they
-    are known keys, never a typo ``Logger(unknown_keys=...)`` reports.
+    are known keys, never a typo ``Logger(unknown_keys=...)`` reports, and a dict with none
+    of them is not parsed for the hook at all (decided once per key sequence).
     """
 
     hook: str
@@ -113,12 +115,33 @@ def take(prefix: str, flat: dict[str, Any], wanted: Callable[[str], bool]) -> li
     return taken
 
 
+def _reading(prefix_and_keys: tuple[Any, ...]) -> tuple[Route, ...]:
+    """The routes of the prefix that read one of these keys at least."""
+    from .known_keys import ANY, _pattern_regex
+
+    prefix, keys = prefix_and_keys[0], prefix_and_keys[1:]
+    found = []
+    for route in routes_for(prefix):
+        reads = _pattern_regex(route.reads)
+        if route.reads == ANY or any(type(k) is str and reads.fullmatch(k) for k in keys):
+            found.append(route)
+    return tuple(found)
+
+
+#: Which routes a dict of these keys under this prefix holds anything for, once per sequence.
+_routes_reading = KeyPlans(_reading)
+
+
 def deliver(
     taken: list[Route], hooks: Hooks, prefix: str, flat: Mapping[str, Any], step: int
 ) -> None:
     """Parse each taken route's payload and call its hook; a dict a route cannot parse costs
-    that hook only (``log_metrics`` still gets it)."""
+    that hook only (``log_metrics`` still gets it). A route none of whose keys the dict
+    has is skipped unparsed (a train dict without ``efficiency/*`` keys)."""
+    reading = _routes_reading((prefix, *flat))
     for route in taken:
+        if route not in reading:
+            continue
         try:
             payload = route.parse(prefix, flat)
         except Exception:

@@ -9,7 +9,8 @@ the outside it looks like a run that is merely slow. These series tell the two a
   ``time() - rl_step_last_timestamp_seconds`` is how long the run has been silent;
 - ``rl.step.interval.median``: the median time between consecutive logged steps over the last
   20 of them, published only once 20 are known (a median from fewer cannot be told from noise:
-  the efficiency family's rule, p50 from at least 20 values).
+  the efficiency family's rule, p50 from at least 20 values). An observable gauge: the median
+  is worked out when a collection reads it, not on every step.
 
 A step is any dict the training loop logs with a trainer step higher than the newest one seen
 in this telemetry session, whatever its prefix, except the setup phases (step 0 by convention)
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import hookimpl, stall_watch
 from ..events import SETUP_TIMING_PREFIX, WALL_TIME_KEY
-from ..liveness import MEDIAN_WINDOW, Step, liveness
+from ..liveness import MEDIAN_WINDOW, liveness
 from ..registry import declare, record
 from ..spec import MAX, MIN, Kind, MetricSpec
 from ..values import as_number
@@ -49,6 +50,21 @@ NUMBER = "rl.step.number"
 LAST_TIMESTAMP = "rl.step.last_timestamp"
 INTERVAL_MEDIAN = "rl.step.interval.median"
 
+#: The median's observations as last handed out, and the median they carry: the same tuple
+#: while no new interval arrived, which the collection recognises and does not check again.
+_observed: tuple[float | None, tuple[tuple[float, frozenset[Any]], ...]] = (None, ())
+
+
+def _observe_interval_median() -> tuple[tuple[float, frozenset[Any]], ...]:
+    global _observed
+    median = liveness.interval_median()
+    if median is None:
+        return ()
+    if _observed[0] != median:
+        _observed = (median, ((median, frozenset()),))
+    return _observed[1]
+
+
 declare(
     GROUP,
     [
@@ -69,11 +85,12 @@ declare(
         ),
         MetricSpec(
             INTERVAL_MEDIAN,
-            Kind.GAUGE,
+            Kind.OBSERVABLE_GAUGE,
             unit="s",
             description=f"Median time between consecutive logged steps over the last "
             f"{MEDIAN_WINDOW}; absent until {MEDIAN_WINDOW} intervals are known",
             reduce=MAX,
+            callback=_observe_interval_median,
         ),
     ],
 )
@@ -97,11 +114,9 @@ def log_metrics(metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
     liveness.advance(step, _publish)
 
 
-def _publish(newest: Step) -> None:
-    values: dict[str, float] = {NUMBER: newest.number, LAST_TIMESTAMP: newest.time}
-    if newest.interval_median_s is not None:
-        values[INTERVAL_MEDIAN] = newest.interval_median_s
-    record(GROUP, values)
+def _publish(step: int, arrived: float) -> None:
+    # The median is not here: the collection reads it from the state (_observe_interval_median).
+    record(GROUP, {NUMBER: step, LAST_TIMESTAMP: arrived})
 
 
 @hookimpl
