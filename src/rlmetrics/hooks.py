@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .telemetry import Telemetry
     from .tracing import PhaseKind
 
-__all__ = ["Hooks", "collect_offers", "current_plugin", "guard_implementations"]
+__all__ = ["Hooks", "collect_offers", "current_plugin", "guard_implementations", "when_registered"]
 
 _Factory = TypeVar("_Factory")
 
@@ -271,6 +271,17 @@ def _run(calls: tuple[_PlainCall, ...], hook: str, args: tuple[Any, ...]) -> Non
             _report(plugin, hook)
 
 
+#: Called with the hooks each time a plugin is registered (:func:`when_registered`).
+_on_registered: list[Callable[[Hooks], None]] = []
+
+
+def when_registered(callback: Callable[[Hooks], None]) -> None:
+    """Call ``callback(hooks)`` each time a plugin is registered, once its hooks are in
+    place (the stall watch starts when a first ``on_alert`` implementation appears). The
+    callback must not raise and must not load plugins."""
+    _on_registered.append(callback)
+
+
 class _ViaPluggy:
     """The plan of a hook some wrapper wraps: pluggy's caller runs it."""
 
@@ -311,6 +322,8 @@ class Hooks:
         self._wanted_unexported.clear()
         self._plain.clear()
         self._metrics_plans = KeyPlans(self._plan_log_metrics)
+        for callback in _on_registered:
+            callback(self)
 
     def _plain_of(self, name: str) -> tuple[_PlainCall, ...] | None:
         if name in self._plain:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from . import routing
+from . import routing, stall_watch
 from ._fork import forget_in_child
 from ._warn import (
     StrictModeError,
@@ -367,6 +367,11 @@ class Logger:
         self._pid = os.getpid()
         _unfinished.add(self)
         forget_in_child(self)
+        if self._takes_alerts():
+            stall_watch.listener_appeared()  # the first listener starts the stall watch
+
+    def _takes_alerts(self) -> bool:
+        return any(callable(getattr(b, "log_alert", None)) for b in self.backends.values())
 
     def _drain_ranks(self, timeout_s: float) -> None:
         try:
@@ -695,6 +700,12 @@ def _configured_source(settings: Mapping[str, tuple[Any, str]], name: str) -> st
 #: Every Logger of this process not finished yet (held weakly): the interpreter's exit
 #: finishes them.
 _unfinished: weakref.WeakSet[Logger] = weakref.WeakSet()
+
+
+def alerts_taken() -> bool:
+    """Whether an unfinished Logger of this process has a backend that takes alerts."""
+    pid = os.getpid()
+    return any(lg._pid == pid and lg._takes_alerts() for lg in list(_unfinished))
 
 
 def alert_loggers(alert: Alert) -> None:
