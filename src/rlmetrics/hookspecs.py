@@ -66,9 +66,11 @@ class Reads:
     ``keys`` (None: any). Patterns as :func:`rlmetrics.declare_keys` takes them: exact, ``*``
     for one path segment, ``**`` for any rest (``"vllm/**"``; ``"**"`` every key or prefix).
 
-    A dict it does not admit is never handed to the implementation: the dispatcher decides
-    once per prefix and key sequence (:mod:`rlmetrics.keyplans`), so a family that reads a
-    few prefixes costs the other dicts nothing."""
+    The dispatcher skips the implementation for a dict it does not admit, decided once per
+    prefix and key sequence (:mod:`rlmetrics.keyplans`), so a family that reads a few
+    prefixes costs the other dicts nothing. (With a wrapper on the hook, pluggy's caller runs
+    and every implementation gets every dict: the declaration is a promise that the
+    implementation does nothing with the others.)"""
 
     prefixes: tuple[str, ...] | None = None
     keys: tuple[str, ...] | None = None
@@ -122,8 +124,9 @@ def hookimpl(
 
     ``prefixes`` and ``keys`` (``log_metrics`` only) declare which dicts the implementation
     reads (:class:`Reads`): ``@rlmetrics.hookimpl(prefixes=["gym/rollout"])``,
-    ``(prefixes=["train", ""], keys=["acme/**"])``. Any other dict is not handed to it. An
-    implementation that declares neither gets every dict, as pluggy calls it.
+    ``(prefixes=["train", ""], keys=["acme/**"])``. rlmetrics then stops calling it for any
+    other dict — a promise that it does nothing with them, for with a wrapper on the hook
+    pluggy's caller runs every implementation. One that declares neither gets every dict.
     """
     reads = (
         None
