@@ -355,7 +355,7 @@ class Hooks:
     # not exporting: they would all return at once.
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
-        if not self.wanted("log_metrics"):
+        if not (is_exporting() or self.wanted("log_metrics")):  # exporting: one call, not two
             return
         # Which implementations read such a dict is worked out once per prefix and key
         # sequence: a loop logs the same keys every step.

@@ -107,10 +107,11 @@ class Liveness:
             self._intervals.clear()
             self._median_s, self._stale = None, False
 
-    def advance(self, step: int, publish: Callable[[int, float], None]) -> None:
+    def advance(self, step: int) -> None:
         """``step`` was logged: if it is the newest, note when (and the interval since the
-        newest before it) and ``publish(step, when)``, under the lock, so that two threads
-        logging new steps at once publish them in order. The median waits until asked for."""
+        newest before it), under the lock, so that two threads logging new steps at once
+        leave the newest. Nothing else happens per step: the series read the state at
+        collection (:meth:`newest`, :meth:`interval_median`)."""
         with self._lock:
             if step <= self.step:
                 return
@@ -120,7 +121,13 @@ class Liveness:
                 self._intervals.append(now - last if now > last else 0.0)
                 self._stale = True
             self.step, self._last_time = step, now
-            publish(step, now)
+
+    def newest(self) -> tuple[int, float] | None:
+        """``(step, when it arrived)`` of the newest step, None before the first."""
+        with self._lock:
+            if self.step == NO_STEP or self._last_time is None:
+                return None
+            return self.step, self._last_time
 
     def interval_median(self) -> float | None:
         """The median of the last :data:`MEDIAN_WINDOW` intervals, None before that many."""
