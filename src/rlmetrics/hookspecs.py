@@ -16,6 +16,8 @@ rlmetrics calls these through :class:`rlmetrics.hooks.Hooks`, one typed method p
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -77,16 +79,22 @@ class Reads:
 
     def admits(self, prefix: str, keys: Collection[Any]) -> bool:
         """Whether a dict with ``keys`` logged under ``prefix`` reaches the implementation."""
-        from .known_keys import _pattern_regex
-
-        if self.prefixes is not None and not any(
-            _pattern_regex(p).fullmatch(prefix) for p in self.prefixes
-        ):
+        if self.prefixes is not None and not _matcher(self.prefixes).fullmatch(prefix):
             return False
         if self.keys is None:
             return True
-        wanted = [_pattern_regex(k) for k in self.keys]
-        return any(type(key) is str and any(w.fullmatch(key) for w in wanted) for key in keys)
+        match = _matcher(self.keys).fullmatch
+        return any(type(key) is str and match(key) for key in keys)
+
+
+@functools.cache
+def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression matching any of ``patterns``, compiled once: a loop whose key
+    sequences keep changing asks for a new plan, and each asks :meth:`Reads.admits`."""
+    from .known_keys import _pattern_regex
+
+    either = "|".join(f"(?:{_pattern_regex(pattern).pattern})" for pattern in patterns)
+    return re.compile(either, re.DOTALL)
 
 
 @overload
