@@ -10,6 +10,7 @@ dicts and exports it as ``rl.step.*``.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import deque
@@ -92,11 +93,11 @@ class Liveness:
         self.step = NO_STEP
         self._last_time: float | None = None
         self._started: float | None = None
+        #: The last :data:`MEDIAN_WINDOW` intervals in arrival order, and the same in order
+        #: of size: a new step moves one value in and one out of the sorted list (two
+        #: bisections), so the median is read, not sorted, on every step.
         self._intervals: deque[float] = deque(maxlen=MEDIAN_WINDOW)
-        #: The median of ``_intervals``, worked out when asked for (a collection, a health
-        #: check), not on every step: ``_stale`` until then.
-        self._median_s: float | None = None
-        self._stale = False
+        self._ordered: list[float] = []
 
     def reset(self) -> None:
         """A new telemetry session: no step yet, silence counted from now."""
@@ -105,34 +106,26 @@ class Liveness:
             self._last_time = None
             self._started = clock()
             self._intervals.clear()
-            self._median_s, self._stale = None, False
+            self._ordered.clear()
 
-    def advance(self, step: int) -> None:
+    def advance(self, step: int, publish: Callable[[int, float, float | None], None]) -> None:
         """``step`` was logged: if it is the newest, note when (and the interval since the
-        newest before it), under the lock, so that two threads logging new steps at once
-        leave the newest. Nothing else happens per step: the series read the state at
-        collection (:meth:`newest`, :meth:`interval_median`)."""
+        newest before it) and ``publish(step, when, median interval)``, under the lock, so
+        that two threads logging new steps at once publish them in order."""
         with self._lock:
             if step <= self.step:
                 return
             now = clock()
             last = self._last_time
             if last is not None:
-                self._intervals.append(now - last if now > last else 0.0)
-                self._stale = True
+                interval = now - last if now > last else 0.0
+                intervals, ordered = self._intervals, self._ordered
+                if len(intervals) == MEDIAN_WINDOW:
+                    del ordered[bisect.bisect_left(ordered, intervals[0])]
+                intervals.append(interval)
+                bisect.insort(ordered, interval)
             self.step, self._last_time = step, now
-
-    def newest(self) -> tuple[int, float] | None:
-        """``(step, when it arrived)`` of the newest step, None before the first."""
-        with self._lock:
-            if self.step == NO_STEP or self._last_time is None:
-                return None
-            return self.step, self._last_time
-
-    def interval_median(self) -> float | None:
-        """The median of the last :data:`MEDIAN_WINDOW` intervals, None before that many."""
-        with self._lock:
-            return self._median()
+            publish(step, now, self._median())
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -145,17 +138,11 @@ class Liveness:
             )
 
     def _median(self) -> float | None:
-        if self._stale:
-            self._median_s, self._stale = self._median_of(self._intervals), False
-        return self._median_s
-
-    @staticmethod
-    def _median_of(intervals: deque[float]) -> float | None:
-        count = len(intervals)
+        ordered = self._ordered
+        count = len(ordered)
         if count < MEDIAN_WINDOW:
             return None
-        # statistics.median's rule, without its Python frames.
-        ordered = sorted(intervals)
+        # statistics.median's rule, on the window kept in order.
         middle = count // 2
         if count % 2:
             return float(ordered[middle])

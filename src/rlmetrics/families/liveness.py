@@ -11,9 +11,6 @@ the outside it looks like a run that is merely slow. These series tell the two a
   20 of them, published only once 20 are known (a median from fewer cannot be told from noise:
   the efficiency family's rule, p50 from at least 20 values).
 
-They are observable gauges, read from the state when a collection asks: a step costs the loop
-the state's lock, the clock and the interval, not three gauge writes and a median (issue 37).
-
 A step is any dict the training loop logs with a trainer step higher than the newest one seen
 in this telemetry session, whatever its prefix, except the setup phases (step 0 by convention)
 and the wall-clock streams (rollout checkpoints, which carry ``telemetry/wall_time_seconds``
@@ -30,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .. import hookimpl, stall_watch
 from ..events import SETUP_TIMING_PREFIX, WALL_TIME_KEY
 from ..liveness import MEDIAN_WINDOW, liveness
-from ..registry import declare
+from ..registry import declare, record
 from ..spec import MAX, MIN, Kind, MetricSpec
 from ..values import as_number
 
@@ -52,61 +49,31 @@ NUMBER = "rl.step.number"
 LAST_TIMESTAMP = "rl.step.last_timestamp"
 INTERVAL_MEDIAN = "rl.step.interval.median"
 
-#: No attributes: one prepared set, so the collection looks it up rather than building one.
-_NO_ATTRIBUTES: frozenset[Any] = frozenset()
-#: The median's observations as last handed out, and the median they carry: the same tuple
-#: while no new interval arrived, which the collection recognises and does not check again.
-_observed: tuple[float | None, tuple[tuple[float, frozenset[Any]], ...]] = (None, ())
-
-
-def _observe_number() -> tuple[tuple[int, frozenset[Any]], ...]:
-    newest = liveness.newest()
-    return () if newest is None else ((newest[0], _NO_ATTRIBUTES),)
-
-
-def _observe_last_timestamp() -> tuple[tuple[float, frozenset[Any]], ...]:
-    newest = liveness.newest()
-    return () if newest is None else ((newest[1], _NO_ATTRIBUTES),)
-
-
-def _observe_interval_median() -> tuple[tuple[float, frozenset[Any]], ...]:
-    global _observed
-    median = liveness.interval_median()
-    if median is None:
-        return ()
-    if _observed[0] != median:
-        _observed = (median, ((median, _NO_ATTRIBUTES),))
-    return _observed[1]
-
-
 declare(
     GROUP,
     [
         MetricSpec(
             NUMBER,
-            Kind.OBSERVABLE_GAUGE,
+            Kind.GAUGE,
             unit="{step}",
             description="The newest trainer step the training loop logged",
             reduce=MIN,
-            callback=_observe_number,
         ),
         MetricSpec(
             LAST_TIMESTAMP,
-            Kind.OBSERVABLE_GAUGE,
+            Kind.GAUGE,
             unit="s",
             description="When the newest trainer step was first logged, in Unix seconds: "
             "time() minus it is how long the run has been silent",
             reduce=MIN,
-            callback=_observe_last_timestamp,
         ),
         MetricSpec(
             INTERVAL_MEDIAN,
-            Kind.OBSERVABLE_GAUGE,
+            Kind.GAUGE,
             unit="s",
             description=f"Median time between consecutive logged steps over the last "
             f"{MEDIAN_WINDOW}; absent until {MEDIAN_WINDOW} intervals are known",
             reduce=MAX,
-            callback=_observe_interval_median,
         ),
     ],
 )
@@ -127,7 +94,14 @@ def log_metrics(metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
             return
     if step <= liveness.step or prefix == SETUP_TIMING_PREFIX or WALL_TIME_KEY in metrics:
         return
-    liveness.advance(step)
+    liveness.advance(step, _publish)
+
+
+def _publish(step: int, arrived: float, interval_median_s: float | None) -> None:
+    values: dict[str, float] = {NUMBER: step, LAST_TIMESTAMP: arrived}
+    if interval_median_s is not None:
+        values[INTERVAL_MEDIAN] = interval_median_s
+    record(GROUP, values)
 
 
 @hookimpl
