@@ -297,6 +297,7 @@ class Hooks:
         self._wanted_unexported: dict[str, bool] = {}
         self._plain: dict[str, tuple[_PlainCall, ...] | None] = {}
         self._metrics_plans = KeyPlans(self._plan_log_metrics)
+        self._plans_by_keys: bool | None = None
 
     def implemented(self, name: str) -> bool:
         """Whether any registered plugin implements hook ``name``."""
@@ -322,6 +323,7 @@ class Hooks:
         self._wanted_unexported.clear()
         self._plain.clear()
         self._metrics_plans = KeyPlans(self._plan_log_metrics)
+        self._plans_by_keys: bool | None = None
         for callback in _on_registered:
             callback(self)
 
@@ -343,13 +345,20 @@ class Hooks:
     def _plan_log_metrics(
         self, prefix_and_keys: tuple[Any, ...]
     ) -> tuple[_PlainCall, ...] | _ViaPluggy:
-        """The ``log_metrics`` implementations a dict of these keys under this prefix reaches:
-        those that declare nothing and those whose declaration admits it."""
+        """The ``log_metrics`` implementations a dict of these keys (or of any keys, while no
+        implementation declares keys) under this prefix reaches: those that declare nothing
+        and those whose declaration admits it."""
         plain = self._plain_of("log_metrics")
         if plain is None:
             return _VIA_PLUGGY
         prefix, keys = prefix_and_keys[0], prefix_and_keys[1:]
         return tuple(c for c in plain if c.reads is None or c.reads.admits(prefix, keys))
+
+    def _some_declare_keys(self) -> bool:
+        plain = self._plain_of("log_metrics")
+        return plain is not None and any(
+            call.reads is not None and call.reads.keys is not None for call in plain
+        )
 
     # The data hooks are skipped when only tee implementations would run and telemetry is
     # not exporting: they would all return at once.
@@ -358,8 +367,12 @@ class Hooks:
         if not (is_exporting() or self.wanted("log_metrics")):  # exporting: one call, not two
             return
         # Which implementations read such a dict is worked out once per prefix and key
-        # sequence: a loop logs the same keys every step.
-        plan = self._metrics_plans((prefix, *metrics))
+        # sequence (a loop logs the same keys every step), or once per prefix while no
+        # implementation declares keys: then a loop whose keys churn holds no plans for them.
+        by_keys = self._plans_by_keys
+        if by_keys is None:
+            by_keys = self._plans_by_keys = self._some_declare_keys()
+        plan = self._metrics_plans((prefix, *metrics) if by_keys else (prefix,))
         if plan is _VIA_PLUGGY:
             _fan_out(self._hook.log_metrics, metrics=metrics, step=step, prefix=prefix)
         elif plan:

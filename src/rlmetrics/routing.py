@@ -128,8 +128,9 @@ def _reading(prefix_and_keys: tuple[Any, ...]) -> tuple[Route, ...]:
     return tuple(found)
 
 
-#: Which routes a dict of these keys under this prefix holds anything for, once per sequence.
-_routes_reading = KeyPlans(_reading)
+#: Which routes a dict of these keys under this prefix holds anything for, once per sequence
+#: (a loop logs a few; a smaller table than most, for a loop whose keys churn).
+_routes_reading = KeyPlans(_reading, limit=64)
 
 
 def deliver(
