@@ -323,7 +323,7 @@ class Hooks:
         self._wanted_unexported.clear()
         self._plain.clear()
         self._metrics_plans = KeyPlans(self._plan_log_metrics)
-        self._plans_by_keys: bool | None = None
+        self._plans_by_keys = None
         for callback in _on_registered:
             callback(self)
 
