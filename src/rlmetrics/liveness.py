@@ -35,6 +35,7 @@ __all__ = [
 #: Intervals the median step interval is taken over, and the fewest it is given from (a
 #: median from fewer cannot be told from noise: p50 from at least 20 values).
 MEDIAN_WINDOW = 20
+_MIDDLE = MEDIAN_WINDOW // 2
 
 #: ``Liveness.step`` before the first step of a session.
 NO_STEP = -(2**63)
@@ -125,7 +126,15 @@ class Liveness:
                 intervals.append(interval)
                 bisect.insort(ordered, interval)
             self.step, self._last_time = step, now
-            publish(step, now, self._median())
+            ordered = self._ordered  # _median(), without its frame: this runs every step
+            median = (
+                None
+                if len(ordered) < MEDIAN_WINDOW
+                else (ordered[_MIDDLE - 1] + ordered[_MIDDLE]) / 2
+                if MEDIAN_WINDOW % 2 == 0
+                else float(ordered[_MIDDLE])
+            )
+            publish(step, now, median)
 
     def snapshot(self) -> Snapshot:
         with self._lock:
