@@ -419,7 +419,7 @@ class Logger:
                         hooks().log_metrics(own, step, prefix)
                     return
             plugins = hooks()
-            taken = routing.take(prefix, flat, plugins.wanted)
+            taken = routing.take(prefix, flat, plugins.wanted, self._key_map is None)
             # The backends get the trainer's keys; the plugins get the key map's (a new dict).
             tee = flat if self._key_map is None else self._key_map.tee(flat, prefix)
             # What _log does, written out: this is the call a loop makes every step.

@@ -99,15 +99,24 @@ def _index(routes: Iterable[Route]) -> dict[str, tuple[Route, ...]]:
 _BY_PREFIX = _index(ROUTES)
 
 
-def take(prefix: str, flat: dict[str, Any], wanted: Callable[[str], bool]) -> list[Route]:
+def take(
+    prefix: str, flat: dict[str, Any], wanted: Callable[[str], bool], hooks_keys: bool = False
+) -> list[Route]:
     """The routes a dict logged under ``prefix`` takes, before any backend sees it.
 
     A route whose hook is not ``wanted`` (only tees implement it and telemetry is off) is left
     out, so its payload is never parsed; a wall-clock stream's dict without a wall time is
-    stamped here all the same, so the backends and the hook agree on it.
+    stamped here all the same, so the backends and the hook agree on it. With
+    ``hooks_keys`` (``flat``'s keys are the ones the hooks get: no key map), a route none of
+    whose keys the dict has is left out here too (:func:`deliver` checks it otherwise).
     """
+    routes = _BY_PREFIX.get(prefix)  # routes_for, without its frame: this runs on every dict
+    if not routes:
+        return []
+    if hooks_keys:
+        routes = _routes_reading((prefix, *flat))
     taken = []
-    for route in _BY_PREFIX.get(prefix, ()):  # routes_for, without its frame: every dict
+    for route in routes:
         if route.wall_clock:
             flat.setdefault(WALL_TIME_KEY, time.time())
         if wanted(route.hook):
