@@ -122,3 +122,98 @@ def test_a_wrapper_registered_after_the_first_call_runs_on_the_next() -> None:
     register(Wrapper(), "wrapper")
     logger.log_metrics({"x": 1}, step=2)
     assert order == ["plain", "before", "plain", "after"]
+
+
+class _Reads:
+    """A log_metrics implementation that declares what it reads, and one that does not."""
+
+    def __init__(self) -> None:
+        self.declared: list[tuple[str, dict[str, Any]]] = []
+        self.undeclared: list[str] = []
+
+    @rlmetrics.hookimpl(prefixes=["train", "acme-*"], keys=["acme/**"])
+    def log_metrics(self, metrics: Any, prefix: str) -> None:
+        self.declared.append((prefix, dict(metrics)))
+
+
+class _ReadsAll:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    @rlmetrics.hookimpl
+    def log_metrics(self, prefix: str) -> None:
+        self.calls.append(prefix)
+
+
+def test_a_declared_implementation_gets_only_the_dicts_it_reads() -> None:
+    reads = _Reads()
+    register(reads, "reads")
+    register(_ReadsAll(reads.undeclared), "reads-all")
+    logger = rlmetrics.Logger(backends={})
+    logger.log_metrics({"acme/depth": 3, "loss": 1.0}, step=1, prefix="train")
+    logger.log_metrics({"loss": 1.0}, step=2, prefix="train")  # none of its keys
+    logger.log_metrics({"acme/depth": 4}, step=3, prefix="eval")  # not its prefix
+    logger.log_metrics({"acme/depth": 5}, step=4, prefix="acme-a")
+    logger.log_metrics({"acme/depth": 6, "loss": 1.0}, step=5, prefix="train")  # planned
+    assert reads.declared == [
+        ("train", {"acme/depth": 3, "loss": 1.0}),
+        ("acme-a", {"acme/depth": 5}),
+        ("train", {"acme/depth": 6, "loss": 1.0}),
+    ]
+    # An implementation that declares nothing gets every dict, as pluggy calls it.
+    assert reads.undeclared == ["train", "train", "eval", "acme-a", "train"]
+
+
+def test_a_plugin_registered_after_a_key_sequence_was_planned_gets_it() -> None:
+    logger = rlmetrics.Logger(backends={})
+    logger.log_metrics({"acme/depth": 1}, step=1, prefix="train")
+    reads = _Reads()
+    register(reads, "reads")
+    logger.log_metrics({"acme/depth": 2}, step=2, prefix="train")
+    assert reads.declared == [("train", {"acme/depth": 2})]
+
+
+def test_a_raising_implementation_is_said_once_and_the_others_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[str] = []
+
+    class Raises:
+        @rlmetrics.hookimpl(tryfirst=True)
+        def log_metrics(self) -> None:
+            raise SystemExit(3)  # a plugin's exit must not end the training job
+
+    register(Raises(), "raises")
+    register(_ReadsAll(calls), "reads-all")
+    logger = rlmetrics.Logger(backends={})
+    logger.log_metrics({"x": 1}, step=1, prefix="train")
+    logger.log_metrics({"x": 1}, step=2, prefix="train")
+    assert calls == ["train", "train"]
+    said = [r.getMessage() for r in caplog.records if "'raises'" in r.getMessage()]
+    assert len(said) == 1 and "log_metrics" in said[0]
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"prefixes": "train"}, "takes a list of patterns"),
+        ({"keys": []}, "non-empty list"),
+        ({"keys": ["a/**"], "wrapper": True}, "only a plain log_metrics"),
+    ],
+)
+def test_a_mistaken_declaration_fails_at_once_saying_what_to_change(
+    options: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(TypeError, match=said):
+
+        @rlmetrics.hookimpl(**options)
+        def log_metrics() -> None:
+            pass
+
+
+def test_only_log_metrics_declares_what_it_reads() -> None:
+    with pytest.raises(TypeError, match="on 'on_setup_timing'"):
+
+        @rlmetrics.hookimpl(prefixes=["train"])
+        def on_setup_timing() -> None:
+            pass

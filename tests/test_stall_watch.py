@@ -1,27 +1,85 @@
-"""The in-process stall rule's thread runs exactly while telemetry exports (steps reach the
-liveness state only then; without a reader every silence would look like a stall), and a
-stall is said once while it lasts. Its alerts end to end: tests/test_hookspecs.py
-(test_hook_on_alert) and rlmetrics-trackio's tests."""
+"""The in-process stall rule's thread runs only while telemetry exports (steps reach the
+liveness state only then; without a reader every silence would look like a stall) and
+something listens for its alerts (an ``on_alert`` implementation, a Logger's backend that
+takes alerts): a process where nothing would hear it runs no thread (issue 37). A stall is
+said once while it lasts. Its alerts end to end: tests/test_hookspecs.py (test_hook_on_alert)
+and rlmetrics-trackio's tests (the Trackio backend as the listener)."""
 
 from __future__ import annotations
+
+import threading
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import rlmetrics
 from rlmetrics import liveness, stall_watch
+from rlmetrics.plugins import register
 
 
 def _running() -> bool:
-    watch = stall_watch._watch
-    return watch is not None and watch._thread is not None and watch._thread.is_alive()
+    return any(t.name == "rlmetrics-stall-watch" for t in threading.enumerate())
 
 
-def test_the_watch_runs_while_telemetry_exports_and_only_then() -> None:
+class _Listens:
+    @rlmetrics.hookimpl
+    def on_alert(self, alert: Any) -> None:
+        pass
+
+
+class _TakesAlerts:
+    inline = True
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        pass
+
+    def log_alert(self, alert: Any) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class _OffersAlertBackend:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("takes-alerts", _TakesAlerts)
+
+
+def test_an_exporting_process_with_nothing_listening_runs_no_watch_thread() -> None:
+    with rlmetrics.start(readers=[InMemoryMetricReader()]):
+        logger = rlmetrics.Logger(backends={})
+        logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+        assert not _running()
+        logger.finish()
+
+
+def test_the_watch_runs_while_telemetry_exports_and_a_plugin_listens() -> None:
+    assert register(_Listens(), "listens")
     with rlmetrics.start():  # no reader: not exporting
         assert not _running()
     with rlmetrics.start(readers=[InMemoryMetricReader()]):
         assert _running()
+    assert not _running()
+
+
+def test_a_plugin_registered_on_alert_while_exporting_starts_the_watch() -> None:
+    with rlmetrics.start(readers=[InMemoryMetricReader()]):
+        assert not _running()
+        assert register(_Listens(), "listens-later")
+        assert _running()
+    assert not _running()
+
+
+def test_a_logger_whose_backend_takes_alerts_starts_the_watch() -> None:
+    assert register(_OffersAlertBackend(), "offers-alert-backend")
+    with rlmetrics.start(readers=[InMemoryMetricReader()]):
+        rlmetrics.Logger(backends={}).finish()  # takes no alerts: nothing listens yet
+        assert not _running()
+        logger = rlmetrics.Logger(backends={"takes-alerts": {}})
+        assert _running()
+        logger.finish()
     assert not _running()
 
 

@@ -11,7 +11,10 @@ The data hooks are called on every logged dict, and pluggy's caller costs about 
 (its checks, a copy of the implementation list, the wrapper machinery): a tenth of a step. So
 while every implementation of a data hook is a plain one (no wrapper, no keyword-only
 argument), the hook calls them itself, in the order pluggy would, with the arguments each
-names; one wrapper anywhere sends the call back through pluggy.
+names, each in the same guard; one wrapper anywhere sends the call back through pluggy.
+``log_metrics`` skips, too, the implementations that declare what they read
+(``@rlmetrics.hookimpl(prefixes=..., keys=...)``) for a dict they do not read, decided once
+per prefix and key sequence.
 
 The typed methods make a misspelt hook a type error rather than a silent no-op.
 """
@@ -20,13 +23,15 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import operator
 from collections.abc import Callable, Generator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pluggy
 
 from ._warn import warn_once
-from .hookspecs import TEE_ATTRIBUTE
+from .hookspecs import READS_ATTRIBUTE, TEE_ATTRIBUTE, Reads
+from .keyplans import KeyPlans
 from .registry import is_exporting
 
 if TYPE_CHECKING:
@@ -37,7 +42,7 @@ if TYPE_CHECKING:
     from .telemetry import Telemetry
     from .tracing import PhaseKind
 
-__all__ = ["Hooks", "collect_offers", "current_plugin", "guard_implementations"]
+__all__ = ["Hooks", "collect_offers", "current_plugin", "guard_implementations", "when_registered"]
 
 _Factory = TypeVar("_Factory")
 
@@ -179,12 +184,20 @@ def guard_implementations(pm: pluggy.PluginManager, plugin: object) -> None:
             if impl.plugin is not plugin:
                 continue
             tee = getattr(impl.function, TEE_ATTRIBUTE, False)
+            reads = getattr(impl.function, READS_ATTRIBUTE, None)
             guard = _guard_wrapper if (impl.wrapper or impl.hookwrapper) else _guard
             # pluggy calls ``impl.function``; replacing it is how the guard goes through
             # pluggy's own fan-out (typed Final in pluggy, hence setattr).
             guarded = guard(impl.function, impl.plugin_name, caller.name)
             setattr(guarded, TEE_ATTRIBUTE, tee)
+            setattr(guarded, READS_ATTRIBUTE, reads)
+            # The data hooks' own loop guards each call itself (see _run): one frame less.
+            setattr(guarded, _UNGUARDED, impl.function)
             setattr(impl, "function", guarded)  # noqa: B010
+
+
+#: Set on a guard: the implementation it guards.
+_UNGUARDED = "rlmetrics_unguarded"
 
 
 def _fan_out(caller: pluggy.HookCaller, **kwargs: Any) -> None:
@@ -197,17 +210,83 @@ def _fan_out(caller: pluggy.HookCaller, **kwargs: Any) -> None:
         warn_once(f"hook:{caller.name}", f"rlmetrics: calling hook {caller.name!r} failed")
 
 
-_PlainCalls = tuple[tuple[Callable[..., Any], tuple[str, ...]], ...]
+class _PlainCall(NamedTuple):
+    """One plain implementation of a data hook as the hook calls it itself: ``function``
+    (unguarded: :func:`_run` guards it), ``pick`` taking the arguments it names from the
+    spec's (None: all of them, in order), the plugin that owns it and what it reads. A named
+    tuple: the loop unpacks it."""
+
+    function: Callable[..., Any]
+    pick: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None
+    plugin: str
+    reads: Reads | None
 
 
-def _plain_calls(caller: pluggy.HookCaller) -> _PlainCalls | None:
-    """``(function, argument names)`` of each implementation in pluggy's call order (its list
-    reversed), if every one is plain; None if any is a wrapper or takes keyword-only
-    arguments, which only pluggy's caller handles."""
+def _picker(
+    spec_names: tuple[str, ...], names: tuple[str, ...]
+) -> Callable[[tuple[Any, ...]], tuple[Any, ...]] | None:
+    """What takes the arguments ``names`` from a tuple of the spec's ``spec_names``."""
+    if names == spec_names:
+        return None
+    positions = [spec_names.index(name) for name in names]
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)
+    if positions:
+        (position,) = positions
+        return lambda args: (args[position],)
+    return lambda _args: ()
+
+
+def _plain_calls(caller: pluggy.HookCaller) -> tuple[_PlainCall, ...] | None:
+    """Each implementation in pluggy's call order (its list reversed), if every one is plain;
+    None if any is a wrapper or takes keyword-only arguments, which only pluggy's caller
+    handles."""
     impls = caller.get_hookimpls()
     if any(impl.wrapper or impl.hookwrapper or impl.kwargnames for impl in impls):
         return None
-    return tuple((impl.function, tuple(impl.argnames)) for impl in reversed(impls))
+    spec_names = tuple(caller.spec.argnames) if caller.spec is not None else ()
+    return tuple(
+        _PlainCall(
+            getattr(impl.function, _UNGUARDED, impl.function),
+            _picker(spec_names, tuple(impl.argnames)),
+            impl.plugin_name,
+            getattr(impl.function, READS_ATTRIBUTE, None),
+        )
+        for impl in reversed(impls)
+    )
+
+
+def _run(calls: tuple[_PlainCall, ...], hook: str, args: tuple[Any, ...]) -> None:
+    """Call each implementation with the arguments it names, each in its own guard (the
+    guard :func:`_guard` puts around it for pluggy, without its frame)."""
+    for function, pick, plugin, _reads in calls:
+        try:
+            if pick is None:
+                function(*args)
+            else:
+                function(*pick(args))
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # SystemExit from a plugin must not end the training job
+            _report(plugin, hook)
+
+
+#: Called with the hooks each time a plugin is registered (:func:`when_registered`).
+_on_registered: list[Callable[[Hooks], None]] = []
+
+
+def when_registered(callback: Callable[[Hooks], None]) -> None:
+    """Call ``callback(hooks)`` each time a plugin is registered, once its hooks are in
+    place (the stall watch starts when a first ``on_alert`` implementation appears). The
+    callback must not raise and must not load plugins."""
+    _on_registered.append(callback)
+
+
+class _ViaPluggy:
+    """The plan of a hook some wrapper wraps: pluggy's caller runs it."""
+
+
+_VIA_PLUGGY = _ViaPluggy()
 
 
 class Hooks:
@@ -216,7 +295,9 @@ class Hooks:
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self._hook = pm.hook
         self._wanted_unexported: dict[str, bool] = {}
-        self._plain: dict[str, _PlainCalls | None] = {}
+        self._plain: dict[str, tuple[_PlainCall, ...] | None] = {}
+        self._metrics_plans = KeyPlans(self._plan_log_metrics)
+        self._plans_by_keys: bool | None = None
 
     def implemented(self, name: str) -> bool:
         """Whether any registered plugin implements hook ``name``."""
@@ -241,43 +322,78 @@ class Hooks:
         worked out."""
         self._wanted_unexported.clear()
         self._plain.clear()
+        self._metrics_plans = KeyPlans(self._plan_log_metrics)
+        self._plans_by_keys = None
+        for callback in _on_registered:
+            callback(self)
 
-    def _call_data_hook(self, name: str, **kwargs: Any) -> None:
+    def _plain_of(self, name: str) -> tuple[_PlainCall, ...] | None:
         if name in self._plain:
-            plain = self._plain[name]
-        else:
-            plain = self._plain[name] = _plain_calls(getattr(self._hook, name))
+            return self._plain[name]
+        plain = self._plain[name] = _plain_calls(getattr(self._hook, name))
+        return plain
+
+    def _call_data_hook(self, name: str, args: tuple[Any, ...]) -> None:
+        plain = self._plain_of(name)
         if plain is None:
-            _fan_out(getattr(self._hook, name), **kwargs)
+            caller = getattr(self._hook, name)
+            _fan_out(caller, **dict(zip(caller.spec.argnames, args, strict=True)))
             return
-        # Every implementation is guarded (it cannot raise), and pluggy checked at
-        # registration that each names only arguments of the hook's spec.
-        for function, argnames in plain:
-            function(*[kwargs[argname] for argname in argnames])
+        # pluggy checked at registration that each names only arguments of the hook's spec.
+        _run(plain, name, args)
+
+    def _plan_log_metrics(
+        self, prefix_and_keys: tuple[Any, ...]
+    ) -> tuple[_PlainCall, ...] | _ViaPluggy:
+        """The ``log_metrics`` implementations a dict of these keys (or of any keys, while no
+        implementation declares keys) under this prefix reaches: those that declare nothing
+        and those whose declaration admits it."""
+        plain = self._plain_of("log_metrics")
+        if plain is None:
+            return _VIA_PLUGGY
+        prefix, keys = prefix_and_keys[0], prefix_and_keys[1:]
+        return tuple(c for c in plain if c.reads is None or c.reads.admits(prefix, keys))
+
+    def _some_declare_keys(self) -> bool:
+        plain = self._plain_of("log_metrics")
+        return plain is not None and any(
+            call.reads is not None and call.reads.keys is not None for call in plain
+        )
 
     # The data hooks are skipped when only tee implementations would run and telemetry is
     # not exporting: they would all return at once.
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
-        if self.wanted("log_metrics"):
-            self._call_data_hook("log_metrics", metrics=metrics, step=step, prefix=prefix)
+        if not (is_exporting() or self.wanted("log_metrics")):  # exporting: one call, not two
+            return
+        # Which implementations read such a dict is worked out once per prefix and key
+        # sequence (a loop logs the same keys every step), or once per prefix while no
+        # implementation declares keys: then a loop whose keys churn holds no plans for them.
+        by_keys = self._plans_by_keys
+        if by_keys is None:
+            by_keys = self._plans_by_keys = self._some_declare_keys()
+        plan = self._metrics_plans((prefix, *metrics) if by_keys else (prefix,))
+        if plan is _VIA_PLUGGY:
+            _fan_out(self._hook.log_metrics, metrics=metrics, step=step, prefix=prefix)
+        elif plan:
+            _run(plan, "log_metrics", (metrics, step, prefix))  # type: ignore[arg-type]
 
     def on_setup_timing(self, timings: SetupTimings) -> None:
         if self.wanted("on_setup_timing"):
-            self._call_data_hook("on_setup_timing", timings=timings)
+            self._call_data_hook("on_setup_timing", (timings,))
 
     def on_efficiency_summary(self, summary: EfficiencySummary, step: int) -> None:
         if self.wanted("on_efficiency_summary"):
-            self._call_data_hook("on_efficiency_summary", summary=summary, step=step)
+            self._call_data_hook("on_efficiency_summary", (summary, step))
 
     def on_rollout_checkpoint(self, event: RolloutEvent) -> None:
         if self.wanted("on_rollout_checkpoint"):
-            self._call_data_hook("on_rollout_checkpoint", event=event)
+            self._call_data_hook("on_rollout_checkpoint", (event,))
 
     # -- trajectories (issue 33)
     def on_trajectories(self, batch: TrajectoryBatch) -> None:
         if self.wanted("on_trajectories"):
-            self._call_data_hook("on_trajectories", batch=batch)
+            self._call_data_hook("on_trajectories", (batch,))
 
     def on_alert(self, alert: Alert) -> None:
         _fan_out(self._hook.on_alert, alert=alert)

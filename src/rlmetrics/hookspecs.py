@@ -16,9 +16,12 @@ rlmetrics calls these through :class:`rlmetrics.hooks.Hooks`, one typed method p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+import attrs
 import pluggy
 
 if TYPE_CHECKING:
@@ -29,15 +32,69 @@ if TYPE_CHECKING:
     from .tracing import PhaseKind
     from .trajectories import TrajectoryBatch
 
-__all__ = ["TEE_ATTRIBUTE", "hookimpl", "hookspec"]
+__all__ = ["READS_ATTRIBUTE", "TEE_ATTRIBUTE", "Reads", "hookimpl", "hookspec"]
 
 hookspec = pluggy.HookspecMarker("rlmetrics")
 _pluggy_hookimpl = pluggy.HookimplMarker("rlmetrics")
 
 #: Set on a hook implementation marked ``tee=True``.
 TEE_ATTRIBUTE = "rlmetrics_tee"
+#: Set on a ``log_metrics`` implementation that declares what it reads (:class:`Reads`).
+READS_ATTRIBUTE = "rlmetrics_reads"
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _patterns(name: str, given: Iterable[str] | None) -> tuple[str, ...] | None:
+    if given is None:
+        return None
+    if isinstance(given, str) or not isinstance(given, Iterable):
+        raise TypeError(
+            f"rlmetrics.hookimpl({name}=...) takes a list of patterns, got {given!r}: write "
+            f"{name}=[{given!r}]"
+        )
+    patterns = tuple(given)
+    if not patterns or not all(isinstance(p, str) for p in patterns):
+        raise TypeError(
+            f"rlmetrics.hookimpl({name}=...) takes a non-empty list of strings, got {given!r}"
+        )
+    return patterns
+
+
+@attrs.frozen
+class Reads:
+    """What a ``log_metrics`` implementation declares it reads: dicts logged under a prefix
+    matching one of ``prefixes``, and of those only the ones with a key matching one of
+    ``keys`` (None: any). Patterns as :func:`rlmetrics.declare_keys` takes them: exact, ``*``
+    for one path segment, ``**`` for any rest (``"vllm/**"``; ``"**"`` every key or prefix).
+
+    The dispatcher skips the implementation for a dict it does not admit, decided once per
+    prefix and key sequence (:mod:`rlmetrics.keyplans`), so a family that reads a few
+    prefixes costs the other dicts nothing. (With a wrapper on the hook, pluggy's caller runs
+    and every implementation gets every dict: the declaration is a promise that the
+    implementation does nothing with the others.)"""
+
+    prefixes: tuple[str, ...] | None = None
+    keys: tuple[str, ...] | None = None
+
+    def admits(self, prefix: str, keys: Collection[Any]) -> bool:
+        """Whether a dict with ``keys`` logged under ``prefix`` reaches the implementation."""
+        if self.prefixes is not None and not _matcher(self.prefixes).fullmatch(prefix):
+            return False
+        if self.keys is None:
+            return True
+        match = _matcher(self.keys).fullmatch
+        return any(type(key) is str and match(key) for key in keys)
+
+
+@functools.cache
+def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression matching any of ``patterns``, compiled once: a loop whose key
+    sequences keep changing asks for a new plan, and each asks :meth:`Reads.admits`."""
+    from .known_keys import _pattern_regex
+
+    either = "|".join(f"(?:{_pattern_regex(pattern).pattern})" for pattern in patterns)
+    return re.compile(either, re.DOTALL)
 
 
 @overload
@@ -46,12 +103,24 @@ def hookimpl(function: _F, /) -> _F: ...
 
 @overload
 def hookimpl(
-    function: None = None, /, *, tee: bool = False, **options: Any
+    function: None = None,
+    /,
+    *,
+    tee: bool = False,
+    prefixes: Iterable[str] | None = None,
+    keys: Iterable[str] | None = None,
+    **options: Any,
 ) -> Callable[[_F], _F]: ...
 
 
 def hookimpl(
-    function: _F | None = None, /, *, tee: bool = False, **options: Any
+    function: _F | None = None,
+    /,
+    *,
+    tee: bool = False,
+    prefixes: Iterable[str] | None = None,
+    keys: Iterable[str] | None = None,
+    **options: Any,
 ) -> _F | Callable[[_F], _F]:
     """Mark a hook implementation: ``@rlmetrics.hookimpl`` or ``@rlmetrics.hookimpl(...)``
     with pluggy's options (``tryfirst``, ``trylast``, ``wrapper``, ``hookwrapper``,
@@ -60,12 +129,33 @@ def hookimpl(
     ``tee=True`` says the implementation only mirrors data into OpenTelemetry, so it is
     called only while telemetry is exporting: when no other implementation wants a hook,
     rlmetrics then skips the call — and the parsing of its payload — altogether.
+
+    ``prefixes`` and ``keys`` (``log_metrics`` only) declare which dicts the implementation
+    reads (:class:`Reads`): ``@rlmetrics.hookimpl(prefixes=["gym/rollout"])``,
+    ``(prefixes=["train", ""], keys=["acme/**"])``. rlmetrics then stops calling it for any
+    other dict — a promise that it does nothing with them, for with a wrapper on the hook
+    pluggy's caller runs every implementation. One that declares neither gets every dict.
     """
+    reads = (
+        None
+        if prefixes is None and keys is None
+        else Reads(_patterns("prefixes", prefixes), _patterns("keys", keys))
+    )
 
     def mark(target: _F) -> _F:
+        if reads is not None:
+            hook = options.get("specname") or getattr(target, "__name__", "")
+            if hook != "log_metrics" or options.get("wrapper") or options.get("hookwrapper"):
+                raise TypeError(
+                    f"rlmetrics.hookimpl(prefixes=..., keys=...) on {hook!r}: only a plain "
+                    "log_metrics implementation declares what it reads; drop the arguments "
+                    "here (or filter inside the implementation)"
+                )
         marked: _F = _pluggy_hookimpl(**options)(target)
         if tee:
             setattr(marked, TEE_ATTRIBUTE, True)
+        if reads is not None:
+            setattr(marked, READS_ATTRIBUTE, reads)
         return marked
 
     return mark(function) if function is not None else mark
@@ -85,9 +175,11 @@ def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
     :param prefix: the dict's prefix (``"train"``, ``""``, ``"timing/setup"``…); a key's meaning
         depends on it, so filter on it first.
 
-    Called for every dict, including the ones also routed to a typed hook below. Families
-    that mirror values into OpenTelemetry record through :func:`rlmetrics.record`, which is a
-    cheap no-op unless telemetry is exporting.
+    Called for every dict, including the ones also routed to a typed hook below, unless the
+    implementation declares what it reads (``@rlmetrics.hookimpl(prefixes=[...],
+    keys=[...])``): then only for the dicts it admits. Families that mirror values into
+    OpenTelemetry record through :func:`rlmetrics.record`, which is a cheap no-op unless
+    telemetry is exporting.
     """
 
 

@@ -10,11 +10,11 @@ dicts and exports it as ``rl.step.*``.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
 
 import attrs
 
@@ -27,7 +27,6 @@ __all__ = [
     "Liveness",
     "Snapshot",
     "StallRule",
-    "Step",
     "clock",
     "silence",
     "liveness",
@@ -36,6 +35,7 @@ __all__ = [
 #: Intervals the median step interval is taken over, and the fewest it is given from (a
 #: median from fewer cannot be told from noise: p50 from at least 20 values).
 MEDIAN_WINDOW = 20
+_MIDDLE = MEDIAN_WINDOW // 2
 
 #: ``Liveness.step`` before the first step of a session.
 NO_STEP = -(2**63)
@@ -73,17 +73,6 @@ class StallRule:
 clock: Callable[[], float] = time.time
 
 
-class Step(NamedTuple):
-    """A newest step, as :meth:`Liveness.advance` saw it arrive.
-
-    A named tuple, not an attrs class: one is built for every new step of the loop, and a
-    frozen attrs instance costs three times as much to build."""
-
-    number: int
-    time: float
-    interval_median_s: float | None
-
-
 @attrs.frozen
 class Snapshot:
     """What the liveness state holds at one instant (Unix seconds throughout)."""
@@ -105,7 +94,11 @@ class Liveness:
         self.step = NO_STEP
         self._last_time: float | None = None
         self._started: float | None = None
+        #: The last :data:`MEDIAN_WINDOW` intervals in arrival order, and the same in order
+        #: of size: a new step moves one value in and one out of the sorted list (two
+        #: bisections), so the median is read, not sorted, on every step.
         self._intervals: deque[float] = deque(maxlen=MEDIAN_WINDOW)
+        self._ordered: list[float] = []
 
     def reset(self) -> None:
         """A new telemetry session: no step yet, silence counted from now."""
@@ -114,20 +107,34 @@ class Liveness:
             self._last_time = None
             self._started = clock()
             self._intervals.clear()
+            self._ordered.clear()
 
-    def advance(self, step: int, publish: Callable[[Step], None]) -> None:
+    def advance(self, step: int, publish: Callable[[int, float, float | None], None]) -> None:
         """``step`` was logged: if it is the newest, note when (and the interval since the
-        newest before it) and ``publish`` it, under the lock, so that two threads logging
-        new steps at once publish them in order."""
+        newest before it) and ``publish(step, when, median interval)``, under the lock, so
+        that two threads logging new steps at once publish them in order."""
         with self._lock:
             if step <= self.step:
                 return
             now = clock()
             last = self._last_time
             if last is not None:
-                self._intervals.append(now - last if now > last else 0.0)
+                interval = now - last if now > last else 0.0
+                intervals, ordered = self._intervals, self._ordered
+                if len(intervals) == MEDIAN_WINDOW:
+                    del ordered[bisect.bisect_left(ordered, intervals[0])]
+                intervals.append(interval)
+                bisect.insort(ordered, interval)
             self.step, self._last_time = step, now
-            publish(Step(step, now, self._median()))
+            ordered = self._ordered  # _median(), without its frame: this runs every step
+            median = (
+                None
+                if len(ordered) < MEDIAN_WINDOW
+                else (ordered[_MIDDLE - 1] + ordered[_MIDDLE]) / 2
+                if MEDIAN_WINDOW % 2 == 0
+                else float(ordered[_MIDDLE])
+            )
+            publish(step, now, median)
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -140,12 +147,11 @@ class Liveness:
             )
 
     def _median(self) -> float | None:
-        intervals = self._intervals
-        count = len(intervals)
+        ordered = self._ordered
+        count = len(ordered)
         if count < MEDIAN_WINDOW:
             return None
-        # statistics.median's rule, without its Python frames: this runs on every new step.
-        ordered = sorted(intervals)
+        # statistics.median's rule, on the window kept in order.
         middle = count // 2
         if count % 2:
             return float(ordered[middle])

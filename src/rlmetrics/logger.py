@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from . import routing
+from . import routing, stall_watch
 from ._fork import forget_in_child
 from ._warn import (
     StrictModeError,
@@ -70,7 +70,7 @@ from .registry import default_registry
 from .samples import MAX_CELL_BYTES, MAX_SAMPLE_ROWS, to_samples
 from .telemetry import current
 from .tracing import close_open_scopes, current_step
-from .values import as_step
+from .values import INT64_MAX, as_step
 
 __all__ = [
     "DEFAULT_EXIT_TIMEOUT_S",
@@ -367,6 +367,11 @@ class Logger:
         self._pid = os.getpid()
         _unfinished.add(self)
         forget_in_child(self)
+        if self._takes_alerts():
+            stall_watch.listener_appeared()  # the first listener starts the stall watch
+
+    def _takes_alerts(self) -> bool:
+        return any(callable(getattr(b, "log_alert", None)) for b in self.backends.values())
 
     def _drain_ranks(self, timeout_s: float) -> None:
         try:
@@ -402,7 +407,7 @@ class Logger:
         """
         try:
             step = self._next_step(step)
-            flat = flatten(metrics, teed=lambda: _TeedKeys(self._key_map))
+            flat = flatten(metrics, teed=self._teed_keys)
             prefix = key_text(prefix) if prefix else ""
             if self._unknown is not None:
                 self._say_unknown(prefix, flat)
@@ -414,16 +419,15 @@ class Logger:
                         own = own if self._key_map is None else self._key_map.tee(own, prefix)
                         hooks().log_metrics(own, step, prefix)
                     return
-            taken = routing.take(prefix, flat, hooks().wanted)
+            plugins = hooks()
+            taken = routing.take(prefix, flat, plugins.wanted, self._key_map is None)
             # The backends get the trainer's keys; the plugins get the key map's (a new dict).
             tee = flat if self._key_map is None else self._key_map.tee(flat, prefix)
-            self._log(
-                flat,
-                step,
-                prefix,
-                lambda plugins: routing.deliver(taken, plugins, prefix, tee, step),
-                tee=tee,
-            )
+            # What _log does, written out: this is the call a loop makes every step.
+            self._to_backends(flat, step, prefix)
+            if taken:
+                routing.deliver(taken, plugins, prefix, tee, step)
+            plugins.log_metrics(tee, step, prefix)
         except Exception:
             warn_once("logger:log_metrics", "rlmetrics: Logger.log_metrics failed; step dropped")
         raise_if_strict()
@@ -605,7 +609,8 @@ class Logger:
     def _next_step(self, given: Any) -> int:
         """The step a call logs at: ``given`` when it is one (:func:`rlmetrics.values.as_step`),
         else the open ``rlmetrics.step``'s, else the one after the last; remembered."""
-        step = as_step(given)
+        # A loop's own int, checked here: as_step's frame is a tenth of a 4-key call.
+        step = given if type(given) is int and 0 <= given <= INT64_MAX else as_step(given)
         if step is None:
             if given is not None:
                 warn_once(
@@ -620,6 +625,10 @@ class Logger:
                 step = self._last_step + 1
             self._last_step = step
         return step
+
+    def _teed_keys(self) -> _TeedKeys:
+        """The keys a cut past the flatten cap keeps (asked for only then)."""
+        return _TeedKeys(self._key_map)
 
     def _say_unknown(self, prefix: str, flat: Mapping[str, Any]) -> None:
         """Warn once per key nothing knows (``unknown_keys``); never raises."""
@@ -718,6 +727,12 @@ def _configured_source(settings: Mapping[str, tuple[Any, str]], name: str) -> st
 #: Every Logger of this process not finished yet (held weakly): the interpreter's exit
 #: finishes them.
 _unfinished: weakref.WeakSet[Logger] = weakref.WeakSet()
+
+
+def alerts_taken() -> bool:
+    """Whether an unfinished Logger of this process has a backend that takes alerts."""
+    pid = os.getpid()
+    return any(lg._pid == pid and lg._takes_alerts() for lg in list(_unfinished))
 
 
 def alert_loggers(alert: Alert) -> None:

@@ -27,6 +27,7 @@ from .events import (
     rollout_event_from_metrics,
 )
 from .hooks import Hooks
+from .keyplans import KeyPlans
 
 __all__ = ["ROUTES", "Route", "deliver", "routes_for", "take"]
 
@@ -43,7 +44,8 @@ class Route:
 
     ``reads`` says which keys of such a dict the payload is parsed from, as a key pattern
     (:mod:`rlmetrics.known_keys`: ``**`` every key, ``efficiency/**`` those under it): they
-    are known keys, never a typo ``Logger(unknown_keys=...)`` reports.
+    are known keys, never a typo ``Logger(unknown_keys=...)`` reports, and a dict with none
+    of them is not parsed for the hook at all (decided once per key sequence).
     """
 
     hook: str
@@ -97,15 +99,24 @@ def _index(routes: Iterable[Route]) -> dict[str, tuple[Route, ...]]:
 _BY_PREFIX = _index(ROUTES)
 
 
-def take(prefix: str, flat: dict[str, Any], wanted: Callable[[str], bool]) -> list[Route]:
+def take(
+    prefix: str, flat: dict[str, Any], wanted: Callable[[str], bool], hooks_keys: bool = False
+) -> list[Route]:
     """The routes a dict logged under ``prefix`` takes, before any backend sees it.
 
     A route whose hook is not ``wanted`` (only tees implement it and telemetry is off) is left
     out, so its payload is never parsed; a wall-clock stream's dict without a wall time is
-    stamped here all the same, so the backends and the hook agree on it.
+    stamped here all the same, so the backends and the hook agree on it. With
+    ``hooks_keys`` (``flat``'s keys are the ones the hooks get: no key map), a route none of
+    whose keys the dict has is left out here too (:func:`deliver` checks it otherwise).
     """
+    routes = _BY_PREFIX.get(prefix)  # routes_for, without its frame: this runs on every dict
+    if not routes:
+        return []
+    if hooks_keys:
+        routes = _routes_reading((prefix, *flat))
     taken = []
-    for route in routes_for(prefix):
+    for route in routes:
         if route.wall_clock:
             flat.setdefault(WALL_TIME_KEY, time.time())
         if wanted(route.hook):
@@ -113,12 +124,34 @@ def take(prefix: str, flat: dict[str, Any], wanted: Callable[[str], bool]) -> li
     return taken
 
 
+def _reading(prefix_and_keys: tuple[Any, ...]) -> tuple[Route, ...]:
+    """The routes of the prefix that read one of these keys at least."""
+    from .known_keys import ANY, _pattern_regex
+
+    prefix, keys = prefix_and_keys[0], prefix_and_keys[1:]
+    found = []
+    for route in routes_for(prefix):
+        reads = _pattern_regex(route.reads)
+        if route.reads == ANY or any(type(k) is str and reads.fullmatch(k) for k in keys):
+            found.append(route)
+    return tuple(found)
+
+
+#: Which routes a dict of these keys under this prefix holds anything for, once per sequence
+#: (a loop logs a few; a smaller table than most, for a loop whose keys churn).
+_routes_reading = KeyPlans(_reading, limit=64)
+
+
 def deliver(
     taken: list[Route], hooks: Hooks, prefix: str, flat: Mapping[str, Any], step: int
 ) -> None:
     """Parse each taken route's payload and call its hook; a dict a route cannot parse costs
-    that hook only (``log_metrics`` still gets it)."""
+    that hook only (``log_metrics`` still gets it). A route none of whose keys the dict
+    has is skipped unparsed (a train dict without ``efficiency/*`` keys)."""
+    reading = _routes_reading((prefix, *flat))
     for route in taken:
+        if route not in reading:
+            continue
         try:
             payload = route.parse(prefix, flat)
         except Exception:

@@ -5,8 +5,11 @@ hook (and each Logger's backends that take alerts) when the run goes silent for 
 Prometheus evaluates the same rule over the ``rl.step.*`` series, and ``/health`` on request;
 this thread is for the trackers that keep alerts of their own (Trackio), which see nothing of
 Prometheus. It runs while telemetry exports (the liveness family starts and stops it: steps
-reach the liveness state only then), wakes every
-:data:`CHECK_INTERVAL_S` and reads the liveness state: one snapshot under its lock, no I/O.
+reach the liveness state only then) and something listens: a plugin implementing ``on_alert``,
+or a Logger with a backend that takes alerts. A process where nothing would hear an alert
+runs no thread (issue 37); the watch starts when the first listener appears (a Logger built,
+a plugin registered), and stops with telemetry. It wakes every :data:`CHECK_INTERVAL_S` and
+reads the liveness state: one snapshot under its lock, no I/O.
 The rule is the Prometheus exporter's when one runs (its ``stall_*`` options), else the default
 one with ``RLMETRICS_STALL_AFTER_S``.
 """
@@ -14,14 +17,27 @@ one with ``RLMETRICS_STALL_AFTER_S``.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
+from . import hooks as _hooks
 from . import liveness as _liveness
 from . import plugins as _plugins
 from ._warn import warn_once
 from .events import ALERT_FIRING, ALERT_RESOLVED, Alert
 from .liveness import StallRule
 
-__all__ = ["CHECK_INTERVAL_S", "STALL_ALERT", "StallWatch", "configure_rule", "send", "watch"]
+if TYPE_CHECKING:
+    from .hooks import Hooks
+
+__all__ = [
+    "CHECK_INTERVAL_S",
+    "STALL_ALERT",
+    "StallWatch",
+    "configure_rule",
+    "listener_appeared",
+    "send",
+    "watch",
+]
 
 #: The alert's name: the Prometheus rule of the same meaning (``rlmetrics alerts``).
 STALL_ALERT = "RLStepStalled"
@@ -121,17 +137,54 @@ def send(alert: Alert) -> None:
 
 
 _watch: StallWatch | None = None
+#: Whether telemetry exports: the watch may run (once something listens).
+_wanted = False
+_lock = threading.Lock()
 
 
 def watch(on: bool) -> StallWatch | None:
-    """Start (``on``) or stop the process's watch; returns the one running, if any."""
-    global _watch
-    if _watch is not None:
-        _watch.stop()
-        _watch = None
+    """Let the process's watch run (``on``: it starts now if something listens, else when a
+    listener appears) or stop it; returns the one running, if any."""
+    global _watch, _wanted
+    with _lock:
+        running, _watch, _wanted = _watch, None, on
+    if running is not None:
+        running.stop()
     if on:
-        _watch = StallWatch()
-        _watch.start()
+        listener_appeared(_plugins.hooks())
     else:
         configure_rule(None)
     return _watch
+
+
+def listener_appeared(hooks: Hooks | None = None) -> None:
+    """Something that may take alerts appeared (a plugin was registered: its ``hooks``; a
+    Logger with a backend that takes alerts): start the watch if telemetry exports, it is
+    not running and something listens. Never raises."""
+    global _watch
+    if not _wanted or _watch is not None:
+        return  # the common case, decided without a lock
+    try:
+        if not _listening(hooks):
+            return
+        with _lock:
+            if not _wanted or _watch is not None:
+                return
+            _watch = StallWatch()
+            _watch.start()
+    except Exception:
+        warn_once("stall-watch:start", "rlmetrics: the in-process stall rule could not start")
+
+
+def _listening(hooks: Hooks | None) -> bool:
+    """Whether an alert would reach anyone: an ``on_alert`` implementation, or a live
+    Logger's backend that takes alerts."""
+    if hooks is not None and hooks.implemented("on_alert"):
+        return True
+    from .logger import alerts_taken
+
+    return alerts_taken()
+
+
+# A plugin registered while telemetry exports may be the first listener.
+_hooks.when_registered(listener_appeared)

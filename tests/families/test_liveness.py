@@ -108,3 +108,23 @@ def test_nothing_is_recorded_unless_exporting(clock: Any) -> None:
     rlmetrics.Logger(backends={}).log_metrics({"reward": 1.0}, step=9, prefix="train")
     with in_memory_telemetry() as (_handle, reader):
         assert _step_points(reader) == {}
+
+
+def test_a_collection_after_many_steps_reads_the_newest_step_and_the_last_twenty_intervals(
+    exporting: Any, clock: Any
+) -> None:
+    # The series are read from the state when a collection asks, not written on every step:
+    # whatever happened between two collections, the next one shows where the run is now.
+    logger, reader = exporting
+    intervals = [float(1 + (i * 5) % 13) for i in range(45)]
+    logger.log_metrics({"reward": 0.0}, step=0, prefix="train")
+    for step, interval in enumerate(intervals, start=1):
+        clock.now += interval
+        logger.log_metrics({"reward": 0.0}, step=step, prefix="train")
+        logger.log_metrics({"loss": 0.0}, step=step, prefix="train")  # the same step again
+    assert _step_points(reader) == {
+        "rl.step.number": 45,
+        "rl.step.last_timestamp": clock.now,
+        "rl.step.interval.median": statistics.median(intervals[-liveness.MEDIAN_WINDOW :]),
+    }
+    assert _step_points(reader)["rl.step.number"] == 45  # read again: the same

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import rlmetrics_ray.host_memory as family
-from ray_support import WAIT_S, ExpositionServer, node_info, render_exposition
+from ray_support import WAIT_S, ExpositionServer, node_info, render_exposition, wait_until
 from rlmetrics_ray import HostMemorySettings, active_monitor, configure, settings
 from rlmetrics_ray.config import ENABLED_ENV, INTERVAL_ENV, TIMEOUT_ENV
 from rlmetrics_ray.host_memory import GROUP, MAX_HOSTS, TOTAL, USED, in_ray_worker
@@ -195,6 +195,36 @@ def test_without_ray_and_without_a_node_source_no_monitor_runs() -> None:
     with isolated_state(), in_memory_telemetry():
         assert active_monitor() is None
     assert not in_ray_worker()
+
+
+def _nvml_works() -> bool:
+    from rlmetrics_ray.nvml import NvmlGpus
+
+    reader = NvmlGpus()
+    reader()
+    return reader.unavailable is None
+
+
+@pytest.mark.skipif(RAY_INSTALLED, reason="Ray is installed: its monitor waits for ray.init()")
+@pytest.mark.skipif(
+    importlib.util.find_spec("pynvml") is None, reason="nvidia-ml-py is not installed"
+)
+def test_without_ray_and_without_nvml_working_no_monitor_thread_runs_on() -> None:
+    # issue 37: a process with rlmetrics-ray installed that never reaches a Ray cluster keeps
+    # no monitor thread. Without Ray the monitor reads this machine's GPUs through NVML; with
+    # nvidia-ml-py installed but no NVIDIA driver (or no GPU) it has nothing to read, and its
+    # thread ends after the first cycle finds that out.
+    if _nvml_works():
+        pytest.skip("NVML works here: the monitor reads this machine's GPUs")
+    with isolated_state(), in_memory_telemetry() as (_handle, reader):
+        monitor = active_monitor()
+        assert monitor is not None
+        wait_until(
+            lambda: not [t for t in threading.enumerate() if t.name.startswith("rlmetrics-ray")],
+            what="the monitor thread to end",
+        )
+        assert monitor.cycles == 1 and not monitor.running
+        assert not [p for p in points(reader) if p.name.startswith("hw.gpu")]
 
 
 @pytest.mark.skipif(not RAY_INSTALLED, reason="Ray is not installed in this environment")

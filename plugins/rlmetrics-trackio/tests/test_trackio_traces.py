@@ -5,6 +5,7 @@ storage and API."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -111,6 +112,24 @@ def _wait_for(project: str, run: str, count: int) -> list[tuple[str, str, int | 
             return found
         time.sleep(0.02)
     return _alerts(project, run)
+
+
+def _watching() -> bool:
+    return any(t.name == "rlmetrics-stall-watch" for t in threading.enumerate())
+
+
+def test_the_stall_watch_starts_with_the_first_trackio_logger(project: str) -> None:
+    # Exporting with no listener runs no thread (issue 37); Trackio keeps alerts, so a
+    # Logger writing to it is the listener the watch waits for.
+    handle = rlmetrics.start(readers=[InMemoryMetricReader()])
+    try:
+        assert not _watching()
+        logger = Logger(backends={"trackio": {"project": project}})
+        assert _watching()
+        logger.finish()
+    finally:
+        handle.shutdown()
+    assert not _watching()
 
 
 def test_a_stall_fires_and_resolves_as_trackio_alerts(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import hookimpl, stall_watch
 from ..events import SETUP_TIMING_PREFIX, WALL_TIME_KEY
-from ..liveness import MEDIAN_WINDOW, Step, liveness
+from ..liveness import MEDIAN_WINDOW, liveness
 from ..registry import declare, record
 from ..spec import MAX, MIN, Kind, MetricSpec
 from ..values import as_number
@@ -97,10 +97,10 @@ def log_metrics(metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
     liveness.advance(step, _publish)
 
 
-def _publish(newest: Step) -> None:
-    values: dict[str, float] = {NUMBER: newest.number, LAST_TIMESTAMP: newest.time}
-    if newest.interval_median_s is not None:
-        values[INTERVAL_MEDIAN] = newest.interval_median_s
+def _publish(step: int, arrived: float, interval_median_s: float | None) -> None:
+    values: dict[str, float] = {NUMBER: step, LAST_TIMESTAMP: arrived}
+    if interval_median_s is not None:
+        values[INTERVAL_MEDIAN] = interval_median_s
     record(GROUP, values)
 
 

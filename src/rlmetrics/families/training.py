@@ -366,7 +366,7 @@ def record_dataset_metrics(rows: list[tuple[str, str, Any]]) -> None:
         record_points(DATASET_GROUP, metric, points)
 
 
-@hookimpl(tee=True)
+@hookimpl(tee=True, prefixes=[*TRAIN_PREFIXES, VALIDATION_PREFIX, _DATASET_PREFIX + "**"])
 def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
     if prefix in TRAIN_PREFIXES:
         record_declared(GROUP, metrics)

@@ -381,7 +381,7 @@ def record_rollout_shape(row: Mapping[str, Any], input_items: Any = None) -> dic
     return shape
 
 
-@hookimpl(tee=True)
+@hookimpl(tee=True, prefixes=[ROLLOUT_PREFIX])
 def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
     """A rollout result row logged under ``gym/rollout``: its shape, when it has a response."""
     if prefix != ROLLOUT_PREFIX or not is_exporting():

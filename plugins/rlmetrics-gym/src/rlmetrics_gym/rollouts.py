@@ -501,7 +501,7 @@ def telemetry_started() -> None:
         _verify.completed = _verify.total = 0
 
 
-@hookimpl(tee=True)
+@hookimpl(tee=True, prefixes=[ROLLOUT_PREFIX])
 def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
     """A rollout result dict logged under :data:`ROLLOUT_PREFIX`: the attempt's outcome
     counters and, when it carries ``duration_ms``, the rollout duration."""

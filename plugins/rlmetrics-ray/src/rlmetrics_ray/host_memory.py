@@ -38,7 +38,7 @@ from .monitor import (
     HostMemoryMonitor,
     Observation,
 )
-from .nodes import NodeSource, ray_nodes
+from .nodes import NodeSource, no_nodes, ray_nodes
 from .nvml import NvmlGpus
 from .ray_init import on_ray_init, ray_is_initialized
 
@@ -117,10 +117,6 @@ def in_ray_worker() -> bool:
     return bool(mode != getattr(ray, "SCRIPT_MODE", 0))
 
 
-def _no_nodes() -> Sequence[Any]:
-    return ()
-
-
 def _activate() -> None:
     """The monitor found a host or a GPU: host memory and GPU series are exported from now on
     (a driver that never calls ray.init() runs none of their callbacks)."""
@@ -146,7 +142,7 @@ def telemetry_started(telemetry: rlmetrics.Telemetry) -> None:
     if current.nodes is None and importlib.util.find_spec("ray") is None:
         if local is None:
             return
-        nodes: NodeSource = _no_nodes  # no Ray here: this machine's GPUs, through NVML
+        nodes: NodeSource = no_nodes  # no Ray here: this machine's GPUs, through NVML
     else:
         nodes = current.nodes if current.nodes is not None else ray_nodes
     monitor = HostMemoryMonitor(

@@ -46,7 +46,16 @@ from .exposition import (
     read_samples,
 )
 from .gpu_readings import GPU_FAMILIES, GPU_PREFIXES, GpuReading, gpus_from_samples
-from .nodes import Host, NodeSource, Resolver, alive_nodes, group_by_host, metrics_url, ray_nodes
+from .nodes import (
+    Host,
+    NodeSource,
+    Resolver,
+    alive_nodes,
+    group_by_host,
+    metrics_url,
+    no_nodes,
+    ray_nodes,
+)
 from .worker_groups import WORKER_GROUPS, WorkerGroups, label
 
 if TYPE_CHECKING:
@@ -641,4 +650,14 @@ class HostMemoryMonitor:
         while not stopping.is_set():
             started = time.monotonic()
             self._cycle(stopping)
+            if self._nothing_to_read():
+                return  # no idle thread for the run's life (issue 37)
             stopping.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def _nothing_to_read(self) -> bool:
+        """Whether no later cycle can find anything: no Ray nodes to list (:func:`no_nodes`)
+        and no GPU of this machine (no reader, or one that gave up: no NVML, no driver)."""
+        if self.nodes is not no_nodes:
+            return False
+        reader = self.local_gpus
+        return reader is None or not self.gpus or getattr(reader, "unavailable", None) is not None

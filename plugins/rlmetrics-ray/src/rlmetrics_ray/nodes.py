@@ -24,6 +24,7 @@ __all__ = [
     "group_by_host",
     "loopback_metrics_url",
     "metrics_url",
+    "no_nodes",
     "ray_nodes",
 ]
 
@@ -128,6 +129,12 @@ def group_by_host(nodes: Iterable[RayNode]) -> list[Host]:
         Host(name, tuple(sorted(members, key=lambda node: node.node_id)))
         for name, members in sorted(by_name.items())
     ]
+
+
+def no_nodes() -> Sequence[Mapping[str, Any]]:
+    """The node source of a process without Ray: none, ever (its monitor reads this
+    machine's GPUs only)."""
+    return ()
 
 
 def ray_nodes() -> Sequence[Mapping[str, Any]]:

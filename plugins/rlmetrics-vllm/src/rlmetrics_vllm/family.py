@@ -29,6 +29,7 @@ from rlmetrics import (
     retract,
 )
 from rlmetrics.events import TRAIN_PREFIXES
+from rlmetrics.keyplans import KeyPlans
 from rlmetrics.known_keys import declare_keys
 from rlmetrics.spec import MEAN, SUM, weighted_mean
 from rlmetrics.values import BoundedValues, key_attribute
@@ -211,13 +212,30 @@ def _forget_mean_steps() -> None:
         _mean_steps.clear()
 
 
-@hookimpl(tee=True)
+#: The keys this hook reads: its series' keys and the waiting reasons'.
+_READ_KEYS = frozenset(spec.key for spec in SPECS)
+
+
+def _find_read_keys(keys: tuple[Any, ...]) -> bool:
+    return any(
+        type(key) is str and (key in _READ_KEYS or key.startswith(REQUESTS_WAITING_PREFIX))
+        for key in keys
+    )
+
+
+#: Whether a key sequence has a key this hook reads, worked out once per sequence.
+_has_read_keys = KeyPlans(_find_read_keys)
+
+
+# Not keys=[...]: a train dict without vllm/* keys still ends the means a previous step
+# exported (see below), so the hook reads every train dict while a mean is shown.
+@hookimpl(tee=True, prefixes=TRAIN_PREFIXES)
 def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
     """Mirror a train dict's ``vllm/*`` keys into ``rl.vllm.*``."""
     if not is_exporting():
         return
-    if prefix not in TRAIN_PREFIXES:
-        return
+    if not _mean_steps and not _has_read_keys(tuple(metrics)):
+        return  # most train dicts of a loop without vLLM: nothing to record or to end
     values = record_declared(GROUP, metrics)
     _tee_waiting(metrics, bool(values))
     with _mean_steps_lock:
