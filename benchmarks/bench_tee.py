@@ -16,6 +16,14 @@ skip the per-step liveness work every real loop pays: the step number, its time,
 interval). Time is the calling thread's CPU time; the table states the machine's load at the
 start and the end of the run. ``count_record.py`` counts the same cases' instructions, for
 comparing versions of the code where timings cannot tell them apart.
+
+The histogram rows collect both providers between rounds, off the clock: rlmetrics holds a
+histogram value recorded outside every span and records it into the SDK at collection, on
+the collecting thread, as a periodic reader's collection once per export interval would.
+Their reference rows say what that moves: a collection with a round's values held against
+the same collection with none, and the amortised cost of a loop that is never collected
+(the recording thread hands what is held over at the cap). ``--histogram-only`` runs only
+these rows, into a table of their own.
 """
 
 from __future__ import annotations

@@ -23,6 +23,12 @@ a training loop's does.
   side alone — the budget's decision and the counted drop — against a batch traced whole
   minus its spans, and the floor: the four histogram points a dropped trajectory still owes,
   by hand on the raw SDK (reference rows: the absolute µs);
+- every timed case collects both providers between rounds, off the clock, as the periodic
+  reader does on its own thread (a histogram value recorded outside every span is held and
+  recorded into the SDK at collection); two reference rows say what that leaves out: the
+  dropped batch never collected (the loop hands held values over at the cap, rounds of two
+  caps' worth), and inside an ``rlmetrics.step`` span, where every value is a point with an
+  exemplar written to the SDK at once;
 - memory: ``--rss`` trajectories (10⁶ by default; ``0`` skips it) through
   ``log_trajectories`` in batches of 1000 under the default span budget (the failures, the
   top and bottom 8 by reward and a tenth of the rest traced), each batch's ids and rewards
