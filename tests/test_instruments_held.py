@@ -10,6 +10,7 @@ shutdown.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 from unittest import mock
 
@@ -168,6 +169,42 @@ def test_what_is_held_stays_under_the_cap_and_is_exported_whole(isolated: Any) -
     ((count, *_),) = ours.values()
     assert count == n
     raw.provider.shutdown()
+
+
+def test_values_from_many_threads_reach_both_readers_whole() -> None:
+    # Collections (the second reader's too) while threads record, some of them inside spans
+    # and past the cap: every value lands in one collection or the next, none twice or lost.
+    second = InMemoryMetricReader()
+    tracer = TracerProvider(shutdown_on_exit=False).get_tracer("test")
+    per_thread, threads = 3_000, 6
+
+    def work(index: int) -> None:
+        attributes = {"env": "a" if index % 2 else "b"}
+        for i in range(per_thread):
+            if i % 500 == 0:
+                with tracer.start_as_current_span("rollout"):
+                    rlmetrics.record(GROUP, {"latency": 2}, attributes)
+            else:
+                rlmetrics.record(GROUP, {"latency": 2}, attributes)
+
+    with (
+        mock.patch.object(instruments, "HELD_VALUES_MAX", 700),
+        in_memory_telemetry(readers=[second]) as (_handle, reader),
+    ):
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        while any(worker.is_alive() for worker in workers):
+            reader.get_metrics_data()
+            second.get_metrics_data()
+        for worker in workers:
+            worker.join()
+        for data in (reader.get_metrics_data(), second.get_metrics_data()):
+            points = {frozenset(p.attributes.items()): p for p in data_points(data, NAME)}
+            for env in ("a", "b"):
+                point = points[frozenset({("env", env)})]
+                total = per_thread * threads // 2
+                assert (point.count, point.sum, point.min, point.max) == (total, 2 * total, 2, 2)
 
 
 def test_a_value_in_a_span_keeps_its_exemplar_after_held_ones() -> None:
