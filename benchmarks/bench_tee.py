@@ -16,6 +16,14 @@ skip the per-step liveness work every real loop pays: the step number, its time,
 interval). Time is the calling thread's CPU time; the table states the machine's load at the
 start and the end of the run. ``count_record.py`` counts the same cases' instructions, for
 comparing versions of the code where timings cannot tell them apart.
+
+The histogram rows collect both providers between rounds, off the clock: rlmetrics holds a
+histogram value recorded outside every span and records it into the SDK at collection, on
+the collecting thread, as a periodic reader's collection once per export interval would.
+Their reference rows say what that moves: a collection with a round's values held against
+the same collection with none, and the amortised cost of a loop that is never collected
+(the recording thread hands what is held over at the cap). ``--histogram-only`` runs only
+these rows, into a table of their own.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import rlmetrics
 from rlmetrics.backends.worker import snapshot
+from rlmetrics.instruments import HELD_VALUES_MAX
 from rlmetrics.testing import in_memory_telemetry, isolated_state
 
 COLLECTION = "the collection alone vs the raw SDK's collection of the same series"
@@ -73,6 +82,15 @@ COLLECTION_FLOOR = "SDK alone: observable gauges' collection vs the raw collecti
 FLOOR = "Python alone: a bound method and a dict loop around Counter.add, no checks"
 SNAPSHOT = "queued backends' snapshot of the step vs log_metrics, JSONL backend"
 SNAPSHOT_ARRAYS = "the same, step + 4 NumPy arrays of 256 floats"
+#: The histogram rows' references: what is held is handed to the SDK at collection, or by
+#: the recording thread at the cap when no collection comes (instruments.HELD_VALUES_MAX).
+NEVER_COLLECTED = (
+    "record() histogram, 3 attributes, never collected (the loop hands held values over at "
+    "the cap; rounds of 2 caps)"
+)
+HELD_COLLECTION = (
+    "a collection with {n} held values (3 attributes) vs the same collection with none"
+)
 
 #: The labelled cases' attribute sets: the same dict every call, as a loop passes them.
 ONE = {"rl.worker_group": "actor"}
@@ -243,7 +261,84 @@ def _import_rounds(rounds: int) -> Comparison:
     return Comparison(tuple(ratios), statistics.median(case_times), statistics.median(base_times))
 
 
-def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, float]]:
+def _collected_between_rounds(
+    case: Any, base: Any, collect: Any, *, number: int, rounds: int
+) -> Comparison:
+    """:func:`compare` with ``collect()`` run before every round, off the clock: a histogram's
+    held values are handed to the SDK at each collection, on the collecting thread (a
+    periodic reader's, never the loop's), so each round records what one export interval
+    would, and the loop's thread pays only the holding. Rounds alternate A B / B A as
+    ``compare``'s do."""
+    ratios: list[float] = []
+    case_times: list[float] = []
+    base_times: list[float] = []
+    for index in range(rounds):
+        collect()
+        if index % 2 == 0:
+            one = compare(case, base, number=number, rounds=1)
+            ratio, case_s, base_s = one.ratios[0], one.case_s, one.base_s
+        else:
+            one = compare(base, case, number=number, rounds=1)
+            ratio, case_s, base_s = 1 / one.ratios[0], one.base_s, one.case_s
+        ratios.append(ratio)
+        case_times.append(case_s)
+        base_times.append(base_s)
+    return Comparison(tuple(ratios), statistics.median(case_times), statistics.median(base_times))
+
+
+def measure_histograms(
+    results: dict[str, Comparison], reader: Any, raw: RawTee, rounds: int, number: int
+) -> None:
+    """The histogram rows: ``record()`` against one raw ``Histogram.record`` (1 and 3
+    attributes or none), both providers collected between rounds (``4 * number`` values of an
+    attribute set per round, under the hold's cap); then the references: the same with no
+    collection (the cap's hand-over on the recording thread), and what a collection costs
+    with that many values held against the same collection with none."""
+    meter = raw.provider.get_meter("raw-record")
+    raw_histogram = meter.create_histogram("raw.histogram", unit="s")
+    calls = number * 4
+
+    def collect() -> None:
+        reader.get_metrics_data()
+        raw.collect()
+
+    for label, labels in (("", None), (", 1 attribute", ONE), (", 3 attributes", THREE)):
+        results[f"record() histogram{label}"] = _collected_between_rounds(
+            lambda labels=labels: rlmetrics.record("bench", {"histogram": 0.5}, labels),
+            lambda labels=labels: raw_histogram.record(0.5, labels),
+            collect,
+            number=calls,
+            rounds=rounds,
+        )
+    collect()
+    # Each round holds two caps' worth, so every round pays two hand-overs on the loop's
+    # thread and its ratio is the amortised one (rounds shorter than a cap would show the
+    # rounds between hand-overs in the median and hide the hand-overs in the max).
+    results[NEVER_COLLECTED] = compare(
+        lambda: rlmetrics.record("bench", {"histogram": 0.5}, THREE),
+        lambda: raw_histogram.record(0.5, THREE),
+        number=2 * HELD_VALUES_MAX,
+        rounds=max(5, rounds // 3),
+    )
+
+    def hold() -> None:
+        reader.get_metrics_data()  # nothing held before the values
+        for _ in range(calls):
+            rlmetrics.record("bench", {"histogram": 0.5}, THREE)
+
+    results[HELD_COLLECTION.format(n=calls)] = compare(
+        reader.get_metrics_data,
+        reader.get_metrics_data,
+        number=max(1, number // 25),
+        rounds=rounds,
+        case_setup=hold,
+        base_setup=reader.get_metrics_data,
+    )
+
+
+def measure(
+    rounds: int, number: int, histogram_only: bool = False
+) -> tuple[dict[str, Comparison], dict[int, float]]:
     """Every case's comparison, and log_metrics' seconds per call by key count."""
     results: dict[str, Comparison] = {}
     raw = RawTee()
@@ -251,6 +346,13 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
     step = dict(GRPO_STEP)
     # One step counter for every case and baseline: each call is a new step, as in a loop.
     steps = itertools.count(1)
+
+    if histogram_only:
+        with isolated_state():
+            declare_bench_group()
+            with in_memory_telemetry() as (_handle, reader):
+                measure_histograms(results, reader, raw, rounds, number)
+        return results, {}
 
     # -- telemetry not started: the Logger and JSONL alone -----------------------------------
     with isolated_state():
@@ -331,7 +433,6 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
             )
             meter = raw.provider.get_meter("raw-record")
             raw_counter = meter.create_counter("raw.counter")
-            raw_histogram = meter.create_histogram("raw.histogram", unit="s")
             results["record() counter"] = compare(
                 lambda: rlmetrics.record("bench", {"counter": 1}),
                 lambda: raw_counter.add(1),
@@ -345,22 +446,10 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
                 number=number * 4,
                 rounds=rounds,
             )
-            results["record() histogram"] = compare(
-                lambda: rlmetrics.record("bench", {"histogram": 0.5}),
-                lambda: raw_histogram.record(0.5),
-                number=number * 4,
-                rounds=rounds,
-            )
             for label, labels in (("1 attribute", ONE), ("3 attributes", THREE)):
                 results[f"record() counter, {label}"] = compare(
                     lambda labels=labels: rlmetrics.record("bench", {"counter": 1}, labels),
                     lambda labels=labels: raw_counter.add(1, labels),
-                    number=number * 4,
-                    rounds=rounds,
-                )
-                results[f"record() histogram, {label}"] = compare(
-                    lambda labels=labels: rlmetrics.record("bench", {"histogram": 0.5}, labels),
-                    lambda labels=labels: raw_histogram.record(0.5, labels),
                     number=number * 4,
                     rounds=rounds,
                 )
@@ -380,6 +469,7 @@ def measure(rounds: int, number: int) -> tuple[dict[str, Comparison], dict[int, 
                     number=max(1, number // 4),
                     rounds=rounds,
                 )
+            measure_histograms(results, reader, raw, rounds, number)
             scaling = {}
             for keys in (10, 100, 1000):
                 wide = {f"scalar/{i}": float(i) for i in range(keys)}
@@ -420,6 +510,8 @@ def table(
             f"| {name} | {low:.2f} | **{mid:.2f}** | {high:.2f} | {judged} "
             f"| {result.case_s * 1e6:.1f} µs | {result.base_s * 1e6:.1f} µs |"
         )
+    if not scaling:  # --histogram-only
+        return "\n".join(lines) + "\n"
     sizes = sorted(scaling)
     per_call = ", ".join(f"{keys} keys {scaling[keys] * 1e6:.0f} µs" for keys in sizes)
     # The slope between sizes: the fixed cost of a call cancels, what each key adds remains.
@@ -471,6 +563,11 @@ def main() -> None:
         "--quick", action="store_true", help="1 process, 5 rounds of 100 calls (a smoke run)"
     )
     parser.add_argument("--update-readme", action="store_true", help="rewrite this SDK's table")
+    parser.add_argument(
+        "--histogram-only",
+        action="store_true",
+        help="only the histogram rows and their references (a table of their own)",
+    )
     parser.add_argument("--as-json", action="store_true", help=argparse.SUPPRESS)  # a child run
     args = parser.parse_args()
     if not args.all_families:
@@ -479,24 +576,26 @@ def main() -> None:
         (1, 5, 100) if args.quick else (args.processes, args.rounds, args.number)
     )
     if args.as_json:
-        sys.stdout.write(_as_json(*measure(rounds, number)))
+        sys.stdout.write(_as_json(*measure(rounds, number, args.histogram_only)))
         return
     families = "every installed family" if args.all_families else "the core's families"
     load = Load()
     measured = (
-        measure(rounds, number)
+        measure(rounds, number, args.histogram_only)
         if processes == 1
         else _in_processes(
             processes,
             ["--rounds", str(rounds), "--number", str(number)]
-            + (["--all-families"] if args.all_families else []),
+            + (["--all-families"] if args.all_families else [])
+            + (["--histogram-only"] if args.histogram_only else []),
         )
     )
     block = table(*measured, f"{families}, {processes} processes of {rounds} rounds", load.stop())
     sys.stdout.write(block)
     if args.update_readme:
         every = ":all-families" if args.all_families else ""
-        update_readme(f"bench-tee:{version('opentelemetry-sdk')}{every}", block)
+        kind = "bench-tee-histogram" if args.histogram_only else "bench-tee"
+        update_readme(f"{kind}:{version('opentelemetry-sdk')}{every}", block)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,22 @@ straight to the SDK, exemplar and all; with ``OTEL_METRICS_EXEMPLAR_FILTER=alway
 point does. The first point of each attribute set also goes straight to the SDK, so its
 stream starts when the series does.
 
+A histogram's values are held the same way: a value recorded outside every span is appended
+to its attribute set's ``array`` and recorded into the SDK's histogram, value by value and in
+the order they came, by the same callback at the next collection. The SDK's ``record`` costs
+about 4 µs a call on SDK 1.44 and 5-10 µs on 1.45, most of it finding the attribute set's
+stream again; the collecting thread (the periodic reader's, not the loop's) now pays it.
+The exported point is the same: count, sum (the same additions in the same order), buckets,
+min and max; an int stays an int (an attribute set's values are held as ``array('q')`` or
+``array('d')``, and a value of the other type hands over what is held first). A value
+recorded inside a span goes straight to the SDK with its context, for its exemplar, after
+what its attribute set holds; so does every value under ``always_on``, and every value
+recorded while an ``rlmetrics.step`` is open (its span is the current context). What is held
+is bounded: at :data:`HELD_VALUES_MAX` values of one attribute set the recording thread hands
+them over itself (the cost it paid before, amortised), so nothing is dropped and memory stays
+within 32 KiB per attribute set. The provider's shutdown collects once more, and that
+collection takes what is held.
+
 A point the loop writes straight to the SDK (a histogram's, a counter's inside a span) is
 handed the current context rather than left to the SDK to look up: the SDK's own lookup is two
 Python calls, the context variable's ``get`` is one C call. Outside every span the current
@@ -43,6 +59,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from array import array
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +83,7 @@ if TYPE_CHECKING:
     from .last_value import LastValue
     from .registry import Declared
 
-__all__ = ["OVERFLOW_ATTRIBUTE", "OVERFLOW_ATTRIBUTES", "Recorder", "Session"]
+__all__ = ["HELD_VALUES_MAX", "OVERFLOW_ATTRIBUTE", "OVERFLOW_ATTRIBUTES", "Recorder", "Session"]
 
 _NO_KEY: AttributeSet = frozenset()
 #: The attribute set every point past a series' ``max_series`` is recorded under: the SDK's
@@ -77,6 +94,14 @@ _OVERFLOW_KEY: AttributeSet = frozenset(OVERFLOW_ATTRIBUTES.items())  # type: ig
 #: Validated attribute sets remembered per series (several times any sane max_series).
 _MAX_VALID = 4096
 _MISSING: Any = object()
+#: Histogram values held for one attribute set between two collections (see the module's
+#: docstring): at this many the recording thread hands them to the SDK itself. 4096 values
+#: are 32 KiB of ``array`` per attribute set (a series has at most ``max_series``); handing
+#: them over costs the loop 4096 SDK calls at once (about 16 ms on SDK 1.44, 40 ms on 1.45 on
+#: a shared 2-core host), what it paid for them one by one before. A loop that records fewer
+#: than this many values of an attribute set per export interval (10 s by default: 400 a
+#: second) never pays it; a smaller cap would make that pause shorter and more frequent.
+HELD_VALUES_MAX = 4096
 
 
 def _not_finite(value: Any) -> str:
@@ -147,12 +172,16 @@ class _Series:
         "defer",
         "deferrable",
         "direct",
+        "flush_lock",
         "gauge",
+        "held",
+        "holds",
         "instrument",
         "least",
         "lock",
         "nonnegative",
         "observable",
+        "pend",
         "pending",
         "plain",
         "recordable",
@@ -197,6 +226,15 @@ class _Series:
         self.plain: int | float = 0
         self.pending: dict[AttributeSet, list[Any]] = {}
         self.sum_lock = threading.Lock()
+        # A histogram: its values outside every span are held here until the next collection
+        # (see the module's docstring), per attribute set ``[values, attributes]`` (values an
+        # ``array``), under ``sum_lock``. ``flush_lock`` is held while held values go to the
+        # SDK, so a value written straight to it never overtakes them.
+        self.holds = self.spec.kind is Kind.HISTOGRAM
+        self.held: dict[AttributeSet, list[Any]] = {}
+        self.flush_lock = threading.Lock()
+        # Where a point that is not written straight goes: ``Session._sum`` or ``_hold``.
+        self.pend: Callable[[_Series, int | float, AttributeSet, Any], None] | None = None
         self.instrument: Any = None
         self.write: Callable[..., None] | None = None
         # Recordable and bound: a point can go straight to its instrument or table.
@@ -323,12 +361,13 @@ class Session:
             LastValue(value, attributes, no_span)
         )
         self._deferring: tuple[_Series, ...] = ()
+        self._holding: tuple[_Series, ...] = ()
         self._deferring_lock = threading.Lock()
         summable = False
         for item in declared:
             series = _Series(item)
             self.groups.setdefault(item.group, {})[item.spec.key] = series
-            summable = summable or series.deferrable
+            summable = summable or series.deferrable or series.holds
             # A callback may have points from the start, unless its family waits to be used.
             if series.observable and bound_now(item.group):
                 self._bind(series)
@@ -337,7 +376,8 @@ class Session:
             # waits for the SDK's collection lock, which a callback that records holds.
             meter.create_observable_gauge(
                 "rlmetrics.pending_sums",
-                description="Never exported: hands counters' deferred sums to the SDK",
+                description="Never exported: hands counters' deferred sums and histograms' "
+                "held values to the SDK",
                 callbacks=[self._flush_sums],
             )
 
@@ -380,8 +420,9 @@ class Session:
                 instrument = create(callbacks=[self._callback(series)], **common)
             series.instrument = instrument
             series.direct = not series.gauge and not (
-                series.deferrable and self.in_context is not None
+                (series.deferrable or series.holds) and self.in_context is not None
             )
+            series.pend = self._hold if series.holds else self._sum
             series.recordable = not series.observable
 
     # -- the checked path (every point the recorder's loop does not write itself) -----------
@@ -407,8 +448,8 @@ class Session:
             self._bind(series)
         if series.gauge:
             series.table[attr_key] = self.last_value(number, attr_dict)
-        elif series.deferrable and self.in_context is not None:
-            self._sum(series, number, attr_key, attr_dict)
+        elif not series.direct:
+            series.pend(series, number, attr_key, attr_dict)  # type: ignore[misc]
         else:
             series.write(number, attr_dict)  # type: ignore[misc]
 
@@ -456,7 +497,59 @@ class Session:
                     f"flush:{series.spec.name}",
                     f"rlmetrics: handing {series.spec.name!r}'s sums to the SDK failed",
                 )
+        for series in self._holding:
+            try:
+                with series.flush_lock:
+                    for slot in list(series.held.values()):
+                        self._hand_over(series, slot)
+            except Exception:
+                warn_once(
+                    f"flush:{series.spec.name}",
+                    f"rlmetrics: handing {series.spec.name!r}'s values to the SDK failed",
+                )
         return []
+
+    def _hold(
+        self, series: _Series, number: int | float, key: AttributeSet, attributes: Any
+    ) -> None:
+        """Hold a histogram's value until the next collection (see the module's docstring),
+        or write it to the SDK: inside a span (for its exemplar, after what is held), as the
+        first value of its attribute set (its stream starts now), and at the cap (with what
+        is held, in order)."""
+        slot = series.held.get(key)
+        current = self.in_context()  # type: ignore[misc]
+        if slot is None:
+            series.write(number, attributes, current or self.outside_spans)  # type: ignore[misc]
+            with self._deferring_lock:
+                with series.sum_lock:
+                    series.held.setdefault(key, [array("d"), attributes])
+                if series not in self._holding:
+                    self._holding = (*self._holding, series)
+            return
+        if not current:
+            code = "d" if type(number) is float else "q"
+            with series.sum_lock:
+                values = slot[0]
+                if values.typecode != code and not values:
+                    values = slot[0] = array(code)
+                if values.typecode == code and len(values) < HELD_VALUES_MAX - 1:
+                    values.append(number)
+                    return
+            current = self.outside_spans  # full, or an int after floats (or a float after ints)
+        with series.flush_lock:
+            self._hand_over(series, slot)
+            series.write(number, attributes, current)  # type: ignore[misc]
+
+    def _hand_over(self, series: _Series, slot: list[Any]) -> None:
+        """Record what one attribute set holds into the SDK, in order (``flush_lock`` held)."""
+        with series.sum_lock:
+            values = slot[0]
+            if not values:
+                return
+            slot[0] = array(values.typecode)
+        write, attributes, context = series.write, slot[1], self.outside_spans
+        for value in values:
+            write(value, attributes, context)  # type: ignore[misc]
 
     def retract(self, group: str, key: str, attributes: Attributes) -> None:
         series = self.groups[group][key]
@@ -656,7 +749,8 @@ class Recorder:
                                 with series.sum_lock:
                                     series.plain += value
                         else:
-                            session._sum(series, value, _NO_KEY, None)  # its stream starts
+                            # A histogram's value, or a counter's first (its stream starts).
+                            series.pend(series, value, _NO_KEY, None)  # type: ignore[misc]
                     elif value is not None:
                         session.write(series, group, key, value, None)
                 return
@@ -705,7 +799,7 @@ class Recorder:
                         else:
                             last.current = value
                     else:
-                        session._sum(series, value, labelled, known)
+                        series.pend(series, value, labelled, known)  # type: ignore[misc]
                 elif value is not None:
                     session.write(series, group, key, value, attributes)
         except Exception:

@@ -237,17 +237,17 @@ _reasons = _Names(MAX_FINISH_REASONS)
 _components = _Names(MAX_COMPONENTS)
 
 
-# Attribute sets prepared once each (``record`` takes them as they are): their values are
-# bounded above, so this holds at most a few thousand.
-_attribute_sets: dict[tuple[tuple[str, str], ...], frozenset[tuple[str, str]]] = {}
+# Attribute sets prepared once each (``record`` takes them as they are), found by the pairs
+# as given (a None value included): their values are bounded above, so this holds at most a
+# few thousand.
+_attribute_sets: dict[tuple[tuple[str, str | None], ...], frozenset[tuple[str, str]]] = {}
 
 
 def _attributes(*pairs: tuple[str, str | None]) -> frozenset[tuple[str, str]]:
     """The attribute set of ``pairs``, without the ones whose value is None."""
-    key = tuple((k, v) for k, v in pairs if v is not None)
-    found = _attribute_sets.get(key)
+    found = _attribute_sets.get(pairs)
     if found is None:
-        found = _attribute_sets[key] = frozenset(key)
+        found = _attribute_sets[pairs] = frozenset((k, v) for k, v in pairs if v is not None)
     return found
 
 
