@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import rlmetrics_ray.nvml
 from hypothesis import given
 from hypothesis import strategies as st
 from ray_support import WAIT_S, Cluster, ExpositionServer, render_exposition, render_gpus
@@ -358,10 +359,13 @@ def test_nvml_reads_the_visible_gpus_exactly() -> None:
 
 
 def test_without_nvml_there_is_no_series_and_one_info_line(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """In these envs nvidia-ml-py is not installed and there is no Ray: a real absence."""
+    """In these envs nvidia-ml-py is not installed and there is no Ray: a real absence. (The
+    driver's folder is a stand-in that exists: with none, no monitor starts at all, see
+    test_ray_host_memory.py.)"""
     pytest.importorskip("rlmetrics_ray")
+    monkeypatch.setattr(rlmetrics_ray.nvml, "DRIVER_PROC", str(tmp_path))
     try:
         import pynvml  # noqa: F401
 

@@ -11,15 +11,18 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import rlmetrics_ray.host_memory as family
+import rlmetrics_ray.nvml
 from ray_support import WAIT_S, ExpositionServer, node_info, render_exposition, wait_until
 from rlmetrics_ray import HostMemorySettings, active_monitor, configure, settings
 from rlmetrics_ray.config import ENABLED_ENV, INTERVAL_ENV, TIMEOUT_ENV
 from rlmetrics_ray.host_memory import GROUP, MAX_HOSTS, TOTAL, USED, in_ray_worker
 from rlmetrics_ray.nodes import loopback_metrics_url
+from rlmetrics_ray.nvml import no_nvidia_driver
 
 import rlmetrics
 from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, isolated_state, points
@@ -206,16 +209,38 @@ def _nvml_works() -> bool:
 
 
 @pytest.mark.skipif(RAY_INSTALLED, reason="Ray is installed: its monitor waits for ray.init()")
+@pytest.mark.skipif(not no_nvidia_driver(), reason="this machine has an NVIDIA driver")
+def test_without_ray_and_without_an_nvidia_driver_no_monitor_starts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # issue 37: a process with rlmetrics-ray installed that never reaches a Ray cluster keeps
+    # no monitor thread. Without Ray the monitor reads this machine's GPUs through NVML; with
+    # no NVIDIA driver there is nothing to read, which a look at /proc tells without
+    # importing nvidia-ml-py.
+    with (
+        caplog.at_level(logging.INFO, logger="rlmetrics"),
+        isolated_state(),
+        in_memory_telemetry() as (_handle, reader),
+    ):
+        assert active_monitor() is None
+        assert not [t for t in threading.enumerate() if t.name.startswith("rlmetrics-ray")]
+        assert not [p for p in points(reader) if p.name.startswith("hw.gpu")]
+    said = [r for r in caplog.records if "no NVIDIA driver" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO]
+
+
+@pytest.mark.skipif(RAY_INSTALLED, reason="Ray is installed: its monitor waits for ray.init()")
 @pytest.mark.skipif(
     importlib.util.find_spec("pynvml") is None, reason="nvidia-ml-py is not installed"
 )
-def test_without_ray_and_without_nvml_working_no_monitor_thread_runs_on() -> None:
-    # issue 37: a process with rlmetrics-ray installed that never reaches a Ray cluster keeps
-    # no monitor thread. Without Ray the monitor reads this machine's GPUs through NVML; with
-    # nvidia-ml-py installed but no NVIDIA driver (or no GPU) it has nothing to read, and its
-    # thread ends after the first cycle finds that out.
+def test_where_nvml_cannot_start_the_monitor_thread_ends_after_its_first_cycle(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Where the driver's folder cannot tell (another OS; here: a stand-in that exists), NVML
+    # is tried on the monitor's thread, and that thread ends once it finds nothing to read.
     if _nvml_works():
         pytest.skip("NVML works here: the monitor reads this machine's GPUs")
+    monkeypatch.setattr(rlmetrics_ray.nvml, "DRIVER_PROC", str(tmp_path))
     with isolated_state(), in_memory_telemetry() as (_handle, reader):
         monitor = active_monitor()
         assert monitor is not None

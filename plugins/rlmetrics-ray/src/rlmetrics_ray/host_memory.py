@@ -20,6 +20,7 @@ has no point (a gap, not its last value).
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +40,7 @@ from .monitor import (
     Observation,
 )
 from .nodes import NodeSource, no_nodes, ray_nodes
-from .nvml import NvmlGpus
+from .nvml import NvmlGpus, no_nvidia_driver
 from .ray_init import on_ray_init, ray_is_initialized
 
 __all__ = [
@@ -53,6 +54,8 @@ __all__ = [
     "telemetry_started",
     "telemetry_stopping",
 ]
+
+logger = logging.getLogger("rlmetrics")
 
 GROUP = "rl.host.memory"
 USED = "rl.host.memory.used"
@@ -139,6 +142,11 @@ def telemetry_started(telemetry: rlmetrics.Telemetry) -> None:
     if not current.enabled or in_ray_worker():  # a worker's host is the driver's to report
         return
     local = NvmlGpus() if current.gpus and current.nodes is None else None
+    if local is not None and no_nvidia_driver():
+        # Nothing for NVML to read: no monitor, or one that waits for ray.init(), rather than
+        # a thread that finds out and idles (issue 37).
+        logger.info("rlmetrics-ray: no NVIDIA driver on this machine; no hw.gpu.* series from NVML")
+        local = None
     if current.nodes is None and importlib.util.find_spec("ray") is None:
         if local is None:
             return

@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import logging
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,14 @@ from typing import Any
 
 from .gpu_readings import GpuReading
 
-__all__ = ["VISIBLE_DEVICES_ENV", "LocalGpus", "NvmlGpus", "visible_indices"]
+__all__ = [
+    "DRIVER_PROC",
+    "VISIBLE_DEVICES_ENV",
+    "LocalGpus",
+    "NvmlGpus",
+    "no_nvidia_driver",
+    "visible_indices",
+]
 
 VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 
@@ -31,6 +39,19 @@ logger = logging.getLogger("rlmetrics")
 
 #: What the monitor calls for this machine's GPUs.
 LocalGpus = Callable[[], Sequence[GpuReading]]
+
+#: Where Linux shows the NVIDIA kernel driver once it is loaded (in containers too: procfs is
+#: the kernel's). NVML needs that driver.
+DRIVER_PROC = "/proc/driver/nvidia"
+
+
+def no_nvidia_driver() -> bool:
+    """Whether this machine certainly has no NVIDIA driver, so NVML could read nothing.
+
+    A look at :data:`DRIVER_PROC`, where importing ``pynvml`` and starting NVML to find out
+    would cost the caller tens of milliseconds of CPU. Outside Linux it cannot tell (False):
+    NVML is then tried, on the monitor's thread."""
+    return sys.platform.startswith("linux") and not os.path.exists(DRIVER_PROC)
 
 
 def visible_indices(setting: str | None, devices: Sequence[tuple[int, str]]) -> list[int]:
