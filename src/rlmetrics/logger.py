@@ -735,6 +735,10 @@ def alerts_taken() -> bool:
     return any(lg._pid == pid and lg._takes_alerts() for lg in list(_unfinished))
 
 
+# The stall watch asks through this whether a Logger listens (it does not import this module).
+stall_watch.listens_when(alerts_taken)
+
+
 def alert_loggers(alert: Alert) -> None:
     """``backend.log_alert(alert)`` on every backend of every unfinished Logger of this
     process that takes alerts (:class:`rlmetrics.backends.TakesAlerts`). Never raises."""

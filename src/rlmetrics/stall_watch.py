@@ -17,6 +17,7 @@ one with ``RLMETRICS_STALL_AFTER_S``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from . import hooks as _hooks
@@ -35,6 +36,7 @@ __all__ = [
     "StallWatch",
     "configure_rule",
     "listener_appeared",
+    "listens_when",
     "send",
     "watch",
 ]
@@ -176,14 +178,22 @@ def listener_appeared(hooks: Hooks | None = None) -> None:
         warn_once("stall-watch:start", "rlmetrics: the in-process stall rule could not start")
 
 
+#: Asked whether something other than a plugin listens: the logger module adds "a live
+#: Logger has a backend that takes alerts" (it imports this module, not the other way).
+_listener_checks: list[Callable[[], bool]] = []
+
+
+def listens_when(check: Callable[[], bool]) -> None:
+    """Count ``check()`` (it must not raise) among what tells whether anything listens."""
+    _listener_checks.append(check)
+
+
 def _listening(hooks: Hooks | None) -> bool:
-    """Whether an alert would reach anyone: an ``on_alert`` implementation, or a live
-    Logger's backend that takes alerts."""
+    """Whether an alert would reach anyone: an ``on_alert`` implementation, or whatever a
+    :func:`listens_when` check finds (a live Logger's backend that takes alerts)."""
     if hooks is not None and hooks.implemented("on_alert"):
         return True
-    from .logger import alerts_taken
-
-    return alerts_taken()
+    return any(check() for check in _listener_checks)
 
 
 # A plugin registered while telemetry exports may be the first listener.
