@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import attrs
 import pluggy
 
+from .key_patterns import pattern_regex
+
 if TYPE_CHECKING:
     from .backends import BackendFactory
     from .events import Alert, EfficiencySummary, RolloutEvent, SetupTimings
@@ -91,9 +93,7 @@ class Reads:
 def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
     """One regular expression matching any of ``patterns``, compiled once: a loop whose key
     sequences keep changing asks for a new plan, and each asks :meth:`Reads.admits`."""
-    from .known_keys import _pattern_regex
-
-    either = "|".join(f"(?:{_pattern_regex(pattern).pattern})" for pattern in patterns)
+    either = "|".join(f"(?:{pattern_regex(pattern).pattern})" for pattern in patterns)
     return re.compile(either, re.DOTALL)
 
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .events import STEP_KEY, TRAIN_PREFIXES, WALL_TIME_KEY
+from .key_patterns import ANY, is_pattern, pattern_regex
 from .keyplans import KeyPlans
 from .registry import _caller_module, default_registry
 
@@ -55,30 +56,9 @@ __all__ = [
     "unknown_in_rows",
 ]
 
-#: The pattern of every key (or, as a prefix, every prefix).
-ANY = "**"
 #: How many close known keys a message offers.
 _SUGGESTIONS = 3
 _SIMILARITY = 0.7
-
-
-def _pattern_regex(pattern: str) -> re.Pattern[str]:
-    if pattern == ANY:
-        return re.compile(".*", re.DOTALL)
-    parts = re.split(r"(\*\*|\*)", pattern)
-    out = []
-    for part in parts:
-        if part == "**":
-            out.append(".+")
-        elif part == "*":
-            out.append("[^/]+")
-        else:
-            out.append(re.escape(part))
-    return re.compile("".join(out), re.DOTALL)
-
-
-def _is_pattern(text: str) -> bool:
-    return "*" in text
 
 
 def _text(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -238,13 +218,13 @@ class Vocabulary:
                     self._add(prefix, rule.key)  # the same `*`
 
     def _add(self, prefix: str, key: str) -> None:
-        if _is_pattern(prefix) or _is_pattern(key):
-            prefix_regex = _pattern_regex(prefix)
-            self._patterns.append((prefix_regex, _pattern_regex(key)))
+        if is_pattern(prefix) or is_pattern(key):
+            prefix_regex = pattern_regex(prefix)
+            self._patterns.append((prefix_regex, pattern_regex(key)))
             self._pattern_texts.append((prefix_regex, key))
             if prefix == ANY:
                 pass  # keys every prefix may carry: no prefix is read for them
-            elif _is_pattern(prefix):
+            elif is_pattern(prefix):
                 self._prefix_patterns.append(prefix_regex)
             else:
                 self._prefixes.add(prefix)

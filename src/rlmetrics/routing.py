@@ -27,6 +27,7 @@ from .events import (
     rollout_event_from_metrics,
 )
 from .hooks import Hooks
+from .key_patterns import ANY, pattern_regex
 from .keyplans import KeyPlans
 
 __all__ = ["ROUTES", "Route", "deliver", "routes_for", "take"]
@@ -126,12 +127,10 @@ def take(
 
 def _reading(prefix_and_keys: tuple[Any, ...]) -> tuple[Route, ...]:
     """The routes of the prefix that read one of these keys at least."""
-    from .known_keys import ANY, _pattern_regex
-
     prefix, keys = prefix_and_keys[0], prefix_and_keys[1:]
     found = []
     for route in routes_for(prefix):
-        reads = _pattern_regex(route.reads)
+        reads = pattern_regex(route.reads)
         if route.reads == ANY or any(type(k) is str and reads.fullmatch(k) for k in keys):
             found.append(route)
     return tuple(found)
