@@ -277,3 +277,37 @@ def test_nothing_of_the_hand_over_is_exported() -> None:
         data = reader.get_metrics_data()
     assert data_points(data, "rlmetrics.pending_sums") == []
     assert [p.count for p in data_points(data, NAME)] == [2]
+
+
+def test_a_value_a_callback_records_during_a_collection_is_in_that_collection() -> None:
+    # A family that moves its readings into a histogram from an observable callback (Gym's GC
+    # pauses) exports them in the collection that ran the callback, beside the count that
+    # callback reports there, whatever order the SDK runs the callbacks in. (Held, they waited
+    # for the next collection: the fresh-clone CI run read 251 pauses beside 255 collections.)
+    calls = [0]
+
+    def observe() -> list[tuple[float, dict[str, str]]]:
+        calls[0] += 1
+        rlmetrics.record(GROUP, {"latency": 1.0}, {"env": "a"})
+        return [(calls[0], {})]
+
+    rlmetrics.declare(
+        "test.held.observed",
+        [
+            MetricSpec(
+                "test.held.observed.calls",
+                Kind.OBSERVABLE_COUNTER,
+                unit="{call}",
+                callback=observe,
+            )
+        ],
+        on_use=True,  # its callback is made after rlmetrics' own, so the SDK runs it later
+    )
+    with in_memory_telemetry() as (_handle, reader):
+        rlmetrics.activate("test.held.observed")
+        rlmetrics.record(GROUP, {"latency": 1.0}, {"env": "a"})  # the stream starts: now held
+        for _ in range(3):
+            data = reader.get_metrics_data()
+            (reported,) = data_points(data, "test.held.observed.calls")
+            (latency,) = data_points(data, NAME)
+            assert latency.count == 1 + reported.value

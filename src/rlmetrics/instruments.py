@@ -104,6 +104,18 @@ _MISSING: Any = object()
 HELD_VALUES_MAX = 4096
 
 
+class _Observing(threading.local):
+    """Whether this thread runs a family's observable callback, inside a collection: a point
+    it records then goes straight to the SDK, held or summed it would wait for the next
+    collection (the SDK may run the callback after the one that hands held values over),
+    and miss the one that exports what the callback reported beside it."""
+
+    active = False
+
+
+_observing = _Observing()
+
+
 def _not_finite(value: Any) -> str:
     return f"{describe_value(value)} is not a finite number"
 
@@ -229,10 +241,11 @@ class _Series:
         # A histogram: its values outside every span are held here until the next collection
         # (see the module's docstring), per attribute set ``[values, attributes]`` (values an
         # ``array``), under ``sum_lock``. ``flush_lock`` is held while held values go to the
-        # SDK, so a value written straight to it never overtakes them.
+        # SDK, so a value written straight to it never overtakes them; re-entrant, because
+        # the SDK's calls during a hand-over may run the GC, whose callbacks may record.
         self.holds = self.spec.kind is Kind.HISTOGRAM
         self.held: dict[AttributeSet, list[Any]] = {}
-        self.flush_lock = threading.Lock()
+        self.flush_lock = threading.RLock()
         # Where a point that is not written straight goes: ``Session._sum`` or ``_hold``.
         self.pend: Callable[[_Series, int | float, AttributeSet, Any], None] | None = None
         self.instrument: Any = None
@@ -460,7 +473,7 @@ class Session:
         (for its exemplar), and as the first point of its attribute set (so its stream
         starts now)."""
         started = series.defer if key is _NO_KEY else key in series.pending
-        if started and not self.in_context():  # type: ignore[misc]
+        if started and not self.in_context() and not _observing.active:  # type: ignore[misc]
             with series.sum_lock:
                 if key is _NO_KEY:
                     series.plain += number
@@ -520,13 +533,14 @@ class Session:
         current = self.in_context()  # type: ignore[misc]
         if slot is None:
             series.write(number, attributes, current or self.outside_spans)  # type: ignore[misc]
+            new_slot = [array("d"), attributes]  # allocated before the locks: it may run the GC
             with self._deferring_lock:
                 with series.sum_lock:
-                    series.held.setdefault(key, [array("d"), attributes])
+                    series.held.setdefault(key, new_slot)
                 if series not in self._holding:
                     self._holding = (*self._holding, series)
             return
-        if not current:
+        if not current and not _observing.active:
             code = "d" if type(number) is float else "q"
             with series.sum_lock:
                 values = slot[0]
@@ -535,10 +549,10 @@ class Session:
                 if values.typecode == code and len(values) < HELD_VALUES_MAX - 1:
                     values.append(number)
                     return
-            current = self.outside_spans  # full, or an int after floats (or a float after ints)
+            # full, or an int after floats (or a float after ints): handed over with the rest
         with series.flush_lock:
             self._hand_over(series, slot)
-            series.write(number, attributes, current)  # type: ignore[misc]
+            series.write(number, attributes, current or self.outside_spans)  # type: ignore[misc]
 
     def _hand_over(self, series: _Series, slot: list[Any]) -> None:
         """Record what one attribute set holds into the SDK, in order (``flush_lock`` held)."""
@@ -582,7 +596,11 @@ class Session:
             if not self.active:
                 return []
             try:
-                result = spec.callback()  # type: ignore[misc]
+                _observing.active = True
+                try:
+                    result = spec.callback()  # type: ignore[misc]
+                finally:
+                    _observing.active = False
                 if type(result) is tuple and result is memo[0]:
                     # The very tuple of the last collection (a snapshot its owner replaces
                     # when it has new readings): the same observations, checked once. A
