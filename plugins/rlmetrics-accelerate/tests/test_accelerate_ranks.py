@@ -26,6 +26,8 @@ import launched_loop  # noqa: E402  (the loop's own numbers)
 
 #: Two processes importing torch and Accelerate on a busy two-core host.
 RUN_TIMEOUT_S = 600.0
+#: What a rank aborted in torch's teardown at exit prints.
+TEARDOWN_ABORT = "terminate called without an active exception"
 
 
 def _free_port() -> int:
@@ -46,32 +48,43 @@ def test_accelerate_launch_on_two_processes_logs_one_merged_row_per_step(
         "GLOO_SOCKET_IFNAME": "lo",
         "OMP_NUM_THREADS": "1",
     }
-    done = subprocess.run(
-        [
-            launcher,
-            "launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-            "--main_process_ip",
-            "127.0.0.1",
-            "--main_process_port",
-            str(_free_port()),
-            str(LOOP),
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
+    command = [
+        launcher,
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        "PORT",
+        str(LOOP),
+        str(tmp_path),
+    ]
+    for _attempt in range(2):
+        for stale in tmp_path.glob("*.jsonl"):
+            stale.unlink()
+        port = str(_free_port())  # a fresh one: the last may still be held
+        done = subprocess.run(
+            [port if part == "PORT" else part for part in command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+        # One launch in three or so ends with a rank aborted in torch's teardown at exit
+        # (SIGABRT, "terminate called without an active exception"), on this code and on the
+        # code before the merge ran off the loop's thread alike; not yet understood (the
+        # closing note of issue 34's last round). Only that failure is run once more.
+        if done.returncode == 0 or TEARDOWN_ABORT not in done.stderr:
+            break
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = list(read_jsonl(tmp_path / "tracker.jsonl"))
     assert [row["step"] for row in rows] == list(range(launched_loop.STEPS))  # one per step
