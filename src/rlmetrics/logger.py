@@ -420,13 +420,14 @@ class Logger:
                         hooks().log_metrics(own, step, prefix)
                     return
             plugins = hooks()
-            taken = routing.take(prefix, flat, plugins.wanted, self._key_map is None)
+            hooks_keys = self._key_map is None  # the hooks get flat's keys, not a key map's
+            taken = routing.take(prefix, flat, plugins.wanted, hooks_keys)
             # The backends get the trainer's keys; the plugins get the key map's (a new dict).
-            tee = flat if self._key_map is None else self._key_map.tee(flat, prefix)
+            tee = flat if hooks_keys else self._key_map.tee(flat, prefix)  # type: ignore[union-attr]
             # What _log does, written out: this is the call a loop makes every step.
             self._to_backends(flat, step, prefix)
             if taken:
-                routing.deliver(taken, plugins, prefix, tee, step)
+                routing.deliver(taken, plugins, prefix, tee, step, hooks_keys)
             plugins.log_metrics(tee, step, prefix)
         except Exception:
             warn_once("logger:log_metrics", "rlmetrics: Logger.log_metrics failed; step dropped")

@@ -142,12 +142,18 @@ _routes_reading = KeyPlans(_reading, limit=64)
 
 
 def deliver(
-    taken: list[Route], hooks: Hooks, prefix: str, flat: Mapping[str, Any], step: int
+    taken: list[Route],
+    hooks: Hooks,
+    prefix: str,
+    flat: Mapping[str, Any],
+    step: int,
+    hooks_keys: bool = False,
 ) -> None:
     """Parse each taken route's payload and call its hook; a dict a route cannot parse costs
     that hook only (``log_metrics`` still gets it). A route none of whose keys the dict
-    has is skipped unparsed (a train dict without ``efficiency/*`` keys)."""
-    reading = _routes_reading((prefix, *flat))
+    has is skipped unparsed (a train dict without ``efficiency/*`` keys), unless
+    ``hooks_keys`` says :func:`take` already left such routes out for these very keys."""
+    reading = taken if hooks_keys else _routes_reading((prefix, *flat))
     for route in taken:
         if route not in reading:
             continue
