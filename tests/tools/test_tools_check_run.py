@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from tools_support import run_cli
 
@@ -167,6 +167,8 @@ def test_every_suggested_line_runs_as_printed_and_makes_its_key_reach_a_series()
 
 
 @given(st.text(min_size=1, max_size=40))
+@example("policy_time")  # a key the training family declares already (CI found it)
+@example("loss")
 def test_any_keys_suggestion_runs_and_passes_the_lint(key: str) -> None:
     from rlmetrics.check import check_plugins
     from rlmetrics.plugins import get_plugins
@@ -183,6 +185,19 @@ def test_any_keys_suggestion_runs_and_passes_the_lint(key: str) -> None:
         assert result.errors == 0, [f.line() for f in result.findings]
         if offered.line.startswith("tee_scalar("):
             assert default_registry().keys("rl.train") >= {key}
+
+
+def test_a_key_a_series_reads_already_is_offered_no_second_declaration() -> None:
+    from rlmetrics.report.unexported import Suggestions
+
+    suggest = Suggestions()
+    for prefix, key, series in [
+        ("train", "policy_time", "rl.sft_v2.policy.duration"),
+        ("", "loss", "rl.policy.loss"),
+    ]:
+        offered = suggest(prefix, key)
+        assert offered.line is None, offered
+        assert f"{key!r} is read by {series} already" in offered.remedy
 
 
 def test_a_trl_run_is_checked_through_the_trl_map_found_from_its_rows(tmp_path: Path) -> None:

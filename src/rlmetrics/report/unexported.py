@@ -127,6 +127,10 @@ class Suggestions:
         #: Declared series by lower-case name; the names offered here hold None.
         self._declared: dict[str, Declared | None] = {d.spec.name.lower(): d for d in declared}
         self._specs = [d.spec for d in declared]
+        #: Declared series by (group, key): a key one reads needs no second declaration.
+        self._reading: dict[tuple[str, str], Declared] = {
+            (d.group, d.spec.key): d for d in declared
+        }
         self._made: dict[tuple[bool, str], tuple[str | None, str | None, str]] = {}
 
     def __call__(self, prefix: str, key: str) -> Unexported:
@@ -159,6 +163,16 @@ class Suggestions:
         from ..families import training
         from ..spec import OPEN, Kind, MetricSpec
 
+        reading = self._reading.get((training.DATASET_GROUP if dataset else training.GROUP, key))
+        if reading is not None:
+            # Declared already (it exported nothing when tried because its value or the
+            # plugin's state kept it out): a second tee_scalar for the key would conflict.
+            return (
+                None,
+                None,
+                f"{key!r} is read by {reading.spec.name} already: check the value logged "
+                "under it is a number",
+            )
         tails, unit = _tails(key)
         base = "rl.validation." if dataset else "rl."
         taken = self._declared.get((base + ".".join(tails[0])).lower())
