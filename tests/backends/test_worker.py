@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -258,6 +258,28 @@ def test_snapshot_gives_plain_independent_data() -> None:
     plain = {"a": 1.0, "b": [1, 2]}
     assert snapshot(plain) == plain and snapshot(plain) is not plain
     assert snapshot(plain)["b"] is not plain["b"]
+
+
+class Point(NamedTuple):
+    x: float
+    tags: list[str]
+
+
+class Shape(NamedTuple):
+    points: tuple[Point, ...]
+    name: str = "shape"
+
+
+def test_snapshot_keeps_a_named_tuple_its_type_and_copies_what_it_holds() -> None:
+    # A backend reads a named tuple by its fields (rlmetrics' trajectory records are ones):
+    # a plain tuple in its place lost them.
+    tags = ["a"]
+    shape = Shape((Point(1.0, tags), Point(2.0, [])))
+    taken = snapshot({"shape": shape})["shape"]
+    assert type(taken) is Shape and type(taken.points[0]) is Point
+    assert taken == shape and taken.points[0].tags is not tags
+    tags.append("b")
+    assert taken.points[0].tags == ["a"]
 
 
 def test_snapshot_cuts_cycles_and_depth_and_never_raises() -> None:

@@ -81,7 +81,8 @@ def snapshot(value: Any) -> Any:
     as a copy, a longer torch tensor as a detached copy on the CPU — arrays still, so a
     tracker applies its own rules to them (W&B makes a histogram of one past 32 elements,
     MLflow summarises it); lists, tuples and mappings rebuilt from their elements' snapshots
-    (a mapping's keys as strings, an unreadable entry skipped); a ``bytearray`` as ``bytes``.
+    (a mapping's keys as strings, an unreadable entry skipped; a named tuple as its own type);
+    a ``bytearray`` as ``bytes``.
     Anything else (a tracker's own media object, a value whose conversion raises) is passed
     as it is. A container nested past :data:`MAX_SNAPSHOT_DEPTH` levels, or inside itself,
     becomes a description. Never raises; serves any payload a queued backend is handed.
@@ -103,7 +104,15 @@ def snapshot(value: Any) -> Any:
                 if isinstance(value, Mapping):
                     return {key_text(k): copy(v, depth + 1) for k, v in readable_items(value)}
                 items = [copy(v, depth + 1) for v in list(value)]
-                return tuple(items) if isinstance(value, tuple) else items
+                if not isinstance(value, tuple):
+                    return items
+                if kind is not tuple and hasattr(kind, "_fields"):
+                    # A named tuple is read by its fields: rebuilt as its own type.
+                    try:
+                        return kind._make(items)
+                    except Exception:
+                        pass  # a _make of its own that will not take them: a plain tuple
+                return tuple(items)
             except Exception:  # a sequence whose iteration raises: that value only
                 return f"<unreadable {kind.__name__}>"
             finally:
