@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -81,11 +81,16 @@ MAX_TURNS = 256
 MAX_CALLS_PER_TURN = 64
 
 _ID = (str, int)
+
+# The records are named tuples: as immutable as frozen attrs classes (every plugin's hook gets
+# the same objects), and built in C. A batch the span budget drops is little more than its
+# records' reading and building, and a frozen attrs class's generated __init__ (one
+# object.__setattr__ per field) cost three times a named tuple's: about 9 µs of a 4-turn
+# trajectory's ~30.
 _INF = math.inf
 
 
-@attrs.frozen(slots=True)
-class Generation:
+class Generation(NamedTuple):
     """One model call: its model, tokens, why it stopped, how long it took and the policy
     version that made it; ``start_ns``/``end_ns`` when the live form measured them."""
 
@@ -100,8 +105,7 @@ class Generation:
     end_ns: int | None = None
 
 
-@attrs.frozen(slots=True)
-class ToolCall:
+class ToolCall(NamedTuple):
     """One tool call: its name, outcome, time and (when it failed) the error's class."""
 
     name: str
@@ -113,8 +117,7 @@ class ToolCall:
     end_ns: int | None = None
 
 
-@attrs.frozen(slots=True)
-class Reward:
+class Reward(NamedTuple):
     """One reward check: its value and the component it scores (``total`` by default)."""
 
     value: float
@@ -123,8 +126,7 @@ class Reward:
     end_ns: int | None = None
 
 
-@attrs.frozen(slots=True)
-class Turn:
+class Turn(NamedTuple):
     """One turn: its generations, tool calls and rewards, in that order."""
 
     generations: tuple[Generation, ...] = ()
@@ -135,8 +137,7 @@ class Turn:
     end_ns: int | None = None
 
 
-@attrs.frozen(slots=True)
-class Trajectory:
+class Trajectory(NamedTuple):
     """One rollout (see the module's docstring for the schema it is read from).
 
     ``turn_count`` and ``tool_call_count`` count every turn and call the rollout had, also
@@ -456,30 +457,32 @@ def _items(field: str, value: Any) -> Any:
     return _list(field, value)
 
 
+def _built(parts: list[Any]) -> tuple[Any, ...]:
+    """``parts`` without the entries that could not be read (None)."""
+    if None in parts:
+        return tuple([part for part in parts if part is not None])
+    return tuple(parts)
+
+
 def _turn(item: Any, text: TextPolicy) -> Turn | None:
     fields = item if type(item) is dict else _mapping("turns[]", item)
     if fields is None:
         return None
     get = fields.get
-    generations = []
-    for g in _items("generations", get("generations")):
-        generation = _generation(g, text)
-        if generation is not None:
-            generations.append(generation)
-    tools = []
-    for c in _items("tool_calls", get("tool_calls")):
-        call = _tool_call(c, text)
-        if call is not None:
-            tools.append(call)
-    rewards = []
-    for r in _items("rewards", get("rewards")):
-        reward = _reward(r)
-        if reward is not None:
-            rewards.append(reward)
+    generations = calls = rewards = ()
+    raw = get("generations")
+    if raw is not None:
+        generations = _built([_generation(g, text) for g in _items("generations", raw)])
+    raw = get("tool_calls")
+    if raw is not None:
+        calls = _built([_tool_call(c, text) for c in _items("tool_calls", raw)])
+    raw = get("rewards")
+    if raw is not None:
+        rewards = _built([_reward(r) for r in _items("rewards", raw)])
     latency = get("latency_s")
     if latency is not None and not (type(latency) is float and 0.0 <= latency < _INF):
         latency = _seconds("turn.latency_s", latency)
-    return Turn(tuple(generations), tuple(tools), tuple(rewards), latency)
+    return Turn(generations, calls, rewards, latency)
 
 
 def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
@@ -516,11 +519,10 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
                     turns.append(turn)
         else:
             _bad("turns", "a list", raw_turns)
-    rewards = []
-    for r in _items("rewards", get("rewards")):
-        reward = _reward(r)
-        if reward is not None:
-            rewards.append(reward)
+    raw_rewards = get("rewards")
+    rewards = (
+        () if raw_rewards is None else _built([_reward(r) for r in _items("rewards", raw_rewards)])
+    )
     tool_call_count = 0
     for turn in turns:
         tool_call_count += len(turn.tool_calls)
@@ -589,7 +591,7 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
         prompt=prompt,
         completion=completion,
         turns=tuple(turns),
-        rewards=tuple(rewards),
+        rewards=rewards,
         turn_count=max(turn_count, len(turns)),
         tool_call_count=tool_call_count,
         trainer_weight_version=trained,
