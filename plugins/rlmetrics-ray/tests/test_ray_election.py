@@ -127,3 +127,53 @@ def test_the_election_can_be_turned_off_and_its_directory_must_be_a_path(tmp_pat
         monitor = active_monitor()
         assert monitor is not None and isinstance(monitor.election, HostElection)
         assert monitor.election.path == lock_path("run-c", tmp_path)
+
+
+def test_a_released_election_leaves_no_lock_file(tmp_path: Path) -> None:
+    # One file per run and host piled up in /tmp, one for every run ever monitored there.
+    ours = HostElection("run-a", tmp_path)
+    assert ours() and lock_path("run-a", tmp_path).exists()
+    ours.release()
+    assert list(tmp_path.iterdir()) == []
+    theirs = HostElection("run-a", tmp_path)
+    assert theirs() and not HostElection("run-a", tmp_path)()
+    theirs.release()
+
+
+def test_a_holder_whose_lock_file_was_removed_competes_again(tmp_path: Path) -> None:
+    # A cleaner (systemd-tmpfiles, tmpreaper) or a releasing holder removed the file: its
+    # lock no longer stands for the run, so a second process must not report the host too.
+    ours, theirs = HostElection("run-a", tmp_path), HostElection("run-a", tmp_path)
+    assert ours()
+    lock_path("run-a", tmp_path).unlink()
+    assert theirs()  # the file made anew, and locked
+    assert not ours()  # at its next cycle the old holder sees the file is not its own
+    assert theirs()
+    theirs.release()
+    assert ours()
+
+
+def test_a_lock_taken_on_a_file_just_removed_is_not_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The release's race: ``theirs`` opened the file, then the holder released (removed and
+    # closed it) before ``theirs`` locked it. The lock it then takes is on a removed file.
+    from rlmetrics_ray import election
+
+    ours, theirs = HostElection("run-a", tmp_path), HostElection("run-a", tmp_path)
+    assert ours()
+    real_flock = election.fcntl.flock
+    calls = []
+
+    def released_in_between(fd: int, operation: int) -> None:
+        if not calls:
+            ours.release()
+        calls.append(fd)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(election.fcntl, "flock", released_in_between)
+    assert theirs()
+    monkeypatch.setattr(election.fcntl, "flock", real_flock)
+    assert len(calls) == 2  # it locked the removed file, saw so and took the new one
+    assert not HostElection("run-a", tmp_path)()
+    theirs.release()

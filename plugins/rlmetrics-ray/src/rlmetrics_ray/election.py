@@ -6,7 +6,11 @@ once per rank. The election is an exclusive ``fcntl.flock`` on a lock file named
 and the run, in a directory on the host (the system's temporary directory by default):
 
 - the kernel gives the lock to one process, and takes it back when that process dies,
-  however it dies (SIGKILL included): no lease to renew, no engine to ask, nothing to clean;
+  however it dies (SIGKILL included): no lease to renew, no engine to ask;
+- the holder removes the file when it gives the host up (a killed one leaves it for the
+  next process of the run to lock), and a process keeps a lock only while the path names the
+  file it locked: a file removed under it (a releasing holder, a cleaner of ``/tmp``) is
+  competed for anew;
 - the others try again, without blocking, at the start of each of their monitor's cycles,
   so one of them takes over within one interval of the holder's death.
 
@@ -33,6 +37,8 @@ __all__ = ["HostElection", "lock_path"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _elections: weakref.WeakSet[HostElection] = weakref.WeakSet()
+#: Files a try locks that were removed before it locked them, before it gives up for a cycle.
+_TRIES = 3
 
 
 def lock_path(run_id: str, directory: str | os.PathLike[str] | None = None) -> Path:
@@ -60,16 +66,31 @@ class HostElection:
 
     def __call__(self) -> bool:
         with self._lock:
-            if self._fd is not None:
-                return True
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError:
-                return False
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # another process holds it
+            fd = self._fd
+            if fd is not None:
+                if self._names(fd):
+                    return True
+                # Its file was removed (a cleaner of the temporary directory): a lock on it
+                # no longer keeps another process out, so compete again for the file there.
+                self._fd = None
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            for _ in range(_TRIES):
+                try:
+                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                except OSError:
+                    return False
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:  # another process holds it
+                    os.close(fd)
+                    return False
+                if self._names(fd):
+                    break
+                # The holder released (removed the file) between our open and our lock:
+                # the lock is on a file no one else will open. Try the path's new one.
                 os.close(fd)
+            else:
                 return False
             with contextlib.suppress(OSError):  # who holds it, for a person reading the file
                 os.ftruncate(fd, 0)
@@ -77,11 +98,26 @@ class HostElection:
             self._fd = fd
             return True
 
+    def _names(self, fd: int) -> bool:
+        """Whether the election's path still names the file ``fd`` has open."""
+        try:
+            held, named = os.fstat(fd), os.stat(self.path)
+        except OSError:
+            return False
+        return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+
     def release(self) -> None:
-        """Give the host up (the monitor stopped): another process takes it at its next try."""
+        """Give the host up (the monitor stopped): another process takes it at its next try.
+        The file goes with it, removed while still locked, so none is left behind per run;
+        a process that opened it just before checks, after its lock, that the path still
+        names what it locked."""
         with self._lock:
             fd, self._fd = self._fd, None
-        if fd is not None:
+            if fd is None:
+                return
+            if self._names(fd):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
             with contextlib.suppress(OSError):
                 os.close(fd)  # closing the last descriptor of the file releases the lock
 
