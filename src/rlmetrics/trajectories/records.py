@@ -82,12 +82,13 @@ MAX_CALLS_PER_TURN = 64
 
 _ID = (str, int)
 
+_INF = math.inf
+
 # The records are named tuples: as immutable as frozen attrs classes (every plugin's hook gets
 # the same objects), and built in C. A batch the span budget drops is little more than its
 # records' reading and building, and a frozen attrs class's generated __init__ (one
 # object.__setattr__ per field) cost three times a named tuple's: about 9 µs of a 4-turn
 # trajectory's ~30.
-_INF = math.inf
 
 
 class Generation(NamedTuple):
