@@ -81,7 +81,6 @@ MAX_TURNS = 256
 MAX_CALLS_PER_TURN = 64
 
 _ID = (str, int)
-
 _INF = math.inf
 
 # The records are named tuples: as immutable as frozen attrs classes (every plugin's hook gets
