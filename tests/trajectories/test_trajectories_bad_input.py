@@ -205,3 +205,34 @@ def test_numbers_past_what_an_exporter_carries_are_dropped_with_the_rest_kept(
     agents = [s for s in spans if s.name.startswith("invoke_agent")]
     assert len(agents) == 2 and "rl.sample.id" not in agents[0].attributes
     assert sum(completed(found).values()) == 2
+
+
+def test_made_up_names_stay_other_and_bounded_across_batches_and_sessions() -> None:
+    # A name's bounded value is remembered from batch to batch (a batch of one trajectory
+    # found it anew each time); a record making names up must not grow that memory, and a
+    # new session tells names apart afresh.
+    from rlmetrics.families import trajectory as family
+
+    first = [rollout(i) | {"env": f"env{i}"} for i in range(family.MAX_ENVS)]
+    made_up = [rollout(i) | {"env": f"made-up-{i}"} for i in range(3 * family._MEMO_MAX)]
+    with in_memory_tracing() as (_handle, reader, _exporter):
+        logger = rlmetrics.Logger(backends={})
+        logger.log_trajectories(first, step=1)
+        for step, start in enumerate(range(0, len(made_up), 500), start=2):
+            logger.log_trajectories(made_up[start : start + 500], step=step)
+            assert len(family._env_of) <= family._MEMO_MAX + 500
+        logger.log_trajectories(first[:1], step=100)  # still itself, from memory or not
+        found = points(reader)
+    by_env = Counter()
+    for point in found:
+        if point.name == "rl.trajectory.completed":
+            by_env[point.attributes["rl.env"]] += point.value
+    assert by_env["other"] == len(made_up)
+    assert by_env["env0"] == 2 and len(by_env) == family.MAX_ENVS + 1
+    with in_memory_tracing() as (_handle, reader, _exporter):
+        rlmetrics.Logger(backends={}).log_trajectories(made_up[:1], step=1)
+        found = points(reader)
+    # A new session: the first env it sees is itself again.
+    assert {p.attributes["rl.env"] for p in found if p.name == "rl.trajectory.completed"} == {
+        "made-up-0"
+    }

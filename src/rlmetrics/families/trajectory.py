@@ -31,7 +31,7 @@ telemetry session is ``other``, and each series has its cap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import hookimpl
 from ..registry import declare, record
@@ -251,13 +251,30 @@ def _attributes(*pairs: tuple[str, str | None]) -> frozenset[tuple[str, str]]:
     return found
 
 
+# What depends only on a name, kept from batch to batch (a run's rollouts hold the same few
+# envs, tools and components; a batch of one trajectory found each anew): a raw name's
+# bounded value, found by the raw name, and the attribute sets of bounded values. A session's
+# start empties them all, as it does the names; the ones found by raw names are emptied too
+# past _MEMO_MAX entries (a record may make names up, each one "other").
+_MEMO_MAX = 4096
+_env_of: dict[str | None, str | None] = {}
+_reason_of: dict[str | None, str | None] = {}
+_tool_of: dict[tuple[str, str], tuple[str, str]] = {}
+_component_of: dict[str, str | None] = {}
+_BY_RAW_NAME: tuple[dict[Any, Any], ...] = (_env_of, _reason_of, _tool_of, _component_of)
+_env_sets: dict[str | None, frozenset[tuple[str, str]]] = {}
+_reward_sets: dict[tuple[str | None, str | None], frozenset[tuple[str, str]]] = {}
+_timed_sets: dict[tuple[str, str | None], frozenset[tuple[str, str]]] = {}
+_memos: tuple[dict[Any, Any], ...] = (*_BY_RAW_NAME, _env_sets, _reward_sets, _timed_sets)
+
+
 def record_batch(batch: TrajectoryBatch) -> None:
     """Record the metrics of ``batch`` (what the hook does). Counters are added up over the
     batch first (one point per attribute set); histograms take one value per trajectory.
 
     What depends only on a name (its bounded value, the attribute sets it is in) is found once
-    per batch, not once per trajectory: a batch of a step's rollouts holds a few envs, tools
-    and components, and the per-trajectory Python left is the histogram points themselves."""
+    per session (``_memos``), not once per trajectory or batch: a run's rollouts hold a few
+    envs, tools and components, and the per-trajectory Python left is the points themselves."""
     if batch.dropped:
         record(GROUP, {DROPPED: batch.dropped})
     completed: dict[tuple[str, str | None, str | None], int] = {}
@@ -265,14 +282,8 @@ def record_batch(batch: TrajectoryBatch) -> None:
     calls: dict[tuple[str, str], int] = {}
     contexts = batch.contexts
     trained = batch.trainer_weight_version
-    # Per batch: a raw name's bounded value, and the attribute sets of each bounded env.
-    envs: dict[str | None, str | None] = {}
-    reasons: dict[str | None, str | None] = {}
-    tools: dict[tuple[str, str], tuple[str, str]] = {}
-    components: dict[str, str | None] = {}
-    by_env: dict[str | None, frozenset[tuple[str, str]]] = {}
-    rewarded: dict[tuple[str | None, str | None], frozenset[tuple[str, str]]] = {}
-    timed: dict[tuple[str, str | None], frozenset[tuple[str, str]]] = {}
+    envs, reasons, tools, components = _env_of, _reason_of, _tool_of, _component_of
+    by_env, rewarded, timed = _env_sets, _reward_sets, _timed_sets
     for index, t in enumerate(batch.trajectories):
         raw_env = t.env
         try:
@@ -361,6 +372,9 @@ def record_batch(batch: TrajectoryBatch) -> None:
             {TOOL_CALL_COUNT: n},
             _attributes((TOOL_NAME_ATTR, tool_name), (TOOL_OUTCOME_ATTR, tool_outcome)),
         )
+    for memo in _BY_RAW_NAME:
+        if len(memo) > _MEMO_MAX:
+            memo.clear()
 
 
 @hookimpl(tee=True)
@@ -374,3 +388,5 @@ def telemetry_started(telemetry: Telemetry) -> None:
     for names in (_envs, _tools, _reasons, _components):
         names.clear()
     _attribute_sets.clear()
+    for memo in _memos:
+        memo.clear()
