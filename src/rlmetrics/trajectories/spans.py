@@ -93,6 +93,7 @@ _NS = 1_000_000_000
 #: The longest duration a span takes (about 31 years): a record's latency past it is cut to
 #: it, so a span's times stay the int64 nanoseconds OTLP carries (1e299 s once overflowed).
 _MAX_NS = 10**18
+_MAX_S = _MAX_NS / _NS
 
 
 def _ns(seconds: float | None) -> int:
@@ -108,98 +109,88 @@ def _messages(role: str, text: str) -> str:
     return json.dumps([{"role": role, "parts": [{"type": "text", "content": text}]}])
 
 
-class _Emitter:
-    """Spans for one trajectory on one binding (its tracer and context calls)."""
+def _window(latency_s: float, end_ns: int | None, at: int, low: int, high: int) -> tuple[int, int]:
+    """Where a call lies inside its parent's ``[low, high]``: a measured one (``end_ns``)
+    where it ended, back by its latency; any other from ``at`` (where the previous one ended),
+    forward by its latency. Comparisons, not min() and max(): this runs for every call."""
+    span_ns = int(latency_s * _NS) if 0.0 < latency_s < _MAX_S else _ns(latency_s)
+    if end_ns is None:
+        e0 = at if at < high else high
+        e1 = e0 + span_ns
+        return e0, e1 if e1 < high else high
+    e1 = low if end_ns < low else high if end_ns > high else end_ns
+    e0 = e1 - span_ns
+    return e0 if e0 > low else low, e1
 
-    __slots__ = ("binding", "into", "start_span")
 
-    def __init__(self, binding: Binding) -> None:
-        self.binding = binding
-        self.start_span = binding.tracer.start_span
-        self.into = binding.set_span_in_context
+def _generation_attributes(g: Generation) -> dict[str, Any]:
+    attributes: dict[str, Any] = {OPERATION_ATTR: CHAT}
+    if g.model is not None:
+        attributes[REQUEST_MODEL_ATTR] = g.model
+    if g.input_tokens is not None:
+        attributes[INPUT_TOKENS_ATTR] = g.input_tokens
+    if g.output_tokens is not None:
+        attributes[OUTPUT_TOKENS_ATTR] = g.output_tokens
+    if g.finish_reason is not None:
+        attributes[FINISH_REASONS_ATTR] = (g.finish_reason,)
+    if g.weight_version is not None:
+        attributes[WEIGHT_VERSION_ATTR] = g.weight_version
+    if g.prompt is not None:
+        attributes[INPUT_MESSAGES_ATTR] = _messages("user", g.prompt)
+    if g.completion is not None:
+        attributes[OUTPUT_MESSAGES_ATTR] = _messages("assistant", g.completion)
+    return attributes
 
-    def leaf(
-        self,
-        name: str,
-        parent: Any,
-        attributes: dict[str, Any],
-        t0: int,
-        t1: int,
-        error: str | None,
-    ) -> None:
-        span = self.start_span(name, parent, attributes=attributes, start_time=t0)
-        if error is not None:
-            span.set_status(self.binding.status(self.binding.error, error))
-        span.end(end_time=t1)
 
-    def generation(self, g: Generation, parent: Any, t0: int, t1: int) -> None:
-        attributes: dict[str, Any] = {OPERATION_ATTR: CHAT}
-        if g.model is not None:
-            attributes[REQUEST_MODEL_ATTR] = g.model
-        if g.input_tokens is not None:
-            attributes[INPUT_TOKENS_ATTR] = g.input_tokens
-        if g.output_tokens is not None:
-            attributes[OUTPUT_TOKENS_ATTR] = g.output_tokens
-        if g.finish_reason is not None:
-            attributes[FINISH_REASONS_ATTR] = (g.finish_reason,)
-        if g.weight_version is not None:
-            attributes[WEIGHT_VERSION_ATTR] = g.weight_version
-        if g.prompt is not None:
-            attributes[INPUT_MESSAGES_ATTR] = _messages("user", g.prompt)
-        if g.completion is not None:
-            attributes[OUTPUT_MESSAGES_ATTR] = _messages("assistant", g.completion)
-        name = CHAT if g.model is None else f"{CHAT} {g.model}"
-        self.leaf(name, parent, attributes, t0, t1, None)
+def _tool_attributes(c: ToolCall) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        OPERATION_ATTR: EXECUTE_TOOL,
+        TOOL_NAME_ATTR: c.name,
+        TOOL_OUTCOME_ATTR: c.outcome,
+    }
+    if c.outcome != "success":
+        attributes[ERROR_TYPE_ATTR] = c.error or c.outcome
+    if c.arguments is not None:
+        attributes[TOOL_ARGUMENTS_ATTR] = c.arguments
+    if c.result is not None:
+        attributes[TOOL_RESULT_ATTR] = c.result
+    return attributes
 
-    def tool_call(self, c: ToolCall, parent: Any, t0: int, t1: int) -> None:
-        attributes: dict[str, Any] = {
-            OPERATION_ATTR: EXECUTE_TOOL,
-            TOOL_NAME_ATTR: c.name,
-            TOOL_OUTCOME_ATTR: c.outcome,
-        }
-        error = None
-        if c.outcome != "success":
-            error = attributes[ERROR_TYPE_ATTR] = c.error or c.outcome
-        if c.arguments is not None:
-            attributes[TOOL_ARGUMENTS_ATTR] = c.arguments
-        if c.result is not None:
-            attributes[TOOL_RESULT_ATTR] = c.result
-        self.leaf(f"{EXECUTE_TOOL} {c.name}", parent, attributes, t0, t1, error)
 
-    def reward(self, r: Reward, parent: Any, t0: int, t1: int) -> None:
+def _rewards(
+    binding: Binding, rewards: tuple[Reward, ...], parent: Any, at: int, low: int, high: int
+) -> int:
+    """The reward spans under ``parent``; where the last one ends."""
+    start = binding.tracer.start_span
+    for r in rewards:
+        e0, at = _window(r.latency_s, r.end_ns, at, low, high)
         attributes = {REWARD_COMPONENT_ATTR: r.component, REWARD_ATTR: r.value}
-        self.leaf(f"{REWARD_SPAN} {r.component}", parent, attributes, t0, t1, None)
+        start(f"{REWARD_SPAN} {r.component}", parent, attributes=attributes, start_time=e0).end(
+            end_time=at
+        )
+    return at
 
-    def calls(self, turn: Turn, parent: Any, t0: int, t1: int) -> None:
-        """The turn's calls: measured ones where they ended, the others end to end from the
-        turn's start; none outside ``[t0, t1]``."""
-        at = t0
-        for g in turn.generations:
-            at = self._place(self.generation, g, g.latency_s, g.end_ns, parent, at, t0, t1)
-        for c in turn.tool_calls:
-            at = self._place(self.tool_call, c, c.latency_s, c.end_ns, parent, at, t0, t1)
-        for r in turn.rewards:
-            at = self._place(self.reward, r, r.latency_s, r.end_ns, parent, at, t0, t1)
 
-    @staticmethod
-    def _place(
-        emit: Any,
-        item: Any,
-        latency_s: float,
-        end_ns: int | None,
-        parent: Any,
-        at: int,
-        low: int,
-        high: int,
-    ) -> int:
-        if end_ns is not None:
-            e1 = min(max(end_ns, low), high)
-            e0 = max(low, e1 - _ns(latency_s))
-        else:
-            e0 = min(at, high)
-            e1 = min(e0 + _ns(latency_s), high)
-        emit(item, parent, e0, e1)
-        return e1
+def _calls(binding: Binding, turn: Turn, parent: Any, low: int, high: int) -> None:
+    """The turn's calls in ``[low, high]``: measured ones where they ended, the others end to
+    end from the turn's start. One loop per kind, the spans started and ended inline: a
+    trajectory's spans are most of its cost, and a frame per span showed (14 a record)."""
+    start = binding.tracer.start_span
+    at = low
+    for g in turn.generations:
+        e0, at = _window(g.latency_s, g.end_ns, at, low, high)
+        name = CHAT if g.model is None else f"{CHAT} {g.model}"
+        start(name, parent, attributes=_generation_attributes(g), start_time=e0).end(end_time=at)
+    for c in turn.tool_calls:
+        e0, at = _window(c.latency_s, c.end_ns, at, low, high)
+        span = start(
+            f"{EXECUTE_TOOL} {c.name}", parent, attributes=_tool_attributes(c), start_time=e0
+        )
+        if c.outcome != "success":
+            span.set_status(binding.status(binding.error, c.error or c.outcome))
+        span.end(end_time=at)
+    if turn.rewards:
+        _rewards(binding, turn.rewards, parent, at, low, high)
 
 
 def _turn_ns(turn: Turn) -> int:
@@ -286,13 +277,11 @@ def trajectory_attributes(t: Trajectory, step: int | None) -> dict[str, Any]:
 def emit(binding: Binding, t: Trajectory, step: int | None, parent: Any, now_ns: int) -> Any:
     """Start and end the spans of ``t`` under ``parent`` (an OpenTelemetry context); returns
     the context holding the trajectory's span (for exemplars)."""
-    emitter = _Emitter(binding)
+    start, into = binding.tracer.start_span, binding.set_span_in_context
     t0, t1, turn_ns, _ = _times(t, now_ns)
     name = INVOKE_AGENT if t.agent is None else f"{INVOKE_AGENT} {t.agent}"
-    span = emitter.start_span(
-        name, parent, attributes=trajectory_attributes(t, step), start_time=t0
-    )
-    inside = emitter.into(span, parent)
+    span = start(name, parent, attributes=trajectory_attributes(t, step), start_time=t0)
+    inside = into(span, parent)
     at = t0
     for index, turn in enumerate(t.turns):
         if turn.start_ns is not None and turn.end_ns is not None:
@@ -300,14 +289,13 @@ def emit(binding: Binding, t: Trajectory, step: int | None, parent: Any, now_ns:
         else:
             u0 = min(at, t1)
             u1 = min(u0 + turn_ns[index], t1)
-        turn_span = emitter.start_span(
-            TURN_SPAN, inside, attributes={TURN_INDEX_ATTR: index}, start_time=u0
-        )
-        emitter.calls(turn, emitter.into(turn_span, inside), u0, max(u0, u1))
-        turn_span.end(end_time=max(u0, u1))
+        ends = max(u0, u1)
+        turn_span = start(TURN_SPAN, inside, attributes={TURN_INDEX_ATTR: index}, start_time=u0)
+        _calls(binding, turn, into(turn_span, inside), u0, ends)
+        turn_span.end(end_time=ends)
         at = u1
-    for r in t.rewards:
-        at = emitter._place(emitter.reward, r, r.latency_s, r.end_ns, inside, at, t0, t1)
+    if t.rewards:
+        _rewards(binding, t.rewards, inside, at, t0, t1)
     if t.outcome == "error":
         span.set_status(binding.status(binding.error, t.error or "error"))
     span.end(end_time=t1)
