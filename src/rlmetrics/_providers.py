@@ -90,17 +90,13 @@ class Built:
     exporters: dict[str, Exporter] = attrs.Factory(dict)
     tracer_provider: TracerProvider | None = None
     metric_readers: int = 0
-    readers: list[MetricReader] = attrs.Factory(list)
-    resource: Resource | None = None
+    gauges: _GaugeProducer | None = None
 
     def export_gauges(self, points: GaugePoints, scope_name: str, scope_version: str) -> None:
-        """Add ``points`` (a session's gauges) to every collection of every reader, in the
-        scope of the meter ``scope_name``/``scope_version`` (see :class:`_GaugeProducer`)."""
-        producer = _GaugeProducer(
-            points, InstrumentationScope(scope_name, scope_version), self.resource
-        )
-        for reader in self.readers:
-            producer.install(reader)
+        """From now on every collection of every reader adds ``points`` (a session's gauges),
+        in the scope of the meter ``scope_name``/``scope_version`` (:class:`_GaugeProducer`)."""
+        if self.gauges is not None:
+            self.gauges.read(points, InstrumentationScope(scope_name, scope_version))
 
     def providers(self) -> list[MeterProvider | TracerProvider]:
         return [p for p in (self.tracer_provider, self.provider) if p is not None]
@@ -137,14 +133,15 @@ class _GaugeProducer:
     recorded in.
     """
 
-    def __init__(
-        self, points: GaugePoints, scope: InstrumentationScope, resource: Resource | None
-    ) -> None:
-        self._points = points
-        self._scope = scope
-        self._resource = resource if resource is not None else Resource.create({})
+    def __init__(self, resource: Resource) -> None:
+        self._points: GaugePoints = list  # no session yet: no gauges
+        self._scope = InstrumentationScope("rlmetrics")
+        self._resource = resource
         # As the SDK and _views read it.
         self._exemplars = os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER") == "always_on"
+
+    def read(self, points: GaugePoints, scope: InstrumentationScope) -> None:
+        self._points, self._scope = points, scope
 
     def install(self, reader: MetricReader) -> None:
         collect = getattr(reader, "_collect", None)
@@ -406,14 +403,15 @@ def build_provider(
             )
             for processor in processors:
                 tracer_provider.add_span_processor(processor)
+        gauges = _GaugeProducer(shared)
+        for reader in metric_readers:
+            gauges.install(reader)
     except BaseException:
         _abandon(built)
         raise
     finally:
         _building.clear()
-    return Built(
-        provider, built, tracer_provider, len(metric_readers), list(metric_readers), shared
-    )
+    return Built(provider, built, tracer_provider, len(metric_readers), gauges)
 
 
 def _drop_span_processors(built: Mapping[str, Exporter]) -> None:
