@@ -1,37 +1,22 @@
-"""A gauge's last value per attribute set, as the observation its callback hands the SDK.
+"""A gauge's last value per attribute set, as the collection reads it.
 
-Imported when telemetry starts (it needs the OpenTelemetry API), never by ``import rlmetrics``.
+A gauge's table holds one per attribute set, and a step writes a number into it rather than
+building a new object: the training loop's thread does the least it can per point. Every
+collection of every reader reads ``current`` (``_providers``' gauge producer); a write racing
+it gives the newer value or the older one, whole, either being the gauge's last value.
 """
 
 from __future__ import annotations
 
-from opentelemetry.context import Context
-from opentelemetry.metrics import Observation
-
 __all__ = ["LastValue"]
 
 
-class LastValue(Observation):
-    """An observation whose value the recording thread overwrites in place.
+class LastValue:
+    """One attribute set's last value: ``current``, overwritten in place, and its attributes
+    (None for none)."""
 
-    A gauge's table holds one per attribute set, and a step writes a float into it rather than
-    building a new observation: the training loop's thread does the least it can per point.
-    The collection reads ``value`` when the SDK turns the observation into a measurement; a
-    write racing it gives the newer value or the older one, whole, either being the gauge's
-    last value.
-    """
+    __slots__ = ("attributes", "current")
 
-    def __init__(
-        self,
-        value: int | float,
-        attributes: dict[str, str | int] | None,
-        context: Context | None = None,
-    ) -> None:
-        # With a ``context`` the SDK takes it rather than looking the current one up for
-        # each observation of each collection (it reads it only for an exemplar's span).
-        super().__init__(value, attributes, context)
+    def __init__(self, value: int | float, attributes: dict[str, str | int] | None) -> None:
         self.current = value
-
-    @property
-    def value(self) -> int | float:
-        return self.current
+        self.attributes = attributes

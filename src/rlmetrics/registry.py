@@ -277,11 +277,13 @@ class MetricRegistry(Recorder):
 
     # -- sessions -------------------------------------------------------------------------
 
-    def bind(self, meter: Meter) -> None:
-        """Freeze and build every declared instrument on ``meter``; recording starts."""
+    def bind(self, meter: Meter) -> Session:
+        """Freeze and build every declared instrument on ``meter``; recording starts. The
+        session returned is what its provider's collections read the gauges from."""
         with self._lock:
             self._frozen = True
-            self._session = Session(self._by_key.values(), meter, self.bound_now)
+            self._session = session = Session(self._by_key.values(), meter, self.bound_now)
+        return session
 
     def release(self) -> None:
         """End the session: recording becomes a no-op and declaration reopens."""

@@ -477,7 +477,8 @@ def start(
                 bool(traces),
             )
         if built is not None and built.metric_readers:
-            registry.bind(built.provider.get_meter("rlmetrics", __version__))
+            session = registry.bind(built.provider.get_meter("rlmetrics", __version__))
+            built.export_gauges(session.gauge_points, "rlmetrics", __version__)
         else:
             registry.freeze()
         # A new session: the last one's run-wide totals (cumulative phases, the run's wall

@@ -292,7 +292,7 @@ def _exported(prefix: str, metrics: dict[str, Any], mapper: Any) -> set[str]:
     registry = default_registry()
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
-    registry.bind(provider.get_meter("rlmetrics.check"))
+    session = registry.bind(provider.get_meter("rlmetrics.check"))
     try:
         flat = dict(metrics)
         taken = routing.take(prefix, flat, hooks.wanted)
@@ -300,10 +300,11 @@ def _exported(prefix: str, metrics: dict[str, Any], mapper: Any) -> set[str]:
         routing.deliver(taken, hooks, prefix, tee, 1)
         hooks.log_metrics(tee, 1, prefix)
         data = reader.get_metrics_data()
+        # Gauges are no SDK instrument: their points are the session's tables.
+        names = {spec.name for spec, points in session.gauge_points() if points}
     finally:
         registry.release()
         provider.shutdown()
-    names: set[str] = set()
     for resource in data.resource_metrics if data is not None else ():
         for scope in resource.scope_metrics:
             names.update(m.name for m in scope.metrics if list(m.data.data_points))
