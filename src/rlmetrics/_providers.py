@@ -134,14 +134,18 @@ class _GaugeProducer:
     """
 
     def __init__(self, resource: Resource) -> None:
-        self._points: GaugePoints = list  # no session yet: no gauges
-        self._scope = InstrumentationScope("rlmetrics")
+        # What to read and the scope to export it in, replaced whole (a collection may run
+        # on the exporter's thread meanwhile); no session yet, no gauges.
+        self._source: tuple[GaugePoints, InstrumentationScope] = (
+            list,
+            InstrumentationScope("rlmetrics"),
+        )
         self._resource = resource
         # As the SDK and _views read it.
         self._exemplars = os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER") == "always_on"
 
     def read(self, points: GaugePoints, scope: InstrumentationScope) -> None:
-        self._points, self._scope = points, scope
+        self._source = (points, scope)
 
     def install(self, reader: MetricReader) -> None:
         collect = getattr(reader, "_collect", None)
@@ -155,14 +159,16 @@ class _GaugeProducer:
 
         def collect_with_gauges(metric_reader: MetricReader, timeout_millis: float = 10_000) -> Any:
             # The gauges first: what a family's callback records meanwhile is collected too.
-            gauges = self._metrics()
-            return self._merged(collect(metric_reader, timeout_millis=timeout_millis), gauges)
+            points, scope = self._source
+            gauges = self._metrics(points)
+            data = collect(metric_reader, timeout_millis=timeout_millis)
+            return self._merged(data, gauges, scope)
 
         reader._collect = collect_with_gauges  # type: ignore[attr-defined]
 
-    def _metrics(self) -> list[Metric]:
+    def _metrics(self, points: GaugePoints) -> list[Metric]:
         try:
-            found = self._points()
+            found = points()
         except Exception:  # never into the exporter's thread; this collection lacks them
             warn_once("gauges:collect", "rlmetrics: the gauges could not be read for a collection")
             return []
@@ -181,18 +187,19 @@ class _GaugeProducer:
                             value=(value := last.current),
                             exemplars=[Exemplar({}, value, now)] if exemplars else [],
                         )
-                        for last in points
+                        for last in values
                     ]
                 ),
             )
-            for spec, points in found
+            for spec, values in found
         ]
 
-    def _merged(self, data: MetricsData | None, gauges: list[Metric]) -> MetricsData | None:
-        """``data`` with ``gauges`` in the rlmetrics scope of its resource's metrics."""
+    def _merged(
+        self, data: MetricsData | None, gauges: list[Metric], scope: InstrumentationScope
+    ) -> MetricsData | None:
+        """``data`` with ``gauges`` in ``scope`` of its resource's metrics."""
         if not gauges:
             return data
-        scope = self._scope
         if data is None or not data.resource_metrics:
             return MetricsData(
                 resource_metrics=[
