@@ -317,8 +317,18 @@ class SeparableCollective(ThreadCollective):
         super().__init__(shared, rank)
         self.own = own
 
-    def own_group(self) -> ThreadCollective:
-        return ThreadCollective(self.own, self.rank)
+    def own_group(self) -> OwnCollective:
+        return OwnCollective(self.own, self.rank)
+
+
+class OwnCollective(ThreadCollective):
+    """The group a merger opened: each close() is counted by rank (``own["closed"]``); it
+    raises when ``own["close_fails"]``."""
+
+    def close(self) -> None:
+        self.shared.setdefault("closed", []).append(self.rank)
+        if self.shared.get("close_fails"):
+            raise RuntimeError("already shut down")
 
 
 def _group(timeout_s: float = 30.0) -> dict[str, Any]:
@@ -481,10 +491,41 @@ def test_finish_waits_a_bounded_time_for_a_merge_that_cannot_complete(
     assert "3 logged dict(s) were still being merged across the 3 ranks" in caplog.text
     assert [r["step"] for r in read_jsonl(tmp_path / "raw.jsonl")] == [0, 1, 2]
     assert not [row for row in read_jsonl(tmp_path / "tracker.jsonl") if "metrics" in row]
+    assert "closed" not in own  # its thread is still in a collective there
     own["barrier"].abort()  # the merger's thread ends with its collective
     assert merger.handoff is not None
     merger.handoff.thread.join(10)
     assert not merger.handoff.thread.is_alive()
+
+
+@pytest.mark.parametrize("close_fails", [False, True])
+def test_finish_closes_the_group_the_merger_opened_once_and_never_the_given_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, close_fails: bool
+) -> None:
+    trainer, own = _group(), _group() | {"close_fails": close_fails}
+    given_closed: list[int] = []
+
+    class Given(SeparableCollective):
+        def close(self) -> None:
+            given_closed.append(self.rank)
+
+    def loop(rank: int) -> None:
+        merger = RankMerger(Given(trainer, rank, own), raw_path=None)
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}}, ranks=merger
+        )
+        logger.log_metrics({"n": float(rank)}, step=0)
+        logger.finish()
+        logger.finish()
+        merger.finish()
+
+    _run_loggers(loop)
+    assert sorted(own["closed"]) == list(range(WORLD))  # once per rank
+    assert given_closed == []
+    (row,) = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
+    assert row["metrics"]["n"] == 1.0
+    said = caplog.text.count("could not close the merger's own process group")
+    assert said == (1 if close_fails else 0)
 
 
 def test_a_group_of_its_own_that_cannot_be_opened_leaves_the_merge_on_the_loop_s_thread(

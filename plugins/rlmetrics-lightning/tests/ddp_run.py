@@ -61,6 +61,10 @@ def main() -> None:
     )
     trainer.fit(Ranked(), data)
     logger.finish()
+    # Lightning destroys the default group at exit only when it is NCCL's; a gloo group left to
+    # the interpreter's exit can abort the process (torch's "terminate called without an
+    # active exception"), as torch's docs warn.
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

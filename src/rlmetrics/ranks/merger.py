@@ -110,7 +110,8 @@ class SeparableCollective(Collective, Protocol):
     every rank at once): the merger's thread merges there, apart from the trainer's."""
 
     def own_group(self) -> Collective:
-        """The same ranks on a new group (a collective call itself)."""
+        """The same ranks on a new group (a collective call itself). The merger owns it: its
+        ``close()``, when it has one, is called once the merger's thread is done."""
 
 
 class _Job:
@@ -317,6 +318,8 @@ class RankMerger:
         self.exchanges = {"packed": 0, "objects": 0}
         #: The merger's thread, once a Logger binds a background merger.
         self.handoff: Handoff | None = None
+        #: The group bind() opened for that thread, until finish() closes it.
+        self._own: Collective | None = None
         self._deliver: Callable[[dict[str, Any], int, str, str | None], None] | None = None
         #: Dicts logged that were not merged because the merger's thread was behind
         #: (``max_pending``) or not done when the Logger finished.
@@ -340,7 +343,7 @@ class RankMerger:
         if not self.background or self.handoff is not None or deliver is None or own_group is None:
             return
         try:
-            self.collective = own_group()
+            self.collective = self._own = own_group()
         except Exception as exc:
             warn_once(
                 "ranks:own-group",
@@ -381,6 +384,28 @@ class RankMerger:
             with self._rows_lock:
                 self._rows_closed = True
                 self._rows.finish()
+        self._close_own_group()
+
+    def _close_own_group(self) -> None:
+        """Close the group bind() opened, once the merger's thread has ended: a gloo group
+        left to the interpreter's exit has its threads torn down after Python's, which can
+        abort the process ("terminate called without an active exception"). A thread still
+        in a collective (a drain that timed out, said there) keeps its group."""
+        own, handoff = self._own, self.handoff
+        if own is None or handoff is None or handoff.thread.is_alive():
+            return
+        self._own = None
+        close = getattr(own, "close", None)
+        if close is None:
+            return
+        try:
+            close()
+        except Exception as exc:
+            warn_once(
+                "ranks:close",
+                f"rlmetrics: rank {self.rank} could not close the merger's own process group "
+                f"({type(exc).__name__}: {exc})",
+            )
 
     # -- one step ---------------------------------------------------------------------
 

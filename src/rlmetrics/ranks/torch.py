@@ -8,11 +8,14 @@ ends a collective with the process group's own timeout (``init_process_group(tim
 
 :meth:`TorchCollective.own_group` opens the merger's own gloo group over the same ranks, with
 the same timeout: the merger's thread gathers there, never interleaved with the trainer's
-collectives on its groups, and on CPU even when the trainer's group is NCCL's.
+collectives on its groups, and on CPU even when the trainer's group is NCCL's. The merger
+destroys that group when its Logger finishes (:meth:`TorchCollective.close`); the groups it
+was given are the trainer's.
 """
 
 from __future__ import annotations
 
+import contextlib
 from array import array
 from datetime import timedelta
 from typing import Any
@@ -44,6 +47,8 @@ class TorchCollective:
             if backend == "nccl"
             else torch.device("cpu")
         )
+        #: Whether own_group() opened this group (then close() destroys it).
+        self.owned = False
         self._width = -1
         self._output: Any = None
         #: The gathered rows on the host: ``self._output`` itself on CPU (a tensor over this
@@ -82,7 +87,20 @@ class TorchCollective:
             timeout=self.timeout(),
             use_local_synchronization=not whole,
         )
-        return TorchCollective(group)
+        own = TorchCollective(group)
+        own.owned = True
+        return own
+
+    def close(self) -> None:
+        """Destroy this group when :meth:`own_group` opened it (a local call; its gloo
+        threads end now, not at the interpreter's exit). One destroyed already, by the
+        trainer's ``destroy_process_group()``, is left."""
+        if not self.owned:
+            return
+        self.owned = False
+        # ValueError "Invalid process group specified": destroyed already.
+        with contextlib.suppress(ValueError):
+            self._dist.destroy_process_group(self.group)
 
     def all_gather(self, row: list[float]) -> list[list[float]]:
         torch = self._torch

@@ -114,6 +114,15 @@ def busy(rank: int, folder: Path, group: object) -> None:
     )
 
 
+def _registered(group: object) -> bool:
+    """Whether torch.distributed still holds ``group`` (destroy_process_group forgets it)."""
+    try:
+        dist.get_process_group_ranks(group)  # type: ignore[arg-type]
+    except KeyError:
+        return False
+    return True
+
+
 def main() -> None:
     scenario, folder = sys.argv[1], Path(sys.argv[2])
     rank = int(os.environ["RANK"])
@@ -171,6 +180,7 @@ def main() -> None:
                 del metrics["grad_norm"]  # a key one rank leaves out once
             logger.log_metrics(metrics, step=step, prefix="train")
         logger.finish()
+        own_group_left = _registered(merger.collective.group)
         found = [
             {"name": p.name, "attributes": p.attributes, "value": p.value}
             for p in points(reader)
@@ -178,7 +188,14 @@ def main() -> None:
         ]
     (folder / f"result{rank}.json").write_text(
         json.dumps(
-            {"points": found, "exchanges": merger.exchanges, "broken": merger.broken}, default=str
+            {
+                "points": found,
+                "exchanges": merger.exchanges,
+                "broken": merger.broken,
+                "own_group_left": own_group_left,
+                "given_group_left": _registered(group),
+            },
+            default=str,
         )
     )
     if merger.broken is None:

@@ -190,6 +190,17 @@ def test_the_slow_rank_is_named_by_the_straggler_series(kinds: Path) -> None:
         assert other["points"] == []
 
 
+def test_finish_destroys_the_group_the_merger_opened_and_leaves_the_given_one(
+    kinds: Path,
+) -> None:
+    # A gloo group left to the interpreter's exit can abort the process ("terminate called
+    # without an active exception"): its worker threads are torn down after Python is.
+    for rank in range(WORLD):
+        result = json.loads((kinds / f"result{rank}.json").read_text())
+        assert result["own_group_left"] is False, rank
+        assert result["given_group_left"] is True, rank
+
+
 def test_the_nan_on_one_rank_is_said_once(kinds: Path) -> None:
     out = (kinds / "out0.txt").read_text()
     assert out.count("rank 2 logged 'loss' as a value that is not finite") == 1
