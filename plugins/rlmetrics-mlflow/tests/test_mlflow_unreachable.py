@@ -1,41 +1,54 @@
 """A tracking server that cannot be reached costs ``Logger()`` the backend's
 ``connect_timeout_s``, never MLflow's own retries (125 s against a black hole, 251 s against a
 refused port with MLflow's defaults): the backend is skipped, named once, and the loop goes on
-with the others. Both servers are real sockets on 127.0.0.1."""
+with the others. Both servers are real sockets on 127.0.0.1.
+
+Each case runs in a process of its own: the connection the backend gave up on goes on with
+MLflow's retries on its thread for minutes, logging urllib3's "Retrying" warnings, which
+would land in whatever test runs next in this process; the child's exit ends them."""
 
 from __future__ import annotations
 
-import logging
-import socket
-import threading
+import json
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rlmetrics_mlflow.backend import DEFAULT_CONNECT_TIMEOUT_S, _is_local
 
-import rlmetrics
-from rlmetrics.backends.jsonl import read_jsonl
-from rlmetrics.testing import BlackHole
-
 #: A Logger() still constructing after this is stuck (a liveness bound, not a timed assert:
 #: MLflow's own retries would hold it for minutes).
 STUCK_S = 90.0
+#: The child's whole life: importing MLflow on a busy two-core host, then the case.
+CHILD_S = STUCK_S + 120.0
+
+_CASE = """
+import json, logging, socket, sys, threading
+from pathlib import Path
+
+import rlmetrics
+from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.testing import BlackHole
+from rlmetrics_mlflow.backend import DEFAULT_CONNECT_TIMEOUT_S
+
+server, path, stuck_s = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+records = []
 
 
-def _refused_port() -> int:
-    """A port on 127.0.0.1 nothing listens on: bound, then closed."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(record)
 
 
-def _log_through(uri: str, options: dict[str, Any], path: Path) -> rlmetrics.Logger:
-    """Build a Logger with MLflow at ``uri`` and JSONL, log a step and finish, on a thread;
-    the Logger, once that is done within :data:`STUCK_S`."""
-    done: list[rlmetrics.Logger] = []
+logging.getLogger("rlmetrics").addHandler(Keep(logging.WARNING))
 
-    def run() -> None:
+
+def log_through(uri, options):
+    # On a thread, so a Logger() stuck past stuck_s is reported, not waited for.
+    done = []
+
+    def run():
         logger = rlmetrics.Logger(
             backends={"mlflow": {"tracking_uri": uri, **options}, "jsonl": {"path": path}}
         )
@@ -45,31 +58,58 @@ def _log_through(uri: str, options: dict[str, Any], path: Path) -> rlmetrics.Log
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    thread.join(STUCK_S)
-    assert done, f"Logger() with an unreachable MLflow server was still stuck after {STUCK_S} s"
-    return done[0]
+    thread.join(stuck_s)
+    return done[0] if done else None
+
+
+connected = None
+if server == "black-hole":
+    with BlackHole() as hole:  # the default bound: the documented one holds
+        logger = log_through(hole.endpoint, {})
+        connected = hole.connected.is_set()
+    uri, bound = hole.endpoint, DEFAULT_CONNECT_TIMEOUT_S
+else:
+    with socket.socket() as sock:  # a port nothing listens on: bound, then closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    uri, bound = f"http://127.0.0.1:{port}", 1.0
+    logger = log_through(uri, {"connect_timeout_s": bound})
+print(json.dumps({
+    "stuck": logger is None,
+    "backends": sorted(logger.backends) if logger is not None else None,
+    "connected": connected,
+    "uri": uri,
+    "bound": bound,
+    "said": [r.getMessage() for r in records],
+    "tracebacks": sum(r.exc_info is not None for r in records),
+    "rows": [(r["step"], r["metrics"]) for r in read_jsonl(path)] if path.exists() else [],
+}))
+"""
 
 
 @pytest.mark.parametrize("server", ["refused", "black-hole"])
 def test_an_unreachable_tracking_server_costs_the_logger_its_bound_only(
-    server: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    server: str, tmp_path: Path
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
-        if server == "black-hole":
-            with BlackHole() as hole:  # the default bound: the documented one holds
-                logger = _log_through(hole.endpoint, {}, tmp_path / "m.jsonl")
-                assert hole.connected.is_set()
-            uri, bound = hole.endpoint, DEFAULT_CONNECT_TIMEOUT_S
-        else:
-            uri, bound = f"http://127.0.0.1:{_refused_port()}", 1.0
-            logger = _log_through(uri, {"connect_timeout_s": bound}, tmp_path / "m.jsonl")
-    assert "mlflow" not in logger.backends and "jsonl" in logger.backends
-    said = [r.getMessage() for r in caplog.records if "'mlflow'" in r.getMessage()]
-    assert len(said) == 1, said
-    assert uri in said[0] and f"within {bound:.1f} s" in said[0] and "skipped" in said[0]
-    assert all(r.exc_info is None for r in caplog.records)
-    rows = list(read_jsonl(tmp_path / "m.jsonl"))
-    assert [(r["step"], r["metrics"]) for r in rows] == [(1, {"loss": 1.0})]
+    child = subprocess.run(
+        [sys.executable, "-c", _CASE, server, str(tmp_path / "m.jsonl"), str(STUCK_S)],
+        capture_output=True,
+        text=True,
+        timeout=CHILD_S,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    out = json.loads(child.stdout.splitlines()[-1])
+    assert not out["stuck"], f"Logger() was still stuck after {STUCK_S} s: {child.stderr}"
+    assert "mlflow" not in out["backends"] and "jsonl" in out["backends"]
+    if server == "black-hole":
+        assert out["connected"]
+        assert out["bound"] == DEFAULT_CONNECT_TIMEOUT_S
+    said = [message for message in out["said"] if "'mlflow'" in message]
+    assert len(said) == 1, out["said"]
+    assert out["uri"] in said[0] and f"within {out['bound']:.1f} s" in said[0]
+    assert "skipped" in said[0]
+    assert out["tracebacks"] == 0
+    assert out["rows"] == [[1, {"loss": 1.0}]]
 
 
 def test_the_default_bound_is_the_documented_one() -> None:
