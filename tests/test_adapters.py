@@ -23,7 +23,7 @@ import pytest
 import rlmetrics
 from rlmetrics.adapters import AdapterLogger, guarded
 from rlmetrics.backends.jsonl import read_jsonl
-from rlmetrics.testing import in_memory_telemetry
+from rlmetrics.testing import in_memory_telemetry, own_records
 from rlmetrics.testing.trainers import Recorder, recorder
 
 __all__ = ["recorder"]
@@ -90,7 +90,7 @@ def test_finish_is_once_and_the_adapter_then_drops_and_says_so(caplog: Any) -> N
     (run,) = Recorder.made  # no second run under the same id, left running
     assert run.finished == 1 and len(run.rows) == 1
     assert logs.finished and logs.logger is None
-    said = [r.getMessage() for r in caplog.records if r.name.startswith("rlmetrics")]
+    said = [r.getMessage() for r in own_records(caplog.records)]
     assert len(said) == 1 and "toy was called after its Logger was finished" in said[0]
 
 

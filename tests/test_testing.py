@@ -1,10 +1,13 @@
 """rlmetrics.testing's peers (a metrics endpoint, a black hole), read back over real sockets,
 and its bounded wait; an OTLP receiver fed by the real exporter; the state isolation every
-test runs in, and the hypothesis profile every test folder loads."""
+test runs in, the hypothesis profile every test folder loads, and the capture of what
+rlmetrics said apart from what the libraries around it said."""
 
 from __future__ import annotations
 
+import logging
 import socket
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -20,10 +23,12 @@ from rlmetrics.testing import (
     BlackHole,
     ExpositionServer,
     OtlpReceiver,
+    captured_log,
     in_memory_telemetry,
     in_memory_tracing,
     isolated_state,
     load_hypothesis_profile,
+    own_records,
     points,
     reset_process_state,
     single,
@@ -250,3 +255,45 @@ def test_every_test_folder_loads_the_profile() -> None:
         if "\nload_hypothesis_profile()\n" not in (folder / "conftest.py").read_text()
     ]
     assert missing == []
+
+
+# -- rlmetrics.testing.logs ---------------------------------------------------------------------
+
+
+def test_own_records_are_rlmetrics_loggers_and_their_children_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        for name in ("rlmetrics", "urllib3.connectionpool", "rlmetrics.providers", "rlmetricsx"):
+            logging.getLogger(name).warning("from %s", name)
+    assert [r.getMessage() for r in own_records(caplog.records)] == [
+        "from rlmetrics",
+        "from rlmetrics.providers",
+    ]
+
+
+def test_captured_log_takes_every_thread_and_level_and_restores_the_logger() -> None:
+    logger = logging.getLogger("rlmetrics")
+    before = logger.level
+    with captured_log() as log:
+        worker = threading.Thread(target=lambda: rlmetrics.warn_once("t", "from a thread"))
+        worker.start()
+        log.wait_for("from a thread")
+        worker.join()
+        logging.getLogger("rlmetrics.sub").debug("a debug line")
+        logging.getLogger("urllib3").warning("not ours")
+    assert [(r.levelno, r.getMessage()) for r in log.records] == [
+        (logging.WARNING, "from a thread"),
+        (logging.DEBUG, "a debug line"),
+    ]
+    assert log.matching("debug", logging.DEBUG) and not log.matching("debug", logging.WARNING)
+    assert logger.level == before and not [
+        h for h in logger.handlers if type(h).__module__ == "rlmetrics.testing.logs"
+    ]
+
+
+def test_a_wait_for_a_line_never_said_fails_naming_what_was_said() -> None:
+    with captured_log() as log:
+        logging.getLogger("rlmetrics").info("something else")
+        with pytest.raises(AssertionError, match="waiting for 1 log records containing 'never'"):
+            log.wait_for("never", timeout_s=0.05)

@@ -13,7 +13,7 @@ from rlmetrics import warn_once
 from rlmetrics._warn import INFORMATIONAL, informational
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.plugins import register
-from rlmetrics.testing import in_memory_telemetry
+from rlmetrics.testing import in_memory_telemetry, own_records
 
 
 def test_first_warning_has_a_traceback_then_debug(caplog: Any) -> None:
@@ -24,11 +24,7 @@ def test_first_warning_has_a_traceback_then_debug(caplog: Any) -> None:
             except ValueError:
                 warn_once("sink", "sink failed")
         warn_once("other", "other failed")
-    records = [
-        (r.levelno, r.getMessage(), bool(r.exc_info))
-        for r in caplog.records
-        if r.name == "rlmetrics"
-    ]
+    records = [(r.levelno, r.getMessage(), bool(r.exc_info)) for r in own_records(caplog.records)]
     assert records == [
         (logging.WARNING, "sink failed", True),
         (logging.DEBUG, "sink failed", True),
@@ -68,11 +64,7 @@ def test_an_expected_condition_is_one_line_and_its_traceback_is_at_debug(caplog:
                 raise OSError(28, "No space left on device")
             except OSError:
                 warn_once("disk", "disk full: free some space", expected=True)
-    records = [
-        (r.levelno, r.getMessage(), bool(r.exc_info))
-        for r in caplog.records
-        if r.name == "rlmetrics"
-    ]
+    records = [(r.levelno, r.getMessage(), bool(r.exc_info)) for r in own_records(caplog.records)]
     assert records == [
         (logging.WARNING, "disk full: free some space", False),
         (logging.DEBUG, "disk full: free some space", True),

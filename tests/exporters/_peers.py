@@ -1,5 +1,6 @@
-"""Real peers for the exporter tests: a Prometheus server and a log capture (the OTLP receiver
-is :class:`rlmetrics.testing.OtlpReceiver`), plus the series every exporter test declares and
+"""Real peers for the exporter tests: a Prometheus server (the OTLP receiver is
+:class:`rlmetrics.testing.OtlpReceiver`, the log capture
+:func:`rlmetrics.testing.captured_log`), plus the series every exporter test declares and
 records.
 
 The server listens on 127.0.0.1 only. Every wait polls with a deadline; nothing sleeps a fixed time
@@ -9,11 +10,8 @@ hoping something happened.
 from __future__ import annotations
 
 import json
-import logging
 import socket
 import subprocess
-import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -49,57 +47,6 @@ def free_port() -> int:
 def wait_until(predicate: Callable[[], Any], timeout_s: float = WAIT_S, what: str = "") -> Any:
     """:func:`rlmetrics.testing.wait_until` with these tests' bound."""
     return testing.wait_until(predicate, timeout_s, what)
-
-
-# -- log capture ------------------------------------------------------------------------------
-
-
-class WarnOnceLog:
-    """The ``rlmetrics`` logger's records, captured from every thread, with a way to wait."""
-
-    def __init__(self) -> None:
-        self.records: list[logging.LogRecord] = []
-        self._cond = threading.Condition()
-
-    def add(self, record: logging.LogRecord) -> None:
-        with self._cond:
-            self.records.append(record)
-            self._cond.notify_all()
-
-    def matching(self, text: str, level: int | None = None) -> list[logging.LogRecord]:
-        with self._cond:
-            records = list(self.records)
-        return [
-            r for r in records if text in r.getMessage() and (level is None or r.levelno == level)
-        ]
-
-    def wait_for(self, text: str, count: int = 1, timeout_s: float = WAIT_S) -> None:
-        """Wait until at least ``count`` records (any level) contain ``text``."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while len(self.matching(text)) < count:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(
-                        f"timed out after {timeout_s:.1f} s waiting for {count} log records "
-                        f"containing {text!r}; got {[r.getMessage() for r in self.records]}"
-                    )
-                self._cond.wait(min(remaining, 0.5))
-
-    def wait_for_any(self, timeout_s: float) -> None:
-        """Return when a new record arrives or after ``timeout_s``, whichever is first."""
-        with self._cond:
-            seen = len(self.records)
-            self._cond.wait_for(lambda: len(self.records) > seen, timeout=timeout_s)
-
-
-class _ListHandler(logging.Handler):
-    def __init__(self, log: WarnOnceLog) -> None:
-        super().__init__(logging.DEBUG)
-        self.log = log
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.log.add(record)
 
 
 # -- Prometheus server ------------------------------------------------------------------------

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 import pytest
 
 import rlmetrics
-from rlmetrics.testing import BlackHole, OtlpReceiver
-
-from ._peers import (
-    WarnOnceLog,
-    _ListHandler,
-)
+from rlmetrics.testing import BlackHole, CapturedLog, OtlpReceiver, captured_log
 
 
 def _stop_telemetry() -> None:
@@ -58,16 +52,7 @@ def blackhole() -> Iterator[BlackHole]:
 
 
 @pytest.fixture
-def rlmetrics_log() -> Iterator[WarnOnceLog]:
+def rlmetrics_log() -> Iterator[CapturedLog]:
     """Everything the ``rlmetrics`` logger emits during the test, DEBUG included."""
-    log = WarnOnceLog()
-    handler = _ListHandler(log)
-    logger = logging.getLogger("rlmetrics")
-    saved = logger.level
-    logger.setLevel(logging.DEBUG)
-    logger.addHandler(handler)
-    try:
+    with captured_log() as log:
         yield log
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved)

@@ -23,7 +23,7 @@ import pytest
 import rlmetrics
 from rlmetrics.exporters import otlp
 from rlmetrics.plugins import register
-from rlmetrics.testing import BlackHole, OtlpReceiver
+from rlmetrics.testing import BlackHole, CapturedLog, OtlpReceiver
 
 from ._peers import (
     COUNTER,
@@ -32,7 +32,6 @@ from ._peers import (
     INTERVAL_S,
     UP_DOWN,
     WAIT_S,
-    WarnOnceLog,
     declare_test_series,
     record_test_series,
     wait_until,
@@ -141,7 +140,7 @@ def test_log_metrics_never_waits_for_an_export_in_flight(
 
 
 def test_a_dead_collector_is_reported_once_and_a_returning_one_gets_later_points(
-    default_timeout: None, dead_endpoint: OtlpReceiver, rlmetrics_log: WarnOnceLog
+    default_timeout: None, dead_endpoint: OtlpReceiver, rlmetrics_log: CapturedLog
 ) -> None:
     unavailable = _failed(dead_endpoint, "UNAVAILABLE")
     declare_test_series()
@@ -207,7 +206,7 @@ def test_shutdown_returns_within_its_bound_with_a_dead_collector(
     default_timeout: None,
     monkeypatch: pytest.MonkeyPatch,
     dead_endpoint: OtlpReceiver,
-    rlmetrics_log: WarnOnceLog,
+    rlmetrics_log: CapturedLog,
 ) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -276,7 +275,7 @@ def test_shutdown_at_its_default_bound_when_the_collector_never_answers(
 
 
 def test_receiver_restart_mid_run(
-    default_timeout: None, otlp_receiver: OtlpReceiver, rlmetrics_log: WarnOnceLog
+    default_timeout: None, otlp_receiver: OtlpReceiver, rlmetrics_log: CapturedLog
 ) -> None:
     unavailable = _failed(otlp_receiver, "UNAVAILABLE")
     declare_test_series()
@@ -305,7 +304,7 @@ def test_receiver_restart_mid_run(
 def test_receiver_that_answers_with_an_error(
     default_timeout: None,
     otlp_receiver: OtlpReceiver,
-    rlmetrics_log: WarnOnceLog,
+    rlmetrics_log: CapturedLog,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -338,7 +337,7 @@ def test_receiver_that_answers_with_an_error(
 def test_an_exporter_that_raises_is_reported_once_and_contained(
     monkeypatch: pytest.MonkeyPatch,
     otlp_receiver: OtlpReceiver,
-    rlmetrics_log: WarnOnceLog,
+    rlmetrics_log: CapturedLog,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 import rlmetrics
-from rlmetrics.testing import BlackHole, OtlpHttpReceiver
+from rlmetrics.testing import BlackHole, CapturedLog, OtlpHttpReceiver
 
 from ._peers import (
     COUNTER,
@@ -20,7 +20,6 @@ from ._peers import (
     HISTOGRAM,
     INTERVAL_S,
     UP_DOWN,
-    WarnOnceLog,
     declare_test_series,
     record_test_series,
 )
@@ -108,7 +107,7 @@ def test_metrics_and_spans_arrive_over_http(
 
 @pytest.mark.parametrize("peer", ["dead", "black-hole"])
 def test_a_dead_or_silent_endpoint_is_bounded_at_shutdown_and_said_once(
-    peer: str, rlmetrics_log: WarnOnceLog
+    peer: str, rlmetrics_log: CapturedLog
 ) -> None:
     if peer == "dead":
         dead = OtlpHttpReceiver().start()
@@ -141,7 +140,7 @@ def test_a_dead_or_silent_endpoint_is_bounded_at_shutdown_and_said_once(
 
 
 def test_a_refusing_receiver_is_one_warning(
-    receiver: OtlpHttpReceiver, rlmetrics_log: WarnOnceLog
+    receiver: OtlpHttpReceiver, rlmetrics_log: CapturedLog
 ) -> None:
     receiver.reject_with = 400
     declare_test_series()

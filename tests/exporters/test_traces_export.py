@@ -20,10 +20,10 @@ import pytest
 import rlmetrics
 from rlmetrics.events import CheckpointSave
 from rlmetrics.exporters.otlp_file import encode_line, read_spans, span_attributes
-from rlmetrics.testing import OtlpReceiver, in_memory_tracing
+from rlmetrics.testing import CapturedLog, OtlpReceiver, in_memory_tracing
 from rlmetrics.testing.peers import OtlpSpan
 
-from ._peers import INTERVAL_S, WAIT_S, WarnOnceLog
+from ._peers import INTERVAL_S, WAIT_S
 
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 
@@ -102,7 +102,7 @@ def test_spans_and_metrics_of_one_run_reach_one_collector(otlp_receiver: OtlpRec
 
 
 def test_a_dead_collector_never_holds_the_loop_or_shutdown_past_its_bound(
-    dead_endpoint: OtlpReceiver, rlmetrics_log: WarnOnceLog, monkeypatch: pytest.MonkeyPatch
+    dead_endpoint: OtlpReceiver, rlmetrics_log: CapturedLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
@@ -121,7 +121,7 @@ def test_a_dead_collector_never_holds_the_loop_or_shutdown_past_its_bound(
 
 
 def test_a_collector_that_refuses_spans_is_reported_once(
-    otlp_receiver: OtlpReceiver, rlmetrics_log: WarnOnceLog, monkeypatch: pytest.MonkeyPatch
+    otlp_receiver: OtlpReceiver, rlmetrics_log: CapturedLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A deadline a busy machine cannot miss: a span export that ran past the default 3 s was
     # reported as a second cause (DEADLINE_EXCEEDED) beside the refusal this test is about.

@@ -36,7 +36,7 @@ from rlmetrics_ray.monitor import HostMemoryMonitor
 from rlmetrics_ray.nvml import NvmlGpus, visible_indices
 
 import rlmetrics
-from rlmetrics.testing import BlackHole, in_memory_telemetry, isolated_state, points
+from rlmetrics.testing import BlackHole, in_memory_telemetry, isolated_state, own_records, points
 
 MiB, GiB = 2**20, 2**30
 H100 = "NVIDIA H100 80GB HBM3"
@@ -406,7 +406,7 @@ def test_no_driver_or_no_gpu_is_no_series_and_one_info_line(
     read = NvmlGpus(nvml, environ={})
     with caplog.at_level(logging.DEBUG, logger="rlmetrics"):
         assert read() == () and read() == ()
-    said = [r.levelno for r in caplog.records if r.name.startswith("rlmetrics")]
+    said = [r.levelno for r in own_records(caplog.records)]
     assert said == [logging.INFO]
     assert read.unavailable is not None
 

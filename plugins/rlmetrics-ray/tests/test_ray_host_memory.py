@@ -25,7 +25,13 @@ from rlmetrics_ray.nodes import loopback_metrics_url
 from rlmetrics_ray.nvml import no_nvidia_driver
 
 import rlmetrics
-from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, isolated_state, points
+from rlmetrics.testing import (
+    OtlpReceiver,
+    in_memory_telemetry,
+    isolated_state,
+    own_records,
+    points,
+)
 
 GiB = 1024**3
 RAY_INSTALLED = importlib.util.find_spec("ray") is not None
@@ -309,7 +315,7 @@ def test_a_bad_environment_value_warns_once_and_uses_the_default(
         assert settings().interval_s == 10.0
     # rlmetrics' records only: another library's thread (one an earlier test left retrying)
     # may log meanwhile.
-    messages = [r.getMessage() for r in caplog.records if r.name.startswith("rlmetrics")]
+    messages = [r.getMessage() for r in own_records(caplog.records)]
     assert len(messages) == 1 and INTERVAL_ENV in messages[0] and value not in messages[0]
 
 

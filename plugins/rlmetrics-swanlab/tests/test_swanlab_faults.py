@@ -19,7 +19,7 @@ from rlmetrics_swanlab.backend import MIN_FREE_BYTES
 from swanlab_helpers import scalars
 
 import rlmetrics
-from rlmetrics.testing import in_memory_telemetry, points, wait_until
+from rlmetrics.testing import in_memory_telemetry, own_records, points, wait_until
 from rlmetrics.testing.disks import MountRefused, small_tmpfs
 
 ROWS = 40
@@ -73,6 +73,6 @@ def test_rows_swanlab_cannot_write_are_counted_and_it_stops_trying(
     (first,) = [r.getMessage() for r in caplog.records if "failed to log a step" in r.getMessage()]
     assert "BackendUnavailable" in first and "nothing more" in first
     assert ("is gone" if how == "deleted" else "bytes free") in first
-    assert all(r.exc_info is None for r in caplog.records if r.name.startswith("rlmetrics"))
+    assert all(r.exc_info is None for r in own_records(caplog.records))
     assert f"{ROWS - 10} of {ROWS} rows failed to write" in caplog.text
     assert "did not finish within" not in caplog.text

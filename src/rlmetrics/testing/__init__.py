@@ -4,7 +4,8 @@
 copy of the registry; ``points(reader)`` collects once and flattens what was exported into
 plain :class:`Point` records to assert on. :mod:`rlmetrics.testing.peers` holds real peers on
 127.0.0.1: a metrics endpoint for a family that scrapes one, a peer that never answers, an OTLP
-receiver. Plugin test suites (and demo parts) use these too.
+receiver. :mod:`rlmetrics.testing.logs` tells what rlmetrics said from what the libraries
+around it said. Plugin test suites (and demo parts) use these too.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .._process_state import reset_process_state, resets_process_state
 from ..telemetry import Telemetry, current, start
 from ..tracing._state import reset as reset_tracing
 from .children import run_to_exit
+from .logs import CapturedLog, captured_log, own_records
 from .peers import BlackHole, ExpositionServer, OtlpHttpReceiver, OtlpPoint, OtlpReceiver
 from .traces import SpanRecord, in_memory_tracing, span_records
 
@@ -29,17 +31,20 @@ __all__ = [
     "FUZZ_PROFILE_ENV",
     "HYPOTHESIS_PROFILE_ENV",
     "BlackHole",
+    "CapturedLog",
     "ExpositionServer",
     "OtlpPoint",
     "OtlpHttpReceiver",
     "OtlpReceiver",
     "Point",
     "SpanRecord",
+    "captured_log",
     "data_points",
     "in_memory_telemetry",
     "in_memory_tracing",
     "isolated_state",
     "load_hypothesis_profile",
+    "own_records",
     "points",
     "reset_process_state",
     "run_to_exit",
