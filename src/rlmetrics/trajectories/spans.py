@@ -208,8 +208,8 @@ def _turn_ns(turn: Turn) -> int:
     return total
 
 
-def _times(t: Trajectory, now_ns: int) -> tuple[int, int, list[int], list[int]]:
-    """Where ``t`` starts and ends, and how long each turn and each reward of its own lasts."""
+def _times(t: Trajectory, now_ns: int) -> tuple[int, int, list[int]]:
+    """Where ``t`` starts and ends, and how long each of its turns lasts."""
     if t.end_ns is not None:
         t1 = t.end_ns
     elif t.end_time_s is not None:
@@ -217,27 +217,30 @@ def _times(t: Trajectory, now_ns: int) -> tuple[int, int, list[int], list[int]]:
     else:
         t1 = now_ns
     turn_ns = [_turn_ns(turn) for turn in t.turns]
-    reward_ns = [_ns(r.latency_s) for r in t.rewards]
-    if t.start_ns is not None:
-        t0 = t.start_ns
-    else:
-        t0 = t1 - max(_ns(t.latency_s), sum(turn_ns) + sum(reward_ns))
-    return t0, t1, turn_ns, reward_ns
+    t0 = t.start_ns if t.start_ns is not None else t1 - _laid_back_ns(t, sum(turn_ns))
+    return t0, t1, turn_ns
+
+
+def _laid_back_ns(t: Trajectory, turns_ns: int) -> int:
+    """How long a record's trajectory lasted, given its turns' time: its ``latency_s``, or
+    its turns' and own rewards' time when that is longer (its span holds them all)."""
+    spent = turns_ns
+    for r in t.rewards:
+        spent += _ns(r.latency_s)
+    return max(_ns(t.latency_s), spent)
 
 
 def duration_s(t: Trajectory) -> float:
     """How long ``t`` lasted: its span's duration (the metric's value, so the two agree)."""
     if t.start_ns is not None:  # measured (the live form): as _times places it
-        t0, t1, _, _ = _times(t, 0)
+        t0, t1, _ = _times(t, 0)
         return (t1 - t0) / _NS
-    # A record's: laid back from its end, so the end itself cancels out (what _times
-    # computes, without its lists).
+    # A record's: laid back from its end, so the end itself cancels out (without the list
+    # of turns' times _times keeps for the spans).
     spent = 0
     for turn in t.turns:
         spent += _turn_ns(turn)
-    for r in t.rewards:
-        spent += _ns(r.latency_s)
-    return max(_ns(t.latency_s), spent) / _NS
+    return _laid_back_ns(t, spent) / _NS
 
 
 def trajectory_attributes(t: Trajectory, step: int | None) -> dict[str, Any]:
@@ -278,7 +281,7 @@ def emit(binding: Binding, t: Trajectory, step: int | None, parent: Any, now_ns:
     """Start and end the spans of ``t`` under ``parent`` (an OpenTelemetry context); returns
     the context holding the trajectory's span (for exemplars)."""
     start, into = binding.tracer.start_span, binding.set_span_in_context
-    t0, t1, turn_ns, _ = _times(t, now_ns)
+    t0, t1, turn_ns = _times(t, now_ns)
     name = INVOKE_AGENT if t.agent is None else f"{INVOKE_AGENT} {t.agent}"
     span = start(name, parent, attributes=trajectory_attributes(t, step), start_time=t0)
     inside = into(span, parent)
