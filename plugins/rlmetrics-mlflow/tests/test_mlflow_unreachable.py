@@ -29,19 +29,10 @@ from pathlib import Path
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
-from rlmetrics.testing import BlackHole
+from rlmetrics.testing import BlackHole, captured_log
 from rlmetrics_mlflow.backend import DEFAULT_CONNECT_TIMEOUT_S
 
 server, path, stuck_s = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
-records = []
-
-
-class Keep(logging.Handler):
-    def emit(self, record):
-        records.append(record)
-
-
-logging.getLogger("rlmetrics").addHandler(Keep(logging.WARNING))
 
 
 def log_through(uri, options):
@@ -62,26 +53,28 @@ def log_through(uri, options):
     return done[0] if done else None
 
 
-connected = None
-if server == "black-hole":
-    with BlackHole() as hole:  # the default bound: the documented one holds
-        logger = log_through(hole.endpoint, {})
-        connected = hole.connected.is_set()
-    uri, bound = hole.endpoint, DEFAULT_CONNECT_TIMEOUT_S
-else:
-    with socket.socket() as sock:  # a port nothing listens on: bound, then closed
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    uri, bound = f"http://127.0.0.1:{port}", 1.0
-    logger = log_through(uri, {"connect_timeout_s": bound})
+with captured_log() as log:  # every thread's records, rlmetrics' only
+    connected = None
+    if server == "black-hole":
+        with BlackHole() as hole:  # the default bound: the documented one holds
+            logger = log_through(hole.endpoint, {})
+            connected = hole.connected.is_set()
+        uri, bound = hole.endpoint, DEFAULT_CONNECT_TIMEOUT_S
+    else:
+        with socket.socket() as sock:  # a port nothing listens on: bound, then closed
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        uri, bound = f"http://127.0.0.1:{port}", 1.0
+        logger = log_through(uri, {"connect_timeout_s": bound})
+warnings = [r for r in log.records if r.levelno >= logging.WARNING]
 print(json.dumps({
     "stuck": logger is None,
     "backends": sorted(logger.backends) if logger is not None else None,
     "connected": connected,
     "uri": uri,
     "bound": bound,
-    "said": [r.getMessage() for r in records],
-    "tracebacks": sum(r.exc_info is not None for r in records),
+    "said": [r.getMessage() for r in warnings],
+    "tracebacks": sum(r.exc_info is not None for r in warnings),
     "rows": [(r["step"], r["metrics"]) for r in read_jsonl(path)] if path.exists() else [],
 }))
 """
