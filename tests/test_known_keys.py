@@ -21,7 +21,7 @@ from rlmetrics.configuration import ConfigurationError
 from rlmetrics.keymaps import KeyMap, KeyRule, resolve_key_map
 from rlmetrics.known_keys import KeyChecker, Vocabulary, declare_keys, unknown_in_rows
 from rlmetrics.registry import LateDeclarationError, default_registry
-from rlmetrics.testing import in_memory_telemetry, isolated_state
+from rlmetrics.testing import captured_log, in_memory_telemetry, isolated_state
 
 TRL_RUN = Path(__file__).parent / "tools" / "runs" / "trl-grpo.jsonl"
 _SAID = "Logger(unknown_keys="
@@ -284,31 +284,23 @@ def test_check_run_lists_what_the_logger_said(
 
     with isolated_state(), tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "m.jsonl"
-        handler = _Collect()
-        logging.getLogger("rlmetrics").addHandler(handler)
-        try:
-            with rlmetrics.Logger(
+        with (
+            captured_log() as log,
+            rlmetrics.Logger(
                 backends={"jsonl": {"path": path}},
                 unknown_keys="warn",
                 key_map="trl" if trl else None,
-            ) as logger:
-                for step, (prefix, metrics) in enumerate(rows):
-                    logger.log_metrics(metrics, step=step, prefix=prefix)
-        finally:
-            logging.getLogger("rlmetrics").removeHandler(handler)
+            ) as logger,
+        ):
+            for step, (prefix, metrics) in enumerate(rows):
+                logger.log_metrics(metrics, step=step, prefix=prefix)
+        said = [
+            r.getMessage().removeprefix("rlmetrics: ").split(". " + _SAID)[0]
+            for r in log.records
+            if r.levelno >= logging.WARNING and _SAID in r.getMessage()
+        ]
         listed = unknown_in_rows(read_jsonl(path), resolve_key_map("trl") if trl else None)
-        assert handler.said == [u.message() for u in listed]
-
-
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.said: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if _SAID in text:
-            self.said.append(text.removeprefix("rlmetrics: ").split(". " + _SAID)[0])
+        assert said == [u.message() for u in listed]
 
 
 def test_check_run_prints_and_writes_the_loggers_findings(
