@@ -214,6 +214,8 @@ def test_any_configuration_arrives_exactly_where_the_tracker_can_take_it(
 
     @settings(max_examples=_EXAMPLES)
     @given(config=_configs)
+    # A negative infinity, nested: SwanLab wrote it as "Inf" (its otel144 run found this).
+    @example(config={"a": {"b": {"w": -math.inf}, "c": [-math.inf, math.inf]}})
     def log(config: dict[str, Any]) -> None:
         params = {f"ex{len(logged)}": to_hyperparams(config, _OFF)}
         logged.append(params)

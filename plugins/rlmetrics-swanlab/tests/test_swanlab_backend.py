@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 from pathlib import Path
@@ -76,6 +77,23 @@ def test_a_repeated_step_is_said_once(
     # SwanLab itself keeps the first value of a key at a step.
     assert scalars(backend.run_dir, "train/loss") == [(4, 1.0)]
     assert caplog.text.count("logged twice at step 4") == 1
+
+
+def test_a_negative_infinity_in_the_configuration_keeps_its_sign(
+    swanlab_config: dict[str, Any],
+) -> None:
+    # SwanLab writes every infinite float as "Inf": -inf read back as +Inf (CI's otel144
+    # property run found it, nested two levels down).
+    backend = SwanLabBackend(**swanlab_config)
+    backend.log_hyperparams(
+        {"floor": -math.inf, "ceiling": math.inf, "m": {"w": [-math.inf, 1.0], "n": math.nan}}
+    )
+    backend.finish()
+    assert config(backend.run_dir) == {
+        "floor": "-Inf",
+        "ceiling": "Inf",
+        "m": {"w": ["-Inf", 1.0], "n": "NaN"},
+    }
 
 
 def test_an_int_past_floats_range_is_skipped_and_the_rest_lands(

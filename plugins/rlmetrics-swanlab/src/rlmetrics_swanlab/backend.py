@@ -10,6 +10,10 @@ for a key at a step it already has is dropped by SwanLab, so the backend says so
 * ``None`` → skipped silently; lists and any other value → skipped, one warning per kind (SwanLab
   has no histogram of a plain list; the JSONL backend keeps them).
 
+The configuration goes to the run's config as logged, but for ``-inf``, given as the text
+``"-Inf"``: SwanLab writes every infinite float as ``"Inf"`` (``inf`` and NaN are left to it,
+``"Inf"`` and ``"NaN"``).
+
 SwanLab writes a run's records and media later, on a thread of its own, and a write it cannot
 make is never seen by its caller: on a full disk it retries each media folder for seconds and
 logs tracebacks, and a deleted run folder is written into a file no longer on disk. So before
@@ -21,6 +25,7 @@ backend hands SwanLab nothing more.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -213,7 +218,7 @@ class SwanLabBackend:
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """The configuration, nested as logged, into the run's config; what its config.yaml
         would read back otherwise is said once."""
-        config = dict(params)
+        config = _signed_infinities(dict(params))
         self.run.config.update(config)
         altered = altered_by_config_yaml(config)
         if altered:
@@ -239,6 +244,19 @@ class SwanLabBackend:
         self._finished = True
         if self._owns_run:
             self.run.finish()
+
+
+def _signed_infinities(value: Any) -> Any:
+    """``value`` (a plain configuration) with each ``-inf`` as the text ``"-Inf"``: SwanLab
+    writes every infinite float as ``"Inf"``, so the sign would be lost. The rest is left to
+    SwanLab (``inf`` as ``"Inf"``, NaN as ``"NaN"``)."""
+    if type(value) is float:
+        return "-Inf" if value == -math.inf else value
+    if isinstance(value, Mapping):
+        return {k: _signed_infinities(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_signed_infinities(v) for v in value]
+    return value
 
 
 def altered_by_config_yaml(config: Mapping[str, Any]) -> list[str]:
