@@ -218,7 +218,7 @@ class SwanLabBackend:
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """The configuration, nested as logged, into the run's config; what its config.yaml
         would read back otherwise is said once."""
-        config = _signed_infinities(dict(params))
+        config = _signed_infinities(params)
         self.run.config.update(config)
         altered = altered_by_config_yaml(config)
         if altered:
