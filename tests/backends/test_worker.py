@@ -429,7 +429,11 @@ print("ready", flush=True)
 if sys.argv[1] == "finish":
     logger.finish(timeout_s=120)
 else:
-    threading.Event().wait()  # still training
+    # Still training: a loop runs Python, so the handler runs at its next instruction. One
+    # untimed wait would not do: SIGTERM taken by another thread (the stalled tracker's)
+    # never wakes a main thread blocked forever, and the handler would never run.
+    while True:
+        threading.Event().wait(0.05)
 """
 
 
@@ -452,8 +456,9 @@ def test_sigterm_with_a_handler_that_exits_says_which_rows_were_not_written(
         try:
             _out, err = child.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            # A fresh-clone CI run once saw this exit take over 60 s, and no rerun here did:
-            # the child's threads, as they stand, say where it waits if it happens again.
+            # Fresh-clone CI runs saw this twice; the second dump showed the "training"
+            # child's main thread still in one untimed wait (the signal taken by another
+            # thread), which the child no longer makes. The threads say where, if it recurs.
             child.send_signal(signal.SIGUSR1)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.communicate(timeout=5)  # the dump is written meanwhile; nothing is lost
