@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from . import _waiting
 from . import hooks as _hooks
 from . import liveness as _liveness
 from . import plugins as _plugins
@@ -85,7 +86,7 @@ class StallWatch:
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
+            _waiting.join(thread, timeout_s)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):

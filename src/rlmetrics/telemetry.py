@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from . import _waiting
 from . import tracing as _tracing
 from ._fork import reset_in_child
 from ._version import __version__
@@ -242,7 +243,7 @@ def _bounded(actions: Sequence[Callable[[], Any]], timeout_s: float, what: str) 
         worker.start()
     deadline = time.monotonic() + timeout_s
     for worker in workers:
-        worker.join(max(0.0, deadline - time.monotonic()))
+        _waiting.join(worker, deadline - time.monotonic())
     if any(worker.is_alive() for worker in workers):
         message = (
             f"rlmetrics: telemetry {what} did not finish within {timeout_s:.1f} s (collector "

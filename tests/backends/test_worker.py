@@ -401,13 +401,34 @@ def test_stalled_backends_share_one_finish_deadline(caplog: Any) -> None:
 # -- exit paths: what a queued backend had not written is said, however Python exits ----------
 
 _EXITING = """
-import faulthandler, logging, signal, sys, threading
+import faulthandler, logging, signal, sys, threading, time
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where a stuck exit is
 import rlmetrics
 from rlmetrics.plugins import register
 
+finishing = threading.Event()
+
+def main_thread_waits_in_finish():
+    # Whether the main thread is, within a minute, blocked in a wait inside Logger.finish().
+    for _ in range(6000):
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        if "finish" in names and names[0] in ("wait", "join", "_wait_for_tstate_lock", "put"):
+            return True
+        time.sleep(0.01)
+    return False
+
 class Stalling:
     def log_metrics(self, metrics, step, prefix):
+        if sys.argv[1] == "finish, the signal on the tracker's thread":
+            # The kernel may hand a process's SIGTERM to any thread; here, for certain, to
+            # this one, once the main thread waits in finish().
+            finishing.wait()
+            if main_thread_waits_in_finish():
+                signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
         threading.Event().wait()  # a tracker whose server hangs
 
     def finish(self):
@@ -426,8 +447,9 @@ logger = rlmetrics.Logger(backends={"stalling": {}}, queue_size=100)
 for step in range(10):
     logger.log_metrics({"loss": 1.0}, step=step)
 print("ready", flush=True)
-if sys.argv[1] == "finish":
-    logger.finish(timeout_s=120)
+if sys.argv[1].startswith("finish"):
+    finishing.set()
+    logger.finish(timeout_s=600)
 else:
     # Still training: a loop runs Python, so the handler runs at its next instruction. One
     # untimed wait would not do: SIGTERM taken by another thread (the stalled tracker's)
@@ -437,13 +459,18 @@ else:
 """
 
 
-@pytest.mark.parametrize("during", ["finish", "training"])
+@pytest.mark.parametrize(
+    "during", ["finish", "finish, the signal on the tracker's thread", "training"]
+)
 def test_sigterm_with_a_handler_that_exits_says_which_rows_were_not_written(
     during: str,
 ) -> None:
     """A real process and a real SIGTERM, while ``finish()`` waits for a stalled tracker or
     while the loop is still training: the exit path (the handler's ``SystemExit`` through
-    ``finish()``, or the interpreter's exit) says how many rows the tracker never wrote."""
+    ``finish()``, or the interpreter's exit) says how many rows the tracker never wrote. The
+    kernel may hand the signal to any thread; taken by the stalled tracker's, it only sets
+    CPython's flag, so the handler runs when the main thread next runs Python: ``finish()``
+    must not sit out its whole bound (600 s here) in one wait."""
     child = subprocess.Popen(
         [sys.executable, "-c", _EXITING, during],
         stdout=subprocess.PIPE,
@@ -452,7 +479,8 @@ def test_sigterm_with_a_handler_that_exits_says_which_rows_were_not_written(
     )
     try:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
-        child.send_signal(signal.SIGTERM)
+        if "tracker's thread" not in during:  # there the child's tracker signals itself
+            child.send_signal(signal.SIGTERM)
         try:
             _out, err = child.communicate(timeout=60)
         except subprocess.TimeoutExpired:

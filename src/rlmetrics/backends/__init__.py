@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from .. import _waiting
 from .._warn import describe_value, warn_once
 from ..events import STEP_KEY, WALL_TIME_KEY
 from ..hooks import collect_offers
@@ -193,7 +194,7 @@ def start_within(
                 abandon(result)
 
     threading.Thread(target=run, name="rlmetrics-backend-start", daemon=True).start()
-    finished.wait(timeout_s)
+    _waiting.wait(finished, timeout_s)
     with lock:
         if "error" in outcome:
             raise outcome["error"]

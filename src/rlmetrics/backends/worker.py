@@ -37,6 +37,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from .. import _waiting
 from .._process_state import resets_process_state
 from .._warn import describe_value, logger, warn_once
 from ..flatten import key_text
@@ -383,8 +384,8 @@ class BackendWorker:
             if exiting[0] < deadline:
                 deadline, timeout_s = exiting
         with contextlib.suppress(queue.Full):  # a full queue: the join below reports it
-            self._queue.put(_FINISH, timeout=max(0.0, deadline - time.monotonic()))
-        self._thread.join(max(0.0, deadline - time.monotonic()))
+            _waiting.put(self._queue, _FINISH, deadline - time.monotonic())
+        _waiting.join(self._thread, deadline - time.monotonic())
         lost = _lost(self.rows, self.failed, self.dropped)
         self._said = True
         if self._thread.is_alive():

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .. import hookimpl
+from .. import _waiting, hookimpl
 from .._warn import describe_value, warn_once
 from ..events import (
     CheckpointOutcome,
@@ -346,7 +346,7 @@ class ThroughputSampler:
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
+            _waiting.join(thread, timeout_s)
 
     def __enter__(self) -> ThroughputSampler:
         return self.start()
