@@ -10,12 +10,13 @@ is told so (:meth:`Handoff.put` returns False) rather than blocked or left growi
 
 from __future__ import annotations
 
-import itertools
 import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from .. import _waiting
 
 __all__ = ["DEFAULT_FULL_WAIT_S", "DEFAULT_MAX_PENDING", "Handoff"]
 
@@ -42,9 +43,11 @@ class Handoff:
         self._work = work
         self.max_pending = max_pending
         self.full_wait_s = full_wait_s
-        # SimpleQueue: a put in C, no lock taken in Python on the loop's thread.
+        # SimpleQueue: a put in C; the loop's thread takes no Condition, only the count's lock.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._put = itertools.count(1)  # next() is atomic: loggers on several threads
+        # Loggers on several threads put: a count taken (an atomic next()) and stored apart
+        # could be stored out of order, leaving ``pending`` one short while a job waits.
+        self._counting = threading.Lock()
         self._handed = 0
         self._done = 0
         self._changed = threading.Condition()
@@ -66,14 +69,17 @@ class Handoff:
         if self._queue.qsize() >= self.max_pending:
             wait_s = 0.0 if self._gave_up else self.full_wait_s
             with self._changed:
-                room = self._changed.wait_for(
-                    lambda: self._queue.qsize() < self.max_pending or self.closed, wait_s
+                room = _waiting.wait_for(
+                    self._changed,
+                    lambda: self._queue.qsize() < self.max_pending or self.closed,
+                    wait_s,
                 )
             if not room or self.closed:
                 self._gave_up = True
                 return False
         self._gave_up = False
-        self._handed = next(self._put)
+        with self._counting:
+            self._handed += 1
         self._queue.put(job)
         return True
 
@@ -95,13 +101,13 @@ class Handoff:
                 left.append(job)
         self._queue.put(_STOP)
         if not left and self.pending <= 0:
-            self.thread.join(max(deadline - time.monotonic(), 0.0) + 1.0)
+            _waiting.join(self.thread, max(deadline - time.monotonic(), 0.0) + 1.0)
         return left
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait at most ``timeout_s`` until every job handed over is done; whether it is."""
         with self._changed:
-            return self._changed.wait_for(lambda: self.pending <= 0, max(timeout_s, 0.0))
+            return _waiting.wait_for(self._changed, lambda: self.pending <= 0, timeout_s)
 
     def _run(self) -> None:
         while True:
