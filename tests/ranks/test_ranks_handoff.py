@@ -57,3 +57,38 @@ def test_a_job_that_raises_does_not_stop_the_thread() -> None:
         handoff.put(job)
     assert handoff.drain(10.0) == []
     assert done == [0, 2]
+
+
+def test_pending_counts_every_job_when_two_threads_store_their_counts_out_of_order() -> None:
+    """Loggers on two threads: the first draws its number, the second draws, stores and
+    queues before the first stores. ``pending`` still counts both jobs. White box: the
+    interleaving is forced through the count the puts draw from (``_count``), the one place
+    it can be, since it is a race of two bytecodes."""
+    gate = threading.Event()
+    handoff = Handoff(lambda job: gate.wait(30), "t4")
+    drawn, stored = threading.Event(), threading.Event()
+    count = handoff._count
+
+    class HeldAfterDrawing:
+        """The first thread's draw, held until the second thread's put is done."""
+
+        def __next__(self) -> int:
+            number = next(count)
+            if threading.current_thread().name == "first":
+                drawn.set()
+                stored.wait(30)
+            return number
+
+    handoff._count = HeldAfterDrawing()  # type: ignore[assignment]
+    first = threading.Thread(target=handoff.put, args=("a",), name="first")
+    try:
+        first.start()
+        assert drawn.wait(30)
+        assert handoff.put("b")  # draws 2, stores it and queues, while the first holds 1
+        stored.set()
+        first.join(30)
+        assert handoff.pending == 2
+    finally:
+        stored.set()
+        gate.set()
+        handoff.drain(10.0)
