@@ -62,7 +62,7 @@ def put(into: queue.Queue[Any], item: Any, timeout_s: float) -> None:
 
     def taken(slice_s: float) -> bool:
         try:
-            into.put(item, timeout=slice_s) if slice_s > 0 else into.put_nowait(item)
+            into.put(item, timeout=slice_s)
         except queue.Full:
             return False
         return True
