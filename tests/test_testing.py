@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import rlmetrics
-from rlmetrics import _process_state, testing
+from rlmetrics import _process_state, _waiting, testing
 from rlmetrics.testing import (
     HYPOTHESIS_PROFILE_ENV,
     BlackHole,
@@ -28,6 +28,7 @@ from rlmetrics.testing import (
     in_memory_tracing,
     isolated_state,
     load_hypothesis_profile,
+    main_thread_blocked_in,
     own_records,
     points,
     reset_process_state,
@@ -297,3 +298,19 @@ def test_a_wait_for_a_line_never_said_fails_naming_what_was_said() -> None:
         logging.getLogger("rlmetrics").info("something else")
         with pytest.raises(AssertionError, match="waiting for 1 log records containing 'never'"):
             log.wait_for("never", timeout_s=0.05)
+
+
+def test_main_thread_blocked_in_sees_the_wait_a_function_makes_and_no_other() -> None:
+    """Seen from another thread while the main thread joins it through ``_waiting.join``: in
+    that call, blocked in threading's wait; never in ``_waiting.wait``, which it did not call."""
+    assert threading.current_thread() is threading.main_thread()
+    elsewhere: list[bool] = []
+
+    def look() -> None:
+        wait_until(lambda: main_thread_blocked_in(_waiting.join), 30, "the main thread's join")
+        elsewhere.append(main_thread_blocked_in(_waiting.wait))
+
+    looking = threading.Thread(target=look)
+    looking.start()
+    assert _waiting.join(looking, 60)
+    assert elsewhere == [False]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import queue
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 from rlmetrics import _waiting
+from rlmetrics.testing import main_thread_blocked_in, wait_until
 
 #: Every wait below would block this long if its handler waited for its end. A handler run
 #: within a slice comes in well under half of it on the busiest machine: told apart by a
@@ -34,27 +34,11 @@ class Handled(Exception):
     """What the test's signal handler raises in the main thread."""
 
 
-def _main_thread_waits_in(function: str) -> bool:
-    """Whether the main thread is blocked inside ``_waiting.<function>`` (bounded poll)."""
-    main, code = threading.main_thread().ident, getattr(_waiting, function).__code__
-    for _ in range(6000):
-        top = frame = sys._current_frames().get(main)
-        codes = []
-        while frame is not None:
-            codes.append(frame.f_code)
-            frame = frame.f_back
-        # Inside it, and in the blocking call it makes (threading's or queue's), not its own.
-        if code in codes and top is not None and top.f_code.co_filename != _waiting.__file__:
-            return True
-        time.sleep(0.01)
-    return False
-
-
 @pytest.fixture
-def signalled_elsewhere() -> Iterator[Callable[[str], None]]:
-    """Arm: once the main thread waits in ``_waiting.<function>``, a thread of the test's
-    sends SIGUSR2 to itself, as the kernel may hand a process's signal to any thread; the
-    main thread's handler raises :class:`Handled`."""
+def signalled_elsewhere() -> Iterator[Callable[[Callable[..., Any]], None]]:
+    """Arm: once the main thread waits in ``function`` (one of ``_waiting``'s), a thread of
+    the test's sends SIGUSR2 to itself, as the kernel may hand a process's signal to any
+    thread; the main thread's handler raises :class:`Handled`."""
     assert threading.current_thread() is threading.main_thread()
 
     def handler(*_: Any) -> None:
@@ -63,10 +47,10 @@ def signalled_elsewhere() -> Iterator[Callable[[str], None]]:
     previous = signal.signal(signal.SIGUSR2, handler)
     threads: list[threading.Thread] = []
 
-    def arm(function: str) -> None:
+    def arm(function: Callable[..., Any]) -> None:
         def signal_self() -> None:
-            if _main_thread_waits_in(function):
-                signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)
+            wait_until(lambda: main_thread_blocked_in(function), 60, function.__name__)
+            signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)
 
         thread = threading.Thread(target=signal_self, daemon=True)
         thread.start()
@@ -81,12 +65,12 @@ def signalled_elsewhere() -> Iterator[Callable[[str], None]]:
 
 
 def test_join_runs_a_signal_handler_while_it_waits(
-    signalled_elsewhere: Callable[[str], None],
+    signalled_elsewhere: Callable[[Callable[..., Any]], None],
 ) -> None:
     never = threading.Event()
     worker = threading.Thread(target=never.wait, daemon=True)
     worker.start()
-    signalled_elsewhere("join")
+    signalled_elsewhere(_waiting.join)
     try:
         _interrupted(lambda: _waiting.join(worker, FOREVER_S))
     finally:
@@ -94,27 +78,27 @@ def test_join_runs_a_signal_handler_while_it_waits(
 
 
 def test_wait_runs_a_signal_handler_while_it_waits(
-    signalled_elsewhere: Callable[[str], None],
+    signalled_elsewhere: Callable[[Callable[..., Any]], None],
 ) -> None:
-    signalled_elsewhere("wait")
+    signalled_elsewhere(_waiting.wait)
     _interrupted(lambda: _waiting.wait(threading.Event(), FOREVER_S))
 
 
 def test_wait_for_runs_a_signal_handler_while_it_waits(
-    signalled_elsewhere: Callable[[str], None],
+    signalled_elsewhere: Callable[[Callable[..., Any]], None],
 ) -> None:
     condition = threading.Condition()
-    signalled_elsewhere("wait_for")
+    signalled_elsewhere(_waiting.wait_for)
     with condition:
         _interrupted(lambda: _waiting.wait_for(condition, lambda: False, FOREVER_S))
 
 
 def test_put_runs_a_signal_handler_while_it_waits(
-    signalled_elsewhere: Callable[[str], None],
+    signalled_elsewhere: Callable[[Callable[..., Any]], None],
 ) -> None:
     full: queue.Queue[int] = queue.Queue(maxsize=1)
     full.put(1)
-    signalled_elsewhere("put")
+    signalled_elsewhere(_waiting.put)
     _interrupted(lambda: _waiting.put(full, 2, FOREVER_S))
 
 

@@ -401,25 +401,14 @@ def test_stalled_backends_share_one_finish_deadline(caplog: Any) -> None:
 # -- exit paths: what a queued backend had not written is said, however Python exits ----------
 
 _EXITING = """
-import faulthandler, logging, signal, sys, threading, time
+import faulthandler, logging, signal, sys, threading
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where a stuck exit is
 import rlmetrics
+from rlmetrics.backends.worker import BackendWorker
 from rlmetrics.plugins import register
+from rlmetrics.testing import main_thread_blocked_in, wait_until
 
 finishing = threading.Event()
-
-def main_thread_waits_in_finish():
-    # Whether the main thread is, within a minute, blocked in a wait inside Logger.finish().
-    for _ in range(6000):
-        frame = sys._current_frames().get(threading.main_thread().ident)
-        names = []
-        while frame is not None:
-            names.append(frame.f_code.co_name)
-            frame = frame.f_back
-        if "finish" in names and names[0] in ("wait", "join", "_wait_for_tstate_lock", "put"):
-            return True
-        time.sleep(0.01)
-    return False
 
 class Stalling:
     def log_metrics(self, metrics, step, prefix):
@@ -427,8 +416,8 @@ class Stalling:
             # The kernel may hand a process's SIGTERM to any thread; here, for certain, to
             # this one, once the main thread waits in finish().
             finishing.wait()
-            if main_thread_waits_in_finish():
-                signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+            wait_until(lambda: main_thread_blocked_in(BackendWorker.finish), 60, "finish()")
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
         threading.Event().wait()  # a tracker whose server hangs
 
     def finish(self):

@@ -22,7 +22,7 @@ from .. import _warn, plugins, registry
 from .._process_state import reset_process_state, resets_process_state
 from ..telemetry import Telemetry, current, start
 from ..tracing._state import reset as reset_tracing
-from .children import run_to_exit
+from .children import main_thread_blocked_in, run_to_exit
 from .logs import CapturedLog, captured_log, own_records
 from .peers import BlackHole, ExpositionServer, OtlpHttpReceiver, OtlpPoint, OtlpReceiver
 from .traces import SpanRecord, in_memory_tracing, span_records
@@ -44,6 +44,7 @@ __all__ = [
     "in_memory_tracing",
     "isolated_state",
     "load_hypothesis_profile",
+    "main_thread_blocked_in",
     "own_records",
     "points",
     "reset_process_state",

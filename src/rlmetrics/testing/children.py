@@ -1,14 +1,17 @@
 """Real child processes for the exit-path tests: a tiny script run to its exit, optionally
-stopped by a SIGTERM the way a scheduler stops a job."""
+stopped by a SIGTERM the way a scheduler stops a job; and where a process's main thread waits,
+for a test that sends a signal another thread takes."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["READY", "run_to_exit"]
+__all__ = ["READY", "main_thread_blocked_in", "run_to_exit"]
 
 #: The line a child prints when it is ready for its SIGTERM.
 READY = "ready"
@@ -48,3 +51,19 @@ def run_to_exit(
             child.kill()
             child.wait()
     return child.returncode, err
+
+
+def main_thread_blocked_in(function: Callable[..., Any]) -> bool:
+    """Whether this process's main thread is inside a call ``function`` made: a frame running
+    ``function`` on its stack, a frame of another file on top (a lock's wait, a join), not
+    ``function``'s own code. Poll it with :func:`~rlmetrics.testing.wait_until` before
+    sending a signal that is to arrive while the main thread waits."""
+    code, main = function.__code__, threading.main_thread().ident
+    frame = None if main is None else sys._current_frames().get(main)  # the one way to see it
+    if frame is None or frame.f_code.co_filename == code.co_filename:
+        return False
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
