@@ -5,7 +5,8 @@ copy of the registry; ``points(reader)`` collects once and flattens what was exp
 plain :class:`Point` records to assert on. :mod:`rlmetrics.testing.peers` holds real peers on
 127.0.0.1: a metrics endpoint for a family that scrapes one, a peer that never answers, an OTLP
 receiver. :mod:`rlmetrics.testing.logs` tells what rlmetrics said from what the libraries
-around it said. Plugin test suites (and demo parts) use these too.
+around it said; :mod:`rlmetrics.testing.unanswered` starts a tracker whose server never
+answers. Plugin test suites (and demo parts) use these too.
 """
 
 from __future__ import annotations

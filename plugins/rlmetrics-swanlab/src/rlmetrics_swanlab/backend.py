@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,15 +34,25 @@ from typing import Any
 import swanlab
 
 from rlmetrics import as_plain, as_real, warn_once
-from rlmetrics.backends import BackendUnavailable, StepAxis, full_key
+from rlmetrics.backends import BackendUnavailable, StepAxis, full_key, start_within
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs
 from rlmetrics.samples import columns_of
 
-__all__ = ["MIN_FREE_BYTES", "REFUSED_ID_CHARACTERS", "SwanLabBackend", "altered_by_config_yaml"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "MIN_FREE_BYTES",
+    "REFUSED_ID_CHARACTERS",
+    "SwanLabBackend",
+    "altered_by_config_yaml",
+]
 
 #: Free space the run folder's disk must have for the backend to hand SwanLab another row.
 MIN_FREE_BYTES = 1 << 20
+
+#: How long an online start may take by default (``connect_timeout_s``): SwanLab's login
+#: alone may wait 20 s a try on a slow route.
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
 
 #: What SwanLab refuses in a run id (its settings' pattern, besides control characters).
 REFUSED_ID_CHARACTERS = '<>:"/\\|?*#%'
@@ -74,25 +83,29 @@ def _sample_text(row: Mapping[str, Any], columns: Sequence[str]) -> Any:
     return swanlab.Text(body, caption=None if reward is None else f"reward {reward}")
 
 
-def _init_off_the_main_thread(kwargs: Mapping[str, Any]) -> Any:
+def _start_off_the_main_thread(kwargs: Mapping[str, Any], connect_timeout_s: float) -> Any:
     """``swanlab.init(**kwargs)`` on a thread of its own. Started on the main thread, a SwanLab
     run takes over SIGINT (Ctrl-C would end the run, not the training loop's own handling)
     and can then only be finished on the main thread, while this backend finishes it on its
-    queue's thread. Started elsewhere it does neither."""
-    done: dict[str, Any] = {}
+    queue's thread. Started elsewhere it does neither.
 
-    def init() -> None:
-        try:
-            done["run"] = swanlab.init(**kwargs)
-        except BaseException as exc:  # handed to the caller below
-            done["error"] = exc
+    An online start (logging in, creating or resuming the run) is waited for at most
+    ``connect_timeout_s``: against a server that never answers SwanLab's own timeouts and
+    retries hold it for over a minute. Offline it is work on this disk, waited for whole."""
+    mode = kwargs.get("mode") or swanlab.Settings().mode
+    if mode != "online":
+        return start_within(lambda: swanlab.init(**kwargs), math.inf, "SwanLab")
+    return start_within(
+        lambda: swanlab.init(**kwargs),
+        connect_timeout_s,
+        f"the SwanLab server at {swanlab.Settings().api_host}",
+        abandon=_end_abandoned_run,
+    )
 
-    thread = threading.Thread(target=init, name="rlmetrics-swanlab-init", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in done:
-        raise done["error"]
-    return done["run"]
+
+def _end_abandoned_run(run: Any) -> None:
+    """A run started after its backend gave up on the server: nothing will log to it."""
+    run.finish(state="crashed", error="rlmetrics gave up waiting for SwanLab's start")
 
 
 class SwanLabBackend:
@@ -109,6 +122,9 @@ class SwanLabBackend:
     :param identity: the run (given by the Logger): its id is the SwanLab run id, and a
         resumed run passes ``resume="allow"``.
     :param run: an already started SwanLab run to log into; the backend never finishes it.
+    :param connect_timeout_s: how long an online start (logging in, creating or resuming the
+        run) may take; past it :class:`~rlmetrics.backends.BackendUnavailable` (the Logger
+        skips the backend in one line and goes on with the others).
     """
 
     def __init__(
@@ -126,6 +142,7 @@ class SwanLabBackend:
         init_kwargs: Mapping[str, Any] | None = None,
         identity: RunIdentity | None = None,
         run: Any = None,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
         self._finished = False
         self._broken: str | None = None
@@ -152,8 +169,14 @@ class SwanLabBackend:
         kwargs = tracker_init_kwargs(
             named, identity, REFUSED_ID_CHARACTERS, init_kwargs, folder="log_dir"
         )
+        if "id" in kwargs:
+            # Online, SwanLab refuses an id under its default resume="never"; "allow" creates
+            # the run under this id, or continues it (offline it changes nothing).
+            kwargs.setdefault("resume", "allow")
         try:
-            self.run = _init_off_the_main_thread(kwargs)
+            self.run = _start_off_the_main_thread(kwargs, connect_timeout_s)
+        except BackendUnavailable:
+            raise  # a condition of the world, said in one line by the Logger
         except Exception as exc:
             shown = {k: v for k, v in kwargs.items() if k != "config"}
             raise RuntimeError(f"rlmetrics-swanlab: swanlab.init({shown}) failed: {exc}") from exc

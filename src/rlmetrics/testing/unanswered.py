@@ -1,0 +1,69 @@
+"""A tracker whose server does not answer, met as a training script meets it.
+
+:func:`start_beside_jsonl` runs in a test's child process (the start a backend gave up on goes
+on with the tracker's own retries on its thread, logging into whatever runs next): a Logger with
+the tracker and a JSONL file, one row, ``finish()``, on a thread so a ``Logger()`` still stuck
+past a liveness bound is reported instead of waited for. It returns what came of it as plain
+values, for the child to print as JSON; :func:`check_skipped_in_one_line` is the parent's
+reading of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .logs import captured_log
+
+__all__ = ["check_skipped_in_one_line", "start_beside_jsonl"]
+
+
+def start_beside_jsonl(
+    backend: str, options: Mapping[str, Any], path: Path, stuck_s: float
+) -> dict[str, Any]:
+    """``Logger(backends={backend: options, "jsonl": {"path": path}})``, one row at step 1
+    (``train/loss`` 1.0) and ``finish()``; as JSON-ready values: whether ``Logger()`` was still
+    stuck after ``stuck_s`` (``stuck``), the backends it started, what rlmetrics said at
+    WARNING or above (``said``) and with how many tracebacks, and the rows in the file."""
+    from ..backends.jsonl import read_jsonl
+    from ..logger import Logger
+
+    done: list[Logger] = []
+
+    def run() -> None:
+        logger = Logger(backends={backend: dict(options), "jsonl": {"path": path}})
+        logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+        logger.finish()
+        done.append(logger)
+
+    with captured_log() as log:  # every thread's records, rlmetrics' only
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(stuck_s)
+    warnings = [r for r in log.records if r.levelno >= logging.WARNING]
+    return {
+        "stuck": not done,
+        "backends": sorted(done[0].backends) if done else None,
+        "said": [r.getMessage() for r in warnings],
+        "tracebacks": sum(r.exc_info is not None for r in warnings),
+        "rows": [[r["step"], r["metrics"]] for r in read_jsonl(path)] if path.exists() else [],
+    }
+
+
+def check_skipped_in_one_line(
+    outcome: Mapping[str, Any], backend: str, where: str, bound_s: float
+) -> None:
+    """Assert that the :func:`start_beside_jsonl` ``outcome`` is a ``backend`` skipped after
+    its bound of ``bound_s``: ``Logger()`` was not stuck, one line without a traceback names
+    the backend, ``where`` it reached and the bound, and the row reached the JSONL file."""
+    assert not outcome["stuck"], "Logger() was still stuck past the liveness bound"
+    assert backend not in outcome["backends"] and "jsonl" in outcome["backends"]
+    said = [message for message in outcome["said"] if f"'{backend}'" in message]
+    assert len(said) == 1, outcome["said"]
+    assert where in said[0] and f"within {bound_s:.1f} s" in said[0], said[0]
+    assert "skipped" in said[0]
+    assert outcome["tracebacks"] == 0
+    assert outcome["rows"] == [[1, {"loss": 1.0}]]
