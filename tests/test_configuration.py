@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
-from rlmetrics.configuration import _env_value, configured
+from rlmetrics.configuration import (
+    TEXT,
+    ConfigurationError,
+    _env_value,
+    check_options,
+    configured,
+    declare_options,
+)
 
 
 @pytest.fixture
@@ -281,3 +288,24 @@ def test_the_config_command_shows_and_checks_it(
     monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PTH", "x")
     assert main(["config"]) == 2
     assert "has no option 'pth'" in capsys.readouterr().err
+
+
+@declare_options(url=TEXT, timeout_s=TEXT)
+def _takes_what_it_declared(**options: Any) -> None:
+    """A tracker's factory: it takes ``**options`` so the tracker is imported only when used."""
+
+
+def _takes_anything(**options: Any) -> None:
+    """A factory that declares nothing: its names cannot be checked."""
+
+
+def test_a_factory_taking_any_keyword_takes_the_options_it_declared() -> None:
+    with pytest.raises(
+        ConfigurationError,
+        match=r"backend 'acme' has no option 'ulr' \(did you mean 'url'\?\); its options: "
+        r"url, timeout_s",
+    ):
+        check_options("backend", "acme", _takes_what_it_declared, {"ulr": "x"})
+    given = {"url": "x", "timeout_s": "1"}
+    assert check_options("backend", "acme", _takes_what_it_declared, given) == given
+    assert check_options("backend", "acme", _takes_anything, {"ulr": 1}) == {"ulr": 1}

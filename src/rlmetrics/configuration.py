@@ -188,8 +188,9 @@ def declare_options(**options: Option) -> Callable[[_Factory], _Factory]:
         @declare_options(endpoint=TEXT, timeout_s=POSITIVE_NUMBER)
         def make_exporter(export_interval_s=None, endpoint=None, timeout_s=None): ...
 
-    A factory that takes ``**options`` (a tracker passing them on) declares the ones it knows;
-    the others are passed on unchecked."""
+    A factory that takes ``**options`` (a tracker's, which imports the tracker only when a
+    Logger asks for it) takes exactly the ones it declares: declare every one, so a misspelt
+    name is refused too. One that declares none has its names unchecked."""
 
     def declare(factory: _Factory) -> _Factory:
         setattr(factory, _DECLARED, dict(options))
@@ -212,22 +213,27 @@ def suggest(name: str, choices: Iterable[str]) -> str:
 
 def option_names(factory: Callable[..., Any], provided: Iterable[str] = ()) -> list[str] | None:
     """The keyword options ``factory`` takes, without those rlmetrics itself passes
-    (``provided``); None when it takes any keyword (``**options``) or its signature cannot be
-    read, so nothing can be checked."""
+    (``provided``). A factory taking any keyword (``**options``) takes the ones it declared
+    (:func:`declare_options`); None when it declared none or its signature cannot be read, so
+    nothing can be checked."""
     try:
         parameters = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
         return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
     skip = set(provided)
-    return [
+    names = [
         p.name
         for p in parameters
         if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         and p.name not in skip
         and not p.name.startswith("_")
     ]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        declared = [name for name in declared_options(factory) if name not in skip]
+        if not declared:
+            return None
+        names += [name for name in declared if name not in names]
+    return names
 
 
 def check_options(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import rlmetrics
-from rlmetrics.configuration import TABLE, TEXT, declare_options
+from rlmetrics.configuration import POSITIVE_NUMBER, TABLE, TEXT, declare_options
 from rlmetrics.identity import RunIdentity
 
 __all__ = ["make_backend", "register_backends"]
@@ -25,6 +25,7 @@ __all__ = ["make_backend", "register_backends"]
     tags=TABLE,
     params=TABLE,
     artifact_location=TEXT,
+    connect_timeout_s=POSITIVE_NUMBER,
 )
 def make_backend(identity: RunIdentity | None = None, **config: Any) -> Any:
     """``MlflowBackend(identity=identity, **config)``, importing mlflow only now."""
