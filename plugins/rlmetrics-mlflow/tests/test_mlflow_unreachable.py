@@ -9,15 +9,12 @@ would land in whatever test runs next in this process; the child's exit ends the
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from rlmetrics_mlflow.backend import DEFAULT_CONNECT_TIMEOUT_S, _is_local
 
-from rlmetrics.testing.unanswered import check_skipped_in_one_line
+from rlmetrics.testing.unanswered import check_skipped_in_one_line, child_outcome
 
 #: A Logger() still constructing after this is stuck (a liveness bound, not a timed assert:
 #: MLflow's own retries would hold it for minutes).
@@ -54,14 +51,7 @@ print(json.dumps({**outcome, "connected": connected, "uri": uri, "bound": bound}
 def test_an_unreachable_tracking_server_costs_the_logger_its_bound_only(
     server: str, tmp_path: Path
 ) -> None:
-    child = subprocess.run(
-        [sys.executable, "-c", _CASE, server, str(tmp_path / "m.jsonl"), str(STUCK_S)],
-        capture_output=True,
-        text=True,
-        timeout=CHILD_S,
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    out = json.loads(child.stdout.splitlines()[-1])
+    out = child_outcome(_CASE, server, str(tmp_path / "m.jsonl"), str(STUCK_S), timeout_s=CHILD_S)
     if server == "black-hole":
         assert out["connected"]
     bound = DEFAULT_CONNECT_TIMEOUT_S if out["bound"] is None else out["bound"]

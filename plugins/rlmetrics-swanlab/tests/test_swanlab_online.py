@@ -17,15 +17,12 @@ retries on its thread for a minute, and could start a run into whatever test run
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from rlmetrics_swanlab.backend import DEFAULT_CONNECT_TIMEOUT_S
 
-from rlmetrics.testing.unanswered import check_skipped_in_one_line
+from rlmetrics.testing.unanswered import check_skipped_in_one_line, child_outcome
 
 #: The bound the case gives the backend.
 BOUND_S = 2.0
@@ -73,15 +70,9 @@ def test_an_unanswered_online_start_reaches_the_server_and_costs_its_bound_only(
     tmp_path: Path,
 ) -> None:
     env = {**os.environ, "SWANLAB_API_KEY": "k" * 21}
-    child = subprocess.run(
-        [sys.executable, "-c", _CASE, str(tmp_path), str(STUCK_S), str(BOUND_S)],
-        capture_output=True,
-        text=True,
-        timeout=CHILD_S,
-        env=env,
+    out = child_outcome(
+        _CASE, str(tmp_path), str(STUCK_S), str(BOUND_S), timeout_s=CHILD_S, env=env
     )
-    assert child.returncode == 0, child.stderr[-3000:]
-    out = json.loads(child.stdout.splitlines()[-1])
     # SwanLab took the run id and went on to log in: the start reached the server.
     assert out["connected"], out["said"]
     check_skipped_in_one_line(out, "swanlab", out["host"], BOUND_S)

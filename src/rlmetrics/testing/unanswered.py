@@ -4,13 +4,16 @@
 on with the tracker's own retries on its thread, logging into whatever runs next): a Logger with
 the tracker and a JSONL file, one row, ``finish()``, on a thread so a ``Logger()`` still stuck
 past a liveness bound is reported instead of waited for. It returns what came of it as plain
-values, for the child to print as JSON; :func:`check_skipped_in_one_line` is the parent's
-reading of them.
+values, for the child to print as JSON on its last line; :func:`child_outcome` runs such a
+child and reads that line, :func:`check_skipped_in_one_line` checks what it says.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +21,7 @@ from typing import Any
 
 from .logs import captured_log
 
-__all__ = ["check_skipped_in_one_line", "start_beside_jsonl"]
+__all__ = ["check_skipped_in_one_line", "child_outcome", "start_beside_jsonl"]
 
 
 def start_beside_jsonl(
@@ -51,6 +54,28 @@ def start_beside_jsonl(
         "tracebacks": sum(r.exc_info is not None for r in warnings),
         "rows": [[r["step"], r["metrics"]] for r in read_jsonl(path)] if path.exists() else [],
     }
+
+
+def child_outcome(
+    case: str,
+    *args: str,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> dict[str, Any]:
+    """``python -c case *args`` run to its end (at most ``timeout_s``), which must exit 0; the
+    JSON object on the last line of its output."""
+    child = subprocess.run(
+        [sys.executable, "-c", case, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=None if env is None else dict(env),
+        cwd=cwd,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    outcome: dict[str, Any] = json.loads(child.stdout.splitlines()[-1])
+    return outcome
 
 
 def check_skipped_in_one_line(

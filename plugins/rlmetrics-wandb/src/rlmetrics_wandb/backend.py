@@ -11,7 +11,7 @@ from typing import Any
 import wandb
 
 from rlmetrics import describe_value, resets_process_state, warn_once
-from rlmetrics.backends import as_step, full_key
+from rlmetrics.backends import BackendUnavailable, as_step, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs
 from rlmetrics.samples import columns_of
@@ -41,6 +41,37 @@ def _finish_leftover_runs() -> None:
             warn_once("wandb:reset", "rlmetrics-wandb: finishing a leftover W&B run failed")
 
 
+def _with_init_timeout(settings: Any, timeout_s: float) -> Any:
+    """``settings`` (``init_kwargs``' own: none, a dict or a ``wandb.Settings``) with W&B's
+    ``init_timeout`` set to ``timeout_s``, unless they set it themselves (``init_kwargs`` win
+    over the named options)."""
+    if settings is None:
+        return {"init_timeout": timeout_s}
+    if isinstance(settings, Mapping):
+        return {"init_timeout": timeout_s, **settings}
+    if "init_timeout" in getattr(settings, "model_fields_set", ()):
+        return settings
+    return settings.model_copy(update={"init_timeout": timeout_s})
+
+
+def _init_timeout(settings: Any) -> float:
+    """The ``init_timeout`` a ``wandb.init`` given ``settings`` waits: theirs, else W&B's."""
+    if isinstance(settings, Mapping) and "init_timeout" in settings:
+        return float(settings["init_timeout"])
+    if settings is not None and "init_timeout" in getattr(settings, "model_fields_set", ()):
+        return float(settings.init_timeout)
+    return float(wandb.Settings().init_timeout)
+
+
+def _server() -> str:
+    """The W&B server a run starts against: ``WANDB_BASE_URL``, else W&B's default."""
+    return os.environ.get("WANDB_BASE_URL") or str(wandb.Settings().base_url)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 class WandbBackend:
     """Logs to a W&B run it starts with ``wandb.init`` (or to a run you pass in).
 
@@ -53,6 +84,11 @@ class WandbBackend:
     :param identity: the run (given by the Logger): its id is the W&B run id (characters W&B
         refuses become ``-`` plus a hash), and a resumed run passes ``resume="allow"``, so a
         restarted job continues its W&B run. ``init_kwargs`` ``id`` and ``resume`` win.
+    :param connect_timeout_s: how long starting the run may take against W&B's server: W&B's
+        own ``init_timeout`` (90 s unless set), which a ``settings`` of ``init_kwargs`` that
+        sets it wins over. Past it, or when the server refuses (an API key it does not
+        know), :class:`~rlmetrics.backends.BackendUnavailable` (the Logger skips the backend in one
+        line and goes on with the others).
     """
 
     def __init__(
@@ -69,6 +105,7 @@ class WandbBackend:
         init_kwargs: Mapping[str, Any] | None = None,
         run: Any = None,
         identity: RunIdentity | None = None,
+        connect_timeout_s: float | None = None,
     ) -> None:
         self._finished = False
         if run is not None:
@@ -90,9 +127,19 @@ class WandbBackend:
             kwargs = tracker_init_kwargs(
                 named, identity, REFUSED_ID_CHARACTERS, init_kwargs, folder="dir"
             )
+            if connect_timeout_s is not None:
+                kwargs["settings"] = _with_init_timeout(kwargs.get("settings"), connect_timeout_s)
             previous = wandb.run
             try:
                 self.run = wandb.init(**kwargs)
+            except wandb.errors.CommError as exc:
+                # W&B's server did not answer within init_timeout, or refused (an API key it
+                # does not know): a condition of the world, one line, not a plugin's bug.
+                raise BackendUnavailable(
+                    f"W&B could not start the run at {_server()} within "
+                    f"{_init_timeout(kwargs.get('settings')):.1f} s (the backend's "
+                    f"connect_timeout_s; W&B said: {_first_line(exc)})"
+                ) from exc
             except Exception as exc:
                 shown = {k: v for k, v in kwargs.items() if k != "config"}
                 raise RuntimeError(f"rlmetrics-wandb: wandb.init({shown}) failed: {exc}") from exc

@@ -9,7 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 import rlmetrics
-from rlmetrics.configuration import ANYTHING, PATH, TABLE, TEXT, TEXT_LIST, declare_options
+from rlmetrics.configuration import (
+    ANYTHING,
+    PATH,
+    POSITIVE_NUMBER,
+    TABLE,
+    TEXT,
+    TEXT_LIST,
+    declare_options,
+)
 from rlmetrics.identity import RunIdentity
 
 __all__ = ["make_backend", "register_backends"]
@@ -29,6 +37,7 @@ __all__ = ["make_backend", "register_backends"]
     config=TABLE,
     init_kwargs=TABLE,
     run=ANYTHING,
+    connect_timeout_s=POSITIVE_NUMBER,
 )
 def make_backend(identity: RunIdentity | None = None, **config: Any) -> Any:
     """``WandbBackend(identity=identity, **config)``, importing wandb only now."""

@@ -1,0 +1,113 @@
+"""A W&B server that does not answer costs ``Logger()`` the backend's ``connect_timeout_s``
+(W&B's own ``init_timeout``, 90 s unless set), and one that refuses the API key costs its
+answer; either way the backend is skipped in one line naming the server and W&B's reason: a
+condition of the world, not a plugin's bug with a traceback. Before, W&B's ``CommError`` was
+reported with its traceback, after W&B's 90 s against a black hole.
+
+W&B's cloud cannot exist here, so a real socket on 127.0.0.1 stands in for it, given to W&B's
+own client as ``WANDB_BASE_URL`` with an API key: one that accepts and never answers
+(:class:`rlmetrics.testing.BlackHole`), and one that answers every request 401 with the reason
+in GraphQL's errors, as W&B's does for a key it does not know. Each case runs in a process of
+its own, as W&B keeps one service per process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from wandb_helpers import WANDB_ENV
+
+from rlmetrics.testing.unanswered import check_skipped_in_one_line, child_outcome
+
+#: The bound the case gives the backend.
+BOUND_S = 3.0
+#: A Logger() still constructing after this is stuck (a liveness bound, not a timed assert:
+#: W&B's own init_timeout is 90 s).
+STUCK_S = 60.0
+#: The child's whole life: importing W&B and starting its service on a busy host, then the case.
+CHILD_S = STUCK_S + 120.0
+
+_CASE = """
+import http.server, json, os, sys, threading
+from pathlib import Path
+
+from rlmetrics.testing import BlackHole
+from rlmetrics.testing.unanswered import start_beside_jsonl
+
+server, folder = sys.argv[1], Path(sys.argv[2])
+stuck_s, bound = float(sys.argv[3]), float(sys.argv[4])
+
+
+class Refusing(http.server.BaseHTTPRequestHandler):
+    # W&B's answer to an API key it does not know: 401, the reason in GraphQL's errors.
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"errors": [{"message": "invalid api key"}]}'
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def start(endpoint):
+    os.environ["WANDB_BASE_URL"] = endpoint
+    options = {"project": "rlmetrics-test", "mode": "online", "dir": folder / "wandb"}
+    return start_beside_jsonl(
+        "wandb", {**options, "connect_timeout_s": bound}, folder / "m.jsonl", stuck_s
+    )
+
+
+if server == "black-hole":
+    with BlackHole() as hole:
+        outcome = start(hole.endpoint)
+        reached = hole.connected.is_set()
+    endpoint = hole.endpoint
+else:
+    refusing = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=refusing.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{refusing.server_port}"
+    outcome = start(endpoint)
+    reached = True
+print(json.dumps({**outcome, "reached": reached, "host": endpoint}))
+"""
+
+
+@pytest.mark.parametrize("server", ["black-hole", "refusing the key"])
+def test_an_unstarted_online_run_costs_its_bound_and_one_line(server: str, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        **WANDB_ENV,
+        "WANDB_MODE": "online",
+        "WANDB_API_KEY": "k" * 40,
+        "WANDB_ERROR_REPORTING": "false",  # no crash reports leave this machine
+    }
+    out = child_outcome(
+        _CASE,
+        *(server, str(tmp_path), str(STUCK_S), str(BOUND_S)),
+        timeout_s=CHILD_S,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert out["reached"], out["said"]
+    check_skipped_in_one_line(out, "wandb", out["host"], BOUND_S)
+    if server == "refusing the key":
+        assert "invalid api key" in out["said"][0]
+
+
+def test_connect_timeout_s_is_wandbs_init_timeout_unless_init_kwargs_set_it() -> None:
+    import wandb
+    from rlmetrics_wandb.backend import _init_timeout, _with_init_timeout
+
+    assert _with_init_timeout(None, 3.0) == {"init_timeout": 3.0}
+    assert _with_init_timeout({"console": "off"}, 3.0) == {"init_timeout": 3.0, "console": "off"}
+    assert _with_init_timeout({"init_timeout": 9}, 3.0) == {"init_timeout": 9}
+    assert _with_init_timeout(wandb.Settings(console="off"), 3.0).init_timeout == 3.0
+    assert _with_init_timeout(wandb.Settings(init_timeout=9), 3.0).init_timeout == 9
+    assert _init_timeout(_with_init_timeout(wandb.Settings(console="off"), 3.0)) == 3.0
+    assert _init_timeout(None) == wandb.Settings().init_timeout == 90
