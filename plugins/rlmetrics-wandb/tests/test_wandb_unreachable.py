@@ -111,3 +111,36 @@ def test_connect_timeout_s_is_wandbs_init_timeout_unless_init_kwargs_set_it() ->
     assert _with_init_timeout(wandb.Settings(init_timeout=9), 3.0).init_timeout == 9
     assert _init_timeout(_with_init_timeout(wandb.Settings(console="off"), 3.0)) == 3.0
     assert _init_timeout(None) == wandb.Settings().init_timeout == 90
+
+
+_NO_KEY = """
+import json, sys
+from pathlib import Path
+
+from rlmetrics.testing.unanswered import start_beside_jsonl
+
+folder = Path(sys.argv[1])
+options = {"project": "rlmetrics-test", "mode": "online", "dir": folder / "wandb"}
+print(json.dumps(start_beside_jsonl("wandb", options, folder / "m.jsonl", 60.0)))
+"""
+
+
+def test_an_online_run_without_an_api_key_is_one_line_saying_what_to_do(tmp_path: Path) -> None:
+    """The first hour's commonest W&B failure, a job without ``wandb login``: one line with
+    W&B's own advice, not a plugin's bug with two tracebacks (as before)."""
+    env = {
+        **os.environ,
+        **WANDB_ENV,
+        "WANDB_MODE": "online",
+        "HOME": str(tmp_path),  # no ~/.netrc holding a key
+        "WANDB_BASE_URL": "http://127.0.0.1:9",  # were a key found, nothing leaves this host
+        "WANDB_ERROR_REPORTING": "false",
+    }
+    env.pop("WANDB_API_KEY", None)
+    out = child_outcome(_NO_KEY, str(tmp_path), timeout_s=CHILD_S, env=env, cwd=tmp_path)
+    assert not out["stuck"]
+    assert out["backends"] == ["jsonl"]
+    (said,) = [message for message in out["said"] if "'wandb'" in message]
+    assert "skipped" in said and "No API key configured. Use `wandb login`" in said, said
+    assert out["tracebacks"] == 0
+    assert out["rows"] == [[1, {"loss": 1.0}]]

@@ -88,7 +88,8 @@ class WandbBackend:
         own ``init_timeout`` (90 s unless set), which a ``settings`` of ``init_kwargs`` that
         sets it wins over. Past it, or when the server refuses (an API key it does not
         know), :class:`~rlmetrics.backends.BackendUnavailable` (the Logger skips the backend in one
-        line and goes on with the others).
+        line and goes on with the others), as when W&B refuses to start the run (no API key
+        in a job without a terminal).
     """
 
     def __init__(
@@ -139,6 +140,12 @@ class WandbBackend:
                     f"W&B could not start the run at {_server()} within "
                     f"{_init_timeout(kwargs.get('settings')):.1f} s (the backend's "
                     f"connect_timeout_s; W&B said: {_first_line(exc)})"
+                ) from exc
+            except wandb.errors.UsageError as exc:
+                # No API key in a job without a terminal (no `wandb login`), an argument W&B
+                # refuses: W&B's message says what to change, in one line.
+                raise BackendUnavailable(
+                    f"W&B refused to start the run: {_first_line(exc)}"
                 ) from exc
             except Exception as exc:
                 shown = {k: v for k, v in kwargs.items() if k != "config"}
