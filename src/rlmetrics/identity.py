@@ -18,7 +18,13 @@ from typing import Any
 
 import attrs
 
-__all__ = ["RUN_ID_ATTR", "RunIdentity", "new_run_id", "tracker_init_kwargs"]
+__all__ = [
+    "RUN_ID_ATTR",
+    "RunIdentity",
+    "new_run_id",
+    "tracker_init_kwargs",
+    "with_tracker_setting",
+]
 
 #: The resource attribute (and MLflow tag) that carries the run id.
 RUN_ID_ATTR = "rlmetrics.run.id"
@@ -83,3 +89,17 @@ def tracker_init_kwargs(
     if kwargs.get(folder) is not None:
         Path(kwargs[folder]).mkdir(parents=True, exist_ok=True)
     return kwargs
+
+
+def with_tracker_setting(settings: Any, name: str, value: Any) -> Any:
+    """A tracker's ``settings`` argument (the user's from ``init_kwargs``: none, a dict, or the
+    tracker's own pydantic settings, ``wandb.Settings``, ``swanlab.Settings``) with ``name``
+    set to ``value``, unless the user's set it (``init_kwargs`` win over what the backend
+    chooses). The user's object is not changed."""
+    if settings is None:
+        return {name: value}
+    if isinstance(settings, Mapping):
+        return {name: value, **settings}
+    if name in getattr(settings, "model_fields_set", ()):
+        return settings
+    return settings.model_copy(update={name: value})

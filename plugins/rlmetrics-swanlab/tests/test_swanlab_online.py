@@ -20,9 +20,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from rlmetrics_swanlab.backend import DEFAULT_CONNECT_TIMEOUT_S
 
-from rlmetrics.testing.unanswered import check_skipped_in_one_line, child_outcome
+from rlmetrics.testing.unanswered import (
+    check_skipped_in_one_line,
+    child_outcome,
+    start_beside_jsonl,
+)
 
 #: The bound the case gives the backend.
 BOUND_S = 2.0
@@ -85,3 +90,18 @@ def test_the_default_bound_is_the_documented_one() -> None:
     (row,) = [line for line in section.splitlines() if "| `connect_timeout_s` |" in line]
     documented = float(row.rstrip(" |").rsplit("|", 1)[1].strip().removesuffix(" s"))
     assert documented == DEFAULT_CONNECT_TIMEOUT_S
+
+
+def test_an_online_run_without_an_api_key_is_one_line_saying_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job without ``swanlab login`` (the autouse fixture leaves no key, no saved login):
+    one line with SwanLab's reason, not a plugin's bug with two tracebacks (as before)."""
+    monkeypatch.setenv("SWANLAB_API_HOST", "http://127.0.0.1:9/api")  # nothing leaves this host
+    options = {"project": "rlmetrics-test", "mode": "online", "log_dir": tmp_path / "swanlog"}
+    out = start_beside_jsonl("swanlab", options, tmp_path / "m.jsonl", STUCK_S)
+    assert out["backends"] == ["jsonl"]
+    (said,) = [message for message in out["said"] if "'swanlab'" in message]
+    assert "skipped" in said and "no API key was provided" in said, said
+    assert out["tracebacks"] == 0
+    assert out["rows"] == [[1, {"loss": 1.0}]]

@@ -102,14 +102,22 @@ def test_an_unstarted_online_run_costs_its_bound_and_one_line(server: str, tmp_p
 
 def test_connect_timeout_s_is_wandbs_init_timeout_unless_init_kwargs_set_it() -> None:
     import wandb
-    from rlmetrics_wandb.backend import _init_timeout, _with_init_timeout
+    from rlmetrics_wandb.backend import _init_timeout
 
-    assert _with_init_timeout(None, 3.0) == {"init_timeout": 3.0}
-    assert _with_init_timeout({"console": "off"}, 3.0) == {"init_timeout": 3.0, "console": "off"}
-    assert _with_init_timeout({"init_timeout": 9}, 3.0) == {"init_timeout": 9}
-    assert _with_init_timeout(wandb.Settings(console="off"), 3.0).init_timeout == 3.0
-    assert _with_init_timeout(wandb.Settings(init_timeout=9), 3.0).init_timeout == 9
-    assert _init_timeout(_with_init_timeout(wandb.Settings(console="off"), 3.0)) == 3.0
+    from rlmetrics.identity import with_tracker_setting
+
+    assert with_tracker_setting(None, "init_timeout", 3.0) == {"init_timeout": 3.0}
+    given = {"console": "off"}
+    assert with_tracker_setting(given, "init_timeout", 3.0) == {**given, "init_timeout": 3.0}
+    assert with_tracker_setting({"init_timeout": 9}, "init_timeout", 3.0) == {"init_timeout": 9}
+    theirs = wandb.Settings(console="off")
+    ours = with_tracker_setting(theirs, "init_timeout", 3.0)
+    assert ours.init_timeout == 3.0 and ours.console == "off"
+    assert theirs.init_timeout == 90  # the user's object is left as it was
+    assert (
+        with_tracker_setting(wandb.Settings(init_timeout=9), "init_timeout", 3.0).init_timeout == 9
+    )
+    assert _init_timeout(ours) == 3.0
     assert _init_timeout(None) == wandb.Settings().init_timeout == 90
 
 

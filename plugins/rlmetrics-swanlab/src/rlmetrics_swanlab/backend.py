@@ -36,7 +36,7 @@ import swanlab
 from rlmetrics import as_plain, as_real, warn_once
 from rlmetrics.backends import BackendUnavailable, StepAxis, full_key, start_within
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
-from rlmetrics.identity import RunIdentity, tracker_init_kwargs
+from rlmetrics.identity import RunIdentity, tracker_init_kwargs, with_tracker_setting
 from rlmetrics.samples import columns_of
 
 __all__ = [
@@ -91,16 +91,27 @@ def _start_off_the_main_thread(kwargs: Mapping[str, Any], connect_timeout_s: flo
 
     An online start (logging in, creating or resuming the run) is waited for at most
     ``connect_timeout_s``: against a server that never answers SwanLab's own timeouts and
-    retries hold it for over a minute. Offline it is work on this disk, waited for whole."""
+    retries hold it for over a minute. It never prompts: without an API key SwanLab would ask
+    for one on the terminal, from this thread, where a prompt the bound gave up on would go
+    on reading the script's stdin (``settings`` in ``init_kwargs`` may say otherwise).
+    Offline it is work on this disk, waited for whole."""
     mode = kwargs.get("mode") or swanlab.Settings().mode
     if mode != "online":
         return start_within(lambda: swanlab.init(**kwargs), math.inf, "SwanLab")
+    online = {
+        **kwargs,
+        "settings": with_tracker_setting(kwargs.get("settings"), "interactive", False),
+    }
     return start_within(
-        lambda: swanlab.init(**kwargs),
+        lambda: swanlab.init(**online),
         connect_timeout_s,
         f"the SwanLab server at {swanlab.Settings().api_host}",
         abandon=_end_abandoned_run,
     )
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def _end_abandoned_run(run: Any) -> None:
@@ -177,6 +188,13 @@ class SwanLabBackend:
             self.run = _start_off_the_main_thread(kwargs, connect_timeout_s)
         except BackendUnavailable:
             raise  # a condition of the world, said in one line by the Logger
+        except RuntimeError as exc:
+            # SwanLab's refusals (no API key, a key or server it cannot log in with) are
+            # RuntimeErrors whose message says what to change: one line, not a plugin's bug.
+            raise BackendUnavailable(
+                f"SwanLab refused to start the run: {_first_line(exc)} (an online run needs "
+                "`swanlab login` or SWANLAB_API_KEY; mode 'offline' needs neither)"
+            ) from exc
         except Exception as exc:
             shown = {k: v for k, v in kwargs.items() if k != "config"}
             raise RuntimeError(f"rlmetrics-swanlab: swanlab.init({shown}) failed: {exc}") from exc

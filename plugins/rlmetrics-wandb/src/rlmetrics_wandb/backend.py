@@ -13,7 +13,7 @@ import wandb
 from rlmetrics import describe_value, resets_process_state, warn_once
 from rlmetrics.backends import BackendUnavailable, as_step, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
-from rlmetrics.identity import RunIdentity, tracker_init_kwargs
+from rlmetrics.identity import RunIdentity, tracker_init_kwargs, with_tracker_setting
 from rlmetrics.samples import columns_of
 
 from .axes import StepAxes
@@ -39,19 +39,6 @@ def _finish_leftover_runs() -> None:
             backend.finish()
         except Exception:
             warn_once("wandb:reset", "rlmetrics-wandb: finishing a leftover W&B run failed")
-
-
-def _with_init_timeout(settings: Any, timeout_s: float) -> Any:
-    """``settings`` (``init_kwargs``' own: none, a dict or a ``wandb.Settings``) with W&B's
-    ``init_timeout`` set to ``timeout_s``, unless they set it themselves (``init_kwargs`` win
-    over the named options)."""
-    if settings is None:
-        return {"init_timeout": timeout_s}
-    if isinstance(settings, Mapping):
-        return {"init_timeout": timeout_s, **settings}
-    if "init_timeout" in getattr(settings, "model_fields_set", ()):
-        return settings
-    return settings.model_copy(update={"init_timeout": timeout_s})
 
 
 def _init_timeout(settings: Any) -> float:
@@ -129,7 +116,9 @@ class WandbBackend:
                 named, identity, REFUSED_ID_CHARACTERS, init_kwargs, folder="dir"
             )
             if connect_timeout_s is not None:
-                kwargs["settings"] = _with_init_timeout(kwargs.get("settings"), connect_timeout_s)
+                kwargs["settings"] = with_tracker_setting(
+                    kwargs.get("settings"), "init_timeout", connect_timeout_s
+                )
             previous = wandb.run
             try:
                 self.run = wandb.init(**kwargs)
