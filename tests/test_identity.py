@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlmetrics.identity import RunIdentity, new_run_id
+from rlmetrics.identity import RunIdentity, new_run_id, with_tracker_setting
 
 REFUSED = "/\\#?%:"
 
@@ -40,3 +40,15 @@ def test_tracker_ids_are_valid_stable_and_never_shared(a: str, b: str, length: i
     assert mapped == RunIdentity(a).tracker_id(REFUSED, length)
     if a != b:
         assert mapped != RunIdentity(b).tracker_id(REFUSED, length)
+
+
+def test_a_tracker_setting_is_added_unless_the_users_settings_hold_it() -> None:
+    # (A tracker's own pydantic settings: the W&B and SwanLab plugins' tests.)
+    assert with_tracker_setting(None, "init_timeout", 3.0) == {"init_timeout": 3.0}
+    theirs = {"console": "off"}
+    assert with_tracker_setting(theirs, "init_timeout", 3.0) == {
+        "console": "off",
+        "init_timeout": 3.0,
+    }
+    assert theirs == {"console": "off"}  # the user's dict is left as it was
+    assert with_tracker_setting({"init_timeout": 9}, "init_timeout", 3.0) == {"init_timeout": 9}
