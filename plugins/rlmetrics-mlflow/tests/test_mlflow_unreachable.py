@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 from rlmetrics_mlflow.backend import DEFAULT_CONNECT_TIMEOUT_S, _is_local
 
-from rlmetrics.testing.unanswered import check_skipped_in_one_line, child_outcome
+from rlmetrics.testing import RefusingServer
+from rlmetrics.testing.unanswered import (
+    check_skipped_in_one_line,
+    child_outcome,
+    start_beside_jsonl,
+)
 
 #: A Logger() still constructing after this is stuck (a liveness bound, not a timed assert:
 #: MLflow's own retries would hold it for minutes).
@@ -83,3 +88,18 @@ def test_the_default_bound_is_the_documented_one() -> None:
 )
 def test_only_a_store_on_this_disk_is_started_without_the_bound(uri: str, local: bool) -> None:
     assert _is_local(uri) is local
+
+
+def test_a_server_refusing_the_credentials_is_one_line_with_its_reason(tmp_path: Path) -> None:
+    """A tracking server that answers 401 (an expired token): MLflow's own error, in one line
+    naming the server, not a plugin's bug with its traceback (as before)."""
+    answer = {"error_code": "UNAUTHENTICATED", "message": "Invalid access token"}
+    with RefusingServer(401, answer) as server:
+        options = {"tracking_uri": server.endpoint}
+        out = start_beside_jsonl("mlflow", options, tmp_path / "m.jsonl", STUCK_S)
+    assert server.requests > 0
+    assert out["backends"] == ["jsonl"]
+    (said,) = [message for message in out["said"] if "'mlflow'" in message]
+    assert server.endpoint in said and "Invalid access token" in said, said
+    assert out["tracebacks"] == 0
+    assert out["rows"] == [[1, {"loss": 1.0}]]

@@ -30,29 +30,14 @@ STUCK_S = 60.0
 CHILD_S = STUCK_S + 120.0
 
 _CASE = """
-import http.server, json, os, sys, threading
+import json, os, sys
 from pathlib import Path
 
-from rlmetrics.testing import BlackHole
+from rlmetrics.testing import BlackHole, RefusingServer
 from rlmetrics.testing.unanswered import start_beside_jsonl
 
 server, folder = sys.argv[1], Path(sys.argv[2])
 stuck_s, bound = float(sys.argv[3]), float(sys.argv[4])
-
-
-class Refusing(http.server.BaseHTTPRequestHandler):
-    # W&B's answer to an API key it does not know: 401, the reason in GraphQL's errors.
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = b'{"errors": [{"message": "invalid api key"}]}'
-        self.send_response(401)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 def start(endpoint):
@@ -69,11 +54,11 @@ if server == "black-hole":
         reached = hole.connected.is_set()
     endpoint = hole.endpoint
 else:
-    refusing = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
-    threading.Thread(target=refusing.serve_forever, daemon=True).start()
-    endpoint = f"http://127.0.0.1:{refusing.server_port}"
-    outcome = start(endpoint)
-    reached = True
+    # W&B's answer to an API key it does not know: 401, the reason in GraphQL's errors.
+    with RefusingServer(401, {"errors": [{"message": "invalid api key"}]}) as refusing:
+        outcome = start(refusing.endpoint)
+        reached = refusing.requests > 0
+    endpoint = refusing.endpoint
 print(json.dumps({**outcome, "reached": reached, "host": endpoint}))
 """
 

@@ -25,7 +25,14 @@ from ..telemetry import Telemetry, current, start
 from ..tracing._state import reset as reset_tracing
 from .children import main_thread_blocked_in, run_to_exit
 from .logs import CapturedLog, captured_log, own_records
-from .peers import BlackHole, ExpositionServer, OtlpHttpReceiver, OtlpPoint, OtlpReceiver
+from .peers import (
+    BlackHole,
+    ExpositionServer,
+    OtlpHttpReceiver,
+    OtlpPoint,
+    OtlpReceiver,
+    RefusingServer,
+)
 from .traces import SpanRecord, in_memory_tracing, span_records
 
 __all__ = [
@@ -38,6 +45,7 @@ __all__ = [
     "OtlpHttpReceiver",
     "OtlpReceiver",
     "Point",
+    "RefusingServer",
     "SpanRecord",
     "captured_log",
     "data_points",

@@ -1,5 +1,6 @@
 """Real peers on 127.0.0.1 for tests (and demo parts): a metrics endpoint a scraping family
-reads (:class:`ExpositionServer`), a peer that accepts and never answers (:class:`BlackHole`)
+reads (:class:`ExpositionServer`), a tracker's server that turns every request away
+(:class:`RefusingServer`), a peer that accepts and never answers (:class:`BlackHole`)
 and an OTLP gRPC metrics receiver that records what it gets (:class:`OtlpReceiver`, which
 needs the ``otlp`` extra: grpcio and opentelemetry-proto).
 
@@ -9,10 +10,11 @@ Each listens on 127.0.0.1 only, on a port the system picks.
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from types import TracebackType
 from typing import Any, TypeVar
@@ -27,6 +29,7 @@ __all__ = [
     "OtlpPoint",
     "OtlpReceiver",
     "OtlpSpan",
+    "RefusingServer",
     "flatten_request",
     "flatten_trace_request",
 ]
@@ -52,7 +55,45 @@ class _Peer:
         self.close()
 
 
-class ExpositionServer(_Peer):
+class _HttpPeer(_Peer):
+    """An HTTP server on 127.0.0.1 (a free port), served from a thread of its own."""
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler], name: str) -> None:
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_port)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def answer(self, status: int, content_type: str, body: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass  # the client gave up waiting: nobody to answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a test's or the demo's output is not for access logs
+
+
+class ExpositionServer(_HttpPeer):
     """A Prometheus text exposition served at ``url`` (``/metrics`` on 127.0.0.1, a free
     port) from a thread of its own: the endpoint a scraping family reads, made real.
 
@@ -64,38 +105,39 @@ class ExpositionServer(_Peer):
         self.render = render
         owner = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(_Handler):
             def do_GET(self) -> None:
                 try:
                     body = owner.render().encode()
                 except Exception as exc:
                     self.send_error(500, type(exc).__name__)
                     return
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass  # the scraper gave up waiting: nobody to answer
+                self.answer(200, "text/plain; version=0.0.4; charset=utf-8", body)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # a test's or the demo's output is not for access logs
+        super().__init__(Handler, name)
+        self.url = f"{self.endpoint}/metrics"
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_port)
-        self.url = f"http://127.0.0.1:{self.port}/metrics"
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True
-        )
-        self._thread.start()
 
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(5)
+class RefusingServer(_HttpPeer):
+    """An HTTP server on 127.0.0.1 that answers every request (any method, any path) with
+    ``status`` and the JSON ``body``: a tracker's server turning a credential away, as W&B's
+    (401, the reason in GraphQL's ``errors``) and MLflow's (401, ``error_code`` and
+    ``message``) do. ``requests`` counts what it answered."""
+
+    def __init__(self, status: int, body: Mapping[str, Any]) -> None:
+        payload = json.dumps(body).encode()
+        owner = self
+        self.requests = 0
+
+        class Handler(_Handler):
+            def refuse(self) -> None:
+                owner.requests += 1
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.answer(status, "application/json", payload)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = refuse
+
+        super().__init__(Handler, "refusing-server")
 
 
 class BlackHole(_Peer):

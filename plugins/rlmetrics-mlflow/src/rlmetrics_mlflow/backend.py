@@ -25,7 +25,7 @@ from mlflow.utils.validation import (
 )
 
 from rlmetrics import warn_once
-from rlmetrics.backends import StepAxis, as_step, full_key, start_within
+from rlmetrics.backends import BackendUnavailable, StepAxis, as_step, full_key, start_within
 from rlmetrics.hyperparams import flat_hyperparams, to_hyperparams
 from rlmetrics.identity import RUN_ID_ATTR, RunIdentity
 from rlmetrics.samples import columns_of
@@ -155,15 +155,23 @@ class MlflowBackend:
             )
 
         uri = self.tracking_uri or mlflow.get_tracking_uri()
-        if _is_local(uri):
-            self.client, self.run_id = connect()  # a local store: disk work that ends
-        else:
-            self.client, self.run_id = start_within(
-                connect,
-                connect_timeout_s,
-                f"the MLflow tracking server at {uri}",
-                abandon=_end_abandoned_run,
-            )
+        try:
+            if _is_local(uri):
+                self.client, self.run_id = connect()  # a local store: disk work that ends
+            else:
+                self.client, self.run_id = start_within(
+                    connect,
+                    connect_timeout_s,
+                    f"the MLflow tracking server at {uri}",
+                    abandon=_end_abandoned_run,
+                )
+        except MlflowException as exc:
+            # The store's own answer (credentials refused, not a database): a condition to
+            # fix, said in one line by the Logger, not a plugin's bug with its traceback.
+            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise BackendUnavailable(
+                f"the MLflow store at {uri} refused to start the run: {said}"
+            ) from exc
 
     def _start_run(
         self,
