@@ -83,7 +83,9 @@ def _sample_text(row: Mapping[str, Any], columns: Sequence[str]) -> Any:
     return swanlab.Text(body, caption=None if reward is None else f"reward {reward}")
 
 
-def _start_off_the_main_thread(kwargs: Mapping[str, Any], connect_timeout_s: float) -> Any:
+def _start_off_the_main_thread(
+    kwargs: Mapping[str, Any], online: bool, connect_timeout_s: float
+) -> Any:
     """``swanlab.init(**kwargs)`` on a thread of its own. Started on the main thread, a SwanLab
     run takes over SIGINT (Ctrl-C would end the run, not the training loop's own handling)
     and can then only be finished on the main thread, while this backend finishes it on its
@@ -95,15 +97,14 @@ def _start_off_the_main_thread(kwargs: Mapping[str, Any], connect_timeout_s: flo
     for one on the terminal, from this thread, where a prompt the bound gave up on would go
     on reading the script's stdin (``settings`` in ``init_kwargs`` may say otherwise).
     Offline it is work on this disk, waited for whole."""
-    mode = kwargs.get("mode") or swanlab.Settings().mode
-    if mode != "online":
+    if not online:
         return start_within(lambda: swanlab.init(**kwargs), math.inf, "SwanLab")
-    online = {
+    never_prompting = {
         **kwargs,
         "settings": with_tracker_setting(kwargs.get("settings"), "interactive", False),
     }
     return start_within(
-        lambda: swanlab.init(**online),
+        lambda: swanlab.init(**never_prompting),
         connect_timeout_s,
         f"the SwanLab server at {swanlab.Settings().api_host}",
         abandon=_end_abandoned_run,
@@ -184,16 +185,22 @@ class SwanLabBackend:
             # Online, SwanLab refuses an id under its default resume="never"; "allow" creates
             # the run under this id, or continues it (offline it changes nothing).
             kwargs.setdefault("resume", "allow")
+        online = (kwargs.get("mode") or swanlab.Settings().mode) == "online"
         try:
-            self.run = _start_off_the_main_thread(kwargs, connect_timeout_s)
+            self.run = _start_off_the_main_thread(kwargs, online, connect_timeout_s)
         except BackendUnavailable:
             raise  # a condition of the world, said in one line by the Logger
         except RuntimeError as exc:
             # SwanLab's refusals (no API key, a key or server it cannot log in with) are
             # RuntimeErrors whose message says what to change: one line, not a plugin's bug.
+            advice = (
+                " (an online run needs `swanlab login` or SWANLAB_API_KEY; mode 'offline' "
+                "needs neither)"
+                if online
+                else ""
+            )
             raise BackendUnavailable(
-                f"SwanLab refused to start the run: {_first_line(exc)} (an online run needs "
-                "`swanlab login` or SWANLAB_API_KEY; mode 'offline' needs neither)"
+                f"SwanLab refused to start the run: {_first_line(exc)}{advice}"
             ) from exc
         except Exception as exc:
             shown = {k: v for k, v in kwargs.items() if k != "config"}

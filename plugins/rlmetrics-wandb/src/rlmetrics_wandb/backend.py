@@ -72,11 +72,13 @@ class WandbBackend:
         refuses become ``-`` plus a hash), and a resumed run passes ``resume="allow"``, so a
         restarted job continues its W&B run. ``init_kwargs`` ``id`` and ``resume`` win.
     :param connect_timeout_s: how long starting the run may take against W&B's server: W&B's
-        own ``init_timeout`` (90 s unless set), which a ``settings`` of ``init_kwargs`` that
-        sets it wins over. Past it, or when the server refuses (an API key it does not
-        know), :class:`~rlmetrics.backends.BackendUnavailable` (the Logger skips the backend in one
-        line and goes on with the others), as when W&B refuses to start the run (no API key
-        in a job without a terminal).
+        own ``init_timeout`` (90 s unless set; a ``settings`` in ``init_kwargs`` that sets it
+        wins).
+
+    A run W&B does not start — its server did not answer in time or refused the API key, no
+    API key in a job without a terminal, an argument W&B refuses — raises
+    :class:`~rlmetrics.backends.BackendUnavailable` with W&B's reason: the Logger skips the
+    backend in one line and goes on with the others.
     """
 
     def __init__(
