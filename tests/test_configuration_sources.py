@@ -332,3 +332,16 @@ def test_a_configured_logger_identity_mistake_names_its_source(
     _raises(
         lambda: rlmetrics.Logger(backends={"console": {}}), "(from rlmetrics.toml [logger] resume)"
     )
+
+
+@pytest.mark.parametrize("value", ["[]", '[""]', '["token", ""]'])
+def test_a_redact_list_the_logger_refuses_is_refused_naming_its_source(
+    config: Any, value: str
+) -> None:
+    """The fuzz's find: ``redact = []`` (ambiguous: nothing more, or nothing at all?) passed
+    the file's check and was refused later by the Logger with a ValueError naming no source."""
+    config(f"[logger]\nredact = {value}\n")
+    _raises(
+        rlmetrics.Logger,
+        "rlmetrics.toml [logger] redact must be true, false or a non-empty list of key names",
+    )

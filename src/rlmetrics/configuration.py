@@ -168,9 +168,15 @@ TEXT_LIST = Option(
 )
 TABLE = Option("a table", lambda v: isinstance(v, Mapping))
 #: ``redact``: true or false, or a list of key names or glob patterns (rlmetrics.redaction).
+# What rlmetrics.redaction.redaction() takes, checked where the setting is read so a refused
+# one names its source: an empty list (nothing more, or nothing at all?) and an empty name
+# are refused there too.
 REDACT = Option(
-    "true, false or a list of key names",
-    lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "true, false or a non-empty list of key names (glob patterns allowed, none empty)",
+    lambda v: (
+        isinstance(v, bool)
+        or (isinstance(v, list) and bool(v) and all(isinstance(x, str) and x for x in v))
+    ),
 )
 ANYTHING = Option("anything", lambda v: True)
 
