@@ -156,6 +156,12 @@ _variables = st.fixed_dictionaries(
 _SOURCES = ("RLMETRICS_", "OTEL_", "rlmetrics.toml")
 
 
+#: Under every example, beneath what it sets: a Prometheus exporter the example names without
+#: a port listens on a free one, not on the default 9464, which another process on this
+#: machine may hold (a concurrent test run did: a PortTaken no configuration caused).
+_BASELINE = {"OTEL_EXPORTER_PROMETHEUS_PORT": "0"}
+
+
 @contextlib.contextmanager
 def _environment(variables: Mapping[str, str]) -> Iterator[None]:
     saved = dict(os.environ)
@@ -163,7 +169,7 @@ def _environment(variables: Mapping[str, str]) -> Iterator[None]:
         for name in [n for n in os.environ if n.startswith(("RLMETRICS_", "OTEL_"))]:
             if name != "RLMETRICS_HYPOTHESIS_PROFILE":
                 del os.environ[name]
-        os.environ.update(variables)
+        os.environ.update({**_BASELINE, **variables})
         yield
     finally:
         os.environ.clear()
