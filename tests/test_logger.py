@@ -25,7 +25,7 @@ from rlmetrics.events import (
 )
 from rlmetrics.logger import MAX_FLAT_KEYS, flatten
 from rlmetrics.plugins import register as register_plugin
-from rlmetrics.testing import in_memory_telemetry, points, single
+from rlmetrics.testing import captured_log, in_memory_telemetry, points, single
 
 
 class Recorder:
@@ -728,6 +728,21 @@ def test_a_world_failure_at_start_still_degrades_with_one_line(tmp_path: Path, c
         logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "dir.jsonl"}})
     assert logger.backends == {}
     assert "Traceback" not in caplog.text and "failed to start and is skipped" in caplog.text
+
+
+def test_each_run_names_the_tracker_it_starts_without(tmp_path: Path) -> None:
+    """A second Logger in the process (a notebook's next cell, a sweep's next trial) whose
+    tracker fails to start says so too: the warning was keyed by the backend's name alone, so
+    the second run went on without the tracker, unsaid."""
+    for run in ("trial-1", "trial-2"):
+        folder = tmp_path / run / "m.jsonl"
+        folder.mkdir(parents=True)  # a folder where the file should be: the start fails
+        with captured_log() as log:
+            logger = rlmetrics.Logger(backends={"jsonl": {"path": folder}}, run_id=run)
+        logger.finish()
+        assert logger.backends == {}
+        (said,) = log.matching("failed to start and is skipped", logging.WARNING)
+        assert str(folder) in said.getMessage()
 
 
 @pytest.mark.parametrize("variable", ["RLMETRICS_DISABLE_PLUGINS", "RLMETRICS_PLUGINS"])

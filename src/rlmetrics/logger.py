@@ -340,8 +340,11 @@ class Logger:
                 # A condition of the world (a path that cannot be written) is one line that
                 # says what to change; anything else is a plugin's bug, with its traceback.
                 expected = isinstance(exc, (BackendUnavailable, OSError))
+                # Keyed by the run and the reason too: each run says which tracker it goes
+                # without (a notebook's next cell, a sweep's next trial), and a new reason is
+                # said; the same one for the same run is said once.
                 warn_once(
-                    f"backend-start:{name}",
+                    f"backend-start:{self.identity.run_id}:{name}:{exc}",
                     f"rlmetrics: backend {name!r} (from plugin {owner!r}) failed to start and is "
                     + (f"skipped: {exc}. The" if expected else "skipped; the")
                     + " other backends and telemetry still get every step",
