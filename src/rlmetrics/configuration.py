@@ -89,6 +89,7 @@ __all__ = [
     "declare_options",
     "declared_options",
     "from_source",
+    "one_of",
     "option_names",
     "read_file",
     "resolve",
@@ -149,6 +150,16 @@ class Option:
             f" {value!r}" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
         )
         return f"must be {self.what}, got {kind}{shown}"
+
+
+def one_of(*choices: str) -> Option:
+    """An option that is one of ``choices`` (a tracker's modes: a misspelt one is refused where
+    it is read, naming its source, not by the tracker at start)."""
+    allowed = frozenset(choices)
+    return Option(
+        "one of " + ", ".join(repr(c) for c in choices),
+        lambda v: isinstance(v, str) and v in allowed,
+    )
 
 
 TEXT = Option("a string", lambda v: isinstance(v, str))
@@ -330,9 +341,7 @@ KEY_MAP_ENV = "RLMETRICS_KEY_MAP"
 UNKNOWN_KEYS_ENV = "RLMETRICS_UNKNOWN_KEYS"
 #: ``unknown_keys``' values (rlmetrics.known_keys).
 UNKNOWN_KEYS_MODES = ("ignore", "warn", "error")
-UNKNOWN_KEYS = Option(
-    "one of 'ignore', 'warn', 'error'", lambda v: isinstance(v, str) and v in UNKNOWN_KEYS_MODES
-)
+UNKNOWN_KEYS = one_of(*UNKNOWN_KEYS_MODES)
 
 #: The settings of the file's ``[telemetry]`` table: each a ``start()`` argument, what it is.
 TELEMETRY_SETTINGS: dict[str, Option] = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import typing
 
 import pytest
 
@@ -26,6 +27,10 @@ CASES = [
     ("mlflow", "rlmetrics_mlflow.plugin", "tags", "not-a-table", "option 'tags'"),
     ("tensorboard", "rlmetrics_tensorboard.plugin", "flush_secs", "soon", "option 'flush_secs'"),
     ("swanlab", "rlmetrics_swanlab.plugin", "tags", "not-a-list", "option 'tags'"),
+    # A misspelt mode: before, the tracker refused it at start with a traceback and the run
+    # went on without the tracker.
+    ("wandb", "rlmetrics_wandb.plugin", "mode", "onlin", "option 'mode' must be one of"),
+    ("swanlab", "rlmetrics_swanlab.plugin", "mode", "onlin", "option 'mode' must be one of"),
     *[
         (backend, f"rlmetrics_{backend}.plugin", misspelt, "x", _misspelt(misspelt, meant))
         for backend, misspelt, meant in [
@@ -70,3 +75,15 @@ def test_a_tracker_declares_every_option_its_backend_takes(module: str) -> None:
     ]
     taken = set(inspect.signature(backend).parameters) - {"identity"}
     assert set(declared_options(plugin.make_backend)) == taken
+
+
+def test_the_declared_modes_are_the_trackers_own() -> None:
+    """The plugins name the modes without importing the tracker; these are the tracker's."""
+    import swanlab.sdk.internal.settings as swanlab_settings
+    import wandb
+    from rlmetrics_swanlab.plugin import MODES as SWANLAB_MODES
+    from rlmetrics_wandb.plugin import MODES as WANDB_MODES
+
+    assert set(WANDB_MODES) == set(typing.get_args(wandb.Settings.model_fields["mode"].annotation))
+    # SwanLab also takes "cloud" for "online" (its settings' validator).
+    assert set(SWANLAB_MODES) == {*typing.get_args(swanlab_settings.ModeType), "cloud"}

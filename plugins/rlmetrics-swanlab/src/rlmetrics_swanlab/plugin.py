@@ -17,10 +17,14 @@ from rlmetrics.configuration import (
     TEXT,
     TEXT_LIST,
     declare_options,
+    one_of,
 )
 from rlmetrics.identity import RunIdentity
 
-__all__ = ["make_backend", "register_backends"]
+__all__ = ["MODES", "make_backend", "register_backends"]
+
+#: The modes SwanLab takes (its settings' ``mode``; ``cloud`` is its old name of ``online``).
+MODES = ("online", "offline", "local", "disabled", "cloud")
 
 
 # What each option must be, checked where a configuration is read (the call, a variable, the
@@ -33,7 +37,7 @@ __all__ = ["make_backend", "register_backends"]
     tags=TEXT_LIST,
     group=TEXT,
     job_type=TEXT,
-    mode=TEXT,
+    mode=one_of(*MODES),
     log_dir=PATH,
     config=TABLE,
     init_kwargs=TABLE,

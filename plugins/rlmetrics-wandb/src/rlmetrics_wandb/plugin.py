@@ -17,10 +17,14 @@ from rlmetrics.configuration import (
     TEXT,
     TEXT_LIST,
     declare_options,
+    one_of,
 )
 from rlmetrics.identity import RunIdentity
 
-__all__ = ["make_backend", "register_backends"]
+__all__ = ["MODES", "make_backend", "register_backends"]
+
+#: The modes W&B takes (its settings' ``mode``; ``dryrun`` and ``run`` are its old names).
+MODES = ("online", "offline", "shared", "disabled", "dryrun", "run")
 
 
 # What each option must be, checked where a configuration is read (the call, a variable, the
@@ -30,7 +34,7 @@ __all__ = ["make_backend", "register_backends"]
     entity=TEXT,
     name=TEXT,
     tags=TEXT_LIST,
-    mode=TEXT,
+    mode=one_of(*MODES),
     dir=PATH,
     group=TEXT,
     notes=TEXT,
