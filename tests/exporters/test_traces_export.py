@@ -197,6 +197,27 @@ def test_the_file_is_otlp_json_lines_the_collector_format(tmp_path: Path) -> Non
     assert len(list(read_spans(path))) == 9
 
 
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_a_spans_file_that_cannot_be_written_is_a_telemetry_error_saying_what_to_change(
+    tmp_path: Path, where: str
+) -> None:
+    """Before, start() raised the bare OSError (``[Errno 21] Is a directory: '…'``), naming
+    neither the exporter nor its option."""
+    if where == "a folder":
+        path = tmp_path / "spans.jsonl"
+        path.mkdir()
+    else:
+        (tmp_path / "file").write_text("")
+        path = tmp_path / "file" / "spans.jsonl"
+    with pytest.raises(rlmetrics.TelemetryError) as raised:
+        rlmetrics.start(exporters={"otlp_file": {"path": path}})
+    message = str(raised.value)
+    assert f"the OTLP file exporter cannot append to {path}" in message
+    assert "exporters={'otlp_file': {'path': ...}}" in message
+    assert raised.value.__cause__ is None
+    assert rlmetrics.current() is None
+
+
 def test_a_worker_process_started_in_a_step_writes_its_spans_as_the_steps_children(
     tmp_path: Path,
 ) -> None:

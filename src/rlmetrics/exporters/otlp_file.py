@@ -26,6 +26,7 @@ from typing import Any
 from .. import hookimpl
 from .._warn import warn_once
 from ..configuration import PATH, declare_options
+from ..telemetry import TelemetryError
 from . import Exporter, ForkSafeSpans, batch_span_processor
 
 __all__ = [
@@ -175,8 +176,15 @@ def _exporter_class() -> type:
 def make_exporter(
     export_interval_s: float | None = None, path: str | os.PathLike[str] = DEFAULT_PATH
 ) -> Exporter:
-    """Spans appended to ``path`` (created with its folder), one OTLP/JSON line per batch."""
-    exporter = _exporter_class()(path)
+    """Spans appended to ``path`` (created with its folder), one OTLP/JSON line per batch; a
+    path that cannot be written is a :class:`~rlmetrics.TelemetryError` saying so."""
+    try:
+        exporter = _exporter_class()(path)
+    except OSError as exc:
+        raise TelemetryError(
+            f"the OTLP file exporter cannot append to {path} ({exc.strerror or exc}); choose a "
+            "writable file path: start(exporters={'otlp_file': {'path': ...}})"
+        ) from None  # the message says all the exception did
     return Exporter(span_processor=batch_span_processor(exporter, export_interval_s))
 
 
