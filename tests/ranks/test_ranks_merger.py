@@ -6,6 +6,7 @@ mask (past one mask word too); a failed collective stops merging, said once."""
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -270,6 +271,30 @@ def test_other_ranks_tee_their_own_values_only_when_asked() -> None:
 def test_an_unknown_ranks_value_is_a_mistake() -> None:
     with pytest.raises(ValueError, match=r"pass one of .*'torch'.*'rlmetrics\.ranks' entry-point"):
         rlmetrics.Logger(backends={}, ranks="mpi")
+
+
+@pytest.mark.parametrize(("ranks", "package"), [("torch", "torch"), ("ray", "ray")])
+def test_an_engine_whose_package_is_missing_says_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch, ranks: str, package: str
+) -> None:
+    """Before: the bare ``ModuleNotFoundError: No module named 'torch'`` from inside the
+    engine, not saying that ``ranks=`` asked for it."""
+    if ranks == "ray":
+        pytest.importorskip("rlmetrics_ray")  # the engine is the rlmetrics-ray plugin's
+    monkeypatch.setitem(sys.modules, package, None)  # as if it were not installed here
+    with pytest.raises(
+        ImportError, match=rf"Logger\(ranks='{ranks}'\) needs the package '{package}'"
+    ):
+        rlmetrics.Logger(backends={}, ranks=ranks)
+
+
+@pytest.mark.parametrize("ranks", [5, {"engine": "torch"}, object()])
+def test_a_ranks_value_that_is_no_merger_is_a_mistake(ranks: Any) -> None:
+    """Before: ``AttributeError: 'int' object has no attribute 'logs'``."""
+    with pytest.raises(
+        TypeError, match=r"Logger\(ranks=\.\.\.\) takes one of .*'torch'.* or a merger"
+    ):
+        rlmetrics.Logger(backends={}, ranks=ranks)
 
 
 def test_dicts_gathered_already_merge_as_the_exchange_does(tmp_path: Path) -> None:

@@ -10,10 +10,12 @@ no engine but the one it ships.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from .._warn import describe_value
 from ..identity import RunIdentity
 from ..spec import Reduce, Reduction
 from .declared import Reductions
@@ -134,23 +136,38 @@ def gathered(
     return RankMerger(Gathered(), raw_path=raw_path, reductions=reductions)
 
 
+#: What a merger passed as ``ranks=`` has (the :class:`Ranks` protocol).
+_MERGER_PARTS = ("logs", "bind", "merge", "drain", "finish")
+
+
 def resolve_ranks(ranks: str | Ranks | None) -> Ranks | None:
     """A Logger's ``ranks=``: a merger, ``"torch"`` (the default process group's), the name
-    of an installed engine (the ``rlmetrics.ranks`` entry-point group), or None."""
-    if ranks is None or not isinstance(ranks, str):
-        return ranks
-    if ranks == "torch":
-        return torch_distributed()
+    of an installed engine (the ``rlmetrics.ranks`` entry-point group), or None. A mistake
+    raises here, saying what to pass (or which package the engine needs)."""
+    if ranks is None:
+        return None
     from importlib.metadata import entry_points
 
     engines = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    if ranks in engines:
-        factory = engines[ranks].load()
-        built: Ranks = factory()
-        return built
-    names = ", ".join(repr(name) for name in sorted({"torch", *engines}))
-    raise ValueError(
-        f"Logger(ranks={ranks!r}): pass one of {names} (an engine installs its name in the "
-        f"{ENTRY_POINT_GROUP!r} entry-point group; rlmetrics-ray adds 'ray') or a merger "
-        "such as rlmetrics.ranks.torch_distributed(group=...)"
+    choices = (
+        f"one of {', '.join(repr(name) for name in sorted({'torch', *engines}))} (an engine "
+        f"installs its name in the {ENTRY_POINT_GROUP!r} entry-point group; rlmetrics-ray "
+        "adds 'ray') or a merger such as rlmetrics.ranks.torch_distributed(group=...)"
     )
+    if not isinstance(ranks, str):
+        # Looked up without running them: a merger's ``logs`` may ask its engine.
+        if all(inspect.getattr_static(ranks, part, None) is not None for part in _MERGER_PARTS):
+            return ranks
+        raise TypeError(f"Logger(ranks=...) takes {choices}; got {describe_value(ranks)}")
+    if ranks != "torch" and ranks not in engines:
+        raise ValueError(f"Logger(ranks={ranks!r}): pass {choices}")
+    try:
+        if ranks == "torch":
+            return torch_distributed()
+        built: Ranks = engines[ranks].load()()
+        return built
+    except ImportError as exc:
+        raise ImportError(
+            f"Logger(ranks={ranks!r}) needs the package {exc.name or str(exc)!r}, which is not "
+            f"installed here ({exc})"
+        ) from None  # the message says all the exception did
