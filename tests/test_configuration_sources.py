@@ -345,3 +345,70 @@ def test_a_redact_list_the_logger_refuses_is_refused_naming_its_source(
         rlmetrics.Logger,
         "rlmetrics.toml [logger] redact must be true, false or a non-empty list of key names",
     )
+
+
+@pytest.mark.parametrize(
+    ("call", "fragment"),
+    [
+        # What the file refuses, the call refused only by failing later: a bare TypeError
+        # from a comparison, or not at all (an unbounded queue, a finish that waits nothing).
+        (
+            lambda: rlmetrics.Logger(backends={}, queue_size=0),
+            "Logger(): queue_size must be a positive integer, got int 0",
+        ),
+        (
+            lambda: rlmetrics.Logger(backends={}, queue_size="5"),
+            "Logger(): queue_size must be a positive integer, got str",
+        ),
+        (
+            lambda: rlmetrics.Logger(backends={}, finish_timeout_s=-1),
+            "Logger(): finish_timeout_s must be a number of 0 or more, got int -1",
+        ),
+        (
+            lambda: rlmetrics.Logger(backends={}, max_cell_bytes="big"),
+            "Logger(): max_cell_bytes must be a positive integer, got str",
+        ),
+        (
+            lambda: rlmetrics.start(export_interval_s="5"),
+            "start(): export_interval_s must be a positive number, got str",
+        ),
+        (lambda: rlmetrics.start(resource=5), "start(): resource must be a table, got int 5"),
+        (
+            lambda: rlmetrics.start(service_name=5),
+            "start(): service_name must be a string, got int 5",
+        ),
+        # A choice that is no name, names or mapping: a TypeError or ValueError from inside.
+        (
+            lambda: rlmetrics.start(exporters=5),
+            "start(exporters=...) takes a mapping of "
+            "exporter names to options, a name or names; got an int",
+        ),
+        (
+            lambda: rlmetrics.Logger(backends=5),
+            "Logger(backends=...) takes a mapping of backend "
+            "names to options, a name or names; got an int",
+        ),
+        (
+            lambda: rlmetrics.Logger(backends=["jsonl", 5]),
+            "Logger(backends=...) takes a mapping "
+            "of backend names to options, a name or names; got a list",
+        ),
+    ],
+)
+def test_a_call_argument_the_file_would_refuse_is_refused_from_the_call(
+    call: Any, fragment: str
+) -> None:
+    _raises(call, fragment)
+
+
+@pytest.mark.parametrize("backends", ["jsonl", ["jsonl"], ("jsonl",)])
+def test_backends_are_chosen_by_name_as_exporters_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backends: Any
+) -> None:
+    """``Logger(backends=["jsonl"])``, as ``start(exporters=["otlp"])``: each with its default
+    options (before: ``ValueError: dictionary update sequence element #0 has length 5``)."""
+    monkeypatch.chdir(tmp_path)
+    with rlmetrics.Logger(backends=backends) as logger:
+        logger.log_metrics({"loss": 1.0}, step=1)
+    assert list(logger.backends) == ["jsonl"]
+    assert [row["metrics"] for row in read_jsonl(tmp_path / "rlmetrics.jsonl")] == [{"loss": 1.0}]

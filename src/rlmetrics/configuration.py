@@ -49,6 +49,8 @@ from typing import Any, TypeVar
 
 import attrs
 
+from ._warn import describe_value
+
 __all__ = [
     "ANYTHING",
     "BACKENDS_ENV",
@@ -78,6 +80,7 @@ __all__ = [
     "ConfigurationError",
     "Configured",
     "Option",
+    "check_call",
     "check_configured_options",
     "check_names",
     "check_options",
@@ -89,6 +92,7 @@ __all__ = [
     "declare_options",
     "declared_options",
     "from_source",
+    "named_choice",
     "one_of",
     "option_names",
     "read_file",
@@ -467,6 +471,36 @@ def check_setting(source: str, value: Any, kind: Option) -> Any:
     if problem is not None:
         raise ConfigurationError(f"{source} {problem}")
     return value
+
+
+def check_call(function: str, given: Mapping[str, Any], kinds: Mapping[str, Option]) -> None:
+    """Refuse a call's argument (``given``: name to value, None for not given) as the file
+    would refuse it (its ``kinds``): a :class:`ConfigurationError` naming ``function`` and the
+    argument, before anything starts, where the value would otherwise fail later or not at
+    all (``queue_size=0``, an unbounded queue)."""
+    for name, value in given.items():
+        kind = kinds.get(name)
+        if kind is not None:
+            check_setting(f"{function}: {name}", value, kind)
+
+
+def named_choice(kind: str, function: str, given: Any) -> dict[str, Any] | None:
+    """A call's choice of exporters or backends as ``{name: options}``: a mapping of names to
+    options, one name, or names (each with its default options); None when not given.
+    Anything else is a :class:`ConfigurationError` saying what it takes."""
+    if given is None:
+        return None
+    if isinstance(given, Mapping):
+        return {str(name): options for name, options in given.items()}
+    if isinstance(given, str):
+        return {given: {}}
+    names = list(given) if isinstance(given, Iterable) else None
+    if names is None or not all(isinstance(name, str) for name in names):
+        raise ConfigurationError(
+            f"{function}({kind}s=...) takes a mapping of {kind} names to options, a name or "
+            f"names; got {describe_value(given)}"
+        )
+    return {name: {} for name in names}
 
 
 def read_file(path: str) -> Configured:

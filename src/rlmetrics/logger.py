@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -40,13 +40,16 @@ from .backends.worker import (
 from .configuration import (
     CALL,
     DEFAULT,
+    LOGGER_SETTINGS,
     UNKNOWN_KEYS_MODES,
     ConfigurationError,
+    check_call,
     check_configured_options,
     check_names,
     choose,
     configured,
     from_source,
+    named_choice,
     resolve,
     suggest,
 )
@@ -121,10 +124,12 @@ class _TeedKeys:
 class Logger:
     """Fan a training loop's metrics out to backends and to the telemetry plugins.
 
-    ``backends`` maps a backend name to its config (``{"jsonl": {"path": "m.jsonl"}}``); None
-    means the backends configured without code (``RLMETRICS_BACKENDS``, the configuration
-    file's ``[backends.<name>]`` tables; their options also reach the backends a call names),
-    else the JSONL backend with its default path. An unknown name or option is a
+    ``backends`` maps a backend name to its config (``{"jsonl": {"path": "m.jsonl"}}``), or
+    names backends to start with their defaults (``"jsonl"``, ``["jsonl", "wandb"]``, as
+    ``start(exporters=...)`` names exporters); None means the backends configured without
+    code (``RLMETRICS_BACKENDS``, the configuration file's ``[backends.<name>]`` tables; their
+    options also reach the backends a call names), else the JSONL backend with its default
+    path. An unknown name or option is a
     configuration mistake and raises here, naming the valid ones; a backend that fails to
     start (no credentials, store gone) is skipped with a warning and the others run. Every
     other argument the call gives wins; one it leaves out (None) takes its variable's value
@@ -181,7 +186,7 @@ class Logger:
 
     def __init__(
         self,
-        backends: Mapping[str, Mapping[str, Any] | None] | None = None,
+        backends: Mapping[str, Mapping[str, Any] | None] | Iterable[str] | str | None = None,
         *,
         queue_size: int | None = None,
         finish_timeout_s: float | None = None,
@@ -196,6 +201,19 @@ class Logger:
         redact: bool | Sequence[str] | None = None,
         unknown_keys: str | None = None,
     ) -> None:
+        # A number the file would refuse is refused from the call too, before anything starts
+        # (queue_size=0 is an unbounded queue; "5" fails a comparison later).
+        check_call(
+            "Logger()",
+            {
+                "queue_size": queue_size,
+                "finish_timeout_s": finish_timeout_s,
+                "exit_timeout_s": exit_timeout_s,
+                "max_sample_rows": max_sample_rows,
+                "max_cell_bytes": max_cell_bytes,
+            },
+            LOGGER_SETTINGS,
+        )
         # An argument the call gives wins; one it leaves out (None) takes the environment's
         # value, else the configuration file's [logger] one, else the default.
         # (A bad RLMETRICS_STRICT is a mistake: configured() raises it before anything starts.)
@@ -267,7 +285,7 @@ class Logger:
 
     def _start(
         self,
-        backends: Mapping[str, Mapping[str, Any] | None] | None,
+        backends: Mapping[str, Mapping[str, Any] | None] | Iterable[str] | str | None,
         queue_size: int,
         finish_timeout_s: float,
         exit_timeout_s: float,
@@ -307,7 +325,7 @@ class Logger:
         # the options the environment and the file give it under the call's own.
         found = configured(backend_names=factories)
         chosen, sources = choose(
-            "backend", None if backends is None else dict(backends), found.backends
+            "backend", named_choice("backend", "Logger", backends), found.backends
         )
         config = {"jsonl": {}} if chosen is None else chosen
         check_names(

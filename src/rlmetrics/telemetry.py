@@ -353,7 +353,9 @@ def start(
     from .configuration import (
         CALL,
         DEFAULT,
+        TELEMETRY_SETTINGS,
         ConfigurationError,
+        check_call,
         check_configured_options,
         check_names,
         check_plugin_names,
@@ -364,6 +366,20 @@ def start(
     )
     from .plugins import installed_names
 
+    # What the file would refuse is refused from the call too, before anything starts (a
+    # string interval failed a comparison; a number as the service name went through).
+    check_call(
+        "start()",
+        {
+            "service_name": service_name,
+            "service_version": service_version,
+            "export_interval_s": export_interval_s,
+            "resource": resource,
+            "naming": naming,
+        },
+        TELEMETRY_SETTINGS,
+    )
+    given = _given_exporters(exporters)
     # An argument the call gives wins; one it leaves out (None) takes the environment's
     # value, else the configuration file's (RLMETRICS_CONFIG), else the default.
     settings = resolve(
@@ -439,7 +455,6 @@ def start(
         offered = available_exporters(loaded)
         # The call's exporters, else RLMETRICS_EXPORTERS, else the file's; each with the
         # options the environment and the file give it under the call's own.
-        given = _given_exporters(exporters)
         options_found = configured(exporter_names=offered)
         chosen, sources = choose("exporter", given, options_found.exporters)
         wanted = _exporter_options(
@@ -534,11 +549,9 @@ def _given_exporters(
 ) -> dict[str, Any] | None:
     """The call's choice of exporters as ``{name: options}``, None when it made none (an empty
     choice is none: the configuration's stands)."""
-    if isinstance(exporters, Mapping):
-        return {str(name): options for name, options in exporters.items()} or None
-    if isinstance(exporters, str):
-        return {exporters: {}}
-    return {name: {} for name in exporters} or None
+    from .configuration import named_choice
+
+    return named_choice("exporter", "start", exporters) or None
 
 
 def _exporter_options(
