@@ -346,6 +346,18 @@ def test_a_logger_that_finishes_ends_only_its_own_steps(traced: Any) -> None:
     assert "rlmetrics.span.truncated" not in span_records(exporter)[-1].attributes
 
 
+@pytest.mark.parametrize("step", [-1, 2**70])
+def test_a_step_past_the_range_says_which(caplog: Any, step: int) -> None:
+    """Before: ``the step must be an int, got an int``."""
+    caplog.set_level(logging.WARNING, "rlmetrics")
+    with rlmetrics.step(step):
+        pass
+    assert (
+        "the step must be an int from 0 to 2**63 - 1 (a NumPy or torch integer counts), got "
+        f"an int {step}" in caplog.text
+    )
+
+
 def test_bad_input_is_reported_and_the_rest_lands(traced: Any, caplog: Any) -> None:
     _handle, reader, exporter = traced
     caplog.set_level(logging.WARNING, "rlmetrics")
@@ -357,7 +369,7 @@ def test_bad_input_is_reported_and_the_rest_lands(traced: Any, caplog: Any) -> N
         with rlmetrics.phase("generation", bucket="productive", tags={"loss": 0.3, "node": "a"}):
             pass
     text = caplog.text
-    assert "the step must be an int" in text
+    assert "the step must be an int from 0 to 2**63 - 1" in text
     assert "bucket must be one of" in text
     assert "phase name must be a non-empty string" in text
     assert "span tag is a string, int or bool" in text

@@ -135,6 +135,20 @@ def test_live_calls_outside_a_trajectory_warn_and_do_nothing(
     assert names == ["chat m", "invoke_agent", "rl.turn"]
 
 
+@pytest.mark.parametrize("step", ["s", 2**70, -1])
+def test_a_step_that_is_no_step_is_said_and_the_trajectory_lands(
+    warnings_seen: pytest.LogCaptureFixture, step: Any
+) -> None:
+    """Without a Logger, a step that is no trainer step was replaced by the open step's (here
+    none), unsaid."""
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        with rlmetrics.trajectory("s0", step=step) as t:
+            t.generation("m")
+        spans = span_records(exporter)
+    assert warned(warnings_seen, "a trajectory's step must be an integer from 0")
+    assert sorted(s.name for s in spans) == ["chat m", "invoke_agent", "rl.turn"]
+
+
 def test_an_exception_in_a_live_trajectory_is_its_error_and_is_not_swallowed() -> None:
     with in_memory_tracing() as (_handle, reader, exporter):
         with pytest.raises(KeyError), rlmetrics.trajectory("s0", env="math") as t:

@@ -302,8 +302,11 @@ class Step(Scope):
         if iteration is None:
             warn_once(
                 "step:n",
-                f"rlmetrics.step: the step must be an int, got {describe_value(self._given)}; its "
-                "span has no rl.iteration and its summary is logged as the step after the last",
+                "rlmetrics.step: the step must be an int from 0 to 2**63 - 1 (a NumPy or torch "
+                f"integer counts), got {describe_value(self._given)}"
+                + (f" {self._given}" if isinstance(self._given, int) else "")
+                + "; its span has no rl.iteration and its summary is logged as the step after "
+                "the last",
             )
             self._step = 0 if state.last_step is None else state.last_step + 1
         else:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plugins as _plugins
-from .._warn import warn_once
+from .._warn import describe_value, warn_once
 from ..tracing._state import state
 from ..tracing.scopes import current_step
 from ..values import as_step
@@ -67,6 +67,13 @@ def deliver(
     else:
         number = as_step(step)
         if number is None:
+            if step is not None:
+                warn_once(
+                    "trajectory:step",
+                    "rlmetrics: a trajectory's step must be an integer from 0 (a NumPy or torch "
+                    f"integer counts), got {describe_value(step)}; it is logged at the open "
+                    "rlmetrics.step's, else without one",
+                )
             number = current_step()
     binding = state.binding
     contexts: list[Any] = []
