@@ -851,3 +851,44 @@ def test_none_follows_the_one_rule_for_values_that_are_not_numbers(
         assert caplog.text.count(f"(key {key!r}) dropped a value") == 1, caplog.text
     assert "None is not a finite number" in caplog.text
     assert "my_thing" not in caplog.text
+
+
+class _Kept:
+    """A queued backend (written on its own thread) that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.finished = False
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        self.rows.append(dict(metrics))
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+@pytest.mark.parametrize("timeout_s", ["soon", -1, math.nan])
+def test_a_finish_bound_that_is_no_bound_is_said_and_every_row_is_written(
+    timeout_s: Any,
+) -> None:
+    """``finish(timeout_s="soon")`` raised a TypeError after marking the Logger finished: its
+    queued trackers were never finished, and no exit hook finished them either (their rows
+    were lost, unsaid); NaN raised a ValueError from the wait, and -1 waited for nothing. A
+    bound that is no number of 0 or more is said once, and the Logger's own bound is used
+    (``math.inf`` is one: wait until every row is written)."""
+    kept = _Kept()
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register("kept", lambda: kept)
+
+    register_plugin(Offers(), "offers-kept")
+    logger = rlmetrics.Logger(backends=["kept"])
+    for step in range(3):
+        logger.log_metrics({"loss": float(step)}, step=step)
+    with captured_log() as log:
+        logger.finish(timeout_s=timeout_s)
+    assert kept.finished and kept.rows == [{"loss": 0.0}, {"loss": 1.0}, {"loss": 2.0}]
+    (said,) = log.matching("Logger.finish()'s timeout_s must be a number of 0 or more")
+    assert f"the Logger's own bound ({logger.finish_timeout_s:g} s) is used" in said.getMessage()

@@ -192,3 +192,26 @@ def test_every_public_name_resolves_and_is_listed() -> None:
     for name in rlmetrics.__all__:
         getattr(rlmetrics, name)  # OPEN is None: resolving is what counts
     assert set(rlmetrics.__all__) == {"__version__", *rlmetrics._WHERE}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("timeout_s", ["soon", -1, float("nan")])
+def test_a_shutdown_bound_that_is_no_bound_is_said_and_what_is_left_is_exported(
+    tmp_path: Any, timeout_s: Any
+) -> None:
+    """``shutdown(timeout_s="soon")`` raised a ValueError after marking telemetry closed: the
+    spans still batched were never exported, unsaid. A bound that is no number of 0 or more
+    is said once, and the default bound is used."""
+    from rlmetrics.exporters.otlp_file import read_spans
+    from rlmetrics.telemetry import DEFAULT_SHUTDOWN_TIMEOUT_S
+    from rlmetrics.testing import captured_log
+
+    path = tmp_path / "spans.jsonl"
+    handle = rlmetrics.start(exporters={"otlp_file": {"path": path}})
+    with rlmetrics.step(1):
+        pass
+    with captured_log() as log:
+        handle.shutdown(timeout_s=timeout_s)
+    assert rlmetrics.current() is None
+    assert "rl.step" in [span["name"] for _, span in read_spans(path)]
+    (said,) = log.matching("shutdown()'s timeout_s must be a number of 0 or more")
+    assert f"the default bound ({DEFAULT_SHUTDOWN_TIMEOUT_S:g} s) is used" in said.getMessage()

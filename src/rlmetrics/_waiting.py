@@ -17,10 +17,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SLICE_S", "join", "put", "wait", "wait_for"]
+__all__ = ["SLICE_S", "is_bound", "join", "put", "wait", "wait_for"]
 
 #: The longest one blocking call lasts: how late a signal taken by another thread is handled.
 SLICE_S = 0.05
+
+
+def is_bound(timeout_s: Any) -> bool:
+    """Whether ``timeout_s`` is a wait's bound: a number of 0 or more (``inf``: no bound). A
+    caller's string, NaN or negative number would fail, or wait for nothing, deep in a wait."""
+    return (
+        isinstance(timeout_s, (int, float))
+        and not isinstance(timeout_s, bool)
+        and timeout_s >= 0  # False for NaN too
+    )
 
 
 def _sliced(done: Callable[[float], bool], timeout_s: float) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from . import routing, stall_watch
+from . import _waiting, routing, stall_watch
 from ._fork import forget_in_child
 from ._warn import (
     StrictModeError,
@@ -580,6 +580,16 @@ class Logger:
         summary are logged and exported. In strict mode, raises
         :class:`~rlmetrics.StrictModeError` once everything is closed if anything asked for
         did not happen (rows a tracker did not write included)."""
+        if timeout_s is not None and not _waiting.is_bound(timeout_s):
+            # The loop's last call: said, and finished with the Logger's own bound, for a
+            # raise here would leave the queued trackers unfinished and their rows unsaid.
+            warn_once(
+                "logger:finish-timeout",
+                "rlmetrics: Logger.finish()'s timeout_s must be a number of 0 or more (inf: "
+                f"wait until every row is written), got {describe_value(timeout_s)}; the "
+                f"Logger's own bound ({self.finish_timeout_s:g} s) is used",
+            )
+            timeout_s = None
         if self._finish(timeout_s):
             self._release_strict()
         raise_if_strict()

@@ -22,6 +22,7 @@ from ._fork import reset_in_child
 from ._version import __version__
 from ._warn import (
     StrictModeError,
+    describe_value,
     hold_strict,
     logger,
     note_unmet,
@@ -170,6 +171,16 @@ class Telemetry:
         is unreachable (what could not be sent by then is dropped). Idempotent. In strict
         mode, raises :class:`~rlmetrics.StrictModeError` once stopped if anything asked for
         did not happen."""
+        if not _waiting.is_bound(timeout_s):
+            # Said, and stopped within the default bound: a raise here would leave what is
+            # still batched unexported, and telemetry half closed.
+            warn_once(
+                "telemetry:shutdown-timeout",
+                "rlmetrics: Telemetry.shutdown()'s timeout_s must be a number of 0 or more, got "
+                f"{describe_value(timeout_s)}; the default bound "
+                f"({DEFAULT_SHUTDOWN_TIMEOUT_S:g} s) is used",
+            )
+            timeout_s = DEFAULT_SHUTDOWN_TIMEOUT_S
         if self._shutdown(timeout_s):
             self._release_strict()
         raise_if_strict()
