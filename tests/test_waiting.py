@@ -131,8 +131,10 @@ def test_the_waits_keep_their_bound_and_say_how_they_ended() -> None:
 
 @pytest.mark.parametrize(
     ("timeout_s", "bound"),
-    [(0, True), (0.05, True), (float("inf"), True), (30, True)]
-    + [(-1, False), (float("nan"), False), ("5", False), (True, False), (None, False)],
+    [
+        *[(0, True), (0.05, True), (float("inf"), True), (30, True)],
+        *[(-1, False), (float("nan"), False), ("5", False), (True, False), (None, False)],
+    ],
 )
 def test_a_bound_is_a_number_of_0_or_more(timeout_s: Any, bound: bool) -> None:
     assert _waiting.is_bound(timeout_s) is bound

@@ -111,6 +111,25 @@ def test_default_otlp_timeout_only_when_the_environment_sets_none(
         handle.shutdown(timeout_s=1)
 
 
+@pytest.mark.parametrize("exporter", ["otlp", "otlp_http"])
+@pytest.mark.parametrize("variable", TIMEOUT_ENV)
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "0"])
+def test_a_timeout_variable_that_is_no_timeout_names_itself(
+    monkeypatch: pytest.MonkeyPatch,
+    default_timeout: None,
+    exporter: str,
+    variable: str,
+    value: str,
+) -> None:
+    """Before: the SDK's bare ``ValueError: could not convert string to float: 'abc'`` out
+    of start(), naming no variable (and -1, NaN or 0 taken as a bound)."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(rlmetrics.ConfigurationError) as raised:
+        rlmetrics.start(exporters=[exporter])
+    assert f"{variable}={value!r} must be a positive number of seconds" in str(raised.value)
+    assert rlmetrics.current() is None
+
+
 def test_log_metrics_never_waits_for_an_export_in_flight(
     monkeypatch: pytest.MonkeyPatch, blackhole: BlackHole
 ) -> None:

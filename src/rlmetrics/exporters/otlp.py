@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import threading
 from typing import TYPE_CHECKING, Any
 
 from .. import hookimpl
 from .._warn import logger, warn_once
-from ..configuration import POSITIVE_NUMBER, TEXT, declare_options
+from ..configuration import POSITIVE_NUMBER, TEXT, ConfigurationError, declare_options
 from . import Exporter, ForkSafe, ForkSafeSpans, batch_span_processor, periodic_reader
 
 if TYPE_CHECKING:
@@ -80,9 +81,27 @@ def otlp_timeout_s(signal: str = "metrics") -> float | None:
     ``traces``): None (let the SDK read the environment) when ``OTEL_EXPORTER_OTLP_TIMEOUT``
     or the signal's own variable is set, else :data:`DEFAULT_OTLP_TIMEOUT_S`."""
     names = (f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
-    if any(os.environ.get(name, "").strip() for name in names):
+    given = [(name, os.environ.get(name, "").strip()) for name in names]
+    for name, text in given:
+        # Checked here, naming the variable: the SDK's float() would raise a bare ValueError
+        # out of start() (and take -1, NaN or 0 as a bound).
+        if text and not _positive_seconds(text):
+            raise ConfigurationError(
+                f"{name}={text!r} must be a positive number of seconds (the OTLP exporter's "
+                "timeout per export); unset it for rlmetrics' default "
+                f"({DEFAULT_OTLP_TIMEOUT_S:g} s)"
+            )
+    if any(text for _, text in given):
         return None
     return DEFAULT_OTLP_TIMEOUT_S
+
+
+def _positive_seconds(text: str) -> bool:
+    try:
+        seconds = float(text)
+    except ValueError:
+        return False
+    return 0 < seconds < math.inf
 
 
 class _RecordingStub:
