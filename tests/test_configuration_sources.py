@@ -364,6 +364,11 @@ def test_a_redact_list_the_logger_refuses_is_refused_naming_its_source(
             lambda: rlmetrics.Logger(backends={}, finish_timeout_s=-1),
             "Logger(): finish_timeout_s must be a number of 0 or more, got int -1",
         ),
+        # An int past str()'s 4,300 digits is described by its size, not raised from repr().
+        (
+            lambda: rlmetrics.Logger(backends={}, queue_size=-(10**5000)),
+            "Logger(): queue_size must be a positive integer, got int of 16610 bits",
+        ),
         (
             lambda: rlmetrics.Logger(backends={}, max_cell_bytes="big"),
             "Logger(): max_cell_bytes must be a positive integer, got str",

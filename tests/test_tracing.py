@@ -346,15 +346,20 @@ def test_a_logger_that_finishes_ends_only_its_own_steps(traced: Any) -> None:
     assert "rlmetrics.span.truncated" not in span_records(exporter)[-1].attributes
 
 
-@pytest.mark.parametrize("step", [-1, 2**70])
-def test_a_step_past_the_range_says_which(caplog: Any, step: int) -> None:
-    """Before: ``the step must be an int, got an int``."""
+@pytest.mark.parametrize(
+    ("step", "shown"),
+    [(-1, "an int -1"), (2**70, f"an int {2**70}"), (10**5000, "an int of 16610 bits")],
+    ids=["negative", "past-int64", "past-str"],
+)
+def test_a_step_past_the_range_says_which(caplog: Any, step: int, shown: str) -> None:
+    """Before: ``the step must be an int, got an int``. (An int past 4,300 digits is no
+    ``str()``: described by its size, never raising.)"""
     caplog.set_level(logging.WARNING, "rlmetrics")
     with rlmetrics.step(step):
         pass
     assert (
         "the step must be an int from 0 to 2**63 - 1 (a NumPy or torch integer counts), got "
-        f"an int {step}" in caplog.text
+        f"{shown};" in caplog.text
     )
 
 

@@ -150,9 +150,12 @@ class Option:
         except Exception:
             pass
         kind = type(value).__name__
-        shown = (
-            f" {value!r}" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
-        )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            shown = ""
+        elif isinstance(value, int) and value.bit_length() > 128:
+            shown = f" of {value.bit_length()} bits"  # repr() raises past 4,300 digits
+        else:
+            shown = f" {value!r}"
         return f"must be {self.what}, got {kind}{shown}"
 
 

@@ -129,9 +129,9 @@ class Logger:
     ``start(exporters=...)`` names exporters); None means the backends configured without
     code (``RLMETRICS_BACKENDS``, the configuration file's ``[backends.<name>]`` tables; their
     options also reach the backends a call names), else the JSONL backend with its default
-    path. An unknown name or option is a
-    configuration mistake and raises here, naming the valid ones; a backend that fails to
-    start (no credentials, store gone) is skipped with a warning and the others run. Every
+    path. An unknown name or option is a configuration mistake and raises here, naming the
+    valid ones; a backend that fails to start (no credentials, store gone) is skipped with a
+    warning and the others run. Every
     other argument the call gives wins; one it leaves out (None) takes its variable's value
     (``RLMETRICS_KEY_MAP``, ``RLMETRICS_STRICT``), else the configuration file's ``[logger]``
     value, else its default (docs/configuration.md).

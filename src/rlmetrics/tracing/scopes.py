@@ -272,6 +272,16 @@ def current_step() -> int | None:
     return steps[-1]._step if steps else None
 
 
+def _shown(given: Any) -> str:
+    """``given`` described for a message; an int with its value, unless it is past what a
+    message should hold (or ``str()`` can convert: past 4,300 digits it raises)."""
+    if type(given) is int and given.bit_length() <= 128:
+        return f"an int {given}"
+    if type(given) is int:
+        return f"an int of {given.bit_length()} bits"
+    return describe_value(given)
+
+
 class Step(Scope):
     """One training step: the umbrella span ``rl.step`` (``rl.iteration``, never
     ``rl.bucket``), and when it ends the step's efficiency summary (see :func:`step`)."""
@@ -303,10 +313,8 @@ class Step(Scope):
             warn_once(
                 "step:n",
                 "rlmetrics.step: the step must be an int from 0 to 2**63 - 1 (a NumPy or torch "
-                f"integer counts), got {describe_value(self._given)}"
-                + (f" {self._given}" if isinstance(self._given, int) else "")
-                + "; its span has no rl.iteration and its summary is logged as the step after "
-                "the last",
+                f"integer counts), got {_shown(self._given)}; its span has no rl.iteration and "
+                "its summary is logged as the step after the last",
             )
             self._step = 0 if state.last_step is None else state.last_step + 1
         else:
