@@ -892,3 +892,26 @@ def test_a_finish_bound_that_is_no_bound_is_said_and_every_row_is_written(
     assert kept.finished and kept.rows == [{"loss": 0.0}, {"loss": 1.0}, {"loss": 2.0}]
     (said,) = log.matching("Logger.finish()'s timeout_s must be a number of 0 or more")
     assert f"the Logger's own bound ({logger.finish_timeout_s:g} s) is used" in said.getMessage()
+
+
+def test_a_backend_failing_to_start_with_an_unprintable_error_is_skipped_and_named(
+    tmp_path: Path,
+) -> None:
+    class Unprintable(RuntimeError):
+        def __str__(self) -> str:
+            raise ValueError("no text")
+
+    def broken() -> Any:
+        raise Unprintable
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register("broken", broken)
+
+    register_plugin(Offers(), "offers-broken")
+    with captured_log() as log:
+        logger = rlmetrics.Logger(backends={"broken": {}, "jsonl": {"path": tmp_path / "m.jsonl"}})
+    logger.finish()
+    assert list(logger.backends) == ["jsonl"]
+    assert log.matching("backend 'broken' (from plugin 'offers-broken') failed to start")

@@ -362,7 +362,7 @@ class Logger:
                 # without (a notebook's next cell, a sweep's next trial), and a new reason is
                 # said; the same one for the same run is said once.
                 warn_once(
-                    f"backend-start:{self.identity.run_id}:{name}:{exc}",
+                    f"backend-start:{self.identity.run_id}:{name}:{_reason(exc)}",
                     f"rlmetrics: backend {name!r} (from plugin {owner!r}) failed to start and is "
                     + (f"skipped: {exc}. The" if expected else "skipped; the")
                     + " other backends and telemetry still get every step",
@@ -821,6 +821,15 @@ def _identity(run_id: str | None, resume: bool | None) -> RunIdentity:
             "telemetry with rlmetrics.start(run_id=..., resume=True) first)"
         )
     return RunIdentity(run_id if run_id is not None else new_run_id(), bool(resume))
+
+
+def _reason(exc: BaseException) -> str:
+    """``exc`` as text for a warning's key: its type and message (a plugin's exception whose
+    ``__str__`` raises is its type alone)."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return type(exc).__name__
 
 
 def _build(factory: BackendFactory, options: Mapping[str, Any], identity: RunIdentity) -> Backend:
