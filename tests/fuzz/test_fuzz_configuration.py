@@ -1,8 +1,9 @@
 """The configuration sources under hostile input (issue 32): a TOML file (``RLMETRICS_CONFIG``)
 and ``RLMETRICS_*`` / ``OTEL_*`` variables, right and wrong names, right and wrong types.
 ``rlmetrics.start()`` and ``Logger()`` either start or raise the one documented exception,
-``rlmetrics.ConfigurationError``, whose message names the source of the wrong value; never
-another traceback (a wrong type reaching a socket or gRPC), never a hang.
+``rlmetrics.ConfigurationError``, whose message names the source of the wrong value (or, when
+the document turns strict mode on, :class:`~rlmetrics.StrictModeError` for what did not
+happen); never another traceback (a wrong type reaching a socket or gRPC), never a hang.
 
 The default run uses the ``suite`` hypothesis profile; ``tox -e fuzz`` the ``fuzz`` one.
 """
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import rlmetrics
+from rlmetrics import StrictModeError
 from rlmetrics.configuration import LOGGER_SETTINGS, TELEMETRY_SETTINGS, ConfigurationError
 
 _SCRATCH = Path(tempfile.mkdtemp(prefix="rlmetrics-fuzz-config-"))
@@ -176,6 +178,14 @@ def _environment(variables: Mapping[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
+def _strict(document: Mapping[str, Any]) -> bool:
+    """Whether ``document`` turns strict mode on (``strict = true`` in a table that has it)."""
+    return any(
+        isinstance(document.get(table), Mapping) and document[table].get("strict") is True
+        for table in ("telemetry", "logger")
+    )
+
+
 def _start_and_log() -> None:
     handle = rlmetrics.start()
     try:
@@ -192,6 +202,9 @@ def _start_and_log() -> None:
 # Found at 10**5 examples: an empty run id from the file was taken by start() and refused by
 # the first Logger, whose message named no source.
 @example({"telemetry": {"resume": False, "run_id": ""}}, {})
+# Found at 10**5 examples: strict mode asked for by the file, and an export to the default
+# endpoint, where nothing listens: StrictModeError, as strict mode documents.
+@example({"telemetry": {"strict": True}, "exporters": {"otlp": {}}}, {})
 def test_a_configuration_starts_or_raises_one_error_naming_its_source(
     document: dict[str, Any], variables: dict[str, str]
 ) -> None:
@@ -206,6 +219,11 @@ def test_a_configuration_starts_or_raises_one_error_naming_its_source(
             message = str(error)
             assert any(source in message for source in _SOURCES), message
             assert error.__cause__ is None
+        except StrictModeError:
+            # What strict mode documents: something asked for did not happen (an export
+            # failed), raised from the next call. Only when the document asked for it.
+            event("strict")
+            assert _strict(document), "StrictModeError without strict mode asked for"
         finally:
             handle = rlmetrics.current()
             if handle is not None:  # a failure above must not leave telemetry running
