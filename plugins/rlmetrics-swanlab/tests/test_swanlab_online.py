@@ -10,8 +10,9 @@ goes as far as an online start goes before the network: its argument checks, the
 - ``Logger()`` must cost the backend's ``connect_timeout_s``, not SwanLab's own timeouts and
   retries (75 s against a black hole on this machine): the backend is skipped in one line and
   the loop goes on with the others.
+- Without an API key, one line with SwanLab's reason, and no prompt for one.
 
-The case runs in a process of its own: the login the backend gave up on goes on with SwanLab's
+The black-hole case runs in a process of its own: the login the backend gave up on goes on with SwanLab's
 retries on its thread for a minute, and could start a run into whatever test runs next here.
 """
 
