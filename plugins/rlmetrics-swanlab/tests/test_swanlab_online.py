@@ -12,8 +12,9 @@ goes as far as an online start goes before the network: its argument checks, the
   the loop goes on with the others.
 - Without an API key, one line with SwanLab's reason, and no prompt for one.
 
-The black-hole case runs in a process of its own: the login the backend gave up on goes on with SwanLab's
-retries on its thread for a minute, and could start a run into whatever test runs next here.
+The black-hole case runs in a process of its own: the login the backend gave up on goes on
+with SwanLab's retries on its thread for a minute, and could start a run into whatever test
+runs next here.
 """
 
 from __future__ import annotations
