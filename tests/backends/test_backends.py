@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from rlmetrics.backends import BackendUnavailable, as_step, full_key, start_within
+from rlmetrics.backends import BackendUnavailable, as_step, first_line, full_key, start_within
 
 
 def test_full_key_leaves_axis_keys_unprefixed() -> None:
@@ -64,3 +64,8 @@ def test_a_step_axis_keeps_a_dict_without_a_number_at_the_previous_step(
     assert len(said) == 1
     assert said[0].startswith("rlmetrics-sometracker: a step (")
     assert said[0].endswith("is not a number; such dicts are logged at the previous step")
+
+
+def test_first_line_is_a_trackers_reason_in_one_line() -> None:
+    assert first_line(RuntimeError("no key\nTraceback: ...")) == "no key"
+    assert first_line(RuntimeError("  \n")) == "RuntimeError"

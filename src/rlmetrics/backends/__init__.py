@@ -42,6 +42,7 @@ __all__ = [
     "StepAxis",
     "as_step",
     "available_backends",
+    "first_line",
     "full_key",
     "start_within",
 ]
@@ -114,6 +115,12 @@ class BackendUnavailable(Exception):
     that cannot be written, a store that went away. Its message names the condition and the
     remedy; the Logger reports it as that one line (the traceback only at DEBUG) and goes on
     without the backend. ``OSError`` is read the same way."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of a tracker's error (its type's name when it says nothing): what a
+    :class:`BackendUnavailable` built from it quotes as the tracker's reason."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def full_key(prefix: str, key: str) -> str:

@@ -25,7 +25,14 @@ from mlflow.utils.validation import (
 )
 
 from rlmetrics import warn_once
-from rlmetrics.backends import BackendUnavailable, StepAxis, as_step, full_key, start_within
+from rlmetrics.backends import (
+    BackendUnavailable,
+    StepAxis,
+    as_step,
+    first_line,
+    full_key,
+    start_within,
+)
 from rlmetrics.hyperparams import flat_hyperparams, to_hyperparams
 from rlmetrics.identity import RUN_ID_ATTR, RunIdentity
 from rlmetrics.samples import columns_of
@@ -168,9 +175,8 @@ class MlflowBackend:
         except MlflowException as exc:
             # The store's own answer (credentials refused, not a database): a condition to
             # fix, said in one line by the Logger, not a plugin's bug with its traceback.
-            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise BackendUnavailable(
-                f"the MLflow store at {uri} refused to start the run: {said}"
+                f"the MLflow store at {uri} refused to start the run: {first_line(exc)}"
             ) from exc
 
     def _start_run(

@@ -34,7 +34,13 @@ from typing import Any
 import swanlab
 
 from rlmetrics import as_plain, as_real, warn_once
-from rlmetrics.backends import BackendUnavailable, StepAxis, full_key, start_within
+from rlmetrics.backends import (
+    BackendUnavailable,
+    StepAxis,
+    first_line,
+    full_key,
+    start_within,
+)
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs, with_tracker_setting
 from rlmetrics.samples import columns_of
@@ -109,10 +115,6 @@ def _start_off_the_main_thread(
         f"the SwanLab server at {swanlab.Settings().api_host}",
         abandon=_end_abandoned_run,
     )
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def _end_abandoned_run(run: Any) -> None:
@@ -200,7 +202,7 @@ class SwanLabBackend:
                 else ""
             )
             raise BackendUnavailable(
-                f"SwanLab refused to start the run: {_first_line(exc)}{advice}"
+                f"SwanLab refused to start the run: {first_line(exc)}{advice}"
             ) from exc
         except Exception as exc:
             shown = {k: v for k, v in kwargs.items() if k != "config"}

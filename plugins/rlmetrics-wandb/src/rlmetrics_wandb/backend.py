@@ -11,7 +11,7 @@ from typing import Any
 import wandb
 
 from rlmetrics import describe_value, resets_process_state, warn_once
-from rlmetrics.backends import BackendUnavailable, as_step, full_key
+from rlmetrics.backends import BackendUnavailable, as_step, first_line, full_key
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs, with_tracker_setting
 from rlmetrics.samples import columns_of
@@ -42,21 +42,18 @@ def _finish_leftover_runs() -> None:
 
 
 def _init_timeout(settings: Any) -> float:
-    """The ``init_timeout`` a ``wandb.init`` given ``settings`` waits: theirs, else W&B's."""
-    if isinstance(settings, Mapping) and "init_timeout" in settings:
-        return float(settings["init_timeout"])
-    if settings is not None and "init_timeout" in getattr(settings, "model_fields_set", ()):
-        return float(settings.init_timeout)
-    return float(wandb.Settings().init_timeout)
+    """The ``init_timeout`` a ``wandb.init`` given ``settings`` waits: theirs (a
+    ``wandb.Settings`` holds W&B's default when not set), else W&B's."""
+    if isinstance(settings, Mapping):
+        given = settings.get("init_timeout")
+    else:
+        given = getattr(settings, "init_timeout", None)
+    return float(wandb.Settings().init_timeout if given is None else given)
 
 
 def _server() -> str:
     """The W&B server a run starts against: ``WANDB_BASE_URL``, else W&B's default."""
     return os.environ.get("WANDB_BASE_URL") or str(wandb.Settings().base_url)
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 class WandbBackend:
@@ -130,13 +127,13 @@ class WandbBackend:
                 raise BackendUnavailable(
                     f"W&B could not start the run at {_server()} within "
                     f"{_init_timeout(kwargs.get('settings')):.1f} s (the backend's "
-                    f"connect_timeout_s; W&B said: {_first_line(exc)})"
+                    f"connect_timeout_s; W&B said: {first_line(exc)})"
                 ) from exc
             except wandb.errors.UsageError as exc:
                 # No API key in a job without a terminal (no `wandb login`), an argument W&B
                 # refuses: W&B's message says what to change, in one line.
                 raise BackendUnavailable(
-                    f"W&B refused to start the run: {_first_line(exc)}"
+                    f"W&B refused to start the run: {first_line(exc)}"
                 ) from exc
             except Exception as exc:
                 shown = {k: v for k, v in kwargs.items() if k != "config"}
