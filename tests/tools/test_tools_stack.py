@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
+import socket
 import subprocess
 import urllib.error
 import urllib.parse
@@ -290,3 +292,78 @@ def test_a_vllm_engine_restart_fires_its_plugin_s_alert(
         assert stack.stop()[0] == 0
     finally:
         engine.close()
+
+
+def test_a_port_its_last_server_left_in_time_wait_is_free_again() -> None:
+    """The side that closes a connection first keeps its port in TIME_WAIT for a minute; a
+    server that answered ``Connection: close`` (Prometheus answering the stack's readiness
+    checks) is that side. TIME_WAIT is no listener: Prometheus and Alertmanager (Go) bind over
+    it, so the stack must not call the port taken."""
+    from rlmetrics.stack.server import port_is_free
+
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Go's listeners do
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert not port_is_free(port)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+            served, _ = listener.accept()
+            served.close()  # the server closes first: its end waits
+            assert client.recv(1) == b""
+    assert port_is_free(port)
+
+
+def _stack_args(tmp_path: Path, prometheus_binary: str, port: int) -> tuple[str, ...]:
+    return (
+        *("--dir", str(tmp_path / "stack"), "--run", "127.0.0.1:9", "--no-ray"),
+        *("--no-alertmanager", "--port", str(port), "--prometheus", prometheus_binary),
+    )
+
+
+def test_stopped_and_started_again_it_gets_its_port_back(
+    prometheus_binary: str, stacks: list[Stack], tmp_path: Path
+) -> None:
+    """Ctrl-C, then the same command again (the first thing anyone does after editing a
+    threshold) found the port "taken" for a minute while nothing listened on it."""
+    from rlmetrics.stack.server import free_port
+
+    args = _stack_args(tmp_path, prometheus_binary, free_port())
+    status, err = Stack(*args).stop()
+    assert status == 0 and err == ""
+    again = Stack(*args)
+    stacks.append(again)
+    assert again.get("/api/v1/status/buildinfo")["version"]
+
+
+def test_a_second_sigterm_while_it_stops_its_servers_is_not_a_traceback(
+    prometheus_binary: str, tmp_path: Path
+) -> None:
+    """A scheduler or ``timeout`` signals the whole process group, so the stack command can
+    be told to stop again while it is stopping Prometheus; it goes on stopping it and exits
+    0. Prometheus is held stopped (SIGSTOP) so the second signal surely lands while the stack
+    waits for it."""
+    from rlmetrics.stack.server import free_port
+
+    stack = Stack(*_stack_args(tmp_path, prometheus_binary, free_port()))
+    prometheus = psutil.Process(stack.report["prometheus"]["pid"])
+    prometheus.suspend()
+    try:
+        # Stopped before the stack signals it, so its SIGTERM waits instead of being taken.
+        assert wait_until(lambda: prometheus.status() == psutil.STATUS_STOPPED, 30)
+        stack.process.send_signal(signal.SIGTERM)
+        # Prometheus has its SIGTERM pending: the stack is in its stop, waiting for it.
+        assert wait_until(lambda: _pending(prometheus.pid) & (1 << (signal.SIGTERM - 1)), 30)
+        stack.process.send_signal(signal.SIGTERM)
+    finally:
+        prometheus.resume()
+    status, err = stack.stop()
+    assert (status, err) == (0, "")
+    assert not prometheus.is_running() or prometheus.status() == psutil.STATUS_ZOMBIE
+
+
+def _pending(pid: int) -> int:
+    """The signals pending for process ``pid`` (its SigPnd and ShdPnd masks, Linux)."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    masks = [line.split()[1] for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return sum(int(mask, 16) for mask in masks)

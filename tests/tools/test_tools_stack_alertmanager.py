@@ -380,6 +380,8 @@ def test_alertmanager_s_usual_port_taken_it_takes_a_free_one_and_prometheus_is_t
 ) -> None:
     with socket.socket() as holder:
         try:
+            # Over a TIME_WAIT an earlier Alertmanager left, as Alertmanager itself would.
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             holder.bind(("127.0.0.1", 9093))
             holder.listen()
         except OSError:

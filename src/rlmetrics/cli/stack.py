@@ -342,10 +342,16 @@ def run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, _Stop):
         return 0
     finally:
+        # Once stopping, it finishes stopping: a scheduler or `timeout` signals the whole
+        # process group, so a second SIGTERM (or Ctrl-C) can land while it waits for its
+        # servers, and must not cut that wait short with a traceback.
+        interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         server.stop()
         if manager is not None:
             manager.stop()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, interrupt)
 
 
 def _lines(

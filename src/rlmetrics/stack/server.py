@@ -48,7 +48,11 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:``port``. A port left in TIME_WAIT by a server
+    that closed its connections first is free: Prometheus and Alertmanager (Go) bind with
+    SO_REUSEADDR, so only a listener keeps them off it, and so must this check."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((_HOST, port))
         except OSError:
