@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -128,6 +129,45 @@ def test_a_timeout_variable_that_is_no_timeout_names_itself(
         rlmetrics.start(exporters=[exporter])
     assert f"{variable}={value!r} must be a positive number of seconds" in str(raised.value)
     assert rlmetrics.current() is None
+
+
+#: The files TLS takes, for both signals or one (the OpenTelemetry specification's variables).
+TLS_FILE_ENV = (
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+)
+
+
+@pytest.mark.parametrize("exporter", ["otlp", "otlp_http"])
+@pytest.mark.parametrize("variable", TLS_FILE_ENV)
+def test_a_tls_file_variable_naming_no_file_names_itself(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, exporter: str, variable: str
+) -> None:
+    """Before: over gRPC the SDK logged a traceback ("Failed to read file") and went on with
+    the system's roots, so every export to a collector with a private CA failed with a
+    message naming the endpoint only; over HTTP each export failed naming nothing. A path
+    that is a folder is no file either."""
+    for path in (tmp_path / "ca.pem", tmp_path):
+        monkeypatch.setenv(variable, str(path))
+        with pytest.raises(rlmetrics.ConfigurationError) as raised:
+            rlmetrics.start(exporters=[exporter], otlp_endpoint="https://127.0.0.1:9")
+        message = str(raised.value)
+        assert message.startswith(f"{variable}={str(path)!r} is no file that can be read"), message
+        assert "fix the path or unset it" in message
+        assert rlmetrics.current() is None
+
+
+def test_a_tls_file_that_exists_is_taken(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The check refuses only what cannot be read: a file that is there starts (whether it
+    is a good certificate is the TLS handshake's to say)."""
+    certificate = tmp_path / "ca.pem"
+    certificate.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(certificate))
+    handle = rlmetrics.start(exporters=["otlp_http"], otlp_endpoint="https://127.0.0.1:9")
+    handle.shutdown(timeout_s=1)
 
 
 def test_log_metrics_never_waits_for_an_export_in_flight(

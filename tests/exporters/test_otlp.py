@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import logging
+import shutil
+import subprocess
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -248,3 +252,89 @@ def test_out_of_range_values_are_dropped_alone_and_every_later_export_is_accepte
     assert setup == {"policy_init": 2.0}
     assert otlp_receiver.find(COUNTER, **{"gen_ai.token.type": "input"}).value == 100  # type: ignore[union-attr]
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
+
+
+@pytest.fixture
+def tls_receiver(tmp_path: Path) -> Iterator[tuple[OtlpReceiver, Path]]:
+    """A receiver serving TLS with a self-signed certificate for 127.0.0.1 (a private CA of
+    one), and that certificate's file, for ``OTEL_EXPORTER_OTLP_CERTIFICATE``."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl to make a certificate with")
+    key, certificate = tmp_path / "collector.key", tmp_path / "collector.pem"
+    subprocess.run(
+        [
+            *(openssl, "req", "-x509", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"),
+            *("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(certificate)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    receiver = OtlpReceiver(tls=(key.read_bytes(), certificate.read_bytes())).start()
+    try:
+        yield receiver, certificate
+    finally:
+        receiver.stop()
+
+
+def test_over_tls_the_points_arrive_when_the_variable_names_the_collector_s_ca(
+    tls_receiver: tuple[OtlpReceiver, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``https://`` endpoint is TLS, trusting what ``OTEL_EXPORTER_OTLP_CERTIFICATE``
+    names, as every OTel SDK reads it."""
+    receiver, certificate = tls_receiver
+    assert receiver.endpoint.startswith("https://127.0.0.1:")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(certificate))
+    declare_test_series()
+    with rlmetrics.start(
+        exporters=("otlp",), otlp_endpoint=receiver.endpoint, export_interval_s=INTERVAL_S
+    ):
+        record_test_series()
+        receiver.wait_for(_all_arrived, what="every recorded value, over TLS")
+
+
+@pytest.mark.parametrize(
+    ("mismatch", "advice"),
+    [
+        ("untrusted", "name its CA's certificate in OTEL_EXPORTER_OTLP_CERTIFICATE"),
+        (
+            "plaintext to tls",
+            "a collector serving TLS closes a plaintext connection so: give it as https://",
+        ),
+        (
+            "tls to plaintext",
+            "The collector there does not serve TLS: an https:// endpoint is "
+            "TLS; give it as http://",
+        ),
+    ],
+)
+def test_a_tls_mismatch_is_said_once_with_what_to_change(
+    tls_receiver: tuple[OtlpReceiver, Path],
+    otlp_receiver: OtlpReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    mismatch: str,
+    advice: str,
+) -> None:
+    """Before: each said "check the endpoint and that a collector listens there", which is
+    true of all three; what was wrong was the certificate or the scheme."""
+    secure, _certificate = tls_receiver
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_CERTIFICATE", raising=False)
+    endpoint, receiver = {
+        "untrusted": (secure.endpoint, secure),
+        "plaintext to tls": (secure.endpoint.replace("https://", "http://"), secure),
+        "tls to plaintext": (otlp_receiver.endpoint.replace("http://", "https://"), otlp_receiver),
+    }[mismatch]
+    declare_test_series()
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        handle = rlmetrics.start(
+            exporters=("otlp",), otlp_endpoint=endpoint, export_interval_s=INTERVAL_S
+        )
+        record_test_series()
+        handle.shutdown(timeout_s=5)
+    said = [r.getMessage() for r in caplog.records if "OTLP export" in r.getMessage()]
+    assert len(said) == 1, said
+    assert advice in said[0], said[0]
+    assert receiver.requests == []

@@ -43,6 +43,7 @@ __all__ = [
     "PRIVATE_SDK_ATTRIBUTES",
     "SDK_EXPORTER_LOGGER",
     "SDK_LINES_LOGGER",
+    "check_tls_files",
     "make_exporter",
     "otlp_timeout_s",
     "register_exporters",
@@ -94,6 +95,37 @@ def otlp_timeout_s(signal: str = "metrics") -> float | None:
     if any(text for _, text in given):
         return None
     return DEFAULT_OTLP_TIMEOUT_S
+
+
+#: The files TLS takes from the environment, by what each is (the specification's variables;
+#: a signal's own variable, ``OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE``, wins over the shared).
+_TLS_FILES = {
+    "CERTIFICATE": "trusted certificates (the collector's CA)",
+    "CLIENT_KEY": "client's private key",
+    "CLIENT_CERTIFICATE": "client's certificate",
+}
+
+
+def check_tls_files(signal: str = "metrics") -> None:
+    """Refuse, naming the variable, a TLS file variable of ``signal`` that names no readable
+    file. The gRPC exporter logs a traceback and goes on with the system's roots, the HTTP
+    one fails each export naming nothing: either way the run exports nothing to a collector
+    with a private CA, and no message names the variable."""
+    own = f"OTEL_EXPORTER_OTLP_{signal.upper()}_"
+    for suffix, what in _TLS_FILES.items():
+        for name in (own + suffix, "OTEL_EXPORTER_OTLP_" + suffix):
+            path = os.environ.get(name, "").strip()
+            if not path:
+                continue
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as error:
+                raise ConfigurationError(
+                    f"{name}={path!r} is no file that can be read ({error.strerror or error}): "
+                    f"it names the OTLP exporter's {what} for {signal}; fix the path or unset it"
+                ) from None
+            break  # the signal's own variable is the one used
 
 
 def _positive_seconds(text: str) -> bool:
@@ -155,6 +187,30 @@ _ENDPOINT_ENV = {
     "metrics": "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
     "traces": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
 }
+
+
+#: The variable that names each signal's trusted certificates.
+_CERTIFICATE_ENV = {signal: f"OTEL_EXPORTER_OTLP_{signal.upper()}_CERTIFICATE" for signal in _LOSS}
+
+
+def _advice(signal: str, details: str) -> str:
+    """What to change after a failed export, from what gRPC said of it: TLS failures name the
+    scheme or the certificate variable, since "a collector listens there" is then true."""
+    if "CERTIFICATE_VERIFY_FAILED" in details:
+        return (
+            "The collector's certificate is not one this process trusts: name its CA's "
+            f"certificate in OTEL_EXPORTER_OTLP_CERTIFICATE (or {_CERTIFICATE_ENV[signal]})"
+        )
+    if "WRONG_VERSION_NUMBER" in details:
+        return (
+            "The collector there does not serve TLS: an https:// endpoint is TLS; give it as "
+            "http:// (or host:port)"
+        )
+    advice = f"Check the endpoint ({_ENDPOINT_ENV[signal]}) and that a collector listens there"
+    if "Socket closed" in details:
+        # What a plaintext connection to a TLS port sees (the server drops it unanswered).
+        advice += "; a collector serving TLS closes a plaintext connection so: give it as https://"
+    return advice
 
 
 #: The SDK's exporter logger (the gRPC mixin's module): a line per retry and per failure.
@@ -234,8 +290,8 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
             key = f"{prefix}:{self._endpoint}:{cause}"
             message = (
                 f"rlmetrics: OTLP {label}export to {self._endpoint} failed ({cause}: "
-                f"{details}); {loss}. Check the endpoint ({_ENDPOINT_ENV[signal]}) and that a "
-                "collector listens there. Later failures with this cause are logged at DEBUG."
+                f"{details}); {loss}. {_advice(signal, details)}. Later failures with this "
+                "cause are logged at DEBUG."
             )
             if getattr(self, "_shutdown", False):
                 # The export outlived shutdown's bound, which telemetry already reported.
@@ -331,6 +387,7 @@ def _options(endpoint: str | None, timeout_s: float | None, signal: str) -> dict
     timeout = timeout_s if timeout_s is not None else otlp_timeout_s(signal)
     if timeout is not None:
         kwargs["timeout"] = timeout
+    check_tls_files(signal)
     return kwargs
 
 

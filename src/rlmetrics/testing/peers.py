@@ -347,13 +347,16 @@ class OtlpReceiver:
 
     ``reject_with`` makes it answer every request with that (non-retryable) status, as a
     collector that refuses our data would; ``stop()`` and ``start()`` take it down and bring
-    it back on the same port.
+    it back on the same port. ``tls``, a (private key, certificate chain) pair in PEM, serves
+    over TLS (its endpoint is ``https://``), as a collector with a certificate of a private
+    CA does.
     """
 
     #: How long :meth:`wait_for` waits unless told.
     WAIT_S = 15.0
 
-    def __init__(self) -> None:
+    def __init__(self, tls: tuple[bytes, bytes] | None = None) -> None:
+        self.tls = tls
         self.port = 0
         self._server: Any = None
         self._cond = threading.Condition()
@@ -364,7 +367,7 @@ class OtlpReceiver:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'http' if self.tls is None else 'https'}://127.0.0.1:{self.port}"
 
     def start(self) -> OtlpReceiver:
         import grpc
@@ -394,7 +397,11 @@ class OtlpReceiver:
         add_servicer(Servicer(), server)  # type: ignore[no-untyped-call]
         add_traces = trace_service_pb2_grpc.add_TraceServiceServicer_to_server
         add_traces(TraceServicer(), server)  # type: ignore[no-untyped-call]
-        port = server.add_insecure_port(f"127.0.0.1:{self.port}")
+        address = f"127.0.0.1:{self.port}"
+        if self.tls is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, grpc.ssl_server_credentials([self.tls]))
         if port == 0:
             raise RuntimeError(f"could not bind the OTLP receiver to 127.0.0.1:{self.port}")
         server.start()
