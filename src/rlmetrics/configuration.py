@@ -135,10 +135,19 @@ class Option:
     #: Environment variables the factory reads for this option when it is not given (the
     #: standard ``OTEL_*`` ones): set, they win over the configuration file's value.
     variables: tuple[str, ...] = ()
+    #: Variables the plugin's library reads itself whatever the option says (``WANDB_MODE``)
+    #: and refuses when wrong: a set one is checked as the option's value would be, where the
+    #: options are, so it is refused naming it instead of the backend being skipped at start.
+    checked_variables: tuple[str, ...] = ()
 
     def read_from(self, *variables: str) -> Option:
         """This option, read by its factory from ``variables`` when not given."""
         return attrs.evolve(self, variables=variables)
+
+    def checks(self, *variables: str) -> Option:
+        """This option, whose library also reads ``variables`` (values of this kind, as text:
+        a name) and refuses a wrong one."""
+        return attrs.evolve(self, checked_variables=variables)
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` is not one (``must be a number, got str``), else None."""
@@ -275,6 +284,14 @@ def check_options(
 
     ``what`` and ``name`` say whose options they are (``backend``, ``'jsonl'``); ``provided``
     are the parameters rlmetrics passes itself (the run's identity, the export interval)."""
+    declared = declared_options(factory)
+    for option, kind in declared.items():
+        for variable in kind.checked_variables:
+            text = os.environ.get(variable, "").strip()
+            problem = kind.problem(text) if text else None
+            if problem is not None:
+                source = from_source(f"{variable}={text!r}")
+                raise ConfigurationError(f"{what} {name!r} option {option!r} {problem}{source}")
     if options is None:
         return {}
     sources = sources or {}
@@ -284,7 +301,6 @@ def check_options(
             f"got a {type(options).__name__}"
         )
     valid = option_names(factory, provided)
-    declared = declared_options(factory)
     for option, value in options.items():
         source = from_source(sources.get(option))
         if valid is not None and option not in valid:

@@ -87,3 +87,23 @@ def test_the_declared_modes_are_the_trackers_own() -> None:
     assert set(WANDB_MODES) == set(typing.get_args(wandb.Settings.model_fields["mode"].annotation))
     # SwanLab also takes "cloud" for "online" (its settings' validator).
     assert set(SWANLAB_MODES) == {*typing.get_args(swanlab_settings.ModeType), "cloud"}
+
+
+@pytest.mark.parametrize(
+    ("backend", "variable"), [("wandb", "WANDB_MODE"), ("swanlab", "SWANLAB_MODE")]
+)
+def test_a_tracker_s_own_mode_variable_misspelt_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, backend: str, variable: str
+) -> None:
+    """Before: the tracker refused ``WANDB_MODE=ofline`` at start with a traceback (a
+    pydantic validation error), and the run went on without the tracker, as the option's
+    misspelling did before it was checked. The tracker reads its variable whatever the
+    option says (a given ``mode="offline"`` fails the same), so it is checked either way."""
+    importlib.import_module(f"rlmetrics_{backend}.plugin")
+    monkeypatch.setenv(variable, "ofline")
+    for backends in ({backend: {}}, backend, {backend: {"mode": "offline"}}):
+        with pytest.raises(rlmetrics.ConfigurationError) as raised:
+            rlmetrics.Logger(backends=backends)
+        message = str(raised.value)
+        assert message.startswith(f"backend '{backend}' option 'mode' must be one of"), message
+        assert message.endswith(f"(from {variable}='ofline')"), message
