@@ -285,10 +285,10 @@ def check_options(
     ``what`` and ``name`` say whose options they are (``backend``, ``'jsonl'``); ``provided``
     are the parameters rlmetrics passes itself (the run's identity, the export interval)."""
     declared = declared_options(factory)
-    for option, kind in declared.items():
-        for variable in kind.checked_variables:
+    for option, declared_kind in declared.items():
+        for variable in declared_kind.checked_variables:
             text = os.environ.get(variable, "").strip()
-            problem = kind.problem(text) if text else None
+            problem = declared_kind.problem(text) if text else None
             if problem is not None:
                 source = from_source(f"{variable}={text!r}")
                 raise ConfigurationError(f"{what} {name!r} option {option!r} {problem}{source}")
