@@ -124,3 +124,51 @@ def test_a_reader_whose_interval_ends_while_the_provider_is_built_says_nothing(
     built.provider.shutdown(timeout_millis=1000)
     said = [r for r in caplog.records if "Cannot call collect" in r.getMessage()]
     assert said and all(r.levelno == logging.DEBUG for r in said)
+
+
+def test_otel_sdk_disabled_exports_nothing_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``OTEL_SDK_DISABLED=true`` disables the SDK for every signal (the specification): the
+    SDK's meters and tracers are no-ops. Before: rlmetrics' gauges, which it adds to each
+    collection itself, were exported all the same (7 points of a logged step, and no
+    histogram or counter beside them), and nothing said the rest was off. The trackers still
+    get their rows: the variable is OpenTelemetry's."""
+    import json
+
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "True")
+    spans = InMemorySpanExporter()
+    path = tmp_path / "run.jsonl"
+    with (
+        caplog.at_level("WARNING", logger="rlmetrics"),
+        in_memory_telemetry(span_processors=[SimpleSpanProcessor(spans)]) as (_handle, reader),
+    ):
+        with rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}) as logger:
+            for step in (1, 2):
+                with rlmetrics.step(step):
+                    logger.log_metrics({"reward": 0.5, "gauge": 1.0}, step=step, prefix="train")
+        assert reader.get_metrics_data() is None or not reader.get_metrics_data().resource_metrics
+    assert spans.get_finished_spans() == ()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2]
+    said = [r.getMessage() for r in caplog.records if "OTEL_SDK_DISABLED" in r.getMessage()]
+    assert len(said) == 1 and "exports nothing" in said[0], said
+
+
+@pytest.mark.parametrize("value", ["bogus", "always-on"])
+def test_an_exemplar_filter_that_is_none_names_the_variable_and_the_choices(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """Before: the SDK's bare ``ValueError: Unknown exemplar filter 'bogus'.`` out of start(),
+    naming neither the variable nor what it takes."""
+    monkeypatch.setenv("OTEL_METRICS_EXEMPLAR_FILTER", value)
+    with pytest.raises(rlmetrics.ConfigurationError) as raised:
+        rlmetrics.start(exporters=["console"])
+    assert str(raised.value) == (
+        f"OTEL_METRICS_EXEMPLAR_FILTER={value!r} is none of the exemplar filters: "
+        "'always_on', 'always_off', 'trace_based' (unset, trace_based)"
+    )
+    assert rlmetrics.current() is None

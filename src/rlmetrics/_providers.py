@@ -51,6 +51,7 @@ from opentelemetry.util.types import Attributes
 
 from ._fork import forget_in_child
 from ._warn import warn_once
+from .configuration import ConfigurationError
 from .exporters import Exporter
 from .identity import RUN_ID_ATTR, new_run_id
 
@@ -62,11 +63,13 @@ if TYPE_CHECKING:
 GaugePoints = Callable[[], "list[tuple[MetricSpec, list[LastValue]]]"]
 
 __all__ = [
+    "EXEMPLAR_FILTERS",
     "RUN_ID_ATTR",
     "TRACES_EXPORTER_ENV",
     "Built",
     "build_provider",
     "resource_attributes",
+    "sdk_disabled",
     "traces_wanted",
 ]
 
@@ -113,6 +116,26 @@ class Built:
 
     def close_exporters(self) -> None:
         _close(self.exporters)
+
+
+#: What ``OTEL_METRICS_EXEMPLAR_FILTER`` takes, spelt exactly so (the SDK compares as is).
+EXEMPLAR_FILTERS = ("always_on", "always_off", "trace_based")
+
+
+def _check_exemplar_filter() -> None:
+    """Refuse, naming the variable and the choices, an exemplar filter the SDK would refuse
+    with a bare ``ValueError`` out of ``start()``."""
+    value = os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER")
+    if value is not None and value not in EXEMPLAR_FILTERS:
+        raise ConfigurationError(
+            f"OTEL_METRICS_EXEMPLAR_FILTER={value!r} is none of the exemplar filters: "
+            f"{', '.join(map(repr, EXEMPLAR_FILTERS))} (unset, trace_based)"
+        )
+
+
+def sdk_disabled() -> bool:
+    """Whether ``OTEL_SDK_DISABLED`` turns the SDK off, read as the SDK reads it."""
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
 class _GaugeProducer:
@@ -394,6 +417,7 @@ def build_provider(
             *(e.span_processor for e in built.values() if e.span_processor is not None),
             *(span_processors if traces else ()),
         ]
+        _check_exemplar_filter()
         shared = Resource.create(dict(resource))
         # shutdown_on_exit=False: the SDK's atexit shutdown is unbounded with a dead
         # collector; rlmetrics registers its own, bounded one.
@@ -411,8 +435,18 @@ def build_provider(
             for processor in processors:
                 tracer_provider.add_span_processor(processor)
         gauges = _GaugeProducer(shared)
-        for reader in metric_readers:
-            gauges.install(reader)
+        if sdk_disabled():
+            # The SDK's meters and tracers are no-ops now; rlmetrics' gauges, which it adds
+            # to each collection itself, must be too, or they alone would be exported.
+            warn_once(
+                "otel:sdk-disabled",
+                "rlmetrics: OTEL_SDK_DISABLED=true: OpenTelemetry is off, so telemetry "
+                "exports nothing (no point, no span); the trackers still get every row",
+                expected=True,
+            )
+        else:
+            for reader in metric_readers:
+                gauges.install(reader)
     except BaseException:
         _abandon(built)
         raise

@@ -160,6 +160,32 @@ def test_a_tls_file_variable_naming_no_file_names_itself(
         assert rlmetrics.current() is None
 
 
+@pytest.mark.parametrize("exporter", ["otlp", "otlp_http"])
+@pytest.mark.parametrize(
+    "variable", ["OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION"]
+)
+def test_a_compression_that_is_none_names_the_variable_and_the_choices(
+    monkeypatch: pytest.MonkeyPatch, exporter: str, variable: str
+) -> None:
+    """Before: the SDK's ``InvalidCompressionValueException`` out of start() over gRPC,
+    without the choices; over HTTP, silently no compression."""
+    monkeypatch.setenv(variable, "zip")
+    with pytest.raises(rlmetrics.ConfigurationError) as raised:
+        rlmetrics.start(exporters=[exporter])
+    # The gRPC exporter takes gzip only (it refuses "deflate" and the specification's "none").
+    choices = "'gzip'" if exporter == "otlp" else "'gzip', 'deflate', 'none'"
+    assert str(raised.value) == (
+        f"{variable}='zip' is none of the compressions this OTLP exporter takes: {choices} "
+        "(unset: none)"
+    )
+    assert rlmetrics.current() is None
+    for taken in ("GZIP", "gzip"):  # as the SDK's exporters read it
+        monkeypatch.setenv(variable, taken)
+        rlmetrics.start(exporters=[exporter], otlp_endpoint="http://127.0.0.1:9").shutdown(
+            timeout_s=1
+        )
+
+
 def test_a_tls_file_that_exists_is_taken(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The check refuses only what cannot be read: a file that is there starts (whether it
     is a good certificate is the TLS handshake's to say)."""

@@ -40,9 +40,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_OTLP_TIMEOUT_S",
+    "GRPC_COMPRESSIONS",
+    "HTTP_COMPRESSIONS",
     "PRIVATE_SDK_ATTRIBUTES",
     "SDK_EXPORTER_LOGGER",
     "SDK_LINES_LOGGER",
+    "check_compression",
     "check_tls_files",
     "make_exporter",
     "otlp_timeout_s",
@@ -104,6 +107,30 @@ _TLS_FILES = {
     "CLIENT_KEY": "client's private key",
     "CLIENT_CERTIFICATE": "client's certificate",
 }
+
+
+#: What ``OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION`` takes, any case: over gRPC the SDK's
+#: exporter takes only gzip (it refuses the specification's "none": unset it instead).
+GRPC_COMPRESSIONS = ("gzip",)
+HTTP_COMPRESSIONS = ("gzip", "deflate", "none")
+
+
+def check_compression(
+    signal: str = "metrics", choices: tuple[str, ...] = GRPC_COMPRESSIONS
+) -> None:
+    """Refuse, naming the variable and the ``choices``, a compression variable of ``signal``
+    that is none: the gRPC exporter raised the SDK's own exception out of ``start()`` without
+    the choices, the HTTP one sent uncompressed."""
+    for name in (
+        f"OTEL_EXPORTER_OTLP_{signal.upper()}_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+    ):
+        text = os.environ.get(name, "").strip()
+        if text and text.lower() not in choices:
+            raise ConfigurationError(
+                f"{name}={text!r} is none of the compressions this OTLP exporter takes: "
+                f"{', '.join(map(repr, choices))} (unset: none)"
+            )
 
 
 def check_tls_files(signal: str = "metrics") -> None:
@@ -388,6 +415,7 @@ def _options(endpoint: str | None, timeout_s: float | None, signal: str) -> dict
     if timeout is not None:
         kwargs["timeout"] = timeout
     check_tls_files(signal)
+    check_compression(signal)
     return kwargs
 
 

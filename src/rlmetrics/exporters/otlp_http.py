@@ -34,7 +34,13 @@ from .. import hookimpl
 from .._warn import logger, warn_once
 from ..configuration import POSITIVE_NUMBER, TEXT, declare_options
 from . import Exporter, ForkSafe, ForkSafeSpans, batch_span_processor, periodic_reader
-from .otlp import SDK_LINES_LOGGER, check_tls_files, otlp_timeout_s
+from .otlp import (
+    HTTP_COMPRESSIONS,
+    SDK_LINES_LOGGER,
+    check_compression,
+    check_tls_files,
+    otlp_timeout_s,
+)
 
 __all__ = [
     "HTTP_PROTOBUF",
@@ -199,6 +205,7 @@ def make_exporter(
         if timeout is not None:
             kwargs["timeout"] = timeout
         check_tls_files(signal)
+        check_compression(signal, HTTP_COMPRESSIONS)
         cls = _reporting(base, fork_safe, result, signal, _described(endpoint, signal))
         built.append(cls(**kwargs))
     metrics, spans = built
