@@ -441,6 +441,8 @@ PROBES: dict[str, list[Probe] | str] = {
     "plugins/rlmetrics-ray/tests",
     "Per-worker resource detectors (Ray workers)": "set for the workers by rlmetrics_ray: "
     "plugins/rlmetrics-ray/tests",
+    "OpenTelemetry at all": "the SDK's own variable, one source: "
+    "tests/test_providers.py::test_otel_sdk_disabled_exports_nothing_and_says_so_once",
     "W&B offline": "W&B's own variable: plugins/rlmetrics-wandb/tests",
     "MLflow run": "MLflow's own variables: plugins/rlmetrics-mlflow/tests",
 }

@@ -51,7 +51,7 @@ from opentelemetry.util.types import Attributes
 
 from ._fork import forget_in_child
 from ._warn import warn_once
-from .configuration import ConfigurationError
+from .configuration import NON_NEGATIVE_INTEGER, ConfigurationError, check_variable
 from .exporters import Exporter
 from .identity import RUN_ID_ATTR, new_run_id
 
@@ -117,6 +117,18 @@ class Built:
     def close_exporters(self) -> None:
         _close(self.exporters)
 
+
+#: The span limits the SDK reads from the environment (integers of 0 or more).
+_SPAN_LIMIT_VARIABLES = (
+    "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_EVENT_COUNT_LIMIT",
+    "OTEL_SPAN_LINK_COUNT_LIMIT",
+    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
+)
 
 #: What ``OTEL_METRICS_EXEMPLAR_FILTER`` takes, spelt exactly so (the SDK compares as is).
 EXEMPLAR_FILTERS = ("always_on", "always_off", "trace_based")
@@ -429,6 +441,8 @@ def build_provider(
         )
         tracer_provider = None
         if processors:
+            for limit in _SPAN_LIMIT_VARIABLES:  # read by the TracerProvider's SpanLimits
+                check_variable(limit, NON_NEGATIVE_INTEGER, int)
             tracer_provider = TracerProvider(
                 resource=shared, id_generator=_IdGenerator(), shutdown_on_exit=False
             )

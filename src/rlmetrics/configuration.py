@@ -63,6 +63,7 @@ __all__ = [
     "KEY_MAP_ENV",
     "LOGGER_SETTINGS",
     "MAX_CONFIG_BYTES",
+    "NON_NEGATIVE_INTEGER",
     "NON_NEGATIVE_NUMBER",
     "NUMBER",
     "PATH",
@@ -86,6 +87,7 @@ __all__ = [
     "check_options",
     "check_plugin_names",
     "check_setting",
+    "check_variable",
     "choose",
     "source_of",
     "configured",
@@ -482,6 +484,30 @@ def _read_regular_file(path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigurationError(f"{CONFIG_ENV}={path}: not valid TOML: {exc}") from None
+
+
+#: An integer of 0 or more (the SDK's limits: 0 is a limit too).
+NON_NEGATIVE_INTEGER = Option("an integer of 0 or more", lambda v: type(v) is int and v >= 0)
+
+
+def check_variable(name: str, kind: Option, parse: Callable[[str], Any], unit: str = "") -> None:
+    """Refuse, naming it, a set variable of the OpenTelemetry SDK's whose text ``parse`` does
+    not make a value of ``kind`` (``unit``: what its number counts). The SDK raises a bare
+    ValueError out of ``start()`` for some (a negative interval) and logs a traceback and
+    uses its default for others (``abc``): either way the run is not what the variable
+    says, and nothing names it."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return
+    try:
+        value = parse(text)
+    except ValueError:
+        value = text
+    if kind.problem(value) is not None:
+        raise ConfigurationError(
+            f"{name}={text!r} must be {kind.what}{f' of {unit}' if unit else ''}; unset it for "
+            "the SDK's default"
+        )
 
 
 def check_setting(source: str, value: Any, kind: Option) -> Any:

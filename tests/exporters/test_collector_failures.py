@@ -186,6 +186,49 @@ def test_a_compression_that_is_none_names_the_variable_and_the_choices(
         )
 
 
+#: The SDK's own numeric variables start() reads, a value each that is none, and what the
+#: refusal says it must be. Before: a bare ValueError naming no variable out of start() (-5,
+#: -1, 0), or the SDK's traceback and its default (abc).
+SDK_NUMBER_CASES = [
+    ("OTEL_METRIC_EXPORT_INTERVAL", "-5", "a positive number of milliseconds"),
+    ("OTEL_METRIC_EXPORT_INTERVAL", "abc", "a positive number of milliseconds"),
+    ("OTEL_METRIC_EXPORT_TIMEOUT", "0", "a positive number of milliseconds"),
+    ("OTEL_BSP_SCHEDULE_DELAY", "abc", "a positive integer of milliseconds"),
+    ("OTEL_BSP_EXPORT_TIMEOUT", "-3", "a positive integer of milliseconds"),
+    ("OTEL_BSP_MAX_QUEUE_SIZE", "-1", "a positive integer"),
+    ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0", "a positive integer"),
+    ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "abc", "an integer of 0 or more"),
+    ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "-2", "an integer of 0 or more"),
+]
+
+
+@pytest.mark.parametrize(("variable", "value", "what"), SDK_NUMBER_CASES)
+def test_an_sdk_number_variable_that_is_none_names_itself(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, what: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(rlmetrics.ConfigurationError) as raised:
+        rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
+    assert str(raised.value) == (
+        f"{variable}={value!r} must be {what}; unset it for the SDK's default"
+    )
+    assert rlmetrics.current() is None
+
+
+def test_the_sdk_number_variables_that_are_numbers_are_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the SDK takes is taken: the interval is a float of milliseconds there."""
+    for variable, value in (
+        ("OTEL_METRIC_EXPORT_INTERVAL", "1500.5"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "4096"),
+        ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "0"),
+    ):
+        monkeypatch.setenv(variable, value)
+    handle = rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
+    handle.shutdown(timeout_s=1)
+
+
 def test_a_tls_file_that_exists_is_taken(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The check refuses only what cannot be read: a file that is there starts (whether it
     is a good certificate is the TLS handshake's to say)."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..configuration import POSITIVE_INTEGER, POSITIVE_NUMBER, check_variable
 from ..hooks import collect_offers
 from ..plugins import Plugins, get_plugins
 from .tally import ExportTally
@@ -135,6 +136,9 @@ def periodic_reader(
     ``OTEL_METRIC_EXPORT_INTERVAL``, else the SDK's 60 s."""
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
+    if export_interval_s is None:
+        check_variable("OTEL_METRIC_EXPORT_INTERVAL", POSITIVE_NUMBER, float, "milliseconds")
+    check_variable("OTEL_METRIC_EXPORT_TIMEOUT", POSITIVE_NUMBER, float, "milliseconds")
     interval_ms = None if export_interval_s is None else export_interval_s * 1000.0
     reader: MetricReader = (reader_class or PeriodicExportingMetricReader)(
         exporter, export_interval_millis=interval_ms
@@ -152,6 +156,11 @@ def batch_span_processor(
     means ``OTEL_BSP_SCHEDULE_DELAY``, else the SDK's 5 s."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    if export_interval_s is None:
+        check_variable("OTEL_BSP_SCHEDULE_DELAY", POSITIVE_INTEGER, int, "milliseconds")
+    check_variable("OTEL_BSP_EXPORT_TIMEOUT", POSITIVE_INTEGER, int, "milliseconds")
+    check_variable("OTEL_BSP_MAX_QUEUE_SIZE", POSITIVE_INTEGER, int)
+    check_variable("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", POSITIVE_INTEGER, int)
     delay_ms = None if export_interval_s is None else export_interval_s * 1000.0
     processor: SpanProcessor = (processor_class or BatchSpanProcessor)(
         exporter, schedule_delay_millis=delay_ms
