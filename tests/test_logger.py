@@ -915,3 +915,26 @@ def test_a_backend_failing_to_start_with_an_unprintable_error_is_skipped_and_nam
     logger.finish()
     assert list(logger.backends) == ["jsonl"]
     assert log.matching("backend 'broken' (from plugin 'offers-broken') failed to start")
+
+
+def test_what_is_logged_after_finish_is_said_once_per_call_kind(tmp_path: Path) -> None:
+    """Before: a row logged after ``finish()`` (a final evaluation, a callback that runs after
+    the trainer's end) reached no tracker, and nothing said so; telemetry still got it."""
+    path = tmp_path / "run.jsonl"
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": str(path)}})
+    logger.log_metrics({"reward": 1.0}, step=1, prefix="train")
+    logger.finish()
+    with captured_log() as log:
+        for step in (2, 3):
+            logger.log_metrics({"reward": 2.0}, step=step, prefix="eval")
+            logger.log_samples([{"prompt": "p", "completion": "c"}], step=step)
+        logger.log_hyperparams({"lr": 1e-3})
+        logger.finish()  # finishing again says nothing
+    said = [r.getMessage() for r in log.records if r.levelno >= logging.WARNING]
+    assert said == [
+        f"rlmetrics: Logger.{call} after Logger.finish(): its trackers are closed, so what it "
+        "logs reaches none of them (telemetry still gets metrics); finish the Logger after its "
+        "last call. Said once"
+        for call in ("log_metrics", "log_samples", "log_hyperparams")
+    ]
+    assert [row["step"] for row in read_jsonl(path)] == [1]

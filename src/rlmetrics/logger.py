@@ -708,6 +708,7 @@ class Logger:
         # log, and no backend should have to be thread-safe for that.
         with self._lock:
             if self._finished:
+                self._say_finished("log_metrics")
                 return
             for inline in self._inline.values():
                 inline.log_metrics(flat, step, prefix)
@@ -719,12 +720,25 @@ class Logger:
                 for worker in self._workers.values():
                     worker.log_metrics(queued, queued_step, prefix)
 
+    def _say_finished(self, call: str) -> None:
+        """Say, once per kind of call, that what ``call`` logs after ``finish()`` reaches no
+        tracker (a row logged then was dropped unsaid)."""
+        warn_once(
+            f"logger:after-finish:{self.identity.run_id}:{id(self)}:{call}",
+            f"rlmetrics: Logger.{call} after Logger.finish(): its trackers are closed, so what "
+            "it logs reaches none of them (telemetry still gets metrics); finish the Logger "
+            "after its last call. Said once",
+            expected=True,
+        )
+
     def _call_backends(self, method: str, *args: Any) -> None:
         """``backend.<method>(*args)`` on every backend that has the method: inline ones now,
         in their guard, queued ones on their threads with a :func:`snapshot` of ``args`` (plain
         already, but a backend keeps what it is given: it gets its own copy)."""
         with self._lock:
             if self._finished:
+                if method != "log_alert":  # an alert is the stack's, not a call of the loop
+                    self._say_finished(method)
                 return
             for inline in self._inline.values():
                 if callable(getattr(inline.backend, method, None)):
