@@ -20,7 +20,9 @@ as for every backend); rlmetrics' in-process alerts (``RLStepStalled``) become
 from __future__ import annotations
 
 import math
+import os
 import tempfile
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,13 @@ import trackio
 import trackio.utils
 
 from rlmetrics import as_plain, as_real, warn_once
-from rlmetrics.backends import BackendUnavailable, StepAxis, full_key
+from rlmetrics.backends import (
+    BackendUnavailable,
+    StepAxis,
+    first_line,
+    full_key,
+    start_within,
+)
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY, Alert
 from rlmetrics.identity import RunIdentity
 from rlmetrics.samples import columns_of
@@ -37,7 +45,21 @@ from rlmetrics.trajectories import Trajectory
 
 from .traces import TRACE_KEY, alert_level, alert_title, trace_of
 
-__all__ = ["REFUSED_NAME_CHARACTERS", "TrackioBackend", "trackio_cell", "trackio_value"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "REFUSED_NAME_CHARACTERS",
+    "TrackioBackend",
+    "trackio_cell",
+    "trackio_value",
+]
+
+#: Seconds a start on a Space or a Trackio server may take before the backend is skipped:
+#: W&B's own bound. Against a Hub that accepts and never answers, Trackio's start held
+#: ``Logger()`` for over 5 minutes; a first start that creates the Space uploads its app.
+DEFAULT_CONNECT_TIMEOUT_S = 90.0
+#: The HTTP stacks whose exceptions (or OSError) say a remote start could not reach its host
+#: or was refused there: one line, not a plugin's traceback.
+_HTTP_STACKS = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3", "huggingface_hub"})
 
 #: What a Trackio run name may not hold: it names files of the run's media.
 REFUSED_NAME_CHARACTERS = '<>:"/\\|?*'
@@ -105,6 +127,7 @@ class TrackioBackend:
         init_kwargs: Mapping[str, Any] | None = None,
         identity: RunIdentity | None = None,
         run: Any = None,
+        connect_timeout_s: float | None = None,
     ) -> None:
         self._finished = False
         self._number = StepAxis("trackio")
@@ -132,11 +155,26 @@ class TrackioBackend:
         # trackio.init makes its run the thread's current one; put the script's back, so a
         # later Logger (or the script's own trackio.log) never takes this run for its own.
         _check_store_writable()
+        remote = _remote(kwargs)
         current = trackio.context_vars.current_run
         script_run = current.get()
         try:
-            self.run = trackio.init(**kwargs)
+            if remote is None:
+                self.run = trackio.init(**kwargs)
+            else:
+                bound = (
+                    DEFAULT_CONNECT_TIMEOUT_S if connect_timeout_s is None else connect_timeout_s
+                )
+                self.run = start_within(
+                    lambda: trackio.init(**kwargs), bound, remote, abandon=lambda r: r.finish()
+                )
+        except BackendUnavailable:
+            raise
         except Exception as exc:
+            if remote is not None and _from_the_network(exc):
+                raise BackendUnavailable(
+                    f"rlmetrics-trackio: Trackio could not reach {remote}: {first_line(exc)}"
+                ) from exc
             shown = {k: v for k, v in kwargs.items() if k != "config"}
             raise RuntimeError(f"rlmetrics-trackio: trackio.init({shown}) failed: {exc}") from exc
         finally:
@@ -222,6 +260,37 @@ class TrackioBackend:
         self._finished = True
         if self._owns_run:
             self.run.finish()
+
+
+def _remote(kwargs: Mapping[str, Any]) -> str | None:
+    """What a start of ``trackio.init(**kwargs)`` reaches over the network, for messages: the
+    Hub and the Space, or the Trackio server (without its write token); None for a local
+    run. As Trackio reads them: the arguments, else ``TRACKIO_SPACE_ID`` /
+    ``TRACKIO_SERVER_URL``; a Space wins over a server."""
+    space = kwargs.get("space_id") or os.environ.get("TRACKIO_SPACE_ID")
+    if space:
+        from huggingface_hub import constants
+
+        return f"the Hugging Face Hub at {constants.ENDPOINT} (Space {space})"
+    server = kwargs.get("server_url") or os.environ.get("TRACKIO_SERVER_URL")
+    if server:
+        parts = urllib.parse.urlsplit(str(server))  # its query may hold the write token
+        port = f":{parts.port}" if parts.port else ""
+        return f"the Trackio server at {parts.scheme}://{parts.hostname}{port}"
+    return None
+
+
+def _from_the_network(exc: BaseException) -> bool:
+    """Whether ``exc``, or what it was raised from, is the HTTP stack's or an OSError: the
+    host could not be reached or refused the request."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) or type(current).__module__.split(".")[0] in _HTTP_STACKS:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _check_store_writable() -> None:
