@@ -18,6 +18,7 @@ from rlmetrics.testing import RefusingServer
 from rlmetrics.testing.unanswered import (
     check_skipped_in_one_line,
     child_outcome,
+    documented_connect_timeout_s,
     start_beside_jsonl,
 )
 
@@ -66,10 +67,7 @@ def test_an_unreachable_tracking_server_costs_the_logger_its_bound_only(
 def test_the_default_bound_is_the_documented_one() -> None:
     """docs/trackers.md states the bound in seconds; the constant must be that number."""
     docs = Path(__file__).resolve().parents[3] / "docs" / "trackers.md"
-    section = docs.read_text().split("### `mlflow`", 1)[1].split("\n### ", 1)[0]
-    (row,) = [line for line in section.splitlines() if "| `connect_timeout_s` |" in line]
-    documented = float(row.rstrip(" |").rsplit("|", 1)[1].strip().removesuffix(" s"))
-    assert documented == DEFAULT_CONNECT_TIMEOUT_S
+    assert documented_connect_timeout_s(docs, "mlflow") == DEFAULT_CONNECT_TIMEOUT_S
 
 
 @pytest.mark.parametrize(

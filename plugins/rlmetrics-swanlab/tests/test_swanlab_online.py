@@ -28,6 +28,7 @@ from rlmetrics_swanlab.backend import DEFAULT_CONNECT_TIMEOUT_S
 from rlmetrics.testing.unanswered import (
     check_skipped_in_one_line,
     child_outcome,
+    documented_connect_timeout_s,
     start_beside_jsonl,
 )
 
@@ -88,10 +89,7 @@ def test_an_unanswered_online_start_reaches_the_server_and_costs_its_bound_only(
 def test_the_default_bound_is_the_documented_one() -> None:
     """docs/trackers.md states the bound in seconds; the constant must be that number."""
     docs = Path(__file__).resolve().parents[3] / "docs" / "trackers.md"
-    section = docs.read_text().split("### `swanlab`", 1)[1].split("\n### ", 1)[0]
-    (row,) = [line for line in section.splitlines() if "| `connect_timeout_s` |" in line]
-    documented = float(row.rstrip(" |").rsplit("|", 1)[1].strip().removesuffix(" s"))
-    assert documented == DEFAULT_CONNECT_TIMEOUT_S
+    assert documented_connect_timeout_s(docs, "swanlab") == DEFAULT_CONNECT_TIMEOUT_S
 
 
 def test_an_online_run_without_an_api_key_is_one_line_saying_what_to_do(

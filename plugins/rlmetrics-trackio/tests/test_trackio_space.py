@@ -16,7 +16,11 @@ from pathlib import Path
 
 from rlmetrics_trackio.backend import DEFAULT_CONNECT_TIMEOUT_S
 
-from rlmetrics.testing.unanswered import check_skipped_in_one_line, child_outcome
+from rlmetrics.testing.unanswered import (
+    check_skipped_in_one_line,
+    child_outcome,
+    documented_connect_timeout_s,
+)
 
 #: The bound the case gives the backend.
 BOUND_S = 2.0
@@ -77,7 +81,4 @@ def test_a_hub_that_cannot_be_reached_is_one_line_naming_it(tmp_path: Path) -> N
 def test_the_default_bound_is_the_documented_one() -> None:
     """docs/trackers.md states the bound in seconds; the constant must be that number."""
     docs = Path(__file__).resolve().parents[3] / "docs" / "trackers.md"
-    section = docs.read_text().split("### `trackio`", 1)[1].split("\n### ", 1)[0]
-    (row,) = [line for line in section.splitlines() if "| `connect_timeout_s` |" in line]
-    documented = float(row.rstrip(" |").rsplit("|", 1)[1].strip().removesuffix(" s"))
-    assert documented == DEFAULT_CONNECT_TIMEOUT_S
+    assert documented_connect_timeout_s(docs, "trackio") == DEFAULT_CONNECT_TIMEOUT_S

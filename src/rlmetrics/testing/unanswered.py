@@ -21,7 +21,12 @@ from typing import Any
 
 from .logs import captured_log
 
-__all__ = ["check_skipped_in_one_line", "child_outcome", "start_beside_jsonl"]
+__all__ = [
+    "check_skipped_in_one_line",
+    "child_outcome",
+    "documented_connect_timeout_s",
+    "start_beside_jsonl",
+]
 
 
 def start_beside_jsonl(
@@ -92,3 +97,12 @@ def check_skipped_in_one_line(
     assert "skipped" in said[0]
     assert outcome["tracebacks"] == 0
     assert outcome["rows"] == [[1, {"loss": 1.0}]]
+
+
+def documented_connect_timeout_s(trackers_md: Path, backend: str) -> float:
+    """The default of ``backend``'s ``connect_timeout_s`` in seconds, as the configuration
+    table of ``trackers_md`` (docs/trackers.md) states it: what a tracker's test holds its
+    constant to."""
+    section = trackers_md.read_text().split(f"### `{backend}`", 1)[1].split("\n### ", 1)[0]
+    (row,) = [line for line in section.splitlines() if "| `connect_timeout_s` |" in line]
+    return float(row.rstrip(" |").rsplit("|", 1)[1].strip().removesuffix(" s"))
