@@ -760,3 +760,32 @@ def test_a_phase_ended_on_another_thread_is_warned_once_without_a_traceback(
     assert "efficiency/idle/refit_bubble_s" not in second["metrics"] or (
         second["metrics"]["efficiency/idle/refit_bubble_s"] == 0
     )
+
+
+def test_async_with_times_a_step_and_its_phases_in_each_task(traced: Any) -> None:
+    """An async loop writes ``async with rlmetrics.step(n):`` as the live trajectory takes
+    ``async with``; before, a TypeError (no asynchronous context manager protocol) raised
+    into the loop. Two tasks' steps interleave at their awaits; each phase is its own task's
+    step's child, and each step's seconds reach the metrics."""
+    _handle, reader, exporter = traced
+
+    async def one(n: int) -> None:
+        async with rlmetrics.step(n):
+            async with rlmetrics.phase("idle/buffer_starvation"):
+                await asyncio.sleep(0)
+            async with rlmetrics.rollout():
+                await asyncio.sleep(0)
+
+    async def both() -> None:
+        await asyncio.gather(one(1), one(2))
+
+    asyncio.run(both())
+    named = by_name(span_records(exporter))
+    steps = {s.attributes["rl.iteration"]: s for s in named["rl.step"]}
+    assert sorted(steps) == [1, 2]
+    waits = named["rl.idle.buffer_starvation"]
+    assert len(waits) == 2
+    for wait in waits:
+        assert steps[wait.attributes["rl.iteration"]].span_id == wait.parent_id
+    assert {r.parent_id for r in named["rl.rollout"]} == {s.span_id for s in steps.values()}
+    assert efficiency_seconds(reader)["idle/buffer_starvation"].value >= 0

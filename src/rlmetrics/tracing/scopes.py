@@ -136,6 +136,9 @@ class Scope:
             )
 
     # The with-block.
+    def __enter__(self) -> Scope:
+        raise NotImplementedError
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -143,6 +146,21 @@ class Scope:
         tb: TracebackType | None,
     ) -> None:
         self._close(exc)
+
+    # The async with-block, for an async loop (``async with rlmetrics.step(n):``): the same
+    # scope, entered and ended on the task's thread. Its span is the current one in the task's
+    # own context, which asyncio keeps across the task's awaits, so concurrent tasks' scopes
+    # nest each in its own.
+    async def __aenter__(self) -> Scope:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
 
     def _open(self, clock: Clock) -> None:
         self._clock = clock
