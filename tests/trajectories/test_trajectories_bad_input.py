@@ -250,3 +250,35 @@ def test_made_up_names_stay_other_and_bounded_across_batches_and_sessions() -> N
     assert {p.attributes["rl.env"] for p in found if p.name == "rl.trajectory.completed"} == {
         "made-up-0"
     }
+
+
+@pytest.mark.parametrize("missing", ["absent", "None"])
+def test_a_tool_call_without_a_name_is_said_and_counted_as_other(
+    warnings_seen: pytest.LogCaptureFixture, missing: str
+) -> None:
+    """Before: a tool call with no name (``t.tool_call(None)``, a record's call without
+    ``name``) became "other" in the spans and the metrics without a word, unlike a name that
+    is not a string."""
+    record = rollout(0, outcome="success")
+    call = record["turns"][0]["tool_calls"][0]
+    if missing == "absent":
+        del call["name"]
+    else:
+        call["name"] = None
+    with in_memory_tracing() as (_handle, reader, exporter):
+        logger = rlmetrics.Logger(backends={})
+        logger.log_trajectories([record], step=1)
+        with rlmetrics.trajectory("live", step=1) as t:
+            t.tool_call(None)
+        spans = span_records(exporter)
+        found = points(reader)
+    assert warned(warnings_seen, "'tool_call.name' is missing"), [
+        r.getMessage() for r in warnings_seen.records
+    ]
+    others = [
+        p
+        for p in found
+        if p.name == "rl.tool.calls" and p.attributes["gen_ai.tool.name"] == "other"
+    ]
+    assert sum(p.value for p in others) == 2
+    assert len([s for s in spans if s.name == "execute_tool other"]) == 2

@@ -405,6 +405,12 @@ def _tool_call(item: Any, text: TextPolicy, end_ns: int | None = None) -> ToolCa
     get = fields.get
     name = get("name")
     if not (type(name) is str and 0 < len(name) <= 128):
+        if name is None:  # the metrics and the span need one: "other", as a bad one is
+            warn_once(
+                "trajectory:field:tool_call.name:missing",
+                "rlmetrics: trajectory field 'tool_call.name' is missing; the call is counted "
+                "as the tool 'other' and the rest of the trajectory is logged",
+            )
         name = _name("tool_call.name", name)
     outcome = get("outcome")
     if outcome is None:
