@@ -52,6 +52,16 @@ class ThreadCollective:
         return self._gather(obj)
 
 
+def in_rank_threads(rank_loop: Callable[[int], None]) -> None:
+    """``rank_loop(rank)`` for every rank, each on a thread of its own, to their end."""
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+
+
 def run_ranks(
     steps: Callable[[int], list[Mapping[str, Any]]], **merger_kwargs: Any
 ) -> tuple[list[list[dict[str, Any] | None]], list[RankMerger]]:
@@ -67,12 +77,7 @@ def run_ranks(
         for step, flat in enumerate(steps(rank)):
             results[rank].append(mergers[rank].merge(flat, step, "train"))
 
-    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(WORLD)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads)
+    in_rank_threads(rank_loop)
     return results, mergers
 
 
@@ -177,6 +182,48 @@ def test_a_failed_collective_stops_merging_said_once_and_rank_0_logs_its_own(
     assert caplog.text.count("ranks are merged no more") == 1
     other = RankMerger(ThreadCollective(shared, 1), raw_path=None)
     assert other.merge({"a": 1.0}, 0, "") is None
+
+
+@pytest.mark.parametrize("extra", ["another step", "another prefix"])
+def test_ranks_whose_calls_differ_stop_merging_said_once_instead_of_mixing_dicts(
+    caplog: pytest.LogCaptureFixture, extra: str
+) -> None:
+    """A call made on rank 0 only (a second dict under ``if rank == 0:``) pairs rank 0's dict
+    with the other ranks' next one. Before: merged all the same, silently, mixing rank 0's
+    step-1 dict into the others' step 2 (``another step``), or its eval dict's keys into
+    their train row (``another prefix``). Each is said once now, and the merge stops: the
+    calls no longer line up, and rank 0 logs its own dicts as they are."""
+    calls: dict[int, list[tuple[dict[str, float], int, str]]] = {
+        rank: [
+            ({"loss": 1.0 + rank}, 1, "train"),
+            ({"accuracy": 0.25 + rank}, 1, "eval"),
+            ({"loss": 2.0 + rank}, 2, "train"),
+        ]
+        for rank in range(WORLD)
+    }
+    extra_call = (
+        ({"loss": 9.0}, 1, "train") if extra == "another step" else ({"accuracy": 0.5}, 2, "eval")
+    )
+    calls[0].insert(2, extra_call)
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+    mergers = [
+        RankMerger(ThreadCollective(shared, rank), raw_path=None, background=False)
+        for rank in range(WORLD)
+    ]
+    results: dict[int, list[Any]] = {rank: [] for rank in range(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        for flat, at, under in calls[rank]:
+            results[rank].append(mergers[rank].merge(flat, at, under))
+
+    in_rank_threads(rank_loop)
+    # The aligned calls merged; from the differing call on, rank 0 logs its own dicts.
+    assert results[0] == [{"loss": 2.0}, {"accuracy": 1.25}, extra_call[0], {"loss": 2.0}]
+    assert results[1] == results[2] == [None, None, None]
+    assert all(merger.broken is not None for merger in mergers)
+    said = [r.getMessage() for r in caplog.records if "ranks are merged no more" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "every rank must call log_metrics with the same steps and prefixes" in said[0]
 
 
 def test_a_logger_on_rank_0_writes_the_run_s_row_and_each_rank_its_raw_rows(

@@ -34,6 +34,7 @@ queue put; rank 0's row is written a collective later than the step that logged 
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 import os
@@ -86,9 +87,11 @@ __all__ = [
 DEFAULT_RAW_PATH = "rlmetrics.rank{rank}.jsonl"
 #: Mask bits one float64 holds exactly.
 _MASK_BITS = 52
-#: Header: the table's fingerprint, whether this rank needs a new table, the step.
-_HEADER = 3
+#: Header: the table's fingerprint, whether this rank needs a new table, the step, the
+#: stream (its prefix) as a number: the call every rank must be making.
+_HEADER = 4
 _HEADER_OF = operator.itemgetter(0, 1)
+_CALL_OF = operator.itemgetter(2, 3)
 _FLOATS = frozenset({float})
 
 
@@ -571,7 +574,8 @@ class RankMerger:
     def _exchange(self, numbers: Mapping[str, float], step: int, stream: str) -> Merged | None:
         table = self._tables.get(stream, _EMPTY)
         pack = table.packs(tuple(numbers))
-        row = [table.fingerprint, 0.0 if pack.fits else 1.0, float(step)]
+        call = (float(step), _stream_number(stream))
+        row = [table.fingerprint, 0.0 if pack.fits else 1.0, *call]
         if pack.fits:
             values = list(numbers.values())
             row += pack.mask
@@ -584,6 +588,9 @@ class RankMerger:
             row += [0.0] * (table.words + len(table.keys))
         self.exchanges["packed"] += 1
         rows = self.collective.all_gather(row)
+        if any(map(call.__ne__, map(_CALL_OF, rows))):
+            # Every rank sees the same rows, so every rank stops here, none left waiting.
+            raise RanksOutOfStep(_out_of_step(rows, call, step, stream))
         # Every rank packed against this table (itemgetter: the 1,024-rank check in C).
         if set(map(_HEADER_OF, rows)) == {(table.fingerprint, 0.0)}:
             if not self.logs:
@@ -603,6 +610,29 @@ class RankMerger:
         if not self.logs:
             return None
         return merge_columns(columns, {key: [d.get(key) for d in dicts] for key in keys})
+
+
+class RanksOutOfStep(RuntimeError):
+    """The ranks made different calls at one collective: their dicts cannot be merged, and
+    neither can any after them (one rank made a call the others did not)."""
+
+
+@functools.lru_cache(maxsize=256)
+def _stream_number(stream: str) -> float:
+    """A stream (a prefix) as a float a row carries exactly: its CRC-32, never 0.0."""
+    return float(zlib.crc32(stream.encode("utf-8", "surrogatepass")) + 1)
+
+
+def _out_of_step(
+    rows: Sequence[Sequence[float]], call: tuple[float, float], step: int, stream: str
+) -> str:
+    other, (their_step, _) = next((r, c) for r, c in enumerate(map(_CALL_OF, rows)) if c != call)
+    where = f"step {int(their_step)}" if their_step != call[0] else "another prefix"
+    return (
+        f"this rank logged step {step} under {stream!r} where rank {other} logged {where}: "
+        "every rank must call log_metrics with the same steps and prefixes (a call made on "
+        "some ranks only, as under `if rank == 0:`, pairs every later dict with the wrong one)"
+    )
 
 
 def _unpack(rows: Sequence[Sequence[float]], table: _Table) -> dict[str, Sequence[float | None]]:

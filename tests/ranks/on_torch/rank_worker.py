@@ -179,6 +179,12 @@ def main() -> None:
             if scenario == "kinds" and rank == 1 and step == 2:
                 del metrics["grad_norm"]  # a key one rank leaves out once
             logger.log_metrics(metrics, step=step, prefix="train")
+            if scenario == "extra" and rank == 0 and step == 0:
+                # A second dict on rank 0 only (as under `if rank == 0:`): its merge would
+                # pair it with the other ranks' step 1.
+                logger.log_metrics(
+                    {**values(rank, step), "policy_time": 0.0}, step=0, prefix="train"
+                )
         logger.finish()
         own_group_left = _registered(merger.collective.group)
         found = [

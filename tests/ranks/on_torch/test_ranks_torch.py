@@ -281,6 +281,30 @@ def test_a_rank_that_dies_before_its_last_logged_step_merged_costs_that_step_s_m
         assert sorted(raw_rows_of(tmp_path, rank)) == list(range(rank_worker.STEPS))
 
 
+def test_a_call_made_on_rank_0_only_stops_the_merge_on_every_rank_said_once(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 logs a second dict at step 0 that the others do not: on real gloo ranks, every
+    rank sees the calls differ at that collective and stops merging there, none left waiting
+    in a collective the others never join; rank 0 logs its own values from then on. Before:
+    rank 0's second step-0 dict was merged with the others' step 1, and so on, silently."""
+    assert run_ranks("extra", tmp_path) == [0] * WORLD
+    rows = tracker_rows(tmp_path, 0)
+    assert [row["step"] for row in rows] == [0, 0, *range(1, rank_worker.STEPS)]
+    assert rows[0]["metrics"]["num_samples"] == math.fsum(
+        rank_worker.values(r, 0)["num_samples"] for r in range(WORLD)
+    )
+    for row in rows[1:]:  # rank 0's own
+        assert row["metrics"]["num_samples"] == rank_worker.values(0, row["step"])["num_samples"]
+    for rank in range(WORLD):
+        out = (tmp_path / f"out{rank}.txt").read_text()
+        assert out.count("ranks are merged no more") == 1, out
+        assert "every rank must call log_metrics with the same steps and prefixes" in out
+        assert (
+            "RanksOutOfStep" in json.loads((tmp_path / f"result{rank}.json").read_text())["broken"]
+        )
+
+
 def raw_rows_of(folder: Path, rank: int) -> list[int]:
     return [row["step"] for row in read_jsonl(folder / f"rank{rank}.jsonl")]
 
