@@ -188,6 +188,8 @@ POSITIVE_NUMBER = Option("a positive number", lambda v: _finite_number(v) and v 
 NON_NEGATIVE_NUMBER = Option("a number of 0 or more", lambda v: _finite_number(v) and v >= 0)
 INTEGER = Option("an integer", lambda v: type(v) is int)
 POSITIVE_INTEGER = Option("a positive integer", lambda v: type(v) is int and v > 0)
+#: The SDK's limits (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``...): 0 is a limit too.
+NON_NEGATIVE_INTEGER = Option("an integer of 0 or more", lambda v: type(v) is int and v >= 0)
 PORT = Option(
     "a port number (0-65535; 0 picks a free one)", lambda v: type(v) is int and 0 <= v <= 65535
 )
@@ -484,10 +486,6 @@ def _read_regular_file(path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigurationError(f"{CONFIG_ENV}={path}: not valid TOML: {exc}") from None
-
-
-#: An integer of 0 or more (the SDK's limits: 0 is a limit too).
-NON_NEGATIVE_INTEGER = Option("an integer of 0 or more", lambda v: type(v) is int and v >= 0)
 
 
 def check_variable(name: str, kind: Option, parse: Callable[[str], Any], unit: str = "") -> None:

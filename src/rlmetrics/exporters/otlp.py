@@ -100,15 +100,6 @@ def otlp_timeout_s(signal: str = "metrics") -> float | None:
     return DEFAULT_OTLP_TIMEOUT_S
 
 
-#: The files TLS takes from the environment, by what each is (the specification's variables;
-#: a signal's own variable, ``OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE``, wins over the shared).
-_TLS_FILES = {
-    "CERTIFICATE": "trusted certificates (the collector's CA)",
-    "CLIENT_KEY": "client's private key",
-    "CLIENT_CERTIFICATE": "client's certificate",
-}
-
-
 #: What ``OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION`` takes, any case: over gRPC the SDK's
 #: exporter takes only gzip (it refuses the specification's "none": unset it instead).
 GRPC_COMPRESSIONS = ("gzip",)
@@ -131,6 +122,15 @@ def check_compression(
                 f"{name}={text!r} is none of the compressions this OTLP exporter takes: "
                 f"{', '.join(map(repr, choices))} (unset: none)"
             )
+
+
+#: The files TLS takes from the environment, by what each is (the specification's variables;
+#: a signal's own variable, ``OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE``, wins over the shared).
+_TLS_FILES = {
+    "CERTIFICATE": "trusted certificates (the collector's CA)",
+    "CLIENT_KEY": "client's private key",
+    "CLIENT_CERTIFICATE": "client's certificate",
+}
 
 
 def check_tls_files(signal: str = "metrics") -> None:
