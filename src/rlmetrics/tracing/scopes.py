@@ -14,7 +14,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import plugins as _plugins
 from .._warn import describe_key, describe_value, warn_once
@@ -93,6 +93,9 @@ def exited_unentered(scope: Scope) -> None:
     )
 
 
+_Scope = TypeVar("_Scope", bound="Scope")
+
+
 class Scope:
     """A span rlmetrics opens and ends (a phase, a step, a rollout, the run). Subclasses say
     what it is called, what it carries and what happens when it ends."""
@@ -151,8 +154,9 @@ class Scope:
     # scope, entered and ended on the task's thread. Its span is the current one in the task's
     # own context, which asyncio keeps across the task's awaits, so concurrent tasks' scopes
     # nest each in its own.
-    async def __aenter__(self) -> Scope:
-        return self.__enter__()
+    async def __aenter__(self: _Scope) -> _Scope:
+        self.__enter__()
+        return self
 
     async def __aexit__(
         self,
