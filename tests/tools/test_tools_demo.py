@@ -132,8 +132,11 @@ def test_the_environments_port_is_the_demos_default(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("steps", ["0", "-3", "x"])
 def test_steps_must_be_a_positive_count(steps: str, tmp_path: Path) -> None:
+    """Before, ``x`` said "invalid _positive value: 'x'" (the name of a private function)."""
     done = run_cli("demo", "--steps", steps, "--output", tmp_path)
-    assert done.returncode == 2 and "--steps" in done.stderr
+    assert done.returncode == 2
+    said = f"argument --steps: expected a positive whole number, got {steps!r}"
+    assert done.stderr.endswith(f"rlmetrics demo: error: {said}\n"), done.stderr
 
 
 def test_otlp_endpoint_receives_the_run(tmp_path: Path) -> None:

@@ -70,6 +70,14 @@ def test_the_command_checks_and_rewrites(tmp_path: Path) -> None:
     assert run_cli("docs", "--check", page).returncode == 0
 
 
+def test_a_page_that_cannot_be_read_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Before: ``FileNotFoundError`` with its traceback, exit 1."""
+    for page, why in ((tmp_path / "missing.md", "no such file"), (tmp_path, "is a folder")):
+        done = run_cli("docs", page)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == f"rlmetrics docs: {page}: {why}\n"
+
+
 #: Every Markdown page a reader reaches from the README: its links are checked.
 LINKED_PAGES = sorted(
     {

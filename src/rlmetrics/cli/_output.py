@@ -1,4 +1,4 @@
-"""Output helpers shared by the commands: JSON, aligned tables with a header row."""
+"""Helpers shared by the commands: JSON, aligned tables with a header row, argument types."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_format_options", "input_problem", "print_json", "print_table"]
+__all__ = ["add_format_options", "input_problem", "positive_count", "print_json", "print_table"]
 
 
 def add_format_options(parser: argparse.ArgumentParser, *, markdown: bool = False) -> None:
@@ -19,6 +19,17 @@ def add_format_options(parser: argparse.ArgumentParser, *, markdown: bool = Fals
     group.add_argument("--json", action="store_true", help="print machine-readable JSON")
     if markdown:
         group.add_argument("--markdown", action="store_true", help="print a markdown document")
+
+
+def positive_count(text: str) -> int:
+    """An argument's positive whole number (``--steps``); argparse says what else it got."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
 
 
 def print_json(value: Any) -> None:

@@ -23,7 +23,7 @@ from types import FrameType
 from ..demo.run import DEFAULT_OUTPUT, DemoOptions, DemoResult, run_demo
 from ..report.text import render
 from ..telemetry import TelemetryError
-from ._output import add_format_options, print_json
+from ._output import add_format_options, positive_count, print_json
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -33,15 +33,10 @@ PLOT_NAME = "report.png"
 TIMELINE_NAME = "timeline.png"
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=_positive, default=40, help="steps to run (default 40)")
+    parser.add_argument(
+        "--steps", type=positive_count, default=40, help="steps to run (default 40)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
     parser.add_argument(
         "--output",

@@ -30,6 +30,11 @@ def run(args: argparse.Namespace) -> int:
     plugins = load_plugins()
     declared = default_registry().declared()
     maps = {name: key_map for name, (_owner, key_map) in available_key_maps(plugins).items()}
+    for page in args.pages:  # all checked before any is written
+        why = "is a folder" if page.is_dir() else None if page.is_file() else "no such file"
+        if why is not None:
+            sys.stderr.write(f"rlmetrics docs: {page}: {why}\n")
+            return 2
     stale = []
     for page in args.pages:
         text = page.read_text(encoding="utf-8")

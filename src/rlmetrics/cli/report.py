@@ -39,7 +39,7 @@ from ..backends.jsonl import SkippedLines
 from ..report.runs import RunNotFound, read_reports
 from ..report.select import StepSelection, UnknownKeys
 from ..report.text import TABLE_ROWS, render_runs
-from ._output import add_format_options, input_problem, print_json
+from ._output import add_format_options, input_problem, positive_count, print_json
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--table-rows",
-        type=_positive,
+        type=positive_count,
         default=TABLE_ROWS,
         metavar="N",
         help=f"steps the per-step table shows in full (default {TABLE_ROWS}); a longer run "
@@ -143,18 +143,8 @@ def _selection(text: str) -> StepSelection:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
 def _tail(text: str) -> StepSelection:
-    return StepSelection(tail=_positive(text))
+    return StepSelection(tail=positive_count(text))
 
 
 def _keys(text: str) -> tuple[str, ...]:
