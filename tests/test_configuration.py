@@ -309,3 +309,46 @@ def test_a_factory_taking_any_keyword_takes_the_options_it_declared() -> None:
     given = {"url": "x", "timeout_s": "1"}
     assert check_options("backend", "acme", _takes_what_it_declared, given) == given
     assert check_options("backend", "acme", _takes_anything, {"ulr": 1}) == {"ulr": 1}
+
+
+def _sdk_takes_count(text: str) -> bool:
+    """What the SDK's BatchSpanProcessor takes from a count variable: ``int()`` of the text,
+    above 0 (anything else raises there, or logs a traceback and uses its default)."""
+    try:
+        return int(text) > 0
+    except ValueError:
+        return False
+
+
+@given(
+    st.one_of(
+        st.integers(min_value=-(10**6), max_value=10**6).map(str),
+        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.text(max_size=12),
+    )
+)
+def test_check_variable_refuses_exactly_what_the_sdk_would_not_take(text: str) -> None:
+    """A count variable's text: refused (naming the variable) iff the SDK would not take it
+    as a count; never any other exception."""
+    import os
+
+    from rlmetrics.configuration import POSITIVE_INTEGER, ConfigurationError, check_variable
+
+    name = "OTEL_BSP_MAX_QUEUE_SIZE"
+    if "\x00" in text:
+        return  # no environment variable holds a NUL
+    saved = os.environ.get(name)
+    os.environ[name] = text
+    try:
+        refused = False
+        try:
+            check_variable(name, POSITIVE_INTEGER, int)
+        except ConfigurationError as error:
+            refused = True
+            assert str(error).startswith(f"{name}={text.strip()!r} must be a positive integer")
+        assert refused == (bool(text.strip()) and not _sdk_takes_count(text.strip()))
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved

@@ -12,8 +12,11 @@ endpoint once, and the start the backend gave up on goes on on its thread.
 from __future__ import annotations
 
 import os
+import string
 from pathlib import Path
 
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from rlmetrics_trackio.backend import DEFAULT_CONNECT_TIMEOUT_S
 
 from rlmetrics.testing.unanswered import (
@@ -82,3 +85,24 @@ def test_the_default_bound_is_the_documented_one() -> None:
     """docs/trackers.md states the bound in seconds; the constant must be that number."""
     docs = Path(__file__).resolve().parents[3] / "docs" / "trackers.md"
     assert documented_connect_timeout_s(docs, "trackio") == DEFAULT_CONNECT_TIMEOUT_S
+
+
+@given(
+    token=st.text(alphabet=string.ascii_letters + string.digits, min_size=8, max_size=40),
+    host=st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z]{2,5})?", fullmatch=True),
+    port=st.one_of(st.none(), st.integers(min_value=1, max_value=65535)),
+    scheme=st.sampled_from(["http", "https"]),
+)
+def test_a_server_url_is_named_without_its_write_token(
+    token: str, host: str, port: int | None, scheme: str
+) -> None:
+    """A Trackio server URL may carry its write token (``?write_token=``) or credentials:
+    what the messages name is the scheme, host and port only."""
+    from rlmetrics_trackio.backend import _remote
+
+    assume(token not in host)
+    netloc = f"{host}:{port}" if port else host
+    for url in (f"{scheme}://{netloc}/?write_token={token}", f"{scheme}://u:{token}@{netloc}/"):
+        named = _remote({"server_url": url})
+        assert named == f"the Trackio server at {scheme}://{netloc}"
+        assert token not in named
