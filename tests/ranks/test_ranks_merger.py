@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 import rlmetrics
 from rlmetrics import hookimpl
@@ -622,3 +624,52 @@ def test_a_group_of_its_own_that_cannot_be_opened_leaves_the_merge_on_the_loop_s
     assert "could not open the merger's own process group" in caplog.text
     (row,) = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
     assert row["metrics"]["n"] == 1.0  # the mean of 0, 1 and 2
+
+
+_CALL = st.tuples(st.integers(min_value=0, max_value=3), st.sampled_from(["train", "eval"]))
+
+
+@given(
+    shared_calls=st.lists(_CALL, max_size=4),
+    rank_0_next=_CALL,
+    others_next=_CALL,
+    tail=st.lists(_CALL, max_size=2),
+)
+def test_merged_dicts_are_always_of_one_call_on_every_rank(
+    shared_calls: list[tuple[int, str]],
+    rank_0_next: tuple[int, str],
+    others_next: tuple[int, str],
+    tail: list[tuple[int, str]],
+) -> None:
+    """Whatever the ranks' calls, a merged row is of one (step, prefix) on every rank: the
+    calls they share merge (the mean of the ranks' values), and from the first call where
+    rank 0's differs from the others' (in step or prefix) rank 0 logs its own dicts, and
+    nothing waits in a collective the others never join."""
+    assume(rank_0_next != others_next)
+
+    def value(rank: int, call: int) -> dict[str, float]:
+        return {"x": float(10 * call + rank)}
+
+    calls = {
+        rank: [*shared_calls, rank_0_next if rank == 0 else others_next, *tail]
+        for rank in range(WORLD)
+    }
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+    mergers = [
+        RankMerger(ThreadCollective(shared, rank), raw_path=None, background=False)
+        for rank in range(WORLD)
+    ]
+    results: dict[int, list[Any]] = {rank: [] for rank in range(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        for call, (step, prefix) in enumerate(calls[rank]):
+            results[rank].append(mergers[rank].merge(value(rank, call), step, prefix))
+
+    in_rank_threads(rank_loop)
+    merged = len(shared_calls)
+    for call, row in enumerate(results[0]):
+        if call < merged:
+            assert row == {"x": math.fsum(10 * call + r for r in range(WORLD)) / WORLD}
+        else:
+            assert row == value(0, call)
+    assert all(m.broken is not None for m in mergers)
