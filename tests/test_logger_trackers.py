@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 
 import rlmetrics
@@ -183,3 +184,26 @@ def test_a_backend_that_fails_in_an_optional_method_costs_only_that_call(
     assert "failed in log_hyperparams" in caplog.text
     (row,) = read_jsonl(tmp_path / "m.jsonl", every_row=True)
     assert row["hyperparams"] == {"lr": 1.0}
+
+
+@pytest.mark.parametrize("step", ["x", -1, 2.5, True, 2**70])
+def test_a_table_whose_step_is_no_step_lands_at_the_last_step_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, step: Any
+) -> None:
+    """Before: ``log_samples(rows, step="x")`` handed "x" to every tracker as the step (a
+    JSONL row at step "x", W&B refusing the table); log_metrics says such a step once and
+    logs at the next. A table belongs to the step already logged: it lands at the last."""
+    logger = _logger(tmp_path)
+    logger.log_metrics({"loss": 1.0}, step=3, prefix="train")
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger.log_samples([{"prompt": "p"}], step=step)
+        logger.log_samples([{"prompt": "q"}], step=np.int64(5))  # a NumPy step is a step
+    logger.finish()
+    assert Keeper.made[0].tables == [
+        ([{"prompt": "p"}], 3, "samples"),
+        ([{"prompt": "q"}], 5, "samples"),
+    ]
+    assert type(Keeper.made[0].tables[1][1]) is int
+    assert [r["step"] for r in read_jsonl(samples_path(tmp_path / "m.jsonl"))] == [3, 5]
+    said = [r.getMessage() for r in caplog.records if "log_samples' step" in r.getMessage()]
+    assert len(said) == 1 and "logged at the last step (3)" in said[0], said

@@ -551,7 +551,7 @@ class Logger:
                 )
                 name = "samples"
             if table:
-                self._call_backends("log_samples", table, step, name)
+                self._call_backends("log_samples", table, self._table_step(step), name)
         except Exception:
             warn_once("logger:samples", "rlmetrics: Logger.log_samples failed")
         raise_if_strict()
@@ -656,6 +656,23 @@ class Logger:
             if step is None:
                 step = self._last_step + 1
             self._last_step = step
+        return step
+
+    def _table_step(self, given: Any) -> int:
+        """The step a samples table is logged at: ``given`` when it is one, else the open
+        ``rlmetrics.step``'s, else the last logged (0 before any). Unlike a row it does not
+        advance the steps: a table shows a step already logged."""
+        step = given if type(given) is int and 0 <= given <= INT64_MAX else as_step(given)
+        if step is not None:
+            return step
+        opened = current_step()
+        step = opened if opened is not None else max(self._last_step, 0)
+        warn_once(
+            "logger:samples-step",
+            "rlmetrics: log_samples' step must be an integer from 0 (a NumPy or torch integer "
+            f"counts), got {describe_value(given)}; the table is logged at the last step "
+            f"({step})",
+        )
         return step
 
     def _teed_keys(self) -> _TeedKeys:
