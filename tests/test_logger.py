@@ -147,6 +147,26 @@ def test_log_efficiency_summary_is_the_typed_twin(recorder: Recorder, tmp_path: 
     }
 
 
+@pytest.mark.parametrize("step", ["x", -1, 2.5])
+def test_an_efficiency_summary_whose_step_is_no_step_lands_at_the_last_step(
+    recorder: Recorder, tmp_path: Path, step: Any
+) -> None:
+    """Before: the value went to every tracker and hook as the step (a JSONL row at step
+    "x"), and with ranks it broke the merge for the rest of the run (the row's header
+    carries the step as a float)."""
+    summary = EfficiencySummary(seconds={"idle/validation": 2.0}, step_wall_time_s=10.0)
+    with (
+        captured_log() as log,
+        rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger,
+    ):
+        logger.log_metrics({"loss": 1.0}, step=3, prefix="train")
+        logger.log_efficiency_summary(summary, step=step)
+    assert ("on_efficiency_summary", (summary, 3)) in recorder.calls
+    assert [row["step"] for row in read_jsonl(tmp_path / "m.jsonl")] == [3, 3]
+    (said,) = log.matching("log_efficiency_summary's step must be", logging.WARNING)
+    assert "logged at the last step (3)" in said.getMessage()
+
+
 @pytest.mark.parametrize(
     ("event", "prefix"),
     [

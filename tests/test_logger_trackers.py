@@ -205,5 +205,5 @@ def test_a_table_whose_step_is_no_step_lands_at_the_last_step_said_once(
     ]
     assert type(Keeper.made[0].tables[1][1]) is int
     assert [r["step"] for r in read_jsonl(samples_path(tmp_path / "m.jsonl"))] == [3, 5]
-    said = [r.getMessage() for r in caplog.records if "log_samples' step" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "log_samples's step" in r.getMessage()]
     assert len(said) == 1 and "logged at the last step (3)" in said[0], said

@@ -488,6 +488,7 @@ class Logger:
         """One step's efficiency accounting, typed; backends get its ``efficiency/*`` dict."""
         try:
             metrics = summary.to_metrics()
+            step = self._table_step(step, "log_efficiency_summary")
             if self._ranks is not None:
                 merged = self._ranks.merge(metrics, step, "", stream=EFFICIENCY_STREAM)
                 if merged is None:
@@ -551,7 +552,9 @@ class Logger:
                 )
                 name = "samples"
             if table:
-                self._call_backends("log_samples", table, self._table_step(step), name)
+                self._call_backends(
+                    "log_samples", table, self._table_step(step, "log_samples"), name
+                )
         except Exception:
             warn_once("logger:samples", "rlmetrics: Logger.log_samples failed")
         raise_if_strict()
@@ -658,20 +661,20 @@ class Logger:
             self._last_step = step
         return step
 
-    def _table_step(self, given: Any) -> int:
-        """The step a samples table is logged at: ``given`` when it is one, else the open
-        ``rlmetrics.step``'s, else the last logged (0 before any). Unlike a row it does not
-        advance the steps: a table shows a step already logged."""
+    def _table_step(self, given: Any, call: str) -> int:
+        """The step a samples table or a step's efficiency summary (``call``) is logged at:
+        ``given`` when it is one, else the open ``rlmetrics.step``'s, else the last logged (0
+        before any), said once. Unlike a row it does not advance the steps: it shows a step
+        already logged."""
         step = given if type(given) is int and 0 <= given <= INT64_MAX else as_step(given)
         if step is not None:
             return step
         opened = current_step()
         step = opened if opened is not None else max(self._last_step, 0)
         warn_once(
-            "logger:samples-step",
-            "rlmetrics: log_samples' step must be an integer from 0 (a NumPy or torch integer "
-            f"counts), got {describe_value(given)}; the table is logged at the last step "
-            f"({step})",
+            f"logger:{call}-step",
+            f"rlmetrics: {call}'s step must be an integer from 0 (a NumPy or torch integer "
+            f"counts), got {describe_value(given)}; it is logged at the last step ({step})",
         )
         return step
 
