@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -64,10 +65,15 @@ def in_rank_threads(rank_loop: Callable[[int], None]) -> None:
     assert not any(thread.is_alive() for thread in threads)
 
 
+#: ``run_ranks``' default: each dict at its own number as its step.
+NUMBERED: Any = object()
+
+
 def run_ranks(
-    steps: Callable[[int], list[Mapping[str, Any]]], **merger_kwargs: Any
+    steps: Callable[[int], list[Mapping[str, Any]]], step: Any = NUMBERED, **merger_kwargs: Any
 ) -> tuple[list[list[dict[str, Any] | None]], list[RankMerger]]:
-    """Each rank merges its dicts in turn; ``(merged per rank per step, mergers)``."""
+    """Each rank merges its dicts in turn (each at ``step``, else at its number); ``(merged
+    per rank per step, mergers)``."""
     shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
     mergers = [
         RankMerger(ThreadCollective(shared, rank), raw_path=None, **merger_kwargs)
@@ -76,8 +82,9 @@ def run_ranks(
     results: list[list[dict[str, Any] | None]] = [[] for _ in range(WORLD)]
 
     def rank_loop(rank: int) -> None:
-        for step, flat in enumerate(steps(rank)):
-            results[rank].append(mergers[rank].merge(flat, step, "train"))
+        for number, flat in enumerate(steps(rank)):
+            at = number if step is NUMBERED else step
+            results[rank].append(mergers[rank].merge(flat, at, "train"))
 
     in_rank_threads(rank_loop)
     return results, mergers
@@ -673,3 +680,12 @@ def test_merged_dicts_are_always_of_one_call_on_every_rank(
         else:
             assert row == value(0, call)
     assert all(m.broken is not None for m in mergers)
+
+
+@pytest.mark.parametrize("step", [None, "x", 2.5, np.int64(3)])
+def test_a_step_that_is_no_int_does_not_break_the_merge(step: Any) -> None:
+    """``RankMerger.merge`` is public (an adapter hands it the trainer's step as given).
+    Before: a step ``float()`` could not take (None, "x") ended the merging for the run."""
+    results, mergers = run_ranks(lambda rank: [{"x": float(rank)}], step=step)
+    assert results[0] == [{"x": 1.0}]
+    assert all(merger.broken is None for merger in mergers)

@@ -55,7 +55,7 @@ from ..identity import RunIdentity, new_run_id
 from ..keyplans import KeyPlans
 from ..registry import record
 from ..spec import Reduce, Reduction
-from ..values import as_real
+from ..values import as_real, as_step
 from .declared import Reductions
 from .handoff import DEFAULT_FULL_WAIT_S, DEFAULT_MAX_PENDING, Handoff
 from .reduce import (
@@ -574,7 +574,7 @@ class RankMerger:
     def _exchange(self, numbers: Mapping[str, float], step: int, stream: str) -> Merged | None:
         table = self._tables.get(stream, _EMPTY)
         pack = table.packs(tuple(numbers))
-        call = (float(step), _stream_number(stream))
+        call = (_step_number(step), _stream_number(stream))
         row = [table.fingerprint, 0.0 if pack.fits else 1.0, *call]
         if pack.fits:
             values = list(numbers.values())
@@ -615,6 +615,16 @@ class RankMerger:
 class RanksOutOfStep(RuntimeError):
     """The ranks made different calls at one collective: their dicts cannot be merged, and
     neither can any after them (one rank made a call the others did not)."""
+
+
+def _step_number(step: Any) -> float:
+    """The step as a row carries it: an int (a NumPy one too) as a float; anything else, which
+    the ranks are equally likely to pass alike (an adapter's None), as -1.0, not an error
+    that would end the merging."""
+    if type(step) is int:
+        return float(step)
+    number = as_step(step)
+    return -1.0 if number is None else float(number)
 
 
 @functools.lru_cache(maxsize=256)
