@@ -232,8 +232,10 @@ class _Table:
         #: Each mask word with every key present, as ints and as the floats a row carries.
         self.full = [(1 << _MASK_BITS) - 1] * (words - 1) + [(1 << last) - 1] if words else []
         self.full_row = [float(word) for word in self.full]
+        #: The row's width before the padding every row gets to the widest agreed table's.
+        self.width = self.start + len(self.keys)
         self.masks_of = operator.itemgetter(slice(_HEADER, self.start))
-        self.values_of = operator.itemgetter(slice(self.start, None))
+        self.values_of = operator.itemgetter(slice(self.start, self.width))
         digest = zlib.crc32("\0".join(self.keys).encode("utf-8", "surrogatepass"))
         self.fingerprint = float(digest + 1)  # never 0.0, a table nobody agreed on
         self.packs: KeyPlans[_Pack] = KeyPlans(lambda found: _Pack(self, found))
@@ -311,6 +313,11 @@ class RankMerger:
         self.raw_path = None if raw_path is None else Path(str(raw_path).format(rank=self.rank))
         self.reductions = Reductions(reductions)
         self._tables: dict[str, _Table] = {}
+        #: Every row is padded to this, the widest agreed table's row: the tables are agreed
+        #: at collectives every rank takes part in, so it is the same on every rank, and a
+        #: rank logging under another prefix than the others still sends a row as wide as
+        #: theirs (gloo aborts the process that receives a longer one than it expects).
+        self._width = _HEADER
         #: Each key's merge column, for :meth:`merge_gathered` (no table there).
         self._columns: dict[str, Column] = {}
         self._rows: RankRows | None = None
@@ -584,8 +591,8 @@ class RankMerger:
             else:
                 values.append(0.0)  # an absent key's slot
                 row += pack.order(values)[:-1]
-        else:
-            row += [0.0] * (table.words + len(table.keys))
+        if len(row) < self._width:
+            row += [0.0] * (self._width - len(row))
         self.exchanges["packed"] += 1
         rows = self.collective.all_gather(row)
         if any(map(call.__ne__, map(_CALL_OF, rows))):
@@ -606,7 +613,8 @@ class RankMerger:
         dicts: list[Mapping[str, float]] = self.collective.all_gather_object(dict(numbers))
         keys = sorted({key for d in dicts for key in d})
         columns = self.reductions.columns(keys)
-        self._tables[stream] = _Table(keys, columns)
+        self._tables[stream] = agreed = _Table(keys, columns)
+        self._width = max(self._width, agreed.width)
         if not self.logs:
             return None
         return merge_columns(columns, {key: [d.get(key) for d in dicts] for key in keys})

@@ -179,6 +179,10 @@ def main() -> None:
             if scenario == "kinds" and rank == 1 and step == 2:
                 del metrics["grad_norm"]  # a key one rank leaves out once
             logger.log_metrics(metrics, step=step, prefix="train")
+            if scenario == "extra-eval" and rank == 0 and step == 0:
+                # An evaluation logged on rank 0 only, under a prefix no rank logged yet: its
+                # row is narrower than the others' train rows at the same collective.
+                logger.log_metrics({"accuracy": 0.5}, step=0, prefix="eval")
             if scenario == "extra" and rank == 0 and step == 0:
                 # A second dict on rank 0 only (as under `if rank == 0:`): its merge would
                 # pair it with the other ranks' step 1.

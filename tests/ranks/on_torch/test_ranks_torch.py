@@ -281,16 +281,23 @@ def test_a_rank_that_dies_before_its_last_logged_step_merged_costs_that_step_s_m
         assert sorted(raw_rows_of(tmp_path, rank)) == list(range(rank_worker.STEPS))
 
 
+@pytest.mark.parametrize("scenario", ["extra", "extra-eval"])
 def test_a_call_made_on_rank_0_only_stops_the_merge_on_every_rank_said_once(
-    tmp_path: Path,
+    tmp_path: Path, scenario: str
 ) -> None:
-    """Rank 0 logs a second dict at step 0 that the others do not: on real gloo ranks, every
-    rank sees the calls differ at that collective and stops merging there, none left waiting
-    in a collective the others never join; rank 0 logs its own values from then on. Before:
-    rank 0's second step-0 dict was merged with the others' step 1, and so on, silently."""
-    assert run_ranks("extra", tmp_path) == [0] * WORLD
+    """Rank 0 logs a dict at step 0 that the others do not (a second train dict, or an eval
+    dict under a prefix no rank logged yet): on real gloo ranks, every rank sees the calls
+    differ at that collective and stops merging there, none left waiting in a collective the
+    others never join; rank 0 logs its own values from then on. Before: rank 0's second
+    step-0 dict was merged with the others' step 1, and so on, silently; and the eval dict's
+    row, narrower than the others', made gloo abort rank 0's whole process ("Received data
+    size doesn't match expected size")."""
+    assert run_ranks(scenario, tmp_path) == [0] * WORLD, (tmp_path / "out0.txt").read_text()
     rows = tracker_rows(tmp_path, 0)
     assert [row["step"] for row in rows] == [0, 0, *range(1, rank_worker.STEPS)]
+    if scenario == "extra-eval":
+        assert rows[1]["prefix"] == "eval" and rows[1]["metrics"] == {"accuracy": 0.5}
+        rows = [rows[0], *rows[2:]]
     assert rows[0]["metrics"]["num_samples"] == math.fsum(
         rank_worker.values(r, 0)["num_samples"] for r in range(WORLD)
     )
