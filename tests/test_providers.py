@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec
+from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.testing import data_points, in_memory_telemetry
 
 
@@ -127,15 +129,13 @@ def test_a_reader_whose_interval_ends_while_the_provider_is_built_says_nothing(
 
 
 def test_otel_sdk_disabled_exports_nothing_and_says_so_once(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``OTEL_SDK_DISABLED=true`` disables the SDK for every signal (the specification): the
     SDK's meters and tracers are no-ops. Before: rlmetrics' gauges, which it adds to each
     collection itself, were exported all the same (7 points of a logged step, and no
     histogram or counter beside them), and nothing said the rest was off. The trackers still
     get their rows: the variable is OpenTelemetry's."""
-    import json
-
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -152,8 +152,7 @@ def test_otel_sdk_disabled_exports_nothing_and_says_so_once(
                     logger.log_metrics({"reward": 0.5, "gauge": 1.0}, step=step, prefix="train")
         assert reader.get_metrics_data() is None or not reader.get_metrics_data().resource_metrics
     assert spans.get_finished_spans() == ()
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [row["step"] for row in rows] == [1, 2]
+    assert [row["step"] for row in read_jsonl(path)] == [1, 2]
     said = [r.getMessage() for r in caplog.records if "OTEL_SDK_DISABLED" in r.getMessage()]
     assert len(said) == 1 and "exports nothing" in said[0], said
 
