@@ -944,9 +944,11 @@ def test_what_is_logged_after_finish_is_said_once_per_call_kind(tmp_path: Path) 
     logger = rlmetrics.Logger(backends={"jsonl": {"path": str(path)}})
     logger.log_metrics({"reward": 1.0}, step=1, prefix="train")
     logger.finish()
+    record = {"sample_id": "s0", "outcome": "success", "turns": [], "rewards": []}
     with captured_log() as log:
         for step in (2, 3):
             logger.log_metrics({"reward": 2.0}, step=step, prefix="eval")
+            logger.log_trajectories([record], step=step)  # its rows are a samples table
             logger.log_samples([{"prompt": "p", "completion": "c"}], step=step)
         logger.log_hyperparams({"lr": 1e-3})
         logger.finish()  # finishing again says nothing
@@ -955,6 +957,6 @@ def test_what_is_logged_after_finish_is_said_once_per_call_kind(tmp_path: Path) 
         f"rlmetrics: Logger.{call} after Logger.finish(): its trackers are closed, so what it "
         "logs reaches none of them (telemetry still gets metrics); finish the Logger after its "
         "last call. Said once"
-        for call in ("log_metrics", "log_samples", "log_hyperparams")
+        for call in ("log_metrics", "log_trajectories", "log_samples", "log_hyperparams")
     ]
     assert [row["step"] for row in read_jsonl(path)] == [1]

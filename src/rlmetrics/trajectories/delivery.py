@@ -114,12 +114,14 @@ def deliver(
     batch = TrajectoryBatch(
         number, tuple(trajectories), tuple(contexts), dropped, _trainer_weight_version()
     )
-    # Rows only for a Logger with backends (building them is most of a batch's own cost).
+    # Rows only for a Logger with backends (building them is most of a batch's own cost);
+    # a finished one says so below, as log_trajectories, not as the log_samples it makes.
     if logger is not None and trajectories and (logger._inline or logger._workers):
         trace_ids = _trace_ids(contexts, binding, len(trajectories))
         try:
-            rows = [row_of(t, i) for t, i in zip(trajectories, trace_ids, strict=True)]
-            logger.log_samples(rows, number if number is not None else 0, name)
+            if not logger._finished:
+                rows = [row_of(t, i) for t, i in zip(trajectories, trace_ids, strict=True)]
+                logger.log_samples(rows, number if number is not None else 0, name)
         except Exception:
             warn_once("trajectory:rows", "rlmetrics: trajectory rows could not be logged")
         try:  # the backends that show traces of their own (Trackio) take the records too
