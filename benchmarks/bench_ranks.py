@@ -80,7 +80,8 @@ def rank_main(rank: int, port: int, number: int, rounds: int) -> None:
     merger.merge(flat, 0, "")  # agree on the table (the one object exchange)
     inline.merge(flat, 0, "")
     handoff.wait_idle(600)
-    width = 3 + 2 + KEYS  # header, mask words, values: the merger's packed row
+    # The merger's packed row: its header (table, fit, step, prefix), mask words, values.
+    width = 4 + 2 + KEYS
     tensor = torch.zeros(width, dtype=torch.float64)
     steps = iter(range(1, 10**9))
 
@@ -163,8 +164,10 @@ def reducer(rounds: int, number: int) -> dict[str, Any]:
     merged: dict[str, Any] | None = None
     for _ in range(rounds):
         started = time.process_time()
-        for step in range(number):
-            merged = merger.merge(step_dict(0, 1), step, "")
+        for _ in range(number):
+            # The step the rows were packed at: a row carries its step, and a merge of rows of
+            # another step stops the merging (the ranks' calls would differ).
+            merged = merger.merge(step_dict(0, 1), 1, "")
         per_step.append((time.process_time() - started) / number)
     assert merged is not None
     assert merged["bench/k00"] == sum(float(r + 1) for r in range(SIM_RANKS))
