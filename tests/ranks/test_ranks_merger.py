@@ -68,6 +68,26 @@ def in_rank_threads(rank_loop: Callable[[int], None]) -> None:
     assert not any(thread.is_alive() for thread in threads)
 
 
+def merge_calls(
+    calls: Mapping[int, list[tuple[dict[str, float], int, str]]],
+) -> tuple[dict[int, list[Any]], list[RankMerger], dict[str, Any]]:
+    """Each rank's ``(dict, step, prefix)`` calls merged in turn, each rank on a thread of
+    its own (synchronous mergers); ``(results per rank, mergers, the collective's state)``."""
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+    mergers = [
+        RankMerger(ThreadCollective(shared, rank), raw_path=None, background=False)
+        for rank in range(WORLD)
+    ]
+    results: dict[int, list[Any]] = {rank: [] for rank in range(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        for flat, at, under in calls[rank]:
+            results[rank].append(mergers[rank].merge(flat, at, under))
+
+    in_rank_threads(rank_loop)
+    return results, mergers, shared
+
+
 #: ``run_ranks``' default: each dict at its own number as its step.
 NUMBERED: Any = object()
 
@@ -217,18 +237,7 @@ def test_ranks_whose_calls_differ_stop_merging_said_once_instead_of_mixing_dicts
         ({"loss": 9.0}, 1, "train") if extra == "another step" else ({"accuracy": 0.5}, 2, "eval")
     )
     calls[0].insert(2, extra_call)
-    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
-    mergers = [
-        RankMerger(ThreadCollective(shared, rank), raw_path=None, background=False)
-        for rank in range(WORLD)
-    ]
-    results: dict[int, list[Any]] = {rank: [] for rank in range(WORLD)}
-
-    def rank_loop(rank: int) -> None:
-        for flat, at, under in calls[rank]:
-            results[rank].append(mergers[rank].merge(flat, at, under))
-
-    in_rank_threads(rank_loop)
+    results, mergers, _shared = merge_calls(calls)
     # The aligned calls merged; from the differing call on, rank 0 logs its own dicts.
     assert results[0] == [{"loss": 2.0}, {"accuracy": 1.25}, extra_call[0], {"loss": 2.0}]
     assert results[1] == results[2] == [None, None, None]
@@ -661,21 +670,15 @@ def test_merged_dicts_are_always_of_one_call_on_every_rank(
         return {"x": float(10 * call + rank)}
 
     calls = {
-        rank: [*shared_calls, rank_0_next if rank == 0 else others_next, *tail]
+        rank: [
+            (value(rank, call), step, prefix)
+            for call, (step, prefix) in enumerate(
+                [*shared_calls, rank_0_next if rank == 0 else others_next, *tail]
+            )
+        ]
         for rank in range(WORLD)
     }
-    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
-    mergers = [
-        RankMerger(ThreadCollective(shared, rank), raw_path=None, background=False)
-        for rank in range(WORLD)
-    ]
-    results: dict[int, list[Any]] = {rank: [] for rank in range(WORLD)}
-
-    def rank_loop(rank: int) -> None:
-        for call, (step, prefix) in enumerate(calls[rank]):
-            results[rank].append(mergers[rank].merge(value(rank, call), step, prefix))
-
-    in_rank_threads(rank_loop)
+    results, mergers, shared = merge_calls(calls)
     assert "mismatched" not in shared
     merged = len(shared_calls)
     for call, row in enumerate(results[0]):
