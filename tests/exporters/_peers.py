@@ -10,6 +10,7 @@ hoping something happened.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import urllib.error
@@ -30,6 +31,27 @@ pytest.importorskip(
     "opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc",
     reason="the OTLP receiver needs opentelemetry-proto",
 )
+
+
+def certificate_for_localhost(folder: Path) -> tuple[Path, Path]:
+    """A private key and a self-signed certificate for 127.0.0.1 (a private CA of one) in
+    ``folder``, made by openssl: what a collector serving TLS is given."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl to make a certificate with")
+    key, certificate = folder / "collector.key", folder / "collector.pem"
+    subprocess.run(
+        [
+            *(openssl, "req", "-x509", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"),
+            *("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(certificate)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return key, certificate
+
 
 #: Generous upper bound for anything that should happen within a few export intervals.
 WAIT_S = 15.0

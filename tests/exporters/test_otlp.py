@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from ._peers import (
     HISTOGRAM,
     INTERVAL_S,
     UP_DOWN,
+    certificate_for_localhost,
     declare_test_series,
     record_test_series,
 )
@@ -258,20 +257,7 @@ def test_out_of_range_values_are_dropped_alone_and_every_later_export_is_accepte
 def tls_receiver(tmp_path: Path) -> Iterator[tuple[OtlpReceiver, Path]]:
     """A receiver serving TLS with a self-signed certificate for 127.0.0.1 (a private CA of
     one), and that certificate's file, for ``OTEL_EXPORTER_OTLP_CERTIFICATE``."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("no openssl to make a certificate with")
-    key, certificate = tmp_path / "collector.key", tmp_path / "collector.pem"
-    subprocess.run(
-        [
-            *(openssl, "req", "-x509", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"),
-            *("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
-            *("-addext", "subjectAltName=IP:127.0.0.1"),
-            *("-keyout", str(key), "-out", str(certificate)),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    key, certificate = certificate_for_localhost(tmp_path)
     receiver = OtlpReceiver(tls=(key.read_bytes(), certificate.read_bytes())).start()
     try:
         yield receiver, certificate

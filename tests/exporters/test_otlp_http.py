@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from ._peers import (
     HISTOGRAM,
     INTERVAL_S,
     UP_DOWN,
+    certificate_for_localhost,
     declare_test_series,
     record_test_series,
 )
@@ -43,9 +45,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture
-def receiver() -> Iterator[OtlpHttpReceiver]:
-    peer = OtlpHttpReceiver().start()
+def _serving(peer: OtlpHttpReceiver) -> Iterator[OtlpHttpReceiver]:
+    """``peer``, started, until the test's telemetry has stopped (or it would wait on a
+    stopped peer)."""
+    peer.start()
     try:
         yield peer
     finally:
@@ -53,6 +56,11 @@ def receiver() -> Iterator[OtlpHttpReceiver]:
         if handle is not None:
             handle.shutdown(timeout_s=2)
         peer.stop()
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpHttpReceiver]:
+    yield from _serving(OtlpHttpReceiver())
 
 
 def _all_arrived(receiver: OtlpHttpReceiver) -> bool:
@@ -168,3 +176,39 @@ def test_a_protocol_rlmetrics_cannot_use_is_a_configuration_mistake(
         monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=message):
         rlmetrics.start("otlp-http-test", exporters=("otlp",), otlp_endpoint="http://127.0.0.1:9")
+
+
+@pytest.fixture
+def tls_http_receiver(tmp_path: Path) -> Iterator[OtlpHttpReceiver]:
+    """An OTLP/HTTP receiver serving HTTPS with a self-signed certificate for 127.0.0.1."""
+    key, certificate = certificate_for_localhost(tmp_path)
+    yield from _serving(OtlpHttpReceiver(tls=(key.read_bytes(), certificate.read_bytes())))
+
+
+@pytest.mark.parametrize("bundle_variable", [None, "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"])
+def test_over_https_the_points_arrive_when_the_variable_names_the_collector_s_ca(
+    bundle_variable: str | None,
+    tls_http_receiver: OtlpHttpReceiver,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Also where ``requests``' own bundle variables are set, as conda, Nix and many hosts
+    set them. Before: on SDK 1.45 the bundle they name replaced the certificate
+    ``OTEL_EXPORTER_OTLP_CERTIFICATE`` names (``requests`` lets them override a session's
+    ``verify``, and 1.45 sets ``verify`` on the session only), so every export failed
+    CERTIFICATE_VERIFY_FAILED."""
+    import certifi
+
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    if bundle_variable is not None:
+        monkeypatch.setenv(bundle_variable, certifi.where())
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(tmp_path / "collector.pem"))
+    assert tls_http_receiver.endpoint.startswith("https://127.0.0.1:")
+    declare_test_series()
+    with _start(tls_http_receiver.endpoint, "name"):
+        record_test_series()
+        with rlmetrics.run(), rlmetrics.step(3):
+            pass
+        tls_http_receiver.wait_for(_all_arrived, what="every recorded value, over HTTPS")
+        tls_http_receiver.wait_for(lambda r: r.spans(), what="the spans, over HTTPS")

@@ -14,7 +14,9 @@ attribute (the HTTP exporter's internals differ between SDK 1.44 and 1.45):
   the last export against a dead or black-holed collector gives up inside ``shutdown()``'s
   bound;
 - each failed export reported once per signal and endpoint through ``warn_once``, the SDK's
-  own lines about it at DEBUG (``rlmetrics.otlp.sdk``).
+  own lines about it at DEBUG (``rlmetrics.otlp.sdk``);
+- the certificate ``OTEL_EXPORTER_OTLP_CERTIFICATE`` names is the one trusted, also where
+  ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` is set (see :func:`_certificate_keeping_session`).
 
 ``endpoint`` is the collector's base URL (``http://host:4318``): the signal paths
 ``/v1/metrics`` and ``/v1/traces`` are added, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` is treated;
@@ -152,6 +154,40 @@ def _described(endpoint: str | None, signal: str) -> str:
     return "http://localhost:4318" + _PATHS[signal]
 
 
+#: The SDK's (experimental) variables naming a session factory of the user's: where one is
+#: set, the session is theirs.
+_CREDENTIAL_PROVIDERS = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_METRICS_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)
+
+
+def _certificate_keeping_session() -> Any:
+    """A ``requests`` session whose own ``verify`` stands against ``REQUESTS_CA_BUNDLE`` and
+    ``CURL_CA_BUNDLE``, or None where a credential provider variable names the session.
+
+    ``requests`` lets those variables replace a session's ``verify`` (it merges them into
+    each request's settings, which outrank the session's). SDK 1.45 sets the certificate the
+    OTLP variables name on the session only, so wherever one of them is set (conda, Nix and
+    many hosts set them) the collector's private CA was not trusted and every export failed.
+    SDK 1.44 passes it with each request, where it wins; this session changes nothing there.
+    """
+    if any(os.environ.get(name, "").strip() for name in _CREDENTIAL_PROVIDERS):
+        return None
+    import requests
+
+    class CertificateKeepingSession(requests.Session):
+        def merge_environment_settings(
+            self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+        ) -> Any:
+            if verify is None and self.verify is not True:
+                verify = self.verify  # the exporter's certificate (or False), not the bundle's
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
+
+    return CertificateKeepingSession()
+
+
 def _timeout(timeout_s: float | None, signal: str) -> float | None:
     return timeout_s if timeout_s is not None else otlp_timeout_s(signal)
 
@@ -204,6 +240,9 @@ def make_exporter(
         timeout = _timeout(timeout_s, signal)
         if timeout is not None:
             kwargs["timeout"] = timeout
+        session = _certificate_keeping_session()
+        if session is not None:
+            kwargs["session"] = session
         check_tls_files(signal)
         check_compression(signal, HTTP_COMPRESSIONS)
         cls = _reporting(base, fork_safe, result, signal, _described(endpoint, signal))

@@ -12,10 +12,13 @@ from __future__ import annotations
 import http.server
 import json
 import socket
+import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent import futures
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -486,11 +489,25 @@ class OtlpReceiver:
                 self._cond.wait(min(remaining, 0.5))
 
 
+def _tls_context(key: bytes, certificate: bytes) -> ssl.SSLContext:
+    """A server context for a PEM key and certificate chain (``ssl`` loads them from files
+    only: they are written to a folder of the process's own, and removed)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.TemporaryDirectory(prefix="rlmetrics-tls-") as folder:
+        key_file, chain_file = Path(folder, "key.pem"), Path(folder, "chain.pem")
+        key_file.write_bytes(key)
+        chain_file.write_bytes(certificate)
+        context.load_cert_chain(chain_file, key_file)
+    return context
+
+
 class OtlpHttpReceiver(OtlpReceiver):
     """A real OTLP/HTTP endpoint on 127.0.0.1 (``POST /v1/metrics`` and ``/v1/traces``,
     protobuf bodies), recording what it receives; the same reading methods as
     :class:`OtlpReceiver`. ``reject_with`` is an HTTP status (400: a collector that refuses
     our data, without retries); :attr:`endpoint` is the base URL the exporter adds paths to.
+    ``tls`` serves HTTPS with that (private key, certificate chain) pair, as the gRPC
+    receiver does.
     """
 
     def start(self) -> OtlpHttpReceiver:
@@ -547,6 +564,8 @@ class OtlpHttpReceiver(OtlpReceiver):
 
         server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         server.daemon_threads = True
+        if self.tls is not None:
+            server.socket = _tls_context(*self.tls).wrap_socket(server.socket, server_side=True)
         self.port = int(server.server_port)
         thread = threading.Thread(
             target=server.serve_forever,
