@@ -11,8 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import rlmetrics
+from rlmetrics.exporters.otlp_http import failure_advice
 from rlmetrics.testing import BlackHole, CapturedLog, OtlpHttpReceiver
 
 from ._peers import (
@@ -212,3 +215,70 @@ def test_over_https_the_points_arrive_when_the_variable_names_the_collector_s_ca
             pass
         tls_http_receiver.wait_for(_all_arrived, what="every recorded value, over HTTPS")
         tls_http_receiver.wait_for(lambda r: r.spans(), what="the spans, over HTTPS")
+
+
+#: What went wrong, as the failure names it, and what to change, for each first-hour mistake.
+_FAILURES = {
+    "untrusted": ("CERTIFICATE_VERIFY_FAILED", "name its CA's certificate in"),
+    "plaintext to tls": ("Connection aborted", "closes a plaintext connection so: give it as"),
+    "tls to plaintext": ("WRONG_VERSION_NUMBER", "The collector there does not serve TLS"),
+    "nothing listens": ("Connection refused", "that a collector listens there"),
+    "a path in the base url": ("HTTP 404", "give the collector's base URL"),
+    "refused data": ("HTTP 400", "refuses these requests"),
+    "no credentials": ("HTTP 401", "OTEL_EXPORTER_OTLP_HEADERS"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(_FAILURES))
+def test_a_failed_export_says_what_went_wrong_and_what_to_change(
+    mistake: str,
+    receiver: OtlpHttpReceiver,
+    tls_http_receiver: OtlpHttpReceiver,
+    rlmetrics_log: CapturedLog,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: every failure said "check the endpoint and that a collector takes OTLP over
+    HTTP there", naming no cause: true of each, and no help with any but one."""
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_CERTIFICATE", raising=False)
+    plain, secure = receiver.endpoint, tls_http_receiver.endpoint
+    dead = OtlpHttpReceiver().start()
+    dead.stop()
+    endpoint = {
+        "untrusted": secure,
+        "plaintext to tls": secure.replace("https://", "http://"),
+        "tls to plaintext": plain.replace("http://", "https://"),
+        "nothing listens": dead.endpoint,
+        "a path in the base url": plain + "/v1/metrics",
+        "refused data": plain,
+        "no credentials": plain,
+    }[mistake]
+    receiver.reject_with = {"refused data": 400, "no credentials": 401}.get(mistake)
+    cause, advice = _FAILURES[mistake]
+    declare_test_series()
+    handle = rlmetrics.start(
+        "otlp-http-test",
+        exporters={"otlp_http": {"endpoint": endpoint, "timeout_s": 1.0}},
+        export_interval_s=INTERVAL_S,
+    )
+    record_test_series()
+    failed = f"OTLP/HTTP metrics export to {endpoint}/v1/metrics failed"
+    rlmetrics_log.wait_for(failed)
+    handle.shutdown(timeout_s=2)
+    (said,) = [r.getMessage() for r in rlmetrics_log.matching(failed, level=logging.WARNING)]
+    assert cause in said and advice in said, said
+    assert receiver.requests == [] and tls_http_receiver.requests == []
+
+
+@given(
+    status=st.integers(min_value=400, max_value=599),
+    reason=st.text(max_size=40),
+    signal=st.sampled_from(["metrics", "traces"]),
+)
+def test_every_refusal_is_advised_by_its_status(status: int, reason: str, signal: str) -> None:
+    advice = failure_advice(signal, f"HTTP {status}: {reason}")
+    if status in (401, 403):
+        assert f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS" in advice
+    elif status == 404:
+        assert f"/v1/{signal} is added" in advice
+    else:
+        assert advice == "The collector refuses these requests: its own log says why"

@@ -47,6 +47,7 @@ __all__ = [
     "SDK_LINES_LOGGER",
     "check_compression",
     "check_tls_files",
+    "export_advice",
     "make_exporter",
     "otlp_timeout_s",
     "register_exporters",
@@ -220,9 +221,10 @@ _ENDPOINT_ENV = {
 _CERTIFICATE_ENV = {signal: f"OTEL_EXPORTER_OTLP_{signal.upper()}_CERTIFICATE" for signal in _LOSS}
 
 
-def _advice(signal: str, details: str) -> str:
-    """What to change after a failed export, from what gRPC said of it: TLS failures name the
-    scheme or the certificate variable, since "a collector listens there" is then true."""
+def export_advice(signal: str, details: str) -> str:
+    """What to change after a failed OTLP export, from what gRPC (or, for OTLP/HTTP,
+    ``requests``) said of it: TLS failures name the scheme or the certificate variable, since
+    "a collector listens there" is then true."""
     if "CERTIFICATE_VERIFY_FAILED" in details:
         return (
             "The collector's certificate is not one this process trusts: name its CA's "
@@ -234,8 +236,9 @@ def _advice(signal: str, details: str) -> str:
             "http:// (or host:port)"
         )
     advice = f"Check the endpoint ({_ENDPOINT_ENV[signal]}) and that a collector listens there"
-    if "Socket closed" in details:
-        # What a plaintext connection to a TLS port sees (the server drops it unanswered).
+    if "Socket closed" in details or "Connection aborted" in details:
+        # What a plaintext connection to a TLS port sees (the server drops it unanswered):
+        # gRPC's words, then requests'.
         advice += "; a collector serving TLS closes a plaintext connection so: give it as https://"
     return advice
 
@@ -317,7 +320,7 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
             key = f"{prefix}:{self._endpoint}:{cause}"
             message = (
                 f"rlmetrics: OTLP {label}export to {self._endpoint} failed ({cause}: "
-                f"{details}); {loss}. {_advice(signal, details)}. Later failures with this "
+                f"{details}); {loss}. {export_advice(signal, details)}. Later failures with this "
                 "cause are logged at DEBUG."
             )
             if getattr(self, "_shutdown", False):

@@ -13,10 +13,11 @@ attribute (the HTTP exporter's internals differ between SDK 1.44 and 1.45):
 - a 3 s export timeout, retries included, when no timeout variable of the signal is set, so
   the last export against a dead or black-holed collector gives up inside ``shutdown()``'s
   bound;
-- each failed export reported once per signal and endpoint through ``warn_once``, the SDK's
+- each failed export reported once per signal and endpoint through ``warn_once``, with its
+  cause (the HTTP status, or the connection's or TLS's error) and what to change; the SDK's
   own lines about it at DEBUG (``rlmetrics.otlp.sdk``);
 - the certificate ``OTEL_EXPORTER_OTLP_CERTIFICATE`` names is the one trusted, also where
-  ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` is set (see :func:`_certificate_keeping_session`).
+  ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` is set (see :func:`_export_session`).
 
 ``endpoint`` is the collector's base URL (``http://host:4318``): the signal paths
 ``/v1/metrics`` and ``/v1/traces`` are added, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` is treated;
@@ -41,12 +42,14 @@ from .otlp import (
     SDK_LINES_LOGGER,
     check_compression,
     check_tls_files,
+    export_advice,
     otlp_timeout_s,
 )
 
 __all__ = [
     "HTTP_PROTOBUF",
     "SDK_HTTP_EXPORTER_LOGGERS",
+    "failure_advice",
     "make_exporter",
     "protocol",
     "register_exporters",
@@ -103,6 +106,23 @@ def _quiet_own_exports() -> None:
         logging.getLogger(name).addFilter(_OwnExportLines())
 
 
+def failure_advice(signal: str, cause: str) -> str:
+    """What to change after an OTLP/HTTP export failed with ``cause``."""
+    status = cause.split(":", 1)[0]
+    headers = f"OTEL_EXPORTER_OTLP_HEADERS (or OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS)"
+    if status in ("HTTP 401", "HTTP 403"):
+        return f"The collector refuses this process's credentials: give them in {headers}"
+    if status == "HTTP 404":
+        return (
+            f"Nothing takes OTLP at that path: give the collector's base URL "
+            f"(http://host:4318), to which {_PATHS[signal]} is added; "
+            f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT alone is used as it is"
+        )
+    if status.startswith("HTTP "):
+        return "The collector refuses these requests: its own log says why"
+    return export_advice(signal, cause)
+
+
 def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: str) -> type:
     """``base`` (an SDK OTLP HTTP exporter) reporting each failed export once per signal and
     endpoint: the SDK drops a failed batch and only logs."""
@@ -110,7 +130,7 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: 
 
     class Reporting(fork_safe, base):  # type: ignore[misc,valid-type]
         def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
-            _exporting.active = True
+            _exporting.active, _exporting.cause = True, None
             try:
                 outcome = super().export(data, *args, **kwargs)
             except Exception as exc:
@@ -119,10 +139,20 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: 
                 _exporting.active = False
             if outcome is result.SUCCESS:
                 return outcome
+            cause = _exporting.cause
+            if isinstance(outcome, Exception):
+                cause = f"{type(outcome).__name__}: {outcome}"
+            if cause is None:
+                said, advice = (
+                    "",
+                    "Check the endpoint and that a collector takes OTLP over HTTP there",
+                )
+            else:
+                said, advice = f" ({cause})", failure_advice(signal, cause)
             message = (
-                f"rlmetrics: OTLP/HTTP {signal} export to {endpoint} failed; these {what} are "
-                "dropped and training goes on. Check the endpoint and that a collector takes "
-                "OTLP over HTTP there. Later failures are logged at DEBUG."
+                f"rlmetrics: OTLP/HTTP {signal} export to {endpoint} failed{said}; these "
+                f"{what} are dropped and training goes on. {advice}. Later failures are logged "
+                "at DEBUG."
             )
             if getattr(self, "_shutdown", False):
                 logger.debug(message)  # past shutdown's bound, which telemetry reported
@@ -163,21 +193,25 @@ _CREDENTIAL_PROVIDERS = (
 )
 
 
-def _certificate_keeping_session() -> Any:
-    """A ``requests`` session whose own ``verify`` stands against ``REQUESTS_CA_BUNDLE`` and
-    ``CURL_CA_BUNDLE``, or None where a credential provider variable names the session.
+def _export_session() -> Any:
+    """The ``requests`` session each exporter is given, or None where a credential provider
+    variable names the session (the SDK then builds the user's). It does two things:
 
-    ``requests`` lets those variables replace a session's ``verify`` (it merges them into
-    each request's settings, which outrank the session's). SDK 1.45 sets the certificate the
-    OTLP variables name on the session only, so wherever one of them is set (conda, Nix and
-    many hosts set them) the collector's private CA was not trusted and every export failed.
-    SDK 1.44 passes it with each request, where it wins; this session changes nothing there.
+    - it keeps its own ``verify`` (the certificate the OTLP variables name) against
+      ``REQUESTS_CA_BUNDLE`` and ``CURL_CA_BUNDLE``. ``requests`` lets those variables replace
+      a session's ``verify`` (it merges them into each request's settings, which outrank the
+      session's). SDK 1.45 sets the certificate on the session only, so wherever one of them
+      is set (conda, Nix and many hosts set them) the collector's private CA was not trusted
+      and every export failed. SDK 1.44 passes it with each request, where it wins already;
+    - it remembers, on the exporting thread, why the last request failed (its HTTP status, or
+      the connection's or TLS's error), for the one warning that reports the failure. The
+      SDK's own lines say it only when it retries, in words that change between releases.
     """
     if any(os.environ.get(name, "").strip() for name in _CREDENTIAL_PROVIDERS):
         return None
     import requests
 
-    class CertificateKeepingSession(requests.Session):
+    class ExportSession(requests.Session):
         def merge_environment_settings(
             self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
         ) -> Any:
@@ -185,7 +219,17 @@ def _certificate_keeping_session() -> Any:
                 verify = self.verify  # the exporter's certificate (or False), not the bundle's
             return super().merge_environment_settings(url, proxies, stream, verify, cert)
 
-    return CertificateKeepingSession()
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            try:
+                response = super().send(request, **kwargs)
+            except Exception as error:
+                _exporting.cause = f"{type(error).__name__}: {error}"
+                raise
+            if response.status_code >= 400:
+                _exporting.cause = f"HTTP {response.status_code}: {response.reason}"
+            return response
+
+    return ExportSession()
 
 
 def _timeout(timeout_s: float | None, signal: str) -> float | None:
@@ -240,7 +284,7 @@ def make_exporter(
         timeout = _timeout(timeout_s, signal)
         if timeout is not None:
             kwargs["timeout"] = timeout
-        session = _certificate_keeping_session()
+        session = _export_session()
         if session is not None:
             kwargs["session"] = session
         check_tls_files(signal)
