@@ -68,6 +68,7 @@ __all__ = [
     "TRACES_EXPORTER_ENV",
     "Built",
     "build_provider",
+    "check_sdk_variables",
     "resource_attributes",
     "sdk_disabled",
     "traces_wanted",
@@ -143,6 +144,30 @@ def _check_exemplar_filter() -> None:
             f"OTEL_METRICS_EXEMPLAR_FILTER={value!r} is none of the exemplar filters: "
             f"{', '.join(map(repr, EXEMPLAR_FILTERS))} (unset, trace_based)"
         )
+
+
+def _check_span_limits() -> None:
+    """Refuse, naming it, a span limit variable (read by the TracerProvider's SpanLimits)
+    that is no count."""
+    for limit in _SPAN_LIMIT_VARIABLES:
+        check_variable(limit, NON_NEGATIVE_INTEGER, int)
+
+
+def check_sdk_variables() -> None:
+    """Every OpenTelemetry SDK variable ``start()`` checks where it reads it, checked at once
+    whatever the exporters will be: what ``rlmetrics config`` runs before a job. The
+    compression is checked against what either OTLP transport takes (gRPC's one choice is
+    checked again at ``start()``, where the transport is known)."""
+    from .exporters import check_processor_variables, check_reader_variables
+    from .exporters.otlp import HTTP_COMPRESSIONS, check_compression, check_tls_files
+
+    _check_exemplar_filter()
+    _check_span_limits()
+    check_reader_variables()
+    check_processor_variables()
+    for signal in ("metrics", "traces"):
+        check_tls_files(signal)
+        check_compression(signal, HTTP_COMPRESSIONS)
 
 
 def sdk_disabled() -> bool:
@@ -441,8 +466,7 @@ def build_provider(
         )
         tracer_provider = None
         if processors:
-            for limit in _SPAN_LIMIT_VARIABLES:  # read by the TracerProvider's SpanLimits
-                check_variable(limit, NON_NEGATIVE_INTEGER, int)
+            _check_span_limits()
             tracer_provider = TracerProvider(
                 resource=shared, id_generator=_IdGenerator(), shutdown_on_exit=False
             )

@@ -14,6 +14,7 @@ than a loaded machine adds, far less than the wait it rules out.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -555,3 +556,45 @@ def test_the_sdks_lines_about_other_exports_pass_as_they_are(caplog: Any) -> Non
     assert not any(
         r.levelno >= logging.WARNING and "own export" in r.getMessage() for r in caplog.records
     )
+
+
+#: A value of every other SDK variable start() refuses, and the start of what it says.
+SDK_CHOICE_CASES = [
+    ("OTEL_METRICS_EXEMPLAR_FILTER", "always", "OTEL_METRICS_EXEMPLAR_FILTER='always' is none"),
+    ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", "OTEL_EXPORTER_OTLP_COMPRESSION='zip' is none"),
+    (
+        "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+        "/nonexistent/ca.pem",
+        "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE='/nonexistent/ca.pem' is no file",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        *(
+            (variable, value, f"{variable}={value!r} must be {what}")
+            for variable, value, what in (SDK_NUMBER_CASES)
+        ),
+        *SDK_CHOICE_CASES,
+    ],
+)
+def test_the_config_command_refuses_what_start_refuses_of_the_sdk_variables(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    said: str,
+) -> None:
+    """`rlmetrics config` is run before a long job to learn what start() would refuse.
+    Before: each of these passed it (exit 0), and the job then stopped at start()."""
+    from rlmetrics.cli import main
+
+    monkeypatch.delenv("RLMETRICS_CONFIG", raising=False)
+    monkeypatch.setenv(variable, value)
+    assert main(["config"]) == 2
+    assert said in capsys.readouterr().err
+    with pytest.raises(rlmetrics.ConfigurationError, match=re.escape(said)):
+        rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
+    assert rlmetrics.current() is None

@@ -1,9 +1,10 @@
 """Show the configuration given without code — the file RLMETRICS_CONFIG names and the
 RLMETRICS_* / OTEL_* variables — every setting's value beside where it comes from, checked as
 rlmetrics.start() and Logger() check it: an unknown table, setting, exporter, backend, option,
-key map or plugin name, a value of the wrong type or a variable that does nothing is one line
-naming its source, and exit status 2. Run it before a long job. The settings a call passes in
-code win over these (docs/configuration.md)."""
+key map or plugin name, a value of the wrong type, a variable that does nothing or an
+OpenTelemetry SDK variable start() refuses is one line naming its source, and exit status 2.
+Run it before a long job. The settings a call passes in code win over these
+(docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,10 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
                 stall_after_s()
         except TelemetryError as exc:
             raise ConfigurationError(str(exc)) from None
+    # The SDK's own variables, which start() checks where the exporters read them.
+    from .._providers import check_sdk_variables
+
+    check_sdk_variables()
     return found, settings
 
 

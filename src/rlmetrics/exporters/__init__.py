@@ -36,6 +36,8 @@ __all__ = [
     "ForkSafeSpans",
     "available_exporters",
     "batch_span_processor",
+    "check_processor_variables",
+    "check_reader_variables",
     "periodic_reader",
     "push_exporter",
 ]
@@ -128,6 +130,24 @@ def available_exporters(plugins: Plugins | None = None) -> dict[str, tuple[str, 
     return collect_offers("exporter", plugins.hooks.register_exporters, plugins)
 
 
+def check_reader_variables(interval_given: bool = False) -> None:
+    """Refuse, naming it, a ``PeriodicExportingMetricReader`` variable the SDK would take
+    with a bare error or replace with its default (the interval only where no interval is
+    given, since then it is read)."""
+    if not interval_given:
+        check_variable("OTEL_METRIC_EXPORT_INTERVAL", POSITIVE_NUMBER, float, "milliseconds")
+    check_variable("OTEL_METRIC_EXPORT_TIMEOUT", POSITIVE_NUMBER, float, "milliseconds")
+
+
+def check_processor_variables(delay_given: bool = False) -> None:
+    """The same for a ``BatchSpanProcessor``'s variables."""
+    if not delay_given:
+        check_variable("OTEL_BSP_SCHEDULE_DELAY", POSITIVE_INTEGER, int, "milliseconds")
+    check_variable("OTEL_BSP_EXPORT_TIMEOUT", POSITIVE_INTEGER, int, "milliseconds")
+    check_variable("OTEL_BSP_MAX_QUEUE_SIZE", POSITIVE_INTEGER, int)
+    check_variable("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", POSITIVE_INTEGER, int)
+
+
 def periodic_reader(
     exporter: Any, export_interval_s: float | None, reader_class: type | None = None
 ) -> MetricReader:
@@ -136,9 +156,7 @@ def periodic_reader(
     ``OTEL_METRIC_EXPORT_INTERVAL``, else the SDK's 60 s."""
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    if export_interval_s is None:
-        check_variable("OTEL_METRIC_EXPORT_INTERVAL", POSITIVE_NUMBER, float, "milliseconds")
-    check_variable("OTEL_METRIC_EXPORT_TIMEOUT", POSITIVE_NUMBER, float, "milliseconds")
+    check_reader_variables(interval_given=export_interval_s is not None)
     interval_ms = None if export_interval_s is None else export_interval_s * 1000.0
     reader: MetricReader = (reader_class or PeriodicExportingMetricReader)(
         exporter, export_interval_millis=interval_ms
@@ -156,11 +174,7 @@ def batch_span_processor(
     means ``OTEL_BSP_SCHEDULE_DELAY``, else the SDK's 5 s."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    if export_interval_s is None:
-        check_variable("OTEL_BSP_SCHEDULE_DELAY", POSITIVE_INTEGER, int, "milliseconds")
-    check_variable("OTEL_BSP_EXPORT_TIMEOUT", POSITIVE_INTEGER, int, "milliseconds")
-    check_variable("OTEL_BSP_MAX_QUEUE_SIZE", POSITIVE_INTEGER, int)
-    check_variable("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", POSITIVE_INTEGER, int)
+    check_processor_variables(delay_given=export_interval_s is not None)
     delay_ms = None if export_interval_s is None else export_interval_s * 1000.0
     processor: SpanProcessor = (processor_class or BatchSpanProcessor)(
         exporter, schedule_delay_millis=delay_ms
