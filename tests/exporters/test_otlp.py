@@ -7,9 +7,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import rlmetrics
+from rlmetrics.exporters.otlp import REFUSAL_ADVICE, credentials_advice, export_advice
 from rlmetrics.testing import OtlpReceiver
 from rlmetrics.testing.peers import flatten_request
 
@@ -324,3 +328,57 @@ def test_a_tls_mismatch_is_said_once_with_what_to_change(
     assert len(said) == 1, said
     assert advice in said[0], said[0]
     assert receiver.requests == []
+
+
+@pytest.mark.parametrize(
+    ("status", "advice"),
+    [
+        ("UNAUTHENTICATED", "give them in OTEL_EXPORTER_OTLP_HEADERS"),
+        ("PERMISSION_DENIED", "give them in OTEL_EXPORTER_OTLP_HEADERS"),
+        ("INVALID_ARGUMENT", "The collector refuses these requests: its own log says why"),
+    ],
+)
+def test_a_refusing_collector_is_said_with_what_to_change(
+    otlp_receiver: OtlpReceiver,
+    caplog: pytest.LogCaptureFixture,
+    status: str,
+    advice: str,
+) -> None:
+    """Before: "check the endpoint and that a collector listens there", of a collector that
+    listens and answers that it refuses the credentials, or the data."""
+    otlp_receiver.reject_with = getattr(grpc.StatusCode, status)
+    declare_test_series()
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        handle = rlmetrics.start(
+            exporters=("otlp",),
+            otlp_endpoint=otlp_receiver.endpoint,
+            export_interval_s=INTERVAL_S,
+            traces=False,
+        )
+        record_test_series()
+        otlp_receiver.wait_for(lambda r: r.rejected >= 1, what="a refused export")
+        handle.shutdown(timeout_s=5)
+    (said,) = [r.getMessage() for r in caplog.records if "OTLP export" in r.getMessage()]
+    assert f"failed ({status}:" in said and advice in said, said
+    assert "a collector listens there" not in said
+
+
+@given(
+    status=st.sampled_from(
+        [code.name for code in grpc.StatusCode if code is not grpc.StatusCode.OK]
+    ),
+    signal=st.sampled_from(["metrics", "traces"]),
+    details=st.text(max_size=30),
+)
+def test_every_grpc_status_is_advised_by_what_it_means(
+    status: str, signal: str, details: str
+) -> None:
+    advice = export_advice(signal, details, status)
+    if status in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        assert advice == credentials_advice(signal)
+    elif status == "UNIMPLEMENTED" and signal == "traces":
+        assert "start(traces=False)" in advice
+    elif status in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN", "CANCELLED"):
+        assert advice != REFUSAL_ADVICE and "credentials" not in advice
+    else:
+        assert advice == REFUSAL_ADVICE

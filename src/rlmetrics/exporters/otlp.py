@@ -46,7 +46,9 @@ __all__ = [
     "SDK_EXPORTER_LOGGER",
     "SDK_LINES_LOGGER",
     "check_compression",
+    "REFUSAL_ADVICE",
     "check_tls_files",
+    "credentials_advice",
     "export_advice",
     "make_exporter",
     "otlp_timeout_s",
@@ -221,10 +223,37 @@ _ENDPOINT_ENV = {
 _CERTIFICATE_ENV = {signal: f"OTEL_EXPORTER_OTLP_{signal.upper()}_CERTIFICATE" for signal in _LOSS}
 
 
-def export_advice(signal: str, details: str) -> str:
-    """What to change after a failed OTLP export, from what gRPC (or, for OTLP/HTTP,
-    ``requests``) said of it: TLS failures name the scheme or the certificate variable, since
-    "a collector listens there" is then true."""
+#: gRPC statuses of a connection that failed or timed out, not of a collector's refusal (and
+#: FAILURE, the cause said when the exporter gave up without an RPC error).
+_CONNECTION_STATUSES = frozenset(
+    {"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN", "CANCELLED", "FAILURE"}
+)
+#: What to change when the collector answered that it refuses the requests.
+REFUSAL_ADVICE = "The collector refuses these requests: its own log says why"
+
+
+def credentials_advice(signal: str) -> str:
+    """What to change when the collector refuses this process's credentials."""
+    return (
+        "The collector refuses this process's credentials: give them in "
+        f"OTEL_EXPORTER_OTLP_HEADERS (or OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS)"
+    )
+
+
+def export_advice(signal: str, details: str, cause: str = "") -> str:
+    """What to change after a failed OTLP export, from its gRPC status (``cause``) and what
+    gRPC (or, for OTLP/HTTP, ``requests``) said of it (``details``): a refusal names the
+    credentials or the collector's log, a TLS failure the scheme or the certificate variable,
+    since "a collector listens there" is then true."""
+    if cause in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return credentials_advice(signal)
+    if cause == "UNIMPLEMENTED" and signal == "traces":
+        return (
+            "The collector takes no spans (a Prometheus OTLP receiver takes metrics only): "
+            "start(traces=False) stops sending them"
+        )
+    if cause.isupper() and cause not in _CONNECTION_STATUSES:
+        return REFUSAL_ADVICE
     if "CERTIFICATE_VERIFY_FAILED" in details:
         return (
             "The collector's certificate is not one this process trusts: name its CA's "
@@ -318,10 +347,11 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
             error = self._rlmetrics_last_error
             cause, details = _describe_rpc_error(error)
             key = f"{prefix}:{self._endpoint}:{cause}"
+            advice = export_advice(signal, details, cause)
             message = (
                 f"rlmetrics: OTLP {label}export to {self._endpoint} failed ({cause}: "
-                f"{details}); {loss}. {export_advice(signal, details)}. Later failures with this "
-                "cause are logged at DEBUG."
+                f"{details}); {loss}. {advice}. Later failures with this cause are logged at "
+                "DEBUG."
             )
             if getattr(self, "_shutdown", False):
                 # The export outlived shutdown's bound, which telemetry already reported.

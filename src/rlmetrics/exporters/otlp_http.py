@@ -39,9 +39,11 @@ from ..configuration import POSITIVE_NUMBER, TEXT, declare_options
 from . import Exporter, ForkSafe, ForkSafeSpans, batch_span_processor, periodic_reader
 from .otlp import (
     HTTP_COMPRESSIONS,
+    REFUSAL_ADVICE,
     SDK_LINES_LOGGER,
     check_compression,
     check_tls_files,
+    credentials_advice,
     export_advice,
     otlp_timeout_s,
 )
@@ -109,9 +111,8 @@ def _quiet_own_exports() -> None:
 def failure_advice(signal: str, cause: str) -> str:
     """What to change after an OTLP/HTTP export failed with ``cause``."""
     status = cause.split(":", 1)[0]
-    headers = f"OTEL_EXPORTER_OTLP_HEADERS (or OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS)"
     if status in ("HTTP 401", "HTTP 403"):
-        return f"The collector refuses this process's credentials: give them in {headers}"
+        return credentials_advice(signal)
     if status == "HTTP 404":
         return (
             f"Nothing takes OTLP at that path: give the collector's base URL "
@@ -119,7 +120,7 @@ def failure_advice(signal: str, cause: str) -> str:
             f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT alone is used as it is"
         )
     if status.startswith("HTTP "):
-        return "The collector refuses these requests: its own log says why"
+        return REFUSAL_ADVICE
     return export_advice(signal, cause)
 
 
