@@ -24,7 +24,7 @@ from rlmetrics.testing import in_memory_telemetry, points, run_to_exit
 logger_module = importlib.import_module("rlmetrics.logger")
 
 _SCRIPT = """
-import json, logging, signal, sys, threading
+import json, logging, signal, sys, threading, time
 import rlmetrics
 from rlmetrics.plugins import register
 
@@ -64,7 +64,11 @@ if how == "raise":
     raise RuntimeError("the loop died")
 if how == "sigterm":
     print("ready", flush=True)
-    threading.Event().wait()  # still training when the signal comes
+    # Still training when the signal comes: a loop's main thread runs, so the handler runs
+    # however the kernel hands the signal on. A wait for ever (an Event's) would leave it
+    # unrun when the kernel hands it to a tracker's thread: the child hung to its kill.
+    while True:
+        time.sleep(0.01)
 """
 
 #: Each exit path, and the exit status Python gives it.

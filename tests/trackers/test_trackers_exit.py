@@ -21,7 +21,7 @@ from rlmetrics.testing import run_to_exit
 CHILD_BOUND_S = 240
 
 _SCRIPT = """
-import logging, signal, sys, threading
+import logging, signal, sys, time
 import rlmetrics
 
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -45,7 +45,11 @@ if how == "raise":
     raise RuntimeError("the loop died")
 if how == "sigterm":
     print("ready", flush=True)
-    threading.Event().wait()  # still training when the signal comes
+    # Still training when the signal comes: a loop's main thread runs, so the handler runs
+    # however the kernel hands the signal on. A wait for ever (an Event's) would leave it
+    # unrun when the kernel hands it to a tracker's thread: the child hung to its kill.
+    while True:
+        time.sleep(0.01)
 """
 
 EXITS = {"end": 0, "exit": 3, "raise": 1, "sigterm": 143}
