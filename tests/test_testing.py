@@ -6,6 +6,7 @@ rlmetrics said apart from what the libraries around it said."""
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 import urllib.error
@@ -32,6 +33,7 @@ from rlmetrics.testing import (
     own_records,
     points,
     reset_process_state,
+    run_to_exit,
     single,
     span_records,
     wait_until,
@@ -314,3 +316,16 @@ def test_main_thread_blocked_in_sees_the_wait_a_function_makes_and_no_other() ->
     looking.start()
     assert _waiting.join(looking, 60)
     assert elsewhere == [False]
+
+
+def test_a_hung_child_fails_saying_where_each_of_its_threads_waits() -> None:
+    """A hung child was killed, and its test said only ``-9`` and an empty stderr."""
+    script = (
+        "import threading\n"
+        "threading.Thread(target=threading.Event().wait, name='side', daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "threading.Event().wait()\n"
+    )
+    status, err = run_to_exit(script, timeout_s=2.0)
+    assert status == -signal.SIGABRT, err
+    assert err.count("File ") >= 2 and "threading.py" in err and "<string>" in err, err

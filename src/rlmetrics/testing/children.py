@@ -15,6 +15,8 @@ __all__ = ["READY", "main_thread_blocked_in", "run_to_exit"]
 
 #: The line a child prints when it is ready for its SIGTERM.
 READY = "ready"
+#: How long a hung child has to write its threads' stacks before it is killed.
+_DUMP_S = 10.0
 
 
 def run_to_exit(
@@ -27,10 +29,11 @@ def run_to_exit(
 ) -> tuple[int, str]:
     """Run ``python -c script *args`` to its exit; its exit status and stderr. With
     ``sigterm_when_ready``, the child is sent SIGTERM once it prints :data:`READY` on a line
-    of its own. A child still running after ``timeout_s`` is killed (its status is then
-    the kill's): a bound so a hung child fails its test instead of hanging the suite."""
+    of its own. A child still running after ``timeout_s`` is aborted (its status is then
+    the abort's, and its stderr ends with every thread's stack, faulthandler's), else
+    killed: a bound so a hung child fails its test, saying where it hung."""
     child = subprocess.Popen(
-        [sys.executable, "-c", script, *args],
+        [sys.executable, "-X", "faulthandler", "-c", script, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -44,8 +47,12 @@ def run_to_exit(
                 child.send_signal(signal.SIGTERM)
         _out, err = child.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        child.kill()
-        _out, err = child.communicate()
+        child.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack first
+        try:
+            _out, err = child.communicate(timeout=_DUMP_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            _out, err = child.communicate()
     finally:
         if child.poll() is None:
             child.kill()
