@@ -159,7 +159,12 @@ def check_sdk_variables() -> None:
     compression is checked against what either OTLP transport takes (gRPC's one choice is
     checked again at ``start()``, where the transport is known)."""
     from .exporters import check_processor_variables, check_reader_variables
-    from .exporters.otlp import HTTP_COMPRESSIONS, check_compression, check_tls_files
+    from .exporters.otlp import (
+        HTTP_COMPRESSIONS,
+        check_compression,
+        check_headers,
+        check_tls_files,
+    )
 
     _check_exemplar_filter()
     _check_span_limits()
@@ -168,6 +173,7 @@ def check_sdk_variables() -> None:
     for signal in ("metrics", "traces"):
         check_tls_files(signal)
         check_compression(signal, HTTP_COMPRESSIONS)
+        check_headers(signal)
 
 
 def sdk_disabled() -> bool:

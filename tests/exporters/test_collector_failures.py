@@ -563,6 +563,11 @@ SDK_CHOICE_CASES = [
     ("OTEL_METRICS_EXEMPLAR_FILTER", "always", "OTEL_METRICS_EXEMPLAR_FILTER='always' is none"),
     ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", "OTEL_EXPORTER_OTLP_COMPRESSION='zip' is none"),
     (
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "Authorization: Bearer abc",
+        "OTEL_EXPORTER_OTLP_HEADERS holds 'Authorization: Bearer abc', which is no name=value",
+    ),
+    (
         "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
         "/nonexistent/ca.pem",
         "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE='/nonexistent/ca.pem' is no file",

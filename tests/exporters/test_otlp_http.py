@@ -6,6 +6,7 @@ shutdown."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rlmetrics
+from rlmetrics.exporters.otlp import dropped_headers
 from rlmetrics.exporters.otlp_http import failure_advice
 from rlmetrics.testing import BlackHole, CapturedLog, OtlpHttpReceiver
 
@@ -282,3 +284,48 @@ def test_every_refusal_is_advised_by_its_status(status: int, reason: str, signal
         assert f"/v1/{signal} is added" in advice
     else:
         assert advice == "The collector refuses these requests: its own log says why"
+
+
+def test_a_header_variable_s_pairs_are_sent(
+    receiver: OtlpHttpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value with a space, as the SDK takes it unencoded, and an encoded one."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer abc, x-team=rl%2Cops")
+    declare_test_series()
+    with _start(receiver.endpoint, "name"):
+        record_test_series()
+        receiver.wait_for(lambda r: r.requests, what="a request")
+    sent = {k.lower(): v for k, v in receiver.headers[0].items()}
+    assert sent["authorization"] == "Bearer abc" and sent["x-team"] == "rl,ops"
+
+
+@pytest.mark.parametrize("exporter", ["otlp", "otlp_http"])
+@pytest.mark.parametrize(
+    "headers", ["Authorization: Bearer abc", "x-team=rl, api-key", 'x-key="a;b"']
+)
+def test_a_header_the_sdk_would_drop_names_itself(
+    monkeypatch: pytest.MonkeyPatch, exporter: str, headers: str
+) -> None:
+    """Before: the SDK dropped that pair with a line of its own, sent the others, and the
+    collector answered 401 to a run that had set its credentials."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", headers)
+    with pytest.raises(rlmetrics.ConfigurationError) as raised:
+        rlmetrics.start(exporters=[exporter], otlp_endpoint="http://127.0.0.1:9")
+    message = str(raised.value)
+    assert message.startswith("OTEL_EXPORTER_OTLP_HEADERS holds "), message
+    assert "name=value" in message
+    assert rlmetrics.current() is None
+
+
+@given(
+    text=st.text(
+        alphabet=st.sampled_from([*map(chr, range(0x20, 0x7F)), "\t", "é", "\x7f", ",", "="]),
+        max_size=40,
+    )
+)
+def test_the_headers_check_refuses_exactly_the_pairs_the_sdk_drops(text: str) -> None:
+    from opentelemetry.util.re import parse_env_headers
+
+    pieces = re.split(r"[ \t]*,[ \t]*", text)
+    sdk_drops = [p for p in pieces if p and not parse_env_headers(p, liberal=True)]
+    assert dropped_headers(text) == sdk_drops

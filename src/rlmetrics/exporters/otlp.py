@@ -27,6 +27,7 @@ import functools
 import logging
 import math
 import os
+import re
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +47,11 @@ __all__ = [
     "SDK_EXPORTER_LOGGER",
     "SDK_LINES_LOGGER",
     "check_compression",
+    "check_headers",
     "REFUSAL_ADVICE",
     "check_tls_files",
     "credentials_advice",
+    "dropped_headers",
     "export_advice",
     "make_exporter",
     "otlp_timeout_s",
@@ -124,6 +127,37 @@ def check_compression(
             raise ConfigurationError(
                 f"{name}={text!r} is none of the compressions this OTLP exporter takes: "
                 f"{', '.join(map(repr, choices))} (unset: none)"
+            )
+
+
+#: One header as the SDK takes it from a variable (``parse_env_headers(..., liberal=True)``,
+#: 1.44 and 1.45 alike): a name of the specification's token characters, ``=``, a value of
+#: printable ASCII and spaces but ``",;\``; the pairs are split at commas. A pair that is
+#: not one the SDK drops with a line of its own, and sends the others.
+_HEADER = re.compile(
+    r"[ \t]*[\x21\x23-\x27\x2a\x2b\x2d\x2e\x30-\x39\x41-\x5a\x5e-\x7a\x7c\x7e]+[ \t]*="
+    r"[ \t]*[\x20\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*[ \t]*"
+)
+_HEADER_DELIMITER = re.compile(r"[ \t]*,[ \t]*")
+
+
+def dropped_headers(text: str) -> list[str]:
+    """The pairs of a headers variable's ``text`` the SDK would drop."""
+    return [h for h in _HEADER_DELIMITER.split(text) if h and not _HEADER.fullmatch(h.strip())]
+
+
+def check_headers(signal: str = "metrics") -> None:
+    """Refuse, naming the variable, a headers variable of ``signal`` holding a pair the SDK
+    would drop: it sent the others without it, so the collector answered 401 to a run that
+    had set its credentials ("Authorization: Bearer x", written as curl takes it)."""
+    for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"):
+        dropped = dropped_headers(os.environ.get(name, ""))
+        if dropped:
+            raise ConfigurationError(
+                f"{name} holds {dropped[0]!r}, which is no name=value pair the OpenTelemetry "
+                "SDK takes (it would send the others without it): write each header as "
+                "name=value, the pairs separated by commas, and URL-encode a comma, semicolon, "
+                "quote or backslash in a value (%2C, %3B, %22, %5C)"
             )
 
 
@@ -449,6 +483,7 @@ def _options(endpoint: str | None, timeout_s: float | None, signal: str) -> dict
         kwargs["timeout"] = timeout
     check_tls_files(signal)
     check_compression(signal)
+    check_headers(signal)
     return kwargs
 
 

@@ -42,6 +42,7 @@ from .otlp import (
     REFUSAL_ADVICE,
     SDK_LINES_LOGGER,
     check_compression,
+    check_headers,
     check_tls_files,
     credentials_advice,
     export_advice,
@@ -290,6 +291,7 @@ def make_exporter(
             kwargs["session"] = session
         check_tls_files(signal)
         check_compression(signal, HTTP_COMPRESSIONS)
+        check_headers(signal)
         cls = _reporting(base, fork_safe, result, signal, _described(endpoint, signal))
         built.append(cls(**kwargs))
     metrics, spans = built

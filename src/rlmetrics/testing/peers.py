@@ -507,8 +507,12 @@ class OtlpHttpReceiver(OtlpReceiver):
     :class:`OtlpReceiver`. ``reject_with`` is an HTTP status (400: a collector that refuses
     our data, without retries); :attr:`endpoint` is the base URL the exporter adds paths to.
     ``tls`` serves HTTPS with that (private key, certificate chain) pair, as the gRPC
-    receiver does.
+    receiver does. :attr:`headers` holds each accepted request's HTTP headers.
     """
+
+    def __init__(self, tls: tuple[bytes, bytes] | None = None) -> None:
+        super().__init__(tls)
+        self.headers: list[dict[str, str]] = []
 
     def start(self) -> OtlpHttpReceiver:
         from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
@@ -548,6 +552,7 @@ class OtlpHttpReceiver(OtlpReceiver):
                         receiver.rejected += 1
                     else:
                         (receiver.requests if into is None else into).append(request)
+                        receiver.headers.append(dict(self.headers.items()))
                     receiver._cond.notify_all()
                 if status is not None:
                     self.send_error(int(status), "rlmetrics test receiver rejects this request")
