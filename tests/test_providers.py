@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec
+from rlmetrics._providers import _check_sampler
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.testing import data_points, in_memory_telemetry
 
@@ -171,3 +176,34 @@ def test_an_exemplar_filter_that_is_none_names_the_variable_and_the_choices(
         "'always_on', 'always_off', 'trace_based' (unset, trace_based)"
     )
     assert rlmetrics.current() is None
+
+
+@given(
+    argument=st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.text(alphabet="0123456789.-e+naif ", max_size=8),
+    )
+)
+def test_a_sampling_ratio_is_taken_exactly_when_the_sdk_samples_at_it(argument: str) -> None:
+    """Taken: the SDK's sampler samples at that ratio. Refused: the SDK would raise, or
+    sample at another ratio than the one written (its 1.0, after a line of its own)."""
+    from opentelemetry.sdk.trace import sampling
+
+    variables = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": argument}
+    with mock.patch.dict(os.environ, variables):
+        try:
+            _check_sampler()
+            taken = True
+        except rlmetrics.ConfigurationError:
+            taken = False
+        try:
+            sampler = sampling._get_from_env_or_default()
+            sdk_rate = getattr(sampler, "rate", None)
+        except ValueError:
+            sdk_rate = None
+    try:
+        written: float | None = float(argument)
+    except ValueError:
+        written = None
+    if argument.strip():
+        assert taken == (sdk_rate is not None and sdk_rate == written), (argument, sdk_rate)

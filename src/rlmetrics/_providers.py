@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 import random
 import sys
@@ -65,6 +66,7 @@ GaugePoints = Callable[[], "list[tuple[MetricSpec, list[LastValue]]]"]
 __all__ = [
     "EXEMPLAR_FILTERS",
     "RUN_ID_ATTR",
+    "SAMPLERS",
     "TRACES_EXPORTER_ENV",
     "Built",
     "build_provider",
@@ -146,6 +148,43 @@ def _check_exemplar_filter() -> None:
         )
 
 
+#: The samplers ``OTEL_TRACES_SAMPLER`` names for a TracerProvider (the SDK lowercases it).
+SAMPLERS = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
+
+
+def _check_sampler() -> None:
+    """Refuse, naming the variable, a sampler the SDK would replace with its default after a
+    line of its own, and a ratio it would raise a bare ``ValueError`` for out of ``start()``
+    (2, -0.1) or replace with 1.0 ("half")."""
+    sampler = os.environ.get("OTEL_TRACES_SAMPLER", "").strip()
+    if not sampler:
+        return
+    if sampler.lower() not in SAMPLERS:
+        raise ConfigurationError(
+            f"OTEL_TRACES_SAMPLER={sampler!r} is none of the samplers: "
+            f"{', '.join(SAMPLERS)} (unset: parentbased_always_on)"
+        )
+    argument = os.environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    if not argument or not sampler.lower().endswith("traceidratio"):
+        return  # unset, the SDK samples every trace, as the specification says
+    try:
+        ratio = float(argument)
+    except ValueError:
+        ratio = math.nan
+    if not 0.0 <= ratio <= 1.0:  # False for NaN too
+        raise ConfigurationError(
+            f"OTEL_TRACES_SAMPLER_ARG={argument!r} must be a ratio from 0 to 1 (the share of "
+            f"traces {sampler.lower()} samples); unset it to sample every trace"
+        )
+
+
 def _check_span_limits() -> None:
     """Refuse, naming it, a span limit variable (read by the TracerProvider's SpanLimits)
     that is no count."""
@@ -168,6 +207,7 @@ def check_sdk_variables() -> None:
 
     _check_exemplar_filter()
     _check_span_limits()
+    _check_sampler()
     check_reader_variables()
     check_processor_variables()
     for signal in ("metrics", "traces"):
@@ -473,6 +513,7 @@ def build_provider(
         tracer_provider = None
         if processors:
             _check_span_limits()
+            _check_sampler()
             tracer_provider = TracerProvider(
                 resource=shared, id_generator=_IdGenerator(), shutdown_on_exit=False
             )

@@ -562,6 +562,7 @@ def test_the_sdks_lines_about_other_exports_pass_as_they_are(caplog: Any) -> Non
 SDK_CHOICE_CASES = [
     ("OTEL_METRICS_EXEMPLAR_FILTER", "always", "OTEL_METRICS_EXEMPLAR_FILTER='always' is none"),
     ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", "OTEL_EXPORTER_OTLP_COMPRESSION='zip' is none"),
+    ("OTEL_TRACES_SAMPLER", "always", "OTEL_TRACES_SAMPLER='always' is none of the samplers"),
     (
         "OTEL_EXPORTER_OTLP_HEADERS",
         "Authorization: Bearer abc",
@@ -603,3 +604,27 @@ def test_the_config_command_refuses_what_start_refuses_of_the_sdk_variables(
     with pytest.raises(rlmetrics.ConfigurationError, match=re.escape(said)):
         rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
     assert rlmetrics.current() is None
+
+
+@pytest.mark.parametrize("argument", ["2", "-0.1", "half", "nan"])
+def test_a_sampling_ratio_that_is_none_names_itself(
+    monkeypatch: pytest.MonkeyPatch, argument: str
+) -> None:
+    """Before: 2 or -0.1 raised the SDK's bare "Probability must be in range [0.0, 1.0]." out
+    of start(); "half" sampled every trace after a line of the SDK's."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", argument)
+    with pytest.raises(rlmetrics.ConfigurationError) as raised:
+        rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
+    assert str(raised.value) == (
+        f"OTEL_TRACES_SAMPLER_ARG={argument!r} must be a ratio from 0 to 1 (the share of "
+        "traces parentbased_traceidratio samples); unset it to sample every trace"
+    )
+    assert rlmetrics.current() is None
+
+
+def test_the_samplers_the_sdk_knows_are_taken_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "TraceIdRatio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+    handle = rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
+    handle.shutdown(timeout_s=1)
