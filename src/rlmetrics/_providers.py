@@ -208,6 +208,7 @@ def check_sdk_variables() -> None:
     _check_exemplar_filter()
     _check_span_limits()
     _check_sampler()
+    _check_resource_variable()
     check_reader_variables()
     check_processor_variables()
     for signal in ("metrics", "traces"):
@@ -336,6 +337,21 @@ def _close(exporters: Mapping[str, Exporter]) -> None:
             warn_once(f"exporter:{name}:close", f"rlmetrics: exporter {name!r} failed to close")
 
 
+def _check_resource_variable() -> None:
+    """Refuse, naming it, an ``OTEL_RESOURCE_ATTRIBUTES`` item with no ``=``: the SDK drops it
+    with a line of its own (said once per resource made, three times a start), and every
+    point of the run lacks the attribute meant (``rl.algorithm=grpo,rl.system``). An empty
+    item (a trailing comma) means nothing, and is left to the SDK."""
+    text = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    for item in text.split(","):  # as the SDK's OTELResourceDetector splits it
+        if item.strip() and "=" not in item:
+            raise ConfigurationError(
+                f"OTEL_RESOURCE_ATTRIBUTES holds {item.strip()!r}, which is no key=value pair "
+                "(the OpenTelemetry SDK would drop it): write each attribute as key=value, "
+                "separated by commas, and URL-encode a comma in a value (%2C)"
+            )
+
+
 def resource_attributes(
     service_name: str | None,
     service_version: str | None,
@@ -353,6 +369,7 @@ def resource_attributes(
         "service.name": "rlmetrics",
         RUN_ID_ATTR: new_run_id(),
     }
+    _check_resource_variable()
     attributes.update(OTELResourceDetector().detect().attributes)
     attributes.update(caller or {})
     explicit = {
