@@ -204,6 +204,7 @@ def check_sdk_variables() -> None:
         check_headers,
         check_tls_files,
     )
+    from .exporters.otlp_http import HTTP_PROTOBUF, check_endpoint, chosen_protocol
 
     _check_exemplar_filter()
     _check_span_limits()
@@ -211,10 +212,13 @@ def check_sdk_variables() -> None:
     _check_resource_variable()
     check_reader_variables()
     check_processor_variables()
+    over_http = chosen_protocol() == HTTP_PROTOBUF  # an unknown protocol raises, naming it
     for signal in ("metrics", "traces"):
         check_tls_files(signal)
         check_compression(signal, HTTP_COMPRESSIONS)
         check_headers(signal)
+        if over_http:
+            check_endpoint(None, signal)
 
 
 def sdk_disabled() -> bool:

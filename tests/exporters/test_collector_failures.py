@@ -564,6 +564,11 @@ SDK_CHOICE_CASES = [
     ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", "OTEL_EXPORTER_OTLP_COMPRESSION='zip' is none"),
     ("OTEL_TRACES_SAMPLER", "always", "OTEL_TRACES_SAMPLER='always' is none of the samplers"),
     (
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "http/json",
+        "OTEL_EXPORTER_OTLP_PROTOCOL='http/json' is not an OTLP protocol",
+    ),
+    (
         "OTEL_RESOURCE_ATTRIBUTES",
         "rl.algorithm=grpo,rl.system",
         "OTEL_RESOURCE_ATTRIBUTES holds 'rl.system', which is no key=value pair",

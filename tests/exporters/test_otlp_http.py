@@ -329,3 +329,39 @@ def test_the_headers_check_refuses_exactly_the_pairs_the_sdk_drops(text: str) ->
     pieces = re.split(r"[ \t]*,[ \t]*", text)
     sdk_drops = [p for p in pieces if p and not parse_env_headers(p, liberal=True)]
     assert dropped_headers(text) == sdk_drops
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"option": "127.0.0.1:4318"}, "the OTLP/HTTP endpoint '127.0.0.1:4318'"),
+        ({"option": "localhost"}, "the OTLP/HTTP endpoint 'localhost'"),
+        ({"option": "ftp://127.0.0.1:4318"}, "the OTLP/HTTP endpoint 'ftp://127.0.0.1:4318'"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"},
+            "OTEL_EXPORTER_OTLP_ENDPOINT='collector:4317'",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "127.0.0.1:4318/v1/traces"},
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT='127.0.0.1:4318/v1/traces'",
+        ),
+    ],
+)
+def test_an_endpoint_that_is_no_http_url_names_itself(
+    monkeypatch: pytest.MonkeyPatch, given: dict[str, str], named: str
+) -> None:
+    """Switching OTEL_EXPORTER_OTLP_PROTOCOL to http/protobuf and keeping gRPC's host:port.
+    Before: start() took it, and every export failed (InvalidSchema), or failed naming
+    nothing ("localhost")."""
+    for name in ("ENDPOINT", "METRICS_ENDPOINT", "TRACES_ENDPOINT"):
+        monkeypatch.delenv(f"OTEL_EXPORTER_OTLP_{name}", raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    option = given.pop("option", None)
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(rlmetrics.ConfigurationError) as raised:
+        rlmetrics.start(exporters={"otlp_http": {} if option is None else {"endpoint": option}})
+    message = str(raised.value)
+    assert message.startswith(named), message
+    assert "http://host:4318" in message
+    assert rlmetrics.current() is None

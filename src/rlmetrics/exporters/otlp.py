@@ -502,7 +502,7 @@ def _histogram_preference(histogram_aggregation: str | None) -> dict[str, Any]:
     if histogram_aggregation is None:
         return {}
     if histogram_aggregation not in HISTOGRAM_AGGREGATIONS:
-        raise ValueError(
+        raise ConfigurationError(
             f"exporter 'otlp': histogram_aggregation must be one of {HISTOGRAM_AGGREGATIONS} "
             f"(as OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION), "
             f"got {histogram_aggregation!r}"
@@ -558,15 +558,8 @@ def make_exporter(
     """
     from . import otlp_http  # it builds on this module: imported when chosen
 
-    chosen = {otlp_http.protocol("metrics"), otlp_http.protocol("traces")}
-    if chosen == {otlp_http.HTTP_PROTOBUF}:
+    if otlp_http.chosen_protocol() == otlp_http.HTTP_PROTOBUF:
         return otlp_http.make_exporter(export_interval_s, endpoint, timeout_s)
-    if len(chosen) > 1:
-        raise ValueError(
-            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL and OTEL_EXPORTER_OTLP_TRACES_PROTOCOL choose "
-            "different protocols; rlmetrics sends both signals to one collector over one: set "
-            "OTEL_EXPORTER_OTLP_PROTOCOL only"
-        )
     preference = _histogram_preference(histogram_aggregation)
     exporter = _exporter_class()(**_options(endpoint, timeout_s, "metrics"), **preference)
     reader = periodic_reader(exporter, export_interval_s, _reader_class())

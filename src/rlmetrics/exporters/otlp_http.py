@@ -30,12 +30,13 @@ import functools
 import logging
 import os
 import threading
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
 from .. import hookimpl
 from .._warn import logger, warn_once
-from ..configuration import POSITIVE_NUMBER, TEXT, declare_options
+from ..configuration import POSITIVE_NUMBER, TEXT, ConfigurationError, declare_options
 from . import Exporter, ForkSafe, ForkSafeSpans, batch_span_processor, periodic_reader
 from .otlp import (
     HTTP_COMPRESSIONS,
@@ -52,6 +53,8 @@ from .otlp import (
 __all__ = [
     "HTTP_PROTOBUF",
     "SDK_HTTP_EXPORTER_LOGGERS",
+    "check_endpoint",
+    "chosen_protocol",
     "failure_advice",
     "make_exporter",
     "protocol",
@@ -79,12 +82,25 @@ def protocol(signal: str = "metrics") -> str:
         value = os.environ.get(name, "").strip()
         if value:
             if value not in _PROTOCOLS:
-                raise ValueError(
+                raise ConfigurationError(
                     f"{name}={value!r} is not an OTLP protocol rlmetrics exports with; use one "
                     f"of {list(_PROTOCOLS)}"
                 ) from None
             return value
     return "grpc"
+
+
+def chosen_protocol() -> str:
+    """The one OTLP protocol both signals are to use (see :func:`protocol`): rlmetrics sends
+    them to one collector over one, so a different protocol per signal is refused."""
+    chosen = {protocol("metrics"), protocol("traces")}
+    if len(chosen) > 1:
+        raise ConfigurationError(
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL and OTEL_EXPORTER_OTLP_TRACES_PROTOCOL choose "
+            "different protocols; rlmetrics sends both signals to one collector over one: set "
+            "OTEL_EXPORTER_OTLP_PROTOCOL only"
+        )
+    return chosen.pop()
 
 
 _exporting = threading.local()
@@ -234,6 +250,26 @@ def _export_session() -> Any:
     return ExportSession()
 
 
+def check_endpoint(endpoint: str | None, signal: str) -> None:
+    """Refuse, naming where it was given, an endpoint that is no http(s) URL: gRPC's
+    ``host:port``, kept when ``OTEL_EXPORTER_OTLP_PROTOCOL`` switched to HTTP, failed every
+    export (``InvalidSchema``), or named no cause at all (``localhost``)."""
+    if endpoint is not None:
+        source, value = "the OTLP/HTTP endpoint ", endpoint
+    else:
+        names = (f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+        given = [(name, os.environ.get(name, "").strip()) for name in names]
+        source, value = next(((f"{n}=", v) for n, v in given if v), ("", ""))
+        if not value:
+            return  # the SDK's http://localhost:4318
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigurationError(
+            f"{source}{value!r} is no URL OTLP/HTTP can send to: give the collector's as "
+            "http://host:4318 (https:// for TLS)"
+        )
+
+
 def _timeout(timeout_s: float | None, signal: str) -> float | None:
     return timeout_s if timeout_s is not None else otlp_timeout_s(signal)
 
@@ -292,6 +328,7 @@ def make_exporter(
         check_tls_files(signal)
         check_compression(signal, HTTP_COMPRESSIONS)
         check_headers(signal)
+        check_endpoint(endpoint, signal)
         cls = _reporting(base, fork_safe, result, signal, _described(endpoint, signal))
         built.append(cls(**kwargs))
     metrics, spans = built
