@@ -191,15 +191,29 @@ def _signal_endpoint(endpoint: str | None, signal: str) -> str | None:
     return endpoint.rstrip("/") + _PATHS[signal]
 
 
-def _described(endpoint: str | None, signal: str) -> str:
-    """The URL ``signal`` goes to, for reports (what the SDK resolves when given none)."""
+def _given_endpoint(endpoint: str | None, signal: str) -> tuple[str, str] | None:
+    """Where the collector of ``signal`` was given, as a report names it, and what was given:
+    the exporter's ``endpoint``, else the signal's variable, else the shared one; None when
+    none is (the SDK's ``http://localhost:4318``)."""
     if endpoint is not None:
-        return endpoint.rstrip("/") + _PATHS[signal]
+        return "the OTLP/HTTP endpoint ", endpoint
     for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
         value = os.environ.get(name, "").strip()
         if value:
-            return value if name.endswith(f"{signal.upper()}_ENDPOINT") else value + _PATHS[signal]
-    return "http://localhost:4318" + _PATHS[signal]
+            return f"{name}=", value
+    return None
+
+
+def _described(endpoint: str | None, signal: str) -> str:
+    """The URL ``signal`` goes to, for reports (what the SDK resolves when given none): a
+    signal's own variable is used as it is, the others get the signal's path."""
+    given = _given_endpoint(endpoint, signal)
+    if given is None:
+        return "http://localhost:4318" + _PATHS[signal]
+    source, value = given
+    if source.startswith(f"OTEL_EXPORTER_OTLP_{signal.upper()}_"):
+        return value
+    return value.rstrip("/") + _PATHS[signal]
 
 
 #: The SDK's (experimental) variables naming a session factory of the user's: where one is
@@ -221,12 +235,25 @@ def _export_session() -> Any:
       session's). SDK 1.45 sets the certificate on the session only, so wherever one of them
       is set (conda, Nix and many hosts set them) the collector's private CA was not trusted
       and every export failed. SDK 1.44 passes it with each request, where it wins already;
-    - it remembers, on the exporting thread, why the last request failed (its HTTP status, or
-      the connection's or TLS's error), for the one warning that reports the failure. The
+    - it remembers, on the exporting thread, why the export's first request failed (its HTTP
+      status, or the connection's or TLS's error), for the one warning that reports it. The
       SDK's own lines say it only when it retries, in words that change between releases.
     """
     if any(os.environ.get(name, "").strip() for name in _CREDENTIAL_PROVIDERS):
         return None
+    return _session_class()()
+
+
+def _first_cause(cause: str) -> None:
+    """Remember why a request of this thread's export failed, the first time in the export:
+    a retry's failure is often only its deadline running out (a read timeout of a few ms
+    after a TLS failure), which would hide the cause."""
+    if getattr(_exporting, "cause", None) is None:
+        _exporting.cause = cause
+
+
+@functools.cache
+def _session_class() -> type:
     import requests
 
     class ExportSession(requests.Session):
@@ -241,27 +268,23 @@ def _export_session() -> Any:
             try:
                 response = super().send(request, **kwargs)
             except Exception as error:
-                _exporting.cause = f"{type(error).__name__}: {error}"
+                _first_cause(f"{type(error).__name__}: {error}")
                 raise
             if response.status_code >= 400:
-                _exporting.cause = f"HTTP {response.status_code}: {response.reason}"
+                _first_cause(f"HTTP {response.status_code}: {response.reason}")
             return response
 
-    return ExportSession()
+    return ExportSession
 
 
 def check_endpoint(endpoint: str | None, signal: str) -> None:
     """Refuse, naming where it was given, an endpoint that is no http(s) URL: gRPC's
     ``host:port``, kept when ``OTEL_EXPORTER_OTLP_PROTOCOL`` switched to HTTP, failed every
     export (``InvalidSchema``), or named no cause at all (``localhost``)."""
-    if endpoint is not None:
-        source, value = "the OTLP/HTTP endpoint ", endpoint
-    else:
-        names = (f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-        given = [(name, os.environ.get(name, "").strip()) for name in names]
-        source, value = next(((f"{n}=", v) for n, v in given if v), ("", ""))
-        if not value:
-            return  # the SDK's http://localhost:4318
+    given = _given_endpoint(endpoint, signal)
+    if given is None:
+        return
+    source, value = given
     parts = urllib.parse.urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigurationError(
@@ -322,13 +345,13 @@ def make_exporter(
         timeout = _timeout(timeout_s, signal)
         if timeout is not None:
             kwargs["timeout"] = timeout
-        session = _export_session()
-        if session is not None:
-            kwargs["session"] = session
         check_tls_files(signal)
         check_compression(signal, HTTP_COMPRESSIONS)
         check_headers(signal)
         check_endpoint(endpoint, signal)
+        session = _export_session()
+        if session is not None:
+            kwargs["session"] = session
         cls = _reporting(base, fork_safe, result, signal, _described(endpoint, signal))
         built.append(cls(**kwargs))
     metrics, spans = built
