@@ -103,6 +103,22 @@ def _artifact_folder(name: str) -> str:
     return "/".join(part for part in parts if part) or "samples"
 
 
+#: What a SQLite store's URL is, for a URL SQLAlchemy refused (``sqlite://mlflow.db``).
+_SQLITE_FORMS = (
+    "; a SQLite file is sqlite:///relative/path.db or sqlite:////absolute/path.db (three "
+    "slashes, then the path)"
+)
+
+
+def _database_errors() -> tuple[type[BaseException], ...]:
+    """SQLAlchemy's errors, where it is installed (mlflow-skinny has no database store)."""
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+    except ImportError:
+        return ()
+    return (SQLAlchemyError,)
+
+
 class MlflowBackend:
     """Logs metrics to an MLflow run, creating (or resuming) it at construction.
 
@@ -173,10 +189,17 @@ class MlflowBackend:
                     abandon=_end_abandoned_run,
                 )
         except MlflowException as exc:
-            # The store's own answer (credentials refused, not a database): a condition to
-            # fix, said in one line by the Logger, not a plugin's bug with its traceback.
+            # The store's own answer (credentials refused): a condition to fix, said in one
+            # line by the Logger, not a plugin's bug with its traceback.
             raise BackendUnavailable(
                 f"the MLflow store at {uri} refused to start the run: {first_line(exc)}"
+            ) from exc
+        except _database_errors() as exc:
+            # SQLAlchemy's, under MLflow's database stores: a URL it takes no file from, a
+            # file that is not a database, one it cannot open. The store's conditions too.
+            advice = _SQLITE_FORMS if type(exc).__name__ == "ArgumentError" else ""
+            raise BackendUnavailable(
+                f"the MLflow store at {uri} could not be opened: {first_line(exc)}{advice}"
             ) from exc
 
     def _start_run(
