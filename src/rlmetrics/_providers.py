@@ -173,7 +173,7 @@ def _check_sampler() -> None:
         )
     argument = os.environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
     if not argument or not sampler.lower().endswith("traceidratio"):
-        return  # unset, the SDK samples every trace, as the specification says
+        return  # no ratio to check (a ratio sampler without one samples every trace)
     try:
         ratio = float(argument)
     except ValueError:

@@ -365,3 +365,18 @@ def test_an_endpoint_that_is_no_http_url_names_itself(
     assert message.startswith(named), message
     assert "http://host:4318" in message
     assert rlmetrics.current() is None
+
+
+def test_a_signal_s_own_headers_variable_is_the_one_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the SDK reads them: a signal's own variable, where set, and the shared one is not
+    read for that signal."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Bearer abc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "authorization=Bearer abc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization=Bearer abc")
+    handle = rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
+    handle.shutdown(timeout_s=1)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization")
+    with pytest.raises(rlmetrics.ConfigurationError, match="OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
+        rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")

@@ -44,11 +44,11 @@ __all__ = [
     "GRPC_COMPRESSIONS",
     "HTTP_COMPRESSIONS",
     "PRIVATE_SDK_ATTRIBUTES",
+    "REFUSAL_ADVICE",
     "SDK_EXPORTER_LOGGER",
     "SDK_LINES_LOGGER",
     "check_compression",
     "check_headers",
-    "REFUSAL_ADVICE",
     "check_tls_files",
     "credentials_advice",
     "dropped_headers",
@@ -151,7 +151,10 @@ def check_headers(signal: str = "metrics") -> None:
     would drop: it sent the others without it, so the collector answered 401 to a run that
     had set its credentials ("Authorization: Bearer x", written as curl takes it)."""
     for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"):
-        dropped = dropped_headers(os.environ.get(name, ""))
+        text = os.environ.get(name, "")
+        if not text:
+            continue
+        dropped = dropped_headers(text)
         if dropped:
             raise ConfigurationError(
                 f"{name} holds {dropped[0]!r}, which is no name=value pair the OpenTelemetry "
@@ -159,6 +162,7 @@ def check_headers(signal: str = "metrics") -> None:
                 "name=value, the pairs separated by commas, and URL-encode a comma, semicolon, "
                 "quote or backslash in a value (%2C, %3B, %22, %5C)"
             )
+        break  # the signal's own variable is the one used
 
 
 #: The files TLS takes from the environment, by what each is (the specification's variables;
