@@ -3,9 +3,11 @@ derived from it, from a real prometheus_client registry, and over real HTTP on 1
 
 from __future__ import annotations
 
+import logging
 import pickle
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import prometheus_client
 import pytest
@@ -42,6 +44,8 @@ from vllm_support import (
     TextServer,
     VllmRegistry,
 )
+
+from rlmetrics.testing import ExpositionServer, RefusingServer
 
 Render = Callable[..., str]
 
@@ -518,3 +522,29 @@ def test_otel_style_names_read_as_vllms() -> None:
     OTel pipeline as vllm_prefix_cache_hits_total) reads as vLLM's own."""
     text = render_exposition(SIGNALS_AFTER).replace("vllm:", "vllm_")
     assert read_text(text) == read_text(render_exposition(SIGNALS_AFTER))
+
+
+@pytest.mark.parametrize("answer", ["a path vLLM does not serve", "metrics that are not vLLM's"])
+def test_a_scrape_of_no_vllm_metrics_endpoint_says_what_it_got(
+    answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: a 404 (the server's address without /metrics, the API's /v1) was "scraping URL
+    failed", naming no cause; another process's metrics (a node exporter, Ray's) were read as
+    an engine with no series, and every step's rl.vllm.* series went missing unsaid."""
+    if answer == "a path vLLM does not serve":
+        server: Any = RefusingServer(404, {"detail": "Not Found"})
+        url = f"{server.endpoint}/v1"
+        said = ("HTTP Error 404: Not Found", "vLLM serves its metrics at /metrics")
+    else:
+        server = ExpositionServer(
+            lambda: "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.5\n"
+        )
+        url = server.url
+        said = ("holds no vLLM series", "is it a vLLM server's /metrics?")
+    try:
+        with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+            assert scrape(url, timeout_s=5) == Snapshot()
+    finally:
+        server.close()
+    (warning,) = [r.getMessage() for r in caplog.records if url in r.getMessage()]
+    assert all(part in warning for part in said), warning

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -317,14 +318,41 @@ def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             charset = response.headers.get_content_charset() or "utf-8"
             text = response.read().decode(charset)
-    except Exception:
+    except Exception as exc:
+        # An unreachable or wrong address is a condition to fix, said in one line.
         warn_once(
             f"vllm:scrape:{url}",
-            f"rlmetrics-vllm: scraping {url} failed; this reading is "
-            "empty, so the step's rl.vllm.* series are omitted",
+            f"rlmetrics-vllm: scraping {url} failed ({_scrape_failure(exc)}); this reading is "
+            f"empty, so the step's rl.vllm.* series are omitted. {_scrape_advice(exc)}",
+            expected=True,
         )
         return Snapshot()
-    return read_text(text)
+    snapshot = read_text(text)
+    if not any(snapshot.parts):
+        warn_once(
+            f"vllm:scrape-foreign:{url}",
+            f"rlmetrics-vllm: {url} answered, but its answer holds no vLLM series (vllm:*): "
+            "is it a vLLM server's /metrics? The step's rl.vllm.* series are omitted",
+            expected=True,
+        )
+    return snapshot
+
+
+def _scrape_failure(error: BaseException) -> str:
+    """What a failed scrape met: the HTTP status and reason, else the connection's error."""
+    if isinstance(error, urllib.error.HTTPError):
+        return f"HTTP Error {error.code}: {error.reason}"
+    reason = getattr(error, "reason", None)  # a URLError's own error, or its text
+    return f"{type(error).__name__}: {reason if reason is not None else error}"
+
+
+def _scrape_advice(error: BaseException) -> str:
+    """What to change after a failed scrape."""
+    if isinstance(error, urllib.error.HTTPError):
+        if error.code == 404:
+            return "vLLM serves its metrics at /metrics: give http://host:port/metrics"
+        return "The server refused the scrape"
+    return "Check the address and that a vLLM server listens there"
 
 
 def merge_snapshots(snapshots: Iterable[Snapshot]) -> Snapshot:
