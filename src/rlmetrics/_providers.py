@@ -202,6 +202,7 @@ def check_sdk_variables() -> None:
         HTTP_COMPRESSIONS,
         check_compression,
         check_headers,
+        check_insecure,
         check_tls_files,
     )
     from .exporters.otlp_http import HTTP_PROTOBUF, check_endpoint, chosen_protocol
@@ -217,6 +218,7 @@ def check_sdk_variables() -> None:
         check_tls_files(signal)
         check_compression(signal, HTTP_COMPRESSIONS)
         check_headers(signal)
+        check_insecure(signal)
         if over_http:
             check_endpoint(None, signal)
 

@@ -564,6 +564,12 @@ SDK_CHOICE_CASES = [
     ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", "OTEL_EXPORTER_OTLP_COMPRESSION='zip' is none"),
     ("OTEL_TRACES_SAMPLER", "always", "OTEL_TRACES_SAMPLER='always' is none of the samplers"),
     (
+        "OTEL_EXPORTER_OTLP_METRICS_INSECURE",
+        "1",
+        "OTEL_EXPORTER_OTLP_METRICS_INSECURE='1' is neither true nor false",
+    ),
+    ("OTEL_EXPORTER_OTLP_INSECURE", "yes", "OTEL_EXPORTER_OTLP_INSECURE='yes' is neither"),
+    (
         "OTEL_EXPORTER_OTLP_PROTOCOL",
         "http/json",
         "OTEL_EXPORTER_OTLP_PROTOCOL='http/json' is not an OTLP protocol",

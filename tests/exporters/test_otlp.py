@@ -382,3 +382,22 @@ def test_every_grpc_status_is_advised_by_what_it_means(
         assert advice != REFUSAL_ADVICE and "credentials" not in advice
     else:
         assert advice == REFUSAL_ADVICE
+
+
+@pytest.mark.parametrize("value", ["true", "TRUE", "false"])
+def test_an_insecure_variable_of_true_or_false_is_taken(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """Read as the SDK reads it where the endpoint comes from the variables: even with an
+    http:// endpoint, only "true" (any case) leaves the metrics in plaintext; "false" is TLS
+    to a plaintext receiver, and nothing arrives. So "1" or "yes", which the SDK reads as
+    false, is refused (test_collector_failures)."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_INSECURE", value)
+    declare_test_series()
+    with rlmetrics.start(exporters=("otlp",), export_interval_s=INTERVAL_S, traces=False) as handle:
+        record_test_series()
+        if value.lower() == "true":
+            otlp_receiver.wait_for(lambda r: r.requests, what="a plaintext export")
+        handle.shutdown(timeout_s=5)
+    assert bool(otlp_receiver.requests) == (value.lower() == "true")

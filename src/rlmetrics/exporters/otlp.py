@@ -49,6 +49,7 @@ __all__ = [
     "SDK_LINES_LOGGER",
     "check_compression",
     "check_headers",
+    "check_insecure",
     "check_tls_files",
     "credentials_advice",
     "dropped_headers",
@@ -163,6 +164,19 @@ def check_headers(signal: str = "metrics") -> None:
                 "quote or backslash in a value (%2C, %3B, %22, %5C)"
             )
         break  # the signal's own variable is the one used
+
+
+def check_insecure(signal: str = "metrics") -> None:
+    """Refuse, naming it, an ``INSECURE`` variable of ``signal`` that is neither true nor
+    false. The gRPC exporter takes only "true" (any case) as true: "1" or "yes" meant TLS, also
+    to an ``http://`` endpoint, and every export to a plaintext collector failed."""
+    for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"):
+        text = os.environ.get(name, "").strip()
+        if text and text.lower() not in ("true", "false"):
+            raise ConfigurationError(
+                f"{name}={text!r} is neither true nor false: the OpenTelemetry SDK reads every "
+                "value but 'true' as false, which is TLS; give true for plaintext, or unset it"
+            )
 
 
 #: The files TLS takes from the environment, by what each is (the specification's variables;
@@ -488,6 +502,7 @@ def _options(endpoint: str | None, timeout_s: float | None, signal: str) -> dict
     check_tls_files(signal)
     check_compression(signal)
     check_headers(signal)
+    check_insecure(signal)
     return kwargs
 
 
