@@ -203,6 +203,7 @@ def check_sdk_variables() -> None:
         check_compression,
         check_headers,
         check_insecure,
+        check_metric_preferences,
         check_tls_files,
     )
     from .exporters.otlp_http import HTTP_PROTOBUF, check_endpoint, chosen_protocol
@@ -213,6 +214,7 @@ def check_sdk_variables() -> None:
     _check_resource_variable()
     check_reader_variables()
     check_processor_variables()
+    check_metric_preferences()
     over_http = chosen_protocol() == HTTP_PROTOBUF  # an unknown protocol raises, naming it
     for signal in ("metrics", "traces"):
         check_tls_files(signal)

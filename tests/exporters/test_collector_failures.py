@@ -570,6 +570,16 @@ SDK_CHOICE_CASES = [
     ),
     ("OTEL_EXPORTER_OTLP_INSECURE", "yes", "OTEL_EXPORTER_OTLP_INSECURE='yes' is neither"),
     (
+        "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+        "deltaa",
+        "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE='deltaa' is none of",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",
+        "expo",
+        "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION='expo' is none of",
+    ),
+    (
         "OTEL_EXPORTER_OTLP_PROTOCOL",
         "http/json",
         "OTEL_EXPORTER_OTLP_PROTOCOL='http/json' is not an OTLP protocol",

@@ -47,9 +47,11 @@ __all__ = [
     "REFUSAL_ADVICE",
     "SDK_EXPORTER_LOGGER",
     "SDK_LINES_LOGGER",
+    "TEMPORALITY_PREFERENCES",
     "check_compression",
     "check_headers",
     "check_insecure",
+    "check_metric_preferences",
     "check_tls_files",
     "credentials_advice",
     "dropped_headers",
@@ -513,6 +515,30 @@ EXPONENTIAL_HISTOGRAM = "base2_exponential_bucket_histogram"
 HISTOGRAM_AGGREGATIONS = (EXPLICIT_HISTOGRAM, EXPONENTIAL_HISTOGRAM)
 
 
+#: What ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`` takes (in any case).
+TEMPORALITY_PREFERENCES = ("cumulative", "delta", "lowmemory")
+
+
+def check_metric_preferences() -> None:
+    """Refuse, naming it, a temporality preference or a default histogram aggregation that is
+    none: the SDK's OTLP metric exporters replace it with cumulative points and explicit
+    buckets after a line of their own, so a backend that asked for deltas got totals."""
+    name = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
+    temporality = os.environ.get(name, "").strip()
+    if temporality and temporality.lower() not in TEMPORALITY_PREFERENCES:
+        raise ConfigurationError(
+            f"{name}={temporality!r} is none of {', '.join(TEMPORALITY_PREFERENCES)} (in any "
+            "case; unset: cumulative)"
+        )
+    name = "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"
+    aggregation = os.environ.get(name, "")
+    if aggregation and aggregation not in HISTOGRAM_AGGREGATIONS:
+        raise ConfigurationError(
+            f"{name}={aggregation!r} is none of {', '.join(HISTOGRAM_AGGREGATIONS)} (spelt "
+            f"exactly so; unset: {EXPLICIT_HISTOGRAM})"
+        )
+
+
 def _histogram_preference(histogram_aggregation: str | None) -> dict[str, Any]:
     """The metric exporter's ``preferred_aggregation`` for ``histogram_aggregation``; none
     when it is None, so the SDK reads the standard variable itself. The preference is this
@@ -579,6 +605,7 @@ def make_exporter(
 
     if otlp_http.chosen_protocol() == otlp_http.HTTP_PROTOBUF:
         return otlp_http.make_exporter(export_interval_s, endpoint, timeout_s)
+    check_metric_preferences()
     preference = _histogram_preference(histogram_aggregation)
     exporter = _exporter_class()(**_options(endpoint, timeout_s, "metrics"), **preference)
     reader = periodic_reader(exporter, export_interval_s, _reader_class())

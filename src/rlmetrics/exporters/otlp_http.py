@@ -44,6 +44,7 @@ from .otlp import (
     SDK_LINES_LOGGER,
     check_compression,
     check_headers,
+    check_metric_preferences,
     check_tls_files,
     credentials_advice,
     export_advice,
@@ -333,6 +334,7 @@ def make_exporter(
     from opentelemetry.sdk.metrics.export import MetricExportResult
     from opentelemetry.sdk.trace.export import SpanExportResult
 
+    check_metric_preferences()
     built = []
     for signal, base, fork_safe, result in (
         ("metrics", OTLPMetricExporter, ForkSafe, MetricExportResult),
