@@ -205,6 +205,7 @@ def check_sdk_variables() -> None:
         check_insecure,
         check_metric_preferences,
         check_tls_files,
+        otlp_timeout_s,
     )
     from .exporters.otlp_http import HTTP_PROTOBUF, check_endpoint, chosen_protocol
 
@@ -221,6 +222,7 @@ def check_sdk_variables() -> None:
         check_compression(signal, HTTP_COMPRESSIONS)
         check_headers(signal)
         check_insecure(signal)
+        otlp_timeout_s(signal)  # raises for a timeout variable that is no positive number
         if over_http:
             check_endpoint(None, signal)
 

@@ -569,6 +569,7 @@ SDK_CHOICE_CASES = [
         "OTEL_EXPORTER_OTLP_METRICS_INSECURE='1' is neither true nor false",
     ),
     ("OTEL_EXPORTER_OTLP_INSECURE", "yes", "OTEL_EXPORTER_OTLP_INSECURE='yes' is neither"),
+    ("OTEL_EXPORTER_OTLP_TIMEOUT", "abc", "OTEL_EXPORTER_OTLP_TIMEOUT='abc' must be a positive"),
     (
         "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
         "deltaa",
