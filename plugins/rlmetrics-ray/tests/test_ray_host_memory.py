@@ -19,7 +19,7 @@ import rlmetrics_ray.host_memory as family
 import rlmetrics_ray.nvml
 from ray_support import WAIT_S, ExpositionServer, node_info, render_exposition, wait_until
 from rlmetrics_ray import HostMemorySettings, active_monitor, configure, settings
-from rlmetrics_ray.config import ENABLED_ENV, INTERVAL_ENV, TIMEOUT_ENV
+from rlmetrics_ray.config import ENABLED_ENV, GPUS_ENV, INTERVAL_ENV, TIMEOUT_ENV
 from rlmetrics_ray.host_memory import GROUP, MAX_HOSTS, TOTAL, USED, in_ray_worker
 from rlmetrics_ray.nodes import loopback_metrics_url
 from rlmetrics_ray.nvml import no_nvidia_driver
@@ -317,6 +317,26 @@ def test_a_bad_environment_value_warns_once_and_uses_the_default(
     # may log meanwhile.
     messages = [r.getMessage() for r in own_records(caplog.records)]
     assert len(messages) == 1 and INTERVAL_ENV in messages[0] and value not in messages[0]
+
+
+@pytest.mark.parametrize("variable", [ENABLED_ENV, GPUS_ENV])
+@pytest.mark.parametrize("value", ["flase", "offf", "maybe"])
+def test_a_switch_that_is_neither_on_nor_off_warns_once_and_uses_the_default(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: any word but 0/false/no/off was on, unsaid: "flase" meant on."""
+    monkeypatch.setenv(variable, value)
+    caplog.set_level(logging.WARNING, logger="rlmetrics")
+    with isolated_state():
+        current = settings()
+        assert (current.enabled, current.gpus) == (True, True)
+    messages = [r.getMessage() for r in own_records(caplog.records)]
+    assert len(messages) == 1 and variable in messages[0], messages
+    assert "1, true, yes, on" in messages[0] and value not in messages[0]
+    monkeypatch.setenv(variable, "ON")
+    assert getattr(settings(), "enabled" if variable == ENABLED_ENV else "gpus") is True
+    monkeypatch.setenv(variable, "Off")
+    assert getattr(settings(), "enabled" if variable == ENABLED_ENV else "gpus") is False
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@
 Settings come from :func:`configure` (call it before ``rlmetrics.start()``; :func:`configured`
 for a ``with`` block only), else from the environment, else from the defaults:
 
-- ``enabled``: ``RLMETRICS_RAY_HOST_MEMORY`` (``0``, ``false``, ``no``, ``off`` disable); on.
+- ``enabled``: ``RLMETRICS_RAY_HOST_MEMORY`` (``0``, ``false``, ``no``, ``off`` disable;
+  ``1``, ``true``, ``yes``, ``on`` enable; any other word is said once and the default kept); on.
 - ``gpus``: ``RLMETRICS_RAY_GPUS`` (the same words disable); on: the monitor reads each host's
   GPUs from the same scrape, and a process without Ray reads its own through NVML.
 - ``interval_s``: ``RLMETRICS_RAY_HOST_MEMORY_INTERVAL_S``; 10 s from cycle start to start.
@@ -51,7 +52,8 @@ ENABLED_ENV = "RLMETRICS_RAY_HOST_MEMORY"
 GPUS_ENV = "RLMETRICS_RAY_GPUS"
 INTERVAL_ENV = "RLMETRICS_RAY_HOST_MEMORY_INTERVAL_S"
 TIMEOUT_ENV = "RLMETRICS_RAY_HOST_MEMORY_TIMEOUT_S"
-_OFF = frozenset({"0", "false", "no", "off"})
+_OFF = ("0", "false", "no", "off")
+_ON = ("1", "true", "yes", "on")
 
 
 @attrs.frozen
@@ -143,9 +145,16 @@ def settings() -> HostMemorySettings:
     """The settings in force: :func:`configure`'s, else the environment's, else defaults."""
     from_env: dict[str, Any] = {}
     for key, name in (("enabled", ENABLED_ENV), ("gpus", GPUS_ENV)):
-        flag = os.environ.get(name)
-        if flag is not None and flag.strip():
-            from_env[key] = flag.strip().lower() not in _OFF
+        flag = (os.environ.get(name) or "").strip().lower()
+        if flag in _ON or flag in _OFF:
+            from_env[key] = flag in _ON
+        elif flag:  # a typo ("flase") is no switch: said, and the default used
+            warn_once(
+                f"ray:config:{name}",
+                f"rlmetrics-ray: {name} must be one of {', '.join(_ON)} or "
+                f"{', '.join(_OFF)} (got a {len(flag)}-character value); using the "
+                "default (on)",
+            )
     for key, name in (("interval_s", INTERVAL_ENV), ("timeout_s", TIMEOUT_ENV)):
         raw = os.environ.get(name)
         if raw is None or not raw.strip():
