@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import rlmetrics
 from rlmetrics.exporters.otlp import REFUSAL_ADVICE, credentials_advice, export_advice
-from rlmetrics.testing import OtlpReceiver
+from rlmetrics.testing import OtlpHttpReceiver, OtlpReceiver
 from rlmetrics.testing.peers import flatten_request
 
 from ._peers import (
@@ -401,3 +401,27 @@ def test_an_insecure_variable_of_true_or_false_is_taken(
             otlp_receiver.wait_for(lambda r: r.requests, what="a plaintext export")
         handle.shutdown(timeout_s=5)
     assert bool(otlp_receiver.requests) == (value.lower() == "true")
+
+
+def test_an_otlp_http_port_given_to_grpc_is_said_with_the_protocol_to_choose(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """4317 and 4318 mixed up. Before: "check that a collector listens there", of a collector
+    that listens, over the other protocol."""
+    receiver = OtlpHttpReceiver().start()
+    declare_test_series()
+    try:
+        with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+            handle = rlmetrics.start(
+                exporters=("otlp",),
+                otlp_endpoint=receiver.endpoint,
+                export_interval_s=INTERVAL_S,
+                traces=False,
+            )
+            record_test_series()
+            handle.shutdown(timeout_s=5)
+    finally:
+        receiver.stop()
+    (said,) = [r.getMessage() for r in caplog.records if "OTLP export" in r.getMessage()]
+    assert "The collector there speaks OTLP over HTTP" in said, said
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf" in said, said

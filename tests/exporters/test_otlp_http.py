@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import rlmetrics
 from rlmetrics.exporters.otlp import dropped_headers
 from rlmetrics.exporters.otlp_http import failure_advice
-from rlmetrics.testing import BlackHole, CapturedLog, OtlpHttpReceiver
+from rlmetrics.testing import BlackHole, CapturedLog, OtlpHttpReceiver, OtlpReceiver
 
 from ._peers import (
     COUNTER,
@@ -228,6 +228,7 @@ _FAILURES = {
     "a path in the base url": ("HTTP 404", "give the collector's base URL"),
     "refused data": ("HTTP 400", "refuses these requests"),
     "no credentials": ("HTTP 401", "OTEL_EXPORTER_OTLP_HEADERS"),
+    "a grpc port": ("BadStatusLine", "The collector there speaks OTLP over gRPC"),
 }
 
 
@@ -245,6 +246,7 @@ def test_a_failed_export_says_what_went_wrong_and_what_to_change(
     plain, secure = receiver.endpoint, tls_http_receiver.endpoint
     dead = OtlpHttpReceiver().start()
     dead.stop()
+    grpc_port = OtlpReceiver().start()
     endpoint = {
         "untrusted": secure,
         "plaintext to tls": secure.replace("https://", "http://"),
@@ -253,6 +255,7 @@ def test_a_failed_export_says_what_went_wrong_and_what_to_change(
         "a path in the base url": plain + "/v1/metrics",
         "refused data": plain,
         "no credentials": plain,
+        "a grpc port": grpc_port.endpoint,
     }[mistake]
     receiver.reject_with = {"refused data": 400, "no credentials": 401}.get(mistake)
     cause, advice = _FAILURES[mistake]
@@ -264,8 +267,11 @@ def test_a_failed_export_says_what_went_wrong_and_what_to_change(
     )
     record_test_series()
     failed = f"OTLP/HTTP metrics export to {endpoint}/v1/metrics failed"
-    rlmetrics_log.wait_for(failed)
-    handle.shutdown(timeout_s=2)
+    try:
+        rlmetrics_log.wait_for(failed)
+    finally:
+        handle.shutdown(timeout_s=2)
+        grpc_port.stop()
     (said,) = [r.getMessage() for r in rlmetrics_log.matching(failed, level=logging.WARNING)]
     assert cause in said and advice in said, said
     assert receiver.requests == [] and tls_http_receiver.requests == []

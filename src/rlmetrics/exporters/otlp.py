@@ -308,6 +308,18 @@ def export_advice(signal: str, details: str, cause: str = "") -> str:
         )
     if cause.isupper() and cause not in _CONNECTION_STATUSES:
         return REFUSAL_ADVICE
+    # 4317 and 4318 mixed up: gRPC met an HTTP/1.1 answer, or HTTP a gRPC server's first
+    # (binary, HTTP/2) frame; the collector listens, over the other protocol.
+    if "Failed parsing HTTP/2" in details or "http1.x server" in details:
+        return (
+            "The collector there speaks OTLP over HTTP (its port is usually 4318): set "
+            "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, or give its gRPC port (usually 4317)"
+        )
+    if "BadStatusLine('\\x00" in details:
+        return (
+            "The collector there speaks OTLP over gRPC (its port is usually 4317): use the "
+            "otlp exporter over gRPC, or give its OTLP/HTTP port (usually 4318)"
+        )
     if "CERTIFICATE_VERIFY_FAILED" in details:
         return (
             "The collector's certificate is not one this process trusts: name its CA's "
