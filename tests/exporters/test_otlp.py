@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -330,6 +331,23 @@ def test_a_tls_mismatch_is_said_once_with_what_to_change(
     assert receiver.requests == []
 
 
+def _the_failed_export(
+    endpoint: str, caplog: pytest.LogCaptureFixture, wait: Callable[[], Any] = lambda: None
+) -> str:
+    """The one warning of a metrics-only run exporting to ``endpoint`` (``wait`` runs before
+    its shutdown, which makes the last export)."""
+    declare_test_series()
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        handle = rlmetrics.start(
+            exporters=("otlp",), otlp_endpoint=endpoint, export_interval_s=INTERVAL_S, traces=False
+        )
+        record_test_series()
+        wait()
+        handle.shutdown(timeout_s=5)
+    (said,) = [r.getMessage() for r in caplog.records if "OTLP export" in r.getMessage()]
+    return said
+
+
 @pytest.mark.parametrize(
     ("status", "advice"),
     [
@@ -347,18 +365,11 @@ def test_a_refusing_collector_is_said_with_what_to_change(
     """Before: "check the endpoint and that a collector listens there", of a collector that
     listens and answers that it refuses the credentials, or the data."""
     otlp_receiver.reject_with = getattr(grpc.StatusCode, status)
-    declare_test_series()
-    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
-        handle = rlmetrics.start(
-            exporters=("otlp",),
-            otlp_endpoint=otlp_receiver.endpoint,
-            export_interval_s=INTERVAL_S,
-            traces=False,
-        )
-        record_test_series()
-        otlp_receiver.wait_for(lambda r: r.rejected >= 1, what="a refused export")
-        handle.shutdown(timeout_s=5)
-    (said,) = [r.getMessage() for r in caplog.records if "OTLP export" in r.getMessage()]
+    said = _the_failed_export(
+        otlp_receiver.endpoint,
+        caplog,
+        lambda: otlp_receiver.wait_for(lambda r: r.rejected >= 1, what="a refused export"),
+    )
     assert f"failed ({status}:" in said and advice in said, said
     assert "a collector listens there" not in said
 
@@ -409,19 +420,9 @@ def test_an_otlp_http_port_given_to_grpc_is_said_with_the_protocol_to_choose(
     """4317 and 4318 mixed up. Before: "check that a collector listens there", of a collector
     that listens, over the other protocol."""
     receiver = OtlpHttpReceiver().start()
-    declare_test_series()
     try:
-        with caplog.at_level(logging.WARNING, logger="rlmetrics"):
-            handle = rlmetrics.start(
-                exporters=("otlp",),
-                otlp_endpoint=receiver.endpoint,
-                export_interval_s=INTERVAL_S,
-                traces=False,
-            )
-            record_test_series()
-            handle.shutdown(timeout_s=5)
+        said = _the_failed_export(receiver.endpoint, caplog)
     finally:
         receiver.stop()
-    (said,) = [r.getMessage() for r in caplog.records if "OTLP export" in r.getMessage()]
     assert "The collector there speaks OTLP over HTTP" in said, said
     assert "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf" in said, said
