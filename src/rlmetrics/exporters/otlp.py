@@ -59,6 +59,7 @@ __all__ = [
     "make_exporter",
     "otlp_timeout_s",
     "register_exporters",
+    "signal_variables",
 ]
 
 INSTALL_HINT = "pip install 'rlmetrics[otlp]'"
@@ -89,12 +90,18 @@ PRIVATE_SDK_ATTRIBUTES: tuple[tuple[str, str, str], ...] = (
 DEFAULT_OTLP_TIMEOUT_S = 3.0
 
 
+def signal_variables(signal: str, setting: str) -> tuple[str, str]:
+    """The variables that give ``setting`` (``HEADERS``, ``TIMEOUT``...) for ``signal``
+    (``metrics`` or ``traces``), in the order the SDK reads them: the signal's own
+    (``OTEL_EXPORTER_OTLP_METRICS_HEADERS``), then the shared one."""
+    return f"OTEL_EXPORTER_OTLP_{signal.upper()}_{setting}", f"OTEL_EXPORTER_OTLP_{setting}"
+
+
 def otlp_timeout_s(signal: str = "metrics") -> float | None:
     """The ``timeout=`` rlmetrics passes to the OTLP exporter of ``signal`` (``metrics`` or
     ``traces``): None (let the SDK read the environment) when ``OTEL_EXPORTER_OTLP_TIMEOUT``
     or the signal's own variable is set, else :data:`DEFAULT_OTLP_TIMEOUT_S`."""
-    names = (f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
-    given = [(name, os.environ.get(name, "").strip()) for name in names]
+    given = [(n, os.environ.get(n, "").strip()) for n in signal_variables(signal, "TIMEOUT")]
     for name, text in given:
         # Checked here, naming the variable: the SDK's float() would raise a bare ValueError
         # out of start() (and take -1, NaN or 0 as a bound).
@@ -121,10 +128,7 @@ def check_compression(
     """Refuse, naming the variable and the ``choices``, a compression variable of ``signal``
     that is none: the gRPC exporter raised the SDK's own exception out of ``start()`` without
     the choices, the HTTP one sent uncompressed."""
-    for name in (
-        f"OTEL_EXPORTER_OTLP_{signal.upper()}_COMPRESSION",
-        "OTEL_EXPORTER_OTLP_COMPRESSION",
-    ):
+    for name in signal_variables(signal, "COMPRESSION"):
         text = os.environ.get(name, "").strip()
         if text and text.lower() not in choices:
             raise ConfigurationError(
@@ -153,7 +157,7 @@ def check_headers(signal: str = "metrics") -> None:
     """Refuse, naming the variable, a headers variable of ``signal`` holding a pair the SDK
     would drop: it sent the others without it, so the collector answered 401 to a run that
     had set its credentials ("Authorization: Bearer x", written as curl takes it)."""
-    for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"):
+    for name in signal_variables(signal, "HEADERS"):
         text = os.environ.get(name, "")
         if not text:
             continue
@@ -172,7 +176,7 @@ def check_insecure(signal: str = "metrics") -> None:
     """Refuse, naming it, an ``INSECURE`` variable of ``signal`` that is neither true nor
     false. The gRPC exporter takes only "true" (any case) as true: "1" or "yes" meant TLS, also
     to an ``http://`` endpoint, and every export to a plaintext collector failed."""
-    for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"):
+    for name in signal_variables(signal, "INSECURE"):
         text = os.environ.get(name, "").strip()
         if text and text.lower() not in ("true", "false"):
             raise ConfigurationError(
@@ -195,9 +199,8 @@ def check_tls_files(signal: str = "metrics") -> None:
     file. The gRPC exporter logs a traceback and goes on with the system's roots, the HTTP
     one fails each export naming nothing: either way the run exports nothing to a collector
     with a private CA, and no message names the variable."""
-    own = f"OTEL_EXPORTER_OTLP_{signal.upper()}_"
     for suffix, what in _TLS_FILES.items():
-        for name in (own + suffix, "OTEL_EXPORTER_OTLP_" + suffix):
+        for name in signal_variables(signal, suffix):
             path = os.environ.get(name, "").strip()
             if not path:
                 continue
@@ -266,17 +269,6 @@ _LOSS = {
 }
 
 
-#: The variable that names each signal's collector endpoint.
-_ENDPOINT_ENV = {
-    "metrics": "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    "traces": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-}
-
-
-#: The variable that names each signal's trusted certificates.
-_CERTIFICATE_ENV = {signal: f"OTEL_EXPORTER_OTLP_{signal.upper()}_CERTIFICATE" for signal in _LOSS}
-
-
 #: gRPC statuses of a connection that failed or timed out, not of a collector's refusal (and
 #: FAILURE, the cause said when the exporter gave up without an RPC error).
 _CONNECTION_STATUSES = frozenset(
@@ -288,10 +280,8 @@ REFUSAL_ADVICE = "The collector refuses these requests: its own log says why"
 
 def credentials_advice(signal: str) -> str:
     """What to change when the collector refuses this process's credentials."""
-    return (
-        "The collector refuses this process's credentials: give them in "
-        f"OTEL_EXPORTER_OTLP_HEADERS (or OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS)"
-    )
+    own, shared = signal_variables(signal, "HEADERS")
+    return f"The collector refuses this process's credentials: give them in {shared} (or {own})"
 
 
 def export_advice(signal: str, details: str, cause: str = "") -> str:
@@ -323,14 +313,16 @@ def export_advice(signal: str, details: str, cause: str = "") -> str:
     if "CERTIFICATE_VERIFY_FAILED" in details:
         return (
             "The collector's certificate is not one this process trusts: name its CA's "
-            f"certificate in OTEL_EXPORTER_OTLP_CERTIFICATE (or {_CERTIFICATE_ENV[signal]})"
+            "certificate in OTEL_EXPORTER_OTLP_CERTIFICATE (or "
+            f"{signal_variables(signal, 'CERTIFICATE')[0]})"
         )
     if "WRONG_VERSION_NUMBER" in details:
         return (
             "The collector there does not serve TLS: an https:// endpoint is TLS; give it as "
             "http:// (or host:port)"
         )
-    advice = f"Check the endpoint ({_ENDPOINT_ENV[signal]}) and that a collector listens there"
+    endpoint = signal_variables(signal, "ENDPOINT")[0]
+    advice = f"Check the endpoint ({endpoint}) and that a collector listens there"
     if "Socket closed" in details or "Connection aborted" in details:
         # What a plaintext connection to a TLS port sees (the server drops it unanswered):
         # gRPC's words, then requests'.
@@ -580,7 +572,11 @@ def _histogram_preference(histogram_aggregation: str | None) -> dict[str, Any]:
 
 
 @declare_options(
-    endpoint=TEXT.read_from(*_ENDPOINT_ENV.values(), "OTEL_EXPORTER_OTLP_ENDPOINT"),
+    endpoint=TEXT.read_from(
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ),
     timeout_s=POSITIVE_NUMBER.read_from(
         "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",

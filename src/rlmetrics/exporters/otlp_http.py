@@ -49,6 +49,7 @@ from .otlp import (
     credentials_advice,
     export_advice,
     otlp_timeout_s,
+    signal_variables,
 )
 
 __all__ = [
@@ -79,7 +80,7 @@ def protocol(signal: str = "metrics") -> str:
     """The OTLP protocol ``signal`` is to use: its own variable, else
     ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``grpc``. Any other value (``http/json``, which the
     Python SDK does not export) is a configuration mistake, raised with the variable named."""
-    for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+    for name in signal_variables(signal, "PROTOCOL"):
         value = os.environ.get(name, "").strip()
         if value:
             if value not in _PROTOCOLS:
@@ -135,7 +136,7 @@ def failure_advice(signal: str, cause: str) -> str:
         return (
             f"Nothing takes OTLP at that path: give the collector's base URL "
             f"(http://host:4318), to which {_PATHS[signal]} is added; "
-            f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT alone is used as it is"
+            f"{signal_variables(signal, 'ENDPOINT')[0]} alone is used as it is"
         )
     if status.startswith("HTTP "):
         return REFUSAL_ADVICE
@@ -198,7 +199,7 @@ def _given_endpoint(endpoint: str | None, signal: str) -> tuple[str, str] | None
     none is (the SDK's ``http://localhost:4318``)."""
     if endpoint is not None:
         return "the OTLP/HTTP endpoint ", endpoint
-    for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+    for name in signal_variables(signal, "ENDPOINT"):
         value = os.environ.get(name, "").strip()
         if value:
             return f"{name}=", value
@@ -212,7 +213,7 @@ def _described(endpoint: str | None, signal: str) -> str:
     if given is None:
         return "http://localhost:4318" + _PATHS[signal]
     source, value = given
-    if source.startswith(f"OTEL_EXPORTER_OTLP_{signal.upper()}_"):
+    if source == f"{signal_variables(signal, 'ENDPOINT')[0]}=":
         return value
     return value.rstrip("/") + _PATHS[signal]
 
