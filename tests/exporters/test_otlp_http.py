@@ -5,6 +5,7 @@ shutdown."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -12,12 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from hypothesis import given
 from hypothesis import strategies as st
 
 import rlmetrics
 from rlmetrics.exporters.otlp import dropped_headers
-from rlmetrics.exporters.otlp_http import failure_advice
+from rlmetrics.exporters.otlp_http import _reporting, _session_class, failure_advice
 from rlmetrics.testing import BlackHole, CapturedLog, OtlpHttpReceiver, OtlpReceiver
 
 from ._peers import (
@@ -275,6 +277,37 @@ def test_a_failed_export_says_what_went_wrong_and_what_to_change(
     (said,) = [r.getMessage() for r in rlmetrics_log.matching(failed, level=logging.WARNING)]
     assert cause in said and advice in said, said
     assert receiver.requests == [] and tls_http_receiver.requests == []
+
+
+def test_an_error_escaping_the_sdk_does_not_hide_the_request_s_cause(
+    receiver: OtlpHttpReceiver, rlmetrics_log: CapturedLog
+) -> None:
+    """Before (CI, SDK 1.44, under load): a TLS-to-plaintext export retried after its backoff
+    with the deadline already past; SDK 1.44 handed ``requests`` the negative remainder, and
+    urllib3's ``ValueError`` (no ``RequestException``, so the SDK let it out) replaced
+    ``WRONG_VERSION_NUMBER`` in the warning, with the advice for neither. The stand-in export
+    makes the SDK's two requests, the second with the negative timeout, through the real
+    session to the real receiver."""
+    from opentelemetry.sdk.metrics.export import MetricExportResult
+
+    url = receiver.endpoint.replace("http://", "https://") + "/v1/metrics"
+
+    class RetriedPastItsDeadline:
+        def export(self, data: object) -> object:
+            session = _session_class()()
+            with contextlib.suppress(requests.exceptions.SSLError):
+                session.post(url, data=b"", timeout=1.0)
+            return session.post(url, data=b"", timeout=-0.0034)
+
+    class Mixin:
+        pass
+
+    cls = _reporting(RetriedPastItsDeadline, Mixin, MetricExportResult, "metrics", url)
+    assert cls().export(b"") is MetricExportResult.FAILURE
+    (said,) = [r.getMessage() for r in rlmetrics_log.matching(url, level=logging.WARNING)]
+    cause, advice = _FAILURES["tls to plaintext"]
+    assert cause in said and advice in said, said
+    assert "ValueError" not in said and receiver.requests == []
 
 
 @given(

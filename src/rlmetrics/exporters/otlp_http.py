@@ -159,8 +159,11 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: 
                 _exporting.active = False
             if outcome is result.SUCCESS:
                 return outcome
+            # A request's failure outranks what escaped the SDK after it: SDK 1.44 retries
+            # past its deadline with a negative timeout, and urllib3's ValueError then hid
+            # the first request's cause.
             cause = _exporting.cause
-            if isinstance(outcome, Exception):
+            if cause is None and isinstance(outcome, Exception):
                 cause = f"{type(outcome).__name__}: {outcome}"
             if cause is None:
                 said, advice = (
