@@ -474,3 +474,35 @@ def test_the_hookspecs_are_what_the_plugin_manager_uses() -> None:
     assert {caller.name for caller in pm.hook.__dict__.values() if hasattr(caller, "name")} == set(
         _hooks()
     )
+
+
+def test_hook_register_variables(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlmetrics.cli import main
+    from rlmetrics.testing import captured_log
+    from rlmetrics.variables import Variable
+
+    class Reads:
+        @rlmetrics.hookimpl
+        def register_variables(self, register: Any) -> None:
+            register(Variable("RLMETRICS_ACME_URL", lambda v: None if "://" in v else "no URL"))
+
+    for name in [n for n in __import__("os").environ if n.startswith("RLMETRICS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RLMETRICS_ACME_URL", "acme.example")
+    with captured_log() as log, rlmetrics.start(readers=[_reader()]):
+        pass
+    assert log.matching("RLMETRICS_ACME_URL is read by nothing")
+    assert main(["config"]) == 2
+    assert "RLMETRICS_ACME_URL is read by nothing" in capsys.readouterr().err
+    register(Reads(), "reads-variables")
+    assert main(["config"]) == 2
+    assert "RLMETRICS_ACME_URL='acme.example': no URL" in capsys.readouterr().err
+    monkeypatch.setenv("RLMETRICS_ACME_URL", "http://acme.example")
+    assert main(["config"]) == 0
+    with captured_log() as log, rlmetrics.start(readers=[_reader()]):
+        pass
+    assert not log.matching("RLMETRICS_ACME_URL")
+    with pytest.raises(ValueError, match="RLMETRICS_<SOMETHING>"):
+        Variable("ACME_URL")

@@ -428,6 +428,9 @@ class Hooks:
     def register_alert_rules(self, register: Callable[[RuleBuilder], None]) -> None:
         _fan_out(self._hook.register_alert_rules, register=register)
 
+    def register_variables(self, register: Callable[[Variable], None]) -> None:
+        _fan_out(self._hook.register_variables, register=register)
+
 
 if TYPE_CHECKING:
     from .alerts.model import RuleBuilder
@@ -436,3 +439,4 @@ if TYPE_CHECKING:
     from .demo.parts import DemoPartFactory
     from .keymaps import KeyMap
     from .trajectories import TrajectoryBatch
+    from .variables import Variable

@@ -315,6 +315,7 @@ if TYPE_CHECKING:
     from .dashboard.model import RowBuilder
     from .demo.parts import DemoPartFactory
     from .keymaps import KeyMap
+    from .variables import Variable
 
 
 @hookspec
@@ -360,6 +361,18 @@ def register_check_exemptions(register: Callable[[Exemption], None]) -> None:
     Call ``register(Exemption(rule, names, reason))`` for series whose names a specification
     fixes (NeMo Gym's ``_ms`` and ``_total`` names, say); ``rlmetrics check`` then reports
     them as exempt, with the reason, instead of as findings.
+    """
+
+
+@hookspec
+def register_variables(register: Callable[[Variable], None]) -> None:
+    """Name the ``RLMETRICS_*`` environment variables the plugin reads.
+
+    Call ``register(Variable("RLMETRICS_ACME_URL", check))`` for each
+    (:class:`rlmetrics.variables.Variable`; ``check(value)`` says what is wrong with a value,
+    or returns None). Every ``RLMETRICS_*`` variable that neither the core nor a loaded plugin
+    names is said once by ``start()`` and ``Logger()`` as a likely misspelling, and
+    ``rlmetrics config`` refuses it and each value a check finds wrong.
     """
 
 

@@ -66,7 +66,7 @@ from .hyperparams import to_hyperparams
 from .identity import RunIdentity, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
 from .known_keys import KeyChecker
-from .plugins import check_plugin_lists, hooks
+from .plugins import check_plugin_lists, get_plugins, hooks
 from .ranks import EFFICIENCY_STREAM, Ranks, resolve_ranks
 from .redaction import redaction
 from .registry import default_registry
@@ -74,6 +74,7 @@ from .samples import MAX_CELL_BYTES, MAX_SAMPLE_ROWS, to_samples
 from .telemetry import current
 from .tracing import close_open_scopes, current_step
 from .values import INT64_MAX, as_step
+from .variables import warn_unknown_variables
 
 __all__ = [
     "DEFAULT_EXIT_TIMEOUT_S",
@@ -321,6 +322,7 @@ class Logger:
         self._plugins_loaded = False
         check_plugin_lists()  # a misspelled plugin name would load or deny nothing in silence
         factories = available_backends()
+        warn_unknown_variables(get_plugins())  # a misspelt RLMETRICS_* variable does nothing
         # The call's backends, else RLMETRICS_BACKENDS, else the file's, else JSONL; each with
         # the options the environment and the file give it under the call's own.
         found = configured(backend_names=factories)

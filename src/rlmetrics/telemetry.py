@@ -33,6 +33,7 @@ from ._warn import (
 from .plugins import check_plugin_lists, hooks, load_plugins
 from .registry import MetricRegistry, default_registry
 from .tracing import naming as _naming
+from .variables import warn_unknown_variables
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -454,6 +455,7 @@ def start(
             )
         check_plugin_lists(plugins, disable_plugins)
         loaded = load_plugins(plugins, disable_plugins)
+        warn_unknown_variables(loaded)  # a misspelt RLMETRICS_* variable does nothing
         # A profile is registered by the family that declares its series, loaded just now.
         if naming not in _naming.names():
             raise ConfigurationError(

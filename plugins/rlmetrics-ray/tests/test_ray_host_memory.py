@@ -55,14 +55,14 @@ def test_the_family_declares_two_observable_byte_gauges() -> None:
         assert spec.max_series == MAX_HOSTS >= 256
 
 
-def test_the_plugin_is_an_entry_point_with_both_hooks_and_both_series() -> None:
+def test_the_plugin_is_an_entry_point_with_its_hooks_and_both_series() -> None:
     from rlmetrics.plugins import load_plugins
 
     with isolated_state():
         info = load_plugins().info("ray_host_memory")
     assert info is not None
     assert (info.status, info.distribution) == ("loaded", "rlmetrics-ray")
-    assert set(info.hooks) == {"telemetry_started", "telemetry_stopping"}
+    assert set(info.hooks) == {"register_variables", "telemetry_started", "telemetry_stopping"}
     assert set(info.series) == {USED, TOTAL}
 
 
@@ -337,6 +337,38 @@ def test_a_switch_that_is_neither_on_nor_off_warns_once_and_uses_the_default(
     assert getattr(settings(), "enabled" if variable == ENABLED_ENV else "gpus") is True
     monkeypatch.setenv(variable, "Off")
     assert getattr(settings(), "enabled" if variable == ENABLED_ENV else "gpus") is False
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        (ENABLED_ENV, "flase"),
+        (GPUS_ENV, "maybe"),
+        (INTERVAL_ENV, "ten"),
+        (TIMEOUT_ENV, "-1"),
+        ("RLMETRICS_RAY_HOST_MEMROY", "0"),
+        ("RLMETRICS_RAY_GPU", "0"),
+    ],
+)
+def test_rlmetrics_config_refuses_what_the_monitor_would_not_take(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Before: ``rlmetrics config``, the check to run before a long job, passed each of these
+    (exit 0), and the job ran with the monitor's defaults: a wrong value was said once at
+    start, a misspelt name never."""
+    from rlmetrics.cli import main
+
+    monkeypatch.setenv(variable, value)
+    assert main(["config"]) == 2
+    err = capsys.readouterr().err
+    assert variable in err, err
+    if variable.endswith("MEMROY"):
+        assert f"did you mean '{ENABLED_ENV}'?" in err
+    if variable.endswith("_GPU"):
+        assert f"did you mean '{GPUS_ENV}'?" in err
+    monkeypatch.setenv(variable, "1")
+    read = variable in (ENABLED_ENV, GPUS_ENV, INTERVAL_ENV, TIMEOUT_ENV)
+    assert (main(["config"]) == 0) == read
 
 
 @pytest.mark.parametrize(

@@ -231,3 +231,17 @@ def test_a_bad_environment_value_falls_back_to_the_stable_shape(
 def test_token_usage_names_refuse_a_typo() -> None:
     with pytest.raises(ValueError, match="inference_usage"):
         gen_ai.set_token_usage_names("inference")
+
+
+def test_rlmetrics_config_refuses_a_token_usage_name_that_is_none(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Before: ``rlmetrics config`` passed ``Spec`` (exit 0) and the run recorded ``spec``'s
+    series after one warning at its first generation."""
+    from rlmetrics.cli import main
+
+    monkeypatch.setenv(gen_ai.TOKEN_USAGE_ENV, "Spec")
+    assert main(["config"]) == 2
+    assert "RLMETRICS_GEN_AI_TOKEN_USAGE='Spec': must be one of spec" in capsys.readouterr().err
+    monkeypatch.setenv(gen_ai.TOKEN_USAGE_ENV, "inference_usage")
+    assert main(["config"]) == 0

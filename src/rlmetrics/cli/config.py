@@ -25,6 +25,7 @@ from ..configuration import (
     resolve,
 )
 from ..plugins import installed_names, load_plugins
+from ..variables import variable_problems
 from ._output import add_format_options, print_json
 
 __all__ = ["HELP", "NAME", "add_arguments", "check", "run"]
@@ -90,6 +91,10 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
     from .._providers import check_sdk_variables
 
     check_sdk_variables()
+    # The RLMETRICS_* variables nothing reads (start() says them), and plugins' wrong values.
+    problems = variable_problems(os.environ, plugins)
+    if problems:
+        raise ConfigurationError("\n".join(problems))
     return found, settings
 
 
@@ -97,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         found, settings = check()
     except (TypeError, ValueError) as exc:
-        sys.stderr.write(f"rlmetrics config: {exc}\n")
+        sys.stderr.writelines(f"rlmetrics config: {line}\n" for line in str(exc).splitlines())
         return 2
     document = found.as_dict()
     for table in ("telemetry", "logger"):

@@ -45,7 +45,9 @@ __all__ = [
     "active_monitor",
     "configure",
     "configured",
+    "seconds_problem",
     "settings",
+    "switch_problem",
 ]
 
 ENABLED_ENV = "RLMETRICS_RAY_HOST_MEMORY"
@@ -141,35 +143,50 @@ def _check(key: str, value: Any) -> None:
         raise TypeError(f"configure(): {key} must be callable, got {type(value).__name__}")
 
 
+def switch_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as an on/off variable, or None."""
+    flag = value.strip().lower()
+    if not flag or flag in _ON or flag in _OFF:
+        return None
+    return f"must be one of {', '.join(_ON)} or {', '.join(_OFF)}"
+
+
+def seconds_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as a number of seconds variable, or None."""
+    if not value.strip():
+        return None
+    try:
+        _check("interval_s", float(value))
+    except ValueError:
+        return "must be a positive number of seconds"
+    return None
+
+
 def settings() -> HostMemorySettings:
     """The settings in force: :func:`configure`'s, else the environment's, else defaults."""
     from_env: dict[str, Any] = {}
     for key, name in (("enabled", ENABLED_ENV), ("gpus", GPUS_ENV)):
         flag = (os.environ.get(name) or "").strip().lower()
-        if flag in _ON or flag in _OFF:
+        wrong = switch_problem(flag)
+        if wrong:  # a typo ("flase") is no switch: said, and the default used
+            warn_once(
+                f"ray:config:{name}",
+                f"rlmetrics-ray: {name} {wrong} (got a {len(flag)}-character value); using "
+                "the default (on)",
+            )
+        elif flag:
             from_env[key] = flag in _ON
-        elif flag:  # a typo ("flase") is no switch: said, and the default used
-            warn_once(
-                f"ray:config:{name}",
-                f"rlmetrics-ray: {name} must be one of {', '.join(_ON)} or "
-                f"{', '.join(_OFF)} (got a {len(flag)}-character value); using the "
-                "default (on)",
-            )
     for key, name in (("interval_s", INTERVAL_ENV), ("timeout_s", TIMEOUT_ENV)):
-        raw = os.environ.get(name)
-        if raw is None or not raw.strip():
-            continue
-        try:
-            value = float(raw)
-            _check(key, value)
-        except ValueError:
+        raw = os.environ.get(name) or ""
+        wrong = seconds_problem(raw)
+        if wrong:
             warn_once(
                 f"ray:config:{name}",
-                f"rlmetrics-ray: {name} must be a positive number of seconds (got a "
-                f"{len(raw)}-character value); using the default",
+                f"rlmetrics-ray: {name} {wrong} (got a {len(raw)}-character value); using "
+                "the default",
             )
-            continue
-        from_env[key] = value
+        elif raw.strip():
+            from_env[key] = float(raw)
     with _lock:
         return HostMemorySettings(**{**from_env, **_explicit})
 

@@ -28,8 +28,19 @@ from typing import Any
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, resets_process_state
 from rlmetrics.spec import MAX
+from rlmetrics.variables import Variable
 
-from .config import _set_active, active_monitor, settings
+from .config import (
+    ENABLED_ENV,
+    GPUS_ENV,
+    INTERVAL_ENV,
+    TIMEOUT_ENV,
+    _set_active,
+    active_monitor,
+    seconds_problem,
+    settings,
+    switch_problem,
+)
 from .election import HostElection
 from .exposition import SOURCES
 from .monitor import (
@@ -51,6 +62,7 @@ __all__ = [
     "in_ray_worker",
     "observe_total",
     "observe_used",
+    "register_variables",
     "telemetry_started",
     "telemetry_stopping",
 ]
@@ -127,6 +139,15 @@ def _activate() -> None:
     # rlmetrics_ray.gpu's group, named rather than imported: a process that left that module
     # out (a denied entry point) must not declare it here, after the registry froze.
     rlmetrics.activate("hw.gpu")
+
+
+@rlmetrics.hookimpl
+def register_variables(register: Any) -> None:
+    """The monitor's variables (:mod:`rlmetrics_ray.config`), for ``rlmetrics config``."""
+    register(Variable(ENABLED_ENV, switch_problem))
+    register(Variable(GPUS_ENV, switch_problem))
+    register(Variable(INTERVAL_ENV, seconds_problem))
+    register(Variable(TIMEOUT_ENV, seconds_problem))
 
 
 @rlmetrics.hookimpl

@@ -28,6 +28,7 @@ from typing import Any
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, as_plain, is_exporting, record, warn_once
 from rlmetrics.spec import SUM
+from rlmetrics.variables import Variable
 
 __all__ = [
     "BATCH_DURATION",
@@ -52,8 +53,10 @@ __all__ = [
     "USAGE_OUTPUT_TOKENS",
     "generation_attributes",
     "record_generation",
+    "register_variables",
     "set_token_usage_names",
     "token_usage_names",
+    "token_usage_problem",
 ]
 
 GROUP = "gen_ai"
@@ -178,16 +181,28 @@ def set_token_usage_names(names: str | None) -> None:
     _names = names
 
 
+def token_usage_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as :data:`TOKEN_USAGE_ENV`, or None."""
+    if not value.strip() or value.strip() in _NAMES:
+        return None
+    return f"must be one of {', '.join(_NAMES)}"
+
+
+@rlmetrics.hookimpl
+def register_variables(register: Any) -> None:
+    """:data:`TOKEN_USAGE_ENV`, for ``rlmetrics config``."""
+    register(Variable(TOKEN_USAGE_ENV, token_usage_problem))
+
+
 def token_usage_names() -> str:
     """The token usage names in force."""
     if _names is not None:
         return _names
     from_env = os.environ.get(TOKEN_USAGE_ENV, "").strip()
-    if from_env and from_env not in _NAMES:
-        warn_once(
-            "gen_ai:token-usage-env",
-            f"rlmetrics-vllm: {TOKEN_USAGE_ENV} must be one of {_NAMES}; using spec",
-        )
+    wrong = token_usage_problem(from_env)
+    if wrong:
+        message = f"rlmetrics-vllm: {TOKEN_USAGE_ENV} {wrong}; using spec"
+        warn_once("gen_ai:token-usage-env", message)
     return from_env if from_env in _NAMES else "spec"
 
 
