@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import rlmetrics
 from rlmetrics.testing import points
+from rlmetrics.testing.logs import captured_log
 from rlmetrics.testing.traces import in_memory_tracing, span_records
 from rlmetrics.trajectories import (
     OUTCOMES,
@@ -21,7 +22,7 @@ from rlmetrics.trajectories import (
     parse_trajectory,
 )
 from rlmetrics.trajectories.rows import row_of
-from rlmetrics.trajectories.spans import duration_s
+from rlmetrics.trajectories.spans import duration_s, now_ns
 
 junk = st.one_of(
     st.none(),
@@ -136,11 +137,18 @@ def test_spans_row_and_metrics_of_a_record_agree(fields: dict[str, Any]) -> None
     t = parse_trajectory(fields, TextPolicy())
     assert t is not None
     with in_memory_tracing() as (_handle, reader, exporter):
+        before = now_ns()
         rlmetrics.Logger(backends={}).log_trajectories([fields], step=5)
+        after = now_ns()
         spans = span_records(exporter)
         found = points(reader)
     by_id = {s.span_id: s for s in spans}
     [agent] = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "invoke_agent"]
+    end_time = fields.get("end_time")
+    if end_time is None:  # ends at the call
+        assert before <= agent.end_ns <= after
+    else:  # the record's end (a float's ns are exact to a few hundred)
+        assert abs(agent.end_ns / 1e9 - end_time) < 1e-6, (agent.end_ns, end_time)
     calls = sum(len(u.generations) + len(u.tool_calls) + len(u.rewards) for u in t.turns)
     assert len(spans) == 1 + len(t.turns) + calls + len(t.rewards)
     for span in spans:
@@ -158,3 +166,38 @@ def test_spans_row_and_metrics_of_a_record_agree(fields: dict[str, Any]) -> None
     assert abs(duration.sum - agent.seconds) < 1e-6
     [turns] = [p for p in found if p.name == "rl.trajectory.turns"]
     assert turns.sum == t.turn_count
+
+
+# Any value a record's end_time may hold: Unix seconds that int64 ns carry (after 1970, before
+# 2262), and what no span can end at (0, negative, past 2262, inf, NaN, not a number).
+end_times = st.one_of(
+    st.floats(min_value=1e-3, max_value=9.2e9),
+    st.integers(1, 9 * 10**9),
+    st.floats(),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([0, 0.0, -1.0, 9.3e9, 1e300, True, "1767225600"]),
+)
+
+
+@settings(max_examples=40)
+@given(end_times)
+@example(1767225600.0)
+@example(2**63 / 1e9)  # the first second int64 ns cannot carry
+def test_a_records_end_time_is_where_its_spans_end_or_is_said_and_now(end_time: Any) -> None:
+    """Before: the end_time went through the cap meant for durations (10**18 ns), so every
+    record's spans ended at 2001-09-09 01:46:40 whatever its end_time said."""
+    fields = {"sample_id": "s0", "end_time": end_time}
+    number = None if type(end_time) is bool or type(end_time) is str else float(end_time)
+    lands = number is not None and number > 0 and number * 1e9 < 2**63
+    with captured_log() as log, in_memory_tracing() as (_handle, _reader, exporter):
+        before = now_ns()
+        rlmetrics.Logger(backends={}).log_trajectories([fields], step=1)
+        after = now_ns()
+        [agent] = span_records(exporter)
+    said = log.matching("trajectory field 'end_time' must be Unix seconds")
+    if lands:
+        assert number is not None and abs(agent.end_ns / 1e9 - number) < 1e-6
+        assert not said
+    else:
+        assert before <= agent.end_ns <= after
+        assert said

@@ -20,7 +20,8 @@ The record schema (every key optional unless said; unknown keys are ignored)::
       "weight_version": 12,             # str or int: the policy that generated it
       "reward": 1.0,                    # float: the total reward (else the sum of "rewards")
       "latency_s": 3.2,                 # float: wall time of the rollout
-      "end_time": 1767225600.0,         # float: Unix seconds it ended (default: now)
+      "end_time": 1767225600.0,         # float: Unix seconds it ended (default: now; one
+                                        #   that is no time a span can carry is said, and now)
       "error": "TimeoutError",          # str: the error class, for outcome "error"
       "trainer_weight_version": 14,     # int: the policy being trained (default: the open
                                         #   rlmetrics.step's weight_version, when an int)
@@ -61,6 +62,7 @@ __all__ = [
     "MAX_TURNS",
     "OUTCOMES",
     "TOOL_OUTCOMES",
+    "UNIX_NS_LIMIT",
     "Generation",
     "Reward",
     "ToolCall",
@@ -283,6 +285,21 @@ def _seconds_like(field: str, value: Any) -> float | None:
     number = finite_float(value)
     if number is None or number < 0 or type(value) is bool:
         _bad(field, "a finite number from 0", value)
+        return None
+    return number
+
+
+#: Past this, Unix nanoseconds no longer fit the int64 a span's time is (in 2262).
+UNIX_NS_LIMIT = 2.0**63
+
+
+def _unix_time(field: str, value: Any) -> float | None:
+    """Unix seconds a span can end at: after 1970 and within int64 nanoseconds."""
+    if value is None:
+        return None
+    number = finite_float(value)
+    if number is None or type(value) is bool or not 0.0 < number * 1e9 < UNIX_NS_LIMIT:
+        _bad(field, "Unix seconds after 1970 and before 2262 (int64 nanoseconds)", value)
         return None
     return number
 
@@ -564,7 +581,7 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
         latency = _seconds("latency_s", latency)
     end_time = get("end_time")
     if end_time is not None:
-        end_time = _real("end_time", end_time)
+        end_time = _unix_time("end_time", end_time)
     error = get("error")
     if error is not None:
         error = _name("error", error)

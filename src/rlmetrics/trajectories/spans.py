@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..tracing._state import state
 from ..tracing.scopes import ITERATION_ATTR, WEIGHT_VERSION_ATTR
-from .records import Generation, Reward, ToolCall, Trajectory, Turn
+from .records import UNIX_NS_LIMIT, Generation, Reward, ToolCall, Trajectory, Turn
 
 if TYPE_CHECKING:
     from ..tracing.binding import Binding
@@ -212,8 +212,10 @@ def _times(t: Trajectory, now_ns: int) -> tuple[int, int, list[int]]:
     """Where ``t`` starts and ends, and how long each of its turns lasts."""
     if t.end_ns is not None:
         t1 = t.end_ns
-    elif t.end_time_s is not None:
-        t1 = _ns(t.end_time_s) or now_ns
+    elif t.end_time_s is not None and 0.0 < t.end_time_s * _NS < UNIX_NS_LIMIT:
+        # A point in time, not a duration: _ns' cap (10**18 ns, 2001-09-09) is not for it.
+        # The parser said a value outside int64 ns; a Trajectory built by hand gets now.
+        t1 = int(t.end_time_s * _NS)
     else:
         t1 = now_ns
     turn_ns = [_turn_ns(turn) for turn in t.turns]
