@@ -80,13 +80,13 @@ class _TurnParts:
         self.tool_calls: list[ToolCall] = []
         self.rewards: list[Reward] = []
 
-    def freeze(self, end_ns: int) -> Turn:
+    def freeze(self) -> Turn:
         return Turn(
             generations=tuple(self.generations),
             tool_calls=tuple(self.tool_calls),
             rewards=tuple(self.rewards),
             start_ns=self.start_ns,
-            end_ns=self.end_ns if self.end_ns is not None else end_ns,
+            end_ns=self.end_ns,
         )
 
 
@@ -123,6 +123,7 @@ class LiveTrajectory(Block):
     __slots__ = (
         "_current",
         "_fields",
+        "_last",
         "_logger",
         "_off_policy",
         "_open",
@@ -166,7 +167,9 @@ class LiveTrajectory(Block):
 
     def __enter__(self) -> LiveTrajectory:
         self._open = True
-        self._turns: list[Turn] = []
+        # Turns stay open to a late tool call until the block ends (frozen in _record).
+        self._turns: list[_TurnParts] = []
+        self._last: _TurnParts | None = None
         self._turn_count = 0
         self._tool_calls = 0
         self._rewards: list[Reward] = []
@@ -229,7 +232,7 @@ class LiveTrajectory(Block):
             reward=_real("reward", self.reward_total),
             latency_s=(end_ns - self._start_ns) / 1e9,
             error=_name("error", self.error),
-            turns=tuple(self._turns),
+            turns=tuple([parts.freeze() for parts in self._turns]),
             rewards=tuple(self._rewards),
             turn_count=self._turn_count,
             tool_call_count=self._tool_calls,
@@ -264,9 +267,12 @@ class LiveTrajectory(Block):
 
     def _turn_done(self, parts: _TurnParts, end_ns: int) -> None:
         self._current = None
+        if parts.end_ns is None:
+            parts.end_ns = end_ns
+        self._last = parts
         self._turn_count += 1
         if len(self._turns) < MAX_TURNS:
-            self._turns.append(parts.freeze(end_ns))
+            self._turns.append(parts)
         elif self._turn_count == MAX_TURNS + 1:
             warn_once(
                 "trajectory:many-turns",
@@ -339,7 +345,8 @@ class LiveTrajectory(Block):
         arguments: Any = None,
         result: Any = None,
     ) -> None:
-        """A tool call that just ended. Outside ``t.turn()``, it joins the last turn."""
+        """A tool call that just ended. Outside ``t.turn()``, it joins the last turn (which
+        then lasts until this call ended); before any turn, it opens one."""
         if not self._open:
             _closed("tool_call()")
             return
@@ -359,7 +366,15 @@ class LiveTrajectory(Block):
             )
             if parsed is None:
                 return
-            turn = self._turn_for(end_ns - int(parsed.latency_s * 1e9))
+            turn = self._current
+            if turn is None:
+                turn = self._last
+                if turn is not None:  # after a turn closed: it joins that turn, which
+                    # lasts until the call ended (its span holds the call's)
+                    if turn.end_ns is None or turn.end_ns < end_ns:
+                        turn.end_ns = end_ns
+                else:  # before any turn: one of its own
+                    turn = self._turn_for(end_ns - int(parsed.latency_s * 1e9))
             self._tool_calls += 1
             if len(turn.tool_calls) < MAX_CALLS_PER_TURN:
                 turn.tool_calls.append(parsed)
