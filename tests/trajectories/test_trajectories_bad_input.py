@@ -282,3 +282,93 @@ def test_a_tool_call_without_a_name_is_said_and_counted_as_other(
     ]
     assert sum(p.value for p in others) == 2
     assert len([s for s in spans if s.name == "execute_tool other"]) == 2
+
+
+def test_a_reward_without_a_value_is_said_and_the_rest_lands(
+    rows: Rows, warnings_seen: pytest.LogCaptureFixture
+) -> None:
+    """Before: ``t.reward(None)`` (a reward function that returned None) and a record's reward
+    without ``value`` were dropped without a word."""
+    record = rollout(0, outcome="success")
+    record["rewards"] = [{"reward": 1.0, "component": "correct"}, {"value": 0.5}]
+    with in_memory_tracing() as (_handle, reader, exporter):
+        logger = rlmetrics.Logger(backends={"rows": {}})
+        logger.log_trajectories([record], step=1)
+        with rlmetrics.trajectory("live", step=1, logger=logger) as t:
+            t.reward(None, component="format")
+            t.reward(2.0, component="correct")
+        spans = span_records(exporter)
+        found = points(reader)
+    assert warned(warnings_seen, "a trajectory reward has no value")
+    assert warned(warnings_seen, "a trajectory reward holds keys that are not read: 'reward'")
+    rewards = sorted(
+        (s.attributes["rl.reward.component"], s.attributes["rl.reward"])
+        for s in spans
+        if s.name.startswith("rl.reward")
+    )
+    assert rewards == [("correct", 2.0), ("total", 0.5)]
+    assert [(r["sample_id"], r["reward"]) for r in rows.rows] == [("s0", 0.5), ("live", 2.0)]
+    assert single(found, "rl.trajectory.reward", **{"rl.reward.component": "correct"}).count == 1
+
+
+def test_keys_that_are_not_read_are_said_once_with_the_keys_that_are(
+    rows: Rows, warnings_seen: pytest.LogCaptureFixture
+) -> None:
+    """Before: a misspelt key ("tools" for "tool_calls", "group" for "group_id") dropped its
+    value without a word: the record landed without its tool calls, group or env."""
+    record = {
+        "sample_id": "s0",
+        "group": "g",
+        "environment": "math",
+        "id": 3,
+        "turns": [
+            {
+                "generation": [{"model": "m", "input_tokens": 10}],
+                "tools": [{"name": "python"}],
+                "generations": [{"model": "m", "tokens": 10}],
+                "tool_calls": [{"name": "search", "status": "ok"}],
+            }
+        ],
+    }
+    with in_memory_tracing() as (_handle, reader, exporter):
+        logger = rlmetrics.Logger(backends={"rows": {}})
+        logger.log_trajectories([record, record], step=1)
+        spans = span_records(exporter)
+        found = points(reader)
+    said = [r.getMessage() for r in warnings_seen.records if "not read" in r.getMessage()]
+    assert len(said) == 4, said  # once per kind of dict, not per record
+    [of_record] = [m for m in said if "a trajectory record holds" in m]
+    assert "'group', 'environment', 'id'" in of_record
+    assert "sample_id" in of_record and "group_id" in of_record and "env, error" in of_record
+    [of_turn] = [m for m in said if "a trajectory turn holds" in m]
+    assert "'generation', 'tools' (a turn's keys: generations, latency_s, rewards, " in of_turn
+    assert any("a trajectory generation holds keys that are not read: 'tokens'" in m for m in said)
+    assert any("a trajectory tool call holds keys that are not read: 'status'" in m for m in said)
+    # The keys that are read land: two trajectories, each with its turn and its tool call.
+    agents = [s for s in spans if s.name == "invoke_agent"]
+    assert [a.attributes["rl.sample.id"] for a in agents] == ["s0", "s0"]
+    assert single(found, "rl.tool.calls", **{"gen_ai.tool.name": "search"}).value == 2
+    assert len(rows.rows) == 2 and rows.rows[0]["tool_calls"] == 1
+
+
+def test_finish_outside_the_block_warns_and_does_nothing(
+    warnings_seen: pytest.LogCaptureFixture,
+) -> None:
+    """Before: ``t.finish(...)`` after the block (or before it) set the outcome and total
+    without a word; before the block, they became the trajectory's."""
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        early = rlmetrics.trajectory("early", step=1)
+        early.finish("failure", reward=0.0)
+        with early:
+            pass
+        late = rlmetrics.trajectory("late", step=1)
+        with late:
+            pass
+        late.finish("failure", reward=0.0)
+        spans = span_records(exporter)
+    assert warned(warnings_seen, "finish() called outside an open trajectory")
+    agents = {s.attributes["rl.sample.id"]: s for s in spans if s.name == "invoke_agent"}
+    for agent in agents.values():
+        assert agent.attributes["rl.trajectory.outcome"] == "success"
+        assert "rl.reward" not in agent.attributes
+    assert late.outcome is None and late.reward_total is None

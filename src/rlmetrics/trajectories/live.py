@@ -416,7 +416,11 @@ class LiveTrajectory(Block):
         """Say how the trajectory ended (checked when the block ends): ``outcome`` (one of
         ``success``, ``failure``, ``error``, ``truncated``), why, its total reward (else the
         sum of its rewards), for an error the error's class, and its off-policy signals
-        (the record's ``logprob_mismatch`` and ``importance_ratio``)."""
+        (the record's ``logprob_mismatch`` and ``importance_ratio``). Outside the open
+        block, it warns once and does nothing."""
+        if not self._open:
+            _closed("finish()")
+            return
         if logprob_mismatch is not None:
             self._off_policy = (logprob_mismatch, self._off_policy[1])
         if importance_ratio is not None:

@@ -8,7 +8,9 @@ dropped with one warning naming the field, and the rest of the record lands. Tex
 completion, tool arguments and results) is read only when the text policy keeps it
 (:mod:`rlmetrics.trajectories.text`): under ``off`` it never enters a record.
 
-The record schema (every key optional unless said; unknown keys are ignored)::
+The record schema (every key optional unless said). A key of a record, turn, generation,
+tool call or reward that is not below (a misspelling: ``tools`` for ``tool_calls``) is not
+read: it is said once per kind of dict, with the keys that are, and the rest lands::
 
     {
       "sample_id": "p3-2",              # str or int: the rollout's id (warned when missing)
@@ -53,7 +55,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from .._warn import describe_value, warn_once
+from .._warn import describe_key, describe_value, warn_once
 from ..values import INT64_MAX, INT64_MIN, as_number, as_step, finite_float
 from .text import TextPolicy
 
@@ -232,6 +234,43 @@ class TrajectoryBatch:
 
 # -- reading fields -------------------------------------------------------------------------
 
+# The keys each kind of dict is read for (the module's docstring). A dict's keys are checked
+# against them in C before anything else (``known.issuperset(fields)``: about 75 ns for a
+# generation's, ``fields.keys() <= known`` 125, which builds a view first); only a dict that
+# holds other keys pays for finding and naming them.
+_RECORD_KEYS = frozenset(
+    (
+        "sample_id", "group_id", "env", "agent", "outcome", "finish_reason", "weight_version",
+        "reward", "latency_s", "end_time", "error", "trainer_weight_version",
+        "logprob_mismatch", "importance_ratio", "prompt", "completion", "rewards", "turns",
+    )
+)  # fmt: skip
+_TURN_KEYS = frozenset(("generations", "tool_calls", "rewards", "latency_s"))
+_GENERATION_KEYS = frozenset(
+    (
+        "model", "input_tokens", "output_tokens", "finish_reason", "latency_s",
+        "weight_version", "prompt", "completion",
+    )
+)  # fmt: skip
+_TOOL_CALL_KEYS = frozenset(("name", "outcome", "latency_s", "error", "arguments", "result"))
+_REWARD_KEYS = frozenset(("value", "component", "latency_s"))
+_SHOWN_KEYS = 8
+
+
+def _unread(kind: str, fields: Mapping[Any, Any], known: frozenset[str]) -> None:
+    """Say (once per ``kind`` of dict) which keys of ``fields`` are not read, and which are:
+    a misspelt key would otherwise drop its value without a word."""
+    unread = [key for key in fields if key not in known]
+    shown = [describe_key(key)[:64] for key in unread[:_SHOWN_KEYS]]
+    if len(unread) > _SHOWN_KEYS:
+        shown.append(f"and {len(unread) - _SHOWN_KEYS} more")
+    warn_once(
+        f"trajectory:unread-keys:{kind}",
+        f"rlmetrics: a trajectory {kind} holds keys that are not read: {', '.join(shown)} "
+        f"(a {kind}'s keys: {', '.join(sorted(known))}); they are ignored and the rest of the "
+        "trajectory is logged",
+    )
+
 
 def _bad(field: str, expected: str, value: Any) -> None:
     warn_once(
@@ -385,6 +424,8 @@ def _generation(item: Any, text: TextPolicy, end_ns: int | None = None) -> Gener
     fields = item if type(item) is dict else _mapping("generations[]", item)
     if fields is None:
         return None
+    if not _GENERATION_KEYS.issuperset(fields):
+        _unread("generation", fields, _GENERATION_KEYS)
     get = fields.get
     model = get("model")
     if model is not None and not (type(model) is str and 0 < len(model) <= 128):
@@ -419,6 +460,8 @@ def _tool_call(item: Any, text: TextPolicy, end_ns: int | None = None) -> ToolCa
     fields = item if type(item) is dict else _mapping("tool_calls[]", item)
     if fields is None:
         return None
+    if not _TOOL_CALL_KEYS.issuperset(fields):
+        _unread("tool call", fields, _TOOL_CALL_KEYS)
     get = fields.get
     name = get("name")
     if not (type(name) is str and 0 < len(name) <= 128):
@@ -454,9 +497,19 @@ def _reward(item: Any, end_ns: int | None = None) -> Reward | None:
     fields = item if type(item) is dict else _mapping("rewards[]", item)
     if fields is None:
         return None
+    if not _REWARD_KEYS.issuperset(fields):
+        _unread("reward", fields, _REWARD_KEYS)
     get = fields.get
     value = get("value")
     if not (type(value) is float and -_INF < value < _INF):
+        if value is None:
+            warn_once(
+                "trajectory:reward:no-value",
+                "rlmetrics: a trajectory reward has no value (a reward without 'value', or "
+                "t.reward(None): a reward function that returned None?); that reward is "
+                "dropped and the rest of the trajectory is logged",
+            )
+            return None
         value = _real("reward.value", value)
         if value is None:
             return None  # a reward without a value is no reward
@@ -491,6 +544,8 @@ def _turn(item: Any, text: TextPolicy) -> Turn | None:
     fields = item if type(item) is dict else _mapping("turns[]", item)
     if fields is None:
         return None
+    if not _TURN_KEYS.issuperset(fields):
+        _unread("turn", fields, _TURN_KEYS)
     get = fields.get
     generations = calls = rewards = ()
     raw = get("generations")
@@ -514,6 +569,8 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
     fields = record if type(record) is dict else _mapping("trajectory", record)
     if fields is None:
         return None
+    if not _RECORD_KEYS.issuperset(fields):
+        _unread("record", fields, _RECORD_KEYS)
     get = fields.get
     sample_id = get("sample_id")
     if not (type(sample_id) is str and 0 < len(sample_id) <= 256):
