@@ -3,7 +3,10 @@ rewards, in the after-the-fact schema."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import pytest
 
 OUTCOME_CYCLE = ("success", "success", "failure", "error", "truncated")
 
@@ -64,3 +67,8 @@ def rollout(
             }
         ],
     }
+
+
+def warned(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    """Whether a WARNING captured in ``caplog`` says ``text``."""
+    return any(text in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)

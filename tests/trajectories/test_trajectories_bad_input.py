@@ -5,7 +5,6 @@ counted exactly."""
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from typing import Any
 
@@ -16,7 +15,7 @@ from rlmetrics.testing import points, single
 from rlmetrics.testing.traces import in_memory_tracing, span_records
 from rlmetrics.trajectories import MAX_TURNS, SpanBudget, configure
 
-from ._records import rollout
+from ._records import rollout, warned
 
 
 class Rows:
@@ -50,10 +49,6 @@ def rows() -> Rows:
 
     register(Plugin(), "test-rows")
     return kept
-
-
-def warned(caplog: pytest.LogCaptureFixture, text: str) -> bool:
-    return any(text in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
 
 def completed(found: list[Any]) -> dict[str, float]:
@@ -372,3 +367,31 @@ def test_finish_outside_the_block_warns_and_does_nothing(
         assert agent.attributes["rl.trajectory.outcome"] == "success"
         assert "rl.reward" not in agent.attributes
     assert late.outcome is None and late.reward_total is None
+
+
+def test_tool_calls_past_the_caps_are_counted_everywhere(
+    rows: Rows, warnings_seen: pytest.LogCaptureFixture
+) -> None:
+    """Before: a turn's 100 tool calls were counted as 64 (its row, its span's
+    rl.trajectory.tool_calls, the rl.trajectory.tool_calls histogram and rl.tool.calls), and
+    300 turns' calls as 256, though the docs say the counts count them all."""
+    wide = {"sample_id": "wide", "env": "e1", "turns": [{"tool_calls": [{"name": "py"}] * 100}]}
+    long = {"sample_id": "long", "env": "e2", "turns": [{"tool_calls": [{"name": "sh"}]}] * 300}
+    with in_memory_tracing() as (_handle, reader, exporter):
+        logger = rlmetrics.Logger(backends={"rows": {}})
+        logger.log_trajectories([wide, long], step=1)
+        spans = span_records(exporter)
+        found = points(reader)
+    agents = {s.attributes["rl.sample.id"]: s for s in spans if s.name == "invoke_agent"}
+    assert agents["wide"].attributes["rl.trajectory.tool_calls"] == 100
+    assert agents["long"].attributes["rl.trajectory.tool_calls"] == 300
+    assert {r["sample_id"]: r["tool_calls"] for r in rows.rows} == {"wide": 100, "long": 300}
+    assert single(found, "rl.trajectory.tool_calls", **{"rl.env": "e1"}).sum == 100
+    assert single(found, "rl.trajectory.tool_calls", **{"rl.env": "e2"}).sum == 300
+    assert single(found, "rl.tool.calls", **{"gen_ai.tool.name": "py"}).value == 100
+    assert single(found, "rl.tool.calls", **{"gen_ai.tool.name": "sh"}).value == 300
+    # The spans keep the caps: 64 calls of the wide turn, 256 turns of the long record.
+    assert len([s for s in spans if s.name == "execute_tool py"]) == 64
+    assert len([s for s in spans if s.name == "execute_tool sh"]) == MAX_TURNS
+    assert warned(warnings_seen, "'tool_calls' holds 100 entries; the first 64 are kept")
+    assert warned(warnings_seen, "a trajectory has 300 turns")

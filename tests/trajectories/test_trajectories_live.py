@@ -3,8 +3,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 import rlmetrics
+from rlmetrics.testing import points, single
 from rlmetrics.testing.traces import in_memory_tracing, span_records
+from rlmetrics.trajectories import MAX_CALLS_PER_TURN, MAX_TURNS
+
+from ._records import warned
 
 
 def test_a_tool_call_outside_a_turn_joins_the_last_turn() -> None:
@@ -49,3 +55,36 @@ def test_a_tool_call_before_any_turn_opens_one_and_a_generation_after_a_turn_its
         (2, "chat policy"),
         (2, "execute_tool python"),
     ]
+
+
+def test_a_live_turn_past_its_caps_says_so_and_counts_every_tool_call(
+    warnings_seen: pytest.LogCaptureFixture,
+) -> None:
+    """Before: past MAX_CALLS_PER_TURN generations, tool calls and rewards in one turn were
+    dropped without a word, and rl.tool.calls counted 64 of 100 calls while
+    rl.trajectory.tool_calls counted 100; the calls of turns past MAX_TURNS were in neither."""
+    with in_memory_tracing() as (_handle, reader, exporter):
+        with rlmetrics.trajectory("wide", env="e1", step=1) as t, t.turn():
+            for _ in range(100):
+                t.generation("m", input_tokens=1)
+                t.tool_call("wide_tool")
+                t.reward(1.0, component="c")
+        with rlmetrics.trajectory("long", env="e2", step=1) as t:
+            for _ in range(MAX_TURNS + 44):
+                with t.turn():
+                    t.tool_call("long_tool")
+            t.tool_call("long_tool")  # joins the last turn, one past MAX_TURNS
+        spans = span_records(exporter)
+        found = points(reader)
+    for kind in ("generations", "tool calls", "rewards"):
+        assert warned(warnings_seen, f"a live trajectory's turn has more than 64 {kind}"), kind
+    agents = {s.attributes["rl.sample.id"]: s for s in spans if s.name == "invoke_agent"}
+    assert agents["wide"].attributes["rl.trajectory.tool_calls"] == 100
+    assert agents["long"].attributes["rl.trajectory.tool_calls"] == MAX_TURNS + 45
+    assert single(found, "rl.tool.calls", **{"gen_ai.tool.name": "wide_tool"}).value == 100
+    assert single(found, "rl.trajectory.tool_calls", **{"rl.env": "e1"}).sum == 100
+    long_calls = single(found, "rl.tool.calls", **{"gen_ai.tool.name": "long_tool"}).value
+    assert long_calls == single(found, "rl.trajectory.tool_calls", **{"rl.env": "e2"}).sum
+    assert long_calls == MAX_TURNS + 45
+    assert len([s for s in spans if s.name == "execute_tool wide_tool"]) == MAX_CALLS_PER_TURN
+    assert len([s for s in spans if s.name == "execute_tool long_tool"]) == MAX_TURNS

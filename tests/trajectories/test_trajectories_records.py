@@ -99,7 +99,8 @@ def _typed(t: Trajectory) -> None:
     assert t.env is None or (type(t.env) is str and len(t.env) <= 128)
     assert t.prompt is None  # the default policy reads no text
     assert t.turn_count >= len(t.turns)
-    assert t.tool_call_count == sum(len(u.tool_calls) for u in t.turns)
+    past = sum(n for _name, _outcome, n in t.tool_calls_past_caps)
+    assert t.tool_call_count == sum(len(u.tool_calls) for u in t.turns) + past
     for u in t.turns:
         for g in u.generations:
             assert g.input_tokens is None or g.input_tokens >= 0

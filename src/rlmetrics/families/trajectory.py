@@ -4,7 +4,8 @@ batch or one live trajectory), counted from the same records its spans and rows 
 - ``rl.trajectory.completed`` (counter): trajectories by ``rl.trajectory.outcome``,
   ``rl.trajectory.finish_reason`` and ``rl.env``;
 - ``rl.trajectory.turns``, ``rl.trajectory.tool_calls`` (histograms): per trajectory, by env;
-- ``rl.tool.calls`` (counter): tool calls by ``gen_ai.tool.name`` and ``rl.tool.outcome``;
+- ``rl.tool.calls`` (counter): tool calls by ``gen_ai.tool.name`` and ``rl.tool.outcome``,
+  every call a trajectory had (those past its caps too), as ``rl.trajectory.tool_calls``;
 - ``rl.trajectory.tokens`` (counter): input and output tokens (``gen_ai.token.type``) by env;
 - ``rl.trajectory.duration`` (histogram, s): each rollout's wall time by outcome and env,
   recorded inside the trajectory's span, so its exemplars point at trajectory spans;
@@ -313,6 +314,14 @@ def record_batch(batch: TrajectoryBatch) -> None:
                 if tool is None:
                     tool = tools[raw_tool] = (_tools(call.name) or OTHER, call.outcome)
                 calls[tool] = calls.get(tool, 0) + 1
+        past = t.tool_calls_past_caps  # counted, not kept (past a record's caps)
+        if past:
+            for name, call_outcome, n in past:
+                raw_tool = (name, call_outcome)
+                tool = tools.get(raw_tool)
+                if tool is None:
+                    tool = tools[raw_tool] = (_tools(name) or OTHER, call_outcome)
+                calls[tool] = calls.get(tool, 0) + n
         if given:
             tokens[("input", env)] = tokens.get(("input", env), 0) + given
         if taken:

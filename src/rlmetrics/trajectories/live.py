@@ -35,6 +35,7 @@ from .records import (
     MAX_CALLS_PER_TURN,
     MAX_TURNS,
     OUTCOMES,
+    PAST_CAP,
     Generation,
     Reward,
     ToolCall,
@@ -67,14 +68,33 @@ def _closed(what: str) -> None:
     )
 
 
-class _TurnParts:
-    """What one turn collects."""
+def _past_cap(kind: str, where: str = "turn") -> None:
+    warn_once(
+        f"trajectory:live-many:{where}:{kind}",
+        f"rlmetrics: a live trajectory's {where} has more than {MAX_CALLS_PER_TURN} "
+        f"{kind.replace('_', ' ')}; the first {MAX_CALLS_PER_TURN} are kept in its spans and "
+        f"row, {PAST_CAP[kind]}",
+    )
 
-    __slots__ = ("end_ns", "explicit", "generations", "rewards", "start_ns", "tool_calls")
+
+class _TurnParts:
+    """What one turn collects; ``dropped`` once it is a turn past MAX_TURNS (counted, not
+    kept)."""
+
+    __slots__ = (
+        "dropped",
+        "end_ns",
+        "explicit",
+        "generations",
+        "rewards",
+        "start_ns",
+        "tool_calls",
+    )
 
     def __init__(self, start_ns: int, explicit: bool) -> None:
         self.start_ns = start_ns
         self.explicit = explicit
+        self.dropped = False
         self.end_ns: int | None = None
         self.generations: list[Generation] = []
         self.tool_calls: list[ToolCall] = []
@@ -128,6 +148,7 @@ class LiveTrajectory(Block):
         "_off_policy",
         "_open",
         "_parent",
+        "_past",
         "_rewards",
         "_start_ns",
         "_step",
@@ -171,6 +192,8 @@ class LiveTrajectory(Block):
         self._turns: list[_TurnParts] = []
         self._last: _TurnParts | None = None
         self._turn_count = 0
+        # Tool calls past the caps by (name, outcome): counted by rl.tool.calls, not kept.
+        self._past: dict[tuple[str, str], int] = {}
         self._tool_calls = 0
         self._rewards: list[Reward] = []
         self._current: _TurnParts | None = None
@@ -240,6 +263,7 @@ class LiveTrajectory(Block):
             end_ns=end_ns,
             logprob_mismatch=_seconds_like("logprob_mismatch", self._off_policy[0]),
             importance_ratio=_positive("importance_ratio", self._off_policy[1]),
+            tool_calls_past_caps=tuple([(n, o, c) for (n, o), c in self._past.items()]),
         )
 
     # -- turns --------------------------------------------------------------------------------
@@ -273,12 +297,21 @@ class LiveTrajectory(Block):
         self._turn_count += 1
         if len(self._turns) < MAX_TURNS:
             self._turns.append(parts)
-        elif self._turn_count == MAX_TURNS + 1:
+            return
+        if self._turn_count == MAX_TURNS + 1:
             warn_once(
                 "trajectory:many-turns",
                 f"rlmetrics: a trajectory has more than {MAX_TURNS} turns; the first "
                 f"{MAX_TURNS} are kept in its spans and row, all of them are counted",
             )
+        parts.dropped = True  # its tool calls are counted; the rest of it is let go
+        for call in parts.tool_calls:
+            self._count_past(call)
+        parts.generations, parts.tool_calls, parts.rewards = [], [], []
+
+    def _count_past(self, call: ToolCall) -> None:
+        key = (call.name, call.outcome)
+        self._past[key] = self._past.get(key, 0) + 1
 
     def _turn_for(self, start_ns: int) -> _TurnParts:
         current = self._current
@@ -332,6 +365,8 @@ class LiveTrajectory(Block):
                 turn = self._turn_for(start_ns)
             if len(turn.generations) < MAX_CALLS_PER_TURN:
                 turn.generations.append(parsed)
+            else:
+                _past_cap("generations")
         except Exception:
             warn_once("trajectory:generation", "rlmetrics: a generation could not be recorded")
 
@@ -376,8 +411,13 @@ class LiveTrajectory(Block):
                 else:  # before any turn: one of its own
                     turn = self._turn_for(end_ns - int(parsed.latency_s * 1e9))
             self._tool_calls += 1
-            if len(turn.tool_calls) < MAX_CALLS_PER_TURN:
+            if turn.dropped:  # the last turn, past MAX_TURNS
+                self._count_past(parsed)
+            elif len(turn.tool_calls) < MAX_CALLS_PER_TURN:
                 turn.tool_calls.append(parsed)
+            else:
+                _past_cap("tool_calls")
+                self._count_past(parsed)
         except Exception:
             warn_once("trajectory:tool_call", "rlmetrics: a tool call could not be recorded")
 
@@ -398,8 +438,12 @@ class LiveTrajectory(Block):
             if turn is not None and turn.explicit:
                 if len(turn.rewards) < MAX_CALLS_PER_TURN:
                     turn.rewards.append(parsed)
+                else:
+                    _past_cap("rewards")
             elif len(self._rewards) < MAX_CALLS_PER_TURN:
                 self._rewards.append(parsed)
+            else:
+                _past_cap("rewards", "trajectory (outside its turns)")
         except Exception:
             warn_once("trajectory:reward", "rlmetrics: a reward could not be recorded")
 

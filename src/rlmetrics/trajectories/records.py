@@ -63,6 +63,7 @@ __all__ = [
     "MAX_CALLS_PER_TURN",
     "MAX_TURNS",
     "OUTCOMES",
+    "PAST_CAP",
     "TOOL_OUTCOMES",
     "UNIX_NS_LIMIT",
     "Generation",
@@ -83,6 +84,12 @@ TOOL_OUTCOMES = ("success", "error", "timeout")
 MAX_TURNS = 256
 #: Generations, tool calls and rewards one turn (or the trajectory itself) keeps.
 MAX_CALLS_PER_TURN = 64
+#: What becomes of the entries of a turn past MAX_CALLS_PER_TURN, by kind (said with the cut).
+PAST_CAP = {
+    "generations": "the others are dropped (their tokens are not counted)",
+    "tool_calls": "the others are counted, not kept",
+    "rewards": "the others are dropped (nor in its total)",
+}
 
 _ID = (str, int)
 _INF = math.inf
@@ -144,8 +151,10 @@ class Turn(NamedTuple):
 class Trajectory(NamedTuple):
     """One rollout (see the module's docstring for the schema it is read from).
 
-    ``turn_count`` and ``tool_call_count`` count every turn and call the rollout had, also
-    those past :data:`MAX_TURNS` that the record no longer holds."""
+    ``turn_count`` and ``tool_call_count`` count every turn and tool call the rollout had,
+    also those past :data:`MAX_TURNS` turns or :data:`MAX_CALLS_PER_TURN` calls a turn that
+    it no longer holds; ``tool_calls_past_caps`` holds those calls as ``(name, outcome,
+    count)``, so the metrics count them by tool too."""
 
     sample_id: str | int | None = None
     group_id: str | int | None = None
@@ -169,6 +178,7 @@ class Trajectory(NamedTuple):
     trainer_weight_version: int | None = None
     logprob_mismatch: float | None = None
     importance_ratio: float | None = None
+    tool_calls_past_caps: tuple[tuple[str, str, int], ...] = ()
 
     def staleness(self, trained: int | None = None) -> int | None:
         """How many weight versions the policy that generated it is behind the one being
@@ -399,7 +409,8 @@ def _list(field: str, value: Any) -> list[Any]:
             warn_once(
                 f"trajectory:many:{field}",
                 f"rlmetrics: a trajectory's {field!r} holds {len(value)} entries; the first "
-                f"{MAX_CALLS_PER_TURN} are kept",
+                f"{MAX_CALLS_PER_TURN} are kept in its spans and row, "
+                f"{PAST_CAP.get(field, 'the others are dropped')}",
             )
             return list(value[:MAX_CALLS_PER_TURN])
         return list(value)
@@ -526,6 +537,19 @@ def _reward(item: Any, end_ns: int | None = None) -> Reward | None:
     return Reward(value, component, latency, end_ns)
 
 
+_NO_TEXT = TextPolicy()
+
+
+def _count_calls(items: Any, past: dict[tuple[str, str], int]) -> None:
+    """Add the tool calls of ``items`` (what a record holds past its caps: not kept, still
+    counted) to ``past`` by name and outcome, read as any call is."""
+    for item in items:
+        call = _tool_call(item, _NO_TEXT)
+        if call is not None:
+            key = (call.name, call.outcome)
+            past[key] = past.get(key, 0) + 1
+
+
 def _items(field: str, value: Any) -> Any:
     """``_list`` without its copy for a list within the bound (the common case)."""
     if type(value) is list and len(value) <= MAX_CALLS_PER_TURN:
@@ -540,7 +564,7 @@ def _built(parts: list[Any]) -> tuple[Any, ...]:
     return tuple(parts)
 
 
-def _turn(item: Any, text: TextPolicy) -> Turn | None:
+def _turn(item: Any, text: TextPolicy, past: dict[tuple[str, str], int]) -> Turn | None:
     fields = item if type(item) is dict else _mapping("turns[]", item)
     if fields is None:
         return None
@@ -553,7 +577,10 @@ def _turn(item: Any, text: TextPolicy) -> Turn | None:
         generations = _built([_generation(g, text) for g in _items("generations", raw)])
     raw = get("tool_calls")
     if raw is not None:
-        calls = _built([_tool_call(c, text) for c in _items("tool_calls", raw)])
+        kept = _items("tool_calls", raw)
+        calls = _built([_tool_call(c, text) for c in kept])
+        if kept is not raw and isinstance(raw, (list, tuple)):  # cut at MAX_CALLS_PER_TURN
+            _count_calls(raw[MAX_CALLS_PER_TURN:], past)
     raw = get("rewards")
     if raw is not None:
         rewards = _built([_reward(r) for r in _items("rewards", raw)])
@@ -584,6 +611,7 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
     raw_turns = get("turns")
     turns: list[Turn] = []
     turn_count = 0
+    past: dict[tuple[str, str], int] = {}  # tool calls past the caps, counted
     if raw_turns is not None:
         if isinstance(raw_turns, (list, tuple)):
             turn_count = len(raw_turns)
@@ -594,9 +622,13 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
                     "kept in its spans and row, all of them are counted",
                 )
             for item in raw_turns[:MAX_TURNS]:
-                turn = _turn(item, text)
+                turn = _turn(item, text, past)
                 if turn is not None:
                     turns.append(turn)
+            for item in raw_turns[MAX_TURNS:]:
+                calls = item.get("tool_calls") if isinstance(item, Mapping) else None
+                if isinstance(calls, (list, tuple)):
+                    _count_calls(calls, past)
         else:
             _bad("turns", "a list", raw_turns)
     raw_rewards = get("rewards")
@@ -606,6 +638,10 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
     tool_call_count = 0
     for turn in turns:
         tool_call_count += len(turn.tool_calls)
+    past_caps: tuple[tuple[str, str, int], ...] = ()
+    if past:
+        past_caps = tuple([(name, outcome, n) for (name, outcome), n in past.items()])
+        tool_call_count += sum(past.values())
     # The optional fields: read only when given (most records leave most of them out).
     group_id = get("group_id")
     if group_id is not None and not (type(group_id) is str and 0 < len(group_id) <= 256):
@@ -677,6 +713,7 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
         trainer_weight_version=trained,
         logprob_mismatch=mismatch,
         importance_ratio=ratio,
+        tool_calls_past_caps=past_caps,
     )
 
 
