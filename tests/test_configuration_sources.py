@@ -254,6 +254,30 @@ def test_a_host_no_resolver_takes_is_one_telemetry_error() -> None:
 
 
 @pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("RLMETRICS_STALL_AFTER_S", "soon"),
+        ("RLMETRICS_STALL_AFTER_S", "-5"),
+        ("OTEL_EXPORTER_PROMETHEUS_PORT", "ninety"),
+    ],
+)
+def test_the_config_command_checks_the_prometheus_variables_when_code_chooses_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any, variable: str, value: str
+) -> None:
+    """Before: checked only when the file or RLMETRICS_EXPORTERS named the exporter, so with
+    the quickstart's ``start(exporters=["prometheus"])`` ``rlmetrics config`` passed (exit 0)
+    what that start() then refused."""
+    from rlmetrics.cli import main
+
+    monkeypatch.setenv(variable, value)
+    assert main(["config"]) == 2
+    assert f"{variable}={value!r}" in capsys.readouterr().err
+    with pytest.raises(rlmetrics.TelemetryError, match=variable):
+        rlmetrics.start(exporters={"prometheus": {"host": "127.0.0.1"}})
+    assert rlmetrics.current() is None
+
+
+@pytest.mark.parametrize(
     ("file", "variables", "fragment"),
     [
         (

@@ -73,20 +73,21 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
             f"resume = true continues the run its id names, and no run_id is configured "
             f"(nor SLURM_JOB_ID){from_source(telemetry['resume'][1])}"
         )
-    if "prometheus" in (found.exporters or {}):
-        # The variables the exporter reads itself when the configuration gives no value.
-        from ..exporters.prometheus import port_from_env
-        from ..health import stall_after_s
-        from ..telemetry import TelemetryError
+    # The variables the Prometheus exporter reads itself when the configuration gives no
+    # value: checked even where no configuration names the exporter, since the code may
+    # (the quickstart's start(exporters=["prometheus"])), and start() then refuses them.
+    from ..exporters.prometheus import port_from_env
+    from ..health import stall_after_s
+    from ..telemetry import TelemetryError
 
-        options = found.exporters["prometheus"] if found.exporters else {}
-        try:
-            if "port" not in options:
-                port_from_env()
-            if "stall_after_s" not in options:
-                stall_after_s()
-        except TelemetryError as exc:
-            raise ConfigurationError(str(exc)) from None
+    options = (found.exporters or {}).get("prometheus") or {}
+    try:
+        if "port" not in options:
+            port_from_env()
+        if "stall_after_s" not in options:
+            stall_after_s()
+    except TelemetryError as exc:
+        raise ConfigurationError(str(exc)) from None
     # The SDK's own variables, which start() checks where the exporters read them.
     from .._providers import check_sdk_variables
 
