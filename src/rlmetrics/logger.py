@@ -561,13 +561,21 @@ class Logger:
             warn_once("logger:samples", "rlmetrics: Logger.log_samples failed")
         raise_if_strict()
 
-    def log_trajectories(self, records: Any, step: int, name: str = "trajectories") -> None:
+    def log_trajectories(
+        self, records: Any, step: int | None = None, name: str = "trajectories"
+    ) -> None:
         """Finished rollouts as trajectories (issue 33): a list of plain dicts, one per
         rollout (schema: :mod:`rlmetrics.trajectories.records`). Each becomes spans under the
         current step (within the span budget), a row of the samples table ``name`` for every
         backend (bounded like ``log_samples``) and the trajectory metrics, all from the same
         record. Text is kept only under a text policy
-        (:func:`rlmetrics.trajectories.configure`). Never raises."""
+        (:func:`rlmetrics.trajectories.configure`). Never raises.
+
+        ``step`` is an integer from 0 (a NumPy or torch integer counts); without one, as in
+        ``log_metrics`` and ``rlmetrics.trajectory``, the trajectories land at the step of the
+        ``rlmetrics.step`` scope they are logged in, else at the step after the last this
+        Logger logged (which they become); a step that is not an integer is said once and
+        treated as missing."""
         try:
             from .trajectories import deliver, parse_trajectories, settings
 
