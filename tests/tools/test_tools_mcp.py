@@ -98,3 +98,19 @@ def test_a_hostile_argument_is_refused_in_one_line(
     assert result.is_error
     text = result.content[0].text
     assert message in text and "\n" not in text.strip() and "Traceback" not in text
+
+
+def test_run_state_answers_a_run_holding_a_huge_int(tmp_path: Path) -> None:
+    """A number no float holds (10**400 is valid JSON) costs only itself: before, run_state
+    raised OverflowError, which the agent got as 'Error executing tool'."""
+    rows = [
+        {"time": float(step), "run_id": "r", "step": step, "prefix": "train", "metrics": {}}
+        for step in range(1, 4)
+    ]
+    rows[1]["metrics"] = {"reward": 10**400, "efficiency/step_wall_time_s": 10**400}
+    rows[2]["metrics"] = {"reward": 0.5}
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _tools, (state,) = asyncio.run(_session(tmp_path, [("run_state", {"jsonl": "metrics.jsonl"})]))
+    answer = _answer(state)
+    assert answer["steps"]["count"] == 3
+    assert answer["last_values"]["train/reward"] == {"step": 3, "value": 0.5}

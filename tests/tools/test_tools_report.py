@@ -385,3 +385,46 @@ def test_a_corrupted_file_counts_every_bad_line_and_says_so_once(tmp_path: Path)
     assert "line 6 (step is not an integer)" in said[0]
     assert "line 7 (not JSON)" in said[0]
     assert f"and {len(bad) + 1 - 5} more" in said[0]
+
+
+# -- a value no float holds costs only itself (before: OverflowError out of report and query) --
+
+#: Any number JSON carries: ints of any size (10**400 parses, and no float holds it), floats,
+#: NaN and the infinities (the JSONL backend writes them as NaN and Infinity).
+JSON_NUMBERS = st.one_of(
+    st.integers(),
+    st.integers(min_value=2**1024).map(lambda n: n * 10**300),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+
+
+@given(st.lists(JSON_NUMBERS, min_size=1, max_size=6), st.sampled_from(sorted(ROWS[2]["metrics"])))
+def test_a_number_no_float_holds_costs_only_itself(values: list[Any], key: str) -> None:
+    from rlmetrics.report.regressions import find_regressions
+
+    rows = [
+        _row(step, "train", {key: value, "reward": 0.5 + step})
+        for step, value in enumerate(values, start=1)
+    ]
+    rows += [_row(step, "ray", {"node.0.mem_gb": value}) for step, value in enumerate(values)]
+    report = build_report(rows)  # regressions and signals included
+    find_regressions(rows)
+    if key != "reward":
+        assert report.trends["reward"]["last"] == 0.5 + len(values)
+    json.dumps(report.as_dict(), allow_nan=False)  # --json prints finite numbers only
+
+
+def test_report_and_query_read_a_run_holding_a_huge_int(tmp_path: Path) -> None:
+    rows = [
+        {**_row(step, "train", {"reward": 10**400 if step == 2 else 0.1 * step}), "time": step}
+        for step in range(1, 4)
+    ]
+    rows.append({**_row(3, "", {"efficiency/step_wall_time_s": 10**400}), "time": 3})
+    jsonl = _write(tmp_path / "run.jsonl", rows)
+    done = run_cli("report", jsonl, "--json")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    trend = json.loads(done.stdout)["trends"]["reward"]
+    assert (trend["first"], trend["last"]) == (0.1, pytest.approx(0.3))
+    query = run_cli("query", jsonl)
+    assert query.returncode in (0, 1) and "Traceback" not in query.stderr, query.stderr
+    assert json.loads(query.stdout)["last_values"]["train/reward"]["step"] == 3

@@ -37,7 +37,7 @@ import attrs
 
 from ..events import EFFICIENCY_PREFIX, TRAIN_PREFIXES, WALL_TIME_KEY
 from ..families import efficiency
-from ..values import as_number
+from ..values import finite_float
 
 __all__ = [
     "BASELINE_STEPS",
@@ -88,8 +88,8 @@ class Series:
 
 
 def _number(value: Any) -> float | None:
-    number = as_number(value)
-    return None if number is None or isinstance(number, bool) else float(number)
+    # A bool is no number here (as_real's rule), and an int no float holds stands for nothing.
+    return finite_float(value)
 
 
 def _classify(prefix: str, key: str) -> Series | None:

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from ..events import ROLLOUT_EVENT_TYPES, SETUP_TIMING_PREFIX, TRAIN_PREFIXES
-from ..values import as_number
+from ..values import finite_float
 
 __all__ = [
     "StepSelection",
@@ -114,9 +114,9 @@ def numeric_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[in
     order (a step logged twice keeps its later value)."""
     found: dict[str, dict[int, float]] = {}
     for step, prefix, key, value in step_values(rows):
-        number = as_number(value)
-        if number is not None and not isinstance(value, bool):
-            found.setdefault(key_name(prefix, key), {})[step] = float(number)
+        number = finite_float(value)  # an int no float holds is no point (not an OverflowError)
+        if number is not None:
+            found.setdefault(key_name(prefix, key), {})[step] = number
     return {name: sorted(points.items()) for name, points in found.items()}
 
 

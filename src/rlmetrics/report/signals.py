@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..values import as_number
+from ..values import finite_float
 
 __all__ = ["GPU_PREFIX", "summarise_signals"]
 
@@ -48,22 +48,22 @@ def summarise_signals(
     for step in sorted(by_step):
         metrics = by_step[step]
         for name, value in reward_components(metrics).items():
-            if (number := as_number(value)) is not None:
-                components.setdefault(name, []).append(float(number))
+            if (number := finite_float(value)) is not None:
+                components.setdefault(name, []).append(number)
         for dataset, metric, value in dataset_metrics(metrics):
-            if (number := as_number(value)) is not None:
-                datasets.setdefault(dataset, {})[metric] = float(number)  # the latest
+            if (number := finite_float(value)) is not None:
+                datasets.setdefault(dataset, {})[metric] = number  # the latest
         for name, key in _VLLM_GAUGES.items():
-            if (number := as_number(metrics.get(key))) is not None:
-                vllm.setdefault(name, []).append(float(number))
+            if (number := finite_float(metrics.get(key))) is not None:
+                vllm.setdefault(name, []).append(number)
     gpus: dict[str, dict[str, list[float]]] = {}
     for row in gpu_rows:
         for key, value in row.items():
             found = _GPU_KEY.fullmatch(key)
-            if found is None or (number := as_number(value)) is None:
+            if found is None or (number := finite_float(value)) is None:
                 continue
             gpu = f"node.{found.group(1)}.gpu.{found.group(2)}"
-            gpus.setdefault(gpu, {}).setdefault(found.group(3), []).append(float(number))
+            gpus.setdefault(gpu, {}).setdefault(found.group(3), []).append(number)
     if not (components or datasets or vllm or gpus):
         return None
     return {

@@ -35,7 +35,7 @@ from ..events import (
     setup_phase,
 )
 from ..families import efficiency
-from ..values import as_number
+from ..values import finite_float
 from .regressions import find_regressions
 from .signals import GPU_PREFIX, summarise_signals
 
@@ -110,8 +110,9 @@ class RunReport:
 
 
 def _number(value: Any) -> float | None:
-    number = as_number(value)
-    return None if number is None else float(number)
+    # finite_float, not float(): an int no float holds (10**400 is valid JSON) costs only
+    # itself, as NaN does, instead of an OverflowError that ends the report.
+    return finite_float(value)
 
 
 def _efficiency(metrics: Mapping[str, Any]) -> dict[str, float]:
