@@ -72,3 +72,21 @@ def rollout(
 def warned(caplog: pytest.LogCaptureFixture, text: str) -> bool:
     """Whether a WARNING captured in ``caplog`` says ``text``."""
     return any(text in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+class Rows:
+    """A backend that keeps the sample rows it is given (inline, like JSONL)."""
+
+    inline = True
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        pass
+
+    def log_samples(self, rows: list[dict[str, Any]], step: int, name: str) -> None:
+        self.rows.extend(rows)
+
+    def finish(self) -> None:
+        pass

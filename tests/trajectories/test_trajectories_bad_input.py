@@ -15,40 +15,7 @@ from rlmetrics.testing import points, single
 from rlmetrics.testing.traces import in_memory_tracing, span_records
 from rlmetrics.trajectories import MAX_TURNS, SpanBudget, configure
 
-from ._records import rollout, warned
-
-
-class Rows:
-    """A backend that keeps the sample rows it is given (inline, like JSONL)."""
-
-    inline = True
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-
-    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
-        pass
-
-    def log_samples(self, rows: list[dict[str, Any]], step: int, name: str) -> None:
-        self.rows.extend(rows)
-
-    def finish(self) -> None:
-        pass
-
-
-@pytest.fixture
-def rows() -> Rows:
-    kept = Rows()
-
-    class Plugin:
-        @rlmetrics.hookimpl
-        def register_backends(self, register: Any) -> None:
-            register("rows", lambda: kept)
-
-    from rlmetrics.plugins import register
-
-    register(Plugin(), "test-rows")
-    return kept
+from ._records import Rows, rollout, warned
 
 
 def completed(found: list[Any]) -> dict[str, float]:

@@ -9,7 +9,10 @@ batch or one live trajectory), counted from the same records its spans and rows 
 - ``rl.trajectory.tokens`` (counter): input and output tokens (``gen_ai.token.type``) by env;
 - ``rl.trajectory.duration`` (histogram, s): each rollout's wall time by outcome and env,
   recorded inside the trajectory's span, so its exemplars point at trajectory spans;
-- ``rl.trajectory.reward`` (histogram): each reward by ``rl.reward.component`` and env;
+- ``rl.trajectory.reward`` (histogram): by env, each reward of a named component under its
+  ``rl.reward.component``, and under ``total`` each trajectory's total, the one its span's
+  ``rl.reward`` and its row's ``reward`` show (a reward without a component is a part of it,
+  not a point of its own);
 - ``rl.trajectory.spans.dropped`` (counter): trajectories the span budget left without spans.
 
 Off-policy signals, from the records' weight versions, ``logprob_mismatch`` and
@@ -326,10 +329,11 @@ def record_batch(batch: TrajectoryBatch) -> None:
             tokens[("input", env)] = tokens.get(("input", env), 0) + given
         if taken:
             tokens[("output", env)] = tokens.get(("output", env), 0) + taken
-        has_total = False
-        for reward in t.all_rewards():
+        rewards = t.all_rewards()
+        for reward in rewards:
             raw_component = reward.component
-            has_total = has_total or raw_component == "total"
+            if raw_component == "total":  # a part of the total, recorded as that below
+                continue
             try:
                 component = components[raw_component]
             except KeyError:
@@ -340,13 +344,15 @@ def record_batch(batch: TrajectoryBatch) -> None:
                     (REWARD_COMPONENT_ATTR, component), (ENV_ATTR, env)
                 )
             record(GROUP, {REWARD: reward.value}, reward_set)
-        if t.reward is not None and not has_total:
+        # The total its span and row show, once: the given one, else the sum of its rewards.
+        total = t.total_reward(rewards)
+        if total is not None:
             reward_set = rewarded.get(("total", env))
             if reward_set is None:
                 reward_set = rewarded[("total", env)] = _attributes(
                     (REWARD_COMPONENT_ATTR, "total"), (ENV_ATTR, env)
                 )
-            record(GROUP, {REWARD: t.reward}, reward_set)
+            record(GROUP, {REWARD: total}, reward_set)
         lag = t.staleness(trained)
         if lag is not None:
             record(GROUP, {STALENESS: lag})

@@ -129,7 +129,8 @@ class ToolCall(NamedTuple):
 
 
 class Reward(NamedTuple):
-    """One reward check: its value and the component it scores (``total`` by default)."""
+    """One reward check: its value and the component it scores. Without one it is
+    ``total``: a part of the trajectory's total (its own span, no point of its own)."""
 
     value: float
     component: str = "total"
@@ -203,11 +204,14 @@ class Trajectory(NamedTuple):
             out.extend(turn.rewards)
         return out
 
-    def total_reward(self) -> float | None:
-        """``reward`` if given, else the sum of every reward it holds, else None."""
+    def total_reward(self, rewards: list[Reward] | None = None) -> float | None:
+        """``reward`` if given, else the sum of every reward it holds (``rewards``: its
+        :meth:`all_rewards`, when the caller has them), else None. The one total its span
+        (``rl.reward``), its row (``reward``) and ``rl.trajectory.reward{total}`` show."""
         if self.reward is not None:
             return self.reward
-        rewards = self.all_rewards()
+        if rewards is None:
+            rewards = self.all_rewards()
         return math.fsum(r.value for r in rewards) if rewards else None
 
     def tokens(self) -> tuple[int, int]:

@@ -12,17 +12,18 @@ __all__ = ["row_of"]
 
 
 def row_of(t: Trajectory, trace_id: str | None = None) -> dict[str, Any]:
-    """``t`` as one sample row: ids, outcome, reward (and each component's as
-    ``reward/<component>``), counts, tokens, latency; the text the policy kept; the trace id
-    of its spans when it has them."""
+    """``t`` as one sample row: ids, outcome, reward (its total; each named component's
+    as ``reward/<component>``), counts, tokens, latency; the text the policy kept; the trace
+    id of its spans when it has them."""
     given, taken = t.tokens()
+    rewards = t.all_rewards()
     row: dict[str, Any] = {
         "sample_id": t.sample_id,
         "group_id": t.group_id,
         "env": t.env,
         "outcome": t.outcome,
         "finish_reason": t.finish_reason,
-        "reward": t.total_reward(),
+        "reward": t.total_reward(rewards),
         "turns": t.turn_count,
         "tool_calls": t.tool_call_count,
         "input_tokens": given,
@@ -34,9 +35,10 @@ def row_of(t: Trajectory, trace_id: str | None = None) -> dict[str, Any]:
         row["agent"] = t.agent
     if t.error is not None:
         row["error"] = t.error
-    for reward in t.all_rewards():
-        key = f"reward/{reward.component}"
-        row[key] = row.get(key, 0.0) + reward.value
+    for reward in rewards:
+        if reward.component != "total":  # a part of the total, which "reward" is
+            key = f"reward/{reward.component}"
+            row[key] = row.get(key, 0.0) + reward.value
     if t.prompt is not None:
         row["prompt"] = t.prompt
     if t.completion is not None:
