@@ -223,12 +223,10 @@ def _phases(traces: str | os.PathLike[str], run: str | None) -> tuple[list[dict[
     path = Path(traces)
     if not path.is_file():
         raise QueryError(f"{path}: no such traces file (the otlp_file exporter's output)")
-    others = 0
     totals: dict[str, list[float]] = {}
-    for span in read_traces([path]).spans:
-        if span.resource.get("rlmetrics.run.id") != run:
-            others += 1
-        elif span.bucket is not None:  # a leaf phase: umbrella spans hold the others
+    mine, others = read_traces([path]).of_run(run)  # the report's rule: one run's spans
+    for span in mine.spans:
+        if span.bucket is not None:  # a leaf phase: umbrella spans hold the others
             totals.setdefault(span.name, []).append(span.seconds)
     phases: list[dict[str, Any]] = [
         {

@@ -246,3 +246,39 @@ def test_rollups_count_a_phase_nested_in_another_once(tmp_path: Path) -> None:
     rollups = step_rollups(read_traces([traces]))
     total: Any = sum(rollups[1].buckets.values())
     assert total == pytest.approx(8.0)  # 2 + 5 (with its 1 s bubble inside) + 1
+
+
+def test_spans_of_another_run_in_the_traces_file_are_left_out_and_counted(
+    tmp_path: Path,
+) -> None:
+    """Runs appending to one traces file (a shared otlp_file path): the report's goodput from
+    spans is its own run's, and it says how many spans of other runs it left out (before:
+    they were mixed in, and another run's step 4 was compared with this run's metrics)."""
+    jsonl, traces = record_run(tmp_path, worker=False)
+    alone = json.loads(run_cli("report", jsonl, "--traces", traces, "--json").stdout)["traces"]
+    clock = SimClock()
+    with (
+        rlmetrics.start(exporters={"otlp_file": {"path": traces}}, run_id="another-run"),
+        rlmetrics.run(clock=clock),
+    ):
+        for n in (2, 4):
+            with rlmetrics.step(n), rlmetrics.phase("generation", bucket="productive"):
+                clock.spend(50)
+    others = sum(
+        line.count('"spanId"') for line in traces.read_text().splitlines() if "another-run" in line
+    )
+    assert others > 0
+    done = run_cli("report", jsonl, "--traces", traces, "--json")
+    assert done.returncode == 0, done.stderr
+    comparison = json.loads(done.stdout)["traces"]
+    assert [row["step"] for row in comparison["steps"]] == [1, 2, 3]
+    assert comparison["steps"] == alone["steps"]
+    assert comparison["spans"] == alone["spans"]
+    assert comparison["spans_other_runs"] == others
+    said = [line for line in done.stderr.splitlines() if "spans of other runs" in line]
+    assert said == [
+        f"rlmetrics report: {others} spans of other runs in the traces left out (the report "
+        "is about run report-run)"
+    ]
+    text = run_cli("report", jsonl, "--traces", traces).stdout
+    assert f"{others} spans of other runs left out" in text

@@ -231,8 +231,15 @@ def run(args: argparse.Namespace) -> int:
     if args.traces:
         from ..report.traces import compare_goodput, read_traces
 
-        traces = read_traces(args.traces)
-        comparison = compare_goodput(traces, report.steps, report.goodput)
+        # Several runs may append to one traces file: the report, its pictures and its page
+        # are about one run, so another's spans are left out, and said.
+        traces, others = read_traces(args.traces).of_run(report.run_id)
+        if others:
+            sys.stderr.write(
+                f"rlmetrics report: {others} spans of other runs in the traces left out (the "
+                f"report is about run {report.run_id})\n"
+            )
+        comparison = compare_goodput(traces, report.steps, report.goodput, others)
         if args.perfetto is not None:
             from ..report.perfetto import write_perfetto
 

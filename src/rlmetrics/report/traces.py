@@ -38,6 +38,7 @@ import attrs
 
 from ..exporters.otlp_file import read_spans, span_attributes
 from ..families import efficiency
+from ..identity import RUN_ID_ATTR
 from ..tracing import BUCKET_ATTR, BUCKETS, ITERATION_ATTR, PHASE_ATTR, STEP_SPANS
 
 __all__ = [
@@ -156,6 +157,19 @@ class TraceSet:
         for span in self.spans:
             if span.parent_id is not None:
                 self.children.setdefault((span.trace_id, span.parent_id), []).append(span)
+
+    def of_run(self, run_id: str | None) -> tuple[TraceSet, int]:
+        """The spans of the run ``run_id`` and how many spans of other runs were left out:
+        several runs may append to one traces file, and a report or a query is about one.
+
+        The run's spans are those its processes wrote (their resource's ``rlmetrics.run.id``;
+        None for a process that had none) and every span in the same traces: a worker
+        process parented through ``trace_env`` or ``trace_context`` starts with a run id of
+        its own, and its phases are the run's."""
+        traces = {s.trace_id for s in self.spans if s.resource.get(RUN_ID_ATTR) == run_id}
+        mine = [s for s in self.spans if s.trace_id in traces]
+        others = len(self.spans) - len(mine)
+        return (self if not others else TraceSet(mine, self.sources, self.skipped)), others
 
     def steps(self) -> dict[int, Span]:
         """Each step's ``rl.step`` span by its ``rl.iteration`` (the last, if one repeats)."""
@@ -319,10 +333,12 @@ def compare_goodput(
     traces: TraceSet,
     metric_steps: Sequence[Mapping[str, Any]],
     metric_goodput: Mapping[str, Any],
+    other_runs: int = 0,
 ) -> dict[str, Any]:
     """Goodput per step and over the run from ``traces`` and from the metrics (a RunReport's
     ``steps`` and ``goodput``), the differences by reason, and the run's bucket rollups with
-    the spec's two documented disagreements as they occurred."""
+    the spec's two documented disagreements as they occurred. ``traces`` are the run's own
+    (:meth:`TraceSet.of_run`); ``other_runs`` counts the spans of other runs left out."""
     rollups = step_rollups(traces)
     logged = {row["step"]: row for row in metric_steps}
     steps = [
@@ -362,6 +378,7 @@ def compare_goodput(
         "sources": list(traces.sources),
         "spans": len(traces.spans),
         "skipped_spans": traces.skipped,
+        "spans_other_runs": other_runs,
         "steps": steps,
         "spans_goodput_pct": _goodput(buckets),
         "buckets_s": buckets,
@@ -411,6 +428,11 @@ def render(comparison: Mapping[str, Any], max_rows: int = 12) -> str:
         + (
             f"; {comparison['skipped_spans']} unreadable skipped"
             if comparison["skipped_spans"]
+            else ""
+        )
+        + (
+            f"; {comparison['spans_other_runs']} spans of other runs left out"
+            if comparison.get("spans_other_runs")
             else ""
         )
         + "):",
