@@ -57,9 +57,12 @@ def test_bad_records_warn_and_the_rest_lands(
         "'tool_call.name' must be a str",
         "'reward.value' must be a finite number",
         "'reward' must be a finite number",
-        "'trajectory' must be a dict",
+        "'trajectory' must be a dict, got a str of length 12; that record is dropped and the "
+        "rest of the batch is logged",
     ):
         assert warned(warnings_seen, text), text
+    # Before: the record that is no dict was said as a field of a trajectory whose rest landed.
+    assert not warned(warnings_seen, "field 'trajectory'")
     # 10**4 turns: all counted, the first MAX_TURNS traced.
     many = next(s for s in agents if s.attributes.get("rl.sample.id") == "s1")
     assert many.attributes["rl.trajectory.turns"] == 10_000
@@ -107,7 +110,8 @@ def test_a_step_that_is_no_step_is_said_and_the_trajectory_lands(
         with rlmetrics.trajectory("s0", step=step) as t:
             t.generation("m")
         spans = span_records(exporter)
-    assert warned(warnings_seen, "a trajectory's step must be an integer from 0")
+    assert warned(warnings_seen, "step given to rlmetrics.trajectory must be an integer")
+    assert warned(warnings_seen, "(at the open rlmetrics.step's, else without one)")
     assert sorted(s.name for s in spans) == ["chat m", "invoke_agent", "rl.turn"]
 
 

@@ -15,7 +15,7 @@ import rlmetrics
 from rlmetrics.backends.jsonl import samples_path
 from rlmetrics.testing import points, wait_until
 from rlmetrics.testing.traces import in_memory_tracing, span_records
-from rlmetrics.trajectories import configure
+from rlmetrics.trajectories import TextPolicy, configure
 
 from ._records import rollout
 
@@ -113,6 +113,16 @@ def test_a_policy_mistake_fails_at_once() -> None:
         configure(text="everything")
     with pytest.raises(ValueError, match="redact="):
         configure(text="redacted")
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "64"])
+def test_a_bad_max_text_bytes_is_named_as_configure_takes_it(value: object) -> None:
+    """Before: ``configure(max_text_bytes=0)`` raised "max_bytes must be a positive int", an
+    argument the call does not have."""
+    with pytest.raises(ValueError, match=r"^max_text_bytes must be a positive int"):
+        configure(max_text_bytes=value)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^max_bytes must be a positive int"):
+        TextPolicy(max_bytes=value)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

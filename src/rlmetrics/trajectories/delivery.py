@@ -11,7 +11,7 @@ from .. import plugins as _plugins
 from .._warn import describe_value, warn_once
 from ..tracing._state import state
 from ..tracing.scopes import current_step
-from ..values import as_step
+from ..values import INT64_MAX, as_step
 from .records import Trajectory, TrajectoryBatch
 from .rows import row_of
 from .settings import settings
@@ -57,23 +57,33 @@ def deliver(
     name: str = SAMPLES_NAME,
     budgeted: bool = True,
     parent: Any = None,
+    call: str = "Logger.log_trajectories",
 ) -> TrajectoryBatch:
     """Spans, rows and metrics of ``trajectories`` at ``step`` (see the module's docstring).
     ``parent`` is the context their spans start in (default: the current span's, else the
-    open step's, else the process's ``TRACEPARENT``). Never raises."""
+    open step's, else the process's ``TRACEPARENT``); ``call`` is what a bad ``step`` was
+    given to, for the warning. Never raises."""
     number: int | None
+    if (
+        step is not None
+        and not (type(step) is int and 0 <= step <= INT64_MAX)
+        and as_step(step) is None
+    ):
+        # Said here, naming the call it was given to (the Logger's own message names
+        # log_metrics), then treated as missing, as log_metrics treats it.
+        otherwise = "the step after the last" if logger is not None else "without one"
+        warn_once(
+            f"trajectory:step:{call}",
+            f"rlmetrics: the step given to {call} must be an integer from 0 (a NumPy or torch "
+            f"integer counts), got {describe_value(step)}; it is logged as if none were given "
+            f"(at the open rlmetrics.step's, else {otherwise})",
+        )
+        step = None
     if logger is not None:
         number = logger._next_step(step)
     else:
-        number = as_step(step)
+        number = as_step(step) if step is not None else None
         if number is None:
-            if step is not None:
-                warn_once(
-                    "trajectory:step",
-                    "rlmetrics: a trajectory's step must be an integer from 0 (a NumPy or torch "
-                    f"integer counts), got {describe_value(step)}; it is logged at the open "
-                    "rlmetrics.step's, else without one",
-                )
             number = current_step()
     binding = state.binding
     contexts: list[Any] = []

@@ -231,6 +231,7 @@ class LiveTrajectory(Block):
                 self._logger,
                 budgeted=False,
                 parent=self._parent,
+                call="rlmetrics.trajectory",
             )
         except Exception:
             warn_once("trajectory:live", "rlmetrics: a live trajectory could not be logged")

@@ -596,10 +596,17 @@ def _turn(item: Any, text: TextPolicy, past: dict[tuple[str, str], int]) -> Turn
 
 def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
     """One record (a mapping, see the module's docstring) as a :class:`Trajectory`; None for
-    what is not a mapping. Never raises."""
-    fields = record if type(record) is dict else _mapping("trajectory", record)
-    if fields is None:
+    what is not a mapping (said: the record is dropped). Never raises."""
+    if type(record) is not dict and not isinstance(record, Mapping):
+        # Not a field of a record but the record itself: dropped whole.
+        warn_once(
+            "trajectory:not-a-dict",
+            "rlmetrics: log_trajectories takes one dict per rollout; a 'trajectory' must be a "
+            f"dict, got {describe_value(record)}; that record is dropped and the rest of the "
+            "batch is logged",
+        )
         return None
+    fields: Mapping[str, Any] = record
     if not _RECORD_KEYS.issuperset(fields):
         _unread("record", fields, _RECORD_KEYS)
     get = fields.get

@@ -9,7 +9,7 @@ import attrs
 
 from .._process_state import resets_process_state
 from .budget import SpanBudget
-from .text import Redactor, TextPolicy
+from .text import Redactor, TextPolicy, check_max_bytes
 
 __all__ = ["TrajectorySettings", "configure", "settings"]
 
@@ -50,11 +50,14 @@ def configure(
         path's cell cap, 32 KB).
     :param budget: which trajectories of a batch get spans (:class:`SpanBudget`).
 
-    A mistake (an unknown policy, ``redacted`` without ``redact``) raises ``ValueError`` here.
+    A mistake (an unknown policy, ``redacted`` without ``redact``, a ``max_text_bytes`` that
+    is no positive int) raises ``ValueError`` here.
     """
     global _settings
     current = _settings
     policy = current.text
+    if max_text_bytes is not None:  # named as this call takes it, not as TextPolicy does
+        check_max_bytes(max_text_bytes, "max_text_bytes")
     if text is not None or redact is not _UNSET or max_text_bytes is not None:
         policy = TextPolicy(
             mode=policy.mode if text is None else text,

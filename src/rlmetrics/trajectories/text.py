@@ -21,7 +21,7 @@ import attrs
 from .._warn import describe_value, warn_once
 from ..samples import MAX_CELL_BYTES, cut_text
 
-__all__ = ["TEXT_MODES", "Redactor", "TextPolicy", "as_text"]
+__all__ = ["TEXT_MODES", "Redactor", "TextPolicy", "as_text", "check_max_bytes"]
 
 TEXT_MODES = ("off", "hash", "redacted", "full")
 
@@ -51,9 +51,17 @@ def _mode(policy: TextPolicy, attribute: attrs.Attribute[Any], mode: Any) -> Non
         )
 
 
-def _positive(policy: TextPolicy, attribute: attrs.Attribute[Any], value: Any) -> None:
+def check_max_bytes(value: Any, name: str = "max_bytes") -> None:
+    """Raise ``ValueError`` naming ``name`` (the argument as its caller spelt it) unless
+    ``value`` is a positive int."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"max_bytes must be a positive int, got {value!r}")
+        raise ValueError(
+            f"{name} must be a positive int (the UTF-8 bytes one kept text may hold), got {value!r}"
+        )
+
+
+def _positive(policy: TextPolicy, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_max_bytes(value)
 
 
 @attrs.frozen(slots=True)
