@@ -121,10 +121,16 @@ def _steps(
     rows: Sequence[Mapping[str, Any]], now: float, rule: StallRule
 ) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
     """When each trainer step first arrived, and what that says about the pace."""
+    # /health's rule, not a copy of it (imported here: importing a family declares its
+    # series, which reading a file must not do first).
+    from .families.liveness import is_trainer_step
+
     first_seen: dict[int, float] = {}
     for row in rows:
         step, at = row.get("step"), _number(row.get("time"))
-        if type(step) is int and at is not None and step not in first_seen:
+        if type(step) is not int or at is None or step in first_seen:
+            continue
+        if is_trainer_step(row["metrics"], str(row.get("prefix") or "")):
             first_seen[step] = at
     ordered = sorted(first_seen.items())
     times = [t for _, t in ordered]

@@ -20,6 +20,7 @@ from tools_support import run_cli
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.demo.run import DemoOptions, run_demo
+from rlmetrics.families.liveness import is_trainer_step
 from rlmetrics.runstate import QueryError, run_state, select
 from rlmetrics.testing import isolated_state, wait_until
 
@@ -53,7 +54,9 @@ def test_a_demo_run_answers_every_documented_field_with_what_its_files_hold(demo
     jsonschema.validate(answer, SCHEMA)
     rows = list(read_jsonl(demo / "metrics.jsonl", every_row=True))
     metric_rows = [r for r in rows if "kind" not in r]
-    steps = {r["step"] for r in metric_rows if type(r["step"]) is int}
+    # Trainer steps: not the setup phases, nor the rollout checkpoints' wall-clock stream.
+    steps = {r["step"] for r in metric_rows if is_trainer_step(r["metrics"], r["prefix"])}
+    assert steps != {r["step"] for r in metric_rows}  # the demo logs both
     assert answer["run"]["run_id"] == rows[-1]["run_id"]
     assert answer["steps"]["count"] == len(steps)
     assert (answer["steps"]["first"], answer["steps"]["last"]) == (min(steps), max(steps))
@@ -212,3 +215,21 @@ def test_select_reads_what_the_path_names_or_says_why_not(parts: list[str | int]
             select(answer, path)
         return
     assert select(answer, path) == current
+
+
+def test_steps_are_counted_by_the_rule_health_applies(tmp_path: Path) -> None:
+    """A run logged through the real Logger: setup phases (step 0) and rollout-checkpoint
+    events (a wall-clock stream numbered by its own counter) are no trainer steps, as for
+    /health (rlmetrics.families.liveness). Before, query counted 3 trainer steps as 12, from
+    step 0 to 11."""
+    from rlmetrics.events import CheckpointSave
+
+    path = tmp_path / "metrics.jsonl"
+    with rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}, run_id="ck") as logger:
+        logger.log_setup_timing({"policy_init_time_s": 1.0, "total_setup_time_s": 2.0})
+        for step in range(1, 4):
+            logger.log_metrics({"reward": step / 10}, step=step, prefix="train")
+            for _ in range(4):
+                logger.log_rollout_checkpoint(CheckpointSave({"total_save_seconds": 2.0}))
+    steps = run_state(path)["steps"]
+    assert (steps["count"], steps["first"], steps["last"]) == (3, 1, 3)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GROUP",
+    "is_trainer_step",
     "INTERVAL_MEDIAN",
     "LAST_TIMESTAMP",
     "NUMBER",
@@ -79,6 +80,14 @@ declare(
 )
 
 
+def is_trainer_step(metrics: Mapping[str, Any], prefix: str) -> bool:
+    """Whether a dict logged at a step counts as a trainer step: not the setup phases (step 0
+    by convention) and not a wall-clock stream (rollout checkpoints, which carry
+    ``telemetry/wall_time_seconds`` and number their events by a counter of their own). The
+    one rule /health, ``RLStepStalled`` and ``rlmetrics query`` apply."""
+    return prefix != SETUP_TIMING_PREFIX and WALL_TIME_KEY not in metrics
+
+
 def _as_step(step: Any) -> int | None:
     number = as_number(step)
     return None if number is None else int(number)
@@ -92,7 +101,7 @@ def log_metrics(metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
         step = _as_step(step)
         if step is None:
             return
-    if step <= liveness.step or prefix == SETUP_TIMING_PREFIX or WALL_TIME_KEY in metrics:
+    if step <= liveness.step or not is_trainer_step(metrics, prefix):
         return
     liveness.advance(step, _publish)
 
