@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from tools_support import run_cli
+from tools_support import not_run_files, run_cli
 
 from rlmetrics.cli import main
 from rlmetrics.families.training import tee_scalar
@@ -244,3 +245,13 @@ def test_nothing_the_demo_or_the_trl_run_logs_is_an_unknown_key(
     for path in (result.jsonl, TRL_RUN):
         found = json.loads(run_cli("check", "--run", path, "--json").stdout)["run"]
         assert found["unknown_keys"] == [], path
+
+
+@pytest.mark.parametrize("kind", ["traces", "samples", "csv", "binary", "empty"])
+def test_a_file_with_no_metrics_row_is_refused_in_one_line(tmp_path: Path, kind: str) -> None:
+    """Before: 'every one of the 0 keys logged reaches a series' and exit 0."""
+    given = not_run_files(tmp_path)[kind]
+    done = run_cli("check", "--run", given)
+    assert done.returncode == 2, done.stdout
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"rlmetrics check: {given} is not a run's metrics JSONL: ")

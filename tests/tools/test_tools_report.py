@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tools_support import run_cli
+from tools_support import not_run_files, run_cli
 
 from rlmetrics.report.plot import PLOT_SIZE_PX
 from rlmetrics.report.summary import build_report
@@ -428,3 +428,17 @@ def test_report_and_query_read_a_run_holding_a_huge_int(tmp_path: Path) -> None:
     query = run_cli("query", jsonl)
     assert query.returncode in (0, 1) and "Traceback" not in query.stderr, query.stderr
     assert json.loads(query.stdout)["last_values"]["train/reward"]["step"] == 3
+
+
+@pytest.mark.parametrize("kind", ["traces", "samples", "csv", "binary", "empty"])
+def test_a_file_with_no_metrics_row_is_refused_in_one_line(tmp_path: Path, kind: str) -> None:
+    """A traces, samples, CSV, binary or empty file given as the run: before, an empty report
+    and exit 0, as if the run had logged nothing."""
+    given = not_run_files(tmp_path)[kind]
+    done = run_cli("report", given)
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"rlmetrics report: {given} is not a run's metrics JSONL: ")
+    assert "metrics.jsonl" in line  # what to give instead
+    if kind == "traces":
+        assert "--traces" in line

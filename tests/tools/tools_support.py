@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["RLMETRICS", "run_cli"]
+__all__ = ["RLMETRICS", "not_run_files", "run_cli"]
 
 #: The console script the installed distribution put beside this interpreter.
 RLMETRICS = str(Path(sys.executable).with_name("rlmetrics"))
@@ -25,3 +25,31 @@ def run_cli(
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+def not_run_files(folder: Path) -> dict[str, Path]:
+    """Files a user gives by mistake where a run's metrics JSONL is asked for, each with no
+    metrics row: a run's traces and samples files (written by the real exporter and Logger),
+    a CSV, a binary, an empty file."""
+    import rlmetrics
+
+    run = folder / "real-run"
+    run.mkdir()
+    with (
+        rlmetrics.start(exporters={"otlp_file": {"path": run / "traces.jsonl"}}),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(run / "metrics.jsonl")}}) as logger,
+    ):
+        with rlmetrics.phase("generation", bucket="productive"):
+            logger.log_metrics({"reward": 0.5}, step=1, prefix="train")
+        logger.log_samples([{"prompt": "2+2", "completion": "4", "reward": 1.0}], step=1)
+    files = {
+        "traces": run / "traces.jsonl",
+        "samples": run / "metrics.samples.jsonl",
+        "csv": folder / "run.csv",
+        "binary": folder / "binary.jsonl",
+        "empty": folder / "empty.jsonl",
+    }
+    files["csv"].write_text("step,reward\n1,0.5\n")
+    files["binary"].write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    files["empty"].write_bytes(b"")
+    return files

@@ -130,13 +130,18 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
     from ..keymaps import resolve_key_map
     from ..known_keys import unknown_in_rows
     from ..report.keymap import found_key_map
+    from ..report.runs import not_a_run_problem
     from ..report.unexported import kept_to_backends, unexported_keys
 
     problem = input_problem(path)
     if problem is not None:
         return problem
     try:
-        rows = list(read_jsonl(path, every_row=True, skipped=SkippedLines()))
+        skipped = SkippedLines()
+        rows = list(read_jsonl(path, every_row=True, skipped=skipped))
+        problem = not_a_run_problem(path, rows, skipped)
+        if problem is not None:
+            return problem
         hyperparams: dict[str, Any] = {}
         for row in rows:
             if row.get("kind") == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):

@@ -214,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
             keys=args.keys,
             key_map=args.key_map,
         )
-    except (RunNotFound, UnknownKeys, ValueError) as exc:  # ValueError: an unknown key map
+    # ValueError: an unknown key map, or NotARunFile (a traces, samples or CSV file given).
+    except (RunNotFound, UnknownKeys, ValueError) as exc:
         sys.stderr.write(f"rlmetrics report: {exc.args[0]}\n")
         return 2
     if skipped.count:

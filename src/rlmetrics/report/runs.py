@@ -36,7 +36,14 @@ from .regressions import find_regressions
 from .select import StepSelection, choose, is_step_row, numeric_series
 from .summary import RunReport, build_report
 
-__all__ = ["SAMPLES_SHOWN", "RunNotFound", "read_reports", "split_runs"]
+__all__ = [
+    "SAMPLES_SHOWN",
+    "NotARunFile",
+    "RunNotFound",
+    "not_a_run_problem",
+    "read_reports",
+    "split_runs",
+]
 
 #: Sample rows a report keeps (the first rows of the latest table of the run).
 SAMPLES_SHOWN = 3
@@ -44,6 +51,40 @@ SAMPLES_SHOWN = 3
 
 class RunNotFound(LookupError):
     """``--run`` named a run the file does not hold."""
+
+
+class NotARunFile(ValueError):
+    """The file given as a run's metrics JSONL holds no metrics row (a traces file, a samples
+    file, a CSV): an empty report of it would look like a run that logged nothing."""
+
+
+def not_a_run_problem(
+    path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]], skipped: SkippedLines
+) -> str | None:
+    """Why the rows :func:`read_jsonl` read from ``path`` (``every_row``) are no run's metrics
+    JSONL, naming what the file looks like and what to give instead; None when a row carries
+    ``metrics`` or is a record about a run (its configuration, a resume: a run that has not
+    logged a step yet is still a run)."""
+    if any(
+        isinstance(row.get("metrics"), Mapping)
+        or row.get("kind") in (HYPERPARAMS_KIND, RESUME_KIND)
+        for row in rows
+    ):
+        return None
+    if any("resourceSpans" in row for row in rows):
+        what = "it holds OTLP spans (a traces file: rlmetrics report takes it with --traces)"
+    elif any("sample" in row for row in rows):
+        what = "it holds sample rows (the samples file written beside a run's JSONL)"
+    elif rows:
+        what = f"none of its {len(rows)} JSON objects is a metrics row"
+    elif skipped.count:
+        what = f"none of its {skipped.count} lines is a JSON object (another format?)"
+    else:
+        what = "it is empty"
+    return (
+        f"{os.fspath(path)} is not a run's metrics JSONL: {what}; give the file the Logger's "
+        "jsonl backend writes (run/metrics.jsonl)"
+    )
 
 
 @attrs.define
@@ -154,11 +195,15 @@ def read_reports(
     whole run); ``keys`` adds those series (:class:`~.select.UnknownKeys` names any a run did
     not log). Each run is read through ``key_map`` (a key map's name), else through the map
     its rows show its trainer applied (:func:`~.keymap.found_key_map`); an unknown name raises
-    ``ValueError``. Lines that are no row are counted into ``skipped`` (each report's
-    ``skipped_lines``); without it, one warning says how many and names the first few."""
+    ``ValueError``, a file with no metrics row :class:`NotARunFile`. Lines that are no row are
+    counted into ``skipped`` (each report's ``skipped_lines``); without it, one warning says
+    how many and names the first few."""
     path = Path(path)
     bad = SkippedLines() if skipped is None else skipped
     rows = list(read_jsonl(path, every_row=True, skipped=bad))
+    problem = not_a_run_problem(path, rows, bad)
+    if problem is not None:
+        raise NotARunFile(problem)
     if skipped is None and bad.count:
         logger.warning(bad.summary(path))
     runs = split_runs(rows) or {None: _Run()}
