@@ -282,3 +282,68 @@ def test_spans_of_another_run_in_the_traces_file_are_left_out_and_counted(
     ]
     text = run_cli("report", jsonl, "--traces", traces).stdout
     assert f"{others} spans of other runs left out" in text
+
+
+def test_unreadable_lines_of_a_traces_file_are_counted_and_said(tmp_path: Path) -> None:
+    """Before, a line of the traces file that was not JSON (a torn write, another tool's
+    output) vanished unsaid: the report said nothing was skipped."""
+    jsonl, traces = record_run(tmp_path, worker=False)
+    before = json.loads(run_cli("report", jsonl, "--traces", traces, "--json").stdout)["traces"]
+    assert before["skipped_spans"] == 0
+    lines = traces.read_text().splitlines(keepends=True)
+    damaged = ["not json at all\n", "[1, 2]\n", '{"no": "resourceSpans"}\n']
+    traces.write_text("".join([lines[0], *damaged, *lines[1:], '{"resourceSpans": [{"sco']))
+    done = run_cli("report", jsonl, "--traces", traces, "--json")
+    assert done.returncode == 0, done.stderr
+    comparison = json.loads(done.stdout)["traces"]
+    assert comparison["skipped_spans"] == len(damaged) + 1
+    assert comparison["steps"] == before["steps"]  # each line cost only itself
+    text = run_cli("report", jsonl, "--traces", traces).stdout
+    assert f"; {len(damaged) + 1} unreadable skipped" in text
+
+
+#: A line the otlp_file exporter writes: one request of one span, its name the marker.
+def _span_line(name: str) -> str:
+    span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": name}
+    request = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": [span]}]}]}
+    return json.dumps(request) + "\n"
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.text(
+                alphabet=st.characters(
+                    blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+                ),
+                max_size=20,
+            ).map(lambda t: ("text", t)),
+            st.integers(0, 10**6).map(lambda n: ("span", f"s{n}")),
+        ),
+        max_size=12,
+    )
+)
+def test_read_spans_yields_every_span_and_counts_every_other_line(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[tuple[str, str]]
+) -> None:
+    from rlmetrics.backends.jsonl import SkippedLines
+    from rlmetrics.exporters.otlp_file import read_spans
+
+    path = tmp_path_factory.mktemp("spans") / "traces.jsonl"
+    path.write_text(
+        "".join(_span_line(value) if kind == "span" else value + "\n" for kind, value in lines)
+    )
+    skipped = SkippedLines()
+    names = [span["name"] for _resource, span in read_spans(path, skipped=skipped)]
+    assert names == [value for kind, value in lines if kind == "span"]
+    texts = [value for kind, value in lines if kind == "text" and value.strip()]
+    assert skipped.count == sum(1 for t in texts if not _is_request(t))
+    assert [span["name"] for _resource, span in read_spans(path)] == names  # as before
+
+
+def _is_request(text: str) -> bool:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and "resourceSpans" in value

@@ -25,6 +25,7 @@ from typing import Any
 
 from .. import hookimpl
 from .._warn import warn_once
+from ..backends.jsonl import SkippedLines
 from ..configuration import PATH, declare_options
 from ..telemetry import TelemetryError
 from . import Exporter, ForkSafeSpans, batch_span_processor
@@ -66,22 +67,33 @@ def encode_line(spans: Sequence[Any]) -> str:
     return json.dumps(hex_ids(request), separators=(",", ":")) + "\n"
 
 
-def read_spans(path: str | os.PathLike[str]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+def read_spans(
+    path: str | os.PathLike[str], skipped: SkippedLines | None = None
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """``(resource attributes, span)`` for every span of an OTLP/JSON lines file, the span as
-    its JSON object; a line that does not parse (torn by a crash) is skipped."""
+    its JSON object. A line that is no trace request (torn by a crash, not JSON, another
+    tool's output) is skipped, and counted into ``skipped`` when given: a reader says how
+    many, so a damaged line costs only itself and is never lost unsaid."""
+    bad = SkippedLines() if skipped is None else skipped
     with Path(path).open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
                 request = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
+                bad.add(number, "a torn last line" if not line.endswith("\n") else "not JSON")
                 continue
-            if not isinstance(request, dict):
+            if not isinstance(request, dict) or not isinstance(request.get("resourceSpans"), list):
+                bad.add(number, "not an OTLP/JSON trace request")
                 continue
-            for resource_spans in request.get("resourceSpans") or ():
+            for resource_spans in request["resourceSpans"]:
+                if not isinstance(resource_spans, dict):
+                    continue
                 resource = _attributes((resource_spans.get("resource") or {}).get("attributes"))
                 for scope_spans in resource_spans.get("scopeSpans") or ():
+                    if not isinstance(scope_spans, dict):
+                        continue
                     for span in scope_spans.get("spans") or ():
                         if isinstance(span, dict):
                             yield resource, span

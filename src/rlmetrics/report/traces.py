@@ -36,6 +36,7 @@ from typing import Any
 
 import attrs
 
+from ..backends.jsonl import SkippedLines
 from ..exporters.otlp_file import read_spans, span_attributes
 from ..families import efficiency
 from ..identity import RUN_ID_ATTR
@@ -197,19 +198,22 @@ class TraceSet:
 
 
 def read_traces(paths: Iterable[str | os.PathLike[str]]) -> TraceSet:
-    """The spans of every OTLP/JSON lines file in ``paths``."""
+    """The spans of every OTLP/JSON lines file in ``paths``; ``skipped`` counts what could
+    not be read: a line that is no trace request, and a span without its ids or times."""
     spans: list[Span] = []
     skipped = 0
     sources = []
     for path in paths:
         source = str(path)
         sources.append(source)
-        for resource, raw in read_spans(path):
+        lines = SkippedLines()
+        for resource, raw in read_spans(path, lines):
             span = _span(resource, raw, source)
             if span is None:
                 skipped += 1
             else:
                 spans.append(span)
+        skipped += lines.count
     return TraceSet(spans, sources, skipped)
 
 
