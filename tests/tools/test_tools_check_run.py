@@ -255,3 +255,19 @@ def test_a_file_with_no_metrics_row_is_refused_in_one_line(tmp_path: Path, kind:
     assert done.returncode == 2, done.stdout
     [line] = done.stderr.splitlines()
     assert line.startswith(f"rlmetrics check: {given} is not a run's metrics JSONL: ")
+
+
+def test_lines_that_are_no_row_are_counted_and_said(tmp_path: Path) -> None:
+    """Before, check --run counted the lines it skipped and never said so."""
+    jsonl = _write(tmp_path / "run.jsonl", ROWS)
+    with jsonl.open("a") as out:
+        out.write("not json\n[1, 2]\n")
+    done = run_cli("check", "--run", jsonl)
+    assert "Traceback" not in done.stderr
+    said = [line for line in done.stderr.splitlines() if "unreadable" in line]
+    assert said == [
+        f"rlmetrics: 2 unreadable lines of {jsonl} skipped: line 4 (not JSON), "
+        "line 5 (not a JSON object)"
+    ]
+    document = json.loads(run_cli("check", "--run", jsonl, "--json").stdout)
+    assert document["run"]["skipped_lines"] == 2

@@ -142,6 +142,8 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
         problem = not_a_run_problem(path, rows, skipped)
         if problem is not None:
             return problem
+        if skipped.count:  # each cost only itself: the keys are the other rows', and it is said
+            sys.stderr.write(skipped.summary(path) + "\n")
         hyperparams: dict[str, Any] = {}
         for row in rows:
             if row.get("kind") == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):
@@ -150,7 +152,8 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
         missing, tried = unexported_keys(rows, None if found is None else found.name)
         kept = [] if found is None else kept_to_backends(rows, found.name)
         mapped = None if found is None else resolve_key_map(found.name)
-        return _RunFindings(missing, tried, found, kept, unknown_in_rows(rows, mapped))
+        unknown = unknown_in_rows(rows, mapped)
+        return _RunFindings(missing, tried, found, kept, unknown, skipped.count)
     except (KeyError, ValueError) as exc:  # an unknown key map
         return str(exc.args[0] if exc.args else exc)
 
@@ -163,6 +166,8 @@ class _RunFindings:
     kept: list[str]
     #: The keys nothing knows, as Logger(unknown_keys="warn") says them (the same decision).
     unknown: list[Unknown]
+    #: Lines of the file that were no row (torn, not JSON): said, and in --json.
+    skipped_lines: int = 0
 
     def as_dict(self, path: Path) -> dict[str, Any]:
         return {
@@ -172,6 +177,7 @@ class _RunFindings:
             "kept_to_backends": self.kept,
             "unexported": [u.as_dict() for u in self.unexported],
             "unknown_keys": [u.as_dict() for u in self.unknown],
+            "skipped_lines": self.skipped_lines,
         }
 
 
