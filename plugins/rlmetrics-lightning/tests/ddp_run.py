@@ -5,15 +5,22 @@ again, with the same argv and the rank in the environment."""
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import lightning
 import torch
+from lightning.pytorch.strategies import DDPStrategy
 from rlmetrics_lightning import RLMetricsLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 STEPS = 3
+#: The run's hyperparameters (save_hyperparameters(): Lightning logs them on rank zero only).
+LR = 0.1
+#: The process group's timeout: long enough for the second process to import torch and
+#: Lightning on a busy host, and what a collective made on one rank only waits before failing.
+PG_TIMEOUT = timedelta(seconds=120)
 
 
 def values(rank: int, step: int) -> dict[str, float]:
@@ -27,8 +34,9 @@ def values(rank: int, step: int) -> dict[str, float]:
 
 
 class Ranked(lightning.LightningModule):  # type: ignore[misc]
-    def __init__(self) -> None:
+    def __init__(self, lr: float = LR) -> None:
         super().__init__()
+        self.save_hyperparameters()  # Lightning calls log_hyperparams on rank zero only
         self.layer = torch.nn.Linear(2, 1)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -38,7 +46,7 @@ class Ranked(lightning.LightningModule):  # type: ignore[misc]
         return torch.nn.functional.mse_loss(self.layer(x), y)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
 def main() -> None:
@@ -54,7 +62,7 @@ def main() -> None:
         log_every_n_steps=1,
         accelerator="cpu",
         devices=2,
-        strategy="ddp",
+        strategy=DDPStrategy(timeout=PG_TIMEOUT),
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,

@@ -1,7 +1,7 @@
 """RLMetricsLogger(ranks="torch") in a real Lightning DDP fit on CPU with two processes: the
 tracker gets one row per step, not two, and each run-level value is the one computed by hand
 from the two ranks' raw JSONL (reward weighted by num_samples, num_samples summed, an
-undeclared key averaged)."""
+undeclared key averaged); the module's save_hyperparameters() lands in the tracker."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.backends.jsonl import HYPERPARAMS_KIND, read_jsonl
 
 RUN = Path(__file__).with_name("ddp_run.py")
 sys.path.insert(0, str(RUN.parent))
@@ -22,6 +22,9 @@ RUN_TIMEOUT_S = 600.0
 
 
 def test_a_ddp_fit_on_two_processes_logs_one_merged_row_per_step(tmp_path: Path) -> None:
+    """Before: with save_hyperparameters() the fit hung — Lightning calls log_hyperparams on
+    rank zero only, and the Logger built there opened the merger's process group (a
+    collective) without the other rank, until the process group's timeout failed the fit."""
     env = {
         **os.environ,
         "MASTER_ADDR": "127.0.0.1",
@@ -37,6 +40,9 @@ def test_a_ddp_fit_on_two_processes_logs_one_merged_row_per_step(tmp_path: Path)
         timeout=RUN_TIMEOUT_S,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    tracker = list(read_jsonl(tmp_path / "tracker.jsonl", every_row=True))
+    hyperparams = [row["hyperparams"] for row in tracker if row.get("kind") == HYPERPARAMS_KIND]
+    assert hyperparams == [{"lr": ddp_run.LR}]  # once, on rank zero's tracker
     rows = [row for row in read_jsonl(tmp_path / "tracker.jsonl") if "reward" in row["metrics"]]
     assert [row["step"] for row in rows] == list(range(ddp_run.STEPS))  # one per step
     raw = {

@@ -9,7 +9,10 @@ With ``ranks="torch"`` (DDP and the other strategies on a torch.distributed proc
 every rank hands its dict to a Logger of its own that merges them across the ranks as each
 series declares (:mod:`rlmetrics.ranks`): rank zero writes the run's values, one row per step,
 and every rank its raw values to ``rlmetrics.rank{rank}.jsonl``. Lightning calls its loggers'
-``log_metrics`` on every rank at the same steps, which the merge's collective needs.
+``log_metrics`` on every rank at the same steps, which the merge's collective needs. That Logger
+is built on every rank at once (it opens a process group of its own: a collective), in
+``log_graph``, which Lightning calls on every rank right after ``log_hyperparams`` (rank zero
+only: the hyperparameters wait there for it), else at the first ``log_metrics``.
 
 The Logger built here is the logger's for the trainer's whole life: ``finalize`` ends a stage,
 not the run, so the ``validate()`` or ``test()`` after a ``fit()`` (and a second ``fit()``)
@@ -30,7 +33,7 @@ from typing import Any
 from lightning.pytorch.loggers import Logger as LightningLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from rlmetrics import KeyMap, Logger
+from rlmetrics import KeyMap, Logger, warn_once
 from rlmetrics.adapters import AdapterLogger, guarded
 from rlmetrics.ranks import RankMerger
 
@@ -77,6 +80,9 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         self._name = name
         self._version = version
         self._last_step = 0
+        #: Hyperparameters rank zero was given before the Logger that merges the ranks was
+        #: built (it is built on every rank at once): logged once it is.
+        self._held_hyperparams: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -96,9 +102,25 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
     def log_hyperparams(
         self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any
     ) -> None:
+        config = dict(vars(params) if isinstance(params, Namespace) else params)
+        if self.logs.merges and self.logs.logger is None and not self.logs.finished:
+            # Lightning calls this on rank zero only, and the Logger that merges the ranks is
+            # built on every rank at once (its process group: a collective): built here, it
+            # would wait for the other ranks until the group's timeout. The hyperparameters
+            # wait for it instead (log_graph, called on every rank right after this).
+            self._held_hyperparams = config
+            return
         logger = self.logs.start()
         if logger is not None:
-            logger.log_hyperparams(vars(params) if isinstance(params, Namespace) else params)
+            logger.log_hyperparams(config)
+
+    @guarded(_ADAPTER, "log_graph")
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Lightning calls it on every rank, right after ``log_hyperparams``, before the
+        first step: the Logger that merges the ranks is built here, on every rank at once
+        (no graph is logged)."""
+        if self.logs.merges:
+            self._held_to(self.logs.start())
 
     @guarded(_ADAPTER, "log_metrics")
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -111,7 +133,14 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         self._last_step = step
         logger = self.logs.start()
         if logger is not None:
+            self._held_to(logger)
             logger.log_metrics(metrics, step=step, prefix=self.prefix)
+
+    def _held_to(self, logger: Logger | None) -> None:
+        """The hyperparameters held for the Logger that merges the ranks, logged to it."""
+        held, self._held_hyperparams = self._held_hyperparams, None
+        if held is not None and logger is not None:
+            logger.log_hyperparams(held)
 
     def finalize(self, status: str) -> None:
         """The end of a ``fit``, ``validate``, ``test`` or ``predict``, not of the run: the
@@ -124,4 +153,12 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         calls are dropped."""
         if not self.logs.merges and getattr(rank_zero_only, "rank", 0) != 0:
             return
+        if self._held_hyperparams is not None:
+            self._held_hyperparams = None
+            warn_once(
+                f"adapter:{_ADAPTER}:held-hyperparams",
+                "rlmetrics: rlmetrics-lightning: the hyperparameters were not logged: the "
+                "Logger that merges the ranks is built on every rank at once, by the trainer's "
+                "log_graph or first log_metrics, and neither came before finish()",
+            )
         self.logs.finish()
