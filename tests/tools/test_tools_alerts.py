@@ -66,3 +66,44 @@ def test_good_settings_still_write_the_rules(tmp_path: Path) -> None:
     default = run_cli("alerts")
     assert default.returncode == 0 and default.stdout
     assert (tmp_path / "j.yml").read_text() != default.stdout  # the threshold is in it
+
+
+def _places(tmp_path: Path) -> dict[str, Path]:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file.jsonl").write_text("{}\n")
+    return {
+        "folder": tmp_path / "folder",
+        "file": tmp_path / "file.jsonl",
+        "under a file": tmp_path / "file.jsonl" / "x.yml",
+        "proc": Path("/proc/rlmetrics-test/x"),  # a folder nobody can create
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("-o", "folder"), "is a folder"),
+        (("-o", "under a file"), "is a file"),
+        (("--tests", "file"), "is a file"),
+        (("--tests", "under a file"), "is a file"),
+        (("--tests", "proc"), "/proc/rlmetrics-test"),
+        (("--recording-rules", "folder"), "is a folder"),
+        (("-o", "new/partial.yml", "--tests", "file"), "is a file"),
+        (("-o", "new/partial.yml", "--tests", "proc"), "/proc/rlmetrics-test"),
+    ],
+)
+def test_a_place_nothing_can_be_written_is_one_line_and_nothing_is_written(
+    tmp_path: Path, args: tuple[str, ...], named: str
+) -> None:
+    """Before: a traceback (IsADirectoryError, FileExistsError, NotADirectoryError...), and
+    with -o first, the rules file written before --tests failed."""
+    places = _places(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    given = [a if a.startswith("-") else str(places.get(a, tmp_path / a)) for a in args]
+    done = run_cli("alerts", *given)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("rlmetrics alerts: ") and named in line, line
+    assert line.endswith("; nothing written")
+    assert done.stdout == ""
+    assert sorted(tmp_path.rglob("*")) == before

@@ -24,6 +24,7 @@ from ..alerts.model import AlertSettings, duration, parse_seconds
 from ..alerts.recording import recording_rules_yaml
 from ..alerts.rules import collect_rules, promtool_tests, rule_groups, rules_yaml
 from ..registry import default_registry
+from ..report.destinations import NotWritten, file_problem, folder_problem, write_all
 from ._output import add_format_options, print_json, print_table
 
 __all__ = ["HELP", "NAME", "add_arguments", "parse_duration", "run", "settings_from"]
@@ -74,6 +75,18 @@ def add_settings(parser: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace) -> AlertSettings:
     return AlertSettings(thresholds=dict(args.thresholds), for_s=args.for_s)
+
+
+def _destination_problem(
+    args: argparse.Namespace, files: list[tuple[str, Path, str]]
+) -> str | None:
+    """The first place of ``files`` (``(option, path, text)``) nothing can be written."""
+    if args.tests is not None and (problem := folder_problem(args.tests)) is not None:
+        return f"--tests {problem}"
+    for option, path, _text in files:
+        if (problem := file_problem(path, create_folders=True)) is not None:
+            return f"{option} {problem}"
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,25 +165,38 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         sys.stderr.write("rlmetrics alerts: nothing written\n")
         return status
+    # Every file is rendered and every place checked before one is written: a place nothing
+    # can be written (a folder named for a file, a path under a file, a folder that cannot
+    # be created) leaves no rules file behind that looks like the whole result.
+    text = rules_yaml(rules)
+    files: list[tuple[str, Path, str]] = []
     if args.recording_rules is not None:
         specs = [item.spec for item in default_registry().declared()]
-        args.recording_rules.parent.mkdir(parents=True, exist_ok=True)
-        args.recording_rules.write_text(recording_rules_yaml(specs), encoding="utf-8")
-        sys.stderr.write(f"recording rules written to {args.recording_rules}\n")
-    text = rules_yaml(rules)
+        files.append(("--recording-rules", args.recording_rules, recording_rules_yaml(specs)))
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, encoding="utf-8")
+        files.append(("-o", args.output, text))
+    if args.tests is not None:
+        # The examples are written for the default thresholds and `for:` durations.
+        tested = collect_rules()[0] if (args.thresholds or args.for_s is not None) else rules
+        rules_text = render_yaml(rule_groups(tested, annotations=False))
+        files.append(("--tests", args.tests / "rules.yml", rules_text))
+        files.append(("--tests", args.tests / "tests.yml", promtool_tests(tested, "rules.yml")))
+    refused = _destination_problem(args, files)
+    if refused is None:
+        try:
+            folders = [] if args.tests is None else [args.tests]
+            write_all([(path, body) for _option, path, body in files], folders)
+        except NotWritten as exc:
+            refused = str(exc)
+    if refused is not None:
+        sys.stderr.write(f"rlmetrics alerts: {refused}; nothing written\n")
+        return 2
+    if args.recording_rules is not None:
+        sys.stderr.write(f"recording rules written to {args.recording_rules}\n")
+    if args.output is not None:
         sys.stderr.write(f"{len(rules)} alerting rules written to {args.output}\n")
     else:
         sys.stdout.write(text)
     if args.tests is not None:
-        # The examples are written for the default thresholds and `for:` durations.
-        tested = collect_rules()[0] if (args.thresholds or args.for_s is not None) else rules
-        args.tests.mkdir(parents=True, exist_ok=True)
-        (args.tests / "rules.yml").write_text(
-            render_yaml(rule_groups(tested, annotations=False)), encoding="utf-8"
-        )
-        (args.tests / "tests.yml").write_text(promtool_tests(tested, "rules.yml"), encoding="utf-8")
         sys.stderr.write(f"promtool tests written: promtool test rules {args.tests}/tests.yml\n")
     return 0
