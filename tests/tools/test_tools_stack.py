@@ -367,3 +367,28 @@ def _pending(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text().splitlines()
     masks = [line.split()[1] for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
     return sum(int(mask, 16) for mask in masks)
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "uncreatable", "targets a file"])
+@pytest.mark.parametrize("start", [(), ("--no-start",)], ids=["start", "no-start"])
+def test_a_dir_nothing_can_be_written_in_is_one_line_and_status_2(
+    tmp_path: Path, where: str, start: tuple[str, ...]
+) -> None:
+    """Before: a traceback out of atomic_write's mkdir (FileExistsError, NotADirectoryError)."""
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "targets").write_text("x")  # a file where the stack needs a folder
+    given = {
+        "a file": tmp_path / "file",
+        "under a file": tmp_path / "file" / "stack",
+        "uncreatable": Path("/proc/rlmetrics-test/stack"),
+        "targets a file": tmp_path / "half",
+    }[where]
+    # (--prometheus names a binary that does not exist: nothing may start, whatever happens.)
+    done = run_cli(
+        "stack", "--dir", given, *start, "--no-ray", "--prometheus", tmp_path / "no-prometheus"
+    )
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"rlmetrics stack: --dir {given}"), line
+    assert done.stdout == ""

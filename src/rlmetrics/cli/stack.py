@@ -27,6 +27,7 @@ from typing import Any
 from ..alerts.model import duration
 from ..alerts.rules import collect_rules, rules_yaml
 from ..dashboard.grafana import build_dashboard, collect_rows, dashboard_json
+from ..report.destinations import folder_problem
 from ..stack.alertmanager import (
     ALERTMANAGER_MISSING,
     AlertmanagerProcess,
@@ -253,6 +254,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"rlmetrics stack: alert rules {problem.builder}: {problem.reason}\n")
     if problems:
         return 2
+    refused = folder_problem(args.dir)
+    if refused is not None:  # before a file is written or a server looked for
+        sys.stderr.write(f"rlmetrics stack: --dir {refused}\n")
+        return 2
     rows, _ = collect_rows()
     root = args.dir.resolve()
     files = StackFiles(root)
@@ -278,9 +283,16 @@ def run(args: argparse.Namespace) -> int:
                 args.alertmanager_port or DEFAULT_ALERTMANAGER_PORT,
             )
     settings = _settings(args, manager.address if manager is not None else None)
-    write_stack(root, settings, rules_yaml(rules), dashboard_json(build_dashboard(rows)))
-    if manager is not None:
-        write_alertmanager_config(files, delivery)
+    try:
+        write_stack(root, settings, rules_yaml(rules), dashboard_json(build_dashboard(rows)))
+        if manager is not None:
+            write_alertmanager_config(files, delivery)
+    except OSError as exc:  # a folder that cannot be created, a file where one goes: one line
+        where = exc.filename or root
+        sys.stderr.write(
+            f"rlmetrics stack: --dir {args.dir}: cannot write {where}: {exc.strerror}\n"
+        )
+        return 2
     report: dict[str, Any] = {
         "dir": str(root),
         "config": str(files.config),
