@@ -306,3 +306,63 @@ def test_a_demo_under_the_rl_naming_profile_speaks_the_proposal(
     attributes = dict(resource)
     assert attributes["rl.run.id"] == result.run_id
     assert (attributes["rl.algorithm"], attributes["rl.system"]) == ("grpo", "rlmetrics-demo")
+
+
+DEMO = ("demo", "--steps", "2", "--interval", "0", "--prometheus-port", "0", "--no-plot")
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "uncreatable"])
+def test_an_output_nothing_can_be_written_in_is_one_line_and_status_2(
+    tmp_path: Path, where: str
+) -> None:
+    """Before: a traceback out of mkdir (FileExistsError, NotADirectoryError)."""
+    (tmp_path / "file").write_text("mine\n")
+    given = {
+        "a file": tmp_path / "file",
+        "under a file": tmp_path / "file" / "demo",
+        "uncreatable": Path("/proc/rlmetrics-test/demo"),
+    }[where]
+    done = run_cli(*DEMO, "--output", given)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"rlmetrics demo: --output {given}"), line
+    assert done.stdout == "" and (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_a_folder_holding_a_real_run_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """Before: the demo deleted the run's metrics.jsonl and traces.jsonl and wrote its own."""
+    import rlmetrics
+
+    run = tmp_path / "my-run"
+    with (
+        rlmetrics.start(exporters={"otlp_file": {"path": run / "traces.jsonl"}}),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(run / "metrics.jsonl")}}) as logger,
+    ):
+        logger.log_hyperparams({"policy": {"model": "my/model"}})
+        with rlmetrics.phase("generation", bucket="productive"):
+            logger.log_metrics({"reward": 0.5}, step=1, prefix="train")
+    before = {path.name: path.read_bytes() for path in run.iterdir()}
+    assert set(before) == {"metrics.jsonl", "traces.jsonl"}
+    done = run_cli(*DEMO, "--output", run)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"rlmetrics demo: --output {run}") and "metrics.jsonl" in line, line
+    assert {path.name: path.read_bytes() for path in run.iterdir()} == before
+    # A traces file alone (its run's JSONL elsewhere) is no demo's either.
+    (run / "metrics.jsonl").unlink()
+    done = run_cli(*DEMO, "--output", run)
+    assert done.returncode == 2 and "traces.jsonl" in done.stderr, done.stderr
+    assert (run / "traces.jsonl").read_bytes() == before["traces.jsonl"]
+
+
+def test_a_previous_demos_output_is_replaced_and_other_files_kept(tmp_path: Path) -> None:
+    output = tmp_path / "demo"
+    output.mkdir()
+    (output / "notes.txt").write_text("mine\n")
+    first = run_cli(*DEMO, "--output", output, "--json")
+    assert first.returncode == 0, first.stderr
+    again = run_cli(*DEMO, "--output", output, "--json")
+    assert again.returncode == 0, again.stderr
+    run_ids = {row["run_id"] for row in read_jsonl(output / "metrics.jsonl", every_row=True)}
+    assert run_ids == {json.loads(again.stdout)["run_id"]}  # its own log, not appended
+    assert (output / "notes.txt").read_text() == "mine\n"

@@ -20,7 +20,15 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from ..demo.run import DEFAULT_OUTPUT, DemoOptions, DemoResult, run_demo
+from ..demo.run import (
+    DEFAULT_OUTPUT,
+    PLOT_NAME,
+    TIMELINE_NAME,
+    DemoOptions,
+    DemoResult,
+    OutputRefused,
+    run_demo,
+)
 from ..report.text import render
 from ..telemetry import TelemetryError
 from ._output import add_format_options, positive_count, print_json
@@ -29,8 +37,6 @@ __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
 NAME = "demo"
 HELP = "run a simulated GRPO run end to end: JSONL, Prometheus endpoint, report"
-PLOT_NAME = "report.png"
-TIMELINE_NAME = "timeline.png"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         run_demo(options, say=say, progress=sys.stderr, stop=stop, on_result=show)
+    except OutputRefused as exc:
+        sys.stderr.write(f"rlmetrics demo: --output {exc}\n")
+        return 2
     except TelemetryError as exc:
         sys.stderr.write(f"rlmetrics demo: {exc}\n")
         return 1

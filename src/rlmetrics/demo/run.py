@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +31,7 @@ from ..exporters.prometheus import PortTaken
 from ..exporters.prometheus import port_from_env as prometheus_port
 from ..hooks import collect_offers
 from ..plugins import load_plugins
+from ..report.destinations import folder_problem
 from ..report.summary import RunReport, read_report
 from ..telemetry import Telemetry
 from .parts import DemoPart, DemoSettings
@@ -37,11 +40,67 @@ from .simulation import _MAX_TOKENS, GENERATIONS_PER_PROMPT, SETUP_PREFIX, Simul
 from .tables import SAMPLES_EVERY, demo_hyperparams, demo_samples
 from .trajectories import demo_trajectories
 
-__all__ = ["DEFAULT_OUTPUT", "DemoOptions", "DemoResult", "run_demo"]
+__all__ = [
+    "DEFAULT_OUTPUT",
+    "OUTPUT_FILES",
+    "DemoOptions",
+    "DemoResult",
+    "OutputRefused",
+    "output_problem",
+    "run_demo",
+]
 
 DEFAULT_OUTPUT = Path("rlmetrics-demo")
 JSONL_NAME = "metrics.jsonl"
 TRACES_NAME = "traces.jsonl"
+PLOT_NAME = "report.png"
+TIMELINE_NAME = "timeline.png"
+#: Every file the demo (and ``rlmetrics demo``'s pictures) writes in its output folder,
+#: replacing a previous demo's.
+OUTPUT_FILES = (
+    JSONL_NAME,
+    samples_path(Path(JSONL_NAME)).name,
+    TRACES_NAME,
+    PLOT_NAME,
+    TIMELINE_NAME,
+)
+#: How much of a metrics.jsonl's first line is read to tell whether a demo wrote it.
+_FIRST_LINE_BYTES = 64 * 1024
+
+
+class OutputRefused(ValueError):
+    """The output folder cannot take the demo's files: it is a file, cannot be created, or
+    holds files of the demo's names that no previous demo wrote (a real run's)."""
+
+
+def _written_by_demo(jsonl: Path) -> bool:
+    """Whether ``jsonl`` is a previous demo's log: its first row is the demo's configuration
+    (the first thing the demo logs), recognisable by its simulated model."""
+    try:
+        with jsonl.open("rb") as handle:
+            row = json.loads(handle.readline(_FIRST_LINE_BYTES))
+        model = row["hyperparams"]["policy"]["model"]
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        return False
+    return bool(model == demo_hyperparams(0, 1, 0)["policy"]["model"])
+
+
+def output_problem(output: str | os.PathLike[str]) -> str | None:
+    """Why the demo cannot write in ``output``, or None. The demo replaces its own files
+    (:data:`OUTPUT_FILES`) and touches nothing else: a folder holding any of them is taken
+    only when it is a previous demo's output (its ``metrics.jsonl`` the demo's log), so a real
+    run's files are never deleted."""
+    output = Path(output)
+    problem = folder_problem(output)
+    if problem is not None or not output.is_dir():
+        return problem
+    present = [name for name in OUTPUT_FILES if os.path.lexists(output / name)]
+    if not present or _written_by_demo(output / JSONL_NAME):
+        return None
+    return (
+        f"{output} holds {', '.join(present)}, which no previous demo wrote (a run's files?) "
+        "and the demo would replace: give a new or empty folder, or a previous demo's"
+    )
 
 
 @attrs.frozen
@@ -167,12 +226,19 @@ def run_demo(
     stop: threading.Event | None = None,
     on_result: Callable[[DemoResult], None] | None = None,
 ) -> DemoResult:
-    """Run the demo; ``say`` gets where things are, ``progress`` the progress bar.
+    """Run the demo; ``say`` gets where things are, ``progress`` the progress bar. Raises
+    :class:`OutputRefused` (nothing written) for an output folder it must not write in.
     ``on_result`` gets the result (the run's report) as soon as the steps are done; with
     ``options.serve`` the endpoint then stays up until ``stop`` is set or the user interrupts.
     """
     output = Path(options.output)
-    output.mkdir(parents=True, exist_ok=True)
+    problem = output_problem(output)
+    if problem is not None:
+        raise OutputRefused(problem)
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputRefused(f"{output}: cannot create {exc.filename}: {exc.strerror}") from None
     jsonl = output / JSONL_NAME
     jsonl.unlink(missing_ok=True)  # each run writes its own log
     samples_path(jsonl).unlink(missing_ok=True)
