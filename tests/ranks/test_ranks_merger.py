@@ -645,6 +645,43 @@ def test_a_group_of_its_own_that_cannot_be_opened_leaves_the_merge_on_the_loop_s
     assert row["metrics"]["n"] == 1.0  # the mean of 0, 1 and 2
 
 
+def test_a_logger_built_on_rank_0_only_stops_merging_once_said_and_never_blocks_the_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rank 0 alone builds its Logger with ranks (as under ``if rank == 0:``): opening the
+    merger's own group waits for the other ranks until its timeout. Then the merging stops,
+    said once with what to change, and rank 0 logs its own values at once. Before: it fell
+    back to merging on the loop's thread, over the trainer's group, where every step's
+    log_metrics waited in a collective the other ranks never join (and one they do join for
+    the trainer's own would be paired with it)."""
+    trainer = _group(timeout_s=20.0)
+    own = _group(timeout_s=1.5)  # the merger's own group: the other ranks never open it
+
+    class Alone(SeparableCollective):
+        def own_group(self) -> OwnCollective:
+            own["barrier"].wait()  # waits its timeout for ranks that never come
+            raise AssertionError("unreachable")  # pragma: no cover
+
+    merger = RankMerger(Alone(trainer, 0, own), raw_path=tmp_path / "raw.jsonl")
+    logger = rlmetrics.Logger(
+        backends={"jsonl": {"path": str(tmp_path / "tracker.jsonl")}}, ranks=merger
+    )
+    started = time.monotonic()
+    for step in range(3):
+        logger.log_metrics({"n": float(step)}, step=step)
+    logger.finish()
+    assert time.monotonic() - started < 10  # not a collective's timeout per step
+    rows = [row for row in read_jsonl(tmp_path / "tracker.jsonl") if "metrics" in row]
+    assert [(row["step"], row["metrics"]) for row in rows] == [
+        (step, {"n": float(step)}) for step in range(3)
+    ]
+    assert merger.broken is not None and merger.handoff is None
+    said = [r.getMessage() for r in caplog.records if "own process group" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "build the Logger with ranks= on every rank" in said[0]
+    assert [r["step"] for r in read_jsonl(tmp_path / "raw.jsonl")] == [0, 1, 2]
+
+
 _CALL = st.tuples(st.integers(min_value=0, max_value=3), st.sampled_from(["train", "eval"]))
 
 

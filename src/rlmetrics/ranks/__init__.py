@@ -105,9 +105,11 @@ def torch_distributed(
 ) -> RankMerger:
     """A merger over torch.distributed ``group`` (None: the default process group, which
     must be initialised). By default a Logger's merges run on the merger's own thread over a
-    gloo group of its own, opened when the Logger is built (on every rank: build each rank's
-    Logger at the same point); ``background=False`` merges on the loop's thread. See
-    :class:`RankMerger` for the other arguments."""
+    gloo group of its own, opened when the Logger is built: a collective, so build the Logger
+    on every rank at the same point, never under ``if rank == 0:`` (a rank that built it
+    alone waits the group's timeout for the others, says so, and merges no more);
+    ``background=False`` merges on the loop's thread. See :class:`RankMerger` for the other
+    arguments."""
     from .torch import TorchCollective
 
     return RankMerger(

@@ -93,6 +93,9 @@ _HEADER = 4
 _HEADER_OF = operator.itemgetter(0, 1)
 _CALL_OF = operator.itemgetter(2, 3)
 _FLOATS = frozenset({float})
+#: An own group that failed after this long waited for ranks that never came (one that fails
+#: at once, every rank alike, leaves the merge on the loop's thread).
+_OWN_GROUP_WAITED_S = 1.0
 
 
 class Collective(Protocol):
@@ -352,13 +355,33 @@ class RankMerger:
         own_group = getattr(self.collective, "own_group", None)
         if not self.background or self.handoff is not None or deliver is None or own_group is None:
             return
+        started = time.monotonic()
         try:
             self.collective = self._own = own_group()
         except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() - started < _OWN_GROUP_WAITED_S and "timeout" not in reason.lower():
+                # Failed at once (no port, no gloo): every rank fails alike, and merges over
+                # the group it was given, on the loop's thread.
+                warn_once(
+                    "ranks:own-group",
+                    f"rlmetrics: rank {self.rank} could not open the merger's own process "
+                    f"group ({reason}); it merges on the loop's thread instead",
+                )
+                return
+            # Failed after waiting: some rank never opened it (its Logger not built, or built
+            # later, as under `if rank == 0:`). Merging on the given group would wait in
+            # collectives those ranks never make, or pair with the trainer's own.
+            self.broken = f"the merger's own process group was not opened ({reason})"
             warn_once(
                 "ranks:own-group",
-                f"rlmetrics: rank {self.rank} could not open the merger's own process group "
-                f"({type(exc).__name__}: {exc}); it merges on the loop's thread instead",
+                f"rlmetrics: rank {self.rank} could not open the merger's own process group: "
+                f"not every one of the {self.world_size} ranks opened it within the group's "
+                f"timeout ({reason}). Opening it is a collective: build the Logger with ranks= "
+                "on every rank, at the same point (as the trainer's process group is made), "
+                "not under `if rank == 0:`. Ranks are merged no more in this run; rank 0 logs "
+                "its own values (each rank's raw rows are still written)",
+                expected=True,
             )
             return
         self._deliver = deliver

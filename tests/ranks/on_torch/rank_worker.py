@@ -114,6 +114,25 @@ def busy(rank: int, folder: Path, group: object) -> None:
     )
 
 
+def rank_0_only(rank: int, folder: Path, group: object) -> None:
+    """The Logger with ranks built on rank 0 only, as under ``if rank == 0:``: rank 0 logs a
+    few steps and finishes; the other ranks build none."""
+    if rank != 0:
+        return
+    merger = torch_distributed(group, raw_path=folder / "rank{rank}.jsonl")
+    logger = rlmetrics.Logger(
+        backends={"jsonl": {"path": str(folder / f"tracker{rank}.jsonl")}}, ranks=merger
+    )
+    started = time.monotonic()
+    for step in range(STEPS):
+        logger.log_metrics(values(rank, step), step=step, prefix="train")
+    logged_s = time.monotonic() - started
+    logger.finish()
+    (folder / f"result{rank}.json").write_text(
+        json.dumps({"logged_s": logged_s, "broken": merger.broken})
+    )
+
+
 def _registered(group: object) -> bool:
     """Whether torch.distributed still holds ``group`` (destroy_process_group forgets it)."""
     try:
@@ -133,6 +152,11 @@ def main() -> None:
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
     if scenario in ("straggler", "busy"):
         (straggle if scenario == "straggler" else busy)(rank, folder, group)
+        dist.destroy_process_group()
+        return
+    if scenario == "rank-0-only":
+        rank_0_only(rank, folder, group)
+        dist.barrier()  # the trainer's own collective, on its default group, after it
         dist.destroy_process_group()
         return
     # Data parallel by hand (DDP's import of torch._dynamo takes a minute on a busy host):
