@@ -21,7 +21,7 @@ a training loop's does.
 - a trajectory the span budget drops, in a batch of 100 that all are dropped: the cost per
   trajectory of the whole call (its metrics and row included; goal ≤5 µs), and of the span
   side alone — the budget's decision and the counted drop — against a batch traced whole
-  minus its spans, and the floor: the four histogram points a dropped trajectory still owes,
+  minus its spans, and the floor: the three histogram points a dropped trajectory still owes,
   by hand on the raw SDK (reference rows: the absolute µs);
 - every timed case collects both providers between rounds, off the clock, as the periodic
   reader does on its own thread (a histogram value recorded outside every span is held and
@@ -78,7 +78,7 @@ DROPPED_IN_STEP = (
     "exemplars on the step span; the step's own span included)"
 )
 DROPPED_SPANS = "a budget-dropped trajectory, span side only (reference)"
-DROPPED_FLOOR = "its 4 histogram points by hand on the raw SDK (reference: the floor)"
+DROPPED_FLOOR = "its 3 histogram points by hand on the raw SDK (reference: the floor)"
 RSS_GOAL_MB = 5.0
 RSS_BATCH = 1000
 GOALS: dict[str, tuple[float, str]] = {ONE: (1.3, "x"), DROPPED: (5.0, "µs")}
@@ -136,7 +136,8 @@ class RawTrajectory:
         self.tool_calls = meter.create_histogram("rl.trajectory.tool_calls")
         self.tools = meter.create_counter("rl.tool.calls")
         self.tokens = meter.create_counter("rl.trajectory.tokens")
-        self.reward = meter.create_histogram("rl.trajectory.reward")
+        self.reward_sum = meter.create_up_down_counter("rl.trajectory.reward.summed")
+        self.reward_count = meter.create_counter("rl.trajectory.reward.count")
         self.duration = meter.create_histogram("rl.trajectory.duration", unit="s")
 
     def log(self, step: int) -> None:
@@ -211,7 +212,9 @@ class RawTrajectory:
         self.tokens.add(400, {"gen_ai.token.type": "input", **env})
         self.tokens.add(80, {"gen_ai.token.type": "output", **env})
         self.tools.add(TURNS, {"gen_ai.tool.name": "search", "rl.tool.outcome": "success"})
-        self.reward.record(1.0, {"rl.reward.component": "correct", **env})
+        for component in ("correct", "total"):  # the component and the trajectory's total
+            self.reward_sum.add(1.0, {"rl.reward.component": component, **env})
+            self.reward_count.add(1, {"rl.reward.component": component, **env})
         token = otel_context.attach(inside)
         try:
             self.duration.record((t1 - t0) / 1e9, {"rl.trajectory.outcome": "success", **env})
@@ -329,16 +332,15 @@ def measure(rounds: int, number: int) -> dict[str, Comparison]:
         side = compare(decided, nothing, number=number, rounds=rounds)
         results[DROPPED_SPANS] = attrs.evolve(side, case_s=side.case_s / 100)
         # What a dropped trajectory still owes the SDK, one call per value (a histogram
-        # takes no count): turns, tool calls, its reward and its duration.
+        # takes no count): turns, tool calls and its duration. (Its counters' values, the
+        # reward's sum and count among them, add up over a batch: one call per batch.)
         env = {"rl.env": "math"}
-        reward_set = {"rl.reward.component": "correct", **env}
         outcome_set = {"rl.trajectory.outcome": "success", **env}
 
         def owed() -> None:
             for _ in range(100):
                 raw.turns.record(TURNS, env)
                 raw.tool_calls.record(TURNS, env)
-                raw.reward.record(1.0, reward_set)
                 raw.duration.record(3.1, outcome_set)
 
         floor = compare(owed, nothing, number=max(1, number // 10), rounds=rounds)

@@ -274,7 +274,8 @@ def test_a_reward_without_a_value_is_said_and_the_rest_lands(
     )
     assert rewards == [("correct", 2.0), ("total", 0.5)]
     assert [(r["sample_id"], r["reward"]) for r in rows.rows] == [("s0", 0.5), ("live", 2.0)]
-    assert single(found, "rl.trajectory.reward", **{"rl.reward.component": "correct"}).count == 1
+    correct = {"rl.reward.component": "correct"}
+    assert single(found, "rl.trajectory.reward.count", **correct).value == 1
 
 
 def test_keys_that_are_not_read_are_said_once_with_the_keys_that_are(

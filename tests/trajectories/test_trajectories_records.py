@@ -167,19 +167,19 @@ def test_spans_row_and_metrics_of_a_record_agree(fields: dict[str, Any]) -> None
     assert abs(duration.sum - agent.seconds) < 1e-6
     [turns] = [p for p in found if p.name == "rl.trajectory.turns"]
     assert turns.sum == t.turn_count
-    # The total the span says is the one total point (no second one from a component-less
-    # reward); a negative one is no histogram value (the instrument drops it, said once).
+    # The total the span says is the one total counted (no second one from a component-less
+    # reward), negative or not.
     total = t.total_reward()
-    totals = [
-        p
+    totals = {
+        p.name: p.value
         for p in found
-        if p.name == "rl.trajectory.reward" and p.attributes["rl.reward.component"] == "total"
-    ]
+        if p.name.startswith("rl.trajectory.reward.")
+        and p.attributes["rl.reward.component"] == "total"
+    }
     if total is None:
         assert not totals
-    elif total >= 0:
-        [point] = totals
-        assert (point.count, point.sum) == (1, total)
+    else:
+        assert totals == {"rl.trajectory.reward.count": 1, "rl.trajectory.reward.summed": total}
 
 
 # Any value a record's end_time may hold: Unix seconds that int64 ns carry (after 1970, before

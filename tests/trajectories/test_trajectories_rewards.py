@@ -1,7 +1,8 @@
 """A trajectory's total reward is the same number in its three outputs: the span's
-``rl.reward``, the row's ``reward`` and the ``total`` point of ``rl.trajectory.reward``; a
-reward without a component (component ``total``) is a part of that total, never a second
-``total`` point. Read back from the SDK's spans and points and a tracker's rows."""
+``rl.reward``, the row's ``reward`` and what ``rl.trajectory.reward.summed`` / ``.count`` add
+under ``total``; a reward without a component (component ``total``) is a part of that total,
+never counted twice. Negative rewards (a format penalty) count like any other. Read back from
+the SDK's spans and points and a tracker's rows."""
 
 from __future__ import annotations
 
@@ -58,6 +59,15 @@ CASES = {
         {},
     ),
     "no reward": (_record(), None, {}),
+    # Before: rl.trajectory.reward was a histogram, whose instrument drops a negative value
+    # (said once): a penalty never reached the metric, and its mean was that of the rest.
+    "negative rewards": (
+        _record(
+            rewards=[{"value": -1.0, "component": "format"}, {"value": 0.5, "component": "ok"}]
+        ),
+        -0.5,
+        {"format": [-1.0], "ok": [0.5]},
+    ),
 }
 
 
@@ -70,11 +80,17 @@ def test_the_total_is_the_same_in_the_span_the_row_and_the_metric(rows: Rows, ca
         found = points(reader)
     [agent] = [s for s in spans if s.name == "invoke_agent"]
     [row] = rows.rows
-    by_component = {
-        p.attributes["rl.reward.component"]: (p.count, p.sum)
+    sums = {
+        p.attributes["rl.reward.component"]: p.value
         for p in found
-        if p.name == "rl.trajectory.reward"
+        if p.name == "rl.trajectory.reward.summed"
     }
+    by_component = {
+        p.attributes["rl.reward.component"]: (p.value, sums[p.attributes["rl.reward.component"]])
+        for p in found
+        if p.name == "rl.trajectory.reward.count"
+    }
+    assert set(sums) == set(by_component)
     assert agent.attributes.get("rl.reward") == total
     assert row["reward"] == total
     expected = {c: (len(v), sum(v)) for c, v in components.items()}

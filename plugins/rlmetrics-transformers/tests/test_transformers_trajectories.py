@@ -140,8 +140,8 @@ def test_a_grpo_run_yields_one_trajectory_per_completion_with_trls_rewards(
     assert completed == completions
     rewarded = Counter()
     for p in found:
-        if p.name == "rl.trajectory.reward":
-            rewarded[p.attributes["rl.reward.component"]] += p.count
+        if p.name == "rl.trajectory.reward.count":
+            rewarded[p.attributes["rl.reward.component"]] += p.value
     nan = sum(math.isnan(b["odd_length_reward"][i]) for b in batches.values() for i in range(4))
     assert rewarded["length_reward"] == completions
     assert rewarded["odd_length_reward"] == completions - nan

@@ -9,10 +9,13 @@ batch or one live trajectory), counted from the same records its spans and rows 
 - ``rl.trajectory.tokens`` (counter): input and output tokens (``gen_ai.token.type``) by env;
 - ``rl.trajectory.duration`` (histogram, s): each rollout's wall time by outcome and env,
   recorded inside the trajectory's span, so its exemplars point at trajectory spans;
-- ``rl.trajectory.reward`` (histogram): by env, each reward of a named component under its
-  ``rl.reward.component``, and under ``total`` each trajectory's total, the one its span's
-  ``rl.reward`` and its row's ``reward`` show (a reward without a component is a part of it,
-  not a point of its own);
+- ``rl.trajectory.reward.summed`` (up-down counter) and ``rl.trajectory.reward.count``
+  (counter): by env, the rewards of a named component under its ``rl.reward.component``, and
+  under ``total`` each trajectory's total, the one its span's ``rl.reward`` and its row's
+  ``reward`` show (a reward without a component is a part of it, not counted on its own).
+  Their ratio is the mean reward. A sum and a count rather than a histogram because rewards
+  are often negative (a format penalty) and an OpenTelemetry histogram takes no negative
+  value: the SDK drops it, so a histogram's mean would be that of the other rewards;
 - ``rl.trajectory.spans.dropped`` (counter): trajectories the span budget left without spans.
 
 Off-policy signals, from the records' weight versions, ``logprob_mismatch`` and
@@ -63,7 +66,8 @@ __all__ = [
     "IMPORTANCE_RATIO",
     "LOGPROB_MISMATCH",
     "STALENESS",
-    "REWARD",
+    "REWARD_COUNT",
+    "REWARD_SUMMED",
     "TOKENS",
     "TOOL_CALLS",
     "TOOL_CALL_COUNT",
@@ -78,7 +82,8 @@ TOOL_CALLS: Final = "rl.trajectory.tool_calls"
 TOOL_CALL_COUNT: Final = "rl.tool.calls"
 TOKENS: Final = "rl.trajectory.tokens"
 DURATION: Final = "rl.trajectory.duration"
-REWARD: Final = "rl.trajectory.reward"
+REWARD_SUMMED: Final = "rl.trajectory.reward.summed"
+REWARD_COUNT: Final = "rl.trajectory.reward.count"
 DROPPED: Final = "rl.trajectory.spans.dropped"
 TOKEN_TYPE_ATTR = "gen_ai.token.type"
 STALENESS: Final = "rl.offpolicy.staleness"
@@ -101,7 +106,12 @@ _SECONDS_BUCKETS = (
 _STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32)
 _MISMATCH_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
 _RATIO_BUCKETS = (0.5, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1, 1.25, 2, 5, 10)
-_REWARD_BUCKETS = (-10, -5, -2, -1, -0.5, -0.25, 0, 0.1, 0.25, 0.5, 0.75, 0.9, 1, 2, 5, 10)
+
+#: The reward series' attributes and bound, the sum's and the count's alike.
+_BY_COMPONENT: dict[str, Any] = {
+    "attributes": {REWARD_COMPONENT_ATTR: OPEN, ENV_ATTR: OPEN},
+    "max_series": (MAX_COMPONENTS + 2) * (MAX_ENVS + 2),
+}
 
 declare(
     GROUP,
@@ -169,14 +179,21 @@ declare(
             buckets=_SECONDS_BUCKETS,
         ),
         MetricSpec(
-            REWARD,
-            Kind.HISTOGRAM,
+            REWARD_SUMMED,
+            Kind.UP_DOWN_COUNTER,
             reduce=SUM,
             unit="1",
+            description="Sum of the rewards of trajectories, by reward component and env (over "
+            "rl.trajectory.reward.count: the mean reward; negative rewards count)",
+            **_BY_COMPONENT,
+        ),
+        MetricSpec(
+            REWARD_COUNT,
+            Kind.COUNTER,
+            reduce=SUM,
+            unit="{reward}",
             description="Rewards of trajectories, by reward component and env",
-            attributes={REWARD_COMPONENT_ATTR: OPEN, ENV_ATTR: OPEN},
-            max_series=(MAX_COMPONENTS + 2) * (MAX_ENVS + 2),
-            buckets=_REWARD_BUCKETS,
+            **_BY_COMPONENT,
         ),
         MetricSpec(
             STALENESS,
@@ -284,6 +301,8 @@ def record_batch(batch: TrajectoryBatch) -> None:
     completed: dict[tuple[str, str | None, str | None], int] = {}
     tokens: dict[tuple[str, str | None], int] = {}
     calls: dict[tuple[str, str], int] = {}
+    # (component, env): [sum, count], recorded once per batch like the counters.
+    reward_sums: dict[tuple[str | None, str | None], list[float]] = {}
     contexts = batch.contexts
     trained = batch.trainer_weight_version
     envs, reasons, tools, components = _env_of, _reason_of, _tool_of, _component_of
@@ -338,21 +357,15 @@ def record_batch(batch: TrajectoryBatch) -> None:
                 component = components[raw_component]
             except KeyError:
                 component = components[raw_component] = _components(raw_component)
-            reward_set = rewarded.get((component, env))
-            if reward_set is None:
-                reward_set = rewarded[(component, env)] = _attributes(
-                    (REWARD_COMPONENT_ATTR, component), (ENV_ATTR, env)
-                )
-            record(GROUP, {REWARD: reward.value}, reward_set)
+            summed = reward_sums.setdefault((component, env), [0.0, 0])
+            summed[0] += reward.value
+            summed[1] += 1
         # The total its span and row show, once: the given one, else the sum of its rewards.
         total = t.total_reward(rewards)
         if total is not None:
-            reward_set = rewarded.get(("total", env))
-            if reward_set is None:
-                reward_set = rewarded[("total", env)] = _attributes(
-                    (REWARD_COMPONENT_ATTR, "total"), (ENV_ATTR, env)
-                )
-            record(GROUP, {REWARD: total}, reward_set)
+            summed = reward_sums.setdefault(("total", env), [0.0, 0])
+            summed[0] += total
+            summed[1] += 1
         lag = t.staleness(trained)
         if lag is not None:
             record(GROUP, {STALENESS: lag})
@@ -379,6 +392,13 @@ def record_batch(batch: TrajectoryBatch) -> None:
             (OUTCOME_ATTR, outcome_name), (TRAJECTORY_FINISH_REASON_ATTR, reason), (ENV_ATTR, env)
         )
         record(GROUP, {COMPLETED: n}, attributes)
+    for component_env, (value_sum, count) in reward_sums.items():
+        reward_set = rewarded.get(component_env)
+        if reward_set is None:
+            reward_set = rewarded[component_env] = _attributes(
+                (REWARD_COMPONENT_ATTR, component_env[0]), (ENV_ATTR, component_env[1])
+            )
+        record(GROUP, {REWARD_SUMMED: value_sum, REWARD_COUNT: int(count)}, reward_set)
     for (kind, env), n in tokens.items():
         record(GROUP, {TOKENS: n}, _attributes((TOKEN_TYPE_ATTR, kind), (ENV_ATTR, env)))
     for (tool_name, tool_outcome), n in calls.items():
