@@ -27,6 +27,8 @@ _T = TypeVar("_T")
 MAX_ANSWER_BYTES = 256 * 1024
 #: The most JSONL files ``list_runs`` names.
 MAX_LIST = 200
+#: How much of a file ``list_runs`` reads to tell a run's JSONL from other JSON lines.
+_PEEK_LINES, _PEEK_BYTES = 8, 1024 * 1024
 
 
 class RunFolder:
@@ -35,12 +37,16 @@ class RunFolder:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
 
+    def inside(self, resolved: Path) -> bool:
+        """Whether a resolved path is the folder or in it: the one rule every tool applies."""
+        return resolved == self.root or self.root in resolved.parents
+
     def path(self, given: str, what: str = "file") -> Path:
         """``given`` (relative to the folder, or absolute inside it), resolved; outside the
         folder (``..``, a symlink out, another absolute path) is refused."""
         candidate = Path(given)
         resolved = (candidate if candidate.is_absolute() else self.root / candidate).resolve()
-        if resolved != self.root and self.root not in resolved.parents:
+        if not self.inside(resolved):
             raise QueryError(f"{given!r} is outside the run folder {self.root}: refused")
         if what == "file" and not resolved.is_file():
             raise QueryError(f"{given!r}: no such file in the run folder")
@@ -59,10 +65,15 @@ class RunFolder:
             raise QueryError(f"limit must be between 1 and {MAX_LIST}, got {limit}: refused")
         base = self.path(folder, what="folder")
         found = []
-        for path in sorted(base.rglob("*.jsonl"))[: limit * 4]:
-            if path.name.endswith(".samples.jsonl") or not path.is_file():
+        # Every file is a candidate (a cap on files looked at hid runs behind traces files);
+        # one that is no run costs the read of its first lines.
+        for path in sorted(base.rglob("*.jsonl")):
+            if path.name.endswith(".samples.jsonl"):
                 continue
-            rows = read_jsonl(path, skipped=SkippedLines())  # counted by run_state, not here
+            resolved = path.resolve()  # a link out of the folder is refused, as run_state does
+            if not self.inside(resolved) or not resolved.is_file() or not _starts_a_run(resolved):
+                continue
+            rows = read_jsonl(resolved, skipped=SkippedLines())  # counted by run_state, not here
             ids = list(dict.fromkeys(r["run_id"] for r in rows if isinstance(r.get("run_id"), str)))
             if not ids:
                 continue  # not a run's metrics (a traces file, another tool's JSON lines)
@@ -70,6 +81,30 @@ class RunFolder:
             if len(found) == limit:
                 break
         return found
+
+
+def _starts_a_run(path: Path) -> bool:
+    """Whether the first JSON object among the first lines of ``path`` is a row of a run's
+    metrics JSONL (every row the JSONL backend writes carries its run id): a traces file or
+    another tool's JSON lines is told apart without reading it whole."""
+    try:
+        with path.open("rb") as handle:
+            for _ in range(_PEEK_LINES):
+                line = handle.readline(_PEEK_BYTES)
+                if not line:
+                    return False
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue  # a torn or foreign line: the next one may be a row
+                return (
+                    isinstance(row, dict)
+                    and isinstance(row.get("run_id"), str)
+                    and ("metrics" in row or "kind" in row)
+                )
+    except OSError:
+        return False
+    return False
 
 
 def _bounded(answer: dict[str, Any]) -> dict[str, Any]:

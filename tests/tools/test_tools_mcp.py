@@ -14,6 +14,7 @@ import pytest
 from tools_support import RLMETRICS
 
 from rlmetrics.demo.run import DemoOptions, run_demo
+from rlmetrics.mcp_server import RunFolder
 from rlmetrics.runstate import run_state
 from rlmetrics.testing import isolated_state
 
@@ -114,3 +115,41 @@ def test_run_state_answers_a_run_holding_a_huge_int(tmp_path: Path) -> None:
     answer = _answer(state)
     assert answer["steps"]["count"] == 3
     assert answer["last_values"]["train/reward"] == {"step": 3, "value": 0.5}
+
+
+def _run_file(path: Path, run_id: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    row = {"time": 1.0, "run_id": run_id, "step": 1, "prefix": "train", "metrics": {"x": 1}}
+    path.write_text(json.dumps(row) + "\n")
+
+
+def test_list_runs_keeps_to_the_root_and_misses_no_run(tmp_path: Path) -> None:
+    """Before: a symlink out of the root was read and its run listed (run_state refused it),
+    and a listing scanned only the first limit*4 files, so five traces files sorted before a
+    run hid it."""
+    root, outside = tmp_path / "runs", tmp_path / "outside"
+    _run_file(outside / "secret.jsonl", "SECRET")
+    _run_file(root / "inside.jsonl", "inside")
+    (root / "s.jsonl").symlink_to(outside / "secret.jsonl")
+    (root / "again.jsonl").symlink_to(root / "inside.jsonl")  # a link inside stays listed
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    for n in range(5):  # not runs: spans, sorted before the run in z/
+        traces = root / "a" / f"t{n}.jsonl"
+        traces.parent.mkdir(exist_ok=True)
+        traces.write_text(json.dumps({"resourceSpans": []}) + "\n")
+    _run_file(root / "z" / "metrics.jsonl", "last")
+    _tools, (everything, one) = asyncio.run(
+        _session(root, [("list_runs", {}), ("list_runs", {"folder": "z", "limit": 1})])
+    )
+    listed = {entry["jsonl"]: entry["run_ids"] for entry in _answer(everything)}
+    assert listed == {
+        "again.jsonl": ["inside"],
+        "inside.jsonl": ["inside"],
+        "z/metrics.jsonl": ["last"],
+    }
+    assert _answer(one) == [{"jsonl": "z/metrics.jsonl", "run_ids": ["last"]}]
+    first = RunFolder(root).runs(".", 1)
+    assert first == [{"jsonl": "again.jsonl", "run_ids": ["inside"]}]
+    (root / "again.jsonl").unlink()
+    (root / "inside.jsonl").unlink()
+    assert RunFolder(root).runs(".", 1) == [{"jsonl": "z/metrics.jsonl", "run_ids": ["last"]}]
