@@ -60,6 +60,15 @@ def test_invalid_field_is_named_in_the_error(kwargs: dict, field: str) -> None:
     assert repr(kwargs.get("name", "rl.x")) in str(raised.value)
 
 
+def test_a_histogram_bucket_below_zero_is_refused_saying_why() -> None:
+    """Before: declared (rl.trajectory.reward's buckets ran from -10), and never filled: a
+    histogram instrument takes no negative value, the SDK drops it."""
+    with pytest.raises(SpecError, match="takes no negative value") as raised:
+        MetricSpec("rl.x", Kind.HISTOGRAM, buckets=[-1, 0, 1])
+    assert "up-down counter" in str(raised.value)
+    assert MetricSpec("rl.x", Kind.HISTOGRAM, buckets=[0, 1]).buckets == (0, 1)
+
+
 def test_single_string_as_closed_set_is_refused() -> None:
     with pytest.raises(SpecError, match="single string"):
         MetricSpec("rl.x", Kind.GAUGE, attributes={"k": "idle"})

@@ -248,6 +248,12 @@ def _buckets_problem(spec: MetricSpec, buckets: Any) -> str | None:
         return "must be a non-empty sequence of finite numbers"
     if any(a >= b for a, b in itertools.pairwise(buckets)):
         return "must be strictly increasing"
+    if buckets[0] < 0:
+        return (
+            "must not go below 0: a histogram takes no negative value (the SDK drops it), so "
+            "those buckets never fill; a value that can be negative wants a gauge, or an "
+            "up-down counter of its sum beside a counter of how many"
+        )
     return None
 
 
