@@ -18,6 +18,7 @@ from rlmetrics.report.regressions import (
     BASELINE_STEPS,
     CONFIRM_WINDOW,
     find_regressions,
+    render_regressions,
 )
 
 #: The causes a seeded run can slow down from, and the series each one moves.
@@ -114,7 +115,6 @@ def test_a_2x_slowdown_from_step_30_is_found_and_its_cause_ranks_first(cause: st
     report = find_regressions(seeded_run(seed=3, slowdown_from=30, cause=cause))
     assert report.status == "judged"
     assert report.baseline_steps == (1, BASELINE_STEPS)
-    assert report.baseline_p90_s is None  # 20 baseline steps cannot resolve a p90
     (regression,) = report.regressions
     assert (regression.start, regression.end) == (30, 60)
     assert 1.8 < regression.ratio < 2.2
@@ -172,7 +172,7 @@ def test_the_report_shows_the_regression_and_what_moved(tmp_path: Path) -> None:
     text = run_cli("report", jsonl)
     assert text.returncode == 0, text.stderr
     section = text.stdout.split("Step-time regressions:")[1]
-    assert "over steps 1-20 (efficiency/step_wall_time_s); p90 needs 40 steps" in section
+    assert "over steps 1-20 (efficiency/step_wall_time_s); a step is slow above" in section
     assert "steps 30-60: 2." in section
     first = section.split("1. ")[1].splitlines()[0]
     assert first.startswith("efficiency   idle/buffer_starvation (driver wall clock)")
@@ -221,3 +221,20 @@ def test_a_sustained_slowdown_after_the_baseline_is_always_found_where_it_starts
     times = [t * factor if start <= i < end else t for i, t in enumerate(noise)]
     regressions = find_regressions(_run(times)).regressions
     assert [(r.start, r.end) for r in regressions] == [(start + 1, end)]
+
+
+def test_the_baseline_is_described_as_it_is_computed() -> None:
+    """The baseline is the first 20 steps however long the run (a longer one would learn a
+    slowdown that starts in steps 21-40 as normal): its p50 is what the verdict reads. Before,
+    the docs said "p50; p90 from 40", which no run could reach, and a 200-step run's report
+    said "p90 needs 40 steps"."""
+    report = find_regressions(seeded_run(seed=0, steps=200))
+    assert report.baseline_steps == (1, BASELINE_STEPS)
+    (baseline,) = [line for line in render_regressions(report.as_dict()) if "baseline:" in line]
+    assert "p90" not in baseline and "needs" not in baseline
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    for page in ("cli.md", "operations.md"):
+        text = (docs / page).read_text()
+        section = text[text.index("regression") :]
+        assert "p90 from 40" not in section and "its p90 40" not in section, page
+        assert f"first {BASELINE_STEPS} steps" in section, page

@@ -3,13 +3,15 @@ that are confirmed slower (not one noisy step), and the series that moved with t
 
 - **Step time**: ``efficiency/step_wall_time_s`` (the driver's wall clock of each step) when
   the run logs it, else the time between the first rows of consecutive steps.
-- **Baseline**: the first :data:`BASELINE_STEPS` steps that have a step time. Its p50 needs at
-  least 20 values and its p90 at least 40 (NeMo-RL's data-plane rule: a percentile only where
-  the sample can resolve it), so a run shorter than the baseline plus one confirmation window
-  is too short to judge, and says so.
+- **Baseline**: the first :data:`BASELINE_STEPS` steps that have a step time, however long the
+  run. Its p50 needs at least 20 values (NeMo-RL's data-plane rule: a percentile only where the
+  sample can resolve it), so a run shorter than the baseline plus one confirmation window is
+  too short to judge, and says so. A p90 would need 40, and is not read: a baseline of 40
+  steps would learn a slowdown that starts in steps 21-40 as normal, and judge nothing before
+  step 45.
 - **Slow step**: a step time above both ``SLOW_RATIO`` times the baseline p50 and the p50 plus
   ``NOISE_SIGMAS`` robust standard deviations (1.4826 times the baseline's median absolute
-  deviation), and above the baseline p90 where there is one.
+  deviation).
 - **Confirmed regression**: at least :data:`CONFIRM_SLOW` slow steps within
   :data:`CONFIRM_WINDOW` consecutive steps; overlapping windows merge into one regression,
   from its first slow step to its last.
@@ -53,8 +55,8 @@ __all__ = [
 ]
 
 BASELINE_STEPS = 20
-#: The fewest values a p50 is read from, and a p90.
-P50_VALUES, P90_VALUES = 20, 40
+#: The fewest values a p50 is read from.
+P50_VALUES = 20
 SLOW_RATIO = 1.25
 NOISE_SIGMAS = 4.0
 CONFIRM_WINDOW, CONFIRM_SLOW = 5, 3
@@ -111,11 +113,6 @@ def _classify(prefix: str, key: str) -> Series | None:
     if full.startswith("gym/"):
         return Series(full, "gym")
     return None
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return statistics.quantiles(ordered, n=100, method="inclusive")[round(q * 100) - 1]
 
 
 def _ranks(values: Sequence[float]) -> list[float]:
@@ -186,7 +183,6 @@ class RegressionReport:
     steps: int = 0
     baseline_steps: tuple[int, int] | None = None
     baseline_p50_s: float | None = None
-    baseline_p90_s: float | None = None
     slow_above_s: float | None = None
     slow_steps: tuple[int, ...] = ()
     regressions: tuple[Regression, ...] = ()
@@ -264,8 +260,7 @@ def find_regressions(rows: Iterable[Mapping[str, Any]]) -> RegressionReport:
     base_steps, judged = steps[:BASELINE_STEPS], steps[BASELINE_STEPS:]
     base = [times[s] for s in base_steps]
     p50 = statistics.median(base)
-    p90 = _percentile(base, 0.9) if len(base) >= P90_VALUES else None
-    threshold = max(SLOW_RATIO * p50, p50 + NOISE_SIGMAS * _sigma(base), p90 or 0.0)
+    threshold = max(SLOW_RATIO * p50, p50 + NOISE_SIGMAS * _sigma(base))
     slow = [s for s in judged if times[s] > threshold]
     confirmed: list[list[int]] = []
     for i in range(len(judged)):
@@ -292,7 +287,6 @@ def find_regressions(rows: Iterable[Mapping[str, Any]]) -> RegressionReport:
         steps=len(steps),
         baseline_steps=(base_steps[0], base_steps[-1]),
         baseline_p50_s=p50,
-        baseline_p90_s=p90,
         slow_above_s=threshold,
         slow_steps=tuple(slow),
         regressions=regressions,
@@ -388,13 +382,11 @@ def render_regressions(report: Mapping[str, Any]) -> list[str]:
     if report["status"] != "judged":
         return [*lines, f"  {report['reason']}"]
     first, last = report["baseline_steps"]
-    p90 = report["baseline_p90_s"]
     lines.append(
         f"  baseline: p50 {_seconds(report['baseline_p50_s'])} over steps {first}-{last} "
-        f"({report['step_time_source']}); "
-        + (f"p90 {_seconds(p90)}" if p90 is not None else f"p90 needs {P90_VALUES} steps")
-        + f"; a step is slow above {_seconds(report['slow_above_s'])}, a regression is "
-        f"{CONFIRM_SLOW} slow steps in {CONFIRM_WINDOW}"
+        f"({report['step_time_source']}); a step is slow above "
+        f"{_seconds(report['slow_above_s'])}, a regression is {CONFIRM_SLOW} slow steps in "
+        f"{CONFIRM_WINDOW}"
     )
     if not report["regressions"]:
         return [*lines, f"  {report['reason']}"]
