@@ -197,17 +197,23 @@ end_times = st.one_of(
 @given(end_times)
 @example(1767225600.0)
 @example(2**63 / 1e9)  # the first second int64 ns cannot carry
+@example(12_345.6)  # time.monotonic()
+@example(946_684_800.0)  # 2000-01-01, the earliest taken
 def test_a_records_end_time_is_where_its_spans_end_or_is_said_and_now(end_time: Any) -> None:
     """Before: the end_time went through the cap meant for durations (10**18 ns), so every
-    record's spans ended at 2001-09-09 01:46:40 whatever its end_time said."""
-    fields = {"sample_id": "s0", "end_time": end_time}
+    record's spans ended at 2001-09-09 01:46:40 whatever its end_time said. Then: a monotonic
+    clock's reading (time.monotonic(), seconds since boot) was taken as a date in 1970, and a
+    long latency before an early end_time started the span before 1970, at negative
+    nanoseconds, which OTLP's unsigned times cannot carry."""
+    fields = {"sample_id": "s0", "end_time": end_time, "latency_s": 1e9}
     number = None if type(end_time) is bool or type(end_time) is str else float(end_time)
-    lands = number is not None and number > 0 and number * 1e9 < 2**63
+    lands = number is not None and number >= 946_684_800 and number * 1e9 < 2**63
     with captured_log() as log, in_memory_tracing() as (_handle, _reader, exporter):
         before = now_ns()
         rlmetrics.Logger(backends={}).log_trajectories([fields], step=1)
         after = now_ns()
         [agent] = span_records(exporter)
+    assert 0 <= agent.start_ns <= agent.end_ns
     said = log.matching("trajectory field 'end_time' must be Unix seconds")
     if lands:
         assert number is not None and abs(agent.end_ns / 1e9 - number) < 1e-6

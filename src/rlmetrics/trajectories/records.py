@@ -22,8 +22,9 @@ read: it is said once per kind of dict, with the keys that are, and the rest lan
       "weight_version": 12,             # str or int: the policy that generated it
       "reward": 1.0,                    # float: the total reward (else the sum of "rewards")
       "latency_s": 3.2,                 # float: wall time of the rollout
-      "end_time": 1767225600.0,         # float: Unix seconds it ended (default: now; one
-                                        #   that is no time a span can carry is said, and now)
+      "end_time": 1767225600.0,         # float: Unix seconds it ended, time.time()'s
+                                        #   (default: now; one before 2000 — a monotonic
+                                        #   clock's — or past 2262 is said, and now)
       "error": "TimeoutError",          # str: the error class, for outcome "error"
       "trainer_weight_version": 14,     # int: the policy being trained (default: the open
                                         #   rlmetrics.step's weight_version, when an int)
@@ -344,15 +345,27 @@ def _seconds_like(field: str, value: Any) -> float | None:
 
 #: Past this, Unix nanoseconds no longer fit the int64 a span's time is (in 2262).
 UNIX_NS_LIMIT = 2.0**63
+#: 2000-01-01: no rollout ended before it, and a smaller number is most likely a monotonic
+#: clock's reading (time.monotonic(), seconds since boot), which would date it in 1970.
+EARLIEST_UNIX_S = 946_684_800.0
 
 
 def _unix_time(field: str, value: Any) -> float | None:
-    """Unix seconds a span can end at: after 1970 and within int64 nanoseconds."""
+    """Unix seconds a span can end at: from 2000 and within int64 nanoseconds."""
     if value is None:
         return None
     number = finite_float(value)
-    if number is None or type(value) is bool or not 0.0 < number * 1e9 < UNIX_NS_LIMIT:
-        _bad(field, "Unix seconds after 1970 and before 2262 (int64 nanoseconds)", value)
+    if (
+        number is None
+        or type(value) is bool
+        or not number >= EARLIEST_UNIX_S
+        or not number * 1e9 < UNIX_NS_LIMIT
+    ):
+        _bad(
+            field,
+            "Unix seconds (time.time(), not a monotonic clock) from 2000 and before 2262",
+            value,
+        )
         return None
     return number
 

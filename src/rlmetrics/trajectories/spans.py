@@ -220,7 +220,9 @@ def _times(t: Trajectory, now_ns: int) -> tuple[int, int, list[int]]:
         t1 = now_ns
     turn_ns = [_turn_ns(turn) for turn in t.turns]
     t0 = t.start_ns if t.start_ns is not None else t1 - _laid_back_ns(t, sum(turn_ns))
-    return t0, t1, turn_ns
+    # A latency of decades before an early end would start before 1970: negative
+    # nanoseconds, which OTLP's unsigned times cannot carry (the batch would fail to encode).
+    return max(t0, 0), t1, turn_ns
 
 
 def _laid_back_ns(t: Trajectory, turns_ns: int) -> int:
