@@ -208,7 +208,7 @@ class Trajectory(NamedTuple):
     def total_reward(self, rewards: list[Reward] | None = None) -> float | None:
         """``reward`` if given, else the sum of every reward it holds (``rewards``: its
         :meth:`all_rewards`, when the caller has them), else None. The one total its span
-        (``rl.reward``), its row (``reward``) and ``rl.trajectory.reward{total}`` show."""
+        (``rl.reward``), its row (``reward``) and ``rl.trajectory.reward.summed{total}`` add."""
         if self.reward is not None:
             return self.reward
         if rewards is None:
