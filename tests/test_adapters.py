@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ import pytest
 import rlmetrics
 from rlmetrics.adapters import AdapterLogger, guarded
 from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.ranks import RankMerger
 from rlmetrics.testing import in_memory_telemetry, own_records
 from rlmetrics.testing.trainers import Recorder, recorder
 
@@ -264,3 +266,26 @@ def test_ranks_on_one_process_log_as_they_are_and_a_mistake_fails_at_once(
         AdapterLogger(given, ranks="torch")
     with pytest.raises(ValueError, match="pass 'torch'"):
         AdapterLogger(ranks="nccl")
+
+
+def test_a_given_logger_that_merges_ranks_is_called_on_every_rank(tmp_path: Path) -> None:
+    """The advice for ``ranks=`` with a Logger is a Logger built with ranks: the adapters call
+    that Logger on every rank (its merge is a collective), as they do one built with ranks=.
+    Before: ``merges`` was False for it, so the adapters called it on rank zero only and its
+    merges never paired (rank 0's waited for ranks that never joined)."""
+    other_rank = SimpleNamespace(
+        rank=1, world_size=2, all_gather=lambda row: [row, row], all_gather_object=lambda o: [o, o]
+    )
+    merger = RankMerger(other_rank, raw_path=tmp_path / "raw.jsonl")
+    with rlmetrics.Logger(backends={}, ranks=merger) as given:
+        logs = AdapterLogger(given)
+        assert logs.merges
+        logs_start = logs.start()
+        assert logs_start is given
+    with rlmetrics.Logger(backends={}) as plain:
+        assert not AdapterLogger(plain).merges
+    with rlmetrics.Logger(backends={}) as given, pytest.raises(ValueError) as refused:
+        AdapterLogger(given, ranks="torch")
+    # What to do instead, either way: ranks= alone, or a Logger of yours built with ranks.
+    assert "ranks= alone" in str(refused.value)
+    assert "rlmetrics.Logger(ranks='torch')" in str(refused.value)

@@ -40,7 +40,7 @@ from .keymaps import KeyMap, resolve_key_map
 from .logger import Logger
 from .ranks import RankMerger
 
-__all__ = ["AdapterLogger", "guarded"]
+__all__ = ["AdapterLogger", "guarded", "merges_ranks"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -71,6 +71,12 @@ def guarded(adapter: str, call: str) -> Callable[[_F], _F]:
         return guard  # type: ignore[return-value]
 
     return wrap
+
+
+def merges_ranks(logger: Logger | None) -> bool:
+    """Whether ``logger`` was built with ``ranks=``: its logging is a collective (every rank
+    calls it), not rank zero's alone."""
+    return logger is not None and getattr(logger, "_ranks", None) is not None
 
 
 #: The Loggers adapters built and nobody has finished yet (the interpreter's exit finishes
@@ -125,8 +131,11 @@ class AdapterLogger:
         self.adapter = adapter
         if logger is not None and ranks is not None:
             raise ValueError(
-                f"{adapter}: pass either a Logger or ranks= to build one that merges the ranks, "
-                "not both (give your Logger ranks=: rlmetrics.Logger(ranks='torch'))"
+                f"{adapter}: pass either a Logger or ranks=, not both: ranks= alone builds a "
+                "Logger that merges the ranks (from backends= and key_map=), and a Logger of "
+                "yours merges them when you build it with ranks= (rlmetrics.Logger(ranks='torch'"
+                "), on every rank once the process group is initialised): the adapter then "
+                "calls it on every rank"
             )
         if ranks is not None and not isinstance(ranks, RankMerger) and ranks != "torch":
             raise ValueError(
@@ -198,9 +207,11 @@ class AdapterLogger:
 
     @property
     def merges(self) -> bool:
-        """Whether every rank calls this adapter's logging (``ranks=`` was given): the
-        adapter then calls its Logger on every rank, which merges them."""
-        return self.ranks is not None
+        """Whether every rank calls this adapter's logging: ``ranks=`` was given, or the
+        given Logger merges ranks itself (``rlmetrics.Logger(ranks=...)``). The adapter then
+        calls its Logger on every rank (each rank's takes part in the merge), not on rank
+        zero only."""
+        return self.ranks is not None or merges_ranks(self.given)
 
     def _merger(self) -> RankMerger | None:
         """``ranks`` for the Logger built now: ``"torch"`` is the default process group's

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from rlmetrics_accelerate import RLMetricsTracker
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.ranks import RankMerger
 from rlmetrics.testing import points
 from rlmetrics.testing.trainers import Recorder
 
@@ -166,3 +168,19 @@ def test_in_strict_mode_a_strict_mode_error_stops_the_loop(
         accelerator.log({"reward": "high"}, step=2)
     accelerator.end_training()
     assert [row["step"] for row in read_jsonl(path)] == [1, 2]  # the call did its work first
+
+
+def test_a_given_logger_that_merges_ranks_is_refused_for_log_ranks() -> None:
+    """Accelerate calls its trackers on the main process only, so a Logger that merges ranks
+    given to the tracker would merge with ranks that never call it. Before: accepted, its
+    merges never paired. Refused where the tracker is made, naming log_ranks."""
+    other_rank = SimpleNamespace(
+        rank=1, world_size=2, all_gather=lambda row: [row, row], all_gather_object=lambda o: [o, o]
+    )
+    merger = RankMerger(other_rank, raw_path=None)
+    with (
+        rlmetrics.Logger(backends={}, ranks=merger) as given,
+        pytest.raises(ValueError, match="log_ranks") as refused,
+    ):
+        RLMetricsTracker(given)
+    assert "rlmetrics.Logger() without ranks=" in str(refused.value)

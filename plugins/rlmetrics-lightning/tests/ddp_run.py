@@ -1,6 +1,10 @@
 """One Lightning DDP fit on CPU with two processes, for test_lightning_ranks.py (argv: the
-folder to write in). Lightning's subprocess launcher starts rank 1 by running this file
-again, with the same argv and the rank in the environment."""
+folder to write in, then how the Logger is made). Lightning's subprocess launcher starts rank 1
+by running this file again, with the same argv and the rank in the environment.
+
+``built``: ``RLMetricsLogger(ranks="torch")`` builds the Logger that merges. ``given``: run
+under torchrun, each rank initialises the process group and builds a
+``rlmetrics.Logger(ranks="torch")`` of its own, given to ``RLMetricsLogger``."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 from rlmetrics_lightning import RLMetricsLogger
 from torch.utils.data import DataLoader, TensorDataset
+
+import rlmetrics
 
 STEPS = 3
 #: The run's hyperparameters (save_hyperparameters(): Lightning logs them on rank zero only).
@@ -50,12 +56,17 @@ class Ranked(lightning.LightningModule):  # type: ignore[misc]
 
 
 def main() -> None:
-    folder = Path(sys.argv[1])
+    folder, made = Path(sys.argv[1]), sys.argv[2]
     torch.manual_seed(0)
     data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
-    logger = RLMetricsLogger(
-        backends={"jsonl": {"path": str(folder / "tracker.jsonl")}}, ranks="torch"
-    )
+    backends = {"jsonl": {"path": str(folder / "tracker.jsonl")}}
+    given: rlmetrics.Logger | None = None
+    if made == "given":
+        torch.distributed.init_process_group("gloo", timeout=PG_TIMEOUT)  # Lightning's then
+        given = rlmetrics.Logger(backends, ranks="torch")
+        logger = RLMetricsLogger(given)
+    else:
+        logger = RLMetricsLogger(backends=backends, ranks="torch")
     trainer = lightning.Trainer(
         max_steps=STEPS,
         logger=logger,
@@ -69,6 +80,8 @@ def main() -> None:
     )
     trainer.fit(Ranked(), data)
     logger.finish()
+    if given is not None:
+        given.finish()  # on every rank: the Logger is its owner's
     # Lightning destroys the default group at exit only when it is NCCL's; a gloo group left to
     # the interpreter's exit can abort the process (torch's "terminate called without an
     # active exception"), as torch's docs warn.

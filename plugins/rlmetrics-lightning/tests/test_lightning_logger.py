@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import lightning
 import pytest
 import torch
+from lightning.pytorch.utilities import rank_zero_only
 from rlmetrics_lightning import RLMetricsLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 import rlmetrics
 from rlmetrics import KeyMap, KeyRule
 from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.ranks import RankMerger
 from rlmetrics.testing import points
 from rlmetrics.testing.trainers import Recorder
 
@@ -107,6 +110,27 @@ def test_a_given_logger_is_written_to_and_left_to_its_owner(tmp_path: Path) -> N
         _fit(RLMetricsLogger(owned), steps=2)
         owned.log_metrics({"after": 1.0}, step=9)  # still open after fit
     assert [row["step"] for row in read_jsonl(path)][-1] == 9
+
+
+def test_a_given_logger_that_merges_ranks_is_called_on_every_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RLMetricsLogger(rlmetrics.Logger(ranks="torch"))`` (the advice of the error for a
+    Logger and ranks= both): on a rank other than zero its log_metrics reaches the Logger,
+    whose merge every rank takes part in. Before: only rank zero's did, so the merges never
+    paired. (This process stands for rank 1 of two; the DDP test runs it on two.)"""
+    other_rank = SimpleNamespace(
+        rank=1, world_size=2, all_gather=lambda row: [row, row], all_gather_object=lambda o: [o, o]
+    )
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    merger = RankMerger(other_rank, raw_path=tmp_path / "raw.jsonl")
+    with rlmetrics.Logger(backends={}, ranks=merger) as given:
+        logger = RLMetricsLogger(given)
+        logger.log_metrics({"reward": 0.5}, step=4)
+        logger.finish()  # a given Logger is its owner's
+    assert [(row["step"], row["metrics"]) for row in read_jsonl(tmp_path / "raw.jsonl")] == [
+        (4, {"reward": 0.5})
+    ]
 
 
 class BrokenLogger(rlmetrics.Logger):

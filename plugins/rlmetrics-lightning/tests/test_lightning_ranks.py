@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from rlmetrics.backends.jsonl import HYPERPARAMS_KIND, read_jsonl
 
@@ -21,18 +24,34 @@ import ddp_run  # noqa: E402  (the run's own numbers)
 RUN_TIMEOUT_S = 600.0
 
 
-def test_a_ddp_fit_on_two_processes_logs_one_merged_row_per_step(tmp_path: Path) -> None:
-    """Before: with save_hyperparameters() the fit hung — Lightning calls log_hyperparams on
-    rank zero only, and the Logger built there opened the merger's process group (a
-    collective) without the other rank, until the process group's timeout failed the fit."""
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("made", ["built", "given"])
+def test_a_ddp_fit_on_two_processes_logs_one_merged_row_per_step(tmp_path: Path, made: str) -> None:
+    """``built``: ``RLMetricsLogger(ranks="torch")``, Lightning's own launcher. Before: with
+    save_hyperparameters() the fit hung — Lightning calls log_hyperparams on rank zero only,
+    and the Logger built there opened the merger's process group (a collective) without the
+    other rank, until the process group's timeout failed the fit.
+
+    ``given``: ``RLMetricsLogger(rlmetrics.Logger(ranks="torch"))`` under torchrun, the advice
+    of the error for a Logger and ranks= both. Before: the logger called that Logger on rank
+    zero only, so its merges never paired and the tracker got no row."""
     env = {
         **os.environ,
         "MASTER_ADDR": "127.0.0.1",
         "GLOO_SOCKET_IFNAME": "lo",
         "OMP_NUM_THREADS": "1",
     }
+    launch = [sys.executable]
+    if made == "given":
+        launch += ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr"]
+        launch += ["127.0.0.1", "--master_port", str(_free_port())]
     done = subprocess.run(
-        [sys.executable, str(RUN), str(tmp_path)],
+        [*launch, str(RUN), str(tmp_path), made],
         cwd=tmp_path,
         env=env,
         capture_output=True,

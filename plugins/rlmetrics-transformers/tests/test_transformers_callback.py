@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from transformers_support import (
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.ranks import RankMerger
 from rlmetrics.testing import points
 from rlmetrics.testing.trainers import Recorder
 
@@ -210,6 +212,27 @@ def test_a_configuration_mistake_fails_before_the_trainer_starts() -> None:
         RLMetricsCallback(key_map="nope")
     with pytest.raises(ValueError, match="not both"):
         RLMetricsCallback(rlmetrics.Logger(backends={}), key_map="trl")
+
+
+def test_a_given_logger_that_merges_ranks_is_called_on_every_rank(tmp_path: Path) -> None:
+    """``RLMetricsCallback(rlmetrics.Logger(ranks="torch"))``: on a process other than the
+    world's zero, the setup timing and every logged dict reach the Logger, whose merge every
+    rank takes part in (the trainer calls its callbacks on every process, with the same
+    keys). Before: only process zero's did, so the merges never paired. (This process stands
+    for rank 1 of two.)"""
+    other_rank = SimpleNamespace(
+        rank=1, world_size=2, all_gather=lambda row: [row, row], all_gather_object=lambda o: [o, o]
+    )
+    state = SimpleNamespace(is_world_process_zero=False, global_step=3)
+    args = SimpleNamespace(to_dict=lambda: {"learning_rate": 0.1})
+    merger = RankMerger(other_rank, raw_path=tmp_path / "raw.jsonl")
+    with rlmetrics.Logger(backends={}, ranks=merger) as given:
+        callback = RLMetricsCallback(given)
+        callback.on_train_begin(args, state, None)
+        callback.on_log(args, state, None, logs={"loss": 1.5, "eval_loss": 2.0})
+        callback.finish()  # a given Logger is its owner's
+    raw = [(row["step"], row["prefix"]) for row in read_jsonl(tmp_path / "raw.jsonl")]
+    assert raw == [(0, "timing/setup"), (3, "train"), (3, "eval")]
 
 
 def test_eval_keys_go_under_eval(tmp_path: Path) -> None:

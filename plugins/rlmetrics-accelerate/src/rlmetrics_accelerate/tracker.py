@@ -23,7 +23,7 @@ from typing import Any
 from accelerate.tracking import GeneralTracker, on_main_process
 
 from rlmetrics import KeyMap, Logger
-from rlmetrics.adapters import AdapterLogger, guarded
+from rlmetrics.adapters import AdapterLogger, guarded, merges_ranks
 
 __all__ = ["RLMetricsTracker"]
 
@@ -33,8 +33,10 @@ _ADAPTER = "rlmetrics-accelerate"
 class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
     """Send what an Accelerate loop logs to rlmetrics.
 
-    :param logger: an :class:`rlmetrics.Logger` to write to (finished by its owner); without
-        one, the tracker builds its own from ``backends`` and ``key_map`` in ``init_trackers``
+    :param logger: an :class:`rlmetrics.Logger` to write to (finished by its owner; one
+        built with ``ranks=`` is refused: Accelerate calls trackers on the main process only,
+        :func:`~rlmetrics_accelerate.log_ranks` merges the ranks); without one, the tracker
+        builds its own from ``backends`` and ``key_map`` in ``init_trackers``
         and finishes it in ``end_training``.
     :param backends: ``Logger``'s ``backends`` for the Logger built here (default: the JSONL
         backend, ``./rlmetrics.jsonl`` in the working directory of the main process).
@@ -55,6 +57,15 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
         key_map: str | KeyMap | None = None,
         prefix: str = "train",
     ) -> None:
+        if merges_ranks(logger):
+            raise ValueError(
+                f"{_ADAPTER}: the Logger given to RLMetricsTracker was built with ranks=, but "
+                "Accelerate calls its trackers on the main process only, so its merges would "
+                "wait for ranks that never call it. Give the tracker a rlmetrics.Logger() "
+                "without ranks= (or none), and call rlmetrics_accelerate.log_ranks(accelerator, "
+                "values, step=step) on every rank in place of accelerator.log: it merges the "
+                "ranks' values and hands the run's to the tracker"
+            )
         super().__init__()
         self.logs = AdapterLogger(logger, backends=backends, key_map=key_map, adapter=_ADAPTER)
         self.prefix = prefix

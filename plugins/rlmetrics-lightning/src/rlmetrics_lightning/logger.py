@@ -58,7 +58,8 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
     :param name: / :param version: what Lightning shows for this logger.
     :param ranks: ``"torch"`` merges every rank's values over the trainer's default process
         group (or a merger, :func:`rlmetrics.ranks.torch_distributed`); None (the default)
-        logs rank zero's values only. A run on one process logs its values as they are.
+        logs rank zero's values only. A run on one process logs its values as they are. A
+        ``logger`` built with ``ranks=`` merges too: it is called on every rank.
     """
 
     def __init__(

@@ -21,9 +21,13 @@ The Logger it builds is the callback's for the trainer's whole life: ``train()``
 each tracker), and it is finished once: by :meth:`RLMetricsCallback.finish`, when the callback
 is garbage-collected with its trainer, or at interpreter exit (:mod:`rlmetrics.adapters`).
 
-Only the world's process zero logs, as transformers' own integrations do. Every call is
-guarded: nothing here can fail the trainer's step, unless strict mode is on, where a
-``StrictModeError`` stops the run as asked.
+Only the world's process zero logs, as transformers' own integrations do — unless the Logger
+given merges ranks (``rlmetrics.Logger(ranks="torch")``, built on every rank): then every
+process hands it its setup timing and each logged dict (the trainer calls its callbacks on every
+process, with the same keys), and it merges them across the ranks (:mod:`rlmetrics.ranks`); the
+hyperparameters and the trajectories stay process zero's. Every call is guarded: nothing here
+can fail the trainer's step, unless strict mode is on, where a ``StrictModeError`` stops the run
+as asked.
 """
 
 from __future__ import annotations
@@ -79,11 +83,12 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
     """Send every step a ``Trainer`` logs to rlmetrics.
 
     :param logger: an :class:`rlmetrics.Logger` to write to, used as it is (and finished by
-        its owner). Without one the callback builds its own when the trainer first logs, from
-        ``backends`` (default: the JSONL backend, ``./rlmetrics.jsonl`` in the working
-        directory of the process that logs) and ``key_map``; it serves every later ``train()``,
-        ``evaluate()`` and ``predict()`` and is finished by :meth:`finish`, when the callback
-        is garbage-collected, or at interpreter exit.
+        its owner); one built with ``ranks=`` is called on every process. Without one the
+        callback builds its own when the trainer first logs, from ``backends`` (default: the
+        JSONL backend, ``./rlmetrics.jsonl`` in the working directory of the process that
+        logs) and ``key_map``; it serves every later ``train()``, ``evaluate()`` and
+        ``predict()`` and is finished by :meth:`finish`, when the callback is
+        garbage-collected, or at interpreter exit.
     :param backends: ``Logger``'s ``backends`` for the Logger the callback builds.
     :param key_map: which key the trainer logs is which rlmetrics series; ``"trl"`` (the
         default) covers TRL's trainers and ``Trainer``'s own keys.
@@ -130,22 +135,24 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
 
     @guarded(_ADAPTER, "on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not state.is_world_process_zero or self._began:
+        zero = state.is_world_process_zero
+        if not (zero or self.logs.merges) or self._began:
             return  # a second train(): its setup is no run's setup, its arguments are known
         logger = self.logs.start()
         if logger is None:
             return
         self._began = True
-        if self._completions is not None:
+        if zero and self._completions is not None:
             self._completions.find()
         now = time.monotonic()
         timings = {"total_setup_time_s": now - self._setup_started}
         if self._init_ended is not None:
             timings["trainer_init_time_s"] = self._init_ended - self._setup_started
             timings["train_begin_time_s"] = now - self._init_ended
-        logger.log_setup_timing(timings)
-        to_dict = getattr(args, "to_dict", None)
-        logger.log_hyperparams(to_dict() if callable(to_dict) else args)
+        logger.log_setup_timing(timings)  # merged across the ranks: on every rank, then
+        if zero:
+            to_dict = getattr(args, "to_dict", None)
+            logger.log_hyperparams(to_dict() if callable(to_dict) else args)
 
     @guarded(_ADAPTER, "on_log")
     def on_log(
@@ -156,7 +163,8 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         logs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if not logs or not state.is_world_process_zero:
+        zero = state.is_world_process_zero
+        if not logs or not (zero or self.logs.merges):
             return
         logger = self.logs.start()
         if logger is None:
@@ -164,7 +172,7 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         for prefix, metrics in split_prefix(logs, self.prefix).items():
             logger.log_metrics(metrics, step=state.global_step, prefix=prefix)
         completions = self._completions
-        if completions is not None:
+        if zero and completions is not None:
             completions.find()  # a callback added after train() began
             records = completions.new_records(state.global_step)
             if records:
