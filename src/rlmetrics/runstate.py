@@ -61,9 +61,11 @@ def run_state(
     path = Path(jsonl)
     if not path.is_file():
         raise QueryError(f"{path}: not a regular file (give the run's JSONL, as Logger wrote it)")
-    skipped = SkippedLines()
+    from .report.runs import DamagedRows, run_rows  # the report's rule for a run's rows
+
+    skipped, damaged = SkippedLines(), DamagedRows()
     try:
-        rows = list(read_jsonl(path, every_row=True, skipped=skipped))
+        rows = run_rows(read_jsonl(path, every_row=True, skipped=skipped), damaged)
     except (OSError, ValueError) as exc:
         raise QueryError(f"{path}: cannot be read: {exc}") from None
     run_ids = list(dict.fromkeys(r.get("run_id") for r in rows if r.get("run_id") is not None))
@@ -78,7 +80,7 @@ def run_state(
         "schema": SCHEMA,
         "source": {
             "jsonl": str(path),
-            "skipped_lines": skipped.count,
+            "skipped_lines": skipped.count + damaged.count,
             "traces": None if traces is None else str(traces),
             "prometheus": prometheus,
         },

@@ -153,3 +153,69 @@ def test_split_runs_puts_every_row_in_its_run_and_each_step_in_its_last_attempt(
             attempts_of.append((row, attempt))
         assert found.repeated == repeated
         assert found.shown_rows() == [row for row, a in attempts_of if last[row["step"]] == a]
+
+
+# -- a row no run holds: a run id that is no string, a negative step ---------------------------
+
+#: What a hand-edited or foreign row can carry where the JSONL backend writes a string run id.
+_ANY_RUN_IDS = st.one_of(
+    st.sampled_from(["r1", "r2"]), st.integers(), st.floats(allow_nan=False), st.booleans()
+)
+
+
+def _damaged(row: dict[str, Any]) -> bool:
+    return not isinstance(row["run_id"], str) or row["step"] < 0
+
+
+@given(st.lists(st.tuples(_ANY_RUN_IDS, st.integers(-3, 4)), min_size=1, max_size=20))
+def test_a_row_no_run_holds_is_counted_and_never_a_run_or_a_step(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[Any, int]]
+) -> None:
+    """Before: query took a row with "run_id": 5 as the file's last run (its schema says a
+    string), report filed it under a run "None", and "step": -4 was a step of both."""
+    from rlmetrics.runstate import run_state
+
+    logged = [
+        {"time": float(i), "run_id": run_id, "step": step, "prefix": "train", "metrics": {"x": i}}
+        for i, (run_id, step) in enumerate(rows)
+    ]
+    path = tmp_path_factory.mktemp("damaged") / "m.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in logged))
+    damaged = sum(1 for row in logged if _damaged(row))
+    runs = list(dict.fromkeys(row["run_id"] for row in logged if not _damaged(row)))
+    answer = run_state(path, now=100.0)
+    assert answer["run"]["runs_in_file"] == runs
+    assert answer["run"]["run_id"] == (runs[-1] if runs else None)
+    assert answer["source"]["skipped_lines"] == damaged
+    assert all(step >= 0 for step in (answer["steps"]["first"], answer["steps"]["last"]) if step)
+    if not runs:
+        return
+    reports = read_reports(path)
+    assert [report.run_id for report in reports] == runs
+    for report in reports:
+        assert report.skipped_lines == damaged
+        assert all(step["step"] >= 0 for step in report.steps)
+
+
+def test_rows_no_run_holds_are_named_by_report_and_query(tmp_path: Path) -> None:
+    jsonl = tmp_path / "m.jsonl"
+    rows = [
+        {"time": 1.0, "run_id": "r1", "step": 1, "prefix": "train", "metrics": {"reward": 0.1}},
+        {"time": 2.0, "run_id": "r1", "step": -4, "prefix": "train", "metrics": {"reward": 9.0}},
+        {"time": 3.0, "run_id": 5, "step": 2, "prefix": "train", "metrics": {"reward": 0.2}},
+    ]
+    jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    done = run_cli("report", jsonl, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["run_id"] == "r1" and "runs" not in report  # no run "None"
+    assert [step["step"] for step in report["steps"]] == [1] and report["skipped_lines"] == 2
+    said = [line for line in done.stderr.splitlines() if "damaged" in line]
+    assert said == [
+        f"rlmetrics: 2 rows of {jsonl} skipped as damaged: step -4 is negative, run_id 5 is "
+        "not a string"
+    ]
+    query = run_cli("query", jsonl)
+    answer = json.loads(query.stdout)
+    assert answer["run"]["run_id"] == "r1" and answer["steps"]["count"] == 1
+    assert "2 line(s) of the JSONL were not rows" in answer["findings"]

@@ -130,7 +130,7 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
     from ..keymaps import resolve_key_map
     from ..known_keys import unknown_in_rows
     from ..report.keymap import found_key_map
-    from ..report.runs import not_a_run_problem
+    from ..report.runs import DamagedRows, not_a_run_problem, run_rows
     from ..report.unexported import kept_to_backends, unexported_keys
 
     problem = input_problem(path)
@@ -142,8 +142,11 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
         problem = not_a_run_problem(path, rows, skipped)
         if problem is not None:
             return problem
-        if skipped.count:  # each cost only itself: the keys are the other rows', and it is said
-            sys.stderr.write(skipped.summary(path) + "\n")
+        damaged = DamagedRows()
+        rows = run_rows(rows, damaged)  # report's and query's rule: a row no run holds
+        for counted in (skipped, damaged):  # each cost only itself, and is said
+            if counted.count:
+                sys.stderr.write(counted.summary(path) + "\n")
         hyperparams: dict[str, Any] = {}
         for row in rows:
             if row.get("kind") == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):
@@ -153,7 +156,7 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
         kept = [] if found is None else kept_to_backends(rows, found.name)
         mapped = None if found is None else resolve_key_map(found.name)
         unknown = unknown_in_rows(rows, mapped)
-        return _RunFindings(missing, tried, found, kept, unknown, skipped.count)
+        return _RunFindings(missing, tried, found, kept, unknown, skipped.count + damaged.count)
     except (KeyError, ValueError) as exc:  # an unknown key map
         return str(exc.args[0] if exc.args else exc)
 

@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 from ..backends.jsonl import SkippedLines
-from ..report.runs import RunNotFound, read_reports
+from ..report.runs import DamagedRows, RunNotFound, read_reports
 from ..report.select import StepSelection, UnknownKeys
 from ..report.text import TABLE_ROWS, render_runs
 from ._output import add_format_options, input_problem, positive_count, print_json
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         sys.stderr.write(f"rlmetrics report: {problem}\n")
         return 2
-    skipped = SkippedLines()
+    skipped, damaged = SkippedLines(), DamagedRows()
     selection = args.steps or args.tail
     try:
         reports = read_reports(
@@ -213,13 +213,15 @@ def run(args: argparse.Namespace) -> int:
             steps=selection,
             keys=args.keys,
             key_map=args.key_map,
+            damaged=damaged,
         )
     # ValueError: an unknown key map, or NotARunFile (a traces, samples or CSV file given).
     except (RunNotFound, UnknownKeys, ValueError) as exc:
         sys.stderr.write(f"rlmetrics report: {exc.args[0]}\n")
         return 2
-    if skipped.count:
-        sys.stderr.write(skipped.summary(args.jsonl) + "\n")
+    for counted in (skipped, damaged):
+        if counted.count:
+            sys.stderr.write(counted.summary(args.jsonl) + "\n")
     for report in reports:
         if report.repeated_steps:
             sys.stderr.write(

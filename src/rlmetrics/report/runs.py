@@ -16,6 +16,7 @@ which steps repeated.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -38,10 +39,13 @@ from .summary import RunReport, build_report
 
 __all__ = [
     "SAMPLES_SHOWN",
+    "DamagedRows",
     "NotARunFile",
     "RunNotFound",
     "not_a_run_problem",
     "read_reports",
+    "run_row_problem",
+    "run_rows",
     "split_runs",
 ]
 
@@ -56,6 +60,60 @@ class RunNotFound(LookupError):
 class NotARunFile(ValueError):
     """The file given as a run's metrics JSONL holds no metrics row (a traces file, a samples
     file, a CSV): an empty report of it would look like a run that logged nothing."""
+
+
+def run_row_problem(row: Mapping[str, Any]) -> str | None:
+    """Why a row :func:`read_jsonl` passed is still no row of a run, or None: a ``run_id``
+    that is there but no string (the JSONL backend writes the run's id as one; a row without
+    one, or with null, is of a file from before run ids), or a negative ``step`` (a trainer
+    step counts from 0). Such a row is damaged: filing it under a run named ``5`` or ``None``
+    or at step -4 would report what no run logged."""
+    run_id = row.get("run_id")
+    if run_id is not None and not isinstance(run_id, str):
+        return f"run_id {json.dumps(run_id)[:40]} is not a string"
+    step = row.get("step")
+    if type(step) is int and step < 0:
+        return f"step {step} is negative"
+    return None
+
+
+class DamagedRows:
+    """The rows :func:`run_rows` left out: how many, and the first few with what is wrong
+    (their line numbers are the reader's; these are rows it read whole)."""
+
+    #: Damaged rows a summary names (the rest are counted).
+    SHOWN = 5
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: list[str] = []
+
+    def add(self, why: str) -> None:
+        self.count += 1
+        if len(self.first) < self.SHOWN:
+            self.first.append(why)
+
+    def summary(self, path: str | os.PathLike[str]) -> str:
+        """``2 rows of m.jsonl skipped as damaged: run_id 5 is not a string, ...``."""
+        more = f" and {self.count - len(self.first)} more" if self.count > len(self.first) else ""
+        return (
+            f"rlmetrics: {self.count} row{'s' * (self.count != 1)} of {os.fspath(path)} "
+            f"skipped as damaged: {', '.join(self.first)}{more}"
+        )
+
+
+def run_rows(rows: Iterable[dict[str, Any]], damaged: DamagedRows) -> list[dict[str, Any]]:
+    """``rows`` without those :func:`run_row_problem` finds damaged, each counted into
+    ``damaged``: a damaged row costs only itself. ``rlmetrics report``, ``check --run`` and
+    ``query`` read a run's rows through this one rule."""
+    kept = []
+    for row in rows:
+        problem = run_row_problem(row)
+        if problem is None:
+            kept.append(row)
+        else:
+            damaged.add(problem)
+    return kept
 
 
 def not_a_run_problem(
@@ -186,6 +244,7 @@ def read_reports(
     steps: StepSelection | None = None,
     keys: Sequence[str] | None = None,
     key_map: str | None = None,
+    damaged: DamagedRows | None = None,
 ) -> list[RunReport]:
     """The report of every run in the JSONL at ``path`` (or of the one ``run`` names), each
     with its configuration, its latest samples (from the samples file beside it) and its
@@ -196,16 +255,21 @@ def read_reports(
     not log). Each run is read through ``key_map`` (a key map's name), else through the map
     its rows show its trainer applied (:func:`~.keymap.found_key_map`); an unknown name raises
     ``ValueError``, a file with no metrics row :class:`NotARunFile`. Lines that are no row are
-    counted into ``skipped`` (each report's ``skipped_lines``); without it, one warning says
-    how many and names the first few."""
+    counted into ``skipped``, rows no run holds (:func:`run_row_problem`) into ``damaged``
+    (each report's ``skipped_lines`` counts both); without them, one warning each says how
+    many and names the first few."""
     path = Path(path)
     bad = SkippedLines() if skipped is None else skipped
     rows = list(read_jsonl(path, every_row=True, skipped=bad))
     problem = not_a_run_problem(path, rows, bad)
     if problem is not None:
         raise NotARunFile(problem)
+    broken = DamagedRows() if damaged is None else damaged
+    rows = run_rows(rows, broken)
     if skipped is None and bad.count:
         logger.warning(bad.summary(path))
+    if damaged is None and broken.count:
+        logger.warning(broken.summary(path))
     runs = split_runs(rows) or {None: _Run()}
     if run is not None:
         if run not in runs:
@@ -222,7 +286,7 @@ def read_reports(
             reader = readers.get(read.name) or readers.setdefault(read.name, RunKeys(read.name))
             rows = reader.rows(rows)
         shown = rows if steps is None else steps.apply(rows)
-        report = build_report(shown, source=str(path), skipped=bad.count)
+        report = build_report(shown, source=str(path), skipped=bad.count + broken.count)
         if steps is not None:
             report = attrs.evolve(
                 report,
