@@ -4,6 +4,7 @@ JSON parsed, the PNG decoded at its stated size, and a clear message without mat
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -442,3 +443,38 @@ def test_a_file_with_no_metrics_row_is_refused_in_one_line(tmp_path: Path, kind:
     assert "metrics.jsonl" in line  # what to give instead
     if kind == "traces":
         assert "--traces" in line
+
+
+@given(
+    st.lists(st.floats(-1e308, 1e308), min_size=1, max_size=4),
+    st.sampled_from(
+        [
+            "efficiency/step_wall_time_s",
+            "efficiency/idle/buffer_starvation_s",
+            "efficiency/idle/buffer_full_backoff_s",
+            "efficiency/total_wall_time_s",
+            "vllm/generation_tokens",
+            "vllm/generation_length_mean",
+            "reward",
+        ]
+    ),
+)
+def test_a_huge_finite_value_prints_in_a_few_characters(values: list[float], key: str) -> None:
+    """Before: 1e308 printed with '.1f', a 309-digit number that pushed the per-step table
+    and its section lines hundreds of characters wide."""
+    from rlmetrics.report.text import render
+
+    rows = [
+        _row(step, "train", {**ROWS[2]["metrics"], key: value})
+        for step, value in enumerate(values, start=1)
+    ]
+    rows += [
+        _row(0, "timing/setup", {"total_setup_time_s": values[0], "policy_init_time_s": 1.0}),
+        _row(
+            0,
+            "timing/rollout_checkpoint",
+            {"total_save_seconds": values[-1], "telemetry/wall_time_seconds": 1.0},
+        ),
+    ]
+    text = render(build_report(rows))
+    assert re.search(r"\d{16}", text) is None, text

@@ -40,6 +40,7 @@ import attrs
 from ..events import EFFICIENCY_PREFIX, TRAIN_PREFIXES, WALL_TIME_KEY
 from ..families import efficiency
 from ..values import finite_float
+from .numbers import fixed
 
 __all__ = [
     "BASELINE_STEPS",
@@ -351,7 +352,7 @@ def _regression(
 
 
 def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} s"
+    return "-" if value is None else f"{fixed(value)} s"
 
 
 def _moved_line(rank: int, moved: Mapping[str, Any]) -> str:

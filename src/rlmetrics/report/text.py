@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .numbers import fixed
 from .regressions import render_regressions
 from .summary import RunReport
 
@@ -20,7 +21,7 @@ TABLE_ROWS = 20
 
 
 def _s(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+    return "-" if value is None else fixed(value, digits)
 
 
 def _g(value: float | None) -> str:
@@ -29,7 +30,7 @@ def _g(value: float | None) -> str:
 
 
 def _seconds(values: Mapping[str, float]) -> str:
-    return ", ".join(f"{k} {v:.1f}s" for k, v in sorted(values.items())) or "none"
+    return ", ".join(f"{k} {fixed(v)}s" for k, v in sorted(values.items())) or "none"
 
 
 def render(report: RunReport, table_rows: int = TABLE_ROWS) -> str:
@@ -55,7 +56,9 @@ def render(report: RunReport, table_rows: int = TABLE_ROWS) -> str:
             f"Setup: {_s(report.setup['total_setup_s'])} s total_setup, as logged "
             "(phases overlap, never summed)",
             "  "
-            + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(shown.items(), key=lambda kv: -kv[1])),
+            + ", ".join(
+                f"{k} {fixed(v)}s" for k, v in sorted(shown.items(), key=lambda kv: -kv[1])
+            ),
         ]
     if report.trends:
         lines += ["", "Trends (first -> last; mean of first / last quarter):"]
@@ -154,7 +157,8 @@ def _signals(signals: Mapping[str, Any]) -> list[str]:
     if components:
         lines += ["", "Reward components (mean over steps; last):"]
         lines += [
-            f"  {name:<16} {c['mean']:.3f}; {c['last']:.3f}" for name, c in components.items()
+            f"  {name:<16} {fixed(c['mean'], 3)}; {fixed(c['last'], 3)}"
+            for name, c in components.items()
         ]
     datasets = signals["validation_datasets"]
     if datasets:
@@ -166,7 +170,9 @@ def _signals(signals: Mapping[str, Any]) -> list[str]:
     if vllm:
         lines += ["", "vLLM engine state (mean over steps; last):"]
         for name, v in vllm.items():
-            lines.append(f"  {name:<22} {v['mean']:.3f}; {v['last']:.3f} ({v['steps']} steps)")
+            lines.append(
+                f"  {name:<22} {fixed(v['mean'], 3)}; {fixed(v['last'], 3)} ({v['steps']} steps)"
+            )
     gpus = signals["gpus"]
     if gpus:
         lines += ["", "GPUs (utilisation mean; most memory in use):"]
@@ -285,16 +291,17 @@ def _vllm(vllm: Mapping[str, Any]) -> list[str]:
     means = vllm["mean_of_step_means"]
     lines = [
         "",
-        f"vLLM: {vllm['prompt_tokens']:.0f} prompt and {vllm['generation_tokens']:.0f} "
-        f"generated tokens; {vllm['generations_ok']:.0f} generations ok, "
-        f"{vllm['generations_failed']:.0f} failed"
-        + (f" ({100 * vllm['failed_share']:.1f}%)" if vllm["failed_share"] is not None else ""),
+        f"vLLM: {fixed(vllm['prompt_tokens'], 0)} prompt and {fixed(vllm['generation_tokens'], 0)} "
+        f"generated tokens; {fixed(vllm['generations_ok'], 0)} generations ok, "
+        f"{fixed(vllm['generations_failed'], 0)} failed"
+        + (f" ({fixed(100 * vllm['failed_share'])}%)" if vllm["failed_share"] is not None else ""),
     ]
     if means:
         lines.append(
             "  mean lengths (mean of step means): "
             + ", ".join(
-                f"{k.removesuffix('_length_mean')} {v:.0f} tokens" for k, v in sorted(means.items())
+                f"{k.removesuffix('_length_mean')} {fixed(v, 0)} tokens"
+                for k, v in sorted(means.items())
             )
         )
     if vllm["steps_without_reading"]:
@@ -326,7 +333,7 @@ def _checkpoints(checkpoints: Mapping[str, Any]) -> list[str]:
         latency = checkpoints[key]
         if latency is not None:
             lines.append(
-                f"  {what} latency over {latency['count']}: p50 {latency['p50']:.2f} s, "
-                f"mean {latency['mean']:.2f} s, max {latency['max']:.2f} s"
+                f"  {what} latency over {latency['count']}: p50 {fixed(latency['p50'], 2)} s, "
+                f"mean {fixed(latency['mean'], 2)} s, max {fixed(latency['max'], 2)} s"
             )
     return lines
