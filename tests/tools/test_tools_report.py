@@ -478,3 +478,30 @@ def test_a_huge_finite_value_prints_in_a_few_characters(values: list[float], key
     ]
     text = render(build_report(rows))
     assert re.search(r"\d{16}", text) is None, text
+
+
+@pytest.mark.parametrize("option", ["--plot", "--html", "--timeline", "--perfetto"])
+@pytest.mark.parametrize("where", ["under a file", "a folder", "no folder"])
+def test_every_output_option_names_the_same_mistake_the_same_way(
+    tmp_path: Path, option: str, where: str
+) -> None:
+    """Before: --html under a file said 'no such folder' (it is a file), --plot said 'is not
+    a folder', and --perfetto was not checked at all (a traceback-free failure after the
+    report was read)."""
+    jsonl = _write(tmp_path / "run.jsonl", ROWS)
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("")
+    suffix = {"--html": ".html", "--perfetto": ".json"}.get(option, ".png")
+    given = {
+        "under a file": jsonl / f"x{suffix}",
+        "a folder": tmp_path,
+        "no folder": tmp_path / "nodir" / f"x{suffix}",
+    }[where]
+    expected = {
+        "under a file": f"{option} {given}: {jsonl} is a file, not a folder",
+        "a folder": f"{option} {given} is a folder: name a file",
+        "no folder": f"{option} {given}: no such folder {given.parent} (create it first)",
+    }[where]
+    done = run_cli("report", jsonl, "--traces", traces, option, given)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [f"rlmetrics report: {expected}"]

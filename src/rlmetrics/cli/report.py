@@ -177,18 +177,19 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--perfetto writes spans: give each process's file with --traces"
     if args.keys is not None and args.plot is None:
         return "--keys chooses what --plot draws: give the picture's file with --plot"
-    if args.html is not None:
-        if not args.html.parent.is_dir():
-            return f"--html {args.html}: no such folder {args.html.parent} (create it first)"
-        if args.html.is_dir():
-            return f"--html {args.html} is a folder: name the page's file"
+    # One check of every file the report writes, so a mistake reads the same for each.
+    from ..report.destinations import file_problem
     from ..report.plot import destination_problem
 
-    for option, path in (("--plot", args.plot), ("--timeline", args.timeline)):
-        if path is not None:
-            problem = destination_problem(path)
-            if problem is not None:
-                return f"{option} {problem}"
+    written = (
+        ("--html", args.html, file_problem),
+        ("--perfetto", args.perfetto, file_problem),
+        ("--plot", args.plot, destination_problem),  # also the suffix naming the format
+        ("--timeline", args.timeline, destination_problem),
+    )
+    for option, path, check in written:
+        if path is not None and (problem := check(path)) is not None:
+            return f"{option} {problem}"
     return None
 
 

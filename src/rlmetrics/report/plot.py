@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .destinations import file_problem
 from .summary import RunReport
 
 __all__ = [
@@ -65,16 +66,14 @@ class NothingToPlot(ValueError):
 
 
 def destination_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why a picture cannot be written to ``path``, or None: its folder must exist and its
-    suffix name a format matplotlib writes (``.png``, ``.svg``, ``.pdf``, ``.jpg``...)."""
+    """Why a picture cannot be written to ``path``, or None: it must be a file that can be
+    written in a folder that exists (:func:`~.destinations.file_problem`, the check of every
+    file the report writes), and its suffix name a format matplotlib writes (``.png``,
+    ``.svg``, ``.pdf``, ``.jpg``...)."""
     path = Path(path)
-    folder = path.parent
-    if not folder.exists():
-        return f"{path}: no such folder {folder} (create it first)"
-    if not folder.is_dir():
-        return f"{path}: {folder} is not a folder"
-    if path.is_dir():
-        return f"{path} is a folder: name the picture's file"
+    problem = file_problem(path)
+    if problem is not None:
+        return problem
     formats = supported_formats()
     suffix = path.suffix.lower()
     if suffix.removeprefix(".") not in formats:
