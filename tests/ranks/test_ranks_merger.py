@@ -203,6 +203,33 @@ def test_non_numbers_stay_rank_0_s_and_a_nan_drops_only_itself(
     assert "rank 2 logged 'x' as a value that is not finite" in caplog.text
 
 
+def test_a_value_not_finite_on_every_rank_is_not_finite_in_the_run_s_row_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every rank's loss diverges (NaN) from step 1 on, every rank's grad norm is +inf at
+    step 2: the run's row holds NaN and inf, as one process's would, said once per key.
+    Before: the key vanished from the run's row, hiding the divergence, said at the first
+    step only as if one rank's value had been left out."""
+
+    def steps(rank: int) -> list[Mapping[str, Any]]:
+        return [
+            {"loss": 1.0 + rank, "grad_norm": 1.0},
+            {"loss": math.nan, "grad_norm": 2.0},
+            {"loss": math.nan, "grad_norm": math.inf},
+            {"loss": math.nan, "grad_norm": -math.inf if rank else math.inf},
+        ]
+
+    results, _ = run_ranks(steps)
+    rows = results[0]
+    assert rows[0] == {"loss": 2.0, "grad_norm": 1.0}
+    assert [math.isnan(row["loss"]) for row in rows[1:]] == [True, True, True]  # type: ignore[index]
+    assert [row["grad_norm"] for row in rows[1:3]] == [2.0, math.inf]  # type: ignore[index]
+    assert math.isnan(rows[3]["grad_norm"])  # type: ignore[index]  # +inf and -inf: NaN
+    said = [r.getMessage() for r in caplog.records if "not finite on every rank" in r.getMessage()]
+    assert len(said) == 2, said  # once per key
+    assert "left out" not in caplog.text
+
+
 def test_a_failed_collective_stops_merging_said_once_and_rank_0_logs_its_own(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -195,6 +195,13 @@ def run_row(
             f"rlmetrics: rank {rank} logged {key!r} as a value that is not finite at step "
             f"{step}; it is left out of the merge of {key!r} (said once per key)",
         )
+    for key in merged.not_finite:
+        warn_once(
+            f"ranks:not-finite:{key}",
+            f"rlmetrics: {key!r} is not finite on every rank that logged it at step {step} "
+            f"(the run's value is {merged.values.get(key)!r}, as one process would log it; "
+            "each rank's raw file keeps its own; said once per key)",
+        )
     for key in merged.unweighted:
         warn_once(
             f"ranks:unweighted:{key}",

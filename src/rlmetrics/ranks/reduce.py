@@ -4,6 +4,10 @@ Pure Python, no torch: the merger (:mod:`rlmetrics.ranks.merger`) hands this mod
 per key — one value per rank, ``None`` where the rank did not log the key — and gets the
 run-level value back. A value that is not finite (NaN, an infinity) drops only itself: it is
 left out of its key's merge and named in :attr:`Merged.dropped`, so the caller says it once.
+A key no rank logged as a finite number is not finite in the run's row either, whatever its
+reduction (every rank's +inf is inf, every rank's -inf is -inf, any other mix NaN), as one
+process would log it — a divergence on every rank stays in sight — named in
+:attr:`Merged.not_finite`.
 """
 
 from __future__ import annotations
@@ -85,13 +89,15 @@ class Straggler:
 @attrs.define
 class Merged:
     """A step merged across ranks: the run-level values, the straggler phases, the
-    ``(rank, key)`` of every value left out for not being finite, and the weighted means
-    that fell back to a plain mean because some rank's weight was missing."""
+    ``(rank, key)`` of every value left out for not being finite (beside a finite one of
+    another rank), the keys whose run value is not finite (no rank's value was), and the
+    weighted means that fell back to a plain mean because some rank's weight was missing."""
 
     values: dict[str, float] = attrs.Factory(dict)
     stragglers: dict[str, Straggler] = attrs.Factory(dict)
     dropped: list[tuple[int, str]] = attrs.Factory(list)
     unweighted: list[str] = attrs.Factory(list)
+    not_finite: list[str] = attrs.Factory(list)
 
 
 def _finite(
@@ -106,7 +112,7 @@ def _finite(
         total = math.nan
     if total - total == 0:
         return None, list(column)  # type: ignore[arg-type]
-    ranks, values = [], []
+    ranks, values, bad = [], [], []
     for rank, value in enumerate(column):
         if value is None:
             continue
@@ -114,8 +120,23 @@ def _finite(
             ranks.append(rank)
             values.append(value)
         else:
-            dropped.append((rank, key))
+            bad.append(rank)
+    if values:  # left out beside a finite value (none finite: the run's value is not finite)
+        dropped.extend((rank, key) for rank in bad)
     return ranks, values
+
+
+def _not_finite(column: Sequence[float | None]) -> float | None:
+    """The run's value of a column with no finite value: inf when every present value is
+    +inf, -inf when every one is -inf, else NaN; None when no rank logged the key."""
+    present = [value for value in column if value is not None]
+    if not present:
+        return None
+    if all(value == math.inf for value in present):
+        return math.inf
+    if all(value == -math.inf for value in present):
+        return -math.inf
+    return math.nan
 
 
 def merge_columns(
@@ -123,7 +144,9 @@ def merge_columns(
 ) -> Merged:
     """Merge ``values[key]`` (one entry per rank, None where absent) for every column.
 
-    A key no rank logged a finite value for is left out of the result. ``sum``, ``min``,
+    A key no rank logged is left out of the result; one no rank logged as a finite number is
+    not finite (inf, -inf or NaN: :func:`_not_finite`), named in :attr:`Merged.not_finite`.
+    ``sum``, ``min``,
     ``max`` and ``mean`` are over the ranks that logged a finite value; ``last`` is the
     highest rank's; ``weighted_mean`` weighs each rank by its value of the weight key (a
     rank without a finite, non-negative weight makes it a plain mean, listed in
@@ -247,6 +270,10 @@ def _merge_each(columns: Sequence[Column], values: Mapping[str, Sequence[float |
         key, kind = column.key, column.kind
         ranks, found = _finite(values[key], key, dropped)
         if not found:
+            not_finite = _not_finite(values[key])
+            if not_finite is not None:
+                out[key] = not_finite
+                merged.not_finite.append(key)
             continue
         if kind is Reduce.SUM:
             out[key] = math.fsum(found)

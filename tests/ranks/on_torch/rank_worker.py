@@ -200,6 +200,9 @@ def main() -> None:
                 metrics["only/rank3"] = 7.0 + step  # a key set other ranks lack
             if scenario == "kinds" and rank == 2 and step == 1:
                 metrics["loss"] = math.nan  # a NaN on one rank
+            if scenario == "kinds":
+                # A divergence on every rank at the last step: NaN in the run's row too.
+                metrics["diverged"] = math.nan if step == STEPS - 1 else 1.0
             if scenario == "kinds" and rank == 1 and step == 2:
                 del metrics["grad_norm"]  # a key one rank leaves out once
             logger.log_metrics(metrics, step=step, prefix="train")

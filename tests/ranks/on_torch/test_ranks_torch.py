@@ -206,6 +206,15 @@ def test_the_nan_on_one_rank_is_said_once(kinds: Path) -> None:
     assert out.count("rank 2 logged 'loss' as a value that is not finite") == 1
 
 
+def test_a_nan_on_every_rank_is_nan_in_the_run_s_row_said_once(kinds: Path) -> None:
+    """Before: a key every rank logged as NaN vanished from the run's row (a divergence
+    hidden), said as if one rank's value had been left out."""
+    rows = tracker_rows(kinds, 0)
+    assert [row["metrics"]["diverged"] for row in rows] == [1.0, 1.0, "nan"]
+    out = (kinds / "out0.txt").read_text()
+    assert out.count("'diverged' is not finite on every rank") == 1, out
+
+
 def test_merges_off_the_loop_s_thread_leave_its_own_collectives_alone_and_arrive_in_order(
     tmp_path: Path,
 ) -> None:
