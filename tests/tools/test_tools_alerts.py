@@ -107,3 +107,28 @@ def test_a_place_nothing_can_be_written_is_one_line_and_nothing_is_written(
     assert line.endswith("; nothing written")
     assert done.stdout == ""
     assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("host_memory.share=90", "host_memory.share=90: a share is a fraction of 1 (0.9 for 90%)"),
+        ("gym.unhealthy_share=5", "gym.unhealthy_share=5: a share is a fraction of 1"),
+        ("stall.factor=-1", "stall.factor=-1: a threshold is a finite number, 0 or more"),
+        ("stall.min_s=nan", "stall.min_s=nan: a threshold is a finite number, 0 or more"),
+        ("vllm.restart_window_s=inf", "vllm.restart_window_s=inf: a threshold is a finite"),
+    ],
+)
+@pytest.mark.parametrize("command", ["alerts", "stack"])
+def test_a_threshold_out_of_its_range_is_one_line_and_nothing_is_written(
+    tmp_path: Path, setting: str, said: str, command: str
+) -> None:
+    """Before: --set host_memory.share=90 wrote a rule that could never fire (90 times the
+    memory), and stall.factor=-1 one that fired on every run."""
+    where = ["-o", tmp_path / "r.yml"] if command == "alerts" else ["--dir", tmp_path / "s"]
+    extra = ["--no-start"] if command == "stack" else []
+    done = run_cli(command, "--set", setting, *where, *extra)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"rlmetrics {command}: --set {said}"), line
+    assert list(tmp_path.iterdir()) == []

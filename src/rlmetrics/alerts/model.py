@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -33,6 +34,7 @@ __all__ = [
     "counted",
     "duration",
     "parse_seconds",
+    "threshold_problem",
     "with_run_id",
 ]
 
@@ -179,12 +181,34 @@ class Threshold:
     value: float
 
 
+def threshold_problem(name: str, value: float) -> str | None:
+    """Why ``value`` cannot be threshold ``name``'s, or None. Every threshold is a share, a
+    factor, a count or seconds: a finite number, 0 or more (a negative factor fires on every
+    run); a share (a name ending in ``share``) is a fraction of 1 (90 for 90% never fires)."""
+    if not (math.isfinite(value) and value >= 0):
+        return f"{name}={value:g}: a threshold is a finite number, 0 or more"
+    if name.endswith("share") and value > 1:
+        return f"{name}={value:g}: a share is a fraction of 1 ({value / 100:g} for {value:g}%)"
+    return None
+
+
+def _check_thresholds(
+    _settings: AlertSettings, _attribute: attrs.Attribute[Any], thresholds: Mapping[str, float]
+) -> None:
+    for name, value in thresholds.items():
+        problem = threshold_problem(name, float(value))
+        if problem is not None:
+            raise ValueError(problem)
+
+
 @attrs.frozen
 class AlertSettings:
     """What the user tuned: thresholds by name (``--set stall.factor=5``) and a ``for:`` that
-    replaces every rule's own (``--for 5s``, for tests and demos)."""
+    replaces every rule's own (``--for 5s``, for tests and demos). A value out of its range
+    (:func:`threshold_problem`) raises ``ValueError``: a rule built from it would never fire,
+    or always."""
 
-    thresholds: Mapping[str, float] = attrs.field(factory=dict)
+    thresholds: Mapping[str, float] = attrs.field(factory=dict, validator=_check_thresholds)
     for_s: float | None = None
 
 

@@ -74,6 +74,8 @@ def add_settings(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> AlertSettings:
+    """The alert settings ``--set`` and ``--for`` gave; ``ValueError`` names a threshold out
+    of its range (:func:`~rlmetrics.alerts.model.threshold_problem`)."""
     return AlertSettings(thresholds=dict(args.thresholds), for_s=args.for_s)
 
 
@@ -114,7 +116,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
+    try:
+        settings = settings_from(args)
+    except ValueError as exc:  # a threshold out of its range: the command's mistake
+        sys.stderr.write(f"rlmetrics alerts: --set {exc}\n")
+        return 2
     rules, problems, context = collect_rules(settings)
     for problem in problems:
         sys.stderr.write(f"rlmetrics alerts: {problem.builder}: {problem.reason}\n")

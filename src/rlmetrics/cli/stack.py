@@ -249,7 +249,12 @@ def _started(server: ServerProcess) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    rules, problems, _context = collect_rules(settings_from(args))
+    try:
+        alert_settings = settings_from(args)
+    except ValueError as exc:  # a threshold out of its range, before anything is written
+        sys.stderr.write(f"rlmetrics stack: --set {exc}\n")
+        return 2
+    rules, problems, _context = collect_rules(alert_settings)
     for problem in problems:
         sys.stderr.write(f"rlmetrics stack: alert rules {problem.builder}: {problem.reason}\n")
     if problems:
