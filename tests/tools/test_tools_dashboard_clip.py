@@ -10,6 +10,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
+import pytest
 from exporters._peers import PrometheusServer
 from tools_support import run_cli
 
@@ -110,3 +111,17 @@ def test_a_prometheus_that_does_not_answer_is_a_clear_error() -> None:
     assert done.returncode == 1
     assert "cannot query Prometheus at http://127.0.0.1:9" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("option", [("--run-id", "run-42"), ("--lookback", "1d")])
+def test_a_clipping_option_without_prometheus_is_refused_in_one_line(
+    option: tuple[str, str],
+) -> None:
+    """Before: `rlmetrics dashboard --run-id run-42` printed the whole dashboard, exit 0, as
+    if it were clipped to that run."""
+    done = run_cli("dashboard", *option)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"rlmetrics dashboard: {option[0]} is about the run a Prometheus scraped: give its URL "
+        "with --prometheus (without it, the whole dashboard is printed)"
+    ]

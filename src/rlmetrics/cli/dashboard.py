@@ -33,13 +33,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lookback",
         type=parse_duration,
-        default=7 * 86400.0,
         metavar="DURATION",
         help="with --prometheus: how far back to look for the run (default 7d)",
     )
 
 
+#: How far back ``--prometheus`` looks for the run without ``--lookback``.
+LOOKBACK_S = 7 * 86400.0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.prometheus is None:
+        # Either would be ignored without a Prometheus to clip against: a dashboard that
+        # looks clipped to a run and is not.
+        for option, value in (("--run-id", args.run_id), ("--lookback", args.lookback)):
+            if value is not None:
+                sys.stderr.write(
+                    f"rlmetrics dashboard: {option} is about the run a Prometheus scraped: give "
+                    "its URL with --prometheus (without it, the whole dashboard is printed)\n"
+                )
+                return 2
+    lookback = LOOKBACK_S if args.lookback is None else args.lookback
     rows, problems = collect_rows()
     for problem in problems:
         sys.stderr.write(f"rlmetrics dashboard: row {problem.builder} failed: {problem.reason}\n")
@@ -60,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     names = Names(item.spec for item in default_registry().declared())
     api = PrometheusAPI(args.prometheus)
     try:
-        window = find_run(api, names, args.run_id, args.lookback)
-        present = exported_names(api, window, args.lookback)
+        window = find_run(api, names, args.run_id, lookback)
+        present = exported_names(api, window, lookback)
     except PrometheusError as exc:
         sys.stderr.write(f"rlmetrics dashboard: {exc}\n")
         return 1
