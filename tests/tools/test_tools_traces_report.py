@@ -313,8 +313,9 @@ def _span_line(name: str) -> str:
     st.lists(
         st.one_of(
             st.text(
-                alphabet=st.characters(
-                    blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+                alphabet=st.characters(  # one line of text a file can hold
+                    blacklist_categories=("Cs",),
+                    blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029",
                 ),
                 max_size=20,
             ).map(lambda t: ("text", t)),
