@@ -348,3 +348,23 @@ def _is_request(text: str) -> bool:
     except ValueError:
         return False
     return isinstance(value, dict) and "resourceSpans" in value
+
+
+@pytest.mark.parametrize("steps", ["100:200", None])
+def test_a_timeline_with_nothing_to_draw_is_no_picture_as_for_plot(
+    tmp_path: Path, steps: str | None
+) -> None:
+    """Before: a timeline of steps the traces do not hold (or of traces with no step) was an
+    empty picture and exit 0, while --plot with nothing to draw writes none and exits 1."""
+    pytest.importorskip("matplotlib")
+    jsonl, traces = record_run(tmp_path, worker=False)
+    if steps is None:  # spans, but none of a step
+        kept = [line for line in traces.read_text().splitlines() if '"rl.step"' not in line]
+        traces.write_text("\n".join(kept) + "\n")
+    picture = tmp_path / "timeline.png"
+    window = () if steps is None else ("--timeline-steps", steps)
+    done = run_cli("report", jsonl, "--traces", traces, "--timeline", picture, *window)
+    assert done.returncode == 1, done.stderr
+    said = [line for line in done.stderr.splitlines() if "no picture written" in line]
+    assert len(said) == 1 and ("steps 100-200" in said[0] if steps else "no rl.step" in said[0])
+    assert not picture.exists()

@@ -155,9 +155,14 @@ def _plot(result: DemoResult) -> str | None:
 def _timeline(result: DemoResult) -> str | None:
     if result.traces is None:
         return None
+    from ..report.plot import NothingToPlot
     from ..report.timeline import plot_timeline
     from ..report.traces import read_traces
 
     path = result.jsonl.parent / TIMELINE_NAME
-    plot_timeline(read_traces([result.traces]), path)
+    try:
+        plot_timeline(read_traces([result.traces]), path)
+    except NothingToPlot as exc:  # (the demo's spans always hold its steps)
+        sys.stderr.write(f"rlmetrics demo: no timeline: {exc}\n")
+        return None
     return str(path)

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..tracing import ITERATION_ATTR, STEP_SPAN
-from .plot import PLOT_DPI, _pyplot
+from .plot import PLOT_DPI, NothingToPlot, _pyplot
 from .traces import Span, TraceSet
 
 __all__ = ["BUCKET_COLOURS", "DEFAULT_STEPS", "lanes", "plot_timeline", "rank_window"]
@@ -105,7 +105,9 @@ def plot_timeline(
     steps: tuple[int, int] | None = None,
 ) -> int:
     """Write the timeline of the steps ``steps`` (first, last; default the first
-    :data:`DEFAULT_STEPS`) to ``path`` as a PNG; returns how many steps it shows."""
+    :data:`DEFAULT_STEPS`) to ``path`` as a PNG; returns how many steps it shows. Raises
+    :class:`~.plot.NothingToPlot` (nothing written) when no step is there to draw, as the
+    report's picture does: an empty picture would look like a run that did nothing."""
     plt = _pyplot()
     all_steps = traces.steps()
     chosen = [
@@ -114,6 +116,10 @@ def plot_timeline(
         if (steps is None and len(all_steps) and n in list(all_steps)[:DEFAULT_STEPS])
         or (steps is not None and steps[0] <= n <= steps[1])
     ]
+    if not chosen:
+        held = f"steps {min(all_steps)}-{max(all_steps)}" if all_steps else "no rl.step span"
+        asked = "" if steps is None else f" in steps {steps[0]}-{steps[1]}"
+        raise NothingToPlot(f"no step to draw{asked}: the traces hold {held}")
     every = rank_window(traces, chosen)
     by_lane = lanes(traces, every)
     height = max(4.0, 1.6 + 0.55 * max(1, len(by_lane)))
@@ -121,10 +127,7 @@ def plot_timeline(
     axes = figure.add_subplot(1, 1, 1)
     try:
         title = ", ".join(os.path.basename(s) for s in traces.sources) or "trace"
-        if not chosen:
-            axes.text(0.5, 0.5, "no rl.step spans", ha="center", transform=axes.transAxes)
-        else:
-            _draw(axes, traces, chosen, every, by_lane, all_steps)
+        _draw(axes, traces, chosen, every, by_lane, all_steps)
         axes.set_title(f"rlmetrics timeline: {title}", fontsize=12)
         figure.tight_layout()
         figure.savefig(path, dpi=PLOT_DPI)  # in the format its suffix names
