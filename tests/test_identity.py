@@ -52,3 +52,11 @@ def test_a_tracker_setting_is_added_unless_the_users_settings_hold_it() -> None:
     }
     assert theirs == {"console": "off"}  # the user's dict is left as it was
     assert with_tracker_setting({"init_timeout": 9}, "init_timeout", 3.0) == {"init_timeout": 9}
+
+
+def test_whether_an_id_was_given_is_no_part_of_the_identity() -> None:
+    """``given`` (chosen by someone, not generated here) decides whether a rank takes rank
+    0's id (docs/ranks.md); two identities of one id are one identity either way."""
+    assert RunIdentity("r").given and not RunIdentity("r", given=False).given
+    assert RunIdentity("r", given=False) == RunIdentity("r")
+    assert hash(RunIdentity("r", given=False)) == hash(RunIdentity("r"))

@@ -45,10 +45,16 @@ def _check_id(_instance: object, _attribute: object, value: str) -> None:
 class RunIdentity:
     """A run's id, and whether this process continues a run that already wrote to the
     backends (``resume``). The Logger hands it to every backend factory that names an
-    ``identity`` parameter."""
+    ``identity`` parameter.
+
+    ``given`` says whether someone chose the id (the caller's ``run_id``, the running
+    telemetry's) rather than :func:`new_run_id` here; it is not part of the identity (two
+    identities of one id are equal either way). With many ranks, a rank whose id was not
+    given takes rank 0's, so every rank's rows name one run (docs/ranks.md)."""
 
     run_id: str = attrs.field(validator=_check_id)
     resume: bool = attrs.field(default=False, converter=bool)
+    given: bool = attrs.field(default=True, converter=bool, eq=False)
 
     def tracker_id(self, refused: str, max_length: int = 64) -> str:
         """The run id as a tracker that refuses the characters ``refused`` (and control

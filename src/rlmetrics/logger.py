@@ -386,7 +386,11 @@ class Logger:
         self._last_step = -1
         self._finished = False
         if self._ranks is not None:
-            self._ranks.bind(self.identity, self)
+            # The ranks agree on the run's id as they bind: a rank whose id was not given
+            # takes rank 0's (it has no backends of its own: only its raw rows carry it).
+            agreed = self._ranks.bind(self.identity, self)
+            if isinstance(agreed, RunIdentity):
+                self.identity = agreed
         self._pid = os.getpid()
         _unfinished.add(self)
         forget_in_child(self)
@@ -864,7 +868,9 @@ def _identity(run_id: str | None, resume: bool | None) -> RunIdentity:
             "Logger(resume=True) continues the run its id names: pass run_id= (or start "
             "telemetry with rlmetrics.start(run_id=..., resume=True) first)"
         )
-    return RunIdentity(run_id if run_id is not None else new_run_id(), bool(resume))
+    if run_id is None:  # generated here: with ranks, rank 0's wins (RunIdentity.given)
+        return RunIdentity(new_run_id(), bool(resume), given=False)
+    return RunIdentity(run_id, bool(resume))
 
 
 def _reason(exc: BaseException) -> str:

@@ -595,13 +595,26 @@ def test_a_merge_queue_left_full_is_said_once_counted_and_never_blocks_the_loop(
 def test_finish_waits_a_bounded_time_for_a_merge_that_cannot_complete(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Rank 0 alone logs (the other ranks never do): its merge waits in the collective, and
-    finish() returns after its timeout, the steps still pending counted and said."""
+    """Rank 0 alone logs (the other ranks build their Logger, and never log): its merge
+    waits in the collective, and finish() returns after its timeout, the steps still pending
+    counted and said."""
     trainer, own = _group(), _group(timeout_s=60.0)
+    others: list[rlmetrics.Logger] = []
+
+    def build_only(rank: int) -> None:
+        merger = RankMerger(SeparableCollective(trainer, rank, own), raw_path=None)
+        others.append(rlmetrics.Logger(backends={}, ranks=merger))
+
+    building = [threading.Thread(target=build_only, args=(rank,)) for rank in (1, 2)]
+    for thread in building:  # every rank binds its Logger at once (the run id's exchange)
+        thread.start()
     merger = RankMerger(SeparableCollective(trainer, 0, own), raw_path=tmp_path / "raw.jsonl")
     logger = rlmetrics.Logger(
         backends={"jsonl": {"path": str(tmp_path / "tracker.jsonl")}}, ranks=merger
     )
+    for thread in building:
+        thread.join(30)
+    assert len(others) == 2
     for step in range(3):
         logger.log_metrics({"n": float(step)}, step=step)
     started = time.monotonic()
@@ -616,6 +629,8 @@ def test_finish_waits_a_bounded_time_for_a_merge_that_cannot_complete(
     assert merger.handoff is not None
     merger.handoff.thread.join(10)
     assert not merger.handoff.thread.is_alive()
+    for other in others:
+        other.finish()
 
 
 @pytest.mark.parametrize("close_fails", [False, True])
@@ -670,6 +685,52 @@ def test_a_group_of_its_own_that_cannot_be_opened_leaves_the_merge_on_the_loop_s
     assert "could not open the merger's own process group" in caplog.text
     (row,) = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
     assert row["metrics"]["n"] == 1.0  # the mean of 0, 1 and 2
+
+
+@pytest.mark.parametrize("given", ["none", "on rank 0", "on every rank", "another on rank 2"])
+def test_every_rank_s_rows_carry_rank_0_s_run_id_unless_one_was_given(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, given: str
+) -> None:
+    """The ranks agree on the run id as their Loggers bind: a rank whose id was not given
+    takes rank 0's, so its raw rows join the tracker's; a given id is kept, and ids that
+    differ across ranks are said once. Before: every rank generated its own, so rank 1's raw
+    rows carried another run id than the tracker's rows."""
+    trainer, own = _group(), _group()
+    ids: dict[int, str] = {}
+
+    def loop(rank: int) -> None:
+        run_id = {
+            "none": None,
+            "on rank 0": "chosen" if rank == 0 else None,
+            "on every rank": "chosen",
+            "another on rank 2": "theirs" if rank == 2 else None,
+        }[given]
+        merger = RankMerger(
+            SeparableCollective(trainer, rank, own), raw_path=tmp_path / "raw{rank}.jsonl"
+        )
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}},
+            ranks=merger,
+            run_id=run_id,
+        )
+        ids[rank] = logger.identity.run_id
+        logger.log_metrics({"n": float(rank)}, step=0)
+        logger.finish()
+
+    _run_loggers(loop)
+    (row,) = [row for row in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in row]
+    run = row["run_id"]
+    assert run == ("chosen" if given in ("on rank 0", "on every rank") else ids[0])
+    expected = {rank: run for rank in range(WORLD)}
+    if given == "another on rank 2":
+        expected[2] = "theirs"  # given: kept, and said
+    assert ids == expected
+    raw = {rank: {r["run_id"] for r in read_jsonl(tmp_path / f"raw{rank}.jsonl")} for rank in ids}
+    assert raw == {rank: {run_id} for rank, run_id in expected.items()}
+    said = [r.getMessage() for r in caplog.records if "run ids differ" in r.getMessage()]
+    assert len(said) == (1 if given == "another on rank 2" else 0), said
+    if said:
+        assert f"rank 0 {run!r}" in said[0] and "rank 2 'theirs'" in said[0]
 
 
 def test_a_logger_built_on_rank_0_only_stops_merging_once_said_and_never_blocks_the_loop(

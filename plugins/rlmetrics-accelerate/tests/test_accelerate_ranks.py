@@ -89,13 +89,14 @@ def test_accelerate_launch_on_two_processes_logs_one_merged_row_per_step(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = list(read_jsonl(tmp_path / "tracker.jsonl"))
     assert [row["step"] for row in rows] == list(range(launched_loop.STEPS))  # one per step
-    raw = {
-        rank: {
-            row["step"]: row["metrics"]
-            for row in read_jsonl(tmp_path / f"rlmetrics.rank{rank}.jsonl")
-        }
-        for rank in (0, 1)
+    raw_rows = {rank: list(read_jsonl(tmp_path / f"rlmetrics.rank{rank}.jsonl")) for rank in (0, 1)}
+    # Every rank's raw rows carry the tracker's run id and prefix. Before: each rank's merger
+    # generated a run id of its own (rank 0's too), and the raw rows' prefix was "", where
+    # the tracker's rows say "train".
+    assert {(row["run_id"], row["prefix"]) for found in raw_rows.values() for row in found} == {
+        (row["run_id"], row["prefix"]) for row in rows
     }
+    raw = {rank: {row["step"]: row["metrics"] for row in found} for rank, found in raw_rows.items()}
     for row in rows:
         step, merged = row["step"], row["metrics"]
         mine = [raw[rank][step] for rank in (0, 1)]

@@ -64,13 +64,12 @@ def test_a_ddp_fit_on_two_processes_logs_one_merged_row_per_step(tmp_path: Path,
     assert hyperparams == [{"lr": ddp_run.LR}]  # once, on rank zero's tracker
     rows = [row for row in read_jsonl(tmp_path / "tracker.jsonl") if "reward" in row["metrics"]]
     assert [row["step"] for row in rows] == list(range(ddp_run.STEPS))  # one per step
-    raw = {
-        rank: {
-            row["step"]: row["metrics"]
-            for row in read_jsonl(tmp_path / f"rlmetrics.rank{rank}.jsonl")
-        }
-        for rank in (0, 1)
+    raw_rows = {rank: list(read_jsonl(tmp_path / f"rlmetrics.rank{rank}.jsonl")) for rank in (0, 1)}
+    # Every rank's raw rows carry the tracker's run id (before: each rank generated its own).
+    assert {row["run_id"] for found in raw_rows.values() for row in found} == {
+        row["run_id"] for row in tracker
     }
+    raw = {rank: {row["step"]: row["metrics"] for row in found} for rank, found in raw_rows.items()}
     for row in rows:
         step, merged = row["step"], row["metrics"]
         mine = [raw[rank][step] for rank in (0, 1)]

@@ -74,10 +74,12 @@ class Ranks(Protocol):
     #: Whether a process that does not log the run's rows tees its own values.
     export_own: bool
 
-    def bind(self, identity: RunIdentity | None, logger: Any = None) -> None:
+    def bind(self, identity: RunIdentity | None, logger: Any = None) -> RunIdentity | None:
         """The Logger's run is known (``logger`` is the Logger, for an engine whose run
         rows arrive off the loop's thread: the Ray reducer logs them through it, the
-        torch.distributed merger's thread through its ``_log_merged_row``)."""
+        torch.distributed merger's thread through its ``_log_merged_row``). Returns the
+        identity this rank's rows carry when the engine agreed one across the ranks (the
+        Logger takes it), else None."""
 
     def merge(
         self, flat: Mapping[str, Any], step: int, prefix: str, stream: str | None = None

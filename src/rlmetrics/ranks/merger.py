@@ -340,6 +340,8 @@ class RankMerger:
         self.handoff: Handoff | None = None
         #: The group bind() opened for that thread, until finish() closes it.
         self._own: Collective | None = None
+        #: The run identity the ranks agreed on at bind() (None before).
+        self._identity: RunIdentity | None = None
         self._deliver: Callable[[dict[str, Any], int, str, str | None], None] | None = None
         #: Dicts logged that were not merged because the merger's thread was behind
         #: (``max_pending``) or not done when the Logger finished.
@@ -352,16 +354,34 @@ class RankMerger:
         """Whether this rank writes the run's rows (rank 0)."""
         return self.rank == 0
 
-    def bind(self, identity: RunIdentity | None, logger: Any = None) -> None:
-        """Open this rank's raw file for the Logger's run (called by the Logger); with a
-        ``logger`` to deliver to, a background merger opens its own process group (on every
-        rank at once: each rank's Logger binds as it is built) and starts its thread."""
-        if self.raw_path is not None and self._rows is None:
-            self._rows = RankRows(self.raw_path, identity or RunIdentity(new_run_id()), self.rank)
+    def bind(self, identity: RunIdentity | None, logger: Any = None) -> RunIdentity | None:
+        """Bind this rank's merger to the Logger's run (called by the Logger as it is built,
+        on every rank at once; a merger used without a Logger is bound with the run's
+        identity, or None). With a ``logger`` to deliver to, a background merger opens its
+        own process group and starts its thread. Then the ranks agree on the run's id (one
+        object exchange): a rank whose id was not given (``RunIdentity.given``; None is not)
+        takes rank 0's, a given one is kept and ids that still differ are said once. This
+        rank's raw file is opened for that identity, which is returned."""
+        if self._identity is not None:
+            return self._identity
         deliver = getattr(logger, "_log_merged_row", None)
         own_group = getattr(self.collective, "own_group", None)
-        if not self.background or self.handoff is not None or deliver is None or own_group is None:
-            return
+        if self.background and self.handoff is None and deliver is not None and own_group:
+            self._open_own_group(own_group)
+        self._identity = agreed = self._agree(identity)
+        if self.raw_path is not None and self._rows is None:
+            self._rows = RankRows(self.raw_path, agreed, self.rank)
+        if self._own is not None:
+            self._deliver = deliver
+            self.handoff = Handoff(
+                self._merge_job, "rlmetrics-ranks", self.max_pending, self.full_wait_s
+            )
+        return agreed
+
+    def _open_own_group(self, own_group: Callable[[], Collective]) -> None:
+        """The merger's own group for its thread, or, when it cannot be opened, the merge on
+        the loop's thread (it failed at once, every rank alike) or none (it failed after
+        waiting: some rank never opened it)."""
         started = time.monotonic()
         try:
             self.collective = self._own = own_group()
@@ -390,11 +410,42 @@ class RankMerger:
                 "its own values (each rank's raw rows are still written)",
                 expected=True,
             )
-            return
-        self._deliver = deliver
-        self.handoff = Handoff(
-            self._merge_job, "rlmetrics-ranks", self.max_pending, self.full_wait_s
-        )
+
+    def _agree(self, identity: RunIdentity | None) -> RunIdentity:
+        """The run identity this rank's rows carry: rank 0's unless this rank's was given
+        (see :meth:`bind`). No exchange on one rank, on a merger whose ranks arrive gathered,
+        or once the merging broke."""
+        mine = identity if identity is not None else _unnamed_identity()
+        if self.world_size < 2 or self.broken is not None:
+            return mine
+        try:
+            told = self.collective.all_gather_object((mine.run_id, mine.resume, mine.given))
+            first_id, first_resume, _ = told[0]
+            ids = [run_id if given else first_id for run_id, _, given in told]
+        except Exception as exc:  # a rank gone before the first merge: the merges fail too
+            self.broken = f"the ranks' run ids could not be agreed ({type(exc).__name__}: {exc})"
+            warn_once(
+                "ranks:run-id",
+                f"rlmetrics: rank {self.rank}: {self.broken}; ranks are merged no more in this "
+                "run, and rank 0 logs its own values",
+                expected=True,
+            )
+            return mine
+        differ = [rank for rank, run_id in enumerate(ids) if run_id != first_id]
+        if differ and (self.rank == 0 or self.rank in differ):
+            named = ", ".join(f"rank {rank} {ids[rank]!r}" for rank in differ[:4])
+            warn_once(
+                "ranks:run-ids-differ",
+                f"rlmetrics: the ranks' run ids differ: rank 0 {first_id!r}, {named}"
+                + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+                + " (each given there: Logger(run_id=...), the configuration's run_id, or the "
+                "running telemetry's, rlmetrics.start(run_id=...)). A rank's raw rows and "
+                "telemetry carry its own, the tracker's rows rank 0's: give every rank the "
+                "same run id, or none (a rank without one takes rank 0's)",
+            )
+        if mine.given:
+            return mine
+        return RunIdentity(first_id, first_resume, given=False)
 
     def drain(self, timeout_s: float) -> None:
         """Before the Logger closes: the merges handed to the merger's thread complete
@@ -648,6 +699,17 @@ class RankMerger:
         if not self.logs:
             return None
         return merge_columns(columns, {key: [d.get(key) for d in dicts] for key in keys})
+
+
+def _unnamed_identity() -> RunIdentity:
+    """A run identity for a merger bound without one: the running telemetry's (given: its
+    resource carries it), else a new id, which gives way to rank 0's."""
+    from ..telemetry import current
+
+    telemetry = current()
+    if telemetry is not None:
+        return RunIdentity(telemetry.run_id, telemetry.resume)
+    return RunIdentity(new_run_id(), given=False)
 
 
 class RanksOutOfStep(RuntimeError):

@@ -230,6 +230,12 @@ def test_merges_off_the_loop_s_thread_leave_its_own_collectives_alone_and_arrive
         assert result["sums"] == [float(sum(range(WORLD)) + WORLD * s) for s in range(steps)]
     rows = tracker_rows(tmp_path, 0)
     assert [row["step"] for row in rows] == list(range(steps))
+    # No rank was given a run id: every rank's raw rows carry rank 0's, the tracker's.
+    # (Before: each rank generated its own.)
+    run_ids = {
+        row["run_id"] for r in range(WORLD) for row in read_jsonl(tmp_path / f"rank{r}.jsonl")
+    }
+    assert run_ids == {rows[0]["run_id"]}
     raw = raw_rows(tmp_path)
     for row in rows:
         step = row["step"]

@@ -7,6 +7,8 @@ initialised, as each series declares (:mod:`rlmetrics.ranks`: a reward weighted 
 token counts summed, phase seconds as stragglers...), every rank appends its raw values to a
 file of its own, and the main process hands the run's dict to ``Accelerator.log``: every
 tracker of the loop (``RLMetricsTracker`` and Accelerate's own) gets one merged row per step.
+The raw rows carry the ``RLMetricsTracker``'s run id (every rank takes the main process's) and
+prefix, so they join its rows.
 
 A loop on one process (no process group, or one rank) is logged as it is. Nothing here
 raises into the loop: a merge that fails is said once and the main process logs its own
@@ -24,11 +26,25 @@ from rlmetrics import warn_once
 from rlmetrics.flatten import flatten
 from rlmetrics.ranks import RankMerger
 
+from .tracker import RLMetricsTracker
+
 __all__ = ["log_ranks"]
 
 #: Each Accelerator's merger, built on its first ``log_ranks`` and finished with it.
 _MERGERS: weakref.WeakKeyDictionary[Any, RankMerger | None] = weakref.WeakKeyDictionary()
 _STEPS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+#: The prefix each Accelerator's raw rows carry: its RLMetricsTracker's.
+_PREFIXES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _rlmetrics_tracker(accelerator: Any) -> RLMetricsTracker | None:
+    """The loop's RLMetricsTracker: every rank holds it in ``log_with`` (Accelerate starts
+    it, and builds its Logger, on the main process only)."""
+    trackers = [
+        *getattr(accelerator, "trackers", ()),
+        *(getattr(accelerator, "log_with", ()) or ()),
+    ]
+    return next((t for t in trackers if isinstance(t, RLMetricsTracker)), None)
 
 
 def _merger(accelerator: Any, given: RankMerger | None) -> RankMerger | None:
@@ -42,7 +58,13 @@ def _merger(accelerator: Any, given: RankMerger | None) -> RankMerger | None:
 
             merger = torch_distributed()
     if merger is not None:
-        merger.bind(None)
+        # The raw rows name the tracker's run and prefix: the main process's tracker Logger
+        # gives the run's identity (the other ranks take it as the merger binds), and every
+        # rank's tracker its prefix.
+        tracker = _rlmetrics_tracker(accelerator)
+        logger = tracker.tracker if tracker is not None else None
+        merger.bind(logger.identity if logger is not None else None)
+        _PREFIXES[accelerator] = tracker.prefix if tracker is not None else ""
         weakref.finalize(accelerator, merger.finish)
     _MERGERS[accelerator] = merger
     return merger
@@ -70,7 +92,7 @@ def log_ranks(
             # The raw rows' step: the given one, else the last given (as RLMetricsTracker).
             last = _STEPS.get(accelerator, 0) if step is None else step
             _STEPS[accelerator] = last
-            merged = found.merge(flatten(values), last, "")
+            merged = found.merge(flatten(values), last, _PREFIXES.get(accelerator, ""))
     except Exception:
         warn_once(
             "accelerate:log_ranks",
