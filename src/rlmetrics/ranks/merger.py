@@ -99,7 +99,9 @@ _OWN_GROUP_WAITED_S = 1.0
 
 
 class Collective(Protocol):
-    """The two collectives a merger needs, on some engine's process group."""
+    """The two collectives a merger needs, on some engine's process group. ``rank`` is the
+    rank within it; a collective over part of the world also names the process's rank in
+    the world as ``global_rank`` (the raw file and its rows name that one)."""
 
     rank: int
     world_size: int
@@ -284,8 +286,8 @@ class RankMerger:
 
     :param collective: the engine's collectives (:func:`rlmetrics.ranks.torch_distributed`
         builds one on torch.distributed).
-    :param raw_path: each rank's raw JSONL file; ``{rank}`` is replaced by the rank. None
-        writes none.
+    :param raw_path: each rank's raw JSONL file; ``{rank}`` is replaced by the rank (in the
+        whole world, when the collective is over a group of part of it). None writes none.
     :param export_own: whether a rank other than 0 tees its own values to OpenTelemetry.
     :param reductions: ``{logger key: reduction}`` for keys no spec declares (a spec's own
         reduction wins); any other undeclared key is merged by mean.
@@ -318,9 +320,14 @@ class RankMerger:
         self.max_pending = max_pending
         self.full_wait_s = float(full_wait_s)
         self.rank = collective.rank
+        #: This process's rank in the whole world: the raw file's ``{rank}`` and its rows'
+        #: ``rank`` (a group's rank would repeat across groups).
+        self.global_rank: int = getattr(collective, "global_rank", collective.rank)
         self.world_size = collective.world_size
         self.export_own = export_own
-        self.raw_path = None if raw_path is None else Path(str(raw_path).format(rank=self.rank))
+        self.raw_path = (
+            None if raw_path is None else Path(str(raw_path).format(rank=self.global_rank))
+        )
         self.reductions = Reductions(reductions)
         self._tables: dict[str, _Table] = {}
         #: Every row is padded to this, the widest agreed table's row: the tables are agreed
@@ -370,7 +377,7 @@ class RankMerger:
             self._open_own_group(own_group)
         self._identity = agreed = self._agree(identity)
         if self.raw_path is not None and self._rows is None:
-            self._rows = RankRows(self.raw_path, agreed, self.rank)
+            self._rows = RankRows(self.raw_path, agreed, self.global_rank)
         if self._own is not None:
             self._deliver = deliver
             self.handoff = Handoff(
@@ -392,7 +399,7 @@ class RankMerger:
                 # the group it was given, on the loop's thread.
                 warn_once(
                     "ranks:own-group",
-                    f"rlmetrics: rank {self.rank} could not open the merger's own process "
+                    f"rlmetrics: rank {self.global_rank} could not open the merger's own process "
                     f"group ({reason}); it merges on the loop's thread instead",
                 )
                 return
@@ -402,12 +409,12 @@ class RankMerger:
             self.broken = f"the merger's own process group was not opened ({reason})"
             warn_once(
                 "ranks:own-group",
-                f"rlmetrics: rank {self.rank} could not open the merger's own process group: "
-                f"not every one of the {self.world_size} ranks opened it within the group's "
-                f"timeout ({reason}). Opening it is a collective: build the Logger with ranks= "
-                "on every rank, at the same point (as the trainer's process group is made), "
-                "not under `if rank == 0:`. Ranks are merged no more in this run; rank 0 logs "
-                "its own values (each rank's raw rows are still written)",
+                f"rlmetrics: rank {self.global_rank} could not open the merger's own process "
+                f"group: not every one of the {self.world_size} ranks opened it within the "
+                f"group's timeout ({reason}). Opening it is a collective: build the Logger with "
+                "ranks= on every rank, at the same point (as the trainer's process group is "
+                "made), not under `if rank == 0:`. Ranks are merged no more in this run; rank 0 "
+                "logs its own values (each rank's raw rows are still written)",
                 expected=True,
             )
 
@@ -426,8 +433,8 @@ class RankMerger:
             self.broken = f"the ranks' run ids could not be agreed ({type(exc).__name__}: {exc})"
             warn_once(
                 "ranks:run-id",
-                f"rlmetrics: rank {self.rank}: {self.broken}; ranks are merged no more in this "
-                "run, and rank 0 logs its own values",
+                f"rlmetrics: rank {self.global_rank}: {self.broken}; ranks are merged no more "
+                "in this run, and rank 0 logs its own values",
                 expected=True,
             )
             return mine
@@ -463,7 +470,7 @@ class RankMerger:
             steps = sorted({job.step for job in left})
             warn_once(
                 "ranks:drain",
-                f"rlmetrics: rank {self.rank}: {len(left) + max(running, 0)} logged dict(s) "
+                f"rlmetrics: rank {self.global_rank}: {len(left) + max(running, 0)} logged dict(s) "
                 f"were still being merged across the {self.world_size} ranks when the Logger "
                 f"finished ({timeout_s:g} s; a rank that stopped logging, or a collective "
                 "still waiting for its process group's timeout)"
@@ -494,8 +501,8 @@ class RankMerger:
         except Exception as exc:
             warn_once(
                 "ranks:close",
-                f"rlmetrics: rank {self.rank} could not close the merger's own process group "
-                f"({type(exc).__name__}: {exc})",
+                f"rlmetrics: rank {self.global_rank} could not close the merger's own process "
+                f"group ({type(exc).__name__}: {exc})",
             )
 
     # -- one step ---------------------------------------------------------------------
@@ -528,7 +535,9 @@ class RankMerger:
                     if not self._rows_closed:
                         self._rows.log_metrics(flat, step, prefix)
         except Exception:
-            warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
+            warn_once(
+                "ranks:raw", f"rlmetrics: rank {self.global_rank} could not write its raw rows"
+            )
 
     def _merged_row(
         self,
@@ -547,7 +556,7 @@ class RankMerger:
                 self.broken = f"{type(exc).__name__}: {exc}"
                 warn_once(
                     "ranks:broken",
-                    f"rlmetrics: rank {self.rank}: the merge of step {step} across "
+                    f"rlmetrics: rank {self.global_rank}: the merge of step {step} across "
                     f"{self.world_size} ranks failed ({self.broken}); ranks are merged no more "
                     "in this run, and rank 0 logs its own values from this step on (each "
                     "rank's raw rows are still written)",
@@ -586,7 +595,7 @@ class RankMerger:
                 self.broken = f"{self.max_pending} logged dicts behind"
             warn_once(
                 "ranks:behind",
-                f"rlmetrics: rank {self.rank}: the merge across {self.world_size} ranks is "
+                f"rlmetrics: rank {self.global_rank}: the merge across {self.world_size} ranks is "
                 f"{self.max_pending} logged dicts behind (max_pending; a collective waits on a "
                 f"rank that stopped, or the loop logs faster than the ranks merge), still "
                 f"after {self.full_wait_s:g} s: step {step} and the steps after it while it "
@@ -612,7 +621,7 @@ class RankMerger:
         except Exception:
             warn_once(
                 "ranks:deliver",
-                f"rlmetrics: rank {self.rank} could not log a merged row (step {job.step})",
+                f"rlmetrics: rank {self.global_rank} could not log a merged row (step {job.step})",
             )
 
     @property

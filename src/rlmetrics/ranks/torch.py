@@ -38,7 +38,10 @@ class TorchCollective:
         self._torch = torch
         self._dist = dist
         self.group = group
+        #: The rank within ``group`` (the exchange's), and in the whole world (what the raw
+        #: file and its rows name: unique among the processes, whatever the group).
         self.rank = dist.get_rank(group)
+        self.global_rank = dist.get_rank()
         self.world_size = dist.get_world_size(group)
         backend = str(dist.get_backend(group)).lower()
         # NCCL moves CUDA tensors only; gloo and the others, CPU ones.

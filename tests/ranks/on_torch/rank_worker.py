@@ -133,6 +133,19 @@ def rank_0_only(rank: int, folder: Path, group: object) -> None:
     )
 
 
+def subgroups(rank: int, folder: Path, timeout: timedelta) -> None:
+    """Two data-parallel groups, [0, 1] and [2, 3], each merged on its own: every rank logs
+    its own values over its group's merger."""
+    pairs = [dist.new_group([0, 1], timeout=timeout), dist.new_group([2, 3], timeout=timeout)]
+    merger = torch_distributed(pairs[rank // 2], raw_path=folder / "rank{rank}.jsonl")
+    logger = rlmetrics.Logger(
+        backends={"jsonl": {"path": str(folder / f"tracker{rank}.jsonl")}}, ranks=merger
+    )
+    for step in range(STEPS):
+        logger.log_metrics(values(rank, step), step=step, prefix="train")
+    logger.finish()
+
+
 def _registered(group: object) -> bool:
     """Whether torch.distributed still holds ``group`` (destroy_process_group forgets it)."""
     try:
@@ -152,6 +165,10 @@ def main() -> None:
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
     if scenario in ("straggler", "busy"):
         (straggle if scenario == "straggler" else busy)(rank, folder, group)
+        dist.destroy_process_group()
+        return
+    if scenario == "subgroups":
+        subgroups(rank, folder, timedelta(seconds=timeout))
         dist.destroy_process_group()
         return
     if scenario == "rank-0-only":

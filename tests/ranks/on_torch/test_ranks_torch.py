@@ -347,6 +347,34 @@ def test_a_logger_built_on_rank_0_only_is_said_once_and_rank_0_logs_its_own_valu
     assert result["broken"] and result["logged_s"] < 5.0  # no step waits a timeout
 
 
+def test_each_of_several_groups_merges_on_its_own_and_each_rank_keeps_its_raw_file(
+    tmp_path: Path,
+) -> None:
+    """``torch_distributed(group=...)`` over two groups, [0, 1] and [2, 3]: each group's
+    leader (its rank 0) writes its group's merged rows, under the run id its group agreed;
+    every rank's raw rows go to the file of its global rank and say that rank. Before: the
+    raw file and the row's rank were the rank within the group, so global ranks 0 and 2 both
+    appended to rank0.jsonl saying "rank": 0."""
+    codes = run_ranks("subgroups", tmp_path)
+    assert codes == [0] * WORLD, [(tmp_path / f"out{r}.txt").read_text() for r in range(WORLD)]
+    raw = raw_rows(tmp_path)  # each row's rank is its file's
+    assert {rank: sorted(raw[rank]) for rank in raw} == {
+        rank: list(range(rank_worker.STEPS)) for rank in range(WORLD)
+    }
+    for leader, group in ((0, (0, 1)), (2, (2, 3))):
+        rows = tracker_rows(tmp_path, leader)
+        assert [row["step"] for row in rows] == list(range(rank_worker.STEPS))
+        for row in rows:
+            assert row["metrics"]["num_samples"] == math.fsum(
+                rank_worker.values(rank, row["step"])["num_samples"] for rank in group
+            )
+        run_ids = {
+            r["run_id"] for rank in group for r in read_jsonl(tmp_path / f"rank{rank}.jsonl")
+        }
+        assert run_ids == {rows[0]["run_id"]}
+    assert tracker_rows(tmp_path, 1) == [] and tracker_rows(tmp_path, 3) == []
+
+
 def raw_rows_of(folder: Path, rank: int) -> list[int]:
     return [row["step"] for row in read_jsonl(folder / f"rank{rank}.jsonl")]
 
