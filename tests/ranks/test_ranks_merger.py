@@ -622,6 +622,9 @@ def test_finish_waits_a_bounded_time_for_a_merge_that_cannot_complete(
     assert time.monotonic() - started < 20
     assert merger.unmerged == 3
     assert "3 logged dict(s) were still being merged across the 3 ranks" in caplog.text
+    # The step in flight (in the collective) is in the raw file only too. Before: "steps
+    # 1-2", the queued ones only.
+    assert "steps 0-2 are in the raw file only" in caplog.text
     assert [r["step"] for r in read_jsonl(tmp_path / "raw.jsonl")] == [0, 1, 2]
     assert not [row for row in read_jsonl(tmp_path / "tracker.jsonl") if "metrics" in row]
     assert "closed" not in own  # its thread is still in a collective there

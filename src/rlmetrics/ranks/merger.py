@@ -349,6 +349,8 @@ class RankMerger:
         self._own: Collective | None = None
         #: The run identity the ranks agreed on at bind() (None before).
         self._identity: RunIdentity | None = None
+        #: The dict the merger's thread is merging now (None between dicts).
+        self._in_flight: _Job | None = None
         self._deliver: Callable[[dict[str, Any], int, str, str | None], None] | None = None
         #: Dicts logged that were not merged because the merger's thread was behind
         #: (``max_pending``) or not done when the Logger finished.
@@ -463,18 +465,20 @@ class RankMerger:
             return
         left = self.handoff.drain(timeout_s)
         running = self.handoff.pending - len(left)
+        in_flight = self._in_flight  # its raw row is written; its run row never will be
         for job in left:
             self._write_raw(job.flat, job.step, job.prefix)
         if left or running > 0:
             self.unmerged += len(left) + max(running, 0)
-            steps = sorted({job.step for job in left})
+            ahead = [in_flight] if running > 0 and in_flight is not None else []
+            steps = sorted({job.step for job in [*ahead, *left]})
             warn_once(
                 "ranks:drain",
                 f"rlmetrics: rank {self.global_rank}: {len(left) + max(running, 0)} logged dict(s) "
                 f"were still being merged across the {self.world_size} ranks when the Logger "
                 f"finished ({timeout_s:g} s; a rank that stopped logging, or a collective "
                 "still waiting for its process group's timeout)"
-                + (f"; steps {steps[0]}-{steps[-1]} are in the raw file only" if steps else ""),
+                + (f"; {_steps_text(steps)} in the raw file only" if steps else ""),
             )
 
     def finish(self) -> None:
@@ -612,6 +616,7 @@ class RankMerger:
         """The merger thread's side of one dict: its raw row, the collective, and on rank 0
         the run's row delivered to the Logger. Never raises."""
         flat = job.flat
+        self._in_flight = job
         self._write_raw(flat, job.step, job.prefix)
         try:
             numbers = flat if job.floats else numbers_of(flat)
@@ -623,6 +628,8 @@ class RankMerger:
                 "ranks:deliver",
                 f"rlmetrics: rank {self.global_rank} could not log a merged row (step {job.step})",
             )
+        finally:
+            self._in_flight = None
 
     @property
     def handoff_closed(self) -> bool:
@@ -708,6 +715,13 @@ class RankMerger:
         if not self.logs:
             return None
         return merge_columns(columns, {key: [d.get(key) for d in dicts] for key in keys})
+
+
+def _steps_text(steps: Sequence[int]) -> str:
+    """``step 4 is``, ``steps 3-5 are``: sorted steps as a warning names them."""
+    if len(steps) == 1:
+        return f"step {steps[0]} is"
+    return f"steps {steps[0]}-{steps[-1]} are"
 
 
 def _unnamed_identity() -> RunIdentity:
