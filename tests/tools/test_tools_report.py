@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tools_support import not_run_files, run_cli
 
+from rlmetrics.events import WALL_TIME_KEY as WALL
 from rlmetrics.report.plot import PLOT_SIZE_PX
 from rlmetrics.report.summary import build_report
 
@@ -391,11 +392,14 @@ def test_a_corrupted_file_counts_every_bad_line_and_says_so_once(tmp_path: Path)
 # -- a value no float holds costs only itself (before: OverflowError out of report and query) --
 
 #: Any number JSON carries: ints of any size (10**400 parses, and no float holds it), floats,
-#: NaN and the infinities (the JSONL backend writes them as NaN and Infinity).
+#: NaN and the infinities (the JSONL backend writes them as NaN and Infinity). The finite
+#: floats stay where a sum of a few cannot pass float's largest (a run's total wall time is
+#: then inf, honestly: test_finite_values_near_floats_limit_cost_no_report has those).
 JSON_NUMBERS = st.one_of(
     st.integers(),
     st.integers(min_value=2**1024).map(lambda n: n * 10**300),
-    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(-1e300, 1e300),
+    st.sampled_from([float("nan"), float("inf"), float("-inf")]),
 )
 
 
@@ -505,3 +509,43 @@ def test_every_output_option_names_the_same_mistake_the_same_way(
     done = run_cli("report", jsonl, "--traces", traces, option, given)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [f"rlmetrics report: {expected}"]
+
+
+@pytest.mark.parametrize("huge", [8.988465674311579e307, 1.7976931348623157e308])
+def test_finite_values_near_floats_limit_cost_no_report(huge: float) -> None:
+    """Found by the property above: two finite values near float's limit made every mean
+    raise OverflowError ('intermediate overflow in fsum'), and ended the report. Over 30
+    steps, so the regressions' means and spreads are computed too."""
+    from rlmetrics.report.regressions import find_regressions
+
+    keys = [
+        "reward",
+        "efficiency/step_wall_time_s",
+        "efficiency/idle/buffer_starvation_s",
+        "vllm/generation_length_mean",
+        "vllm/awake_share",
+        "reward/format",
+    ]
+    rows = [
+        {**_row(step, "train", {key: huge for key in keys}), "time": float(step)}
+        for step in range(1, 31)
+    ]
+    rows += [_row(step, "ray", {"node.0.gpu.0.util": huge}) for step in (1, 2)]
+    rows += [
+        _row(0, "timing/rollout_checkpoint", {"total_save_seconds": huge, WALL: 1.0}),
+        _row(0, "timing/rollout_checkpoint", {"total_save_seconds": huge, WALL: 2.0}),
+    ]
+    report = build_report(rows)
+    trend = report.trends["reward"]
+    assert trend["first_quarter_mean"] == trend["last"] == huge
+    find_regressions(rows)
+
+
+@given(st.lists(st.floats(-1.7976931348623157e308, 1.7976931348623157e308), min_size=1))
+def test_a_mean_and_a_median_of_finite_values_are_finite_and_between_them(
+    values: list[float],
+) -> None:
+    from rlmetrics.report.numbers import mean, median
+
+    for middle in (mean(values), median(values)):
+        assert min(values) <= middle <= max(values)

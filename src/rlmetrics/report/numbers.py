@@ -1,12 +1,19 @@
-"""How the text report prints a number: fixed decimals, and a short form past a billion.
+"""Numbers near float's limit, read and printed without surprise.
 
-A logged value may be any finite float (1e308 is one): with fixed decimals it would print as
-a 309-digit number and push the per-step table and its lines hundreds of characters wide.
+A logged value may be any finite float, 1e308 included. Printed with fixed decimals it is a
+309-digit number that pushes the per-step table hundreds of characters wide; averaged by
+``statistics.fmean`` two of them raise ``OverflowError`` (its exact sum passes the largest
+float), and ``statistics.median`` of two gives inf. These helpers keep such a value to
+itself: a mean or a median of finite values is finite.
 """
 
 from __future__ import annotations
 
-__all__ = ["FIXED_BELOW", "fixed"]
+import math
+import statistics
+from collections.abc import Iterable
+
+__all__ = ["FIXED_BELOW", "fixed", "mean", "median", "pstdev"]
 
 #: Magnitudes printed with fixed decimals; from here on, four significant digits.
 FIXED_BELOW = 1e9
@@ -18,3 +25,36 @@ def fixed(value: float, digits: int = 1) -> str:
     if abs(value) < FIXED_BELOW:
         return f"{value:.{digits}f}"
     return f"{value:.4g}"
+
+
+def mean(values: Iterable[float]) -> float:
+    """The arithmetic mean (``statistics.fmean``); for values whose sum passes float's
+    largest, the mean of the values scaled to at most 1, scaled back: at most the largest
+    value, so a mean of finite values is finite."""
+    values = list(values)
+    try:
+        return statistics.fmean(values)
+    except OverflowError:
+        largest = max(abs(v) for v in values)
+        return math.fsum(v / largest for v in values) / len(values) * largest
+
+
+def median(values: Iterable[float]) -> float:
+    """The median (``statistics.median``); of an even count, the two middle values are
+    halved before they are added, so two values near float's limit give no inf."""
+    ordered = sorted(values)
+    if not ordered:
+        raise statistics.StatisticsError("no median for empty data")
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return ordered[middle - 1] / 2 + ordered[middle] / 2
+
+
+def pstdev(values: Iterable[float]) -> float:
+    """The population standard deviation (``statistics.pstdev``); inf where it passes
+    float's largest, rather than ``OverflowError``."""
+    try:
+        return statistics.pstdev(values)
+    except OverflowError:
+        return math.inf

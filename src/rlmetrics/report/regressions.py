@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ import attrs
 from ..events import EFFICIENCY_PREFIX, TRAIN_PREFIXES, WALL_TIME_KEY
 from ..families import efficiency
 from ..values import finite_float
+from . import numbers
 from .numbers import fixed
 
 __all__ = [
@@ -134,7 +134,7 @@ def _spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     if len(xs) < 3:
         return None
     rx, ry = _ranks(xs), _ranks(ys)
-    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    mx, my = numbers.mean(rx), numbers.mean(ry)
     sx = math.sqrt(sum((r - mx) ** 2 for r in rx))
     sy = math.sqrt(sum((r - my) ** 2 for r in ry))
     if sx == 0 or sy == 0:
@@ -143,8 +143,8 @@ def _spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
 
 
 def _sigma(values: Sequence[float]) -> float:
-    median = statistics.median(values)
-    return _MAD_TO_SIGMA * statistics.median(abs(v - median) for v in values)
+    median = numbers.median(values)
+    return _MAD_TO_SIGMA * numbers.median(abs(v - median) for v in values)
 
 
 @attrs.frozen
@@ -222,7 +222,7 @@ def _per_step(
                 sums.setdefault(series, {}).setdefault(step, []).append(number)
     values: dict[Series, dict[int, float]] = {}
     for series, by_step in sums.items():
-        means = {step: statistics.fmean(v) for step, v in sorted(by_step.items())}
+        means = {step: numbers.mean(v) for step, v in sorted(by_step.items())}
         if series.cumulative:
             ordered = sorted(means)
             means = {b: means[b] - means[a] for a, b in itertools.pairwise(ordered)}
@@ -260,7 +260,7 @@ def find_regressions(rows: Iterable[Mapping[str, Any]]) -> RegressionReport:
         )
     base_steps, judged = steps[:BASELINE_STEPS], steps[BASELINE_STEPS:]
     base = [times[s] for s in base_steps]
-    p50 = statistics.median(base)
+    p50 = numbers.median(base)
     threshold = max(SLOW_RATIO * p50, p50 + NOISE_SIGMAS * _sigma(base))
     slow = [s for s in judged if times[s] > threshold]
     confirmed: list[list[int]] = []
@@ -305,16 +305,16 @@ def _regression(
     start, end = hits[0], hits[-1]
     span = [s for s in steps if start <= s <= end]
     span_times = [times[s] for s in span]
-    mean = statistics.fmean(span_times)
-    extra = mean - statistics.fmean(times[s] for s in base_steps)
+    mean = numbers.mean(span_times)
+    extra = mean - numbers.mean(times[s] for s in base_steps)
     moved = []
     for series, by_step in values.items():
         before = [by_step[s] for s in base_steps if s in by_step]
         after = [by_step[s] for s in span if s in by_step]
         if len(before) < P50_VALUES or len(after) < CONFIRM_SLOW:
             continue  # too few values to tell a shift from noise
-        shift = statistics.fmean(after) - statistics.fmean(before)
-        scale = max(_sigma(before), statistics.pstdev(before), 1e-9 * abs(statistics.fmean(before)))
+        shift = numbers.mean(after) - numbers.mean(before)
+        scale = max(_sigma(before), numbers.pstdev(before), 1e-9 * abs(numbers.mean(before)))
         sigmas = abs(shift) / scale if scale > 0 else (math.inf if shift else 0.0)
         if sigmas < MOVED_SIGMAS:
             continue
@@ -332,8 +332,8 @@ def _regression(
                 series=series.key,
                 group=series.group,
                 measurement=series.measurement,
-                before=statistics.fmean(before),
-                after=statistics.fmean(after),
+                before=numbers.mean(before),
+                after=numbers.mean(after),
                 correlation=rho,
                 shift_sigmas=sigmas,
                 explains=explains,
@@ -345,7 +345,7 @@ def _regression(
         end=end,
         slow_steps=tuple(hits),
         step_time_mean_s=mean,
-        step_time_p50_s=statistics.median(span_times) if len(span) >= P50_VALUES else None,
+        step_time_p50_s=numbers.median(span_times) if len(span) >= P50_VALUES else None,
         ratio=mean / p50,
         moved=tuple(moved[:TOP]),
     )

@@ -10,11 +10,11 @@ and its last value, never a sum.
 from __future__ import annotations
 
 import re
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..values import finite_float
+from .numbers import mean
 
 __all__ = ["GPU_PREFIX", "summarise_signals"]
 
@@ -30,7 +30,7 @@ _VLLM_GAUGES = {
 
 
 def _mean_last(values: Sequence[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values), "last": values[-1], "steps": len(values)}
+    return {"mean": mean(values), "last": values[-1], "steps": len(values)}
 
 
 def summarise_signals(
@@ -72,7 +72,7 @@ def summarise_signals(
         "vllm": {name: _mean_last(v) for name, v in vllm.items()},
         "gpus": {
             gpu: {
-                "util_mean_pct": statistics.fmean(values["util"]) if "util" in values else None,
+                "util_mean_pct": mean(values["util"]) if "util" in values else None,
                 "mem_gb_max": max(values["mem_gb"]) if "mem_gb" in values else None,
                 "readings": max(len(v) for v in values.values()),
             }

@@ -18,7 +18,6 @@ Rows come from :func:`rlmetrics.backends.jsonl.read_jsonl`, which skips a torn l
 from __future__ import annotations
 
 import os
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +35,7 @@ from ..events import (
 )
 from ..families import efficiency
 from ..values import finite_float
+from .numbers import mean, median
 from .regressions import find_regressions
 from .signals import GPU_PREFIX, summarise_signals
 
@@ -138,8 +138,8 @@ def _trend(values: Sequence[float]) -> dict[str, float]:
         "last": values[-1],
         "min": min(values),
         "max": max(values),
-        "first_quarter_mean": statistics.fmean(values[:quarter]),
-        "last_quarter_mean": statistics.fmean(values[-quarter:]),
+        "first_quarter_mean": mean(values[:quarter]),
+        "last_quarter_mean": mean(values[-quarter:]),
     }
 
 
@@ -149,8 +149,8 @@ def _latency(values: Sequence[float]) -> dict[str, float] | None:
     ordered = sorted(values)
     return {
         "count": len(ordered),
-        "mean": statistics.fmean(ordered),
-        "p50": statistics.median(ordered),
+        "mean": mean(ordered),
+        "p50": median(ordered),
         "max": ordered[-1],
     }
 
@@ -302,7 +302,7 @@ def _vllm(by_step: Mapping[int, Mapping[str, Any]]) -> dict[str, Any] | None:
         for key in _VLLM_COUNTERS
     }
     means = {
-        key.split("/", 1)[1]: statistics.fmean(values)
+        key.split("/", 1)[1]: mean(values)
         for key in _VLLM_MEANS
         if (values := [n for m in by_step.values() if (n := _number(m.get(key))) is not None])
     }
