@@ -25,7 +25,15 @@ class Stack:
     """``rlmetrics stack`` running in a subprocess (``env``: its environment), and its
     Prometheus' API."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, search_path: bool = False
+    ) -> None:
+        named = any(arg.startswith("--alertmanager") or arg == "--no-alertmanager" for arg in args)
+        if not named and not search_path:
+            # A test about something else starts no Alertmanager: one found on PATH would
+            # take its usual port, 9093, which a parallel tox env's stack may be taking too
+            # (each sees it free, one loses the bind).
+            args = (*args, "--no-alertmanager")
         self.process = subprocess.Popen(
             [RLMETRICS, "stack", "--json", *args],
             stdout=subprocess.PIPE,

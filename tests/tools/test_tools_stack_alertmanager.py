@@ -311,6 +311,7 @@ def test_without_alertmanager_the_stack_says_so_in_one_line_and_runs(
         *("--dir", str(tmp_path / "stack"), "--run", "127.0.0.1:9", "--no-ray", "--port", "0"),
         *("--slack", "https://hooks.slack.com/services/T0/B0/x", "--prometheus", prometheus_binary),
         env={**os.environ, "PATH": str(empty)},
+        search_path=True,
     )
     stacks.append(stack)
     assert stack.report["alertmanager"] is None and stack.report["delivery"] is None
