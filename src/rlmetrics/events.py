@@ -412,18 +412,30 @@ def _reason(value: Any) -> str | None:
 
 
 def _outcome(value: Any) -> str | None:
+    if value is None:  # no outcome flag set: a cadence sample, no attempt
+        return None
     if type(value) is str and value in OUTCOMES:
         return value
     _bad_field("CheckpointOutcome.outcome", f"one of {OUTCOMES}", value)
     return None
 
 
+def _flag_set(value: Any) -> bool:
+    """Whether a logged flag is set: True, or a number other than 0 (NaN is none)."""
+    if value is True:
+        return True
+    number = as_number(value)
+    return number is not None and number == number and number != 0
+
+
 @attrs.frozen
 class CheckpointOutcome(RolloutEvent):
     """The result of one scheduled checkpoint attempt, with the reason when not completed.
 
-    As a dict: ``completed``/``skipped``/``failed`` (one of them 1) and ``reason_<reason>=1``,
-    plus cadence fields such as ``seconds_since_previous_success`` in ``values``.
+    As a dict: ``completed``/``skipped``/``failed`` (one of them 1 or True) and
+    ``reason_<reason>=1``, plus cadence fields such as ``seconds_since_previous_success`` in
+    ``values``; a dict with no outcome flag set counts no attempt (its cadence fields are
+    still recorded). Built in code, the outcome defaults to ``completed``.
     """
 
     PREFIX: ClassVar[str] = "rollout/checkpoint_outcome"
@@ -441,12 +453,14 @@ class CheckpointOutcome(RolloutEvent):
     @classmethod
     def from_metrics(cls, metrics: Mapping[str, Any]) -> CheckpointOutcome:
         fields = dict(_fields(metrics))
-        outcome = next((o for o in OUTCOMES if as_number(fields.get(o))), "completed")
+        # The flag set (1, or True: a controller may log bools) is the attempt's outcome;
+        # a dict with none set (a cadence sample, or all three 0) is no attempt.
+        outcome = next((o for o in OUTCOMES if _flag_set(fields.get(o))), None)
         reason = next(
             (
                 k[len(_REASON_PREFIX) :]
                 for k, v in fields.items()
-                if k.startswith(_REASON_PREFIX) and as_number(v)
+                if k.startswith(_REASON_PREFIX) and _flag_set(v)
             ),
             None,
         )

@@ -148,6 +148,35 @@ def test_attempts_are_counted_by_outcome_and_reason(exporting: Any) -> None:
     assert single(found, "rl.rollout.checkpoint.since_last_success").value == 95.0
 
 
+@pytest.mark.parametrize(
+    ("logged", "expected"),
+    [
+        # Before: as_number refuses a bool, so a flag given as True was no flag and the
+        # attempt fell back to completed, its reason lost.
+        ({"skipped": True, "reason_not_due": True}, {("skipped", "not_due"): 1}),
+        ({"completed": False, "failed": True, "reason_no_data": 1}, {("failed", "no_data"): 1}),
+        # Before: a row with no outcome flag set (a cadence sample, or all three 0) was
+        # counted as one more completed attempt.
+        ({"seconds_since_last_success": 40.0}, {}),
+        ({"completed": 0, "skipped": 0, "failed": 0}, {}),
+    ],
+)
+def test_an_attempt_is_counted_by_the_outcome_flag_it_sets_and_only_then(
+    exporting: Any, logged: dict[str, Any], expected: dict[tuple[str, str], int]
+) -> None:
+    logger, reader = exporting
+    logger.log_metrics(logged, step=4, prefix="rollout/checkpoint_outcome")
+    attempts = {
+        (
+            p.attributes["rl.rollout.checkpoint.outcome"],
+            p.attributes["rl.rollout.checkpoint.reason"],
+        ): p.value
+        for p in points(reader)
+        if p.name == "rl.rollout.checkpoint.attempts"
+    }
+    assert attempts == expected
+
+
 def test_non_numeric_field_drops_only_itself(exporting: Any) -> None:
     logger, reader = exporting
     logger.log_metrics(
