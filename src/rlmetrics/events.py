@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import attrs
@@ -284,6 +284,10 @@ def _given(value: Any) -> Any:
     return value if type(value) is float and value - value == 0 else as_number(value)
 
 
+def _names(value: Iterable[Any]) -> frozenset[str]:
+    return frozenset(name for name in value if type(name) is str)
+
+
 @attrs.frozen
 class EfficiencySummary:
     """Where one step's (and the run's) wall time went, per efficiency category.
@@ -300,6 +304,10 @@ class EfficiencySummary:
     run_elapsed_s: float | None = attrs.field(default=None, converter=_run_elapsed)
     efficiency_pct: float | None = attrs.field(default=None, converter=_efficiency_pct)
     pct_per_step: bool | None = attrs.field(default=None, converter=_pct_per_step)
+    #: Categories a logged dict gave without a number (None, NaN, text): their seconds this
+    #: step are unknown — a gap to the efficiency family, not the 0 of a category absent.
+    #: Not part of the summary's value (a backend logs what ``seconds`` holds).
+    unmeasured: frozenset[str] = attrs.field(factory=frozenset, converter=_names, eq=False)
 
     @classmethod
     def from_metrics(cls, metrics: Mapping[str, Any]) -> EfficiencySummary:
@@ -317,13 +325,17 @@ class EfficiencySummary:
             return None
         seconds = {category: fields[key] for key, category in categories}
         per_step = as_number(fields.get(_PCT_PER_STEP_KEY))
-        return cls(
+        summary = cls(
             seconds=seconds,
             step_wall_time_s=_given(fields.get(_STEP_WALL_KEY)),
             run_elapsed_s=_given(fields.get(_RUN_ELAPSED_KEY)),
             efficiency_pct=_given(fields.get(_PCT_KEY)),
             pct_per_step=None if per_step is None else bool(per_step),
         )
+        if len(summary.seconds) < len(seconds):  # a category the converter found no number in
+            unmeasured = frozenset(seconds).difference(summary.seconds)
+            return attrs.evolve(summary, unmeasured=unmeasured)
+        return summary
 
     def to_metrics(self) -> dict[str, float]:
         """The flat ``efficiency/*`` dict a backend logs."""

@@ -216,6 +216,33 @@ def test_a_step_window_category_absent_from_a_step_reports_zero(exporting: Any) 
     assert pct == 90.0  # 1.0 s of 10 idle: the same step the seconds describe
 
 
+@pytest.mark.parametrize("unmeasured", [None, float("nan"), "n/a"])
+def test_a_category_logged_without_a_number_is_a_gap_not_a_zero(
+    exporting: Any, unmeasured: Any
+) -> None:
+    """Before: exported 0.0 for the step, over step 1's good value — a plausible-looking zero
+    where the spec wants a visible gap (the tee skips None and what is no number) — and a
+    step pct computed as if it were 0. Absent, it is still 0 (the step's timer spent nothing
+    in it); given without a number, the step's seconds for it are unknown, and so is the pct
+    computed from them."""
+    logger, reader = exporting
+    wall = {"efficiency/step_wall_time_s": 10.0, "efficiency/idle/buffer_starvation_s": 2.0}
+    logger.log_metrics({**wall, "efficiency/idle/refit_bubble_s": 1.0}, step=1)
+    found = points(reader)
+    assert _seconds(found)["idle/refit_bubble"].value == 1.0
+    assert [value for value, _ in _pct(found)] == [70.0]
+    logger.log_metrics({**wall, "efficiency/idle/refit_bubble_s": unmeasured}, step=2)
+    found = points(reader)
+    seconds = {category: p.value for category, p in _seconds(found).items()}
+    assert "idle/refit_bubble" not in seconds
+    assert seconds["idle/buffer_starvation"] == 2.0 and seconds["idle/validation"] == 0.0
+    assert _pct(found) == []
+    logger.log_metrics(wall, step=3)
+    found = points(reader)
+    assert _seconds(found)["idle/refit_bubble"].value == 0.0
+    assert [value for value, _ in _pct(found)] == [80.0]
+
+
 def test_the_timers_report_zero_for_a_category_not_timed_in_a_step(exporting: Any) -> None:
     logger, reader = exporting
     now = [0.0]

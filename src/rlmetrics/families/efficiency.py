@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from .. import hookimpl
 from .._warn import warn_once
 from ..events import EfficiencySummary
-from ..registry import declare, is_exporting, record_points
+from ..registry import declare, is_exporting, record_points, retract
 from ..spec import MEAN, OPEN, STRAGGLER, Kind, MetricSpec
 from ..tracing import Phase, PhaseKind, PhaseTimer
 
@@ -42,6 +42,7 @@ __all__ = [
     "WALL_CLOCK",
     "CollectorTimer",
     "EfficiencyTimer",
+    "computed_pct_window",
     "efficiency_bucket",
     "efficiency_pct",
     "efficiency_window",
@@ -146,21 +147,34 @@ def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
     """
     if summary.efficiency_pct is not None:
         return summary.efficiency_pct, STEP_WINDOW if summary.pct_per_step else RUN_WINDOW
-    if summary.step_wall_time_s is not None:
-        total, window = summary.step_wall_time_s, STEP_WINDOW
-    elif summary.run_elapsed_s is not None:
-        total, window = summary.run_elapsed_s, RUN_WINDOW
-    else:
+    window = computed_pct_window(summary)
+    if window is None:
         return None
-    waste = sum(
-        seconds
-        for category, seconds in summary.seconds.items()
+    total = summary.step_wall_time_s if window == STEP_WINDOW else summary.run_elapsed_s
+    if total is None:  # not reached: the window says which was given
+        return None
+    counted = [
+        category
+        for category in (*summary.seconds, *summary.unmeasured)
         if MEASUREMENTS.get(category) == WALL_CLOCK
         and (window == RUN_WINDOW or efficiency_window(category, WALL_CLOCK) == STEP_WINDOW)
-    )
+    ]
+    if not summary.unmeasured.isdisjoint(counted):
+        return None  # a category it counts was logged without a number: the pct is unknown
+    waste = sum(summary.seconds[category] for category in counted)
     if total <= 0:
         return 100.0, window
     return 100.0 * (1.0 - min(waste, total) / total), window
+
+
+def computed_pct_window(summary: EfficiencySummary) -> str | None:
+    """The window of the pct :func:`efficiency_pct` computes from ``summary``'s categories
+    (against the step's wall time, else the run's elapsed time), or None without either."""
+    if summary.step_wall_time_s is not None:
+        return STEP_WINDOW
+    if summary.run_elapsed_s is not None:
+        return RUN_WINDOW
+    return None
 
 
 _STEP_ZEROS = {
@@ -184,6 +198,9 @@ def step_seconds(summary: EfficiencySummary) -> dict[str, float]:
         or summary.pct_per_step
         or not seconds.keys().isdisjoint(_STEP_ZEROS)
     ):
+        if summary.unmeasured:  # logged without a number: unknown, not 0 (a gap)
+            zeros = {c: 0.0 for c in _STEP_ZEROS if c not in summary.unmeasured}
+            return {**zeros, **seconds}
         return {**_STEP_ZEROS, **seconds}
     return dict(seconds)
 
@@ -226,9 +243,17 @@ def on_efficiency_summary(summary: EfficiencySummary) -> None:
             "DEBUG",
         )
     record_points(GROUP, SECONDS, points)
+    # A category logged without a number has no value this step: its point goes (a visible
+    # gap, as the spec wants, rather than the last step's value or a plausible 0).
+    for category in summary.unmeasured:
+        gap = _CATEGORY_ATTRIBUTES.get(category)
+        if gap is not None:
+            retract(GROUP, SECONDS, gap)
     pct = efficiency_pct(summary)
     if pct is not None:
         record_points(GROUP, PCT, [(pct[0], _PCT_ATTRIBUTES[pct[1]])])
+    elif summary.unmeasured and (window := computed_pct_window(summary)) is not None:
+        retract(GROUP, PCT, _PCT_ATTRIBUTES[window])
 
 
 @hookimpl
