@@ -177,6 +177,21 @@ def test_an_attempt_is_counted_by_the_outcome_flag_it_sets_and_only_then(
     assert attempts == expected
 
 
+def test_a_throughput_field_a_sample_no_longer_has_is_absent_not_stale(exporting: Any) -> None:
+    """Before: the gauge kept the last sample's 5000 tokens/s next to a live committed rate.
+    The spec: "the raw metric is absent when the backend does not expose compatible
+    cumulative counters"; each sample says what the controller exposes now."""
+    logger, reader = exporting
+    logger.log_rollout_checkpoint(ThroughputSample(THROUGHPUT))
+    later = {k: v for k, v in THROUGHPUT.items() if k != "generation_output_tokens_per_second"}
+    logger.log_rollout_checkpoint(ThroughputSample({**later, "committed_groups_per_second": 3.0}))
+    found = {p.name: p.value for p in points(reader) if p.name.startswith("rl.rollout.throughput")}
+    assert found == {
+        "rl.rollout.throughput.committed_tokens": 4000.0,
+        "rl.rollout.throughput.committed_groups": 3.0,
+    }
+
+
 def test_non_numeric_field_drops_only_itself(exporting: Any) -> None:
     logger, reader = exporting
     logger.log_metrics(

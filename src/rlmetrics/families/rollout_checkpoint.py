@@ -27,7 +27,7 @@ from ..events import (
     RolloutEvent,
     ThroughputSample,
 )
-from ..registry import declare, is_exporting, record
+from ..registry import declare, is_exporting, record, retract
 from ..spec import MAX, OPEN, SUM, Kind, MetricSpec
 from ..values import key_attribute
 
@@ -248,6 +248,12 @@ def phase_durations(values: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: The gauges a throughput sample feeds (each sample holds every rate the controller has).
+_SAMPLED = frozenset(
+    _key(prefix, field) for prefix, field in _GAUGES if prefix == ThroughputSample.PREFIX
+)
+
+
 def gauge_values(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
     """``{registry key: value}`` for the fields of a stream that have a gauge."""
     return {
@@ -286,7 +292,14 @@ def on_rollout_checkpoint(event: RolloutEvent) -> None:
                 "unknown reasons are reported at DEBUG",
             )
         record(GROUP, {ATTEMPTS: 1}, attributes)
-    record(GROUP, gauge_values(event.prefix, event.values))
+    values = gauge_values(event.prefix, event.values)
+    record(GROUP, values)
+    if isinstance(event, ThroughputSample):
+        # A sample says what the controller exposes now: a rate it no longer gives is absent
+        # (the spec: "absent when the backend does not expose compatible cumulative
+        # counters"), not the last sample's value.
+        for key in _SAMPLED.difference(values):
+            retract(GROUP, key)
 
 
 class ThroughputSampler:
