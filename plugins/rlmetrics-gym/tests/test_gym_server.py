@@ -39,6 +39,7 @@ from rlmetrics_gym.server import (
     GymServerMetricsMiddleware,
 )
 from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -116,15 +117,111 @@ def test_add_middleware_placement_counts_the_same(telemetry: Any) -> None:
 
     app = Starlette(routes=[Route("/boom", boom), Route("/ok", ok)])
     app.add_middleware(GymServerMetricsMiddleware)
+    holds = Holds()
     before = counter_values(reader)
-    with serve(app) as running:
+    with serve(holds.middleware(app)) as running:
         assert get(running.port, "/boom")[0] == 500
         assert get(running.port, "/ok")[0] == 200
-    assert delta(before, counter_values(reader)) == {
-        responses(500): 1,
-        responses(200): 1,
-        UNHANDLED_KEY: 1,
-    }
+        hold_and_leave(running, holds, ["/ok"])  # the client leaves before the response
+        expected = {
+            responses(500): 1,
+            responses(200): 1,
+            UNHANDLED_KEY: 1,
+            cancelled("/ok", BEFORE_RESPONSE_START): 1,
+        }
+        wait_equal(lambda: delta(before, counter_values(reader)), expected)
+        wait_until(lambda: in_flight(reader) == 0)
+    assert delta(before, counter_values(reader)) == expected
+
+
+async def _echo_length(request: Request) -> Response:
+    return PlainTextResponse(str(len(await request.body())))
+
+
+async def _two_lines(_: Request) -> Response:
+    async def lines() -> AsyncIterator[str]:
+        yield "a\n"
+        yield "b\n"
+
+    return StreamingResponse(lines())
+
+
+async def _add_header(request: Request, call_next: RequestResponseEndpoint) -> Response:
+    """What FastAPI's ``@app.middleware("http")`` adds: a BaseHTTPMiddleware."""
+    response = await call_next(request)
+    response.headers["x-served-by"] = "outer"
+    return response
+
+
+def _exchange(port: int, method: str, path: str, body: bytes | None = None) -> tuple[Any, ...]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=DEADLINE_S)
+    try:
+        conn.request(method, path, body=body)
+        response = conn.getresponse()
+        return response.status, response.read(), response.getheader("x-served-by")
+    finally:
+        conn.close()
+
+
+def test_inside_a_base_http_middleware_a_body_read_and_a_stream_are_served_as_without_it(
+    telemetry: Any,
+) -> None:
+    """add_middleware(GymServerMetricsMiddleware), then a BaseHTTPMiddleware outside it: the
+    receive the middleware gets opens an anyio task group; the app's body read and its
+    streaming response go through unchanged, and are counted."""
+    _, reader = telemetry
+    app = Starlette(
+        routes=[Route("/echo", _echo_length, methods=["POST"]), Route("/stream", _two_lines)]
+    )
+    app.add_middleware(GymServerMetricsMiddleware)
+    app.add_middleware(BaseHTTPMiddleware, dispatch=_add_header)
+    before = counter_values(reader)
+    with serve(app) as running:
+        assert _exchange(running.port, "POST", "/echo", b"abc") == (200, b"3", "outer")
+        assert _exchange(running.port, "GET", "/stream") == (200, b"a\nb\n", "outer")
+        wait_equal(lambda: delta(before, counter_values(reader)), {responses(200): 2})
+        wait_until(lambda: in_flight(reader) == 0)
+
+
+async def _slow_events(_: Request) -> Response:
+    async def stream() -> AsyncIterator[str]:
+        for n in range(2000):  # 10 s at most if the client never leaves
+            yield f"data: {n}\n\n"
+            await asyncio.sleep(0.005)
+
+    return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+def test_behind_a_base_http_middleware_a_stream_left_is_told_a_response_sent_unread_is_not(
+    telemetry: Any,
+) -> None:
+    """What the middleware can tell when a layer outside it replaces ``receive`` (FastAPI's
+    ``@app.middleware("http")`` added after it): a stream the client leaves is seen through
+    the stream's own ``receive()``; a client that left before a response that reads nothing
+    is not seen (uvicorn drops that response without a word), so it counts as a response."""
+    _, reader = telemetry
+    app = Starlette(routes=[Route("/events", _slow_events), Route("/ok", _return_ok)])
+    app.add_middleware(GymServerMetricsMiddleware)
+    app.add_middleware(BaseHTTPMiddleware, dispatch=_add_header)
+    holds = Holds()
+    with serve(holds.middleware(app)) as running:
+        before = counter_values(reader)
+        conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=DEADLINE_S)
+        try:
+            conn.request("GET", "/events")
+            response = conn.getresponse()
+            assert (response.status, response.getheader("x-served-by")) == (200, "outer")
+            assert response.read(6) == b"data: "  # the first event arrived
+        finally:
+            conn.close()  # the client leaves mid-stream
+        expected = {responses(200): 1, cancelled("/events", RESPONSE_STARTED): 1}
+        wait_equal(lambda: delta(before, counter_values(reader)), expected)
+        wait_until(lambda: in_flight(reader) == 0)
+        before = counter_values(reader)
+        hold_and_leave(running, holds, ["/ok"])
+        wait_equal(lambda: delta(before, counter_values(reader)), {responses(200): 1})
+        wait_until(lambda: in_flight(reader) == 0)
+        assert delta(before, counter_values(reader)) == {responses(200): 1}
 
 
 def test_in_flight_counts_a_request_until_it_ends(

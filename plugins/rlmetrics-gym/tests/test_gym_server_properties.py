@@ -180,15 +180,19 @@ def test_a_disconnect_is_counted_once_in_the_phase_the_response_had_reached(
 
 class _RaisingOnSendCycle(_UvicornLikeCycle):
     """A server that reports the write it could not make: once the client has gone (or, with
-    ``broken``, at once while it is still there), ``send()`` raises a broken pipe."""
+    ``broken``, at once, before its own disconnect flag says so), ``send()`` raises ``error``
+    (a broken pipe: ASGI 2.4's OSError for a closed connection)."""
 
-    def __init__(self, leave_after: int, broken: bool = False) -> None:
+    def __init__(
+        self, leave_after: int, broken: bool = False, error: BaseException | None = None
+    ) -> None:
         super().__init__(leave_after)
         self.broken = broken
+        self.error = error if error is not None else BrokenPipeError(32, "Broken pipe")
 
     async def send(self, message: MutableMapping[str, Any]) -> None:
         if self.disconnected or (self.broken and message["type"] == "http.response.body"):
-            raise BrokenPipeError(32, "Broken pipe")
+            raise self.error
         await super().send(message)
 
 
@@ -209,10 +213,22 @@ def test_a_client_that_left_and_made_send_raise_is_cancelled_not_unhandled() -> 
     assert (totals.unhandled, totals.responses, totals.in_flight) == (0, {200: 1}, 0)
 
 
-def test_send_raising_while_the_client_is_still_there_is_unhandled() -> None:
+def test_an_oserror_from_send_is_the_connection_closed_before_any_flag_says_so() -> None:
+    """ASGI 2.4: ``send()`` raises an OSError once the connection is closed; the middleware
+    takes it at its word, without asking ``receive``."""
     middleware = GymServerMetricsMiddleware(_start_then_stream)
     cycle = _RaisingOnSendCycle(leave_after=99, broken=True)
     with pytest.raises(BrokenPipeError):
+        asyncio.run(middleware(_scope("/items/1"), cycle.receive, cycle.send))
+    totals = middleware.totals
+    assert totals.cancelled == {(UNMATCHED, RESPONSE_STARTED): 1}
+    assert (totals.unhandled, totals.responses, totals.in_flight) == (0, {200: 1}, 0)
+
+
+def test_send_raising_something_else_while_the_client_is_still_there_is_unhandled() -> None:
+    middleware = GymServerMetricsMiddleware(_start_then_stream)
+    cycle = _RaisingOnSendCycle(leave_after=99, broken=True, error=RuntimeError("bad message"))
+    with pytest.raises(RuntimeError, match="bad message"):
         asyncio.run(middleware(_scope("/items/1"), cycle.receive, cycle.send))
     totals = middleware.totals
     assert (totals.cancelled, totals.unhandled, totals.in_flight) == ({}, 1, 0)

@@ -16,13 +16,18 @@ reads them through observables when it collects, so a request makes no OpenTelem
 takes no lock and allocates one small object.
 
 Disconnects: uvicorn does not cancel the app when the client goes away. It marks the request
-disconnected, ``receive()`` then answers ``http.disconnect`` and ``send()`` silently drops
-what the app sends. So a disconnect is seen (1) when the app's own ``receive()`` returns
-``http.disconnect`` (Starlette's streaming responses listen for it), and (2) by polling
-``receive()`` without waiting right before ``http.response.start`` goes out, before the last
-message of a streamed body, and when the app ends without finishing the response. Servers
-that do cancel the app (hypercorn) raise ``CancelledError``, a ``BaseException``, which is
-counted as a cancellation too and re-raised.
+cycle disconnected, ``receive()`` then answers ``http.disconnect`` and ``send()`` silently drops
+what the app sends. The middleware never calls ``receive()`` itself (driving someone else's
+receive coroutine breaks one that opens a task group, and uvicorn's first ``receive()`` sends
+``100 Continue``). A disconnect is seen (1) when the app's own ``receive()`` returns
+``http.disconnect`` (Starlette's streaming responses listen for it), (2) when the server's
+``send`` raises an ``OSError`` (ASGI 2.4: the connection is closed), and (3) where ``receive``
+is uvicorn's own, by reading its request cycle's ``disconnected`` flag right before
+``http.response.start`` goes out, before the last message of a streamed body, and when the app
+ends without finishing the response. Servers that do cancel the app (hypercorn) raise
+``CancelledError``, a ``BaseException``, which is counted as a cancellation too and re-raised.
+Behind a layer that replaces ``receive`` (a ``BaseHTTPMiddleware`` outside this one), a client
+that left before a response that reads nothing is counted as that response.
 """
 
 from __future__ import annotations
@@ -291,7 +296,9 @@ class GymServerMetricsMiddleware:
         uvicorn.run(app, host="127.0.0.1")
 
     (``app.add_middleware(GymServerMetricsMiddleware)`` counts the same: an exception escaping
-    before any response started is counted as the 500 the server answers with.)
+    before any response started is counted as the 500 the server answers with. Unless a
+    ``BaseHTTPMiddleware`` is added after it: it then sees that middleware's ``receive``, not
+    uvicorn's, and cannot tell a client that left before a response that reads nothing.)
 
     :param rollout_prefix: a regular expression matched at the start of the path and removed
         before the route template is looked up, so ``/rollouts/abc/items/7`` is counted as
@@ -371,7 +378,12 @@ class GymServerMetricsMiddleware:
 
 
 class _Exchange:
-    """One request's progress, behind the wrapped ``receive`` and ``send``."""
+    """One request's progress, behind the wrapped ``receive`` and ``send``.
+
+    It never calls ``receive`` on its own: it sees what the app's own ``receive()`` returns,
+    what the server's ``send`` raises, and, where ``receive`` is uvicorn's own, the request
+    cycle's ``disconnected`` flag (see :func:`_server_cycle`).
+    """
 
     __slots__ = (
         "_receive",
@@ -381,7 +393,6 @@ class _Exchange:
         "disconnected",
         "middleware",
         "path",
-        "pending",
         "root_path",
         "scope",
         "started",
@@ -400,79 +411,69 @@ class _Exchange:
         self._send = send
         self.started = False  # http.response.start was sent
         self.complete = False  # the last message of the response was sent
-        self.disconnected = False  # receive() answered http.disconnect before completion
+        self.disconnected = False  # the client is known gone (before completion)
         self.cancelled = False  # counted in cancelled_total
         self.trailers = False
         self.streamed = False  # a body message other than the last one was sent
-        self.pending: Message | None = None  # a message a poll took, for the app's next receive
 
     async def receive(self) -> Message:
-        message = self.pending
-        if message is None:
-            message = await self._receive()
-        else:
-            self.pending = None
-        if message["type"] == "http.disconnect" and not self.complete:
+        message = await self._receive()
+        try:
+            gone = message["type"] == "http.disconnect"
+        except Exception:  # not an ASGI message: the app's to find out, not ours
+            gone = False
+        if gone and not self.complete:
             self.disconnected = True
             if not self.cancelled:
                 self.cancel()
         return message
 
     async def send(self, message: Message) -> None:
-        kind = message["type"]
+        kind: str | None
+        try:
+            kind = message["type"]
+        except Exception:
+            kind = None
+        last = False
         if kind == "http.response.start":
             if not self.cancelled and self.client_gone():
                 self.cancel()
+        elif _is_last(kind, message, self.trailers):
+            last = True
+            # A body sent in one message follows its start without the app waiting on anything,
+            # so the check before the start answered for it; a streamed one gets its own check.
+            if self.streamed and not self.cancelled and self.client_gone():
+                self.cancel()
+        else:
+            self.streamed = True
+        try:
             await self._send(message)
+        except OSError:
+            # ASGI 2.4: send() raises an OSError once the connection is closed.
+            if not self.complete:
+                self.disconnected = True
+            raise
+        if kind == "http.response.start":
             self.started = True
             self.trailers = bool(message.get("trailers", False))
             if not self.cancelled:
                 responses = self.middleware.totals.responses
                 status: int = message.get("status", 0)
                 responses[status] = responses.get(status, 0) + 1
-        elif _is_last(kind, message, self.trailers):
-            # A body sent in one message follows its start without the app waiting on anything,
-            # so the poll before the start answered for it; a streamed one gets its own poll.
-            if self.streamed and not self.cancelled and self.client_gone():
-                self.cancel()
-            await self._send(message)
+        elif last:
             self.complete = True
-        else:
-            self.streamed = True
-            await self._send(message)
 
     def client_gone(self) -> bool:
-        """Whether the client has disconnected, asking ``receive()`` without waiting.
-
-        Drives one step of the server's ``receive`` coroutine: a server that already knows the
-        client left answers at once; one that would wait has nothing to say, and the step is
-        abandoned (closing it runs its cleanup). A request-body message taken this way is
-        handed to the app on its next ``receive()``; once the last body chunk is held, a later
-        poll looks past it (only ``http.disconnect`` can follow it).
-        """
+        """Whether the client is known to have disconnected: the app's ``receive()`` returned
+        ``http.disconnect``, the server's ``send`` raised an ``OSError``, or uvicorn's request
+        cycle says so. Never calls ``receive``: a client that left unseen by these is not
+        told apart from one still there."""
         if self.disconnected:
             return True
-        pending = self.pending
-        if self.complete or (pending is not None and pending.get("more_body", False)):
-            return False  # (a second body chunk could not be kept: leave the server's to read)
-        try:
-            step = self._receive().__await__()
-        except Exception:
-            return False
-        try:
-            step.send(None)
-        except StopIteration as done:
-            message = done.value
-            if isinstance(message, MutableMapping) and message.get("type") == "http.disconnect":
-                self.disconnected = True
-                return True
-            if pending is None:
-                self.pending = message
-            # else: after the last body chunk only http.disconnect can come; nothing to keep
-            return False
-        except Exception:
-            return False
-        step.close()
+        cycle = _server_cycle(self._receive)
+        if cycle is not None and cycle.disconnected is True:
+            self.disconnected = True
+            return True
         return False
 
     def cancel(self) -> None:
@@ -504,7 +505,27 @@ class _Exchange:
                 totals.responses[500] = totals.responses.get(500, 0) + 1
 
 
-def _is_last(kind: str, message: Message, trailers: bool) -> bool:
+def _server_cycle(receive: Receive) -> Any:
+    """The server's request cycle when ``receive`` is its bound method and the cycle has a
+    boolean ``disconnected`` attribute — uvicorn's (h11, httptools), the flag its own
+    ``receive()`` answers ``http.disconnect`` from — else None.
+
+    Reading it is the only way to learn that a client left while the app reads nothing from it
+    (uvicorn's ``send()`` then drops messages without a word), and it drives nothing: no
+    ``receive`` coroutine, no ``100 Continue``, no read resumed. A layer that replaces
+    ``receive`` between the server and the middleware (a ``BaseHTTPMiddleware``) hides it.
+    """
+    owner = getattr(receive, "__self__", None)
+    if owner is None:
+        return None
+    try:
+        flag = getattr(owner, "disconnected", None)
+    except Exception:
+        return None
+    return owner if type(flag) is bool else None
+
+
+def _is_last(kind: str | None, message: Message, trailers: bool) -> bool:
     """Whether ``message`` is the last one of its response."""
     if kind == "http.response.body":
         return not trailers and not message.get("more_body", False)
