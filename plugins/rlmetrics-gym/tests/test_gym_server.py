@@ -224,6 +224,50 @@ def test_behind_a_base_http_middleware_a_stream_left_is_told_a_response_sent_unr
         assert delta(before, counter_values(reader)) == {responses(200): 1}
 
 
+async def _refuse_unread(_: Request) -> Response:
+    return PlainTextResponse("too large", status_code=413)  # the body is never read
+
+
+def _first_line_after_expect_continue(app: Any) -> bytes:
+    """The first line the server answers a POST announcing 100 MB with ``Expect:
+    100-continue`` (and sending none of it) with."""
+    with (
+        serve(app) as running,
+        socket.create_connection(("127.0.0.1", running.port), timeout=DEADLINE_S) as client,
+    ):
+        client.sendall(
+            b"POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000000\r\n"
+            b"Expect: 100-continue\r\n\r\n"
+        )
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = client.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+        return answer.split(b"\r\n", 1)[0]
+
+
+def test_an_expect_100_continue_request_refused_unread_is_answered_as_without_it(
+    telemetry: Any,
+) -> None:
+    """The middleware does not change the exchange: no ``100 Continue`` invites the upload the
+    app refused without reading, in either placement."""
+    _, reader = telemetry
+
+    def app() -> Starlette:
+        return Starlette(routes=[Route("/upload", _refuse_unread, methods=["POST"])])
+
+    bare = _first_line_after_expect_continue(app())
+    assert bare.startswith(b"HTTP/1.1 413")
+    before = counter_values(reader)
+    assert _first_line_after_expect_continue(GymServerMetricsMiddleware(app())) == bare
+    added = app()
+    added.add_middleware(GymServerMetricsMiddleware)
+    assert _first_line_after_expect_continue(added) == bare
+    wait_equal(lambda: delta(before, counter_values(reader)), {responses(413): 2})
+
+
 def test_in_flight_counts_a_request_until_it_ends(
     telemetry: Any, served: tuple[Served, Holds]
 ) -> None:
