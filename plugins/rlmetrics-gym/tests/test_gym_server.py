@@ -4,6 +4,7 @@ real HTTP clients (http.client, raw sockets); counts read back from the in-memor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -39,6 +40,7 @@ from rlmetrics_gym.server import (
     GymServerMetricsMiddleware,
 )
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
@@ -268,6 +270,81 @@ def test_an_expect_100_continue_request_refused_unread_is_answered_as_without_it
     wait_equal(lambda: delta(before, counter_values(reader)), {responses(413): 2})
 
 
+def _call_in_process(app: Any, path: str, scope: dict[str, Any] | None = None) -> list[Any]:
+    """One GET of ``path`` through ``app``, called the way an ASGI server calls it; the
+    messages sent. ``scope`` (reused as given) else a fresh one."""
+    sent: list[Any] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    if scope is None:
+        scope = _get_scope(path)
+    with contextlib.suppress(HandlerFailed):
+        asyncio.run(app(scope, receive, send))
+    return sent
+
+
+def _get_scope(path: str) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+async def _boom(_: Request) -> Response:
+    raise HandlerFailed("unhandled on purpose")
+
+
+def test_the_middleware_applied_twice_counts_once_and_says_so_once(
+    telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Wrapped around the app and added with ``Middleware(...)`` too: the outer one counts,
+    the inner one passes the request through, and one warning says what to remove."""
+    _, reader = telemetry
+    inner = Starlette(
+        routes=[Route("/ok", _return_ok), Route("/boom", _boom)],
+        middleware=[Middleware(GymServerMetricsMiddleware)],
+    )
+    app = GymServerMetricsMiddleware(inner)
+    before = counter_values(reader)
+    for _ in range(3):
+        assert _call_in_process(app, "/ok")[0]["status"] == 200
+    assert _call_in_process(app, "/boom")[0]["status"] == 500
+    assert delta(before, counter_values(reader)) == {
+        responses(200): 3,
+        responses(500): 1,
+        UNHANDLED_KEY: 1,
+    }
+    said = [r for r in caplog.records if "more than once" in r.getMessage()]
+    assert len(said) == 1 and said[0].name == "rlmetrics"
+
+
+def test_one_scope_reused_for_requests_one_after_another_counts_each(telemetry: Any) -> None:
+    """What marks a request as counted goes with the request: a test harness that reuses one
+    scope dict is not taken for the middleware applied twice."""
+    _, reader = telemetry
+    app = GymServerMetricsMiddleware(Starlette(routes=[Route("/ok", _return_ok)]))
+    scope = _get_scope("/ok")
+    before = counter_values(reader)
+    for _ in range(3):
+        assert _call_in_process(app, "/ok", scope)[0]["status"] == 200
+    assert delta(before, counter_values(reader)) == {responses(200): 3}
+
+
 def test_in_flight_counts_a_request_until_it_ends(
     telemetry: Any, served: tuple[Served, Holds]
 ) -> None:
@@ -398,18 +475,9 @@ async def _run_until_cancelled(app: Any, path: str, parked: asyncio.Event) -> li
         sent.append(message["type"])
 
     scope = {
-        "type": "http",
+        **_get_scope(path),
         "asgi": {"version": "3.0", "spec_version": "2.4"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
         "headers": [(b"host", b"127.0.0.1")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
     }
     task = asyncio.ensure_future(app(scope, receive, send))
     await asyncio.wait_for(parked.wait(), DEADLINE_S)

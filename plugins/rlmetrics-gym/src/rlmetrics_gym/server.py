@@ -287,6 +287,21 @@ def _forget_servers() -> None:
     _all_totals.clear()
 
 
+#: In the scope of a request a GymServerMetricsMiddleware is counting, while it does: one
+#: applied again inside it (wrapped around the app and added with add_middleware) counts nothing.
+_COUNTED = "rlmetrics_gym.server.counted"
+
+
+def _said_twice() -> None:
+    warn_once(
+        "gym:server:twice",
+        "rlmetrics-gym: GymServerMetricsMiddleware is applied more than once to the same "
+        "requests (wrapped around the app and also added with add_middleware or "
+        "Middleware(...), say); the outermost counts them, the others pass them through: "
+        "remove all but one",
+    )
+
+
 class GymServerMetricsMiddleware:
     """ASGI middleware counting requests, responses, cancellations and unhandled exceptions.
 
@@ -299,6 +314,8 @@ class GymServerMetricsMiddleware:
     before any response started is counted as the 500 the server answers with. Unless a
     ``BaseHTTPMiddleware`` is added after it: it then sees that middleware's ``receive``, not
     uvicorn's, and cannot tell a client that left before a response that reads nothing.)
+
+    Applied more than once to the same requests, only the outermost counts them (said once).
 
     :param rollout_prefix: a regular expression matched at the start of the path and removed
         before the route template is looked up, so ``/rollouts/abc/items/7`` is counted as
@@ -326,11 +343,17 @@ class GymServerMetricsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if _COUNTED in scope:
+            # Another GymServerMetricsMiddleware outside this one counts the request.
+            _said_twice()
+            await self.app(scope, receive, send)
+            return
         exchange = _Exchange(self, scope, receive, send)
         totals = self.totals
         if not totals.listed:  # only after _forget_servers, between tests
             _list(totals)
         totals.in_flight += 1
+        scope[_COUNTED] = True
         try:
             await self.app(scope, exchange.receive, exchange.send)
         except BaseException as exc:
@@ -341,6 +364,9 @@ class GymServerMetricsMiddleware:
                 exchange.cancel()
         finally:
             totals.in_flight -= 1
+            # The mark goes with the request: a caller reusing its scope dict for the next one
+            # is not taken for the middleware applied twice.
+            scope.pop(_COUNTED, None)
 
     def template(
         self, scope: Mapping[str, Any], path: str | None = None, root_path: str = ""
