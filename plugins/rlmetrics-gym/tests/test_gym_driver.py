@@ -5,7 +5,12 @@ written and flushed to a real JSONL file, and each completed rollout's shape."""
 from __future__ import annotations
 
 import asyncio
+import bz2
+import gzip
+import io
 import json
+import lzma
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +171,71 @@ def test_write_output_row_to_binary_and_text_files(telemetry: Any, tmp_path: Pat
     assert [json.loads(line) for line in lines] == [{"text": "é"}, {"x": 1}]
     first = len('{"text": "é"}\n'.encode())  # é is two bytes in UTF-8
     assert total(points(reader), OUTPUT_WRITE_BYTES) == (3, first + 9 + 9)
+
+
+ROW_BYTES = len('{"text": "é"}\n'.encode())  # é is two bytes in UTF-8
+
+
+@pytest.mark.parametrize("opener", [gzip.open, bz2.open, lzma.open], ids=["gzip", "bz2", "lzma"])
+def test_write_output_row_to_compressed_binary_files(
+    telemetry: Any, tmp_path: Path, opener: Callable[..., Any]
+) -> None:
+    """gzip's file has an int ``mode``, bz2's and lzma's none: each is a binary sink."""
+    _, reader = telemetry
+    path = tmp_path / "out.jsonl.z"
+    with opener(path, "wb") as sink:
+        assert write_output_row(sink, {"text": "é"}) == ROW_BYTES
+        assert write_output_row(sink, '{"y": 2}') == 9
+    with opener(path, "rt", encoding="utf-8") as back:
+        assert [json.loads(line) for line in back] == [{"text": "é"}, {"y": 2}]
+    assert total(points(reader), OUTPUT_WRITE_BYTES) == (2, ROW_BYTES + 9)
+
+
+class _BytesOnly:
+    """A sink of neither io class nor ``mode`` that takes bytes only (as a socket does)."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: Any) -> int:
+        if not isinstance(data, bytes):
+            raise TypeError(f"a bytes-like object is required, not {type(data).__name__!r}")
+        self.data += data
+        return len(data)
+
+    def flush(self) -> None:
+        return None
+
+
+class _TextOnly(_BytesOnly):
+    """The same for str (as a logging stream does)."""
+
+    def write(self, data: Any) -> int:
+        if not isinstance(data, str):
+            raise TypeError(f"write() argument must be str, not {type(data).__name__}")
+        self.data += data.encode("utf-8")
+        return len(data)
+
+
+@pytest.mark.parametrize(
+    ("new_sink", "read"),
+    [
+        (io.BytesIO, lambda sink: sink.getvalue()),
+        (io.StringIO, lambda sink: sink.getvalue().encode("utf-8")),
+        (_BytesOnly, lambda sink: sink.data),
+        (_TextOnly, lambda sink: sink.data),
+    ],
+    ids=["BytesIO", "StringIO", "bytes-only", "text-only"],
+)
+def test_write_output_row_to_sinks_without_a_mode(
+    telemetry: Any, new_sink: Callable[[], Any], read: Callable[[Any], bytes]
+) -> None:
+    _, reader = telemetry
+    sink = new_sink()
+    assert write_output_row(sink, {"text": "é"}) == ROW_BYTES
+    assert write_output_row(sink, b'{"x": 1}') == 9
+    assert read(sink) == '{"text": "é"}\n{"x": 1}\n'.encode()
+    assert total(points(reader), OUTPUT_WRITE_BYTES) == (2, ROW_BYTES + 9)
 
 
 def test_a_failed_write_raises_and_records_nothing(telemetry: Any, tmp_path: Path) -> None:

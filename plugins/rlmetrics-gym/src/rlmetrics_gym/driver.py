@@ -21,6 +21,7 @@ prefix gets the shape histograms from the ``log_metrics`` hook (the row is flatt
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Mapping
@@ -261,8 +262,12 @@ def write_output_row(handle: IO[Any], row: Mapping[str, Any] | str | bytes) -> i
     the write's duration and size. Returns the bytes written.
 
     A mapping is serialized with ``json.dumps``; a str or bytes row is written as given, with a
-    newline added when missing. The write is the caller's: an I/O error propagates (the row
-    did not land) and nothing is recorded for it.
+    newline added when missing, encoded to or decoded from UTF-8 as the handle wants. A text
+    handle is an ``io.TextIOBase`` (or has a text ``mode``); a binary one an ``io`` buffered or
+    raw stream (``gzip``, ``bz2``, ``lzma`` files, ``BytesIO``) or has a ``"b"`` mode; any other
+    is given the row as it is and, if its ``write`` refuses that type (``TypeError``, nothing
+    written), the other. The write is the caller's: an I/O error propagates (the row did not
+    land) and nothing is recorded for it.
     """
     if isinstance(row, Mapping):
         line: str | bytes = json.dumps(row, ensure_ascii=False) + "\n"
@@ -270,19 +275,41 @@ def write_output_row(handle: IO[Any], row: Mapping[str, Any] | str | bytes) -> i
         line = row if row.endswith(b"\n") else row + b"\n"
     else:
         line = row if row.endswith("\n") else row + "\n"
-    binary = "b" in getattr(handle, "mode", "")
-    if binary and isinstance(line, str):
-        data: str | bytes = line.encode("utf-8")
-    elif not binary and isinstance(line, bytes):
-        data = line.decode("utf-8")
+    binary = _is_binary(handle)
+    if binary is None:
+        started = time.perf_counter()
+        try:
+            handle.write(line)
+            data = line
+        except TypeError:  # refused before writing anything: the other type, then
+            data = line.decode("utf-8") if isinstance(line, bytes) else line.encode("utf-8")
+            handle.write(data)
     else:
-        data = line
-    nbytes = len(data) if isinstance(data, bytes) else len(data.encode("utf-8"))
-    started = time.perf_counter()
-    handle.write(data)
+        if binary:
+            data = line.encode("utf-8") if isinstance(line, str) else line
+        else:
+            data = line.decode("utf-8") if isinstance(line, bytes) else line
+        started = time.perf_counter()
+        handle.write(data)
     handle.flush()
-    record_output_write((time.perf_counter() - started) * 1000.0, nbytes)
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    nbytes = len(data) if isinstance(data, bytes) else len(data.encode("utf-8"))
+    record_output_write(elapsed_ms, nbytes)
     return nbytes
+
+
+def _is_binary(handle: Any) -> bool | None:
+    """True for a binary handle, False for a text one, None when neither its class nor its
+    ``mode`` says (gzip's files have an int ``mode``; bz2's, lzma's and BytesIO none)."""
+    if isinstance(handle, io.TextIOBase):
+        return False
+    if isinstance(handle, (io.BufferedIOBase, io.RawIOBase)):
+        return True
+    try:
+        mode = getattr(handle, "mode", None)
+    except Exception:
+        return None
+    return ("b" in mode) if isinstance(mode, str) else None
 
 
 class materializing:
