@@ -30,25 +30,33 @@ def fixed(value: float, digits: int = 1) -> str:
 def mean(values: Iterable[float]) -> float:
     """The arithmetic mean (``statistics.fmean``); for values whose sum passes float's
     largest, the mean of the values scaled to at most 1, scaled back: at most the largest
-    value, so a mean of finite values is finite."""
+    value, so a mean of finite values is finite. Never outside the values' range (the
+    division rounds)."""
     values = list(values)
     try:
-        return statistics.fmean(values)
+        average = statistics.fmean(values)
     except OverflowError:
         largest = max(abs(v) for v in values)
-        return math.fsum(v / largest for v in values) / len(values) * largest
+        average = math.fsum(v / largest for v in values) / len(values) * largest
+    # fmean's division rounds too: three 1.9s average 1.8999999999999997.
+    return min(max(average, min(values)), max(values))
 
 
 def median(values: Iterable[float]) -> float:
-    """The median (``statistics.median``); of an even count, the two middle values are
-    halved before they are added, so two values near float's limit give no inf."""
+    """The median (``statistics.median``). Of an even count, the midpoint of the two middle
+    values as ``low + (high - low) / 2``, which neither passes float's largest for two values
+    near it (their sum would: inf) nor loses a subnormal (halving each first would: 0); where
+    the gap itself passes it (values of opposite signs near the limit), each is halved."""
     ordered = sorted(values)
     if not ordered:
         raise statistics.StatisticsError("no median for empty data")
     middle = len(ordered) // 2
     if len(ordered) % 2:
         return ordered[middle]
-    return ordered[middle - 1] / 2 + ordered[middle] / 2
+    low, high = ordered[middle - 1], ordered[middle]
+    gap = high - low
+    midpoint = low + gap / 2 if math.isfinite(gap) else low / 2 + high / 2
+    return min(max(midpoint, low), high)
 
 
 def pstdev(values: Iterable[float]) -> float:
