@@ -243,6 +243,19 @@ def test_a_category_logged_without_a_number_is_a_gap_not_a_zero(
     assert [value for value, _ in _pct(found)] == [80.0]
 
 
+def test_a_step_without_a_pct_leaves_none_of_the_last_step_s(exporting: Any) -> None:
+    """Before: step 1's per-step pct (70) was still exported at step 2, whose dict gave
+    neither a pct nor the wall time to compute one: the last step's value, as this one's."""
+    logger, reader = exporting
+    categories = {"efficiency/idle/buffer_starvation_s": 2.0, "efficiency/idle/refit_bubble_s": 1.0}
+    logger.log_metrics({**categories, "efficiency/step_wall_time_s": 10.0}, step=1)
+    assert [value for value, _ in _pct(points(reader))] == [70.0]
+    logger.log_metrics(categories, step=2)
+    found = points(reader)
+    assert _pct(found) == []
+    assert _seconds(found)["idle/refit_bubble"].value == 1.0
+
+
 def test_the_timers_report_zero_for_a_category_not_timed_in_a_step(exporting: Any) -> None:
     logger, reader = exporting
     now = [0.0]

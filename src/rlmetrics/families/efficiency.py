@@ -193,16 +193,22 @@ def step_seconds(summary: EfficiencySummary) -> dict[str, float]:
     when it carries a step wall time, a per-step pct or any step-window category.
     """
     seconds = summary.seconds
-    if (
-        summary.step_wall_time_s is not None
-        or summary.pct_per_step
-        or not seconds.keys().isdisjoint(_STEP_ZEROS)
-    ):
+    if _of_a_step(summary):
         if summary.unmeasured:  # logged without a number: unknown, not 0 (a gap)
             zeros = {c: 0.0 for c in _STEP_ZEROS if c not in summary.unmeasured}
             return {**zeros, **seconds}
         return {**_STEP_ZEROS, **seconds}
     return dict(seconds)
+
+
+def _of_a_step(summary: EfficiencySummary) -> bool:
+    """Whether ``summary`` is a step's: it carries a step wall time, a per-step pct or a
+    step-window category's seconds."""
+    return (
+        summary.step_wall_time_s is not None
+        or bool(summary.pct_per_step)
+        or not summary.seconds.keys().isdisjoint(_STEP_ZEROS)
+    )
 
 
 # Each known category's attribute set, prepared once (a frozenset of pairs, which record
@@ -254,6 +260,9 @@ def on_efficiency_summary(summary: EfficiencySummary) -> None:
         record_points(GROUP, PCT, [(pct[0], _PCT_ATTRIBUTES[pct[1]])])
     elif summary.unmeasured and (window := computed_pct_window(summary)) is not None:
         retract(GROUP, PCT, _PCT_ATTRIBUTES[window])
+    elif _of_a_step(summary):
+        # A step's pct is that step's: one that gave none has none (not the last step's).
+        retract(GROUP, PCT, _PCT_ATTRIBUTES[STEP_WINDOW])
 
 
 @hookimpl
