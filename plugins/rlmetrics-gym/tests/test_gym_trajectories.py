@@ -8,13 +8,16 @@ metric reader and from the JSONL samples file."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import attrs
 import pytest
 from gym_support_server import serve
 from hypothesis import given
@@ -229,6 +232,110 @@ def test_an_agent_invocation_given_run_is_a_live_trajectory(tmp_path: Path) -> N
         if p.name == "rl.tool.calls":
             outcomes[p.attributes["rl.tool.outcome"]] += p.value
     assert outcomes == {"success": 4, "error": 1}
+
+
+def _pydantic_body() -> Any:
+    """A NeMo Gym-shaped ``/run`` body as a FastAPI agent server gets it: a pydantic model, its
+    ids extra fields or fields under an alias."""
+    pydantic = pytest.importorskip("pydantic")
+
+    class AgentRef(pydantic.BaseModel):
+        type: str
+        name: str
+
+    class RunRequest(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="allow", populate_by_name=True)
+        rollout_index: int = pydantic.Field(alias="_ng_rollout_index")
+        agent_ref: AgentRef
+
+    return RunRequest.model_validate(
+        {
+            "_ng_task_index": 3,
+            "_ng_rollout_index": 0,
+            "agent_ref": {"type": "responses_api_agents", "name": ENV},
+            "responses_create_params": {"input": [{"role": "user", "content": MARKER}]},
+        }
+    )
+
+
+@dataclasses.dataclass
+class _AgentRef:
+    type: str
+    name: str
+
+
+@dataclasses.dataclass
+class _DataclassRun:
+    _ng_task_index: int
+    _ng_rollout_index: int
+    agent_ref: _AgentRef
+
+
+@attrs.define
+class _AttrsRun:
+    _ng_task_index: int
+    _ng_rollout_index: int
+    agent_ref: dict[str, str]
+
+
+RUN_BODIES: dict[str, Callable[[], Any]] = {
+    "pydantic": _pydantic_body,
+    "dataclass": lambda: _DataclassRun(3, 0, _AgentRef("responses_api_agents", ENV)),
+    "attrs": lambda: _AttrsRun(3, 0, {"type": "responses_api_agents", "name": ENV}),
+}
+
+
+def _invoke(body: Any, times: int = 1) -> list[Any]:
+    """``times`` agent invocations given ``run=body``, each calling a tool and giving a
+    reward through ``invocation.trajectory`` (as docs/gym.md shows); their spans."""
+
+    async def run() -> None:
+        async with timed_agent_invocation("simple_agent", run=body) as invocation:
+            with timed_tool_call("search"):
+                pass
+            invocation.trajectory.reward(1.0, component="verify")
+
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        for _ in range(times):
+            asyncio.run(run())
+        return span_records(exporter)
+
+
+@pytest.mark.parametrize("kind", list(RUN_BODIES))
+def test_a_run_body_that_is_a_model_is_read_as_the_mapping_it_stands_for(kind: str) -> None:
+    spans = _invoke(RUN_BODIES[kind]())
+    (agent,) = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert agent.attributes["rl.sample.id"] == "3-0"
+    assert (agent.attributes["rl.group.id"], agent.attributes["rl.env"]) == (3, ENV)
+    rewards = [s.attributes["rl.reward"] for s in spans if s.name.startswith("rl.reward")]
+    assert rewards == [1.0]
+    assert [s.attributes["gen_ai.tool.name"] for s in spans if s.name.startswith("execute_tool")]
+    assert not any(MARKER in str(s.attributes) for s in spans)
+
+
+class _Opaque:
+    """A body neither a mapping nor a model."""
+
+
+class _DumpFails:
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        raise RuntimeError("cannot dump")
+
+
+@pytest.mark.parametrize("body", [_Opaque(), _DumpFails(), ["not", "a", "body"]])
+def test_a_run_body_it_cannot_read_is_said_once_and_the_invocation_stays_a_trajectory(
+    body: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The body's ids and env are dropped, said once with what it was; the invocation is a
+    trajectory all the same: ``invocation.trajectory.reward(...)`` lands."""
+    caplog.set_level(logging.WARNING, logger="rlmetrics")
+    spans = _invoke(body, times=2)
+    agents = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert len(agents) == 2 and all("rl.sample.id" not in s.attributes for s in agents)
+    rewards = [s.attributes["rl.reward"] for s in spans if s.name.startswith("rl.reward")]
+    assert rewards == [1.0, 1.0]
+    said = [r for r in caplog.records if "run=" in r.getMessage()]
+    assert len(said) == 1 and type(body).__name__ in said[0].getMessage()
 
 
 def test_bad_rows_warn_once_and_the_rest_lands(caplog: pytest.LogCaptureFixture) -> None:

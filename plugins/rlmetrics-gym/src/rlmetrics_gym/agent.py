@@ -17,14 +17,17 @@ doubling to 82 s), extended to 11 minutes for sandboxed tools and long agent tur
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
+import attrs
+
 import rlmetrics
-from rlmetrics import OPEN, Kind, MetricSpec, declare, hookimpl, is_exporting, record
+from rlmetrics import OPEN, Kind, MetricSpec, declare, hookimpl, is_exporting, record, warn_once
 from rlmetrics.blocks import Block
 from rlmetrics.spec import SUM
 from rlmetrics.trajectories import LiveTrajectory
@@ -205,6 +208,11 @@ class timed_agent_invocation(_Timed):
     its tool calls, ``invocation.trajectory`` takes its generations, rewards and outcome, and
     an exception leaving the block makes it an ``error``. ``step`` and ``logger`` are the
     trajectory's (with a logger it is a row of the ``trajectories`` samples table too).
+
+    The body is a mapping, or what stands for one: a pydantic model (read with
+    ``model_dump(by_alias=True)``, the names it has on the wire), a dataclass or an attrs
+    instance. Any other body is said once (with its type) and gives no ids or env, and the
+    invocation is a trajectory all the same. Without ``run=``, ``trajectory`` is None.
     """
 
     __slots__ = ("_options", "_token", "trajectory")
@@ -213,7 +221,7 @@ class timed_agent_invocation(_Timed):
         self,
         name: Any,
         *,
-        run: Mapping[str, Any] | None = None,
+        run: Any = None,
         env: Any = None,
         step: Any = None,
         logger: Any = None,
@@ -227,12 +235,12 @@ class timed_agent_invocation(_Timed):
     def __enter__(self) -> timed_agent_invocation:
         super().__enter__()
         run, env, step, logger = self._options
-        if isinstance(run, Mapping):
-            sample_id, group = run_ids(run)
+        if run is not None:
+            sample_id, group, body_env = _run_fields(run)
             trajectory = rlmetrics.trajectory(
                 sample_id,
                 group=group,
-                env=env if env is not None else run_env(run),
+                env=env if env is not None else body_env,
                 agent=self._name,
                 step=step,
                 logger=logger,
@@ -256,6 +264,53 @@ class timed_agent_invocation(_Timed):
 
     def _record(self, seconds: float, error: BaseException | None) -> None:
         record_agent_invocation(self._name, seconds, error)
+
+
+def _run_fields(run: Any) -> tuple[Any, Any, Any]:
+    """``(sample_id, group_id, env)`` of a ``/run`` body; Nones for a body it cannot read."""
+    body = _as_mapping(run)
+    if body is None:
+        warn_once(
+            "gym:agent:run",
+            f"rlmetrics-gym: timed_agent_invocation(run=...) got a {type(run).__name__}, "
+            "which is neither a mapping nor a pydantic model, dataclass or attrs instance; the "
+            "trajectory has no ids or env from it (pass the /run body as a dict, and env= for "
+            "its env; later such bodies are logged at DEBUG)",
+            expected=True,
+        )
+        return None, None, None
+    try:
+        sample_id, group = run_ids(body)
+        return sample_id, group, run_env(body)
+    except Exception:
+        warn_once(
+            "gym:agent:run-fields",
+            "rlmetrics-gym: the ids and env of a /run body could not be read; its trajectory "
+            "has none",
+        )
+        return None, None, None
+
+
+def _as_mapping(run: Any) -> Mapping[str, Any] | None:
+    """The mapping a ``/run`` body stands for, or None."""
+    if isinstance(run, Mapping):
+        return run
+    try:
+        dump = getattr(run, "model_dump", None)
+        if callable(dump):  # pydantic: the names the body has on the wire
+            try:
+                mapping = dump(by_alias=True)
+            except TypeError:
+                mapping = dump()
+        elif dataclasses.is_dataclass(run) and not isinstance(run, type):
+            mapping = dataclasses.asdict(run)
+        elif attrs.has(type(run)):
+            mapping = attrs.asdict(run)
+        else:
+            return None
+    except Exception:
+        return None
+    return mapping if isinstance(mapping, Mapping) else None
 
 
 @hookimpl
