@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from typing import Any
 
@@ -163,6 +164,19 @@ def test_an_unknown_outcome_counts_nothing(telemetry: Any, caplog: Any) -> None:
     record_rollout_completed("dropped", dispatch_name="env", reward=1.0)
     assert find(points(reader), COMPLETED) == [] and find(points(reader), REWARDED) == []
     assert "rollout outcome must be one of" in caplog.text
+
+
+def test_an_unknown_outcome_is_named_at_warning_the_first_time_and_at_debug_after(
+    telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/gym.md, Outcomes: "a warning names it" — its value, shortened."""
+    caplog.set_level(logging.DEBUG, logger="rlmetrics")
+    for outcome in ("succeeded", "x" * 1000, "dropped"):
+        record_rollout_completed(outcome, dispatch_name="env")
+    said = [r for r in caplog.records if "rollout outcome must be one of" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    assert "'succeeded'" in said[0].getMessage() and "'dropped'" in said[2].getMessage()
+    assert len(said[1].getMessage()) < 300  # a long value is cut
 
 
 def test_register_failure_kinds_refuses_non_identifiers() -> None:

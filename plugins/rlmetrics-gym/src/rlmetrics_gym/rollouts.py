@@ -23,6 +23,7 @@ hook; :func:`record_rollout_completed` does the same from code.
 
 from __future__ import annotations
 
+import reprlib
 import threading
 import time
 from collections.abc import Mapping
@@ -382,8 +383,8 @@ def record_rollout_completed(
         if attributes is None:
             warn_once(
                 "gym:rollouts:outcome",
-                f"rlmetrics-gym: rollout outcome must be one of {sorted(OUTCOMES)}, got a "
-                f"{type(outcome).__name__}; the attempt is not counted",
+                f"rlmetrics-gym: rollout outcome must be one of {sorted(OUTCOMES)}, got "
+                f"{_shown(outcome)}; the attempt is not counted",
             )
             return
         record(GROUP, {COMPLETED: 1}, attributes)
@@ -392,6 +393,18 @@ def record_rollout_completed(
             record(GROUP, {REWARDED: 1}, rewarded)
     except Exception:
         warn_once("gym:rollouts:completed", "rlmetrics-gym: counting a rollout attempt failed")
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 64
+
+
+def _shown(value: Any) -> str:
+    """A caller's value for a warning: its repr cut to about 64 characters, and its type."""
+    try:
+        return f"{_SHOWN.repr(value)} (a {type(value).__name__})"
+    except Exception:
+        return f"a {type(value).__name__}"
 
 
 def record_rollout_duration(duration_ms: float) -> None:
