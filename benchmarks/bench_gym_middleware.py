@@ -10,7 +10,8 @@ with and without ``GymServerMetricsMiddleware``, while telemetry exports to an i
 - **ASGI**: the app called in-process the way uvicorn calls it (a receive that answers the
   request body, then waits on an event like uvicorn's; a send that drops the messages). This
   isolates the middleware's own cost: two wrapped callables, an object per request, a few
-  integer updates and two non-blocking polls of ``receive``.
+  integer updates (it no longer polls ``receive``: it reads uvicorn's ``disconnected`` flag
+  where the server is uvicorn, which this in-process receive is not).
 - **HTTP**: real requests from a keep-alive ``http.client`` connection to two uvicorn servers
   on 127.0.0.1 (one per app), what a client of a Gym server sees.
 
