@@ -255,3 +255,41 @@ def test_engine_signals_reach_their_series_and_a_restart_step_leaves_a_gap(
         "rl.vllm.mfu",
         "rl.vllm.requests.waiting",
     }
+
+
+def test_a_restart_step_that_omits_every_key_ends_the_waiting_gauges(telemetry: Any) -> None:
+    """An engine restart in which every total went backwards gives neither step_metrics nor
+    engine_signals a key: the requests waiting must be a gap then, as the means are, not the
+    previous step's counts."""
+    from rlmetrics_vllm.engine import Snapshot, engine_signals, read_text
+    from vllm_support import EngineValues, render_exposition
+
+    _, reader = telemetry
+
+    def reading(values: EngineValues, at: float) -> Snapshot:
+        return Snapshot(read_text(render_exposition({"0": values})).parts, at)
+
+    before = reading(EngineValues(prompt_tokens=10, kv_usage=0.1), 0.0)
+    after = reading(EngineValues(prompt_tokens=50, kv_usage=0.5, waiting={"capacity": 4}), 10.0)
+    _log({"loss": 0.5, **step_metrics(before, after), **engine_signals(before, after)}, step=1)
+    assert [p.value for p in points(reader) if p.name == "rl.vllm.requests.waiting"] == [4, 0]
+
+    restarted = reading(EngineValues(prompt_tokens=3, created=2e9), 20.0)
+    restart_step = {**step_metrics(after, restarted), **engine_signals(after, restarted)}
+    assert restart_step == {}
+    _log({"loss": 0.4, **restart_step}, step=2)
+    names = {p.name for p in points(reader)}
+    assert "rl.vllm.kv_cache.usage" not in names
+    assert "rl.vllm.requests.waiting" not in names
+
+    # A later train dict of the restart step does not bring them back; the next reading does.
+    _log({"loss": 0.3}, step=2)
+    assert "rl.vllm.requests.waiting" not in {p.name for p in points(reader)}
+    again = reading(EngineValues(prompt_tokens=9, created=2e9, waiting={"deferred": 2}), 30.0)
+    _log({"loss": 0.2, **engine_signals(restarted, again)}, step=3)
+    waiting = {
+        p.attributes["rl.vllm.waiting.reason"]: p.value
+        for p in points(reader)
+        if p.name == "rl.vllm.requests.waiting"
+    }
+    assert waiting == {"capacity": 0, "deferred": 2}

@@ -199,9 +199,10 @@ _reasons = BoundedValues(_MAX_REASONS)
 # The waiting reasons exported, each as its prepared attribute set.
 _waiting: dict[str, frozenset[tuple[str, str]]] = {}
 
-# The step each mean gauge is showing. A gauge goes on exporting its last value, so a mean
-# must be ended when a later step brings none: step_metrics leaves a restart step with no
-# vllm/* key at all, and nothing else tells that step apart from one with no reading.
+# The step each per-step gauge is showing: the means by their key, the requests waiting by
+# their series' name. A gauge goes on exporting its last value, so it must be ended when a
+# later step brings none: step_metrics and engine_signals leave a restart step with no vllm/*
+# key at all, and nothing else tells that step apart from one with no reading.
 _mean_steps: dict[str, int] = {}
 _mean_steps_lock = threading.Lock()
 
@@ -237,18 +238,31 @@ def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
     if not _mean_steps and not _has_read_keys(tuple(metrics)):
         return  # most train dicts of a loop without vLLM: nothing to record or to end
     values = record_declared(GROUP, metrics)
-    _tee_waiting(metrics, bool(values))
+    waiting = _tee_waiting(metrics)
     with _mean_steps_lock:
         for key in _MEAN_KEYS:
-            if key in values:
-                _mean_steps[key] = step
-            elif key in _mean_steps and (values or _mean_steps[key] != step):
-                # A reading without this mean (no request finished, or its totals went
-                # backwards), or a later step without one (a restart omitted every key): the
-                # dashboard shows a gap, not the previous step's value. Another train dict of
-                # the same step without vllm/* keys leaves it alone.
-                del _mean_steps[key]
+            if _ended(key, key in values, bool(values), step):
                 retract(GROUP, key)
+        if _ended(REQUESTS_WAITING, waiting, bool(values), step):
+            for attributes in _waiting.values():
+                retract(GROUP, REQUESTS_WAITING, attributes)
+
+
+def _ended(shown: str, brought: bool, reading: bool, step: int) -> bool:
+    """Note the step a per-step gauge shows; whether this train dict ends it (hold the lock).
+
+    A reading without the gauge (no request finished, or its totals went backwards), or a
+    later step without one (a restart omitted every key), ends it: the dashboard shows a gap,
+    not the previous step's value. Another train dict of the same step without vllm/* keys
+    leaves it alone.
+    """
+    if brought:
+        _mean_steps[shown] = step
+        return False
+    if shown in _mean_steps and (reading or _mean_steps[shown] != step):
+        del _mean_steps[shown]
+        return True
+    return False
 
 
 #: The ``vllm/requests_waiting/*`` keys (with their reason) of each key sequence a loop logs:
@@ -271,9 +285,8 @@ def _waiting_keys(keys: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
     return plan
 
 
-def _tee_waiting(metrics: Mapping[str, Any], reading: bool) -> None:
-    """``vllm/requests_waiting/<reason>`` keys as one gauge by reason; a step with a reading
-    but none of them (an engine restarted) ends every reason exported so far."""
+def _tee_waiting(metrics: Mapping[str, Any]) -> bool:
+    """``vllm/requests_waiting/<reason>`` keys as one gauge by reason; whether any was."""
     points = []
     for key, reason in _waiting_keys(tuple(metrics)):
         if key_attribute(reason, "vLLM waiting reason") is None:
@@ -285,9 +298,7 @@ def _tee_waiting(metrics: Mapping[str, Any], reading: bool) -> None:
         points.append((metrics[key], attributes))
     if points:
         record_points(GROUP, REQUESTS_WAITING, points)
-    elif reading:
-        for attributes in _waiting.values():
-            retract(GROUP, REQUESTS_WAITING, attributes)
+    return bool(points)
 
 
 @hookimpl
