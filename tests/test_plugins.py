@@ -533,3 +533,55 @@ def test_a_third_party_exporter_is_a_plugin(site: Site) -> None:
         assert handle.exporter_addresses == {}
     info = rlmetrics.plugins.get_plugins().info("memory_exporter")
     assert info is not None and info.hooks == ("register_exporters",)
+
+
+# -- what a registration hook offers -----------------------------------------------------------
+
+
+def test_an_offer_under_a_name_that_is_no_string_is_the_plugins_failure_alone(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """``register(42, factory)`` in a plugin's ``register_backends`` is reported naming the
+    plugin; the Logger still starts, with the core's backends."""
+
+    class Junk:
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register(42, dict)
+
+    rlmetrics.plugins.register(Junk(), "junk")
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+        logger.log_metrics({"loss": 1.0}, step=1)
+        logger.finish(timeout_s=30)
+    assert [row["metrics"] for row in read_jsonl(tmp_path / "m.jsonl")] == [{"loss": 1.0}]
+    assert "plugin 'junk' raised in hook 'register_backends'" in caplog.text
+    assert "backend names are non-empty strings, got 42" in caplog.text
+
+
+def test_a_phase_offered_without_a_name_leaves_the_other_phases_accounted(caplog: Any) -> None:
+    class Junk:
+        @rlmetrics.hookimpl
+        def register_phases(self, register: Any) -> None:
+            register(None, None)
+
+    rlmetrics.plugins.register(Junk(), "junk")
+    summaries: list[Any] = []
+
+    class Listens:
+        @rlmetrics.hookimpl
+        def on_efficiency_summary(self, summary: Any) -> None:
+            summaries.append(summary)
+
+    rlmetrics.plugins.register(Listens(), "listens")
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        in_memory_telemetry(),
+        rlmetrics.step(1),
+        rlmetrics.phase("idle/buffer_starvation"),
+    ):
+        pass
+    assert "plugin 'junk' raised in hook 'register_phases'" in caplog.text
+    assert "accounting a phase failed" not in caplog.text
+    [summary] = summaries
+    assert "idle/buffer_starvation" in summary.seconds

@@ -77,6 +77,10 @@ def collect_offers(
     offers: dict[str, list[tuple[str, _Factory]]] = {}
 
     def register(name: str, factory: _Factory) -> None:
+        if not isinstance(name, str) or not name:
+            # Raised into the offering plugin's hook, whose guard reports it naming the
+            # plugin: a junk name must not fail the collection every other offer is in.
+            raise TypeError(f"rlmetrics: {what} names are non-empty strings, got {name!r}")
         owner = current_plugin() or "?"
         offered = offers.setdefault(name, [])
         if not any(known is factory for _, known in offered):
