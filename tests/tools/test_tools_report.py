@@ -20,6 +20,8 @@ from rlmetrics.events import WALL_TIME_KEY as WALL
 from rlmetrics.report.plot import PLOT_SIZE_PX
 from rlmetrics.report.summary import build_report
 
+IDLE = "efficiency/idle/buffer_starvation_s"
+
 
 def _row(step: int, prefix: str, metrics: dict[str, Any]) -> dict[str, Any]:
     return {"time": 0.0, "step": step, "prefix": prefix, "metrics": metrics}
@@ -433,6 +435,34 @@ def test_report_and_query_read_a_run_holding_a_huge_int(tmp_path: Path) -> None:
     query = run_cli("query", jsonl)
     assert query.returncode in (0, 1) and "Traceback" not in query.stderr, query.stderr
     assert json.loads(query.stdout)["last_values"]["train/reward"]["step"] == 3
+
+
+def _strict(text: str) -> Any:
+    """``text`` as strict JSON: Infinity and NaN are not JSON, and jq, JavaScript's
+    JSON.parse and Go's encoding/json refuse the whole document over one of them."""
+
+    def refuse(constant: str) -> Any:
+        raise AssertionError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_sum_past_floats_largest_prints_strict_json_and_says_so(tmp_path: Path) -> None:
+    """Before: four step times of 1e308 summed to inf, and --json printed ``Infinity`` (not
+    JSON) for the run's step wall time and idle seconds. Now null, and one line on stderr
+    names each value no float holds."""
+    rows = [
+        _row(step, "", {"efficiency/step_wall_time_s": 1e308, IDLE: 1e308}) for step in range(1, 5)
+    ]
+    done = run_cli("report", _write(tmp_path / "run.jsonl", rows), "--json")
+    assert done.returncode == 0, done.stderr
+    goodput = _strict(done.stdout)["goodput"]
+    assert goodput["step_wall_time_s"] is None
+    assert goodput["idle_s"] == {"idle/buffer_starvation": None}
+    assert [s["wall_time_s"] for s in _strict(done.stdout)["steps"]] == [1e308] * 4
+    [said] = done.stderr.splitlines()
+    assert said.startswith("rlmetrics report: 2 values past float's range printed as null:")
+    assert "goodput.step_wall_time_s" in said and "goodput.idle_s.idle/buffer_starvation" in said
 
 
 @pytest.mark.parametrize("kind", ["traces", "samples", "csv", "binary", "empty"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -32,8 +33,29 @@ def positive_count(text: str) -> int:
     return value
 
 
-def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2) + "\n")
+def print_json(value: Any, command: str = "rlmetrics", *, indent: int | None = 2) -> None:
+    """``value`` as strict JSON on stdout. A number past float's range (a sum of step times
+    of 1e308, say) is printed as null, and one line on stderr names where: ``Infinity`` and
+    ``NaN`` are not JSON, and jq, ``JSON.parse`` and Go refuse a whole document over one."""
+    past: list[str] = []
+    sys.stdout.write(json.dumps(_finite(value, "", past), indent=indent) + "\n")
+    if past:
+        named = ", ".join(past[:5]) + (f" and {len(past) - 5} more" if len(past) > 5 else "")
+        sys.stderr.write(
+            f"{command}: {len(past)} values past float's range printed as null: {named}\n"
+        )
+
+
+def _finite(value: Any, path: str, past: list[str]) -> Any:
+    """``value`` with each non-finite float replaced by None, its dotted path noted."""
+    if isinstance(value, float) and not math.isfinite(value):
+        past.append(path or "(the whole answer)")
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{path}.{k}" if path else str(k), past) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v, f"{path}[{i}]", past) for i, v in enumerate(value)]
+    return value
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

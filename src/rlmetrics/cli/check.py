@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         document = result.as_dict()
         if run_found is not None:
             document["run"] = run_found.as_dict(args.run_jsonl)
-        print_json(document)
+        print_json(document, "rlmetrics check")
     else:
         for finding in result.findings:
             sys.stdout.write(finding.line() + "\n")

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         plot = None if args.no_plot else _plot(result)
         timeline = None if args.no_plot or plot is None else _timeline(result)
         if args.json:
-            print_json({**result.as_dict(), "plot": plot, "timeline": timeline})
+            print_json({**result.as_dict(), "plot": plot, "timeline": timeline}, "rlmetrics demo")
         else:
             say.write("\n" + render(result.report))
             if result.goodput is not None:

@@ -12,12 +12,11 @@ usage mistake (a missing file, an unknown run or field).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from ..runstate import QueryError, run_state, select
-from ._output import input_problem
+from ._output import input_problem, print_json
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -60,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.field:
         for value in picked:
-            sys.stdout.write(json.dumps(value) + "\n")
+            print_json(value, "rlmetrics query", indent=None)
     else:
-        sys.stdout.write(json.dumps(answer, indent=2) + "\n")
+        print_json(answer, "rlmetrics query")
     return 1 if answer["findings"] else 0

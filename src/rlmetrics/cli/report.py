@@ -286,9 +286,11 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.json:
         if len(reports) == 1:
-            print_json({**report.as_dict(), "plot": plot, **extra})
+            print_json({**report.as_dict(), "plot": plot, **extra}, "rlmetrics report")
         else:
-            print_json({"runs": [r.as_dict() for r in reports], "plot": plot, **extra})
+            print_json(
+                {"runs": [r.as_dict() for r in reports], "plot": plot, **extra}, "rlmetrics report"
+            )
     else:
         sys.stdout.write(render_runs(reports, args.table_rows))
         shown = f" (run {report.run_id}, the last; --run picks another)" * (len(reports) > 1)
