@@ -418,6 +418,37 @@ def test_hook_register_check_exemptions() -> None:
     assert findings() == []
 
 
+def test_an_exemption_that_is_no_exemption_is_the_plugins_failure_alone(caplog: Any) -> None:
+    """``register(("unit-in-name", [...], "why"))``, a tuple for an ``Exemption``, is reported
+    naming the plugin; ``rlmetrics check`` still runs, with the other plugins' exemptions."""
+    from rlmetrics.check import Exemption, check_plugins
+    from rlmetrics.plugins import get_plugins
+    from rlmetrics.registry import default_registry
+
+    spec = rlmetrics.MetricSpec(
+        "hooked.junk.wait_ms", rlmetrics.Kind.GAUGE, unit="ms", description="d"
+    )
+    rlmetrics.declare("hooked.junk", [spec])
+
+    class Junk:
+        @rlmetrics.hookimpl
+        def register_check_exemptions(self, register: Any) -> None:
+            register(("unit-in-name", ["hooked.junk.wait_ms"], "a spec fixes it"))
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_check_exemptions(self, register: Any) -> None:
+            register(Exemption("unit-in-name", {"hooked.junk.wait_ms"}, "a spec fixes it"))
+
+    register(Junk(), "junk-exemption")
+    register(Offers(), "offers-exemption")
+    with caplog.at_level("WARNING", logger="rlmetrics"):
+        result = check_plugins(get_plugins(), default_registry().declared())
+    assert [f.rule for f in result.findings if f.metric == "hooked.junk.wait_ms"] == []
+    assert "plugin 'junk-exemption' raised in hook 'register_check_exemptions'" in caplog.text
+    assert "takes rlmetrics.check.Exemption objects, got tuple" in caplog.text
+
+
 def test_hook_register_key_maps(tmp_path: Path) -> None:
     from rlmetrics.check import check_plugins
     from rlmetrics.plugins import get_plugins

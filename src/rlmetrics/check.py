@@ -567,7 +567,17 @@ def check_plugins(
     """Check what ``plugins`` declared (``declared`` is the registry's list); ``only`` keeps
     the plugins whose entry point or distribution has that name."""
     exemptions: list[Exemption] = []
-    plugins.hooks.register_check_exemptions(exemptions.append)
+
+    def exempt(exemption: Exemption) -> None:
+        # Raised into the offering plugin's hook, whose guard reports it naming the plugin.
+        if not isinstance(exemption, Exemption):
+            raise TypeError(
+                "register_check_exemptions takes rlmetrics.check.Exemption objects, got "
+                f"{type(exemption).__name__}"
+            )
+        exemptions.append(exemption)
+
+    plugins.hooks.register_check_exemptions(exempt)
     plugin_of = _owning_plugin(plugins)
     failed = [info for info in plugins.infos if info.status == FAILED]
     from .keymaps import available_key_maps
