@@ -17,10 +17,17 @@ def test_a_fine_id_is_kept_and_a_refused_one_mapped_with_a_hash() -> None:
     assert mapped.startswith("exp-3-seed1-") and len(mapped) == len("exp-3-seed1-") + 8
 
 
-def test_new_ids_come_from_slurm_else_are_random(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_new_ids_come_from_slurm_then_torchrun_else_are_random(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "rdzv-7")
     assert new_run_id() == "4242"
     monkeypatch.delenv("SLURM_JOB_ID")
+    assert new_run_id() == "rdzv-7"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun's word for no id
+    assert new_run_id() != new_run_id()
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
     assert new_run_id() != new_run_id()
 
 

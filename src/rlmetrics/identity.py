@@ -31,9 +31,14 @@ RUN_ID_ATTR = "rlmetrics.run.id"
 
 
 def new_run_id() -> str:
-    """The id of a run nobody named: ``SLURM_JOB_ID`` (a requeued job keeps it), else 12 hex
-    digits of a random UUID."""
-    return os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
+    """The id of a run nobody named: ``SLURM_JOB_ID`` (a requeued job keeps it), else
+    torchrun's rendezvous id ``TORCHELASTIC_RUN_ID`` (every rank of the job has the same, so
+    ranks that each start telemetry export one run; torchrun says ``none`` when the job gave
+    none, which names no run), else 12 hex digits of a random UUID."""
+    elastic = os.environ.get("TORCHELASTIC_RUN_ID")
+    if elastic == "none":
+        elastic = None
+    return os.environ.get("SLURM_JOB_ID") or elastic or uuid.uuid4().hex[:12]
 
 
 def _check_id(_instance: object, _attribute: object, value: str) -> None:
