@@ -585,3 +585,41 @@ def test_a_phase_offered_without_a_name_leaves_the_other_phases_accounted(caplog
     assert "accounting a phase failed" not in caplog.text
     [summary] = summaries
     assert "idle/buffer_starvation" in summary.seconds
+
+
+# -- an invalid hook implementation says what to change ----------------------------------------
+
+
+def test_a_misspelt_hook_is_named_with_the_hook_meant(caplog: Any) -> None:
+    class Typo:
+        @rlmetrics.hookimpl
+        def log_metric(self, metrics: Any) -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        assert not rlmetrics.plugins.register(Typo(), "typo")
+    info = rlmetrics.plugins.get_plugins().info("typo")
+    assert info is not None and info.summary is not None
+    assert "'log_metric' is not an rlmetrics hook: did you mean 'log_metrics'?" in info.summary
+    assert "did you mean 'log_metrics'?" in caplog.text
+
+
+def test_a_wrong_argument_name_is_named_with_the_arguments_the_hook_has(site: Site) -> None:
+    site.install(
+        "wrong-args",
+        {
+            "wrong_args.py": """
+                import rlmetrics
+
+                @rlmetrics.hookimpl
+                def log_metrics(metric, step):
+                    pass
+            """
+        },
+        {"wrong_args": "wrong_args"},
+    )
+    info = _info(load_plugins(), "wrong_args")
+    assert info.status == FAILED and info.summary is not None
+    assert (
+        "hook 'log_metrics' has no argument 'metric': it takes any of metrics, step, prefix"
+        in info.summary
+    )

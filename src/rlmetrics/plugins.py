@@ -18,6 +18,8 @@ Entry points are read on first use, never at ``import rlmetrics``.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 import re
 import threading
@@ -147,7 +149,9 @@ class Plugins:
         except Exception as exc:
             if self.pm.is_registered(plugin):
                 self.pm.unregister(plugin)
-            return str(exc)
+            # What to change first (the row's summary), pluggy's own words after it.
+            hints = _hook_mistakes(self.pm, plugin)
+            return "; ".join(hints) + f"\n{exc}" if hints else str(exc)
         guard_implementations(self.pm, plugin)
         self.hooks.changed()
         return None
@@ -200,6 +204,60 @@ class Plugins:
         if not any(i.status == SHADOWED and i.reason == reason for i in self.infos):
             version = info.version if info is not None else None
             self.infos.append(PluginInfo(name, distribution, version, SHADOWED, reason=reason))
+
+
+def _spec_arguments() -> dict[str, tuple[str, ...]]:
+    """``{hook: its arguments}`` from :mod:`.hookspecs`."""
+    marker = f"{ENTRY_POINT_GROUP}_spec"
+    return {
+        name: tuple(inspect.signature(function).parameters)
+        for name, function in vars(hookspecs).items()
+        if callable(function) and hasattr(function, marker)
+    }
+
+
+def _arguments(plugin: Any, attribute: str) -> tuple[str, ...]:
+    """The arguments a hook implementation takes from the hook, as pluggy reads them: its
+    positional parameters without a default (``self`` of a method left out)."""
+    try:
+        parameters = inspect.signature(getattr(plugin, attribute)).parameters.values()
+    except (TypeError, ValueError, AttributeError):
+        return ()
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(
+        p.name
+        for p in parameters
+        if p.kind in positional and p.default is p.empty and p.name not in ("self", "cls")
+    )
+
+
+def _hook_mistakes(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
+    """What is wrong with ``plugin``'s hook implementations, each saying what to change: a
+    name that is no hook (with the hook meant), an argument the hook does not have."""
+    specs = _spec_arguments()
+    mistakes = []
+    for attribute in dir(plugin):
+        try:
+            options = pm.parse_hookimpl_opts(plugin, attribute)
+        except Exception:
+            continue
+        if options is None:
+            continue
+        hook = options.get("specname") or attribute
+        if hook not in specs:
+            meant = difflib.get_close_matches(hook, specs, n=1)
+            mistakes.append(
+                f"{hook!r} is not an rlmetrics hook: did you mean {meant[0]!r}?"
+                if meant
+                else f"{hook!r} is not an rlmetrics hook; the hooks are {', '.join(sorted(specs))}"
+            )
+            continue
+        for argument in (a for a in _arguments(plugin, attribute) if a not in specs[hook]):
+            mistakes.append(
+                f"hook {hook!r} has no argument {argument!r}: it takes any of "
+                f"{', '.join(specs[hook])}"
+            )
+    return mistakes
 
 
 @attrs.frozen
