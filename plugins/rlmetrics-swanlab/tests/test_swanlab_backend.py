@@ -76,7 +76,7 @@ def test_a_repeated_step_is_said_once(
     backend.finish()
     # SwanLab itself keeps the first value of a key at a step.
     assert scalars(backend.run_dir, "train/loss") == [(4, 1.0)]
-    assert caplog.text.count("logged twice at step 4") == 1
+    assert caplog.text.count("logged again at step 4") == 1
 
 
 def test_a_negative_infinity_in_the_configuration_keeps_its_sign(

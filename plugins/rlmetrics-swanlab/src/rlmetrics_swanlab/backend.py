@@ -45,6 +45,8 @@ from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs, with_tracker_setting
 from rlmetrics.samples import columns_of
 
+from .columns import NUMBER, TEXT, Columns
+
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "MIN_FREE_BYTES",
@@ -160,7 +162,7 @@ class SwanLabBackend:
     ) -> None:
         self._finished = False
         self._broken: str | None = None
-        self._last_step: dict[str, int] = {}
+        self._columns = Columns()
         self._number = StepAxis("swanlab")
         if run is None and swanlab.has_run():
             run = swanlab.get_run()  # the script's own run: log into it, leave it to the script
@@ -254,16 +256,24 @@ class SwanLabBackend:
                 continue
             if converted is None:
                 continue
-            if self._last_step.get(tag) == number:
-                warn_once(
-                    "swanlab:repeated-step",
-                    f"rlmetrics-swanlab: {tag!r} was logged twice at step {number}; SwanLab "
-                    "keeps the first value of a key at a step and drops the others",
-                )
-            self._last_step[tag] = number
-            row[tag] = converted
+            if self._takes(tag, NUMBER if isinstance(converted, float) else TEXT, number):
+                row[tag] = converted
         if row:
             self.run.log(row, step=number)
+
+    def _takes(self, key: str, kind: str, step: int) -> bool:
+        """Whether SwanLab keeps ``key``'s value of ``kind`` at ``step``; what it would drop
+        (:mod:`.columns`) is said once per reason, and not handed to it."""
+        refused = self._columns.refusal(key, kind, step)
+        if refused is None:
+            return True
+        reason, text = refused
+        warn_once(
+            f"swanlab:{reason}",
+            f"rlmetrics-swanlab: {text} (the JSONL backend keeps it); later ones for this "
+            "reason at DEBUG",
+        )
+        return False
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """The configuration, nested as logged, into the run's config; what its config.yaml
@@ -284,8 +294,10 @@ class SwanLabBackend:
         """One ``swanlab.Text`` per row under ``name`` (its columns as ``column: value``
         paragraphs, the reward as its caption)."""
         self._check_writable()
-        columns = columns_of(rows)
-        self.run.log({name: [_sample_text(row, columns) for row in rows]}, step=self._number(step))
+        number = self._number(step)
+        if self._takes(name, TEXT, number):
+            columns = columns_of(rows)
+            self.run.log({name: [_sample_text(row, columns) for row in rows]}, step=number)
 
     def finish(self) -> None:
         """Finish the run, once; a run the script started is left to the script."""
