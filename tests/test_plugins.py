@@ -382,6 +382,50 @@ def test_a_plugin_that_fails_after_declaring_leaves_nothing_declared(site: Site)
     assert "half_done" not in sys.modules  # its callback cannot have been kept anywhere
 
 
+def test_a_failed_plugin_leaves_what_a_module_it_imported_declared(site: Site) -> None:
+    """Two entry points of one distribution share a module of specs. The first to load fails
+    (a misspelt hook) after importing it; the module stays imported and never declares
+    again, so rolling its series back would leave the second plugin, which loads fine,
+    recording into series that no longer exist."""
+    site.install(
+        "acme-shared",
+        {
+            "acme_shared/__init__.py": "",
+            "acme_shared/specs.py": """
+                import rlmetrics
+
+                GROUP = "acme.shared"
+                rlmetrics.declare(GROUP, [rlmetrics.MetricSpec("acme.shared.depth",
+                                                               rlmetrics.Kind.GAUGE)])
+            """,
+            "acme_shared/dash.py": """
+                import rlmetrics
+                from acme_shared.specs import GROUP
+
+                @rlmetrics.hookimpl
+                def register_dashboard_row(register):
+                    pass
+            """,
+            "acme_shared/family.py": """
+                import rlmetrics
+                from acme_shared.specs import GROUP
+
+                @rlmetrics.hookimpl
+                def log_metrics(metrics, prefix):
+                    if prefix == "train":
+                        rlmetrics.record_declared(GROUP, metrics)
+            """,
+        },
+        {"acme_a_dash": "acme_shared.dash", "acme_b_family": "acme_shared.family"},
+    )
+    plugins = load_plugins()
+    assert _info(plugins, "acme_a_dash").status == FAILED
+    assert _info(plugins, "acme_b_family").status == LOADED
+    with in_memory_telemetry() as (_handle, reader):
+        rlmetrics.Logger(backends={}).log_metrics({"acme.shared.depth": 4}, step=1, prefix="train")
+        assert single(points(reader), "acme.shared.depth").value == 4
+
+
 def test_system_exit_at_a_plugins_import_does_not_end_the_process(site: Site, caplog: Any) -> None:
     site.install("quitter", {"quitter.py": "import sys\nsys.exit(3)\n"}, {"quitter": "quitter"})
     with caplog.at_level(logging.WARNING, logger="rlmetrics"):

@@ -22,6 +22,7 @@ import difflib
 import inspect
 import os
 import re
+import sys
 import threading
 import traceback
 from collections.abc import Iterable, Mapping
@@ -350,13 +351,20 @@ def _load(plugins: Plugins, candidate: _Candidate, quiet: bool = False) -> Plugi
     ep = candidate.entry_point
     registry = default_registry()
     mark = registry.mark()
+
+    def imported_elsewhere(owner: str) -> bool:
+        # A module the plugin imported that stays imported (its own import succeeded) never
+        # declares again: its series must stay for the plugins that share it.
+        own = owner == ep.module or owner.startswith(ep.module + ".")
+        return not own and owner in sys.modules
+
     try:
         plugin = ep.load()
         problem = plugins.register(plugin, ep.name)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit at a plugin's import must not end the job
-        registry.rollback(mark)
+        registry.rollback(mark, keep=imported_elsewhere)
         if not quiet:
             warn_once(
                 f"plugin-load:{ep.name}",
@@ -367,7 +375,7 @@ def _load(plugins: Plugins, candidate: _Candidate, quiet: bool = False) -> Plugi
             FAILED, reason=f"import failed: {exc!r}", traceback=traceback.format_exc()
         )
     if problem is not None:
-        registry.rollback(mark)
+        registry.rollback(mark, keep=imported_elsewhere)
         if not quiet:
             warn_once(
                 f"plugin-load:{ep.name}",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -259,19 +259,26 @@ class MetricRegistry(Recorder):
         with self._lock:
             return len(self._by_key), len(self._key_patterns)
 
-    def rollback(self, mark: tuple[int, int]) -> list[Declared]:
-        """Forget every declaration (series and key patterns) made since ``mark``; returns
-        the series."""
+    def rollback(
+        self, mark: tuple[int, int], keep: Callable[[str], bool] | None = None
+    ) -> list[Declared]:
+        """Forget every declaration (series and key patterns) made since ``mark``, but those
+        of an owner ``keep`` says to keep; returns the series forgotten."""
         series, patterns = mark
         with self._lock:
             if self._frozen:
                 raise LateDeclarationError("rlmetrics: cannot roll declarations back while frozen")
-            undone = list(self._by_key.values())[series:]
+            since = list(self._by_key.values())[series:]
+            undone = [item for item in since if keep is None or not keep(item.owner)]
             for item in undone:
                 del self._by_key[(item.group, item.spec.key)]
                 del self._by_name[item.spec.name.lower()]
             self._on_use &= {group for group, _ in self._by_key}
-            del self._key_patterns[patterns:]
+            self._key_patterns[patterns:] = [
+                pattern
+                for pattern in self._key_patterns[patterns:]
+                if keep is not None and keep(pattern.owner)
+            ]
             self.generation += 1
             return undone
 
