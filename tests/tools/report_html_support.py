@@ -13,10 +13,12 @@ from rlmetrics.backends.jsonl import samples_path
 from rlmetrics.testing import isolated_state
 from rlmetrics.trajectories import configure
 
-__all__ = ["MARKUP", "TrajectoryRun", "record_trajectory_run", "trajectory_rows"]
+__all__ = ["MARKUP", "UNICODE", "TrajectoryRun", "record_trajectory_run", "trajectory_rows"]
 
 #: Kept text that is markup: the page must show it, never run or render it.
 MARKUP = "</script><b id='injected'>bold?</b>"
+#: Kept text past ASCII, on two lines: the page must show it as it was given.
+UNICODE = "second line: é 漢字 🚀"
 _OUTCOMES = ("success", "failure", "success", "error", "truncated", "success")
 
 
@@ -47,7 +49,7 @@ def _record(step: int, index: int) -> dict[str, Any]:
                         "output_tokens": 20 + turn,
                         "finish_reason": "tool_calls",
                         "latency_s": 0.5,
-                        "completion": f"turn {turn} says {MARKUP}",
+                        "completion": f"turn {turn} says {MARKUP}\n{UNICODE}",
                     }
                 ],
                 "tool_calls": [

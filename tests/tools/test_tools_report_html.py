@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_html_support import MARKUP, TrajectoryRun, record_trajectory_run, trajectory_rows
+from report_html_support import (
+    MARKUP,
+    UNICODE,
+    TrajectoryRun,
+    record_trajectory_run,
+    trajectory_rows,
+)
 from tools_support import run_cli
 
 from rlmetrics.report.html import CSP
@@ -110,6 +116,21 @@ def test_kept_text_is_data_never_markup(recorded: TrajectoryRun, tmp_path: Path)
     first = data["trajectories"]["rows"][0]
     assert MARKUP in first["prompt"]
     assert any(MARKUP in str(item.get("completion")) for item in first["spans"]["turns"][0])
+
+
+def test_a_generations_text_is_shown_as_it_was_given(
+    recorded: TrajectoryRun, tmp_path: Path
+) -> None:
+    """The span carries a generation's text as GenAI messages (JSON, non-ASCII escaped); the
+    page shows the text itself: its line breaks and its characters, not the JSON."""
+    out = _write(recorded, tmp_path / "run.html", "--traces", recorded.traces)
+    _, data = _page(out)
+    for row in data["trajectories"]["rows"]:
+        record = recorded.records[(row["sample_id"], row["step"])]
+        for turn, given in zip(row["spans"]["turns"], record["turns"], strict=True):
+            [generation] = [item for item in turn if item["kind"] == "generation"]
+            assert generation["completion"] == given["generations"][0]["completion"]
+            assert UNICODE in generation["completion"]
 
 
 def test_without_traces_the_rows_keep_their_counts(recorded: TrajectoryRun, tmp_path: Path) -> None:

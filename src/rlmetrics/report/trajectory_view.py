@@ -8,6 +8,7 @@ and step (the trajectory span's ``rl.sample.id`` and ``rl.iteration``). A row wi
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +36,38 @@ def _seconds(span: Span) -> float:
     return round(span.seconds, 6)
 
 
+def _message_text(value: Any) -> Any:
+    """The text of a generation's ``gen_ai.input.messages`` / ``gen_ai.output.messages``: the
+    span holds it as GenAI messages in JSON (``[{"role", "parts": [{"type": "text",
+    "content"}]}]``, non-ASCII escaped), which would show its line breaks as ``\\n`` and its
+    characters as ``\\uXXXX``. One message is its text; several are each ``role: text``.
+    Anything else (another tool's attribute) is shown as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        messages = json.loads(value)
+    except ValueError:
+        return value
+    if not isinstance(messages, list) or not messages:
+        return value
+    texts: list[tuple[Any, str]] = []
+    for message in messages:
+        parts = message.get("parts") if isinstance(message, dict) else None
+        if not isinstance(parts, list):
+            return value
+        contents = [
+            p["content"]
+            for p in parts
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("content"), str)
+        ]
+        if len(contents) != len(parts):
+            return value
+        texts.append((message.get("role"), "".join(contents)))
+    if len(texts) == 1:
+        return texts[0][1]
+    return "\n\n".join(f"{role}: {text}" for role, text in texts)
+
+
 def _item(span: Span) -> dict[str, Any] | None:
     """One generation, tool call or reward of a turn, as the page shows it."""
     a = span.attributes
@@ -50,8 +83,8 @@ def _item(span: Span) -> dict[str, Any] | None:
             if isinstance(reasons, (list, tuple))
             else reasons,
             "latency_s": _seconds(span),
-            "prompt": a.get("gen_ai.input.messages"),
-            "completion": a.get("gen_ai.output.messages"),
+            "prompt": _message_text(a.get("gen_ai.input.messages")),
+            "completion": _message_text(a.get("gen_ai.output.messages")),
         }
     elif op == "execute_tool":
         item = {
