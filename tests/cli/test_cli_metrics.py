@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
+
+from rlmetrics_test_dists import install
 
 from rlmetrics.cli import main
 from rlmetrics.cli.metrics import metrics_markdown
@@ -35,3 +38,52 @@ def test_docs_catalogue_is_current() -> None:
         "docs/metrics.md is stale: regenerate it with "
         "`rlmetrics metrics --markdown > docs/metrics.md`"
     )
+
+
+def _broken_site(tmp_path: Path, monkeypatch: Any) -> None:
+    """A distribution whose spec is wrong: its plugin fails at import, its series unlisted."""
+    install(
+        tmp_path,
+        "acme-badunit",
+        {
+            "acme_badunit.py": """
+                import rlmetrics
+
+                rlmetrics.declare("acme.bad", [
+                    rlmetrics.MetricSpec("acme.latency", rlmetrics.Kind.GAUGE, unit="per batch")
+                ])
+            """
+        },
+        {"acme_badunit": "acme_badunit"},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("RLMETRICS_PLUGINS", raising=False)
+
+
+def test_a_plugin_that_failed_is_said_once_under_the_list_without_a_traceback(
+    tmp_path: Path, monkeypatch: Any, capsys: Any, caplog: Any
+) -> None:
+    _broken_site(tmp_path, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        assert main(["metrics"]) == 0
+    assert caplog.records == []  # no warning with its traceback: the line below says it
+    out, err = capsys.readouterr()
+    assert "acme.latency" not in out
+    assert out.splitlines()[-1] == (
+        "1 plugin(s) failed to load, so their series are not listed (acme_badunit); "
+        "`rlmetrics plugins --verbose` says why"
+    )
+    assert "Traceback" not in out + err
+
+
+def test_json_and_markdown_say_a_failed_plugin_on_stderr(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    _broken_site(tmp_path, monkeypatch)
+    assert main(["metrics", "--json"]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)  # stdout stays the document
+    assert "failed to load, so their series are not listed (acme_badunit)" in err
+    assert main(["metrics", "--markdown"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("# Metric catalogue") and "(acme_badunit)" in err

@@ -8,7 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..plugins import load_plugins
+from ..plugins import FAILED, Plugins, load_plugins
 from ..registry import Declared, default_registry
 from ._output import add_format_options, print_json, print_table
 
@@ -62,8 +62,20 @@ def metrics_markdown(declared: Sequence[Declared]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _failures_note(plugins: Plugins) -> str | None:
+    """One line naming the plugins that failed to load, whose series the list lacks."""
+    failed = sorted(info.name for info in plugins.infos if info.status == FAILED)
+    if not failed:
+        return None
+    return (
+        f"{len(failed)} plugin(s) failed to load, so their series are not listed "
+        f"({', '.join(failed)}); `rlmetrics plugins --verbose` says why"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    load_plugins()
+    plugins = load_plugins(quiet=True)  # a failure is one line under the list, not a traceback
+    note = _failures_note(plugins)
     declared = default_registry().declared()
     if args.json:
         print_json([{"group": d.group, "owner": d.owner, **d.spec.describe()} for d in declared])
@@ -77,4 +89,9 @@ def run(args: argparse.Namespace) -> int:
                 for d in sorted(declared, key=lambda d: d.spec.name)
             ],
         )
+        if note:
+            sys.stdout.write(f"\n{note}\n")
+            return 0
+    if note:  # stdout is a document (JSON, markdown): the note goes beside it
+        sys.stderr.write(f"rlmetrics metrics: {note}\n")
     return 0
