@@ -386,3 +386,36 @@ def test_the_default_jsonl_lands_in_the_working_directory(
     callback.finish()
     assert [row["step"] for row in _train_rows(tmp_path / "rlmetrics.jsonl")] == [1, 1]
     assert not list((tmp_path / "out").glob("**/*.jsonl"))
+
+
+# -- the callback added twice ------------------------------------------------------------------
+
+
+def test_a_second_callback_on_the_same_trainer_stands_down_and_says_so(
+    tmp_path: Path, telemetry: tuple[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``callbacks=[RLMetricsCallback()]`` and another one added (``add_callback``, or the
+    same instance listed twice): transformers calls each, so before, every row, the setup
+    phases and the hyperparameters were written twice to the same run (and a GRPO run's
+    trajectories counted twice). Now the first on the trainer logs; the others say so once."""
+    caplog.set_level(logging.WARNING, logger="rlmetrics")
+    path = tmp_path / "metrics.jsonl"
+    first = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**trainer_args(tmp_path, max_steps=2)),
+        train_dataset=lm_dataset(),
+        callbacks=[first, first],
+    )
+    second = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    trainer.add_callback(second)
+    trainer.train()
+    first.finish()
+    second.finish()
+    every = list(read_jsonl(path, every_row=True))
+    steps = [row["step"] for row in every if "loss" in row.get("metrics", {})]
+    assert steps == [1, 2]
+    assert len([row for row in every if "hyperparams" in row]) == 1
+    assert len([row for row in every if row.get("prefix") == "timing/setup"]) == 1
+    said = [r for r in caplog.records if "more than one RLMetricsCallback" in r.getMessage()]
+    assert len(said) == 1

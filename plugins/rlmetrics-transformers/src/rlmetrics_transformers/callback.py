@@ -33,16 +33,17 @@ as asked.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from transformers import TrainerCallback
 
-from rlmetrics import KeyMap, Logger
+from rlmetrics import KeyMap, Logger, warn_once
 from rlmetrics.adapters import AdapterLogger, guarded
 from rlmetrics.keyplans import KeyPlans
 
-from .trajectories import CompletionReader
+from .trajectories import CompletionReader, calling_trainer
 
 __all__ = ["EVAL_PREFIX", "TEST_PREFIX", "TRAIN_PREFIX", "RLMetricsCallback", "split_prefix"]
 
@@ -123,11 +124,42 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         self._init_ended: float | None = None
         self._began = False
         self._completions = CompletionReader() if trajectories else None
+        #: The trainer calling this callback, found on the call stack (kept weakly).
+        self._trainer: weakref.ref[Any] | None = None
+        #: The last dict handled, held so that a callback listed twice handles it once.
+        self._last_logs: tuple[Mapping[str, Any], int] | None = None
 
     @property
     def logger(self) -> Logger | None:
         """The Logger steps go to (None before training starts, unless one was given)."""
         return self.logs.logger
+
+    def _calling_trainer(self) -> Any:
+        """The trainer calling this callback (transformers hands a callback none): found on
+        the call stack the first time it is there, then kept weakly; None when called
+        otherwise (by hand, say)."""
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is None:
+            trainer = calling_trainer()
+            if trainer is not None:
+                self._trainer = weakref.ref(trainer)
+        return trainer
+
+    def _stands_down(self, trainer: Any) -> bool:
+        """Whether an earlier ``RLMetricsCallback`` on ``trainer`` does the logging: each
+        would write every row, setup phase and hyperparameter to the run again (and count
+        every trajectory twice), so only the first on the trainer's list logs."""
+        callbacks = getattr(getattr(trainer, "callback_handler", None), "callbacks", ())
+        first = next((c for c in callbacks if isinstance(c, RLMetricsCallback)), self)
+        if first is self:
+            return False
+        warn_once(
+            f"adapter:{_ADAPTER}:twice",
+            f"rlmetrics: {_ADAPTER}: the trainer has more than one RLMetricsCallback; the first "
+            "logs and the others do nothing (each would log every row to the run again). Add "
+            "one callback, with every backend in its backends=",
+        )
+        return True
 
     @guarded(_ADAPTER, "on_init_end")
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -138,12 +170,12 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         zero = state.is_world_process_zero
         if not (zero or self.logs.merges) or self._began:
             return  # a second train(): its setup is no run's setup, its arguments are known
+        if self._stands_down(self._calling_trainer()):
+            return
         logger = self.logs.start()
         if logger is None:
             return
         self._began = True
-        if zero and self._completions is not None:
-            self._completions.find()
         now = time.monotonic()
         timings = {"total_setup_time_s": now - self._setup_started}
         if self._init_ended is not None:
@@ -166,15 +198,20 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         zero = state.is_world_process_zero
         if not logs or not (zero or self.logs.merges):
             return
+        seen, self._last_logs = self._last_logs, (logs, state.global_step)
+        if seen is not None and seen[0] is logs and seen[1] == state.global_step:
+            return  # the same callback listed twice: this dict is handled
+        trainer = self._calling_trainer()  # found here when added after train() began
+        if self._stands_down(trainer):
+            return
         logger = self.logs.start()
         if logger is None:
             return
         for prefix, metrics in split_prefix(logs, self.prefix).items():
             logger.log_metrics(metrics, step=state.global_step, prefix=prefix)
         completions = self._completions
-        if zero and completions is not None:
-            completions.find()  # a callback added after train() began
-            records = completions.new_records(state.global_step)
+        if zero and completions is not None and trainer is not None:
+            records = completions.new_records(trainer, state.global_step)
             if records:
                 logger.log_trajectories(records, step=state.global_step)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -127,24 +126,14 @@ class CompletionReader:
     """Reads the completions a TRL trainer holds that it has not read before (see the
     module's docstring)."""
 
-    __slots__ = ("_held", "_trainer")
+    __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        self._trainer: weakref.ref[Any] | None = None
         self._held: list[Any] = []
 
-    def find(self) -> None:
-        """Look for the trainer calling the callback (once found, kept: weakly)."""
-        if self._trainer is not None and self._trainer() is not None:
-            return
-        trainer = calling_trainer()
-        if trainer is not None:
-            self._trainer = weakref.ref(trainer)
-
-    def new_records(self, step: int) -> list[dict[str, Any]]:
-        """The records of the completions logged since the last call (none without a TRL
-        trainer that keeps completions)."""
-        trainer = self._trainer() if self._trainer is not None else None
+    def new_records(self, trainer: Any, step: int) -> list[dict[str, Any]]:
+        """The records of the completions ``trainer`` logged since the last call (none
+        without a TRL trainer that keeps completions)."""
         logs = getattr(trainer, "_logs", None)
         if not isinstance(logs, Mapping):
             return []  # not a trainer that keeps its completions
