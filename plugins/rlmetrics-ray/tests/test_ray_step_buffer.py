@@ -82,3 +82,21 @@ def test_take_waits_for_the_step_to_complete_and_flush_releases_what_is_pending(
     steps, missing = asyncio.run(scenario())
     assert steps == [0]
     assert missing == [(1,)]
+
+
+def test_a_worker_learns_the_drivers_run_even_when_it_asks_first() -> None:
+    """The driver names its run as its Logger binds; a worker that asks before that answer
+    reached the buffer (the two race once the buffer is alive) waits for it."""
+
+    async def scenario() -> tuple[object, object]:
+        buffer = StepBuffer(late_after_s=60.0)
+        asking = asyncio.ensure_future(buffer.run(wait_s=30.0))
+        await asyncio.sleep(0)
+        buffer.set_run("run-42", True)
+        return await asyncio.wait_for(asking, 30.0), await buffer.run(wait_s=0.0)
+
+    assert asyncio.run(scenario()) == (("run-42", True), ("run-42", True))
+
+
+def test_a_buffer_whose_driver_named_no_run_answers_none_after_the_wait() -> None:
+    assert asyncio.run(StepBuffer().run(wait_s=0.01)) is None

@@ -63,6 +63,8 @@ __all__ = [
 BUFFER_NAME = "rlmetrics-ranks"
 #: The Logger's stream for the efficiency summary (logged back as one, not as a dict).
 EFFICIENCY_STREAM = "efficiency-summary"
+#: How long a worker's Logger waits for the driver's Logger to name its run.
+_RUN_WAIT_S = 10.0
 
 
 def _in_actor_or_task() -> bool:
@@ -186,7 +188,12 @@ class RayReducer:
         self.steps_logged = 0
 
     def bind(self, identity: RunIdentity | None, logger: Any = None) -> None:
-        """Start logging the workers' steps through ``logger`` (called by the Logger)."""
+        """Name the driver's run to the workers, and start logging their steps through
+        ``logger`` (called by the Logger)."""
+        if identity is not None:
+            # Not awaited: a worker that asks first waits in the buffer for this call.
+            with contextlib.suppress(Exception):
+                self.buffer.set_run.remote(identity.run_id, identity.resume)
         if logger is None or self._thread is not None:
             return
         self._logger = logger
@@ -364,9 +371,31 @@ class RayRank:
         self._rows: RankRows | None = None
         self._in_flight: list[Any] = []
 
-    def bind(self, identity: RunIdentity | None, logger: Any = None) -> None:
+    def bind(self, identity: RunIdentity | None, logger: Any = None) -> RunIdentity | None:
+        """This worker's run: its own when given (its telemetry's, ``run_id=``), else the
+        driver's, as a torch rank takes rank 0's; its raw rows name it, and the Logger takes
+        it."""
+        if identity is None or not identity.given:
+            identity = self._driver_run() or identity
         if self.raw_path is not None and self._rows is None:
             self._rows = RankRows(self.raw_path, identity or RunIdentity(new_run_id()), self.rank)
+        return identity
+
+    def _driver_run(self) -> RunIdentity | None:
+        """The driver's run, asked of the buffer (bounded); None when it cannot be known."""
+        try:
+            run = self._ray.get(self.buffer.run.remote(_RUN_WAIT_S), timeout=_RUN_WAIT_S + 60.0)
+        except Exception as exc:
+            warn_once(
+                "ray:ranks:run",
+                f"rlmetrics-ray: rank {self.rank} could not learn the driver's run id "
+                f"({type(exc).__name__}: {exc}); its raw rows name its own",
+            )
+            return None
+        if run is None:
+            return None
+        run_id, resume = run
+        return RunIdentity(run_id, resume, given=False)
 
     def merge(
         self, flat: Mapping[str, Any], step: int, prefix: str, stream: str | None = None

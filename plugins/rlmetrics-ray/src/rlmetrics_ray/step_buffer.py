@@ -87,6 +87,8 @@ class StepBuffer:
         self._released_set: dict[str, set[int]] = {}
         self._late: list[tuple[int, str, int]] = []
         self._arrived: asyncio.Event | None = None
+        self._run: tuple[str, bool] | None = None
+        self._run_named: asyncio.Event | None = None
 
     # -- the workers' side ------------------------------------------------------------------
 
@@ -99,6 +101,16 @@ class StepBuffer:
         self._joined.add(int(rank))
         self._absent.discard(int(rank))
         return int(rank)
+
+    async def run(self, wait_s: float = 10.0) -> tuple[str, bool] | None:
+        """The driver's run (its id and whether it resumes), for a worker whose run id nobody
+        gave: waits up to ``wait_s`` for the driver to name it, since a worker may ask as soon
+        as the buffer is alive, before the driver's own call arrives. None if it never does."""
+        if self._run is None and wait_s > 0:
+            self._run_named = self._run_named or asyncio.Event()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._run_named.wait(), timeout=wait_s)
+        return self._run
 
     def push(
         self, rank: int, stream: str, step: int, prefix: str, numbers: dict[str, float]
@@ -119,6 +131,12 @@ class StepBuffer:
             self._arrived.set()
 
     # -- the driver's side ------------------------------------------------------------------
+
+    def set_run(self, run_id: str, resume: bool = False) -> None:
+        """The driver's run, which the workers' rows name (see :meth:`run`)."""
+        self._run = (str(run_id), bool(resume))
+        if self._run_named is not None:
+            self._run_named.set()
 
     def expected(self) -> set[int]:
         ranks = set(range(self.world_size)) if self.world_size is not None else set()

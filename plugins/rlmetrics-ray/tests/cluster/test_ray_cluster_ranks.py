@@ -95,6 +95,9 @@ def worker_class() -> Any:
             summary = EfficiencySummary({"train/policy": seconds}, step_wall_time_s=2 * seconds)
             self.logger.log_efficiency_summary(summary, step)
 
+        def run_id(self) -> str:
+            return str(self.logger.identity.run_id)
+
         def finish(self) -> None:
             self.logger.finish()
 
@@ -147,6 +150,7 @@ def kinds(cluster: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
                 [w.step.remote(step, values(r, step)) for r, w in enumerate(workers)],
                 timeout=CALL_S,
             )
+        worker_runs = ray.get([w.run_id.remote() for w in workers], timeout=CALL_S)
         ray.get([w.finish.remote() for w in workers], timeout=CALL_S)
         logger.finish()
         found = [
@@ -156,7 +160,7 @@ def kinds(cluster: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         ]
     for worker in workers:
         ray.kill(worker)
-    return {"folder": folder, "points": found, "reducer": reducer}
+    return {"folder": folder, "points": found, "reducer": reducer, "worker_runs": worker_runs}
 
 
 def test_each_declared_kind_is_the_hand_computed_value_of_the_workers_raw_rows(
@@ -212,6 +216,15 @@ def test_the_straggler_series_name_the_slow_rank(kinds: dict[str, Any]) -> None:
     # The driver's tee exported the run's value.
     reward = [p for p in kinds["points"] if p["name"] == "rl.reward.mean"]
     assert reward and reward[0]["value"] == rows[-1]["metrics"]["reward"]
+
+
+def test_the_workers_raw_rows_and_loggers_name_the_drivers_run(kinds: dict[str, Any]) -> None:
+    """A worker whose run id nobody gave takes the driver's, as a torch rank takes rank 0's:
+    its raw rows belong to the run the driver's rows are in."""
+    for rank in range(WORLD):
+        rows = list(read_jsonl(kinds["folder"] / f"rank{rank}.jsonl"))
+        assert rows and {row["run_id"] for row in rows} == {"ray-ranks"}
+    assert kinds["worker_runs"] == ["ray-ranks"] * WORLD
 
 
 def test_ranks_ray_by_name_on_the_driver_and_in_the_workers(cluster: None, tmp_path: Path) -> None:
