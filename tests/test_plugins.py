@@ -667,3 +667,47 @@ def test_a_wrong_argument_name_is_named_with_the_arguments_the_hook_has(site: Si
         "hook 'log_metrics' has no argument 'metric': it takes any of metrics, step, prefix"
         in info.summary
     )
+
+
+# -- an entry point naming the wrong object ----------------------------------------------------
+
+_MISPOINTED = {
+    "acme_points.py": """
+        import rlmetrics
+
+        GROUP = "acme.points"
+
+        def helper(metrics):
+            return metrics
+
+        class Family:
+            @rlmetrics.hookimpl
+            def log_metrics(self, metrics):
+                pass
+
+        @rlmetrics.hookimpl
+        def log_metrics(metrics):
+            pass
+    """
+}
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("acme_points:Family", "names the class Family: hooks are called on a module or an "),
+        ("acme_points:helper", "names a function that implements no rlmetrics hook; "),
+        ("acme_points:GROUP", "names a str that implements no rlmetrics hook; "),
+    ],
+)
+def test_an_entry_point_naming_an_object_without_hooks_fails_saying_what_to_name(
+    site: Site, target: str, says: str
+) -> None:
+    """A class (its hooks would each fail on every call for want of ``self``), a function or
+    a constant loaded as "no hooks" and did nothing; the module beside it had the hooks."""
+    site.install("acme-points", _MISPOINTED, {"acme_points": target})
+    info = _info(load_plugins(), "acme_points")
+    assert info.status == FAILED
+    assert says in (info.summary or "")
+    if not target.endswith(":Family"):
+        assert "acme_points implements log_metrics: name the module" in (info.summary or "")

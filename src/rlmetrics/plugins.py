@@ -25,7 +25,7 @@ import re
 import sys
 import threading
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -232,19 +232,46 @@ def _arguments(plugin: Any, attribute: str) -> tuple[str, ...]:
     )
 
 
-def _hook_mistakes(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
-    """What is wrong with ``plugin``'s hook implementations, each saying what to change: a
-    name that is no hook (with the hook meant), an argument the hook does not have."""
-    specs = _spec_arguments()
-    mistakes = []
+def _hookimpls(pm: pluggy.PluginManager, plugin: Any) -> Iterator[tuple[str, str]]:
+    """``(attribute, hook name)`` of each ``@rlmetrics.hookimpl`` that ``plugin`` holds."""
     for attribute in dir(plugin):
         try:
             options = pm.parse_hookimpl_opts(plugin, attribute)
         except Exception:
             continue
-        if options is None:
-            continue
-        hook = options.get("specname") or attribute
+        if options is not None:
+            yield attribute, options.get("specname") or attribute
+
+
+def _misnamed(pm: pluggy.PluginManager, plugin: Any, ep: EntryPoint) -> str | None:
+    """What to change when an entry point names an object that cannot be a plugin: a class
+    (its hooks would lack ``self`` at every call), or an object with no hook at all (a
+    function, a constant) where the module beside it has them."""
+    if inspect.ismodule(plugin):
+        return None
+    module = f'{ep.name} = "{ep.module}"'
+    if inspect.isclass(plugin):
+        return (
+            f"the entry point names the class {plugin.__qualname__}: hooks are called on a "
+            f"module or an instance; name the module ({module}) or an instance of the class"
+        )
+    if any(True for _ in _hookimpls(pm, plugin)):
+        return None
+    kind = "function" if inspect.isroutine(plugin) else type(plugin).__name__
+    beside = sorted({hook for _, hook in _hookimpls(pm, sys.modules.get(ep.module))})
+    return f"the entry point names a {kind} that implements no rlmetrics hook; " + (
+        f"{ep.module} implements {', '.join(beside)}: name the module ({module})"
+        if beside
+        else "name a module (or an instance) holding @rlmetrics.hookimpl functions"
+    )
+
+
+def _hook_mistakes(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
+    """What is wrong with ``plugin``'s hook implementations, each saying what to change: a
+    name that is no hook (with the hook meant), an argument the hook does not have."""
+    specs = _spec_arguments()
+    mistakes = []
+    for attribute, hook in _hookimpls(pm, plugin):
         if hook not in specs:
             meant = difflib.get_close_matches(hook, specs, n=1)
             mistakes.append(
@@ -360,7 +387,7 @@ def _load(plugins: Plugins, candidate: _Candidate, quiet: bool = False) -> Plugi
 
     try:
         plugin = ep.load()
-        problem = plugins.register(plugin, ep.name)
+        problem = _misnamed(plugins.pm, plugin, ep) or plugins.register(plugin, ep.name)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit at a plugin's import must not end the job
