@@ -135,3 +135,32 @@ def test_a_variable_is_said_exactly_when_it_is_neither_known_nor_an_option(name:
     assert [problem.split(" ", 1)[0] for problem in said] == (
         [] if name in known or option else [name]
     )
+
+
+# -- a plugin's variables ----------------------------------------------------------------------
+
+
+def test_a_plugins_check_that_raises_is_said_naming_the_variable_and_the_plugin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The value may be right; the plugin's check is what failed, and ``rlmetrics config``
+    says so instead of printing the bare exception."""
+    from rlmetrics.plugins import register
+    from rlmetrics.variables import Variable
+
+    def check(value: str) -> str | None:
+        raise ValueError("check exploded")
+
+    class Reads:
+        @rlmetrics.hookimpl
+        def register_variables(self, register: object) -> None:
+            register(Variable("RLMETRICS_ACME_URL", check))  # type: ignore[operator]
+
+    register(Reads(), "acme-reads")
+    monkeypatch.setenv("RLMETRICS_ACME_URL", "http://127.0.0.1:9")
+    assert main(["config"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "RLMETRICS_ACME_URL: the check of plugin 'acme-reads' raised ValueError('check "
+        "exploded'), so the value is not known to be right"
+    ) in err

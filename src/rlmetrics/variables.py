@@ -113,7 +113,14 @@ class Variable:
 
 def plugin_variables(plugins: Plugins) -> dict[str, Variable]:
     """``{name: Variable}`` from every loaded plugin's ``register_variables``."""
-    found: dict[str, Variable] = {}
+    return {name: variable for name, (_, variable) in _offered(plugins).items()}
+
+
+def _offered(plugins: Plugins) -> dict[str, tuple[str, Variable]]:
+    """``{name: (the plugin that names it, Variable)}``, the first plugin's if two do."""
+    from .hooks import current_plugin
+
+    found: dict[str, tuple[str, Variable]] = {}
 
     def register(variable: Variable) -> None:
         if not isinstance(variable, Variable):
@@ -121,7 +128,7 @@ def plugin_variables(plugins: Plugins) -> dict[str, Variable]:
                 f"register_variables takes rlmetrics.variables.Variable objects, got "
                 f"{type(variable).__name__}"
             )
-        found.setdefault(variable.name, variable)
+        found.setdefault(variable.name, (current_plugin() or "?", variable))
 
     plugins.hooks.register_variables(register)
     return found
@@ -164,13 +171,20 @@ def _closest(name: str, known: frozenset[str]) -> str:
 def variable_problems(environ: Mapping[str, str], plugins: Plugins) -> list[str]:
     """Every variable of ``environ`` nothing reads, and every value a plugin's check finds
     wrong: what ``rlmetrics config`` refuses."""
-    variables = plugin_variables(plugins)
+    variables = _offered(plugins)
     problems = unknown_variables(environ, frozenset(CORE_VARIABLES) | frozenset(variables))
-    for name, variable in sorted(variables.items()):
+    for name, (plugin, variable) in sorted(variables.items()):
         value = environ.get(name)
         if value is None or variable.check is None:
             continue
-        wrong = variable.check(value)
+        try:
+            wrong = variable.check(value)
+        except Exception as exc:  # the plugin's bug, not the user's value: say whose
+            problems.append(
+                f"{name}: the check of plugin {plugin!r} raised {exc!r}, so the value is not "
+                "known to be right"
+            )
+            continue
         if wrong:
             problems.append(f"{name}={value!r}: {wrong}")
     return problems
