@@ -180,3 +180,19 @@ def test_a_store_it_cannot_write_is_skipped_and_named_and_the_rest_lands(tmp_pat
     said = [line for line in done.stderr.splitlines() if "trackio" in line.lower()]
     assert len(said) == 1 and "cannot be written" in said[0] and str(blocker) in said[0], said
     assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_second_configuration_before_the_first_step_adds_to_a_nested_section(
+    project: str,
+) -> None:
+    # Trackio's config.update replaced the section: optimizer.lr was lost.
+    logger = Logger(backends={"trackio": {"project": project}})
+    run = logger.identity.run_id
+    logger.log_hyperparams({"optimizer": {"lr": 1e-5, "betas": {"b1": 0.9}}, "seed": 1})
+    logger.log_hyperparams({"optimizer": {"warmup": 10, "betas": {"b2": 0.99}}})
+    logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+    logger.finish()
+    assert run_config(project, run) == {
+        "optimizer": {"lr": 1e-5, "betas": {"b1": 0.9, "b2": 0.99}, "warmup": 10},
+        "seed": 1,
+    }

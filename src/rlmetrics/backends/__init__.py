@@ -44,6 +44,7 @@ __all__ = [
     "available_backends",
     "first_line",
     "full_key",
+    "merged_config",
     "start_within",
 ]
 
@@ -126,6 +127,23 @@ def first_line(error: BaseException) -> str:
 def full_key(prefix: str, key: str) -> str:
     """``prefix/key``, except for axis keys and an empty prefix."""
     return key if not prefix or key in AXIS_KEYS else f"{prefix}/{key}"
+
+
+def merged_config(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``update``'s top-level keys, each with what ``current`` holds under it merged in, section
+    by section (a later value wins): what a tracker whose ``config.update`` replaces a
+    top-level key whole (W&B, SwanLab, Trackio) is given, so a second ``log_hyperparams``
+    adds to a nested section instead of replacing it, as it does in MLflow and TensorBoard."""
+    return {key: _merged(current.get(key), value) for key, value in update.items()}
+
+
+def _merged(current: Any, update: Any) -> Any:
+    if not (isinstance(current, Mapping) and isinstance(update, Mapping)):
+        return update
+    out = dict(current)
+    for key, value in update.items():
+        out[key] = _merged(current.get(key), value)
+    return out
 
 
 def as_step(step: Any) -> int | None:

@@ -39,6 +39,7 @@ from rlmetrics.backends import (
     StepAxis,
     first_line,
     full_key,
+    merged_config,
     start_within,
 )
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
@@ -279,7 +280,8 @@ class SwanLabBackend:
         """The configuration, nested as logged, into the run's config; what its config.yaml
         would read back otherwise is said once."""
         config = _signed_infinities(params)
-        self.run.config.update(config)
+        # SwanLab's update replaces a top-level key whole: a section gets the keys it had too.
+        self.run.config.update(merged_config(self.run.config, config))
         altered = altered_by_config_yaml(config)
         if altered:
             warn_once(

@@ -36,6 +36,7 @@ from rlmetrics.backends import (
     StepAxis,
     first_line,
     full_key,
+    merged_config,
     start_within,
 )
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY, Alert
@@ -216,7 +217,8 @@ class TrackioBackend:
                 "before the first step (the JSONL backend keeps them)",
             )
             return
-        self.run.config.update(dict(params))
+        # Trackio's update replaces a top-level key whole: a section gets the keys it had too.
+        self.run.config.update(merged_config(self.run.config, params))
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """One ``trackio.Table`` under ``name`` per call, its columns in the samples'

@@ -11,7 +11,13 @@ from typing import Any
 import wandb
 
 from rlmetrics import describe_value, resets_process_state, warn_once
-from rlmetrics.backends import BackendUnavailable, as_step, first_line, full_key
+from rlmetrics.backends import (
+    BackendUnavailable,
+    as_step,
+    first_line,
+    full_key,
+    merged_config,
+)
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs, with_tracker_setting
 from rlmetrics.samples import columns_of
@@ -185,8 +191,9 @@ class WandbBackend:
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """The configuration, nested as logged, into the run's config (a later value of a key
-        replaces the earlier one, as a resumed run's may). A number W&B would round (an int
-        past ±2⁵³, NaN, an infinity) is given as its text, said once."""
+        replaces the earlier one, as a resumed run's may; a nested section gets new keys). A
+        number W&B would round (an int past ±2⁵³, NaN, an infinity) is given as its text,
+        said once."""
         texts: list[str] = []
         config = {key: config_value(value, texts, key) for key, value in params.items()}
         if texts:
@@ -196,7 +203,8 @@ class WandbBackend:
                 "numbers W&B's config would round (an int past 2**53, NaN or an infinity); "
                 "they are logged as their text",
             )
-        self.run.config.update(config, allow_val_change=True)
+        # W&B's update replaces a top-level key whole: a section gets the keys it had too.
+        self.run.config.update(merged_config(self.run.config, config), allow_val_change=True)
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """The rows as a ``wandb.Table`` under ``name``, in a history row at ``rlmetrics/step``
