@@ -140,6 +140,13 @@ def test_a_variable_is_said_exactly_when_it_is_neither_known_nor_an_option(name:
 # -- a plugin's variables ----------------------------------------------------------------------
 
 
+def test_a_variable_whose_check_is_not_callable_is_refused_where_it_is_declared() -> None:
+    from rlmetrics.variables import Variable
+
+    with pytest.raises(TypeError, match=r"RLMETRICS_ACME_MODE.*check.*callable.*got 'online'"):
+        Variable("RLMETRICS_ACME_MODE", "online")  # type: ignore[arg-type]
+
+
 def test_a_plugins_check_that_raises_is_said_naming_the_variable_and_the_plugin(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -100,7 +100,7 @@ class Variable:
     """
 
     name: str = attrs.field()
-    check: Callable[[str], str | None] | None = None
+    check: Callable[[str], str | None] | None = attrs.field(default=None)
 
     @name.validator
     def _named(self, _: object, name: str) -> None:
@@ -108,6 +108,14 @@ class Variable:
             raise ValueError(
                 f"a plugin's variable is named RLMETRICS_<SOMETHING>, got {name!r}: the "
                 "RLMETRICS_ names are the ones checked for mistakes"
+            )
+
+    @check.validator
+    def _callable(self, _: object, check: object) -> None:
+        if check is not None and not callable(check):
+            raise TypeError(
+                f"Variable {self.name!r}: check is a callable taking the value and returning "
+                f"what is wrong with it (or None), got {check!r}"
             )
 
 
