@@ -13,7 +13,14 @@ from rlmetrics.backends.jsonl import samples_path
 from rlmetrics.testing import isolated_state
 from rlmetrics.trajectories import configure
 
-__all__ = ["MARKUP", "UNICODE", "TrajectoryRun", "record_trajectory_run", "trajectory_rows"]
+__all__ = [
+    "MARKUP",
+    "UNICODE",
+    "TrajectoryRun",
+    "record_long_values_run",
+    "record_trajectory_run",
+    "trajectory_rows",
+]
 
 #: Kept text that is markup: the page must show it, never run or render it.
 MARKUP = "</script><b id='injected'>bold?</b>"
@@ -86,6 +93,46 @@ def record_trajectory_run(folder: Path, steps: int = 3, per_step: int = 6) -> Tr
                         logger.log_trajectories(batch, step=step)
                     mean = sum(r["rewards"][0]["value"] for r in batch) / per_step
                     logger.log_metrics({"reward": mean, "loss": 1.0 / step}, step=step)
+    return TrajectoryRun(jsonl, traces, records)
+
+
+def record_long_values_run(folder: Path) -> TrajectoryRun:
+    """Trajectories whose values are as long as the record takes them, with no space to break
+    at: ids of 256 characters, an env, agent, finish reason, error, model and tool name of 128,
+    and kept text holding one 5000-character word."""
+    jsonl, traces = folder / "metrics.jsonl", folder / "traces.jsonl"
+    word = "w" * 5000
+    records: dict[tuple[str, int], dict[str, Any]] = {}
+    with isolated_state():
+        configure(text="full")
+        with (
+            rlmetrics.start(exporters={"otlp_file": {"path": traces}}, run_id="long-run"),
+            rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger,
+            rlmetrics.step(1, logger=logger),
+        ):
+            batch = [
+                {
+                    "sample_id": f"{i}" + "s" * 255,
+                    "group_id": "g" * 256,
+                    "env": "e" * 128,
+                    "agent": "a" * 128,
+                    "outcome": "error",
+                    "finish_reason": "f" * 128,
+                    "error": "E" * 128,
+                    "prompt": word,
+                    "completion": word,
+                    "turns": [
+                        {
+                            "generations": [{"model": "m" * 128, "completion": word}],
+                            "tool_calls": [{"name": "t" * 128, "arguments": word, "result": word}],
+                        }
+                    ],
+                }
+                for i in range(3)
+            ]
+            records.update({(r["sample_id"], 1): r for r in batch})
+            logger.log_trajectories(batch, step=1)
+            logger.log_metrics({"reward": 1.0}, step=1)
     return TrajectoryRun(jsonl, traces, records)
 
 

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_html_support import MARKUP, TrajectoryRun, record_trajectory_run, trajectory_rows
+from report_html_support import (
+    MARKUP,
+    TrajectoryRun,
+    record_long_values_run,
+    record_trajectory_run,
+    trajectory_rows,
+)
 from tools_support import run_cli
 
 CHROMIUM = os.environ.get("RLMETRICS_CHROMIUM", "/usr/bin/chromium")
@@ -153,6 +159,30 @@ def test_the_filters_show_exactly_the_rows_they_match(
     page.fill("#f-text", "")
     assert loaded.rows() == len(rows)
     assert loaded.messages == []
+
+
+def test_long_values_stay_inside_the_window(browser: Any, tmp_path: Path) -> None:
+    """Ids, names and kept text as long as a record takes, with nowhere to break: the table
+    and an opened row fit the window (no page-wide horizontal scroll), and a cut cell still
+    says its whole value (its title)."""
+    run = record_long_values_run(tmp_path)
+    out = tmp_path / "long.html"
+    done = run_cli("report", run.jsonl, "--traces", run.traces, "--html", out)
+    assert done.returncode == 0, done.stderr
+    loaded = _open(browser, out)
+    try:
+        page = loaded.page
+        width = page.evaluate("window.innerWidth")
+        assert loaded.rows() == 3
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        page.locator("tr.traj").first.click()
+        assert page.locator("tr.detail .item.tool").count() == 1
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        sample = page.locator("tr.traj").first.locator("td").nth(1)
+        assert sample.get_attribute("title") in {sample_id for sample_id, _ in run.records}
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()
 
 
 def test_the_demos_page_reads_well(browser: Any, tmp_path: Path) -> None:

@@ -242,7 +242,10 @@
       const cells = COLUMNS.map(([key, , num]) => {
         const v = row[key];
         if (key === "outcome") return el("td", {}, el("span", { class: "outcome " + v }, v));
-        return el("td", { class: num ? "num" : "" }, fmt(v, key === "latency_s" ? 3 : undefined));
+        const text = fmt(v, key === "latency_s" ? 3 : undefined);
+        // An id or name can be hundreds of characters with nowhere to break: the cell shows its
+        // start (CSS cuts it) and its title the whole value.
+        return el("td", { class: num ? "num" : "", title: text }, el("span", { class: "cut" }, text));
       });
       const tr = el("tr", { class: "traj", "data-index": String(i) }, ...cells);
       tr.addEventListener("click", () => {
