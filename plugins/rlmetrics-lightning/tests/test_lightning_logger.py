@@ -264,3 +264,56 @@ def test_in_strict_mode_a_strict_mode_error_stops_the_fit(
     assert trainer.global_step == 2  # stopped in the step that logged it, the fit unfinished
     assert [row["step"] for row in read_jsonl(path)] == [0, 1]  # the call did its work first
     logger.finish()
+
+
+# -- validation and test are no training ------------------------------------------------------
+
+
+class ScoresEveryStage(Toy):
+    """Logs ``reward`` in training, validation and test alike, as an RL module scoring its
+    held-out prompts does: each stage's value is its own (1, 10, 100)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("reward", 1.0)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("reward", 10.0)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("reward", 100.0)
+
+
+def test_validation_and_test_metrics_are_logged_under_eval_and_test_not_train(
+    tmp_path: Path, telemetry: tuple[Any, Any]
+) -> None:
+    """Before: every dict went under ``train``, so a validation's ``reward`` was a training
+    row and, through the key map, the exported rl.reward.mean (the last value seen was the
+    test's 100). Now the validation loop (in fit and ``validate()``) logs under ``eval`` and
+    ``test()`` under ``test``, as the transformers adapter does: the tee reads training only."""
+    _handle, reader = telemetry
+    path = tmp_path / "metrics.jsonl"
+    logger = RLMetricsLogger(backends={"jsonl": {"path": path}}, key_map=TOY_MAP)
+    trainer = lightning.Trainer(
+        max_steps=4,
+        val_check_interval=2,
+        logger=logger,
+        log_every_n_steps=1,
+        accelerator="cpu",
+        devices=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    module = ScoresEveryStage()
+    trainer.fit(module, _data(), _data())
+    trainer.validate(module, _data())
+    trainer.test(module, _data())
+    exported = {p.name: p.value for p in points(reader) if not p.attributes}
+    logger.finish()
+    rows = [row for row in read_jsonl(path) if "reward" in row["metrics"]]
+    rewards = {(row["prefix"], row["metrics"]["reward"]) for row in rows}
+    assert rewards == {("train", 1.0), ("eval", 10.0), ("test", 100.0)}
+    assert exported["rl.reward.mean"] == 1.0

@@ -3,7 +3,9 @@
 Lightning hands its loggers what a ``LightningModule`` logs (``self.log``), already reduced to
 floats, with the trainer's global step; the hyperparameters (``save_hyperparameters``); and
 ``finalize(status)`` at the end of every ``fit``, ``validate``, ``test`` and ``predict``. Each
-logged dict becomes one Logger call; only rank zero logs, as Lightning's own loggers do.
+logged dict becomes one Logger call, under ``train`` (what the validation loop logs under
+``eval``, ``test()``'s under ``test``: no training series reads them); only rank zero logs,
+as Lightning's own loggers do.
 
 With ``ranks="torch"`` (DDP and the other strategies on a torch.distributed process group),
 every rank hands its dict to a Logger of its own that merges them across the ranks as each
@@ -26,10 +28,12 @@ where a ``StrictModeError`` stops the run as asked.
 
 from __future__ import annotations
 
+import inspect
 from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
+from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import Logger as LightningLogger
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -37,9 +41,41 @@ from rlmetrics import KeyMap, Logger, warn_once
 from rlmetrics.adapters import AdapterLogger, guarded
 from rlmetrics.ranks import RankMerger
 
-__all__ = ["RLMetricsLogger"]
+__all__ = ["EVAL_PREFIX", "TEST_PREFIX", "RLMetricsLogger", "calling_trainer"]
 
 _ADAPTER = "rlmetrics-lightning"
+#: The prefixes of what the validation loop (in ``fit`` and ``validate()``) and ``test()`` log:
+#: the transformers adapter's, so the training scalars (read under ``train``) never see them.
+EVAL_PREFIX, TEST_PREFIX = "eval", "test"
+#: How far up the call stack ``log_metrics`` looks for the trainer calling it (the guard, the
+#: logger connector's ``log_metrics``, its caller: 3; a callback's own call: 4; room to spare).
+_STACK_DEPTH = 8
+
+
+def calling_trainer() -> Trainer | None:
+    """The Lightning ``Trainer`` calling a logger, found on the call stack (Lightning hands its
+    loggers no trainer): a frame's ``trainer`` or ``self``, or the ``trainer`` its ``self``
+    holds (the logger connector's); None when there is none (a call by hand). Only instance
+    dicts are read, so no property runs."""
+    frame = inspect.currentframe()
+    try:
+        depth = 0
+        while frame is not None and depth < _STACK_DEPTH:
+            local = frame.f_locals
+            owner = local.get("self")
+            held = getattr(owner, "__dict__", None)
+            for candidate in (
+                local.get("trainer"),
+                owner,
+                held.get("trainer") if isinstance(held, dict) else None,
+            ):
+                if isinstance(candidate, Trainer):
+                    return candidate
+            frame = frame.f_back
+            depth += 1
+        return None
+    finally:
+        del frame  # a frame held in a local keeps every frame above it alive
 
 
 class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
@@ -135,7 +171,20 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         logger = self.logs.start()
         if logger is not None:
             self._held_to(logger)
-            logger.log_metrics(metrics, step=step, prefix=self.prefix)
+            logger.log_metrics(metrics, step=step, prefix=self._stage_prefix())
+
+    def _stage_prefix(self) -> str:
+        """``eval`` while the trainer validates (the validation loop in ``fit`` too), ``test``
+        in ``test()``, else the training ``prefix``: a validation's ``reward`` is no training
+        reward, and the tee reads training scalars under ``train`` only."""
+        trainer = calling_trainer()
+        if trainer is None:
+            return self.prefix
+        if trainer.testing:
+            return TEST_PREFIX
+        if trainer.validating or trainer.sanity_checking:
+            return EVAL_PREFIX
+        return self.prefix
 
     def _held_to(self, logger: Logger | None) -> None:
         """The hyperparameters held for the Logger that merges the ranks, logged to it."""
