@@ -129,3 +129,18 @@ def test_a_run_the_script_started_is_logged_into_and_left_open(
 def test_a_run_that_cannot_start_is_a_clear_error(swanlab_config: dict[str, Any]) -> None:
     with pytest.raises(RuntimeError, match=r"swanlab.init\(.*\) failed"):
         SwanLabBackend(**{**swanlab_config, "mode": "no-such-mode"})
+
+
+def test_a_top_level_none_in_the_configuration_is_null(swanlab_config: dict[str, Any]) -> None:
+    # SwanLab parses each top-level value as a configuration of its own and stored None as {}
+    # (transformers' TrainingArguments has many: resume_from_checkpoint, hub_model_id...).
+    backend = SwanLabBackend(**swanlab_config)
+    backend.log_hyperparams({"resume_from_checkpoint": None, "lr": 1e-6, "m": {"n": None}})
+    backend.log_hyperparams({"hub_model_id": None})
+    backend.finish()
+    assert config(backend.run_dir) == {
+        "resume_from_checkpoint": None,
+        "lr": 1e-6,
+        "m": {"n": None},
+        "hub_model_id": None,
+    }

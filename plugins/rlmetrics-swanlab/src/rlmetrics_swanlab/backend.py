@@ -282,6 +282,13 @@ class SwanLabBackend:
         config = _signed_infinities(params)
         # SwanLab's update replaces a top-level key whole: a section gets the keys it had too.
         self.run.config.update(merged_config(self.run.config, config))
+        nulls = [key for key, value in config.items() if value is None]
+        if nulls and not _store_nulls(self.run.config, nulls):
+            warn_once(
+                "swanlab:config-null",
+                f"rlmetrics-swanlab: hyperparameter {nulls[0]!r} is None, which SwanLab's "
+                "config stores as {} at the top level (the JSONL backend has it as null)",
+            )
         altered = altered_by_config_yaml(config)
         if altered:
             warn_once(
@@ -308,6 +315,25 @@ class SwanLabBackend:
         self._finished = True
         if self._owns_run:
             self.run.finish()
+
+
+def _store_nulls(config: Any, keys: Sequence[str]) -> bool:
+    """Store ``None`` under each of ``keys`` (top-level) in SwanLab's run ``config``, whose
+    ``update`` parses each top-level value as a configuration of its own and stores None as
+    ``{}`` (a nested None stays null). Done as ``update`` does it, through SwanLab 0.10's
+    ``Config`` (the plugin's pin): the value set under SwanLab's lock, then its file and event
+    rewritten. False when that ``Config`` is not there to write to."""
+    try:
+        from swanlab.sdk.internal.run.components import config as swanlab_config
+
+        with swanlab_config._lock:
+            for key in keys:
+                config._config[key] = None
+            if config._bound:
+                config._flush()
+    except Exception:
+        return False
+    return True
 
 
 def _signed_infinities(value: Any) -> Any:
