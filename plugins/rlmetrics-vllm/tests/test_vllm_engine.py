@@ -3,9 +3,11 @@ derived from it, from a real prometheus_client registry, and over real HTTP on 1
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -548,3 +550,54 @@ def test_a_scrape_of_no_vllm_metrics_endpoint_says_what_it_got(
         server.close()
     (warning,) = [r.getMessage() for r in caplog.records if url in r.getMessage()]
     assert all(part in warning for part in said), warning
+
+
+class TricklingServer:
+    """An HTTP endpoint on 127.0.0.1 that answers 200 at once, then sends its body one line
+    at a time, each well within a socket timeout, for a minute (or until closed): a loaded
+    server streaming its exposition slowly. ``finished`` is set once it sent every line."""
+
+    LINES = 300
+
+    def __init__(self, line: bytes, every_s: float = 0.2) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/metrics"
+        self.line, self.every_s = line, every_s
+        self.finished = threading.Event()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            connection, _ = self._sock.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+                for _ in range(self.LINES):
+                    if self._closed.wait(self.every_s):
+                        return
+                    connection.sendall(self.line)
+                self.finished.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._sock.close()
+        self._thread.join(10)
+
+
+def test_a_scrape_of_a_trickling_server_ends_within_its_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: timeout_s bounded each socket read, not the scrape, so a server that kept
+    sending a line now and then held the training loop for as long as it went on."""
+    server = TricklingServer(b'vllm:prompt_tokens_total{engine="0",model_name="m"} 1.0\n')
+    try:
+        with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+            assert scrape(server.url, timeout_s=0.5) == Snapshot()
+        assert not server.finished.is_set()  # returned while the server was still sending
+    finally:
+        server.close()
+    (warning,) = [r.getMessage() for r in caplog.records if server.url in r.getMessage()]
+    assert "no whole answer within 0.5 s" in warning, warning
+    assert "larger timeout_s" in warning, warning

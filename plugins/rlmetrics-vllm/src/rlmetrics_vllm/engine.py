@@ -16,6 +16,7 @@ empty snapshot, and everything that cannot be known for the step is left out, ne
 from __future__ import annotations
 
 import math
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +30,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from rlmetrics import warn_once
+from rlmetrics import resets_process_state, warn_once
 from rlmetrics.values import finite_float
 
 __all__ = [
@@ -311,13 +312,11 @@ def _keep(part: dict[SampleKey, float], samples: Iterable[Any]) -> None:
 
 
 def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
-    """A snapshot scraped over HTTP from a running vLLM server (``http://host:port/metrics``).
-    Never raises: an unreachable server or a bad answer gives an empty snapshot."""
+    """A snapshot scraped over HTTP from a running vLLM server (``http://host:port/metrics``),
+    the whole request (connection, answer and body) bounded by ``timeout_s``. Never raises:
+    an unreachable, slow or wrong server gives an empty snapshot."""
     try:
-        request = urllib.request.Request(url, headers=_SCRAPE_HEADERS)
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            charset = response.headers.get_content_charset() or "utf-8"
-            text = response.read().decode(charset)
+        text = _fetch_within(url, timeout_s)
     except Exception as exc:
         # An unreachable or wrong address is a condition to fix, said in one line.
         warn_once(
@@ -338,6 +337,56 @@ def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
     return snapshot
 
 
+# The URLs whose scrape overran its timeout and is still running on its thread: not scraped
+# again until it ends, so a server that never finishes costs one thread, not one per step.
+_overrunning: set[str] = set()
+_overrunning_lock = threading.Lock()
+
+
+@resets_process_state
+def _forget_overrunning() -> None:
+    with _overrunning_lock:
+        _overrunning.clear()
+
+
+def _fetch(url: str, timeout_s: float) -> str:
+    request = urllib.request.Request(url, headers=_SCRAPE_HEADERS)
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        charset = response.headers.get_content_charset() or "utf-8"
+        return str(response.read().decode(charset))
+
+
+def _fetch_within(url: str, timeout_s: float) -> str:
+    """``url``'s answer, or TimeoutError once ``timeout_s`` passed. urllib's timeout bounds
+    each socket read, not the request: a server that sends a little now and then would hold
+    the training loop for as long as it goes on, so the request runs on a thread of its own
+    and is waited for ``timeout_s`` (it ends on its own, each read still bounded)."""
+    with _overrunning_lock:
+        if url in _overrunning:
+            raise TimeoutError("an earlier scrape of it is still unanswered")
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(_fetch(url, timeout_s))
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            with _overrunning_lock:
+                _overrunning.discard(url)
+
+    thread = threading.Thread(target=run, name="rlmetrics-vllm-scrape", daemon=True)
+    with _overrunning_lock:
+        _overrunning.add(url)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        raise TimeoutError(f"no whole answer within {timeout_s:g} s")
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return str(outcome[0])
+
+
 def _scrape_failure(error: BaseException) -> str:
     """What a failed scrape met: the HTTP status and reason, else the connection's error."""
     if isinstance(error, urllib.error.HTTPError):
@@ -352,6 +401,8 @@ def _scrape_advice(error: BaseException) -> str:
         if error.code == 404:
             return "vLLM serves its metrics at /metrics: give http://host:port/metrics"
         return "The server refused the scrape"
+    if isinstance(error, TimeoutError) or isinstance(getattr(error, "reason", None), TimeoutError):
+        return "The server answers too slowly: give scrape() a larger timeout_s"
     return "Check the address and that a vLLM server listens there"
 
 
