@@ -234,6 +234,23 @@ def test_a_count_past_floats_range_costs_its_line_only(render: Render) -> None:
     assert result == pytest.approx({k: v for k, v in EXPECTED.items() if k != PROMPT_TOKENS_KEY})
 
 
+@pytest.mark.parametrize("value", ["NaN", "+Inf"])
+def test_a_non_finite_sample_costs_its_family_only_and_is_said(
+    render: Render, value: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: a NaN or infinite total was dropped without a word, and its key went missing
+    from the step as if vLLM had no such family."""
+    after = render(AFTER).splitlines()
+    engine_1 = f'{PROMPT_TOKENS_FAMILY}_total{{engine="1"'
+    bad = next(i for i, line in enumerate(after) if line.startswith(engine_1))
+    after[bad] = after[bad].rsplit(" ", 1)[0] + " " + value
+    with caplog.at_level("WARNING", logger="rlmetrics"):
+        result = step_metrics(read_text(render(BEFORE)), read_text("\n".join(after) + "\n"))
+    assert result == pytest.approx({k: v for k, v in EXPECTED.items() if k != PROMPT_TOKENS_KEY})
+    (warning,) = [r.getMessage() for r in caplog.records if "not a finite number" in r.getMessage()]
+    assert f"{PROMPT_TOKENS_FAMILY}_total" in warning, warning
+
+
 def test_a_snapshot_pickles(render: Render) -> None:
     snapshot = merge_snapshots([read_text(render(BEFORE)), read_text(render(AFTER))])
     assert pickle.loads(pickle.dumps(snapshot)) == snapshot

@@ -307,8 +307,18 @@ def _keep(part: dict[SampleKey, float], samples: Iterable[Any]) -> None:
     """Add the wanted, finite samples to ``part``."""
     for sample in samples:
         name = canonical_name(sample.name)
-        if name in _WANTED_SAMPLES and (value := finite_float(sample.value)) is not None:
-            part[(name, tuple(sorted(sample.labels.items())))] = value
+        if name not in _WANTED_SAMPLES:
+            continue
+        value = finite_float(sample.value)
+        if value is None:
+            warn_once(
+                "vllm:non-finite",
+                f"rlmetrics-vllm: {name}{dict(sample.labels)} is not a finite number "
+                f"({str(sample.value)[:40]}); that series is left out of the reading, so its "
+                "family is omitted for the step. Later ones are reported at DEBUG",
+            )
+            continue
+        part[(name, tuple(sorted(sample.labels.items())))] = value
 
 
 def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
