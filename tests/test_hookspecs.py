@@ -347,6 +347,36 @@ def test_hook_register_dashboard_rows() -> None:
     assert ("Latency", "hooked_dash_latency_seconds_bucket") in queries
 
 
+def test_a_row_builder_that_fails_is_named_with_its_plugin() -> None:
+    """A builder that is no function (or raises) is reported naming the plugin that offered
+    it, not ``?.<what it is>``."""
+    from rlmetrics.dashboard.grafana import collect_rows
+
+    class Junk:
+        @rlmetrics.hookimpl
+        def register_dashboard_rows(self, register: Any) -> None:
+            register("not a builder")
+
+    register(Junk(), "junk-rows")
+    _rows, problems = collect_rows()
+    [problem] = problems
+    assert "plugin 'junk-rows'" in problem.builder and "?" not in problem.builder
+
+
+def test_an_alert_rule_builder_that_fails_is_named_with_its_plugin() -> None:
+    from rlmetrics.alerts.rules import collect_rules
+
+    class Junk:
+        @rlmetrics.hookimpl
+        def register_alert_rules(self, register: Any) -> None:
+            register(None)
+
+    register(Junk(), "junk-rules")
+    _rules, problems, _context = collect_rules()
+    [problem] = problems
+    assert "plugin 'junk-rules'" in problem.builder and "?" not in problem.builder
+
+
 def test_hook_register_alert_rules() -> None:
     from rlmetrics.alerts.model import AlertExample, AlertRule
     from rlmetrics.alerts.rules import collect_rules, rules_yaml

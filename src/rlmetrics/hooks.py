@@ -42,9 +42,18 @@ if TYPE_CHECKING:
     from .telemetry import Telemetry
     from .tracing import PhaseKind
 
-__all__ = ["Hooks", "collect_offers", "current_plugin", "guard_implementations", "when_registered"]
+__all__ = [
+    "Hooks",
+    "collect_offered",
+    "collect_offers",
+    "current_plugin",
+    "guard_implementations",
+    "offered_label",
+    "when_registered",
+]
 
 _Factory = TypeVar("_Factory")
+_Offered = TypeVar("_Offered")
 
 _current_plugin: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "rlmetrics_current_plugin", default=None
@@ -107,6 +116,24 @@ def collect_offers(
         for owner, _ in losers:
             plugins.shadow(what, name, owner, winner[0])
     return found
+
+
+def collect_offered(
+    call: Callable[[Callable[[_Offered], None]], None],
+) -> list[tuple[str, _Offered]]:
+    """What a registration hook offers without a name (a dashboard row's builder, an alert
+    rule's), each with the plugin that offered it (``call`` is, say,
+    ``plugins.hooks.register_dashboard_rows``)."""
+    offered: list[tuple[str, _Offered]] = []
+    call(lambda item: offered.append((current_plugin() or "?", item)))
+    return offered
+
+
+def offered_label(plugin: str, item: object) -> str:
+    """``acme.dash.build (plugin 'acme_dash')``: what a plugin offered, for a message."""
+    module, name = getattr(item, "__module__", None), getattr(item, "__qualname__", None)
+    what = f"{module}.{name}" if callable(item) and module and name else repr(item)
+    return f"{what} (plugin {plugin!r})"
 
 
 def _report(plugin: str, hook: str, what: str = "raised") -> None:

@@ -17,6 +17,7 @@ import attrs
 
 from .. import warn_once
 from .._yaml import render_yaml
+from ..hooks import collect_offered, offered_label
 from ..plugins import load_plugins
 from ..registry import default_registry
 from .model import AlertContext, AlertRule, AlertSettings, RuleBuilder, duration
@@ -39,10 +40,6 @@ class RuleProblem:
     reason: str
 
 
-def _label(build: object) -> str:
-    return f"{getattr(build, '__module__', '?')}.{getattr(build, '__qualname__', build)}"
-
-
 def collect_rules(
     settings: AlertSettings | None = None,
 ) -> tuple[list[AlertRule], list[RuleProblem], AlertContext]:
@@ -57,12 +54,11 @@ def collect_rules(
     plugins = load_plugins()
     names = Names(item.spec for item in default_registry().declared())
     context = AlertContext(names, settings)
-    builders: list[RuleBuilder] = []
-    plugins.hooks.register_alert_rules(builders.append)
+    builders: list[tuple[str, RuleBuilder]] = collect_offered(plugins.hooks.register_alert_rules)
     rules: dict[str, AlertRule] = {}
     problems: list[RuleProblem] = []
-    for build in builders:
-        label = _label(build)
+    for plugin, build in builders:
+        label = offered_label(plugin, build)
         try:
             built = list(build(context) or ())
             for rule in built:

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from .. import warn_once
+from ..hooks import collect_offered, offered_label
 from ..plugins import load_plugins
 from ..registry import default_registry
 from .model import Panel, Row, RowBuilder, Variable
@@ -52,12 +53,11 @@ def collect_rows() -> tuple[list[Row], list[GridProblem]]:
     """The rows every loaded plugin offers, built from the declared series, in order."""
     plugins = load_plugins()
     names = Names(item.spec for item in default_registry().declared())
-    builders: list[RowBuilder] = []
-    plugins.hooks.register_dashboard_rows(builders.append)
+    builders: list[tuple[str, RowBuilder]] = collect_offered(plugins.hooks.register_dashboard_rows)
     rows: list[Row] = []
     problems: list[GridProblem] = []
-    for build in builders:
-        label = f"{getattr(build, '__module__', '?')}.{getattr(build, '__qualname__', build)}"
+    for plugin, build in builders:
+        label = offered_label(plugin, build)
         try:
             row = build(names)
             if row is not None:
