@@ -65,3 +65,41 @@ def test_both_prints_the_human_line_then_the_row() -> None:
 def test_an_unknown_format_names_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="one of \\['text', 'json', 'both'\\], got 'yaml'"):
         ConsoleBackend(format="yaml")  # type: ignore[arg-type]
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_odd_text_keeps_one_line_per_call_and_costs_only_itself() -> None:
+    # A newline in a value or a key split the row over lines (a log parser read garbage, an
+    # escape sequence reached the terminal), and a value whose str() raised lost the row.
+    stream = io.StringIO()
+    with isolated_state():
+        logger = Logger(backends={"console": {"stream": stream}})
+        logger.log_metrics(
+            {"note": "line1\nline2\r", "k\ney": 1.0, "esc": "\x1b[2J", "odd": _Unprintable()},
+            step=1,
+            prefix="train",
+        )
+        logger.log_metrics({"text": "héllo ✓"}, step=2, prefix="train")
+        logger.finish()
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == (
+        "step 1 | train/note=line1\\nline2\\r train/k\\ney=1 train/esc=\\x1b[2J "
+        "train/odd=<unprintable _Unprintable>"
+    )
+    assert lines[1:] == ["step 2 | train/text=héllo ✓"]
+    assert logger._inline["console"].failed == 0
+
+
+def test_a_stream_that_cannot_encode_a_character_gets_it_escaped() -> None:
+    # A console whose encoding lacks a character (PYTHONIOENCODING=ascii, a cp1252 console)
+    # raised UnicodeEncodeError: the row was lost, said as a bug with its traceback.
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    backend = ConsoleBackend(stream=stream)
+    backend.log_metrics({"prompt": "héllo ✓", "x": 1.0}, step=1, prefix="")
+    backend.finish()
+    assert raw.getvalue().decode("ascii") == "step 1 | prompt=h\\xe9llo \\u2713 x=1\n"

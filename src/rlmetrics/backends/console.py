@@ -24,7 +24,28 @@ _FORMATS: tuple[ConsoleFormat, ...] = ("text", "json", "both")
 def _format(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
-    return str(value)
+    try:
+        return _one_line(str(value))
+    except Exception:  # a value whose str() raises costs only itself
+        return f"<unprintable {type(value).__name__}>"
+
+
+def _one_line(text: str) -> str:
+    """``text`` with each character that is not printable (a line break, a terminal's escape
+    sequence) as its escape, so a row stays one line and reaches the terminal as text."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def _write(out: TextIO, text: str) -> None:
+    """``text`` to ``out``; a character its encoding lacks (an ASCII or cp1252 console) as its
+    escape, instead of the line lost to UnicodeEncodeError."""
+    try:
+        out.write(text)
+    except UnicodeEncodeError:
+        encoding = getattr(out, "encoding", None) or "ascii"
+        out.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
 
 #: A text stream: an object with ``write`` (``sys.stderr``), given in code.
@@ -71,10 +92,12 @@ class ConsoleBackend:
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         out = self.stream or sys.stdout
         if self.format != "json":
-            items = [f"{full_key(prefix, str(k))}={_format(v)}" for k, v in metrics.items()]
+            items = [
+                f"{_one_line(full_key(prefix, str(k)))}={_format(v)}" for k, v in metrics.items()
+            ]
             more = len(items) - self.max_keys
             shown = items[: self.max_keys] + ([f"... {more} more"] if more > 0 else [])
-            print(f"step {step} | " + " ".join(shown), file=out)
+            _write(out, f"step {step} | " + " ".join(shown) + "\n")
         if self.format != "text":
             out.write(metrics_line(self.run_id, metrics, step, prefix))
         out.flush()
