@@ -711,3 +711,69 @@ def test_an_entry_point_naming_an_object_without_hooks_fails_saying_what_to_name
     assert says in (info.summary or "")
     if not target.endswith(":Family"):
         assert "acme_points implements log_metrics: name the module" in (info.summary or "")
+
+
+# -- one object, one plugin --------------------------------------------------------------------
+
+
+def test_two_entry_points_naming_one_module_leave_the_first_working(site: Site) -> None:
+    """The second registration of an object pluggy already holds failed, and the rollback
+    unregistered the object itself: the first entry point's row said loaded while its hooks
+    were gone."""
+    site.install(
+        "twice",
+        {
+            "twice.py": """
+                import rlmetrics
+
+                calls = []
+
+                @rlmetrics.hookimpl
+                def log_metrics(metrics):
+                    calls.append(dict(metrics))
+            """
+        },
+        {"acme_one": "twice", "acme_two": "twice"},
+    )
+    plugins = load_plugins()
+    rlmetrics.Logger(backends={}).log_metrics({"x": 1}, step=1)
+    assert sys.modules["twice"].calls == [{"x": 1}]
+    assert _info(plugins, "acme_one").status == LOADED
+    second = _info(plugins, "acme_two")
+    assert second.status == FAILED
+    assert second.summary == (
+        "invalid hooks: it is the object plugin 'acme_one' is already; one object is one "
+        "plugin: keep one of the two (entry points, or registrations)"
+    )
+
+
+def test_registering_one_object_again_is_a_no_op(caplog: Any) -> None:
+    calls: list[Any] = []
+
+    class Counts:
+        @rlmetrics.hookimpl
+        def log_metrics(self, metrics: Any) -> None:
+            calls.append(dict(metrics))
+
+    plugin = Counts()
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        assert rlmetrics.plugins.register(plugin, "counts")
+        assert rlmetrics.plugins.register(plugin, "counts")
+    rlmetrics.Logger(backends={}).log_metrics({"x": 1}, step=1)
+    assert calls == [{"x": 1}]
+    rows = [i for i in rlmetrics.plugins.get_plugins().infos if i.name == "counts"]
+    assert [row.status for row in rows] == [LOADED]
+    assert caplog.records == []
+
+
+def test_a_name_another_plugin_holds_is_refused_in_one_line(caplog: Any) -> None:
+    class Other:
+        @rlmetrics.hookimpl
+        def log_metrics(self) -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        assert not rlmetrics.plugins.register(Other(), "training")
+    assert caplog.messages == [
+        "rlmetrics: plugin 'training' skipped: the name 'training' is another plugin's "
+        "(rlmetrics); register this one under a name of its own"
+    ]

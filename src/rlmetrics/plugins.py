@@ -144,6 +144,20 @@ class Plugins:
 
     def register(self, plugin: Any, name: str) -> str | None:
         """Register ``plugin`` with its hooks guarded; on failure, why (and nothing stays)."""
+        # pluggy refuses a second registration of one object, or a second object under a
+        # taken name, with its whole name table; and the object must stay as it was
+        # registered the first time, so neither reaches the rollback below.
+        holder = self.pm.get_name(plugin)
+        if holder is not None:
+            return (
+                f"it is the object plugin {holder!r} is already; one object is one plugin: keep "
+                "one of the two (entry points, or registrations)"
+            )
+        if self.pm.has_plugin(name):
+            return (
+                f"the name {name!r} is another plugin's ({self._origin(name)}); register this "
+                "one under a name of its own"
+            )
         try:
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
@@ -156,6 +170,10 @@ class Plugins:
         guard_implementations(self.pm, plugin)
         self.hooks.changed()
         return None
+
+    def _origin(self, name: str) -> str:
+        info = self.info(name)
+        return info.distribution if info is not None and info.distribution else "in process"
 
     def hooks_of(self, name: str) -> tuple[str, ...]:
         plugin = self.pm.get_plugin(name)
@@ -522,7 +540,10 @@ def register(plugin: Any, name: str | None = None) -> bool:
     False, with a warning naming it, if its hooks are invalid.
     """
     name = name or _plugin_name(plugin)
-    problem = _register_in_process(get_plugins(), plugin, name)
+    plugins = get_plugins()
+    if plugins.pm.get_plugin(name) is plugin:
+        return True  # registered already (a module imported twice, a test's setup run again)
+    problem = _register_in_process(plugins, plugin, name)
     if problem is not None:
         logger.warning("rlmetrics: plugin %r skipped: %s", name, problem)
         return False
