@@ -257,3 +257,26 @@ def test_an_rloo_run_yields_one_trajectory_per_completion_too(tmp_path: Path) ->
     for line in lines:
         index = int(line["sample"]["sample_id"].split("-")[1])
         assert line["sample"]["reward"] == trl.at[line["step"]]["length_reward"][index]
+
+
+def test_a_callback_handed_to_a_second_trainer_logs_that_trainers_completions(
+    tmp_path: Path,
+) -> None:
+    """One callback, two trainers in turn (a notebook's second run while the first trainer is
+    still referenced): the second's completions are its own. Before, the callback kept the
+    first trainer it found and read its completions, all logged already: the second run's
+    trajectories were lost without a word."""
+    path = tmp_path / "metrics.jsonl"
+    callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    with in_memory_tracing():
+        first = _grpo(tmp_path / "first", [callback])
+        first.train()
+        second = _grpo(tmp_path / "second", [callback])
+        second.train()
+        callback.finish()
+    lines = list(read_jsonl(samples_path(path), every_row=True))
+    # Each run: a generation batch of 4 completions at steps 1 and 3, each serving two steps.
+    per_run = 2 * PER_STEP * STEPS_PER_GENERATION
+    assert len(lines) == 2 * per_run
+    assert Counter(line["step"] for line in lines) == {1: per_run, 3: per_run}
+    assert first is not None  # the first trainer was alive throughout

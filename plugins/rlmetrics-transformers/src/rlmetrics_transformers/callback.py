@@ -134,11 +134,12 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         """The Logger steps go to (None before training starts, unless one was given)."""
         return self.logs.logger
 
-    def _calling_trainer(self) -> Any:
+    def _calling_trainer(self, *, again: bool = False) -> Any:
         """The trainer calling this callback (transformers hands a callback none): found on
-        the call stack the first time it is there, then kept weakly; None when called
-        otherwise (by hand, say)."""
-        trainer = self._trainer() if self._trainer is not None else None
+        the call stack the first time it is there (and ``again`` at each ``train()``: the
+        callback may have been handed to another trainer), then kept weakly; None when
+        called otherwise (by hand, say)."""
+        trainer = self._trainer() if self._trainer is not None and not again else None
         if trainer is None:
             trainer = calling_trainer()
             if trainer is not None:
@@ -167,10 +168,11 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
 
     @guarded(_ADAPTER, "on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        trainer = self._calling_trainer(again=True)
         zero = state.is_world_process_zero
         if not (zero or self.logs.merges) or self._began:
             return  # a second train(): its setup is no run's setup, its arguments are known
-        if self._stands_down(self._calling_trainer()):
+        if self._stands_down(trainer):
             return
         logger = self.logs.start()
         if logger is None:
