@@ -632,6 +632,8 @@ class Logger:
         deadline = (time.monotonic() if started is None else started) + bound
         try:
             for worker in self._workers.values():
+                worker.request_finish()  # all at once: they finish side by side
+            for worker in self._workers.values():
                 worker.finish(deadline, bound)
         except BaseException as exc:  # a SIGTERM handler's SystemExit, a KeyboardInterrupt
             for worker in self._workers.values():

@@ -491,3 +491,52 @@ def test_sigterm_with_a_handler_that_exits_says_which_rows_were_not_written(
     if during == "training":
         assert "the process is exiting" in err and "Logger.finish()" in err
     assert "Traceback" not in err
+
+
+class _FinishesAfterOthers:
+    """A tracker whose finish takes as long as another tracker's finish takes to begin (W&B
+    syncing its run while SwanLab still has rows to write: finishes that take seconds)."""
+
+    others_finishing = threading.Event()
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        pass
+
+    def finish(self) -> None:
+        self.others_finishing.wait(30)
+
+
+class _SaysItFinishes:
+    def __init__(self) -> None:
+        self.finished = False
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        pass
+
+    def finish(self) -> None:
+        self.finished = True
+        _FinishesAfterOthers.others_finishing.set()
+
+
+class _OffersFinishing:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("finishes-late", _FinishesAfterOthers)
+        register("says-it-finishes", _SaysItFinishes)
+
+
+def test_queued_backends_finish_side_by_side_within_the_bound(caplog: Any) -> None:
+    """Each queued backend's finish began only once the one before it had finished, so a
+    tracker whose finish takes seconds (W&B syncing) spent the bound of the ones after it:
+    at exit (10 s for all), a later tracker was cut off. All are now asked to finish at once."""
+    _FinishesAfterOthers.others_finishing.clear()
+    register(_OffersFinishing(), "offers-finishing")
+    try:
+        logger = rlmetrics.Logger(backends={"finishes-late": {}, "says-it-finishes": {}})
+        logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+        with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+            logger.finish(timeout_s=10.0)
+    finally:
+        _FinishesAfterOthers.others_finishing.set()
+    assert logger.backends["says-it-finishes"].finished
+    assert "did not finish" not in caplog.text

@@ -300,7 +300,9 @@ class BackendWorker:
         self.failed = 0
         self.dropped = 0
         self._said = False  # what it did not write has been reported
-        self._finishing = False  # finish() was called: the finish marker is queued or due
+        self._finishing = False  # finishing was asked for: the finish marker is queued or due
+        self._marked = False  # the finish marker is queued
+        self._finished = False  # finish() was called (it reports, once)
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self._pid = os.getpid()
         self._thread = threading.Thread(
@@ -369,22 +371,37 @@ class BackendWorker:
                 expected=True,
             )
 
+    def request_finish(self) -> None:
+        """Queue the finish behind the rows, without waiting (a full queue gets it in
+        :meth:`finish`): every backend of a Logger is asked first and then waited for, so
+        one whose finish takes seconds (W&B syncing its run) does not spend the bound of the
+        others, which finish side by side."""
+        if os.getpid() != self._pid or self._finishing:
+            return
+        self._finishing = True
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(_FINISH)
+            self._marked = True
+
     def finish(self, deadline: float, timeout_s: float) -> None:
         """Write what is queued, then finish the backend, waiting until ``deadline``
         (``time.monotonic()``, ``timeout_s`` after the Logger's finish began; never past the
         interpreter's exit bound); report what was dropped, failed or left unwritten, once.
         Rows left unwritten are counted as dropped."""
-        if os.getpid() != self._pid or self._finishing:
+        if os.getpid() != self._pid or self._finished:
             return
-        self._finishing = True
+        self._finished = True
+        self.request_finish()
         exiting = _exiting
         why = ""
         if exiting is not None:
             why = "the process is exiting without Logger.finish(): "
             if exiting[0] < deadline:
                 deadline, timeout_s = exiting
-        with contextlib.suppress(queue.Full):  # a full queue: the join below reports it
-            _waiting.put(self._queue, _FINISH, deadline - time.monotonic())
+        if not self._marked:
+            with contextlib.suppress(queue.Full):  # still full: the join below reports it
+                _waiting.put(self._queue, _FINISH, deadline - time.monotonic())
+                self._marked = True
         _waiting.join(self._thread, deadline - time.monotonic())
         lost = _lost(self.rows, self.failed, self.dropped)
         self._said = True
@@ -457,6 +474,8 @@ def drain_at_exit() -> None:
     deadline, bound = begin_exit(DEFAULT_EXIT_TIMEOUT_S)
     runners = [r for r in live_backends() if isinstance(r, BackendWorker)]
     try:
+        for runner in runners:
+            runner.request_finish()
         for runner in runners:
             runner.finish(deadline, bound)
     except BaseException as exc:  # nobody is left to raise into
