@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import attrs
 
@@ -31,14 +32,28 @@ RUN_ID_ATTR = "rlmetrics.run.id"
 
 
 def new_run_id() -> str:
-    """The id of a run nobody named: ``SLURM_JOB_ID`` (a requeued job keeps it), else
+    """The id of a run nobody named here: the ``rlmetrics.run.id`` of
+    ``OTEL_RESOURCE_ATTRIBUTES`` (what ``rlmetrics.start()`` would take: a Ray worker's
+    ``runtime_env`` carries the driver's there, so a Logger built before the worker's
+    telemetry names the same run), else ``SLURM_JOB_ID`` (a requeued job keeps it), else
     torchrun's rendezvous id ``TORCHELASTIC_RUN_ID`` (every rank of the job has the same, so
     ranks that each start telemetry export one run; torchrun says ``none`` when the job gave
     none, which names no run), else 12 hex digits of a random UUID."""
     elastic = os.environ.get("TORCHELASTIC_RUN_ID")
     if elastic == "none":
         elastic = None
-    return os.environ.get("SLURM_JOB_ID") or elastic or uuid.uuid4().hex[:12]
+    return (
+        _resource_env_run_id() or os.environ.get("SLURM_JOB_ID") or elastic or uuid.uuid4().hex[:12]
+    )
+
+
+def _resource_env_run_id() -> str | None:
+    """The run id ``OTEL_RESOURCE_ATTRIBUTES`` names, read as the SDK reads it."""
+    for item in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, found, value = item.partition("=")
+        if found and key.strip() == RUN_ID_ATTR and (run_id := unquote(value.strip())):
+            return run_id
+    return None
 
 
 def _check_id(_instance: object, _attribute: object, value: str) -> None:

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -33,6 +34,7 @@ from rlmetrics_ray.workers import (
 )
 
 import rlmetrics
+from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, isolated_state
 
 # What a worker process does: a plain start(), one logged step, a bounded shutdown (which
@@ -73,13 +75,15 @@ def driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[rlmetrics.Telemetry]:
         yield handle
 
 
-def run_workers(env_vars: dict[str, str], count: int) -> list[dict[str, Any]]:
+def run_workers(
+    env_vars: dict[str, str], count: int, script: str = WORKER, *args: str
+) -> list[dict[str, Any]]:
     """Start ``count`` worker processes at once with ``env_vars`` over a clean environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RLMETRICS_"))}
     env.update(env_vars)
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER],
+            [sys.executable, "-c", script, *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -172,6 +176,30 @@ def test_two_workers_export_as_one_run_with_their_own_resources(
         assert "ray.node.id" not in res  # not a Ray worker: no node
     instances = {res["service.instance.id"] for res in by_pid.values()}
     assert len(instances) == 2  # the two workers' series never collide
+
+
+# A worker whose Logger exists before its telemetry (or that never starts any): its rows.
+EARLY_WORKER = """
+import json, sys
+import rlmetrics
+logger = rlmetrics.Logger(backends={"jsonl": {"path": sys.argv[1]}})
+logger.log_metrics({"reward": 0.5}, step=0, prefix="train")
+logger.finish()
+print(json.dumps({"run_id": logger.identity.run_id}))
+"""
+
+
+def test_a_workers_logger_built_before_its_telemetry_names_the_drivers_run(
+    driver: rlmetrics.Telemetry, tmp_path: Path
+) -> None:
+    """Before: a worker's Logger built before its own rlmetrics.start() (or in a worker that
+    starts none) named a random run, so its rows were another run's although the runtime_env
+    carried the driver's run id; start() in the same worker took the driver's."""
+    rows = tmp_path / "worker.jsonl"
+    (worker,) = run_workers(runtime_env("rollout")["env_vars"], 1, EARLY_WORKER, str(rows))
+    assert worker["run_id"] == "run-42"
+    logged = [row for row in read_jsonl(rows) if "metrics" in row]
+    assert [(row["run_id"], row["metrics"]) for row in logged] == [("run-42", {"reward": 0.5})]
 
 
 def test_the_detector_gives_the_pid_and_no_node_outside_ray() -> None:
