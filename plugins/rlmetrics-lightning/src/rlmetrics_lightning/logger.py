@@ -47,9 +47,10 @@ _ADAPTER = "rlmetrics-lightning"
 #: The prefixes of what the validation loop (in ``fit`` and ``validate()``) and ``test()`` log:
 #: the transformers adapter's, so the training scalars (read under ``train``) never see them.
 EVAL_PREFIX, TEST_PREFIX = "eval", "test"
-#: How far up the call stack ``log_metrics`` looks for the trainer calling it (the guard, the
-#: logger connector's ``log_metrics``, its caller: 3; a callback's own call: 4; room to spare).
-_STACK_DEPTH = 8
+#: How far up the call stack ``log_metrics`` looks for the trainer calling it (the logger
+#: connector: 4 frames up; a ``self.logger.log_metrics`` in a ``validation_step``: 7, more
+#: through a strategy's wrappers; room to spare).
+_STACK_DEPTH = 12
 
 
 def calling_trainer() -> Trainer | None:
