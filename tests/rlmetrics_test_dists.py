@@ -1,9 +1,10 @@
 """Real installed distributions for the plugin-loading tests.
 
-``install(site, name, version, files, entry_points)`` lays out what an installer leaves in
+``install(site, name, files, entry_points)`` lays out what an installer leaves in
 site-packages: the package files and a ``.dist-info`` folder with ``METADATA`` and
-``entry_points.txt``. ``importlib.metadata`` then finds it like any installed distribution
-once ``site`` is on ``sys.path``.
+``entry_points.txt`` (its entry points in ``group``, ``rlmetrics`` unless given).
+``importlib.metadata`` then finds it like any installed distribution once ``site`` is on
+``sys.path``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def install(
     files: Mapping[str, str],
     entry_points: Mapping[str, str],
     version: str = "0.1",
+    group: str = "rlmetrics",
 ) -> None:
     for relative, text in files.items():
         path = site / relative
@@ -32,4 +34,4 @@ def install(
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     )
     lines = "".join(f"{key} = {value}\n" for key, value in entry_points.items())
-    (dist_info / "entry_points.txt").write_text(f"[rlmetrics]\n{lines}")
+    (dist_info / "entry_points.txt").write_text(f"[{group}]\n{lines}")

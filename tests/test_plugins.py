@@ -777,3 +777,39 @@ def test_a_name_another_plugin_holds_is_refused_in_one_line(caplog: Any) -> None
         "rlmetrics: plugin 'training' skipped: the name 'training' is another plugin's "
         "(rlmetrics); register this one under a name of its own"
     ]
+
+
+# -- an entry point in a group rlmetrics never reads -------------------------------------------
+
+
+@pytest.mark.parametrize("group", ["rlmetrics.plugins", "rlmetrics_plugins", "rl_metrics"])
+def test_an_entry_point_in_a_misspelt_group_is_listed_as_failed_naming_the_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group: str
+) -> None:
+    """``[project.entry-points."rlmetrics.plugins"]`` loaded nothing and said nothing: the
+    plugin was simply absent from ``rlmetrics plugins``."""
+    install(
+        tmp_path,
+        "acme-misplaced",
+        {"acme_misplaced.py": ""},
+        {"acme": "acme_misplaced"},
+        group=group,
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    info = _info(load_plugins(quiet=True), "acme")
+    assert (info.status, info.distribution) == (FAILED, "acme-misplaced")
+    assert info.summary == (
+        f"entry point in group {group!r}, which rlmetrics never reads: declare it under "
+        "[project.entry-points.rlmetrics]"
+    )
+    assert "acme_misplaced" not in sys.modules
+
+
+def test_groups_of_rlmetrics_own_are_not_misspellings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for group in ("rlmetrics.ranks", "rlmetrics_gym", "pytest11"):
+        install(tmp_path, f"acme-{group}", {}, {"acme_x": "acme_x"}, group=group)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _info(load_plugins(quiet=True), "training").status == LOADED
+    assert load_plugins(quiet=True).info("acme_x") is None

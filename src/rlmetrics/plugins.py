@@ -327,21 +327,55 @@ class _Candidate:
         )
 
 
-def _candidates() -> list[_Candidate]:
-    """Every entry point of the group, with its distribution read once."""
+def _candidate(ep: EntryPoint) -> _Candidate:
+    """An entry point with its distribution's name and version, read once."""
+    dist = getattr(ep, "dist", None)
+    metadata = dist.metadata if dist is not None else None  # parsed once, not per field
+    return _Candidate(
+        ep,
+        metadata["Name"] if metadata is not None else None,
+        metadata["Version"] if metadata is not None else None,
+    )
+
+
+#: Groups an author means for ``rlmetrics`` but rlmetrics never reads (besides the spellings
+#: close to it): an entry point there would be absent from every listing, unsaid.
+_MISSPELT_GROUPS = frozenset({"rlmetrics-plugins", "rlmetrics-plugin"})
+
+
+def _misspelt_group(group: str) -> bool:
+    """Whether entry-point ``group`` looks like ``rlmetrics`` misspelt (the groups of
+    rlmetrics' own distributions, ``rlmetrics.ranks`` and ``rlmetrics_gym``, do not)."""
+    name = normalize(group)
+    if name == ENTRY_POINT_GROUP:
+        return False
+    close = difflib.SequenceMatcher(None, name, ENTRY_POINT_GROUP).ratio() >= 0.85
+    return name in _MISSPELT_GROUPS or close
+
+
+def _misplaced(everything: Any) -> list[PluginInfo]:
+    """A failed row for each entry point in a group that looks like ``rlmetrics`` misspelt."""
+    rows = []
+    for group in sorted(g for g in everything.groups if _misspelt_group(g)):
+        for ep in everything.select(group=group):
+            rows.append(
+                _candidate(ep).row(
+                    FAILED,
+                    reason=f"entry point in group {group!r}, which rlmetrics never reads: "
+                    f"declare it under [project.entry-points.{ENTRY_POINT_GROUP}]",
+                )
+            )
+    return rows
+
+
+def _candidates(everything: Any = None) -> list[_Candidate]:
+    """Every entry point of the group (of ``everything``, the installed entry points, when
+    given), with its distribution read once."""
     from importlib.metadata import entry_points
 
-    found = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        dist = getattr(ep, "dist", None)
-        metadata = dist.metadata if dist is not None else None  # parsed once, not per field
-        found.append(
-            _Candidate(
-                ep,
-                metadata["Name"] if metadata is not None else None,
-                metadata["Version"] if metadata is not None else None,
-            )
-        )
+    found = [
+        _candidate(ep) for ep in (everything or entry_points()).select(group=ENTRY_POINT_GROUP)
+    ]
     # Built-ins first (their declarations come first), then by distribution and name.
     found.sort(key=lambda c: (not c.builtin, normalize(c.distribution or ""), c.entry_point.name))
     return found
@@ -488,8 +522,11 @@ def load_plugins(
     deny_source = "deny=" if deny is not None else DENY_ENV
     allowed = _names(allow if allow is not None else os.environ.get(ALLOW_ENV))
     denied = _names(deny if deny is not None else os.environ.get(DENY_ENV)) or set()
+    from importlib.metadata import entry_points
+
     plugins = Plugins()
-    chosen, shadowed = _resolve_clashes(_candidates(), overrides())
+    everything = entry_points()  # read once: this group's and the misspelt ones'
+    chosen, shadowed = _resolve_clashes(_candidates(everything), overrides())
     for candidate in chosen:
         if _matches(candidate, denied):
             info = candidate.row(DISABLED, reason=f"denied by {deny_source}")
@@ -499,6 +536,13 @@ def load_plugins(
             info = _load(plugins, candidate, quiet)
         plugins.infos.append(info)
     plugins.infos.extend(shadowed)
+    for row in _misplaced(everything):
+        if not quiet:
+            warn_once(
+                f"plugin-group:{row.name}",
+                f"rlmetrics: plugin {row.name!r} ({row.distribution}): {row.reason}",
+            )
+        plugins.infos.append(row)
     for name, plugin in _in_process.items():
         _register_in_process(plugins, plugin, name)
     global _plugins
