@@ -9,10 +9,13 @@ it is written (a queued row waits well under a millisecond unless the writer fal
 with the rollout-checkpoint streams' own ``telemetry/wall_time_seconds`` when they carry it.
 TensorBoard keeps every (step, value) point, so a step that goes back is never lost.
 
-A resumed run (``RunIdentity.resume``) writes into the same folder. Its first event carries
-TensorBoard's restart marker at the first step it logs, so points the previous process wrote
-past its last checkpoint (steps logged again after the restart) are dropped by TensorBoard's
-reader instead of shown twice.
+A resumed run (``RunIdentity.resume``) writes into the same folder. Its first trainer step
+carries TensorBoard's restart marker, so points the previous process wrote past its last
+checkpoint (steps logged again after the restart) are dropped by TensorBoard's reader instead
+of shown twice. What a restarted job logs before its first trainer step is no restart point:
+its setup timing (step 0 of every process) and the rollout-checkpoint streams (their own
+sample index, from 0 in every process); a marker at their step would hide, in every tag, all
+the earlier run logged from that step on.
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tensorboardX.proto.event_pb2 import Event
+from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.summary import histogram, hparams, text
 
 from rlmetrics import warn_once
 from rlmetrics.backends import StepAxis, full_key
-from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
+from rlmetrics.events import SETUP_TIMING_PREFIX, STEP_KEY, WALL_TIME_KEY
 from rlmetrics.hyperparams import flat_hyperparams
 from rlmetrics.identity import RunIdentity, new_run_id
 from rlmetrics.samples import columns_of, markdown_table
@@ -108,28 +111,38 @@ class TensorBoardBackend:
         self._lock = threading.Lock()
         self._step = StepAxis("tensorboard")
         self._finished = False
+        #: A resumed run's restart marker is still to be written, at its first trainer step.
+        self._restart_pending = self.identity.resume
         #: Every hyperparameter logged so far (a later value wins), and the event file that
         #: holds them: TensorBoard's reader shows the first session it meets in a folder, so
         #: each call rewrites the one session instead of adding a second it would hide.
         self._hparams: dict[str, bool | int | float | str] = {}
         self._hparams_file: Path | None = None
 
-    def _open(self, step: int | None) -> EventFile:
-        """The run's event file, opened at the first write. A resumed run's first write marks
-        a restart at its step (see the module's docstring)."""
+    def _open(self) -> EventFile:
+        """The run's event file, opened at the first write."""
         if self._finished:
             raise ValueError(f"TensorBoard backend {self.log_dir} is finished")
         if self._file is None:
-            purge = step if self.identity.resume and step is not None else None
-            self._file = EventFile(self.log_dir, _unique_suffix(), self.flush_secs, purge)
+            self._file = EventFile(self.log_dir, _unique_suffix(), self.flush_secs)
         return self._file
+
+    def _restart(self, step: int, walltime: float) -> list[Event]:
+        """A resumed run's restart marker at ``step``, its first trainer step (see the
+        module's docstring), to write before that step's events; [] otherwise."""
+        if not self._restart_pending:
+            return []
+        self._restart_pending = False
+        return [
+            Event(wall_time=walltime, step=step, session_log=SessionLog(status=SessionLog.START))
+        ]
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         number = self._step(step)
         wall = metrics.get(WALL_TIME_KEY)
         walltime = float(wall) if isinstance(wall, (int, float)) else time.time()
         with self._lock:
-            file = self._open(number)
+            file = self._open()
             events: list[Event] = []
             scalars: list[Summary.Value] = []
             for key, value in metrics.items():
@@ -154,6 +167,8 @@ class TensorBoardBackend:
                 # simple_value) but without its NaN check, which logs a warning per value: a
                 # diverging loss would say so on every step.
                 events.insert(0, _event(Summary(value=scalars), number, walltime))
+            if events and WALL_TIME_KEY not in metrics and prefix != SETUP_TIMING_PREFIX:
+                events[:0] = self._restart(number, walltime)  # a trainer step (see above)
             if events:
                 file.write(events)  # the dict's events in one write: all of them or the error
 
@@ -193,8 +208,11 @@ class TensorBoardBackend:
         """The rows as one Markdown table under the tag ``name`` (the Text dashboard)."""
         number = self._step(step)
         table = markdown_table(rows, columns_of(rows))
+        now = time.time()
         with self._lock:
-            self._open(number).write([_event(text(name, table), number, time.time())])
+            self._open().write(
+                [*self._restart(number, now), _event(text(name, table), number, now)]
+            )
 
     def finish(self) -> None:
         """fsync and close the event file, once."""

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c
 
 from rlmetrics.backends import BackendUnavailable
@@ -52,13 +52,9 @@ class EventFile:
     """An event file in ``folder`` (created), named as tensorboardX names one plus ``suffix``.
 
     :param flush_secs: how often the file is fsynced (each write reaches the OS at once).
-    :param purge_step: for a resumed run, the step whose restart this file marks (TensorBoard
-        then hides what an earlier file logged at or after it).
     """
 
-    def __init__(
-        self, folder: Path, suffix: str, flush_secs: float, purge_step: int | None = None
-    ) -> None:
+    def __init__(self, folder: Path, suffix: str, flush_secs: float) -> None:
         self._broken: str | None = None
         self._flush_secs = flush_secs
         self._synced = time.monotonic()
@@ -71,16 +67,7 @@ class EventFile:
             self._size = os.fstat(self._fd).st_size
         except OSError as exc:
             raise BackendUnavailable(f"cannot write TensorBoard events to {folder}: {exc}") from exc
-        first = [Event(wall_time=now, file_version="brain.Event:2")]
-        if purge_step is not None:
-            first.append(
-                Event(
-                    wall_time=now,
-                    step=purge_step,
-                    session_log=SessionLog(status=SessionLog.START),
-                )
-            )
-        self.write(first)
+        self.write([Event(wall_time=now, file_version="brain.Event:2")])
 
     def write(self, events: Iterable[Event]) -> None:
         """Append ``events`` in one write; raises :class:`BackendUnavailable` if they did not

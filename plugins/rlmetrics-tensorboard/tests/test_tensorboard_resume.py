@@ -1,0 +1,49 @@
+"""A resumed run's restart marker goes at its first trainer step, whatever it logs first:
+TensorBoard's reader hides every point an earlier file of the folder has at or after the
+marker's step, in every tag."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tensorboard_helpers import scalars
+
+import rlmetrics
+from rlmetrics.events import CheckpointRestore
+
+
+def _setup_timing(logger: rlmetrics.Logger) -> None:
+    logger.log_setup_timing({"total_setup_time_s": 12.5})
+
+
+def _recovery(logger: rlmetrics.Logger) -> None:
+    logger.log_rollout_checkpoint(
+        CheckpointRestore(values={"total_restore_seconds": 3.0}, wall_time_s=1_700_000_000.0)
+    )
+
+
+@pytest.mark.parametrize("first", [_setup_timing, _recovery], ids=["setup-timing", "recovery"])
+def test_what_a_resumed_job_logs_before_its_first_step_hides_none_of_the_earlier_run(
+    tmp_path: Path, first: Callable[[rlmetrics.Logger], None]
+) -> None:
+    # A restarted job logs its setup timing (step 0) or its rollout recovery (the stream's
+    # own sample index, 0 in a new process) before its first trainer step: the marker went at
+    # step 0 and TensorBoard hid the whole earlier run.
+    backends = {"tensorboard": {"root_dir": tmp_path}}
+    before = rlmetrics.Logger(backends=backends, run_id="r")
+    first(before)
+    for step in range(1, 13):  # dies after step 12; its last checkpoint was step 10
+        before.log_metrics({"loss": float(step)}, step=step, prefix="train")
+    before.finish()
+    resumed = rlmetrics.Logger(backends=backends, run_id="r", resume=True)
+    first(resumed)
+    for step in range(11, 15):
+        resumed.log_metrics({"loss": step + 0.5}, step=step, prefix="train")
+    resumed.finish()
+
+    assert scalars(tmp_path / "r", "train/loss") == [
+        *((s, float(s)) for s in range(1, 11)),
+        *((s, s + 0.5) for s in range(11, 15)),
+    ]
