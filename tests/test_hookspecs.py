@@ -479,6 +479,28 @@ def test_an_exemption_that_is_no_exemption_is_the_plugins_failure_alone(caplog: 
     assert "takes rlmetrics.check.Exemption objects, got tuple" in caplog.text
 
 
+def test_a_registration_hook_that_raises_under_check_is_an_error_of_the_check() -> None:
+    """``rlmetrics check`` ran the key maps, exemptions and phases a plugin registers; one
+    whose hook raised was a warning on stderr, and the check passed without what it
+    registers, unchecked."""
+    from rlmetrics.check import ERROR, check_plugins
+    from rlmetrics.plugins import get_plugins
+    from rlmetrics.registry import default_registry
+
+    class Junk:
+        @rlmetrics.hookimpl
+        def register_key_maps(self, register: Any) -> None:
+            register("not a key map")
+
+    register(Junk(), "junk-maps")
+    result = check_plugins(get_plugins(), default_registry().declared())
+    [finding] = [f for f in result.findings if "junk-maps" in f.plugin]
+    assert (finding.severity, finding.rule) == (ERROR, "load")
+    assert finding.message.startswith(
+        "hook 'register_key_maps' raised TypeError('register_key_maps takes a KeyMap, got str')"
+    )
+
+
 def test_hook_register_key_maps(tmp_path: Path) -> None:
     from rlmetrics.check import check_plugins
     from rlmetrics.plugins import get_plugins

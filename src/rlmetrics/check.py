@@ -565,7 +565,28 @@ def check_plugins(
     plugins: Plugins, declared: Sequence[Declared], only: str | None = None
 ) -> CheckResult:
     """Check what ``plugins`` declared (``declared`` is the registry's list); ``only`` keeps
-    the plugins whose entry point or distribution has that name."""
+    the plugins whose entry point or distribution has that name. A registration hook that
+    raises meanwhile is an error: what it registers goes unchecked."""
+    from .hooks import recording_failures
+
+    with recording_failures() as failures:
+        result = _check_plugins(plugins, declared, only)
+    labels = {info.name: _plugin_label(info) for info in plugins.infos}
+    raised = tuple(
+        Finding(
+            ERROR,
+            "load",
+            labels.get(failure.plugin, failure.plugin),
+            "-",
+            f"hook {failure.hook!r} raised {failure.error}: what it registers is not checked",
+        )
+        for failure in dict.fromkeys(failures)  # once each, in order
+        if only is None or normalize(only) in plugins.names_of(failure.plugin)
+    )
+    return attrs.evolve(result, findings=result.findings + raised)
+
+
+def _check_plugins(plugins: Plugins, declared: Sequence[Declared], only: str | None) -> CheckResult:
     exemptions: list[Exemption] = []
 
     def exempt(exemption: Exemption) -> None:

@@ -21,10 +21,12 @@ The typed methods make a misspelt hook a type error rather than a silent no-op.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import operator
-from collections.abc import Callable, Generator, Mapping
+import sys
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pluggy
@@ -43,12 +45,14 @@ if TYPE_CHECKING:
     from .tracing import PhaseKind
 
 __all__ = [
+    "HookFailure",
     "Hooks",
     "collect_offered",
     "collect_offers",
     "current_plugin",
     "guard_implementations",
     "offered_label",
+    "recording_failures",
     "when_registered",
 ]
 
@@ -136,7 +140,36 @@ def offered_label(plugin: str, item: object) -> str:
     return f"{what} (plugin {plugin!r})"
 
 
+class HookFailure(NamedTuple):
+    """An implementation that failed while :func:`recording_failures` listened."""
+
+    plugin: str
+    hook: str
+    error: str  # the exception's repr
+
+
+_recording: contextvars.ContextVar[list[HookFailure] | None] = contextvars.ContextVar(
+    "rlmetrics_hook_failures", default=None
+)
+
+
+@contextlib.contextmanager
+def recording_failures() -> Iterator[list[HookFailure]]:
+    """List the implementations that fail in this context (``rlmetrics check`` makes each an
+    error: what such a hook registers is missing from what it checks)."""
+    failures: list[HookFailure] = []
+    token = _recording.set(failures)
+    try:
+        yield failures
+    finally:
+        _recording.reset(token)
+
+
 def _report(plugin: str, hook: str, what: str = "raised") -> None:
+    failures = _recording.get()
+    if failures is not None:
+        error = sys.exc_info()[1]
+        failures.append(HookFailure(plugin, hook, repr(error) if error is not None else what))
     warn_once(
         f"hook:{plugin}:{hook}",
         f"rlmetrics: plugin {plugin!r} {what} in hook {hook!r}; the other plugins ran and "
