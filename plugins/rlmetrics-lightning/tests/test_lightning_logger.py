@@ -317,3 +317,36 @@ def test_validation_and_test_metrics_are_logged_under_eval_and_test_not_train(
     rewards = {(row["prefix"], row["metrics"]["reward"]) for row in rows}
     assert rewards == {("train", 1.0), ("eval", 10.0), ("test", 100.0)}
     assert exported["rl.reward.mean"] == 1.0
+
+
+# -- logger.experiment is the rlmetrics Logger --------------------------------------------------
+
+
+class LogsThroughTheExperiment(lightning.LightningModule):  # type: ignore[misc]
+    """No ``save_hyperparameters()``: nothing is logged before the first step, whose
+    ``training_step`` logs a row of its own through ``self.logger.experiment``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        self.logger.experiment.log_metrics({"reward": 0.5}, step=self.global_step)
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_the_experiment_is_the_rlmetrics_logger_from_the_first_step(tmp_path: Path) -> None:
+    """As docs/integrations/lightning.md says, ``logger.experiment`` is the rlmetrics Logger
+    (to log trajectories from the module, say). Before, it was None until Lightning's first
+    log_metrics, so using it in the first training_step raised AttributeError out of fit."""
+    path = tmp_path / "metrics.jsonl"
+    logger = RLMetricsLogger(backends={"jsonl": {"path": path}})
+    trainer = _trainer(logger, steps=2)
+    trainer.fit(LogsThroughTheExperiment(), _data())
+    logger.finish()
+    rows = [row for row in read_jsonl(path) if "reward" in row["metrics"]]
+    assert [row["step"] for row in rows] == [0, 1]

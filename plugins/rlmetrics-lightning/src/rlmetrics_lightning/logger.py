@@ -35,6 +35,7 @@ from typing import Any
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import Logger as LightningLogger
+from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from rlmetrics import KeyMap, Logger, warn_once
@@ -131,9 +132,21 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         return self._version
 
     @property
-    def experiment(self) -> Logger | None:
-        """The rlmetrics Logger (on rank zero, once the run has logged)."""
-        return self.logs.logger
+    def experiment(self) -> Any:
+        """The rlmetrics Logger, built on first use as Lightning's loggers build theirs (so
+        ``self.logger.experiment`` works from the first step, before Lightning has logged
+        anything); on another rank Lightning's dummy, whose calls do nothing, as theirs. With
+        the ranks merged, every rank's own Logger, built in ``log_graph`` before the first
+        step (None before it: building it is a collective). None after :meth:`finish`."""
+        if self.logs.merges or self.logs.finished:
+            return self.logs.logger
+        if getattr(rank_zero_only, "rank", 0) != 0:
+            return DummyExperiment()
+        return self._start()
+
+    @guarded(_ADAPTER, "experiment")
+    def _start(self) -> Logger | None:
+        return self.logs.start()
 
     @rank_zero_only  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "log_hyperparams")
