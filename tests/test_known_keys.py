@@ -174,6 +174,28 @@ def test_a_declared_key_is_known_and_a_late_one_is_refused() -> None:
             declare_keys(["late"])
 
 
+@pytest.mark.parametrize(
+    ("keys", "prefixes"),
+    [(["**"], ["train", ""]), (["*"], ["train"]), (["*/**"], [""]), (["**"], ["**"])],
+)
+def test_a_pattern_that_knows_every_train_key_is_refused_saying_what_to_declare(
+    keys: list[str], prefixes: list[str]
+) -> None:
+    """``declare_keys(["**"])`` in one installed plugin made every key of every train dict
+    known: no user of it was told of a typo again, and nothing said so."""
+    from rlmetrics.registry import DeclarationError
+
+    with pytest.raises(DeclarationError, match=r"every key of a train dict.*acme/\*\*"):
+        declare_keys(keys, prefixes=prefixes)
+    assert not Vocabulary().known("train", "rewrd")
+
+
+def test_a_wildcard_under_a_prefix_of_its_own_stays_allowed() -> None:
+    declare_keys(["**"], prefixes=["acme/event"])
+    declare_keys(["*"], prefixes=["acme/*"], backend_only=True)
+    assert Vocabulary().known("acme/event", "a/b") and not Vocabulary().known("train", "rewrd")
+
+
 def test_a_failed_plugins_key_patterns_are_rolled_back() -> None:
     registry = default_registry()
     mark = registry.mark()

@@ -99,12 +99,40 @@ def declare_keys(
     """
     if isinstance(keys, str) or isinstance(prefixes, str):
         raise TypeError("declare_keys takes lists of keys and prefixes, not one string")
+    keys, prefixes = list(keys), list(prefixes)
     owner = _caller_module(1)
+    _refuse_every_train_key(keys, prefixes, owner)
     patterns = [
         KeyPattern(key, prefix, backend_only, note, owner) for prefix in prefixes for key in keys
     ]
     default_registry().declare_key_patterns(patterns, owner)
     return patterns
+
+
+#: A key pattern of wildcards alone (``**``, ``*``, ``*/**``): every key, or every key of a
+#: depth.
+_WILDCARDS_ONLY = re.compile(r"[*/]+")
+
+
+def _refuse_every_train_key(keys: list[str], prefixes: list[str], owner: str) -> None:
+    """Refuse a declaration that would make every key of a train dict known: one installed
+    plugin would then hide every typo of every loop that uses it, unsaid."""
+    train = [p for p in prefixes if isinstance(p, str) and _admits_a_train_prefix(p)]
+    greedy = [k for k in keys if isinstance(k, str) and _WILDCARDS_ONLY.fullmatch(k)]
+    if train and greedy:
+        from .registry import DeclarationError
+
+        raise DeclarationError(
+            f"declare_keys({greedy!r}) from {owner} under prefix {train[0]!r} would make every "
+            "key of a train dict known, so no loop with it installed would be told of a typo "
+            "again: declare the keys your code reads (a pattern of your own, such as "
+            "'acme/**'), or such keys under a prefix of your own (prefixes=['acme/event'])"
+        )
+
+
+def _admits_a_train_prefix(prefix: str) -> bool:
+    regex = pattern_regex(prefix)
+    return any(regex.fullmatch(train) for train in TRAIN_PREFIXES)
 
 
 #: Keys every trainer logs for the trackers and no series reads, under any prefix: the epoch
