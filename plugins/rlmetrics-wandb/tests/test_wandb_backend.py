@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from fractions import Fraction
 from pathlib import Path
 
+import pytest
 import wandb
 from rlmetrics_wandb import WandbBackend
 from wandb_helpers import read_run
@@ -190,3 +192,25 @@ def test_odd_steps_never_cost_the_row(tmp_path: Path) -> None:
         {"train/loss": 2.0, STEP_KEY: 5},
         {"train/loss": 3.0, STEP_KEY: 5},
     ]
+
+
+def test_keys_wandb_keeps_for_its_own_row_fields_are_renamed_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # W&B writes its own _step, _runtime and _timestamp into every history row: a logged key
+    # of that name was overwritten (_step, _runtime) or overwrote W&B's row time (_timestamp).
+    backend = _backend(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        backend.log_metrics({"_step": 3.0, "_timestamp": 4.0, "_runtime": 9.0, "x": 1.0}, 1, "")
+        backend.log_metrics({"_step": 5.0}, 2, "")
+    backend.finish()
+    records = [r for r in read_run(backend.transaction_log).records if r["type"] == "history"]
+    items = [r["history"]["item"] for r in records]
+    assert [(i["__step"], i.get("__timestamp"), i.get("__runtime")) for i in items] == [
+        (3.0, 4.0, 9.0),
+        (5.0, None, None),
+    ]
+    assert items[0]["_timestamp"] > 1_700_000_000  # W&B's own row time
+    assert [i["_step"] for i in items] == [0, 1]
+    said = [r.getMessage() for r in caplog.records if "rlmetrics-wandb" in r.getMessage()]
+    assert len(said) == 1 and "'_step'" in said[0] and "'__step'" in said[0]

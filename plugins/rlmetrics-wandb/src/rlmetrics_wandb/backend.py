@@ -25,10 +25,13 @@ from rlmetrics.samples import columns_of
 from .axes import StepAxes
 from .values import SKIP, config_value, to_wandb
 
-__all__ = ["REFUSED_ID_CHARACTERS", "WandbBackend"]
+__all__ = ["REFUSED_ID_CHARACTERS", "ROW_FIELDS", "WandbBackend"]
 
 #: What W&B refuses in a run id.
 REFUSED_ID_CHARACTERS = "/\\#?%:"
+#: The fields W&B writes into every history row itself: a logged key of one of these names
+#: is logged as ``_`` plus its name (``__step``), said once.
+ROW_FIELDS = frozenset({"_step", "_runtime", "_timestamp"})
 
 # Every backend that started a W&B run of its own, held weakly: see _finish_leftover_runs.
 _started: weakref.WeakSet[WandbBackend] = weakref.WeakSet()
@@ -60,6 +63,19 @@ def _init_timeout(settings: Any) -> float:
 def _server() -> str:
     """The W&B server a run starts against: ``WANDB_BASE_URL``, else W&B's default."""
     return os.environ.get("WANDB_BASE_URL") or str(wandb.Settings().base_url)
+
+
+def _not_a_row_field(name: str) -> str:
+    """``name``, or ``_<name>`` for one of W&B's own :data:`ROW_FIELDS`, which W&B would write
+    over (``_step``, ``_runtime``) or which would write over W&B's row time (``_timestamp``)."""
+    if name not in ROW_FIELDS:
+        return name
+    warn_once(
+        "wandb:row-field",
+        f"rlmetrics-wandb: {name!r} is a field W&B writes into every history row itself; "
+        f"it is logged as {'_' + name!r} (the JSONL backend has it as logged)",
+    )
+    return "_" + name
 
 
 class WandbBackend:
@@ -166,7 +182,7 @@ class WandbBackend:
         for key, value in metrics.items():
             converted = to_wandb(value)
             if converted is not SKIP:
-                row[full_key(prefix, key)] = converted
+                row[_not_a_row_field(full_key(prefix, key))] = converted
         if not row:
             return
         if WALL_TIME_KEY in row:
