@@ -540,3 +540,47 @@ def test_queued_backends_finish_side_by_side_within_the_bound(caplog: Any) -> No
         _FinishesAfterOthers.others_finishing.set()
     assert logger.backends["says-it-finishes"].finished
     assert "did not finish" not in caplog.text
+
+
+class _RaisesBaseExceptions:
+    """A tracker whose call leaks a BaseException that is no Exception: asyncio's
+    CancelledError from a client's event loop, a SystemExit a library raises on a fatal
+    error."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.finished = False
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        if step == 2:
+            raise SystemExit("the tracker gave up")
+        if step == 3:
+            import asyncio
+
+            raise asyncio.CancelledError()
+        self.rows.append(step)
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+class _OffersBaseExceptions:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("raises-base", _RaisesBaseExceptions)
+
+
+def test_a_base_exception_from_a_queued_backend_costs_only_its_row(caplog: Any) -> None:
+    # It ended the backend's thread without a word: every later row stayed queued, unsaid,
+    # and the backend was never finished.
+    register(_OffersBaseExceptions(), "offers-base-exceptions")
+    logger = rlmetrics.Logger(backends={"raises-base": {}})
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        for step in range(5):
+            logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
+        logger.finish(timeout_s=30.0)
+    backend = logger.backends["raises-base"]
+    assert backend.rows == [0, 1, 4]
+    assert backend.finished
+    assert caplog.text.count("backend 'raises-base' failed to log a step") == 1
+    assert "backend 'raises-base' finished; 2 of 5 rows failed to write" in caplog.text

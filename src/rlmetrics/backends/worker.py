@@ -240,10 +240,10 @@ def _report_method_failure(name: str, method: str) -> None:
     )
 
 
-def _finish(name: str, backend: Any) -> None:
+def _finish(name: str, backend: Any, catching: type[BaseException] = Exception) -> None:
     try:
         backend.finish()
-    except Exception:
+    except catching:
         expected, text = _condition()
         warn_once(
             f"backend:{name}:finish",
@@ -425,14 +425,18 @@ class BackendWorker:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            # On this thread a BaseException that is no Exception (asyncio's CancelledError
+            # from a tracker's client, a SystemExit a library raises) is a failure like any:
+            # it would end the thread without a word, and every later row with it. (Signals
+            # reach the main thread only: no KeyboardInterrupt is swallowed here.)
             if item is _FINISH:
-                _finish(self.name, self.backend)
+                _finish(self.name, self.backend, BaseException)
                 return
             method, args = item
             try:
                 getattr(self.backend, method)(*args)
                 self.written += method == "log_metrics"
-            except Exception:
+            except BaseException:
                 if method == "log_metrics":
                     self.failed += 1
                     _lose(self.name, "failed")
