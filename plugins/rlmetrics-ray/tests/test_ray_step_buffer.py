@@ -100,3 +100,28 @@ def test_a_worker_learns_the_drivers_run_even_when_it_asks_first() -> None:
 
 def test_a_buffer_whose_driver_named_no_run_answers_none_after_the_wait() -> None:
     assert asyncio.run(StepBuffer().run(wait_s=0.01)) is None
+
+
+def test_a_rank_that_left_is_not_waited_for_and_its_number_is_given_out_again() -> None:
+    """Before: a worker whose Logger finished (a task that logs one step) stayed a joined
+    rank, so every later step waited late_after_s for it and named it missing, and each new
+    task took a new number."""
+    buffer = StepBuffer(late_after_s=60.0, clock=Clock())
+    assert buffer.join() == 0
+    buffer.push(0, "train", 0, "train", {"x": 1.0})
+    assert [g.step for g in buffer.release().gathered] == [0]
+    buffer.leave(0)
+    assert buffer.join() == 0  # the next task's Logger
+    buffer.push(0, "train", 1, "train", {"x": 2.0})
+    (step,) = buffer.release().gathered
+    assert (step.step, step.missing) == (1, ())
+
+
+def test_a_rank_leaving_completes_the_step_only_it_was_awaited_for() -> None:
+    buffer = StepBuffer(late_after_s=60.0, clock=Clock())
+    assert [buffer.join(), buffer.join()] == [0, 1]
+    buffer.push(0, "train", 0, "train", {"x": 1.0})
+    assert buffer.release().gathered == []
+    buffer.leave(1)  # finished without logging step 0
+    (step,) = buffer.release().gathered
+    assert (step.step, step.missing) == (0, ())

@@ -432,6 +432,11 @@ class RayRank:
             self._in_flight = []
 
     def finish(self) -> None:
+        """Close the raw file and leave the buffer (not awaited), so no later step waits for
+        a worker that is done. The Logger drained this rank's pushes first: an async actor
+        does not keep one caller's calls in order, so the leave must not overtake them."""
+        with contextlib.suppress(Exception):
+            self.buffer.leave.remote(self.rank)
         if self._rows is not None:
             self._rows.finish()
 

@@ -102,6 +102,15 @@ class StepBuffer:
         self._absent.discard(int(rank))
         return int(rank)
 
+    def leave(self, rank: int) -> None:
+        """A worker's Logger finished (a task that logged its step, an actor shutting down):
+        its rank is not waited for any more, and is given out again to the next worker that
+        asks for one (without a world size, the expected ranks are the joined ones)."""
+        self._joined.discard(int(rank))
+        self._absent.discard(int(rank))
+        if self._arrived is not None:
+            self._arrived.set()  # a step that waited only for this rank is complete now
+
     async def run(self, wait_s: float = 10.0) -> tuple[str, bool] | None:
         """The driver's run (its id and whether it resumes), for a worker whose run id nobody
         gave: waits up to ``wait_s`` for the driver to name it, since a worker may ask as soon

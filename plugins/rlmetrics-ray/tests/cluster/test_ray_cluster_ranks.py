@@ -302,3 +302,35 @@ def test_a_worker_killed_mid_run_costs_one_bounded_wait_and_is_said_once(
     assert "step 1" in said[0]
     for worker in alive:
         ray.kill(worker)
+
+
+@ray.remote(num_cpus=0)
+def rollout_task(step: int, folder: str) -> int:
+    """A task per step, as RL rollouts often are: a Logger of its own that logs one step."""
+    os.chdir(folder)
+    logger = rlmetrics.Logger(backends={}, ranks="ray")
+    logger.log_metrics({"loss": float(step)}, step=step, prefix="train")
+    logger.finish()
+    return int(logger._ranks.rank)  # type: ignore[union-attr]
+
+
+def test_a_task_per_step_is_one_rank_and_no_step_waits_for_a_finished_one(
+    cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: each task's Logger took a new rank and a finished one stayed expected, so
+    every later step waited late_after_s for tasks long gone, named as missing ranks."""
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"), isolated_state():
+        reducer = ray_reducer(late_after_s=CALL_S)
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / "driver.jsonl")}}, ranks=reducer
+        )
+        ranks = [
+            ray.get(rollout_task.remote(step, str(tmp_path)), timeout=CALL_S) for step in range(3)
+        ]
+        # Well within late_after_s: no step waits for a finished task.
+        wait_until(lambda: reducer.steps_logged == 3, CALL_S / 2, "the three steps logged")
+        logger.finish()
+    assert ranks == [0, 0, 0]
+    rows = tracker_rows(tmp_path / "driver.jsonl")
+    assert [(row["step"], row["metrics"]["loss"]) for row in rows] == [(0, 0.0), (1, 1.0), (2, 2.0)]
+    assert not [r for r in caplog.records if "did not report" in r.getMessage()]
