@@ -20,7 +20,14 @@ import pytest
 import rlmetrics_ray.nvml
 from hypothesis import given
 from hypothesis import strategies as st
-from ray_support import WAIT_S, Cluster, ExpositionServer, render_exposition, render_gpus
+from ray_support import (
+    WAIT_S,
+    Cluster,
+    ExpositionServer,
+    dead_port,
+    render_exposition,
+    render_gpus,
+)
 from rlmetrics_ray import active_monitor, configure
 from rlmetrics_ray.exposition import read_samples
 from rlmetrics_ray.gpu import (
@@ -153,6 +160,25 @@ def test_a_failed_host_has_no_gpu_points_and_a_host_without_gpus_none(
     gpus.set(mode="error")
     monitor.refresh()
     assert gpu_points(reader) == {}
+
+
+def test_the_gpu_line_waits_for_a_host_to_answer(
+    serve: Serve, started: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: a first cycle in which no host answered yet (Ray's metrics agent not up) said
+    "no host reports a GPU; no hw.gpu.* series" once and for good, and the GPUs that came
+    with the agent a cycle later were exported unsaid."""
+    cluster = Cluster()
+    info = cluster.add("a" * 56, "gpu-host-a", dead_port())
+    with caplog.at_level(logging.INFO, logger="rlmetrics"):
+        monitor, reader = started(cluster)
+        assert gpu_points(reader) == {}
+        host = serve(host_exposition([(0, 50.0, 100.0, 900.0)]))
+        info["MetricsExportPort"] = host.port  # the agent is up
+        monitor.refresh()
+        assert {key[2] for key in gpu_points(reader)} == {"0"}
+    said = [r.getMessage() for r in own_records(caplog.records) if "hw.gpu" in r.getMessage()]
+    assert said == ["rlmetrics-ray: 1 GPU(s) found; exporting hw.gpu.*"], said
 
 
 def test_gpus_can_be_turned_off(serve: Serve, started: Any) -> None:

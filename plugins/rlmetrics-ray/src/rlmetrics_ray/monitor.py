@@ -418,7 +418,8 @@ class HostMemoryMonitor:
         if not hosts and self.gpus and self.local_gpus is not None:
             gpus += self._local_gpus()
         self._report(failures, failed_urls)
-        if gpus or outcomes:
+        # Said once a host answered: a cycle before Ray's metrics agent is up knows nothing.
+        if gpus or any(isinstance(outcome, NodeReading) for outcome in outcomes):
             self._say_gpus(len(gpus))
         snapshot = build_snapshot(
             readings, time.monotonic(), failures, gpus, [host.name for host in hosts]
