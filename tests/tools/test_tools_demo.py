@@ -7,6 +7,7 @@ import io
 import json
 import re
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from tools_support import run_cli
 
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.demo.run import DemoOptions, run_demo
+from rlmetrics.report.traces import read_traces
 from rlmetrics.testing import OtlpReceiver
 
 
@@ -166,6 +168,40 @@ def test_otlp_endpoint_receives_the_run(tmp_path: Path) -> None:
             "rl.host.memory.used",
             "gym.rollout.completed_total",
         } <= names
+    finally:
+        receiver.stop()
+
+
+class _SlowReceiver(OtlpReceiver):
+    """A collector that takes a second for each batch of spans, as a trace UI writing every
+    span to its database does (MLflow took about a second for 512 spans here)."""
+
+    def _handle(self, request: Any, context: Any, into: list[Any] | None = None) -> None:
+        if into is self.trace_requests:
+            time.sleep(1.0)  # the server's own slowness, not a wait for an event
+        super()._handle(request, context, into)
+
+
+def test_a_slow_otlp_endpoint_receives_every_span_of_the_run(tmp_path: Path) -> None:
+    """The demo makes about 300 spans a step, faster than a trace UI takes them: none of them
+    is dropped on the way (the batch processor's queue of 2048 overflowed and half of a
+    40-step run never reached MLflow), and the end of the run waits for them, bounded."""
+    receiver = _SlowReceiver().start()
+    try:
+        options = DemoOptions(
+            steps=12,
+            output=tmp_path,
+            interval_s=0.0,
+            prometheus_port=0,
+            otlp_endpoint=receiver.endpoint,
+        )
+        said = io.StringIO()
+        run_demo(options, say=said, progress=io.StringIO())
+        sent = read_traces([tmp_path / "traces.jsonl"]).spans
+        assert len(sent) > 2048 + 512
+        received = {s.span_id for s in receiver.spans()}
+        assert received == {s.span_id for s in sent}
+        assert "OTLP endpoint" in said.getvalue()
     finally:
         receiver.stop()
 

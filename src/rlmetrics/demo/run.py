@@ -17,9 +17,11 @@ import contextlib
 import importlib.util
 import json
 import os
+import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -66,6 +68,15 @@ OUTPUT_FILES = (
 )
 #: How much of a metrics.jsonl's first line is read to tell whether a demo wrote it.
 _FIRST_LINE_BYTES = 64 * 1024
+#: The SDK's variable for a batch span processor's queue (2048 spans unless set).
+_SPAN_QUEUE_VARIABLE = "OTEL_BSP_MAX_QUEUE_SIZE"
+#: More spans than one demo step makes (its 32 trajectories' trees and its phases: about 300).
+_SPANS_PER_STEP = 1024
+#: At most this many spans wait in memory for a slow OTLP endpoint.
+_MAX_SPAN_QUEUE = 100_000
+#: How long the end of the run waits for a reachable OTLP endpoint to take the spans still
+#: queued (MLflow took about 400 spans a second here; a 40-step run has about 12 000).
+OTLP_DRAIN_S = 60.0
 
 
 class OutputRefused(ValueError):
@@ -192,6 +203,35 @@ def _close(name: str, part: DemoPart) -> None:
         warn_once(f"demo-part-close:{name}", f"rlmetrics demo: closing part {name!r} failed")
 
 
+@contextlib.contextmanager
+def _span_queue_for(options: DemoOptions) -> Iterator[None]:
+    """While telemetry starts with an OTLP endpoint, a span queue that holds the whole run:
+    the demo makes spans far faster than a trace UI (Phoenix, MLflow) writes them to its
+    database, and a full queue drops them (half of a 40-step run never reached MLflow). A
+    ``OTEL_BSP_MAX_QUEUE_SIZE`` the user set is kept."""
+    if not options.otlp_endpoint or _SPAN_QUEUE_VARIABLE in os.environ:
+        yield
+        return
+    queue = min(_MAX_SPAN_QUEUE, max(2048, options.steps * _SPANS_PER_STEP))
+    os.environ[_SPAN_QUEUE_VARIABLE] = str(queue)
+    try:
+        yield
+    finally:
+        os.environ.pop(_SPAN_QUEUE_VARIABLE, None)
+
+
+def _reachable(endpoint: str) -> bool:
+    """Whether something accepts connections at ``endpoint`` (``host:port`` or a URL): only
+    then is the run's end worth waiting for (a dead one would hold it for the whole bound)."""
+    url = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"//{endpoint}")
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+        with socket.create_connection((url.hostname or "localhost", port), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def _start(options: DemoOptions, exporters: dict[str, dict[str, Any]], say: TextIO) -> Telemetry:
     """Telemetry for the demo; a Prometheus port another process holds (a second demo, a
     trainer) is a demo's hiccup, not an error: a free port is taken instead, and said."""
@@ -256,7 +296,8 @@ def run_demo(
     if traces is not None:
         exporters["otlp_file"] = {"path": traces}
     try:
-        telemetry = _start(options, exporters, say)
+        with _span_queue_for(options):
+            telemetry = _start(options, exporters, say)
     except BaseException:
         for name, part in parts.items():
             _close(name, part)
@@ -289,7 +330,14 @@ def run_demo(
                         time.sleep(options.interval_s)  # pacing, so a scraper sees the run move
             finally:
                 bar.close()
-        telemetry.force_flush(timeout_s=5)  # the spans of the last steps, for the report
+        if options.otlp_endpoint and _reachable(options.otlp_endpoint):
+            say.write(
+                f"Sending the run's spans to {options.otlp_endpoint} (at most {OTLP_DRAIN_S:g} s)\n"
+            )
+            say.flush()
+            telemetry.force_flush(timeout_s=OTLP_DRAIN_S)
+        else:
+            telemetry.force_flush(timeout_s=5)  # the spans of the last steps, for the report
         report = read_report(jsonl)
         goodput = None
         if traces is not None and traces.exists():
