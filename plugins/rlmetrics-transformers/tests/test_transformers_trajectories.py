@@ -60,13 +60,15 @@ def _grpo(tmp_path: Path, callbacks: list[Any], **config: Any) -> Any:
         model=model,
         reward_funcs=[length_reward, odd_length_reward],
         args=GRPOConfig(
-            **trainer_args(tmp_path, per_device_train_batch_size=PER_STEP, max_steps=MAX_STEPS),
-            steps_per_generation=STEPS_PER_GENERATION,
-            num_generations=2,
-            max_completion_length=8,
-            beta=0.0,
-            reward_weights=list(WEIGHTS),
-            **config,
+            **{
+                **trainer_args(tmp_path, per_device_train_batch_size=PER_STEP, max_steps=MAX_STEPS),
+                "steps_per_generation": STEPS_PER_GENERATION,
+                "num_generations": 2,
+                "max_completion_length": 8,
+                "beta": 0.0,
+                "reward_weights": list(WEIGHTS),
+                **config,
+            }
         ),
         train_dataset=Dataset.from_dict({"prompt": prompts}),
         eval_dataset=Dataset.from_dict({"prompt": prompts[:4]}),
@@ -280,3 +282,26 @@ def test_a_callback_handed_to_a_second_trainer_logs_that_trainers_completions(
     assert len(lines) == 2 * per_run
     assert Counter(line["step"] for line in lines) == {1: per_run, 3: per_run}
     assert first is not None  # the first trainer was alive throughout
+
+
+def test_every_generation_batch_is_logged_when_logging_steps_exceed_a_generation(
+    tmp_path: Path,
+) -> None:
+    """TRL's GRPOConfig logs every 10 steps by default, while each step (or each
+    steps_per_generation steps) generates a new batch and TRL keeps only the last. Before, the
+    callback read completions at each log only: here, logging at step 4 of 4, the batch of
+    steps 1-2 was never logged (4 of 8 rollouts missing from the samples table and
+    rl.trajectory.completed, without a word; with TRL's defaults, 9 in 10). Now each batch is
+    read at the end of the optimizer step that first trains on it."""
+    path = tmp_path / "metrics.jsonl"
+    callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    with in_memory_tracing() as (_handle, reader, _exporter):
+        trainer = _grpo(tmp_path, [callback], logging_steps=MAX_STEPS)
+        trainer.train()
+        callback.finish()
+        found = points(reader)
+    lines = list(read_jsonl(samples_path(path), every_row=True))
+    per_batch = PER_STEP * STEPS_PER_GENERATION
+    assert Counter(line["step"] for line in lines) == {1: per_batch, 3: per_batch}
+    assert sum(p.value for p in found if p.name == "rl.trajectory.completed") == 2 * per_batch
+    assert [row["step"] for row in read_jsonl(path) if "loss" in row["metrics"]] == [MAX_STEPS]

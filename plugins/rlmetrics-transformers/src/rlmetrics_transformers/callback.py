@@ -12,9 +12,11 @@ from the training loop: ``on_log`` with each dict ``Trainer.log`` writes, at
 - ``on_log``: the dict at the trainer's ``global_step`` — ``eval_*`` and ``test_*`` keys under
   the ``eval`` and ``test`` prefixes (as transformers' own W&B integration groups them), the
   rest under ``train``, where the ``trl`` key map makes TRL's keys rlmetrics' series — and,
-  for a TRL trainer that keeps its completions (GRPO, RLOO), each completion generated since
-  the last log as a trajectory (:mod:`.trajectories`): spans, a row of the ``trajectories``
-  samples table and the trajectory metrics, with the rewards TRL computed;
+  for a TRL trainer that keeps its completions (GRPO, RLOO), each completion not logged yet
+  as a trajectory (:mod:`.trajectories`): spans, a row of the ``trajectories`` samples table
+  and the trajectory metrics, with the rewards TRL computed;
+- ``on_step_end``: those completions at each optimizer step too, so every generation batch is
+  logged (TRL keeps only the last, and logs every 10 steps by default);
 
 The Logger it builds is the callback's for the trainer's whole life: ``train()``, the
 ``evaluate()`` and ``predict()`` after it and a second ``train()`` all write to it (one run in
@@ -211,11 +213,30 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
             return
         for prefix, metrics in split_prefix(logs, self.prefix).items():
             logger.log_metrics(metrics, step=state.global_step, prefix=prefix)
-        completions = self._completions
-        if zero and completions is not None and trainer is not None:
-            records = completions.new_records(trainer, state.global_step)
-            if records:
-                logger.log_trajectories(records, step=state.global_step)
+        if zero:
+            self._log_completions(logger, trainer, state.global_step)
+
+    @guarded(_ADAPTER, "on_step_end")
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # Each optimizer step, not only each log: TRL keeps only its last generation batch, and
+        # logs every 10 steps by default while each step may generate a new one.
+        if self._completions is None or not state.is_world_process_zero:
+            return
+        trainer = self._calling_trainer()
+        if trainer is None or self._stands_down(trainer):
+            return
+        logger = self.logs.start()
+        if logger is not None:
+            self._log_completions(logger, trainer, state.global_step)
+
+    def _log_completions(self, logger: Logger, trainer: Any, step: int) -> None:
+        """The completions ``trainer`` generated since they were last read, as trajectories
+        at ``step`` (a TRL trainer that keeps them: GRPO, RLOO)."""
+        if self._completions is None or trainer is None:
+            return
+        records = self._completions.new_records(trainer, step)
+        if records:
+            logger.log_trajectories(records, step=step)
 
     @guarded(_ADAPTER, "finish")
     def finish(self) -> None:

@@ -3,9 +3,10 @@
 TRL's GRPO and RLOO trainers keep the last generation batch, gathered from every process, in
 ``trainer._logs`` (what their ``log_completions`` table and parquet files are made of):
 parallel deques ``prompt``, ``completion``, ``advantages`` and, per reward function,
-``rewards[name]`` (a reward function's ``None`` is NaN there). ``Trainer.log`` calls the
-callbacks' ``on_log`` before TRL's own use of them, so at ``on_log`` they hold the batch the
-logged step trained on. transformers hands a callback no trainer, so
+``rewards[name]`` (a reward function's ``None`` is NaN there), filled when a batch is
+generated, before the steps that train on it: at the end of the first of them (a callback's
+``on_step_end``) they hold it, and at ``on_log`` the batch the logged step trained on.
+transformers hands a callback no trainer, so
 :func:`calling_trainer` finds the one calling it on the call stack.
 
 Only training completions are logged: an evaluation's (GRPO fills the same deques in
