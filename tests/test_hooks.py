@@ -3,9 +3,11 @@ hook that only tees implement is not even parsed for while it is off."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import rlmetrics
 from rlmetrics.events import EfficiencySummary
@@ -217,3 +219,31 @@ def test_only_log_metrics_declares_what_it_reads() -> None:
         @rlmetrics.hookimpl(prefixes=["train"])
         def on_setup_timing() -> None:
             pass
+
+
+def test_a_telemetry_stopping_that_never_returns_leaves_shutdown_bounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A plugin joining a sampler stuck on I/O in ``telemetry_stopping`` held
+    ``shutdown(timeout_s)`` (and the interpreter's exit) for as long as it hung. The hook is
+    released only after shutdown returned: a shutdown that waited for it would not return."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    class Stuck:
+        @rlmetrics.hookimpl
+        def telemetry_stopping(self) -> None:
+            entered.set()
+            release.wait(120)
+
+    register(Stuck(), "stuck")
+    handle = rlmetrics.start(exporters=[], readers=[InMemoryMetricReader()])
+    done = threading.Event()
+    stopper = threading.Thread(target=lambda: (handle.shutdown(timeout_s=0.2), done.set()))
+    with caplog.at_level("WARNING", logger="rlmetrics"):
+        stopper.start()
+        returned = done.wait(60)  # a bound for the suite, far above shutdown's own
+        release.set()
+        stopper.join(60)
+    assert entered.is_set() and returned
+    assert "'telemetry_stopping' of plugin 'stuck' did not return within" in caplog.text

@@ -26,6 +26,7 @@ import contextvars
 import functools
 import operator
 import sys
+import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -53,6 +54,7 @@ __all__ = [
     "guard_implementations",
     "offered_label",
     "recording_failures",
+    "running_plugin",
     "when_registered",
 ]
 
@@ -188,6 +190,8 @@ def _guard(function: Callable[..., Any], plugin: str, hook: str) -> Callable[...
             _report(plugin, hook)
             return None
 
+    if hook in _LIFECYCLE:
+        return _tracked(guarded, plugin)
     if not hook.startswith("register_"):
         return guarded
 
@@ -201,6 +205,32 @@ def _guard(function: Callable[..., Any], plugin: str, hook: str) -> Callable[...
             _current_plugin.reset(token)
 
     return naming
+
+
+#: The hooks whose running implementation a thread records (:func:`running_plugin`): the
+#: lifecycle hooks, which telemetry waits for with a bound and names the one that hangs. Not
+#: the data hooks: their path stays as cheap as it is.
+_LIFECYCLE = frozenset({"telemetry_started", "telemetry_stopping"})
+_running: dict[int, str] = {}
+
+
+def _tracked(guarded: Callable[..., Any], plugin: str) -> Callable[..., Any]:
+    @functools.wraps(guarded)
+    def tracked(*args: Any, **kwargs: Any) -> Any:
+        thread = threading.get_ident()
+        _running[thread] = plugin
+        try:
+            return guarded(*args, **kwargs)
+        finally:
+            _running.pop(thread, None)
+
+    return tracked
+
+
+def running_plugin(thread: threading.Thread) -> str | None:
+    """The plugin whose lifecycle hook (``telemetry_started``/``telemetry_stopping``)
+    ``thread`` is running now, if any."""
+    return _running.get(thread.ident) if thread.ident is not None else None
 
 
 def _guard_wrapper(function: Callable[..., Any], plugin: str, hook: str) -> Callable[..., Any]:

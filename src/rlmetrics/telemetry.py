@@ -198,14 +198,14 @@ class Telemetry:
             # the step summaries they complete are exported by the shutdown below.
             _tracing.unbind()
             _naming.use(None)
-            hooks().telemetry_stopping(self)
+            # The plugins' hooks get half the bound at most: one that hangs (a sampler's
+            # join stuck on I/O) must leave the last export its time and shutdown its bound.
+            deadline = time.monotonic() + timeout_s
+            _stop_plugins(self, timeout_s / 2)
             built = self._built
             if built is not None:
-                _bounded(
-                    built.shutdown_actions(int(timeout_s * 1000)),
-                    timeout_s,
-                    "shutdown",
-                )
+                left_s = max(0.0, deadline - time.monotonic())
+                _bounded(built.shutdown_actions(int(left_s * 1000)), left_s, "shutdown")
                 built.close_exporters()
         finally:
             self._registry.release()
@@ -231,6 +231,33 @@ class Telemetry:
     def __repr__(self) -> str:
         state = "exporting" if self.exporting else ("stopped" if self._closed else "idle")
         return f"<Telemetry service={self.service_name!r} run={self.run_id!r} {state}>"
+
+
+def _stop_plugins(handle: Telemetry, bound_s: float) -> None:
+    """``telemetry_stopping`` on a daemon thread, waited for ``bound_s`` at most; a plugin
+    whose implementation has not returned by then is named, and left running."""
+    stopping = threading.Thread(
+        target=hooks().telemetry_stopping,
+        args=(handle,),
+        name="rlmetrics-telemetry-stopping",
+        daemon=True,
+    )
+    try:
+        stopping.start()
+    except RuntimeError:  # at interpreter exit, where Python 3.12+ starts no thread: inline
+        hooks().telemetry_stopping(handle)
+        return
+    _waiting.join(stopping, bound_s)
+    if stopping.is_alive():
+        from .hooks import running_plugin
+
+        message = (
+            f"rlmetrics: 'telemetry_stopping' of plugin {running_plugin(stopping)!r} did not "
+            f"return within {bound_s:.1f} s; telemetry shuts down without waiting for it "
+            "(a hook stops its samplers promptly: docs/writing-a-plugin.md)"
+        )
+        logger.warning(message)
+        note_unmet(message)
 
 
 def _bounded(actions: Sequence[Callable[[], Any]], timeout_s: float, what: str) -> None:
