@@ -5,7 +5,9 @@ generations, tool calls and rewards with the same parents, and the GenAI attribu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,6 +101,28 @@ def test_phoenix_keeps_the_genai_and_rl_attributes(phoenix_url: str, exported: D
     assert checked > 64 * 8
     agents = [flat(s.get("attributes") or {}) for s in spans.values()]
     assert sum(a.get("gen_ai.operation.name") == "invoke_agent" for a in agents) == 64
+
+
+def _documented_read_back() -> str:
+    """The arguments of the ``get_spans`` call docs/trajectories.md tells a user to make."""
+    page = Path(__file__).parents[3] / "docs" / "trajectories.md"
+    found = re.search(r"\.spans\.get_spans\(([^)]*)\)", " ".join(page.read_text().split()))
+    assert found, "docs/trajectories.md shows no get_spans call"
+    return found.group(1)
+
+
+def test_the_documented_read_back_returns_every_trajectory(
+    phoenix_url: str, exported: DemoExport
+) -> None:
+    """The docs' call, as written, against a server holding the run: every trajectory span
+    comes back (the client's default limit is 100 spans, a demo step makes about 300)."""
+    from phoenix.client import Client
+
+    _read_back(phoenix_url, exported)  # the run has landed
+    client = Client(base_url=phoenix_url)
+    spans = eval(f"client.spans.get_spans({_documented_read_back()})", {"client": client})
+    got = {s["context"]["span_id"] for s in spans}
+    assert {t.span_id for t in exported.trajectories()} <= got
 
 
 def test_phoenix_listens_on_loopback_only(phoenix: ServerProcess) -> None:
