@@ -221,6 +221,15 @@ def test_only_log_metrics_declares_what_it_reads() -> None:
             pass
 
 
+def test_a_declaration_on_a_misspelt_log_metrics_names_the_hook_meant() -> None:
+    """It advised dropping the arguments, for a name one letter off the hook that takes them."""
+    with pytest.raises(TypeError, match=r"'log_metric' is no hook: did you mean 'log_metrics'\?"):
+
+        @rlmetrics.hookimpl(prefixes=["train"])
+        def log_metric() -> None:
+            pass
+
+
 def test_a_telemetry_stopping_that_never_returns_leaves_shutdown_bounded(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

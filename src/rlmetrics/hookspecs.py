@@ -16,6 +16,7 @@ rlmetrics calls these through :class:`rlmetrics.hooks.Hooks`, one typed method p
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -145,6 +146,11 @@ def hookimpl(
     def mark(target: _F) -> _F:
         if reads is not None:
             hook = options.get("specname") or getattr(target, "__name__", "")
+            if hook != "log_metrics" and difflib.get_close_matches(hook, ["log_metrics"], n=1):
+                raise TypeError(
+                    f"rlmetrics.hookimpl(prefixes=..., keys=...) on {hook!r}: {hook!r} is no "
+                    "hook: did you mean 'log_metrics'?"
+                )
             if hook != "log_metrics" or options.get("wrapper") or options.get("hookwrapper"):
                 raise TypeError(
                     f"rlmetrics.hookimpl(prefixes=..., keys=...) on {hook!r}: only a plain "
