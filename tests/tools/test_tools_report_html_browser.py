@@ -131,6 +131,17 @@ def test_a_row_opens_into_its_turns_and_closes_again(
     assert loaded.messages == []
 
 
+def test_seconds_of_short_steps_are_not_rounded_to_zero(loaded: Loaded) -> None:
+    """The recorded run's steps last milliseconds: the header's step wall time, the goodput
+    chart's top and a bar's tooltip say how many, not "0.0 s"."""
+    page = loaded.page
+    card = page.locator(".card", has_text="step wall time").locator("b").text_content() or ""
+    top = page.locator("#goodput svg > text").first.text_content() or ""
+    bar = page.locator("#goodput svg rect title").first.text_content() or ""
+    for label in (card, top, bar.split(": ", 1)[-1].split(" · ")[0]):
+        assert label.endswith(" s") and float(label[:-2]) > 0, label
+
+
 def _expect_rows(loaded: Loaded, rows: list[dict[str, Any]]) -> None:
     shown = loaded.page.locator("#trajectory-table tbody tr.traj td:nth-child(2)")
     assert sorted(shown.all_inner_texts()) == sorted(r["sample_id"] for r in rows)

@@ -33,6 +33,8 @@
     return v.toFixed(digits === undefined ? (a < 1 ? 4 : 2) : digits);
   }
   function title(text) { return svg("title", {}, text); }
+  // Seconds with the digits their size needs: a step of milliseconds is not "0.0 s".
+  function seconds(v) { return fmt(v, Math.abs(v) >= 10 ? 1 : undefined) + " s"; }
 
   // -- header ----------------------------------------------------------------------------------
   function header() {
@@ -41,7 +43,7 @@
     const cards = [
       ["steps", g.steps],
       ["goodput", g.goodput_pct === undefined || g.goodput_pct === null ? "" : fmt(g.goodput_pct, 1) + " %"],
-      ["step wall time", g.step_wall_time_s === undefined ? "" : fmt(g.step_wall_time_s, 1) + " s"],
+      ["step wall time", g.step_wall_time_s === undefined || g.step_wall_time_s === null ? "" : seconds(g.step_wall_time_s)],
       ["trajectories", t.total],
     ];
     const box = document.getElementById("header");
@@ -103,7 +105,7 @@
     const chart = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "goodput per step" });
     chart.append(
       svg("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }),
-      svg("text", { x: L - 4, y: T + 9, "text-anchor": "end" }, fmt(top, 1) + " s"),
+      svg("text", { x: L - 4, y: T + 9, "text-anchor": "end" }, seconds(top)),
       svg("text", { x: L - 4, y: H - B, "text-anchor": "end" }, "0"),
       svg("text", { x: L, y: H - 8 }, "step " + steps[0].step),
       svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }, "step " + steps[steps.length - 1].step),
@@ -118,7 +120,7 @@
       for (const [name, v, c] of parts) {
         if (!v) continue;
         chart.append(svg("rect", { x: x, y: Y(base + v), width: w, height: Y(base) - Y(base + v), fill: c },
-          title(`step ${s.step} · ${name}: ${fmt(v, 2)} s` + (name === "productive" ? ` · goodput ${fmt(s.goodput_pct, 1)} %` : ""))));
+          title(`step ${s.step} · ${name}: ${seconds(v)}` + (name === "productive" ? ` · goodput ${fmt(s.goodput_pct, 1)} %` : ""))));
         base += v;
       }
     });
@@ -141,7 +143,7 @@
     const chart = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "timeline" });
     tl.steps.forEach((s, i) => {
       chart.append(svg("rect", { x: X(s.start), y: T - 14, width: Math.max(1, X(s.end) - X(s.start)), height: H - T - 10 + 14,
-        fill: i % 2 ? "#f2f4f7" : "#e9edf2" }, title(`step ${s.step}: ${fmt(s.end - s.start, 2)} s`)));
+        fill: i % 2 ? "#f2f4f7" : "#e9edf2" }, title(`step ${s.step}: ${seconds(s.end - s.start)}`)));
       chart.append(svg("text", { x: X(s.start) + 3, y: T - 4 }, "step " + s.step));
     });
     tl.lanes.forEach((lane, i) => {
@@ -154,7 +156,7 @@
           title(`${phase} (${bucket || "no bucket"}): ${fmt(stop - start, 3)} s`)));
       }
     });
-    chart.append(svg("text", { x: W - R, y: H - 4, "text-anchor": "end" }, fmt(end, 1) + " s"));
+    chart.append(svg("text", { x: W - R, y: H - 4, "text-anchor": "end" }, seconds(end)));
     const legend = el("div", { class: "legend" }, ...Object.entries(BUCKETS).map(([k, c]) =>
       el("span", {}, el("i", { style: "background:" + c }), k === "none" ? "no bucket" : k)));
     box.append(legend, el("div", { class: "chart" }, chart));
