@@ -252,6 +252,34 @@ def test_eval_keys_go_under_eval(tmp_path: Path) -> None:
     assert row["step"] == 1 and "loss" in row["metrics"] and "runtime" in row["metrics"]
 
 
+def test_predict_metrics_go_under_test(tmp_path: Path, telemetry: tuple[Any, Any]) -> None:
+    """``trainer.predict()`` hands its metrics to the callbacks' ``on_predict``, never to
+    ``Trainer.log`` (transformers' own W&B, Trackio and Comet callbacks log them there, as
+    ``test/...``). Before, the callback had no ``on_predict``: a prediction's ``test_loss``
+    reached no backend. Now they are logged under ``test`` at the trainer's step; even under
+    another ``metric_key_prefix`` they are no training values."""
+    _handle, reader = telemetry
+    path = tmp_path / "metrics.jsonl"
+    callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**trainer_args(tmp_path, max_steps=1)),
+        train_dataset=lm_dataset(),
+        callbacks=[callback],
+    )
+    trainer.train()
+    trained = {p.name: p.value for p in points(reader) if not p.attributes}
+    trainer.predict(lm_dataset(count=4))
+    trainer.predict(lm_dataset(count=4), metric_key_prefix="heldout")
+    exported = {p.name: p.value for p in points(reader) if not p.attributes}
+    callback.finish()
+    tested = [row for row in read_jsonl(path) if row["prefix"] == "test"]
+    assert [row["step"] for row in tested] == [1, 1]
+    assert "loss" in tested[0]["metrics"] and "runtime" in tested[0]["metrics"]
+    assert "heldout_loss" in tested[1]["metrics"]
+    assert exported["rl.policy.loss"] == trained["rl.policy.loss"]  # no training value
+
+
 @given(st.dictionaries(st.text(max_size=10), st.floats(allow_nan=False), max_size=8))
 def test_split_prefix_keeps_every_value_once(logs: dict[str, float]) -> None:
     split = split_prefix(logs)
@@ -301,7 +329,8 @@ def test_train_evaluate_predict_and_a_second_train_are_one_run_finished_once(
     assert run.finished == 1
     assert run.threads == {"rlmetrics-backend-recorder"}  # a queued backend, as the trackers
     steps = [(step, prefix) for step, prefix, metrics in run.rows if "loss" in metrics]
-    assert steps == [(1, "train"), (2, "train"), (2, "eval")] * 2
+    first, second = [(1, "train"), (2, "train"), (2, "eval")], [(1, "train"), (2, "train")]
+    assert steps == [*first, (2, "test"), *second, (2, "eval")]  # predict()'s under test
     assert [row[0] for row in run.rows if "train_runtime" in row[2]] == [2, 2]  # each summary
     assert len(run.hyperparams) == 1  # the arguments once: the second train() has no setup
     trainer.evaluate()  # after finish(): dropped, never a new run

@@ -15,6 +15,7 @@ from the training loop: ``on_log`` with each dict ``Trainer.log`` writes, at
   for a TRL trainer that keeps its completions (GRPO, RLOO), each completion not logged yet
   as a trajectory (:mod:`.trajectories`): spans, a row of the ``trajectories`` samples table
   and the trajectory metrics, with the rewards TRL computed;
+- ``on_predict``: ``predict()``'s metrics (it hands them to no ``Trainer.log``) under ``test``;
 - ``on_step_end``: those completions at each optimizer step too, so every generation batch is
   logged (TRL keeps only the last, and logs every 10 steps by default);
 
@@ -202,9 +203,8 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         zero = state.is_world_process_zero
         if not logs or not (zero or self.logs.merges):
             return
-        seen, self._last_logs = self._last_logs, (logs, state.global_step)
-        if seen is not None and seen[0] is logs and seen[1] == state.global_step:
-            return  # the same callback listed twice: this dict is handled
+        if self._seen(logs, state.global_step):
+            return
         trainer = self._calling_trainer()  # found here when added after train() began
         if self._stands_down(trainer):
             return
@@ -215,6 +215,36 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
             logger.log_metrics(metrics, step=state.global_step, prefix=prefix)
         if zero:
             self._log_completions(logger, trainer, state.global_step)
+
+    @guarded(_ADAPTER, "on_predict")
+    def on_predict(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        metrics: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``predict()``'s metrics, which it hands to the callbacks, never to ``Trainer.log``
+        (transformers' own tracker callbacks log them here too): under ``test`` at the
+        trainer's step, keys of another ``metric_key_prefix`` as they are — never as training
+        values."""
+        zero = state.is_world_process_zero
+        if not metrics or not (zero or self.logs.merges) or self._seen(metrics, state.global_step):
+            return
+        if self._stands_down(self._calling_trainer()):
+            return
+        logger = self.logs.start()
+        if logger is None:
+            return
+        for prefix, values in split_prefix(metrics, TEST_PREFIX).items():
+            logger.log_metrics(values, step=state.global_step, prefix=prefix)
+
+    def _seen(self, logs: Mapping[str, Any], step: int) -> bool:
+        """Whether ``logs`` was the dict just handled, at the same step: a callback listed
+        twice is called twice with it."""
+        seen, self._last_logs = self._last_logs, (logs, step)
+        return seen is not None and seen[0] is logs and seen[1] == step
 
     @guarded(_ADAPTER, "on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
