@@ -285,6 +285,20 @@ def test_step_from_an_in_process_registry(vllm_registry: VllmRegistry) -> None:
     assert step_metrics(before, after) == STEP_FROM_REGISTRY
 
 
+def test_a_registry_without_vllm_series_says_how_to_get_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: vllm.LLM's default disable_log_stats=True registers no vLLM metric, so every
+    reading of the registry was empty and every vllm/* key went missing without a word."""
+    registry = prometheus_client.CollectorRegistry()
+    prometheus_client.Counter("other_requests", "not vLLM's", registry=registry).inc()
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        assert read_registry(registry) == Snapshot()
+        assert read_registry(registry) == Snapshot()
+    (warning,) = [r.getMessage() for r in caplog.records if "no vLLM series" in r.getMessage()]
+    assert "disable_log_stats=False" in warning, warning
+
+
 def test_step_from_the_default_registry() -> None:
     """vLLM registers in prometheus_client.REGISTRY; read_registry() reads it by default."""
     engine = VllmRegistry.__new__(VllmRegistry)

@@ -248,7 +248,7 @@ def read_registry(registry: Collector | None = None) -> Snapshot:
     vLLM's ``PrometheusStatLogger`` registers). Never raises: a failure gives an empty snapshot.
     """
     try:
-        return read_families((REGISTRY if registry is None else registry).collect())
+        snapshot = read_families((REGISTRY if registry is None else registry).collect())
     except Exception:
         warn_once(
             "vllm:read_registry",
@@ -256,6 +256,18 @@ def read_registry(registry: Collector | None = None) -> Snapshot:
             "failed; this reading is empty, so the step's rl.vllm.* series are omitted",
         )
         return Snapshot()
+    if not any(snapshot.parts):
+        # The usual cause in process: vllm.LLM defaults to disable_log_stats=True, and vLLM
+        # registers its metrics only when it logs stats.
+        warn_once(
+            "vllm:read_registry-empty",
+            "rlmetrics-vllm: the prometheus_client registry holds no vLLM series (vllm:*), so "
+            "the step's rl.vllm.* series are omitted. In process, vLLM registers them only "
+            "when it logs stats: pass disable_log_stats=False to vllm.LLM (and read after the "
+            "engine is built)",
+            expected=True,
+        )
+    return snapshot
 
 
 #: Every sample name read, whichever family (or none) a text exposition files it under.
