@@ -24,6 +24,7 @@ from .._warn import describe_value, warn_once
 from ..events import STEP_KEY, WALL_TIME_KEY
 from ..hooks import collect_offers
 from ..plugins import Plugins, get_plugins
+from ..storable import utf8_text
 from ..values import as_number
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ __all__ = [
     "full_key",
     "merged_config",
     "start_within",
+    "storable_text",
 ]
 
 _T = TypeVar("_T")
@@ -127,6 +129,22 @@ def first_line(error: BaseException) -> str:
 def full_key(prefix: str, key: str) -> str:
     """``prefix/key``, except for axis keys and an empty prefix."""
     return key if not prefix or key in AXIS_KEYS else f"{prefix}/{key}"
+
+
+def storable_text(text: str) -> str:
+    """``text`` (a key or a text value, on a tracker's own thread) with each lone surrogate —
+    text decoded from bytes that are not UTF-8 with ``surrogateescape`` — as its ``\\udXXX``
+    escape, said once: no tracker stores one (TensorBoard and W&B lost the whole row to
+    ``UnicodeEncodeError``, SwanLab dropped the key with an error of its own)."""
+    stored, replaced = utf8_text(text)
+    if replaced:
+        warn_once(
+            "backend:surrogate",
+            f"rlmetrics: a logged key or value holds a lone surrogate ({stored[:64]!r}: text "
+            "decoded from bytes that are not UTF-8), which no tracker stores; the trackers get "
+            "it as its \\udXXX escape (the JSONL file has it as logged)",
+        )
+    return stored
 
 
 def merged_config(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

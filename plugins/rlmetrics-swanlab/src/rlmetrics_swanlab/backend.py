@@ -41,6 +41,7 @@ from rlmetrics.backends import (
     full_key,
     merged_config,
     start_within,
+    storable_text,
 )
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs, with_tracker_setting
@@ -76,7 +77,7 @@ def swanlab_value(value: Any) -> Any:
     if isinstance(plain, bool):
         return float(plain)
     if isinstance(plain, str):
-        return swanlab.Text(plain)
+        return swanlab.Text(storable_text(plain))
     number = as_real(plain)
     if number is not None:
         try:
@@ -246,7 +247,7 @@ class SwanLabBackend:
         for key, value in metrics.items():
             if key in (STEP_KEY, WALL_TIME_KEY):
                 continue
-            tag = full_key(prefix, key)
+            tag = storable_text(full_key(prefix, key))
             converted = swanlab_value(value)
             if isinstance(converted, tuple):
                 warn_once(

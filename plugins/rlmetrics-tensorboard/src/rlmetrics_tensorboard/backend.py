@@ -32,7 +32,7 @@ from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.summary import histogram, hparams, text
 
 from rlmetrics import warn_once
-from rlmetrics.backends import StepAxis, full_key
+from rlmetrics.backends import StepAxis, full_key, storable_text
 from rlmetrics.events import SETUP_TIMING_PREFIX, STEP_KEY, WALL_TIME_KEY
 from rlmetrics.hyperparams import flat_hyperparams
 from rlmetrics.identity import RunIdentity, new_run_id
@@ -148,12 +148,12 @@ class TensorBoardBackend:
             for key, value in metrics.items():
                 if key in (STEP_KEY, WALL_TIME_KEY):
                     continue  # the axes themselves are the event's step and time
-                tag = full_key(prefix, key)
+                tag = storable_text(full_key(prefix, key))
                 kind, payload = tensorboard_value(value)
                 if kind == SCALAR:
                     scalars.append(Summary.Value(tag=tag, simple_value=payload))
                 elif kind == TEXT:
-                    events.append(_event(text(tag, payload), number, walltime))
+                    events.append(_event(text(tag, storable_text(payload)), number, walltime))
                 elif kind == HISTOGRAM:
                     events.append(_event(histogram(tag, payload, _BINS), number, walltime))
                 elif payload is not None:

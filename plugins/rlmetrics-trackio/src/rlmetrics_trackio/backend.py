@@ -38,6 +38,7 @@ from rlmetrics.backends import (
     full_key,
     merged_config,
     start_within,
+    storable_text,
 )
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY, Alert
 from rlmetrics.identity import RunIdentity
@@ -77,7 +78,7 @@ def trackio_value(value: Any) -> Any:
     if isinstance(plain, bool):
         return float(plain)
     if isinstance(plain, str):
-        return plain
+        return storable_text(plain)
     number = as_real(plain)
     if number is None:
         return (f"a {type(value).__name__} value",)
@@ -187,7 +188,7 @@ class TrackioBackend:
         for key, value in metrics.items():
             if key in (STEP_KEY, WALL_TIME_KEY):
                 continue
-            name = full_key(prefix, key)
+            name = storable_text(full_key(prefix, key))
             converted = trackio_value(value)
             if isinstance(converted, tuple):
                 warn_once(

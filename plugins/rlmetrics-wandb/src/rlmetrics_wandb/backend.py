@@ -17,6 +17,7 @@ from rlmetrics.backends import (
     first_line,
     full_key,
     merged_config,
+    storable_text,
 )
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs, with_tracker_setting
@@ -182,7 +183,9 @@ class WandbBackend:
         for key, value in metrics.items():
             converted = to_wandb(value)
             if converted is not SKIP:
-                row[_not_a_row_field(full_key(prefix, key))] = converted
+                if type(converted) is str:
+                    converted = storable_text(converted)  # W&B's JSON would make it U+FFFD
+                row[_not_a_row_field(storable_text(full_key(prefix, key)))] = converted
         if not row:
             return
         if WALL_TIME_KEY in row:
