@@ -213,6 +213,32 @@ def test_hook_register_backends(tmp_path: Path) -> None:
     assert rows == [({"x": 1}, 2, "p"), "finished"]
 
 
+def test_a_backend_without_log_metrics_is_skipped_at_start_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It started, then failed at every step (counted, said at finish). It is refused where
+    the Logger builds it, saying what it lacks."""
+    Partial = type("Partial", (), {"finish": lambda self: None})
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register("partial", Partial)
+
+    register(Offers(), "offers-partial")
+    with caplog.at_level("WARNING", logger="rlmetrics"):
+        logger = rlmetrics.Logger(backends={"partial": {}, "jsonl": {"path": tmp_path / "m"}})
+        logger.log_metrics({"x": 1}, step=1)
+        logger.finish()
+    assert list(logger.backends) == ["jsonl"]
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0].startswith(
+        "rlmetrics: backend 'partial' (from plugin 'offers-partial') failed to start"
+    )
+    assert "Partial has no log_metrics()" in caplog.text
+    assert len(said) == 1  # not once more at every step, or at finish
+
+
 def test_hook_register_exporters() -> None:
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 

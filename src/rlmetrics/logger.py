@@ -885,10 +885,18 @@ def _reason(exc: BaseException) -> str:
 
 
 def _build(factory: BackendFactory, options: Mapping[str, Any], identity: RunIdentity) -> Backend:
-    """``factory(**options)``, with ``identity=`` when the factory names that parameter."""
+    """``factory(**options)``, with ``identity=`` when the factory names that parameter; a
+    TypeError if what it built has no ``log_metrics`` (refused now, not at every step)."""
     if "identity" not in options and _names_identity(factory):
-        return factory(**options, identity=identity)
-    return factory(**options)
+        backend = factory(**options, identity=identity)
+    else:
+        backend = factory(**options)
+    if not callable(getattr(backend, "log_metrics", None)):
+        raise TypeError(
+            f"{type(backend).__name__} has no log_metrics(): a backend provides "
+            "log_metrics(metrics, step, prefix) and finish() (docs/writing-a-plugin.md)"
+        )
+    return backend
 
 
 def _names_identity(factory: BackendFactory) -> bool:
