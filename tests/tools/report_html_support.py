@@ -18,6 +18,7 @@ __all__ = [
     "UNICODE",
     "TrajectoryRun",
     "record_long_values_run",
+    "record_many_run",
     "record_trajectory_run",
     "trajectory_rows",
 ]
@@ -134,6 +135,23 @@ def record_long_values_run(folder: Path) -> TrajectoryRun:
             logger.log_trajectories(batch, step=1)
             logger.log_metrics({"reward": 1.0}, step=1)
     return TrajectoryRun(jsonl, traces, records)
+
+
+def record_many_run(folder: Path, count: int) -> TrajectoryRun:
+    """``count`` small trajectories in one step (their rows all kept: ``max_sample_rows``),
+    without spans or text: a table larger than a browser lists at once."""
+    jsonl = folder / "metrics.jsonl"
+    with (
+        isolated_state(),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}, max_sample_rows=count) as logger,
+    ):
+        batch = [
+            {"sample_id": f"s{i}", "group_id": f"g{i // 8}", "env": ("math", "code")[i % 2]}
+            for i in range(count)
+        ]
+        logger.log_trajectories(batch, step=1)
+        logger.log_metrics({"reward": 1.0}, step=1)
+    return TrajectoryRun(jsonl, folder / "no-traces.jsonl", {(r["sample_id"], 1): r for r in batch})
 
 
 def trajectory_rows(jsonl: Path) -> list[dict[str, Any]]:

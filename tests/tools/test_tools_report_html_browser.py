@@ -21,6 +21,7 @@ from report_html_support import (
     MARKUP,
     TrajectoryRun,
     record_long_values_run,
+    record_many_run,
     record_trajectory_run,
     trajectory_rows,
 )
@@ -191,6 +192,37 @@ def test_long_values_stay_inside_the_window(browser: Any, tmp_path: Path) -> Non
         assert page.evaluate("document.documentElement.scrollWidth") <= width
         sample = page.locator("tr.traj").first.locator("td").nth(1)
         assert sample.get_attribute("title") in {sample_id for sample_id, _ in run.records}
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()
+
+
+def test_a_large_table_lists_a_page_at_a_time(browser: Any, tmp_path: Path) -> None:
+    """Thousands of trajectories: the filters count every row, but the table lists the first
+    500 that match (building every row made a page of 10 000 take seconds to open and each
+    keystroke in the id filter a second), and "show more" lists the next 500."""
+    run = record_many_run(tmp_path, 1234)
+    out = tmp_path / "many.html"
+    done = run_cli("report", run.jsonl, "--html", out)
+    assert done.returncode == 0, done.stderr
+    loaded = _open(browser, out)
+    try:
+        page = loaded.page
+        more = page.locator("#more")
+        assert page.locator("#shown").inner_text() == "1234 of 1234 trajectories"
+        assert loaded.rows() == 500 and more.is_visible()
+        page.locator("tr.traj").nth(499).click()  # an open row stays open below the next page
+        more.click()
+        assert loaded.rows() == 1000 and page.locator("tr.detail").count() == 1
+        more.click()
+        assert loaded.rows() == 1234 and not more.is_visible()
+        page.fill("#f-text", "s1")  # s1, s10..s19, s100..s199, s1000..s1233
+        assert page.locator("#shown").inner_text() == "345 of 1234 trajectories"
+        assert loaded.rows() == 345 and not more.is_visible()
+        page.select_option("#f-env", "math")
+        page.fill("#f-text", "")
+        assert page.locator("#shown").inner_text() == "617 of 1234 trajectories"
+        assert loaded.rows() == 500 and more.is_visible()
         assert loaded.messages == []
     finally:
         loaded.page.close()

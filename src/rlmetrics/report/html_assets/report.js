@@ -163,6 +163,8 @@
   }
 
   // -- trajectories ------------------------------------------------------------------------------
+  // Trajectory rows listed at once; "show more" lists the next as many.
+  const PAGE = 500;
   const COLUMNS = [
     ["step", "step", true], ["sample_id", "sample", false], ["group_id", "group", false], ["env", "env", false],
     ["outcome", "outcome", false], ["finish_reason", "finish", false], ["reward", "reward", true],
@@ -240,7 +242,12 @@
       : "Click a row for its counts; with --traces a row opens into its turns and tool calls.");
     box.append(...[filters, note, spanNote, table].filter(Boolean));
 
-    const nodes = rows.map((row, i) => {
+    // Rows are built when first listed, and at most a page of them is listed at once: a
+    // table of every row of a large run took seconds to open and to refilter.
+    const nodes = new Array(rows.length);
+    function node(i) {
+      if (nodes[i]) return nodes[i];
+      const row = rows[i];
       const cells = COLUMNS.map(([key, , num]) => {
         const v = row[key];
         if (key === "outcome") return el("td", {}, el("span", { class: "outcome " + v }, v));
@@ -256,8 +263,26 @@
         tr.classList.add("open");
         tr.after(el("tr", { class: "detail" }, el("td", { colspan: String(COLUMNS.length) }, detail(row))));
       });
-      return tr;
-    });
+      return (nodes[i] = tr);
+    }
+
+    let matching = [];
+    let listed = 0;
+    const more = el("button", { id: "more", type: "button" });
+    box.append(more);
+    function list(count) {
+      const next = matching.slice(listed, listed + count).map(i => {
+        const tr = node(i);
+        tr.classList.remove("open");
+        return tr;
+      });
+      body.append(...next);
+      listed += next.length;
+      const left = matching.length - listed;
+      more.hidden = left <= 0;
+      more.textContent = `show ${Math.min(PAGE, left)} more (${listed} of ${matching.length} listed)`;
+    }
+    more.addEventListener("click", () => list(PAGE));
 
     function apply() {
       const outcome = document.getElementById("f-outcome").value;
@@ -265,19 +290,19 @@
       const lo = parseFloat(document.getElementById("f-reward-min").value);
       const hi = parseFloat(document.getElementById("f-reward-max").value);
       const text = document.getElementById("f-text").value.trim().toLowerCase();
-      body.replaceChildren();
-      let shown = 0;
+      matching = [];
       rows.forEach((row, i) => {
         if (outcome && String(row.outcome) !== outcome) return;
         if (env && String(row.env) !== env) return;
         if (!Number.isNaN(lo) && !(row.reward >= lo)) return;
         if (!Number.isNaN(hi) && !(row.reward <= hi)) return;
         if (text && !(`${row.sample_id} ${row.group_id}`.toLowerCase().includes(text))) return;
-        nodes[i].classList.remove("open");
-        body.append(nodes[i]);
-        shown += 1;
+        matching.push(i);
       });
-      document.getElementById("shown").textContent = `${shown} of ${rows.length} trajectories`;
+      body.replaceChildren();
+      listed = 0;
+      list(PAGE);
+      document.getElementById("shown").textContent = `${matching.length} of ${rows.length} trajectories`;
     }
     for (const id of ["f-outcome", "f-env", "f-reward-min", "f-reward-max", "f-text"]) {
       document.getElementById(id).addEventListener("input", apply);
