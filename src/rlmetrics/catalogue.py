@@ -13,12 +13,13 @@ when a committed page differs from what the installed plugins declare, as it doe
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Sequence
 
 from .registry import Declared
 
-__all__ = ["END", "START", "metrics_table", "update_tables"]
+__all__ = ["END", "START", "metrics_table", "undeclaring_modules", "update_tables"]
 
 START = "<!-- rlmetrics:metrics "
 END = "<!-- /rlmetrics:metrics -->"
@@ -59,6 +60,22 @@ def metrics_table(declared: Sequence[Declared], modules: Iterable[str]) -> str:
                 f"{description} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def undeclaring_modules(text: str, declared: Sequence[Declared]) -> list[str]:
+    """What is wrong with ``text``'s markers: one line for each module a marker names that
+    declares no series (a misspelling writes an empty table), with the module meant."""
+    owners = sorted({item.owner for item in declared})
+    problems = []
+    for match in _BLOCK.finditer(text):
+        for module in match.group("modules").split():
+            if module not in owners:
+                close = difflib.get_close_matches(module, owners, n=1)
+                problems.append(
+                    f"{module} declares no series"
+                    + (f" (did you mean {close[0]!r}?)" if close else "")
+                )
+    return problems
 
 
 def update_tables(text: str, declared: Sequence[Declared]) -> str:

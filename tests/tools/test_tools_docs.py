@@ -171,3 +171,24 @@ def test_the_quickstart_the_readme_links_to_runs(tmp_path: Path) -> None:
     assert "rl_reward_mean{" in done.stdout and "rl_setup_duration_seconds{" in done.stdout
     assert "rows in quickstart-run/metrics.jsonl" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_a_marker_naming_what_nothing_declares_or_offers_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    """A misspelt module wrote an empty table (exit 0); a key map nobody offers was a KeyError
+    traceback."""
+    page = tmp_path / "page.md"
+    page.write_text(f"{START}rlmetrics.families.setp -->\n{END}\n")
+    done = run_cli("docs", page)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"rlmetrics docs: {page}: rlmetrics.families.setp declares no series (did you mean "
+        "'rlmetrics.families.setup'?)\n"
+    )
+    assert page.read_text() == f"{START}rlmetrics.families.setp -->\n{END}\n"
+    page.write_text("<!-- rlmetrics:keymap trll -->\n<!-- /rlmetrics:keymap -->\n")
+    done = run_cli("docs", page)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"rlmetrics docs: {page}: no key map named 'trll' is offered")
+    assert "Traceback" not in done.stderr

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..catalogue import update_tables
+from ..catalogue import undeclaring_modules, update_tables
 from ..keymaps import available_key_maps
 from ..keymaps.tables import update_key_map_tables
 from ..plugins import load_plugins
@@ -35,14 +35,22 @@ def run(args: argparse.Namespace) -> int:
         if why is not None:
             sys.stderr.write(f"rlmetrics docs: {page}: {why}\n")
             return 2
-    stale = []
-    for page in args.pages:
+    stale: dict[Path, str] = {}
+    for page in args.pages:  # every page worked out before any is written
         text = page.read_text(encoding="utf-8")
-        updated = update_key_map_tables(update_tables(text, declared), maps, declared)
+        try:
+            problems = undeclaring_modules(text, declared)
+            if problems:
+                raise ValueError("; ".join(problems))
+            updated = update_key_map_tables(update_tables(text, declared), maps, declared)
+        except (KeyError, ValueError) as exc:  # a marker naming nothing: say it, write nothing
+            sys.stderr.write(f"rlmetrics docs: {page}: {exc.args[0]}\n")
+            return 2
         if updated != text:
-            stale.append(page)
-            if not args.check:
-                page.write_text(updated, encoding="utf-8")
+            stale[page] = updated
+    if not args.check:
+        for page, updated in stale.items():
+            page.write_text(updated, encoding="utf-8")
     for page in stale:
         sys.stdout.write(f"{'stale' if args.check else 'updated'}: {page}\n")
     return 1 if (args.check and stale) else 0
