@@ -632,3 +632,32 @@ def test_a_scrape_of_a_trickling_server_ends_within_its_timeout(
     (warning,) = [r.getMessage() for r in caplog.records if server.url in r.getMessage()]
     assert "no whole answer within 0.5 s" in warning, warning
     assert "larger timeout_s" in warning, warning
+
+
+def test_two_scrapes_of_one_server_at_once_both_read_it(fixture_text: str) -> None:
+    """Only a scrape that overran its timeout keeps its URL from being scraped again: two
+    at once (a loop's reading and a monitor's, say) both get the server's answer."""
+    arrived: list[int] = []
+    both = threading.Event()
+
+    def render() -> str:
+        arrived.append(1)
+        if len(arrived) >= 2:
+            both.set()
+        both.wait(30)  # each request is held until both are in
+        return fixture_text
+
+    server = ExpositionServer(render)
+    try:
+        results: list[Snapshot] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(scrape(server.url, timeout_s=60)))
+            for _ in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(90)
+    finally:
+        server.close()
+    assert len(results) == 2 and all(any(result.parts) for result in results)

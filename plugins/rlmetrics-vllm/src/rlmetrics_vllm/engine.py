@@ -361,6 +361,7 @@ def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
 
 # The URLs whose scrape overran its timeout and is still running on its thread: not scraped
 # again until it ends, so a server that never finishes costs one thread, not one per step.
+# (Scrapes that merely run at the same time are not held back.)
 _overrunning: set[str] = set()
 _overrunning_lock = threading.Lock()
 
@@ -385,25 +386,25 @@ def _fetch_within(url: str, timeout_s: float) -> str:
     and is waited for ``timeout_s`` (it ends on its own, each read still bounded)."""
     with _overrunning_lock:
         if url in _overrunning:
-            raise TimeoutError("an earlier scrape of it is still unanswered")
+            raise TimeoutError("an earlier scrape of it overran its timeout and still runs")
     outcome: list[Any] = []
 
     def run() -> None:
         try:
-            outcome.append(_fetch(url, timeout_s))
+            result: Any = _fetch(url, timeout_s)
         except BaseException as exc:
-            outcome.append(exc)
-        finally:
-            with _overrunning_lock:
-                _overrunning.discard(url)
+            result = exc
+        with _overrunning_lock:  # one step with the check below: the mark never outlives it
+            outcome.append(result)
+            _overrunning.discard(url)
 
     thread = threading.Thread(target=run, name="rlmetrics-vllm-scrape", daemon=True)
-    with _overrunning_lock:
-        _overrunning.add(url)
     thread.start()
     thread.join(timeout_s)
-    if not outcome:
-        raise TimeoutError(f"no whole answer within {timeout_s:g} s")
+    with _overrunning_lock:
+        if not outcome:
+            _overrunning.add(url)  # until run() ends
+            raise TimeoutError(f"no whole answer within {timeout_s:g} s")
     if isinstance(outcome[0], BaseException):
         raise outcome[0]
     return str(outcome[0])
