@@ -813,3 +813,21 @@ def test_groups_of_rlmetrics_own_are_not_misspellings(
     monkeypatch.syspath_prepend(str(tmp_path))
     assert _info(load_plugins(quiet=True), "training").status == LOADED
     assert load_plugins(quiet=True).info("acme_x") is None
+
+
+def test_an_async_hook_is_refused_at_registration(caplog: Any) -> None:
+    """An ``async def`` implementation loaded, and each call made a coroutine nobody awaited:
+    the hook never ran, with a RuntimeWarning pointing into rlmetrics."""
+
+    class Async:
+        @rlmetrics.hookimpl
+        async def log_metrics(self, metrics: Any) -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        assert not rlmetrics.plugins.register(Async(), "async")
+    info = rlmetrics.plugins.get_plugins().info("async")
+    assert info is not None and info.status == FAILED
+    assert info.reason == (
+        "hook 'log_metrics' is an async def: rlmetrics calls hooks and never awaits them; make "
+        "it a plain def (hand the work to your own event loop from there)"
+    )

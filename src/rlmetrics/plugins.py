@@ -158,6 +158,13 @@ class Plugins:
                 f"the name {name!r} is another plugin's ({self._origin(name)}); register this "
                 "one under a name of its own"
             )
+        awaited = _async_hooks(self.pm, plugin)
+        if awaited:
+            return "; ".join(
+                f"hook {hook!r} is an async def: rlmetrics calls hooks and never awaits them; "
+                "make it a plain def (hand the work to your own event loop from there)"
+                for hook in awaited
+            )
         try:
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
@@ -259,6 +266,17 @@ def _hookimpls(pm: pluggy.PluginManager, plugin: Any) -> Iterator[tuple[str, str
             continue
         if options is not None:
             yield attribute, options.get("specname") or attribute
+
+
+def _async_hooks(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
+    """The hooks ``plugin`` implements with an ``async def`` (or an async generator): called,
+    they would only make a coroutine nobody awaits."""
+    found = []
+    for attribute, hook in _hookimpls(pm, plugin):
+        function = getattr(plugin, attribute, None)
+        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+            found.append(hook)
+    return found
 
 
 def _misnamed(pm: pluggy.PluginManager, plugin: Any, ep: EntryPoint) -> str | None:
