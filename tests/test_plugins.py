@@ -831,3 +831,19 @@ def test_an_async_hook_is_refused_at_registration(caplog: Any) -> None:
         "hook 'log_metrics' is an async def: rlmetrics calls hooks and never awaits them; make "
         "it a plain def (hand the work to your own event loop from there)"
     )
+
+
+def test_a_generator_hook_that_is_no_wrapper_is_refused_at_registration() -> None:
+    """``yield`` in a plain implementation made each call a generator nobody ran."""
+
+    class Yields:
+        @rlmetrics.hookimpl
+        def log_metrics(self, metrics: Any) -> Iterator[None]:
+            yield
+
+    assert not rlmetrics.plugins.register(Yields(), "yields")
+    info = rlmetrics.plugins.get_plugins().info("yields")
+    assert info is not None and info.reason == (
+        "hook 'log_metrics' is a generator function without wrapper=True: its body would "
+        "never run; drop the yield, or mark it @rlmetrics.hookimpl(wrapper=True)"
+    )

@@ -158,13 +158,9 @@ class Plugins:
                 f"the name {name!r} is another plugin's ({self._origin(name)}); register this "
                 "one under a name of its own"
             )
-        awaited = _async_hooks(self.pm, plugin)
-        if awaited:
-            return "; ".join(
-                f"hook {hook!r} is an async def: rlmetrics calls hooks and never awaits them; "
-                "make it a plain def (hand the work to your own event loop from there)"
-                for hook in awaited
-            )
+        never_run = _never_run(self.pm, plugin)
+        if never_run:
+            return "; ".join(never_run)
         try:
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
@@ -268,14 +264,25 @@ def _hookimpls(pm: pluggy.PluginManager, plugin: Any) -> Iterator[tuple[str, str
             yield attribute, options.get("specname") or attribute
 
 
-def _async_hooks(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
-    """The hooks ``plugin`` implements with an ``async def`` (or an async generator): called,
-    they would only make a coroutine nobody awaits."""
+def _never_run(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
+    """What to change in each hook implementation of ``plugin`` whose body a call would never
+    run: an ``async def`` (a coroutine nobody awaits), a generator not marked as a wrapper."""
     found = []
     for attribute, hook in _hookimpls(pm, plugin):
         function = getattr(plugin, attribute, None)
+        options: Mapping[str, Any] = pm.parse_hookimpl_opts(plugin, attribute) or {}
         if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
-            found.append(hook)
+            found.append(
+                f"hook {hook!r} is an async def: rlmetrics calls hooks and never awaits them; "
+                "make it a plain def (hand the work to your own event loop from there)"
+            )
+        elif inspect.isgeneratorfunction(function) and not (
+            options.get("wrapper") or options.get("hookwrapper")
+        ):
+            found.append(
+                f"hook {hook!r} is a generator function without wrapper=True: its body would "
+                "never run; drop the yield, or mark it @rlmetrics.hookimpl(wrapper=True)"
+            )
     return found
 
 
