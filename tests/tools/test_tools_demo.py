@@ -141,6 +141,32 @@ def test_steps_must_be_a_positive_count(steps: str, tmp_path: Path) -> None:
     assert done.stderr.endswith(f"rlmetrics demo: error: {said}\n"), done.stderr
 
 
+@pytest.mark.parametrize("port", ["99999", "-1", "x"])
+def test_a_port_that_is_none_is_one_line_and_status_2(port: str, tmp_path: Path) -> None:
+    """Before, 99999 and -1 ended in a ConfigurationError's traceback."""
+    done = run_cli("demo", "--steps", "1", "--prometheus-port", port, "--output", tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    said = (
+        "argument --prometheus-port: expected a port number (0-65535; 0 picks a free one), "
+        f"got {port!r}"
+    )
+    assert done.stderr.endswith(f"rlmetrics demo: error: {said}\n"), done.stderr
+
+
+def test_a_configuration_mistake_is_one_line_and_status_2(tmp_path: Path) -> None:
+    """A variable the demo's telemetry refuses (here the span queue's) is said as the demo's
+    error, not as a ConfigurationError's traceback."""
+    done = run_cli(
+        "demo", "--steps", "1", "--prometheus-port", "0", "--output", tmp_path,
+        env={"OTEL_BSP_MAX_QUEUE_SIZE": "abc"},
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines() == [
+        "rlmetrics demo: OTEL_BSP_MAX_QUEUE_SIZE='abc' must be a positive integer; unset it for "
+        "the SDK's default"
+    ]
+
+
 def test_otlp_endpoint_receives_the_run(tmp_path: Path) -> None:
     receiver = OtlpReceiver().start()
     try:

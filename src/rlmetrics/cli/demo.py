@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from ..configuration import ConfigurationError
 from ..demo.run import (
     DEFAULT_OUTPUT,
     PLOT_NAME,
@@ -37,6 +38,19 @@ __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
 NAME = "demo"
 HELP = "run a simulated GRPO run end to end: JSONL, Prometheus endpoint, report"
+
+
+def port_number(text: str) -> int:
+    """A TCP port (0 picks a free one), or argparse's one-line error naming the flag."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"expected a port number (0-65535; 0 picks a free one), got {text!r}"
+        )
+    return port
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prometheus-port",
-        type=int,
+        type=port_number,
         metavar="PORT",
         help="port of the Prometheus endpoint on 127.0.0.1 (default OTEL_EXPORTER_PROMETHEUS_PORT, "
         "else 9464; 0 picks a free one, and so does a port another process holds)",
@@ -122,6 +136,10 @@ def run(args: argparse.Namespace) -> int:
         run_demo(options, say=say, progress=sys.stderr, stop=stop, on_result=show)
     except OutputRefused as exc:
         sys.stderr.write(f"rlmetrics demo: --output {exc}\n")
+        return 2
+    except ConfigurationError as exc:
+        # A setting the demo's telemetry refuses (an OTEL_* variable, say): the user's to change.
+        sys.stderr.write(f"rlmetrics demo: {exc}\n")
         return 2
     except TelemetryError as exc:
         sys.stderr.write(f"rlmetrics demo: {exc}\n")
