@@ -35,8 +35,9 @@ MARKER = "bench-trl-callback"
 
 
 class TimedCallback:
-    """RLMetricsCallback whose hooks add up the CPU time spent in them: ``on_log`` apart from
-    the others (which run once per ``train()``)."""
+    """RLMetricsCallback whose hooks add up the CPU time spent in them: the per-step ones
+    (``on_log``, and ``on_step_end``, which logs a GRPO step's completions) apart from the
+    others (which run once per ``train()``)."""
 
     def __init__(self, callback: Any) -> None:
         self.callback = callback
@@ -56,9 +57,9 @@ class TimedCallback:
             finally:
                 spent = time.process_time() - start
                 self.seconds += spent
-                if name == "on_log":
+                if name in ("on_log", "on_step_end"):
                     self.log_seconds += spent
-                    self.logged += 1
+                    self.logged += name == "on_log"
 
         return timed
 
@@ -149,7 +150,8 @@ def main() -> None:
             f"{per_step_ms:.0f} ms CPU without the callback"
         )
         print(
-            f"inside on_log: {on_log_us:.0f} us CPU per logged dict; the once-per-train() hooks "
+            f"inside on_log and on_step_end: {on_log_us:.0f} us CPU per logged step; the "
+            "once-per-train() hooks "
             f"(Logger, setup phases, hyperparameters, finish): {once_ms:.1f} ms; all hooks: "
             f"{100 * timed.seconds / total:.2f}% of a train()'s CPU time"
         )
