@@ -49,6 +49,22 @@ def test_the_run_is_deterministic_for_a_seed(tmp_path: Path) -> None:
     }
 
 
+def test_a_trajectorys_reward_components_add_up_to_its_reward(tmp_path: Path) -> None:
+    """Its row's ``reward/correct`` and ``reward/format`` are the parts of its ``reward``: a
+    right answer with a format slip is 0.5 (as the samples table tells it), a wrong one 0.
+    Before, a 0.5 rollout had both components 0 and a 0 one a format of 1."""
+    options = DemoOptions(steps=3, output=tmp_path, interval_s=0.0, prometheus_port=0)
+    run_demo(options, say=io.StringIO(), progress=io.StringIO())
+    rows = [
+        row["sample"]
+        for row in read_jsonl(tmp_path / "metrics.samples.jsonl")
+        if row.get("name") == "trajectories"
+    ]
+    assert {row["reward"] for row in rows} == {0.0, 0.5, 1.0}
+    for row in rows:
+        assert row["reward/correct"] + row["reward/format"] == row["reward"], row
+
+
 def test_the_demo_as_a_user_runs_it(tmp_path: Path) -> None:
     output = tmp_path / "out"
     done = run_cli(

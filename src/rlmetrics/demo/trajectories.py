@@ -3,12 +3,13 @@ loop hands ``Logger.log_trajectories`` after each step, deterministic for a seed
 
 Each rollout of the step (8 prompts x 4 generations) becomes one trajectory of its group (the
 prompt): one to three turns of a generation and a tool call (``python`` or ``search``; now
-and then one times out), then the reward checks ``correct`` and ``format``. Its outcome follows
-its reward — ``success`` at 1, ``failure`` below, ``truncated`` when the response hit the
-token limit — and one in forty ends in an ``error`` (the sandbox died). The response's tokens
-are split over its turns, so the trajectories' tokens are the step's. Rollouts are async: most
-come from the previous step's weights, some from one or two versions before, and their
-logprob mismatch against the trainer and importance ratio spread with that lag.
+and then one times out), then the reward checks ``correct`` and ``format`` (0.5 each, so they
+add up to its reward). Its outcome follows its reward — ``success`` at 1, ``failure`` below,
+``truncated`` when the response hit the token limit — and one in forty ends in an ``error``
+(the sandbox died). The response's tokens are split over its turns, so the trajectories'
+tokens are the step's. Rollouts are async: most come from the previous step's weights, some
+from one or two versions before, and their logprob mismatch against the trainer and importance
+ratio spread with that lag.
 """
 
 from __future__ import annotations
@@ -85,14 +86,16 @@ def demo_trajectories(demo: DemoStep) -> list[dict[str, Any]]:
                 "importance_ratio": round(math.exp(r.gauss(0.0, 0.03 + 0.02 * lag)), 4),
                 "error": "SandboxCrashed" if errored else None,
                 "turns": turn_records,
+                # Half for the right answer, half for its format: a right answer with a format
+                # slip is 0.5, a wrong one 0 (as the samples table tells them).
                 "rewards": [
                     {
-                        "value": 1.0 if reward == 1.0 else 0.0,
+                        "value": 0.5 if reward > 0.0 else 0.0,
                         "component": "correct",
                         "latency_s": 0.05,
                     },
                     {
-                        "value": 0.0 if reward == 0.5 else 1.0,
+                        "value": 0.5 if reward == 1.0 else 0.0,
                         "component": "format",
                         "latency_s": 0.01,
                     },
