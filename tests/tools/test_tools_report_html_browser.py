@@ -197,6 +197,22 @@ def test_long_values_stay_inside_the_window(browser: Any, tmp_path: Path) -> Non
         loaded.page.close()
 
 
+def test_a_generation_without_token_counts_shows_none(browser: Any, tmp_path: Path) -> None:
+    """The long-values run's generations give no token counts: their line says nothing about
+    tokens (it said " → tokens")."""
+    run = record_long_values_run(tmp_path)
+    out = tmp_path / "long.html"
+    assert run_cli("report", run.jsonl, "--traces", run.traces, "--html", out).returncode == 0
+    loaded = _open(browser, out)
+    try:
+        loaded.page.locator("tr.traj").first.click()
+        line = loaded.page.locator("tr.detail .item.generation > div").first.inner_text()
+        assert "tokens" not in line and "→" not in line, line
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()
+
+
 def test_a_large_table_lists_a_page_at_a_time(browser: Any, tmp_path: Path) -> None:
     """Thousands of trajectories: the filters count every row, but the table lists the first
     500 that match (building every row made a page of 10 000 take seconds to open and each

@@ -180,7 +180,11 @@
 
   function itemNode(item) {
     if (item.kind === "generation") {
-      const bits = [item.model || "model", `${fmt(item.input_tokens)} → ${fmt(item.output_tokens)} tokens`];
+      const bits = [item.model || "model"];
+      const count = v => (v === undefined ? "?" : fmt(v));
+      if (item.input_tokens !== undefined || item.output_tokens !== undefined) {
+        bits.push(`${count(item.input_tokens)} → ${count(item.output_tokens)} tokens`);
+      }
       if (item.finish_reason) bits.push("finish " + item.finish_reason);
       if (item.latency_s !== undefined) bits.push(fmt(item.latency_s, 3) + " s");
       return el("div", { class: "item generation" }, el("div", {}, el("span", { class: "tag" }, "generation"), bits.join(" · ")),
