@@ -5,6 +5,7 @@ discovery, allow/deny lists, name clashes, failures at import (after declaring, 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -847,3 +848,29 @@ def test_a_generator_hook_that_is_no_wrapper_is_refused_at_registration() -> Non
         "hook 'log_metrics' is a generator function without wrapper=True: its body would "
         "never run; drop the yield, or mark it @rlmetrics.hookimpl(wrapper=True)"
     )
+
+
+# -- RLMETRICS_OVERRIDE_PLUGINS ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("training=acme-trainng", "'acme-trainng' (did you mean 'acme-training'?)"),
+        ("training", "'training' is not name=distribution"),
+    ],
+)
+def test_an_override_naming_no_installed_distribution_is_refused_at_start(
+    site: Site, monkeypatch: pytest.MonkeyPatch, value: str, said: str
+) -> None:
+    """A misspelt override chose nothing, silently: the built-in kept winning."""
+    from rlmetrics.configuration import ConfigurationError
+
+    site.install("acme-training", {"acme_training.py": ""}, {"training": "acme_training"})
+    monkeypatch.setenv("RLMETRICS_OVERRIDE_PLUGINS", value)
+    with pytest.raises(ConfigurationError, match="RLMETRICS_OVERRIDE_PLUGINS") as raised:
+        rlmetrics.Logger(backends={})
+    assert said in str(raised.value)
+    with pytest.raises(ConfigurationError, match=re.escape(said)):
+        rlmetrics.start(exporters=[])
+    assert main(["config"]) == 2

@@ -49,6 +49,7 @@ __all__ = [
     "SHADOWED",
     "PluginInfo",
     "Plugins",
+    "check_overrides",
     "check_plugin_lists",
     "get_plugins",
     "hooks",
@@ -527,6 +528,27 @@ def check_plugin_lists(
         if known is None:
             known = installed_names()
         check_plugin_names(names, source if given is not None else env, known)
+    check_overrides(known)
+
+
+def check_overrides(known: Mapping[str, str] | None = None) -> None:
+    """Raise ``ConfigurationError`` for a ``RLMETRICS_OVERRIDE_PLUGINS`` entry that is not
+    ``name=distribution`` or chooses a distribution (or plugin) nobody installed: it would
+    choose nothing, and the built-in would go on winning in silence."""
+    from .configuration import ConfigurationError, check_plugin_names
+
+    value = os.environ.get(OVERRIDE_ENV)
+    if not value:
+        return
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    for part in parts:
+        name, _, distribution = part.partition("=")
+        if not (name.strip() and distribution.strip()):
+            raise ConfigurationError(
+                f"{OVERRIDE_ENV}: {part!r} is not name=distribution (as in training=acme-rlmetrics)"
+            )
+    chosen = [part.partition("=")[2].strip() for part in parts]
+    check_plugin_names(chosen, OVERRIDE_ENV, known if known is not None else installed_names())
 
 
 def load_plugins(

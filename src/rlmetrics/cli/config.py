@@ -24,7 +24,7 @@ from ..configuration import (
     from_source,
     resolve,
 )
-from ..plugins import installed_names, load_plugins
+from ..plugins import check_overrides, installed_names, load_plugins
 from ..variables import variable_problems
 from ._output import add_format_options, print_json
 
@@ -61,6 +61,7 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
         names, source = telemetry[name]
         if names is not None and source not in (CALL, DEFAULT):
             check_plugin_names(names, source, installed_names())
+    check_overrides()
     key_map, source = logger["key_map"]
     if key_map is not None:
         try:
