@@ -131,3 +131,29 @@ def test_check_names_a_failed_plugin_in_one_line_without_its_traceback(broken: P
     verbose = _cli(broken, "check", "--verbose")
     assert verbose.returncode == 1
     assert (verbose.stdout + verbose.stderr).count("Traceback") == 1
+
+
+def test_a_key_map_another_plugin_offers_under_the_same_name_is_listed_shadowed(
+    tmp_path: Path,
+) -> None:
+    """A third party's key map named like a built-in one lost, as a backend does; the
+    listing showed backends, exporters and demo parts that lost, never a key map."""
+    install(
+        tmp_path,
+        "acme-maps",
+        {
+            "acme_maps.py": """
+                import rlmetrics
+
+                @rlmetrics.hookimpl
+                def register_key_maps(register):
+                    register(rlmetrics.KeyMap("trl", [rlmetrics.KeyRule("kl")]))
+            """
+        },
+        {"acme_maps": "acme_maps"},
+    )
+    done = _cli(tmp_path, "plugins")
+    assert done.returncode == 0, done.stderr
+    [row] = [line for line in done.stdout.splitlines() if "shadowed" in line]
+    assert row.split()[:3] == ["trl", "shadowed", "acme-maps"]
+    assert "key map 'trl' of 'acme_maps'" in row

@@ -1,7 +1,7 @@
 """List every plugin: the entry points of the ``rlmetrics`` group (built-ins included) and
 the plugins registered from code, with what became of each — loaded (with its hooks and the
-series it declares), failed or disabled (with the reason) — and every backend, exporter or
-demo part a plugin offers under a name another plugin's offer won (shadowed)."""
+series it declares), failed or disabled (with the reason) — and every backend, exporter,
+demo part or key map a plugin offers under a name another plugin's offer won (shadowed)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from ..hooks import collect_offers
+from ..keymaps import available_key_maps
 from ..plugins import FAILED, LOADED, PluginInfo, load_plugins
 from ._output import add_format_options, print_json, print_table
 
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         ("demo part", plugins.hooks.register_demo_parts),
     ):
         collect_offers(what, hook, plugins)
+    available_key_maps(plugins)  # a key map named like another plugin's is offered by name too
     infos = sorted(plugins.infos, key=lambda i: (i.name, i.distribution or ""))
     if args.json:
         print_json([info.as_dict() for info in infos])

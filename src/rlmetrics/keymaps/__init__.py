@@ -226,7 +226,8 @@ def available_key_maps(plugins: Plugins | None = None) -> dict[str, tuple[str, K
     """``{name: (offering plugin, map)}`` from every plugin's ``register_key_maps``."""
     from ..plugins import get_plugins
 
-    hooks = (plugins or get_plugins()).hooks
+    plugins = plugins or get_plugins()
+    hooks = plugins.hooks
 
     def offer(register: Callable[[str, KeyMap], None]) -> None:
         def register_map(key_map: KeyMap) -> None:
@@ -236,7 +237,7 @@ def available_key_maps(plugins: Plugins | None = None) -> dict[str, tuple[str, K
 
         hooks.register_key_maps(register_map)
 
-    return collect_offers("key map", offer)
+    return collect_offers("key map", offer, plugins)
 
 
 def resolve_key_map(key_map: str | KeyMap) -> KeyMap:
