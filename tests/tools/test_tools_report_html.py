@@ -133,6 +133,22 @@ def test_a_generations_text_is_shown_as_it_was_given(
             assert UNICODE in generation["completion"]
 
 
+@pytest.mark.parametrize(
+    ("chosen", "steps"), [(("--steps", "2:3"), {2, 3}), (("--tail", "1"), {3})]
+)
+def test_the_chosen_steps_choose_the_trajectories_too(
+    recorded: TrajectoryRun, tmp_path: Path, chosen: tuple[str, str], steps: set[int]
+) -> None:
+    """``--steps A:B`` reports steps A to B only, and ``--tail N`` the last N: the table holds
+    those steps' trajectories (it held every step's, under curves of the chosen ones)."""
+    out = _write(recorded, tmp_path / "run.html", "--traces", recorded.traces, *chosen)
+    _, data = _page(out)
+    shown = data["trajectories"]
+    assert {row["step"] for row in shown["rows"]} == steps
+    assert shown["total"] == len(shown["rows"]) == 6 * len(steps) == shown["with_spans"]
+    assert {step for step, _ in data["curves"]["reward"]} == steps
+
+
 def test_without_traces_the_rows_keep_their_counts(recorded: TrajectoryRun, tmp_path: Path) -> None:
     out = _write(recorded, tmp_path / "run.html")
     _, data = _page(out)

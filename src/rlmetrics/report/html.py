@@ -117,6 +117,16 @@ def _timeline(traces: TraceSet, steps: tuple[int, int] | None) -> dict[str, Any]
     }
 
 
+def _chosen_steps(report: RunReport) -> tuple[int, int] | None:
+    """The steps ``--steps`` or ``--tail`` chose (from the first shown to the last), or None
+    when the report shows every step: the trajectory table holds the same steps as the curves.
+    A selection no step matched is an empty range."""
+    if report.selection is None:
+        return None
+    shown = [row["step"] for row in report.steps if type(row.get("step")) is int]
+    return (min(shown), max(shown)) if shown else (1, 0)
+
+
 def page_data(
     report: RunReport,
     jsonl: str | os.PathLike[str],
@@ -134,7 +144,9 @@ def page_data(
             "goodput": report.goodput,
             "curves": _curves(report),
             "timeline": None if traces is None else _timeline(traces, timeline_steps),
-            "trajectories": read_trajectories(jsonl, report.run_id, traces),
+            "trajectories": read_trajectories(
+                jsonl, report.run_id, traces, steps=_chosen_steps(report)
+            ),
         }
     )
     return data

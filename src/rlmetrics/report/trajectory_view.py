@@ -152,11 +152,13 @@ def read_trajectories(
     run_id: str | None,
     traces: TraceSet | None = None,
     limit: int = MAX_ROWS,
+    steps: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """The run's trajectory rows (``{"rows": [...], "total": n, "with_spans": k}``), the
-    newest ``limit`` of them, each as logged plus its ``step`` and, when its spans are in
-    ``traces``, ``spans``: its ``turns`` (each a list of generations, tool calls and rewards in
-    time order) and the trajectory's own ``rewards``."""
+    newest ``limit`` of them (of steps ``steps[0]`` to ``steps[1]`` when given), each as
+    logged plus its ``step`` and, when its spans are in ``traces``, ``spans``: its ``turns``
+    (each a list of generations, tool calls and rewards in time order) and the trajectory's
+    own ``rewards``."""
     path = samples_path(Path(jsonl))
     rows: list[dict[str, Any]] = []
     total = 0
@@ -167,8 +169,11 @@ def read_trajectories(
                 continue
             if run_id is not None and line.get("run_id") != run_id:
                 continue
+            step = line.get("step")
+            if steps is not None and not (type(step) is int and steps[0] <= step <= steps[1]):
+                continue
             total += 1
-            rows.append({"step": line.get("step"), **sample})
+            rows.append({"step": step, **sample})
             if len(rows) > limit:
                 del rows[: len(rows) - limit]
     spans = _spans_by_sample(traces) if traces is not None else {}
