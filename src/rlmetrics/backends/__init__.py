@@ -40,6 +40,7 @@ __all__ = [
     "TakesSamples",
     "TakesTrajectories",
     "BackendUnavailable",
+    "SharedRuns",
     "StepAxis",
     "as_step",
     "available_backends",
@@ -194,6 +195,48 @@ class StepAxis:
             return self.last
         self.last = number
         return number
+
+
+class SharedRuns:
+    """Which of a tracker's backends in this process log into each of its runs, so that a run
+    one of them started is finished by the last of them to finish, not the first.
+
+    A tracker that keeps one active run per process (W&B, SwanLab) hands a second Logger's
+    backend the run the first one started; finished at the first Logger's ``finish()``, it
+    failed every row the second one logged after. A run none of them started (passed in, or
+    the script's own) is never theirs to finish."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: dict[int, int] = {}  # id(run): backends logging into it, not finished
+        self._started: set[int] = set()  # id(run) of the runs one of them started
+
+    def join(self, run: Any, started: bool) -> None:
+        """A backend logs into ``run`` from now on; ``started``: it started the run."""
+        with self._lock:
+            self._users[id(run)] = self._users.get(id(run), 0) + 1
+            if started:
+                self._started.add(id(run))
+
+    def leave(self, run: Any) -> bool:
+        """A backend finished with ``run``: whether to finish the run now (one of them started
+        it, and no other still logs into it)."""
+        with self._lock:
+            left = self._users.get(id(run), 1) - 1
+            if left > 0:
+                self._users[id(run)] = left
+                return False
+            self._users.pop(id(run), None)
+            if id(run) in self._started:
+                self._started.discard(id(run))
+                return True
+            return False
+
+    def forget(self) -> None:
+        """Forget every run (the process-state reset between tests finishes them itself)."""
+        with self._lock:
+            self._users.clear()
+            self._started.clear()
 
 
 def available_backends(plugins: Plugins | None = None) -> dict[str, tuple[str, BackendFactory]]:

@@ -36,6 +36,7 @@ import swanlab
 from rlmetrics import as_plain, as_real, warn_once
 from rlmetrics.backends import (
     BackendUnavailable,
+    SharedRuns,
     StepAxis,
     first_line,
     full_key,
@@ -59,6 +60,10 @@ __all__ = [
 
 #: Free space the run folder's disk must have for the backend to hand SwanLab another row.
 MIN_FREE_BYTES = 1 << 20
+
+#: The SwanLab runs this process's backends log into: one they started is finished by the
+#: last of them to finish (SwanLab has one active run: a second Logger's backend shares it).
+_RUNS = SharedRuns()
 
 #: How long an online start may take by default (``connect_timeout_s``): SwanLab's login
 #: alone may wait 20 s a try on a slow route.
@@ -170,7 +175,7 @@ class SwanLabBackend:
             run = swanlab.get_run()  # the script's own run: log into it, leave it to the script
         if run is not None:
             self.run = run
-            self._owns_run = False
+            _RUNS.join(run, started=False)
             return
         named: dict[str, Any] = {
             "project": project,
@@ -211,7 +216,7 @@ class SwanLabBackend:
         except Exception as exc:
             shown = {k: v for k, v in kwargs.items() if k != "config"}
             raise RuntimeError(f"rlmetrics-swanlab: swanlab.init({shown}) failed: {exc}") from exc
-        self._owns_run = True
+        _RUNS.join(self.run, started=True)
 
     @property
     def run_dir(self) -> Path:
@@ -310,11 +315,12 @@ class SwanLabBackend:
             self.run.log({name: [_sample_text(row, columns) for row in rows]}, step=number)
 
     def finish(self) -> None:
-        """Finish the run, once; a run the script started is left to the script."""
+        """Finish the run, once, if a backend of this process started it and no other still
+        logs into it (another Logger's); a run the script started is left to the script."""
         if self._finished:
             return
         self._finished = True
-        if self._owns_run:
+        if _RUNS.leave(self.run):
             self.run.finish()
 
 

@@ -13,6 +13,7 @@ import wandb
 from rlmetrics import describe_value, resets_process_state, warn_once
 from rlmetrics.backends import (
     BackendUnavailable,
+    SharedRuns,
     as_step,
     first_line,
     full_key,
@@ -36,6 +37,8 @@ ROW_FIELDS = frozenset({"_step", "_runtime", "_timestamp"})
 
 # Every backend that started a W&B run of its own, held weakly: see _finish_leftover_runs.
 _started: weakref.WeakSet[WandbBackend] = weakref.WeakSet()
+#: The W&B runs this process's backends log into: one they started is finished by the last.
+_RUNS = SharedRuns()
 
 
 @resets_process_state
@@ -45,10 +48,13 @@ def _finish_leftover_runs() -> None:
     policy hands it to the next ``wandb.init``: the next test's backend would log into an
     earlier test's run."""
     for backend in list(_started):
+        backend._finished = True
         try:
-            backend.finish()
+            backend.run.finish()
         except Exception:
             warn_once("wandb:reset", "rlmetrics-wandb: finishing a leftover W&B run failed")
+    _started.clear()
+    _RUNS.forget()
 
 
 def _init_timeout(settings: Any) -> float:
@@ -121,6 +127,7 @@ class WandbBackend:
         if run is not None:
             self.run = run
             self._owns_run = False
+            _RUNS.join(run, started=False)
         else:
             named: dict[str, Any] = {
                 "project": project,
@@ -166,6 +173,8 @@ class WandbBackend:
             self._owns_run = self.run is not previous
             if self._owns_run:
                 _started.add(self)
+            # Another Logger's run (W&B has one active run): the last backend finishes it.
+            _RUNS.join(self.run, started=self._owns_run)
         self.axes = StepAxes(self.run.define_metric)
 
     @property
@@ -244,10 +253,11 @@ class WandbBackend:
         self.run.log(row)
 
     def finish(self) -> None:
-        """Finish the run (flushing it), once; a run passed in is left to its owner."""
+        """Finish the run (flushing it), once, if a backend of this process started it and
+        no other still logs into it (another Logger's); a run passed in is left to its owner."""
         if self._finished:
             return
         self._finished = True
         _started.discard(self)
-        if self._owns_run:
+        if _RUNS.leave(self.run):
             self.run.finish()
