@@ -19,6 +19,7 @@ __all__ = [
     "TrajectoryRun",
     "record_long_values_run",
     "record_many_run",
+    "record_many_steps_run",
     "record_trajectory_run",
     "trajectory_rows",
 ]
@@ -152,6 +153,25 @@ def record_many_run(folder: Path, count: int) -> TrajectoryRun:
         logger.log_trajectories(batch, step=1)
         logger.log_metrics({"reward": 1.0}, step=1)
     return TrajectoryRun(jsonl, folder / "no-traces.jsonl", {(r["sample_id"], 1): r for r in batch})
+
+
+def record_many_steps_run(folder: Path, steps: int) -> Path:
+    """A run of ``steps`` steps, each with its wall time and two idle categories (what the
+    goodput chart draws a bar of), no trajectories; its JSONL."""
+    jsonl = folder / "metrics.jsonl"
+    with isolated_state(), rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger:
+        for step in range(1, steps + 1):
+            logger.log_metrics(
+                {
+                    "reward": step / steps,
+                    "efficiency/step_wall_time_s": 10.0,
+                    "efficiency/idle/buffer_starvation_s": 1.0 + step % 3,
+                    "efficiency/idle/refit_bubble_s": 0.5,
+                },
+                step=step,
+                prefix="train",
+            )
+    return jsonl
 
 
 def trajectory_rows(jsonl: Path) -> list[dict[str, Any]]:

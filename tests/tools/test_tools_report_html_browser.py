@@ -22,6 +22,7 @@ from report_html_support import (
     TrajectoryRun,
     record_long_values_run,
     record_many_run,
+    record_many_steps_run,
     record_trajectory_run,
     trajectory_rows,
 )
@@ -239,6 +240,28 @@ def test_a_large_table_lists_a_page_at_a_time(browser: Any, tmp_path: Path) -> N
         page.fill("#f-text", "")
         assert page.locator("#shown").inner_text() == "617 of 1234 trajectories"
         assert loaded.rows() == 500 and more.is_visible()
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()
+
+
+@pytest.mark.parametrize("width", [1400, 1024])
+def test_the_charts_of_a_long_run_fit_the_window(browser: Any, tmp_path: Path, width: int) -> None:
+    """300 steps: the goodput chart (one bar a step) and its last step's label stay inside
+    their panel and the window, on a wide screen and a narrow one."""
+    jsonl = record_many_steps_run(tmp_path, 300)
+    out = tmp_path / "long.html"
+    done = run_cli("report", jsonl, "--html", out)
+    assert done.returncode == 0, done.stderr
+    loaded = _open(browser, out)
+    try:
+        page = loaded.page
+        page.set_viewport_size({"width": width, "height": 900})
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        panel = page.locator("#goodput .chart").bounding_box()
+        chart = page.locator("#goodput .chart svg").bounding_box()
+        assert panel is not None and chart is not None
+        assert chart["x"] + chart["width"] <= panel["x"] + panel["width"]
         assert loaded.messages == []
     finally:
         loaded.page.close()
