@@ -350,3 +350,27 @@ def test_the_experiment_is_the_rlmetrics_logger_from_the_first_step(tmp_path: Pa
     logger.finish()
     rows = [row for row in read_jsonl(path) if "reward" in row["metrics"]]
     assert [row["step"] for row in rows] == [0, 1]
+
+
+def test_the_trainers_log_dir_is_its_root_dir_as_without_a_logger(tmp_path: Path) -> None:
+    """``trainer.log_dir`` is the first logger's ``save_dir`` (Lightning's own for TensorBoard
+    and CSV); LightningCLI's SaveConfigCallback asserts it is not None, profilers write their
+    files there, and Lightning's docs save images to it. Before, it was None (the base
+    Logger's save_dir), so ``LightningCLI(..., trainer_defaults={"logger": RLMetricsLogger()})``
+    stopped with an AssertionError before the first step. Now it is the trainer's
+    ``default_root_dir``, as with no logger at all, and checkpoints stay where they were."""
+    logger = RLMetricsLogger(backends={})
+    trainer = lightning.Trainer(
+        max_steps=1,
+        logger=logger,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        devices=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    assert trainer.log_dir == str(tmp_path)
+    trainer.fit(Toy(), _data())
+    logger.finish()
+    (checkpoint,) = tmp_path.glob("**/*.ckpt")
+    assert checkpoint.parent == tmp_path / "rlmetrics" / "version_0" / "checkpoints"

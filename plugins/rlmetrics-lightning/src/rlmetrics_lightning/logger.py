@@ -132,6 +132,15 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         return self._version
 
     @property
+    def save_dir(self) -> str | None:
+        """The calling trainer's ``default_root_dir``, where Lightning puts what a run saves
+        when it has no logger (None when no trainer is calling). ``trainer.log_dir`` is the
+        first logger's ``save_dir``, and LightningCLI's config saving, the profilers' files
+        and user code need one; the checkpoints' folder is the same as with None."""
+        trainer = calling_trainer()
+        return None if trainer is None else trainer.default_root_dir
+
+    @property
     def experiment(self) -> Any:
         """The rlmetrics Logger, built on first use as Lightning's loggers build theirs (so
         ``self.logger.experiment`` works from the first step, before Lightning has logged
