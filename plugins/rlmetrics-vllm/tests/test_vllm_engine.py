@@ -188,6 +188,22 @@ def test_data_parallel_leaders_merge_by_position(render: Render) -> None:
     assert step_metrics(before, after[:1]) == {}
 
 
+def test_a_leader_missing_from_one_side_is_said(
+    render: Render, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: two leaders' readings before and one after (a reading not gathered, a list
+    built wrong) omitted every key of every step without a word."""
+    from rlmetrics_vllm.engine import engine_signals
+
+    before = [read_text(render({"0": BEFORE["0"]})), read_text(render({"0": BEFORE["1"]}))]
+    after = [read_text(render({"0": AFTER["0"]}))]
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        assert step_metrics(before, after) == {}
+        assert engine_signals(before, after) == {}
+    (warning,) = [r.getMessage() for r in caplog.records if "2 readings before" in r.getMessage()]
+    assert "1 after" in warning and "same order" in warning, warning
+
+
 def test_readers_never_raise_and_a_failed_reading_omits_everything(render: Render) -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))

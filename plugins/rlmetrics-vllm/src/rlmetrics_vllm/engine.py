@@ -460,7 +460,8 @@ def step_metrics(
     Several snapshots on either side are merged. Never raises.
     """
     try:
-        return _step_metrics(_one(before).sources(), _one(after).sources())
+        pair = _pair(before, after)
+        return {} if pair is None else _step_metrics(pair[0].sources(), pair[1].sources())
     except Exception:
         warn_once(
             "vllm:step_metrics",
@@ -494,7 +495,10 @@ def engine_signals(
       ``peak_flops_per_gpu`` (only when given, and only when the engine counts FLOPs).
     """
     try:
-        first, last = _one(before), _one(after)
+        pair = _pair(before, after)
+        if pair is None:
+            return {}
+        first, last = pair
         if _restarted(first.sources(), last.sources()):
             return {}
         return _signals([first, *(_one(s) for s in during), last], peak_flops_per_gpu)
@@ -508,6 +512,23 @@ def engine_signals(
 
 def _one(snapshots: Snapshot | Iterable[Snapshot]) -> Snapshot:
     return snapshots if isinstance(snapshots, Snapshot) else merge_snapshots(snapshots)
+
+
+def _pair(
+    before: Snapshot | Iterable[Snapshot], after: Snapshot | Iterable[Snapshot]
+) -> tuple[Snapshot, Snapshot] | None:
+    """Both sides merged; None (said once) when they hold different numbers of readings:
+    leaders are matched by position, so then no leader's series can be trusted."""
+    first, last = _one(before), _one(after)
+    if len(first.parts) != len(last.parts):
+        warn_once(
+            "vllm:leaders-mismatch",
+            f"rlmetrics-vllm: {len(first.parts)} readings before the step, {len(last.parts)} "
+            "after: data-parallel leaders are matched by position, so give both sides every "
+            "leader's reading, in the same order. The step's rl.vllm.* series are omitted",
+        )
+        return None
+    return first, last
 
 
 def _step_metrics(
