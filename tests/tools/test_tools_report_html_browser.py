@@ -267,6 +267,31 @@ def test_the_charts_of_a_long_run_fit_the_window(browser: Any, tmp_path: Path, w
         loaded.page.close()
 
 
+def test_a_row_with_columns_named_like_the_pages_own_opens(browser: Any, tmp_path: Path) -> None:
+    """A ``trajectories`` table of the user's own (``log_samples``) may have any column: one
+    named ``spans`` (the page's key for a row's turns) made the row's click a page error, and
+    one named ``step`` replaced the step the row was logged at."""
+    import rlmetrics
+    from rlmetrics.testing import isolated_state
+
+    jsonl = tmp_path / "metrics.jsonl"
+    with isolated_state(), rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger:
+        row = {"sample_id": "a", "spans": "mine", "step": "mine too", "reward": 1.0}
+        logger.log_samples([row], 4, name="trajectories")
+        logger.log_metrics({"reward": 1.0}, step=4)
+    out = tmp_path / "own.html"
+    assert run_cli("report", jsonl, "--html", out).returncode == 0
+    loaded = _open(browser, out)
+    try:
+        first = loaded.page.locator("tr.traj").first
+        assert first.locator("td").first.inner_text().strip() == "4"
+        first.click()
+        assert loaded.page.locator("tr.detail").count() == 1
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()
+
+
 def test_the_demos_page_reads_well(browser: Any, tmp_path: Path) -> None:
     """The demo's run, as a user would open it: every one of its trajectories in the table, a
     row opened, the whole page screenshotted."""

@@ -26,6 +26,8 @@ TABLE = "trajectories"
 MAX_ROWS = 20_000
 _TRAJECTORY_OP = "invoke_agent"
 _OPERATION = "gen_ai.operation.name"
+#: The key of a row's turns and rewards read from its spans.
+_TREE = "spans"
 
 
 def _key(sample_id: Any, step: Any) -> tuple[str, Any]:
@@ -173,7 +175,11 @@ def read_trajectories(
             if steps is not None and not (type(step) is int and steps[0] <= step <= steps[1]):
                 continue
             total += 1
-            rows.append({"step": step, **sample})
+            # The page's own keys win over columns of those names (a table of the user's own
+            # may have any): the step the row was logged at, and its spans' tree (set below).
+            row = {k: v for k, v in sample.items() if k != _TREE}
+            row["step"] = step
+            rows.append(row)
             if len(rows) > limit:
                 del rows[: len(rows) - limit]
     spans = _spans_by_sample(traces) if traces is not None else {}
@@ -181,6 +187,6 @@ def read_trajectories(
     for row in rows:
         span = spans.get(_key(row.get("sample_id"), row.get("step")))
         if span is not None:
-            row["spans"] = _tree(traces, span)  # type: ignore[arg-type]
+            row[_TREE] = _tree(traces, span)  # type: ignore[arg-type]
             with_spans += 1
     return {"rows": rows, "total": total, "with_spans": with_spans, "traced": traces is not None}
