@@ -874,3 +874,26 @@ def test_an_override_naming_no_installed_distribution_is_refused_at_start(
     with pytest.raises(ConfigurationError, match=re.escape(said)):
         rlmetrics.start(exporters=[])
     assert main(["config"]) == 2
+
+
+def test_a_hook_without_its_decorator_is_refused_naming_it(site: Site) -> None:
+    """``def log_metrics(...)`` with the ``@rlmetrics.hookimpl`` left off loaded as "no hooks"
+    and was never called."""
+    site.install(
+        "acme-bare",
+        {
+            "acme_bare.py": """
+                import rlmetrics
+
+                def log_metrics(metrics, prefix):
+                    pass
+            """
+        },
+        {"acme_bare": "acme_bare"},
+    )
+    info = _info(load_plugins(quiet=True), "acme_bare")
+    assert info.status == FAILED
+    assert info.summary == (
+        "invalid hooks: 'log_metrics' is named like a hook but not marked @rlmetrics.hookimpl, "
+        "so it is never called: mark it (or rename it)"
+    )
