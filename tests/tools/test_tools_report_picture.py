@@ -76,3 +76,30 @@ def test_a_trl_runs_picture_has_whole_steps_and_its_kl_panel() -> None:
             assert shown and all(float(t).is_integer() for t in shown), shown
         assert "run 0b3cbffc890e (trl-grpo.jsonl)" in figure._suptitle.get_text()
         assert report.run_id == "0b3cbffc890e"
+
+
+def test_characters_the_font_lacks_are_said_once_not_as_python_warnings(tmp_path: Path) -> None:
+    """A run id (the picture's title) or key in a script matplotlib's font has no glyph for:
+    one line says so, instead of two lines of ``UserWarning: Glyph N missing from font(s)``
+    per character, from the picture and from the timeline."""
+    import rlmetrics
+    from rlmetrics.testing import isolated_state
+
+    jsonl, traces = tmp_path / "metrics.jsonl", tmp_path / "traces.jsonl"
+    with (
+        isolated_state(),
+        rlmetrics.start(exporters={"otlp_file": {"path": traces}}, run_id="训练-🚀"),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger,
+    ):
+        for step in (1, 2):
+            with rlmetrics.step(step, logger=logger), rlmetrics.phase("训练"):
+                logger.log_metrics({"reward": step / 2}, step=step)
+    done = run_cli(
+        "report", jsonl, "--plot", tmp_path / "run.png", "--traces", traces,
+        "--timeline", tmp_path / "timeline.png",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "run.png").stat().st_size and (tmp_path / "timeline.png").stat().st_size
+    assert "UserWarning" not in done.stderr and "Glyph" not in done.stderr, done.stderr
+    said = [line for line in done.stderr.splitlines() if "no glyph" in line]
+    assert len(said) == 1, done.stderr

@@ -6,13 +6,17 @@ panel the run has no data for is left out. Needs matplotlib: ``pip install
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
-from collections.abc import Callable, Sequence
+import re
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._warn import warn_once
 from .destinations import file_problem
 from .summary import RunReport
 
@@ -31,6 +35,7 @@ __all__ = [
     "report_figure",
     "supported_formats",
     "title",
+    "unknown_glyphs_said_once",
 ]
 
 INSTALL_HINT = "pip install 'rlmetrics[report]'"
@@ -41,6 +46,33 @@ PLOT_DPI = 100
 MAX_COLUMNS = 3
 #: The trends drawn by default: (step row key, title).
 _TRENDS = (("reward", "Mean reward"), ("kl", "KL"), ("loss", "Loss"))
+
+
+#: matplotlib's warning for a character its font cannot draw.
+_MISSING_GLYPH = re.compile(r"Glyph \d+ .*missing from font")
+
+
+@contextlib.contextmanager
+def unknown_glyphs_said_once() -> Iterator[None]:
+    """matplotlib warns (two lines on stderr) for every character its font has no glyph for,
+    each time it lays text out: a run id or key in another script made dozens of lines. Inside
+    this block they are one line, once; other warnings pass on as they were."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    missing = False
+    for found in caught:
+        if issubclass(found.category, UserWarning) and _MISSING_GLYPH.search(str(found.message)):
+            missing = True
+            continue
+        warnings.warn_explicit(found.message, found.category, found.filename, found.lineno)
+    if missing:
+        warn_once(
+            "report:missing-glyphs",
+            "rlmetrics report: the pictures' font has no glyph for some characters of their "
+            "text (a run id, key or phase in another script); they are drawn as boxes",
+            expected=True,
+        )
 
 
 class MissingExtra(ImportError):
@@ -123,11 +155,12 @@ def plot_report(report: RunReport, path: str | os.PathLike[str]) -> list[str]:
     :class:`NothingToPlot` when there are none."""
     chosen = panels(report)
     plt = _pyplot()
-    figure = report_figure(report)
-    try:
-        figure.savefig(path, dpi=PLOT_DPI)
-    finally:
-        plt.close(figure)
+    with unknown_glyphs_said_once():
+        figure = report_figure(report)
+        try:
+            figure.savefig(path, dpi=PLOT_DPI)
+        finally:
+            plt.close(figure)
     return [name for name, _ in chosen]
 
 

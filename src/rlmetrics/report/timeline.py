@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..tracing import ITERATION_ATTR, STEP_SPAN
-from .plot import PLOT_DPI, NothingToPlot, _pyplot
+from .plot import PLOT_DPI, NothingToPlot, _pyplot, unknown_glyphs_said_once
 from .traces import Span, TraceSet
 
 __all__ = ["BUCKET_COLOURS", "DEFAULT_STEPS", "lanes", "plot_timeline", "rank_window"]
@@ -127,10 +127,11 @@ def plot_timeline(
     axes = figure.add_subplot(1, 1, 1)
     try:
         title = ", ".join(os.path.basename(s) for s in traces.sources) or "trace"
-        _draw(axes, traces, chosen, every, by_lane, all_steps)
-        axes.set_title(f"rlmetrics timeline: {title}", fontsize=12)
-        figure.tight_layout()
-        figure.savefig(path, dpi=PLOT_DPI)  # in the format its suffix names
+        with unknown_glyphs_said_once():
+            _draw(axes, traces, chosen, every, by_lane, all_steps)
+            axes.set_title(f"rlmetrics timeline: {title}", fontsize=12)
+            figure.tight_layout()
+            figure.savefig(path, dpi=PLOT_DPI)  # in the format its suffix names
     finally:
         plt.close(figure)
     return len(chosen)
