@@ -262,6 +262,24 @@ def test_hook_register_exporters() -> None:
     assert options == [(2, {"flavour": "x"})]
 
 
+def test_an_exporter_factory_without_export_interval_s_is_refused_naming_the_exporter() -> None:
+    """``start()`` raised Python's own "make() got an unexpected keyword argument
+    'export_interval_s'", naming neither the exporter nor what a factory takes."""
+
+    def make(path: str | None = None) -> Exporter:
+        raise AssertionError("not called")
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_exporters(self, register: Any) -> None:
+            register("acme_lines", make)
+
+    register(Offers(), "offers-no-interval")
+    with pytest.raises(TypeError, match=r"exporter 'acme_lines': its factory .*make takes no "):
+        rlmetrics.start(exporters=["acme_lines"])
+    assert rlmetrics.current() is None  # nothing left started
+
+
 def test_hook_register_phases() -> None:
     """A phase a plugin offers is accounted as it says: per step, or added up over the run."""
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor

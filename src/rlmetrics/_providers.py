@@ -498,6 +498,20 @@ class _UnregisteredWhileBuilding(logging.Filter):
 logging.getLogger(_READER_LOGGER).addFilter(_UnregisteredWhileBuilding())
 
 
+def _takes_interval(factory: Callable[..., Any]) -> bool:
+    """Whether ``factory`` accepts ``export_interval_s`` (named, or through ``**options``);
+    True when its signature cannot be read."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == "export_interval_s" and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        for p in parameters
+    )
+
+
 def build_provider(
     resource: Mapping[str, Any],
     exporters: Mapping[str, tuple[Callable[..., Exporter], Mapping[str, Any]]],
@@ -513,6 +527,13 @@ def build_provider(
     _building.set()
     try:
         for name, (factory, options) in exporters.items():
+            if not _takes_interval(factory):
+                raise TypeError(
+                    f"exporter {name!r}: its factory "
+                    f"{getattr(factory, '__qualname__', repr(factory))} takes no "
+                    "export_interval_s; rlmetrics calls factory(export_interval_s=..., "
+                    "**options): add the parameter (None: the reader's default)"
+                )
             exporter = factory(export_interval_s=export_interval_s, **options)
             if not isinstance(exporter, Exporter):
                 raise TypeError(
