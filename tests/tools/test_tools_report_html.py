@@ -149,6 +149,35 @@ def test_the_chosen_steps_choose_the_trajectories_too(
     assert {step for step, _ in data["curves"]["reward"]} == steps
 
 
+def test_rollouts_sharing_a_sample_id_open_into_their_own_turns(tmp_path: Path) -> None:
+    """Three rollouts logged under one sample id in one step (a loop that used the prompt's
+    id): each row opens into its own trajectory's turns; every row opened into the last's."""
+    import rlmetrics
+    from rlmetrics.testing import isolated_state
+
+    jsonl, traces = tmp_path / "metrics.jsonl", tmp_path / "traces.jsonl"
+    records = [
+        {"sample_id": "p0", "turns": [{"tool_calls": [{"name": f"t{n}-{k}"}]} for k in range(n)]}
+        for n in (1, 2, 3)
+    ]
+    with (
+        isolated_state(),
+        rlmetrics.start(exporters={"otlp_file": {"path": traces}}),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger,
+        rlmetrics.step(1, logger=logger),
+    ):
+        logger.log_trajectories(records, step=1)
+        logger.log_metrics({"reward": 1.0}, step=1)
+    out = tmp_path / "run.html"
+    assert run_cli("report", jsonl, "--traces", traces, "--html", out).returncode == 0
+    _, data = _page(out)
+    rows = data["trajectories"]["rows"]
+    assert [row["turns"] for row in rows] == [1, 2, 3]
+    for row, record in zip(rows, records, strict=True):
+        names = [[i["name"] for i in turn if i["kind"] == "tool"] for turn in row["spans"]["turns"]]
+        assert names == [[call["name"] for call in t["tool_calls"]] for t in record["turns"]]
+
+
 def test_without_traces_the_rows_keep_their_counts(recorded: TrajectoryRun, tmp_path: Path) -> None:
     out = _write(recorded, tmp_path / "run.html")
     _, data = _page(out)

@@ -140,13 +140,39 @@ def _tree(traces: TraceSet, trajectory: Span) -> dict[str, Any]:
     }
 
 
-def _spans_by_sample(traces: TraceSet) -> dict[tuple[str, Any], Span]:
-    out: dict[tuple[str, Any], Span] = {}
+def _spans_by_sample(traces: TraceSet) -> dict[tuple[str, Any], list[Span]]:
+    """Trajectory spans by sample id and step, each key's in the order the file holds them
+    (more than one when a loop logged several rollouts under one sample id)."""
+    out: dict[tuple[str, Any], list[Span]] = {}
     for span in traces.spans:
         a = span.attributes
         if a.get(_OPERATION) == _TRAJECTORY_OP and "rl.sample.id" in a:
-            out[_key(a["rl.sample.id"], a.get(ITERATION_ATTR))] = span
+            out.setdefault(_key(a["rl.sample.id"], a.get(ITERATION_ATTR)), []).append(span)
     return out
+
+
+#: A row's columns and the trajectory span's attributes that say the same thing: a row and a
+#: span of one sample id and step are one record only where these agree.
+_SAME = (
+    ("turns", "rl.trajectory.turns"),
+    ("tool_calls", "rl.trajectory.tool_calls"),
+    ("outcome", "rl.trajectory.outcome"),
+    ("reward", "rl.reward"),
+)
+
+
+def _agrees(row: Mapping[str, Any], span: Span) -> bool:
+    a = span.attributes
+    return all(row[col] == a[attr] for col, attr in _SAME if col in row and attr in a)
+
+
+def _take(candidates: list[Span], row: Mapping[str, Any]) -> Span | None:
+    """The first of ``candidates`` (spans of the row's sample id and step) that agrees with
+    ``row``, removed so that the next row of that id takes another; None when none does."""
+    for index, span in enumerate(candidates):
+        if _agrees(row, span):
+            return candidates.pop(index)
+    return None
 
 
 def read_trajectories(
@@ -185,7 +211,7 @@ def read_trajectories(
     spans = _spans_by_sample(traces) if traces is not None else {}
     with_spans = 0
     for row in rows:
-        span = spans.get(_key(row.get("sample_id"), row.get("step")))
+        span = _take(spans.get(_key(row.get("sample_id"), row.get("step")), []), row)
         if span is not None:
             row[_TREE] = _tree(traces, span)  # type: ignore[arg-type]
             with_spans += 1
