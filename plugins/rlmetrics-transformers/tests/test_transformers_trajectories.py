@@ -152,11 +152,11 @@ def test_a_grpo_run_yields_one_trajectory_per_completion_with_trls_rewards(
     for output in (path, samples_path(path)):
         assert MARKER not in output.read_text()
     assert not any(MARKER in str(s.attributes) for s in spans)
-    # A reward function's None is TRL's NaN: that component dropped, said once, the rest
-    # landed (the seeded run has some).
+    # A reward function's None is TRL's NaN: no reward of that function (as TRL leaves it
+    # out of its means), no bad value to warn about; the rest landed (the seeded run has some).
     assert 0 < nan < completions
     said = [r for r in caplog.records if "'reward.value' must be a finite" in r.getMessage()]
-    assert len(said) == 1
+    assert not said
 
 
 def test_trajectories_false_logs_no_trajectories(tmp_path: Path) -> None:
@@ -305,3 +305,39 @@ def test_every_generation_batch_is_logged_when_logging_steps_exceed_a_generation
     assert Counter(line["step"] for line in lines) == {1: per_batch, 3: per_batch}
     assert sum(p.value for p in found if p.name == "rl.trajectory.completed") == 2 * per_batch
     assert [row["step"] for row in read_jsonl(path) if "loss" in row["metrics"]] == [MAX_STEPS]
+
+
+def test_a_reward_function_that_returns_none_is_no_bad_value_even_in_strict_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TRL lets a reward function return None for a completion it does not apply to (its NaN,
+    left out of TRL's means). Before, the callback handed that NaN to the trajectory as a
+    reward value: a WARNING that it 'must be a finite number', and in strict mode a
+    StrictModeError that stopped train() at the first step. Now the component is left out of
+    that completion's record, as TRL leaves it out, without a word."""
+    monkeypatch.setenv("RLMETRICS_STRICT", "1")
+    caplog.set_level(logging.WARNING, logger="rlmetrics")
+    path = tmp_path / "metrics.jsonl"
+    callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    trl = TrlCompletions()
+    with in_memory_tracing():
+        trainer = _grpo(tmp_path, [callback, trl])
+        trl.trainer = trainer
+        trainer.train()
+        callback.finish()
+    assert trainer.state.global_step == MAX_STEPS
+    rows = [
+        line["sample"] | {"step": line["step"]}
+        for line in read_jsonl(samples_path(path), every_row=True)
+    ]
+    assert len(rows) == 2 * PER_STEP * STEPS_PER_GENERATION
+    skipped = 0
+    for row in rows:
+        index = int(row["sample_id"].split("-")[1])
+        if math.isnan(trl.at[row["step"]]["odd_length_reward"][index]):
+            assert "reward/odd_length_reward" not in row
+            skipped += 1
+    assert skipped > 0  # the seeded run has some
+    assert not [
+        r for r in caplog.records if "reward" in r.getMessage() and "finite" in r.getMessage()
+    ]

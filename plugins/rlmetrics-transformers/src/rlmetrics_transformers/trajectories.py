@@ -17,7 +17,8 @@ handed over before, told apart by their advantage objects (``Tensor.tolist()`` m
 float for each, and the reader holds the last batch's, so no id is reused while it compares).
 
 Each completion becomes ``{"sample_id": "<step>-<i>", "group_id": "<step>-g<i // G>",
-"reward": TRL's weighted sum, "rewards": one per reward function, "turns": one generation}``;
+"reward": TRL's weighted sum, "rewards": one per reward function that scored it, "turns": one
+generation}`` (a function's None, TRL's NaN, is no reward: TRL leaves it out of its means);
 the prompt and completion text are read only when the trajectory text policy keeps text.
 """
 
@@ -76,6 +77,12 @@ def _weights(trainer: Any, count: int) -> list[float]:
     return values if len(values) == count else [1.0] * count
 
 
+def _unscored(value: Any) -> bool:
+    """Whether a reward function gave this completion no reward: TRL's NaN (its None), or
+    nothing at all (a column shorter than the batch)."""
+    return value is None or (type(value) is float and value != value)
+
+
 def _weighted_sum(values: Sequence[Any], weights: Sequence[float]) -> float | None:
     """TRL's total reward: the weighted sum over the reward functions that scored it (NaN is
     a function that returned None); None when none did."""
@@ -105,9 +112,12 @@ def completion_records(
         record: dict[str, Any] = {
             "sample_id": f"{step}-{index}",
             "group_id": f"{step}-g{index // size}",
+            # A function's None (NaN in TRL's tensor) is "does not apply to this completion",
+            # which TRL leaves out of its means: no reward of that function, not a bad value.
             "rewards": [
                 {"value": value, "component": name}
                 for name, value in zip(names, values, strict=True)
+                if not _unscored(value)
             ],
             "turns": [{"generations": [{"model": model}]}],
         }
