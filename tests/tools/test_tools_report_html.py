@@ -178,6 +178,48 @@ def test_rollouts_sharing_a_sample_id_open_into_their_own_turns(tmp_path: Path) 
         assert names == [[call["name"] for call in t["tool_calls"]] for t in record["turns"]]
 
 
+def test_long_kept_texts_are_cut_to_keep_the_page_small(tmp_path: Path) -> None:
+    """Text policy ``full`` keeps up to 32 KB a text, in the row and in each generation's
+    span: 300 such trajectories made a page of 36 MB (20 000 would be gigabytes, more than a
+    browser opens). The page holds at most TEXT_BUDGET characters of text: each text is cut to
+    the length that fits, says so, and the page says how far."""
+    import rlmetrics
+    from rlmetrics.report.trajectory_view import TEXT_BUDGET
+    from rlmetrics.testing import isolated_state
+    from rlmetrics.trajectories import configure
+
+    jsonl, traces = tmp_path / "metrics.jsonl", tmp_path / "traces.jsonl"
+    text = "word " * 6000  # 30 000 characters
+    with (
+        isolated_state(),
+        rlmetrics.start(exporters={"otlp_file": {"path": traces}}),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}, max_sample_rows=300) as logger,
+        rlmetrics.step(1, logger=logger),
+    ):
+        configure(text="full", budget=rlmetrics.SpanBudget(trace_all_below=1000))
+        records = [
+            {
+                "sample_id": f"s{i}",
+                "prompt": text,
+                "completion": text,
+                "turns": [{"generations": [{"model": "m", "prompt": text, "completion": text}]}],
+            }
+            for i in range(300)
+        ]
+        logger.log_trajectories(records, step=1)
+        logger.log_metrics({"reward": 1.0}, step=1)
+    out = _write(TrajectoryRun(jsonl, traces, {}), tmp_path / "run.html", "--traces", traces)
+    assert out.stat().st_size < TEXT_BUDGET * 1.3
+    _, data = _page(out)
+    shown = data["trajectories"]
+    cut = shown["texts_cut_to"]
+    assert isinstance(cut, int) and 0 < cut < len(text)
+    first = shown["rows"][0]
+    assert first["prompt"] == f"{text[:cut]}\n… (+{len(text) - cut} characters)"
+    [generation] = first["spans"]["turns"][0]
+    assert generation["completion"].startswith(text[:cut])
+
+
 def test_without_traces_the_rows_keep_their_counts(recorded: TrajectoryRun, tmp_path: Path) -> None:
     out = _write(recorded, tmp_path / "run.html")
     _, data = _page(out)
@@ -208,4 +250,10 @@ def test_a_run_without_trajectories_still_has_its_page(tmp_path: Path) -> None:
     done = run_cli("report", jsonl, "--html", out)
     assert done.returncode == 0, done.stderr
     _, data = _page(out)
-    assert data["trajectories"] == {"rows": [], "total": 0, "with_spans": 0, "traced": False}
+    assert data["trajectories"] == {
+        "rows": [],
+        "total": 0,
+        "with_spans": 0,
+        "traced": False,
+        "texts_cut_to": None,
+    }

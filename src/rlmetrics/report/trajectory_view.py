@@ -18,7 +18,7 @@ from ..backends.jsonl import read_jsonl, samples_path
 from ..tracing import ITERATION_ATTR
 from .traces import Span, TraceSet
 
-__all__ = ["TABLE", "MAX_ROWS", "read_trajectories"]
+__all__ = ["MAX_ROWS", "TABLE", "TEXT_BUDGET", "read_trajectories"]
 
 #: The samples table trajectories are logged to.
 TABLE = "trajectories"
@@ -26,6 +26,14 @@ TABLE = "trajectories"
 MAX_ROWS = 20_000
 _TRAJECTORY_OP = "invoke_agent"
 _OPERATION = "gen_ai.operation.name"
+#: Characters of kept text (prompts, completions, tool arguments and results, of rows and of
+#: their spans) the page holds at most: past it every text is cut to the one length that fits.
+#: Under text policy ``full`` a trajectory keeps up to 32 KB a text, in its row and in each
+#: generation: 300 made a page of 36 MB, and 20 000 would be more than a browser opens.
+TEXT_BUDGET = 16_000_000
+#: The shortest a text is cut to, however many there are.
+_MIN_CUT = 100
+_TEXT_FIELDS = ("prompt", "completion", "arguments", "result")
 #: The key of a row's turns and rewards read from its spans.
 _TREE = "spans"
 
@@ -175,18 +183,57 @@ def _take(candidates: list[Span], row: Mapping[str, Any]) -> Span | None:
     return None
 
 
+def _texts(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """Every kept text of ``rows`` as (the dict holding it, its key): the rows' own and those
+    of the generations and tool calls of their spans."""
+    holders: list[dict[str, Any]] = []
+    for row in rows:
+        holders.append(row)
+        tree = row.get(_TREE)
+        if tree is not None:
+            holders.extend(item for turn in tree["turns"] for item in turn)
+    return [(h, f) for h in holders for f in _TEXT_FIELDS if isinstance(h.get(f), str)]
+
+
+def _fitting_length(lengths: list[int], budget: int) -> int | None:
+    """The length every text longer than it is cut to so that all of them hold ``budget``
+    characters (the longest are cut first, the shorter kept whole); None when they fit."""
+    left = budget
+    ordered = sorted(lengths)
+    for index, length in enumerate(ordered):
+        if length * (len(ordered) - index) > left:
+            return max(_MIN_CUT, left // (len(ordered) - index))
+        left -= length
+    return None
+
+
+def _cut_texts(rows: list[dict[str, Any]], budget: int) -> int | None:
+    """Cut the rows' texts to hold ``budget`` characters; the length they were cut to."""
+    found = _texts(rows)
+    cut = _fitting_length([len(h[f]) for h, f in found], budget)
+    if cut is None:
+        return None
+    for holder, field in found:
+        text = holder[field]
+        if len(text) > cut:
+            holder[field] = f"{text[:cut]}\n… (+{len(text) - cut} characters)"
+    return cut
+
+
 def read_trajectories(
     jsonl: str | os.PathLike[str],
     run_id: str | None,
     traces: TraceSet | None = None,
     limit: int = MAX_ROWS,
     steps: tuple[int, int] | None = None,
+    text_budget: int = TEXT_BUDGET,
 ) -> dict[str, Any]:
     """The run's trajectory rows (``{"rows": [...], "total": n, "with_spans": k}``), the
     newest ``limit`` of them (of steps ``steps[0]`` to ``steps[1]`` when given), each as
     logged plus its ``step`` and, when its spans are in ``traces``, ``spans``: its ``turns``
     (each a list of generations, tool calls and rewards in time order) and the trajectory's
-    own ``rewards``."""
+    own ``rewards``. Kept texts past ``text_budget`` characters in all are cut
+    (``texts_cut_to`` says to how many characters; None when none was)."""
     path = samples_path(Path(jsonl))
     rows: list[dict[str, Any]] = []
     total = 0
@@ -215,4 +262,10 @@ def read_trajectories(
         if span is not None:
             row[_TREE] = _tree(traces, span)  # type: ignore[arg-type]
             with_spans += 1
-    return {"rows": rows, "total": total, "with_spans": with_spans, "traced": traces is not None}
+    return {
+        "rows": rows,
+        "total": total,
+        "with_spans": with_spans,
+        "traced": traces is not None,
+        "texts_cut_to": _cut_texts(rows, text_budget),
+    }

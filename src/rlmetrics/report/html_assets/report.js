@@ -244,7 +244,9 @@
     const spanNote = el("p", { class: "note" }, t.traced
       ? `${t.with_spans} of ${rows.length} trajectories have spans; click a row for its turns.`
       : "Click a row for its counts; with --traces a row opens into its turns and tool calls.");
-    box.append(...[filters, note, spanNote, table].filter(Boolean));
+    const cutNote = t.texts_cut_to ? el("p", { class: "note" }, `Kept texts longer than ${t.texts_cut_to} characters are cut here, `
+      + "so that the page stays small enough to open; the samples file and the spans hold them whole.") : null;
+    box.append(...[filters, note, spanNote, cutNote, table].filter(Boolean));
 
     // Rows are built when first listed, and at most a page of them is listed at once: a
     // table of every row of a large run took seconds to open and to refilter.
