@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import rlmetrics
 from rlmetrics.events import EfficiencySummary
 from rlmetrics.plugins import register
-from rlmetrics.testing import in_memory_telemetry
+from rlmetrics.testing import in_memory_telemetry, points
 
 
 class _Both:
@@ -256,3 +256,26 @@ def test_a_telemetry_stopping_that_never_returns_leaves_shutdown_bounded(
         stopper.join(60)
     assert entered.is_set() and returned
     assert "'telemetry_stopping' of plugin 'stuck' did not return within" in caplog.text
+
+
+def test_a_plugin_that_changes_the_logged_dict_changes_it_for_itself_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One ``log_metrics`` implementation popping ``reward`` (and writing text over ``loss``)
+    took ``rl.reward.mean`` from every family after it and broke ``rl.policy.loss``: the
+    implementations shared the loop's dict. They get a read-only view: the change raises in
+    the plugin that tries it, reported naming it, and the others read what the loop logged."""
+
+    class Greedy:
+        @rlmetrics.hookimpl(tryfirst=True)
+        def log_metrics(self, metrics: Any) -> None:
+            metrics.pop("reward", None)
+
+    register(Greedy(), "greedy")
+    with caplog.at_level("WARNING", logger="rlmetrics"), in_memory_telemetry() as (_h, reader):
+        logged = {"reward": 0.5, "loss": 1.0}
+        rlmetrics.Logger(backends={}).log_metrics(logged, step=1, prefix="train")
+        values = {p.name: p.value for p in points(reader)}
+    assert (values["rl.reward.mean"], values["rl.policy.loss"]) == (0.5, 1.0)
+    assert logged == {"reward": 0.5, "loss": 1.0}
+    assert "plugin 'greedy' raised in hook 'log_metrics'" in caplog.text

@@ -28,6 +28,7 @@ import operator
 import sys
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pluggy
@@ -460,6 +461,10 @@ class Hooks:
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         if not (is_exporting() or self.wanted("log_metrics")):  # exporting: one call, not two
             return
+        if type(metrics) is dict:
+            # One view for every implementation: a plugin that pops or overwrites a key raises
+            # in its own guard, instead of taking the key from every family after it.
+            metrics = MappingProxyType(metrics)
         # Which implementations read such a dict is worked out once per prefix and key
         # sequence (a loop logs the same keys every step), or once per prefix while no
         # implementation declares keys: then a loop whose keys churn holds no plans for them.

@@ -176,7 +176,8 @@ def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
 
     :param metrics: flat ``{key: value}``; nested dicts were flattened with ``/``. Values are
         whatever the loop logged (floats, ints, tensors, strings, lists…): take what you
-        understand and ignore the rest.
+        understand and ignore the rest. Read-only (every implementation reads the same
+        mapping): ``dict(metrics)`` is a copy of your own to change or serialise.
     :param step: the trainer step the loop passed.
     :param prefix: the dict's prefix (``"train"``, ``""``, ``"timing/setup"``…); a key's meaning
         depends on it, so filter on it first.
