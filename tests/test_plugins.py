@@ -897,3 +897,28 @@ def test_a_hook_without_its_decorator_is_refused_naming_it(site: Site) -> None:
         "invalid hooks: 'log_metrics' is named like a hook but not marked @rlmetrics.hookimpl, "
         "so it is never called: mark it (or rename it)"
     )
+
+
+def test_an_object_that_is_a_backend_and_a_plugin_registers(tmp_path: Path) -> None:
+    """Its backend method ``log_metrics`` is named like the hook and is no hook: only a
+    module's unmarked function is taken for a forgotten decorator."""
+
+    class Both:
+        def __init__(self) -> None:
+            self.rows: list[Any] = []
+
+        def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+            self.rows.append(dict(metrics))
+
+        def finish(self) -> None:
+            pass
+
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register("both", lambda: self)
+
+    both = Both()
+    assert rlmetrics.plugins.register(both, "both")
+    with rlmetrics.Logger(backends={"both": {}}) as logger:
+        logger.log_metrics({"x": 1}, step=1)
+    assert both.rows == [{"x": 1}]

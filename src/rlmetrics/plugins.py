@@ -268,12 +268,13 @@ def _hookimpls(pm: pluggy.PluginManager, plugin: Any) -> Iterator[tuple[str, str
 def _never_run(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
     """What to change in each hook implementation of ``plugin`` whose body a call would never
     run: an ``async def`` (a coroutine nobody awaits), a generator not marked as a wrapper, a
-    function named like a hook whose ``@rlmetrics.hookimpl`` was left off."""
+    module's function named like a hook whose ``@rlmetrics.hookimpl`` was left off (not an
+    object's method: an object may be a backend too, whose ``log_metrics`` is no hook)."""
     found = [
         f"{name!r} is named like a hook but not marked @rlmetrics.hookimpl, so it is never "
         "called: mark it (or rename it)"
-        for name in _spec_arguments()
-        if callable(inspect.getattr_static(plugin, name, None))
+        for name in (_spec_arguments() if inspect.ismodule(plugin) else ())
+        if inspect.isfunction(getattr(plugin, name, None))
         and pm.parse_hookimpl_opts(plugin, name) is None
     ]
     for attribute, hook in _hookimpls(pm, plugin):
