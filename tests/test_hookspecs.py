@@ -280,6 +280,28 @@ def test_an_exporter_factory_without_export_interval_s_is_refused_naming_the_exp
     assert rlmetrics.current() is None  # nothing left started
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11's")
+def test_an_exporter_factory_that_raises_is_named_on_its_exception() -> None:
+    """``start()`` raised the factory's bare ``RuntimeError('collector config broken')``: the
+    exception now carries a note naming the exporter whose factory raised it."""
+
+    def make(export_interval_s: float | None = None) -> Exporter:
+        raise RuntimeError("collector config broken")
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_exporters(self, register: Any) -> None:
+            register("acme_lines", make)
+
+    register(Offers(), "offers-raising")
+    with pytest.raises(RuntimeError, match="collector config broken") as raised:
+        rlmetrics.start(exporters=["acme_lines"])
+    assert getattr(raised.value, "__notes__", []) == [
+        "rlmetrics: raised by the factory of exporter 'acme_lines'"
+    ]
+    assert rlmetrics.current() is None
+
+
 def test_hook_register_phases() -> None:
     """A phase a plugin offers is accounted as it says: per step, or added up over the run."""
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor

@@ -534,7 +534,13 @@ def build_provider(
                     "export_interval_s; rlmetrics calls factory(export_interval_s=..., "
                     "**options): add the parameter (None: the reader's default)"
                 )
-            exporter = factory(export_interval_s=export_interval_s, **options)
+            try:
+                exporter = factory(export_interval_s=export_interval_s, **options)
+            except Exception as exc:
+                # Raised as it is (its type is what callers catch), saying whose it is.
+                if hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(f"rlmetrics: raised by the factory of exporter {name!r}")
+                raise
             if not isinstance(exporter, Exporter):
                 raise TypeError(
                     f"exporter {name!r}: its factory returned a {type(exporter).__name__}, "
