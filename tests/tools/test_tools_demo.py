@@ -169,6 +169,18 @@ def test_a_port_that_is_none_is_one_line_and_status_2(port: str, tmp_path: Path)
     assert done.stderr.endswith(f"rlmetrics demo: error: {said}\n"), done.stderr
 
 
+@pytest.mark.parametrize("interval", ["-1", "inf", "nan", "1e10", "x"])
+def test_an_interval_that_is_no_pause_is_one_line_and_status_2(
+    interval: str, tmp_path: Path
+) -> None:
+    """Before, inf and 1e10 ended in time.sleep's OverflowError traceback after the first
+    step, and -1 and nan ran without a word."""
+    done = run_cli("demo", "--steps", "2", "--interval", interval, "--output", tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    said = f"argument --interval: expected seconds from 0 to 3600, got {interval!r}"
+    assert done.stderr.endswith(f"rlmetrics demo: error: {said}\n"), done.stderr
+
+
 def test_a_configuration_mistake_is_one_line_and_status_2(tmp_path: Path) -> None:
     """A variable the demo's telemetry refuses (here the span queue's) is said as the demo's
     error, not as a ConfigurationError's traceback."""

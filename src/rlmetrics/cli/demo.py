@@ -14,6 +14,7 @@ is the same from run to run."""
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import threading
@@ -53,6 +54,23 @@ def port_number(text: str) -> int:
     return port
 
 
+#: The longest pause between steps ``--interval`` takes (time.sleep overflows past ~1e9 s).
+MAX_INTERVAL_S = 3600.0
+
+
+def interval_seconds(text: str) -> float:
+    """A pause between steps: finite, 0 to :data:`MAX_INTERVAL_S` seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0.0 <= seconds <= MAX_INTERVAL_S:  # False for NaN too
+        raise argparse.ArgumentTypeError(
+            f"expected seconds from 0 to {MAX_INTERVAL_S:g}, got {text!r}"
+        )
+    return seconds
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steps", type=positive_count, default=40, help="steps to run (default 40)"
@@ -66,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--interval",
-        type=float,
+        type=interval_seconds,
         default=0.1,
         metavar="SECONDS",
         help="real time between steps, so a scraper sees the run move (default 0.1)",
