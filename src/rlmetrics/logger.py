@@ -611,9 +611,12 @@ class Logger:
             self._release_strict()
         raise_if_strict()
 
-    def _finish(self, timeout_s: float | None, started: float | None = None) -> bool:
+    def _finish(
+        self, timeout_s: float | None, started: float | None = None, failed: bool = False
+    ) -> bool:
         """Close everything, once, waiting ``timeout_s`` from ``started`` (default: now);
-        whether this call did."""
+        whether this call did. ``failed``: the run ended with an exception, which the trackers
+        that keep a run's outcome are told (W&B, MLflow, SwanLab)."""
         close_open_scopes("still open at Logger.finish()", self)
         if self._ranks is not None and not self._finished:
             # An engine whose run rows arrive off this thread delivers them now, through this
@@ -625,16 +628,16 @@ class Logger:
             self._finished = True
             _unfinished.discard(self)
             for inline in self._inline.values():
-                inline.finish()
+                inline.finish(failed)
             if self._ranks is not None:
                 self._ranks.finish()
         bound = self.finish_timeout_s if timeout_s is None else timeout_s
         deadline = (time.monotonic() if started is None else started) + bound
         try:
             for worker in self._workers.values():
-                worker.request_finish()  # all at once: they finish side by side
+                worker.request_finish(failed)  # all at once: they finish side by side
             for worker in self._workers.values():
-                worker.finish(deadline, bound)
+                worker.finish(deadline, bound, failed)
         except BaseException as exc:  # a SIGTERM handler's SystemExit, a KeyboardInterrupt
             for worker in self._workers.values():
                 worker.say_unwritten(f"Logger.finish() was interrupted ({type(exc).__name__})")
@@ -652,7 +655,7 @@ class Logger:
     ) -> None:
         if exc is None:
             self.finish()
-        elif self._finish(None):
+        elif self._finish(None, failed=_is_failure(exc)):
             self._release_strict()  # the block's own exception is the one to see
 
     # -- internals ------------------------------------------------------------------------
@@ -840,18 +843,25 @@ def _finish_at_exit() -> None:
     an ``atexit`` handler, so what it counts and what a step it closes delivers is still
     exported. Never raises."""
     loggers = [lg for lg in list(_unfinished) if lg._pid == os.getpid()]
+    failed = _worker.ended_by_exception()
     bound = max((lg.exit_timeout_s for lg in loggers), default=DEFAULT_EXIT_TIMEOUT_S)
     deadline, bound = _worker.begin_exit(bound)
     started = deadline - bound
     for logger in loggers:
         try:
-            if logger._finish(logger.exit_timeout_s, started) and logger._strict:
+            if logger._finish(logger.exit_timeout_s, started, failed) and logger._strict:
                 release_strict()
         except BaseException:  # an interrupt during the wait: what was left is said
             warn_once("logger:exit", "rlmetrics: finishing a Logger at exit failed")
 
 
 _worker.at_exit(_finish_at_exit)
+
+
+def _is_failure(exc: BaseException) -> bool:
+    """Whether a Logger's block ended the run with ``exc`` as a failure: any exception but a
+    ``SystemExit`` of status 0."""
+    return not (isinstance(exc, SystemExit) and exc.code in (0, None))
 
 
 def _identity(run_id: str | None, resume: bool | None) -> RunIdentity:

@@ -66,7 +66,9 @@ class Backend(Protocol):
         """Write one flat dict. ``full_key(prefix, key)`` gives the name a tracker shows."""
 
     def finish(self) -> None:
-        """Flush and close. Called once, from ``Logger.finish()``; never from ``__del__``."""
+        """Flush and close. Called once, from ``Logger.finish()``; never from ``__del__``. A
+        ``finish`` that takes ``failed`` is told ``failed=True`` when the run ended with an
+        exception (a tracker that keeps a run's outcome marks it failed)."""
 
 
 @runtime_checkable

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import inspect
 import os
 import queue
 import sys
@@ -53,6 +54,7 @@ __all__ = [
     "at_exit",
     "begin_exit",
     "drain_at_exit",
+    "ended_by_exception",
     "is_inline",
     "live_backends",
     "snapshot",
@@ -240,9 +242,14 @@ def _report_method_failure(name: str, method: str) -> None:
     )
 
 
-def _finish(name: str, backend: Any, catching: type[BaseException] = Exception) -> None:
+def _finish(
+    name: str, backend: Any, catching: type[BaseException] = Exception, failed: bool = False
+) -> None:
     try:
-        backend.finish()
+        if failed and _takes_failed(backend):
+            backend.finish(failed=True)
+        else:
+            backend.finish()
     except catching:
         expected, text = _condition()
         warn_once(
@@ -250,6 +257,26 @@ def _finish(name: str, backend: Any, catching: type[BaseException] = Exception) 
             f"rlmetrics: backend {name!r} failed to finish{text}",
             expected=expected,
         )
+
+
+def _takes_failed(backend: Any) -> bool:
+    """Whether ``backend.finish`` takes ``failed``: a tracker with a notion of a failed run (W&B's
+    exit code, MLflow's FAILED, SwanLab's crashed) is told when the run ended with an
+    exception; any other backend is finished as always."""
+    try:
+        return "failed" in inspect.signature(backend.finish).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def ended_by_exception() -> bool:
+    """Whether the interpreter is exiting on an uncaught exception: Python keeps the one it
+    printed in ``sys.last_exc`` (``sys.last_value`` before 3.12). Not in an interactive session,
+    where an earlier error the user went on from is kept there too."""
+    if sys.flags.interactive or hasattr(sys, "ps1"):
+        return False
+    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return isinstance(error, BaseException) and not isinstance(error, SystemExit)
 
 
 class InlineBackend:
@@ -280,9 +307,10 @@ class InlineBackend:
         except Exception:
             _report_method_failure(self.name, method)
 
-    def finish(self) -> None:
-        """Finish the backend and say how many rows it failed to write."""
-        _finish(self.name, self.backend)
+    def finish(self, failed: bool = False) -> None:
+        """Finish the backend (``failed``: the run ended with an exception) and say how many
+        rows it failed to write."""
+        _finish(self.name, self.backend, failed=failed)
         lost = _lost(self.rows, self.failed, 0)
         if lost:
             logger.warning("rlmetrics: backend %r finished; %s", self.name, ", ".join(lost))
@@ -303,6 +331,7 @@ class BackendWorker:
         self._finishing = False  # finishing was asked for: the finish marker is queued or due
         self._marked = False  # the finish marker is queued
         self._finished = False  # finish() was called (it reports, once)
+        self._failed_run = False  # the run ended with an exception: said to the backend
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self._pid = os.getpid()
         self._thread = threading.Thread(
@@ -371,19 +400,20 @@ class BackendWorker:
                 expected=True,
             )
 
-    def request_finish(self) -> None:
+    def request_finish(self, failed: bool = False) -> None:
         """Queue the finish behind the rows, without waiting (a full queue gets it in
         :meth:`finish`): every backend of a Logger is asked first and then waited for, so
         one whose finish takes seconds (W&B syncing its run) does not spend the bound of the
-        others, which finish side by side."""
+        others, which finish side by side. ``failed``: the run ended with an exception."""
         if os.getpid() != self._pid or self._finishing:
             return
         self._finishing = True
+        self._failed_run = failed
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(_FINISH)
             self._marked = True
 
-    def finish(self, deadline: float, timeout_s: float) -> None:
+    def finish(self, deadline: float, timeout_s: float, failed: bool = False) -> None:
         """Write what is queued, then finish the backend, waiting until ``deadline``
         (``time.monotonic()``, ``timeout_s`` after the Logger's finish began; never past the
         interpreter's exit bound); report what was dropped, failed or left unwritten, once.
@@ -391,7 +421,7 @@ class BackendWorker:
         if os.getpid() != self._pid or self._finished:
             return
         self._finished = True
-        self.request_finish()
+        self.request_finish(failed)
         exiting = _exiting
         why = ""
         if exiting is not None:
@@ -430,7 +460,7 @@ class BackendWorker:
             # it would end the thread without a word, and every later row with it. (Signals
             # reach the main thread only: no KeyboardInterrupt is swallowed here.)
             if item is _FINISH:
-                _finish(self.name, self.backend, BaseException)
+                _finish(self.name, self.backend, BaseException, self._failed_run)
                 return
             method, args = item
             try:
@@ -477,11 +507,12 @@ def drain_at_exit() -> None:
     SIGTERM) only cuts the wait short."""
     deadline, bound = begin_exit(DEFAULT_EXIT_TIMEOUT_S)
     runners = [r for r in live_backends() if isinstance(r, BackendWorker)]
+    failed = ended_by_exception()
     try:
         for runner in runners:
-            runner.request_finish()
+            runner.request_finish(failed)
         for runner in runners:
-            runner.finish(deadline, bound)
+            runner.finish(deadline, bound, failed)
     except BaseException as exc:  # nobody is left to raise into
         for runner in runners:
             runner.say_unwritten(f"the exit's wait was interrupted ({type(exc).__name__})")

@@ -355,11 +355,13 @@ class MlflowBackend:
                 "exactly); later tables at DEBUG",
             )
 
-    def finish(self) -> None:
+    def finish(self, failed: bool = False) -> None:
+        """Mark the run FINISHED, once; FAILED when ``failed`` (it ended with an exception)."""
         if self._finished:
             return
         self._finished = True
-        self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FINISHED))
+        status = RunStatus.FAILED if failed else RunStatus.FINISHED
+        self.client.set_terminated(self.run_id, RunStatus.to_string(status))
 
 
 def _rounded_floats(frame: Any, data: Mapping[str, list[Any]]) -> list[float]:

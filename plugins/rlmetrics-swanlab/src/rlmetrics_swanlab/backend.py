@@ -314,13 +314,18 @@ class SwanLabBackend:
             columns = columns_of(rows)
             self.run.log({name: [_sample_text(row, columns) for row in rows]}, step=number)
 
-    def finish(self) -> None:
+    def finish(self, failed: bool = False) -> None:
         """Finish the run, once, if a backend of this process started it and no other still
-        logs into it (another Logger's); a run the script started is left to the script."""
+        logs into it (another Logger's); a run the script started is left to the script.
+        ``failed`` (the run ended with an exception): SwanLab's crashed state."""
         if self._finished:
             return
         self._finished = True
-        if _RUNS.leave(self.run):
+        if not _RUNS.leave(self.run):
+            return
+        if failed:
+            self.run.finish(state="crashed", error="the training loop ended with an exception")
+        else:
             self.run.finish()
 
 

@@ -252,12 +252,13 @@ class WandbBackend:
         self.axes.bind([name], STEP_KEY)
         self.run.log(row)
 
-    def finish(self) -> None:
+    def finish(self, failed: bool = False) -> None:
         """Finish the run (flushing it), once, if a backend of this process started it and
-        no other still logs into it (another Logger's); a run passed in is left to its owner."""
+        no other still logs into it (another Logger's); a run passed in is left to its owner.
+        ``failed`` (the run ended with an exception): exit code 1, W&B's failed run."""
         if self._finished:
             return
         self._finished = True
         _started.discard(self)
         if _RUNS.leave(self.run):
-            self.run.finish()
+            self.run.finish(exit_code=1 if failed else None)

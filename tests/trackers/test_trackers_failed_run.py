@@ -1,0 +1,78 @@
+"""A run that ends with an exception is marked failed in each tracker that has the notion (W&B
+exit code 1, MLflow FAILED, SwanLab crashed), whether a Logger used as a context manager sees
+the exception leave its block or the interpreter exits on an uncaught one; a run that ends
+well stays finished. Read back from each real store."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+from swanlab_helpers import records as swanlab_records
+from wandb_helpers import read_run
+
+import rlmetrics
+from rlmetrics.testing import run_to_exit
+
+
+def _states(logger: rlmetrics.Logger, uri: str) -> tuple[int, str, str]:
+    """W&B's exit code, MLflow's status, SwanLab's finish state."""
+    backends = logger.backends
+    records = read_run(backends["wandb"].transaction_log).records
+    (exit_record,) = [r["exit"] for r in records if r["type"] == "exit"]
+    status = MlflowClient(uri).get_run(backends["mlflow"].run_id).info.status
+    (finish,) = [r["finish"] for r in swanlab_records(backends["swanlab"].run_dir) if "finish" in r]
+    return exit_record.get("exit_code", 0), status, finish["state"]
+
+
+@pytest.mark.parametrize("fails", [True, False], ids=["raises", "ends-well"])
+def test_a_logger_block_left_by_an_exception_marks_the_run_failed(
+    every_backend: dict[str, Any], fails: bool
+) -> None:
+    # The trackers were told the run finished well: W&B "Finished", MLflow FINISHED, SwanLab
+    # finished, for a training loop that died.
+    backends = {k: every_backend[k] for k in ("wandb", "mlflow", "swanlab")}
+    expected = pytest.raises(RuntimeError) if fails else contextlib.nullcontext()
+    with expected, rlmetrics.Logger(backends=backends, run_id="fails") as logger:
+        logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+        if fails:
+            raise RuntimeError("the loop died")
+    uri = every_backend["mlflow"]["tracking_uri"]
+    if fails:
+        assert _states(logger, uri) == (1, "FAILED", "RUN_STATE_CRASHED")
+    else:
+        assert _states(logger, uri) == (0, "FINISHED", "RUN_STATE_FINISHED")
+
+
+_SCRIPT = """
+import sys
+import rlmetrics
+
+root, uri = sys.argv[1:3]
+logger = rlmetrics.Logger(
+    backends={"mlflow": {"tracking_uri": uri, "experiment_name": "exit"}},
+    run_id="dies",
+    exit_timeout_s=120,
+)
+logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+raise RuntimeError("the loop died")
+"""
+
+
+def test_an_uncaught_exception_at_exit_marks_the_run_failed(
+    migrated_store: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(migrated_store, db)
+    uri = f"sqlite:///{db}"
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1"}
+    status, err = run_to_exit(_SCRIPT, (str(tmp_path), uri), env=env, timeout_s=240)
+    assert status == 1, err
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("exit").experiment_id])
+    assert run.info.status == "FAILED", err
