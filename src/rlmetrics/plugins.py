@@ -86,6 +86,8 @@ class PluginInfo:
     hooks: tuple[str, ...] = ()
     series: tuple[str, ...] = ()
     reason: str | None = None
+    #: The logged keys (patterns) a loaded plugin declared known (``declare_keys``).
+    keys: tuple[str, ...] = ()
     builtin: bool = False
     #: The traceback of a plugin whose import failed (``rlmetrics plugins --verbose``).
     traceback: str | None = None
@@ -497,12 +499,13 @@ def _load(plugins: Plugins, candidate: _Candidate, quiet: bool = False) -> Plugi
             )
         return candidate.row(FAILED, reason=f"invalid hooks: {problem}")
     module = ep.module
-    series = tuple(
-        item.spec.name
-        for item in registry.declared()
-        if item.owner == module or item.owner.startswith(module + ".")
-    )
-    return candidate.row(LOADED, hooks=plugins.hooks_of(ep.name), series=series)
+
+    def own(owner: str) -> bool:
+        return owner == module or owner.startswith(module + ".")
+
+    series = tuple(item.spec.name for item in registry.declared() if own(item.owner))
+    keys = tuple(dict.fromkeys(p.key for p in registry.key_patterns() if own(p.owner)))
+    return candidate.row(LOADED, hooks=plugins.hooks_of(ep.name), series=series, keys=keys)
 
 
 def installed_names() -> dict[str, str]:

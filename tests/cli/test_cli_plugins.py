@@ -157,3 +157,29 @@ def test_a_key_map_another_plugin_offers_under_the_same_name_is_listed_shadowed(
     [row] = [line for line in done.stdout.splitlines() if "shadowed" in line]
     assert row.split()[:3] == ["trl", "shadowed", "acme-maps"]
     assert "key map 'trl' of 'acme_maps'" in row
+
+
+def test_a_plugin_that_only_declares_keys_shows_them(
+    capsys: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin whose whole effect is declaring logged keys known read "no hooks, no series",
+    as if it did nothing."""
+    install(
+        tmp_path,
+        "keys-only",
+        {
+            "keys_only.py": """
+                import rlmetrics
+
+                rlmetrics.declare_keys(["acme/**"], backend_only=True)
+            """
+        },
+        {"keys_only": "keys_only"},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert main(["plugins"]) == 0
+    finally:
+        sys.modules.pop("keys_only", None)
+    row = next(line for line in capsys.readouterr().out.splitlines() if "keys_only" in line)
+    assert row.split(None, 4)[4] == "declares 1 known key pattern"

@@ -36,8 +36,13 @@ def _detail(info: PluginInfo) -> str:
     parts = []
     if info.hooks:
         parts.append("hooks: " + ", ".join(info.hooks))
+    declared = []
     if info.series:
-        parts.append(f"declares {len(info.series)} series")
+        declared.append(f"{len(info.series)} series")
+    if info.keys:  # keys it makes known (declare_keys): its whole effect, for some plugins
+        declared.append(f"{len(info.keys)} known key pattern{'s' if len(info.keys) > 1 else ''}")
+    if declared:
+        parts.append("declares " + " and ".join(declared))
     return "; ".join(parts) or "no hooks, no series"
 
 
