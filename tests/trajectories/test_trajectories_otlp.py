@@ -93,9 +93,12 @@ def test_a_batch_and_live_trajectories_reach_one_collector_as_spans_and_metrics(
             lambda r: sum(_completed(r).values()) == expected_trajectories,
             what="every trajectory counted",
         )
-        duration: OtlpPoint = otlp_receiver.wait_for(
-            lambda r: [p for (n, _), p in r.latest().items() if n == "rl.trajectory.duration"],
-            what="the duration histogram",
+        # Every export's points, not the latest: an exemplar is in the export of the
+        # collection after its value, and a later export of the same point (nothing recorded
+        # since, on a loaded machine) carries none.
+        duration: list[OtlpPoint] = otlp_receiver.wait_for(
+            lambda r: [p for p in r.points() if p.name == "rl.trajectory.duration" and p.exemplars],
+            what="the duration histogram's exemplars",
         )
     by_id = {s.span_id: s for s in spans}
     [run] = [s for s in spans if s.name == "rl.run"]
