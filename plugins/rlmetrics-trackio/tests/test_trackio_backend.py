@@ -196,3 +196,23 @@ def test_a_second_configuration_before_the_first_step_adds_to_a_nested_section(
         "optimizer": {"lr": 1e-5, "betas": {"b1": 0.9, "b2": 0.99}, "warmup": 10},
         "seed": 1,
     }
+
+
+def test_two_loggers_of_one_run_share_one_trackio_run(project: str) -> None:
+    # The second Logger started a second Trackio run under the same name, whose rows Trackio's
+    # API and storage (by name) did not show; and the first Logger's finish() must not end the
+    # run the other still logs into.
+    trainer = Logger(backends={"trackio": {"project": project}})
+    run = trainer.identity.run_id
+    script = Logger(backends={"trackio": {"project": project}}, run_id=run)
+    trainer.log_metrics({"loss": 1.0}, step=1, prefix="train")
+    script.log_metrics({"accuracy": 0.5}, step=1, prefix="eval")
+    trainer.finish()
+    script.log_metrics({"accuracy": 0.75}, step=2, prefix="eval")
+    script.finish()
+    assert [r.name for r in trackio.Api().runs(project)] == [run]
+    assert sorted((r["step"], k) for r in logs(project, run) for k in r if k != "step") == [
+        (1, "eval/accuracy"),
+        (1, "train/loss"),
+        (2, "eval/accuracy"),
+    ]

@@ -30,9 +30,10 @@ from typing import Any
 import trackio
 import trackio.utils
 
-from rlmetrics import as_plain, as_real, warn_once
+from rlmetrics import as_plain, as_real, resets_process_state, warn_once
 from rlmetrics.backends import (
     BackendUnavailable,
+    SharedRuns,
     StepAxis,
     first_line,
     full_key,
@@ -67,6 +68,19 @@ _HTTP_STACKS = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3", 
 REFUSED_NAME_CHARACTERS = '<>:"/\\|?*'
 #: Trackio keeps integers in int64 and skips a larger one.
 _INT64 = 2**63
+
+#: The Trackio runs this process's backends started, by (project, name), while one of them
+#: still logs into it: a second Logger of the run logs into the same Trackio run (Trackio
+#: would start a second run of that name, which its API and storage, by name, do not show),
+#: and the last of them to finish finishes it.
+_RUNS = SharedRuns()
+_started_runs: dict[tuple[str, str], Any] = {}
+
+
+@resets_process_state
+def _forget_started_runs() -> None:
+    _started_runs.clear()
+    _RUNS.forget()
 
 
 def trackio_value(value: Any) -> Any:
@@ -136,9 +150,10 @@ class TrackioBackend:
         self._logged = False
         if run is None:
             run = trackio.context_vars.current_run.get()  # the script's own run, if any
+        self._shared_as: tuple[str, str] | None = None
         if run is not None:
             self.run = run
-            self._owns_run = False
+            _RUNS.join(run, started=False)
             return
         kwargs: dict[str, Any] = {
             "project": project,
@@ -154,6 +169,14 @@ class TrackioBackend:
         }
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         kwargs.update(init_kwargs or {})
+        if kwargs.get("name") is not None:
+            shared_as = (str(kwargs["project"]), str(kwargs["name"]))
+            started = _started_runs.get(shared_as)
+            if started is not None:  # another Logger's backend in this process started it
+                self.run = started
+                _RUNS.join(started, started=False)
+                return
+            self._shared_as = shared_as
         # trackio.init makes its run the thread's current one; put the script's back, so a
         # later Logger (or the script's own trackio.log) never takes this run for its own.
         _check_store_writable()
@@ -181,7 +204,9 @@ class TrackioBackend:
             raise RuntimeError(f"rlmetrics-trackio: trackio.init({shown}) failed: {exc}") from exc
         finally:
             current.set(script_run)
-        self._owns_run = True
+        _RUNS.join(self.run, started=True)
+        if self._shared_as is not None:
+            _started_runs[self._shared_as] = self.run
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         row: dict[str, Any] = {}
@@ -257,11 +282,15 @@ class TrackioBackend:
         )
 
     def finish(self) -> None:
-        """Finish the run, once; a run the script started is left to the script."""
+        """Finish the run, once, if a backend of this process started it and no other still
+        logs into it (another Logger's); a run the script started is left to the script."""
         if self._finished:
             return
         self._finished = True
-        if self._owns_run:
+        if _RUNS.leave(self.run):
+            for key, started in list(_started_runs.items()):
+                if started is self.run:
+                    del _started_runs[key]
             self.run.finish()
 
 
