@@ -125,3 +125,22 @@ def test_a_rank_leaving_completes_the_step_only_it_was_awaited_for() -> None:
     buffer.leave(1)  # finished without logging step 0
     (step,) = buffer.release().gathered
     assert (step.step, step.missing) == (0, ())
+
+
+def test_a_late_row_that_arrives_during_a_long_poll_is_handed_over() -> None:
+    """Before: a row of a step not yet complete woke the poll, whose release took the late row
+    along with nothing to log; the poll went on waiting and its next release replaced that
+    one, so the late row was never reported."""
+
+    async def scenario() -> list[tuple[int, str, int]]:
+        buffer = StepBuffer(world_size=2, late_after_s=60.0)
+        for rank in (0, 1):
+            buffer.push(rank, "train", 0, "train", {"x": 1.0})
+        assert [g.step for g in (await buffer.take(wait_s=0.0)).gathered] == [0]
+        waiting = asyncio.ensure_future(buffer.take(wait_s=5.0))
+        await asyncio.sleep(0)
+        buffer.push(1, "train", 0, "train", {"x": 2.0})  # step 0 again: late
+        buffer.push(0, "train", 1, "train", {"x": 3.0})  # step 1, rank 1 still to come
+        return (await asyncio.wait_for(waiting, 30.0)).late
+
+    assert asyncio.run(scenario()) == [(1, "train", 0)]

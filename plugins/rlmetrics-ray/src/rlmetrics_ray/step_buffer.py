@@ -55,6 +55,11 @@ class Taken:
     pending: int
     world_size: int | None
 
+    @property
+    def news(self) -> bool:
+        """Whether there is anything for the driver: a step, or a late row."""
+        return bool(self.gathered or self.late)
+
 
 @attrs.define
 class _Pending:
@@ -155,11 +160,12 @@ class StepBuffer:
         """The steps released now; waits up to ``wait_s`` for one when there is none.
         ``flush`` releases every pending step at once (the driver is closing)."""
         taken = self.release(flush)
-        if not taken.gathered and not taken.late and wait_s > 0 and not flush:
+        if not taken.news and wait_s > 0 and not flush:
             self._arrived = self._arrived or asyncio.Event()
             self._arrived.clear()
             deadline = self._clock() + wait_s
-            while not taken.gathered and (remaining := deadline - self._clock()) > 0:
+            # Each release hands over what it found: the first with anything is returned.
+            while not taken.news and (remaining := deadline - self._clock()) > 0:
                 wake = min(remaining, self._next_deadline() - self._clock())
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._arrived.wait(), timeout=max(wake, 0.001))
