@@ -24,6 +24,8 @@ from rlmetrics.trajectories import (
 from rlmetrics.trajectories.rows import row_of
 from rlmetrics.trajectories.spans import duration_s, now_ns
 
+from ._records import Rows
+
 junk = st.one_of(
     st.none(),
     st.booleans(),
@@ -124,7 +126,8 @@ def test_any_record_parses_to_typed_fields_without_raising(fields: dict[str, Any
     _typed(t)
     row = row_of(t)
     assert row["turns"] == t.turn_count and row["outcome"] == t.outcome
-    assert row["latency_s"] == duration_s(t) >= 0
+    seconds = duration_s(t)
+    assert row["latency_s"] == seconds and (seconds is None or seconds >= 0)
 
 
 @given(junk)
@@ -162,9 +165,13 @@ def test_spans_row_and_metrics_of_a_record_agree(fields: dict[str, Any]) -> None
     [completed] = [p for p in found if p.name == "rl.trajectory.completed"]
     assert completed.value == 1
     assert completed.attributes["rl.trajectory.outcome"] == t.outcome
-    [duration] = [p for p in found if p.name == "rl.trajectory.duration"]
-    assert duration.sum is not None
-    assert abs(duration.sum - agent.seconds) < 1e-6
+    durations = [p for p in found if p.name == "rl.trajectory.duration"]
+    if duration_s(t) is None:  # a record that says no time: a span of no length, no point
+        assert not durations and agent.seconds == 0
+    else:
+        [duration] = durations
+        assert duration.sum is not None
+        assert abs(duration.sum - agent.seconds) < 1e-6
     [turns] = [p for p in found if p.name == "rl.trajectory.turns"]
     assert turns.sum == t.turn_count
     # The total the span says is the one total counted (no second one from a component-less
@@ -221,3 +228,22 @@ def test_a_records_end_time_is_where_its_spans_end_or_is_said_and_now(end_time: 
     else:
         assert before <= agent.end_ns <= after
         assert said
+
+
+def test_a_record_that_says_no_time_records_no_duration(rows: Rows) -> None:
+    """A record with no latency anywhere (TRL's completions: TRL keeps no timings) lasted an
+    unknown time. Before: 0 s, a point in rl.trajectory.duration for every such rollout that
+    dragged the run's latency percentiles to zero, and 0.0 in its row. Now no point, and the
+    row says None; a timed record beside it is counted as before."""
+    untimed = {
+        "sample_id": "a",
+        "turns": [{"generations": [{"model": "policy", "output_tokens": 3}]}],
+        "rewards": [{"value": 1.0, "component": "correct"}],
+    }
+    timed = {"sample_id": "b", "latency_s": 2.0}
+    with in_memory_tracing() as (_handle, reader, _exporter):
+        rlmetrics.Logger(backends={"rows": {}}).log_trajectories([untimed, timed], step=1)
+        found = points(reader)
+    [duration] = [p for p in found if p.name == "rl.trajectory.duration"]
+    assert (duration.count, duration.sum) == (1, 2.0)
+    assert {row["sample_id"]: row["latency_s"] for row in rows.rows} == {"a": None, "b": 2.0}

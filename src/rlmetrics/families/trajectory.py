@@ -375,7 +375,10 @@ def record_batch(batch: TrajectoryBatch) -> None:
         if t.importance_ratio is not None:
             record(GROUP, {IMPORTANCE_RATIO: t.importance_ratio})
         # Inside the trajectory's span: the exemplar names it.
-        duration = {DURATION: duration_s(t)}
+        seconds = duration_s(t)
+        if seconds is None:  # a record that says no time: no duration to count
+            continue
+        duration = {DURATION: seconds}
         outcome = timed.get((outcome_name, env))
         if outcome is None:
             outcome = timed[(outcome_name, env)] = _attributes(

@@ -234,8 +234,10 @@ def _laid_back_ns(t: Trajectory, turns_ns: int) -> int:
     return max(_ns(t.latency_s), spent)
 
 
-def duration_s(t: Trajectory) -> float:
-    """How long ``t`` lasted: its span's duration (the metric's value, so the two agree)."""
+def duration_s(t: Trajectory) -> float | None:
+    """How long ``t`` lasted: its span's duration (the metric's value, so the two agree).
+    None for a record that says no time anywhere (TRL's completions: TRL keeps no timings):
+    its span has no length to lay back, and 0 s would be a rollout that took no time."""
     if t.start_ns is not None:  # measured (the live form): as _times places it
         t0, t1, _ = _times(t, 0)
         return (t1 - t0) / _NS
@@ -244,7 +246,10 @@ def duration_s(t: Trajectory) -> float:
     spent = 0
     for turn in t.turns:
         spent += _turn_ns(turn)
-    return _laid_back_ns(t, spent) / _NS
+    laid_back = _laid_back_ns(t, spent)
+    if laid_back == 0 and t.latency_s is None:
+        return None
+    return laid_back / _NS
 
 
 def trajectory_attributes(t: Trajectory, step: int | None) -> dict[str, Any]:
