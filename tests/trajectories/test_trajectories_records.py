@@ -247,3 +247,19 @@ def test_a_record_that_says_no_time_records_no_duration(rows: Rows) -> None:
     [duration] = [p for p in found if p.name == "rl.trajectory.duration"]
     assert (duration.count, duration.sum) == (1, 2.0)
     assert {row["sample_id"]: row["latency_s"] for row in rows.rows} == {"a": None, "b": 2.0}
+
+
+def test_a_record_whose_generations_count_no_tokens_has_no_token_cells(rows: Rows) -> None:
+    """Tokens nobody counted are unknown, not 0: before, a TRL completion's row (TRL's
+    records hold text and rewards, no counts) said input_tokens 0, output_tokens 0, and a
+    tracker's token column averaged those zeros in. A side some generation counts is summed;
+    a trajectory without generations used no tokens (0)."""
+    records = [
+        {"sample_id": "none", "turns": [{"generations": [{"model": "policy"}]}]},
+        {"sample_id": "output", "turns": [{"generations": [{"output_tokens": 3}, {}]}]},
+        {"sample_id": "no generation", "turns": [{"tool_calls": [{"name": "search"}]}]},
+    ]
+    with in_memory_tracing():
+        rlmetrics.Logger(backends={"rows": {}}).log_trajectories(records, step=1)
+    tokens = {r["sample_id"]: (r["input_tokens"], r["output_tokens"]) for r in rows.rows}
+    assert tokens == {"none": (None, None), "output": (None, 3), "no generation": (0, 0)}

@@ -215,13 +215,21 @@ class Trajectory(NamedTuple):
             rewards = self.all_rewards()
         return math.fsum(r.value for r in rewards) if rewards else None
 
-    def tokens(self) -> tuple[int, int]:
-        """Input and output tokens over its generations."""
-        given = taken = 0
+    def tokens(self) -> tuple[int | None, int | None]:
+        """Input and output tokens over its generations; a side none of its generations
+        counts is None (unknown: TRL's records hold no counts), 0 when it has none."""
+        given: int | None = None
+        taken: int | None = None
+        generated = False
         for turn in self.turns:
             for generation in turn.generations:
-                given += generation.input_tokens or 0
-                taken += generation.output_tokens or 0
+                generated = True
+                if generation.input_tokens is not None:
+                    given = (given or 0) + generation.input_tokens
+                if generation.output_tokens is not None:
+                    taken = (taken or 0) + generation.output_tokens
+        if not generated:
+            return 0, 0
         return given, taken
 
 
