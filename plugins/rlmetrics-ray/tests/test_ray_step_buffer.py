@@ -127,6 +127,19 @@ def test_a_rank_leaving_completes_the_step_only_it_was_awaited_for() -> None:
     assert (step.step, step.missing) == (0, ())
 
 
+def test_a_rank_two_workers_hold_at_once_is_reported_to_the_driver() -> None:
+    """Ray passes the driver's environment to its workers: a RANK the driver was launched with
+    makes every worker the same rank, whose rows then overwrite each other's."""
+    buffer = StepBuffer(late_after_s=60.0, clock=Clock())
+    assert [buffer.join(0), buffer.join(0)] == [0, 0]
+    assert buffer.release().joined_twice == [0]
+    assert buffer.release().joined_twice == []
+    buffer.leave(0)
+    buffer.leave(0)
+    assert buffer.join(0) == 0  # a worker after the others finished: no clash
+    assert buffer.release().joined_twice == []
+
+
 def test_a_late_row_that_arrives_during_a_long_poll_is_handed_over() -> None:
     """Before: a row of a step not yet complete woke the poll, whose release took the late row
     along with nothing to log; the poll went on waiting and its next release replaced that

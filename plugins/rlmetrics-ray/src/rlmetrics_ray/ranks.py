@@ -257,6 +257,16 @@ class RayReducer:
             self._deliver(taken)
 
     def _deliver(self, taken: Taken) -> None:
+        for rank in taken.joined_twice:
+            warn_once(
+                f"ray:ranks:twice:{rank}",
+                f"rlmetrics-ray: two workers joined as rank {rank} at once, so their values of a "
+                "step overwrite each other's (unless the first one died and this one replaces "
+                "it). Ray passes the driver's environment to its workers: a RANK (or WORLD_SIZE) "
+                "the driver was started with reaches every worker. Give each worker its own "
+                "ray_rank(rank=...), or leave RANK out of the workers' environment",
+                expected=True,
+            )
         for rank, stream, step in taken.late:
             warn_once(
                 f"ray:ranks:late:{rank}",

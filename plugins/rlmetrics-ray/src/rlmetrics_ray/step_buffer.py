@@ -48,17 +48,20 @@ class Gathered:
 @attrs.frozen
 class Taken:
     """What one ``take`` hands the driver: the released steps in order, the rows that came
-    after their step was released (``(rank, stream, step)``), and the steps still pending."""
+    after their step was released (``(rank, stream, step)``), the steps still pending, and the
+    ranks two workers held at once."""
 
     gathered: list[Gathered]
     late: list[tuple[int, str, int]]
     pending: int
     world_size: int | None
+    #: Ranks a second worker joined while another held them.
+    joined_twice: list[int] = attrs.field(factory=list)
 
     @property
     def news(self) -> bool:
-        """Whether there is anything for the driver: a step, or a late row."""
-        return bool(self.gathered or self.late)
+        """Whether there is anything for the driver: a step, a late row, a rank held twice."""
+        return bool(self.gathered or self.late or self.joined_twice)
 
 
 @attrs.define
@@ -93,6 +96,10 @@ class StepBuffer:
         self._late: list[tuple[int, str, int]] = []
         self._arrived: asyncio.Event | None = None
         self._run: tuple[str, bool] | None = None
+        # Workers holding each rank (joined, not yet left), and the ranks a second worker
+        # joined while another held them, for the driver to report.
+        self._holders: dict[int, int] = {}
+        self._twice: list[int] = []
         self._run_named: asyncio.Event | None = None
 
     # -- the workers' side ------------------------------------------------------------------
@@ -103,16 +110,26 @@ class StepBuffer:
             self.world_size = int(world_size)
         if rank is None:
             rank = next(r for r in range(len(self._joined) + 1) if r not in self._joined)
-        self._joined.add(int(rank))
-        self._absent.discard(int(rank))
-        return int(rank)
+        rank = int(rank)
+        if self._holders.get(rank, 0) > 0:
+            self._twice.append(rank)  # their rows of a step would overwrite each other's
+        self._holders[rank] = self._holders.get(rank, 0) + 1
+        self._joined.add(rank)
+        self._absent.discard(rank)
+        return rank
 
     def leave(self, rank: int) -> None:
         """A worker's Logger finished (a task that logged its step, an actor shutting down):
         its rank is not waited for any more, and is given out again to the next worker that
         asks for one (without a world size, the expected ranks are the joined ones)."""
-        self._joined.discard(int(rank))
-        self._absent.discard(int(rank))
+        rank = int(rank)
+        held = self._holders.get(rank, 0) - 1
+        if held > 0:
+            self._holders[rank] = held
+            return  # another worker still holds it
+        self._holders.pop(rank, None)
+        self._joined.discard(rank)
+        self._absent.discard(rank)
         if self._arrived is not None:
             self._arrived.set()  # a step that waited only for this rank is complete now
 
@@ -193,8 +210,9 @@ class StepBuffer:
                 gathered.append(Gathered(stream, step, pending.prefix, pending.rows, missing))
                 self._remember(stream, step)
         late, self._late = self._late, []
+        twice, self._twice = self._twice, []
         pending_count = sum(len(steps) for steps in self._pending.values())
-        return Taken(gathered, late, pending_count, self.world_size)
+        return Taken(gathered, late, pending_count, self.world_size, twice)
 
     def _remember(self, stream: str, step: int) -> None:
         order = self._released.setdefault(stream, deque())

@@ -334,3 +334,28 @@ def test_a_task_per_step_is_one_rank_and_no_step_waits_for_a_finished_one(
     rows = tracker_rows(tmp_path / "driver.jsonl")
     assert [(row["step"], row["metrics"]["loss"]) for row in rows] == [(0, 0.0), (1, 1.0), (2, 2.0)]
     assert not [r for r in caplog.records if "did not report" in r.getMessage()]
+
+
+def test_workers_that_inherit_one_rank_are_said_on_the_driver(
+    cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: workers that all read RANK=0 (the driver's own, which Ray passes on) joined as
+    one rank; their rows overwrote each other's, and nothing said why."""
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"), isolated_state():
+        reducer = ray_reducer(late_after_s=CALL_S)
+        logger = rlmetrics.Logger(backends={}, ranks=reducer)
+        env = {"env_vars": {"RANK": "0", "WORLD_SIZE": "2"}}
+        workers = [Worker.options(runtime_env=env).remote(str(tmp_path), None, True) for _ in "ab"]
+        ranks = ray.get([w.step.remote(0, {"loss": 1.0}) for w in workers], timeout=CALL_S)
+        wait_until(
+            lambda: any("two workers joined as rank 0" in r.getMessage() for r in caplog.records),
+            CALL_S / 2,
+            "the driver saying rank 0 was joined twice",
+        )
+        ray.get([w.finish.remote() for w in workers], timeout=CALL_S)
+        logger.finish(timeout_s=5)
+    assert ranks == [0, 0]
+    (said,) = [r.getMessage() for r in caplog.records if "joined as rank 0" in r.getMessage()]
+    assert "RANK" in said and "ray_rank(rank=" in said, said
+    for worker in workers:
+        ray.kill(worker)
