@@ -287,3 +287,19 @@ def test_configured_health_sets_the_default_suite_for_a_block_only() -> None:
     ):
         pass
     assert default_suite() is before
+
+
+def test_a_report_over_output_cut_mid_character_counts_the_cut_line_unreadable(
+    tmp_path: Path,
+) -> None:
+    # The driver writes rows as UTF-8 (ensure_ascii=False); a run killed mid-write leaves a
+    # last line cut inside a multi-byte character.
+    line = json.dumps({**HEALTHY, "answer": "héllo"}, ensure_ascii=False) + "\n"
+    cut = line.encode("utf-8")[: line.encode("utf-8").index("é".encode()) + 1]
+    output = tmp_path / "rollouts.jsonl"
+    output.write_bytes(line.encode("utf-8") * 2 + cut)
+
+    report = health_report_from_jsonl(output)
+
+    assert report.rollouts == 2 and report.unreadable == 1
+    assert report.verdicts["healthy"] == 2

@@ -437,18 +437,21 @@ def health_report(
 def health_report_from_jsonl(
     path: str | Path | Sequence[str | Path], suite: HealthSuite | None = None
 ) -> HealthReport:
-    """The report over one or more JSONL files of rollout records (blank lines skipped)."""
+    """The report over one or more JSONL files of rollout records (blank lines skipped; a line
+    that is not a JSON object, or not UTF-8, counts as unreadable)."""
     paths = [path] if isinstance(path, (str, Path)) else list(path)
 
     def rows() -> Iterable[tuple[Mapping[str, Any], bool]]:
         for one in paths:
-            with open(one, encoding="utf-8") as handle:
+            # Bytes, decoded line by line: a run killed mid-write leaves its last line cut
+            # inside a UTF-8 character, which costs that line only, not the report.
+            with open(one, "rb") as handle:
                 for line in handle:
                     if not line.strip():
                         continue
                     try:
-                        parsed = json.loads(line)
-                    except ValueError:
+                        parsed = json.loads(line.decode("utf-8"))
+                    except ValueError:  # UnicodeDecodeError and JSONDecodeError both
                         parsed = None
                     yield (parsed, True) if isinstance(parsed, dict) else ({}, False)
 
