@@ -24,6 +24,7 @@ threads that hit it are never the ones raised into.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import threading
@@ -236,11 +237,14 @@ def raise_if_strict() -> None:
 
 def describe_value(value: Any) -> str:
     """What a value is, for a warning, without quoting it: ``a str of length 12``,
-    ``a float``, ``a dict``."""
+    ``a dict``; a float that is not finite says which (``a float (nan)``): "a float is not a
+    finite number" leaves the reader to guess, and NaN, inf and -inf quote nothing logged."""
     kind = type(value).__name__
     article = "an" if kind[:1].lower() in "aeiou" else "a"
     if isinstance(value, (str, bytes, bytearray)):
         return f"{article} {kind} of length {len(value)}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{article} {kind} ({float(value)!r})"
     return f"{article} {kind}"
 
 

@@ -95,7 +95,7 @@ def test_live_calls_outside_a_trajectory_warn_and_do_nothing(
     assert warned(warnings_seen, "turn() called outside an open trajectory")
     assert warned(warnings_seen, "generation() called outside an open trajectory")
     assert warned(warnings_seen, "'generation.latency_s' must be a finite number")
-    assert warned(warnings_seen, "'reward.value' must be a finite number")
+    assert warned(warnings_seen, "'reward.value' must be a finite number, got a float (nan)")
     names = sorted(s.name for s in spans)
     assert names == ["chat m", "invoke_agent", "rl.turn"]
 
