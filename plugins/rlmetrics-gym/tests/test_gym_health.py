@@ -19,6 +19,7 @@ from rlmetrics_gym.health import (
     HealthSuite,
     TrajectoryCheck,
     configure_health,
+    configured_health,
     default_suite,
     health_report,
     health_report_from_jsonl,
@@ -303,3 +304,20 @@ def test_a_report_over_output_cut_mid_character_counts_the_cut_line_unreadable(
 
     assert report.rollouts == 2 and report.unreadable == 1
     assert report.verdicts["healthy"] == 2
+
+
+@pytest.mark.parametrize("junk", [None, [HEALTHY], "a row", 42])
+def test_a_rollout_that_is_not_a_mapping_is_not_evaluated_live_or_in_the_report(
+    telemetry: Any, junk: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, reader = telemetry
+    with configured_health(checks=[c for c in load_checks() if c.id in BUILTIN_IDS]):
+        assert observe_rollout(junk, "scored") is None
+        observe_rollout(HEALTHY, "scored")
+        report = health_report([junk, HEALTHY])
+    found = points(reader)
+    # The junk is neither a rollout the checks flagged nor one they broke on.
+    assert {p.attributes[VERDICT]: p.value for p in find(found, VERDICT_TOTAL)} == {"healthy": 1}
+    assert find(found, FLAGGED) == []
+    assert report.rollouts == 1 and report.unreadable == 1 and report.flagged == {}
+    assert "not a mapping" in caplog.text and "raised" not in caplog.text

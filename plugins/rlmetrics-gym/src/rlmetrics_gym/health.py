@@ -398,6 +398,9 @@ def observe_rollout(
             "this rollout is not evaluated",
         )
         return None
+    if not isinstance(rollout, Mapping):  # the checks read a record; this is no rollout
+        _said_not_a_mapping(rollout)
+        return None
     try:
         result = (suite or default_suite()).evaluate(rollout)
     except Exception:
@@ -416,7 +419,7 @@ class HealthReport:
 
     ``flagged`` counts rollouts per check (what ``health_flagged_total`` counts); ``findings``
     counts findings per check (a rollout can have several); ``unreadable`` counts JSONL lines
-    that were not a JSON object.
+    that were not a JSON object (and given records that were not mappings).
     """
 
     rollouts: int
@@ -430,8 +433,26 @@ class HealthReport:
 def health_report(
     rollouts: Iterable[Mapping[str, Any]], suite: HealthSuite | None = None
 ) -> HealthReport:
-    """Evaluate every rollout record (the scored output, as Gym's report reads it)."""
-    return _report(((r, True) for r in rollouts), suite or default_suite())
+    """Evaluate every rollout record (the scored output, as Gym's report reads it); an item
+    that is not a mapping counts as unreadable, as in :func:`health_report_from_jsonl`."""
+
+    def rows() -> Iterable[tuple[Mapping[str, Any], bool]]:
+        for rollout in rollouts:
+            if isinstance(rollout, Mapping):
+                yield rollout, True
+            else:
+                _said_not_a_mapping(rollout)
+                yield {}, False
+
+    return _report(rows(), suite or default_suite())
+
+
+def _said_not_a_mapping(rollout: Any) -> None:
+    warn_once(
+        "gym:health:not-a-mapping",
+        f"rlmetrics-gym: a rollout to evaluate is a {type(rollout).__name__}, not a mapping "
+        "(the result row as written); it is not evaluated",
+    )
 
 
 def health_report_from_jsonl(
