@@ -220,6 +220,34 @@ def test_long_kept_texts_are_cut_to_keep_the_page_small(tmp_path: Path) -> None:
     assert generation["completion"].startswith(text[:cut])
 
 
+def test_trajectories_with_spans_but_no_rows_are_said(tmp_path: Path) -> None:
+    """A live trajectory without ``logger=`` has spans and metrics but no row: the page said
+    "The run logged no trajectories" over traces holding them; it now counts them."""
+    import rlmetrics
+    from rlmetrics.testing import isolated_state
+
+    jsonl, traces = tmp_path / "metrics.jsonl", tmp_path / "traces.jsonl"
+    with (
+        isolated_state(),
+        rlmetrics.start(exporters={"otlp_file": {"path": traces}}),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger,
+    ):
+        for step in (1, 2):
+            with rlmetrics.step(step, logger=logger):
+                for index in range(3):
+                    with rlmetrics.trajectory(f"{step}-{index}") as t:
+                        t.generation("policy", input_tokens=3, output_tokens=4)
+                logger.log_metrics({"reward": 1.0}, step=step)
+    out = _write(TrajectoryRun(jsonl, traces, {}), tmp_path / "run.html", "--traces", traces)
+    _, data = _page(out)
+    assert data["trajectories"]["rows"] == []
+    assert data["trajectories"]["spans_without_rows"] == 6
+    out = _write(
+        TrajectoryRun(jsonl, traces, {}), tmp_path / "two.html", "--traces", traces, "--steps", "2"
+    )
+    assert _page(out)[1]["trajectories"]["spans_without_rows"] == 3
+
+
 def test_without_traces_the_rows_keep_their_counts(recorded: TrajectoryRun, tmp_path: Path) -> None:
     out = _write(recorded, tmp_path / "run.html")
     _, data = _page(out)
@@ -256,4 +284,5 @@ def test_a_run_without_trajectories_still_has_its_page(tmp_path: Path) -> None:
         "with_spans": 0,
         "traced": False,
         "texts_cut_to": None,
+        "spans_without_rows": 0,
     }

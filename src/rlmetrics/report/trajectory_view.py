@@ -233,7 +233,8 @@ def read_trajectories(
     logged plus its ``step`` and, when its spans are in ``traces``, ``spans``: its ``turns``
     (each a list of generations, tool calls and rewards in time order) and the trajectory's
     own ``rewards``. Kept texts past ``text_budget`` characters in all are cut
-    (``texts_cut_to`` says to how many characters; None when none was)."""
+    (``texts_cut_to`` says to how many characters; None when none was);
+    ``spans_without_rows`` counts the trajectory spans no row took."""
     path = samples_path(Path(jsonl))
     rows: list[dict[str, Any]] = []
     total = 0
@@ -262,10 +263,19 @@ def read_trajectories(
         if span is not None:
             row[_TREE] = _tree(traces, span)  # type: ignore[arg-type]
             with_spans += 1
+    # Trajectories the traces hold that no row took (of the chosen steps): a live trajectory
+    # without logger= writes spans and metrics but no row, and the page must not say none.
+    left = [
+        step
+        for (_id, step), candidates in spans.items()
+        for _span in candidates
+        if steps is None or (type(step) is int and steps[0] <= step <= steps[1])
+    ]
     return {
         "rows": rows,
         "total": total,
         "with_spans": with_spans,
         "traced": traces is not None,
         "texts_cut_to": _cut_texts(rows, text_budget),
+        "spans_without_rows": len(left),
     }

@@ -226,7 +226,13 @@
     const box = document.getElementById("trajectories");
     const t = DATA.trajectories;
     const rows = t.rows;
-    if (!rows.length) { box.append(el("p", { class: "empty" }, "The run logged no trajectories (no 'trajectories' rows in its samples file).")); return; }
+    // A live trajectory without logger= has spans but no row: say so, rather than "none".
+    const unrowed = t.spans_without_rows ? el("p", { class: "note" }, `The traces hold ${t.spans_without_rows} trajectory spans `
+      + "that no row of the samples file matches (a live rlmetrics.trajectory without logger= writes spans and metrics, no row).") : null;
+    if (!rows.length) {
+      box.append(el("p", { class: "empty" }, "The run logged no trajectory rows (no 'trajectories' rows in its samples file)."), ...[unrowed].filter(Boolean));
+      return;
+    }
     const distinct = key => [...new Set(rows.map(r => r[key]).filter(v => v !== undefined && v !== null))].sort();
     const select = (id, label, values) => el("label", {}, label, el("select", { id: id },
       el("option", { value: "" }, "all"), ...values.map(v => el("option", { value: String(v) }, String(v)))));
@@ -246,7 +252,7 @@
       : "Click a row for its counts; with --traces a row opens into its turns and tool calls.");
     const cutNote = t.texts_cut_to ? el("p", { class: "note" }, `Kept texts longer than ${t.texts_cut_to} characters are cut here, `
       + "so that the page stays small enough to open; the samples file and the spans hold them whole.") : null;
-    box.append(...[filters, note, spanNote, cutNote, table].filter(Boolean));
+    box.append(...[filters, note, spanNote, unrowed, cutNote, table].filter(Boolean));
 
     // Rows are built when first listed, and at most a page of them is listed at once: a
     // table of every row of a large run took seconds to open and to refilter.
