@@ -22,6 +22,7 @@ from rlmetrics_gym.agent import (
     timed_agent_invocation,
     timed_tool_call,
 )
+from rlmetrics_gym.http_client import current_destination, http_destination
 from rlmetrics_gym.server import server_resource
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -29,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rlmetrics.testing import OtlpReceiver, points, wait_until
+from rlmetrics.testing.traces import in_memory_tracing, span_records
 
 TOOL_LATENCY_S = 0.02
 
@@ -181,3 +183,36 @@ def test_two_uvicorn_workers_of_one_server_are_told_apart_by_process_pid() -> No
                 assert resource["nemo.gym.server.type"] == "resources_servers"
     finally:
         receiver.stop()
+
+
+def test_an_invocation_left_in_another_task_than_it_entered_ends_its_trajectory() -> None:
+    """A streaming ``/run`` yields from inside the invocation; the generator is closed by
+    another task than the one that entered it (asyncio's finalizer of a generator a
+    disconnected client left behind does that). Leaving must not raise into that task, and
+    the invocation's trajectory and durations must land."""
+
+    async def stream(body: dict[str, Any]) -> Any:
+        async with timed_agent_invocation("simple_agent", run=body) as invocation:
+            with http_destination("policy_model"):
+                async with timed_tool_call("search"):
+                    yield b"searching"
+                assert invocation.trajectory is not None
+                invocation.trajectory.generation("policy", finish_reason="stop")
+                yield b"answer"
+
+    async def collect() -> None:
+        chunks = stream({"_ng_task_index": 4, "_ng_rollout_index": 1})
+        await asyncio.create_task(anext(chunks))  # the first chunk, in one task
+        await asyncio.create_task(chunks.aclose())  # the client went away: closed in another
+
+    with in_memory_tracing() as (_handle, reader, exporter):
+        asyncio.run(asyncio.wait_for(collect(), 30))
+        spans = span_records(exporter)
+        found = points(reader)
+
+    agents = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert [a.attributes["rl.sample.id"] for a in agents] == ["4-1"]
+    tools = [s for s in spans if s.name.startswith("execute_tool")]
+    assert [t.attributes["gen_ai.tool.name"] for t in tools] == ["search"]
+    assert [p.attributes["gen_ai.agent.name"] for p in found if p.name == INVOKE_AGENT_DURATION]
+    assert current_destination() == "external"

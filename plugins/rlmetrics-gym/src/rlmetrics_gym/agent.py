@@ -34,6 +34,7 @@ from rlmetrics.trajectories import LiveTrajectory
 from rlmetrics.values import OTHER, BoundedValues
 
 from ._attribute_values import SERVER_NAME, TYPE_NAME, bounded
+from ._context import reset_context_var
 from .trajectories import run_env, run_ids
 
 __all__ = [
@@ -132,13 +133,18 @@ def record_tool_call(tool: Any, seconds: float, error: BaseException | None = No
     """Record one tool call of ``seconds``; ``error`` is what it raised, if it did. Inside an
     agent invocation given ``run=``, the call is also one of its trajectory's. Never raises;
     the histogram is a no-op unless telemetry is exporting."""
+    _record_tool_call(tool, seconds, error, _trajectory.get())
+
+
+def _record_tool_call(
+    tool: Any, seconds: float, error: BaseException | None, trajectory: LiveTrajectory | None
+) -> None:
     if is_exporting():
         record(
             GROUP,
             {TOOL_DURATION: seconds},
             _attributes("execute_tool", TOOL_NAME_ATTR, _name(tool, _tools), error),
         )
-    trajectory = _trajectory.get()
     if trajectory is not None:
         kind = None if error is None else error if isinstance(error, type) else type(error)
         trajectory.tool_call(
@@ -191,10 +197,16 @@ class timed_tool_call(_Timed):
     recorded when the block exits, with ``error.type`` when it raised. The exception
     propagates unchanged."""
 
-    __slots__ = ()
+    __slots__ = ("_trajectory",)
+
+    def __enter__(self) -> timed_tool_call:
+        # The invocation it is inside is the one it was entered in: a block left from another
+        # task (a streaming generator closed by asyncio's finalizer) no longer sees it.
+        self._trajectory = _trajectory.get()
+        return super().__enter__()
 
     def _record(self, seconds: float, error: BaseException | None) -> None:
-        record_tool_call(self._name, seconds, error)
+        _record_tool_call(self._name, seconds, error, self._trajectory)
 
 
 class timed_agent_invocation(_Timed):
@@ -259,7 +271,7 @@ class timed_agent_invocation(_Timed):
         token, trajectory = self._token, self.trajectory
         if token is not None and trajectory is not None:
             self._token = None
-            _trajectory.reset(token)
+            reset_context_var(_trajectory, token)
             trajectory.__exit__(exc_type, exc, tb)
 
     def _record(self, seconds: float, error: BaseException | None) -> None:

@@ -38,6 +38,7 @@ from rlmetrics import OPEN, Kind, MetricSpec, hookimpl, resets_process_state
 from rlmetrics.spec import SUM
 
 from ._attribute_values import SERVER_NAME
+from ._context import reset_context_var
 from ._tally import Tally
 
 if TYPE_CHECKING:
@@ -223,7 +224,7 @@ class http_destination:
         tb: TracebackType | None,
     ) -> None:
         if self._token is not None:
-            _destination.reset(self._token)
+            reset_context_var(_destination, self._token)
             self._token = None
 
 
