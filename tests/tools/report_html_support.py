@@ -101,7 +101,8 @@ def record_trajectory_run(folder: Path, steps: int = 3, per_step: int = 6) -> Tr
 def record_long_values_run(folder: Path) -> TrajectoryRun:
     """Trajectories whose values are as long as the record takes them, with no space to break
     at: ids of 256 characters, an env, agent, finish reason, error, model and tool name of 128,
-    and kept text holding one 5000-character word."""
+    and kept text holding one 5000-character word; and a row of the user's own with an
+    outcome and a weight version of 200."""
     jsonl, traces = folder / "metrics.jsonl", folder / "traces.jsonl"
     word = "w" * 5000
     records: dict[tuple[str, int], dict[str, Any]] = {}
@@ -134,6 +135,9 @@ def record_long_values_run(folder: Path) -> TrajectoryRun:
             ]
             records.update({(r["sample_id"], 1): r for r in batch})
             logger.log_trajectories(batch, step=1)
+            # A table of the user's own may hold any outcome: one of 200 characters.
+            own = {"sample_id": "own", "outcome": "o" * 200, "weight_version": "v" * 200}
+            logger.log_samples([own], 1, name="trajectories")
             logger.log_metrics({"reward": 1.0}, step=1)
     return TrajectoryRun(jsonl, traces, records)
 

@@ -186,7 +186,7 @@ def test_long_values_stay_inside_the_window(browser: Any, tmp_path: Path) -> Non
     try:
         page = loaded.page
         width = page.evaluate("window.innerWidth")
-        assert loaded.rows() == 3
+        assert loaded.rows() == 4
         assert page.evaluate("document.documentElement.scrollWidth") <= width
         page.locator("tr.traj").first.click()
         assert page.locator("tr.detail .item.tool").count() == 1

@@ -262,7 +262,7 @@
       const row = rows[i];
       const cells = COLUMNS.map(([key, , num]) => {
         const v = row[key];
-        if (key === "outcome") return el("td", {}, el("span", { class: "outcome " + v }, v));
+        if (key === "outcome") return el("td", { title: fmt(v) }, el("span", { class: "cut outcome " + v }, v));
         const text = fmt(v, key === "latency_s" ? 3 : undefined);
         // An id or name can be hundreds of characters with nowhere to break: the cell shows its
         // start (CSS cuts it) and its title the whole value.
