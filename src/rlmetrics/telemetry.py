@@ -350,7 +350,8 @@ def start(
 
     :param exporters: exporters by name, each offered by a plugin's ``register_exporters``
         hook: the core offers ``"otlp"`` (gRPC, configured by the standard
-        ``OTEL_EXPORTER_OTLP_*`` variables or ``otlp_endpoint``), ``"prometheus"`` (an HTTP
+        ``OTEL_EXPORTER_OTLP_*`` variables or ``otlp_endpoint``), ``"otlp_http"`` (the same
+        over HTTP/protobuf; ``otlp_endpoint`` is then the base URL), ``"prometheus"`` (an HTTP
         endpoint on ``prometheus_host``:``prometheus_port``, 127.0.0.1:9464 by default) and
         ``"console"``. A mapping ``{name: {option: value}}`` passes options to each factory.
     :param readers: further OTel ``MetricReader`` instances (an ``InMemoryMetricReader`` in
@@ -606,7 +607,9 @@ def _exporter_options(
     wanted = {name: dict(o) if isinstance(o, Mapping) else o for name, o in chosen.items()}
     shortcuts: dict[str, dict[str, Any]] = {
         "prometheus": {"host": prometheus_host, "port": prometheus_port},
+        # otlp_endpoint names the collector of either OTLP exporter (docs/exporters.md).
         "otlp": {"endpoint": otlp_endpoint},
+        "otlp_http": {"endpoint": otlp_endpoint},
     }
     for name, options in shortcuts.items():
         if name in wanted and isinstance(wanted[name], dict):

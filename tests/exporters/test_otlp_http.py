@@ -82,23 +82,26 @@ def _all_arrived(receiver: OtlpHttpReceiver) -> bool:
 
 
 def _start(receiver_endpoint: str, chosen_by: str, **kwargs: object) -> rlmetrics.Telemetry:
-    """Telemetry exporting over OTLP/HTTP, chosen the way ``chosen_by`` says."""
-    exporters: object = (
-        ("otlp",)
-        if chosen_by == "protocol-variable"
-        else {"otlp_http": {"endpoint": receiver_endpoint}}
-    )
+    """Telemetry exporting over OTLP/HTTP, chosen the way ``chosen_by`` says: the protocol
+    variable with ``otlp_endpoint``, the exporter's name with its ``endpoint`` option, or its
+    name with ``otlp_endpoint`` (the docs' "otlp_endpoint (or the otlp_http exporter's
+    endpoint)")."""
+    exporters: object = {
+        "protocol-variable": ("otlp",),
+        "name": {"otlp_http": {"endpoint": receiver_endpoint}},
+        "name-and-otlp-endpoint": ("otlp_http",),
+    }[chosen_by]
     return rlmetrics.start(
         "otlp-http-test",
         run_id="run-otlp-http",
         exporters=exporters,  # type: ignore[arg-type]
-        otlp_endpoint=receiver_endpoint if chosen_by == "protocol-variable" else None,
+        otlp_endpoint=None if chosen_by == "name" else receiver_endpoint,
         export_interval_s=INTERVAL_S,
         **kwargs,  # type: ignore[arg-type]
     )
 
 
-@pytest.mark.parametrize("chosen_by", ["protocol-variable", "name"])
+@pytest.mark.parametrize("chosen_by", ["protocol-variable", "name", "name-and-otlp-endpoint"])
 def test_metrics_and_spans_arrive_over_http(
     receiver: OtlpHttpReceiver, chosen_by: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
