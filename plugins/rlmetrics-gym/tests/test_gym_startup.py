@@ -4,6 +4,8 @@ ended before telemetry started, worker and main-process points, refused stages."
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -93,8 +95,29 @@ def test_unknown_repeated_and_backwards_stages_are_refused(telemetry: Any, caplo
 
 def test_the_default_start_is_the_process_start() -> None:
     started = process_start_ns()
-    assert abs(started / 1e9 - psutil.Process(os.getpid()).create_time()) < 1e-3
+    assert abs(started / 1e9 - psutil.Process(os.getpid()).create_time()) < 1.0
     assert started <= time.time_ns()
+
+
+_CHILD = """
+import time
+first = time.time_ns()
+from rlmetrics_gym.startup import process_start_ns
+print(process_start_ns(), first)
+"""
+
+
+def test_a_process_start_falls_between_its_spawn_and_its_first_statement() -> None:
+    # psutil's create_time adds the process's start ticks to /proc/stat's btime, whole seconds:
+    # up to a second before the process existed, all of it counted as interpreter_start.
+    spawned = time.time_ns()
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=60, check=True
+    )
+    started, first = map(int, child.stdout.split())
+    tick = 1_000_000_000 // os.sysconf("SC_CLK_TCK") if sys.platform == "linux" else 10**9
+    # Orderings, not durations: the start is known to one clock tick (10 ms), no finer.
+    assert spawned - tick - MS <= started <= first
 
 
 @given(st.permutations(STAGES), st.lists(st.integers(0, 10**12), min_size=11, max_size=11))
