@@ -8,7 +8,7 @@ from typing import Any
 
 from rlmetrics_gym.conventions import exemptions
 from rlmetrics_gym.dashboard import rollouts_row
-from rlmetrics_gym.demo import GymDemoPart
+from rlmetrics_gym.demo import DISPATCH_NAME, GymDemoPart
 from rlmetrics_gym.rollouts import reward_range
 
 from rlmetrics.check import check_declared
@@ -66,3 +66,23 @@ def test_the_dashboard_row_reads_declared_series() -> None:
     exprs = " ".join(q.expr for panel in row.panels for q in panel.queries)
     assert "gym_rollout_duration_milliseconds_bucket" in exprs
     assert 'gym_rollout_rewarded_total{nemo_gym_rollout_masked="false"}' in exprs
+
+
+def test_the_demo_failures_carry_a_failure_kind_gym_exports(
+    telemetry: tuple[Any, Any], tmp_path: Path
+) -> None:
+    # A kind neither registered nor namespaced is exported as "unregistered": the demo would
+    # show only that fallback where it means to show a failure kind.
+    _handle, reader = telemetry
+    part = GymDemoPart(DemoSettings(seed=2, steps=10, output=tmp_path))
+    simulation = Simulation(seed=2, steps=10)
+    for number in range(1, 11):
+        part.step(simulation.step(number).demo)
+    failed = [
+        p
+        for p in points(reader)
+        if p.name == "gym.rollout.completed_total"
+        and p.attributes["nemo.gym.rollout.outcome"] == "failed"
+    ]
+    assert failed
+    assert {p.attributes["nemo.gym.failure_kind"] for p in failed} == {f"{DISPATCH_NAME}:timeout"}

@@ -40,7 +40,7 @@ class GymDemoPart:
                     "failed",
                     dispatch_name=DISPATCH_NAME,
                     failure_class="agent_request_failed",
-                    failure_kind="timeout",
+                    failure_kind=f"{DISPATCH_NAME}:timeout",  # namespaced: exported as is
                     failure_type="TimeoutError",
                 )
             elif u < _FAILED_P + _OMITTED_P:
