@@ -34,6 +34,7 @@ from rlmetrics_gym.memory import (
     start_memory_sampler,
     stop_memory_sampler,
 )
+from rlmetrics_gym.startup import stage_attributes
 
 from rlmetrics.testing import points
 
@@ -202,3 +203,27 @@ def test_tracking_a_name_again_with_a_new_root_retracts_the_old_roots_series(
     assert {p.attributes[PID_ATTR] for p in found} == {new.pid}
     assert {p.name for p in found} == {SERVER_USAGE, SERVER_PEAK, SERVER_PROCESSES}
     assert sampler.tracked() == ["judge"]
+
+
+def test_server_names_and_types_are_bounded_as_the_startup_stages_bound_them(
+    telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The memory points and the startup stages carry the same nemo.gym.server.* attributes:
+    a name outside the server-name template is "unknown", a type outside Gym's server types
+    "other", in both; a name that is not even a string no longer costs the server its points."""
+    _, reader = telemetry
+    sampler = MemorySampler(interval_s=INTERVAL_S, host=False)
+    sampler.track("policy model: the 8B one", "weird type", os.getpid())
+    sampler.sample()
+    sampler.track(None, 5, os.getpid())  # type: ignore[arg-type]
+    sampler.sample()
+    servers = {
+        (p.attributes[SERVER_NAME_ATTR], p.attributes[SERVER_TYPE_ATTR])
+        for p in points(reader)
+        if p.name == SERVER_PROCESSES
+    }
+    assert servers == {("unknown", "other")}
+    assert stage_attributes("init_server", "policy model: the 8B one", "weird type", False) == {
+        **stage_attributes("init_server", "unknown", "other", False),  # type: ignore[dict-item]
+    }
+    assert "dropped a value" not in caplog.text

@@ -29,6 +29,9 @@ import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, hookimpl, resets_process_state, warn_once
 from rlmetrics.spec import MAX, MIN, SUM
 
+from ._attribute_values import SERVER_NAME, bounded, member
+from .startup import SERVER_TYPES, UNKNOWN_SERVER
+
 __all__ = [
     "GROUP",
     "HOST_AVAILABLE",
@@ -76,7 +79,8 @@ MEMORY_TYPES: frozenset[str] = frozenset({RSS, PSS})
 
 #: Servers one supervisor manages; one attribute set per server (and memory type).
 _MAX_SERVERS = 256
-_SERVER = {SERVER_NAME_ATTR: OPEN, SERVER_TYPE_ATTR: OPEN, PID_ATTR: OPEN}
+# The name and type as the startup stages bound them (the same attributes of the same servers).
+_SERVER = {SERVER_NAME_ATTR: OPEN, SERVER_TYPE_ATTR: SERVER_TYPES, PID_ATTR: OPEN}
 
 SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
@@ -248,7 +252,9 @@ class MemorySampler:
 
     def track(self, name: str, server_type: str, pid: int) -> None:
         """Attribute the process tree rooted at ``pid`` to server ``name`` from the next
-        sample on. Tracking a name again replaces its root (its peaks start over)."""
+        sample on. Tracking a name again replaces its root (its peaks start over). A name
+        outside the server-name template is exported as ``unknown``, a type outside Gym's
+        server types as ``other``, as the startup stages export them."""
         try:
             process = psutil.Process(pid)
         except psutil.Error:
@@ -258,12 +264,23 @@ class MemorySampler:
                 "its memory is not sampled",
             )
             return
+        exported_name = bounded(name, SERVER_NAME, UNKNOWN_SERVER)
+        if exported_name != name:
+            warn_once(
+                "gym:memory:name",
+                f"rlmetrics-gym: a server name to sample memory of must match "
+                f"{SERVER_NAME.pattern}; a {type(name).__name__} that does not is exported as "
+                f"{UNKNOWN_SERVER!r}",
+            )
         server = _Server(
             name,
             server_type,
             process,
-            # process.pid is an int, as the semantic conventions type it.
-            {SERVER_NAME_ATTR: name, SERVER_TYPE_ATTR: server_type, PID_ATTR: pid},
+            {
+                SERVER_NAME_ATTR: exported_name,
+                SERVER_TYPE_ATTR: server_type if member(server_type, SERVER_TYPES) else "other",
+                PID_ATTR: pid,  # an int, as the semantic conventions type it
+            },
             {},
         )
         with self._lock:
