@@ -510,3 +510,45 @@ def test_any_result_row_is_read_and_logged_without_raising(
     records = [trajectory_record(row) for row in rows]
     assert len(parse_trajectories(records, trajectory_settings().text)) == len(rows)
     log_rollout_trajectories(rlmetrics.Logger(backends={}), rows, step=1)
+
+
+def test_a_truncated_rollouts_last_generation_ends_for_the_reason_the_rollout_does(
+    tmp_path: Path,
+) -> None:
+    """A response cut at max_output_tokens: its last model call stopped for that reason, not
+    with ``stop`` (a finished answer) or ``tool_calls``; the span, the trajectory and the row
+    say the same."""
+    row = {
+        "_ng_task_index": 2,
+        "_ng_rollout_index": 0,
+        "agent_ref": {"name": ENV},
+        "reward": 0.0,
+        "response": {
+            "model": MODEL,
+            "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"},
+            "output": [
+                {"type": "function_call", "name": "python", "call_id": "c1", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "4"},
+                {"type": "message", "content": [{"type": "output_text", "text": "The ans"}]},
+            ],
+        },
+    }
+    path = tmp_path / "metrics.jsonl"
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": path}})
+        log_rollout_trajectories(logger, [row], step=1)
+        logger.finish()
+        spans = span_records(exporter)
+
+    chats = [
+        s.attributes["gen_ai.response.finish_reasons"] for s in spans if s.name.startswith("chat")
+    ]
+    assert chats == [("tool_calls",), ("max_output_tokens",)]
+    (agent,) = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert agent.attributes["rl.trajectory.finish_reason"] == "max_output_tokens"
+    (line,) = read_jsonl(samples_path(path), every_row=True)
+    assert (line["sample"]["outcome"], line["sample"]["finish_reason"]) == (
+        "truncated",
+        "max_output_tokens",
+    )

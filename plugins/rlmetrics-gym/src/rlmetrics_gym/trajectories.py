@@ -17,7 +17,8 @@ as:
   generation (Gym totals them for the whole rollout);
 - outcome: the rollouts family's ``outcome`` (``scored`` → success, ``failed`` → error with
   its ``failure_type``, ``omitted`` → failure), a response ``status`` of ``incomplete`` →
-  truncated (``incomplete_details.reason`` the finish reason); ``reward`` the total and
+  truncated (``incomplete_details.reason`` the finish reason, of the rollout and of its last
+  generation); ``reward`` the total and
   ``duration_ms`` the latency.
 
 Every field is checked where every trajectory record is, by the core's parser
@@ -156,8 +157,13 @@ def trajectory_record(
         if outcome == "error":
             record["error"] = result.get("failure_type")
     if _field(result, "response", "status") == "incomplete":
+        reason = _field(result, "response", "incomplete_details", "reason")
         record["outcome"] = "truncated"
-        record["finish_reason"] = _field(result, "response", "incomplete_details", "reason")
+        record["finish_reason"] = reason
+        turns = record.get("turns")
+        if turns and "generations" in turns[-1] and reason is not None:
+            # The response was cut during its last model call: that call did not `stop`.
+            turns[-1]["generations"][0]["finish_reason"] = reason
     if keeps_text:
         record["prompt"] = as_text(_field(result, "responses_create_params", "input"))
     return record
