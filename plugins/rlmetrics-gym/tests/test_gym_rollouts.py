@@ -93,6 +93,17 @@ def test_servers_active_is_the_supervisors_last_value(telemetry: Any) -> None:
     assert value_of(reader, SERVERS_ACTIVE) == 0
 
 
+@pytest.mark.parametrize("count", [-1, 2.5, "3", math.nan, True])
+def test_servers_active_refuses_a_count_that_is_no_number_of_servers(
+    telemetry: Any, count: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, reader = telemetry
+    record_active_servers(3)
+    record_active_servers(count)
+    assert value_of(reader, SERVERS_ACTIVE) == 3  # the last real count stands
+    assert "gym.servers.active" in caplog.text
+
+
 # -- outcomes -----------------------------------------------------------------------------------
 
 

@@ -500,7 +500,16 @@ def verify_success_rate() -> float | None:
 
 def record_active_servers(count: int) -> None:
     """Set ``gym.servers.active``. Call from the supervisor only: after startup with the number
-    of servers it started, and with 0 on shutdown. Never raises."""
+    of servers it started, and with 0 on shutdown. A count that is no number of servers
+    (negative, fractional) is not recorded, said once. Never raises."""
+    number = as_number(count)  # what is no number at all, the core refuses and says
+    if number is not None and (number < 0 or number != int(number)):
+        warn_once(
+            "gym:rollouts:servers",
+            f"rlmetrics-gym: {SERVERS_ACTIVE} is a whole number of servers from 0, got "
+            f"{_shown(count)}; not recorded",
+        )
+        return
     record(GROUP, {SERVERS_ACTIVE: count})
 
 
