@@ -133,3 +133,29 @@ def test_rows_left_unwritten_at_exit_are_counted(
         dropped = [p for p in points(reader) if p.name == "rlmetrics.backend.dropped"]
     # The first row is being written (blocked) when the exit comes: all four are unwritten.
     assert [(p.attributes, p.value) for p in dropped] == [({"rlmetrics.backend": "blocking"}, 4)]
+
+
+def test_an_uncaught_exception_is_a_failed_run_except_in_an_interactive_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A notebook's kernel keeps the last cell's error in sys.last_value: a Logger never
+    # finished there must not be marked failed at the kernel's exit for an error long gone.
+    import sys
+    import types
+
+    from rlmetrics.backends.worker import ended_by_exception
+
+    monkeypatch.delattr(sys, "last_exc", raising=False)
+    monkeypatch.setattr(sys, "last_value", RuntimeError("the loop died"), raising=False)
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    assert ended_by_exception()
+    ipython = types.ModuleType("IPython")
+    ipython.get_ipython = lambda: object()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    assert not ended_by_exception()
+    monkeypatch.delitem(sys.modules, "IPython")
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
+    assert not ended_by_exception()
+    monkeypatch.delattr(sys, "ps1")
+    monkeypatch.setattr(sys, "last_value", SystemExit(3))
+    assert not ended_by_exception()

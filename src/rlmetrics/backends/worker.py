@@ -271,12 +271,22 @@ def _takes_failed(backend: Any) -> bool:
 
 def ended_by_exception() -> bool:
     """Whether the interpreter is exiting on an uncaught exception: Python keeps the one it
-    printed in ``sys.last_exc`` (``sys.last_value`` before 3.12). Not in an interactive session,
-    where an earlier error the user went on from is kept there too."""
-    if sys.flags.interactive or hasattr(sys, "ps1"):
+    printed in ``sys.last_exc`` (``sys.last_value`` before 3.12). Not in an interactive session
+    (``python -i``, the REPL, IPython or a Jupyter kernel), where an earlier error the user went
+    on from is kept there too."""
+    if sys.flags.interactive or hasattr(sys, "ps1") or _in_ipython():
         return False
     error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
     return isinstance(error, BaseException) and not isinstance(error, SystemExit)
+
+
+def _in_ipython() -> bool:
+    """Whether an IPython shell (a notebook's kernel included) runs in this process."""
+    ipython = sys.modules.get("IPython")
+    try:
+        return ipython is not None and ipython.get_ipython() is not None
+    except Exception:
+        return False
 
 
 class InlineBackend:
