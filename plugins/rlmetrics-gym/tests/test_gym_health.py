@@ -5,6 +5,7 @@ real installed distribution."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,9 @@ def test_the_builtin_checks_load_through_the_entry_point(suite: HealthSuite) -> 
         (NOT_COMPLETED, "unhealthy", ("response_not_completed",), ()),
         (NO_USAGE, "unobserved", (), ("response_zero_output_tokens",)),
         (NO_RESPONSE, "unobserved", (), BUILTIN_IDS),
+        # Python's json writes NaN; a NaN or negative count says nothing about the tokens.
+        (rollout([MESSAGE], tokens=math.nan), "unobserved", (), ("response_zero_output_tokens",)),
+        (rollout([MESSAGE], tokens=-1), "unobserved", (), ("response_zero_output_tokens",)),
     ],
 )
 def test_verdicts(

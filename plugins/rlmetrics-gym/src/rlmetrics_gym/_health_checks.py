@@ -10,6 +10,7 @@ rather than ``healthy``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -41,11 +42,13 @@ def response_not_completed(rollout: Mapping[str, Any]) -> list[dict[str, Any]] |
 
 
 def response_zero_output_tokens(rollout: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The final response reports zero output tokens."""
+    """The final response reports zero output tokens (could not run without a count from 0)."""
     response = _response(rollout)
     usage = None if response is None else response.get("usage")
     tokens = usage.get("output_tokens") if isinstance(usage, Mapping) else None
     if isinstance(tokens, bool) or not isinstance(tokens, (int, float)):
+        return None
+    if not math.isfinite(tokens) or tokens < 0:  # NaN (Python's json writes it) or junk
         return None
     return [{"output_tokens": 0}] if tokens == 0 else []
 
