@@ -374,6 +374,24 @@ def test_a_refusing_collector_is_said_with_what_to_change(
     assert "a collector listens there" not in said
 
 
+def test_a_slow_collector_is_said_with_the_timeout_to_raise(
+    otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collector that takes the request and answers after the export timeout. Before:
+    "check the endpoint and that a collector listens there", of a collector that listens and
+    got the points; now the timeout to raise."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "0.5")
+    otlp_receiver.answer_after_s = 1.0
+    said = _the_failed_export(
+        otlp_receiver.endpoint,
+        caplog,
+        lambda: otlp_receiver.wait_for(lambda r: r.requests, what="a request, answered late"),
+    )
+    assert "failed (DEADLINE_EXCEEDED:" in said, said
+    assert "did not answer within the export timeout" in said, said
+    assert "OTEL_EXPORTER_OTLP_TIMEOUT" in said and "a collector listens there" not in said
+
+
 @given(
     status=st.sampled_from(
         [code.name for code in grpc.StatusCode if code is not grpc.StatusCode.OK]

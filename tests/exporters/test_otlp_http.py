@@ -234,6 +234,7 @@ _FAILURES = {
     "refused data": ("HTTP 400", "refuses these requests"),
     "no credentials": ("HTTP 401", "OTEL_EXPORTER_OTLP_HEADERS"),
     "a grpc port": ("BadStatusLine", "The collector there speaks OTLP over gRPC"),
+    "a slow collector": ("ReadTimeout", "did not answer within the export timeout"),
 }
 
 
@@ -261,8 +262,11 @@ def test_a_failed_export_says_what_went_wrong_and_what_to_change(
         "refused data": plain,
         "no credentials": plain,
         "a grpc port": grpc_port.endpoint,
+        "a slow collector": plain,
     }[mistake]
     receiver.reject_with = {"refused data": 400, "no credentials": 401}.get(mistake)
+    if mistake == "a slow collector":  # it takes the points and answers past the timeout
+        receiver.answer_after_s = 2.0
     cause, advice = _FAILURES[mistake]
     declare_test_series()
     handle = rlmetrics.start(
@@ -279,7 +283,8 @@ def test_a_failed_export_says_what_went_wrong_and_what_to_change(
         grpc_port.stop()
     (said,) = [r.getMessage() for r in rlmetrics_log.matching(failed, level=logging.WARNING)]
     assert cause in said and advice in said, said
-    assert receiver.requests == [] and tls_http_receiver.requests == []
+    if mistake != "a slow collector":
+        assert receiver.requests == [] and tls_http_receiver.requests == []
 
 
 def test_an_error_escaping_the_sdk_does_not_hide_the_request_s_cause(

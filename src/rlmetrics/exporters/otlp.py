@@ -322,6 +322,16 @@ def export_advice(signal: str, details: str, cause: str = "") -> str:
             "http:// (or host:port)"
         )
     endpoint = signal_variables(signal, "ENDPOINT")[0]
+    # Connected, sent, and no answer in time (gRPC's deadline, requests' read timeout): a
+    # collector that is there but slower than the timeout, or stuck; not a missing one.
+    if cause == "DEADLINE_EXCEEDED" or "ReadTimeout" in details:
+        own, shared = signal_variables(signal, "TIMEOUT")
+        return (
+            f"The collector did not answer within the export timeout ({shared} or {own}, in "
+            f"seconds; {DEFAULT_OTLP_TIMEOUT_S:g} s unless set): raise it if the collector is "
+            f"only slow; if it never answers, it is stuck or the endpoint ({endpoint}) is no "
+            "collector's"
+        )
     advice = f"Check the endpoint ({endpoint}) and that a collector listens there"
     if "Socket closed" in details or "Connection aborted" in details:
         # What a plaintext connection to a TLS port sees (the server drops it unanswered):

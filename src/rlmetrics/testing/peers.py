@@ -352,7 +352,8 @@ class OtlpReceiver:
     collector that refuses our data would; ``stop()`` and ``start()`` take it down and bring
     it back on the same port. ``tls``, a (private key, certificate chain) pair in PEM, serves
     over TLS (its endpoint is ``https://``), as a collector with a certificate of a private
-    CA does.
+    CA does. ``answer_after_s`` answers each request that long after it arrived (recorded at
+    once), as a collector that is slow, not dead, does.
     """
 
     #: How long :meth:`wait_for` waits unless told.
@@ -367,6 +368,7 @@ class OtlpReceiver:
         self.trace_requests: list[Any] = []
         self.rejected = 0
         self.reject_with: Any = None
+        self.answer_after_s = 0.0
 
     @property
     def endpoint(self) -> str:
@@ -430,6 +432,8 @@ class OtlpReceiver:
             else:
                 (self.requests if into is None else into).append(request)
             self._cond.notify_all()
+        if self.answer_after_s:
+            time.sleep(self.answer_after_s)
         if status is not None:
             context.abort(status, "rlmetrics test receiver rejects this request")
 
@@ -554,15 +558,20 @@ class OtlpHttpReceiver(OtlpReceiver):
                         (receiver.requests if into is None else into).append(request)
                         receiver.headers.append(dict(self.headers.items()))
                     receiver._cond.notify_all()
+                if receiver.answer_after_s:
+                    time.sleep(receiver.answer_after_s)
                 if status is not None:
                     self.send_error(int(status), "rlmetrics test receiver rejects this request")
                     return
                 answer = response_type().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/x-protobuf")
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # an exporter that gave up on a late answer (answer_after_s)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
