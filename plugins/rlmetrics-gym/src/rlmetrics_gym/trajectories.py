@@ -160,10 +160,10 @@ def trajectory_record(
         reason = _field(result, "response", "incomplete_details", "reason")
         record["outcome"] = "truncated"
         record["finish_reason"] = reason
-        turns = record.get("turns")
-        if turns and "generations" in turns[-1] and reason is not None:
+        read_turns = record.get("turns")
+        if read_turns and "generations" in read_turns[-1] and reason is not None:
             # The response was cut during its last model call: that call did not `stop`.
-            turns[-1]["generations"][0]["finish_reason"] = reason
+            read_turns[-1]["generations"][0]["finish_reason"] = reason
     if keeps_text:
         record["prompt"] = as_text(_field(result, "responses_create_params", "input"))
     return record
