@@ -9,12 +9,14 @@ import concurrent.futures
 import multiprocessing
 import subprocess
 import sys
+import threading
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import pytest
 from gym_support_client import eventually, find, run, total, value_of
 from gym_support_client_workers import crash_worker, square_worker
+from rlmetrics_gym.driver import RESIDENT, driver_rollout
 from rlmetrics_gym.resources import (
     ACTIVE,
     DURATION,
@@ -223,3 +225,29 @@ def test_the_semaphore_works_the_same_without_telemetry() -> None:
 
     with isolated_state():
         assert run(main()) == [0, 0, 1, 1, 2, 2]  # never two inside the limit at once
+
+
+@pytest.mark.parametrize("enter", ["resources_operation", "driver_rollout"])
+def test_a_thread_semaphore_is_refused_loudly_and_keeps_its_permit(
+    telemetry: Any, enter: str
+) -> None:
+    """A ``threading.Semaphore`` acquires synchronously: awaiting what it returns fails after
+    it took a permit, which nothing gave back, so the next operations found it taken and
+    blocked the event loop itself. It is a mistake to say, with the permit given back."""
+    _, reader = telemetry
+    semaphore = threading.Semaphore(1)
+
+    async def main() -> None:
+        block = (
+            resources_operation(semaphore, operation="verify")  # type: ignore[arg-type]
+            if enter == "resources_operation"
+            else driver_rollout(semaphore)  # type: ignore[arg-type]
+        )
+        async with block:
+            pass
+
+    with pytest.raises(TypeError, match="asyncio"):
+        run(main())
+    assert semaphore.acquire(blocking=False)  # its one permit is free
+    levels = [p.value for p in points(reader) if p.name in (QUEUED, ACTIVE, RESIDENT)]
+    assert set(levels) <= {0}

@@ -42,7 +42,7 @@ from rlmetrics import (
 from rlmetrics.spec import SUM
 
 from ._tally import Tally
-from .resources import Limit
+from .resources import Limit, acquire
 from .rollouts import ROLLOUT_PREFIX
 
 __all__ = [
@@ -218,7 +218,7 @@ class DriverRollout:
         if limit is not None:
             waited = time.perf_counter()
             try:
-                await limit.acquire()
+                await acquire(limit)
             except BaseException:
                 _resident.add((), -1)  # cancelled while waiting for admission
                 raise

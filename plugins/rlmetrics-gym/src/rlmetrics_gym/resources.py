@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import subprocess
 import time
 from collections.abc import Mapping
@@ -58,6 +59,7 @@ __all__ = [
     "QUEUE_DURATION",
     "SPECS",
     "Limit",
+    "acquire",
     "ResourcesOperation",
     "executor_value",
     "operation_value",
@@ -203,6 +205,25 @@ class Limit(Protocol):
     def release(self) -> None: ...
 
 
+async def acquire(limit: Limit) -> None:
+    """``await limit.acquire()``, refusing a limit whose ``acquire`` is not asynchronous.
+
+    A ``threading.Semaphore`` (or ``Lock``) acquires synchronously and returns a bool, which
+    cannot be awaited: the permit it took is given back and a ``TypeError`` says what to pass,
+    where otherwise nothing would release it and a later acquire would block the event loop.
+    """
+    acquiring = limit.acquire()
+    if not inspect.isawaitable(acquiring):
+        if acquiring:  # it took a permit: give it back
+            limit.release()
+        raise TypeError(
+            f"the limit must be an asyncio one (async acquire(): asyncio.Semaphore, "
+            f"BoundedSemaphore or Lock), got a {type(limit).__name__} whose acquire() "
+            f"returned a {type(acquiring).__name__}"
+        )
+    await acquiring
+
+
 class ResourcesOperation:
     """One operation: ``async with`` it (see :func:`resources_operation`). Set ``outcome``
     inside the block to override the outcome the exit would derive."""
@@ -227,7 +248,7 @@ class ResourcesOperation:
         key = _queued.add(self._key)
         waited = time.perf_counter()
         try:
-            await limit.acquire()
+            await acquire(limit)
         except BaseException:
             _queued.add(key, -1)  # cancelled while waiting: never ran, nothing to time
             raise
