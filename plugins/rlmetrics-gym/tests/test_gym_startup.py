@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import psutil
+import pytest
 from gym_support_client import find, total
 from hypothesis import given
 from hypothesis import strategies as st
@@ -129,3 +130,18 @@ def test_marked_stages_always_add_up_to_the_last_mark(order: list[str], steps: l
         timeline.mark(stage, now_ns=now)
     assert [stage for stage, _ in timeline.stages] == list(order)
     assert abs(sum(ms for _, ms in timeline.stages) - now / 1e6) < 1e-6 * max(1, now / 1e6)
+
+
+def test_a_start_or_mark_that_is_no_ns_timestamp_is_refused_not_recorded(
+    telemetry: Any, caplog: Any
+) -> None:
+    """``time.time()`` (float seconds) where ``time.time_ns()`` belongs made every stage 56
+    years long; a mark given no timestamp at all raised into the server's startup."""
+    _, reader = telemetry
+    with pytest.raises(ValueError, match=r"time\.time_ns"):
+        StartupTimeline("env", "resources_servers", started_ns=time.time())  # type: ignore[arg-type]
+    timeline = StartupTimeline("env", "resources_servers", started_ns=0)
+    assert timeline.mark("load_config", now_ns="soon") is None  # type: ignore[arg-type]
+    assert timeline.mark("init_server", now_ns=5 * MS) == 5.0
+    assert [p.attributes[STAGE] for p in find(points(reader), STAGE_DURATION)] == ["init_server"]
+    assert "time_ns" in caplog.text

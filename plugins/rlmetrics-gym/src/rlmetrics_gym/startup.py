@@ -171,6 +171,12 @@ def _linux_start_ns() -> int | None:
         return None
 
 
+def _is_ns(value: object) -> bool:
+    """An int count of nanoseconds from 0 (a float is seconds from ``time.time()``, a likely
+    mistake: 1e9 times too small, it would make every stage decades long)."""
+    return type(value) is int and value >= 0
+
+
 class StartupTimeline:
     """One server process's contiguous startup stages.
 
@@ -188,6 +194,11 @@ class StartupTimeline:
         worker: bool = False,
         started_ns: int | None = None,
     ) -> None:
+        if started_ns is not None and not _is_ns(started_ns):
+            raise ValueError(
+                f"StartupTimeline(started_ns=...) takes Unix nanoseconds as an int "
+                f"(time.time_ns()), got a {type(started_ns).__name__} {started_ns!r}"
+            )
         self.server_name = server_name
         self.server_type = server_type
         self.worker = worker
@@ -205,6 +216,13 @@ class StartupTimeline:
         :data:`STAGES`, was already marked, or ends before the previous one (the clock stepped
         back). Records every stage still pending when telemetry is exporting. Never raises.
         """
+        if now_ns is not None and not _is_ns(now_ns):
+            warn_once(
+                "gym:startup:mark:ns",
+                f"rlmetrics-gym: StartupTimeline.mark(now_ns=...) takes Unix nanoseconds as an "
+                f"int (time.time_ns()), got a {type(now_ns).__name__}; the stage is not recorded",
+            )
+            return None
         now = time.time_ns() if now_ns is None else now_ns
         with self._lock:
             problem = (
