@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from rlmetrics_swanlab import SwanLabBackend
-from swanlab_helpers import scalars, texts
+from swanlab_helpers import records, scalars, texts
 
 import rlmetrics
 
@@ -71,3 +71,25 @@ def test_a_key_changing_kind_and_a_step_past_swanlabs_largest_cost_only_themselv
     assert "text" in kind and "number" in kind
     (past,) = _said(caplog, str(2**50))
     assert str(2**48) in past
+
+
+def test_keys_swanlab_would_cut_or_refuse_stay_apart_and_land(
+    swanlab_config: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # SwanLab cuts a key to 512 characters (two long keys with one start became one series,
+    # the second's value dropped as a repeated step) and refuses one with a control character
+    # (an ERROR line of its own on every row).
+    long_a, long_b = "k" * 600 + "A", "k" * 600 + "B"
+    backend = SwanLabBackend(**swanlab_config)
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        backend.log_metrics({long_a: 1.0, long_b: 2.0, "a\nb": 3.0}, 1, "")
+        backend.log_metrics({long_a: 4.0, long_b: 5.0, "a\nb": 6.0}, 2, "")
+    backend.finish()
+    series = {r["scalar"]["key"]: [] for r in records(backend.run_dir) if "scalar" in r}
+    for r in records(backend.run_dir):
+        if "scalar" in r:
+            series[r["scalar"]["key"]].append(r["scalar"]["value"]["number"])
+    assert sorted(series.values()) == [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+    assert all(len(key) <= 512 for key in series)
+    assert "a\\nb" in series
+    assert _said(caplog, "rlmetrics-swanlab")

@@ -48,7 +48,7 @@ from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
 from rlmetrics.identity import RunIdentity, tracker_init_kwargs, with_tracker_setting
 from rlmetrics.samples import columns_of
 
-from .columns import NUMBER, TEXT, Columns
+from .columns import MAX_KEY_LENGTH, NUMBER, TEXT, Columns
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
@@ -263,10 +263,32 @@ class SwanLabBackend:
                 continue
             if converted is None:
                 continue
-            if self._takes(tag, NUMBER if isinstance(converted, float) else TEXT, number):
-                row[tag] = converted
+            kept = self._key(tag)
+            kind = NUMBER if isinstance(converted, float) else TEXT
+            if kept is not None and self._takes(kept, kind, number):
+                row[kept] = converted
         if row:
             self.run.log(row, step=number)
+
+    def _key(self, key: str) -> str | None:
+        """The key SwanLab keeps ``key`` as (:func:`.columns.swanlab_key`), a change said
+        once; None (said once) for a key nothing is left of."""
+        kept, changed = self._columns.key(key)
+        if kept is None:
+            warn_once(
+                "swanlab:empty-key",
+                f"rlmetrics-swanlab: key {key!r} is empty once SwanLab strips spaces, '.' and "
+                "'/' from its ends; it is skipped (the JSONL backend keeps it)",
+            )
+        elif changed:
+            warn_once(
+                "swanlab:key",
+                f"rlmetrics-swanlab: key {key[:80]!r} is logged to SwanLab as {kept[:80]!r} "
+                "(SwanLab strips spaces, '.' and '/' from a key's ends, refuses control "
+                f"characters and keeps {MAX_KEY_LENGTH} characters: a longer key ends in a "
+                "hash of its own); later ones at DEBUG",
+            )
+        return kept
 
     def _takes(self, key: str, kind: str, step: int) -> bool:
         """Whether SwanLab keeps ``key``'s value of ``kind`` at ``step``; what it would drop
@@ -310,9 +332,10 @@ class SwanLabBackend:
         paragraphs, the reward as its caption)."""
         self._check_writable()
         number = self._number(step)
-        if self._takes(name, TEXT, number):
+        kept = self._key(name)
+        if kept is not None and self._takes(kept, TEXT, number):
             columns = columns_of(rows)
-            self.run.log({name: [_sample_text(row, columns) for row in rows]}, step=number)
+            self.run.log({kept: [_sample_text(row, columns) for row in rows]}, step=number)
 
     def finish(self, failed: bool = False) -> None:
         """Finish the run, once, if a backend of this process started it and no other still
