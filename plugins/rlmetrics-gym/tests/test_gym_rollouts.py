@@ -326,6 +326,29 @@ def test_a_logged_rollout_result_dict_counts_the_attempt(telemetry: Any) -> None
     assert total(found, ROLLOUT_DURATION) == (2, 1284.5)
 
 
+def test_a_logged_row_naming_no_dispatch_is_counted_under_its_agent(telemetry: Any) -> None:
+    """The specification: every point carries the dispatch name, the environment server or,
+    when rows name none, the agent. A Gym result row names its agent in ``agent_ref``."""
+    _, reader = telemetry
+    logger = rlmetrics.Logger(backends={})
+    row = {"agent_ref": {"type": "responses_api_agents", "name": "math_simple_agent"}}
+    logger.log_metrics({"outcome": "scored", "reward": 1.0, **row}, step=1, prefix="gym/rollout")
+    logger.log_metrics(
+        {"outcome": "scored", "reward": 0.0, "dispatch_name": "math_with_judge", **row},
+        step=2,
+        prefix="gym/rollout",
+    )
+    found = points(reader)
+    assert {p.attributes[DISPATCH]: p.value for p in find(found, COMPLETED)} == {
+        "math_simple_agent": 1,
+        "math_with_judge": 1,
+    }
+    assert {p.attributes[DISPATCH] for p in find(found, REWARDED)} == {
+        "math_simple_agent",
+        "math_with_judge",
+    }
+
+
 def test_nothing_is_recorded_or_raised_without_telemetry() -> None:
     with isolated_state():
         before = rollouts.verify_success_rate()

@@ -60,6 +60,7 @@ from ._attribute_values import (
 )
 
 __all__ = [
+    "AGENT_REF_KEY",
     "COMPLETED",
     "DISPATCH_NAME_KEY",
     "DURATION_MS_KEY",
@@ -228,6 +229,9 @@ FAILURE_CLASS_KEY: Final = "failure_class"
 FAILURE_KIND_KEY: Final = "failure_kind"
 FAILURE_TYPE_KEY: Final = "failure_type"
 DURATION_MS_KEY: Final = "duration_ms"
+#: The agent that ran the rollout (``{"type": ..., "name": ...}``): the dispatch name of a row
+#: that names no environment server.
+AGENT_REF_KEY: Final = "agent_ref"
 
 # -- pure mappings ------------------------------------------------------------------------------
 
@@ -523,6 +527,15 @@ def telemetry_started() -> None:
         _verify.completed = _verify.total = 0
 
 
+def _agent_name(row: Mapping[str, Any]) -> Any:
+    """The row's ``agent_ref.name`` (``agent_ref/name`` once the Logger flattened it)."""
+    flat = row.get(f"{AGENT_REF_KEY}/name")
+    if flat is not None:
+        return flat
+    ref = row.get(AGENT_REF_KEY)
+    return ref.get("name") if isinstance(ref, Mapping) else None
+
+
 @hookimpl(tee=True, prefixes=[ROLLOUT_PREFIX])
 def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
     """A rollout result dict logged under :data:`ROLLOUT_PREFIX`: the attempt's outcome
@@ -531,9 +544,11 @@ def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
         return
     outcome = metrics.get(OUTCOME_KEY)
     if outcome is not None:
+        dispatch_name = metrics.get(DISPATCH_NAME_KEY)
         record_rollout_completed(
             outcome,
-            dispatch_name=metrics.get(DISPATCH_NAME_KEY),
+            # The environment server, or the agent when the row names none (the spec's rule).
+            dispatch_name=_agent_name(metrics) if dispatch_name is None else dispatch_name,
             reward=metrics.get(REWARD_KEY),
             masked=metrics.get(MASK_SAMPLE_KEY, False),
             failure_class=metrics.get(FAILURE_CLASS_KEY),
