@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl, samples_path
+from rlmetrics.flatten import flatten
 from rlmetrics.testing import points
 from rlmetrics.testing.traces import in_memory_tracing, span_records
 
@@ -552,3 +553,30 @@ def test_a_truncated_rollouts_last_generation_ends_for_the_reason_the_rollout_do
         "truncated",
         "max_output_tokens",
     )
+
+
+def test_a_row_the_logger_flattened_reads_as_the_nested_row_does() -> None:
+    """The Logger flattens a row to its leaves (``response/usage/input_tokens``), not to
+    ``response/usage``: a flattened row kept its turns but lost its tokens."""
+    nested = {
+        "_ng_task_index": 3,
+        "_ng_rollout_index": 0,
+        "agent_ref": {"type": "responses_api_agents", "name": ENV},
+        "response": {
+            "model": MODEL,
+            "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"},
+            "output": [
+                {"type": "function_call", "name": "python", "call_id": "c", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c", "output": "4"},
+            ],
+            "usage": {"input_tokens": 120, "output_tokens": 30},
+        },
+        "reward": 1.0,
+        "duration_ms": 2500,
+    }
+    flattened = flatten(nested)
+    assert "response/usage/input_tokens" in flattened
+    record = trajectory_record(nested)
+    assert record["turns"][-1]["generations"][0]["input_tokens"] == 120
+    assert trajectory_record(flattened) == record

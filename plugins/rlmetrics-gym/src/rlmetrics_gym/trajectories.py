@@ -138,11 +138,13 @@ def trajectory_record(
         record["latency_s"] = duration_ms if ms is None else ms / 1000.0
     if isinstance(output, list):
         turns = _turns(output, _field(result, "response", "model"), keeps_text)
-        usage = _field(result, "response", "usage")
-        if isinstance(usage, Mapping):
-            last = turns[-1]["generations"][0]
-            last["input_tokens"] = usage.get("input_tokens")
-            last["output_tokens"] = usage.get("output_tokens")
+        # Field by field: the Logger flattens a row to its leaves (response/usage/input_tokens).
+        tokens = {
+            key: _field(result, "response", "usage", key)
+            for key in ("input_tokens", "output_tokens")
+        }
+        if any(count is not None for count in tokens.values()):
+            turns[-1]["generations"][0].update(tokens)
         record["turns"] = turns
         if keeps_text:
             record["completion"] = _message_text(output)
