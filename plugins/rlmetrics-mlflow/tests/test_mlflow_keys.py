@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlflow.exceptions import MlflowException
@@ -76,3 +79,18 @@ def test_keymap_moves_a_key_that_spells_out_another_keys_name() -> None:
     clean = names(dirty)  # a key literally equal to the hashed name of "acc@1"
     assert clean is not None and clean != dirty and _mlflow_accepts(clean)
     assert names("acc@1") == dirty and names(dirty) == clean
+
+
+def test_the_first_renamed_key_of_each_run_is_said_and_named_as_a_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # docs/trackers.md: "The first renamed key of a run is reported once at WARNING". It was
+    # once per process (a sweep's later runs said nothing), and called a hyperparameter a metric.
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        for _run in range(2):
+            keys = KeyMap()
+            keys("optimizer/lr@warmup")
+            keys("eval/acc@1")
+    said = [r.getMessage() for r in caplog.records if "is logged to MLflow as" in r.getMessage()]
+    assert len(said) == 2
+    assert all(m.startswith("rlmetrics-mlflow: key 'optimizer/lr@warmup'") for m in said)

@@ -21,6 +21,7 @@ cleaned form plus its hash; :class:`KeyMap` catches even that within a run.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import posixpath
 import re
 import sys
@@ -34,6 +35,8 @@ MAX_KEY_LENGTH = 250
 _DIGEST_CHARS = 8
 # mlflow.utils.validation.validate_param_and_metric_name; Windows stores also refuse ":".
 # Checked per character: MLflow's own "^...$" pattern lets a trailing newline through.
+# Each KeyMap's number: a run's first rename is said once per run (a KeyMap is a run's).
+_maps = itertools.count()
 _ALLOWED = re.compile(r"[/\w.\- ]" if sys.platform == "win32" else r"[/\w.\- :]")
 
 
@@ -84,6 +87,7 @@ class KeyMap:
     def __init__(self) -> None:
         self._names: dict[str, str | None] = {}
         self._owners: dict[str, str] = {}
+        self._number = next(_maps)
 
     def __call__(self, key: str) -> str | None:
         name = self._names.get(key, "")
@@ -98,14 +102,14 @@ class KeyMap:
         if resolved is None:
             warn_once(
                 f"mlflow:key-clash:{key}",
-                f"rlmetrics-mlflow: metric {key!r} maps to a name another key already uses; "
+                f"rlmetrics-mlflow: key {key!r} maps to a name another key already uses; "
                 "it is not logged to MLflow (the JSONL backend still has it)",
             )
         elif resolved != key:
             # One warning per run explains the rule; every later rename is at DEBUG.
             warn_once(
-                "mlflow:key-renamed",
-                f"rlmetrics-mlflow: metric {key!r} is logged to MLflow as {resolved!r} "
+                f"mlflow:key-renamed:{self._number}",
+                f"rlmetrics-mlflow: key {key!r} is logged to MLflow as {resolved!r} "
                 "(MLflow allows only letters, digits, '_', '-', '.', ' ', ':' and '/' in a "
                 "normalised relative path of at most 250 characters); further renames are "
                 "logged at DEBUG",
