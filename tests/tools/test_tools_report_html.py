@@ -10,7 +10,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 from report_html_support import (
     MARKUP,
     UNICODE,
@@ -286,3 +288,51 @@ def test_a_run_without_trajectories_still_has_its_page(tmp_path: Path) -> None:
         "texts_cut_to": None,
         "spans_without_rows": 0,
     }
+
+
+def test_the_curves_are_every_numeric_series_a_step_logged(tmp_path: Path) -> None:
+    """docs/trajectories.md promises "every numeric series of its steps". Before: the page
+    drew reward, KL and loss only (the text report's columns), so a run's grad norm, its
+    vLLM and Ray series, everything else it logged, had no curve. A series of more steps than
+    a chart has pixels is thinned to each bucket's lowest and highest value (a spike stays)."""
+    steps = 5000
+    rows = []
+    for s in range(1, steps + 1):
+        grad = 100.0 if s == 4321 else 1.0  # one spike, in a bucket of its own neighbours
+        rows.append({"time": s, "step": s, "prefix": "train", "metrics": {"reward": s / 10}})
+        rows.append({"time": s, "step": s, "prefix": "train", "metrics": {"grad_norm": grad}})
+        rows.append({"time": s, "step": s, "prefix": "ray", "metrics": {"node.0.mem_gb": 2.0}})
+        rows.append({"time": s, "step": s, "prefix": "train", "metrics": {"note": "text"}})
+    jsonl = tmp_path / "run.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run.html"
+    done = run_cli("report", jsonl, "--html", out)
+    assert done.returncode == 0, done.stderr
+    _, data = _page(out)
+    curves = data["curves"]
+    assert {"reward", "grad_norm", "ray/node.0.mem_gb"} <= set(curves), sorted(curves)
+    assert "note" not in curves
+    for points in curves.values():
+        assert len(points) <= 1000
+        assert [p[0] for p in points] == sorted(p[0] for p in points)
+    assert [4321, 100.0] in curves["grad_norm"]
+    assert curves["reward"][0] == [1, 0.1] and curves["reward"][-1] == [steps, steps / 10]
+    # Not in --json: there --keys chooses the series.
+    assert "curves" not in json.loads(run_cli("report", jsonl, "--json").stdout)
+
+
+@hypothesis.given(
+    st.lists(st.floats(-1e9, 1e9), min_size=1, max_size=3000),
+    st.integers(min_value=4, max_value=1200),
+)
+def test_a_thinned_curve_keeps_its_ends_extremes_and_order(values: list[float], most: int) -> None:
+    from rlmetrics.report.html import _thinned
+
+    points = [(step * 3, value) for step, value in enumerate(values)]
+    thinned = _thinned(points, most)
+    assert len(thinned) <= max(most, len(points) if len(points) <= most else 0)
+    assert set(thinned) <= set(points)
+    assert [p[0] for p in thinned] == sorted({p[0] for p in thinned})
+    assert thinned[0] == points[0] and thinned[-1] == points[-1]
+    assert min(p[1] for p in thinned) == min(values)
+    assert max(p[1] for p in thinned) == max(values)

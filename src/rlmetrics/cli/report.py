@@ -215,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
             keys=args.keys,
             key_map=args.key_map,
             damaged=damaged,
+            curves=args.html is not None,
         )
     # ValueError: an unknown key map, or NotARunFile (a traces, samples or CSV file given).
     except (RunNotFound, UnknownKeys, ValueError) as exc:

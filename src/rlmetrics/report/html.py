@@ -44,18 +44,32 @@ def _finite(value: Any) -> Any:
     return value
 
 
+#: The points a curve keeps: a chart is 330 px wide, and a run of 10⁵ steps in every one of
+#: a few hundred series would make a page no browser opens.
+CURVE_POINTS = 1000
+
+
 def _curves(report: RunReport) -> dict[str, list[tuple[int, float]]]:
-    """Every numeric per-step series of the report (reward, KL, loss... and what --keys
-    chose), then goodput %."""
+    """Every numeric per-step series of the run (:attr:`RunReport.curves`, else the report's
+    columns: reward, KL, loss...), what --keys chose, then goodput %; each thinned to
+    :data:`CURVE_POINTS`."""
     curves: dict[str, list[tuple[int, float]]] = {}
-    for row in report.steps:
-        for key, value in row.items():
-            if key in _TIMINGS or isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            if math.isfinite(value):
-                curves.setdefault(key, []).append((row["step"], value))
+    if report.curves is not None:
+        curves.update(report.curves)
+    else:
+        for row in report.steps:
+            for key, value in row.items():
+                if (
+                    key in _TIMINGS
+                    or isinstance(value, bool)
+                    or not isinstance(value, (int, float))
+                ):
+                    continue
+                if math.isfinite(value):
+                    curves.setdefault(key, []).append((row["step"], value))
     for key, points in (report.series or {}).items():
         curves[key] = list(points)
+    curves = {key: _thinned(points, CURVE_POINTS) for key, points in curves.items()}
     goodput = [
         (row["step"], row["goodput_pct"])
         for row in report.steps
@@ -64,6 +78,24 @@ def _curves(report: RunReport) -> dict[str, list[tuple[int, float]]]:
     if goodput:
         curves["goodput %"] = goodput
     return curves
+
+
+def _thinned(points: list[tuple[int, float]], most: int) -> list[tuple[int, float]]:
+    """``points`` (in step order) in at most ``most``: the lowest and the highest of each of
+    ``(most - 2) // 2`` runs of consecutive steps, in step order, so a spike or a dip stays in the
+    curve where every n-th point would step over it. The first and last points are kept."""
+    if len(points) <= most:
+        return points
+    buckets = (most - 2) // 2  # room for the first and last points beside them
+    kept = [points[0]]
+    for b in range(buckets):
+        run = points[b * len(points) // buckets : (b + 1) * len(points) // buckets]
+        low = min(run, key=lambda p: p[1])
+        high = max(run, key=lambda p: p[1])
+        kept.extend(p for p in sorted({low, high}) if p[0] > kept[-1][0])
+    if kept[-1] != points[-1]:
+        kept.append(points[-1])
+    return kept
 
 
 def _timeline(traces: TraceSet, steps: tuple[int, int] | None) -> dict[str, Any]:

@@ -245,19 +245,21 @@ def read_reports(
     keys: Sequence[str] | None = None,
     key_map: str | None = None,
     damaged: DamagedRows | None = None,
+    curves: bool = False,
 ) -> list[RunReport]:
     """The report of every run in the JSONL at ``path`` (or of the one ``run`` names), each
     with its configuration, its latest samples (from the samples file beside it) and its
     repeated steps. Raises :class:`RunNotFound` for a ``run`` the file does not hold.
 
-    ``steps`` limits each report to those steps (its regressions are still judged on the
-    whole run); ``keys`` adds those series (:class:`~.select.UnknownKeys` names any a run did
-    not log). Each run is read through ``key_map`` (a key map's name), else through the map
-    its rows show its trainer applied (:func:`~.keymap.found_key_map`); an unknown name raises
-    ``ValueError``, a file with no metrics row :class:`NotARunFile`. Lines that are no row are
-    counted into ``skipped``, rows no run holds (:func:`run_row_problem`) into ``damaged``
-    (each report's ``skipped_lines`` counts both); without them, one warning each says how
-    many and names the first few."""
+    ``steps`` limits each report to those steps (its regressions are still judged on the whole
+    run); ``keys`` adds those series (:class:`~.select.UnknownKeys` names any a run did not
+    log); ``curves`` every numeric series of the steps shown (the HTML page's). Each run is read
+    through ``key_map`` (a key map's name), else through the map its rows show its trainer
+    applied (:func:`~.keymap.found_key_map`); an unknown name raises ``ValueError``, a file with
+    no metrics row :class:`NotARunFile`. Lines that are no row are counted into ``skipped``,
+    rows no run holds (:func:`run_row_problem`) into ``damaged`` (each report's
+    ``skipped_lines`` counts both); without them, one warning each says how many and names the
+    first few."""
     path = Path(path)
     bad = SkippedLines() if skipped is None else skipped
     rows = list(read_jsonl(path, every_row=True, skipped=bad))
@@ -304,6 +306,7 @@ def read_reports(
                 samples=samples.get(run_id),
                 series=None if keys is None else choose(keys, numeric_series(shown)),
                 key_map=None if read is None else read.as_dict(),
+                curves=numeric_series(shown) if curves else None,
             )
         )
     return reports

@@ -102,10 +102,15 @@ class RunReport:
     series: dict[str, list[tuple[int, float]]] | None = None
     #: The key map the run was read through, and how it was chosen (``.keymap``).
     key_map: dict[str, str] | None = None
+    #: Every numeric series of the steps shown, for the HTML page's curves (read only when
+    #: ``--html`` asks; not in ``as_dict``: in ``--json``, ``--keys`` chooses the series).
+    curves: dict[str, list[tuple[int, float]]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(
-            self, value_serializer=lambda _i, _f, v: list(v) if isinstance(v, tuple) else v
+            self,
+            filter=lambda field, _value: field.name != "curves",
+            value_serializer=lambda _i, _f, v: list(v) if isinstance(v, tuple) else v,
         )
 
 
