@@ -233,10 +233,11 @@ def _reader_class() -> type:
         def _receive_metrics(self, metrics_data: Any, *args: Any, **kwargs: Any) -> None:
             if metrics_data is None or self._scraping != threading.get_ident():
                 return  # not a scrape's: Prometheus pulls, nothing is waiting for it
-            super()._receive_metrics(self._unit_named(metrics_data), *args, **kwargs)
+            super()._receive_metrics(self._for_prometheus(metrics_data), *args, **kwargs)
 
-        def _unit_named(self, data: Any) -> Any:
-            """``data`` with every metric renamed by :func:`unit_named` (none, mostly)."""
+        def _for_prometheus(self, data: Any) -> Any:
+            """``data`` with every metric renamed by :func:`unit_named` (none, mostly) and
+            its points one per Prometheus series (:func:`_one_per_series`)."""
             renamed = False
             resources = []
             for resource in data.resource_metrics:
@@ -252,12 +253,63 @@ def _reader_class() -> type:
                         if name != metric.name:
                             metric = dataclasses.replace(metric, name=name)
                             renamed = True
+                        merged = _one_per_series(metric)
+                        if merged is not metric:
+                            metric, renamed = merged, True
                         metrics.append(metric)
                     scopes.append(dataclasses.replace(scope, metrics=metrics))
                 resources.append(dataclasses.replace(resource, scope_metrics=scopes))
             return dataclasses.replace(data, resource_metrics=resources) if renamed else data
 
     return _Reader
+
+
+def _one_per_series(metric: Any) -> Any:
+    """``metric`` with the points Prometheus cannot tell apart made one: an attribute whose
+    value is empty is no label there, so ``rl.env=""`` and no ``rl.env`` are one series, and
+    Prometheus keeps the first sample of a series in a scrape and drops the rest unsaid. A
+    sum's values and a histogram's counts are added up (the series' total, as Prometheus
+    reads it); a gauge has no such sum, so the first point stays, said once. ``metric``
+    itself when no point has an empty value (a check per point, on the scrape's thread)."""
+    from opentelemetry.sdk.metrics.export import Gauge, Histogram
+
+    points = metric.data.data_points
+    if not any("" in (point.attributes or {}).values() for point in points):
+        return metric
+    series: dict[frozenset[tuple[str, Any]], Any] = {}
+    for point in points:
+        labels = {k: v for k, v in (point.attributes or {}).items() if v != ""}
+        key = frozenset(labels.items())
+        first = series.get(key)
+        if first is None:
+            series[key] = dataclasses.replace(point, attributes=labels)
+        elif isinstance(metric.data, Gauge):
+            warn_once(
+                f"prometheus:empty-attribute:{metric.name}",
+                f"rlmetrics: {metric.name!r} was recorded under an empty attribute value "
+                f"({sorted(k for k, v in point.attributes.items() if v == '')}) and without "
+                "that attribute: Prometheus has no empty label, so the two are one series, "
+                "and the endpoint serves one gauge value of them; record no attribute rather "
+                "than an empty one",
+            )
+        elif isinstance(metric.data, Histogram):
+            series[key] = dataclasses.replace(
+                first,
+                count=first.count + point.count,
+                sum=first.sum + point.sum,
+                # One instrument's points: the same bounds, so as many counts.
+                bucket_counts=[
+                    a + b for a, b in zip(first.bucket_counts, point.bucket_counts, strict=True)
+                ],
+                min=min(first.min, point.min),
+                max=max(first.max, point.max),
+                exemplars=[*first.exemplars, *point.exemplars],
+            )
+        else:  # a sum, monotonic or not: the series' total
+            series[key] = dataclasses.replace(first, value=first.value + point.value)
+    return dataclasses.replace(
+        metric, data=dataclasses.replace(metric.data, data_points=list(series.values()))
+    )
 
 
 def make_reader(registry: Any) -> Any:
