@@ -89,3 +89,28 @@ def test_conflicts_name_the_differing_fields() -> None:
     b = MetricSpec("rl.x", Kind.COUNTER, unit="ms")
     assert a.conflicts_with(b) == ["kind", "unit"]
     assert a.conflicts_with(MetricSpec("rl.x", Kind.GAUGE, unit="s", callback=None)) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "keys", "label"),
+    [
+        (Kind.GAUGE, ("rl.env", "rl_env"), "rl_env"),
+        (Kind.HISTOGRAM, ("le",), "le"),
+        (Kind.COUNTER, ("otel.scope.name",), "otel_scope_name"),
+    ],
+)
+def test_an_attribute_whose_prometheus_label_is_taken_is_refused_naming_it(
+    kind: Kind, keys: tuple[str, ...], label: str
+) -> None:
+    """Before, each was declared and its values lost on the Prometheus endpoint without a
+    word: rl.env's value overwritten by rl_env's, a histogram's own le by the bucket bound
+    (and le="v" on its _count and _sum), the scope's name by the attribute's."""
+    with pytest.raises(SpecError, match=f"Prometheus label '{label}'") as raised:
+        MetricSpec(
+            "rl.x",
+            kind,
+            attributes={key: OPEN for key in keys},
+            buckets=[1.0] if kind is Kind.HISTOGRAM else None,
+        )
+    assert repr(keys[-1]) in str(raised.value)
+    MetricSpec("rl.x", Kind.GAUGE, attributes={"le": OPEN})  # a gauge has no le of its own

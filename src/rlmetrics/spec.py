@@ -230,6 +230,38 @@ def _attributes_problem(spec: MetricSpec, attributes: Any) -> str | None:
             )
         if allowed is not None and (not allowed or not all(isinstance(v, str) for v in allowed)):
             return f"{key!r} must allow a non-empty set of strings"
+    return _label_problem(spec, [key for key, _ in attributes])
+
+
+#: Labels the Prometheus exporter gives every sample itself (the scope's, the overflow set's);
+#: an attribute that became one would overwrite it.
+_EXPORTER_LABELS = frozenset(
+    {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url", "otel_metric_overflow"}
+)
+
+
+def _label_problem(spec: MetricSpec, keys: list[str]) -> str | None:
+    """Why two of ``keys`` (or one and a label the exporter sets) would be one Prometheus
+    label: the exporter keeps one value of them, and the others are lost on the endpoint."""
+    from .dashboard.promql import prometheus_label  # it imports this module
+
+    taken = set(_EXPORTER_LABELS)
+    if spec.kind is Kind.HISTOGRAM:
+        taken.add("le")  # each bucket's bound
+    seen: dict[str, str] = {}
+    for key in keys:
+        label = prometheus_label(key)
+        if label in taken:
+            return (
+                f"attribute {key!r} becomes the Prometheus label {label!r}, which the exporter "
+                "sets itself: its values would be lost there; name the attribute otherwise"
+            )
+        if label in seen:
+            return (
+                f"attributes {seen[label]!r} and {key!r} both become the Prometheus label "
+                f"{label!r}: one's values would be lost there; rename one"
+            )
+        seen[label] = key
     return None
 
 
