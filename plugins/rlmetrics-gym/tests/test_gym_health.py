@@ -4,7 +4,10 @@ real installed distribution."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +16,7 @@ from typing import Any
 import pytest
 from gym_support_client import distribution_root, find, install_distribution
 from rlmetrics_gym import health
+from rlmetrics_gym.driver import write_output_row
 from rlmetrics_gym.health import (
     CHECK_EXECUTION_ERROR,
     FLAGGED,
@@ -325,3 +329,25 @@ def test_a_rollout_that_is_not_a_mapping_is_not_evaluated_live_or_in_the_report(
     assert find(found, FLAGGED) == []
     assert report.rollouts == 1 and report.unreadable == 1 and report.flagged == {}
     assert "not a mapping" in caplog.text and "raised" not in caplog.text
+
+
+@pytest.mark.parametrize("opener", [gzip.open, bz2.open, lzma.open])
+def test_a_report_reads_the_compressed_output_write_output_row_wrote(
+    telemetry: Any, tmp_path: Path, opener: Any
+) -> None:
+    """write_output_row writes to gzip, bz2 and lzma files; the report over that output read
+    every line of it as unreadable: 0 rollouts."""
+    output = tmp_path / "rollouts.jsonl.z"
+    with opener(output, "wb") as handle:
+        for record in (HEALTHY, NOT_COMPLETED):
+            write_output_row(handle, record)
+
+    report = health_report_from_jsonl(output)
+
+    assert (report.rollouts, report.unreadable) == (2, 0)
+    assert report.flagged.get("response_not_completed") == 1
+    # A run killed mid-write leaves the stream cut: what came before it still counts.
+    data = output.read_bytes()
+    output.write_bytes(data[: len(data) - 8])
+    cut = health_report_from_jsonl(output)
+    assert (cut.rollouts, cut.unreadable) == (2, 1)

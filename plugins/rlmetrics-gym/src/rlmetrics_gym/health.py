@@ -21,9 +21,13 @@ serves the live counters (:func:`observe_rollout`) and the post-run report
 
 from __future__ import annotations
 
+import bz2
 import contextlib
+import gzip
 import importlib.metadata
+import io
 import json
+import lzma
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -458,16 +462,20 @@ def _said_not_a_mapping(rollout: Any) -> None:
 def health_report_from_jsonl(
     path: str | Path | Sequence[str | Path], suite: HealthSuite | None = None
 ) -> HealthReport:
-    """The report over one or more JSONL files of rollout records (blank lines skipped; a line
-    that is not a JSON object, or not UTF-8, counts as unreadable)."""
+    """The report over one or more JSONL files of rollout records, plain or compressed (gzip,
+    bz2, xz, as :func:`~rlmetrics_gym.driver.write_output_row` writes them); blank lines are
+    skipped, and a line that is not a JSON object, or not UTF-8, counts as unreadable."""
     paths = [path] if isinstance(path, (str, Path)) else list(path)
 
     def rows() -> Iterable[tuple[Mapping[str, Any], bool]]:
         for one in paths:
             # Bytes, decoded line by line: a run killed mid-write leaves its last line cut
             # inside a UTF-8 character, which costs that line only, not the report.
-            with open(one, "rb") as handle:
-                for line in handle:
+            with _open_output(one) as handle:
+                for line in _lines(handle):
+                    if line is None:  # the compressed stream was cut: the rest is lost
+                        yield {}, False
+                        break
                     if not line.strip():
                         continue
                     try:
@@ -477,6 +485,34 @@ def health_report_from_jsonl(
                     yield (parsed, True) if isinstance(parsed, dict) else ({}, False)
 
     return _report(rows(), suite or default_suite())
+
+
+def _lines(handle: io.BufferedIOBase) -> Iterator[bytes | None]:
+    """The lines of ``handle``, then None if a compressed stream ended before its end marker
+    (a run killed mid-write), where iterating it raises ``EOFError``."""
+    lines = iter(handle)
+    while True:
+        try:
+            yield next(lines)
+        except StopIteration:
+            return
+        except EOFError:
+            yield None
+            return
+
+
+def _open_output(path: str | Path) -> io.BufferedIOBase:
+    """``path`` opened for reading bytes, decompressed when its first bytes say it is one of
+    the compressed files write_output_row writes (gzip, bz2, xz)."""
+    with open(path, "rb") as probe:
+        magic = probe.read(6)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(path, "rb")
+    if magic.startswith(b"BZh"):
+        return bz2.BZ2File(path, "rb")
+    if magic.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(path, "rb")
+    return open(path, "rb")
 
 
 def _report(rows: Iterable[tuple[Mapping[str, Any], bool]], suite: HealthSuite) -> HealthReport:
