@@ -18,6 +18,7 @@ from rlmetrics_gym.agent import (
     INVOKE_AGENT_DURATION,
     MAX_TOOLS,
     TOOL_DURATION,
+    record_agent_invocation,
     record_tool_call,
     timed_agent_invocation,
     timed_tool_call,
@@ -134,6 +135,28 @@ def test_a_raising_block_records_its_duration_and_error_type(telemetry: Any) -> 
         "error.type": "TimeoutError",
     }
     assert point.count == 1
+
+
+def test_a_call_measured_elsewhere_takes_its_error_as_an_exception_a_class_or_a_name(
+    telemetry: Any,
+) -> None:
+    """A tool call timed by a sandbox reports its error by name; error.type was "str"."""
+    _handle, reader = telemetry
+    record_tool_call("sandbox.exec", 0.5, TimeoutError("late"))
+    record_tool_call("sandbox.exec", 0.5, TimeoutError)
+    record_tool_call("sandbox.exec", 0.5, "TimeoutError")
+    record_tool_call("sandbox.exec", 0.5, "the sandbox died: OOM")
+    record_agent_invocation("simple_agent", 2.0, "RuntimeError")
+    errors = {
+        (p.name, p.attributes.get("error.type")): p.count
+        for p in points(reader)
+        if p.name in (TOOL_DURATION, INVOKE_AGENT_DURATION)
+    }
+    assert errors == {
+        (TOOL_DURATION, "TimeoutError"): 3,
+        (TOOL_DURATION, "other"): 1,
+        (INVOKE_AGENT_DURATION, "RuntimeError"): 1,
+    }
 
 
 def test_tool_names_are_bounded(telemetry: Any) -> None:

@@ -115,11 +115,26 @@ def _name(value: Any, names: BoundedValues) -> str:
     return names(bounded(value, SERVER_NAME, OTHER))
 
 
+#: What a call that failed can say it raised: the exception, its class or its class name (a
+#: call measured elsewhere, a sandbox's, reports it by name).
+Error = BaseException | type[BaseException] | str
+
+
+def _error_name(error: Any) -> str:
+    """The class name of what ``error`` stands for, ``other`` if it is not one."""
+    if isinstance(error, type):
+        name: Any = error.__name__
+    elif isinstance(error, str):
+        name = error
+    else:
+        name = type(error).__name__
+    return bounded(name, TYPE_NAME, OTHER)
+
+
 def _attributes(operation: str, key: str, name: str, error: Any) -> dict[str, str]:
     attributes = {OPERATION_ATTR: operation, key: name}
     if error is not None:
-        kind = error if isinstance(error, type) else type(error)
-        attributes[ERROR_TYPE_ATTR] = _errors(bounded(kind.__name__, TYPE_NAME, OTHER))
+        attributes[ERROR_TYPE_ATTR] = _errors(_error_name(error))
     return attributes
 
 
@@ -129,15 +144,16 @@ _trajectory: ContextVar[LiveTrajectory | None] = ContextVar(
 )
 
 
-def record_tool_call(tool: Any, seconds: float, error: BaseException | None = None) -> None:
-    """Record one tool call of ``seconds``; ``error`` is what it raised, if it did. Inside an
+def record_tool_call(tool: Any, seconds: float, error: Error | None = None) -> None:
+    """Record one tool call of ``seconds``; ``error`` is what it raised, if it did (the
+    exception, its class or its class name). Inside an
     agent invocation given ``run=``, the call is also one of its trajectory's. Never raises;
     the histogram is a no-op unless telemetry is exporting."""
     _record_tool_call(tool, seconds, error, _trajectory.get())
 
 
 def _record_tool_call(
-    tool: Any, seconds: float, error: BaseException | None, trajectory: LiveTrajectory | None
+    tool: Any, seconds: float, error: Error | None, trajectory: LiveTrajectory | None
 ) -> None:
     if is_exporting():
         record(
@@ -146,17 +162,17 @@ def _record_tool_call(
             _attributes("execute_tool", TOOL_NAME_ATTR, _name(tool, _tools), error),
         )
     if trajectory is not None:
-        kind = None if error is None else error if isinstance(error, type) else type(error)
         trajectory.tool_call(
             tool,
             latency_s=seconds,
-            outcome=None if kind is None else "error",
-            error=None if kind is None else kind.__name__,
+            outcome=None if error is None else "error",
+            error=None if error is None else _error_name(error),
         )
 
 
-def record_agent_invocation(agent: Any, seconds: float, error: BaseException | None = None) -> None:
-    """Record one agent invocation of ``seconds``; ``error`` is what it raised, if it did.
+def record_agent_invocation(agent: Any, seconds: float, error: Error | None = None) -> None:
+    """Record one agent invocation of ``seconds``; ``error`` is what it raised, if it did (the
+    exception, its class or its class name).
     Never raises; a no-op unless telemetry is exporting."""
     if is_exporting():
         record(
