@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import subprocess
 import sys
 import threading
@@ -192,6 +193,46 @@ def test_every_public_name_resolves_and_is_listed() -> None:
     for name in rlmetrics.__all__:
         getattr(rlmetrics, name)  # OPEN is None: resolving is what counts
     assert set(rlmetrics.__all__) == {"__version__", *rlmetrics._WHERE}  # type: ignore[attr-defined]
+
+
+def test_no_bound_at_all_waits_for_the_export_and_raises_nothing(tmp_path: Any) -> None:
+    """``timeout_s=math.inf`` is "as long as it takes" (a bound the waits take). Before,
+    force_flush and shutdown raised OverflowError (inf turned into milliseconds), shutdown
+    after marking telemetry closed: the spans still batched were never exported."""
+    from rlmetrics.exporters.otlp_file import read_spans
+
+    path = tmp_path / "spans.jsonl"
+    handle = rlmetrics.start(exporters={"otlp_file": {"path": path}})
+    with rlmetrics.step(1):
+        pass
+    handle.force_flush(timeout_s=math.inf)
+    assert [span["name"] for _, span in read_spans(path)] == ["rl.step"]
+    with rlmetrics.step(2):
+        pass
+    handle.shutdown(timeout_s=math.inf)
+    assert rlmetrics.current() is None
+    assert [span["name"] for _, span in read_spans(path)] == ["rl.step", "rl.step"]
+
+
+@pytest.mark.parametrize("timeout_s", ["soon", -1, float("nan"), None])
+def test_a_flush_bound_that_is_no_bound_is_said_and_the_flush_made(
+    tmp_path: Any, timeout_s: Any
+) -> None:
+    """Before, ``force_flush(timeout_s=None)`` (or "soon", NaN) raised TypeError or
+    ValueError into the caller, and -1 flushed nothing. Said once, as shutdown's is, and the
+    default bound used."""
+    from rlmetrics.exporters.otlp_file import read_spans
+    from rlmetrics.testing import captured_log
+
+    path = tmp_path / "spans.jsonl"
+    with rlmetrics.start(exporters={"otlp_file": {"path": path}}) as handle:
+        with rlmetrics.step(1):
+            pass
+        with captured_log() as log:
+            handle.force_flush(timeout_s=timeout_s)
+        assert [span["name"] for _, span in read_spans(path)] == ["rl.step"]
+    (said,) = log.matching("force_flush()'s timeout_s must be a number of 0 or more")
+    assert "the default bound" in said.getMessage()
 
 
 @pytest.mark.parametrize("timeout_s", ["soon", -1, float("nan")])

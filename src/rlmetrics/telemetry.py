@@ -160,8 +160,9 @@ class Telemetry:
         built = self._built
         if built is None or self._closed:
             return
+        timeout_s = _bound_or_default(timeout_s, "force_flush")
         _bounded(
-            [functools.partial(p.force_flush, int(timeout_s * 1000)) for p in built.providers()],
+            [functools.partial(p.force_flush, _millis(timeout_s)) for p in built.providers()],
             timeout_s,
             "force_flush",
         )
@@ -172,16 +173,9 @@ class Telemetry:
         is unreachable (what could not be sent by then is dropped). Idempotent. In strict
         mode, raises :class:`~rlmetrics.StrictModeError` once stopped if anything asked for
         did not happen."""
-        if not _waiting.is_bound(timeout_s):
-            # Said, and stopped within the default bound: a raise here would leave what is
-            # still batched unexported, and telemetry half closed.
-            warn_once(
-                "telemetry:shutdown-timeout",
-                "rlmetrics: Telemetry.shutdown()'s timeout_s must be a number of 0 or more, got "
-                f"{describe_value(timeout_s)}; the default bound "
-                f"({DEFAULT_SHUTDOWN_TIMEOUT_S:g} s) is used",
-            )
-            timeout_s = DEFAULT_SHUTDOWN_TIMEOUT_S
+        # Said, and stopped within the default bound: a raise here would leave what is still
+        # batched unexported, and telemetry half closed.
+        timeout_s = _bound_or_default(timeout_s, "shutdown")
         if self._shutdown(timeout_s):
             self._release_strict()
         raise_if_strict()
@@ -205,7 +199,7 @@ class Telemetry:
             built = self._built
             if built is not None:
                 left_s = max(0.0, deadline - time.monotonic())
-                _bounded(built.shutdown_actions(int(left_s * 1000)), left_s, "shutdown")
+                _bounded(built.shutdown_actions(_millis(left_s)), left_s, "shutdown")
                 built.close_exporters()
         finally:
             self._registry.release()
@@ -258,6 +252,29 @@ def _stop_plugins(handle: Telemetry, bound_s: float) -> None:
         )
         logger.warning(message)
         note_unmet(message)
+
+
+def _bound_or_default(timeout_s: Any, what: str) -> float:
+    """``timeout_s`` when it is a wait's bound (``inf`` too), else the default bound, said
+    once: a caller's None, string or NaN must not raise from a flush or a shutdown."""
+    if _waiting.is_bound(timeout_s):
+        return float(timeout_s)
+    warn_once(
+        f"telemetry:{what}-timeout",
+        f"rlmetrics: Telemetry.{what}()'s timeout_s must be a number of 0 or more, got "
+        f"{describe_value(timeout_s)}; the default bound ({DEFAULT_SHUTDOWN_TIMEOUT_S:g} s) "
+        "is used",
+    )
+    return DEFAULT_SHUTDOWN_TIMEOUT_S
+
+
+#: The SDK's wait in milliseconds for "no bound" (inf has no int): a year.
+_NO_BOUND_MS = 365 * 24 * 3600 * 1000
+
+
+def _millis(timeout_s: float) -> int:
+    """``timeout_s`` as the SDK's ``timeout_millis`` (an int, ``inf`` included)."""
+    return int(timeout_s * 1000) if timeout_s * 1000 < _NO_BOUND_MS else _NO_BOUND_MS
 
 
 def _bounded(actions: Sequence[Callable[[], Any]], timeout_s: float, what: str) -> None:
