@@ -240,6 +240,15 @@ def attribute_set(attributes: Attributes) -> AttributeSet:
     return frozenset((attributes or {}).items())
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8 (a lone surrogate cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_attributes(
     spec: MetricSpec, attributes: Any
 ) -> tuple[AttributeSet, dict[str, str | int]] | str:
@@ -264,5 +273,9 @@ def check_attributes(
             return f"attribute {attr!r} must be {wanted}, got {type(value).__name__}"
         if closed is not None and value not in closed:
             return f"attribute {attr!r} has a value outside its closed set {sorted(closed)}"
+        if type(value) is str and not value.isascii() and not _utf8(value):
+            # A name decoded with surrogateescape (a file name that is no UTF-8): no exporter
+            # can encode it, and the Prometheus endpoint's every scrape would fail with it.
+            return f"attribute {attr!r} has a value that is no UTF-8 text: {value!r}"
     plain = dict(attributes)
     return frozenset(plain.items()), plain

@@ -470,3 +470,38 @@ def test_an_empty_attribute_value_is_one_series_with_its_absence_and_nothing_is_
         assert len(scores) == 1 and scores[0]["value"][1] in ("0.25", "0.75")
     said = [r.getMessage() for r in caplog.records if "empty" in r.getMessage()]
     assert len(said) == 1 and "'rl.test.env.score'" in said[0] and "rl.env" in said[0], said
+
+
+def test_an_attribute_value_that_is_no_utf8_text_drops_its_point_not_the_endpoint(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A name decoded with surrogateescape (``os.listdir`` of a file name that is no UTF-8)
+    as an attribute value. Before: every scrape of the endpoint answered 500 (the exposition
+    cannot be encoded) for the rest of the run, every series lost with it, and each OTLP
+    export logged an ERROR traceback. Now that point alone is dropped, said once."""
+    env = {"rl.env": rlmetrics.OPEN}
+    rlmetrics.declare(
+        GROUP,
+        [
+            rlmetrics.MetricSpec(
+                "rl.test.envs", rlmetrics.Kind.COUNTER, key="envs", attributes=env
+            ),
+            rlmetrics.MetricSpec("rl.test.env.score", rlmetrics.Kind.GAUGE, key="score"),
+        ],
+    )
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        rlmetrics.start(exporters=("prometheus",), prometheus_port=0) as handle,
+    ):
+        address = handle.prometheus_address
+        assert address is not None
+        rlmetrics.record(GROUP, {"score": 0.5})
+        rlmetrics.record(GROUP, {"envs": 1}, {"rl.env": "data-\udcff"})
+        rlmetrics.record(GROUP, {"envs": 2}, {"rl.env": "data-\udcff"})
+        rlmetrics.record(GROUP, {"envs": 3}, {"rl.env": "gsm8k"})
+        served = _scrape(address)
+    assert re.search(r"^rl_test_env_score\{[^}]*\} 0\.5$", served, re.M), served
+    (envs,) = re.findall(r"^rl_test_envs_total\{.*\}.*$", served, re.M)
+    assert 'rl_env="gsm8k"' in envs and envs.endswith(" 3.0"), envs
+    said = [r.getMessage() for r in caplog.records if "UTF-8" in r.getMessage()]
+    assert len(said) == 1 and "'rl.env'" in said[0], said
