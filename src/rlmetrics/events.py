@@ -16,7 +16,7 @@ import attrs
 
 from ._warn import describe_value, warn_once
 from .keyplans import KeyPlans
-from .values import as_number, as_plain, encodable, readable_items
+from .values import as_number, as_plain, encodable, key_attribute, readable_items
 
 __all__ = [
     "AGGREGATE_EFFICIENCY_KEYS",
@@ -248,13 +248,31 @@ class SetupTimings:
     def from_metrics(cls, metrics: Mapping[str, Any]) -> SetupTimings:
         seconds: dict[str, float] = {}
         flags: dict[str, Any] = {}
+        refused: list[str] = []
         for key, value in _fields(metrics):
             phase = setup_phase(key)
             if phase is None:
                 flags[key] = value
-            elif (number := as_number(value)) is not None:
+            elif (number := as_number(value)) is not None and number >= 0:
                 seconds[phase] = number
+            elif value is not None:  # None: not measured (a phase this run did not have)
+                refused.append(phase)
+        if refused:
+            _refused_durations(refused)
         return cls(seconds=seconds, flags=flags)
+
+
+def _refused_durations(phases: list[str]) -> None:
+    """Say once that setup durations were no number of seconds (NaN, text, a bool, below 0),
+    naming the first phase only when it is safe to print (a logged key is data)."""
+    first = phases[0]
+    named = repr(first) if key_attribute(first) is not None else describe_value(first)
+    warn_once(
+        "setup:not-a-duration",
+        f"rlmetrics: {len(phases)} setup duration(s), first {named}, are no number of seconds "
+        "from 0 (NaN, text, a bool, a negative number); each is not exported (the backends "
+        "keep its key). Later ones are reported at DEBUG",
+    )
 
 
 def _category(key: Any) -> str | None:

@@ -80,3 +80,24 @@ def test_a_phase_outside_the_safe_charset_is_dropped_without_printing_it(
     assert _phases(reader) == {"policy_init": 3.0}
     assert "hunter2" not in caplog.text and "x" * 100 not in caplog.text
     assert "a str of length 18" in caplog.text  # the phase: the key without "_time_s"
+
+
+def test_a_duration_that_is_no_number_of_seconds_drops_only_itself_said_once(
+    exporting: Any, caplog: Any
+) -> None:
+    logger, reader = exporting
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger.log_setup_timing(
+            {
+                "policy_init_time_s": 3.0,
+                "generation_init_time_s": float("nan"),
+                "weight_sync_time_s": -2.0,
+                "collective_init_time_s": "pending",
+                "teacher_model_init_time_s": None,  # not measured: nothing to say
+                "parallel_init_enabled": True,
+            }
+        )
+    assert _phases(reader) == {"policy_init": 3.0}
+    said = [r.getMessage() for r in caplog.records if "setup" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "3 setup duration(s)" in said[0] and "'generation_init'" in said[0]
