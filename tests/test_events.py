@@ -97,15 +97,16 @@ _efficiency_keys = st.one_of(
 
 @given(st.dictionaries(_efficiency_keys, _values, max_size=12))
 def test_efficiency_summary_reads_exactly_the_category_seconds(metrics: dict[str, Any]) -> None:
-    """Categories are the ``efficiency/<category>_s`` keys with a finite number, minus the
-    aggregates and the step's wall time, which share that shape."""
+    """Categories are the ``efficiency/<category>_s`` keys with a finite number from 0 (a
+    duration), minus the aggregates and the step's wall time, which share that shape."""
     not_categories = AGGREGATE_EFFICIENCY_KEYS | {"step_wall_time", ""}
     expected = {}
     for key, raw in metrics.items():
         category = key.removeprefix("efficiency/").removesuffix("_s")
         shaped = key.startswith("efficiency/") and key.endswith("_s")
-        if shaped and category not in not_categories and as_number(raw) is not None:
-            expected[category] = as_number(raw)
+        number = as_number(raw)
+        if shaped and category not in not_categories and number is not None and number >= 0:
+            expected[category] = number
     assert EfficiencySummary.from_metrics(metrics).seconds == expected
 
 
@@ -132,9 +133,12 @@ def test_a_dict_logged_again_is_read_afresh_whatever_its_keys_order_or_number() 
 @example({"a": 1e308, "b": 1e308})  # finite values whose sum is not
 @example({"a": 1.0, "b": float("nan")})
 @example({"a": 1.0, "b": float("-inf")})
+@example({"a": 1.0, "b": -1.0})  # below 0: no duration
 def test_a_summary_keeps_exactly_its_finite_seconds(seconds: dict[str, Any]) -> None:
-    expected = {k: as_number(v) for k, v in seconds.items() if as_number(v) is not None}
-    assert EfficiencySummary(seconds=seconds).seconds == expected
+    kept = {k: n for k, v in seconds.items() if (n := as_number(v)) is not None and n >= 0}
+    summary = EfficiencySummary(seconds=seconds)
+    assert summary.seconds == kept
+    assert summary.unmeasured == set(seconds) - set(kept)  # unknown, not 0
 
 
 @pytest.mark.parametrize(

@@ -98,16 +98,19 @@ def _finite(value: Any, floats: bool) -> float | None:
     return number
 
 
-def _numbers(field: str, values: Any, floats: bool = False) -> dict[str, float]:
-    """``values`` as ``{name: finite number}`` (see :func:`_finite` for ``floats``): entries
-    that are not numbers are dropped (``None`` silently: nothing was measured), and so is a
-    value that is not a mapping."""
+def _numbers(
+    field: str, values: Any, floats: bool = False, durations: bool = False
+) -> dict[str, float]:
+    """``values`` as ``{name: finite number}`` (see :func:`_finite` for ``floats``; with
+    ``durations``, from 0 only): entries that are not numbers are dropped (``None``
+    silently: nothing was measured), and so is a value that is not a mapping."""
     if (
         type(values) is dict
         and _STR.issuperset(map(type, values))
         and _FLOAT.issuperset(map(type, values.values()))
         # A NaN or an infinity makes the sum one; a finite sum means every value is finite.
         and math.isfinite(sum(values.values()))
+        and not (durations and values and min(values.values()) < 0)
     ):
         return dict(values)  # a summary's every-step case, checked in C
     if not isinstance(values, Mapping):
@@ -115,12 +118,17 @@ def _numbers(field: str, values: Any, floats: bool = False) -> dict[str, float]:
             _bad_field(field, "a mapping of names to numbers", values)
         return {}
     out: dict[str, float] = {}
+    expected = "a finite number"
+    if durations:
+        expected = "a finite number of seconds from 0"
     for key, value in values.items() if type(values) is dict else _fields(values):
         number = _finite(value, floats)
+        if durations and number is not None and number < 0:
+            number = None  # a duration below 0 is no duration (clocks read the wrong way)
         if type(key) is str and number is not None:
             out[key] = number
         elif value is not None:
-            _bad_field(f"{field}[...]", "a finite number under a string key", value)
+            _bad_field(f"{field}[...]", f"{expected} under a string key", value)
     return out
 
 
@@ -176,7 +184,7 @@ def _wall_clock(value: Any) -> float:
 
 
 def _seconds(value: Any) -> dict[str, float]:
-    return _numbers("EfficiencySummary.seconds", value, floats=True)
+    return _numbers("EfficiencySummary.seconds", value, floats=True, durations=True)
 
 
 def _step_wall_time(value: Any) -> float | None:
@@ -306,7 +314,7 @@ def _names(value: Iterable[Any]) -> frozenset[str]:
     return frozenset(name for name in value if type(name) is str)
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class EfficiencySummary:
     """Where one step's (and the run's) wall time went, per efficiency category.
 
@@ -327,6 +335,30 @@ class EfficiencySummary:
     #: Not part of the summary's value (a backend logs what ``seconds`` holds).
     unmeasured: frozenset[str] = attrs.field(factory=frozenset, converter=_names, eq=False)
 
+    def __init__(
+        self,
+        seconds: Any = None,
+        step_wall_time_s: Any = None,
+        run_elapsed_s: Any = None,
+        efficiency_pct: Any = None,
+        pct_per_step: Any = None,
+        unmeasured: Iterable[Any] = frozenset(),
+    ) -> None:
+        self.__attrs_init__(
+            {} if seconds is None else seconds,
+            step_wall_time_s,
+            run_elapsed_s,
+            efficiency_pct,
+            pct_per_step,
+            unmeasured,
+        )
+        # A category given without seconds (None, NaN, text, below 0) is unknown this step,
+        # built in code as from a logged dict: a gap to the efficiency family, not the 0 of
+        # a category absent (nor a negative idle time that makes the step's pct above 100).
+        if isinstance(seconds, Mapping) and len(self.seconds) < len(seconds):
+            given = _names(key for key in seconds if key not in self.seconds)
+            object.__setattr__(self, "unmeasured", self.unmeasured | given)
+
     @classmethod
     def from_metrics(cls, metrics: Mapping[str, Any]) -> EfficiencySummary:
         """Read the ``efficiency/*`` keys of a flat logger dict; other keys are ignored."""
@@ -343,17 +375,13 @@ class EfficiencySummary:
             return None
         seconds = {category: fields[key] for key, category in categories}
         per_step = as_number(fields.get(_PCT_PER_STEP_KEY))
-        summary = cls(
+        return cls(  # a category the converter finds no number in is unmeasured
             seconds=seconds,
             step_wall_time_s=_given(fields.get(_STEP_WALL_KEY)),
             run_elapsed_s=_given(fields.get(_RUN_ELAPSED_KEY)),
             efficiency_pct=_given(fields.get(_PCT_KEY)),
             pct_per_step=None if per_step is None else bool(per_step),
         )
-        if len(summary.seconds) < len(seconds):  # a category the converter found no number in
-            unmeasured = frozenset(seconds).difference(summary.seconds)
-            return attrs.evolve(summary, unmeasured=unmeasured)
-        return summary
 
     def to_metrics(self) -> dict[str, float]:
         """The flat ``efficiency/*`` dict a backend logs."""

@@ -266,3 +266,25 @@ def test_the_timers_report_zero_for_a_category_not_timed_in_a_step(exporting: An
     now[0] = 20.0
     logger.log_efficiency_summary(driver.step_summary(), step=2)
     assert _seconds(points(reader))["idle/validation"].value == 0.0
+
+
+@pytest.mark.parametrize("unmeasured", [float("nan"), float("inf"), -5.0, "n/a"])
+def test_a_typed_summary_s_category_without_seconds_is_a_gap_not_a_zero_or_negative(
+    exporting: Any, unmeasured: Any
+) -> None:
+    """Before: ``EfficiencySummary(seconds={"idle/refit_bubble": nan})`` dropped the field and
+    the step's zero-fill exported 0.0 for it (a plausible zero), and -5.0 was exported as
+    negative idle seconds with a step pct of 150%. Now such a category is unknown for the
+    step, as when a logged dict gives it without a number: a gap, and no pct from it."""
+    logger, reader = exporting
+    logger.log_efficiency_summary(
+        EfficiencySummary(
+            seconds={"idle/buffer_starvation": 2.0, "idle/refit_bubble": unmeasured},
+            step_wall_time_s=10.0,
+        ),
+        step=1,
+    )
+    found = points(reader)
+    seconds = {category: p.value for category, p in _seconds(found).items()}
+    assert seconds == {"idle/buffer_starvation": 2.0, "idle/validation": 0.0}
+    assert _pct(found) == []
