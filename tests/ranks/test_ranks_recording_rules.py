@@ -104,3 +104,57 @@ def test_rlmetrics_alerts_writes_the_recording_rules(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "rlmetrics_run:rl_reward_mean:weighted_mean" in (tmp_path / "r.yml").read_text()
+
+
+def test_a_weighted_mean_without_its_weight_is_the_plain_mean_as_the_merger_takes_it(
+    promtool: str, tmp_path: Path
+) -> None:
+    """A trainer that logs no num_samples (``rlmetrics demo`` does not): before, the run's
+    rl.reward.mean rule matched nothing against a real Prometheus scraping it, unsaid,
+    where the in-process merger takes a plain mean (docs/ranks.md). Now the plain mean of
+    the ranks, and the weighted one where the weight is exported."""
+    rules = [r for r in recording_rules(_specs()) if r["record"].endswith("weighted_mean")]
+    (tmp_path / "rules.yml").write_text(
+        render_yaml({"groups": [{"name": "ranks", "rules": rules}]})
+    )
+    series = []
+    for run, ranks in (("r1", [(0.5, 10), (1.0, 30)]), ("r2", [(0.5, None), (1.0, None)])):
+        for i, (reward, samples) in enumerate(ranks):
+            labels = f'job="{run}",instance="{i}"'
+            series += [
+                {
+                    "series": f"target_info{{{labels},rlmetrics_run_id={run!r}}}".replace("'", '"'),
+                    "values": "1x10",
+                },
+                {"series": f"rl_reward_mean{{{labels}}}", "values": f"{reward}x10"},
+            ]
+            if samples is not None:
+                series.append(
+                    {"series": f"rl_train_samples{{{labels}}}", "values": f"{samples}x10"}
+                )
+    record = "rlmetrics_run:rl_reward_mean:weighted_mean"
+    tests = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": record,
+                        "eval_time": "8m",
+                        "exp_samples": [
+                            {"labels": f'{record}{{rlmetrics_run_id="r1"}}', "value": 35 / 40},
+                            {"labels": f'{record}{{rlmetrics_run_id="r2"}}', "value": 0.75},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tests.yml").write_text(render_yaml(tests))
+    tested = subprocess.run(
+        [promtool, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
