@@ -222,3 +222,28 @@ def test_in_metrics_is_from_metrics_or_none_without_an_efficiency_key(
     else:
         assert found is None
         assert EfficiencySummary.from_metrics(metrics) == EfficiencySummary()
+
+
+@pytest.mark.parametrize(
+    ("call", "given", "expected"),
+    [
+        ("log_efficiency_summary", {"efficiency/idle/refit_bubble_s": 1.0}, "EfficiencySummary"),
+        ("log_rollout_checkpoint", {"completed": 1}, "CheckpointOutcome"),
+        ("log_rollout_checkpoint", None, "CheckpointSave"),
+    ],
+)
+def test_a_typed_call_given_no_event_says_what_to_pass_without_a_traceback(
+    call: str, given: Any, expected: str, caplog: Any
+) -> None:
+    """Before: an AttributeError traceback ('dict' object has no attribute 'to_metrics') under
+    'Logger.log_... failed', which names no mistake. Now one line saying what the call takes
+    and how to log the dict instead."""
+    import rlmetrics
+
+    logger = rlmetrics.Logger(backends={})
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        getattr(logger, call)(given)
+    logger.finish()
+    [record] = [r for r in caplog.records if call in r.getMessage()]
+    assert not record.exc_info  # no traceback
+    assert expected in record.getMessage() and "log_metrics" in record.getMessage()

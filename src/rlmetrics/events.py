@@ -36,6 +36,7 @@ __all__ = [
     "RolloutEvent",
     "SetupTimings",
     "ThroughputSample",
+    "not_a_payload",
     "rollout_event_from_metrics",
     "setup_phase",
 ]
@@ -533,6 +534,25 @@ class CheckpointOutcome(RolloutEvent):
             outcome=outcome,
             reason=reason,
         )
+
+
+def not_a_payload(value: Any, kind: type, call: str) -> bool:
+    """Whether ``value``, given to the typed call ``call``, is no ``kind`` (a dict the loop
+    logs, None): said once, with what the call takes and where the dict goes instead."""
+    try:
+        if isinstance(value, kind):
+            return False
+    except Exception:  # a __class__ that raises: no event of ours
+        pass
+    kinds = "CheckpointSave, CheckpointRestore, CheckpointOutcome or ThroughputSample"
+    takes = kinds if kind is RolloutEvent else kind.__name__
+    warn_once(
+        f"payload:{call}",
+        f"rlmetrics: Logger.{call} takes an rlmetrics.events {takes}, got "
+        f"{describe_value(value)}; nothing logged. Log a dict with Logger.log_metrics(dict, "
+        "step, prefix), which reads the same event from its keys",
+    )
+    return True
 
 
 ROLLOUT_EVENT_TYPES: dict[str, type[RolloutEvent]] = {

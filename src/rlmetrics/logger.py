@@ -59,6 +59,7 @@ from .events import (
     Alert,
     EfficiencySummary,
     RolloutEvent,
+    not_a_payload,
 )
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
@@ -492,6 +493,8 @@ class Logger:
 
     def log_efficiency_summary(self, summary: EfficiencySummary, step: int = 0) -> None:
         """One step's efficiency accounting, typed; backends get its ``efficiency/*`` dict."""
+        if not_a_payload(summary, EfficiencySummary, "log_efficiency_summary"):
+            return raise_if_strict()
         try:
             metrics = summary.to_metrics()
             step = self._table_step(step, "log_efficiency_summary")
@@ -517,6 +520,8 @@ class Logger:
 
         The backends' step is the stream's own sample index, not the trainer step.
         """
+        if not_a_payload(event, RolloutEvent, "log_rollout_checkpoint"):
+            return raise_if_strict()
         try:
             self._log(
                 event.to_metrics(),
