@@ -207,3 +207,24 @@ def test_a_sampling_ratio_is_taken_exactly_when_the_sdk_samples_at_it(argument: 
         written = None
     if argument.strip():
         assert taken == (sdk_rate is not None and sdk_rate == written), (argument, sdk_rate)
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"run_id": "run-\udcff"}, "rlmetrics.run.id"),
+        ({"service_name": "grpo-\udcff"}, "service.name"),
+        ({"resource": {"team": "rl-\udcff"}}, "team"),
+    ],
+)
+def test_a_resource_attribute_that_is_no_utf8_text_fails_start_naming_it(
+    given: dict[str, Any], named: str
+) -> None:
+    """A run id or name decoded with surrogateescape (an environment variable or file name
+    that is no UTF-8). Before: start() went on, and every scrape of the Prometheus endpoint
+    answered 500 (target_info could not be encoded): every series of the run lost."""
+    from rlmetrics.configuration import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=f"resource attribute '{named}'"):
+        rlmetrics.start(exporters=["prometheus"], prometheus_port=0, **given)
+    assert rlmetrics.current() is None

@@ -35,6 +35,7 @@ __all__ = [
     "finite_float",
     "key_attribute",
     "readable_items",
+    "utf8_text",
 ]
 
 AttributeSet = frozenset[tuple[str, str | int]]
@@ -240,8 +241,9 @@ def attribute_set(attributes: Attributes) -> AttributeSet:
     return frozenset((attributes or {}).items())
 
 
-def _utf8(text: str) -> bool:
-    """Whether ``text`` can be encoded as UTF-8 (a lone surrogate cannot)."""
+def utf8_text(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8, as every exporter must (a lone surrogate,
+    from a name decoded with surrogateescape, cannot)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -273,7 +275,7 @@ def check_attributes(
             return f"attribute {attr!r} must be {wanted}, got {type(value).__name__}"
         if closed is not None and value not in closed:
             return f"attribute {attr!r} has a value outside its closed set {sorted(closed)}"
-        if type(value) is str and not value.isascii() and not _utf8(value):
+        if type(value) is str and not value.isascii() and not utf8_text(value):
             # A name decoded with surrogateescape (a file name that is no UTF-8): no exporter
             # can encode it, and the Prometheus endpoint's every scrape would fail with it.
             return f"attribute {attr!r} has a value that is no UTF-8 text: {value!r}"
