@@ -24,6 +24,7 @@ Values JSON cannot hold faithfully are written as strings: NaN and infinities as
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .. import hookimpl
+from .._fork import forget_in_child
 from .._warn import logger
 from ..configuration import PATH, declare_options
 from ..flatten import key_text
@@ -161,6 +163,10 @@ class JsonlBackend:
             ) from exc
         self._samples: BackendWorker | None = None
         self._lock = threading.Lock()
+        #: A forked child's: the file object is the parent's, dropped; a new one is opened
+        #: at the child's first write (see :meth:`_after_fork_in_child`).
+        self._reopen = False
+        forget_in_child(self)
         if self.identity.resume:
             self._write(_line({"time": time.time(), "run_id": self.run_id, "kind": RESUME_KIND}))
 
@@ -196,8 +202,22 @@ class JsonlBackend:
         with self._lock:
             if self._file is None:
                 raise ValueError(f"JSONL backend {self.path} is finished")
+            if self._reopen:
+                self._reopen = False
+                self._file = self.path.open("a", encoding="utf-8")
             self._file.write(line)
             self._file.flush()
+
+    def _after_fork_in_child(self) -> None:
+        # A thread of the parent may have been inside _write at the fork: its lock stays held
+        # in the child (which has no such thread), and half its row may sit in the file
+        # object's buffer, which any write, close or finalization in the child would flush
+        # into the parent's file. So the child forsakes that file object unflushed and appends
+        # through one of its own: a row per write, each a whole line (O_APPEND).
+        self._lock = threading.Lock()
+        if self._file is not None:
+            _forsake(self._file)
+            self._reopen = True
 
     def finish(self) -> None:
         with self._lock:
@@ -240,6 +260,14 @@ class _SamplesFile:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _forsake(handle: TextIO) -> None:
+    """Close the descriptor under ``handle``, leaving its buffer unwritten: a file object whose
+    raw file is closed never flushes again (not on a write, ``close()`` or finalization)."""
+    # Not a file object of open()'s: nothing of the parent's to hold back.
+    with contextlib.suppress(Exception):
+        handle.buffer.raw.close()  # type: ignore[attr-defined]
 
 
 def _open_for_append(path: Path) -> TextIO:

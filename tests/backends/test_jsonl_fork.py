@@ -1,0 +1,80 @@
+"""A forked child (a DataLoader worker, a ``multiprocessing`` fork) logging through the
+Logger it inherited: its rows reach the JSONL file as whole lines of their own, whatever the
+parent's threads were doing at the fork.
+
+Each case is a real script run to its exit; it forks while a thread of the parent is inside
+the JSONL backend's write (holding its lock, half a row in the file object's buffer), and
+the child logs and exits as a Python process does. The parent waits for the child within a
+bound and says how it ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rlmetrics.testing import run_to_exit
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+_SCRIPT = """
+import os, sys, threading, time
+import rlmetrics
+from rlmetrics.backends.jsonl import metrics_line
+
+path, how = sys.argv[1], sys.argv[2]
+logger = rlmetrics.Logger(backends={"jsonl": {"path": path}})
+backend = logger.backends["jsonl"]
+line = metrics_line(backend.run_id, {"parent": 1.0}, 1, "")
+entered, release = threading.Event(), threading.Event()
+
+def writer():
+    # A sampler thread inside the backend's write when the process forks: it holds the
+    # backend's lock, and half its row is in the file object's buffer.
+    with backend._lock:
+        backend._file.write(line[:20])
+        entered.set()
+        release.wait(30)
+        backend._file.write(line[20:])
+        backend._file.flush()
+
+thread = threading.Thread(target=writer)
+thread.start()
+entered.wait(30)
+pid = os.fork()
+if pid == 0:
+    logger.log_metrics({"child": 2.0}, step=2)
+    if how == "exit":
+        sys.exit(0)  # the interpreter's own exit: its objects are finalized
+    os._exit(0)
+deadline = time.monotonic() + 10
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("child", os.waitstatus_to_exitcode(status))
+        break
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        print("child hung")
+        break
+    time.sleep(0.01)
+release.set()
+thread.join(30)
+logger.finish()
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "_exit"])
+def test_a_child_forked_mid_write_logs_whole_lines(how: str, tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    status, err = run_to_exit(_SCRIPT, (str(path), how), timeout_s=60)
+    assert status == 0, err
+    lines = path.read_text().splitlines()
+    rows = [json.loads(line) for line in lines]  # every line whole: none torn or doubled
+    assert sorted(row["step"] for row in rows) == [1, 2], lines
+    assert {row["run_id"] for row in rows} == {rows[0]["run_id"]}
+    assert "Traceback" not in err, err
