@@ -128,3 +128,23 @@ def test_a_collection_after_many_steps_reads_the_newest_step_and_the_last_twenty
         "rl.step.interval.median": statistics.median(intervals[-liveness.MEDIAN_WINDOW :]),
     }
     assert _step_points(reader)["rl.step.number"] == 45  # read again: the same
+
+
+def test_a_loop_timed_with_rlmetrics_step_and_no_logger_is_making_progress(
+    exporting: Any, clock: Any
+) -> None:
+    """Before: a loop whose steps are ``with rlmetrics.step(n):`` (the summary to the
+    ``on_efficiency_summary`` hook, no Logger, as docs/traces.md offers) never reached the
+    liveness state: no ``rl.step.*``, and /health and RLStepStalled called it stalled once
+    600 s had passed since telemetry started, while it stepped. A step that ends is a trainer
+    step, as its summary's step is."""
+    from rlmetrics.health import health
+
+    _logger, reader = exporting
+    for n in (1, 2):
+        with rlmetrics.step(n):
+            clock.now += 400.0
+    assert _step_points(reader) == {"rl.step.number": 2, "rl.step.last_timestamp": clock.now}
+    clock.now += 300.0
+    status, body = health(liveness.StallRule())
+    assert (status, body["status"]) == (200, "ok")

@@ -15,7 +15,8 @@ A step is any dict the training loop logs with a trainer step higher than the ne
 in this telemetry session, whatever its prefix, except the setup phases (step 0 by convention)
 and the wall-clock streams (rollout checkpoints, which carry ``telemetry/wall_time_seconds``
 and count samples, not steps). Logging step 7 again, or an older step from a sampler thread,
-changes nothing. The state is :mod:`rlmetrics.liveness`'s, which the Prometheus endpoint's
+changes nothing. A step's efficiency summary is a step too: a loop timed with
+``rlmetrics.step(n)`` and no Logger delivers only that. The state is :mod:`rlmetrics.liveness`'s, which the Prometheus endpoint's
 health path reads too.
 """
 
@@ -32,6 +33,7 @@ from ..spec import MAX, MIN, Kind, MetricSpec
 from ..values import as_number
 
 if TYPE_CHECKING:
+    from ..events import EfficiencySummary
     from ..telemetry import Telemetry
 
 __all__ = [
@@ -104,6 +106,14 @@ def log_metrics(metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
     if step <= liveness.step or not is_trainer_step(metrics, prefix):
         return
     liveness.advance(step, _publish)
+
+
+@hookimpl(tee=True)
+def on_efficiency_summary(summary: EfficiencySummary, step: int) -> None:
+    # A step that ended (``rlmetrics.step(n)`` without a Logger reaches no log_metrics) is a
+    # trainer step; through a Logger its dict was one already, and this changes nothing.
+    if step.__class__ is int and step > liveness.step:
+        liveness.advance(step, _publish)
 
 
 def _publish(step: int, arrived: float, interval_median_s: float | None) -> None:
