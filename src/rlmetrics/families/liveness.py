@@ -16,8 +16,8 @@ in this telemetry session, whatever its prefix, except the setup phases (step 0 
 and the wall-clock streams (rollout checkpoints, which carry ``telemetry/wall_time_seconds``
 and count samples, not steps). Logging step 7 again, or an older step from a sampler thread,
 changes nothing. A step's efficiency summary is a step too: a loop timed with
-``rlmetrics.step(n)`` and no Logger delivers only that. The state is :mod:`rlmetrics.liveness`'s, which the Prometheus endpoint's
-health path reads too.
+``rlmetrics.step(n)`` and no Logger delivers only that. The state is
+:mod:`rlmetrics.liveness`'s, which the Prometheus endpoint's health path reads too.
 """
 
 from __future__ import annotations
