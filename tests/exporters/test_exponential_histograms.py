@@ -148,3 +148,37 @@ def test_an_unknown_aggregation_fails_start_and_names_the_choices() -> None:
             traces=False,
         )
     assert not rlmetrics.is_exporting()
+
+
+@pytest.mark.parametrize("named", ["otlp", "otlp_http"])
+def test_the_option_holds_over_http_too(named: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: with OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, the otlp exporter's
+    histogram_aggregation option was dropped without a word (explicit buckets arrived), and
+    the otlp_http exporter took no such option."""
+    from rlmetrics.testing import OtlpHttpReceiver
+
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    monkeypatch.delenv(ENV, raising=False)
+    if named == "otlp":
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    receiver = OtlpHttpReceiver().start()
+    try:
+        declare_test_series()
+        with rlmetrics.start(
+            "exponential-test",
+            exporters={named: {"histogram_aggregation": EXPONENTIAL_HISTOGRAM}},
+            otlp_endpoint=receiver.endpoint,
+            export_interval_s=INTERVAL_S,
+            traces=False,
+        ):
+            record_test_series()
+            receiver.wait_for(
+                lambda r: (
+                    (p := r.find(HISTOGRAM, worker="w0")) is not None
+                    and p.count == len(BATCH_TIMES)
+                ),
+                what="the histogram",
+            )
+        _assert_exponential(receiver.find(HISTOGRAM, worker="w0"))
+    finally:
+        receiver.stop()

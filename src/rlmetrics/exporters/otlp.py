@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
+    "histogram_preference",
     "DEFAULT_OTLP_TIMEOUT_S",
     "GRPC_COMPRESSIONS",
     "HTTP_COMPRESSIONS",
@@ -553,16 +554,20 @@ def check_metric_preferences() -> None:
         )
 
 
-def _histogram_preference(histogram_aggregation: str | None) -> dict[str, Any]:
-    """The metric exporter's ``preferred_aggregation`` for ``histogram_aggregation``; none
-    when it is None, so the SDK reads the standard variable itself. The preference is this
+def histogram_preference(
+    histogram_aggregation: str | None, exporter: str = "otlp"
+) -> dict[str, Any]:
+    """The metric exporter's ``preferred_aggregation`` for ``histogram_aggregation`` (the
+    option of ``exporter``, which a mistake names); none when it is None, so the SDK reads
+    the standard variable itself. The preference is this
     reader's alone: a Prometheus reader beside it keeps explicit buckets (its exporter drops
     exponential histograms on SDK 1.44 and 1.45)."""
     if histogram_aggregation is None:
         return {}
     if histogram_aggregation not in HISTOGRAM_AGGREGATIONS:
         raise ConfigurationError(
-            f"exporter 'otlp': histogram_aggregation must be one of {HISTOGRAM_AGGREGATIONS} "
+            f"exporter {exporter!r}: histogram_aggregation must be one of "
+            f"{HISTOGRAM_AGGREGATIONS} "
             f"(as OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION), "
             f"got {histogram_aggregation!r}"
         )
@@ -622,9 +627,11 @@ def make_exporter(
     from . import otlp_http  # it builds on this module: imported when chosen
 
     if otlp_http.chosen_protocol() == otlp_http.HTTP_PROTOBUF:
-        return otlp_http.make_exporter(export_interval_s, endpoint, timeout_s)
+        return otlp_http.make_exporter(
+            export_interval_s, endpoint, timeout_s, histogram_aggregation, named="otlp"
+        )
     check_metric_preferences()
-    preference = _histogram_preference(histogram_aggregation)
+    preference = histogram_preference(histogram_aggregation)
     exporter = _exporter_class()(**_options(endpoint, timeout_s, "metrics"), **preference)
     reader = periodic_reader(exporter, export_interval_s, _reader_class())
     try:

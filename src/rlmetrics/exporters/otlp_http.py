@@ -48,6 +48,7 @@ from .otlp import (
     check_tls_files,
     credentials_advice,
     export_advice,
+    histogram_preference,
     otlp_timeout_s,
     signal_variables,
 )
@@ -313,11 +314,17 @@ def _timeout(timeout_s: float | None, signal: str) -> float | None:
         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
         "OTEL_EXPORTER_OTLP_TIMEOUT",
     ),
+    histogram_aggregation=TEXT.read_from(
+        "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"
+    ),
 )
 def make_exporter(
     export_interval_s: float | None = None,
     endpoint: str | None = None,
     timeout_s: float | None = None,
+    histogram_aggregation: str | None = None,
+    *,
+    named: str = "otlp_http",
 ) -> Exporter:
     """An OTLP/HTTP metric exporter on a periodic reader and a span exporter behind a batch
     processor, both to one collector.
@@ -327,6 +334,10 @@ def make_exporter(
     :param timeout_s: seconds per export, retries included; default
         :data:`~rlmetrics.exporters.otlp.DEFAULT_OTLP_TIMEOUT_S` unless a timeout variable
         is set.
+    :param histogram_aggregation: as the ``otlp`` exporter's (exponential or explicit
+        histograms); default from the standard variable, which the SDK reads.
+    :param named: the exporter's name in ``start()``, for a mistake to name (``otlp`` when
+        the protocol variable chose HTTP for it).
     """
     try:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -339,6 +350,7 @@ def make_exporter(
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     check_metric_preferences()
+    preference = histogram_preference(histogram_aggregation, named)
     built = []
     for signal, base, fork_safe, result in (
         ("metrics", OTLPMetricExporter, ForkSafe, MetricExportResult),
@@ -358,6 +370,8 @@ def make_exporter(
         session = _export_session()
         if session is not None:
             kwargs["session"] = session
+        if signal == "metrics":
+            kwargs.update(preference)
         cls = _reporting(base, fork_safe, result, signal, _described(endpoint, signal))
         built.append(cls(**kwargs))
     metrics, spans = built
