@@ -789,3 +789,36 @@ def test_async_with_times_a_step_and_its_phases_in_each_task(traced: Any) -> Non
         assert steps[wait.attributes["rl.iteration"]].span_id == wait.parent_id
     assert {r.parent_id for r in named["rl.rollout"]} == {s.span_id for s in steps.values()}
     assert efficiency_seconds(reader)["idle/buffer_starvation"].value >= 0
+
+
+@pytest.mark.parametrize("broken", [None, float("nan"), "5", ZeroDivisionError])
+def test_a_clock_that_fails_a_reading_never_raises_into_the_loop(
+    tmp_path: Path, broken: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: a run's clock (a simulation's) that raised or gave no number (None, NaN,
+    text) raised TypeError / ValueError / its own error out of every phase and step, into
+    the loop. Now a failed reading is the clock's last good one (time stands still), said
+    once; the step is still logged."""
+    path = tmp_path / "run.jsonl"
+    readings = iter([100.0, 101.0, 101.5])
+
+    def clock() -> Any:
+        value = next(readings, broken)
+        if value is ZeroDivisionError:
+            raise ZeroDivisionError("the simulation ended")
+        return value
+
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        with (
+            rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}) as logger,
+            rlmetrics.run(clock=clock),
+            rlmetrics.step(1, logger=logger),  # 101.0 -> (failed: 101.5)
+            rlmetrics.phase("idle/refit_bubble"),  # 101.5 -> (failed: 101.5)
+        ):
+            pass
+        EfficiencyTimer(clock=clock).step_summary()
+    [row] = read_jsonl(path)
+    assert row["metrics"]["efficiency/idle/refit_bubble_s"] == 0.0
+    assert row["metrics"]["efficiency/step_wall_time_s"] == 0.5
+    said = [r.getMessage() for r in caplog.records if "clock" in r.getMessage()]
+    assert len(said) == 1 and "its last reading" in said[0], said

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import attrs
 
 from .._fork import forget_in_child
+from .._warn import describe_value, warn_once
 
 __all__ = [
     "BUCKETS",
@@ -78,8 +79,22 @@ def clock_of(seconds: Callable[[], float] | None) -> Clock:
     if not callable(seconds):
         raise TypeError(f"clock must be a function returning seconds, got {type(seconds)}")
 
+    last: list[int] = []  # the last good reading: what a failed one gives
+
     def now() -> int:
-        return round(seconds() * 1e9)
+        try:
+            reading = round(seconds() * 1e9)  # None, text, NaN, inf: a TypeError or ValueError
+        except Exception:  # a clock of the caller's (a simulation's) is read in their loop
+            warn_once(
+                "tracing:clock",
+                f"rlmetrics: the clock {describe_value(seconds)} passed to rlmetrics.run / a "
+                "timer raised or gave no number of seconds; its last reading is used (time "
+                "stands still; the real time before its first). Give a function that returns "
+                "Unix seconds as a float",
+            )
+            return last[0] if last else time.time_ns()
+        last[:] = (reading,)
+        return reading
 
     return Clock(now, 0)
 
