@@ -644,8 +644,9 @@ class Logger:
             for worker in self._workers.values():
                 worker.finish(deadline, bound, failed)
         except BaseException as exc:  # a SIGTERM handler's SystemExit, a KeyboardInterrupt
+            waiting = "Logger.finish()" if started is None else "the exit's wait"
             for worker in self._workers.values():
-                worker.say_unwritten(f"Logger.finish() was interrupted ({type(exc).__name__})")
+                worker.say_unwritten(f"{waiting} was interrupted ({type(exc).__name__})")
             raise
         return True
 
@@ -856,8 +857,13 @@ def _finish_at_exit() -> None:
         try:
             if logger._finish(logger.exit_timeout_s, started, failed) and logger._strict:
                 release_strict()
-        except BaseException:  # an interrupt during the wait: what was left is said
+        except Exception:
             warn_once("logger:exit", "rlmetrics: finishing a Logger at exit failed")
+        except BaseException:
+            # An interrupt (a second SIGTERM, Ctrl-C) cut this Logger's wait short: _finish
+            # has said what each backend did not write. The user's, not a failure: no
+            # traceback, and the next Logger is still finished within the exit's bound.
+            continue
 
 
 _worker.at_exit(_finish_at_exit)

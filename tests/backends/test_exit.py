@@ -24,7 +24,7 @@ from rlmetrics.testing import in_memory_telemetry, points, run_to_exit
 logger_module = importlib.import_module("rlmetrics.logger")
 
 _SCRIPT = """
-import json, logging, signal, sys, threading, time
+import importlib, json, logging, os, signal, sys, threading, time
 import rlmetrics
 from rlmetrics.plugins import register
 
@@ -62,6 +62,18 @@ if how == "exit":
     sys.exit(3)
 if how == "raise":
     raise RuntimeError("the loop died")
+if how == "interrupted":
+    # A second signal (the scheduler's SIGTERM again, a second Ctrl-C) while the exit waits
+    # for the tracker: it cuts the wait short.
+    from rlmetrics.testing import main_thread_blocked_in, wait_until
+
+    finishing = importlib.import_module("rlmetrics.logger")._finish_at_exit
+
+    def interrupt():
+        wait_until(lambda: main_thread_blocked_in(finishing), 30, "the exit's wait")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=interrupt, daemon=True).start()
 if how == "sigterm":
     print("ready", flush=True)
     # Still training when the signal comes: a loop's main thread runs, so the handler runs
@@ -73,13 +85,15 @@ if how == "sigterm":
 
 #: Each exit path, and the exit status Python gives it.
 EXITS = {"end": 0, "exit": 3, "raise": 1, "sigterm": 143}
+#: The cases above, and a script whose exit is interrupted while it waits (it ends as "end").
+STATUS = {**EXITS, "interrupted": 0}
 
 
 def _run(how: str, path: Path, *, stall: bool = False, exit_timeout_s: float = 10.0) -> str:
     """Run the script to its exit; its stderr."""
     args = (how, str(path), "stall" if stall else "-", str(exit_timeout_s))
-    status, err = run_to_exit(_SCRIPT, args, sigterm_when_ready=how == "sigterm")
-    assert status == EXITS[how], err
+    status, err = run_to_exit(_SCRIPT, args, sigterm_when_ready=how == "sigterm", timeout_s=60)
+    assert status == STATUS[how], err
     return err
 
 
@@ -111,6 +125,18 @@ def test_what_a_stalled_tracker_cannot_write_within_the_bound_is_said(tmp_path: 
     assert "backend 'slow'" in err and "3 rows not written" in err, err
     assert "within 0.5 s" in err and "process is exiting" in err, err
     assert "Traceback" not in err
+
+
+def test_an_interrupt_during_the_exits_wait_cuts_it_short_and_says_what_was_lost(
+    tmp_path: Path,
+) -> None:
+    """A second SIGTERM (or Ctrl-C) while the exit waits for a stalled tracker ends the wait:
+    the rows it did not write are said in one line, with no traceback out of rlmetrics (an
+    interrupt is no failure of rlmetrics), and the process exits long before its bound."""
+    path = tmp_path / "rows.jsonl"
+    err = _run("interrupted", path, stall=True, exit_timeout_s=600)
+    assert "backend 'slow': the exit's wait was interrupted (SystemExit): 3 rows not written" in err
+    assert "Traceback" not in err and "failed" not in err, err
 
 
 def test_rows_left_unwritten_at_exit_are_counted(
