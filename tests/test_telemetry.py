@@ -256,3 +256,38 @@ def test_a_shutdown_bound_that_is_no_bound_is_said_and_what_is_left_is_exported(
     assert "rl.step" in [span["name"] for _, span in read_spans(path)]
     (said,) = log.matching("shutdown()'s timeout_s must be a number of 0 or more")
     assert f"the default bound ({DEFAULT_SHUTDOWN_TIMEOUT_S:g} s) is used" in said.getMessage()
+
+
+_INTERRUPTED_AT_EXIT = """
+import importlib, os, signal, sys, threading
+import rlmetrics
+from opentelemetry.sdk.trace import SpanProcessor
+from rlmetrics.testing import main_thread_blocked_in, wait_until
+
+class Stuck(SpanProcessor):
+    # A span exporter whose last export never returns (a collector that stopped answering).
+    def shutdown(self):
+        threading.Event().wait()
+
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+rlmetrics.start("interrupted", span_processors=[Stuck()])
+shutting = importlib.import_module("rlmetrics.telemetry")._shutdown_at_exit
+
+def interrupt():
+    # The scheduler's second SIGTERM (or a second Ctrl-C) while the exit shuts telemetry down.
+    wait_until(lambda: main_thread_blocked_in(shutting), 30, "the exit's shutdown")
+    os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Thread(target=interrupt, daemon=True).start()
+"""
+
+
+def test_an_interrupt_during_the_exits_shutdown_is_said_in_one_line() -> None:
+    """A signal whose handler exits, taken while the interpreter's exit shuts telemetry down,
+    ends that wait: said in one line, with no traceback out of rlmetrics' internals."""
+    from rlmetrics.testing import run_to_exit
+
+    status, err = run_to_exit(_INTERRUPTED_AT_EXIT, timeout_s=60)
+    assert status == 0, err
+    assert "Traceback" not in err, err
+    assert "telemetry's shutdown at exit was interrupted (SystemExit)" in err, err

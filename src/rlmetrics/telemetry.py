@@ -330,8 +330,20 @@ def current() -> Telemetry | None:
 
 def _shutdown_at_exit() -> None:
     handle = _active
-    if handle is not None:
+    if handle is None:
+        return
+    try:
         handle._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S)  # nobody is left to raise into
+    except Exception:
+        warn_once("telemetry:exit", "rlmetrics: shutting telemetry down at exit failed")
+    except BaseException as exc:
+        # An interrupt (a second SIGTERM, Ctrl-C) ended the wait: the user's, not a failure
+        # of rlmetrics, so one line instead of the interpreter's traceback of an atexit hook.
+        logger.warning(
+            "rlmetrics: telemetry's shutdown at exit was interrupted (%s); what it had not "
+            "exported is dropped",
+            type(exc).__name__,
+        )
 
 
 def start(
