@@ -791,6 +791,44 @@ def test_async_with_times_a_step_and_its_phases_in_each_task(traced: Any) -> Non
     assert efficiency_seconds(reader)["idle/buffer_starvation"].value >= 0
 
 
+@pytest.mark.parametrize("in_a_run", [False, True])
+def test_concurrent_tasks_steps_are_not_each_other_s_children_nor_lend_their_iteration(
+    traced: Any, in_a_run: bool
+) -> None:
+    """Before: a task's step entered while another task's step was open became that step's
+    child (the fallback meant for a thread with no span of its own), and a phase took the
+    rl.iteration of the step entered last in the process, not of its own task's step (its
+    parent): step 1's phase said rl.iteration=2."""
+    _handle, _reader, exporter = traced
+    second_entered = asyncio.Event()
+
+    async def first() -> None:
+        async with rlmetrics.step(1):
+            await second_entered.wait()
+            async with rlmetrics.phase("idle/refit_bubble"):
+                await asyncio.sleep(0)
+
+    async def second() -> None:
+        async with rlmetrics.step(2):
+            second_entered.set()
+            async with rlmetrics.phase("idle/refit_bubble"):
+                await asyncio.sleep(0)
+
+    async def both() -> None:
+        with rlmetrics.run() if in_a_run else contextlib.nullcontext():
+            await asyncio.gather(first(), second())
+
+    asyncio.run(both())
+    named = by_name(span_records(exporter))
+    parent = named["rl.run"][0].span_id if in_a_run else None
+    steps = {s.span_id: s for s in named["rl.step"]}
+    assert {s.parent_id for s in steps.values()} == {parent}
+    phases = named["rl.idle.refit_bubble"]
+    assert len(phases) == 2
+    for phase in phases:
+        assert phase.attributes["rl.iteration"] == steps[phase.parent_id].attributes["rl.iteration"]
+
+
 @pytest.mark.parametrize("broken", [None, float("nan"), "5", ZeroDivisionError])
 def test_a_clock_that_fails_a_reading_never_raises_into_the_loop(
     tmp_path: Path, broken: Any, caplog: pytest.LogCaptureFixture

@@ -57,15 +57,16 @@ class Binding:
             return None
         return context
 
-    def parent(self) -> Any:
-        """The context a new span starts in: the current one if it holds a span; else the
-        innermost open step's (a phase on another thread belongs to the step the loop is in);
-        else the one this process was started in (``TRACEPARENT``); else a new trace."""
+    def parent(self, joins_open_step: bool = True) -> Any:
+        """The context a new span starts in: the current one if it holds a span; else (with
+        ``joins_open_step``: not for a step) the innermost open step's (a phase on another
+        thread belongs to the step the loop is in); else the one this process was started
+        in (``TRACEPARENT``); else a new trace."""
         current = self.get_current()
         if self.get_current_span(current).get_span_context().is_valid:
             return current
         steps = state.steps
-        if steps:
+        if steps and joins_open_step:
             span = steps[-1]._span
             if span is not None:
                 return self.set_span_in_context(span, current)
@@ -73,8 +74,10 @@ class Binding:
             return self.process_parent
         return current
 
-    def start(self, name: str, attributes: dict[str, Any], start_ns: int) -> tuple[Any, Any]:
-        parent = self.parent()
+    def start(
+        self, name: str, attributes: dict[str, Any], start_ns: int, joins_open_step: bool = True
+    ) -> tuple[Any, Any]:
+        parent = self.parent(joins_open_step)
         span = self.tracer.start_span(name, parent, attributes=attributes, start_time=start_ns)
         return span, self.attach(self.set_span_in_context(span, parent))
 

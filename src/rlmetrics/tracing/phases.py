@@ -26,7 +26,15 @@ from .._warn import describe_key, describe_value, warn_once
 from ._state import kinds, state, target
 from .accounting import BUCKETS, MAX_PENDING, PhaseSeconds, clock_of
 from .naming import phase_seconds
-from .scopes import BUCKET_ATTR, ITERATION_ATTR, PHASE_ATTR, Scope, exited_unentered, span_tags
+from .scopes import (
+    BUCKET_ATTR,
+    ITERATION_ATTR,
+    PHASE_ATTR,
+    Scope,
+    exited_unentered,
+    span_tags,
+    step_here,
+)
 
 __all__ = [
     "DEFAULT_BUCKET",
@@ -232,9 +240,9 @@ class Phase(Scope):
             bucket = DEFAULT_BUCKET if kind is None else kind.bucket
         if bucket is not None:
             attributes[BUCKET_ATTR] = bucket
-        steps = state.steps
-        if steps and steps[-1]._iteration is not None:
-            attributes[ITERATION_ATTR] = steps[-1]._iteration
+        step = step_here()
+        if step is not None and step._iteration is not None:
+            attributes[ITERATION_ATTR] = step._iteration
         return attributes
 
 

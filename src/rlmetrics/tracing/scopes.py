@@ -11,10 +11,11 @@ never on spans; umbrella spans carry no ``rl.bucket``.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .. import plugins as _plugins
 from .._warn import describe_key, describe_value, warn_once
@@ -46,6 +47,7 @@ __all__ = [
     "Umbrella",
     "close_open_scopes",
     "current_step",
+    "step_here",
     "exited_unentered",
     "rollout",
     "run",
@@ -113,6 +115,9 @@ class Scope:
     #: The clock reading it started at; None while it is not running (never entered, or
     #: ended), so an exit without an entry is told from one.
     _t0: int | None
+    #: Whether, started where no span is current (a thread pool's worker), its span is a
+    #: child of the innermost open step; a step is not (another task's step is no parent).
+    _joins_open_step: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._span: Any = None
@@ -174,7 +179,9 @@ class Scope:
             try:
                 attributes = self._attributes()
                 self._thread = _thread_attributes(attributes)
-                self._span, self._token = binding.start(self._name(), attributes, t0 + clock.offset)
+                self._span, self._token = binding.start(
+                    self._name(), attributes, t0 + clock.offset, self._joins_open_step
+                )
             except Exception:
                 self._span = self._token = None
                 warn_once("tracing:start", "rlmetrics: a span could not start; timing goes on")
@@ -288,10 +295,29 @@ def span_tags(tags: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def current_step() -> int | None:
-    """The step of the innermost :func:`step` scope open in this process, if any (where a
-    ``Logger.log_metrics`` without a step lands)."""
+    """The step of the :func:`step` scope open here (:func:`step_here`: this task's own, else
+    the innermost open in the process), if any: where a ``Logger.log_metrics`` without a
+    step lands."""
+    step = step_here()
+    return None if step is None else step._step
+
+
+#: The step this context is in: an asyncio task's own (each task runs in a copy of the context
+#: it was created in), or the thread's.
+_context_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar(
+    "rlmetrics_step", default=None
+)
+
+
+def step_here() -> Step | None:
+    """The open step a phase started here belongs to: this context's (an asyncio task's own
+    step, when concurrent tasks each run one), else the innermost open step of the process
+    (a thread with no span of its own belongs to the step the loop is in)."""
     steps = state.steps
-    return steps[-1]._step if steps else None
+    step = _context_step.get()
+    if step is not None and step in steps:  # else it ended (in another context, or truncated)
+        return step
+    return steps[-1] if steps else None
 
 
 def _shown(given: Any) -> str:
@@ -308,7 +334,16 @@ class Step(Scope):
     """One training step: the umbrella span ``rl.step`` (``rl.iteration``, never
     ``rl.bucket``), and when it ends the step's efficiency summary (see :func:`step`)."""
 
-    __slots__ = ("_deliver", "_given", "_iteration", "_logger", "_step", "_tag_values")
+    __slots__ = (
+        "_context_token",
+        "_deliver",
+        "_given",
+        "_iteration",
+        "_logger",
+        "_step",
+        "_tag_values",
+    )
+    _joins_open_step: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -328,6 +363,7 @@ class Step(Scope):
         self._tag_values = (weight_version, num_generations_per_prompt, tags)
         self._iteration: int | None = None
         self._step = 0
+        self._context_token: contextvars.Token[Step | None] | None = None
 
     def __enter__(self) -> Step:
         iteration = as_step(self._given)  # the one rule for a step (the Logger's too)
@@ -347,7 +383,20 @@ class Step(Scope):
         if state.run_start_ns is None:
             state.run_start_ns = self._t0
         state.steps.append(self)
+        self._context_token = _context_step.set(self)
         return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        token, self._context_token = self._context_token, None
+        if token is not None:
+            with contextlib.suppress(ValueError):  # left in another context than entered
+                _context_step.reset(token)
+        self._close(exc)
 
     def _name(self) -> str:
         naming = state.naming
