@@ -523,6 +523,22 @@ def test_a_carrier_makes_another_context_a_child_of_the_step(traced: Any) -> Non
     assert got[0]["traceparent"].split("-")[2] == score.span_id
 
 
+@pytest.mark.parametrize("carrier", ["00-abc-def-01", [("traceparent", "x")], 5])
+def test_a_carrier_that_is_no_mapping_is_said_without_a_traceback(
+    traced: Any, carrier: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: trace_context("00-...") (the traceparent string, not trace_carrier()'s dict)
+    logged a ValueError traceback under 'trace_context failed', naming no mistake."""
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        rlmetrics.trace_context(carrier),
+        rlmetrics.phase("x"),
+    ):
+        pass
+    [record] = [r for r in caplog.records if "trace_context" in r.getMessage()]
+    assert not record.exc_info and "trace_carrier()" in record.getMessage()
+
+
 def test_carriers_are_empty_and_harmless_without_tracing() -> None:
     assert rlmetrics.trace_carrier() == {} and rlmetrics.trace_env() == {}
     with rlmetrics.trace_context({"traceparent": "garbage"}), rlmetrics.phase("x"):

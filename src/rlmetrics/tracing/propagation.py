@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 
-from .._warn import warn_once
+from .._warn import describe_value, warn_once
 from ._state import state
 
 __all__ = ["TRACEPARENT_ENV", "TRACESTATE_ENV", "trace_carrier", "trace_context", "trace_env"]
@@ -55,7 +55,13 @@ def trace_context(carrier: Mapping[str, str] | None) -> Iterator[None]:
     not tracing or when the carrier holds no valid context (reported once)."""
     binding = state.binding
     token = None
-    if binding is not None and carrier:
+    if binding is not None and carrier and not isinstance(carrier, Mapping):
+        warn_once(
+            "tracing:carrier-type",
+            f"rlmetrics.trace_context takes the dict rlmetrics.trace_carrier() returns, got "
+            f"{describe_value(carrier)}; no context entered (spans start their own traces)",
+        )
+    elif binding is not None and carrier:
         try:
             context = binding.propagator.extract(dict(carrier))
             if binding.get_current_span(context).get_span_context().is_valid:
