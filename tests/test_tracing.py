@@ -327,6 +327,31 @@ def test_a_phase_left_open_at_logger_finish_is_closed(traced: Any, tmp_path: Pat
     assert row["metrics"]["efficiency/idle/refit_bubble_s"] == bubble.seconds
 
 
+def test_without_tracing_a_step_left_open_at_logger_finish_still_logs_its_summary(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: without a span exporter (a JSONL-only run), a step still open when its Logger
+    finished (the loop died inside it, finish() from another thread) was not ended: its
+    summary went nowhere, and its late exit logged to the closed Logger. As with tracing, it
+    ends at finish() and its seconds are logged; the late exit ends nothing twice."""
+    path = tmp_path / "run.jsonl"
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": str(path)}})
+    step = rlmetrics.step(9, logger=logger)
+    step.__enter__()
+    with rlmetrics.phase("idle/refit_bubble"):
+        pass
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger.finish()
+        step.__exit__(None, None, None)  # late: already ended
+    [row] = read_jsonl(path)
+    assert row["step"] == 9 and row["metrics"]["efficiency/idle/refit_bubble_s"] >= 0
+    assert "efficiency/step_wall_time_s" in row["metrics"]
+    assert "after Logger.finish()" not in caplog.text and "without being entered" not in (
+        caplog.text
+    )
+    assert rlmetrics.tracing.current_step() is None
+
+
 def test_a_logger_that_finishes_ends_only_its_own_steps(traced: Any) -> None:
     _handle, _reader, exporter = traced
     mine, other = rlmetrics.Logger(backends={}), rlmetrics.Logger(backends={})

@@ -256,18 +256,24 @@ def close_open_scopes(reason: str, logger: Logger | None = None) -> int:
     With ``logger``, only the steps that deliver to it and what was opened inside them (after
     them): a Logger that finishes ends its own steps, not a run another Logger serves.
     """
+    untraced = 0
+    if logger is not None:  # its steps with no span (not tracing) end too, innermost first
+        for step in reversed(list(state.steps)):
+            if step._logger is logger and step._span is None and step._t0 is not None:
+                step._end_untraced()
+                untraced += 1
     scopes = sorted(list(state.open.values()), key=lambda s: s._order, reverse=True)
     if logger is not None:
         mine = [s._order for s in scopes if isinstance(s, Step) and s._logger is logger]
         if not mine:
-            return 0
+            return untraced
         scopes = [s for s in scopes if s._order >= min(mine)]
     for scope in scopes:
         try:
             scope._truncate(reason)
         except Exception:
             warn_once("tracing:close", "rlmetrics: closing an open span failed")
-    return len(scopes)
+    return len(scopes) + untraced
 
 
 def span_tags(tags: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -337,6 +343,7 @@ class Step(Scope):
     __slots__ = (
         "_context_token",
         "_deliver",
+        "_ended_early",
         "_given",
         "_iteration",
         "_logger",
@@ -364,6 +371,7 @@ class Step(Scope):
         self._iteration: int | None = None
         self._step = 0
         self._context_token: contextvars.Token[Step | None] | None = None
+        self._ended_early = False
 
     def __enter__(self) -> Step:
         iteration = as_step(self._given)  # the one rule for a step (the Logger's too)
@@ -396,7 +404,19 @@ class Step(Scope):
         if token is not None:
             with contextlib.suppress(ValueError):  # left in another context than entered
                 _context_step.reset(token)
+        if self._ended_early:  # ended at its Logger's finish(): nothing twice
+            self._ended_early = False
+            return
         self._close(exc)
+
+    def _end_untraced(self) -> None:
+        """End now, a step with no span still open when its Logger finishes (as a traced one
+        is truncated): its seconds and summary are logged; its late exit ends nothing."""
+        self._ended_early = True
+        try:
+            self._finish(self._clock.now())
+        finally:
+            self._t0 = None
 
     def _name(self) -> str:
         naming = state.naming
