@@ -288,3 +288,33 @@ def test_a_typed_summary_s_category_without_seconds_is_a_gap_not_a_zero_or_negat
     seconds = {category: p.value for category, p in _seconds(found).items()}
     assert seconds == {"idle/buffer_starvation": 2.0, "idle/validation": 0.0}
     assert _pct(found) == []
+
+
+@pytest.mark.parametrize("bad", [None, "1.5", float("nan"), float("inf"), -3.0, 2**2000])
+def test_seconds_recorded_that_are_no_duration_drop_only_themselves(
+    exporting: Any, bad: Any, caplog: Any
+) -> None:
+    """Before: ``CollectorTimer.record(category, None)`` (or text, an int past a float) was
+    taken, and the next ``step_summary`` raised TypeError / OverflowError into the loop; a NaN
+    or negative value, added to the never-reset run totals, made the category unknown (NaN)
+    or wrong for the rest of the run, as ``rlmetrics.account`` did. Now such a value is
+    dropped, said once; the seconds around it still add up."""
+    import logging
+
+    import rlmetrics
+
+    logger, reader = exporting
+    driver, collector = EfficiencyTimer(), CollectorTimer()
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        collector.record("idle/buffer_full_backoff", 1.0)
+        collector.record("idle/buffer_full_backoff", bad)
+        driver.record("idle/refit_bubble", bad)
+        rlmetrics.account("wasted/failed_trajectory", 2.0)
+        rlmetrics.account("wasted/failed_trajectory", bad)
+        summary = driver.step_summary(collector)
+        with rlmetrics.step(1, logger=logger):
+            pass
+    assert summary.seconds["idle/buffer_full_backoff"] == 1.0
+    assert "idle/refit_bubble" not in summary.seconds  # its one recording was no duration
+    assert _seconds(points(reader))["wasted/failed_trajectory"].value == 2.0
+    assert "no number of seconds" in caplog.text

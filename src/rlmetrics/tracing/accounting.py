@@ -12,11 +12,13 @@ import collections
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
 from .._fork import forget_in_child
 from .._warn import describe_value, warn_once
+from ..values import finite_float
 
 __all__ = [
     "BUCKETS",
@@ -102,6 +104,15 @@ def clock_of(seconds: Callable[[], float] | None) -> Clock:
 # -- seconds per name ---------------------------------------------------------------------------
 
 
+_INFINITY = float("inf")
+
+
+def _duration(seconds: Any) -> float | None:
+    """``seconds`` as a float of seconds from 0 (a NumPy or torch number too), or None."""
+    number = finite_float(seconds)
+    return number if number is not None and number >= 0 else None
+
+
 class PhaseSeconds:
     """Seconds per phase name, added up across threads: the step's and the run's accounting,
     and what every :class:`~rlmetrics.tracing.PhaseTimer` adds its phases to.
@@ -119,7 +130,20 @@ class PhaseSeconds:
         forget_in_child(self)
 
     def record(self, name: str, seconds: float) -> None:
-        """Add ``seconds`` to ``name`` (from any thread)."""
+        """Add ``seconds`` to ``name`` (from any thread). Seconds that are no duration (not a
+        finite number from 0) are dropped, said once: added to a total, they would make it
+        unknown or wrong for as long as it is kept (a run's, for good)."""
+        if type(seconds) is not float or not 0.0 <= seconds < _INFINITY:  # NaN fails both
+            duration = _duration(seconds)
+            if duration is None:
+                warn_once(
+                    "tracing:seconds",
+                    f"rlmetrics: {describe_value(seconds)} recorded as the seconds of {name!r} "
+                    "is no number of seconds from 0; dropped, the other seconds add up. Later "
+                    "ones are reported at DEBUG",
+                )
+                return
+            seconds = duration
         pending = self._pending
         pending.append((name, seconds))
         if len(pending) > MAX_PENDING:  # a timer nobody reads stays bounded

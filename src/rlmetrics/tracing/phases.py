@@ -257,14 +257,12 @@ def account(name: str, seconds: float) -> None:
     plugin offers is accounted nowhere."""
     try:
         accounts = target(name) if type(name) is str else None
-        value = float(seconds)
     except Exception:
         accounts = None
     if accounts is None:
         warn_once(
             "phase:account",
-            f"rlmetrics.account: {describe_key(name)} is no phase a plugin offers (or its seconds "
-            "are not a number); not accounted",
+            f"rlmetrics.account: {describe_key(name)} is no phase a plugin offers; not accounted",
         )
         return
-    accounts.record(name, value)
+    accounts.record(name, seconds)  # seconds that are no duration: dropped there, said once
