@@ -94,3 +94,18 @@ def test_a_stall_before_the_first_step_fires_once(monkeypatch: pytest.MonkeyPatc
         assert fired is not None and fired.step is None and "telemetry started" in fired.summary
         now[0] += 100.0
         assert watch.check() is None
+
+
+def test_a_stall_bound_variable_that_is_no_number_is_said_not_silently_replaced(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: with no Prometheus exporter to refuse it, RLMETRICS_STALL_AFTER_S="1800s" was
+    dropped unsaid and the watch fired after the default 600 s, where the run had asked for
+    1800. The default still serves (the watch must not stop), and the variable is named."""
+    import logging
+
+    monkeypatch.setenv("RLMETRICS_STALL_AFTER_S", "1800s")
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        rule = stall_watch._current_rule()
+    assert rule == liveness.StallRule()
+    assert "RLMETRICS_STALL_AFTER_S" in caplog.text and "600" in caplog.text

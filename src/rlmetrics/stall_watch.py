@@ -61,11 +61,19 @@ def _current_rule() -> StallRule:
     if _rule is not None:
         return _rule
     from .health import stall_rule  # reads RLMETRICS_STALL_AFTER_S
+    from .telemetry import TelemetryError
 
     try:
         return stall_rule()
-    except Exception:  # a bad variable is the exporter's to raise; the default serves here
-        return StallRule()
+    except Exception as error:  # the exporter raises on a bad variable; here the watch goes on
+        default = StallRule()
+        warn_once(
+            "stall-watch:rule",
+            f"rlmetrics: {error}; the in-process stall alert uses the default stall bound of "
+            f"{default.bound_s:.0f} s",
+            expected=isinstance(error, TelemetryError),  # a variable to fix, not a bug
+        )
+        return default
 
 
 class StallWatch:
