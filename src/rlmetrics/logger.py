@@ -381,7 +381,10 @@ class Logger:
             for n, b in self.backends.items()
             if n not in self._inline
         }
-        self._lock = threading.Lock()
+        # Reentrant: a signal's handler runs on the thread it interrupts, and one that calls
+        # finish() (a SIGTERM handler) while that thread is inside log_metrics, holding the
+        # lock, would otherwise wait for it for ever.
+        self._lock = threading.RLock()
         self._samples: dict[str, int] = {}
         #: The last trainer step logged (given or continued): a call without one takes the next.
         self._last_step = -1
@@ -410,7 +413,7 @@ class Logger:
     def _after_fork_in_child(self) -> None:
         # Another thread may have held the lock when the process forked; the child has no
         # such thread. (Queued backends drop what a child logs: their threads stayed behind.)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     # -- the training loop's calls --------------------------------------------------------
 

@@ -185,3 +185,81 @@ def test_an_uncaught_exception_is_a_failed_run_except_in_an_interactive_session(
     monkeypatch.delattr(sys, "ps1")
     monkeypatch.setattr(sys, "last_value", SystemExit(3))
     assert not ended_by_exception()
+
+
+_HANDLER_SCRIPT = """
+import os, signal, sys
+import rlmetrics
+from rlmetrics.plugins import register
+
+path, where = sys.argv[1], sys.argv[2]
+
+class Signals:
+    # On the caller's thread: the SIGTERM it sends itself is handled while the Logger is
+    # inside log_metrics, as a scheduler's SIGTERM often is in a loop that logs every step.
+    inline = True
+
+    def log_metrics(self, metrics, step, prefix):
+        if where == "logger" and step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def finish(self):
+        pass
+
+class SignalOnWrite:
+    # The JSONL file, sending the SIGTERM while the backend writes step 2's row; "buffer":
+    # the signal is handled inside the file's own write, whose close then refuses, as
+    # io.BufferedWriter does ("reentrant call").
+    def __init__(self, file):
+        self.file = file
+        self.busy = False
+
+    def write(self, text):
+        self.file.write(text)
+        if '"step": 2' in text:
+            self.busy = where == "buffer"
+            os.kill(os.getpid(), signal.SIGTERM)
+            self.busy = False
+
+    def close(self):
+        if self.busy:
+            raise RuntimeError("reentrant call inside <_io.BufferedWriter>")
+        self.file.close()
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+class Offers:
+    @rlmetrics.hookimpl
+    def register_backends(self, register):
+        register("signals", Signals)
+
+register(Offers(), "offers")
+logger = rlmetrics.Logger(backends={"jsonl": {"path": path}, "signals": {}})
+if where in ("jsonl", "buffer"):
+    backend = logger.backends["jsonl"]
+    backend._file = SignalOnWrite(backend._file)
+
+def on_sigterm(*_):
+    logger.finish()  # what docs/troubleshooting.md advises a SIGTERM handler to do
+    sys.exit(143)
+
+signal.signal(signal.SIGTERM, on_sigterm)
+for step in range(5):
+    logger.log_metrics({"loss": float(step)}, step=step)
+"""
+
+
+@pytest.mark.parametrize("where", ["logger", "jsonl", "buffer"])
+def test_a_sigterm_handler_that_finishes_the_logger_mid_log_metrics_exits(
+    where: str, tmp_path: Path
+) -> None:
+    """A SIGTERM handler calling ``logger.finish()`` while the loop's thread is inside
+    ``log_metrics`` (holding the Logger's lock, or the JSONL backend's) finishes and exits;
+    it used to wait for that lock for ever, the job hung until its SIGKILL. Inside the file's
+    own write, the file is left for the interpreter's exit to close, unsaid."""
+    path = tmp_path / "m.jsonl"
+    status, err = run_to_exit(_HANDLER_SCRIPT, (str(path), where), timeout_s=30)
+    assert status == 143, err
+    assert [row["step"] for row in _rows(path)] == [0, 1, 2], err
+    assert "Traceback" not in err, err

@@ -162,7 +162,9 @@ class JsonlBackend:
                 "path: Logger(backends={'jsonl': {'path': ...}})"
             ) from exc
         self._samples: BackendWorker | None = None
-        self._lock = threading.Lock()
+        # Reentrant: a signal's handler that finishes the Logger runs on the thread it
+        # interrupted, which may be inside _write holding it.
+        self._lock = threading.RLock()
         #: A forked child's: the file object is the parent's, dropped; a new one is opened
         #: at the child's first write (see :meth:`_after_fork_in_child`).
         self._reopen = False
@@ -205,8 +207,9 @@ class JsonlBackend:
             if self._reopen:
                 self._reopen = False
                 self._file = self.path.open("a", encoding="utf-8")
-            self._file.write(line)
-            self._file.flush()
+            file = self._file  # a signal's handler may finish the backend between the two
+            file.write(line)
+            file.flush()
 
     def _after_fork_in_child(self) -> None:
         # A thread of the parent may have been inside _write at the fork: its lock stays held
@@ -214,15 +217,19 @@ class JsonlBackend:
         # object's buffer, which any write, close or finalization in the child would flush
         # into the parent's file. So the child forsakes that file object unflushed and appends
         # through one of its own: a row per write, each a whole line (O_APPEND).
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         if self._file is not None:
             _forsake(self._file)
             self._reopen = True
 
     def finish(self) -> None:
         with self._lock:
+            # RuntimeError: finish() from a signal's handler that interrupted this thread
+            # inside the file's own write ("reentrant call"); that write goes on when the
+            # handler returns, and the interpreter closes the file at its exit.
             if self._file is not None:
-                self._file.close()
+                with contextlib.suppress(RuntimeError):
+                    self._file.close()
             self._file = None
             samples, self._samples = self._samples, None
         if samples is not None:
