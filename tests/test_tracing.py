@@ -486,6 +486,22 @@ def test_the_decorator_times_every_call(traced: Any) -> None:
     )
 
 
+def test_the_decorator_refuses_a_generator_function_saying_what_to_time() -> None:
+    """Before: ``@rlmetrics.phase("generation")`` on a generator (or async generator) function
+    timed only the call that creates the generator: a span of microseconds, and seconds of
+    none of the iteration, unsaid. A declaration mistake, refused where it is written."""
+
+    def tokens() -> Any:
+        yield 1
+
+    async def stream() -> Any:
+        yield 1
+
+    for function in (tokens, stream):
+        with pytest.raises(TypeError, match=r"with rlmetrics\.phase"):
+            rlmetrics.phase("generation")(function)
+
+
 def test_the_efficiency_timers_phases_are_spans_too(traced: Any) -> None:
     _handle, _reader, exporter = traced
     driver, collector = EfficiencyTimer(), CollectorTimer()

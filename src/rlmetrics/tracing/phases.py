@@ -173,7 +173,15 @@ class Phase(Scope):
             warn_once("tracing:Phase", "rlmetrics: accounting a phase failed; its seconds are lost")
 
     def __call__(self, function: _F) -> _F:
-        """Time every call of ``function`` as this phase (``@rlmetrics.phase(...)``)."""
+        """Time every call of ``function`` as this phase (``@rlmetrics.phase(...)``). A
+        generator function is refused (TypeError): a call only creates the generator."""
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            raise TypeError(
+                f"@rlmetrics.phase({self._phase!r}) cannot time the generator function "
+                f"{getattr(function, '__qualname__', function)!r}: calling it only creates "
+                "the generator, and its iteration would go untimed. Time the loop that "
+                "consumes it: `with rlmetrics.phase(...): for item in gen(): ...`"
+            )
         name, bucket, tags, timer = self._phase, self._bucket, self._tags, self._timer
         if inspect.iscoroutinefunction(function):
 
