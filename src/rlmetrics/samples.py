@@ -57,6 +57,23 @@ def cut_text(text: str, max_bytes: int) -> tuple[str, bool]:
     return head[:max_bytes].decode("utf-8", "ignore"), True
 
 
+def _head(value: Any, max_bytes: int) -> Any:
+    """A long sequence or array (a tensor of per-token logprobs) as its first elements, as many
+    as a cell cut to ``max_bytes`` can show: each element's text takes at least 3 bytes with
+    its ``", "``, so the text of the first ``max_bytes // 3 + 2`` begins as the whole one's
+    and is cut at the same byte. Converting ten million elements for 32 KB of their text would
+    cost seconds on the loop's thread."""
+    if isinstance(value, (str, bytes, bytearray, Mapping)):
+        return value
+    keep = max_bytes // 3 + 2
+    try:
+        if len(value) > keep:
+            return value[:keep]
+    except Exception:  # no length (a scalar, a set's slice): converted whole, as before
+        pass
+    return value
+
+
 class _Cells:
     def __init__(self, max_cell_bytes: int) -> None:
         self.max_bytes = max_cell_bytes
@@ -72,7 +89,7 @@ class _Cells:
         if type(value) is str:
             text = value
         else:
-            plain = as_plain(value)
+            plain = as_plain(value if type(value) in _PLAIN else _head(value, self.max_bytes))
             if type(plain) is int:
                 number = printable_int(plain)
                 self.replaced += number is not plain
