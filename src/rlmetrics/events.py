@@ -514,15 +514,17 @@ class CheckpointOutcome(RolloutEvent):
         fields = dict(_fields(metrics))
         # The flag set (1, or True: a controller may log bools) is the attempt's outcome;
         # a dict with none set (a cadence sample, or all three 0) is no attempt.
-        outcome = next((o for o in OUTCOMES if _flag_set(fields.get(o))), None)
-        reason = next(
-            (
-                k[len(_REASON_PREFIX) :]
-                for k, v in fields.items()
-                if k.startswith(_REASON_PREFIX) and _flag_set(v)
-            ),
-            None,
-        )
+        outcomes = [o for o in OUTCOMES if _flag_set(fields.get(o))]
+        reasons = [
+            k[len(_REASON_PREFIX) :]
+            for k, v in fields.items()
+            if k.startswith(_REASON_PREFIX) and _flag_set(v)
+        ]
+        for what, given in (("outcome", outcomes), ("reason", reasons)):
+            if len(given) > 1:
+                _contradictory(what, given)
+        outcome = outcomes[0] if outcomes else None
+        reason = reasons[0] if reasons else None
         rest = {
             k: v
             for k, v in fields.items()
@@ -553,6 +555,17 @@ def not_a_payload(value: Any, kind: type, call: str) -> bool:
         "step, prefix), which reads the same event from its keys",
     )
     return True
+
+
+def _contradictory(what: str, given: list[str]) -> None:
+    """Say once that a checkpoint outcome dict set several ``what`` flags; the first counts."""
+    names = [name if key_attribute(name) is not None else describe_value(name) for name in given]
+    warn_once(
+        f"payload:checkpoint-{what}s",
+        f"rlmetrics: a rollout/checkpoint_outcome dict set {len(given)} {what} flags {names}; "
+        f"one attempt is counted, under {what} {names[0]!r} (the backends keep every flag). "
+        "Set one per attempt. Later ones are reported at DEBUG",
+    )
 
 
 ROLLOUT_EVENT_TYPES: dict[str, type[RolloutEvent]] = {

@@ -294,3 +294,24 @@ def test_a_phase_outside_the_safe_charset_is_dropped(exporting: Any) -> None:
         if p.name == "rl.rollout.checkpoint.duration"
     }
     assert phases == {"total_save"}
+
+
+def test_a_dict_setting_two_outcomes_or_two_reasons_is_counted_once_and_said(
+    exporting: Any, caplog: Any
+) -> None:
+    """Before: a dict with completed=1 and failed=1 (or two reason_* flags) was counted under
+    the first flag in order, the other dropped unsaid. The attempt is still counted once, as
+    before; the contradiction is said, naming the flags."""
+    import logging
+
+    logger, reader = exporting
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger.log_metrics(
+            {"completed": 1, "failed": 1, "reason_error": 1, "reason_storage_error": 1},
+            step=0,
+            prefix="rollout/checkpoint_outcome",
+        )
+    attempts = [p for p in points(reader) if p.name == "rl.rollout.checkpoint.attempts"]
+    assert sum(p.value for p in attempts) == 1
+    assert "['completed', 'failed']" in caplog.text
+    assert "['error', 'storage_error']" in caplog.text
