@@ -167,3 +167,12 @@ def test_a_long_array_cell_converts_only_what_its_cut_text_shows(n: int) -> None
     assert max(converted) <= 1000
     [row] = to_samples([{"ids": list(range(n))}], max_cell_bytes=1000)
     assert row["ids"] == str(list(range(n)))[:1000]
+
+
+def test_two_columns_with_one_name_keep_both_values_said_once(caplog: Any) -> None:
+    """Before: a row with keys 1 and "1" (both the column "1") kept the second value, the
+    first dropped unsaid. Now the later one is its own column, its name suffixed, said."""
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        [row] = to_samples([{1: "int key", "1": "str key"}])
+    assert sorted(row.values()) == ["int key", "str key"]
+    assert "column" in caplog.text

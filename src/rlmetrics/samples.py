@@ -112,6 +112,14 @@ class _Cells:
         return text
 
 
+def _free_name(name: str, taken: Mapping[str, Any]) -> str:
+    """``name`` with the first ``#2``, ``#3``... suffix no column of the row has."""
+    n = 2
+    while f"{name}#{n}" in taken:
+        n += 1
+    return f"{name}#{n}"
+
+
 def to_samples(
     rows: Any,
     max_rows: int = MAX_SAMPLE_ROWS,
@@ -136,7 +144,7 @@ def to_samples(
         )
     cells = _Cells(max_cell_bytes)
     out: list[dict[str, Any]] = []
-    skipped = 0
+    skipped = collided = 0
     for row in rows[:max_rows]:
         if not isinstance(row, Mapping):
             skipped += 1
@@ -151,9 +159,18 @@ def to_samples(
         row_out: dict[str, Any] = {}
         for key, value in items[:MAX_SAMPLE_COLUMNS]:
             name = cells.name(key)
+            if name in row_out:  # keys 1 and "1": one name, two values
+                collided += 1
+                name = _free_name(name, row_out)
             secret = value is not None and redact.secret(name)
             row_out[name] = REDACTED if secret else cells(value)
         out.append(row_out)
+    if collided:
+        warn_once(
+            "samples:same-name",
+            f"rlmetrics: {collided} sample column(s) had the name of another column of their "
+            "row (keys 1 and '1'); each is logged under its name and a #2, #3... suffix",
+        )
     if skipped:
         warn_once(
             "samples:not-a-row",
