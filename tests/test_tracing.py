@@ -886,6 +886,44 @@ def test_concurrent_tasks_steps_are_not_each_other_s_children_nor_lend_their_ite
         assert phase.attributes["rl.iteration"] == steps[phase.parent_id].attributes["rl.iteration"]
 
 
+@pytest.mark.parametrize("tracing", [False, True])
+def test_concurrent_tasks_steps_each_account_their_own_phases(tracing: bool) -> None:
+    """Before: every step's per-step categories were one shared account, taken by whichever
+    step ended first: task 1's step (ended first) reported task 2's refit bubble too, and
+    task 2's step reported none of it. Each step now sums the phases of its own task."""
+    clock = iter(float(t) for t in range(100, 200))
+    summaries: dict[int, dict[str, float]] = {}
+
+    class Summaries:
+        def log_efficiency_summary(self, summary: Any, step: int) -> None:
+            summaries[step] = dict(summary.seconds)
+
+    second_timed = asyncio.Event()
+
+    async def first() -> None:
+        async with rlmetrics.step(1, logger=Summaries()):  # type: ignore[arg-type]
+            async with rlmetrics.phase("idle/buffer_starvation"):  # one tick
+                pass
+            await second_timed.wait()
+
+    async def second() -> None:
+        async with rlmetrics.step(2, logger=Summaries()):  # type: ignore[arg-type]
+            async with rlmetrics.phase("idle/refit_bubble"):  # one tick
+                pass
+            second_timed.set()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+    async def both() -> None:
+        with rlmetrics.run(clock=lambda: next(clock)):
+            await asyncio.gather(first(), second())
+
+    with in_memory_tracing() if tracing else contextlib.nullcontext():
+        asyncio.run(both())
+    assert summaries[1] == {"idle/buffer_starvation": 1.0}
+    assert summaries[2] == {"idle/refit_bubble": 1.0}
+
+
 @pytest.mark.parametrize("broken", [None, float("nan"), "5", ZeroDivisionError])
 def test_a_clock_that_fails_a_reading_never_raises_into_the_loop(
     tmp_path: Path, broken: Any, caplog: pytest.LogCaptureFixture

@@ -33,6 +33,7 @@ from .scopes import (
     Scope,
     exited_unentered,
     span_tags,
+    step_account,
     step_here,
 )
 
@@ -164,6 +165,8 @@ class Phase(Scope):
                 accounts = state.targets.get(name)
             else:
                 accounts = target(name)
+            if accounts is state.step_timer:
+                accounts = step_account(accounts)
             if accounts is not None:  # the step's or the run's: PhaseSeconds.record, inlined
                 pending = accounts._pending
                 pending.append((name, seconds))
@@ -218,6 +221,8 @@ class Phase(Scope):
         if state.naming is not None:
             phase_seconds(state.naming, name, (t1 - t0) / 1e9)
         accounts = self._timer if self._timer is not None else target(name)
+        if accounts is state.step_timer:
+            accounts = step_account(accounts)
         if accounts is not None:
             accounts.record(name, (t1 - t0) / 1e9)
 
@@ -265,6 +270,8 @@ def account(name: str, seconds: float) -> None:
     plugin offers is accounted nowhere."""
     try:
         accounts = target(name) if type(name) is str else None
+        if accounts is state.step_timer:
+            accounts = step_account(accounts)
     except Exception:
         accounts = None
     if accounts is None:

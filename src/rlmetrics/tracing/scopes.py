@@ -23,7 +23,7 @@ from ..events import EfficiencySummary
 from ..redaction import REDACTED, configured_redaction
 from ..values import as_step
 from ._state import state
-from .accounting import Clock, clock_of
+from .accounting import Clock, PhaseSeconds, clock_of
 from .naming import LOOP, step_seconds
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ __all__ = [
     "Umbrella",
     "close_open_scopes",
     "current_step",
+    "step_account",
     "step_here",
     "exited_unentered",
     "rollout",
@@ -326,6 +327,14 @@ def step_here() -> Step | None:
     return steps[-1] if steps else None
 
 
+def step_account(shared: PhaseSeconds) -> PhaseSeconds:
+    """Where a per-step phase's seconds go: the account of the step it belongs to
+    (:func:`step_here`), so concurrent tasks' steps (or a step inside a step) each sum their
+    own; ``shared`` (``state.step_timer``) outside any step, which the next step to end takes."""
+    step = step_here()
+    return shared if step is None else step._seconds
+
+
 def _shown(given: Any) -> str:
     """``given`` described for a message; an int with its value, unless it is past what a
     message should hold (or ``str()`` can convert: past 4,300 digits it raises)."""
@@ -347,6 +356,7 @@ class Step(Scope):
         "_given",
         "_iteration",
         "_logger",
+        "_seconds",
         "_step",
         "_tag_values",
     )
@@ -372,6 +382,8 @@ class Step(Scope):
         self._step = 0
         self._context_token: contextvars.Token[Step | None] | None = None
         self._ended_early = False
+        #: The seconds of its per-step phases (``step_account``).
+        self._seconds = PhaseSeconds()
 
     def __enter__(self) -> Step:
         iteration = as_step(self._given)  # the one rule for a step (the Logger's too)
@@ -460,12 +472,14 @@ class Step(Scope):
         t0 = self._t0
         if state.naming is not None and t0 is not None:
             step_seconds(state.naming, (t1 - t0) / 1e9)
+        own, outside = self._seconds.take(), state.step_timer.take()
         if not self._deliver or t0 is None:  # its window ends all the same: the next step
-            state.step_timer.take()  # starts from zero
-            return
+            return  # starts from zero
         run_start = state.run_start_ns if state.run_start_ns is not None else t0
         seconds = state.run_timer.snapshot()
-        seconds.update(state.step_timer.take())
+        for name, value in outside.items():  # timed outside any step, since the last one
+            own[name] = own.get(name, 0.0) + value
+        seconds.update(own)
         try:
             summary = EfficiencySummary(
                 seconds=seconds,
