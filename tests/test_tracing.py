@@ -848,6 +848,35 @@ def test_async_with_times_a_step_and_its_phases_in_each_task(traced: Any) -> Non
     assert efficiency_seconds(reader)["idle/buffer_starvation"].value >= 0
 
 
+def test_numpy_integers_are_integers_on_spans_as_for_the_step(traced: Any) -> None:
+    """Before: rlmetrics.step took a NumPy step, but dropped a NumPy weight_version,
+    num_generations_per_prompt or int tag ('must be int, got an int64')."""
+    import numpy as np
+
+    _handle, _reader, exporter = traced
+    with (
+        rlmetrics.step(
+            np.int64(3),
+            weight_version=np.int64(7),
+            num_generations_per_prompt=np.int32(8),
+            tags={"rank": np.int64(0), "sampled": np.bool_(True)},
+        ),
+        rlmetrics.phase("generation", tags={"shard": np.int64(2)}),
+    ):
+        pass
+    named = by_name(span_records(exporter))
+    [step], [phase] = named["rl.step"], named["rl.generation"]
+    assert step.attributes == {
+        "rl.iteration": 3,
+        "rl.weight_version": 7,
+        "rl.num_generations_per_prompt": 8,
+        "rank": 0,
+        "sampled": True,
+    }
+    assert all(type(v) in (int, bool) for v in step.attributes.values())
+    assert phase.attributes["shard"] == 2
+
+
 @pytest.mark.parametrize("in_a_run", [False, True])
 def test_concurrent_tasks_steps_are_not_each_other_s_children_nor_lend_their_iteration(
     traced: Any, in_a_run: bool

@@ -21,7 +21,7 @@ from .. import plugins as _plugins
 from .._warn import describe_key, describe_value, warn_once
 from ..events import EfficiencySummary
 from ..redaction import REDACTED, configured_redaction
-from ..values import as_step
+from ..values import as_plain, as_step
 from ._state import state
 from .accounting import Clock, PhaseSeconds, clock_of
 from .naming import LOOP, step_seconds
@@ -277,6 +277,15 @@ def close_open_scopes(reason: str, logger: Logger | None = None) -> int:
     return len(scopes) + untraced
 
 
+def _tag_value(value: Any) -> Any:
+    """``value`` as a span attribute can hold it: a NumPy or torch integer or bool as the
+    Python one (as a step is taken), anything else as it is."""
+    if isinstance(value, (str, int)):
+        return value
+    plain = as_plain(value)
+    return plain if isinstance(plain, (str, int)) else value
+
+
 def span_tags(tags: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Span attributes from ``tags``: string keys, and string, int or bool values. A float is
     a time-series number, which belongs on a metric; it is dropped with a warning. A tag
@@ -290,6 +299,7 @@ def span_tags(tags: Mapping[str, Any], where: str) -> dict[str, Any]:
         return out
     redact = configured_redaction()
     for key, value in items:
+        value = _tag_value(value)
         if type(key) is str and key and isinstance(value, (str, int)):
             out[key] = REDACTED if redact.secret(key) else value
         else:
@@ -456,6 +466,7 @@ class Step(Scope):
         ):
             if value is None:
                 continue
+            value = _tag_value(value)
             if isinstance(value, kinds) and not isinstance(value, bool):
                 attributes[key] = value
             else:
