@@ -133,14 +133,17 @@ def _numbers(
     return out
 
 
-def _optional_number(field: str, value: Any) -> float | None:
-    """``value`` as a finite number within a float's range, or None (given None, or a value
-    that is not one)."""
+def _optional_number(field: str, value: Any, duration: bool = False) -> float | None:
+    """``value`` as a finite number within a float's range (with ``duration``, from 0), or
+    None (given None, or a value that is not one)."""
     if value is None:
         return None
     converted = _finite(value, floats=True)
+    if duration and converted is not None and converted < 0:
+        converted = None  # a wall time below 0 is none (a clock read the wrong way)
     if converted is None:
-        _bad_field(field, "a finite number or None", value)
+        expected = "a finite number of seconds from 0" if duration else "a finite number"
+        _bad_field(field, f"{expected} or None", value)
     return converted
 
 
@@ -189,11 +192,11 @@ def _seconds(value: Any) -> dict[str, float]:
 
 
 def _step_wall_time(value: Any) -> float | None:
-    return _optional_number("EfficiencySummary.step_wall_time_s", value)
+    return _optional_number("EfficiencySummary.step_wall_time_s", value, duration=True)
 
 
 def _run_elapsed(value: Any) -> float | None:
-    return _optional_number("EfficiencySummary.run_elapsed_s", value)
+    return _optional_number("EfficiencySummary.run_elapsed_s", value, duration=True)
 
 
 def _efficiency_pct(value: Any) -> float | None:

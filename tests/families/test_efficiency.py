@@ -318,3 +318,16 @@ def test_seconds_recorded_that_are_no_duration_drop_only_themselves(
     assert "idle/refit_bubble" not in summary.seconds  # its one recording was no duration
     assert _seconds(points(reader))["wasted/failed_trajectory"].value == 2.0
     assert "no number of seconds" in caplog.text
+
+
+def test_a_negative_wall_time_computes_no_pct(exporting: Any) -> None:
+    """Before: efficiency/step_wall_time_s of -1 (a clock read the wrong way) exported a step
+    pct of 100%, as for a step of no time. A wall time below 0 is now no wall time: no pct is
+    computed from it (the categories are still exported)."""
+    logger, reader = exporting
+    logger.log_metrics(
+        {"efficiency/idle/refit_bubble_s": 2.0, "efficiency/step_wall_time_s": -1.0}, step=1
+    )
+    found = points(reader)
+    assert _pct(found) == []
+    assert _seconds(found)["idle/refit_bubble"].value == 2.0
