@@ -263,3 +263,70 @@ def test_a_sigterm_handler_that_finishes_the_logger_mid_log_metrics_exits(
     assert status == 143, err
     assert [row["step"] for row in _rows(path)] == [0, 1, 2], err
     assert "Traceback" not in err, err
+
+
+_ANY_LINE_SCRIPT = """
+import os, signal, sys
+import rlmetrics
+from rlmetrics.plugins import register
+
+class Null:
+    # A queued tracker: each row goes through its queue.
+    def log_metrics(self, metrics, step, prefix):
+        pass
+
+    def finish(self):
+        pass
+
+class Offers:
+    @rlmetrics.hookimpl
+    def register_backends(self, register):
+        register("null", Null)
+
+register(Offers(), "offers")
+path = sys.argv[1]
+state = {"line": 0, "at": -1, "logger": None}
+
+def on_sigterm(*_):
+    state["at"] = -1  # once
+    state["logger"].finish(timeout_s=10)  # what a SIGTERM handler is advised to do
+
+def fire_at_line(frame, event, arg):
+    # Sends the SIGTERM at the at-th line the loop's thread runs inside log_metrics (in
+    # rlmetrics and in the standard library under it: a lock's, a queue's code).
+    if event == "line":
+        state["line"] += 1
+        if state["line"] == state["at"]:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return fire_at_line
+
+signal.signal(signal.SIGTERM, on_sigterm)
+
+def one_call(at):
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": path}, "null": {}})
+    state.update(line=0, at=at, logger=logger)
+    sys.settrace(fire_at_line)
+    try:
+        logger.log_metrics({"loss": 1.0}, step=max(at, 0))
+    finally:
+        sys.settrace(None)
+    logger.finish(timeout_s=10)
+    return state["line"]
+
+lines = one_call(-1)  # how many lines one call runs
+for at in range(1, lines + 1):
+    one_call(at)
+print(lines, "lines", file=sys.stderr)
+"""
+
+
+def test_a_sigterm_handler_that_finishes_the_logger_returns_wherever_the_signal_lands(
+    tmp_path: Path,
+) -> None:
+    """The handler's ``logger.finish()`` is run at every line the loop's thread runs inside
+    one ``log_metrics`` with a JSONL file and a queued tracker (the Logger's lock, the JSONL
+    backend's, the tracker queue's own lock held or not): it returns each time. A queue
+    whose lock the interrupted thread held made it wait for ever."""
+    status, err = run_to_exit(_ANY_LINE_SCRIPT, (str(tmp_path / "m.jsonl"),), timeout_s=120)
+    assert status == 0, err
+    assert "lines" in err, err

@@ -27,7 +27,6 @@ copies of arrays, never a reference to the loop's objects.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import inspect
 import os
 import queue
@@ -338,11 +337,15 @@ class BackendWorker:
         self.failed = 0
         self.dropped = 0
         self._said = False  # what it did not write has been reported
-        self._finishing = False  # finishing was asked for: the finish marker is queued or due
-        self._marked = False  # the finish marker is queued
+        self._finishing = False  # finishing was asked for: the finish marker is queued
         self._finished = False  # finish() was called (it reports, once)
         self._failed_run = False  # the run ended with an exception: said to the backend
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        # A SimpleQueue, bounded here by its size: its put() is reentrant. A signal's handler
+        # runs on the thread it interrupts, and one that finishes the Logger (a SIGTERM
+        # handler) while that thread is inside a queue.Queue's put, holding its lock, would
+        # wait for that lock for ever.
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.queue_size = queue_size
         self._pid = os.getpid()
         self._thread = threading.Thread(
             target=self._run, name=f"rlmetrics-backend-{name}", daemon=True
@@ -395,33 +398,31 @@ class BackendWorker:
             )
             return
         self.rows += method == "log_metrics"
-        try:
-            self._queue.put_nowait((method, args))
-        except queue.Full:
+        if self._queue.qsize() < self.queue_size:
+            self._queue.put((method, args))
+        else:
             self.dropped += method == "log_metrics"
             if method == "log_metrics":
                 _lose(self.name, "dropped")
             warn_once(
                 f"backend:{self.name}:full",
                 f"rlmetrics: backend {self.name!r} is not keeping up (its queue of "
-                f"{self._queue.maxsize} rows is full); rows for it are dropped and counted "
+                f"{self.queue_size} rows is full); rows for it are dropped and counted "
                 "until it catches up (a larger Logger(queue_size=) absorbs longer stalls). "
                 "The training loop, the other backends and telemetry are unaffected",
                 expected=True,
             )
 
     def request_finish(self, failed: bool = False) -> None:
-        """Queue the finish behind the rows, without waiting (a full queue gets it in
-        :meth:`finish`): every backend of a Logger is asked first and then waited for, so
+        """Queue the finish behind the rows, without waiting (past a full queue's bound: it
+        is one item): every backend of a Logger is asked first and then waited for, so
         one whose finish takes seconds (W&B syncing its run) does not spend the bound of the
         others, which finish side by side. ``failed``: the run ended with an exception."""
         if os.getpid() != self._pid or self._finishing:
             return
         self._finishing = True
         self._failed_run = failed
-        with contextlib.suppress(queue.Full):
-            self._queue.put_nowait(_FINISH)
-            self._marked = True
+        self._queue.put(_FINISH)
 
     def finish(self, deadline: float, timeout_s: float, failed: bool = False) -> None:
         """Write what is queued, then finish the backend, waiting until ``deadline``
@@ -438,10 +439,6 @@ class BackendWorker:
             why = "the process is exiting without Logger.finish(): "
             if exiting[0] < deadline:
                 deadline, timeout_s = exiting
-        if not self._marked:
-            with contextlib.suppress(queue.Full):  # still full: the join below reports it
-                _waiting.put(self._queue, _FINISH, deadline - time.monotonic())
-                self._marked = True
         _waiting.join(self._thread, deadline - time.monotonic())
         lost = _lost(self.rows, self.failed, self.dropped)
         self._said = True
