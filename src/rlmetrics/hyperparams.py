@@ -74,6 +74,22 @@ def _container(value: Any) -> Any:
     return None
 
 
+def _head(value: Any) -> Any:
+    """An array or tensor longer than a list is kept as its first elements, and one more (so
+    the cut is seen and said): converting ten million values to keep ten thousand would cost
+    seconds. Anything else (a list, a mapping, a config object) as it is."""
+    if isinstance(value, (str, bytes, bytearray, Mapping, list, tuple, set, frozenset)):
+        return value
+    if not callable(getattr(value, "tolist", None)):
+        return value
+    try:
+        if len(value) > MAX_HYPERPARAMS + 1:
+            return value[: MAX_HYPERPARAMS + 1]
+    except Exception:  # a 0-d array has no length: converted as it is
+        pass
+    return value
+
+
 #: Returned by the walk once the cap is reached: the caller stops.
 _FULL: Any = object()
 
@@ -90,7 +106,7 @@ class _Walk:
     def value(self, value: Any, key: str, depth: int) -> Any:
         if type(value) in _PLAIN:
             return self.leaf(value, key)
-        plain = as_plain(value)  # NumPy and torch scalars, arrays as lists
+        plain = as_plain(_head(value))  # NumPy and torch scalars, arrays as lists
         if isinstance(plain, _PLAIN):
             return self.leaf(plain, key)
         if isinstance(plain, enum.Enum):
@@ -167,13 +183,12 @@ class _Walk:
             elements = list(items)
         except Exception:
             return self.leaf([], path)
+        if len(elements) > MAX_HYPERPARAMS:  # kept to the cap's length, said
+            self.cut_list += 1
+            del elements[MAX_HYPERPARAMS:]
         plain = [e if type(e) in _PLAIN else as_plain(e) for e in elements]
         if all(isinstance(e, _PLAIN) for e in plain):
-            # An array or a list of numbers or text is one value (a tracker shows it as one),
-            # kept to the cap's length.
-            if len(plain) > MAX_HYPERPARAMS:
-                self.cut_list += 1
-                plain = plain[:MAX_HYPERPARAMS]
+            # An array or a list of numbers or text is one value (a tracker shows it as one).
             if self.leaves >= MAX_HYPERPARAMS:
                 self.full = True
                 return _FULL
