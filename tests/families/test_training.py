@@ -245,6 +245,22 @@ def test_per_dataset_validation_metrics(exporting: Any, prefix: str, metrics: An
     }
 
 
+def test_a_validation_dict_of_one_unnamed_dataset_is_exported(exporting: Any) -> None:
+    """NeMo-RL's GRPO logs its validation as ``{"accuracy", "avg_length"}`` under the
+    ``validation`` prefix, SFT as ``{"val_loss"}``: one dataset, named nowhere. Before, none
+    of it reached a series (only ``<dataset>/<metric>`` keys did), so the run's validation
+    accuracy was in the trackers and missing from every dashboard and alert."""
+    logger, reader = exporting
+    logger.log_metrics({"accuracy": 0.75, "avg_length": 310.0}, step=10, prefix="validation")
+    logger.log_metrics({"val_loss": 1.25}, step=10, prefix="validation")
+    found = points(reader)
+    unnamed = {"rl.dataset": "default"}
+    assert single(found, "rl.validation.accuracy", **unnamed).value == 0.75
+    assert single(found, "rl.validation.response.length.mean", **unnamed).value == 310.0
+    assert single(found, "rl.validation.loss", **unnamed).value == 1.25
+    assert training.UNNAMED_DATASET == "default"
+
+
 def test_dpo_per_dataset_prefix(exporting: Any) -> None:
     logger, reader = exporting
     logger.log_metrics({"accuracy": 0.5, "loss": 1.5, "avg_length": 120}, 1, "validation-gsm8k")
@@ -331,4 +347,7 @@ def test_dataset_metrics_property(keys: list[str], prefix: str) -> None:
             continue
         if len(parts) == 3 and parts[0] == "validation" and parts[1] and parts[2]:
             expected.append((parts[1], parts[2], value))
+        elif prefix == "validation" and len(parts) == 2 and parts[1]:  # a dict of no dataset
+            metric = {"val_loss": "loss"}.get(parts[1], parts[1])
+            expected.append((training.UNNAMED_DATASET, metric, value))
     assert training.dataset_metrics(metrics, prefix) == expected

@@ -56,6 +56,7 @@ __all__ = [
     "REWARD_COMPONENT",
     "REWARD_COMPONENT_GROUP",
     "SAMPLES",
+    "UNNAMED_DATASET",
     "VALIDATION_PREFIX",
     "dataset_metrics",
     "record_dataset_metrics",
@@ -184,6 +185,11 @@ _REWARD_PREFIX = "reward/"
 #: validation dict so); under ``validation-<dataset>`` (DPO's per-dataset prefix), ``<metric>``
 #: keys; a train dict holds ``validation/<dataset>/<metric>``.
 VALIDATION_PREFIX = "validation"
+#: The ``rl.dataset`` of a validation dict that names no dataset (NeMo-RL's GRPO logs
+#: ``{"accuracy", "avg_length"}`` under ``validation``, SFT ``{"val_loss"}``): its one set.
+UNNAMED_DATASET = "default"
+#: Keys of such a dict that name their metric with a ``val_`` of their own (SFT's).
+_UNNAMED_ALIASES = {"val_loss": "loss"}
 _VALIDATION_KEY_PREFIX = VALIDATION_PREFIX + "/"
 _DATASET_PREFIX = VALIDATION_PREFIX + "-"
 #: ``reward/<these>`` are statistics of the total reward (prime-rl logs ``reward/mean``), and
@@ -243,7 +249,7 @@ def tee_dataset_metric(
     default_registry().declare(DATASET_GROUP, [spec], owner=_caller_module(1))
     # The keys it is read from, wherever the loop logs per-dataset metrics.
     declare_keys([f"{_VALIDATION_KEY_PREFIX}*/{metric_key}"])
-    declare_keys([f"*/{metric_key}"], prefixes=[VALIDATION_PREFIX])
+    declare_keys([f"*/{metric_key}", metric_key], prefixes=[VALIDATION_PREFIX])
     declare_keys([metric_key], prefixes=[_DATASET_PREFIX + "*"])
     return spec
 
@@ -259,6 +265,7 @@ tee_dataset_metric(
     description="Mean generated tokens per validation sample on one dataset",
 )
 tee_dataset_metric("loss", "rl.validation.loss", description="Validation loss on one dataset")
+declare_keys(list(_UNNAMED_ALIASES), prefixes=[VALIDATION_PREFIX])  # SFT's val_loss
 tee_dataset_metric(
     "reward", "rl.validation.reward.mean", description="Mean validation reward on one dataset"
 )
@@ -287,7 +294,8 @@ def _component(key: Any) -> str | None:
 def dataset_metrics(metrics: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str, Any]]:
     """``(dataset, metric, value)`` for each per-dataset validation key of a flat dict logged
     under ``prefix``: ``validation/<dataset>/<metric>`` in a train dict, ``<dataset>/<metric>``
-    under ``validation``, ``<metric>`` under ``validation-<dataset>``."""
+    under ``validation``, ``<metric>`` under ``validation-<dataset>``; a bare ``<metric>``
+    under ``validation`` is of :data:`UNNAMED_DATASET`."""
     out: list[tuple[str, str, Any]] = []
     if prefix.startswith(_DATASET_PREFIX):
         dataset = prefix[len(_DATASET_PREFIX) :]
@@ -301,6 +309,8 @@ def dataset_metrics(metrics: Mapping[str, Any], prefix: str = "") -> list[tuple[
         dataset, _, metric = key[len(strip) :].partition("/")
         if dataset and metric and "/" not in metric:
             out.append((dataset, metric, metrics[key]))
+        elif strip == "" and dataset and not metric and "/" not in key:
+            out.append((UNNAMED_DATASET, _UNNAMED_ALIASES.get(key, key), metrics[key]))
     return out
 
 
