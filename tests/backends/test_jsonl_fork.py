@@ -78,3 +78,50 @@ def test_a_child_forked_mid_write_logs_whole_lines(how: str, tmp_path: Path) -> 
     assert sorted(row["step"] for row in rows) == [1, 2], lines
     assert {row["run_id"] for row in rows} == {rows[0]["run_id"]}
     assert "Traceback" not in err, err
+
+
+_SAMPLES_SCRIPT = """
+import os, sys, time
+import rlmetrics
+
+path, how = sys.argv[1], sys.argv[2]
+logger = rlmetrics.Logger(backends={"jsonl": {"path": path}})
+logger.log_samples([{"prompt": "parent", "reward": 1.0}], step=1)
+samples = logger.backends["jsonl"]._samples
+# The samples file's thread mid-write when the process forks: half a line in its buffer.
+written = path.replace(".jsonl", ".samples.jsonl")
+deadline = time.monotonic() + 30
+while not (os.path.exists(written) and os.path.getsize(written)) and time.monotonic() < deadline:
+    time.sleep(0.01)
+samples.backend._file.write('{"half": ')
+pid = os.fork()
+if pid == 0:
+    logger.log_samples([{"prompt": "child", "reward": 2.0}], step=2)
+    logger.finish()
+    if how == "exit":
+        sys.exit(0)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+samples.backend._file.write('1}\\n')
+samples.backend._file.flush()
+logger.finish()
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "_exit"])
+def test_a_forked_child_logs_samples_of_its_own_in_whole_lines(how: str, tmp_path: Path) -> None:
+    """A child's ``log_samples`` through the Logger it inherited is written (it was dropped:
+    the samples file's thread is the parent's), and the parent's half-written line in that
+    file's buffer never reaches the file from the child."""
+    path = tmp_path / "m.jsonl"
+    status, err = run_to_exit(_SAMPLES_SCRIPT, (str(path), how), timeout_s=60)
+    assert status == 0, err
+    lines = (tmp_path / "m.samples.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]  # every line whole
+    assert sorted(row.get("sample", {}).get("prompt", "half") for row in rows) == [
+        "child",
+        "half",
+        "parent",
+    ], lines
+    assert "belongs to the parent" not in err and "Traceback" not in err, err

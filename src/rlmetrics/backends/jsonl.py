@@ -221,6 +221,11 @@ class JsonlBackend:
         if self._file is not None:
             _forsake(self._file)
             self._reopen = True
+        # The samples file's thread stayed behind, with its file object: the child starts
+        # its own at its first table.
+        samples, self._samples = self._samples, None
+        if samples is not None:
+            samples.backend.forsake()
 
     def finish(self) -> None:
         with self._lock:
@@ -267,6 +272,11 @@ class _SamplesFile:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def forsake(self) -> None:
+        """In a forked child: drop the parent's file object unflushed (see :func:`_forsake`)."""
+        if self._file is not None:
+            _forsake(self._file)
 
 
 def _forsake(handle: TextIO) -> None:
