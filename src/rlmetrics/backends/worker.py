@@ -297,6 +297,7 @@ class InlineBackend:
         self.backend = backend
         self.rows = 0
         self.failed = 0
+        self._finished = False
         _live.add(self)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
@@ -304,6 +305,17 @@ class InlineBackend:
         try:
             self.backend.log_metrics(metrics, step, prefix)
         except Exception:
+            if self._finished:
+                # Finished during this very call: a signal's handler (a SIGTERM's calling
+                # Logger.finish()) interrupted the thread on its way here. Not the backend's
+                # failure: said in one line, as a row logged after finish() is.
+                warn_once(
+                    f"backend:{self.name}:finished-mid-row",
+                    f"rlmetrics: backend {self.name!r} was finished while a row was on its way "
+                    "to it (Logger.finish() from a signal's handler); that row is not written",
+                    expected=True,
+                )
+                return
             self.failed += 1
             _lose(self.name, "failed")
             _report_failure(self.name)
@@ -319,6 +331,7 @@ class InlineBackend:
     def finish(self, failed: bool = False) -> None:
         """Finish the backend (``failed``: the run ended with an exception) and say how many
         rows it failed to write."""
+        self._finished = True
         _finish(self.name, self.backend, failed=failed)
         lost = _lost(self.rows, self.failed, 0)
         if lost:
