@@ -291,3 +291,51 @@ def test_an_interrupt_during_the_exits_shutdown_is_said_in_one_line() -> None:
     assert status == 0, err
     assert "Traceback" not in err, err
     assert "telemetry's shutdown at exit was interrupted (SystemExit)" in err, err
+
+
+_SHUTDOWN_IN_HANDLER = """
+import os, signal, sys
+import rlmetrics
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+telemetry = rlmetrics.start(
+    "handler",
+    readers=[InMemoryMetricReader()],
+    span_processors=[SimpleSpanProcessor(InMemorySpanExporter())],
+)
+logger = rlmetrics.Logger(backends={})
+
+def on_sigterm(*_):
+    telemetry.shutdown(timeout_s=10)  # what a SIGTERM handler does before exiting
+    print("shut down", file=sys.stderr)
+
+fired = []
+
+def fire_inside_advance(frame, event, arg):
+    # The SIGTERM lands while the loop's thread notes a new step (the liveness lock held).
+    if event == "line" and frame.f_code.co_name == "advance" and not fired:
+        if frame.f_code.co_filename.endswith("liveness.py") and "now" in frame.f_locals:
+            fired.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+    return fire_inside_advance
+
+signal.signal(signal.SIGTERM, on_sigterm)
+with rlmetrics.step(0):
+    logger.log_metrics({"reward": 1.0}, step=0, prefix="train")
+with rlmetrics.step(1):  # still open when the handler shuts telemetry down
+    sys.settrace(fire_inside_advance)
+    logger.log_metrics({"reward": 1.0}, step=1, prefix="train")
+"""
+
+
+def test_a_sigterm_handler_that_shuts_telemetry_down_mid_step_exits() -> None:
+    """A SIGTERM handler's ``telemetry.shutdown()`` while the loop's thread notes a new step
+    (holding the liveness lock) ends the open step, whose summary notes a step too: it
+    waited for that lock for ever, the job hung until its SIGKILL."""
+    from rlmetrics.testing import run_to_exit
+
+    status, err = run_to_exit(_SHUTDOWN_IN_HANDLER, timeout_s=30)
+    assert status == 0, err
+    assert "shut down" in err and "Traceback" not in err, err

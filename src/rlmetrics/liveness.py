@@ -88,7 +88,10 @@ class Liveness:
     """The newest step of this telemetry session and the intervals between steps."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: a signal's handler runs on the thread it interrupts, and one that shuts
+        # telemetry down (ending the open step, whose summary notes a step) while that thread
+        # is inside advance() would otherwise wait for the lock for ever.
+        self._lock = threading.RLock()
         #: The newest step (:data:`NO_STEP` before the first); read without the lock on the
         #: hot path, where a stale read only costs a trip through :meth:`advance`.
         self.step = NO_STEP
