@@ -279,3 +279,40 @@ def test_a_plugin_that_changes_the_logged_dict_changes_it_for_itself_alone(
     assert (values["rl.reward.mean"], values["rl.policy.loss"]) == (0.5, 1.0)
     assert logged == {"reward": 0.5, "loss": 1.0}
     assert "plugin 'greedy' raised in hook 'log_metrics'" in caplog.text
+
+
+_SIGNAL_IN_A_HOOK = """
+import os, signal, sys
+import rlmetrics
+from rlmetrics.plugins import register
+
+how = sys.argv[1]
+
+class Plugin:
+    @rlmetrics.hookimpl
+    def log_metrics(self, metrics, step, prefix):
+        if step == 2:
+            if how == "signal":  # the scheduler's SIGTERM, handled while this hook runs
+                os.kill(os.getpid(), signal.SIGTERM)
+            else:  # the plugin's own sys.exit: its failure, not the job's end
+                sys.exit(7)
+
+register(Plugin(), "signalled")
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+logger = rlmetrics.Logger(backends={})
+for step in range(5):
+    logger.log_metrics({"loss": 1.0}, step=step)
+print("loop ended", file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("how", "status"), [("signal", 143), ("plugin", 0)])
+def test_a_signal_handlers_exit_inside_a_hook_ends_the_job(how: str, status: int) -> None:
+    """A SIGTERM handler's ``sys.exit`` raised while a plugin's hook runs on the loop's thread
+    ends the job (its guard took it for the plugin's and training went on: 8 of 10 SIGTERMs
+    ignored); a plugin's own ``sys.exit`` is still its failure, reported, and the loop goes on."""
+    from rlmetrics.testing import run_to_exit
+
+    code, err = run_to_exit(_SIGNAL_IN_A_HOOK, (how,), timeout_s=60)
+    assert code == status, err
+    assert ("loop ended" in err) == (how == "plugin"), err

@@ -25,6 +25,7 @@ import contextlib
 import contextvars
 import functools
 import operator
+import signal
 import sys
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -180,14 +181,37 @@ def _report(plugin: str, hook: str, what: str = "raised") -> None:
     )
 
 
+def _interrupts(exc: BaseException) -> bool:
+    """Whether ``exc`` is the job's, not the plugin's: a Ctrl-C, or what a Python signal
+    handler raised (a SIGTERM's ``sys.exit``) while it ran on this thread inside a plugin's
+    code. The kernel's signal must end the job wherever it lands."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    handlers = set()
+    for number in signal.valid_signals():
+        try:
+            handler = signal.getsignal(number)
+        except (ValueError, OSError):
+            continue
+        code = getattr(getattr(handler, "__func__", handler), "__code__", None)
+        if code is not None:
+            handlers.add(code)
+    trace = exc.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code in handlers:
+            return True
+        trace = trace.tb_next
+    return False
+
+
 def _guard(function: Callable[..., Any], plugin: str, hook: str) -> Callable[..., Any]:
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
-        except KeyboardInterrupt:
-            raise
-        except BaseException:  # SystemExit from a plugin must not end the training job
+        except BaseException as exc:  # SystemExit from a plugin must not end the training job
+            if _interrupts(exc):
+                raise
             _report(plugin, hook)
             return None
 
@@ -243,9 +267,9 @@ def _guard_wrapper(function: Callable[..., Any], plugin: str, hook: str) -> Call
         try:
             wrapped = function(*args, **kwargs)
             next(wrapped)
-        except KeyboardInterrupt:
-            raise
-        except BaseException:  # raised, or returned without yielding
+        except BaseException as exc:  # raised, or returned without yielding
+            if _interrupts(exc):
+                raise
             _report(plugin, hook, "failed before its yield")
             return (yield)  # step aside: the other implementations still run
         try:
@@ -260,9 +284,9 @@ def _guard_wrapper(function: Callable[..., Any], plugin: str, hook: str) -> Call
             wrapped.send(sent)
         except StopIteration as stop:
             return stop.value
-        except KeyboardInterrupt:
-            raise
-        except BaseException:
+        except BaseException as exc:
+            if _interrupts(exc):
+                raise
             _report(plugin, hook, "failed after its yield")
             return sent
         wrapped.close()
@@ -299,9 +323,9 @@ def _fan_out(caller: pluggy.HookCaller, **kwargs: Any) -> None:
     # Every implementation is guarded; this catches what pluggy itself raises.
     try:
         caller(**kwargs)
-    except KeyboardInterrupt:
-        raise
-    except BaseException:
+    except BaseException as exc:
+        if _interrupts(exc):
+            raise
         warn_once(f"hook:{caller.name}", f"rlmetrics: calling hook {caller.name!r} failed")
 
 
@@ -360,9 +384,9 @@ def _run(calls: tuple[_PlainCall, ...], hook: str, args: tuple[Any, ...]) -> Non
                 function(*args)
             else:
                 function(*pick(args))
-        except KeyboardInterrupt:
-            raise
-        except BaseException:  # SystemExit from a plugin must not end the training job
+        except BaseException as exc:  # SystemExit from a plugin must not end the training job
+            if _interrupts(exc):
+                raise
             _report(plugin, hook)
 
 
