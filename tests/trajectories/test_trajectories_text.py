@@ -108,6 +108,23 @@ def test_full_keeps_the_text_cut_to_the_cap(tmp_path: Path) -> None:
     assert content.startswith(MARKER) and len(content.encode()) == 64
 
 
+def test_full_text_reaches_the_span_as_the_loop_gave_it(tmp_path: Path) -> None:
+    """Before: the messages' JSON escaped every character past ASCII (漢字 as \\u6f22\\u5b57),
+    so Phoenix, MLflow and any trace UI showing the attribute showed escapes for a Chinese or
+    accented prompt. A lone surrogate (no UTF-8 text: OTLP could not encode it) stays escaped."""
+    configure(text="full")
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        with rlmetrics.trajectory("s0") as t, t.turn():
+            t.generation("m", prompt="漢字 café", completion="bad \udc80 byte")
+        spans = span_records(exporter)
+    [chat] = [s for s in spans if s.name == "chat m"]
+    prompt = chat.attributes["gen_ai.input.messages"]
+    assert "漢字 café" in prompt and json.loads(prompt)[0]["parts"][0]["content"] == "漢字 café"
+    completion = chat.attributes["gen_ai.output.messages"]
+    completion.encode("utf-8")  # OTLP's strings are UTF-8
+    assert json.loads(completion)[0]["parts"][0]["content"] == "bad \udc80 byte"
+
+
 def test_a_policy_mistake_fails_at_once() -> None:
     with pytest.raises(ValueError, match="one of"):
         configure(text="everything")

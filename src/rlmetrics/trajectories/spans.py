@@ -105,8 +105,16 @@ def _ns(seconds: float | None) -> int:
 
 
 def _messages(role: str, text: str) -> str:
-    """A text as the conventions' message list (one message, one text part)."""
-    return json.dumps([{"role": role, "parts": [{"type": "text", "content": text}]}])
+    """A text as the conventions' message list (one message, one text part): the characters
+    as given, so a trace UI shows 漢字, not \\u6f22; a text that is no UTF-8 (a lone
+    surrogate, which OTLP's strings cannot carry) is escaped whole, as JSON may."""
+    messages = [{"role": role, "parts": [{"type": "text", "content": text}]}]
+    encoded = json.dumps(messages, ensure_ascii=False)
+    try:
+        encoded.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(messages)
+    return encoded
 
 
 def _window(latency_s: float, end_ns: int | None, at: int, low: int, high: int) -> tuple[int, int]:
