@@ -336,3 +336,23 @@ def test_a_thinned_curve_keeps_its_ends_extremes_and_order(values: list[float], 
     assert thinned[0] == points[0] and thinned[-1] == points[-1]
     assert min(p[1] for p in thinned) == min(values)
     assert max(p[1] for p in thinned) == max(values)
+
+
+@hypothesis.given(st.integers(0, 40), st.integers(0, 12))
+def test_the_table_keeps_the_newest_rows_in_order(logged: int, limit: int) -> None:
+    import tempfile
+
+    from rlmetrics.report.trajectory_view import TABLE, read_trajectories
+
+    with tempfile.TemporaryDirectory() as folder:
+        jsonl = Path(folder) / "run.jsonl"
+        jsonl.write_text("")
+        rows = [
+            {"step": n, "name": TABLE, "run_id": "r", "sample": {"sample_id": f"s{n}"}}
+            for n in range(logged)
+        ]
+        (Path(folder) / "run.samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        found = read_trajectories(jsonl, "r", limit=limit)
+    assert found["total"] == logged
+    kept = list(range(max(0, logged - limit), logged))
+    assert [row["step"] for row in found["rows"]] == kept
