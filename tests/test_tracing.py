@@ -984,3 +984,28 @@ def test_a_clock_that_fails_a_reading_never_raises_into_the_loop(
     assert row["metrics"]["efficiency/step_wall_time_s"] == 0.5
     said = [r.getMessage() for r in caplog.records if "clock" in r.getMessage()]
     assert len(said) == 1 and "its last reading" in said[0], said
+
+
+def test_a_tag_that_is_no_utf8_text_drops_itself_not_the_export(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tag decoded with surrogateescape (a file name that is no UTF-8). Before: the span
+    carried it and the OTLP encoder dropped it at every export with an ERROR traceback on
+    the SDK's logger. Now the tag alone is dropped, said once; the span and its other tags
+    are exported."""
+    caplog.set_level(logging.WARNING)
+    traces = tmp_path / "traces.jsonl"
+    with in_memory_tracing(exporters={"otlp_file": {"path": str(traces)}}) as (
+        handle,
+        _reader,
+        exporter,
+    ):
+        with rlmetrics.step(1, tags={"dataset": "bad \udc80 name", "env": "math"}):
+            pass
+        handle.force_flush(timeout_s=5)
+        [span] = span_records(exporter)
+    assert span.attributes["env"] == "math" and "dataset" not in span.attributes
+    said = [r for r in caplog.records if r.name.startswith("rlmetrics")]
+    assert any("'dataset'" in r.getMessage() and "UTF-8" in r.getMessage() for r in said)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert traces.read_text(encoding="utf-8").count('"env"') == 1

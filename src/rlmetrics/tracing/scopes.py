@@ -21,7 +21,7 @@ from .. import plugins as _plugins
 from .._warn import describe_key, describe_value, warn_once
 from ..events import EfficiencySummary
 from ..redaction import REDACTED, configured_redaction
-from ..values import as_plain, as_step
+from ..values import as_plain, as_step, utf8_text
 from ._state import state
 from .accounting import Clock, PhaseSeconds, clock_of
 from .naming import LOOP, step_seconds
@@ -300,7 +300,16 @@ def span_tags(tags: Mapping[str, Any], where: str) -> dict[str, Any]:
     redact = configured_redaction()
     for key, value in items:
         value = _tag_value(value)
-        if type(key) is str and key and isinstance(value, (str, int)):
+        if type(value) is str and not value.isascii() and not utf8_text(value):
+            # A name decoded with surrogateescape: OTLP cannot encode it, and the SDK's
+            # encoder would drop it at every export with an ERROR traceback of its own.
+            warn_once(
+                f"{where}:tag-text",
+                f"{where}: tag {describe_key(key)} dropped: its value is no UTF-8 text (a "
+                "name decoded with surrogateescape); decode such a name with "
+                "errors='replace'",
+            )
+        elif type(key) is str and key and isinstance(value, (str, int)):
             out[key] = REDACTED if redact.secret(key) else value
         else:
             warn_once(
