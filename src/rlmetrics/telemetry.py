@@ -302,8 +302,9 @@ def _bounded(actions: Sequence[Callable[[], Any]], timeout_s: float, what: str) 
         _waiting.join(worker, deadline - time.monotonic())
     if any(worker.is_alive() for worker in workers):
         message = (
-            f"rlmetrics: telemetry {what} did not finish within {timeout_s:.1f} s (collector "
-            "unreachable?); what was not exported is dropped"
+            f"rlmetrics: telemetry {what} did not finish within {timeout_s:.1f} s (a collector "
+            "that does not answer, or one that answers late: a larger timeout_s waits for it); "
+            "what was not exported is dropped"
         )
         logger.warning(message)
         note_unmet(message)
