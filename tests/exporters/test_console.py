@@ -45,7 +45,10 @@ def test_a_stdout_nobody_reads_is_said_once_and_the_run_goes_on() -> None:
     wait_until(lambda: process.poll() is not None, 60, "the script to finish")
     assert process.stderr is not None
     stderr = process.stderr.read()
-    assert process.returncode == 0, stderr
+    # 120 is the interpreter's own last flush of stdout into the closed pipe (Python's docs,
+    # "Note on SIGPIPE"): what the exporter printed last may still sit in stdout's buffer,
+    # which no library can empty. Whether it does depends on the pipe's timing (CI's did).
+    assert process.returncode in (0, 120), stderr
     assert "finished" in stderr
     assert "Exception while exporting" not in stderr and "Traceback" not in stderr, stderr
     said = [line for line in stderr.splitlines() if "console exporter" in line]
