@@ -1,7 +1,7 @@
 """The rendezvous rules of the Ray reducer's buffer, as plain Python (no Ray): a step is
 released when every expected rank pushed it, or once it waited ``late_after_s`` (a clock
 given here stands in for time); a rank that missed a step is not waited for again until it
-pushes; steps leave in order; a late row is reported, not merged."""
+pushes; steps leave in step order; a late row is reported, not merged."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_a_missing_rank_costs_one_wait_then_is_not_waited_for_until_it_pushes() 
     assert buffer.expected() == {0, 1, 2}
 
 
-def test_steps_of_a_stream_leave_in_the_order_they_arrived() -> None:
+def test_steps_of_a_stream_leave_in_step_order() -> None:
     clock = Clock()
     buffer = StepBuffer(world_size=2, late_after_s=5.0, clock=clock)
     buffer.push(0, "train", 0, "train", {"x": 1.0})
@@ -157,3 +157,25 @@ def test_a_late_row_that_arrives_during_a_long_poll_is_handed_over() -> None:
         return (await asyncio.wait_for(waiting, 30.0)).late
 
     assert asyncio.run(scenario()) == [(1, "train", 0)]
+
+
+def test_steps_pushed_out_of_order_leave_in_step_order() -> None:
+    """A Ray async actor does not keep one caller's calls in order: a rank's push of step 2
+    can reach the buffer before its push of step 1. Before, the step that arrived first left
+    first, so with a rank gone (each step waiting out its bound) the tracker got steps 0, 2, 1
+    (failed a real-cluster test in CI); now the lowest pending step of a stream leaves first."""
+    clock = Clock()
+    buffer = StepBuffer(world_size=3, late_after_s=5.0, clock=clock)
+    for rank in (0, 1, 2):
+        buffer.push(rank, "train", 0, "train", {"x": 1.0})
+    assert [g.step for g in buffer.release().gathered] == [0]
+    clock.now = 1.0
+    buffer.push(0, "train", 2, "train", {"x": 1.0})  # step 2's first row arrives first
+    clock.now = 2.0
+    buffer.push(0, "train", 1, "train", {"x": 1.0})
+    buffer.push(1, "train", 2, "train", {"x": 1.0})
+    buffer.push(1, "train", 1, "train", {"x": 1.0})
+    clock.now = 6.5  # step 2 has waited out its bound for rank 2, step 1 not yet
+    assert buffer.release().gathered == []
+    clock.now = 7.0
+    assert [g.step for g in buffer.release().gathered] == [1, 2]

@@ -10,8 +10,9 @@ the driver when every expected rank has pushed it, or once ``late_after_s`` has 
 its first row arrived: the driver then merges the ranks that did arrive and names the ones
 that did not. A rank that missed a step is not waited for again until it pushes once more
 (a dead worker costs one wait, not one per step; a late one rejoins by pushing). Steps of a
-stream are released in the order their first rows arrived, so the trackers see them in
-order. A row for a step already released is dropped and counted per rank.
+stream are released lowest first (an async actor does not keep one caller's calls in order:
+a rank's step 2 may arrive before its step 1), so the trackers see them in order. A row for
+a step already released is dropped and counted per rank.
 
 Expected ranks: ``range(world_size)`` when the driver or any worker says the world size,
 else every rank that joined.
@@ -195,9 +196,11 @@ class StepBuffer:
         now = self._clock()
         gathered: list[Gathered] = []
         for stream, steps in self._pending.items():
-            # Insertion order is arrival order: the head of each stream goes first.
+            # The lowest step of each stream goes first: an async actor does not keep one
+            # caller's calls in order, so a rank's step 2 may arrive before its step 1.
             while steps:
-                step, pending = next(iter(steps.items()))
+                step = min(steps)
+                pending = steps[step]
                 expected = self.expected()
                 complete = expected <= pending.rows.keys()
                 if not (complete or flush or now - pending.first >= self.late_after_s):
@@ -223,5 +226,5 @@ class StepBuffer:
             seen.discard(order.popleft())
 
     def _next_deadline(self) -> float:
-        firsts = [next(iter(steps.values())).first for steps in self._pending.values() if steps]
+        firsts = [steps[min(steps)].first for steps in self._pending.values() if steps]
         return min(firsts) + self.late_after_s if firsts else float("inf")
