@@ -55,7 +55,7 @@ from ._warn import warn_once
 from .configuration import NON_NEGATIVE_INTEGER, ConfigurationError, check_variable
 from .exporters import Exporter
 from .identity import RUN_ID_ATTR, new_run_id
-from .values import utf8_text
+from .storable import utf8_text
 
 if TYPE_CHECKING:
     from .last_value import LastValue
@@ -390,7 +390,7 @@ def resource_attributes(
     }
     attributes.update({k: v for k, v in explicit.items() if v is not None})
     for key, value in attributes.items():
-        if isinstance(value, str) and not value.isascii() and not utf8_text(value):
+        if isinstance(value, str) and utf8_text(value)[1]:
             # Decoded with surrogateescape (a variable or file name that is no UTF-8): no
             # exporter can encode it, and every scrape of the Prometheus endpoint would fail.
             raise ConfigurationError(

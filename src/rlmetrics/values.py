@@ -17,6 +17,7 @@ from typing import Any
 
 from ._warn import describe_key, describe_value, warn_once
 from .spec import MetricSpec
+from .storable import utf8_text
 
 __all__ = [
     "INT64_MAX",
@@ -35,7 +36,6 @@ __all__ = [
     "finite_float",
     "key_attribute",
     "readable_items",
-    "utf8_text",
 ]
 
 AttributeSet = frozenset[tuple[str, str | int]]
@@ -241,16 +241,6 @@ def attribute_set(attributes: Attributes) -> AttributeSet:
     return frozenset((attributes or {}).items())
 
 
-def utf8_text(text: str) -> bool:
-    """Whether ``text`` can be encoded as UTF-8, as every exporter must (a lone surrogate,
-    from a name decoded with surrogateescape, cannot)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def check_attributes(
     spec: MetricSpec, attributes: Any
 ) -> tuple[AttributeSet, dict[str, str | int]] | str:
@@ -275,7 +265,7 @@ def check_attributes(
             return f"attribute {attr!r} must be {wanted}, got {type(value).__name__}"
         if closed is not None and value not in closed:
             return f"attribute {attr!r} has a value outside its closed set {sorted(closed)}"
-        if type(value) is str and not value.isascii() and not utf8_text(value):
+        if type(value) is str and utf8_text(value)[1]:
             # A name decoded with surrogateescape (a file name that is no UTF-8): no exporter
             # can encode it, and the Prometheus endpoint's every scrape would fail with it.
             return f"attribute {attr!r} has a value that is no UTF-8 text: {value!r}"

@@ -21,7 +21,8 @@ from .. import plugins as _plugins
 from .._warn import describe_key, describe_value, warn_once
 from ..events import EfficiencySummary
 from ..redaction import REDACTED, configured_redaction
-from ..values import as_plain, as_step, utf8_text
+from ..storable import utf8_text
+from ..values import as_plain, as_step
 from ._state import state
 from .accounting import Clock, PhaseSeconds, clock_of
 from .naming import LOOP, step_seconds
@@ -300,7 +301,7 @@ def span_tags(tags: Mapping[str, Any], where: str) -> dict[str, Any]:
     redact = configured_redaction()
     for key, value in items:
         value = _tag_value(value)
-        if type(value) is str and not value.isascii() and not utf8_text(value):
+        if type(value) is str and utf8_text(value)[1]:
             # A name decoded with surrogateescape: OTLP cannot encode it, and the SDK's
             # encoder would drop it at every export with an ERROR traceback of its own.
             warn_once(
