@@ -16,6 +16,7 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tensor_like import Tensor
 
 from rlmetrics.hyperparams import MAX_HYPERPARAMS, flat_hyperparams, to_hyperparams
 
@@ -166,33 +167,12 @@ def test_text_no_tracker_can_store_costs_only_itself(caplog: Any) -> None:
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
 
 
-class _Tensor:
-    """A tensor-like value (len, slicing, ``tolist``), noting how many elements each
-    conversion to Python values took."""
-
-    def __init__(self, n: int, converted: list[int]) -> None:
-        self.n, self.converted = n, converted
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: slice) -> _Tensor:
-        return _Tensor(len(range(self.n)[index]), self.converted)
-
-    def item(self) -> float:
-        raise ValueError("only one element tensors can be converted to Python scalars")
-
-    def tolist(self) -> list[float]:
-        self.converted.append(self.n)
-        return [0.5] * self.n
-
-
 def test_a_huge_array_converts_only_the_elements_it_keeps(caplog: Any) -> None:
     """Before: an array of 10^7 values in a config was converted whole (1.5 s, hundreds of
     MB) to keep its first 10,000. Now only those (and one more, to know it was cut)."""
     converted: list[int] = []
     with caplog.at_level(logging.WARNING, logger="rlmetrics"):
-        params = to_hyperparams({"embedding": _Tensor(10**6, converted)})
+        params = to_hyperparams({"embedding": Tensor(10**6, converted)})
     assert params["embedding"] == [0.5] * MAX_HYPERPARAMS
     assert max(converted) <= MAX_HYPERPARAMS + 1
     assert f"more than {MAX_HYPERPARAMS} elements" in caplog.text

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tensor_like import Tensor
 
 from rlmetrics.samples import (
     MAX_SAMPLE_COLUMNS,
@@ -134,27 +135,6 @@ def test_a_cell_no_tracker_can_store_is_replaced_alone_and_said_once(caplog: Any
     assert "3 sample cell(s)" in warning.getMessage()
 
 
-class _Tensor:
-    """A tensor-like cell (len, slicing, ``tolist``), noting how many elements each
-    conversion to Python values took."""
-
-    def __init__(self, n: int, converted: list[int]) -> None:
-        self.n, self.converted = n, converted
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: slice) -> _Tensor:
-        return _Tensor(len(range(self.n)[index]), self.converted)
-
-    def item(self) -> float:
-        raise ValueError("only one element tensors can be converted to Python scalars")
-
-    def tolist(self) -> list[float]:
-        self.converted.append(self.n)
-        return [0.5] * self.n
-
-
 @pytest.mark.parametrize("n", [10, 1_000_000])
 def test_a_long_array_cell_converts_only_what_its_cut_text_shows(n: int) -> None:
     """Before: a cell holding a long array or tensor (per-token logprobs) was converted whole
@@ -162,7 +142,7 @@ def test_a_long_array_cell_converts_only_what_its_cut_text_shows(n: int) -> None
     hundreds of MB on the loop's thread for 10^7 elements. Now only as many elements as the
     cut text can show are converted; the cell's text is the same."""
     converted: list[int] = []
-    [row] = to_samples([{"logprobs": _Tensor(n, converted)}], max_cell_bytes=1000)
+    [row] = to_samples([{"logprobs": Tensor(n, converted)}], max_cell_bytes=1000)
     assert row["logprobs"] == str([0.5] * n)[:1000]
     assert max(converted) <= 1000
     [row] = to_samples([{"ids": list(range(n))}], max_cell_bytes=1000)

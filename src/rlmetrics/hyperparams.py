@@ -31,7 +31,7 @@ from ._warn import describe_value, warn_once
 from .flatten import flatten, key_text
 from .redaction import DEFAULT_REDACTION, REDACTED, Redaction
 from .storable import printable_int, utf8_text
-from .values import as_plain, readable_items
+from .values import as_plain, first_elements, readable_items
 
 __all__ = ["MAX_HYPERPARAMS", "flat_hyperparams", "to_hyperparams"]
 
@@ -78,16 +78,11 @@ def _head(value: Any) -> Any:
     """An array or tensor longer than a list is kept as its first elements, and one more (so
     the cut is seen and said): converting ten million values to keep ten thousand would cost
     seconds. Anything else (a list, a mapping, a config object) as it is."""
-    if isinstance(value, (str, bytes, bytearray, Mapping, list, tuple, set, frozenset)):
+    if isinstance(value, (list, tuple, set, frozenset)):
         return value
     if not callable(getattr(value, "tolist", None)):
         return value
-    try:
-        if len(value) > MAX_HYPERPARAMS + 1:
-            return value[: MAX_HYPERPARAMS + 1]
-    except Exception:  # a 0-d array has no length: converted as it is
-        pass
-    return value
+    return first_elements(value, MAX_HYPERPARAMS + 1)
 
 
 #: Returned by the walk once the cap is reached: the caller stops.

@@ -21,7 +21,7 @@ from ._warn import describe_value, warn_once
 from .flatten import key_text
 from .redaction import DEFAULT_REDACTION, REDACTED, Redaction
 from .storable import printable_int, utf8_text
-from .values import as_plain, readable_items
+from .values import as_plain, first_elements, readable_items
 
 __all__ = [
     "FIRST_COLUMNS",
@@ -61,17 +61,8 @@ def _head(value: Any, max_bytes: int) -> Any:
     """A long sequence or array (a tensor of per-token logprobs) as its first elements, as many
     as a cell cut to ``max_bytes`` can show: each element's text takes at least 3 bytes with
     its ``", "``, so the text of the first ``max_bytes // 3 + 2`` begins as the whole one's
-    and is cut at the same byte. Converting ten million elements for 32 KB of their text would
-    cost seconds on the loop's thread."""
-    if isinstance(value, (str, bytes, bytearray, Mapping)):
-        return value
-    keep = max_bytes // 3 + 2
-    try:
-        if len(value) > keep:
-            return value[:keep]
-    except Exception:  # no length (a scalar, a set's slice): converted whole, as before
-        pass
-    return value
+    and is cut at the same byte."""
+    return first_elements(value, max_bytes // 3 + 2)
 
 
 class _Cells:

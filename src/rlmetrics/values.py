@@ -34,6 +34,7 @@ __all__ = [
     "check_attributes",
     "encodable",
     "finite_float",
+    "first_elements",
     "key_attribute",
     "readable_items",
 ]
@@ -123,6 +124,21 @@ def encodable(number: int | float) -> bool:
     float (``as_number`` gives only those floats). One out-of-range int would otherwise make
     every later OTLP export of its instrument fail to encode."""
     return type(number) is not int or INT64_MIN <= number <= INT64_MAX
+
+
+def first_elements(value: Any, keep: int) -> Any:
+    """A sequence or array longer than ``keep`` as its first ``keep`` elements (its own
+    slice: an array stays an array), before converting it: converting ten million values to
+    keep a few thousand costs seconds. Text, a mapping, or a value without a length or a
+    slice, as it is."""
+    if isinstance(value, (*_NOT_SCALARS, Mapping)):
+        return value
+    try:
+        if len(value) > keep:
+            return value[:keep]
+    except Exception:  # no length (a scalar, a 0-d array) or no slice: as it is
+        pass
+    return value
 
 
 def as_plain(value: Any) -> Any:
