@@ -156,6 +156,36 @@ def test_every_key_the_trl_run_logs_is_known_under_the_trl_map(tmp_path: Path) -
     assert {"kl", "completions/mean_length", "clip_ratio/low_mean"} <= unknown
 
 
+#: What TRL 1.16's GRPOTrainer logs only under some settings, so the recorded run has none of
+#: them: vLLM's importance-sampling correction, tools, an entropy bonus, a MoE's router loss,
+#: the cispo and vespo losses (trl/trainer/grpo_trainer.py).
+_TRL_CONDITIONAL_KEYS = [
+    "sampling/sampling_logp_difference/mean",
+    "sampling/sampling_logp_difference/max",
+    "sampling/importance_sampling_ratio/min",
+    "sampling/importance_sampling_ratio/mean",
+    "sampling/importance_sampling_ratio/max",
+    "tools/call_frequency",
+    "tools/failure_frequency",
+    "policy_loss",
+    "entropy_coef",
+    "aux_loss",
+    "cispo_clip_ratio",
+    "vespo/phi_seq_mean",
+]
+
+
+def test_the_keys_trl_logs_only_under_some_settings_are_known_under_the_trl_map(
+    tmp_path: Path,
+) -> None:
+    vocabulary = Vocabulary(resolve_key_map("trl"))
+    assert [k for k in _TRL_CONDITIONAL_KEYS if not vocabulary.known("train", k)] == []
+    with _logger(tmp_path, key_map="trl", unknown_keys="error", strict=True) as logger:
+        logger.log_metrics(dict.fromkeys(_TRL_CONDITIONAL_KEYS, 0.5), step=1, prefix="train")
+    [row] = [r for r in read_jsonl(tmp_path / "m.jsonl") if "metrics" in r]
+    assert set(row["metrics"]) == set(_TRL_CONDITIONAL_KEYS)
+
+
 def test_a_key_map_rule_kept_to_the_backends_is_known() -> None:
     key_map = KeyMap("mine", [KeyRule("my_stat"), KeyRule("timers/*")])
     vocabulary = Vocabulary(key_map)

@@ -60,6 +60,23 @@ TRL = KeyMap(
             "completions/max_terminated_length",
         ),
         KeyRule("clip_ratio/*", note="importance-ratio clipping (low, high, region)"),
+        KeyRule("cispo_clip_ratio", note="loss_type='cispo': its clipping instead"),
+        KeyRule("vespo/phi_seq_mean", note="loss_type='vespo'"),
+        KeyRule(
+            "policy_loss",
+            note="with an entropy bonus: the loss before it (loss, which includes it, is mapped)",
+        ),
+        KeyRule("entropy_coef", note="with an entropy bonus"),
+        KeyRule("aux_loss", note="a mixture-of-experts router's loss"),
+        KeyRule(
+            "sampling/sampling_logp_difference/*",
+            note="with vLLM's importance-sampling correction: trainer vs vLLM log-probs",
+        ),
+        KeyRule(
+            "sampling/importance_sampling_ratio/*",
+            note="with vLLM's importance-sampling correction (min, mean, max)",
+        ),
+        *_backends("tools/call_frequency", "tools/failure_frequency", note="with tools"),
         KeyRule(
             "step_time",
             note="TRL times no idle category, so no efficiency summary is derived from it",
