@@ -186,6 +186,56 @@ def test_the_keys_trl_logs_only_under_some_settings_are_known_under_the_trl_map(
     assert set(row["metrics"]) == set(_TRL_CONDITIONAL_KEYS)
 
 
+#: One step of a verl GRPO/PPO run as ray_trainer.RayPPOTrainer logs it: the data, timing and
+#: throughput metrics (verl/trainer/ppo/metric_utils.py), the actor's and the critic's update,
+#: the step counters and the sequence balance.
+_VERL_STEP_KEYS = [
+    *(f"global_seqlen/{s}" for s in ("min", "max", "minmax_diff", "balanced_min", "balanced_max")),
+    "global_seqlen/mean",
+    "actor/entropy",
+    "actor/kl_loss",
+    "actor/kl_coef",
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "actor/pg_clipfrac_lower",
+    "actor/grad_norm",
+    "actor/lr",
+    "perf/mfu/actor",
+    "perf/max_memory_allocated_gb",
+    "perf/max_memory_reserved_gb",
+    "perf/cpu_memory_used_gb",
+    "critic/vf_loss",
+    "critic/vf_clipfrac",
+    "critic/vpred_mean",
+    "critic/grad_norm",
+    "critic/lr",
+    "training/global_step",
+    "training/epoch",
+    *(
+        f"critic/{what}/{s}"
+        for what in ("score", "rewards", "advantages", "returns", "values")
+        for s in ("mean", "max", "min")
+    ),
+    "critic/vf_explained_var",
+    *(f"response_length/{s}" for s in ("mean", "max", "min", "clip_ratio")),
+    *(f"response_length_non_aborted/{s}" for s in ("mean", "max", "min", "clip_ratio")),
+    "response/aborted_ratio",
+    *(f"prompt_length/{s}" for s in ("mean", "max", "min", "clip_ratio")),
+    *(f"timing_s/{s}" for s in ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor")),
+    "timing_s/step",
+    *(f"timing_per_token_ms/{s}" for s in ("gen", "adv", "update_actor", "ref")),
+    "perf/total_num_tokens",
+    "perf/time_per_step",
+    "perf/throughput",
+]
+
+
+def test_every_key_of_a_verl_step_is_known_under_the_verl_map() -> None:
+    vocabulary = Vocabulary(resolve_key_map("verl"))
+    assert [k for k in _VERL_STEP_KEYS if not vocabulary.known("train", k)] == []
+
+
 def test_a_key_map_rule_kept_to_the_backends_is_known() -> None:
     key_map = KeyMap("mine", [KeyRule("my_stat"), KeyRule("timers/*")])
     vocabulary = Vocabulary(key_map)

@@ -115,12 +115,34 @@ VERL = KeyMap(
             "timing_s/testing", note="validation runs after the step's timer, so not a category"
         ),
         KeyRule("timing_s/*", note="the other phases of the step"),
+        KeyRule("timing_per_token_ms/*", note="a phase's time per token"),
         KeyRule("critic/score/mean", note="score before the KL penalty"),
+        KeyRule("critic/score/*", note="its max and min"),
+        KeyRule("critic/rewards/*", note="the sequence reward's max and min"),
+        *(
+            KeyRule(f"critic/{stat}/*", note="mean, max and min")
+            for stat in ("advantages", "returns", "values")
+        ),
+        *_backends("critic/vf_explained_var", "critic/vf_clipfrac", "critic/vpred_mean"),
+        *_backends("critic/grad_norm", "critic/lr", note="the critic's own optimizer"),
         KeyRule("actor/reward_kl_penalty", note="with use_kl_in_reward; actor/kl_loss is mapped"),
+        KeyRule("actor/kl_coef", note="the coefficient of actor/kl_loss"),
         KeyRule("actor/ppo_kl", note="KL to the rollout policy, not the reference"),
-        *_backends("actor/pg_clipfrac", "response_length/clip_ratio"),
+        *_backends("actor/pg_clipfrac", "actor/pg_clipfrac_lower"),
+        KeyRule("response_length/*", note="max, min and clip_ratio (the mean is mapped)"),
+        KeyRule("response_length_non_aborted/*", note="the same without the aborted samples"),
+        *_backends("response/aborted_ratio"),
+        KeyRule("prompt_length/*", note="mean, max, min and clip_ratio"),
+        KeyRule("global_seqlen/*", note="the sequence-length balance across data-parallel ranks"),
+        *_backends("training/global_step", "training/epoch"),
         KeyRule("perf/mfu/*", note="model FLOPs utilisation per role"),
         *_backends("perf/throughput", "perf/time_per_step", "perf/total_num_tokens"),
+        *_backends(
+            "perf/max_memory_allocated_gb",
+            "perf/max_memory_reserved_gb",
+            "perf/cpu_memory_used_gb",
+            note="a worker's device and host memory",
+        ),
     ],
     title="verl (ray_trainer.RayPPOTrainer)",
 )
