@@ -20,7 +20,14 @@ import pytest
 import rlmetrics
 from rlmetrics.events import CheckpointSave
 from rlmetrics.exporters.otlp_file import encode_line, read_spans, span_attributes
-from rlmetrics.testing import CapturedLog, OtlpReceiver, in_memory_tracing
+from rlmetrics.testing import (
+    BlackHole,
+    CapturedLog,
+    OtlpReceiver,
+    in_memory_tracing,
+    points,
+    single,
+)
 from rlmetrics.testing.peers import OtlpSpan
 
 from ._peers import INTERVAL_S, WAIT_S
@@ -287,3 +294,38 @@ def test_a_forked_child_sends_nothing_under_the_parents_identity(
         assert os.waitpid(pid, 0)[1] == 0
     names = [s.name for s in otlp_receiver.wait_for(lambda r: r.spans(), WAIT_S, "spans")]
     assert names == ["rl.queued_before_fork"]
+
+
+def test_spans_a_full_queue_drops_are_counted_and_said_once_naming_the_queue_variable(
+    blackhole: BlackHole, rlmetrics_log: CapturedLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's batch processor drops a span when its queue is full, saying so only in its
+    own log: a burst of spans behind a collector that does not answer loses all but what the
+    queue and the one export in flight hold, and each loss is counted."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+    # The first export hangs on the black hole past the test; nothing leaves the queue after.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "120")
+    reader = InMemoryMetricReader()
+    handle = rlmetrics.start(
+        exporters=["otlp"],
+        otlp_endpoint=blackhole.endpoint,
+        export_interval_s=3600,
+        readers=[reader],
+    )
+    tracer = handle.tracer_provider.get_tracer("burst")  # type: ignore[union-attr]
+    made = 50
+    for n in range(made):
+        tracer.start_span(f"burst {n}").end()
+    dropped = single(
+        points(reader), "rlmetrics.exporter.spans.dropped", **{"rlmetrics.exporter": "otlp"}
+    )
+    # At most 4 spans wait in the queue and 4 in the export in flight.
+    assert made - 8 <= dropped.value <= made
+    warnings = rlmetrics_log.matching("span queue", logging.WARNING)
+    assert len(warnings) == 1
+    message = warnings[0].getMessage()
+    assert "'otlp'" in message and "OTEL_BSP_MAX_QUEUE_SIZE" in message
+    assert "rlmetrics.exporter.spans.dropped" in message

@@ -23,7 +23,7 @@ import attrs
 from ..configuration import POSITIVE_INTEGER, POSITIVE_NUMBER, check_variable
 from ..hooks import collect_offers
 from ..plugins import Plugins, get_plugins
-from .tally import ExportTally
+from .tally import ExportTally, SpanDrops
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -40,6 +40,7 @@ __all__ = [
     "check_reader_variables",
     "periodic_reader",
     "push_exporter",
+    "span_drops",
 ]
 
 
@@ -61,12 +62,16 @@ class Exporter:
         ``BatchSpanProcessor`` around a push ``SpanExporter``: :func:`batch_span_processor`);
         None for an exporter of metrics only. Dropped (and shut down) when the caller turns
         traces off (``start(traces=False)``, ``OTEL_TRACES_EXPORTER=none``).
+    :param end_run: called once when the run ends cleanly, before the providers shut down
+        (not when it ends by an exception): a pull exporter publishes the end and waits,
+        bounded by an option of its own, for one last scrape to take it.
     """
 
     reader: MetricReader | None = None
     address: tuple[str, int] | None = None
     close: Callable[[], None] = _nothing
     span_processor: SpanProcessor | None = None
+    end_run: Callable[[], None] = _nothing
 
 
 ExporterFactory = Callable[..., Exporter]
@@ -169,7 +174,8 @@ def batch_span_processor(
     exporter: Any, export_interval_s: float | None, processor_class: type | None = None
 ) -> SpanProcessor:
     """``exporter`` (a push ``SpanExporter``) behind a ``BatchSpanProcessor`` (or
-    ``processor_class``): spans are queued as they end (a full queue drops, never blocks)
+    ``processor_class``): spans are queued as they end (a full queue drops, never blocks;
+    what it drops is counted, :func:`span_drops`)
     and exported every ``export_interval_s`` seconds from the processor's own thread; None
     means ``OTEL_BSP_SCHEDULE_DELAY``, else the SDK's 5 s."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -179,7 +185,49 @@ def batch_span_processor(
     processor: SpanProcessor = (processor_class or BatchSpanProcessor)(
         exporter, schedule_delay_millis=delay_ms
     )
+    _count_drops(processor)
     return processor
+
+
+class _CountingProcessorMetrics:
+    """The SDK batch processor's own metrics object (SDK 1.44 and 1.45 keep one on every
+    ``BatchProcessor``, and tell it of each span their full queue drops, ``drop_items``),
+    which also tells a :class:`SpanDrops`: the one place the SDK accounts for such a drop,
+    so every drop is counted exactly once, by the thread whose span ended."""
+
+    def __init__(self, inner: Any, drops: SpanDrops) -> None:
+        self._inner = inner
+        self._drops = drops
+
+    def drop_items(self, count: int, *args: Any, **kwargs: Any) -> None:
+        # 1.45 also drops spans that end after shutdown ("already_shutdown"): the session's
+        # end, not a queue that did not keep up.
+        reason = args[0] if args else kwargs.get("error_type", "queue_full")
+        if reason == "queue_full":
+            self._drops.add(count)
+        self._inner.drop_items(count, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _count_drops(processor: Any) -> None:
+    """Count what ``processor``'s full queue drops in a :class:`SpanDrops` (see
+    :func:`span_drops`); a processor without the SDK's batch processor inside counts none."""
+    batch: Any = getattr(processor, "_batch_processor", None)
+    metrics = getattr(batch, "_metrics", None)
+    if metrics is None or not callable(getattr(metrics, "drop_items", None)):
+        return
+    drops = SpanDrops(queue_size=getattr(batch, "_max_queue_size", 0))
+    batch._metrics = _CountingProcessorMetrics(metrics, drops)
+    processor.rlmetrics_drops = drops
+
+
+def span_drops(processor: Any) -> SpanDrops | None:
+    """What :func:`batch_span_processor`'s ``processor`` dropped because its queue was full;
+    None for any other processor (or none)."""
+    drops = getattr(processor, "rlmetrics_drops", None)
+    return drops if isinstance(drops, SpanDrops) else None
 
 
 # Each periodic reader built here and the push exporter it drives, so the health path can

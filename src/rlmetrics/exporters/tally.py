@@ -2,7 +2,8 @@
 
 :class:`~rlmetrics.exporters.ForkSafe` keeps one per exporter; the health path reads it, and
 the ``pipeline`` family sets its ``name`` and ``listener`` to count each export as
-``rlmetrics.exporter.exports``. Only the reader's thread writes it.
+``rlmetrics.exporter.exports``. Only the reader's thread writes it. :class:`SpanDrops` is what
+a batch span processor's full queue dropped (``rlmetrics.exporter.spans.dropped``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import attrs
 
 from .._warn import warn_once
 
-__all__ = ["ExportTally"]
+__all__ = ["ExportTally", "SpanDrops"]
 
 
 @attrs.define
@@ -41,3 +42,34 @@ class ExportTally:
                 listener(self.name, succeeded)
             except Exception:  # never into the exporter's thread
                 warn_once("exporter:tally-listener", "rlmetrics: counting an export failed")
+
+
+@attrs.define
+class SpanDrops:
+    """Spans a batch span processor dropped because its queue was full (the SDK drops the
+    oldest queued span when one more ends, saying so only in its own log). Counted by the
+    thread that ended the span; said once, naming the exporter and the queue's variable."""
+
+    queue_size: int = 0
+    dropped: int = 0
+    #: The exporter's name in ``start()`` and who hears of each drop, once telemetry runs.
+    name: str = ""
+    listener: Callable[[str, int], None] | None = None
+
+    def add(self, count: int) -> None:
+        self.dropped += count
+        warn_once(
+            f"exporter:{self.name}:span-queue",
+            f"rlmetrics: exporter {self.name!r}'s span queue (OTEL_BSP_MAX_QUEUE_SIZE, "
+            f"{self.queue_size}) was full, so spans are being dropped: they end faster than "
+            "the exporter sends them. rlmetrics.exporter.spans.dropped counts them; a larger "
+            "OTEL_BSP_MAX_QUEUE_SIZE, or a smaller trajectory span budget "
+            "(rlmetrics.trajectories.configure(budget=...)), keeps them. Said once",
+            expected=True,
+        )
+        listener = self.listener
+        if listener is not None:
+            try:
+                listener(self.name, count)
+            except Exception:  # never into the thread that ended the span
+                warn_once("exporter:drop-listener", "rlmetrics: counting a dropped span failed")

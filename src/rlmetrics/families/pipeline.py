@@ -8,6 +8,9 @@ visible where the alerts can see them:
   ``rlmetrics.exporter`` (the name ``start()`` was given) and ``rlmetrics.export.outcome``
   (``success``, ``failure``). A failed OTLP export is counted here even while the collector it
   failed to reach is down, so a Prometheus scrape of the same process shows it.
+- ``rlmetrics.exporter.spans.dropped``: spans an exporter's batch span processor dropped
+  because its queue (``OTEL_BSP_MAX_QUEUE_SIZE``) was full, by ``rlmetrics.exporter``: spans
+  ended faster than the exporter sent them (a burst of trajectories, a slow collector).
 - ``rlmetrics.backend.dropped``: rows a queued backend (W&B, MLflow…) dropped because it did
   not keep up (its queue was full, or its finish bound passed before it wrote them), by
   ``rlmetrics.backend``.
@@ -23,9 +26,11 @@ from __future__ import annotations
 
 from .. import hookimpl
 from ..backends import worker
+from ..exporters import span_drops
 from ..health import export_tallies
 from ..registry import declare, record
 from ..spec import OPEN, SUM, Kind, MetricSpec
+from ..telemetry import current
 
 __all__ = [
     "BACKEND_ATTR",
@@ -35,12 +40,14 @@ __all__ = [
     "EXPORTS",
     "GROUP",
     "OUTCOME_ATTR",
+    "SPANS_DROPPED",
     "telemetry_started",
     "telemetry_stopping",
 ]
 
 GROUP = "rlmetrics.pipeline"
 EXPORTS = "rlmetrics.exporter.exports"
+SPANS_DROPPED = "rlmetrics.exporter.spans.dropped"
 BACKEND_DROPPED = "rlmetrics.backend.dropped"
 BACKEND_FAILED = "rlmetrics.backend.failed"
 EXPORTER_ATTR = "rlmetrics.exporter"
@@ -61,6 +68,15 @@ declare(
             description="Exports a push exporter attempted, by exporter and outcome",
             attributes={EXPORTER_ATTR: OPEN, OUTCOME_ATTR: {"success", "failure"}},
             max_series=2 * _MAX_NAMES,
+            reduce=SUM,
+        ),
+        MetricSpec(
+            SPANS_DROPPED,
+            Kind.COUNTER,
+            unit="{span}",
+            description="Spans an exporter dropped because its span queue was full",
+            attributes={EXPORTER_ATTR: OPEN},
+            max_series=_MAX_NAMES,
             reduce=SUM,
         ),
         MetricSpec(
@@ -90,15 +106,25 @@ def _exported(name: str, succeeded: bool) -> None:
     record(GROUP, {EXPORTS: 1}, {EXPORTER_ATTR: name, OUTCOME_ATTR: outcome})
 
 
+def _spans_dropped(name: str, spans: int) -> None:
+    record(GROUP, {SPANS_DROPPED: spans}, {EXPORTER_ATTR: name})
+
+
 def _lost(name: str, reason: str, rows: int) -> None:
     record(GROUP, {_LOST[reason]: rows}, {BACKEND_ATTR: name})
 
 
 @hookimpl
 def telemetry_started() -> None:
-    """Count every export of this session's push exporters, and every row a backend loses."""
+    """Count every export of this session's push exporters, every span their queues drop,
+    and every row a backend loses."""
     for name, tally in export_tallies():
         tally.name, tally.listener = name, _exported
+    handle = current()
+    for name, exporter in handle.exporters.items() if handle is not None else ():
+        drops = span_drops(exporter.span_processor)
+        if drops is not None:
+            drops.name, drops.listener = name, _spans_dropped
     worker.loss_listener = _lost
 
 
