@@ -42,6 +42,8 @@ from rlmetrics_gym.server import (
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.middleware.body_limit import RequestBodyLimitMiddleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -194,13 +196,13 @@ async def _slow_events(_: Request) -> Response:
     return StreamingResponse(stream(), media_type="text/event-stream")
 
 
-def test_behind_a_base_http_middleware_a_stream_left_is_told_a_response_sent_unread_is_not(
+def test_behind_a_base_http_middleware_a_stream_left_and_a_response_sent_unread_are_told(
     telemetry: Any,
 ) -> None:
-    """What the middleware can tell when a layer outside it replaces ``receive`` (FastAPI's
-    ``@app.middleware("http")`` added after it): a stream the client leaves is seen through
-    the stream's own ``receive()``; a client that left before a response that reads nothing
-    is not seen (uvicorn drops that response without a word), so it counts as a response."""
+    """When a layer outside it replaces ``receive`` (FastAPI's ``@app.middleware("http")``
+    added after it): a stream the client leaves is seen through the stream's own
+    ``receive()``; a client that left before a response that reads nothing is seen through
+    uvicorn's request cycle behind that layer's ``receive``."""
     _, reader = telemetry
     app = Starlette(routes=[Route("/events", _slow_events), Route("/ok", _return_ok)])
     app.add_middleware(GymServerMetricsMiddleware)
@@ -221,9 +223,69 @@ def test_behind_a_base_http_middleware_a_stream_left_is_told_a_response_sent_unr
         wait_until(lambda: in_flight(reader) == 0)
         before = counter_values(reader)
         hold_and_leave(running, holds, ["/ok"])
-        wait_equal(lambda: delta(before, counter_values(reader)), {responses(200): 1})
+        expected = {cancelled("/ok", BEFORE_RESPONSE_START): 1}
+        wait_equal(lambda: delta(before, counter_values(reader)), expected)
         wait_until(lambda: in_flight(reader) == 0)
-        assert delta(before, counter_values(reader)) == {responses(200): 1}
+        assert delta(before, counter_values(reader)) == expected
+
+
+def _buffering(app: Any) -> Any:
+    """A body-buffering ASGI middleware, as users write them: it reads the whole body, then
+    hands the app a ``receive`` of its own that replays it (and passes later calls on)."""
+
+    async def buffered(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False) and message["type"] == "http.request"
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await app(scope, replay, send)
+
+    return buffered
+
+
+@pytest.mark.parametrize(
+    "outer",
+    [
+        Middleware(BaseHTTPMiddleware, dispatch=_add_header),
+        Middleware(RequestBodyLimitMiddleware, max_body_size=1 << 20),
+        Middleware(_buffering),
+        Middleware(GZipMiddleware),
+    ],
+    ids=["base_http", "body_limit", "buffering", "gzip"],
+)
+def test_a_client_that_left_before_an_unread_response_is_told_behind_any_layer(
+    telemetry: Any, outer: Middleware
+) -> None:
+    """add_middleware(GymServerMetricsMiddleware), then a layer that replaces ``receive`` (or
+    ``send``) outside it: a client that left before a response that reads nothing is still a
+    cancellation, not a response (uvicorn drops that response without a word)."""
+    _, reader = telemetry
+    app = Starlette(routes=[Route("/ok", _return_ok)])
+    app.add_middleware(GymServerMetricsMiddleware)
+    app.add_middleware(outer.cls, *outer.args, **outer.kwargs)
+    holds = Holds()
+    with serve(holds.middleware(app)) as running:
+        assert get(running.port, "/ok") == (200, b"ok")
+        wait_until(lambda: in_flight(reader) == 0)
+        before = counter_values(reader)
+        hold_and_leave(running, holds, ["/ok", "/ok"])
+        expected = {cancelled("/ok", BEFORE_RESPONSE_START): 2}
+        wait_equal(lambda: delta(before, counter_values(reader)), expected)
+        wait_until(lambda: in_flight(reader) == 0)
+        assert delta(before, counter_values(reader)) == expected
 
 
 async def _refuse_unread(_: Request) -> Response:

@@ -21,13 +21,13 @@ what the app sends. The middleware never calls ``receive()`` itself (driving som
 receive coroutine breaks one that opens a task group, and uvicorn's first ``receive()`` sends
 ``100 Continue``). A disconnect is seen (1) when the app's own ``receive()`` returns
 ``http.disconnect`` (Starlette's streaming responses listen for it), (2) when the server's
-``send`` raises an ``OSError`` (ASGI 2.4: the connection is closed), and (3) where ``receive``
-is uvicorn's own, by reading its request cycle's ``disconnected`` flag right before
-``http.response.start`` goes out, before the last message of a streamed body, and when the app
-ends without finishing the response. Servers that do cancel the app (hypercorn) raise
-``CancelledError``, a ``BaseException``, which is counted as a cancellation too and re-raised.
-Behind a layer that replaces ``receive`` (a ``BaseHTTPMiddleware`` outside this one), a client
-that left before a response that reads nothing is counted as that response.
+``send`` raises an ``OSError`` (ASGI 2.4: the connection is closed), and (3) under uvicorn, by
+reading its request cycle's ``disconnected`` flag right before ``http.response.start`` goes
+out, before the last message of a streamed body, and when the app ends without finishing the
+response; the cycle is found behind layers outside this one that replace ``receive`` (a
+``BaseHTTPMiddleware``, a body limit) through the ``receive`` each keeps. Servers that do cancel
+the app (hypercorn) raise ``CancelledError``, a ``BaseException``, which is counted as a
+cancellation too and re-raised.
 """
 
 from __future__ import annotations
@@ -311,9 +311,8 @@ class GymServerMetricsMiddleware:
         uvicorn.run(app, host="127.0.0.1")
 
     (``app.add_middleware(GymServerMetricsMiddleware)`` counts the same: an exception escaping
-    before any response started is counted as the 500 the server answers with. Unless a
-    ``BaseHTTPMiddleware`` is added after it: it then sees that middleware's ``receive``, not
-    uvicorn's, and cannot tell a client that left before a response that reads nothing.)
+    before any response started is counted as the 500 the server answers with, also with a
+    ``BaseHTTPMiddleware`` added after it.)
 
     Applied more than once to the same requests, only the outermost counts them (said once).
 
@@ -403,6 +402,9 @@ class GymServerMetricsMiddleware:
         return UNMATCHED if found is None else found
 
 
+_UNKNOWN = object()
+
+
 class _Exchange:
     """One request's progress, behind the wrapped ``receive`` and ``send``.
 
@@ -412,6 +414,7 @@ class _Exchange:
     """
 
     __slots__ = (
+        "_cycle",
         "_receive",
         "_send",
         "cancelled",
@@ -435,6 +438,7 @@ class _Exchange:
         self.root_path: str = scope.get("root_path", "")
         self._receive = receive
         self._send = send
+        self._cycle: Any = _UNKNOWN  # the server's request cycle, looked up when first needed
         self.started = False  # http.response.start was sent
         self.complete = False  # the last message of the response was sent
         self.disconnected = False  # the client is known gone (before completion)
@@ -496,7 +500,9 @@ class _Exchange:
         told apart from one still there."""
         if self.disconnected:
             return True
-        cycle = _server_cycle(self._receive)
+        cycle = self._cycle
+        if cycle is _UNKNOWN:
+            cycle = self._cycle = _server_cycle(self._receive)
         if cycle is not None and cycle.disconnected is True:
             self.disconnected = True
             return True
@@ -531,24 +537,50 @@ class _Exchange:
                 totals.responses[500] = totals.responses.get(500, 0) + 1
 
 
+#: How far :func:`_server_cycle` looks behind layers that replace ``receive``: callables
+#: visited per request, at most (a stack of a few middlewares needs a handful).
+_MAX_DELEGATES = 16
+#: The attributes a layer's object keeps the ``receive`` it delegates to under (Starlette's
+#: ``Request`` and its body-limit responder: ``_receive``).
+_DELEGATE_ATTRIBUTES = ("_receive", "receive")
+
+
 def _server_cycle(receive: Receive) -> Any:
-    """The server's request cycle when ``receive`` is its bound method and the cycle has a
-    boolean ``disconnected`` attribute — uvicorn's (h11, httptools), the flag its own
-    ``receive()`` answers ``http.disconnect`` from — else None.
+    """The server's request cycle behind ``receive`` — uvicorn's (h11, httptools), whose
+    boolean ``disconnected`` flag its own ``receive()`` answers ``http.disconnect`` from — else
+    None.
 
     Reading it is the only way to learn that a client left while the app reads nothing from it
     (uvicorn's ``send()`` then drops messages without a word), and it drives nothing: no
-    ``receive`` coroutine, no ``100 Continue``, no read resumed. A layer that replaces
-    ``receive`` between the server and the middleware (a ``BaseHTTPMiddleware``) hides it.
+    ``receive`` coroutine, no ``100 Continue``, no read resumed. ``receive`` is the cycle's
+    bound method when nothing sits between the server and the middleware; a layer that
+    replaces it (a ``BaseHTTPMiddleware``, Starlette's body limit, a body-buffering closure)
+    keeps the one it was given, on its object or in its closure, so those are followed too,
+    a bounded number of steps.
     """
-    owner = getattr(receive, "__self__", None)
-    if owner is None:
-        return None
-    try:
-        flag = getattr(owner, "disconnected", None)
-    except Exception:
-        return None
-    return owner if type(flag) is bool else None
+    pending: list[Any] = [receive]
+    seen: set[int] = set()
+    while pending and len(seen) < _MAX_DELEGATES:
+        candidate = pending.pop(0)
+        if id(candidate) in seen:
+            continue
+        seen.add(id(candidate))
+        try:
+            owner = getattr(candidate, "__self__", None)
+            if owner is not None:
+                if type(getattr(owner, "disconnected", None)) is bool:
+                    return owner
+                for name in _DELEGATE_ATTRIBUTES:
+                    delegate = getattr(owner, name, None)
+                    if callable(delegate):
+                        pending.append(delegate)
+            for cell in getattr(candidate, "__closure__", None) or ():
+                content = cell.cell_contents
+                if callable(content) and not isinstance(content, type):
+                    pending.append(content)
+        except Exception:  # a property that raises, an empty cell: not a way through
+            continue
+    return None
 
 
 def _is_last(kind: str | None, message: Message, trailers: bool) -> bool:
