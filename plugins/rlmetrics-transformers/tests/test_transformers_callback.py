@@ -280,6 +280,43 @@ def test_predict_metrics_go_under_test(tmp_path: Path, telemetry: tuple[Any, Any
     assert exported["rl.policy.loss"] == trained["rl.policy.loss"]  # no training value
 
 
+def test_an_evaluation_under_any_metric_key_prefix_is_an_evaluation(tmp_path: Path) -> None:
+    """``evaluate(metric_key_prefix="val")`` logs ``val_loss``, ``val_runtime``...: before,
+    every key of it that did not begin with ``eval_`` or ``test_`` was logged under ``train``,
+    as if training had logged it (and the trainer's ``epoch`` of each evaluation made a train
+    row of its own). Now an ``evaluate()``'s dict is one row under ``eval`` (``test`` for a
+    ``test`` prefix): ``eval_``/``test_`` taken off, another prefix's keys as they are."""
+    path = tmp_path / "metrics.jsonl"
+    callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**trainer_args(tmp_path, max_steps=1)),
+        train_dataset=lm_dataset(),
+        eval_dataset=lm_dataset(count=4),
+        callbacks=[callback],
+    )
+    trainer.train()
+    trained = _train_rows(path)
+    trainer.evaluate(metric_key_prefix="val")
+    trainer.evaluate(metric_key_prefix="test")
+    trainer.evaluate()
+    trainer.evaluate(metric_key_prefix="train")  # on the training set: an evaluation too
+    callback.finish()
+    assert _train_rows(path) == trained  # no evaluation wrote a training row
+    evaluations = [row for row in read_jsonl(path) if row["prefix"] in ("eval", "test")]
+    assert [(row["prefix"], row["step"]) for row in evaluations] == [
+        ("eval", 1),
+        ("test", 1),
+        ("eval", 1),
+        ("eval", 1),
+    ]
+    val, test, default, on_train = (row["metrics"] for row in evaluations)
+    assert {"val_loss", "val_runtime", "epoch"} <= set(val)
+    assert {"loss", "runtime", "epoch"} <= set(test) and "test_loss" not in test
+    assert {"loss", "runtime", "epoch"} <= set(default)
+    assert {"train_loss", "train_runtime", "epoch"} <= set(on_train)
+
+
 @given(st.dictionaries(st.text(max_size=10), st.floats(allow_nan=False), max_size=8))
 def test_split_prefix_keeps_every_value_once(logs: dict[str, float]) -> None:
     split = split_prefix(logs)

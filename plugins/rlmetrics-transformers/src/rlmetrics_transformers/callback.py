@@ -9,12 +9,14 @@ from the training loop: ``on_log`` with each dict ``Trainer.log`` writes, at
   time the first ``train()`` took to reach its first step) as the Logger's setup timing, and
   the training arguments as the run's hyperparameters (once: a second ``train()`` has no
   setup of its own);
-- ``on_log``: the dict at the trainer's ``global_step`` — ``eval_*`` and ``test_*`` keys under
-  the ``eval`` and ``test`` prefixes (as transformers' own W&B integration groups them), the
-  rest under ``train``, where the ``trl`` key map makes TRL's keys rlmetrics' series — and,
-  for a TRL trainer that keeps its completions (GRPO, RLOO), each completion not logged yet
-  as a trajectory (:mod:`.trajectories`): spans, a row of the ``trajectories`` samples table
-  and the trajectory metrics, with the rewards TRL computed;
+- ``on_log``: the dict at the trainer's ``global_step`` — an ``evaluate()``'s as one row under
+  ``eval`` (``test`` for a ``test`` ``metric_key_prefix``: :func:`evaluation_split`), else
+  ``eval_*`` and ``test_*`` keys under the ``eval`` and ``test`` prefixes (as transformers'
+  own W&B integration groups them), the rest under ``train``, where the ``trl`` key map
+  makes TRL's keys rlmetrics' series — and, for a TRL trainer that keeps its completions
+  (GRPO, RLOO), each completion not logged yet as a trajectory (:mod:`.trajectories`):
+  spans, a row of the ``trajectories`` samples table and the trajectory metrics, with the
+  rewards TRL computed;
 - ``on_predict``: ``predict()``'s metrics (it hands them to no ``Trainer.log``) under ``test``;
 - ``on_step_end``: those completions at each optimizer step too, so every generation batch is
   logged (TRL keeps only the last, and logs every 10 steps by default);
@@ -35,6 +37,7 @@ as asked.
 
 from __future__ import annotations
 
+import inspect
 import time
 import weakref
 from collections.abc import Mapping
@@ -48,7 +51,14 @@ from rlmetrics.keyplans import KeyPlans
 
 from .trajectories import CompletionReader, calling_trainer
 
-__all__ = ["EVAL_PREFIX", "TEST_PREFIX", "TRAIN_PREFIX", "RLMetricsCallback", "split_prefix"]
+__all__ = [
+    "EVAL_PREFIX",
+    "TEST_PREFIX",
+    "TRAIN_PREFIX",
+    "RLMetricsCallback",
+    "evaluation_split",
+    "split_prefix",
+]
 
 TRAIN_PREFIX, EVAL_PREFIX, TEST_PREFIX = "train", "eval", "test"
 _ADAPTER = "rlmetrics-transformers"
@@ -81,6 +91,38 @@ def _split_keys(keys: tuple[Any, ...]) -> tuple[tuple[str | None, Any], ...]:
 
 #: Which keys go where, worked out once per key sequence (a trainer logs the same every step).
 _plans = KeyPlans(_split_keys, limit=64)
+
+#: How far up the call stack ``on_log`` looks for the ``evaluate()`` that logs (the guard, the
+#: handler's ``call_event`` and ``on_log``, ``Trainer.log``, a subclass's ``log``: 6; room to
+#: spare for a subclass's ``evaluate`` calling ``super()``'s).
+_EVALUATE_DEPTH = 16
+
+
+def evaluation_split() -> str | None:
+    """The prefix the dict being logged goes under when a trainer's ``evaluate()`` logs it —
+    ``test`` for a ``metric_key_prefix`` of ``test`` or ``test_*``, ``eval`` for any other —
+    and None when training logs it.
+
+    ``evaluate()`` prefixes every key with its ``metric_key_prefix`` (``val_loss`` for
+    ``"val"``) and ``Trainer.log`` adds ``epoch``: neither says "evaluation" in a way the
+    keys alone can tell from a training dict (``train_loss`` is both the training summary's
+    and an evaluation's on the training set), so the nearest ``evaluate`` frame up the stack
+    whose ``self`` calls callbacks says it, with its own ``metric_key_prefix``."""
+    frame = inspect.currentframe()
+    try:
+        depth = 0
+        while frame is not None and depth < _EVALUATE_DEPTH:
+            if frame.f_code.co_name == "evaluate":
+                local = frame.f_locals
+                prefix = local.get("metric_key_prefix")
+                if isinstance(prefix, str) and hasattr(local.get("self"), "callback_handler"):
+                    test = prefix == TEST_PREFIX or prefix.startswith(TEST_PREFIX + "_")
+                    return TEST_PREFIX if test else EVAL_PREFIX
+            frame = frame.f_back
+            depth += 1
+        return None
+    finally:
+        del frame  # a frame held in a local keeps every frame above it alive
 
 
 class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
@@ -211,7 +253,10 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         logger = self.logs.start()
         if logger is None:
             return
-        for prefix, metrics in split_prefix(logs, self.prefix).items():
+        # An evaluation's dict is one evaluation row, whatever its metric_key_prefix: its
+        # val_* keys and its epoch are no training values.
+        train = evaluation_split() or self.prefix
+        for prefix, metrics in split_prefix(logs, train).items():
             logger.log_metrics(metrics, step=state.global_step, prefix=prefix)
         if zero:
             self._log_completions(logger, trainer, state.global_step)
