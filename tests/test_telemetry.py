@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 import rlmetrics
+import rlmetrics.hooks
 import rlmetrics.plugins
 from rlmetrics import Kind, MetricSpec, TelemetryError
-from rlmetrics.testing import in_memory_telemetry, points, single
+from rlmetrics.testing import captured_log, in_memory_telemetry, points, single
 
 
 def test_import_loads_no_sdk_no_entry_points_and_no_plugin() -> None:
@@ -117,6 +118,30 @@ def test_lifecycle_hooks_are_called() -> None:
     assert seen == [("started", True), ("stopping", True)]
 
 
+def test_a_telemetry_started_hook_that_hangs_is_named_while_start_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hook runs on start()'s own thread (a plugin may install signal handlers there), so
+    start() cannot leave it behind: past the bound it says which plugin it is waiting for."""
+    monkeypatch.setattr(rlmetrics.hooks, "STARTED_HOOK_BOUND_S", 0.05)
+    said: list[str] = []
+
+    class Hanging:
+        @rlmetrics.hookimpl
+        def telemetry_started(self, telemetry: Any) -> None:
+            # Hangs until start() has named it (at most 30 s).
+            log.wait_for("did not return", timeout_s=30)
+            said.extend(r.getMessage() for r in log.matching("did not return", logging.WARNING))
+
+    rlmetrics.plugins.register(Hanging(), "hanging-sampler")
+    with captured_log() as log, in_memory_telemetry():
+        pass
+    assert len(said) == 1
+    assert "'telemetry_started' of plugin 'hanging-sampler'" in said[0]
+    assert "rlmetrics.start() waits for it" in said[0]
+    assert "RLMETRICS_DISABLE_PLUGINS" in said[0]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"exporters": ["zipkin"]}, "unknown exporter"), ({"export_interval_s": 0}, "positive")],
@@ -132,7 +157,7 @@ def test_console_exporter_runs_beside_the_in_memory_reader() -> None:
     code = """
 import rlmetrics
 from rlmetrics import Kind, MetricSpec
-from rlmetrics.testing import in_memory_telemetry, points, single
+from rlmetrics.testing import captured_log, in_memory_telemetry, points, single
 rlmetrics.declare("c", [MetricSpec("c.g", Kind.GAUGE, key="g")])
 with in_memory_telemetry(exporters=["console"], export_interval_s=60) as (handle, reader):
     rlmetrics.record("c", {"g": 4.0})

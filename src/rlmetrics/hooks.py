@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import logging
 import operator
 import signal
 import sys
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pluggy
 
-from ._warn import warn_once
+from ._warn import note_unmet, warn_once
 from .hookspecs import READS_ATTRIBUTE, TEE_ATTRIBUTE, Reads
 from .keyplans import KeyPlans
 from .registry import is_exporting
@@ -250,6 +251,25 @@ def _tracked(guarded: Callable[..., Any], plugin: str) -> Callable[..., Any]:
             _running.pop(thread, None)
 
     return tracked
+
+
+#: How long ``telemetry_started`` may run before the plugin ``rlmetrics.start()`` is still
+#: waiting for is named in a warning (a hook starts its samplers and returns at once).
+STARTED_HOOK_BOUND_S = 10.0
+
+
+def _say_started_hangs(thread: threading.Thread, bound_s: float) -> None:
+    plugin = running_plugin(thread)
+    if plugin is None:  # it returned meanwhile
+        return
+    message = (
+        f"rlmetrics: 'telemetry_started' of plugin {plugin!r} did not return within "
+        f"{bound_s:.1f} s, and rlmetrics.start() waits for it (it runs on start()'s thread), "
+        "so the training loop has not begun: a hook starts its samplers and returns "
+        "(docs/writing-a-plugin.md); RLMETRICS_DISABLE_PLUGINS turns an installed plugin off"
+    )
+    logging.getLogger("rlmetrics").warning(message)
+    note_unmet(message)
 
 
 def running_plugin(thread: threading.Thread) -> str | None:
@@ -522,7 +542,20 @@ class Hooks:
         _fan_out(self._hook.on_alert, alert=alert)
 
     def telemetry_started(self, telemetry: Telemetry) -> None:
-        _fan_out(self._hook.telemetry_started, telemetry=telemetry)
+        # On the caller's thread, as start() was called (a plugin may install signal
+        # handlers, which only the main thread can), so it cannot be left behind as
+        # telemetry_stopping is; a watch names the plugin start() is still waiting for.
+        caller = threading.current_thread()
+        bound_s = STARTED_HOOK_BOUND_S
+        watch = threading.Timer(bound_s, _say_started_hangs, args=(caller, bound_s))
+        watch.daemon = True
+        watch.name = "rlmetrics-telemetry-started-watch"
+        with contextlib.suppress(RuntimeError):  # at exit, Python 3.12+ starts no thread
+            watch.start()
+        try:
+            _fan_out(self._hook.telemetry_started, telemetry=telemetry)
+        finally:
+            watch.cancel()
 
     def telemetry_stopping(self, telemetry: Telemetry) -> None:
         _fan_out(self._hook.telemetry_stopping, telemetry=telemetry)
