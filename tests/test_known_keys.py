@@ -236,6 +236,36 @@ def test_every_key_of_a_verl_step_is_known_under_the_verl_map() -> None:
     assert [k for k in _VERL_STEP_KEYS if not vocabulary.known("train", k)] == []
 
 
+#: The status an OpenRLHF PPO step returns: the actor's training step (its loss, lr and every
+#: field of the experiences' info), the critic's, and the rollout's and timing keys
+#: (openrlhf/trainer/ray/ppo_actor.py, ppo_critic.py).
+_OPENRLHF_STATUS_KEYS = [
+    "policy_loss",
+    "actor_lr",
+    "entropy_loss",
+    "ppo_clip_ratio",
+    "ppo_kl",
+    "vllm_kl",
+    "kl",
+    "reward",
+    "return",
+    "response_length",
+    "total_length",
+    "critic_loss",
+    "values",
+    "critic_lr",
+    "critic_grad_norm",
+    "rollout/reward_mean",
+    "timing/generation",
+    "timing/step_total",
+]
+
+
+def test_every_key_of_an_openrlhf_status_is_known_under_the_openrlhf_map() -> None:
+    vocabulary = Vocabulary(resolve_key_map("openrlhf"))
+    assert [k for k in _OPENRLHF_STATUS_KEYS if not vocabulary.known("train", k)] == []
+
+
 def test_a_key_map_rule_kept_to_the_backends_is_known() -> None:
     key_map = KeyMap("mine", [KeyRule("my_stat"), KeyRule("timers/*")])
     vocabulary = Vocabulary(key_map)

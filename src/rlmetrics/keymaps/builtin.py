@@ -166,6 +166,12 @@ OPENRLHF = KeyMap(
         KeyRule("reward", note="the training micro-batches' mean; rollout/reward_mean is mapped"),
         KeyRule("response_length", note="the training micro-batches' mean"),
         *_backends("return", "rollout/reward_std", "rollout/truncated_rate", "rollout/num_samples"),
+        KeyRule("total_length", note="prompt and response tokens, micro-batches' mean"),
+        KeyRule("ppo_clip_ratio", note="the share of tokens the PPO ratio was clipped on"),
+        KeyRule("ppo_kl", note="KL to the rollout policy, not the reference"),
+        KeyRule("vllm_kl", note="with vLLM's importance-sampling correction"),
+        KeyRule("values", note="PPO with a critic: the critic's mean value"),
+        *_backends("critic_lr", "critic_grad_norm", note="the critic's own optimizer"),
     ],
     title="OpenRLHF (PPOTrainer status)",
 )
