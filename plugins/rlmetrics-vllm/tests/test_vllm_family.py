@@ -293,3 +293,26 @@ def test_a_restart_step_that_omits_every_key_ends_the_waiting_gauges(telemetry: 
         if p.name == "rl.vllm.requests.waiting"
     }
     assert waiting == {"capacity": 0, "deferred": 2}
+
+
+def test_the_logger_key_the_docs_give_requests_waiting_is_the_one_it_reads(telemetry: Any) -> None:
+    """docs/vllm.md's generated table gives each series the key to log: for the requests
+    waiting, that is the pattern of the keys engine_signals returns (one reason per key). It
+    gave the series' name, and logging that recorded an unlabelled point beside the reasons."""
+    from rlmetrics.catalogue import metrics_table
+    from rlmetrics.key_patterns import pattern_regex
+    from rlmetrics.registry import default_registry
+
+    _, reader = telemetry
+    spec = next(spec for spec in family.SPECS if spec.name == family.REQUESTS_WAITING)
+    assert pattern_regex(spec.key).fullmatch("vllm/requests_waiting/capacity")
+    table = metrics_table(default_registry().declared(), ["rlmetrics_vllm.family"])
+    row = next(line for line in table.splitlines() if "`rl.vllm.requests.waiting`" in line)
+    assert "| `vllm/requests_waiting/*` |" in row
+    _log({"loss": 0.5, "rl.vllm.requests.waiting": 3, "vllm/requests_waiting/capacity": 2})
+    waiting = {
+        tuple(p.attributes.items()): p.value
+        for p in points(reader)
+        if p.name == "rl.vllm.requests.waiting"
+    }
+    assert waiting == {(("rl.vllm.waiting.reason", "capacity"),): 2}

@@ -50,9 +50,20 @@ from .engine import (
     REQUESTS_WAITING_PREFIX,
 )
 
-__all__ = ["GROUP", "REQUESTS_WAITING", "SPECS", "WAITING_REASON_ATTR", "log_metrics"]
+__all__ = [
+    "GROUP",
+    "REQUESTS_WAITING",
+    "REQUESTS_WAITING_KEYS",
+    "SPECS",
+    "WAITING_REASON_ATTR",
+    "log_metrics",
+]
 
 REQUESTS_WAITING = "rl.vllm.requests.waiting"
+#: Its registry key: the pattern of the keys it is read from, one waiting reason each (the
+#: reason is the key's tail), so the docs' tables show what to log and no plain key of its own
+#: records a point without a reason.
+REQUESTS_WAITING_KEYS = REQUESTS_WAITING_PREFIX + "*"
 WAITING_REASON_ATTR = "rl.vllm.waiting.reason"
 #: Waiting reasons told apart (vLLM 0.32.0 has two: capacity, deferred); later ones are other.
 _MAX_REASONS = 8
@@ -172,6 +183,7 @@ SPECS: tuple[MetricSpec, ...] = (
         REQUESTS_WAITING,
         Kind.GAUGE,
         unit="{request}",
+        key=REQUESTS_WAITING_KEYS,
         description="Requests waiting at the step's second reading, by vLLM's reason "
         "(vllm:num_requests_waiting_by_reason, summed over engines).",
         attributes={WAITING_REASON_ATTR: OPEN},
@@ -182,7 +194,7 @@ SPECS: tuple[MetricSpec, ...] = (
 
 rlmetrics.declare(GROUP, SPECS)
 # Read beside the series' keys: one gauge by waiting reason (the reason is the key's tail).
-declare_keys([REQUESTS_WAITING_PREFIX + "*"], note="requests waiting, by reason")
+declare_keys([REQUESTS_WAITING_KEYS], note="requests waiting, by reason")
 
 
 _MEAN_KEYS = frozenset(
@@ -213,8 +225,8 @@ def _forget_mean_steps() -> None:
         _mean_steps.clear()
 
 
-#: The keys this hook reads: its series' keys and the waiting reasons'.
-_READ_KEYS = frozenset(spec.key for spec in SPECS)
+#: The keys this hook reads: its series' keys (the waiting reasons' by their prefix).
+_READ_KEYS = frozenset(spec.key for spec in SPECS if spec.key != REQUESTS_WAITING_KEYS)
 
 
 def _find_read_keys(keys: tuple[Any, ...]) -> bool:
@@ -245,7 +257,7 @@ def log_metrics(metrics: Mapping[str, Any], step: int, prefix: str) -> None:
                 retract(GROUP, key)
         if _ended(REQUESTS_WAITING, waiting, bool(values), step):
             for attributes in _waiting.values():
-                retract(GROUP, REQUESTS_WAITING, attributes)
+                retract(GROUP, REQUESTS_WAITING_KEYS, attributes)
 
 
 def _ended(shown: str, brought: bool, reading: bool, step: int) -> bool:
@@ -297,7 +309,7 @@ def _tee_waiting(metrics: Mapping[str, Any]) -> bool:
             attributes = _waiting[label] = frozenset({(WAITING_REASON_ATTR, label)})
         points.append((metrics[key], attributes))
     if points:
-        record_points(GROUP, REQUESTS_WAITING, points)
+        record_points(GROUP, REQUESTS_WAITING_KEYS, points)
     return bool(points)
 
 
