@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from ._fork import reset_in_child
 from ._warn import StrictModeError, raise_if_strict, warn_once
+from .hyperparams import to_hyperparams
 from .keymaps import KeyMap, resolve_key_map
 from .logger import Logger
 from .ranks import RankMerger
@@ -167,6 +168,8 @@ class AdapterLogger:
         self._built: Logger | None = None
         self._finished = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
+        #: The configuration last logged through :meth:`log_hyperparams`, as plain values.
+        self._last_hyperparams: dict[str, Any] | None = None
 
     @property
     def logger(self) -> Logger | None:
@@ -204,6 +207,21 @@ class AdapterLogger:
             self._finalizer.atexit = False
             self._built = built
         return self._built
+
+    def log_hyperparams(self, config: Any) -> None:
+        """``config`` as the run's hyperparameters, to the Logger (built if need be) — unless
+        it is the configuration logged through this adapter last: trainers hand theirs again
+        at each stage (Lightning at each ``fit``, ``validate`` and ``test``; Accelerate at
+        each ``init_trackers``), and the same configuration again is only a second header
+        row, a second params upload. A changed one is logged."""
+        logger = self.start()
+        if logger is None:
+            return
+        plain = to_hyperparams(config)  # plain values: compared safely, whatever config holds
+        if plain == self._last_hyperparams:
+            return
+        self._last_hyperparams = plain
+        logger.log_hyperparams(config)
 
     @property
     def merges(self) -> bool:

@@ -374,3 +374,26 @@ def test_the_trainers_log_dir_is_its_root_dir_as_without_a_logger(tmp_path: Path
     logger.finish()
     (checkpoint,) = tmp_path.glob("**/*.ckpt")
     assert checkpoint.parent == tmp_path / "rlmetrics" / "version_0" / "checkpoints"
+
+
+# -- each stage's hyperparameters, each logger once ---------------------------------------------
+
+
+def test_the_hyperparameters_are_logged_once_for_fit_validate_and_test(tmp_path: Path) -> None:
+    """Lightning hands its loggers the module's hyperparameters at the start of every stage:
+    before, each of fit, validate and test wrote the same configuration to the run again (a
+    JSONL header row each). Now an unchanged configuration is logged once; a changed one (a
+    second module's) is logged when it comes."""
+    path = tmp_path / "metrics.jsonl"
+    logger = RLMetricsLogger(backends={"jsonl": {"path": path}})
+    trainer = _trainer(logger, steps=2)
+    module = Toy()
+    trainer.fit(module, _data())
+    trainer.validate(module, _data())
+    trainer.test(module, _data())
+    trainer.test(Toy(lr=0.5), _data())
+    logger.finish()
+    configs = [
+        row["hyperparams"] for row in read_jsonl(path, every_row=True) if "hyperparams" in row
+    ]
+    assert configs == [{"lr": 0.1}, {"lr": 0.5}]

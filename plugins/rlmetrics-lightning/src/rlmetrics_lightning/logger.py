@@ -170,9 +170,8 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
             # wait for it instead (log_graph, called on every rank right after this).
             self._held_hyperparams = config
             return
-        logger = self.logs.start()
-        if logger is not None:
-            logger.log_hyperparams(config)
+        # Lightning hands them again at each stage: logged again only when they changed.
+        self.logs.log_hyperparams(config)
 
     @guarded(_ADAPTER, "log_graph")
     def log_graph(self, model: Any, input_array: Any = None) -> None:
@@ -213,7 +212,7 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         """The hyperparameters held for the Logger that merges the ranks, logged to it."""
         held, self._held_hyperparams = self._held_hyperparams, None
         if held is not None and logger is not None:
-            logger.log_hyperparams(held)
+            self.logs.log_hyperparams(held)
 
     def finalize(self, status: str) -> None:
         """The end of a ``fit``, ``validate``, ``test`` or ``predict``, not of the run: the
