@@ -316,3 +316,13 @@ def test_the_logger_key_the_docs_give_requests_waiting_is_the_one_it_reads(telem
         if p.name == "rl.vllm.requests.waiting"
     }
     assert waiting == {(("rl.vllm.waiting.reason", "capacity"),): 2}
+
+
+def test_the_requests_waiting_of_the_ranks_add_up_as_the_series_declares() -> None:
+    """Each rank's ``vllm/requests_waiting/<reason>`` merges across ranks by the series' own
+    reduction (a sum, as the docs' table says), not as an undeclared key (a mean)."""
+    from rlmetrics.ranks import Reductions
+    from rlmetrics.spec import Reduce
+
+    columns = Reductions().columns(["vllm/requests_waiting/capacity", "vllm/preemptions"])
+    assert [column.kind for column in columns] == [Reduce.SUM, Reduce.SUM]

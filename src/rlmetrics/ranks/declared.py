@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ..events import EFFICIENCY_PREFIX
+from ..key_patterns import is_pattern, pattern_regex
 from ..plugins import hooks
 from ..registry import default_registry
 from ..spec import Reduce, Reduction
@@ -32,8 +33,9 @@ def efficiency_reduction(key: str) -> Reduce | None:
 
 
 class Reductions:
-    """``{logger key: reduction}``: a spec's own reduction wins over ``given``; a key neither
-    names merges by the efficiency rule, else by mean."""
+    """``{logger key: reduction}``: a spec's own reduction wins over ``given`` (a spec whose
+    key is a pattern, ``vllm/requests_waiting/*``, gives it to every key the pattern matches);
+    a key neither names merges by the efficiency rule, else by mean."""
 
     def __init__(self, given: Mapping[str, Reduction | Reduce | str] | None = None) -> None:
         self._given = {
@@ -41,6 +43,8 @@ class Reductions:
             for key, value in (given or {}).items()
         }
         self._declared: dict[str, Reduction] = {}
+        #: Specs whose key is a pattern (one series read from many keys: a reason per key).
+        self._declared_patterns: dict[str, Reduction] = {}
         self._by_name: dict[str, str] = {}
 
     def columns(self, keys: Iterable[str]) -> list[Column]:
@@ -49,12 +53,14 @@ class Reductions:
         activated late is seen too."""
         hooks()
         for item in default_registry().declared():
-            self._declared.setdefault(item.spec.key, item.spec.reduction)
-            self._by_name.setdefault(item.spec.name, item.spec.key)
+            key = item.spec.key
+            declared = self._declared_patterns if is_pattern(key) else self._declared
+            declared.setdefault(key, item.spec.reduction)
+            self._by_name.setdefault(item.spec.name, key)
         return [self._column(key) for key in keys]
 
     def _column(self, key: str) -> Column:
-        reduction = self._declared.get(key) or self._given.get(key)
+        reduction = self._declared.get(key) or self._matched(key) or self._given.get(key)
         if reduction is None:
             kind = efficiency_reduction(key)
             reduction = Reduction(kind if kind is not None else Reduce.MEAN)
@@ -62,3 +68,9 @@ class Reductions:
         if reduction.kind is Reduce.WEIGHTED_MEAN:
             weight = self._by_name.get(str(reduction.weight), reduction.weight)
         return Column(key, reduction.kind, weight)
+
+    def _matched(self, key: str) -> Reduction | None:
+        for pattern, reduction in self._declared_patterns.items():
+            if pattern_regex(pattern).fullmatch(key):
+                return reduction
+        return None
