@@ -852,7 +852,7 @@ def _finish_at_exit() -> None:
     an ``atexit`` handler, so what it counts and what a step it closes delivers is still
     exported. Never raises."""
     loggers = [lg for lg in list(_unfinished) if lg._pid == os.getpid()]
-    failed = _worker.ended_by_exception()
+    failed = _worker.exits_failed()
     bound = max((lg.exit_timeout_s for lg in loggers), default=DEFAULT_EXIT_TIMEOUT_S)
     deadline, bound = _worker.begin_exit(bound)
     started = deadline - bound

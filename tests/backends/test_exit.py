@@ -330,3 +330,70 @@ def test_a_sigterm_handler_that_finishes_the_logger_returns_wherever_the_signal_
     status, err = run_to_exit(_ANY_LINE_SCRIPT, (str(tmp_path / "m.jsonl"),), timeout_s=120)
     assert status == 0, err
     assert "lines" in err and "Traceback" not in err, err
+
+
+_STATUS_SCRIPT = """
+import json, signal, sys, threading, time
+import rlmetrics
+from rlmetrics.plugins import register
+
+class Tracker:
+    # A queued tracker with a notion of a failed run, as W&B, MLflow and SwanLab have.
+    def __init__(self, path):
+        self.path = path
+
+    def log_metrics(self, metrics, step, prefix):
+        pass
+
+    def finish(self, failed=False):
+        with open(self.path, "w") as f:
+            json.dump({"failed": failed}, f)
+
+class Offers:
+    @rlmetrics.hookimpl
+    def register_backends(self, register):
+        register("tracker", Tracker)
+
+register(Offers(), "offers")
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+how, path = sys.argv[1:3]
+logger = rlmetrics.Logger(backends={"tracker": {"path": path}})
+logger.log_metrics({"loss": 1.0}, step=1)
+if how == "thread":  # ends that thread only; the script ends well
+    worker = threading.Thread(target=sys.exit, args=(5,))
+    worker.start()
+    worker.join()
+elif how == "sigterm":
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.01)
+elif how == "message":
+    sys.exit("no checkpoint to resume from")
+elif how != "end":
+    sys.exit(int(how))
+"""
+
+#: How the script ends: the status it exits with, and whether the run failed.
+_ENDINGS = {
+    "end": (0, False),
+    "0": (0, False),
+    "3": (3, True),
+    "sigterm": (143, True),
+    "message": (1, True),
+    "thread": (0, False),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_ENDINGS))
+def test_a_nonzero_sys_exit_finishes_the_trackers_as_a_failed_run(how: str, tmp_path: Path) -> None:
+    """``sys.exit(3)`` at the end of a script, or a SIGTERM handler's ``sys.exit(143)``, ends
+    the process with a failing status: a tracker finished at exit is told the run failed, as
+    for an uncaught exception. It was told the run succeeded."""
+    path = tmp_path / "finish.json"
+    status, err = run_to_exit(
+        _STATUS_SCRIPT, (how, str(path)), sigterm_when_ready=how == "sigterm", timeout_s=60
+    )
+    expected_status, failed = _ENDINGS[how]
+    assert status == expected_status, err
+    assert json.loads(path.read_text()) == {"failed": failed}, err
+    assert "Traceback" not in err, err

@@ -76,3 +76,44 @@ def test_an_uncaught_exception_at_exit_marks_the_run_failed(
     client = MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("exit").experiment_id])
     assert run.info.status == "FAILED", err
+
+
+_EXIT_SCRIPT = """
+import sys
+import rlmetrics
+
+root, uri = sys.argv[1:3]
+logger = rlmetrics.Logger(
+    backends={
+        "wandb": {"project": "exit", "dir": f"{root}/wandb", "mode": "offline"},
+        "mlflow": {"tracking_uri": uri, "experiment_name": "exit"},
+        "swanlab": {"project": "exit", "mode": "offline", "log_dir": f"{root}/swanlog"},
+    },
+    run_id="exits",
+    exit_timeout_s=120,
+)
+logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+sys.exit(3)  # e.g. no checkpoint written: the job script says so with its status
+"""
+
+
+def test_a_failing_sys_exit_at_exit_marks_the_run_failed_in_every_tracker(
+    migrated_store: Path, tmp_path: Path
+) -> None:
+    # W&B showed the run Finished (exit code 0), MLflow FINISHED, SwanLab finished, for a
+    # process that exited with status 3.
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(migrated_store, db)
+    uri = f"sqlite:///{db}"
+    status, err = run_to_exit(_EXIT_SCRIPT, (str(tmp_path), uri), env=os.environ, timeout_s=240)
+    assert status == 3, err
+    (transaction_log,) = (tmp_path / "wandb").glob("wandb/offline-run-*/run-exits.wandb")
+    records = read_run(transaction_log).records
+    (exit_record,) = [r["exit"] for r in records if r["type"] == "exit"]
+    assert exit_record.get("exit_code", 0) == 1, err
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("exit").experiment_id])
+    assert run.info.status == "FAILED", err
+    (run_dir,) = (tmp_path / "swanlog").glob("run-*")
+    (finish,) = [r["finish"] for r in swanlab_records(run_dir) if "finish" in r]
+    assert finish["state"] == "RUN_STATE_CRASHED", err

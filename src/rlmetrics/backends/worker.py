@@ -42,7 +42,7 @@ from .._process_state import resets_process_state
 from .._warn import describe_value, logger, warn_once
 from ..flatten import key_text
 from ..values import as_plain, readable_items
-from . import BackendUnavailable
+from . import BackendUnavailable, exit_status
 
 __all__ = [
     "DEFAULT_EXIT_TIMEOUT_S",
@@ -54,6 +54,7 @@ __all__ = [
     "begin_exit",
     "drain_at_exit",
     "ended_by_exception",
+    "exits_failed",
     "is_inline",
     "live_backends",
     "snapshot",
@@ -268,15 +269,33 @@ def _takes_failed(backend: Any) -> bool:
         return False
 
 
+def _watch_exit_for(backend: Any) -> None:
+    """A backend with a notion of a failed run is finished at exit as one when the process
+    exits with a failing ``sys.exit`` status: watch for it (:mod:`.exit_status`)."""
+    if _takes_failed(backend):
+        exit_status.watch()
+
+
+def exits_failed() -> bool:
+    """Whether the interpreter is exiting as a failed run: on an uncaught exception
+    (:func:`ended_by_exception`) or with a nonzero status asked of ``sys.exit`` (a SIGTERM
+    handler's ``sys.exit(143)``). Not in an interactive session, which outlives both."""
+    return ended_by_exception() or (not _interactive() and exit_status.exit_failed())
+
+
 def ended_by_exception() -> bool:
     """Whether the interpreter is exiting on an uncaught exception: Python keeps the one it
     printed in ``sys.last_exc`` (``sys.last_value`` before 3.12). Not in an interactive session
     (``python -i``, the REPL, IPython or a Jupyter kernel), where an earlier error the user went
     on from is kept there too."""
-    if sys.flags.interactive or hasattr(sys, "ps1") or _in_ipython():
+    if _interactive():
         return False
     error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
     return isinstance(error, BaseException) and not isinstance(error, SystemExit)
+
+
+def _interactive() -> bool:
+    return bool(sys.flags.interactive) or hasattr(sys, "ps1") or _in_ipython()
 
 
 def _in_ipython() -> bool:
@@ -299,6 +318,7 @@ class InlineBackend:
         self.failed = 0
         self._finished = False
         _live.add(self)
+        _watch_exit_for(backend)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: Any, prefix: str) -> None:
         self.rows += 1
@@ -365,6 +385,7 @@ class BackendWorker:
         )
         self._thread.start()
         _live.add(self)
+        _watch_exit_for(backend)
 
     def qsize(self) -> int:
         """Rows queued and not yet written."""
@@ -527,7 +548,7 @@ def drain_at_exit() -> None:
     SIGTERM) only cuts the wait short."""
     deadline, bound = begin_exit(DEFAULT_EXIT_TIMEOUT_S)
     runners = [r for r in live_backends() if isinstance(r, BackendWorker)]
-    failed = ended_by_exception()
+    failed = exits_failed()
     try:
         for runner in runners:
             runner.request_finish(failed)

@@ -1,0 +1,64 @@
+"""Whether the interpreter is exiting with a failing status, for the trackers finished at exit.
+
+A run whose process ends with an uncaught exception, ``sys.exit(3)`` or a SIGTERM handler's
+``sys.exit(143)`` failed, and a tracker finished at exit (W&B's exit code, MLflow's FAILED,
+SwanLab's crashed) must say so. Python keeps an uncaught exception in ``sys.last_exc``, but the
+status of a ``SystemExit`` lives only in the interpreter's C code: no exit hook can read it.
+So, as W&B's own client does, :func:`watch` puts a thin wrapper around ``sys.exit`` that notes
+the status asked for on the main thread and calls the ``sys.exit`` it found (W&B's wrapper,
+another library's, or Python's) with the same argument: the ``SystemExit`` raised, and what
+catches it, are unchanged. It is installed once, when a tracker that has a notion of a failed
+run starts; a ``raise SystemExit(3)`` written out, or the ``exit()`` builtin, is not seen.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["as_status", "exit_failed", "exit_status", "watch"]
+
+#: The status the main thread last asked ``sys.exit`` for; None when it has not.
+_status: int | None = None
+_watching = False
+_lock = threading.Lock()
+
+
+def as_status(code: object) -> int:
+    """The process status Python makes of ``SystemExit(code)``: None is 0, an int itself,
+    anything else (a message) is printed and 1."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def watch() -> None:
+    """Wrap ``sys.exit`` once per process, so :func:`exit_status` knows the status asked for."""
+    global _watching
+    with _lock:
+        if _watching:
+            return
+        _watching = True
+        previous: Callable[..., Any] = sys.exit
+
+        @functools.wraps(previous)
+        def exit(status: object = None) -> Any:
+            global _status
+            if threading.current_thread() is threading.main_thread():
+                _status = as_status(status)
+            return previous(status)
+
+        sys.exit = exit
+
+
+def exit_status() -> int | None:
+    """The status the main thread last asked ``sys.exit`` for since :func:`watch`, or None."""
+    return _status
+
+
+def exit_failed() -> bool:
+    """Whether ``sys.exit`` was asked, on the main thread, for a nonzero status."""
+    return bool(_status)
