@@ -331,3 +331,21 @@ def test_a_full_disk_is_one_line_at_each_call_and_at_finish(
         "failed to finish" in r.getMessage() and "No space left" in r.getMessage() for r in said
     ), caplog.text
     assert any("3 of 3 rows failed to write" in r.getMessage() for r in said), caplog.text
+
+
+def test_a_config_s_list_of_dicts_stays_dicts_when_another_value_is_not_json(
+    tmp_path: Path,
+) -> None:
+    # One value JSON refuses as it is (an unbounded clip, inf) makes the row go through the
+    # value-by-value conversion; the list of tables beside it is still a list of tables.
+    config = {
+        "max_grad_norm": math.inf,
+        "reward_functions": [{"name": "accuracy", "weight": 1.0}, {"name": "format", "w": [1]}],
+    }
+    with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger:
+        logger.log_hyperparams(config)
+    [row] = list(read_jsonl(tmp_path / "m.jsonl", every_row=True))
+    assert row["hyperparams"] == {
+        "max_grad_norm": "inf",
+        "reward_functions": [{"name": "accuracy", "weight": 1.0}, {"name": "format", "w": [1]}],
+    }

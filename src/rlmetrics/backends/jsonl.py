@@ -80,13 +80,12 @@ def _line(row: Mapping[str, Any]) -> str:
     try:
         return json.dumps(row, allow_nan=False) + "\n"
     except Exception:
-        return json.dumps(_json_tree(dict(row)), allow_nan=False) + "\n"
+        return json.dumps(to_json_value(dict(row)), allow_nan=False) + "\n"
 
 
-def _json_tree(value: Any, depth: int = 0) -> Any:
-    if isinstance(value, dict) and depth < 32:
-        return {key_text(k): _json_tree(v, depth + 1) for k, v in value.items()}
-    return to_json_value(value)
+#: How deep a row's dicts and lists are converted (a configuration nests up to 32 levels);
+#: below it a value is its ``repr``.
+_MAX_NESTING = 32
 
 
 #: The most digits an int may have and still be read back by ``json.loads``.
@@ -96,8 +95,8 @@ _INT_LIMIT = 10**_MAX_INT_DIGITS
 
 def to_json_value(value: Any, _depth: int = 0) -> Any:
     """A JSON-safe stand-in for ``value``: numbers, bools and strings as they are (NumPy and
-    torch ones as their plain Python form), lists element by element, and what JSON cannot
-    hold faithfully as a string (see the module's docstring). Never raises."""
+    torch ones as their plain Python form), lists and dicts element by element, and what JSON
+    cannot hold faithfully as a string (see the module's docstring). Never raises."""
     value = as_plain(value)
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -107,8 +106,11 @@ def to_json_value(value: Any, _depth: int = 0) -> Any:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
-    if isinstance(value, (list, tuple)) and _depth < 8:
+    if isinstance(value, (list, tuple)) and _depth < _MAX_NESTING:
         return [to_json_value(v, _depth + 1) for v in value]
+    if type(value) is dict and _depth < _MAX_NESTING:
+        # A dict inside a list (a configuration's list of tables) stays a table.
+        return {key_text(k): to_json_value(v, _depth + 1) for k, v in value.items()}
     try:
         return repr(value)
     except Exception:
