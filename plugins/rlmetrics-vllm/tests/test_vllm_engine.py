@@ -573,6 +573,64 @@ def test_otel_style_names_read_as_vllms() -> None:
     assert read_text(text) == read_text(render_exposition(SIGNALS_AFTER))
 
 
+#: vLLM's renames of its cache families (PR 18354, vLLM 0.10): the names before it.
+_OLDER_NAMES = {
+    "vllm:kv_cache_usage_perc": "vllm:gpu_cache_usage_perc",
+    "vllm:prefix_cache_queries": "vllm:gpu_prefix_cache_queries",
+    "vllm:prefix_cache_hits": "vllm:gpu_prefix_cache_hits",
+}
+
+
+def _with_older_names(text: str) -> str:
+    for current, older in _OLDER_NAMES.items():
+        text = text.replace(current + "_", older + "_").replace(current + "{", older + "{")
+        text = text.replace(current + " ", older + " ").replace(current + "\n", older + "\n")
+    return text
+
+
+def test_an_older_vllms_names_of_the_cache_families_read_as_the_current_ones() -> None:
+    """A vLLM before 0.10 names the KV-cache usage vllm:gpu_cache_usage_perc and the prefix
+    cache's counters vllm:gpu_prefix_cache_queries / _hits: the same values under the names
+    vLLM renamed them from. They were left out, unsaid, so such a vLLM gave no
+    vllm/kv_cache_usage and no vllm/prefix_cache_hit_rate."""
+    older = _with_older_names(render_exposition(SIGNALS_AFTER))
+    assert "vllm:gpu_cache_usage_perc{" in older and "vllm:kv_cache_usage_perc" not in older
+    assert read_text(older) == read_text(render_exposition(SIGNALS_AFTER))
+    before = Snapshot(read_text(_with_older_names(render_exposition(SIGNALS_BEFORE))).parts, 0.0)
+    after = Snapshot(read_text(older).parts, 10.0)
+    signals = engine_signals(before, after)
+    assert signals == engine_signals(_reading(SIGNALS_BEFORE, 0.0), _reading(SIGNALS_AFTER, 10.0))
+    assert {"vllm/kv_cache_usage", "vllm/prefix_cache_hit_rate"} <= set(signals)
+
+    registry = prometheus_client.CollectorRegistry()
+    usage = prometheus_client.Gauge(
+        "vllm:gpu_cache_usage_perc",
+        "GPU KV-cache usage.",
+        ["engine", "model_name"],
+        registry=registry,
+    )
+    usage.labels("0", "m").set(0.4)
+    reading = read_registry(registry)
+    assert engine_signals(reading, reading)["vllm/kv_cache_usage"] == 0.4
+
+
+def test_a_vllm_serving_the_older_names_beside_the_current_ones_is_read_by_the_current() -> None:
+    """vLLM 0.10 and 0.11 serve the deprecated names beside the current ones: the current ones
+    are read, whichever comes first in the exposition, and nothing is counted twice."""
+    current = render_exposition(SIGNALS_AFTER)
+    older_copies = _with_older_names(
+        render_exposition(
+            {"0": EngineValues(prefix_queries=9e6, prefix_hits=1, kv_usage=0.99)}, only_read=True
+        )
+    )
+    copies = "".join(
+        line + "\n" for line in older_copies.splitlines() if ":gpu_" in line and "#" not in line
+    )
+    assert copies
+    for both in (current + copies, copies + current):
+        assert read_text(both) == read_text(current)
+
+
 @pytest.mark.parametrize("answer", ["a path vLLM does not serve", "metrics that are not vLLM's"])
 def test_a_scrape_of_no_vllm_metrics_endpoint_says_what_it_got(
     answer: str, caplog: pytest.LogCaptureFixture

@@ -219,13 +219,34 @@ class Snapshot:
 # -- readers -----------------------------------------------------------------------------------
 
 
-def canonical_name(name: str) -> str:
-    """vLLM's Prometheus name for ``name``: an engine that pushes OpenTelemetry-style names
-    (``vllm.prompt_tokens``, exposed through an OTel pipeline as ``vllm_prompt_tokens_total``)
-    is read as ``vllm:prompt_tokens``."""
+#: The names vLLM renamed its cache families from (vLLM 0.10, PR 18354: the same values, the
+#: ``gpu_`` dropped as they are not GPU-specific), each sample name to the current one. vLLM
+#: 0.10 and 0.11 serve both; earlier ones only these.
+_RENAMED_SAMPLES: Mapping[str, str] = {
+    f"{older}{suffix}": f"{current}{suffix}"
+    for older, current in (
+        ("vllm:gpu_cache_usage_perc", KV_CACHE_USAGE_FAMILY),
+        ("vllm:gpu_prefix_cache_queries", PREFIX_CACHE_QUERIES_FAMILY),
+        ("vllm:gpu_prefix_cache_hits", PREFIX_CACHE_HITS_FAMILY),
+    )
+    for suffix in ("", "_total", "_created")
+}
+
+
+def _vllm_name(name: str) -> str:
+    """``name`` with an OpenTelemetry-style ``vllm.`` / ``vllm_`` prefix read as ``vllm:``."""
     if name.startswith(("vllm.", "vllm_")):
         return "vllm:" + name[5:].replace(".", "_")
     return name
+
+
+def canonical_name(name: str) -> str:
+    """vLLM's current Prometheus name for ``name``: an engine that pushes OpenTelemetry-style
+    names (``vllm.prompt_tokens``, exposed through an OTel pipeline as
+    ``vllm_prompt_tokens_total``) is read as ``vllm:prompt_tokens``, and a name vLLM renamed
+    (``vllm:gpu_cache_usage_perc``, before vLLM 0.10) as the one it has now."""
+    name = _vllm_name(name)
+    return _RENAMED_SAMPLES.get(name, name)
 
 
 def read_families(families: Iterable[Metric]) -> Snapshot:
@@ -321,6 +342,9 @@ def _keep(part: dict[SampleKey, float], samples: Iterable[Any]) -> None:
         name = canonical_name(sample.name)
         if name not in _WANTED_SAMPLES:
             continue
+        labels = tuple(sorted(sample.labels.items()))
+        if (name, labels) in part and name != _vllm_name(sample.name):
+            continue  # a renamed series served beside its current name: the current one counts
         value = finite_float(sample.value)
         if value is None:
             warn_once(
@@ -330,7 +354,7 @@ def _keep(part: dict[SampleKey, float], samples: Iterable[Any]) -> None:
                 "family is omitted for the step. Later ones are reported at DEBUG",
             )
             continue
-        part[(name, tuple(sorted(sample.labels.items())))] = value
+        part[(name, labels)] = value
 
 
 def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
