@@ -47,3 +47,23 @@ def test_what_a_resumed_job_logs_before_its_first_step_hides_none_of_the_earlier
         *((s, float(s)) for s in range(1, 11)),
         *((s, s + 0.5) for s in range(11, 15)),
     ]
+
+
+def test_a_run_started_again_without_resume_starts_its_folder_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A script run again with the same run id and no resume=True (a requeued job, a rerun
+    # after a fix): TensorBoard read both processes' files of the folder as one run, the
+    # rerun's points interleaved with the earlier run's (0..4, then 0..2 again).
+    backends = {"tensorboard": {"root_dir": tmp_path}}
+    with rlmetrics.Logger(backends=backends, run_id="r") as first:
+        for step in range(5):
+            first.log_metrics({"loss": float(step)}, step=step, prefix="train")
+    assert "started again" not in caplog.text
+    with rlmetrics.Logger(backends=backends, run_id="r") as again:
+        for step in range(3):
+            again.log_metrics({"loss": 10.0 * step}, step=step, prefix="train")
+
+    assert scalars(tmp_path / "r", "train/loss") == [(0, 0.0), (1, 10.0), (2, 20.0)]
+    said = [r.getMessage() for r in caplog.records if "started again" in r.getMessage()]
+    assert len(said) == 1 and "resume=True" in said[0], caplog.text

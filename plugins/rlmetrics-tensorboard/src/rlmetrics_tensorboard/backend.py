@@ -12,7 +12,9 @@ TensorBoard keeps every (step, value) point, so a step that goes back is never l
 A resumed run (``RunIdentity.resume``) writes into the same folder. Its first trainer step
 carries TensorBoard's restart marker, so points the previous process wrote past its last
 checkpoint (steps logged again after the restart) are dropped by TensorBoard's reader instead
-of shown twice. What a restarted job logs before its first trainer step is no restart point:
+of shown twice. A run started again with the same id without resume (a rerun, a requeued job)
+starts the folder over the same way, said once: TensorBoard shows its points, not the two
+processes' interleaved. What a restarted job logs before its first trainer step is no restart point:
 its setup timing (step 0 of every process) and the rollout-checkpoint streams (their own
 sample index, from 0 in every process); a marker at their step would hide, in every tag, all
 the earlier run logged from that step on.
@@ -111,8 +113,20 @@ class TensorBoardBackend:
         self._lock = threading.Lock()
         self._step = StepAxis("tensorboard")
         self._finished = False
-        #: A resumed run's restart marker is still to be written, at its first trainer step.
-        self._restart_pending = self.identity.resume
+        #: A restart marker is still to be written, at the first trainer step: a resumed
+        #: run's, and a run's started again (without resume) where an earlier process of it
+        #: wrote, which starts the folder over instead of interleaving the two.
+        again = not self.identity.resume and any(self.log_dir.glob("events.out.tfevents.*"))
+        self._restart_pending = self.identity.resume or again
+        if again:
+            warn_once(
+                f"tensorboard:again:{self.log_dir}",
+                f"rlmetrics-tensorboard: {str(self.log_dir)!r} holds an earlier process's "
+                f"events of run {self.identity.run_id!r}; started again without resume=True, "
+                "this run starts it over (TensorBoard shows its points from its first step "
+                "on, not the earlier ones). Pass resume=True to continue the earlier run, or "
+                "a new run id to keep both",
+            )
         #: Every hyperparameter logged so far (a later value wins), and the event file that
         #: holds them: TensorBoard's reader shows the first session it meets in a folder, so
         #: each call rewrites the one session instead of adding a second it would hide.
