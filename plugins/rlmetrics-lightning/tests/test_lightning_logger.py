@@ -397,3 +397,29 @@ def test_the_hyperparameters_are_logged_once_for_fit_validate_and_test(tmp_path:
         row["hyperparams"] for row in read_jsonl(path, every_row=True) if "hyperparams" in row
     ]
     assert configs == [{"lr": 0.1}, {"lr": 0.5}]
+
+
+def test_a_second_rlmetrics_logger_on_the_same_trainer_stands_down_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Trainer(logger=[RLMetricsLogger(), RLMetricsLogger()])`` (one per backend, say):
+    before, Lightning called each and each built a Logger, so every row and the
+    hyperparameters reached the run twice (and the tee every value twice). Now the first
+    RLMetricsLogger on the trainer logs; the others say so once and log nothing."""
+    caplog.set_level(logging.WARNING, logger="rlmetrics")
+    path = tmp_path / "metrics.jsonl"
+    first = RLMetricsLogger(backends={"jsonl": {"path": path}})
+    second = RLMetricsLogger(backends={"jsonl": {"path": path}})
+    trainer = _trainer([first, second], steps=2)
+    module = Toy()
+    trainer.fit(module, _data())
+    trainer.test(module, _data())
+    first.finish()
+    second.finish()
+    every = list(read_jsonl(path, every_row=True))
+    assert len({row["run_id"] for row in every}) == 1
+    assert [row["step"] for row in every if "train_loss" in row.get("metrics", {})] == [0, 1]
+    assert len([row for row in every if "test_loss" in row.get("metrics", {})]) == 1
+    assert len([row for row in every if "hyperparams" in row]) == 1
+    said = [r for r in caplog.records if "more than one RLMetricsLogger" in r.getMessage()]
+    assert len(said) == 1

@@ -162,6 +162,8 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
     def log_hyperparams(
         self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any
     ) -> None:
+        if self._stands_down(calling_trainer()):
+            return
         config = dict(vars(params) if isinstance(params, Namespace) else params)
         if self.logs.merges and self.logs.logger is None and not self.logs.finished:
             # Lightning calls this on rank zero only, and the Logger that merges the ranks is
@@ -178,7 +180,7 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         """Lightning calls it on every rank, right after ``log_hyperparams``, before the
         first step: the Logger that merges the ranks is built here, on every rank at once
         (no graph is logged)."""
-        if self.logs.merges:
+        if self.logs.merges and not self._stands_down(calling_trainer()):
             self._held_to(self.logs.start())
 
     @guarded(_ADAPTER, "log_metrics")
@@ -187,19 +189,38 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         # rank's Logger takes part in the step's collective).
         if not self.logs.merges and getattr(rank_zero_only, "rank", 0) != 0:
             return
+        trainer = calling_trainer()
+        if self._stands_down(trainer):
+            return
         if step is None:  # Lightning passes its global step; a direct call may not
             step = self._last_step
         self._last_step = step
         logger = self.logs.start()
         if logger is not None:
             self._held_to(logger)
-            logger.log_metrics(metrics, step=step, prefix=self._stage_prefix())
+            logger.log_metrics(metrics, step=step, prefix=self._stage_prefix(trainer))
 
-    def _stage_prefix(self) -> str:
+    def _stands_down(self, trainer: Trainer | None) -> bool:
+        """Whether an earlier ``RLMetricsLogger`` on ``trainer`` does the logging: each would
+        build a Logger of its own and write every row and the hyperparameters to the run
+        again (and every value to the tee twice), so only the first on the trainer's
+        ``loggers`` logs."""
+        loggers = trainer.loggers if trainer is not None else ()
+        first = next((each for each in loggers if isinstance(each, RLMetricsLogger)), self)
+        if first is self:
+            return False
+        warn_once(
+            f"adapter:{_ADAPTER}:twice",
+            f"rlmetrics: {_ADAPTER}: the trainer has more than one RLMetricsLogger; the first "
+            "logs and the others do nothing (each would log every row to the run again). Give "
+            "the trainer one, with every backend in its backends=",
+        )
+        return True
+
+    def _stage_prefix(self, trainer: Trainer | None) -> str:
         """``eval`` while the trainer validates (the validation loop in ``fit`` too), ``test``
         in ``test()``, else the training ``prefix``: a validation's ``reward`` is no training
         reward, and the tee reads training scalars under ``train`` only."""
-        trainer = calling_trainer()
         if trainer is None:
             return self.prefix
         if trainer.testing:
