@@ -631,6 +631,43 @@ def test_a_vllm_serving_the_older_names_beside_the_current_ones_is_read_by_the_c
         assert read_text(both) == read_text(current)
 
 
+def test_a_family_the_vllm_does_not_serve_is_said_once_with_the_keys_it_costs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A vLLM without a family read (an older one: no waiting reasons, no sleep state) gave
+    its steps without those keys and said nothing; now the first step says once which
+    families are missing and which keys that leaves out. A complete reading says nothing."""
+    waiting, sleep = "vllm:num_requests_waiting_by_reason", "vllm:engine_sleep_state"
+    dropped = frozenset({waiting, sleep, GENERATION_LENGTH_FAMILY})
+    before = _reading_of(render_exposition(SIGNALS_BEFORE, drop=dropped), 0.0)
+    after = _reading_of(render_exposition(SIGNALS_AFTER, drop=dropped), 10.0)
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        for _ in range(3):
+            signals = engine_signals(before, after)
+            keys = step_metrics(before, after)
+    assert "vllm/awake_share" not in signals and "vllm/kv_cache_usage" in signals
+    assert "vllm/generation_length_mean" not in keys and "vllm/prompt_tokens" in keys
+    said = [r.getMessage() for r in caplog.records if "serves no" in r.getMessage()]
+    assert len(said) == 2, said
+    signals_said, step_said = sorted(said, key=lambda message: "awake" not in message)
+    for part in (waiting, sleep, "vllm/requests_waiting/*"):
+        assert part in signals_said, signals_said
+    assert "vllm/awake_share" in signals_said and "kv_cache" not in signals_said
+    assert GENERATION_LENGTH_FAMILY in step_said and "vllm/generation_length_mean" in step_said
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        full = _reading(SIGNALS_AFTER, 10.0)
+        engine_signals(full, full)
+        step_metrics(full, full)
+        engine_signals(Snapshot(), Snapshot())  # an empty reading is its reader's to say
+    assert not [r for r in caplog.records if "serves no" in r.getMessage()]
+
+
+def _reading_of(text: str, at: float) -> Snapshot:
+    return Snapshot(read_text(text).parts, at)
+
+
 @pytest.mark.parametrize("answer", ["a path vLLM does not serve", "metrics that are not vLLM's"])
 def test_a_scrape_of_no_vllm_metrics_endpoint_says_what_it_got(
     answer: str, caplog: pytest.LogCaptureFixture

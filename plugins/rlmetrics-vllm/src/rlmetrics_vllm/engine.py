@@ -155,6 +155,23 @@ STEP_KEYS: tuple[str, ...] = (
     GENERATIONS_FAILED_KEY,
 )
 
+#: The keys each family read gives, for saying what a vLLM without the family costs.
+_FEEDS: Mapping[str, tuple[str, ...]] = {
+    PROMPT_TOKENS_FAMILY: (PROMPT_TOKENS_KEY,),
+    GENERATION_TOKENS_FAMILY: (GENERATION_TOKENS_KEY,),
+    REQUEST_SUCCESS_FAMILY: (GENERATIONS_OK_KEY, GENERATIONS_FAILED_KEY),
+    PROMPT_LENGTH_FAMILY: (PROMPT_LENGTH_MEAN_KEY,),
+    GENERATION_LENGTH_FAMILY: (GENERATION_LENGTH_MEAN_KEY,),
+    PREFIX_CACHE_QUERIES_FAMILY: (PREFIX_CACHE_HIT_RATE_KEY,),
+    PREFIX_CACHE_HITS_FAMILY: (PREFIX_CACHE_HIT_RATE_KEY,),
+    PREEMPTIONS_FAMILY: (PREEMPTIONS_KEY,),
+    CACHED_PROMPT_TOKENS_FAMILY: (CACHED_PROMPT_TOKENS_KEY,),
+    FLOPS_FAMILY: (MFU_KEY,),
+    KV_CACHE_USAGE_FAMILY: (KV_CACHE_USAGE_KEY,),
+    WAITING_BY_REASON_FAMILY: (REQUESTS_WAITING_PREFIX + "*",),
+    SLEEP_STATE_FAMILY: (AWAKE_SHARE_KEY,),
+}
+
 # The samples kept from each family: cumulative totals (buckets would give approximate means;
 # the exact ones come from _sum/_count) and each series' ``_created`` timestamp, which changes
 # when an engine restarts even if its new totals have already passed the old ones. An
@@ -485,7 +502,10 @@ def step_metrics(
     """
     try:
         pair = _pair(before, after)
-        return {} if pair is None else _step_metrics(pair[0].sources(), pair[1].sources())
+        if pair is None:
+            return {}
+        _say_missing(pair[1], ENGINE_FAMILIES)
+        return _step_metrics(pair[0].sources(), pair[1].sources())
     except Exception:
         warn_once(
             "vllm:step_metrics",
@@ -523,6 +543,8 @@ def engine_signals(
         if pair is None:
             return {}
         first, last = pair
+        families = [f for f in SIGNAL_FAMILIES if f != FLOPS_FAMILY or peak_flops_per_gpu]
+        _say_missing(last, families)
         if _restarted(first.sources(), last.sources()):
             return {}
         return _signals([first, *(_one(s) for s in during), last], peak_flops_per_gpu)
@@ -553,6 +575,27 @@ def _pair(
         )
         return None
     return first, last
+
+
+def _say_missing(reading: Snapshot, families: Iterable[str]) -> None:
+    """Say once which of ``families`` a reading with vLLM series lacks entirely, and the keys
+    that leaves out of every step (an empty reading was said by its reader)."""
+    names = {name for part in reading.parts for name, _labels in part}
+    if not names:
+        return
+    missing = [
+        family for family in families if not names & (_WANTED[family] - {f"{family}_created"})
+    ]
+    if not missing:
+        return
+    keys = ", ".join(dict.fromkeys(key for family in missing for key in _FEEDS[family]))
+    warn_once(
+        "vllm:missing:" + ",".join(missing),
+        f"rlmetrics-vllm: the vLLM read serves no {', '.join(missing)}, so {keys} "
+        "cannot be given and are left out of every step (a vLLM other than 0.32.0 may lack "
+        "them or name them otherwise; see docs/vllm.md)",
+        expected=True,
+    )
 
 
 def _step_metrics(
