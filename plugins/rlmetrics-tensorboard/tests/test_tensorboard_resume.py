@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tensorboard_helpers import scalars
+from tensorboard_helpers import hparams, scalars
 
 import rlmetrics
 from rlmetrics.events import CheckpointRestore
@@ -67,3 +67,25 @@ def test_a_run_started_again_without_resume_starts_its_folder_over(
     assert scalars(tmp_path / "r", "train/loss") == [(0, 0.0), (1, 10.0), (2, 20.0)]
     said = [r.getMessage() for r in caplog.records if "started again" in r.getMessage()]
     assert len(said) == 1 and "resume=True" in said[0], caplog.text
+
+
+@pytest.mark.parametrize("resume", [True, False], ids=["resumed", "started-again"])
+def test_the_hparams_dashboard_shows_the_latest_process_configuration(
+    tmp_path: Path, resume: bool
+) -> None:
+    # Each process wrote a session of its own into <run>/hparams, and TensorBoard shows the
+    # first session of a folder: a job resumed with a lowered learning rate (or a rerun with a
+    # new configuration) still showed the first process's.
+    backends = {"tensorboard": {"root_dir": tmp_path}}
+    with rlmetrics.Logger(backends=backends, run_id="r") as first:
+        first.log_hyperparams({"lr": 1e-6, "steps": 100, "seed": 1})
+        first.log_metrics({"loss": 1.0}, step=1, prefix="train")
+    with rlmetrics.Logger(backends=backends, run_id="r", resume=resume) as later:
+        later.log_hyperparams({"lr": 5e-7, "steps": 200})
+        later.log_metrics({"loss": 1.0}, step=2, prefix="train")
+
+    # Resumed, the run keeps the keys only its first process logged; started again, the
+    # configuration is the new attempt's.
+    expected = {"lr": 5e-7, "steps": 200.0, **({"seed": 1.0} if resume else {})}
+    assert hparams(tmp_path / "r") == expected
+    assert len(list((tmp_path / "r" / "hparams").iterdir())) == 1

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.summary import histogram, hparams, text
 
@@ -40,7 +41,7 @@ from rlmetrics.hyperparams import flat_hyperparams
 from rlmetrics.identity import RunIdentity, new_run_id
 from rlmetrics.samples import columns_of, markdown_table
 
-from .eventfile import EventFile
+from .eventfile import EventFile, events
 from .values import HISTOGRAM, SCALAR, TEXT, tensorboard_value
 
 __all__ = ["HPARAMS_FOLDER", "TensorBoardBackend"]
@@ -65,6 +66,32 @@ def _hparam_value(value: Any, texts: list[str], key: str) -> bool | int | float 
     if isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+#: The tag of an hparams session's start, which holds its hyperparameters.
+_SESSION_START_TAG = "_hparams_/session_start_info"
+
+
+def _earlier_sessions(folder: Path) -> tuple[dict[str, bool | float | str], list[Path]]:
+    """The hyperparameters the hparams sessions already in ``folder`` hold (an earlier process
+    of the run wrote them; files in name order, a later value winning), and their files."""
+    values: dict[str, bool | float | str] = {}
+    files = sorted(folder.glob("events.out.tfevents.*"))
+    for path in files:
+        for event in events(path):
+            for summary in event.summary.value:
+                if summary.tag != _SESSION_START_TAG:
+                    continue
+                try:
+                    content = summary.metadata.plugin_data.content
+                    start = HParamsPluginData.FromString(content).session_start_info
+                except Exception:  # not a session rlmetrics can read: replaced as it is
+                    continue
+                for key, value in start.hparams.items():
+                    kind = value.WhichOneof("kind")
+                    if kind in ("number_value", "string_value", "bool_value"):
+                        values[key] = getattr(value, kind)
+    return values, files
 
 
 def _default_bins() -> list[float]:
@@ -202,6 +229,14 @@ class TensorBoardBackend:
             )
         folder = self.log_dir / HPARAMS_FOLDER
         with self._lock:
+            replaced: list[Path] = []
+            if self._hparams_file is None:
+                # This process's first session replaces an earlier process's (TensorBoard
+                # would show that one, the first of the folder): a resumed run keeps its
+                # keys, later values winning; a run started again begins with its own.
+                earlier, replaced = _earlier_sessions(folder)
+                if self.identity.resume:
+                    self._hparams = {**earlier, **self._hparams}
             merged = {**self._hparams, **flat}
             experiment, start, end = hparams(merged, {})
             file = EventFile(folder, _unique_suffix(), self.flush_secs)
@@ -216,7 +251,9 @@ class TensorBoardBackend:
             self._hparams = merged
             previous, self._hparams_file = self._hparams_file, file.path
             if previous is not None:
-                previous.unlink(missing_ok=True)
+                replaced.append(previous)
+            for path in replaced:
+                path.unlink(missing_ok=True)
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """The rows as one Markdown table under the tag ``name`` (the Text dashboard)."""

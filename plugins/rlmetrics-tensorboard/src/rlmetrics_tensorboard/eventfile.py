@@ -25,7 +25,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tensorboardX.proto.event_pb2 import Event
@@ -33,7 +33,7 @@ from tensorboardX.record_writer import masked_crc32c
 
 from rlmetrics.backends import BackendUnavailable
 
-__all__ = ["EventFile", "record"]
+__all__ = ["EventFile", "events", "record"]
 
 
 def record(event: Event) -> bytes:
@@ -46,6 +46,28 @@ def record(event: Event) -> bytes:
         + data
         + struct.pack("I", masked_crc32c(data))
     )
+
+
+def events(path: Path) -> Iterator[Event]:
+    """The events of the file at ``path``, in order, up to a record that is torn (a process
+    killed mid-write) or does not parse; none for a file that cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    at = 0
+    while at + 12 <= len(data):
+        (length,) = struct.unpack_from("Q", data, at)
+        start = at + 12
+        if start + length + 4 > len(data):
+            return
+        event = Event()
+        try:
+            event.ParseFromString(data[start : start + length])
+        except Exception:  # protobuf's DecodeError: not an event we wrote
+            return
+        yield event
+        at = start + length + 4
 
 
 class EventFile:
