@@ -108,6 +108,29 @@ def test_a_sample_column_that_names_a_secret_is_redacted(tmp_path: Path) -> None
     }
 
 
+def test_a_secret_inside_a_sample_cell_s_dict_or_list_is_redacted(tmp_path: Path) -> None:
+    # An agent's rollout row carries its environment's settings and its tool calls as they
+    # are; a key naming a secret inside them is as secret as a column of that name.
+    logger = _jsonl(tmp_path)
+    logger.log_samples(
+        [
+            {
+                "prompt": "p",
+                "env": {"url": "http://sandbox", "api_key": "sk-live", "auth": {"token": "t1"}},
+                "tool_calls": [{"name": "search", "args": {"hf_token": "hf_x", "q": "rl"}}],
+            }
+        ],
+        1,
+    )
+    logger.finish()
+    path = samples_path(tmp_path / "m.jsonl")
+    wait_until(path.exists, 10, "the samples file")
+    (row,) = read_jsonl(path)
+    cells = f"{row['sample']['env']} {row['sample']['tool_calls']}"
+    assert not any(secret in cells for secret in ("sk-live", "t1", "hf_x")), cells
+    assert "http://sandbox" in cells and "'q': 'rl'" in cells and REDACTED in cells
+
+
 def test_span_tags_that_name_a_secret_are_redacted() -> None:
     with in_memory_tracing() as (_handle, _reader, exporter):
         with (

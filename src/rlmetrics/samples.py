@@ -9,7 +9,8 @@ caller's thread, before any backend sees them: at most ``max_rows`` rows per cal
 (text, numbers, bools, None; anything else its ``str()``), so a backend writing later on its
 own thread gets the rows as they were at the call. A cell no tracker can store (text with a
 lone surrogate, an int too long to print: :mod:`rlmetrics.storable`) is replaced alone, said
-once; a column whose name names a secret holds ``"<redacted>"`` (:mod:`rlmetrics.redaction`).
+once; a column whose name names a secret holds ``"<redacted>"`` (:mod:`rlmetrics.redaction`),
+and so does a value under such a key inside a cell's dict or list.
 """
 
 from __future__ import annotations
@@ -65,9 +66,35 @@ def _head(value: Any, max_bytes: int) -> Any:
     return first_elements(value, max_bytes // 3 + 2)
 
 
+#: How deep a cell's dicts and lists are searched for keys that name a secret.
+_MAX_DEPTH = 32
+
+
+def _without_secrets(value: Any, redact: Redaction, keep: int, depth: int = 0) -> Any:
+    """A cell's dict or list (an agent's environment settings, its tool calls) with every
+    value under a nested key that names a secret as ``"<redacted>"``, for its ``str()``: the
+    key is as secret inside a cell as it is as a column. Each dict and list is kept to its
+    first ``keep`` entries: every entry's text takes at least 3 bytes, so the ones after them
+    begin past the cell's cut."""
+    if depth >= _MAX_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        return {
+            key: REDACTED
+            if entry is not None and redact.secret(key_text(key))
+            else _without_secrets(entry, redact, keep, depth + 1)
+            for key, entry in readable_items(value)[:keep]
+        }
+    if isinstance(value, (list, tuple)):
+        entries = [_without_secrets(e, redact, keep, depth + 1) for e in value[:keep]]
+        return tuple(entries) if isinstance(value, tuple) else entries
+    return value
+
+
 class _Cells:
-    def __init__(self, max_cell_bytes: int) -> None:
+    def __init__(self, max_cell_bytes: int, redact: Redaction = DEFAULT_REDACTION) -> None:
         self.max_bytes = max_cell_bytes
+        self.redact = redact
         self.cut = 0
         self.replaced = 0
 
@@ -91,6 +118,8 @@ class _Cells:
                 text = plain
             else:
                 try:
+                    if isinstance(plain, (Mapping, list, tuple)) and self.redact.enabled:
+                        plain = _without_secrets(plain, self.redact, self.max_bytes // 3 + 2)
                     text = str(plain)
                 except Exception:
                     text = f"<{type(plain).__name__}>"
@@ -133,7 +162,7 @@ def to_samples(
             f"rlmetrics: log_samples got {len(rows)} rows; the first {max_rows} are logged "
             "(Logger(max_sample_rows=...)); later cuts at DEBUG",
         )
-    cells = _Cells(max_cell_bytes)
+    cells = _Cells(max_cell_bytes, redact)
     out: list[dict[str, Any]] = []
     skipped = collided = 0
     for row in rows[:max_rows]:
