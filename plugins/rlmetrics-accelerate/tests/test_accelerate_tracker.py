@@ -184,3 +184,33 @@ def test_a_given_logger_that_merges_ranks_is_refused_for_log_ranks() -> None:
     ):
         RLMetricsTracker(given)
     assert "rlmetrics.Logger() without ranks=" in str(refused.value)
+
+
+# -- init_trackers twice -------------------------------------------------------------------------
+
+
+def test_init_trackers_twice_writes_each_row_and_the_configuration_once(
+    recorder: type[Recorder],
+) -> None:
+    """``init_trackers`` appends every tracker object of ``log_with`` to the Accelerator's
+    trackers again, so after a second call (a script that calls it in each phase, a notebook
+    cell run twice) ``Accelerator.log`` called the tracker twice per dict and the
+    configuration was stored again each time: before, each row reached the run twice (three
+    configuration rows). Now the tracker writes a dict it was just handed at that step once,
+    and an unchanged configuration once."""
+    tracker = RLMetricsTracker(backends={"recorder": {}})
+    accelerator = Accelerator(cpu=True, log_with=[tracker])
+    accelerator.init_trackers("grpo", config={"lr": 0.1})
+    accelerator.log({"loss": 1.0}, step=1)
+    accelerator.init_trackers("grpo", config={"lr": 0.1})
+    accelerator.log({"loss": 0.5}, step=2)
+    accelerator.log({"loss": 0.25}, step=2)  # the loop's own second dict at a step: kept
+    accelerator.end_training()
+    (run,) = recorder.made
+    assert [(step, metrics) for step, _, metrics in run.rows] == [
+        (1, {"loss": 1.0}),
+        (2, {"loss": 0.5}),
+        (2, {"loss": 0.25}),
+    ]
+    assert run.hyperparams == [{"lr": 0.1}]
+    assert run.finished == 1

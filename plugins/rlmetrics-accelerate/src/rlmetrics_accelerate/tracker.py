@@ -70,6 +70,8 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
         self.logs = AdapterLogger(logger, backends=backends, key_map=key_map, adapter=_ADAPTER)
         self.prefix = prefix
         self._last_step = 0
+        #: The last ``log`` call's dict, step and items (see :meth:`_handed_again`).
+        self._last_call: tuple[Mapping[str, Any], int | None, tuple[Any, ...]] | None = None
 
     @property
     def tracker(self) -> Logger | None:
@@ -84,19 +86,32 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "store_init_configuration")
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
-        logger = self.logs.start()
-        if logger is not None:
-            logger.log_hyperparams(values)
+        # Each init_trackers stores it again (once per time the tracker is listed): an
+        # unchanged configuration is logged once.
+        self.logs.log_hyperparams(values)
 
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "log")
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        if self._handed_again(values, step):
+            return
         if step is None:  # Accelerator.log's step is optional; keep the last one
             step = self._last_step
         self._last_step = step
         logger = self.logs.start()
         if logger is not None:
             logger.log_metrics(values, step=step, prefix=self.prefix)
+
+    def _handed_again(self, values: Mapping[str, Any], step: int | None) -> bool:
+        """Whether ``values`` is the dict just logged, at the same step, holding the same
+        objects: each ``init_trackers`` appends the tracker to the Accelerator's trackers
+        again, and ``Accelerator.log`` hands the one dict to each entry. A dict the loop
+        logs again after changing it, or at another step, is logged."""
+        held = tuple(values.items()) if isinstance(values, Mapping) else ()
+        last, self._last_call = self._last_call, (values, step, held)
+        if last is None or last[0] is not values or last[1] != step or len(last[2]) != len(held):
+            return False
+        return all(a[0] == b[0] and a[1] is b[1] for a, b in zip(last[2], held, strict=True))
 
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "finish")
