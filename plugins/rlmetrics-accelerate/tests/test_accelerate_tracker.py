@@ -214,3 +214,27 @@ def test_init_trackers_twice_writes_each_row_and_the_configuration_once(
     ]
     assert run.hyperparams == [{"lr": 0.1}]
     assert run.finished == 1
+
+
+def test_a_second_rlmetrics_tracker_on_the_accelerator_stands_down_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Accelerator(log_with=[RLMetricsTracker(), RLMetricsTracker()])`` (one per backend,
+    say): before, each built a Logger and every row and the configuration reached the run
+    twice (and the tee every value twice). Now the first RLMetricsTracker on the Accelerator
+    logs; the others say so once and log nothing."""
+    caplog.set_level(logging.WARNING, logger="rlmetrics")
+    path = tmp_path / "metrics.jsonl"
+    first = RLMetricsTracker(backends={"jsonl": {"path": path}})
+    second = RLMetricsTracker(backends={"jsonl": {"path": path}})
+    accelerator = Accelerator(cpu=True, log_with=[first, second])
+    accelerator.init_trackers("grpo", config={"lr": 0.1})
+    for step in (1, 2):
+        accelerator.log({"loss": 1.0 / step}, step=step)
+    accelerator.end_training()
+    every = list(read_jsonl(path, every_row=True))
+    assert len({row["run_id"] for row in every}) == 1
+    assert [row["step"] for row in every if "metrics" in row] == [1, 2]
+    assert len([row for row in every if "hyperparams" in row]) == 1
+    said = [r for r in caplog.records if "more than one RLMetricsTracker" in r.getMessage()]
+    assert len(said) == 1

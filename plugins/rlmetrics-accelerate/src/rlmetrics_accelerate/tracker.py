@@ -17,17 +17,39 @@ where a ``StrictModeError`` stops the loop as asked.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from accelerate import Accelerator
 from accelerate.tracking import GeneralTracker, on_main_process
 
-from rlmetrics import KeyMap, Logger
+from rlmetrics import KeyMap, Logger, warn_once
 from rlmetrics.adapters import AdapterLogger, guarded, merges_ranks
 
-__all__ = ["RLMetricsTracker"]
+__all__ = ["RLMetricsTracker", "calling_accelerator"]
 
 _ADAPTER = "rlmetrics-accelerate"
+#: How far up the call stack a tracker looks for the Accelerator calling it (the guard, the
+#: main-process wrapper, ``Accelerator.log``: 3; room to spare).
+_STACK_DEPTH = 8
+
+
+def calling_accelerator() -> Accelerator | None:
+    """The ``Accelerator`` calling a tracker, found on the call stack (Accelerate hands its
+    trackers none); None when called otherwise (by hand)."""
+    frame = inspect.currentframe()
+    try:
+        depth = 0
+        while frame is not None and depth < _STACK_DEPTH:
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, Accelerator):
+                return owner
+            frame = frame.f_back
+            depth += 1
+        return None
+    finally:
+        del frame  # a frame held in a local keeps every frame above it alive
 
 
 class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
@@ -81,19 +103,21 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "start")
     def start(self) -> None:
-        self.logs.start()
+        if not self._stands_down():
+            self.logs.start()
 
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "store_init_configuration")
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         # Each init_trackers stores it again (once per time the tracker is listed): an
         # unchanged configuration is logged once.
-        self.logs.log_hyperparams(values)
+        if not self._stands_down():
+            self.logs.log_hyperparams(values)
 
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "log")
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        if self._handed_again(values, step):
+        if self._handed_again(values, step) or self._stands_down():
             return
         if step is None:  # Accelerator.log's step is optional; keep the last one
             step = self._last_step
@@ -101,6 +125,24 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
         logger = self.logs.start()
         if logger is not None:
             logger.log_metrics(values, step=step, prefix=self.prefix)
+
+    def _stands_down(self) -> bool:
+        """Whether an earlier ``RLMetricsTracker`` on the calling Accelerator does the
+        logging: each would build a Logger of its own and write every row and the
+        configuration to the run again (and every value to the tee twice), so only the first
+        in its trackers logs."""
+        accelerator = calling_accelerator()
+        trackers = accelerator.trackers if accelerator is not None else ()
+        first = next((each for each in trackers if isinstance(each, RLMetricsTracker)), self)
+        if first is self:
+            return False
+        warn_once(
+            f"adapter:{_ADAPTER}:twice",
+            f"rlmetrics: {_ADAPTER}: the Accelerator has more than one RLMetricsTracker; the "
+            "first logs and the others do nothing (each would log every row to the run "
+            "again). Give log_with one, with every backend in its backends=",
+        )
+        return True
 
     def _handed_again(self, values: Mapping[str, Any], step: int | None) -> bool:
         """Whether ``values`` is the dict just logged, at the same step, holding the same
