@@ -204,6 +204,23 @@ def test_the_configuration_file_is_read_only_when_it_is_a_regular_file(
     _raises(rlmetrics.start, "is not a regular file")
 
 
+def test_a_relative_file_missing_after_the_loop_moved_says_where_it_was_looked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # RLMETRICS_CONFIG=rlmetrics.toml is read from the working directory of the call; a
+    # script (Hydra's job.chdir) may have moved to its output folder by then.
+    (tmp_path / "rlmetrics.toml").write_text("[logger]\nqueue_size = 5\n")
+    (tmp_path / "outputs").mkdir()
+    monkeypatch.setenv("RLMETRICS_CONFIG", "rlmetrics.toml")
+    monkeypatch.chdir(tmp_path / "outputs")
+    _raises(
+        rlmetrics.Logger,
+        "RLMETRICS_CONFIG=rlmetrics.toml",
+        str(tmp_path / "outputs" / "rlmetrics.toml"),
+        "working directory",
+    )
+
+
 def test_the_configuration_file_is_read_up_to_its_bound(config: Any) -> None:
     path = config("# " + "x" * MAX_CONFIG_BYTES + "\n")
     _raises(rlmetrics.start, f"RLMETRICS_CONFIG={path} is larger than {MAX_CONFIG_BYTES} bytes")

@@ -464,8 +464,16 @@ def _read_regular_file(path: str) -> str:
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
+        # A relative path is read from the working directory of the call, which a script may
+        # have left by then (Hydra's job.chdir): say where it was looked for.
+        why = f"{exc.strerror or exc}"
+        if not os.path.isabs(path):
+            why = (
+                f"at {os.path.abspath(path)}: {why}; a relative path is read from the "
+                "working directory"
+            )
         raise ConfigurationError(
-            f"{CONFIG_ENV}={path}: cannot read the configuration file ({exc.strerror or exc})"
+            f"{CONFIG_ENV}={path}: cannot read the configuration file ({why})"
         ) from None
     data = b""
     try:
