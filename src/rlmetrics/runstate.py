@@ -23,11 +23,12 @@ import statistics
 import time
 import urllib.error
 import urllib.request
+from array import array
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .backends.jsonl import HYPERPARAMS_KIND, RESUME_KIND, SkippedLines, read_jsonl
+from .backends.jsonl import HYPERPARAMS_KIND, RESUME_KIND, SkippedLines, named_lines, read_jsonl
 from .liveness import MEDIAN_WINDOW, StallRule
 
 __all__ = ["SCHEMA", "QueryError", "run_state", "select"]
@@ -65,7 +66,10 @@ def run_state(
 
     skipped, damaged = SkippedLines(), DamagedRows()
     try:
-        rows = run_rows(read_jsonl(path, every_row=True, skipped=skipped), damaged)
+        lines = array("q")  # each row's line, for the damaged ones' names
+        rows = run_rows(
+            read_jsonl(path, every_row=True, skipped=skipped, lines=lines), damaged, lines
+        )
     except (OSError, ValueError) as exc:
         raise QueryError(f"{path}: cannot be read: {exc}") from None
     run_ids = list(dict.fromkeys(r.get("run_id") for r in rows if r.get("run_id") is not None))
@@ -105,7 +109,9 @@ def run_state(
         answer["slowest_phases"], answer["traces_other_runs"] = _phases(traces, chosen)
     if prometheus is not None:
         answer["alerts"], answer["alerts_error"] = _alerts(prometheus, chosen)
-    answer["findings"] = _findings(answer)
+    first = sorted([*skipped.first, *damaged.first], key=lambda line: line[0] or 0)
+    not_rows = named_lines(first[: SkippedLines.SHOWN], skipped.count + damaged.count)
+    answer["findings"] = _findings(answer, not_rows)
     return answer
 
 
@@ -273,8 +279,9 @@ def _alerts(url: str, run: str | None) -> tuple[list[dict[str, Any]] | None, str
     return found, None
 
 
-def _findings(answer: Mapping[str, Any]) -> list[str]:
-    """One line per thing a person should look at; empty when the run looks healthy."""
+def _findings(answer: Mapping[str, Any], bad_lines: str = "") -> list[str]:
+    """One line per thing a person should look at; empty when the run looks healthy.
+    ``bad_lines`` names the lines that were not rows (``line 3 (not JSON), ...``)."""
     found = []
     steps = answer["steps"]
     if steps["count"] == 0:
@@ -303,7 +310,10 @@ def _findings(answer: Mapping[str, Any]) -> list[str]:
     if answer["alerts_error"]:
         found.append(f"alerts not read: {answer['alerts_error']}")
     if answer["source"]["skipped_lines"]:
-        found.append(f"{answer['source']['skipped_lines']} line(s) of the JSONL were not rows")
+        named = f": {bad_lines}" if bad_lines else ""
+        found.append(
+            f"{answer['source']['skipped_lines']} line(s) of the JSONL were not rows{named}"
+        )
     return found
 
 

@@ -211,11 +211,18 @@ def test_rows_no_run_holds_are_named_by_report_and_query(tmp_path: Path) -> None
     assert report["run_id"] == "r1" and "runs" not in report  # no run "None"
     assert [step["step"] for step in report["steps"]] == [1] and report["skipped_lines"] == 2
     said = [line for line in done.stderr.splitlines() if "damaged" in line]
+    # Each named by its line, as an unreadable line is: the rows were said by what is wrong
+    # only, and a file of 10^5 rows left the reader to search for them.
     assert said == [
-        f"rlmetrics: 2 rows of {jsonl} skipped as damaged: step -4 is negative, run_id 5 is "
-        "not a string"
+        f"rlmetrics: 2 rows of {jsonl} skipped as damaged: line 2 (step -4 is negative), "
+        "line 3 (run_id 5 is not a string)"
     ]
+    check = run_cli("check", "--run", jsonl)
+    assert said[0] in check.stderr.splitlines(), check.stderr
     query = run_cli("query", jsonl)
     answer = json.loads(query.stdout)
     assert answer["run"]["run_id"] == "r1" and answer["steps"]["count"] == 1
-    assert "2 line(s) of the JSONL were not rows" in answer["findings"]
+    assert (
+        "2 line(s) of the JSONL were not rows: line 2 (step -4 is negative), line 3 (run_id 5 "
+        "is not a string)" in answer["findings"]
+    ), answer["findings"]

@@ -32,7 +32,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableSequence, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -51,6 +51,7 @@ __all__ = [
     "JsonlBackend",
     "SkippedLines",
     "metrics_line",
+    "named_lines",
     "open_regular",
     "read_jsonl",
     "register_backends",
@@ -347,14 +348,23 @@ class SkippedLines:
         if len(self.first) < self.SHOWN:
             self.first.append((number, why))
 
+    def named(self) -> str:
+        """``line 2 (not JSON), line 9 (a torn last line) and 3 more``."""
+        return named_lines(self.first, self.count)
+
     def summary(self, path: str | os.PathLike[str]) -> str:
         """``3 unreadable lines of m.jsonl skipped: line 2 (not JSON), ...``."""
-        named = ", ".join(f"line {number} ({why})" for number, why in self.first)
-        more = f" and {self.count - len(self.first)} more" if self.count > len(self.first) else ""
         return (
             f"rlmetrics: {self.count} unreadable line{'s' * (self.count != 1)} of "
-            f"{os.fspath(path)} skipped: {named}{more}"
+            f"{os.fspath(path)} skipped: {self.named()}"
         )
+
+
+def named_lines(first: Sequence[tuple[int | None, str]], count: int) -> str:
+    """The ``first`` bad lines of ``count``, each as ``line N (why)`` (a line whose number is
+    not known as its why alone), and how many more there are."""
+    named = ", ".join(why if n is None else f"line {n} ({why})" for n, why in first)
+    return named + (f" and {count - len(first)} more" if count > len(first) else "")
 
 
 def _row_problem(row: Any) -> str | None:
@@ -377,6 +387,7 @@ def read_jsonl(
     *,
     every_row: bool = False,
     skipped: SkippedLines | None = None,
+    lines: MutableSequence[int] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield the rows of a JSONL metrics file, skipping each line that is not one: a line
     that does not parse (a torn last line, a line nested too deeply or with an int too long
@@ -387,8 +398,10 @@ def read_jsonl(
     wants); otherwise one WARNING names how many and the first few when reading ends.
 
     The metric rows only, unless ``every_row``: then also the records about the run (rows with
-    a ``kind``: ``hyperparams``, ``resume``). Refuses (``ValueError``) a path that is not a
-    regular file: a device or a FIFO would be read forever."""
+    a ``kind``: ``hyperparams``, ``resume``). With ``lines``, the line number of each row is
+    appended to it as the row is yielded (so a later rule can name a row by its line).
+    Refuses (``ValueError``) a path that is not a regular file: a device or a FIFO would be
+    read forever."""
     bad = SkippedLines() if skipped is None else skipped
     try:
         with open_regular(path) as handle:
@@ -404,6 +417,8 @@ def read_jsonl(
                 if problem is not None:
                     bad.add(number, problem)
                 elif every_row or "kind" not in row:
+                    if lines is not None:
+                        lines.append(number)
                     yield row
     finally:
         if skipped is None and bad.count:

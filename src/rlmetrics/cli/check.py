@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -138,12 +139,13 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
         return problem
     try:
         skipped = SkippedLines()
-        rows = list(read_jsonl(path, every_row=True, skipped=skipped))
+        lines = array("q")  # each row's line, for the damaged ones' names
+        rows = list(read_jsonl(path, every_row=True, skipped=skipped, lines=lines))
         problem = not_a_run_problem(path, rows, skipped)
         if problem is not None:
             return problem
         damaged = DamagedRows()
-        rows = run_rows(rows, damaged)  # report's and query's rule: a row no run holds
+        rows = run_rows(rows, damaged, lines)  # report's and query's rule: a row no run holds
         for counted in (skipped, damaged):  # each cost only itself, and is said
             if counted.count:
                 sys.stderr.write(counted.summary(path) + "\n")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from ..backends.jsonl import (
     HYPERPARAMS_KIND,
     RESUME_KIND,
     SkippedLines,
+    named_lines,
     read_jsonl,
     samples_path,
 )
@@ -78,41 +80,47 @@ def run_row_problem(row: Mapping[str, Any]) -> str | None:
 
 
 class DamagedRows:
-    """The rows :func:`run_rows` left out: how many, and the first few with what is wrong
-    (their line numbers are the reader's; these are rows it read whole)."""
+    """The rows :func:`run_rows` left out: how many, and the first few with their line and
+    what is wrong (rows the reader read whole)."""
 
     #: Damaged rows a summary names (the rest are counted).
     SHOWN = 5
 
     def __init__(self) -> None:
         self.count = 0
-        self.first: list[str] = []
+        self.first: list[tuple[int | None, str]] = []
 
-    def add(self, why: str) -> None:
+    def add(self, why: str, number: int | None = None) -> None:
         self.count += 1
         if len(self.first) < self.SHOWN:
-            self.first.append(why)
+            self.first.append((number, why))
+
+    def named(self) -> str:
+        """``line 6 (step -4 is negative), line 9 (run_id 5 is not a string)``."""
+        return named_lines(self.first, self.count)
 
     def summary(self, path: str | os.PathLike[str]) -> str:
-        """``2 rows of m.jsonl skipped as damaged: run_id 5 is not a string, ...``."""
-        more = f" and {self.count - len(self.first)} more" if self.count > len(self.first) else ""
+        """``2 rows of m.jsonl skipped as damaged: line 6 (step -4 is negative), ...``."""
         return (
             f"rlmetrics: {self.count} row{'s' * (self.count != 1)} of {os.fspath(path)} "
-            f"skipped as damaged: {', '.join(self.first)}{more}"
+            f"skipped as damaged: {self.named()}"
         )
 
 
-def run_rows(rows: Iterable[dict[str, Any]], damaged: DamagedRows) -> list[dict[str, Any]]:
+def run_rows(
+    rows: Iterable[dict[str, Any]], damaged: DamagedRows, lines: Sequence[int] = ()
+) -> list[dict[str, Any]]:
     """``rows`` without those :func:`run_row_problem` finds damaged, each counted into
-    ``damaged``: a damaged row costs only itself. ``rlmetrics report``, ``check --run`` and
-    ``query`` read a run's rows through this one rule."""
+    ``damaged`` with its line number from ``lines`` (what ``read_jsonl(lines=)`` filled): a
+    damaged row costs only itself. ``rlmetrics report``, ``check --run`` and ``query`` read a
+    run's rows through this one rule."""
     kept = []
-    for row in rows:
+    for index, row in enumerate(rows):
         problem = run_row_problem(row)
         if problem is None:
             kept.append(row)
         else:
-            damaged.add(problem)
+            damaged.add(problem, lines[index] if index < len(lines) else None)
     return kept
 
 
@@ -262,12 +270,13 @@ def read_reports(
     first few."""
     path = Path(path)
     bad = SkippedLines() if skipped is None else skipped
-    rows = list(read_jsonl(path, every_row=True, skipped=bad))
+    lines = array("q")
+    rows = list(read_jsonl(path, every_row=True, skipped=bad, lines=lines))
     problem = not_a_run_problem(path, rows, bad)
     if problem is not None:
         raise NotARunFile(problem)
     broken = DamagedRows() if damaged is None else damaged
-    rows = run_rows(rows, broken)
+    rows = run_rows(rows, broken, lines)
     if skipped is None and bad.count:
         logger.warning(bad.summary(path))
     if damaged is None and broken.count:
