@@ -155,7 +155,7 @@ def test_read_jsonl_skips_a_line_it_cannot_parse_and_reads_on(tmp_path: Path, ca
     assert "line 2 (not JSON), line 3 (not JSON)" in record.message
 
 
-def test_a_row_appended_after_a_torn_line_is_not_lost(tmp_path: Path) -> None:
+def test_a_row_appended_after_a_torn_line_is_not_lost(tmp_path: Path, caplog: Any) -> None:
     path = tmp_path / "m.jsonl"
     first = JsonlBackend(path)
     first.log_metrics({"x": 1.0}, 1, "train")
@@ -166,6 +166,10 @@ def test_a_row_appended_after_a_torn_line_is_not_lost(tmp_path: Path) -> None:
     restarted.log_metrics({"x": 3.0}, 3, "train")
     restarted.finish()
     assert [r["step"] for r in read_jsonl(path)] == [1, 3]
+    # Said by its line when the file is continued: once closed off by a newline, readers
+    # can only call it "not JSON", and the restart was silent about what it found.
+    said = [r.getMessage() for r in caplog.records if "torn" in r.getMessage()]
+    assert len(said) == 1 and f"{path} ends in a torn line 2" in said[0], caplog.text
 
 
 def test_a_row_is_on_disk_when_log_metrics_returns(tmp_path: Path) -> None:

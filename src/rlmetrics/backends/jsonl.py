@@ -294,10 +294,26 @@ def _open_for_append(path: Path) -> TextIO:
     handle = path.open("a", encoding="utf-8")
     if not _ends_a_line(path):
         # A writer killed mid-line left a fragment: a row appended to it would be lost
-        # with it, so the next row starts on a line of its own.
+        # with it, so the next row starts on a line of its own. Said by its line now: once
+        # closed off, a reader can only call it "not JSON".
+        logger.warning(
+            "rlmetrics: %s ends in a torn line %d (a writer killed mid-row); it is left as "
+            "it is, and the rows appended now start on the next line",
+            path,
+            _count_lines(path),
+        )
         handle.write("\n")
         handle.flush()
     return handle
+
+
+def _count_lines(path: Path) -> int:
+    """How many lines ``path`` holds, its last one counted unended or not."""
+    lines = 1
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            lines += chunk.count(b"\n")
+    return lines
 
 
 def _ends_a_line(path: Path) -> bool:
