@@ -19,7 +19,14 @@ from collections.abc import Iterable, Sequence
 
 from .registry import Declared
 
-__all__ = ["END", "START", "metrics_table", "undeclaring_modules", "update_tables"]
+__all__ = [
+    "END",
+    "START",
+    "marker_problems",
+    "metrics_table",
+    "undeclaring_modules",
+    "update_tables",
+]
 
 START = "<!-- rlmetrics:metrics "
 END = "<!-- /rlmetrics:metrics -->"
@@ -76,6 +83,43 @@ def undeclaring_modules(text: str, declared: Sequence[Declared]) -> list[str]:
                     + (f" (did you mean {close[0]!r}?)" if close else "")
                 )
     return problems
+
+
+def _line(text: str, at: int) -> int:
+    return text.count("\n", 0, at) + 1
+
+
+def marker_problems(text: str, declared: Sequence[Declared]) -> list[str]:
+    """What is wrong with ``text``'s markers, one line each: an opening marker (at the start
+    of a line) that opens no table (no closing marker after it, a misspelt one, or names that are no module names:
+    :func:`update_tables` would pass it over and leave the table stale), a table not closed
+    before the next opens (it would take the next one in), and every module a marker names
+    that declares no series (:func:`undeclaring_modules`)."""
+    problems = []
+    opened: set[int] = set()
+    for block in _BLOCK.finditer(text):
+        opened.add(block.start())
+        inner = block.group("body").find(START)
+        if inner >= 0:
+            problems.append(
+                f"line {_line(text, block.start())}: the table opened here is not closed before "
+                f"line {_line(text, block.start('body') + inner)} opens another: close it with "
+                f"{END}"
+            )
+    # Only a marker that starts a line: prose that quotes one (`<!-- rlmetrics:metrics ...`)
+    # is no marker.
+    for marker in re.finditer("^" + re.escape(START), text, re.MULTILINE):
+        if marker.start() in opened or any(
+            block.start("body") <= marker.start() < block.end("body")
+            for block in _BLOCK.finditer(text)
+        ):
+            continue
+        first_line = text[marker.start() :].split("\n", 1)[0]
+        problems.append(
+            f"line {_line(text, marker.start())}: {first_line!r} opens no table: name modules "
+            f"(letters, digits, _ and .) and close it with {END} on a line of its own after it"
+        )
+    return problems + undeclaring_modules(text, declared)
 
 
 def update_tables(text: str, declared: Sequence[Declared]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from tools_support import run_cli
 
 from rlmetrics.catalogue import END, START, metrics_table, update_tables
@@ -192,3 +193,28 @@ def test_a_marker_naming_what_nothing_declares_or_offers_is_refused_naming_it(
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"rlmetrics docs: {page}: no key map named 'trll' is offered")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "page_text",
+    [
+        f"{START}rlmetrics_vllm.family -->\n| old |\n",  # no closing marker
+        f"{START}rlmetrics_vllm.family -->\n| old |\n<!-- /rlmetrics:metric -->\n",  # misspelt
+        f"{START}rlmetrics_vllm.family rlmetrics-gym.x -->\n| old |\n{END}\n",  # not a module
+        # unclosed, so the next table's closing marker would take the next one in
+        f"{START}rlmetrics_vllm.family -->\n| old |\n{START}rlmetrics_vllm.gen_ai -->\n{END}\n",
+    ],
+    ids=["unclosed", "misspelt-end", "not-a-module-name", "closed-by-the-next"],
+)
+def test_a_marker_that_opens_no_table_is_refused_naming_its_line(
+    tmp_path: Path, page_text: str
+) -> None:
+    """An opening marker the command could not pair with its closing one (none, a misspelt
+    one, a name that is no module) was passed over: exit 0, nothing said, the table stale."""
+    page = tmp_path / "page.md"
+    page.write_text("# A plugin\n\n" + page_text)
+    done = run_cli("docs", page)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"rlmetrics docs: {page}: line 3: "), done.stderr
+    assert END in done.stderr
+    assert page.read_text() == "# A plugin\n\n" + page_text

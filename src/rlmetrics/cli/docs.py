@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..catalogue import undeclaring_modules, update_tables
+from ..catalogue import marker_problems, update_tables
 from ..keymaps import available_key_maps
 from ..keymaps.tables import update_key_map_tables
 from ..plugins import load_plugins
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     for page in args.pages:  # every page worked out before any is written
         text = page.read_text(encoding="utf-8")
         try:
-            problems = undeclaring_modules(text, declared)
+            problems = marker_problems(text, declared)
             if problems:
                 raise ValueError("; ".join(problems))
             updated = update_key_map_tables(update_tables(text, declared), maps, declared)
