@@ -91,10 +91,10 @@ def _line(text: str, at: int) -> int:
 
 def marker_problems(text: str, declared: Sequence[Declared]) -> list[str]:
     """What is wrong with ``text``'s markers, one line each: an opening marker (at the start
-    of a line) that opens no table (no closing marker after it, a misspelt one, or names that are no module names:
-    :func:`update_tables` would pass it over and leave the table stale), a table not closed
-    before the next opens (it would take the next one in), and every module a marker names
-    that declares no series (:func:`undeclaring_modules`)."""
+    of a line) that opens no table (no closing marker after it, a misspelt one, or names that
+    are no module names: :func:`update_tables` would pass it over and leave the table stale),
+    a table not closed before the next opens (it would take the next one in), and every
+    module a marker names that declares no series (:func:`undeclaring_modules`)."""
     problems = []
     opened: set[int] = set()
     for block in _BLOCK.finditer(text):
