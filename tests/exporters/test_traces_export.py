@@ -320,7 +320,9 @@ def test_spans_a_full_queue_drops_are_counted_and_said_once_naming_the_queue_var
     for n in range(made):
         tracer.start_span(f"burst {n}").end()
     dropped = single(
-        points(reader), "rlmetrics.exporter.spans.dropped", **{"rlmetrics.exporter": "otlp"}
+        points(reader),
+        "rlmetrics.exporter.spans.dropped",
+        **{"rlmetrics.exporter": "otlp", "rlmetrics.drop.reason": "queue_full"},
     )
     # At most 4 spans wait in the queue and 4 in the export in flight.
     assert made - 8 <= dropped.value <= made
@@ -329,3 +331,38 @@ def test_spans_a_full_queue_drops_are_counted_and_said_once_naming_the_queue_var
     message = warnings[0].getMessage()
     assert "'otlp'" in message and "OTEL_BSP_MAX_QUEUE_SIZE" in message
     assert "rlmetrics.exporter.spans.dropped" in message
+
+
+def test_spans_a_failed_export_drops_are_counted(
+    dead_endpoint: OtlpReceiver, rlmetrics_log: CapturedLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A span export that fails (the collector gone) loses its spans for good (no totals to
+    resend, unlike a metric): after the first warning they were counted nowhere."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2")
+    reader = InMemoryMetricReader()
+    handle = rlmetrics.start(
+        exporters=["otlp"],
+        otlp_endpoint=dead_endpoint.endpoint,
+        export_interval_s=3600,
+        readers=[reader],
+    )
+    tracer = handle.tracer_provider.get_tracer("lost")  # type: ignore[union-attr]
+    for n in range(7):
+        tracer.start_span(f"lost {n}").end()
+    handle.tracer_provider.force_flush()  # type: ignore[union-attr]
+    rlmetrics_log.wait_for(f"OTLP trace export to 127.0.0.1:{dead_endpoint.port} failed")
+    found = points(reader)
+    lost = single(
+        found,
+        "rlmetrics.exporter.spans.dropped",
+        **{"rlmetrics.exporter": "otlp", "rlmetrics.drop.reason": "export_failed"},
+    )
+    assert lost.value == 7
+    assert not [
+        p
+        for p in found
+        if p.name == "rlmetrics.exporter.spans.dropped"
+        and p.attributes.get("rlmetrics.drop.reason") == "queue_full"
+    ]

@@ -13,6 +13,7 @@ module level: plugin modules are imported by every process that uses rlmetrics.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
 from collections.abc import Callable
@@ -175,7 +176,7 @@ def batch_span_processor(
 ) -> SpanProcessor:
     """``exporter`` (a push ``SpanExporter``) behind a ``BatchSpanProcessor`` (or
     ``processor_class``): spans are queued as they end (a full queue drops, never blocks;
-    what it drops is counted, :func:`span_drops`)
+    what it drops, and the spans of a failed export, are counted: :func:`span_drops`)
     and exported every ``export_interval_s`` seconds from the processor's own thread; None
     means ``OTEL_BSP_SCHEDULE_DELAY``, else the SDK's 5 s."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -204,28 +205,51 @@ class _CountingProcessorMetrics:
         # end, not a queue that did not keep up.
         reason = args[0] if args else kwargs.get("error_type", "queue_full")
         if reason == "queue_full":
-            self._drops.add(count)
+            self._drops.full(count)
         self._inner.drop_items(count, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
+def _counting_export(export: Callable[..., Any], drops: SpanDrops) -> Callable[..., Any]:
+    """``export`` (a span exporter's) counting the spans of each export that fails."""
+
+    def counted(spans: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = export(spans, *args, **kwargs)
+        except BaseException:
+            drops.failed(len(spans))
+            raise
+        if getattr(result, "name", None) != "SUCCESS":
+            drops.failed(len(spans))
+        return result
+
+    return counted
+
+
 def _count_drops(processor: Any) -> None:
-    """Count what ``processor``'s full queue drops in a :class:`SpanDrops` (see
-    :func:`span_drops`); a processor without the SDK's batch processor inside counts none."""
+    """Count what ``processor`` loses in a :class:`SpanDrops` (see :func:`span_drops`): what
+    its full queue drops, and the spans of its exports that fail. A processor without the
+    SDK's batch processor inside counts none."""
     batch: Any = getattr(processor, "_batch_processor", None)
     metrics = getattr(batch, "_metrics", None)
     if metrics is None or not callable(getattr(metrics, "drop_items", None)):
         return
     drops = SpanDrops(queue_size=getattr(batch, "_max_queue_size", 0))
     batch._metrics = _CountingProcessorMetrics(metrics, drops)
+    exporter = getattr(batch, "_exporter", None)
+    # On the exporter object the processor calls (any class, the file's included); the
+    # processor's shutdown, which reads the exporter's own signature, is left as it is. An
+    # exporter that takes no attribute says its failures itself.
+    with contextlib.suppress(AttributeError):
+        exporter.export = _counting_export(exporter.export, drops)  # type: ignore[union-attr]
     processor.rlmetrics_drops = drops
 
 
 def span_drops(processor: Any) -> SpanDrops | None:
-    """What :func:`batch_span_processor`'s ``processor`` dropped because its queue was full;
-    None for any other processor (or none)."""
+    """What :func:`batch_span_processor`'s ``processor`` lost, to a full queue or a failed
+    export; None for any other processor (or none)."""
     drops = getattr(processor, "rlmetrics_drops", None)
     return drops if isinstance(drops, SpanDrops) else None
 

@@ -2,8 +2,8 @@
 
 :class:`~rlmetrics.exporters.ForkSafe` keeps one per exporter; the health path reads it, and
 the ``pipeline`` family sets its ``name`` and ``listener`` to count each export as
-``rlmetrics.exporter.exports``. Only the reader's thread writes it. :class:`SpanDrops` is what
-a batch span processor's full queue dropped (``rlmetrics.exporter.spans.dropped``).
+``rlmetrics.exporter.exports``. Only the reader's thread writes it. :class:`SpanDrops` is the spans
+an exporter lost, to a full queue or a failed export (``rlmetrics.exporter.spans.dropped``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import attrs
 
 from .._warn import warn_once
 
-__all__ = ["ExportTally", "SpanDrops"]
+__all__ = ["EXPORT_FAILED", "QUEUE_FULL", "ExportTally", "SpanDrops"]
 
 
 @attrs.define
@@ -44,20 +44,29 @@ class ExportTally:
                 warn_once("exporter:tally-listener", "rlmetrics: counting an export failed")
 
 
+#: Why a span was dropped: its batch processor's queue was full, or its export failed.
+QUEUE_FULL = "queue_full"
+EXPORT_FAILED = "export_failed"
+
+
 @attrs.define
 class SpanDrops:
-    """Spans a batch span processor dropped because its queue was full (the SDK drops the
-    oldest queued span when one more ends, saying so only in its own log). Counted by the
-    thread that ended the span; said once, naming the exporter and the queue's variable."""
+    """Spans an exporter lost: dropped by its batch span processor because the queue was full
+    (the SDK drops the oldest queued span when one more ends, saying so only in its own log),
+    or in an export that failed (the exporter says that once itself; spans carry no totals a
+    later export would resend). Counted by the thread that lost them; a full queue is said
+    once, naming the exporter and the queue's variable."""
 
     queue_size: int = 0
-    dropped: int = 0
-    #: The exporter's name in ``start()`` and who hears of each drop, once telemetry runs.
+    queue_full: int = 0
+    export_failed: int = 0
+    #: The exporter's name in ``start()`` and who hears of each loss (the exporter's name,
+    #: how many spans, :data:`QUEUE_FULL` or :data:`EXPORT_FAILED`), once telemetry runs.
     name: str = ""
-    listener: Callable[[str, int], None] | None = None
+    listener: Callable[[str, int, str], None] | None = None
 
-    def add(self, count: int) -> None:
-        self.dropped += count
+    def full(self, count: int) -> None:
+        self.queue_full += count
         warn_once(
             f"exporter:{self.name}:span-queue",
             f"rlmetrics: exporter {self.name!r}'s span queue (OTEL_BSP_MAX_QUEUE_SIZE, "
@@ -67,9 +76,16 @@ class SpanDrops:
             "(rlmetrics.trajectories.configure(budget=...)), keeps them. Said once",
             expected=True,
         )
+        self._tell(count, QUEUE_FULL)
+
+    def failed(self, count: int) -> None:
+        self.export_failed += count
+        self._tell(count, EXPORT_FAILED)
+
+    def _tell(self, count: int, reason: str) -> None:
         listener = self.listener
         if listener is not None:
             try:
-                listener(self.name, count)
-            except Exception:  # never into the thread that ended the span
-                warn_once("exporter:drop-listener", "rlmetrics: counting a dropped span failed")
+                listener(self.name, count, reason)
+            except Exception:  # never into the thread that lost them
+                warn_once("exporter:drop-listener", "rlmetrics: counting dropped spans failed")

@@ -8,9 +8,11 @@ visible where the alerts can see them:
   ``rlmetrics.exporter`` (the name ``start()`` was given) and ``rlmetrics.export.outcome``
   (``success``, ``failure``). A failed OTLP export is counted here even while the collector it
   failed to reach is down, so a Prometheus scrape of the same process shows it.
-- ``rlmetrics.exporter.spans.dropped``: spans an exporter's batch span processor dropped
-  because its queue (``OTEL_BSP_MAX_QUEUE_SIZE``) was full, by ``rlmetrics.exporter``: spans
-  ended faster than the exporter sent them (a burst of trajectories, a slow collector).
+- ``rlmetrics.exporter.spans.dropped``: spans an exporter lost, by ``rlmetrics.exporter`` and
+  ``rlmetrics.drop.reason``: ``queue_full``, its batch span processor's queue
+  (``OTEL_BSP_MAX_QUEUE_SIZE``) was full (spans ended faster than the exporter sent them: a
+  burst of trajectories, a slow collector); ``export_failed``, in an export that failed (a
+  span carries no totals a later export would resend, so these are lost for good).
 - ``rlmetrics.backend.dropped``: rows a queued backend (W&B, MLflow…) dropped because it did
   not keep up (its queue was full, or its finish bound passed before it wrote them), by
   ``rlmetrics.backend``.
@@ -27,6 +29,7 @@ from __future__ import annotations
 from .. import hookimpl
 from ..backends import worker
 from ..exporters import span_drops
+from ..exporters.tally import EXPORT_FAILED, QUEUE_FULL
 from ..health import export_tallies
 from ..registry import declare, record
 from ..spec import OPEN, SUM, Kind, MetricSpec
@@ -36,6 +39,7 @@ __all__ = [
     "BACKEND_ATTR",
     "BACKEND_DROPPED",
     "BACKEND_FAILED",
+    "DROP_REASON_ATTR",
     "EXPORTER_ATTR",
     "EXPORTS",
     "GROUP",
@@ -52,6 +56,7 @@ BACKEND_DROPPED = "rlmetrics.backend.dropped"
 BACKEND_FAILED = "rlmetrics.backend.failed"
 EXPORTER_ATTR = "rlmetrics.exporter"
 OUTCOME_ATTR = "rlmetrics.export.outcome"
+DROP_REASON_ATTR = "rlmetrics.drop.reason"
 BACKEND_ATTR = "rlmetrics.backend"
 
 #: Exporter and backend names a process may report; each is a name given in code.
@@ -74,9 +79,10 @@ declare(
             SPANS_DROPPED,
             Kind.COUNTER,
             unit="{span}",
-            description="Spans an exporter dropped because its span queue was full",
-            attributes={EXPORTER_ATTR: OPEN},
-            max_series=_MAX_NAMES,
+            description="Spans an exporter lost, by why: its span queue was full, or their "
+            "export failed",
+            attributes={EXPORTER_ATTR: OPEN, DROP_REASON_ATTR: {QUEUE_FULL, EXPORT_FAILED}},
+            max_series=2 * _MAX_NAMES,
             reduce=SUM,
         ),
         MetricSpec(
@@ -106,8 +112,8 @@ def _exported(name: str, succeeded: bool) -> None:
     record(GROUP, {EXPORTS: 1}, {EXPORTER_ATTR: name, OUTCOME_ATTR: outcome})
 
 
-def _spans_dropped(name: str, spans: int) -> None:
-    record(GROUP, {SPANS_DROPPED: spans}, {EXPORTER_ATTR: name})
+def _spans_dropped(name: str, spans: int, reason: str) -> None:
+    record(GROUP, {SPANS_DROPPED: spans}, {EXPORTER_ATTR: name, DROP_REASON_ATTR: reason})
 
 
 def _lost(name: str, reason: str, rows: int) -> None:
@@ -116,8 +122,8 @@ def _lost(name: str, reason: str, rows: int) -> None:
 
 @hookimpl
 def telemetry_started() -> None:
-    """Count every export of this session's push exporters, every span their queues drop,
-    and every row a backend loses."""
+    """Count every export of this session's push exporters, every span they lose, and every
+    row a backend loses."""
     for name, tally in export_tallies():
         tally.name, tally.listener = name, _exported
     handle = current()
