@@ -63,3 +63,31 @@ def test_a_resumed_run_continues_in_every_tracker(
     assert report.run_id == "grpo-7b" and report.resumed == 1
     assert [s["step"] for s in report.steps] == list(range(1, 21))
     assert report.repeated_steps == ()
+
+
+def test_a_run_started_again_without_resume_is_a_new_attempt_no_tracker_interleaves(
+    tmp_path: Path, every_backend: dict[str, Any]
+) -> None:
+    backends = {k: every_backend[k] for k in ("mlflow", "tensorboard")}
+    first = _train(backends, range(1, 6), resume=False)
+    again = _train(backends, range(1, 4), resume=False)  # rerun from scratch, same id
+    resumed = _train(backends, range(4, 6), resume=True)
+
+    # TensorBoard: the folder starts over at the new attempt's first step.
+    assert scalars(tmp_path / "runs" / "grpo-7b", "train/loss") == [(s, s / 4) for s in range(1, 6)]
+    assert len([r for r in (tmp_path / "runs" / "grpo-7b").glob("events.out.tfevents.*")]) == 3
+    # MLflow: a run per attempt, both tagged; resume=True continued the newest.
+    client = MlflowClient(every_backend["mlflow"]["tracking_uri"])
+    runs = client.search_runs(
+        [client.get_experiment_by_name("grpo").experiment_id],
+        "tags.`rlmetrics.run.id` = 'grpo-7b'",
+    )
+    assert len(runs) == 2
+    assert first.backends["mlflow"].run_id != again.backends["mlflow"].run_id
+    assert resumed.backends["mlflow"].run_id == again.backends["mlflow"].run_id
+    assert history(client, first.backends["mlflow"].run_id, "train/loss") == [
+        (s, s / 4) for s in range(1, 6)
+    ]
+    assert history(client, again.backends["mlflow"].run_id, "train/loss") == [
+        (s, s / 4) for s in range(1, 6)
+    ]
