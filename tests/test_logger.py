@@ -417,6 +417,22 @@ def test_flatten_caps_the_keys_of_one_call_and_reports_once(caplog: Any) -> None
     assert caplog.text.count("keys past the cap were dropped") == 1
 
 
+def test_two_entries_flattening_to_one_key_are_said_once_naming_it(
+    tmp_path: Path, caplog: Any
+) -> None:
+    # Two sources merged into one dict: a nested table and a flat key of the same path. One
+    # key can hold one value; the later one is logged, and the other is not lost unsaid.
+    jsonl = {"jsonl": {"path": tmp_path / "m.jsonl"}}
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"), rlmetrics.Logger(jsonl) as logger:
+        for step in (1, 2):
+            metrics = {"timing": {"gen": 1.0 + step}, "timing/gen": 2.0 + step, "loss": 0.5}
+            logger.log_metrics(metrics, step=step, prefix="train")
+    rows = [r["metrics"] for r in read_jsonl(tmp_path / "m.jsonl")]
+    assert rows == [{"timing/gen": 3.0, "loss": 0.5}, {"timing/gen": 4.0, "loss": 0.5}]
+    said = [r.getMessage() for r in caplog.records if "'timing/gen'" in r.getMessage()]
+    assert len(said) == 1 and "the later one is logged" in said[0], said
+
+
 class _RaisesEverywhere:
     """A value whose every conversion raises, as a broken tensor wrapper might."""
 

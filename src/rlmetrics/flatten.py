@@ -61,7 +61,8 @@ def flatten(
 
     A mapping that contains itself is not entered again (the cycle is cut), nesting stops at
     :data:`MAX_DEPTH` levels (a deeper mapping is kept as a value), and an entry that cannot
-    be read is skipped on its own. Past :data:`MAX_FLAT_KEYS` keys, only the axis keys
+    be read is skipped on its own; two entries that flatten to one key (``{"a": {"b": 1},
+    "a/b": 2}``) keep the later value. Past :data:`MAX_FLAT_KEYS` keys, only the axis keys
     (``rlmetrics/step``, ``telemetry/wall_time_seconds``) and the keys in ``teed()`` (the ones
     a declared series reads; asked for once, when the cap is first passed) are kept. Each is
     reported once; a cut says how many keys it dropped.
@@ -105,7 +106,17 @@ def flatten(
                         f"rlmetrics: a logged dict is nested more than {MAX_DEPTH} levels deep; "
                         "each mapping below that level is logged as one value, not flattened",
                     )
-                if admitted < MAX_FLAT_KEYS:
+                if full in flat:
+                    # {"a": {"b": 1}, "a/b": 2} (two sources merged into one dict): one key
+                    # holds one value, as a dict's update does; the earlier is not lost unsaid.
+                    warn_once(
+                        "flatten:same-key",
+                        f"rlmetrics: two entries of a logged dict flatten to the key {full!r} "
+                        "(a nested dict and a key with its path, or keys 1 and '1'); the later "
+                        "one is logged",
+                    )
+                    flat[full] = value
+                elif admitted < MAX_FLAT_KEYS:
                     admitted += 1
                     if admitted == MAX_FLAT_KEYS:
                         survivors = _survivors(teed)
