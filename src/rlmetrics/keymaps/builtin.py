@@ -81,7 +81,23 @@ TRL = KeyMap(
             "step_time",
             note="TRL times no idle category, so no efficiency summary is derived from it",
         ),
+        KeyRule("rewards/*", note="DPO, KTO: implicit rewards (chosen, rejected, margins...)"),
+        *_backends("logps/*", "logits/*", note="DPO, KTO: of the chosen and rejected completions"),
+        KeyRule("mean_token_accuracy", note="SFT, DPO"),
+        *_backends(
+            "accuracy",
+            "margin",
+            "mean_reward",
+            "min_reward",
+            "max_reward",
+            note="RewardTrainer: the reward model's scores, no policy's reward",
+        ),
         *_backends("epoch"),
+        *_backends(
+            "num_input_tokens_seen",
+            "train_tokens_per_second",
+            note="with include_num_input_tokens_seen",
+        ),
         *_backends(
             "train_runtime",
             "train_samples_per_second",
@@ -91,7 +107,7 @@ TRL = KeyMap(
             note="the run's summary, logged once at the end",
         ),
     ],
-    title="TRL (GRPOTrainer, and transformers.Trainer's own keys)",
+    title="TRL (GRPO, RLOO, SFT, DPO, KTO, reward trainers; transformers.Trainer's own keys)",
 )
 
 VERL = KeyMap(
