@@ -121,6 +121,15 @@ class Built:
     def close_exporters(self) -> None:
         _close(self.exporters)
 
+    def end_run(self) -> None:
+        """Tell each exporter the run ended cleanly (:attr:`Exporter.end_run`), one after
+        another: each bounds its own wait."""
+        for name, exporter in self.exporters.items():
+            try:
+                exporter.end_run()
+            except Exception:
+                warn_once(f"exporter:{name}:end_run", f"rlmetrics: exporter {name!r} failed to end")
+
 
 #: The span limits the SDK reads from the environment (integers of 0 or more).
 _SPAN_LIMIT_VARIABLES = (

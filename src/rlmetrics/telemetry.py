@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -180,8 +181,10 @@ class Telemetry:
             self._release_strict()
         raise_if_strict()
 
-    def _shutdown(self, timeout_s: float) -> bool:
-        """Stop, once; whether this call did."""
+    def _shutdown(self, timeout_s: float, clean: bool = True) -> bool:
+        """Stop, once; whether this call did. ``clean``: the run ended, rather than failed
+        (an exception unwinding), so each exporter is told (:attr:`Exporter.end_run`: the
+        Prometheus endpoint serves the end to one last scrape, waiting within its own bound)."""
         global _active
         with self._lock:
             if self._closed:
@@ -198,9 +201,16 @@ class Telemetry:
             _stop_plugins(self, timeout_s / 2)
             built = self._built
             if built is not None:
-                left_s = max(0.0, deadline - time.monotonic())
-                _bounded(built.shutdown_actions(_millis(left_s)), left_s, "shutdown")
-                built.close_exporters()
+                began = time.monotonic()
+                try:
+                    if clean:
+                        built.end_run()
+                finally:  # an interrupt ends that wait, never the shutdown
+                    # The wait for a last scrape is bounded on its own: the export keeps its time.
+                    deadline += time.monotonic() - began
+                    left_s = max(0.0, deadline - time.monotonic())
+                    _bounded(built.shutdown_actions(_millis(left_s)), left_s, "shutdown")
+                    built.close_exporters()
         finally:
             self._registry.release()
             with _start_lock:
@@ -219,12 +229,23 @@ class Telemetry:
     ) -> None:
         if exc is None:
             self.shutdown()
-        elif self._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S):
+        elif self._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S, clean=_ended_cleanly(exc)):
             self._release_strict()  # the block's own exception is the one to see
 
     def __repr__(self) -> str:
         state = "exporting" if self.exporting else ("stopped" if self._closed else "idle")
         return f"<Telemetry service={self.service_name!r} run={self.run_id!r} {state}>"
+
+
+def _ended_cleanly(exc: BaseException | None) -> bool:
+    """Whether a run that ends with ``exc`` unwinding (None: nothing) ended rather than
+    failed: nothing, an interrupt (Ctrl-C: someone stopped it) or ``sys.exit`` with status
+    0 ended it; any other exception is a failure."""
+    if exc is None or isinstance(exc, KeyboardInterrupt):
+        return True
+    if isinstance(exc, SystemExit):
+        return exc.code in (None, 0)
+    return False
 
 
 def _stop_plugins(handle: Telemetry, bound_s: float) -> None:
@@ -334,7 +355,10 @@ def _shutdown_at_exit() -> None:
     if handle is None:
         return
     try:
-        handle._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S)  # nobody is left to raise into
+        # nobody is left to raise into; an exception nothing caught ended the process
+        # (sys.last_value): the run failed
+        failure = getattr(sys, "last_value", None)
+        handle._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S, clean=_ended_cleanly(failure))
     except Exception:
         warn_once("telemetry:exit", "rlmetrics: shutting telemetry down at exit failed")
     except BaseException as exc:

@@ -105,7 +105,10 @@ def test_documented_name_translations_hold() -> None:
             assert {"otel_scope_name", "otel_scope_version"} <= served[sample]
             if row["label"]:
                 assert row["label"] in served[sample], f"{sample} lacks label {row['label']}"
-    assert set(served) - expected == {"target_info"}, "undocumented series served"
+    # The resource, and whether the run ended (served beside every run's series).
+    assert set(served) - expected == {"target_info", "rlmetrics_run_ended"}, (
+        "undocumented series served"
+    )
 
 
 def test_prometheus_server_scrapes_translated_series(

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from stack_support import stacks
+from stack_support import receiver, stacks
 
-__all__ = ["stacks"]
+__all__ = ["receiver", "stacks"]

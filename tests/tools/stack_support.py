@@ -4,6 +4,7 @@ share. A module with a name no other test folder uses."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from tools_support import RLMETRICS
 
 import rlmetrics
 
-__all__ = ["Run", "Stack", "stacks"]
+__all__ = ["Receiver", "Run", "Stack", "receiver", "stacks"]
 
 
 class Stack:
@@ -122,3 +123,44 @@ class Run:
         self.done.set()
         self.thread.join(5)
         self.logger.finish()
+
+
+class Receiver:
+    """An HTTP server on 127.0.0.1 that records every JSON body POSTed to it, by path (an
+    Alertmanager webhook's receiver)."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict[str, Any]]] = []
+        lock = threading.Lock()
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with lock:
+                    owner.received.append((self.path, json.loads(body)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def bodies(self, path: str) -> list[dict[str, Any]]:
+        return [body for where, body in list(self.received) if where == path]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A :class:`Receiver`, closed after the test."""
+    started = Receiver()
+    yield started
+    started.close()

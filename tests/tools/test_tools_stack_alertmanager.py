@@ -6,21 +6,18 @@ in one line and runs. Loopback only; every wait is bounded."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import re
 import socket
 import subprocess
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import psutil
 import pytest
-from stack_support import Run, Stack
+from stack_support import Receiver, Run, Stack
 from tools_support import RLMETRICS
 
 import rlmetrics
@@ -145,45 +142,6 @@ WEBHOOK_MESSAGE = {
         },
     },
 }
-
-
-class Receiver:
-    """An HTTP server on 127.0.0.1 that records every JSON body POSTed to it, by path."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[str, dict[str, Any]]] = []
-        lock = threading.Lock()
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with lock:
-                    owner.received.append((self.path, json.loads(body)))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def bodies(self, path: str) -> list[dict[str, Any]]:
-        return [body for where, body in list(self.received) if where == path]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    started = Receiver()
-    yield started
-    started.close()
 
 
 def _stalled(body: dict[str, Any], status: str) -> dict[str, Any] | None:

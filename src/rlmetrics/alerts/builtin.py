@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from .. import hookimpl
-from ..dashboard.promql import RUN_ID_LABEL
+from ..dashboard.promql import RUN_ENDED, RUN_ID_LABEL
 from ..liveness import StallRule
 from .model import AlertContext, AlertExample, AlertRule, RuleBuilder, counted, with_run_id
 
@@ -121,15 +121,22 @@ def target_rules(context: AlertContext) -> Iterator[AlertRule]:
         f"topk by (job, instance) (1, max by (job, instance, {RUN_ID_LABEL}) "
         f'(max_over_time(target_info{{{RUN_ID_LABEL}!=""}}[1h])))'
     )
+    # A run that ended cleanly served rlmetrics_run_ended 1 to a last scrape before its
+    # endpoint went (a range selector skips the staleness markers that followed); a run
+    # restarted on the same port serves 0 again, so its death still pages.
+    ended = f"last_over_time({RUN_ENDED}[1h]) == 1"
     up = f"up{{{_RUN}}}"
     info = f'target_info{{{_RUN},{RUN_ID_LABEL}="r1"}}'
+    ended_series = f"{RUN_ENDED}{{{_RUN}}}"
     yield AlertRule(
         "RLMetricsEndpointDown",
-        f"(up == 0) * on(job, instance) group_left({RUN_ID_LABEL}) {seen}",
+        f"((up == 0) * on(job, instance) group_left({RUN_ID_LABEL}) {seen}) "
+        f"unless on(job, instance) ({ended})",
         summary="rlmetrics endpoint {{ $labels.instance }} ({{ $labels.job }}) of run "
         "{{ $labels.rlmetrics_run_id }} does not answer",
-        description="Prometheus cannot scrape an endpoint that was exporting rlmetrics series: "
-        "the process died, hangs in native code, or its port changed.",
+        description="Prometheus cannot scrape an endpoint that was exporting rlmetrics series, "
+        "and whose run did not say it ended: the process died, hangs in native code, or its "
+        "port changed.",
         runbook="Check whether the process is alive; if it is, its /health and its threads "
         "(py-spy dump); if it restarted on another port, rerun rlmetrics stack.",
         for_s=context.for_(120),
@@ -139,6 +146,23 @@ def target_rules(context: AlertContext) -> Iterator[AlertRule]:
                 "down after exporting",
                 [(up, "1 1 1 0x10"), (info, "1 1 1")],
                 at_s=600,
+                alerts=[_ALERT],
+            ),
+            AlertExample(
+                "down after exporting, its run not ended",
+                [(up, "1 1 1 0x10"), (info, "1 1 1"), (ended_series, "0 0 0")],
+                at_s=600,
+                alerts=[_ALERT],
+            ),
+            AlertExample(
+                "gone after its run ended",
+                [(up, "1 1 1 0x10"), (info, "1 1 1"), (ended_series, "0 0 1")],
+                at_s=600,
+            ),
+            AlertExample(
+                "a run ended, the next on its port died",
+                [(up, "1 1 1 0 1 1 0x10"), (info, "1 1 1 _ 1 1"), (ended_series, "0 0 1 _ 0 0")],
+                at_s=900,
                 alerts=[_ALERT],
             ),
             AlertExample("answering", [(up, "1x12"), (info, "1x12")], at_s=600),

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from ..spec import Kind, MetricSpec
 
 __all__ = [
+    "RUN_ENDED",
     "RUN_ID_LABEL",
     "Names",
     "for_run",
@@ -35,6 +36,10 @@ __all__ = [
 
 #: The label ``target_info`` carries the resource attribute ``rlmetrics.run.id`` under.
 RUN_ID_LABEL = "rlmetrics_run_id"
+#: The series the Prometheus endpoint serves beside the run's: 0 while the run goes, 1 once
+#: it ended cleanly (its telemetry shut down), served to one last scrape before the endpoint
+#: goes, so an endpoint that is gone can be told from one that died.
+RUN_ENDED = "rlmetrics_run_ended"
 
 # The exporter's unit words (opentelemetry-exporter-prometheus 0.65b0 and 0.66b*, identical).
 _UNIT_WORDS = {

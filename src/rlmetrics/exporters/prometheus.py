@@ -22,6 +22,13 @@ Two things the SDK's reader does not do are added (:class:`_Reader`):
   ``force_flush``) was queued in the exporter's collector and served at the next scrape beside
   that scrape's own: every family twice, an exposition ``promtool`` refuses. Scrapes are served
   one at a time, so two never share a collection either.
+
+A pull endpoint that is gone looks the same to Prometheus whether its process died or the run
+finished. So the endpoint also serves ``rlmetrics_run_ended`` (:class:`_RunEnd`): 0 while the
+run goes, 1 once it ended cleanly; at that end (:attr:`Exporter.end_run`, before the providers
+shut down) it waits, bounded by ``final_scrape_s`` and by the pace it has been scraped at, for
+one last scrape to take the 1 and the run's final values. ``RLMetricsEndpointDown`` leaves out
+a target whose last ``rlmetrics_run_ended`` is 1.
 """
 
 from __future__ import annotations
@@ -30,20 +37,23 @@ import contextlib
 import dataclasses
 import errno
 import functools
+import itertools
 import json
 import os
 import queue
 import socket
+import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .. import hookimpl
 from .._warn import warn_once
-from ..configuration import PORT, POSITIVE_NUMBER, TEXT, declare_options
-from ..dashboard.promql import unit_named
+from ..configuration import NON_NEGATIVE_NUMBER, PORT, POSITIVE_NUMBER, TEXT, declare_options
+from ..dashboard.promql import RUN_ENDED, unit_named
 from ..health import HEALTH_PATH, STALL_AFTER_ENV, health, stall_rule
 from ..liveness import StallRule
 from ..stall_watch import configure_rule
@@ -51,6 +61,7 @@ from ..telemetry import TelemetryError
 from . import Exporter
 
 __all__ = [
+    "DEFAULT_FINAL_SCRAPE_S",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "HOST_ENV",
@@ -59,6 +70,7 @@ __all__ = [
     "MAX_WAITING",
     "PORT_ENV",
     "PortTaken",
+    "SCRAPER_HEADER",
     "make_exporter",
     "make_reader",
     "port_from_env",
@@ -82,6 +94,13 @@ MAX_WAITING = 16
 #: (waiting included), and then to take each part of the answer; then it is closed.
 #: Prometheus' own scrape timeout is 10 s.
 IDLE_TIMEOUT_S = 10.0
+#: Seconds a clean end waits, at most, for Prometheus' last scrape (``final_scrape_s``); it
+#: waits no longer than twice the interval the endpoint has been scraped at, plus a second,
+#: and not at all where nothing ever scraped it.
+DEFAULT_FINAL_SCRAPE_S = 30.0
+#: The header a Prometheus scrape carries (WSGI's name for ``X-Prometheus-Scrape-Timeout-
+#: Seconds``): what tells a scraper that will come again from a one-off request.
+SCRAPER_HEADER = "HTTP_X_PROMETHEUS_SCRAPE_TIMEOUT_SECONDS"
 
 
 def port_from_env() -> int:
@@ -318,14 +337,83 @@ def make_reader(registry: Any) -> Any:
     return _reader_class()(registry=registry)
 
 
-def _with_health(metrics_app: Any, rule: StallRule, reader: Any) -> Any:
+class _RunEnd:
+    """Whether the run ended cleanly, as the series :data:`RUN_ENDED` (a ``prometheus_client``
+    collector in the endpoint's registry), and the wait for the scrape that takes it."""
+
+    def __init__(self, final_scrape_s: float) -> None:
+        self.final_scrape_s = final_scrape_s
+        self.ended = False
+        self.served = threading.Event()  # a scrape that collected ended=1 was sent
+        self._scrapes: deque[float] = deque(maxlen=21)  # when the newest scrapes came
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        yield GaugeMetricFamily(
+            RUN_ENDED,
+            "1 once the run ended cleanly (its telemetry shut down), 0 while it runs: an "
+            "endpoint gone after a 1 was not a process that died",
+            value=1.0 if self.ended else 0.0,
+        )
+
+    def serve(self, body: Iterable[bytes], environ: dict[str, Any]) -> Iterable[bytes]:
+        """A request's ``body``. A scrape by a Prometheus (or an agent built on its scraper,
+        which sends its scrape timeout as a header; a one-off ``curl`` sends none) has its
+        time noted and, when it was collected after the end, marks the end served once the
+        server has written it (WSGI closes the body then)."""
+        if SCRAPER_HEADER not in environ:
+            return body
+        self._scrapes.append(time.monotonic())
+        return _Sent(body, self.served.set) if self.ended else body
+
+    def wait_s(self) -> float:
+        """How long the end waits for a scrape: nothing where no Prometheus scraped, twice the
+        median interval between scrapes and a second where that is known, bounded by
+        ``final_scrape_s``."""
+        times = list(self._scrapes)
+        if not times:
+            return 0.0
+        if len(times) < 2:
+            return self.final_scrape_s
+        pace = statistics.median(b - a for a, b in itertools.pairwise(times))
+        return min(self.final_scrape_s, 2 * pace + 1.0)
+
+    def end(self) -> None:
+        """The run ended cleanly: serve 1, and wait (bounded) until a scrape has taken it."""
+        self.ended = True
+        wait_s = self.wait_s()
+        if wait_s > 0:
+            self.served.wait(wait_s)
+
+
+class _Sent:
+    """A WSGI response body whose ``close`` (called once the server has written it) calls
+    ``sent``."""
+
+    def __init__(self, body: Iterable[bytes], sent: Callable[[], None]) -> None:
+        self._body = body
+        self._sent = sent
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        close = getattr(self._body, "close", None)
+        if close is not None:
+            close()
+        self._sent()
+
+
+def _with_health(metrics_app: Any, rule: StallRule, reader: Any, run_end: _RunEnd) -> Any:
     """A WSGI app: :data:`HEALTH_PATH` answers the run's health, every other path the
     metrics, one scrape at a time, through ``reader``."""
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != HEALTH_PATH:
             # prometheus_client renders the whole exposition within the call.
-            return reader.scrape(lambda: metrics_app(environ, start_response))  # type: ignore[no-any-return]
+            body = reader.scrape(lambda: metrics_app(environ, start_response))
+            return run_end.serve(body, environ)
         try:
             code, body = health(rule)
         except Exception:  # the endpoint must answer: a failure is reported, once
@@ -363,6 +451,7 @@ def _serve(host: str, port: int, app: Any) -> tuple[WSGIServer, threading.Thread
     stall_after_s=POSITIVE_NUMBER.read_from(STALL_AFTER_ENV),
     stall_factor=POSITIVE_NUMBER,
     stall_min_s=POSITIVE_NUMBER,
+    final_scrape_s=NON_NEGATIVE_NUMBER,
 )
 def make_exporter(
     export_interval_s: float | None = None,
@@ -371,6 +460,7 @@ def make_exporter(
     stall_after_s: float | None = None,
     stall_factor: float | None = None,
     stall_min_s: float | None = None,
+    final_scrape_s: float = DEFAULT_FINAL_SCRAPE_S,
 ) -> Exporter:
     """A Prometheus reader and its HTTP server, listening on ``host``:``port``.
 
@@ -381,6 +471,10 @@ def make_exporter(
     :param stall_min_s: the shortest silence that is a stall (default 60 s);
     :param stall_after_s: the silence that is a stall before 20 step intervals are known;
         default ``RLMETRICS_STALL_AFTER_S``, else 600.
+    :param final_scrape_s: at a clean end, how long at most to wait for the scrape that takes
+        ``rlmetrics_run_ended`` 1 (and the run's final values); no longer than twice the pace
+        the endpoint was scraped at, plus a second; 0 does not wait (default 30). Only a
+        Prometheus scrape counts (a one-off request, ``curl``, is no scraper to wait for).
 
     ``export_interval_s`` is unused: Prometheus pulls, on its own scrape interval.
     """
@@ -399,8 +493,11 @@ def make_exporter(
     # A registry of our own: a second start in one process must not find the first's collector.
     registry = CollectorRegistry()
     reader = make_reader(registry)
+    run_end = _RunEnd(final_scrape_s)
+    registry.register(run_end)  # type: ignore[arg-type]
     try:
-        server, thread = _serve(host, port, _with_health(make_wsgi_app(registry), rule, reader))
+        app = _with_health(make_wsgi_app(registry), rule, reader, run_end)
+        server, thread = _serve(host, port, app)
     except (OSError, ValueError) as exc:  # ValueError: a host no resolver takes (idna)
         reader.shutdown()
         held = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
@@ -420,7 +517,7 @@ def make_exporter(
         server.server_close()
         thread.join(5.0)
 
-    return Exporter(reader, address=(host, server.server_port), close=close)
+    return Exporter(reader, address=(host, server.server_port), close=close, end_run=run_end.end)
 
 
 @hookimpl
