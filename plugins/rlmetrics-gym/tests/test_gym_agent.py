@@ -185,6 +185,25 @@ def test_the_server_resource_carries_the_process_pid() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("name", "server_type", "said"),
+    [
+        (None, "resources_servers", "server_name"),
+        ("", "resources_servers", "server_name"),
+        (42, None, "server_name"),
+        ("math_with_judge", "resource_servers", "resources_servers"),
+    ],
+)
+def test_a_server_resource_with_no_name_or_an_unknown_type_is_refused_saying_what_to_pass(
+    name: Any, server_type: Any, said: str
+) -> None:
+    """A None name went onto the resource as is and was exported as an empty value (every
+    series of the process without its server's name); a misspelt type was exported as it was,
+    where the startup and memory series of the same server say ``other``."""
+    with pytest.raises((TypeError, ValueError), match=said):
+        server_resource(name, server_type)
+
+
 def test_two_uvicorn_workers_of_one_server_are_told_apart_by_process_pid() -> None:
     receiver = OtlpReceiver().start()
     try:

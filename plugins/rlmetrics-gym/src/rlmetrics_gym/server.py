@@ -41,6 +41,8 @@ import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, resets_process_state, warn_once
 from rlmetrics.spec import SUM
 
+from .startup import SERVER_TYPES
+
 __all__ = [
     "BEFORE_RESPONSE_START",
     "CANCELLED",
@@ -608,6 +610,19 @@ def server_resource(
     attribute that tells apart the Uvicorn workers of one server, each of which starts its
     own telemetry and exports on its own (the specification's "every server process reports
     them, and the process.pid resource attribute tells apart the Uvicorn workers")."""
+    # Refused here, at the server's start, rather than exported: OpenTelemetry writes a None
+    # name as an empty value, and a type outside Gym's would disagree with the ``other`` the
+    # startup and memory series of the same server carry.
+    if not isinstance(server_name, str) or not server_name:
+        raise TypeError(
+            f"server_name must be the server's configured name (a non-empty string), got "
+            f"{server_name!r}"
+        )
+    if server_type is not None and server_type not in SERVER_TYPES:
+        raise ValueError(
+            f"server_type {server_type!r} is not one of Gym's server types "
+            f"({', '.join(sorted(SERVER_TYPES))}); pass None to leave it out"
+        )
     resource: dict[str, Any] = {**(extra or {}), SERVER_NAME_RESOURCE: server_name}
     if server_type is not None:
         resource[SERVER_TYPE_RESOURCE] = server_type
