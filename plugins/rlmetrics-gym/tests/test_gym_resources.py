@@ -251,3 +251,28 @@ def test_a_thread_semaphore_is_refused_loudly_and_keeps_its_permit(
     assert semaphore.acquire(blocking=False)  # its one permit is free
     levels = [p.value for p in points(reader) if p.name in (QUEUED, ACTIVE, RESIDENT)]
     assert set(levels) <= {0}
+
+
+@pytest.mark.parametrize("enter", ["resources_operation", "driver_rollout"])
+@pytest.mark.parametrize("limit", [32, "8"], ids=["a count", "a count as text"])
+def test_a_count_given_for_the_limit_is_refused_saying_to_make_one_semaphore(
+    telemetry: Any, enter: str, limit: Any
+) -> None:
+    """The docs' ``driver_rollout(concurrency)`` reads like a number: given one, an opaque
+    AttributeError ("'int' object has no attribute 'acquire'") reached the driver. The
+    TypeError now says what to pass, and the levels stay at zero."""
+    _, reader = telemetry
+
+    async def main() -> None:
+        block = (
+            resources_operation(limit, operation="verify")
+            if enter == "resources_operation"
+            else driver_rollout(limit)
+        )
+        async with block:
+            pass
+
+    with pytest.raises(TypeError, match=r"asyncio\.Semaphore\(.*\) once"):
+        run(main())
+    levels = [p.value for p in points(reader) if p.name in (QUEUED, ACTIVE, RESIDENT)]
+    assert set(levels) <= {0}

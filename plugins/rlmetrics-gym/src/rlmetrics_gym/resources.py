@@ -206,12 +206,20 @@ class Limit(Protocol):
 
 
 async def acquire(limit: Limit) -> None:
-    """``await limit.acquire()``, refusing a limit whose ``acquire`` is not asynchronous.
+    """``await limit.acquire()``, refusing a limit whose ``acquire`` is not asynchronous, or
+    that has none (a count where the semaphore belongs).
 
     A ``threading.Semaphore`` (or ``Lock``) acquires synchronously and returns a bool, which
     cannot be awaited: the permit it took is given back and a ``TypeError`` says what to pass,
     where otherwise nothing would release it and a later acquire would block the event loop.
     """
+    if not callable(getattr(limit, "acquire", None)):
+        # A count (the configured concurrency): one semaphore per call would limit nothing.
+        raise TypeError(
+            f"the limit must be an asyncio one (asyncio.Semaphore, BoundedSemaphore or Lock), "
+            f"got a {type(limit).__name__} ({limit!r:.40}): make asyncio.Semaphore(n) once "
+            "and pass that same one to every call"
+        )
     acquiring = limit.acquire()
     if not inspect.isawaitable(acquiring):
         if acquiring:  # it took a permit: give it back
