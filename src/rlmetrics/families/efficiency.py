@@ -143,7 +143,8 @@ def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
     when absent). Otherwise, against a per-step wall time the numerator is the three
     step-window idle categories only (``init/total`` is a run constant and the collector is
     on another clock); against the run's elapsed time it is every wall-clock category, which
-    says little: that ratio climbs toward 100% as the run lengthens.
+    says little: that ratio climbs toward 100% as the run lengthens. None when a step's
+    categories add up past its wall time (timed at once: said once).
     """
     if summary.efficiency_pct is not None:
         return summary.efficiency_pct, STEP_WINDOW if summary.pct_per_step else RUN_WINDOW
@@ -164,6 +165,20 @@ def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
     waste = sum(summary.seconds[category] for category in counted)
     if total <= 0:
         return 100.0, window
+    if waste > total and window == STEP_WINDOW:
+        # More idle than the step lasted: phases of one category timed at once (concurrent
+        # tasks or threads add up) or one begun in an earlier step. How much of the step
+        # was idle cannot be told from the sum: 0 % would be a plausible wrong value.
+        warn_once(
+            "efficiency:overlap",
+            f"rlmetrics: a step's wall-clock idle categories ({', '.join(sorted(counted))}) "
+            f"add up to {waste:.3g} s, more than the step's wall time of {total:.3g} s: "
+            "phases of one category timed at once (by concurrent tasks or threads, whose "
+            "seconds add up) or begun in an earlier step. That step's efficiency pct is "
+            "unknown (no point); time the driver's wait once, on one task. Said once",
+            expected=True,
+        )
+        return None
     return 100.0 * (1.0 - min(waste, total) / total), window
 
 
