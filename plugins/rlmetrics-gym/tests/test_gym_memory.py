@@ -155,6 +155,11 @@ def test_tracking_a_missing_process_is_reported_not_raised(
     sampler.track("gone", "resources_servers", pid)  # the tree was killed and reaped
     assert sampler.tracked() == []
     assert "could not be found" in caplog.text
+    # A server that died before it was tracked is a condition, not a bug: one line naming the
+    # server and its pid, no traceback (it carried psutil's NoSuchProcess traceback).
+    (said,) = [r for r in caplog.records if "could not be found" in r.getMessage()]
+    assert said.exc_info is None and "Traceback" not in caplog.text
+    assert f"'gone' (pid {pid})" in said.getMessage()
     with pytest.raises(ValueError, match="interval_s"):
         MemorySampler(interval_s=0)
 

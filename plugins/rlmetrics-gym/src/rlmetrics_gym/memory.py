@@ -258,10 +258,14 @@ class MemorySampler:
         try:
             process = psutil.Process(pid)
         except psutil.Error:
+            # A server that died (or was never started) before it was tracked: a condition to
+            # report in one line, not a bug to show a traceback for.
             warn_once(
                 "gym:memory:track",
-                "rlmetrics-gym: a server's root process could not be found when it was tracked; "
-                "its memory is not sampled",
+                f"rlmetrics-gym: the root process of server {str(name)[:64]!r} (pid "
+                f"{str(pid)[:20]}) could not be found (or read) when it was tracked; its "
+                "memory is not sampled. Later servers not found are reported at DEBUG",
+                expected=True,
             )
             return
         exported_name = bounded(name, SERVER_NAME, UNKNOWN_SERVER)
