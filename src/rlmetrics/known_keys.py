@@ -346,11 +346,16 @@ def unknown_in_rows(
     ``key_map`` said while the run logged them (``rlmetrics check --run``)."""
     vocabulary = Vocabulary(key_map)
     found: dict[tuple[str, str], Unknown] = {}
+    # Each (prefix, key) is decided once: its suggestions compare it with every known key,
+    # which for every row of a long run (10^4 steps) took minutes.
+    seen: set[tuple[str, Any]] = set()
     for row in rows:
         metrics, prefix = row.get("metrics"), row.get("prefix", "")
         if not isinstance(metrics, Mapping) or type(prefix) is not str:
             continue
-        for unknown in vocabulary.unknown(prefix, metrics):
+        fresh = [key for key in metrics if (prefix, key) not in seen]
+        seen.update((prefix, key) for key in fresh)
+        for unknown in vocabulary.unknown(prefix, fresh):
             found.setdefault((prefix, unknown.key), unknown)
     return list(found.values())
 
