@@ -151,6 +151,48 @@ def test_every_alert_names_its_run_in_a_label_and_its_summary(gpu_series: None) 
         assert fired and all(labels.get("rlmetrics_run_id") for labels in fired), rule.name
 
 
+#: Each alert's thresholds set to values no default has, and the words its summary must then
+#: say: the limit it was held to (or the window of a counted loss), beside the series it reads.
+TUNED = {
+    "stall.factor": 7,
+    "stall.min_s": 45,
+    "straggler.skew": 1.7,
+    "offpolicy.staleness": 6,
+    "host_memory.share": 0.87,
+    "gpu_memory.share": 0.93,
+    "gym.host_memory.share": 0.86,
+    "gym.unhealthy_share": 0.07,
+    "gym.loop_lag_s": 0.3,
+}
+SAYS = {
+    "RLStepStalled": ["7x", "45s"],
+    "RLStragglerRank": ["1.7"],
+    "RLRolloutsStale": ["limit 6"],
+    "RLHostMemoryHigh": ["limit 87%"],
+    "RLGPUMemoryNearLimit": ["limit 93%"],
+    "GymHostMemoryHigh": ["limit 86%"],
+    "GymRolloutsUnhealthy": ["limit 7%"],
+    "GymEventLoopLagging": ["limit 300 ms"],
+    "RLMetricsExportFailing": ["in the last 5 min"],
+    "RLMetricsBackendDropping": ["in the last 5 min"],
+    "RLMetricsBackendFailing": ["in the last 5 min"],
+}
+
+
+def test_every_summary_names_the_series_it_reads_and_its_threshold(gpu_series: None) -> None:
+    """The person paged reads the summary alone (a phone's notification, a Slack line): it
+    names the series the alert read and the limit it was held to, as tuned."""
+    rules, problems, _ = collect_rules(AlertSettings({**TUNED}))
+    assert problems == []
+    for rule in rules:
+        if rule.reads:
+            assert any(read in rule.summary for read in rule.reads), (rule.name, rule.summary)
+        for words in SAYS.get(rule.name, ()):
+            assert words in rule.summary, (rule.name, words, rule.summary)
+        # A number Prometheus renders in full (7.335125e+00 rows) is formatted.
+        assert "{{ $value }}" not in rule.summary or rule.name == "RLStragglerRank", rule.summary
+
+
 def test_an_alert_on_a_target_without_target_info_still_fires(
     promtool: str, tmp_path: Path
 ) -> None:

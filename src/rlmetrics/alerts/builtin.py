@@ -40,6 +40,9 @@ EXPORTS, EXPORTER_ATTR, OUTCOME_ATTR = (
 BACKEND_DROPPED, BACKEND_FAILED = "rlmetrics.backend.dropped", "rlmetrics.backend.failed"
 BACKEND_ATTR = "rlmetrics.backend"
 
+#: A count the alert's value holds (an extrapolated increase: 7.3 rows), as a whole number.
+_COUNT = '{{ $value | printf "%.0f" }}'
+
 # The examples' run: one target and its target_info.
 _RUN = 'job="run",instance="a"'
 _TARGET_INFO = (f'target_info{{{_RUN},{RUN_ID_LABEL}="r1"}}', "1x90")
@@ -75,7 +78,9 @@ def stall_rules(context: AlertContext) -> Iterator[AlertRule]:
         "RLStepStalled",
         with_run_id(f"{silence} > on(job, instance) ({limit})"),
         summary="Run {{ $labels.rlmetrics_run_id }} ({{ $labels.instance }}) has logged no "
-        "step for {{ $value | humanizeDuration }}",
+        "step for {{ $value | humanizeDuration }} (rl.step.last_timestamp; the limit: "
+        f"{factor:g}x its median step interval, at least {floor:g}s, or {bound:g}s before 20 "
+        "steps)",
         description="No new trainer step for longer than the stall threshold: "
         f"{factor:g}x the median step interval (at least {floor:g} s), or {bound:g} s before "
         "20 steps are known. The process still answers scrapes, so it is alive but stuck.",
@@ -182,7 +187,7 @@ def exporter_rules(context: AlertContext) -> Iterator[AlertRule]:
         "RLMetricsExportFailing",
         with_run_id(counted(failures)),
         summary="Exporter {{ $labels.rlmetrics_exporter }} of run {{ $labels.rlmetrics_run_id }} "
-        "keeps failing",
+        f"failed {_COUNT} exports in the last 5 min ({EXPORTS}, outcome failure)",
         description="A push exporter (OTLP) has failed exports for ten minutes: the collector "
         "is down, unreachable or refusing the data. Those points are dropped (cumulative "
         "totals come back with the next export that succeeds).",
@@ -212,12 +217,14 @@ def exporter_rules(context: AlertContext) -> Iterator[AlertRule]:
 def backend_rules(context: AlertContext) -> Iterator[AlertRule]:
     names = context.names
     backend = names.label(BACKEND_ATTR)
-    for spec, alert, for_s, what, runbook in (
+    # (series, alert, for, what the backend did to N rows, why, runbook)
+    for spec, alert, for_s, did, why, runbook in (
         (
             BACKEND_DROPPED,
             "RLMetricsBackendDropping",
             60,
-            "is dropping rows: its queue is full because it does not keep up",
+            "dropped",
+            ": its queue is full because it does not keep up",
             "The tracker is slow or stalled (network, server): check it; rows it dropped are "
             "in the JSONL file. Raise Logger(queue_size=) only for bursts.",
         ),
@@ -225,7 +232,8 @@ def backend_rules(context: AlertContext) -> Iterator[AlertRule]:
             BACKEND_FAILED,
             "RLMetricsBackendFailing",
             300,
-            "raises on the rows it is given",
+            "raised on",
+            "",
             "Read the run's log for the backend's first failure (with its traceback); a "
             "full disk, a revoked token or a closed run are the usual causes.",
         ),
@@ -238,9 +246,10 @@ def backend_rules(context: AlertContext) -> Iterator[AlertRule]:
             alert,
             with_run_id(counted(counter)),
             summary="Backend {{ $labels.rlmetrics_backend }} of run "
-            "{{ $labels.rlmetrics_run_id }} " + what,
-            description=f"A Logger backend {what}; the training loop, the other backends and "
-            "telemetry are unaffected, but this tracker is missing rows.",
+            f"{{{{ $labels.rlmetrics_run_id }}}} {did} {_COUNT} rows in the last 5 min "
+            f"({spec}){why}",
+            description=f"A Logger backend {did} rows{why}; the training loop, the other "
+            "backends and telemetry are unaffected, but this tracker is missing rows.",
             runbook=runbook,
             for_s=context.for_(for_s),
             reads=(spec,),

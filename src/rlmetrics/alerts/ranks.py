@@ -40,7 +40,8 @@ def straggler_rules(context: AlertContext) -> Iterator[AlertRule]:
         "RLStragglerRank",
         with_run_id(expr),
         summary="Rank {{ $value }} of run {{ $labels.rlmetrics_run_id }} is the straggler in "
-        "phase {{ $labels." + phase + " }}",
+        "phase {{ $labels." + phase + " }} "
+        f"({STRAGGLER_SKEW}: the slowest rank over {skew_limit:g}x the mean)",
         description=f"In one phase of the step, the slowest rank has taken over {skew_limit:g}x "
         "the mean across ranks for ten minutes: every collective waits for it, so the whole "
         "run runs at its pace.",

@@ -47,8 +47,9 @@ def staleness_rules(context: AlertContext) -> Iterator[AlertRule]:
     yield AlertRule(
         "RLRolloutsStale",
         with_run_id(f"{p90} > {limit:g}"),
-        summary="Rollouts of run {{ $labels.rlmetrics_run_id }} are {{ $value }} weight "
-        "versions behind the trained policy (p90)",
+        summary="Rollouts of run {{ $labels.rlmetrics_run_id }} are "
+        '{{ $value | printf "%.1f" }} weight versions behind the trained policy (p90 of '
+        f"{STALENESS} over 10 min; limit {limit:g})",
         description=f"The 90th percentile of rl.offpolicy.staleness over 10 minutes is above "
         f"{limit:g} versions: training consumes rollouts of a policy that many updates old.",
         runbook="Check the weight sync to the rollout engines (a stuck refit leaves every "

@@ -57,7 +57,8 @@ def health_rules(context: AlertContext) -> Iterator[AlertRule]:
         "GymRolloutsUnhealthy",
         with_run_id(f"{unhealthy} / {evaluated} > {share:g} and {evaluated} >= {least:g}"),
         summary="{{ $value | humanizePercentage }} of the rollouts of run "
-        "{{ $labels.rlmetrics_run_id }} on {{ $labels.instance }} were flagged unhealthy",
+        "{{ $labels.rlmetrics_run_id }} on {{ $labels.instance }} were flagged unhealthy "
+        f"(gym.rollout.health_verdict_total over 15 min; limit {share:.0%})",
         description=f"Over 15 minutes more than {share:.0%} of the evaluated rollouts got an "
         "unhealthy verdict from a trajectory check: the agent or the environment misbehaves.",
         runbook="See which checks flag them (gym.rollout.health_flagged_total by "
@@ -114,7 +115,8 @@ def loop_lag_rules(context: AlertContext) -> Iterator[AlertRule]:
         "GymEventLoopLagging",
         with_run_id(f"{p90} > {limit:g} and on(job, instance, {loop}) {samples} >= {_P90_SAMPLES}"),
         summary="The {{ $labels.nemo_gym_event_loop }} event loop on {{ $labels.instance }} "
-        "(run {{ $labels.rlmetrics_run_id }}) wakes up {{ $value }} ms late (p90)",
+        '(run {{ $labels.rlmetrics_run_id }}) wakes up {{ $value | printf "%.0f" }} ms late '
+        f"(p90 of gym.event_loop.lag_ms over 5 min; limit {lag_s * 1000:g} ms)",
         description=f"For five minutes the p90 event-loop lag has been above {lag_s:g} s: "
         "synchronous work holds the loop, and every request on it waits behind that work.",
         runbook="Find the blocking call (py-spy dump of the server; a verifier or a judge call "
@@ -145,7 +147,8 @@ def host_memory_rules(context: AlertContext) -> Iterator[AlertRule]:
         "GymHostMemoryHigh",
         with_run_id(f"{usage} / on(job, instance) {total} > {share:g}"),
         summary="The Gym host of {{ $labels.instance }} (run {{ $labels.rlmetrics_run_id }}) "
-        "has {{ $value | humanizePercentage }} of its memory in use",
+        "has {{ $value | humanizePercentage }} of its memory in use "
+        f"(gym.host.memory.usage / gym.host.memory.total; limit {share:.0%})",
         description=f"More than {share:.0%} of the memory of a host running Gym servers has "
         "been in use for five minutes.",
         runbook="See which server grows (gym.server.memory.usage by server): a leaking "

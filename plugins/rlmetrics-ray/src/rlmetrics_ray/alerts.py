@@ -51,7 +51,8 @@ def host_memory_rules(context: AlertContext) -> Iterator[AlertRule]:
         "RLHostMemoryHigh",
         with_run_id(f"{by} ({used}) / {by} ({total}) > {share:g}"),
         summary="Host {{ $labels.host_name }} of run {{ $labels.rlmetrics_run_id }} has "
-        "{{ $value | humanizePercentage }} of its memory in use",
+        "{{ $value | humanizePercentage }} of its memory in use "
+        f"(rl.host.memory.used / rl.host.memory.total; limit {share:.0%})",
         description=f"More than {share:.0%} of a Ray host's memory has been in use for five "
         "minutes: the whole host's, object store, raylet and driver included. Past it the "
         "kernel's OOM killer (or Ray's memory monitor) kills workers.",
@@ -100,7 +101,7 @@ def gpu_memory_rules(context: AlertContext) -> Iterator[AlertRule]:
         with_run_id(f"{by} ({usage}) / {by} ({limit}) > {share:g}"),
         summary="GPU {{ $labels.hw_id }} on {{ $labels.host_name }} (run "
         "{{ $labels.rlmetrics_run_id }}) has {{ $value | humanizePercentage }} of its memory "
-        "in use",
+        f"in use (hw.gpu.memory.usage / hw.gpu.memory.limit; limit {share:.0%})",
         description=f"More than {share:.0%} of a GPU's memory has been in use for five "
         "minutes: the next allocation spike (a longer batch, a weight refit) runs out.",
         runbook="Lower the engine's gpu_memory_utilization or the training micro-batch; "
