@@ -560,6 +560,12 @@ def _server_cycle(receive: Receive) -> Any:
     keeps the one it was given, on its object or in its closure, so those are followed too,
     a bounded number of steps.
     """
+    try:  # the usual case (nothing between the server and the middleware), without a search
+        owner = getattr(receive, "__self__", None)
+        if owner is not None and type(getattr(owner, "disconnected", None)) is bool:
+            return owner
+    except Exception:
+        pass
     pending: list[Any] = [receive]
     seen: set[int] = set()
     while pending and len(seen) < _MAX_DELEGATES:
