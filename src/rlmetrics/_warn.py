@@ -38,6 +38,7 @@ __all__ = [
     "STRICT_ENV",
     "StrictModeError",
     "describe_key",
+    "describe_number",
     "describe_value",
     "hold_strict",
     "informational",
@@ -246,6 +247,19 @@ def describe_value(value: Any) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return f"{article} {kind} ({float(value)!r})"
     return f"{article} {kind}"
+
+
+def describe_number(value: Any) -> str:
+    """:func:`describe_value`, with the value of an int or a finite float (a count, a step, a
+    latency: no text a log should not quote), for a warning that says it is out of range:
+    ``an int -3``, ``a float (-0.5)``; an int past 128 bits by its size (``str()`` raises
+    past 4,300 digits)."""
+    if type(value) is int:
+        bits = value.bit_length()
+        return f"an int {value}" if bits <= 128 else f"an int of {bits} bits"
+    if type(value) is float and math.isfinite(value):
+        return f"a float ({value!r})"
+    return describe_value(value)
 
 
 @reset_in_child

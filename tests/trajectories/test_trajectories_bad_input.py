@@ -367,3 +367,20 @@ def test_tool_calls_past_the_caps_are_counted_everywhere(
     assert len([s for s in spans if s.name == "execute_tool sh"]) == MAX_TURNS
     assert warned(warnings_seen, "'tool_calls' holds 100 entries; the first 64 are kept")
     assert warned(warnings_seen, "a trajectory has 300 turns")
+
+
+def test_a_number_out_of_its_range_is_said_with_its_value(
+    warnings_seen: pytest.LogCaptureFixture,
+) -> None:
+    """Before: ``'generation.input_tokens' must be an int from 0, got an int`` (and a
+    latency of -0.5 s "got a float"): the reader could not tell what was wrong with it."""
+    with in_memory_tracing(), rlmetrics.trajectory("s1") as t:
+        t.generation("p", input_tokens=-3, output_tokens=2**70, latency_s=-0.5)
+        t.tool_call("python", latency_s=10**400)
+    assert warned(warnings_seen, "'generation.input_tokens' must be an int from 0, got an int -3;")
+    assert warned(
+        warnings_seen, f"'generation.output_tokens' must be an int from 0, got an int {2**70};"
+    )
+    assert warned(warnings_seen, "'generation.latency_s' must be a finite number of seconds")
+    assert warned(warnings_seen, "from 0, got a float (-0.5);")
+    assert warned(warnings_seen, "from 0, got an int of 1329 bits;")

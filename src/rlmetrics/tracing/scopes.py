@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .. import plugins as _plugins
-from .._warn import describe_key, describe_value, warn_once
+from .._warn import describe_key, describe_number, describe_value, warn_once
 from ..events import EfficiencySummary
 from ..redaction import REDACTED, configured_redaction
 from ..storable import utf8_text
@@ -355,16 +355,6 @@ def step_account(shared: PhaseSeconds) -> PhaseSeconds:
     return shared if step is None else step._seconds
 
 
-def _shown(given: Any) -> str:
-    """``given`` described for a message; an int with its value, unless it is past what a
-    message should hold (or ``str()`` can convert: past 4,300 digits it raises)."""
-    if type(given) is int and given.bit_length() <= 128:
-        return f"an int {given}"
-    if type(given) is int:
-        return f"an int of {given.bit_length()} bits"
-    return describe_value(given)
-
-
 class Step(Scope):
     """One training step: the umbrella span ``rl.step`` (``rl.iteration``, never
     ``rl.bucket``), and when it ends the step's efficiency summary (see :func:`step`)."""
@@ -411,8 +401,8 @@ class Step(Scope):
             warn_once(
                 "step:n",
                 "rlmetrics.step: the step must be an int from 0 to 2**63 - 1 (a NumPy or torch "
-                f"integer counts), got {_shown(self._given)}; its span has no rl.iteration and "
-                "its summary is logged as the step after the last",
+                f"integer counts), got {describe_number(self._given)}; its span has no "
+                "rl.iteration and its summary is logged as the step after the last",
             )
             self._step = 0 if state.last_step is None else state.last_step + 1
         else:

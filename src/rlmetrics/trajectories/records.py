@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from .._warn import describe_key, describe_value, warn_once
+from .._warn import describe_key, describe_number, describe_value, warn_once
 from ..values import INT64_MAX, INT64_MIN, as_number, as_step, finite_float
 from .text import TextPolicy
 
@@ -298,7 +298,7 @@ def _unread(kind: str, fields: Mapping[Any, Any], known: frozenset[str]) -> None
 def _bad(field: str, expected: str, value: Any) -> None:
     warn_once(
         f"trajectory:field:{field}",
-        f"rlmetrics: trajectory field {field!r} must be {expected}, got {describe_value(value)}; "
+        f"rlmetrics: trajectory field {field!r} must be {expected}, got {describe_number(value)}; "
         "the field is dropped and the rest of the trajectory is logged",
     )
 
