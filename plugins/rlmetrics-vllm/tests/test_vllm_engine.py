@@ -220,6 +220,23 @@ def test_readers_never_raise_and_a_failed_reading_omits_everything(render: Rende
     assert step_metrics([good, good], [good, dead]) == {}
 
 
+def test_an_exposition_given_as_bytes_reads_as_its_text_and_a_non_text_is_said_once(
+    fixture_text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """read_text promises never to raise: an exposition as the HTTP body's bytes
+    (``response.content``) raised TypeError into the loop, and a list of lines was reported
+    as "1 malformed line" of the text. Bytes are read as UTF-8; anything else is an empty
+    reading saying what read_text takes."""
+    assert read_text(fixture_text.encode()) == read_text(fixture_text)
+    assert read_text(bytearray(fixture_text.encode())) == read_text(fixture_text)
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        for given in (fixture_text.splitlines(), 5):
+            assert read_text(given) == Snapshot()  # type: ignore[arg-type]
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "takes the exposition as a str" in said[0], said
+    assert "malformed" not in said[0]
+
+
 def test_a_malformed_line_costs_that_line_and_its_family_only(
     render: Render, caplog: pytest.LogCaptureFixture
 ) -> None:

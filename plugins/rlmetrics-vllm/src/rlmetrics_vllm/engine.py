@@ -318,8 +318,9 @@ def _sample_name(line: str) -> str:
     return head[0] if head else ""
 
 
-def read_text(text: str) -> Snapshot:
-    """A snapshot of a Prometheus text exposition (what a vLLM server's ``/metrics`` serves).
+def read_text(text: str | bytes) -> Snapshot:
+    """A snapshot of a Prometheus text exposition (what a vLLM server's ``/metrics`` serves),
+    as text or as the body's bytes (read as UTF-8).
 
     Each sample line of a family read is parsed on its own by ``prometheus_client``'s text
     parser, and the other lines (comments, families not read) are not parsed at all: a line
@@ -328,12 +329,18 @@ def read_text(text: str) -> Snapshot:
     value for the step and keeps the others.) Never raises."""
     part: dict[SampleKey, float] = {}
     malformed = 0
-    try:
-        lines = text.splitlines()
-    except Exception:  # not a string
-        lines = []
-        malformed = 1
-    for line in lines:
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        # The HTTP body as fetched (response.content): a byte that is no UTF-8 costs its line.
+        text = bytes(text).decode("utf-8", errors="replace")
+    if not isinstance(text, str):
+        warn_once(
+            "vllm:read_text-type",
+            "rlmetrics-vllm: read_text takes the exposition as a str (or the bytes of the "
+            f"body), got a {type(text).__name__}; this reading is empty, so the step's "
+            "rl.vllm.* series are omitted",
+        )
+        return Snapshot()
+    for line in text.splitlines():
         if line.startswith("#") or canonical_name(_sample_name(line)) not in _WANTED_SAMPLES:
             continue
         try:
