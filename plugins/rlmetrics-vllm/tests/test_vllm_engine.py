@@ -8,7 +8,7 @@ import logging
 import pickle
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import prometheus_client
@@ -32,6 +32,7 @@ from rlmetrics_vllm.engine import (
     STEP_KEYS,
     Snapshot,
     merge_snapshots,
+    read_families,
     read_registry,
     read_text,
     scrape,
@@ -235,6 +236,21 @@ def test_an_exposition_given_as_bytes_reads_as_its_text_and_a_non_text_is_said_o
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "takes the exposition as a str" in said[0], said
     assert "malformed" not in said[0]
+
+
+def test_read_families_never_raises(vllm_registry: VllmRegistry) -> None:
+    """The docs' "readers never raise" held for read_registry and scrape, not for
+    read_families: a collector raising while its families were collected, or objects that are
+    no families, raised into the loop."""
+
+    def collected_then_failed() -> Iterator[Any]:
+        yield from vllm_registry.registry.collect()
+        raise RuntimeError("a collector failed")
+
+    assert read_families(collected_then_failed()) == Snapshot()
+    for given in (None, ["vllm:prompt_tokens"], [object()]):
+        assert read_families(given) == Snapshot()  # type: ignore[arg-type]
+    assert any(read_families(vllm_registry.registry.collect()).parts)
 
 
 def test_a_malformed_line_costs_that_line_and_its_family_only(

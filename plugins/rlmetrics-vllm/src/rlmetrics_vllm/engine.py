@@ -272,8 +272,22 @@ def read_families(families: Iterable[Metric]) -> Snapshot:
     Keeps the ``_total`` samples of the counter families, the ``_sum``/``_count`` samples of
     the histogram families and their ``_created`` samples; label sets stay apart, so engines
     are summed only when a step's deltas are taken (that is what lets a restart of one engine
-    be detected).
+    be detected). Never raises: families that cannot be read (a collector that raised while
+    they were collected, objects that are no families) give an empty snapshot, said once.
     """
+    try:
+        return _read_families(families)
+    except Exception:
+        warn_once(
+            "vllm:read_families",
+            "rlmetrics-vllm: reading the given metric families failed (read_families takes "
+            "prometheus_client Metric objects, such as registry.collect() yields); this "
+            "reading is empty, so the step's rl.vllm.* series are omitted",
+        )
+        return Snapshot()
+
+
+def _read_families(families: Iterable[Metric]) -> Snapshot:
     part: dict[SampleKey, float] = {}
     for family in families:
         if canonical_name(family.name) in _WANTED:
@@ -286,7 +300,7 @@ def read_registry(registry: Collector | None = None) -> Snapshot:
     vLLM's ``PrometheusStatLogger`` registers). Never raises: a failure gives an empty snapshot.
     """
     try:
-        snapshot = read_families((REGISTRY if registry is None else registry).collect())
+        snapshot = _read_families((REGISTRY if registry is None else registry).collect())
     except Exception:
         warn_once(
             "vllm:read_registry",
