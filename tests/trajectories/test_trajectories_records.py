@@ -263,3 +263,25 @@ def test_a_record_whose_generations_count_no_tokens_has_no_token_cells(rows: Row
         rlmetrics.Logger(backends={"rows": {}}).log_trajectories(records, step=1)
     tokens = {r["sample_id"]: (r["input_tokens"], r["output_tokens"]) for r in rows.rows}
     assert tokens == {"none": (None, None), "output": (None, 3), "no generation": (0, 0)}
+
+
+def test_a_row_names_the_trace_of_its_spans_only_when_they_are_exported(
+    rows: Rows, monkeypatch: Any
+) -> None:
+    """Under a sampler that leaves a step's trace out (``OTEL_TRACES_SAMPLER``), its
+    trajectories' spans are never exported. Before, their rows still carried a ``trace_id``,
+    pointing a tracker's user at a trace no backend has; now a row has one only when its
+    spans are sampled, as with tracing off or over the span budget."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        logger = rlmetrics.Logger(backends={"rows": {}})
+        with rlmetrics.step(1, logger=logger, summary=False):
+            logger.log_trajectories([{"sample_id": "batch"}], step=1)
+            with rlmetrics.trajectory("live", logger=logger):
+                pass
+        logger.finish()
+        assert span_records(exporter) == []
+    assert {row["sample_id"]: row.get("trace_id") for row in rows.rows} == {
+        "batch": None,
+        "live": None,
+    }

@@ -27,14 +27,20 @@ SAMPLES_NAME = "trajectories"
 
 
 def _trace_id(context: Any, binding: Any) -> str | None:
+    """The trace id of the span in ``context``; None for a span the sampler left out (it is
+    never exported: its id would name a trace no backend has)."""
     try:
-        return f"{binding.get_current_span(context).get_span_context().trace_id:032x}"
+        span_context = binding.get_current_span(context).get_span_context()
+        if not span_context.trace_flags.sampled:
+            return None
+        return f"{span_context.trace_id:032x}"
     except Exception:
         return None
 
 
 def _trace_ids(contexts: Sequence[Any], binding: Any, count: int) -> list[str | None]:
-    """Each trajectory's trace id (None where it has no span: not tracing, over budget)."""
+    """Each trajectory's trace id (None where it has no exported span: not tracing, over
+    budget, not sampled)."""
     if not contexts:
         return [None] * count
     return [None if c is None else _trace_id(c, binding) for c in contexts]
