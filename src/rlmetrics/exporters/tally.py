@@ -69,7 +69,7 @@ class SpanDrops:
         self.queue_full += count
         warn_once(
             f"exporter:{self.name}:span-queue",
-            f"rlmetrics: exporter {self.name!r}'s span queue (OTEL_BSP_MAX_QUEUE_SIZE, "
+            f"rlmetrics: the span queue of exporter {self.name!r} (OTEL_BSP_MAX_QUEUE_SIZE, "
             f"{self.queue_size}) was full, so spans are being dropped: they end faster than "
             "the exporter sends them. rlmetrics.exporter.spans.dropped counts them; a larger "
             "OTEL_BSP_MAX_QUEUE_SIZE, or a smaller trajectory span budget "
