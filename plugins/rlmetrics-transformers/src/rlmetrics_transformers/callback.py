@@ -138,8 +138,9 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
     :param backends: ``Logger``'s ``backends`` for the Logger the callback builds.
     :param key_map: which key the trainer logs is which rlmetrics series; ``"trl"`` (the
         default) covers TRL's trainers and ``Trainer``'s own keys.
-    :param prefix: the prefix of the training dicts (``eval_*`` and ``test_*`` keys go under
-        ``eval`` and ``test``).
+    :param prefix: the prefix of the training dicts (an ``evaluate()``'s dict, whatever its
+        ``metric_key_prefix``, and ``eval_*`` and ``test_*`` keys go under ``eval`` and
+        ``test``).
     :param setup_started: a ``time.monotonic()`` reading where the run's setup began (before
         the model was loaded, say); default: when the callback was made.
     :param trajectories: log a TRL trainer's completions (GRPO, RLOO) as trajectories, one per
