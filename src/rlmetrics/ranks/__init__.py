@@ -104,18 +104,22 @@ def torch_distributed(
     background: bool = True,
     max_pending: int = DEFAULT_MAX_PENDING,
     full_wait_s: float = DEFAULT_FULL_WAIT_S,
+    join_timeout_s: float = 60.0,
 ) -> RankMerger:
     """A merger over torch.distributed ``group`` (None: the default process group, which
     must be initialised). By default a Logger's merges run on the merger's own thread over a
     gloo group of its own, opened when the Logger is built: a collective, so build the Logger
     on every rank at the same point, never under ``if rank == 0:`` (a rank that built it
-    alone waits the group's timeout for the others, says so, and merges no more);
+    alone waits ``join_timeout_s`` for the others, at most half the group's timeout, says so,
+    and merges no more; so do ranks that build theirs later than that);
     ``background=False`` merges on the loop's thread. See :class:`RankMerger` for the other
     arguments."""
     from .torch import TorchCollective
 
+    if not join_timeout_s > 0:
+        raise ValueError(f"torch_distributed(join_timeout_s={join_timeout_s!r}): seconds, > 0")
     return RankMerger(
-        TorchCollective(group),
+        TorchCollective(group, join_timeout_s),
         raw_path=raw_path,
         export_own=export_own,
         reductions=reductions,

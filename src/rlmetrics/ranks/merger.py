@@ -58,6 +58,7 @@ from ..spec import Reduce, Reduction
 from ..values import as_real, as_step
 from .declared import Reductions
 from .handoff import DEFAULT_FULL_WAIT_S, DEFAULT_MAX_PENDING, Handoff
+from .joining import RanksNotJoined
 from .reduce import (
     PHASE_ATTR,
     STRAGGLER_GROUP,
@@ -373,9 +374,16 @@ class RankMerger:
         rank's raw file is opened for that identity, which is returned."""
         if self._identity is not None:
             return self._identity
+        self._join()
         deliver = getattr(logger, "_log_merged_row", None)
         own_group = getattr(self.collective, "own_group", None)
-        if self.background and self.handoff is None and deliver is not None and own_group:
+        if (
+            self.background
+            and self.handoff is None
+            and deliver is not None
+            and own_group
+            and self.broken is None
+        ):
             self._open_own_group(own_group)
         self._identity = agreed = self._agree(identity)
         if self.raw_path is not None and self._rows is None:
@@ -386,6 +394,46 @@ class RankMerger:
                 self._merge_job, "rlmetrics-ranks", self.max_pending, self.full_wait_s
             )
         return agreed
+
+    def _join(self) -> None:
+        """Every rank binds its merger within the collective's bound (one that can tell,
+        as torch.distributed's can: :meth:`~.torch.TorchCollective.join`), or none merges:
+        the collectives that follow would wait for ranks that may never make them."""
+        join = getattr(self.collective, "join", None)
+        if join is None or self.world_size < 2:
+            return
+        try:
+            join()
+        except RanksNotJoined as exc:
+            self.broken = f"the ranks did not all bind their merger ({exc})"
+            waited = f"{exc.patience.total_seconds():g} s"
+            if exc.late:
+                said = (
+                    f"this rank built its Logger with ranks= after the other ranks had "
+                    f"stopped waiting for it ({waited}; only {exc.joined} of the "
+                    f"{exc.world_size} had built theirs by then)"
+                )
+            else:
+                said = (
+                    f"only {exc.joined} of the {exc.world_size} ranks built their Logger with "
+                    f"ranks= within {waited} of this one"
+                )
+            warn_once(
+                "ranks:own-group",
+                f"rlmetrics: rank {self.global_rank}: {said}. Binding the merger is a "
+                "collective: build the Logger with ranks= on every rank, at the same point (as "
+                "the trainer's process group is made), not under `if rank == 0:`; a rank that "
+                "is that late at it on purpose needs torch_distributed(join_timeout_s=...), at "
+                "most half the group's timeout. Ranks are merged no more in this run; rank 0 "
+                "logs its own values (each rank's raw rows are still written)",
+                expected=True,
+            )
+        except Exception as exc:  # no store to ask: the collectives say what they find
+            warn_once(
+                "ranks:join",
+                f"rlmetrics: rank {self.global_rank} could not check that every rank binds its "
+                f"merger ({type(exc).__name__}: {exc}); merging goes on without the check",
+            )
 
     def _open_own_group(self, own_group: Callable[[], Collective]) -> None:
         """The merger's own group for its thread, or, when it cannot be opened, the merge on

@@ -17,16 +17,25 @@ from __future__ import annotations
 
 import contextlib
 from array import array
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["TorchCollective"]
+from .joining import join
+
+__all__ = ["DEFAULT_JOIN_TIMEOUT_S", "TorchCollective"]
+
+#: How long a rank waits, as its merger is bound, for every other rank to bind theirs (at
+#: most half the group's timeout: see :meth:`TorchCollective.join`).
+DEFAULT_JOIN_TIMEOUT_S = 60.0
+#: Mergers joined in this process, by the ranks of their group: each joining's store key.
+_JOINED: Counter[tuple[int, ...]] = Counter()
 
 
 class TorchCollective:
     """``all_gather`` of one float64 row per rank, on ``group`` (None: the default group)."""
 
-    def __init__(self, group: Any = None) -> None:
+    def __init__(self, group: Any = None, join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S) -> None:
         import torch
         import torch.distributed as dist
 
@@ -60,6 +69,24 @@ class TorchCollective:
         self._host_view: Any = None
         # torch 2.13 renamed all_gather_into_tensor (which warns there); one call either way.
         self._gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        self.join_timeout_s = join_timeout_s
+
+    def join(self) -> None:
+        """Wait for every rank of the group to bind its merger, through the default group's
+        store, before any collective is made for it: at most ``join_timeout_s`` and at most
+        half the group's timeout, so that ranks that never bind one (their Logger built under
+        ``if rank == 0:``), waiting meanwhile in the trainer's next collective on the group,
+        do not time out there. Raises :class:`~.joining.RanksNotJoined` on every rank when
+        some rank did not come in time (the late ones too, whenever they come)."""
+        from torch.distributed import distributed_c10d
+
+        dist = self._dist
+        ranks = tuple(dist.get_process_group_ranks(self.group)) if self.group is not None else ()
+        ranks = () if len(ranks) == dist.get_world_size() else ranks
+        _JOINED[ranks] += 1
+        key = f"rlmetrics/ranks/join/{','.join(map(str, ranks)) or 'world'}/{_JOINED[ranks]}"
+        patience = min(timedelta(seconds=self.join_timeout_s), self.timeout() / 2)
+        join(distributed_c10d._get_default_store(), key, self.world_size, patience)
 
     def timeout(self) -> timedelta:
         """How long a collective of this group waits for a rank (its backend's option;
@@ -90,7 +117,7 @@ class TorchCollective:
             timeout=self.timeout(),
             use_local_synchronization=not whole,
         )
-        own = TorchCollective(group)
+        own = TorchCollective(group, self.join_timeout_s)
         own.owned = True
         return own
 

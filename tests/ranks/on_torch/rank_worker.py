@@ -116,8 +116,13 @@ def busy(rank: int, folder: Path, group: object) -> None:
 
 def rank_0_only(rank: int, folder: Path, group: object) -> None:
     """The Logger with ranks built on rank 0 only, as under ``if rank == 0:``: rank 0 logs a
-    few steps and finishes; the other ranks build none."""
+    few steps and finishes; the other ranks build none and go on to the trainer's next
+    collective on the same group, whose timeout their wait for rank 0 must stay within."""
+    dist.barrier(group=group)  # type: ignore[arg-type]  (every rank starts together)
     if rank != 0:
+        total = torch.ones(1)
+        dist.all_reduce(total, group=group)  # type: ignore[arg-type]
+        (folder / f"result{rank}.json").write_text(json.dumps({"total": total.item()}))
         return
     merger = torch_distributed(group, raw_path=folder / "rank{rank}.jsonl")
     logger = rlmetrics.Logger(
@@ -128,8 +133,10 @@ def rank_0_only(rank: int, folder: Path, group: object) -> None:
         logger.log_metrics(values(rank, step), step=step, prefix="train")
     logged_s = time.monotonic() - started
     logger.finish()
+    total = torch.ones(1)
+    dist.all_reduce(total, group=group)  # type: ignore[arg-type]
     (folder / f"result{rank}.json").write_text(
-        json.dumps({"logged_s": logged_s, "broken": merger.broken})
+        json.dumps({"logged_s": logged_s, "broken": merger.broken, "total": total.item()})
     )
 
 
@@ -184,6 +191,10 @@ def main() -> None:
         group, raw_path=folder / "rank{rank}.jsonl", reductions={"custom/queue_min": MIN}
     )
     with in_memory_telemetry(run_id="ranks-test") as (_handle, reader):
+        # Every rank builds its Logger together: a rank waits for the others' at most half
+        # the group's timeout (2.5 s in the dying scenarios), less than a busy host's skew
+        # between ranks since the rendezvous.
+        dist.barrier(group=group)  # type: ignore[arg-type]
         logger = rlmetrics.Logger(
             backends={"jsonl": {"path": str(folder / f"tracker{rank}.jsonl")}}, ranks=merger
         )
