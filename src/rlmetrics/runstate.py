@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from array import array
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -146,14 +147,16 @@ def _steps(
     intervals = [max(0.0, b - a) for a, b in itertools.pairwise(times)]
     median = statistics.median(intervals[-MEDIAN_WINDOW:]) if intervals else None
     stalls: list[dict[str, Any]] = []
+    # The pace known when each silence began: the intervals just before it, a window slid
+    # along (a slice of every interval before each one made a 10^5-step run take a minute).
+    known: deque[float] = deque(maxlen=MEDIAN_WINDOW)
     for index, gap in enumerate(intervals):
-        # The pace known when this silence began: the intervals before it.
-        known = intervals[:index][-MEDIAN_WINDOW:]
         limit = rule.limit_s(statistics.median(known) if len(known) >= MEDIAN_WINDOW else None)
         if gap > limit:
             stalls.append(
                 {"after_step": ordered[index][0], "gap_s": round(gap, 3), "limit_s": limit}
             )
+        known.append(gap)
     last_time = times[-1] if times else None
     since = None if last_time is None else max(0.0, now - last_time)
     limit_now = rule.limit_s(median if len(intervals) >= MEDIAN_WINDOW else None)

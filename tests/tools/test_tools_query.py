@@ -123,6 +123,21 @@ def test_a_stall_is_a_finding_and_exit_1(tmp_path: Path) -> None:
     assert result.returncode == 1
 
 
+def test_a_long_run_is_answered_in_a_pass_over_its_steps(tmp_path: Path) -> None:
+    """Each silence is judged against the pace of the 20 intervals before it; taking them from
+    a copy of every interval before it made a 10^5-step run's answer take a minute, 4 * 10^5
+    steps several. The bound guards against that, far above one pass (seconds)."""
+    times = [1000.0 + n for n in range(400_000)]
+    times[-1] += 500.0  # one stall, at the end
+    path = tmp_path / "m.jsonl"
+    _rows(path, rows=_step_rows(times))
+    result = run_cli("query", path, "--field", "steps.count", "--field", "stalls", timeout=120)
+    assert result.returncode == 1, result.stderr
+    count, stalls = map(json.loads, result.stdout.splitlines())
+    assert count == 400_000
+    assert stalls == [{"after_step": 399_998, "gap_s": 501.0, "limit_s": 60.0}]
+
+
 def test_bad_input_is_a_clear_answer_never_a_traceback(tmp_path: Path) -> None:
     # A half-written JSONL: the torn line is counted and said.
     path = tmp_path / "m.jsonl"
