@@ -326,6 +326,26 @@ def test_a_logged_rollout_result_dict_counts_the_attempt(telemetry: Any) -> None
     assert total(found, ROLLOUT_DURATION) == (2, 1284.5)
 
 
+def test_a_logged_row_without_an_outcome_is_said_once_not_dropped_unsaid(
+    telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Gym result row as the rollout collection writes it carries no ``outcome``: logged
+    under gym/rollout as it is, its attempt and its reward were counted nowhere and nothing
+    said so. Its duration still lands; the missing outcome is said once."""
+    _, reader = telemetry
+    logger = rlmetrics.Logger(backends={})
+    row = {"reward": 1.0, "duration_ms": 40.0, "response": {"output": []}}
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        for step in range(3):
+            logger.log_metrics(row, step=step, prefix="gym/rollout")
+    found = points(reader)
+    assert find(found, COMPLETED) == [] and find(found, REWARDED) == []
+    assert total(found, ROLLOUT_DURATION) == (3, 120.0)
+    said = [r.getMessage() for r in caplog.records if "outcome" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "scored" in said[0] and "failed" in said[0] and "omitted" in said[0]
+
+
 def test_a_logged_row_naming_no_dispatch_is_counted_under_its_agent(telemetry: Any) -> None:
     """The specification: every point carries the dispatch name, the environment server or,
     when rows name none, the agent. A Gym result row names its agent in ``agent_ref``."""

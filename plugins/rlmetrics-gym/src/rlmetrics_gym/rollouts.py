@@ -555,6 +555,15 @@ def log_metrics(metrics: Mapping[str, Any], prefix: str) -> None:
             failure_kind=metrics.get(FAILURE_KIND_KEY),
             failure_type=metrics.get(FAILURE_TYPE_KEY),
         )
+    else:
+        # A result row as the collection writes it carries no outcome: the driver knows it.
+        warn_once(
+            "gym:rollouts:no-outcome",
+            f"rlmetrics-gym: a row logged under {ROLLOUT_PREFIX!r} has no {OUTCOME_KEY!r}, so "
+            "its attempt (and its reward) is counted nowhere; log it with outcome 'scored', "
+            "'failed' or 'omitted' (its duration_ms is still recorded)",
+            expected=True,
+        )
     duration = metrics.get(DURATION_MS_KEY)
     if duration is not None:
         record_rollout_duration(duration)
