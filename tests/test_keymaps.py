@@ -4,6 +4,7 @@ real SDK's in-memory reader, while every backend still gets the trainer's own ke
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from rlmetrics.keymaps import (
 )
 from rlmetrics.keymaps.builtin import OPENRLHF, TRL, VERL
 from rlmetrics.plugins import register as register_plugin
-from rlmetrics.testing import in_memory_telemetry, points, single
+from rlmetrics.testing import captured_log, in_memory_telemetry, points, single
 
 TRL_STEP = {
     "loss": 0.25,
@@ -199,6 +200,28 @@ def test_verl_timing_keys_become_efficiency_categories(tee: Tee) -> None:
     ids=["none", "string", "nan", "inf", "list", "object"],
 )
 def test_a_bad_value_from_the_trainer_costs_only_itself(bad: Any, tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    with captured_log() as log, in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": path}}, key_map="verl")
+        verl_step = {"actor/kl_loss": 0.01, "actor/pg_loss": 0.25}
+        logger.log_metrics({**verl_step, "critic/rewards/mean": bad}, step=1, prefix="train")
+        values = _values(points(reader))
+        logger.finish()
+    assert "rl.reward.mean" not in values
+    # Said once, naming the key the trainer logged (what the user can find in their code),
+    # a None as much as a NaN or a string.
+    [said] = [r.getMessage() for r in log.matching("dropped a value", logging.WARNING)]
+    assert "'critic/rewards/mean'" in said and "rl.reward.mean" in said and "'verl'" in said
+    (row,) = read_jsonl(path)
+    assert row["metrics"]["actor/kl_loss"] == 0.01
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [None, "7.5", float("nan"), float("inf"), [1.0, 2.0], object()],
+    ids=["none", "string", "nan", "inf", "list", "object"],
+)
+def test_a_bad_trl_value_costs_only_itself(bad: Any, tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"
     with in_memory_telemetry() as (_handle, reader):
         logger = rlmetrics.Logger(backends={"jsonl": {"path": path}}, key_map="trl")

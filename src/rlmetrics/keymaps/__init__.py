@@ -34,13 +34,20 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._warn import warn_once
+from .._warn import describe_value, warn_once
 from ..events import EFFICIENCY_PREFIX, TRAIN_PREFIXES
 from ..hooks import collect_offers
 from ..keyplans import KeyPlans
 from ..registry import default_registry, is_exporting, record, record_points
 from ..telemetry import current
-from ..values import AttributeSet, BoundedValues, key_attribute
+from ..values import (
+    AttributeSet,
+    BoundedValues,
+    as_number,
+    as_real,
+    encodable,
+    key_attribute,
+)
 
 if TYPE_CHECKING:
     from ..plugins import Plugins
@@ -361,12 +368,44 @@ class KeyMapper:
             self._attribute_sets[(rule, matched)] = prepared
         return prepared
 
+    def _number(self, key: str, rule: KeyRule, value: Any) -> int | float | None:
+        """The number a mapped key's value is, or None, said once per key and cause, naming
+        the key the trainer logged: the series' own key (``reward``) is not what the
+        trainer's code calls it (``critic/rewards/mean``), and ``record`` skips a None
+        unsaid."""
+        number = as_number(value)
+        if number is not None and encodable(number):
+            return number
+        if number is not None:
+            cause, why = "int64", "an int beyond the int64 range an exporter can encode"
+        else:
+            real = None if value is None else as_real(value)
+            cause = (
+                "none"
+                if value is None
+                else "not-a-number"
+                if real is None
+                else "nan"
+                if real != real
+                else "infinite"
+            )
+            why = f"{'None' if value is None else describe_value(value)} is not a finite number"
+        warn_once(
+            f"keymap:{self.key_map.name}:{key}:{cause}",
+            f"rlmetrics: key map {self.key_map.name!r}: {rule.series} (key {key!r}) dropped a "
+            f"value: {why}; the backends keep it",
+        )
+        return None
+
     def _record(self, plan: _Plan, flat: Mapping[str, Any]) -> None:
         targets = self._targets()
         unlabelled: dict[str, dict[str, Any]] = {}  # by group: one record call each
         labelled: dict[tuple[str, str], list[tuple[Any, AttributeSet]]] = {}
         for key, rule, matched in plan.series:
             declared = targets.get(rule.series or "")
+            value = self._number(key, rule, flat[key])
+            if value is None:
+                continue
             if declared is None:
                 warn_once(
                     f"keymap:{self.key_map.name}:{rule.series}",
@@ -375,10 +414,10 @@ class KeyMapper:
                     "backends only (rlmetrics check lints the map)",
                 )
             elif rule.attribute is None and not rule.attributes:
-                unlabelled.setdefault(declared.group, {})[declared.spec.key] = flat[key]
+                unlabelled.setdefault(declared.group, {})[declared.spec.key] = value
             elif (attributes := self._attribute_set(rule, matched, declared)) is not None:
                 where = (declared.group, declared.spec.key)
-                labelled.setdefault(where, []).append((flat[key], attributes))
+                labelled.setdefault(where, []).append((value, attributes))
         for group, values in unlabelled.items():
             record(group, values)
         for (group, key), points in labelled.items():
