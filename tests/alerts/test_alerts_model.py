@@ -77,9 +77,10 @@ def test_a_malformed_duration_is_refused(text: str) -> None:
 
 
 def test_a_rule_names_its_run() -> None:
+    bare = "max without (otel_scope_name, otel_scope_version, otel_scope_schema_url) (up == 0)"
     assert with_run_id("up == 0") == (
-        "(up == 0) * on(job, instance) group_left(rlmetrics_run_id) "
-        "max by (job, instance, rlmetrics_run_id) (target_info) or on(job, instance) (up == 0)"
+        f"({bare}) * on(job, instance) group_left(rlmetrics_run_id) "
+        f"max by (job, instance, rlmetrics_run_id) (target_info) or on(job, instance) ({bare})"
     )
 
 

@@ -178,3 +178,54 @@ def test_the_sibling_of_a_backend_counter_is_the_other_one(reads: tuple[str, ...
     [other] = {"rlmetrics.backend.dropped", "rlmetrics.backend.failed"} - set(reads)
     for example in _sibling_examples(rule, names):
         assert any(s.startswith(names.counter(other)) for s, _ in example.series)
+
+
+#: The labels the exporter puts on every series of a meter's scope: the version changes with
+#: every rlmetrics release, and an alert carrying it would resolve and fire anew across an
+#: upgrade (and say nothing to the person paged).
+_SCOPE = {"otel_scope_name": "rlmetrics", "otel_scope_version": "0.2.0"}
+
+
+def _with_scope(series: str) -> str:
+    """A promtool series selector with the exporter's scope labels, unless it is Prometheus'
+    own (``up``) or the resource (``target_info``), which carry none."""
+    name, _, labels = series.partition("{")
+    if name in ("up", "target_info"):
+        return series
+    scope = ",".join(f'{key}="{value}"' for key, value in _SCOPE.items())
+    return f"{name}{{{scope},{labels}" if labels else f"{name}{{{scope}}}"
+
+
+def test_no_alert_carries_the_exporter_s_scope_labels(
+    promtool_test_rules: Callable[..., Any],
+) -> None:
+    """Every example, its series as the endpoint serves them (with ``otel_scope_name`` and
+    ``otel_scope_version``), raises the alerts it names and no label more."""
+    rules = [rule for rule in _rules() if rule.name != "VLLMEngineRestarted"]  # vLLM's series
+    scoped = [
+        AlertRule(
+            rule.name,
+            rule.expr,
+            rule.summary,
+            rule.runbook,
+            rule.for_s,
+            severity=rule.severity,
+            reads=rule.reads,
+            examples=[
+                AlertExample(
+                    example.title,
+                    [(_with_scope(series), values) for series, values in example.series],
+                    at_s=example.at_s,
+                    alerts=example.alerts,
+                    interval_s=example.interval_s,
+                )
+                for example in rule.examples
+            ],
+            group=rule.group,
+        )
+        for rule in rules
+    ]
+    tested = promtool_test_rules(
+        render_yaml(rule_groups(rules, annotations=False)), promtool_tests(scoped, "rules.yml")
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr

@@ -24,6 +24,7 @@ import attrs
 from ..dashboard.promql import RUN_ID_LABEL, Names
 
 __all__ = [
+    "SCOPE_LABELS",
     "SEVERITIES",
     "AlertContext",
     "AlertExample",
@@ -37,6 +38,9 @@ __all__ = [
     "threshold_problem",
     "with_run_id",
 ]
+
+#: The labels the Prometheus exporter gives every series of a meter's scope.
+SCOPE_LABELS = ("otel_scope_name", "otel_scope_version", "otel_scope_schema_url")
 
 #: The ``severity`` label values a rule may carry: ``page`` wakes someone up, ``warning``
 #: waits for working hours.
@@ -85,7 +89,12 @@ def with_run_id(vector: str) -> str:
     names the run it is about and Alertmanager groups a run's alerts together.
 
     A target without ``target_info`` (an exporter told not to publish it) keeps its alert,
-    without a run id: a missing label must never silence a page."""
+    without a run id: a missing label must never silence a page.
+
+    The labels of the meter's scope the exporter puts on every series (``otel_scope_name``,
+    ``otel_scope_version``) are left out: they say nothing to the person paged, and with the
+    version in its labels an alert would resolve and fire anew across an rlmetrics upgrade."""
+    vector = f"max without ({', '.join(SCOPE_LABELS)}) ({vector})"
     named = (
         f"({vector}) * on(job, instance) group_left({RUN_ID_LABEL}) "
         f"max by (job, instance, {RUN_ID_LABEL}) (target_info)"
