@@ -66,7 +66,13 @@ class SpanDrops:
     listener: Callable[[str, int, str], None] | None = None
 
     def full(self, count: int) -> None:
+        first = not self.queue_full
         self.queue_full += count
+        if first:  # a full queue drops every span that ends: said once, not asked each time
+            self._say_full()
+        self._tell(count, QUEUE_FULL)
+
+    def _say_full(self) -> None:
         warn_once(
             f"exporter:{self.name}:span-queue",
             f"rlmetrics: the span queue of exporter {self.name!r} (OTEL_BSP_MAX_QUEUE_SIZE, "
@@ -76,7 +82,6 @@ class SpanDrops:
             "(rlmetrics.trajectories.configure(budget=...)), keeps them. Said once",
             expected=True,
         )
-        self._tell(count, QUEUE_FULL)
 
     def failed(self, count: int) -> None:
         self.export_failed += count
