@@ -24,6 +24,7 @@ __all__ = [
     "START",
     "marker_problems",
     "metrics_table",
+    "table_cell",
     "undeclaring_modules",
     "update_tables",
 ]
@@ -36,6 +37,12 @@ _BLOCK = re.compile(
     + ")",
     re.DOTALL,
 )
+
+
+def table_cell(text: str) -> str:
+    """``text`` as one markdown table cell: its ``|`` escaped and its line breaks (any run of
+    white space) one space, so a description cannot split or end its row."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _attributes(item: Declared) -> str:
@@ -60,7 +67,7 @@ def metrics_table(declared: Sequence[Declared], modules: Iterable[str]) -> str:
             buckets = (
                 f" Buckets: {', '.join(f'{b:.12g}' for b in spec.buckets)}." if spec.buckets else ""
             )
-            description = (spec.description + buckets).replace("|", "\\|").strip()
+            description = table_cell(spec.description + buckets)
             lines.append(
                 f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | `{spec.unit}` | "
                 f"{_attributes(item)} | `{spec.key}` | {spec.reduction.describe()} | "

@@ -87,3 +87,20 @@ def test_json_and_markdown_say_a_failed_plugin_on_stderr(
     assert main(["metrics", "--markdown"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("# Metric catalogue") and "(acme_badunit)" in err
+
+
+def test_a_description_with_a_pipe_or_a_line_break_keeps_its_row_in_the_catalogue() -> None:
+    """The family pages' tables escaped a ``|`` in a description; the catalogue
+    (``rlmetrics metrics --markdown``) did not, so a plugin's description such as
+    "input|output tokens" split its row into extra columns (and a line break ended it)."""
+    from rlmetrics.registry import Declared
+    from rlmetrics.spec import Kind, MetricSpec
+
+    spec = MetricSpec(
+        "acme.tokens", Kind.COUNTER, unit="{token}", description="input|output tokens,\nper batch"
+    )
+    text = metrics_markdown([Declared("acme", spec, "acme.family")])
+    (row,) = [line for line in text.splitlines() if line.startswith("| `acme.tokens`")]
+    cells = row.replace("\\|", "").split("|")
+    assert len(cells) == 9, row  # seven columns between the outer pipes
+    assert "input\\|output tokens, per batch" in row

@@ -8,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ..catalogue import table_cell
 from ..plugins import FAILED, Plugins, load_plugins
 from ..registry import Declared, default_registry
 from ._output import add_format_options, print_json, print_table
@@ -57,7 +58,7 @@ def metrics_markdown(declared: Sequence[Declared]) -> str:
             lines.append(
                 f"| `{spec.name}` | {spec.kind.value} | `{spec.unit}` | {_attributes(item)} "
                 f"| `{item.group}` / `{spec.key}` | {spec.reduction.describe()} "
-                f"| {spec.description}{buckets} |"
+                f"| {table_cell(spec.description + buckets)} |"
             )
     return "\n".join(lines) + "\n"
 
