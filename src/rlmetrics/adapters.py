@@ -41,7 +41,7 @@ from .keymaps import KeyMap, resolve_key_map
 from .logger import Logger
 from .ranks import RankMerger
 
-__all__ = ["AdapterLogger", "guarded", "merges_ranks"]
+__all__ = ["AdapterLogger", "HandedAgain", "guarded", "merges_ranks"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -108,6 +108,28 @@ def _forget_open_loggers() -> None:
     global _open_lock
     _open_lock = threading.Lock()
     _open.clear()
+
+
+class HandedAgain:
+    """Tells a dict a trainer hands an adapter twice in a row — the same object at the same
+    step holding the same value objects — from a new one. A trainer hands the one dict to
+    each entry of its list of loggers, and an adapter may be listed twice (Accelerate's
+    ``init_trackers`` called again lists it again; ``Trainer(logger=[logger, logger])``):
+    each entry would write the row to the run again. A dict the loop changes and logs again,
+    or logs at another step, is a new one. Holds the last dict until the next call."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: tuple[Any, Any, tuple[Any, ...]] | None = None
+
+    def __call__(self, values: Any, step: Any) -> bool:
+        """Whether ``values`` at ``step`` is the dict handed in the call before."""
+        held = tuple(values.items()) if isinstance(values, Mapping) else ()
+        last, self._last = self._last, (values, step, held)
+        if last is None or last[0] is not values or last[1] != step or len(last[2]) != len(held):
+            return False
+        return all(a[0] == b[0] and a[1] is b[1] for a, b in zip(last[2], held, strict=True))
 
 
 class AdapterLogger:

@@ -423,3 +423,16 @@ def test_a_second_rlmetrics_logger_on_the_same_trainer_stands_down_and_says_so(
     assert len([row for row in every if "hyperparams" in row]) == 1
     said = [r for r in caplog.records if "more than one RLMetricsLogger" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_one_rlmetrics_logger_listed_twice_writes_each_row_once(tmp_path: Path) -> None:
+    """``Trainer(logger=[logger, logger])``: Lightning hands the one dict to each entry, so
+    before, every row reached the run twice. Now a dict just handed at the same step is
+    written once; the loop's next dict at that step (the epoch's end) is written."""
+    path = tmp_path / "metrics.jsonl"
+    logger = RLMetricsLogger(backends={"jsonl": {"path": path}})
+    _fit([logger, logger], steps=2)
+    logger.finish()
+    every = list(read_jsonl(path, every_row=True))
+    assert [row["step"] for row in every if "train_loss" in row.get("metrics", {})] == [0, 1]
+    assert len([row for row in every if "hyperparams" in row]) == 1

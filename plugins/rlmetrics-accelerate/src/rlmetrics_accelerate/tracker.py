@@ -25,7 +25,7 @@ from accelerate import Accelerator
 from accelerate.tracking import GeneralTracker, on_main_process
 
 from rlmetrics import KeyMap, Logger, warn_once
-from rlmetrics.adapters import AdapterLogger, guarded, merges_ranks
+from rlmetrics.adapters import AdapterLogger, HandedAgain, guarded, merges_ranks
 
 __all__ = ["RLMetricsTracker", "calling_accelerator"]
 
@@ -92,8 +92,9 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
         self.logs = AdapterLogger(logger, backends=backends, key_map=key_map, adapter=_ADAPTER)
         self.prefix = prefix
         self._last_step = 0
-        #: The last ``log`` call's dict, step and items (see :meth:`_handed_again`).
-        self._last_call: tuple[Mapping[str, Any], int | None, tuple[Any, ...]] | None = None
+        #: Each init_trackers lists the tracker again, and Accelerator.log hands the one dict
+        #: to each entry: written once.
+        self._handed_again = HandedAgain()
 
     @property
     def tracker(self) -> Logger | None:
@@ -143,17 +144,6 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
             "again). Give log_with one, with every backend in its backends=",
         )
         return True
-
-    def _handed_again(self, values: Mapping[str, Any], step: int | None) -> bool:
-        """Whether ``values`` is the dict just logged, at the same step, holding the same
-        objects: each ``init_trackers`` appends the tracker to the Accelerator's trackers
-        again, and ``Accelerator.log`` hands the one dict to each entry. A dict the loop
-        logs again after changing it, or at another step, is logged."""
-        held = tuple(values.items()) if isinstance(values, Mapping) else ()
-        last, self._last_call = self._last_call, (values, step, held)
-        if last is None or last[0] is not values or last[1] != step or len(last[2]) != len(held):
-            return False
-        return all(a[0] == b[0] and a[1] is b[1] for a, b in zip(last[2], held, strict=True))
 
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "finish")

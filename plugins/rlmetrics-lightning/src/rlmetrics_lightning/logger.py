@@ -39,7 +39,7 @@ from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from rlmetrics import KeyMap, Logger, warn_once
-from rlmetrics.adapters import AdapterLogger, guarded
+from rlmetrics.adapters import AdapterLogger, HandedAgain, guarded
 from rlmetrics.ranks import RankMerger
 
 __all__ = ["EVAL_PREFIX", "TEST_PREFIX", "RLMetricsLogger", "calling_trainer"]
@@ -122,6 +122,7 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         #: Hyperparameters rank zero was given before the Logger that merges the ranks was
         #: built (it is built on every rank at once): logged once it is.
         self._held_hyperparams: dict[str, Any] | None = None
+        self._handed_again = HandedAgain()
 
     @property
     def name(self) -> str:
@@ -189,6 +190,8 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         # rank's Logger takes part in the step's collective).
         if not self.logs.merges and getattr(rank_zero_only, "rank", 0) != 0:
             return
+        if self._handed_again(metrics, step):
+            return  # the logger listed twice in the trainer's loggers: written once
         trainer = calling_trainer()
         if self._stands_down(trainer):
             return
