@@ -82,3 +82,72 @@ def test_a_nemo_rl_grpo_run_logs_through_the_logger_unchanged(tmp_path: Path) ->
     assert rows[-1]["metrics"] == {"ray/ray_step": 60, "node.0.gpu.0.util": 0.5}
     (header,) = [row for row in read_jsonl(path, every_row=True) if "hyperparams" in row]
     assert header["hyperparams"]["grpo"]["max_num_steps"] == 2
+
+
+#: What NeMo-RL's GRPO logs besides its teed scalars, by prefix (nemo_rl/algorithms/grpo.py,
+#: loss_functions.py, utils.py's print_performance_metrics): its own keys, not typos.
+NEMO_GRPO_KEYS = {
+    "train": [
+        "filtered_reward",
+        "mean_prompt_length",
+        "total_num_tokens",
+        "advantages/mean",
+        "advantages/max",
+        "advantages/min",
+        "probs_ratio",
+        "probs_ratio_clamped",
+        "probs_ratio_min",
+        "probs_ratio_clamped_max",
+        "token_mult_prob_error",
+        "gen_kl_error",
+        "policy_kl_error",
+        "js_divergence_error",
+        "sampling_importance_ratio",
+        "num_valid_samples",
+        "positive_nll_loss",
+        "wd",
+        "global_valid_seqs",
+        "global_valid_toks",
+        "mean_total_tokens_per_sample",
+        "max_gen_tokens_per_sample",
+        "mean_env_tokens_per_sample",
+        "total_turns",
+        "avg_turns_per_sample",
+        "natural_termination_rate",
+        "truncation_rate",
+        "max_turns_reached_rate",
+        "critic/grad_norm",
+        "critic/explained_var",
+    ],
+    "timing/train": [
+        "total_step_time",
+        "generation",
+        "exposed_generation",
+        "policy_and_reference_logprobs",
+        "policy_training",
+        "weight_sync",
+        "prepare_for_generation/total",
+        "valid_tokens_per_sec_per_gpu",
+    ],
+    "timing/validation": ["total_validation_time"],
+    "performance": ["samples_per_sec", "tokens_per_sec", "tokens_per_sec_per_gpu"],
+}
+
+
+def test_no_key_nemo_rl_s_grpo_logs_is_said_to_be_a_typo(tmp_path: Path) -> None:
+    from rlmetrics.known_keys import Vocabulary
+
+    vocabulary = Vocabulary()
+    unknown = [
+        (prefix, key)
+        for prefix, keys in NEMO_GRPO_KEYS.items()
+        for key in keys
+        if not vocabulary.known(prefix, key)
+    ]
+    assert unknown == []
+    logger: Any = rlmetrics.Logger(
+        backends={"jsonl": {"path": tmp_path / "m.jsonl"}}, unknown_keys="error", strict=True
+    )
+    with logger:
+        for prefix, keys in NEMO_GRPO_KEYS.items():
+            logger.log_metrics(dict.fromkeys(keys, 1.0), 1, prefix=prefix)

@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import hookimpl
 from ..events import TRAIN_PREFIXES
+from ..key_patterns import ANY
 from ..keyplans import KeyPlans
 from ..known_keys import declare_keys
 from ..registry import (
@@ -53,6 +54,8 @@ __all__ = [
     "GROUP",
     "MAX_DATASETS",
     "MAX_REWARD_COMPONENTS",
+    "NEMO_RL_BACKEND_ONLY",
+    "NEMO_RL_BACKEND_ONLY_PREFIXES",
     "REWARD_COMPONENT",
     "REWARD_COMPONENT_GROUP",
     "SAMPLES",
@@ -164,6 +167,28 @@ tee_scalar(
     reduce=SUM,
 )
 
+#: NeMo-RL's own train keys that no series reads (GRPO's loop, its loss function and its
+#: workers; PPO's critic statistics): they reach the trackers only, and are not typos to
+#: ``Logger(unknown_keys=...)`` (docs/integrations/nemo-rl.md).
+NEMO_RL_BACKEND_ONLY = (
+    *("filtered_reward", "mean_prompt_length", "total_num_tokens", "advantages/*"),
+    *("draft_grad_norm", "moe/*", "mtp/*", "histogram/*", "generation_logger_metrics/**"),
+    *("probs_ratio", "probs_ratio_clamped", "probs_ratio_min", "probs_ratio_max"),
+    *("probs_ratio_clamped_min", "probs_ratio_clamped_max", "sampling_importance_ratio"),
+    *("token_mult_prob_error", "gen_kl_error", "policy_kl_error", "js_divergence_error"),
+    *("num_valid_samples", "positive_nll_loss", "wd", "global_valid_seqs", "global_valid_toks"),
+    *("mean_total_tokens_per_sample", "max_gen_tokens_per_sample", "mean_env_tokens_per_sample"),
+    *("total_turns", "avg_turns_per_sample", "natural_termination_rate", "truncation_rate"),
+    *("max_turns_reached_rate", "critic/grad_norm", "critic/explained_var"),
+    *("critic/returns_mean", "critic/values_mean"),
+)
+declare_keys(NEMO_RL_BACKEND_ONLY, backend_only=True, note="NeMo-RL's own train keys")
+#: The prefixes of NeMo-RL's step timers and throughput summary: every key of them reaches
+#: the trackers only (its timers are not efficiency categories; ``efficiency/*`` are).
+NEMO_RL_BACKEND_ONLY_PREFIXES = ("timing/train", "timing/validation", "performance")
+declare_keys(
+    [ANY], prefixes=NEMO_RL_BACKEND_ONLY_PREFIXES, backend_only=True, note="NeMo-RL's timers"
+)
 
 # -- reward components and per-dataset metrics -------------------------------------------------
 
