@@ -232,3 +232,15 @@ def test_send_raising_something_else_while_the_client_is_still_there_is_unhandle
         asyncio.run(middleware(_scope("/items/1"), cycle.receive, cycle.send))
     totals = middleware.totals
     assert (totals.cancelled, totals.unhandled, totals.in_flight) == ({}, 1, 0)
+
+
+@given(SEGMENT, st.lists(SEGMENT, min_size=1, max_size=3))
+def test_a_prefix_written_with_its_trailing_slash_strips_the_same(
+    rollout_id: str, segments: list[str]
+) -> None:
+    """``rollout_prefix=r"/rollouts/[^/]+/"`` (the segment's slash included) ended past the
+    boundary, so nothing was ever stripped and every cancelled request was ``<unmatched>``."""
+    path = "/" + "/".join(segments)
+    with_slash = re.compile(r"/rollouts/[^/]+/")
+    assert strip_rollout_prefix(f"/rollouts/{rollout_id}{path}", with_slash) == path
+    assert strip_rollout_prefix(f"/rollouts/{rollout_id}/", with_slash) == "/"

@@ -194,14 +194,18 @@ def status_attribute(status: Any) -> int | None:
 
 def strip_rollout_prefix(path: str, prefix: re.Pattern[str] | None) -> str:
     """``path`` without a leading rollout prefix (``prefix`` matched at the start, ending at a
-    segment boundary); unchanged when it does not match."""
+    segment boundary, or just past it: a prefix written with its trailing ``/``); unchanged
+    when it does not match."""
     if prefix is None:
         return path
     match = prefix.match(path)
     if match is None or match.end() == 0:
         return path
-    rest = path[match.end() :]
-    if not rest:
+    end = match.end()
+    if path[end - 1] == "/" and not path.startswith("/", end):
+        end -= 1  # the prefix took the next segment's slash: it is the rest's
+    rest = path[end:]
+    if not rest or rest == "/":
         return "/"
     return rest if rest.startswith("/") else path
 
@@ -320,7 +324,7 @@ class GymServerMetricsMiddleware:
 
     :param rollout_prefix: a regular expression matched at the start of the path and removed
         before the route template is looked up, so ``/rollouts/abc/items/7`` is counted as
-        ``/items/{item_id}``; it must end at a segment boundary.
+        ``/items/{item_id}``; it must end at a segment boundary (or with the ``/`` after it).
     :param routes: the routes to resolve templates against; by default the wrapped app's
         ``routes``, else those of the Starlette app or router the request reached.
     """
