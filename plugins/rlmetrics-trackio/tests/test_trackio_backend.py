@@ -105,6 +105,25 @@ def test_resume_continues_the_same_trackio_run(project: str) -> None:
     assert [(r["step"], r["train/loss"]) for r in logs(project, run)] == [(1, 1.0), (2, 0.5)]
 
 
+def test_a_resumed_run_keeps_the_configuration_its_first_process_logged(project: str) -> None:
+    # Trackio stores a run's config with each process's first record: the resumed process's
+    # configuration replaced the first one's, and keys only the first logged were gone.
+    first = Logger(backends={"trackio": {"project": project}})
+    run = first.identity.run_id
+    first.log_hyperparams({"lr": 1e-6, "seed": 1, "optimizer": {"beta1": 0.9}})
+    first.log_metrics({"loss": 1.0}, step=1, prefix="train")
+    first.finish()
+    second = Logger(backends={"trackio": {"project": project}}, run_id=run, resume=True)
+    second.log_hyperparams({"lr": 5e-7, "optimizer": {"beta2": 0.99}})
+    second.log_metrics({"loss": 0.5}, step=2, prefix="train")
+    second.finish()
+    assert run_config(project, run) == {
+        "lr": 5e-7,
+        "seed": 1,
+        "optimizer": {"beta1": 0.9, "beta2": 0.99},
+    }
+
+
 @given(
     st.one_of(
         st.none(),

@@ -29,6 +29,7 @@ from typing import Any
 
 import trackio
 import trackio.utils
+from trackio.sqlite_storage import SQLiteStorage
 
 from rlmetrics import as_plain, as_real, resets_process_state, warn_once
 from rlmetrics.backends import (
@@ -207,6 +208,28 @@ class TrackioBackend:
         _RUNS.join(self.run, started=True)
         if self._shared_as is not None:
             _started_runs[self._shared_as] = self.run
+        if identity is not None and identity.resume and remote is None:
+            self._keep_stored_config()
+
+    def _keep_stored_config(self) -> None:
+        """Put a resumed run's stored config under what this process starts with: Trackio
+        stores the config each process holds at its first record in place of the run's, so
+        the keys only an earlier process logged were gone. Local runs only (a Space's or a
+        server's store is not read here)."""
+        try:
+            stored = SQLiteStorage.get_run_config(self.run.project, run_id=self.run.id)
+        except Exception as exc:
+            warn_once(
+                "trackio:resume-config",
+                f"rlmetrics-trackio: the resumed run's stored configuration could not be read "
+                f"({first_line(exc)}); Trackio keeps only what this process logs",
+            )
+            return
+        if not isinstance(stored, dict):
+            return  # a run resume="allow" started anew
+        earlier = {k: v for k, v in stored.items() if not str(k).startswith("_")}
+        config = self.run.config  # its "_" keys (user, creation time) are this process's
+        config.update({**earlier, **merged_config(earlier, config)})
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         row: dict[str, Any] = {}
