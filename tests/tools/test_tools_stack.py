@@ -392,3 +392,27 @@ def test_a_dir_nothing_can_be_written_in_is_one_line_and_status_2(
     [line] = done.stderr.splitlines()
     assert line.startswith(f"rlmetrics stack: --dir {given}"), line
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--port", "99999", "a port is 0-65535 (0 picks a free one), got 99999"),
+        ("--port", "-1", "a port is 0-65535 (0 picks a free one), got -1"),
+        ("--alertmanager-port", "70000", "a port is 0-65535 (0 picks a free one), got 70000"),
+        ("--scrape-interval", "0", "'0' is no interval: give one longer than 0 (such as 5s)"),
+        ("--evaluation-interval", "0s", "'0s' is no interval: give one longer than 0"),
+        ("--group-interval", "0s", "'0s' is no interval: give one longer than 0"),
+        ("--repeat-interval", "0ms", "'0ms' is no interval: give one longer than 0"),
+    ],
+)
+def test_a_port_or_interval_out_of_range_is_one_line_and_status_2(
+    tmp_path: Path, option: str, value: str, said: str
+) -> None:
+    """Not a traceback of the port check (OverflowError) once started, nor a Prometheus or
+    Alertmanager started with an interval of 0 (a default in its place) or refusing it."""
+    done = run_cli("stack", "--dir", tmp_path / "s", "--no-start", f"{option}={value}")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert said in done.stderr
+    assert not (tmp_path / "s").exists()

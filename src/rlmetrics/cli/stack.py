@@ -64,6 +64,27 @@ def _address(text: str) -> str:
     return f"{host}:{int(port)}"
 
 
+def _port_number(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535 (0 picks a free one), got {text}")
+    return port
+
+
+def _interval(text: str) -> float:
+    """A duration that is an interval (a scrape, an evaluation, a notification's repeat):
+    0 is none, which Prometheus reads as its default and Alertmanager refuses."""
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no interval: give one longer than 0 (such as 5s)"
+        )
+    return seconds
+
+
 def _url(text: str) -> str:
     if not text.startswith(("http://", "https://")) or len(text) <= len("https://"):
         raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL")
@@ -97,20 +118,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-ray", action="store_true", help="no Ray job")
     parser.add_argument(
         "--port",
-        type=int,
+        type=_port_number,
         default=DEFAULT_PORT,
         help=f"Prometheus' port on 127.0.0.1 (default {DEFAULT_PORT}; 0 picks a free one)",
     )
     parser.add_argument(
         "--scrape-interval",
-        type=parse_duration,
+        type=_interval,
         default=5.0,
         metavar="DURATION",
         help="how often every target is scraped (default 5s)",
     )
     parser.add_argument(
         "--evaluation-interval",
-        type=parse_duration,
+        type=_interval,
         metavar="DURATION",
         help="how often the rules are evaluated (default: the scrape interval)",
     )
@@ -155,20 +176,31 @@ def _add_delivery(parser: argparse.ArgumentParser) -> None:
     )
     delivery.add_argument(
         "--alertmanager-port",
-        type=int,
+        type=_port_number,
         metavar="PORT",
         help=f"Alertmanager's port on 127.0.0.1 (default {DEFAULT_ALERTMANAGER_PORT}, else a free "
         "one; 0 picks a free one)",
     )
-    for flag, default, what in (
-        ("group-wait", "30s", "how long a run's first alert waits for others to join it"),
-        ("group-interval", "5m", "how long before a run's group tells what changed"),
-        ("repeat-interval", "4h", "how often a run's alerts still firing are told again"),
+    # A first message may go at once (group_wait 0); Alertmanager refuses the other two at 0.
+    for flag, default, what, kind in (
+        (
+            "group-wait",
+            "30s",
+            "how long a run's first alert waits for others to join it",
+            parse_duration,
+        ),
+        ("group-interval", "5m", "how long before a run's group tells what changed", _interval),
+        (
+            "repeat-interval",
+            "4h",
+            "how often a run's alerts still firing are told again",
+            _interval,
+        ),
     ):
         delivery.add_argument(
             f"--{flag}",
-            type=parse_duration,
-            default=parse_duration(default),
+            type=kind,
+            default=kind(default),
             metavar="DURATION",
             help=f"{what} (default {default})",
         )
