@@ -63,7 +63,8 @@ def run_state(
     path = Path(jsonl)
     if not path.is_file():
         raise QueryError(f"{path}: not a regular file (give the run's JSONL, as Logger wrote it)")
-    from .report.runs import DamagedRows, run_rows  # the report's rule for a run's rows
+    # The report's rules for a run's rows and for a file that holds none.
+    from .report.runs import DamagedRows, not_a_run_problem, run_rows
 
     skipped, damaged = SkippedLines(), DamagedRows()
     try:
@@ -73,6 +74,10 @@ def run_state(
         )
     except (OSError, ValueError) as exc:
         raise QueryError(f"{path}: cannot be read: {exc}") from None
+    # A traces, samples or empty file is a mistake in the question, not a run of no step.
+    problem = not_a_run_problem(path, rows, skipped)
+    if problem is not None:
+        raise QueryError(problem)
     run_ids = list(dict.fromkeys(r.get("run_id") for r in rows if r.get("run_id") is not None))
     if run is not None and run not in run_ids:
         raise QueryError(f"{path} has no run {run!r}; its runs: {run_ids}")

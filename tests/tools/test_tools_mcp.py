@@ -90,6 +90,9 @@ def test_the_tools_answer_a_demo_run_as_query_does(runs: Path) -> None:
         ("run_state", {"jsonl": "/etc/passwd"}, "outside the run folder"),
         ("list_runs", {"limit": 10**9}, "limit must be between 1 and 200"),
         ("run_field", {"jsonl": "demo/metrics.jsonl", "path": "steps[0"}, "'[' without ']'"),
+        # Before: a traces or samples file was answered as a run of no step.
+        ("run_state", {"jsonl": "demo/traces.jsonl"}, "not a run's metrics JSONL"),
+        ("run_state", {"jsonl": "demo/metrics.samples.jsonl"}, "not a run's metrics JSONL"),
     ],
 )
 def test_a_hostile_argument_is_refused_in_one_line(

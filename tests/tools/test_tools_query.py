@@ -15,7 +15,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from stack_support import Run, Stack
-from tools_support import run_cli
+from tools_support import not_run_files, run_cli
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
@@ -164,6 +164,18 @@ def test_bad_input_is_a_clear_answer_never_a_traceback(tmp_path: Path) -> None:
         assert (
             result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
         )
+
+
+@pytest.mark.parametrize("kind", ["traces", "samples", "csv", "binary", "empty"])
+def test_a_file_with_no_metrics_row_is_refused_in_one_line(tmp_path: Path, kind: str) -> None:
+    """Before: a traces, samples or empty file was answered as a run of no step (a samples
+    file even under its run's id), exit 1, where report and check --run refuse it."""
+    given = not_run_files(tmp_path)[kind]
+    result = run_cli("query", given)
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"rlmetrics query: {given} is not a run's metrics JSONL")
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_the_alerts_a_running_prometheus_fires_for_the_run_are_in_the_answer(
