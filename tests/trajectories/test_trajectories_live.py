@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import rlmetrics
-from rlmetrics.testing import points, single
+from rlmetrics.testing import data_points, points, single
 from rlmetrics.testing.traces import in_memory_tracing, span_records
 from rlmetrics.trajectories import MAX_CALLS_PER_TURN, MAX_TURNS
 
-from ._records import warned
+from ._records import Rows, warned
 
 
 def test_a_tool_call_outside_a_turn_joins_the_last_turn() -> None:
@@ -88,3 +90,58 @@ def test_a_live_turn_past_its_caps_says_so_and_counts_every_tool_call(
     assert long_calls == MAX_TURNS + 45
     assert len([s for s in spans if s.name == "execute_tool wide_tool"]) == MAX_CALLS_PER_TURN
     assert len([s for s in spans if s.name == "execute_tool long_tool"]) == MAX_TURNS
+
+
+def test_a_live_trajectory_still_open_at_shutdown_is_delivered_truncated(rows: Rows) -> None:
+    """Telemetry shut down while a rollout ran (a SIGTERM handler on preemption, the loop
+    dying in another thread): before, the rollout's block ended after shutdown, with no
+    tracer and no meter left, and the rollout in flight was lost from the trace and the
+    metrics. Now shutdown delivers it as it stands, outcome ``truncated``, with its open
+    step; the block's late end delivers nothing more."""
+    from opentelemetry.sdk.metrics.export import (
+        MetricExporter,
+        MetricExportResult,
+        PeriodicExportingMetricReader,
+    )
+
+    class Last(MetricExporter):
+        """Keeps what each export carried: the last is what shutdown's collection saw."""
+
+        data: Any = None
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **_: Any) -> Any:
+            self.data = metrics_data
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **_: Any) -> None:
+            return None
+
+    last = Last()
+    final = PeriodicExportingMetricReader(last, export_interval_millis=3_600_000)
+    with in_memory_tracing(readers=[final]) as (handle, reader, exporter):
+        logger = rlmetrics.Logger(backends={"rows": {}})
+        step = rlmetrics.step(4, logger=logger, summary=False)
+        step.__enter__()
+        live = rlmetrics.trajectory("in-flight", env="math", logger=logger)
+        with live as t:
+            with t.turn():
+                t.generation("policy", input_tokens=3, output_tokens=2)
+            before = points(reader)
+            handle.shutdown()
+            t.tool_call("python")  # the loop goes on a moment: said, not kept
+        step.__exit__(None, None, None)
+        spans = span_records(exporter)
+    [agent] = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert agent.attributes["rl.trajectory.outcome"] == "truncated"
+    assert agent.attributes["rl.iteration"] == 4
+    assert [s.name for s in spans].count("chat policy") == 1
+    [step_span] = [s for s in spans if s.name == "rl.step"]
+    assert agent.parent_id == step_span.span_id
+    assert [row["sample_id"] for row in rows.rows] == ["in-flight"]
+    assert rows.rows[0]["outcome"] == "truncated"
+    assert not [p for p in before if p.name == "rl.trajectory.completed"]
+    [completed] = data_points(last.data, "rl.trajectory.completed")
+    assert (completed.attributes["rl.trajectory.outcome"], completed.value) == ("truncated", 1)

@@ -9,7 +9,7 @@ that imports it keeps seeing the current one.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import plugins as _plugins
 from .._fork import reset_in_child
@@ -50,6 +50,9 @@ class _State:
         self.runs = 0  # rlmetrics.run() scopes open: they own the run's accounting
         self.last_step: int | None = None
         self.open: dict[int, Scope] = {}  # open scopes while tracing, by id
+        #: Open live trajectories (``rlmetrics.trajectory`` blocks), by id: what shutdown
+        #: delivers as it stands (each has ``_truncate(reason)`` and ``_logger``).
+        self.live: dict[int, Any] = {}
         self.sequence = 0
         #: The naming profile in use (``start(naming=...)``); None: rlmetrics' names only.
         self.naming: Naming | None = None

@@ -253,11 +253,20 @@ class Scope:
 def close_open_scopes(reason: str, logger: Logger | None = None) -> int:
     """End every span rlmetrics still has open, innermost first, marked
     ``rlmetrics.span.truncated`` with ``reason``; each is accounted as if it ended now (a
-    phase's seconds count, a step delivers its summary). Returns how many were closed.
+    phase's seconds count, a step delivers its summary). An open live trajectory is delivered
+    as it stands, outcome ``truncated``. Returns how many spans were closed.
 
     With ``logger``, only the steps that deliver to it and what was opened inside them (after
-    them): a Logger that finishes ends its own steps, not a run another Logger serves.
+    them), and the live trajectories that deliver to it: a Logger that finishes ends its own
+    steps, not a run another Logger serves.
     """
+    # Live trajectories first: the innermost, and delivered while their step is open.
+    for live in list(state.live.values()):
+        if logger is None or live._logger is logger:
+            try:
+                live._truncate(reason)
+            except Exception:
+                warn_once("tracing:close-trajectory", "rlmetrics: an open trajectory was lost")
     untraced = 0
     if logger is not None:  # its steps with no span (not tracing) end too, innermost first
         for step in reversed(list(state.steps)):

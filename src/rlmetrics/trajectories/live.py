@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .._warn import warn_once
 from ..blocks import Block
 from ..tracing._state import state
+from ..tracing.scopes import current_step
 from .delivery import deliver
 from .records import (
     MAX_CALLS_PER_TURN,
@@ -147,6 +148,7 @@ class LiveTrajectory(Block):
         "_logger",
         "_off_policy",
         "_open",
+        "_opened_in",
         "_parent",
         "_past",
         "_rewards",
@@ -188,6 +190,8 @@ class LiveTrajectory(Block):
 
     def __enter__(self) -> LiveTrajectory:
         self._open = True
+        self._opened_in = current_step()
+        state.live[id(self)] = self
         # Turns stay open to a late tool call until the block ends (frozen in _record).
         self._turns: list[_TurnParts] = []
         self._last: _TurnParts | None = None
@@ -213,21 +217,37 @@ class LiveTrajectory(Block):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if not self._open:
+        # Claimed here or by shutdown's _truncate, whichever comes first: delivered once.
+        if not self._open or state.live.pop(id(self), None) is None:
             return
         end_ns = now_ns()
         self._open = False
+        if exc is not None and not isinstance(exc, GeneratorExit):
+            if self.outcome is None:
+                self.outcome = "error"
+            if self.error is None:
+                self.error = type(exc).__name__
+        self._deliver(end_ns)
+
+    def _truncate(self, reason: str) -> None:
+        """Deliver the trajectory as it stands, outcome ``truncated`` (unless it said one):
+        telemetry shuts down (``reason``) while its block still runs, on another thread or
+        below a signal handler; the block's own end then delivers nothing."""
+        if state.live.pop(id(self), None) is None:
+            return  # its block ended meanwhile
+        self._open = False
+        if self.outcome is None:
+            self.outcome = "truncated"
+        # At the step its block was in: shutdown may run on another thread, in no step.
+        self._deliver(now_ns(), self._opened_in if self._step is None else self._step)
+
+    def _deliver(self, end_ns: int, step: Any = None) -> None:
         try:
             if self._current is not None:
                 self._turn_done(self._current, end_ns)
-            if exc is not None and not isinstance(exc, GeneratorExit):
-                if self.outcome is None:
-                    self.outcome = "error"
-                if self.error is None:
-                    self.error = type(exc).__name__
             deliver(
                 [self._record(end_ns)],
-                self._step,
+                self._step if step is None else step,
                 self._logger,
                 budgeted=False,
                 parent=self._parent,
