@@ -317,6 +317,30 @@ def test_an_evaluation_under_any_metric_key_prefix_is_an_evaluation(tmp_path: Pa
     assert {"train_loss", "train_runtime", "epoch"} <= set(on_train)
 
 
+def test_an_evaluation_only_run_logs_the_training_arguments_once(tmp_path: Path) -> None:
+    """A script that only evaluates a checkpoint (``evaluate()``, ``predict()``, no
+    ``train()``): before, its run had no hyperparameters (they were logged at
+    ``on_train_begin`` only), where transformers' own W&B callback logs the arguments at the
+    first log. Now the first dict a trainer that never trained hands over brings the
+    arguments, once; no setup phases (there was no training setup)."""
+    path = tmp_path / "metrics.jsonl"
+    callback = RLMetricsCallback(backends={"jsonl": {"path": path}})
+    trainer = Trainer(
+        model=tiny_model(),
+        args=TrainingArguments(**trainer_args(tmp_path, learning_rate=3e-4)),
+        eval_dataset=lm_dataset(count=4),
+        callbacks=[callback],
+    )
+    trainer.evaluate()
+    trainer.predict(lm_dataset(count=4))
+    trainer.evaluate()
+    callback.finish()
+    every = list(read_jsonl(path, every_row=True))
+    (config,) = [row["hyperparams"] for row in every if "hyperparams" in row]
+    assert config["learning_rate"] == 3e-4
+    assert [row["prefix"] for row in every if "metrics" in row] == ["eval", "test", "eval"]
+
+
 @given(st.dictionaries(st.text(max_size=10), st.floats(allow_nan=False), max_size=8))
 def test_split_prefix_keeps_every_value_once(logs: dict[str, float]) -> None:
     split = split_prefix(logs)

@@ -169,6 +169,7 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         self._setup_started = time.monotonic() if setup_started is None else setup_started
         self._init_ended: float | None = None
         self._began = False
+        self._arguments_logged = False
         self._completions = CompletionReader() if trajectories else None
         #: The trainer calling this callback, found on the call stack (kept weakly).
         self._trainer: weakref.ref[Any] | None = None
@@ -231,8 +232,17 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
             timings["train_begin_time_s"] = now - self._init_ended
         logger.log_setup_timing(timings)  # merged across the ranks: on every rank, then
         if zero:
-            to_dict = getattr(args, "to_dict", None)
-            logger.log_hyperparams(to_dict() if callable(to_dict) else args)
+            self._log_arguments(logger, args)
+
+    def _log_arguments(self, logger: Logger, args: Any) -> None:
+        """The training arguments as the run's hyperparameters, once in the callback's life:
+        at the first ``train()``, else with the first dict of a trainer that only evaluates
+        (a checkpoint's evaluation is a run too; transformers' W&B callback logs them then)."""
+        if self._arguments_logged:
+            return
+        self._arguments_logged = True
+        to_dict = getattr(args, "to_dict", None)
+        logger.log_hyperparams(to_dict() if callable(to_dict) else args)
 
     @guarded(_ADAPTER, "on_log")
     def on_log(
@@ -257,6 +267,8 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         # An evaluation's dict is one evaluation row, whatever its metric_key_prefix: its
         # val_* keys and its epoch are no training values.
         train = evaluation_split() or self.prefix
+        if zero:
+            self._log_arguments(logger, args)  # a trainer that never trained: with its first
         for prefix, metrics in split_prefix(logs, train).items():
             logger.log_metrics(metrics, step=state.global_step, prefix=prefix)
         if zero:
@@ -283,6 +295,8 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         logger = self.logs.start()
         if logger is None:
             return
+        if zero:
+            self._log_arguments(logger, args)
         for prefix, values in split_prefix(metrics, TEST_PREFIX).items():
             logger.log_metrics(values, step=state.global_step, prefix=prefix)
 
