@@ -50,6 +50,8 @@ class RunFolder:
             raise QueryError(f"{given!r} is outside the run folder {self.root}: refused")
         if what == "file" and not resolved.is_file():
             raise QueryError(f"{given!r}: no such file in the run folder")
+        if what == "folder" and not resolved.is_dir():  # else: listed as holding no run
+            raise QueryError(f"{given!r}: no such folder in the run folder")
         return resolved
 
     def state(self, jsonl: str, traces: str | None, run: str | None) -> dict[str, Any]:

@@ -93,6 +93,9 @@ def test_the_tools_answer_a_demo_run_as_query_does(runs: Path) -> None:
         # Before: a traces or samples file was answered as a run of no step.
         ("run_state", {"jsonl": "demo/traces.jsonl"}, "not a run's metrics JSONL"),
         ("run_state", {"jsonl": "demo/metrics.samples.jsonl"}, "not a run's metrics JSONL"),
+        # Before: a folder that is none was listed as holding no run.
+        ("list_runs", {"folder": "nowhere"}, "'nowhere': no such folder in the run folder"),
+        ("list_runs", {"folder": "demo/metrics.jsonl"}, "no such folder in the run folder"),
     ],
 )
 def test_a_hostile_argument_is_refused_in_one_line(
