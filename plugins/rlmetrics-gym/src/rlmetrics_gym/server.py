@@ -571,12 +571,14 @@ def _server_cycle(receive: Receive) -> Any:
     except Exception:
         pass
     pending: list[Any] = [receive]
-    seen: set[int] = set()
+    # Held, not just their ids: a bound method made by a getattr and then dropped would free
+    # its id for the next one, which would be taken for seen.
+    seen: dict[int, Any] = {}
     while pending and len(seen) < _MAX_DELEGATES:
         candidate = pending.pop(0)
         if id(candidate) in seen:
             continue
-        seen.add(id(candidate))
+        seen[id(candidate)] = candidate
         try:
             owner = getattr(candidate, "__self__", None)
             if owner is not None:
