@@ -221,6 +221,26 @@ def test_a_relative_file_missing_after_the_loop_moved_says_where_it_was_looked_f
     )
 
 
+@pytest.mark.parametrize(
+    ("call", "argument"),
+    [
+        (lambda: rlmetrics.start(strict="false"), "start(): strict"),
+        (lambda: rlmetrics.start(resume="no", run_id="job-1"), "start(): resume"),
+        (lambda: rlmetrics.start(traces="false"), "start(): traces"),
+        (lambda: rlmetrics.Logger(backends={}, strict="false"), "Logger(): strict"),
+        (lambda: rlmetrics.Logger(backends={}, resume="no", run_id="j"), "Logger(): resume"),
+    ],
+    ids=["start-strict", "start-resume", "start-traces", "logger-strict", "logger-resume"],
+)
+def test_a_switch_given_as_text_is_refused_not_read_as_on(call: Any, argument: str) -> None:
+    # An argparse or environment string ("false", "no") is a true value to Python: taken as
+    # it is, strict="false" turned strict mode on and resume="no" resumed the run.
+    from rlmetrics._warn import strict_mode
+
+    _raises(call, argument, "must be true or false, got str")
+    assert not strict_mode()
+
+
 def test_the_configuration_file_is_read_up_to_its_bound(config: Any) -> None:
     path = config("# " + "x" * MAX_CONFIG_BYTES + "\n")
     _raises(rlmetrics.start, f"RLMETRICS_CONFIG={path} is larger than {MAX_CONFIG_BYTES} bytes")

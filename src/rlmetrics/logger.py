@@ -204,7 +204,8 @@ class Logger:
         unknown_keys: str | None = None,
     ) -> None:
         # A number the file would refuse is refused from the call too, before anything starts
-        # (queue_size=0 is an unbounded queue; "5" fails a comparison later).
+        # (queue_size=0 is an unbounded queue; "5" fails a comparison later), and so is a
+        # switch given as text (strict="false" is a true value: it turned strict mode on).
         check_call(
             "Logger()",
             {
@@ -213,6 +214,8 @@ class Logger:
                 "exit_timeout_s": exit_timeout_s,
                 "max_sample_rows": max_sample_rows,
                 "max_cell_bytes": max_cell_bytes,
+                "strict": strict,
+                "resume": resume,
             },
             LOGGER_SETTINGS,
         )

@@ -461,7 +461,8 @@ def start(
     from .plugins import installed_names
 
     # What the file would refuse is refused from the call too, before anything starts (a
-    # string interval failed a comparison; a number as the service name went through).
+    # string interval failed a comparison; a number as the service name went through; a
+    # switch given as text, strict="false", is a true value).
     check_call(
         "start()",
         {
@@ -470,6 +471,9 @@ def start(
             "export_interval_s": export_interval_s,
             "resource": resource,
             "naming": naming,
+            "strict": strict,
+            "resume": resume,
+            "traces": traces,
         },
         TELEMETRY_SETTINGS,
     )
