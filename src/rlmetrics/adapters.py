@@ -31,11 +31,12 @@ import functools
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ._fork import reset_in_child
 from ._warn import StrictModeError, raise_if_strict, warn_once
+from .configuration import named_choice
 from .hyperparams import to_hyperparams
 from .keymaps import KeyMap, resolve_key_map
 from .logger import Logger
@@ -146,7 +147,7 @@ class AdapterLogger:
         self,
         logger: Logger | None = None,
         *,
-        backends: Mapping[str, Mapping[str, Any] | None] | None = None,
+        backends: Mapping[str, Mapping[str, Any] | None] | Iterable[str] | str | None = None,
         key_map: str | KeyMap | None = None,
         adapter: str = "adapter",
         ranks: str | RankMerger | None = None,
@@ -176,7 +177,8 @@ class AdapterLogger:
         if logger is not None and not isinstance(logger, Logger):
             raise TypeError(f"{adapter}: logger must be an rlmetrics.Logger, got {logger!r}")
         self.given = logger
-        self.backends = None if backends is None else dict(backends)
+        # As Logger takes them: a mapping of names to options, one name, or names.
+        self.backends = named_choice("backend", adapter, backends)
         self.key_map = None if key_map is None else resolve_key_map(key_map)
         if self.backends is not None:
             from .backends import available_backends

@@ -238,3 +238,22 @@ def test_a_second_rlmetrics_tracker_on_the_accelerator_stands_down_and_says_so(
     assert len([row for row in every if "hyperparams" in row]) == 1
     said = [r for r in caplog.records if "more than one RLMetricsTracker" in r.getMessage()]
     assert len(said) == 1
+
+
+@pytest.mark.parametrize("backends", ["jsonl", ["jsonl"], ("jsonl",)], ids=["one", "list", "tuple"])
+def test_backends_named_as_the_logger_takes_them(
+    backends: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Logger(backends=...)`` takes a mapping, one name or names (docs/configuration.md:
+    ``backends=["jsonl", "wandb"]``); the adapters pass theirs on. Before, a name or a list
+    raised ``ValueError: dictionary update sequence element #0 has length 5`` where the
+    tracker was made. Now each starts the named backends with their defaults."""
+    monkeypatch.chdir(tmp_path)
+    losses = _loop(RLMetricsTracker(backends=backends), steps=2)
+    rows = list(read_jsonl(tmp_path / "rlmetrics.jsonl"))
+    assert [row["metrics"]["loss"] for row in rows] == losses
+
+
+def test_backends_of_another_kind_fail_saying_what_they_take() -> None:
+    with pytest.raises(ValueError, match="takes a mapping of backend names to options"):
+        RLMetricsTracker(backends=[{"jsonl": {}}])  # type: ignore[list-item]

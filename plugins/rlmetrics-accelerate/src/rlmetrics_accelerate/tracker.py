@@ -18,7 +18,7 @@ where a ``StrictModeError`` stops the loop as asked.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from accelerate import Accelerator
@@ -75,7 +75,7 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
         self,
         logger: Logger | None = None,
         *,
-        backends: Mapping[str, Mapping[str, Any] | None] | None = None,
+        backends: Mapping[str, Mapping[str, Any] | None] | Iterable[str] | str | None = None,
         key_map: str | KeyMap | None = None,
         prefix: str = "train",
     ) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import inspect
 from argparse import Namespace
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lightning.pytorch import Trainer
@@ -104,7 +104,7 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         self,
         logger: Logger | None = None,
         *,
-        backends: Mapping[str, Mapping[str, Any] | None] | None = None,
+        backends: Mapping[str, Mapping[str, Any] | None] | Iterable[str] | str | None = None,
         key_map: str | KeyMap | None = None,
         prefix: str = "train",
         name: str = "rlmetrics",

@@ -40,7 +40,7 @@ from __future__ import annotations
 import inspect
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from transformers import TrainerCallback
@@ -156,7 +156,7 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         self,
         logger: Logger | None = None,
         *,
-        backends: Mapping[str, Mapping[str, Any] | None] | None = None,
+        backends: Mapping[str, Mapping[str, Any] | None] | Iterable[str] | str | None = None,
         key_map: str | KeyMap | None = None,
         prefix: str = TRAIN_PREFIX,
         setup_started: float | None = None,
