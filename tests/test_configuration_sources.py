@@ -241,6 +241,14 @@ def test_a_switch_given_as_text_is_refused_not_read_as_on(call: Any, argument: s
     assert not strict_mode()
 
 
+@pytest.mark.parametrize("argument", ["plugins", "disable_plugins"])
+def test_one_plugin_name_given_as_a_string_is_refused_as_a_string(argument: str) -> None:
+    # start(plugins="training") was read letter by letter: "names no installed plugin: 't';
+    # 'r'; 'a'; ..." hid what to change.
+    error = _raises(lambda: rlmetrics.start(**{argument: "training"}), f"start(): {argument}")
+    assert "'t'; 'r'" not in str(error) and "['training']" in str(error)
+
+
 def test_the_configuration_file_is_read_up_to_its_bound(config: Any) -> None:
     path = config("# " + "x" * MAX_CONFIG_BYTES + "\n")
     _raises(rlmetrics.start, f"RLMETRICS_CONFIG={path} is larger than {MAX_CONFIG_BYTES} bytes")

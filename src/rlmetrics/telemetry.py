@@ -477,6 +477,12 @@ def start(
         },
         TELEMETRY_SETTINGS,
     )
+    for name, names in (("plugins", plugins), ("disable_plugins", disable_plugins)):
+        if isinstance(names, str):  # one name, which list() would read letter by letter
+            raise ConfigurationError(
+                f"start(): {name} is a list of plugin names, got the string {names!r}: "
+                f"{name}=[{names!r}]"
+            )
     given = _given_exporters(exporters)
     # An argument the call gives wins; one it leaves out (None) takes the environment's
     # value, else the configuration file's (RLMETRICS_CONFIG), else the default.
