@@ -296,25 +296,29 @@ def test_a_forked_child_sends_nothing_under_the_parents_identity(
     assert names == ["rl.queued_before_fork"]
 
 
+def _spans_to(endpoint: str) -> tuple[rlmetrics.Telemetry, Any]:
+    """Telemetry exporting to ``endpoint`` over OTLP (spans sent only when the queue fills or
+    a flush asks), with an in-memory reader to read the pipeline's counts from."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    handle = rlmetrics.start(
+        exporters=["otlp"], otlp_endpoint=endpoint, export_interval_s=3600, readers=[reader]
+    )
+    return handle, reader
+
+
 def test_spans_a_full_queue_drops_are_counted_and_said_once_naming_the_queue_variable(
     blackhole: BlackHole, rlmetrics_log: CapturedLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The SDK's batch processor drops a span when its queue is full, saying so only in its
     own log: a burst of spans behind a collector that does not answer loses all but what the
     queue and the one export in flight hold, and each loss is counted."""
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
     # The first export hangs on the black hole past the test; nothing leaves the queue after.
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "120")
-    reader = InMemoryMetricReader()
-    handle = rlmetrics.start(
-        exporters=["otlp"],
-        otlp_endpoint=blackhole.endpoint,
-        export_interval_s=3600,
-        readers=[reader],
-    )
+    handle, reader = _spans_to(blackhole.endpoint)
     tracer = handle.tracer_provider.get_tracer("burst")  # type: ignore[union-attr]
     made = 50
     for n in range(made):
@@ -338,16 +342,8 @@ def test_spans_a_failed_export_drops_are_counted(
 ) -> None:
     """A span export that fails (the collector gone) loses its spans for good (no totals to
     resend, unlike a metric): after the first warning they were counted nowhere."""
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2")
-    reader = InMemoryMetricReader()
-    handle = rlmetrics.start(
-        exporters=["otlp"],
-        otlp_endpoint=dead_endpoint.endpoint,
-        export_interval_s=3600,
-        readers=[reader],
-    )
+    handle, reader = _spans_to(dead_endpoint.endpoint)
     tracer = handle.tracer_provider.get_tracer("lost")  # type: ignore[union-attr]
     for n in range(7):
         tracer.start_span(f"lost {n}").end()
