@@ -69,15 +69,15 @@ def run_state(
     skipped, damaged = SkippedLines(), DamagedRows()
     try:
         lines = array("q")  # each row's line, for the damaged ones' names
-        rows = run_rows(
-            read_jsonl(path, every_row=True, skipped=skipped, lines=lines), damaged, lines
-        )
+        read = list(read_jsonl(path, every_row=True, skipped=skipped, lines=lines))
     except (OSError, ValueError) as exc:
         raise QueryError(f"{path}: cannot be read: {exc}") from None
-    # A traces, samples or empty file is a mistake in the question, not a run of no step.
-    problem = not_a_run_problem(path, rows, skipped)
+    # A traces, samples or empty file is a mistake in the question, not a run of no step
+    # (judged before damaged rows are left out, as the report judges it).
+    problem = not_a_run_problem(path, read, skipped)
     if problem is not None:
         raise QueryError(problem)
+    rows = run_rows(read, damaged, lines)
     run_ids = list(dict.fromkeys(r.get("run_id") for r in rows if r.get("run_id") is not None))
     if run is not None and run not in run_ids:
         raise QueryError(f"{path} has no run {run!r}; its runs: {run_ids}")
