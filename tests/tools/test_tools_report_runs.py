@@ -83,7 +83,23 @@ def test_steps_logged_twice_in_a_run_are_named(tmp_path: Path) -> None:
     assert [s["step"] for s in report.steps] == list(range(1, 21))
     done = run_cli("report", jsonl)
     assert "steps 11, 12 were logged again after the run went back" in done.stdout
-    assert "run run-a logged steps [11, 12] again after going back" in done.stderr
+    assert "run run-a logged steps 11, 12 again after going back" in done.stderr
+
+
+def test_a_run_resumed_twice_names_how_many_steps_it_logged_again(tmp_path: Path) -> None:
+    """Before: stderr listed the first ten repeated steps as if they were all of them."""
+    jsonl = tmp_path / "m.jsonl"
+    _log_run(jsonl, "run-a", range(1, 40))
+    _log_run(jsonl, "run-a", range(30, 70), resume=True)
+    _log_run(jsonl, "run-a", range(60, 100), resume=True)
+    (report,) = read_reports(jsonl)
+    assert report.repeated_steps == (*range(30, 40), *range(60, 70))
+    done = run_cli("report", jsonl)
+    assert "steps 30, 31, 32, 33, 34, 35, 36, 37, 38, 39 and 10 more were logged" in done.stdout
+    assert (
+        "run run-a logged steps 30, 31, 32, 33, 34, 35, 36, 37, 38, 39 and 10 more again after "
+        "going back"
+    ) in done.stderr
 
 
 def test_rows_without_a_run_id_are_one_run(tmp_path: Path) -> None:

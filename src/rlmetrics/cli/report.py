@@ -38,7 +38,7 @@ from pathlib import Path
 from ..backends.jsonl import SkippedLines
 from ..report.runs import DamagedRows, RunNotFound, read_reports
 from ..report.select import StepSelection, UnknownKeys
-from ..report.text import TABLE_ROWS, render_runs
+from ..report.text import TABLE_ROWS, render_runs, steps_named
 from ._output import add_format_options, input_problem, positive_count, print_json
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
         if report.repeated_steps:
             sys.stderr.write(
                 f"rlmetrics report: warning: run {report.run_id} logged steps "
-                f"{list(report.repeated_steps)[:10]} again after going back (a resumed run); "
+                f"{steps_named(report.repeated_steps)} again after going back (a resumed run); "
                 "each is shown as the last attempt logged it\n"
             )
     report = reports[-1]

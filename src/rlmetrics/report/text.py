@@ -9,7 +9,7 @@ from .numbers import fixed
 from .regressions import render_regressions
 from .summary import RunReport
 
-__all__ = ["render", "render_runs"]
+__all__ = ["render", "render_runs", "steps_named"]
 
 #: Hyperparameters the text report lists (the rest are counted).
 HYPERPARAMS_SHOWN = 12
@@ -102,7 +102,7 @@ def _identity(report: RunReport) -> list[str]:
         )
     if report.repeated_steps:
         lines.append(
-            f"  warning: steps {_steps_list(report.repeated_steps)} were logged again after "
+            f"  warning: steps {steps_named(report.repeated_steps)} were logged again after "
             "the run went back (a resumed run); each is shown as the last attempt logged it"
         )
     if report.key_map is not None:
@@ -110,7 +110,8 @@ def _identity(report: RunReport) -> list[str]:
     return lines
 
 
-def _steps_list(steps: Sequence[int]) -> str:
+def steps_named(steps: Sequence[int]) -> str:
+    """The first ten of ``steps`` and how many more: ``30, 31, ... 39 and 10 more``."""
     shown = ", ".join(str(s) for s in steps[:10])
     return shown + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
 
