@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rlmetrics
+from rlmetrics import ConfigurationError
 from rlmetrics.backends.jsonl import read_jsonl, samples_path
 from rlmetrics.redaction import REDACTED, Redaction, names_a_secret, redaction
 from rlmetrics.testing import in_memory_tracing, span_records, wait_until
@@ -89,8 +90,11 @@ def test_the_configuration_file_sets_the_rule(
 
 @pytest.mark.parametrize("bad", ["password", [""], [3], 1])
 def test_a_bad_setting_is_refused_with_what_to_write(bad: Any, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="redact is True"):
+    # A configuration mistake, as every other one is (docs/configuration.md): one exception
+    # type to catch, its message naming the argument.
+    with pytest.raises(ConfigurationError, match=r"Logger\(\): redact is True") as caught:
         _jsonl(tmp_path, redact=bad)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
 def test_a_sample_column_that_names_a_secret_is_redacted(tmp_path: Path) -> None:

@@ -248,7 +248,11 @@ class Logger:
             value["unknown_keys"], _configured_source(self.settings, "unknown_keys")
         )
         # Secrets a config or a sample carries (rlmetrics.redaction): a bad setting raises now.
-        self._redact = redaction(value["redact"])
+        try:
+            self._redact = redaction(value["redact"])
+        except ValueError as exc:  # a configuration mistake, as every other one is
+            source = from_source(_configured_source(self.settings, "redact"))
+            raise ConfigurationError(f"Logger(): {exc}{source}") from None
         # Many ranks, one run: the merger is built first (a missing process group is a
         # mistake to raise now) and opens this rank's raw file once the run is known.
         self._ranks = resolve_ranks(ranks)
