@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from ._fork import reset_in_child
 from ._warn import StrictModeError, raise_if_strict, warn_once
-from .configuration import named_choice
+from .configuration import check_options, named_choice
 from .hyperparams import to_hyperparams
 from .keymaps import KeyMap, resolve_key_map
 from .logger import Logger
@@ -183,12 +183,16 @@ class AdapterLogger:
         if self.backends is not None:
             from .backends import available_backends
 
-            unknown = sorted(set(self.backends) - set(available_backends()))
+            offered = available_backends()
+            unknown = sorted(set(self.backends) - set(offered))
             if unknown:
                 raise ValueError(
-                    f"{adapter}: unknown backend(s) {unknown}; available: "
-                    f"{sorted(available_backends())}"
+                    f"{adapter}: unknown backend(s) {unknown}; available: {sorted(offered)}"
                 )
+            # A misspelt option too, as Logger checks it: here, not at the first step, where
+            # the guard would only warn and the run would lose every row.
+            for name, options in self.backends.items():
+                check_options("backend", name, offered[name][1], options, ("identity",))
         self._built: Logger | None = None
         self._finished = False
         self._finalizer: weakref.finalize[Any, Any] | None = None

@@ -257,3 +257,13 @@ def test_backends_named_as_the_logger_takes_them(
 def test_backends_of_another_kind_fail_saying_what_they_take() -> None:
     with pytest.raises(ValueError, match="takes a mapping of backend names to options"):
         RLMetricsTracker(backends=[{"jsonl": {}}])  # type: ignore[list-item]
+
+
+def test_a_misspelt_backend_option_fails_where_the_tracker_is_made() -> None:
+    """``backends={"jsonl": {"pathh": ...}}``: before, the tracker was made, the loop ran, and
+    each call (start, the configuration, every log) failed inside the guard, so the whole
+    run's rows were lost behind three warnings. A configuration mistake fails before the
+    loop starts (docs/integrations.md: "an unknown backend or key map fails before the
+    trainer starts"), as the Logger itself says it."""
+    with pytest.raises(ValueError, match=r"has no option 'pathh' \(did you mean 'path'\?\)"):
+        RLMetricsTracker(backends={"jsonl": {"pathh": "metrics.jsonl"}})
