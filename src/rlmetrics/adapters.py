@@ -14,8 +14,8 @@ a Ray Train callback) is a thin translation from the trainer's extension point t
   interpreter exit, whichever comes first. One Logger per adapter means one run per tracker
   (W&B, MLflow): never a second run under the same run id left running. After it is
   finished, the adapter's calls are dropped and said once. The configuration is checked where
-  the adapter is made: an unknown backend or key map fails before the trainer starts, with the
-  choices.
+  the adapter is made: an unknown backend, backend option or key map fails before the trainer
+  starts, with the choices.
 - :func:`guarded`: the trainer calls the adapter from its own loop, so nothing the adapter
   does may raise into it; a failure is reported once, naming the adapter and the call, and
   the trainer's step goes on. Strict mode is the exception a user asks for: a
@@ -140,7 +140,8 @@ class AdapterLogger:
     interpreter exit).
 
     Passing a Logger and ``backends`` or ``key_map`` too is a mistake (the Logger has its
-    own), and so is an unknown backend or key map name: each raises ``ValueError`` here.
+    own), and so is an unknown backend, backend option or key map name: each raises
+    ``ValueError`` here.
     """
 
     def __init__(
