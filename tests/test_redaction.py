@@ -149,6 +149,15 @@ def test_span_tags_that_name_a_secret_are_redacted() -> None:
     assert phase["db_password"] == REDACTED and phase["eos_token"] == "</s>"
 
 
+@pytest.mark.parametrize(
+    "key", ["Authorization", "headers/authorization", "proxy_authorization", "Cookie", "set-cookie"]
+)
+def test_http_credentials_an_agent_s_request_carries_are_secrets(key: str) -> None:
+    # A tool call's or an environment's request headers logged with a rollout: the
+    # Authorization header holds the bearer token, a cookie the session.
+    assert names_a_secret(key)
+
+
 _words = st.sampled_from(["pad", "eos", "max", "new", "hub", "hf", "api", "key", "num", "id"])
 
 

@@ -13,7 +13,8 @@ configuration loses no key). The rule reads the key's last part (after the last 
   tokens (:data:`SPECIAL_TOKENS`: ``pad_token``, ``eos_token``...; TRL's ``SFTConfig`` has
   ``pad_token`` and ``eos_token``), which are text the model reads, not credentials;
 * ends in ``api_key``, ``apikey``, ``secret_key``, ``access_key`` or ``private_key``;
-* is or ends in ``password``, ``passwd``, ``passphrase``, ``secret`` or ``credentials``.
+* is or ends in ``password``, ``passwd``, ``passphrase``, ``secret`` or ``credentials``, or in
+  the HTTP headers ``authorization`` and ``cookie``.
 
 Counts and ids are not secrets: ``max_new_tokens``, ``pad_token_id``, ``num_key_value_heads``
 and ``reward_key`` do not match. A value that is None stays None: nothing is hidden there.
@@ -65,7 +66,11 @@ SPECIAL_TOKENS = frozenset(
     }
 )
 _KEY_ENDINGS = ("api_key", "apikey", "secret_key", "access_key", "private_key")
-_WORD_ENDINGS = ("password", "passwd", "passphrase", "secret", "credentials")
+#: ``authorization`` and ``cookie``: the HTTP headers that carry a bearer token or a session,
+#: which an agent's request logged with its rollout brings along.
+_WORD_ENDINGS = (
+    *("password", "passwd", "passphrase", "secret", "credentials", "authorization", "cookie"),
+)
 
 
 def _last_part(key: str) -> str:
