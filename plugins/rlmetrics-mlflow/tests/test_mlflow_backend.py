@@ -188,3 +188,48 @@ def test_odd_steps_fall_back_to_the_previous_step(tracking_uri: str) -> None:
 
     client = MlflowClient(tracking_uri)
     assert history(client, backend.run_id, "train/loss") == [(4, 1.0), (6, 2.0), (6, 3.0)]
+
+
+def test_a_backlog_goes_in_few_requests_and_a_failed_one_costs_no_row(
+    tracking_uri: str,
+) -> None:
+    # One log_batch per logged dict, each a sqlite transaction of tens of milliseconds on a
+    # loaded machine: a loop logging 10^4 quick steps left 9638 of them unwritten when
+    # finish()'s 30 s were up.
+    import threading
+
+    import rlmetrics
+
+    logger = rlmetrics.Logger(
+        backends={"mlflow": {"tracking_uri": tracking_uri, "experiment_name": "fast"}},
+        run_id="fast",
+    )
+    backend = logger.backends["mlflow"]
+    gate = threading.Event()
+    calls: list[int] = []
+    log_batch = backend.client.log_batch
+
+    # A spy around the real call: the first request waits until every row is queued, and the
+    # third fails once (the store locked for a moment).
+    def spying_log_batch(run_id: str, metrics: Sequence[Metric] = (), **kwargs: Any) -> None:
+        calls.append(len(metrics))
+        gate.wait(60)
+        if len(calls) == 3:
+            raise RuntimeError("database is locked")
+        log_batch(run_id, metrics=metrics, **kwargs)
+
+    backend.client.log_batch = spying_log_batch  # type: ignore[method-assign]
+    for step in range(40):
+        logger.log_metrics({f"k{i}": float(step) for i in range(300)}, step, "wide")
+    for step in range(400):
+        logger.log_metrics({"loss": float(step), "kl": 0.1}, step, "train")
+    gate.set()
+    logger.finish(timeout_s=300)
+
+    client = MlflowClient(tracking_uri)
+    for key in ("wide/k0", "wide/k299"):
+        assert history(client, backend.run_id, key) == [(s, float(s)) for s in range(40)]
+    assert history(client, backend.run_id, "train/loss") == [(s, float(s)) for s in range(400)]
+    # Whole dicts per request, at most MLflow's 1000 metrics: three dicts of 300.
+    assert max(calls) <= 1000 and 900 in calls, calls
+    assert len(calls) < 60, calls

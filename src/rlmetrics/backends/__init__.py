@@ -37,6 +37,7 @@ __all__ = [
     "BackendFactory",
     "TakesAlerts",
     "TakesHyperparams",
+    "TakesRows",
     "TakesSamples",
     "TakesTrajectories",
     "BackendUnavailable",
@@ -80,6 +81,19 @@ class TakesHyperparams(Protocol):
         dicts), converted and bounded by the Logger (:mod:`rlmetrics.hyperparams`). May be
         called more than once in a run; later keys add to or update earlier ones where the
         tracker allows it."""
+
+
+@runtime_checkable
+class TakesRows(Protocol):
+    """A queued backend that writes several rows in one request (optional): when it falls
+    behind, the rows queued for it come in one call instead of one call each."""
+
+    def log_metrics_rows(self, rows: Sequence[tuple[Mapping[str, Any], Any, str]]) -> int:
+        """Write ``rows``, each ``(metrics, step, prefix)`` as ``log_metrics`` takes them, in
+        order, and return how many of them, from the first, were written (a request that
+        failed ends it early): the first of the rest is then written alone through
+        ``log_metrics`` (which says why it fails), and the others come again as a backlog.
+        Raising counts as having written none."""
 
 
 @runtime_checkable

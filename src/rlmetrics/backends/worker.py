@@ -15,6 +15,13 @@ not write in that bound is counted and said. The drain is one of threading's exi
 was imported after rlmetrics (tensorboardX closes its event files there, MLflow ends its
 fluent run), and rows drained after them would reach a closed writer.
 
+A tracker whose every request has a fixed cost (MLflow's ``log_batch``: tens of milliseconds
+for one row or hundreds) falls behind a loop that logs faster than that, one request per row.
+A backend with ``log_metrics_rows(rows)`` (:class:`~.TakesRows`) is handed the rows queued
+behind each other in one call instead, in order; the first row it did not write (a request
+failed) is written again alone, so a row the tracker refuses costs only itself, and the rest
+go on as a backlog.
+
 Backends that never block and must be durable when the call returns (the local JSONL file,
 the console) declare ``inline = True`` and are called on the caller's thread instead.
 
@@ -47,6 +54,7 @@ from . import BackendUnavailable, exit_status
 __all__ = [
     "DEFAULT_EXIT_TIMEOUT_S",
     "DEFAULT_QUEUE_SIZE",
+    "MAX_BATCH_ROWS",
     "MAX_SNAPSHOT_DEPTH",
     "BackendWorker",
     "InlineBackend",
@@ -67,6 +75,9 @@ DEFAULT_QUEUE_SIZE = 10_000
 #: (Kubernetes' default 30 s, SLURM's KillWait 30 s), which telemetry's own shutdown (5 s) and
 #: the trackers' exit handlers share.
 DEFAULT_EXIT_TIMEOUT_S = 10.0
+#: The most queued rows a backend with ``log_metrics_rows`` (:class:`~.TakesRows`) gets in one
+#: call, when it has fallen behind.
+MAX_BATCH_ROWS = 500
 
 _FINISH = object()
 
@@ -494,26 +505,76 @@ class BackendWorker:
     # -- the backend's thread ------------------------------------------------------------
 
     def _run(self) -> None:
+        takes_rows = callable(getattr(self.backend, "log_metrics_rows", None))
+        item: Any = None
         while True:
-            item = self._queue.get()
-            # On this thread a BaseException that is no Exception (asyncio's CancelledError
-            # from a tracker's client, a SystemExit a library raises) is a failure like any:
-            # it would end the thread without a word, and every later row with it. (Signals
-            # reach the main thread only: no KeyboardInterrupt is swallowed here.)
+            if item is None:
+                item = self._queue.get()
             if item is _FINISH:
                 _finish(self.name, self.backend, BaseException, self._failed_run)
                 return
             method, args = item
+            item = None
+            if method == "log_metrics" and takes_rows:
+                rows = [args]
+                item = self._take_rows(rows)
+                self._write_rows(rows)
+            else:
+                self._write(method, args)
+
+    def _take_rows(self, rows: list[Any]) -> Any:
+        """Add to ``rows`` the rows queued right behind them (up to :data:`MAX_BATCH_ROWS`)
+        without waiting; the first queued item that is no row, or None."""
+        while len(rows) < MAX_BATCH_ROWS:
             try:
-                getattr(self.backend, method)(*args)
-                self.written += method == "log_metrics"
-            except BaseException:
-                if method == "log_metrics":
-                    self.failed += 1
-                    _lose(self.name, "failed")
-                    _report_failure(self.name)
-                else:
-                    _report_method_failure(self.name, method)
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return None
+            if item is _FINISH or item[0] != "log_metrics":
+                return item
+            rows.append(item[1])
+        return None
+
+    def _write_rows(self, rows: list[Any]) -> None:
+        """A backlog of rows through ``log_metrics_rows``; the first row it did not write (a
+        request failed: the store busy for a moment, a row it refuses) alone, then the rest
+        as a backlog again. Once a row alone fails too, the rest go row by row: a tracker
+        that is down costs one failed request a row, as without batches."""
+        batches = True
+        while rows:
+            if batches and len(rows) > 1:
+                done = 0
+                try:
+                    wrote = self.backend.log_metrics_rows(rows)
+                    # How many, from the first; a backend that returns no count wrote them all.
+                    done = max(0, min(wrote, len(rows))) if type(wrote) is int else len(rows)
+                except BaseException:
+                    pass
+                self.written += done
+                rows = rows[done:]
+                if not rows:
+                    return
+            batches = self._write("log_metrics", rows[0]) and batches
+            rows = rows[1:]
+
+    def _write(self, method: str, args: Any) -> bool:
+        """``backend.<method>(*args)``, counted; whether it was written."""
+        # On this thread a BaseException that is no Exception (asyncio's CancelledError
+        # from a tracker's client, a SystemExit a library raises) is a failure like any:
+        # it would end the thread without a word, and every later row with it. (Signals
+        # reach the main thread only: no KeyboardInterrupt is swallowed here.)
+        try:
+            getattr(self.backend, method)(*args)
+            self.written += method == "log_metrics"
+            return True
+        except BaseException:
+            if method == "log_metrics":
+                self.failed += 1
+                _lose(self.name, "failed")
+                _report_failure(self.name)
+            else:
+                _report_method_failure(self.name, method)
+            return False
 
 
 def at_exit(function: Callable[[], None]) -> None:

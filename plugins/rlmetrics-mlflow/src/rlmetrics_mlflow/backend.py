@@ -280,6 +280,36 @@ class MlflowBackend:
         return out
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        # One request per logged dict (split only past MLflow's 1000-metric batch limit).
+        self._log_batch(self._metrics(metrics, step, prefix))
+
+    def log_metrics_rows(self, rows: Sequence[tuple[Mapping[str, Any], Any, str]]) -> int:
+        """A backlog of logged dicts (:class:`~rlmetrics.backends.TakesRows`) in as few
+        requests as MLflow takes: whole dicts, up to its 1000 metrics a request (a request
+        costs about the same for one dict or hundreds). How many dicts, from the first, are
+        in the store: a request that fails ends it, and the rest are logged one by one."""
+        written = pending = 0
+        batch: list[Metric] = []
+        try:
+            for metrics, step, prefix in rows:
+                row = self._metrics(metrics, step, prefix)
+                if batch and len(batch) + len(row) > MAX_METRICS_PER_BATCH:
+                    self._log_batch(batch)
+                    written, pending, batch = written + pending, 0, []
+                batch.extend(row)
+                pending += 1
+            self._log_batch(batch)
+            return written + pending
+        except Exception:
+            return written
+
+    def _log_batch(self, metrics: Sequence[Metric]) -> None:
+        """``metrics`` in requests of at most MLflow's 1000."""
+        for chunk in _chunks(metrics, MAX_METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=chunk, synchronous=True)
+
+    def _metrics(self, metrics: Mapping[str, Any], step: Any, prefix: str) -> list[Metric]:
+        """A logged dict as MLflow metrics at its trainer step, stamped now."""
         timestamp = int(time.time() * 1000)
         step = self._step(step)  # MLflow needs an integer step
         batch: dict[str, Metric] = {}
@@ -300,9 +330,7 @@ class MlflowBackend:
             if name is None or (name in batch and key not in metrics):
                 continue
             batch[name] = Metric(name, value, timestamp, step)
-        # One request per logged dict (split only past MLflow's 1000-metric batch limit).
-        for chunk in _chunks(list(batch.values()), MAX_METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=chunk, synchronous=True)
+        return list(batch.values())
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """The configuration flattened with ``/`` as run params: keys mapped to names MLflow
