@@ -76,9 +76,8 @@ class RunFolder:
             if not self.inside(resolved) or not resolved.is_file() or not _starts_a_run(resolved):
                 continue
             rows = read_jsonl(resolved, skipped=SkippedLines())  # counted by run_state, not here
+            # None when an older rlmetrics wrote the rows (no run id): still a run.
             ids = list(dict.fromkeys(r["run_id"] for r in rows if isinstance(r.get("run_id"), str)))
-            if not ids:
-                continue  # not a run's metrics (a traces file, another tool's JSON lines)
             found.append({"jsonl": str(path.relative_to(self.root)), "run_ids": ids[-20:]})
             if len(found) == limit:
                 break
@@ -87,8 +86,9 @@ class RunFolder:
 
 def _starts_a_run(path: Path) -> bool:
     """Whether the first JSON object among the first lines of ``path`` is a row of a run's
-    metrics JSONL (every row the JSONL backend writes carries its run id): a traces file or
-    another tool's JSON lines is told apart without reading it whole."""
+    metrics JSONL (every row the JSONL backend writes carries its run id; an older one's metric
+    rows none): a traces file or another tool's JSON lines is told apart without reading it
+    whole."""
     try:
         with path.open("rb") as handle:
             for _ in range(_PEEK_LINES):
@@ -99,11 +99,11 @@ def _starts_a_run(path: Path) -> bool:
                     row = json.loads(line)
                 except (ValueError, RecursionError):
                     continue  # a torn or foreign line: the next one may be a row
-                return (
-                    isinstance(row, dict)
-                    and isinstance(row.get("run_id"), str)
-                    and ("metrics" in row or "kind" in row)
-                )
+                if not isinstance(row, dict):
+                    return False
+                if "run_id" not in row:  # an older rlmetrics wrote its metric rows without one
+                    return isinstance(row.get("metrics"), dict)
+                return isinstance(row["run_id"], str) and ("metrics" in row or "kind" in row)
     except OSError:
         return False
     return False

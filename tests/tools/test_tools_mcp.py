@@ -159,3 +159,20 @@ def test_list_runs_keeps_to_the_root_and_misses_no_run(tmp_path: Path) -> None:
     (root / "again.jsonl").unlink()
     (root / "inside.jsonl").unlink()
     assert RunFolder(root).runs(".", 1) == [{"jsonl": "z/metrics.jsonl", "run_ids": ["last"]}]
+
+
+def test_list_runs_lists_a_run_of_rows_without_a_run_id(tmp_path: Path) -> None:
+    """Rows an older rlmetrics wrote carry no run id; report and run_state read such a file as
+    one run, but list_runs left it out, so an agent never found it."""
+    rows = [{"time": 1.0, "step": s, "prefix": "train", "metrics": {"reward": 0.5}} for s in (1, 2)]
+    (tmp_path / "old.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _run_file(tmp_path / "new.jsonl", "new")
+    (tmp_path / "t.jsonl").write_text(json.dumps({"resourceSpans": []}) + "\n")  # no run
+    _tools, (listing, state) = asyncio.run(
+        _session(tmp_path, [("list_runs", {}), ("run_state", {"jsonl": "old.jsonl"})])
+    )
+    assert _answer(listing) == [
+        {"jsonl": "new.jsonl", "run_ids": ["new"]},
+        {"jsonl": "old.jsonl", "run_ids": []},
+    ]
+    assert _answer(state)["steps"]["count"] == 2
