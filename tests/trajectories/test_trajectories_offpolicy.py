@@ -52,3 +52,27 @@ def test_a_bad_off_policy_field_is_dropped_with_the_rest_kept() -> None:
     names = {p.name for p in found}
     assert "rl.trajectory.completed" in names
     assert not names & {"rl.offpolicy.importance_ratio", "rl.offpolicy.logprob_mismatch"}
+
+
+def test_a_rollout_versioned_only_on_its_generations_has_its_staleness() -> None:
+    """The live example of docs/trajectories.md gives the policy's version where the engine
+    reports it, on each generation (``t.generation(..., weight_version=12)``), not on the
+    trajectory. Before, such a rollout had no staleness at all, and an async run following
+    the docs had an empty rl.offpolicy.staleness and a silent RLRolloutsStale. Now a rollout
+    without a version of its own is as stale as its oldest generation (a partial rollout
+    across a weight update: the policy that began it)."""
+    record = rollout(0)
+    record.pop("weight_version", None)
+    record["turns"] = [
+        {"generations": [{"model": "policy", "weight_version": 12}]},
+        {"generations": [{"model": "policy", "weight_version": 13}]},
+    ]
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={})
+        with rlmetrics.step(7, logger=logger, weight_version=14, summary=False):
+            with rlmetrics.trajectory("p3-2", logger=logger) as t, t.turn():
+                t.generation("policy", input_tokens=120, output_tokens=30, weight_version=12)
+            logger.log_trajectories([record])
+        found = points(reader)
+    staleness = single(found, "rl.offpolicy.staleness")
+    assert (staleness.count, staleness.sum) == (2, 2 + 2)

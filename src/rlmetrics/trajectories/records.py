@@ -185,13 +185,26 @@ class Trajectory(NamedTuple):
     def staleness(self, trained: int | None = None) -> int | None:
         """How many weight versions the policy that generated it is behind the one being
         trained (its ``trainer_weight_version``, else ``trained``): both ints and the lag at
-        least 0, else None."""
+        least 0, else None. Without a version of its own, the policy that generated it is
+        its generations' oldest int version (the engine reports one per generation; a
+        partial rollout across a weight update was begun by the oldest)."""
         generated = self.weight_version
+        if generated is None:
+            generated = self._oldest_generation_version()
         if self.trainer_weight_version is not None:
             trained = self.trainer_weight_version
         if trained is None or type(generated) is not int or trained < generated:
             return None
         return trained - generated
+
+    def _oldest_generation_version(self) -> int | None:
+        oldest: int | None = None
+        for turn in self.turns:
+            for g in turn.generations:
+                version = g.weight_version
+                if type(version) is int and (oldest is None or version < oldest):
+                    oldest = version
+        return oldest
 
     @property
     def failed(self) -> bool:
