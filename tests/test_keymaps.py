@@ -350,6 +350,26 @@ def test_a_malformed_rule_fails_at_construction(kwargs: dict[str, Any], message:
         KeyRule(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"key": "val/**", "series": "rl.reward.mean"}, "backends only"),
+        ({"key": "val/**", "category": "idle/refit_bubble"}, "backends only"),
+        ({"key": "val/**/mean"}, "at the end"),
+        ({"key": "val**"}, "at the end"),
+    ],
+)
+def test_a_rest_pattern_is_for_backend_only_keys_at_the_end(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        KeyRule(**kwargs)
+    rule = KeyRule("val/*/x/**")
+    key_map = KeyMap("m", [rule])
+    assert key_map.rule_for("val/a/x/b/c") == (rule, "a")
+    assert key_map.rule_for("val/a/x") is None
+
+
 def test_a_key_listed_twice_fails_at_construction() -> None:
     with pytest.raises(ValueError, match="listed twice"):
         KeyMap("dup", [KeyRule("a"), KeyRule("a", series="rl.grad_norm")])

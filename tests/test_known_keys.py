@@ -236,6 +236,25 @@ def test_every_key_of_a_verl_step_is_known_under_the_verl_map() -> None:
     assert [k for k in _VERL_STEP_KEYS if not vocabulary.known("train", k)] == []
 
 
+#: A verl validation step's keys, logged in its train dict: the data source holds a "/".
+_VERL_VALIDATION_KEYS = [
+    "val-core/openai/gsm8k/reward/mean@1",
+    "val-core/HuggingFaceH4/MATH-500/acc/best@4/mean",
+    "val-aux/openai/gsm8k/reward/std@4",
+    "val-aux/num_turns/min",
+]
+
+
+def test_verl_s_validation_keys_are_known_and_kept_to_the_backends(tmp_path: Path) -> None:
+    key_map = resolve_key_map("verl")
+    vocabulary = Vocabulary(key_map)
+    assert [k for k in _VERL_VALIDATION_KEYS if not vocabulary.known("train", k)] == []
+    for key in _VERL_VALIDATION_KEYS:
+        found = key_map.rule_for(key)
+        assert found is not None and found[0].series is None and found[0].category is None
+    assert key_map.rule_for("val-core") is None  # "**" is one segment or more
+
+
 #: The status an OpenRLHF PPO step returns: the actor's training step (its loss, lr and every
 #: field of the experiences' info), the critic's, and the rollout's and timing keys
 #: (openrlhf/trainer/ray/ppo_actor.py, ppo_critic.py).

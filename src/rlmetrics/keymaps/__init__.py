@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EFFICIENCY_TARGETS",
     "PREFIXES",
+    "REST",
     "RUN_WALL_TIME",
     "STEP_WALL_TIME",
     "WILDCARD",
@@ -72,6 +73,9 @@ _NOT_READ = object()
 
 #: The one wildcard of a pattern key; it matches one path segment (no ``/``).
 WILDCARD = "*"
+#: A key ending in ``/**`` matches any rest of one segment or more (verl's validation keys
+#: hold a data source with a ``/`` of its own): for a rule that keeps keys to the backends.
+REST = "/**"
 #: Category targets that are not categories: the step's wall time (the efficiency summary's
 #: denominator) and the run's elapsed time, as the ``efficiency/*_s`` dict names them.
 STEP_WALL_TIME = "step_wall_time"
@@ -105,7 +109,8 @@ class KeyRule:
     (the key reaches the backends only).
 
     :param key: the key as the trainer logs it (after flattening with ``/``), or a pattern
-        with one ``*`` standing for one path segment (``rewards/*/mean``).
+        with one ``*`` standing for one path segment (``rewards/*/mean``); a rule that keeps
+        keys to the backends may end in ``/**``, any rest (``val-core/**``).
     :param series: the name of the declared series the key's value is recorded into.
     :param category: an efficiency category (``idle/refit_bubble``), or
         :data:`STEP_WALL_TIME` / :data:`RUN_WALL_TIME`; exact keys only.
@@ -124,7 +129,16 @@ class KeyRule:
 
     def __attrs_post_init__(self) -> None:
         where = f"KeyRule({self.key!r})"
-        wildcards = self.key.count(WILDCARD)
+        rest = self.key.endswith(REST)
+        stem = self.key[: -len(REST)] if rest else self.key
+        if "**" in stem:
+            raise ValueError(f"{where}: '**' (any rest of the key) goes at the end, after a '/'")
+        if rest and (self.series is not None or self.category is not None):
+            raise ValueError(
+                f"{where}: a key ending in {REST!r} matches keys of any depth, for a rule that "
+                "keeps them to the backends only; map each key to a series on its own"
+            )
+        wildcards = stem.count(WILDCARD)
         if wildcards > 1:
             raise ValueError(f"{where}: a pattern has one {WILDCARD!r}, not {wildcards}")
         if self.series is not None and self.category is not None:
@@ -173,8 +187,10 @@ def _rules(value: Iterable[KeyRule]) -> tuple[KeyRule, ...]:
 
 
 def _pattern_regex(key: str) -> re.Pattern[str]:
-    before, _, after = key.partition(WILDCARD)
-    return re.compile(re.escape(before) + "([^/]+)" + re.escape(after))
+    rest = key.endswith(REST)
+    before, star, after = (key[: -len(REST)] if rest else key).partition(WILDCARD)
+    body = re.escape(before) + ("([^/]+)" if star else "") + re.escape(after)
+    return re.compile(body + ("/.+" if rest else ""), re.DOTALL)
 
 
 @attrs.frozen
@@ -222,7 +238,7 @@ class KeyMap:
         for regex, rule in self._patterns:
             match = regex.fullmatch(key)
             if match is not None:
-                return rule, match.group(1)
+                return rule, match.group(1) if regex.groups else None
         return None
 
 

@@ -151,6 +151,11 @@ VERL = KeyMap(
         KeyRule("prompt_length/*", note="mean, max, min and clip_ratio"),
         KeyRule("global_seqlen/*", note="the sequence-length balance across data-parallel ranks"),
         *_backends("training/global_step", "training/epoch"),
+        KeyRule(
+            "val-core/**",
+            note="validation: data source, variable, metric@n (a data source may hold a /)",
+        ),
+        KeyRule("val-aux/**", note="validation's other statistics"),
         KeyRule("perf/mfu/*", note="model FLOPs utilisation per role"),
         *_backends("perf/throughput", "perf/time_per_step", "perf/total_num_tokens"),
         *_backends(
