@@ -384,3 +384,17 @@ def test_a_number_out_of_its_range_is_said_with_its_value(
     assert warned(warnings_seen, "'generation.latency_s' must be a finite number of seconds")
     assert warned(warnings_seen, "from 0, got a float (-0.5);")
     assert warned(warnings_seen, "from 0, got an int of 1329 bits;")
+
+
+def test_each_kind_of_batch_that_is_no_list_is_said(
+    warnings_seen: pytest.LogCaptureFixture,
+) -> None:
+    """Before: the first batch that was no list (a generator) was said, and every later one,
+    of any kind, went to DEBUG: one trajectory's dict handed without its list was dropped
+    unsaid. Each kind is now said once, a lone record with what to write."""
+    with in_memory_tracing():
+        logger = rlmetrics.Logger(backends={})
+        logger.log_trajectories(r for r in [rollout(0)])
+        logger.log_trajectories(rollout(1), step=1)
+    assert warned(warnings_seen, "got a generator; nothing logged")
+    assert warned(warnings_seen, "got one trajectory's dict, not a list of them")

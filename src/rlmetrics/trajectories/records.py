@@ -766,10 +766,15 @@ def parse_trajectories(records: Any, text: TextPolicy) -> list[Trajectory]:
     """``records`` (a list or tuple of mappings) as trajectories; what is not a mapping is
     skipped, said once. Never raises."""
     if not isinstance(records, (list, tuple)):
+        # Said once per kind: a generator said first must not leave a lone dict unsaid.
+        if isinstance(records, Mapping):
+            given = "one trajectory's dict, not a list of them (write [record])"
+        else:
+            given = describe_value(records)
         warn_once(
-            "trajectory:not-a-list",
+            f"trajectory:not-a-list:{type(records).__qualname__}",
             f"rlmetrics: log_trajectories takes a list of dicts (one per trajectory), got "
-            f"{describe_value(records)}; nothing logged",
+            f"{given}; nothing logged",
         )
         return []
     out = []
