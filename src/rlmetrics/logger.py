@@ -451,11 +451,17 @@ class Logger:
                 self._say_unknown(prefix, flat)
             if self._ranks is not None:
                 own, flat = flat, self._ranks.merge(flat, step, prefix)  # type: ignore[assignment]
-                if flat is None:  # not the logging rank (its tee only, if asked), or a row
-                    # the ranks' thread delivers once merged (_log_merged_row)
-                    if self._ranks.export_own and not self._ranks.logs:
-                        own = own if self._key_map is None else self._key_map.tee(own, prefix)
-                        hooks().log_metrics(own, step, prefix)
+                if self._ranks.export_own:
+                    # Every rank tees its own values, the logging one's too: the recording
+                    # rules merge the ranks' series by run id (the run's row beside them
+                    # would count the others twice). Only the trackers get the run's row.
+                    own = own if self._key_map is None else self._key_map.tee(own, prefix)
+                    hooks().log_metrics(own, step, prefix)
+                    if flat is not None:
+                        self._to_backends(flat, step, prefix)
+                    return
+                if flat is None:  # not the logging rank, or a row the ranks' thread
+                    # delivers once merged (_log_merged_row)
                     return
             plugins = hooks()
             hooks_keys = self._key_map is None  # the hooks get flat's keys, not a key map's
@@ -479,6 +485,9 @@ class Logger:
         efficiency summary's stream, ``log_efficiency_summary``) delivers a merged row, the
         backends under this Logger's lock. Never raises."""
         try:
+            if getattr(self._ranks, "export_own", False):  # the tee had this rank's own values
+                self._to_backends(flat, step, prefix)
+                return
             if stream == EFFICIENCY_STREAM:
                 summary = EfficiencySummary.from_metrics(flat)
                 self._log(
@@ -510,9 +519,12 @@ class Logger:
             step = self._table_step(step, "log_efficiency_summary")
             if self._ranks is not None:
                 merged = self._ranks.merge(metrics, step, "", stream=EFFICIENCY_STREAM)
+                if self._ranks.export_own:  # this rank's own to the tee, as log_metrics
+                    hooks().on_efficiency_summary(summary, step)
+                    if merged is not None:
+                        self._to_backends(merged, step, "")
+                    return
                 if merged is None:
-                    if self._ranks.export_own and not self._ranks.logs:
-                        hooks().on_efficiency_summary(summary, step)
                     return
                 metrics, summary = merged, EfficiencySummary.from_metrics(merged)
             self._log(

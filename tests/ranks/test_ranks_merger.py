@@ -363,6 +363,40 @@ def test_other_ranks_tee_their_own_values_only_when_asked() -> None:
     assert sorted(teed) == [("rank0", {"loss": 5 / 3}), ("rank1", {"loss": 1.0})]
 
 
+@pytest.mark.parametrize("background", [False, True])
+def test_with_export_own_every_rank_tees_its_own_values_rank_0_too(
+    tmp_path: Path, background: bool
+) -> None:
+    """export_own on every rank (for the recording rules, which merge the ranks' series by run
+    id at query time): rank 0 tees its own values as the others do, and only its trackers get
+    the run's row. Before, rank 0 teed the run's merged values beside the other ranks' own, so
+    a rule summing by run id counted every other rank twice."""
+    teed: list[tuple[str, dict[str, Any]]] = []
+
+    class Capture:
+        @hookimpl
+        def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+            teed.append((threading.current_thread().name, dict(metrics)))
+
+    register(Capture(), "capture")
+    shared, own = _group(), _group()
+
+    def rank_loop(rank: int) -> None:
+        collective = (
+            SeparableCollective(shared, rank, own) if background else ThreadCollective(shared, rank)
+        )
+        merger = RankMerger(collective, raw_path=None, export_own=True)
+        path = tmp_path / f"tracker{rank}.jsonl"
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}, ranks=merger)
+        logger.log_metrics({"num_samples": float(rank + 1)}, step=0)
+        logger.finish()
+
+    _run_loggers(rank_loop)
+    assert sorted(teed) == [(f"rank{r}", {"num_samples": float(r + 1)}) for r in range(WORLD)]
+    [row] = [r for r in read_jsonl(tmp_path / "tracker0.jsonl") if "metrics" in r]
+    assert row["metrics"] == {"num_samples": 6.0}  # the run's: summed
+
+
 def test_an_unknown_ranks_value_is_a_mistake() -> None:
     with pytest.raises(ValueError, match=r"pass one of .*'torch'.*'rlmetrics\.ranks' entry-point"):
         rlmetrics.Logger(backends={}, ranks="mpi")

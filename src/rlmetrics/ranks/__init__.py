@@ -71,7 +71,8 @@ class Ranks(Protocol):
     def logs(self) -> bool:
         """Whether this process logs the run's rows (to its backends and the tee)."""
 
-    #: Whether a process that does not log the run's rows tees its own values.
+    #: Whether this process tees its own values (the logging one too: its trackers still get
+    #: the run's rows), for recording rules that merge the ranks by run id.
     export_own: bool
 
     def bind(self, identity: RunIdentity | None, logger: Any = None) -> RunIdentity | None:

@@ -289,7 +289,8 @@ class RankMerger:
         builds one on torch.distributed).
     :param raw_path: each rank's raw JSONL file; ``{rank}`` is replaced by the rank (in the
         whole world, when the collective is over a group of part of it). None writes none.
-    :param export_own: whether a rank other than 0 tees its own values to OpenTelemetry.
+    :param export_own: whether every rank tees its own values to OpenTelemetry (rank 0's
+        trackers still get the run's rows), for the recording rules to merge by run id.
     :param reductions: ``{logger key: reduction}`` for keys no spec declares (a spec's own
         reduction wins); any other undeclared key is merged by mean.
     :param background: merge on a thread of the merger's own, over a process group of its
