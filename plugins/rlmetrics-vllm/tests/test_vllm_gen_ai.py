@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,6 +118,20 @@ def test_lengths_as_arrays_and_custom_attributes(telemetry: Any) -> None:
     }
     assert _usage(found, "output").count == 1
     assert not [p for p in found if p.name == "rl.vllm.batch.duration"]
+
+
+def test_a_model_given_as_a_path_is_its_path(telemetry: Any, tmp_path: Path) -> None:
+    """``model=`` given the checkpoint directory as a ``Path`` (what vLLM serves as the
+    model's name when it has no other) dropped every point of the batch, each said
+    "attribute 'gen_ai.request.model' must be a string"."""
+    _, reader = telemetry
+    checkpoint = tmp_path / "step_100" / "hf"
+    record_generation([3, 4], [5], 1.5, model=checkpoint)
+    found = points(reader)
+    assert _usage(found, "input").attributes["gen_ai.request.model"] == str(checkpoint)
+    assert _usage(found, "input").count == 2 and _usage(found, "output").count == 1
+    duration = single(found, "rl.vllm.batch.duration")
+    assert duration.attributes["gen_ai.request.model"] == str(checkpoint)
 
 
 def test_bad_lengths_cost_only_themselves(telemetry: Any) -> None:

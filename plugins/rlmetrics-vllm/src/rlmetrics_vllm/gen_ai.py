@@ -211,13 +211,17 @@ rlmetrics.declare(GROUP, SPECS)
 
 def generation_attributes(
     *,
-    model: str | None = None,
+    model: str | os.PathLike[str] | None = None,
     provider: str = DEFAULT_PROVIDER,
     operation: str = DEFAULT_OPERATION,
 ) -> dict[str, str]:
     """The attributes every point of one batch carries; ``gen_ai.request.model`` only when
-    known (the conventions make it conditionally required)."""
+    known (the conventions make it conditionally required). A model given as a path (the
+    checkpoint directory, which vLLM serves as the model's name when given no other) is its
+    path."""
     attributes = {PROVIDER_NAME: provider, OPERATION_NAME: operation}
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
     if model:
         attributes[REQUEST_MODEL] = model
     return attributes
@@ -239,7 +243,7 @@ def record_generation(
     output_lengths: Any = None,
     duration_s: float | None = None,
     *,
-    model: str | None = None,
+    model: str | os.PathLike[str] | None = None,
     provider: str = DEFAULT_PROVIDER,
     operation: str = DEFAULT_OPERATION,
 ) -> None:
