@@ -242,3 +242,30 @@ def test_rows_no_run_holds_are_named_by_report_and_query(tmp_path: Path) -> None
         "2 line(s) of the JSONL were not rows: line 2 (step -4 is negative), line 3 (run_id 5 "
         "is not a string)" in answer["findings"]
     ), answer["findings"]
+
+
+def test_a_file_of_several_ranks_raw_rows_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Ray Train's controller writes every rank's raw rows into one file (docs/ranks.md).
+    Before: report and query read it as the run, each step shown as the rank written last
+    logged it (rank 1's reward as the run's), without a word."""
+    from rlmetrics.identity import RunIdentity
+    from rlmetrics.ranks.merger import RankRows
+
+    jsonl = tmp_path / "rlmetrics.ranks.jsonl"
+    rows = RankRows(jsonl, RunIdentity("job"), rank=0)
+    for step in range(1, 4):
+        for rank in (0, 1):
+            rows.log_rank({"reward": 0.1 * rank}, step, "train", rank, "host-a")
+    rows.finish()
+    for command in (("report",), ("query",), ("check", "--run")):
+        done = run_cli(*command, jsonl)
+        assert done.returncode == 2, (command, done.stdout)
+        assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+        assert f"{jsonl} is not a run's metrics JSONL: it holds the raw rows of 2 ranks" in (
+            done.stderr
+        )
+    one_rank = tmp_path / "rlmetrics.rank1.jsonl"  # one rank's file answers about that rank
+    rows = RankRows(one_rank, RunIdentity("job"), rank=1)
+    rows.log_metrics({"reward": 0.1}, 1, "train")
+    rows.finish()
+    assert run_cli("report", one_rank).returncode == 0

@@ -131,6 +131,16 @@ def not_a_run_problem(
     JSONL, naming what the file looks like and what to give instead; None when a row carries
     ``metrics`` or is a record about a run (its configuration, a resume: a run that has not
     logged a step yet is still a run)."""
+    ranks = _ranks(rows)
+    if len(ranks) > 1:
+        # Ray Train's controller writes every rank's raw rows into one file: read as a run,
+        # each step would be the values of the rank written last.
+        named = ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")
+        return (
+            f"{os.fspath(path)} is not a run's metrics JSONL: it holds the raw rows of "
+            f"{len(ranks)} ranks ({named}), each rank's own values; give the run's JSONL (the "
+            "one rank 0's Logger writes), or one rank's file (rlmetrics.rank1.jsonl)"
+        )
     if any(
         isinstance(row.get("metrics"), Mapping)
         or row.get("kind") in (HYPERPARAMS_KIND, RESUME_KIND)
@@ -151,6 +161,12 @@ def not_a_run_problem(
         f"{os.fspath(path)} is not a run's metrics JSONL: {what}; give the file the Logger's "
         "jsonl backend writes (run/metrics.jsonl)"
     )
+
+
+def _ranks(rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The ranks whose raw rows (``rlmetrics.ranks``' files: each carries its ``rank``) these
+    are; none for a run's own rows."""
+    return sorted({rank for row in rows if type(rank := row.get("rank")) is int})
 
 
 @attrs.define
