@@ -397,3 +397,45 @@ def test_a_nonzero_sys_exit_finishes_the_trackers_as_a_failed_run(how: str, tmp_
     assert status == expected_status, err
     assert json.loads(path.read_text()) == {"failed": failed}, err
     assert "Traceback" not in err, err
+
+
+_GIVEN_UP_SCRIPT = """
+import sys, time
+import rlmetrics
+from rlmetrics.plugins import register
+
+class Slow:
+    # A tracker that falls behind: each write takes a while, and its finish closes the run.
+    def __init__(self, path):
+        self.path = path
+
+    def log_metrics(self, metrics, step, prefix):
+        time.sleep(0.2)
+
+    def finish(self):
+        with open(self.path, "w") as f:
+            f.write("finished")
+
+class Offers:
+    @rlmetrics.hookimpl
+    def register_backends(self, register):
+        register("slow", Slow)
+
+register(Offers(), "offers")
+logger = rlmetrics.Logger(backends={"slow": {"path": sys.argv[1]}})
+for step in range(50):
+    logger.log_metrics({"loss": 1.0}, step=step)
+logger.finish(timeout_s=0.1)  # gives up on it: the rows it holds are said to be lost
+"""
+
+
+def test_a_backend_finish_gave_up_on_is_still_finished_before_the_process_ends(
+    tmp_path: Path,
+) -> None:
+    # Its thread was a daemon the interpreter's end cut off, still writing the rows said to
+    # be lost: the tracker was never finished (an MLflow run left RUNNING for good).
+    path = tmp_path / "finished"
+    status, err = run_to_exit(_GIVEN_UP_SCRIPT, (str(path),), timeout_s=60)
+    assert status == 0, err
+    assert "did not finish within 0.1 s" in err, err
+    assert path.read_text() == "finished", err

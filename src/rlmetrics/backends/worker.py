@@ -384,6 +384,10 @@ class BackendWorker:
         self._finishing = False  # finishing was asked for: the finish marker is queued
         self._finished = False  # finish() was called (it reports, once)
         self._failed_run = False  # the run ended with an exception: said to the backend
+        #: The rows still queued were said to be lost (a finish past its bound): they are not
+        #: written later, behind that word, into the tracker's own exit teardown; the thread
+        #: goes straight to finishing the backend.
+        self._given_up = False
         # A SimpleQueue, bounded here by its size: its put() is reentrant. A signal's handler
         # runs on the thread it interrupts, and one that finishes the Logger (a SIGTERM
         # handler) while that thread is inside a queue.Queue's put, holding its lock, would
@@ -412,6 +416,7 @@ class BackendWorker:
         if self._said or os.getpid() != self._pid:
             return
         self._said = True
+        self._given_up = True
         unwritten = self.unwritten()
         if unwritten:
             _lose(self.name, "dropped", unwritten)
@@ -488,6 +493,7 @@ class BackendWorker:
         lost = _lost(self.rows, self.failed, self.dropped)
         self._said = True
         if self._thread.is_alive():
+            self._given_up = True
             unwritten = self.unwritten()
             if unwritten:
                 _lose(self.name, "dropped", unwritten)
@@ -502,6 +508,13 @@ class BackendWorker:
         elif lost:
             logger.warning("rlmetrics: %sbackend %r finished; %s", why, self.name, ", ".join(lost))
 
+    def wait_given_up(self, deadline: float) -> None:
+        """Wait, until ``deadline``, for a backend whose rows were given up on to finish (its
+        thread goes straight to it): at the interpreter's exit, before the tracker's own exit
+        handlers tear its client down, and before the daemon thread is cut off."""
+        if self._given_up and os.getpid() == self._pid:
+            _waiting.join(self._thread, deadline - time.monotonic())
+
     # -- the backend's thread ------------------------------------------------------------
 
     def _run(self) -> None:
@@ -515,6 +528,8 @@ class BackendWorker:
                 return
             method, args = item
             item = None
+            if self._given_up:
+                continue  # said to be lost (see __init__)
             if method == "log_metrics" and takes_rows:
                 rows = [args]
                 item = self._take_rows(rows)
@@ -541,7 +556,7 @@ class BackendWorker:
         as a backlog again. Once a row alone fails too, the rest go row by row: a tracker
         that is down costs one failed request a row, as without batches."""
         batches = True
-        while rows:
+        while rows and not self._given_up:
             if batches and len(rows) > 1:
                 done = 0
                 try:
@@ -615,6 +630,8 @@ def drain_at_exit() -> None:
             runner.request_finish(failed)
         for runner in runners:
             runner.finish(deadline, bound, failed)
+        for runner in runners:
+            runner.wait_given_up(deadline)
     except BaseException as exc:  # nobody is left to raise into
         for runner in runners:
             runner.say_unwritten(f"the exit's wait was interrupted ({type(exc).__name__})")
