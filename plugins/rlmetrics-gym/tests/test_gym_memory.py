@@ -232,3 +232,14 @@ def test_server_names_and_types_are_bounded_as_the_startup_stages_bound_them(
         **stage_attributes("init_server", "unknown", "other", False),  # type: ignore[dict-item]
     }
     assert "dropped a value" not in caplog.text
+
+
+@pytest.mark.parametrize("pid", [None, "1234", 3.0, True, 0, -5])
+def test_a_pid_that_is_no_process_id_is_refused_saying_what_to_pass(pid: Any) -> None:
+    """None tracked the supervisor itself (psutil.Process(None) is the calling process) and
+    then dropped every point on its None ``process.pid``; a pid read from a file ("1234"), a
+    float or a bool raised psutil's internals' TypeError ("'<' not supported ...")."""
+    sampler = MemorySampler(interval_s=INTERVAL_S)
+    with pytest.raises((TypeError, ValueError), match="root process id"):
+        sampler.track("math_with_judge", "resources_servers", pid)
+    assert sampler.tracked() == []

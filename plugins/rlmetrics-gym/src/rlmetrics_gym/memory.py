@@ -254,7 +254,14 @@ class MemorySampler:
         """Attribute the process tree rooted at ``pid`` to server ``name`` from the next
         sample on. Tracking a name again replaces its root (its peaks start over). A name
         outside the server-name template is exported as ``unknown``, a type outside Gym's
-        server types as ``other``, as the startup stages export them."""
+        server types as ``other``, as the startup stages export them. A ``pid`` that is no
+        process id (None, which psutil takes for this process; text; a float) is refused."""
+        is_int = isinstance(pid, int) and not isinstance(pid, bool)
+        if not is_int or pid <= 0:
+            raise (ValueError if is_int else TypeError)(
+                f"MemorySampler.track: pid must be the server's root process id (an int above "
+                f"0, e.g. its subprocess's .pid), got {pid!r:.40}"
+            )
         try:
             process = psutil.Process(pid)
         except psutil.Error:
