@@ -121,6 +121,12 @@ class _Observing(threading.local):
 _observing = _Observing()
 
 
+#: Called with ``(series name, cause)`` for each point the checked path drops (the cause one of
+#: :func:`_drop_cause`'s words: ``nan``, ``infinite``, ``negative``...); the pipeline family
+#: sets it, so a NaN loss, which its own series cannot show, is counted where alerts see it.
+drop_listener: Callable[[str, str], None] | None = None
+
+
 def _not_finite(value: Any) -> str:
     return f"{describe_value(value)} is not a finite number"
 
@@ -454,10 +460,17 @@ class Session:
             return
         point = series.point(value, attributes, series.admitted)
         if isinstance(point, str):
+            cause = _drop_cause(value, point)
             warn_once(
-                f"record:{group}:{key}:dropped:{_drop_cause(value, point)}",
+                f"record:{group}:{key}:dropped:{cause}",
                 f"rlmetrics.record: {series.spec.name} (key {key!r}) dropped a value: {point}",
             )
+            listener = drop_listener
+            if listener is not None:
+                try:
+                    listener(series.spec.name, cause)
+                except Exception:  # counting a drop must not fail the call that dropped it
+                    warn_once("record:drop-listener", "rlmetrics: counting a dropped value failed")
             return
         number, attr_key, attr_dict = point
         if series.instrument is None:

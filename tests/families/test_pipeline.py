@@ -101,3 +101,19 @@ def test_rows_a_backend_raised_on_are_counted_by_backend() -> None:
         failed = _counts(reader, "rlmetrics.backend.failed")
         assert failed[(("rlmetrics.backend", "failing"),)] == 4
         logger.finish()
+
+
+def test_a_value_the_recording_path_drops_is_counted_by_series_and_cause() -> None:
+    """A NaN loss is dropped from its series (which keeps showing the last finite value), so
+    it is counted where Prometheus and the alerts see it: by series and cause."""
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={})
+        logger.log_metrics({"loss": 0.5, "reward": 1.0}, step=1, prefix="train")
+        logger.log_metrics({"loss": float("nan"), "reward": float("inf")}, step=2, prefix="train")
+        logger.log_metrics({"loss": float("nan")}, step=3, prefix="train")
+        logger.log_metrics({"loss": None}, step=4, prefix="train")  # absent, not a bad value
+        counts = _counts(reader, "rlmetrics.values.dropped")
+    assert counts == {
+        (("rlmetrics.drop.reason", "nan"), ("rlmetrics.series", "rl.policy.loss")): 2,
+        (("rlmetrics.drop.reason", "infinite"), ("rlmetrics.series", "rl.reward.mean")): 1,
+    }

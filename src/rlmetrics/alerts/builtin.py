@@ -25,6 +25,7 @@ __all__ = [
     "exporter_rules",
     "register_alert_rules",
     "stall_rules",
+    "value_rules",
     "target_rules",
 ]
 
@@ -39,6 +40,11 @@ EXPORTS, EXPORTER_ATTR, OUTCOME_ATTR = (
 )
 BACKEND_DROPPED, BACKEND_FAILED = "rlmetrics.backend.dropped", "rlmetrics.backend.failed"
 BACKEND_ATTR = "rlmetrics.backend"
+VALUES_DROPPED, SERIES_ATTR, DROP_REASON_ATTR = (
+    "rlmetrics.values.dropped",
+    "rlmetrics.series",
+    "rlmetrics.drop.reason",
+)
 
 #: A count the alert's value holds (an extrapolated increase: 7.3 rows), as a whole number.
 _COUNT = '{{ $value | printf "%.0f" }}'
@@ -272,9 +278,62 @@ def backend_rules(context: AlertContext) -> Iterator[AlertRule]:
         )
 
 
+def value_rules(context: AlertContext) -> Iterator[AlertRule]:
+    names = context.names
+    if VALUES_DROPPED not in names:
+        return
+    series, reason = names.label(SERIES_ATTR), names.label(DROP_REASON_ATTR)
+    counter = names.counter(VALUES_DROPPED)
+    not_finite = f'{counter}{{{reason}=~"nan|infinite"}}'
+    loss = f'{counter}{{{_RUN},{series}="rl.policy.loss",{reason}="nan"}}'
+    fired = {**_ALERT, series: "rl.policy.loss", reason: "nan"}
+    yield AlertRule(
+        "RLValuesNotFinite",
+        with_run_id(counted(not_finite)),
+        summary="Run {{ $labels.rlmetrics_run_id }} logged "
+        f"{_COUNT} {{{{ $labels.{reason} }}}} values of {{{{ $labels.{series} }}}} in the "
+        f"last 5 min ({VALUES_DROPPED}): its series shows the last finite value",
+        description="The training loop logged NaN or infinite values, which rlmetrics drops "
+        "(a series keeps its last finite value, so a dashboard stays flat): a loss or a "
+        "gradient norm gone NaN is a run that diverged.",
+        runbook="Find the first step with the non-finite value in the run's JSONL (it keeps "
+        "what was logged); look for a diverged loss (learning rate, a bad batch, fp16 "
+        "overflow) or a mean over an empty batch.",
+        for_s=context.for_(0),
+        reads=(VALUES_DROPPED,),
+        examples=(
+            AlertExample(
+                "a NaN loss at every step",
+                [(loss, "0 0 1+1x30"), _TARGET_INFO],
+                at_s=900,
+                alerts=[fired],
+            ),
+            AlertExample(
+                "its first NaN",
+                [(loss, "_x10 1x20"), _TARGET_INFO],
+                at_s=660,
+                alerts=[fired],
+            ),
+            AlertExample("a NaN long ago", [(loss, "_x5 1x30"), _TARGET_INFO], at_s=1800),
+            AlertExample(
+                "negative counts, not NaN",
+                [
+                    (
+                        f'{counter}{{{_RUN},{series}="rl.tokens",{reason}="negative"}}',
+                        "0 0 1+1x30",
+                    ),
+                    _TARGET_INFO,
+                ],
+                at_s=900,
+            ),
+        ),
+    )
+
+
 @hookimpl
 def register_alert_rules(register: Callable[[RuleBuilder], None]) -> None:
     register(stall_rules)
     register(target_rules)
     register(exporter_rules)
     register(backend_rules)
+    register(value_rules)

@@ -17,6 +17,10 @@ visible where the alerts can see them:
   not keep up (its queue was full, or its finish bound passed before it wrote them), by
   ``rlmetrics.backend``.
 - ``rlmetrics.backend.failed``: rows a backend raised on, by ``rlmetrics.backend``.
+- ``rlmetrics.values.dropped``: values the recording path dropped, by ``rlmetrics.series``
+  (the declared series) and ``rlmetrics.drop.reason`` (``nan``, ``infinite``, ``negative``...):
+  a NaN loss is no point of its own series, which keeps showing the last finite value, so it
+  is counted here, where an alert (``RLValuesNotFinite``) sees it.
 
 Each is counted when it happens, so a run whose pipeline loses nothing (and that has no push
 exporter) pays nothing at collection: a counter exists from its first point on. A pull
@@ -26,7 +30,7 @@ exporter such as Prometheus' has no exports to count: its failures are the scrap
 
 from __future__ import annotations
 
-from .. import hookimpl
+from .. import hookimpl, instruments
 from ..backends import worker
 from ..exporters import span_drops
 from ..exporters.tally import EXPORT_FAILED, QUEUE_FULL
@@ -44,7 +48,9 @@ __all__ = [
     "EXPORTS",
     "GROUP",
     "OUTCOME_ATTR",
+    "SERIES_ATTR",
     "SPANS_DROPPED",
+    "VALUES_DROPPED",
     "telemetry_started",
     "telemetry_stopping",
 ]
@@ -58,6 +64,12 @@ EXPORTER_ATTR = "rlmetrics.exporter"
 OUTCOME_ATTR = "rlmetrics.export.outcome"
 DROP_REASON_ATTR = "rlmetrics.drop.reason"
 BACKEND_ATTR = "rlmetrics.backend"
+VALUES_DROPPED = "rlmetrics.values.dropped"
+SERIES_ATTR = "rlmetrics.series"
+#: Why the recording path dropped a value (``instruments._drop_cause``'s words).
+VALUE_DROP_CAUSES = frozenset(
+    {"none", "not-a-number", "nan", "infinite", "int64", "negative", "attributes"}
+)
 
 #: Exporter and backend names a process may report; each is a name given in code.
 _MAX_NAMES = 32
@@ -103,6 +115,16 @@ declare(
             max_series=_MAX_NAMES,
             reduce=SUM,
         ),
+        MetricSpec(
+            VALUES_DROPPED,
+            Kind.COUNTER,
+            unit="{value}",
+            description="Values the recording path dropped (a NaN, an infinity, a negative "
+            "count...), by series and cause: the series itself keeps its last good value",
+            attributes={SERIES_ATTR: OPEN, DROP_REASON_ATTR: VALUE_DROP_CAUSES},
+            max_series=256,
+            reduce=SUM,
+        ),
     ],
 )
 
@@ -120,10 +142,15 @@ def _lost(name: str, reason: str, rows: int) -> None:
     record(GROUP, {_LOST[reason]: rows}, {BACKEND_ATTR: name})
 
 
+def _value_dropped(series: str, cause: str) -> None:
+    if series != VALUES_DROPPED:  # its own drop would count itself again
+        record(GROUP, {VALUES_DROPPED: 1}, {SERIES_ATTR: series, DROP_REASON_ATTR: cause})
+
+
 @hookimpl
 def telemetry_started() -> None:
-    """Count every export of this session's push exporters, every span they lose, and every
-    row a backend loses."""
+    """Count every export of this session's push exporters, every span they lose, every
+    row a backend loses and every value the recording path drops."""
     for name, tally in export_tallies():
         tally.name, tally.listener = name, _exported
     handle = current()
@@ -132,8 +159,10 @@ def telemetry_started() -> None:
         if drops is not None:
             drops.name, drops.listener = name, _spans_dropped
     worker.loss_listener = _lost
+    instruments.drop_listener = _value_dropped
 
 
 @hookimpl
 def telemetry_stopping() -> None:
     worker.loss_listener = None
+    instruments.drop_listener = None
