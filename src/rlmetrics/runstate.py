@@ -46,6 +46,10 @@ TREND_STEPS = 20
 TREND_TOLERANCE = 0.2
 
 
+#: What :func:`read_jsonl` says of a last line without its newline.
+_TORN_LAST_LINE = "a torn last line"
+
+
 class QueryError(ValueError):
     """The question cannot be answered (a missing file, an unknown run, a bad field path)."""
 
@@ -117,8 +121,21 @@ def run_state(
         answer["alerts"], answer["alerts_error"] = _alerts(prometheus, chosen)
     first = sorted([*skipped.first, *damaged.first], key=lambda line: line[0] or 0)
     not_rows = named_lines(first[: SkippedLines.SHOWN], skipped.count + damaged.count)
-    answer["findings"] = _findings(answer, not_rows)
+    answer["findings"] = _findings(answer, "" if _being_written(answer, skipped) else not_rows)
     return answer
+
+
+def _being_written(answer: Mapping[str, Any], skipped: SkippedLines) -> bool:
+    """Whether the only line that is no row is the last, torn, of a run still stepping: the
+    row its loop is writing (a reader catches a row past a page half-copied into the file),
+    counted in ``skipped_lines`` but no finding. Once the run is silent, its writer died in
+    it."""
+    return (
+        answer["source"]["skipped_lines"] == 1
+        and [why for _line, why in skipped.first] == [_TORN_LAST_LINE]
+        and answer["steps"]["count"] > 0
+        and not answer["stalled_now"]
+    )
 
 
 def _number(value: Any) -> float | None:
@@ -317,8 +334,8 @@ def _findings(answer: Mapping[str, Any], bad_lines: str = "") -> list[str]:
             found.append(f"alert {alert['name']} firing: {alert['summary']}")
     if answer["alerts_error"]:
         found.append(f"alerts not read: {answer['alerts_error']}")
-    if answer["source"]["skipped_lines"]:
-        named = f": {bad_lines}" if bad_lines else ""
+    if answer["source"]["skipped_lines"] and bad_lines:
+        named = f": {bad_lines}"
         found.append(
             f"{answer['source']['skipped_lines']} line(s) of the JSONL were not rows{named}"
         )

@@ -138,6 +138,29 @@ def test_a_long_run_is_answered_in_a_pass_over_its_steps(tmp_path: Path) -> None
     assert stalls == [{"after_step": 399_998, "gap_s": 501.0, "limit_s": 60.0}]
 
 
+def test_the_row_a_running_loop_is_writing_is_no_finding(tmp_path: Path) -> None:
+    """A reader can catch the JSONL backend's last row half-written (a row past a page is
+    more than one copy into the file). Before: a run stepping on was a finding, exit 1, for
+    it; it is counted, and a finding once the run has gone silent (its writer died in it)."""
+    times = [1000.0 + n for n in range(30)]
+    path = tmp_path / "m.jsonl"
+    _rows(path, rows=_step_rows(times))
+    with path.open("a") as out:
+        out.write('{"time": 1030.0, "run_id": "r1", "step": 30, "prefix": "train", "metr')
+    running = run_state(path, now=times[-1] + 1.0)
+    assert running["source"]["skipped_lines"] == 1 and running["findings"] == []
+    silent = run_state(path, now=times[-1] + 3600.0)
+    assert silent["source"]["skipped_lines"] == 1
+    assert (
+        "1 line(s) of the JSONL were not rows: line 31 (a torn last line)" in (silent["findings"])
+    )
+    with path.open("a") as out:  # a line torn before the last is damage, running or not
+        out.write('ics": {}}\n{"oops\n' + json.dumps(_step_rows([1031.0])[0] | {"step": 31}))
+    assert run_state(path, now=1032.0)["findings"] == [
+        "1 line(s) of the JSONL were not rows: line 32 (not JSON)"
+    ]
+
+
 def test_bad_input_is_a_clear_answer_never_a_traceback(tmp_path: Path) -> None:
     # A half-written JSONL: the torn line is counted and said.
     path = tmp_path / "m.jsonl"
