@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.events import EfficiencySummary
 from rlmetrics.plugins import register
 from rlmetrics.ranks import RankMerger, gathered
+from rlmetrics.ranks.joining import RanksNotJoined
 from rlmetrics.spec import MAX, SUM
 
 WORLD = 3
@@ -858,3 +860,25 @@ def test_a_step_that_is_no_int_does_not_break_the_merge(step: Any) -> None:
     results, mergers = run_ranks(lambda rank: [{"x": float(rank)}], step=step)
     assert results[0] == [{"x": 1.0}]
     assert all(merger.broken is None for merger in mergers)
+
+
+class UnjoinedCollective(ThreadCollective):
+    """A collective whose ranks did not all bind their merger in time (as log_ranks called
+    under ``if accelerator.is_main_process:``)."""
+
+    def join(self) -> None:
+        raise RanksNotJoined(1, WORLD, timedelta(seconds=60), late=False)
+
+
+def test_ranks_that_did_not_all_bind_say_it_for_log_ranks_too_and_log_their_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A merger bound without a Logger (Accelerate's log_ranks) whose ranks did not all come:
+    the message names log_ranks, not only the Logger, and rank 0 gets its own values, with no
+    collective made. Before, it spoke of building a Logger the user never built."""
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+    merger = RankMerger(UnjoinedCollective(shared, 0), raw_path=None, background=False)
+    merger.bind(None)
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "call log_ranks on every rank" in text and "accelerator.is_main_process" in text
+    assert merger.merge({"loss": 1.0}, 0, "train") == {"loss": 1.0}

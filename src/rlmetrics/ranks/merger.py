@@ -410,20 +410,21 @@ class RankMerger:
             waited = f"{exc.patience.total_seconds():g} s"
             if exc.late:
                 said = (
-                    f"this rank built its Logger with ranks= after the other ranks had "
-                    f"stopped waiting for it ({waited}; only {exc.joined} of the "
-                    f"{exc.world_size} had built theirs by then)"
+                    f"this rank bound its merger (built its Logger with ranks=, or called "
+                    f"log_ranks first) after the other ranks had stopped waiting for it "
+                    f"({waited}; only {exc.joined} of the {exc.world_size} had by then)"
                 )
             else:
                 said = (
-                    f"only {exc.joined} of the {exc.world_size} ranks built their Logger with "
-                    f"ranks= within {waited} of this one"
+                    f"only {exc.joined} of the {exc.world_size} ranks bound their merger (built "
+                    f"a Logger with ranks=, or called log_ranks) within {waited} of this one"
                 )
             warn_once(
                 "ranks:own-group",
                 f"rlmetrics: rank {self.global_rank}: {said}. Binding the merger is a "
-                "collective: build the Logger with ranks= on every rank, at the same point (as "
-                "the trainer's process group is made), not under `if rank == 0:`; a rank that "
+                "collective: build the Logger with ranks= on every rank (call log_ranks on "
+                "every rank), at the same point (as the trainer's process group is made), not "
+                "under `if rank == 0:` or `if accelerator.is_main_process:`; a rank that "
                 "is that late at it on purpose needs torch_distributed(join_timeout_s=...), at "
                 "most half the group's timeout. Ranks are merged no more in this run; rank 0 "
                 "logs its own values (each rank's raw rows are still written)",
