@@ -249,6 +249,27 @@ def test_one_plugin_name_given_as_a_string_is_refused_as_a_string(argument: str)
     assert "'t'; 'r'" not in str(error) and "['training']" in str(error)
 
 
+@pytest.mark.parametrize("text", ["123", "2024-01-01", "1e5", "true", "inf"])
+def test_a_path_option_variable_that_reads_as_toml_is_its_text(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str
+) -> None:
+    # "a path or a host needs no quotes" (docs/configuration.md): a file named 123 or a run
+    # folder named by its date is a path, though TOML reads the text as a number or a date.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PATH", text)
+    with rlmetrics.Logger() as logger:
+        logger.log_metrics({"x": 1.0}, step=0, prefix="train")
+    assert [row["metrics"] for row in read_jsonl(tmp_path / text)] == [{"x": 1.0}]
+
+
+def test_an_option_variable_of_the_wrong_kind_is_still_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RLMETRICS_BACKENDS", "console")
+    monkeypatch.setenv("RLMETRICS_BACKEND_CONSOLE_MAX_KEYS", "ten")
+    _raises(rlmetrics.Logger, "'max_keys' must be a positive integer, got str")
+
+
 def test_the_configuration_file_is_read_up_to_its_bound(config: Any) -> None:
     path = config("# " + "x" * MAX_CONFIG_BYTES + "\n")
     _raises(rlmetrics.start, f"RLMETRICS_CONFIG={path} is larger than {MAX_CONFIG_BYTES} bytes")

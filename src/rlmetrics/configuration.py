@@ -796,6 +796,7 @@ def _with_environment(
         source = chooser
     options = _option_variables(prefix, kind, factories)
     for name, given in options.items():
+        _as_text_where_taken(factories.get(name), given)
         _check(kind, name, factories.get(name), given, provided)  # the misspelling first
         if table is None and name == default:
             table, source = {name: {}}, next(iter(given.values()))[1]
@@ -810,6 +811,22 @@ def _with_environment(
         _check(kind, name, factories.get(name), found, provided)
         _yield_to_variables(factories.get(name), found, prefix)
     return table, source
+
+
+def _as_text_where_taken(factory: Any, given: dict[str, tuple[Any, str]]) -> None:
+    """A path option's variable that reads as TOML (``123``, ``2024-01-01``, ``true``) is its
+    text: ``RLMETRICS_BACKEND_JSONL_PATH=123`` is the file ``123`` (a path needs no quotes,
+    and any text is one). Other text options keep the check (an endpoint of ``4317`` is a
+    port left without its host, a mistake)."""
+    if isinstance(factory, tuple) and len(factory) == 2:
+        factory = factory[1]
+    kinds = declared_options(factory)
+    for option, (value, variable) in list(given.items()):
+        kind, text = kinds.get(option), os.environ.get(variable)
+        if kind is None or kind.what != PATH.what or text is None or isinstance(value, str):
+            continue
+        if kind.problem(value) is not None:
+            given[option] = (text, variable)
 
 
 def _yield_to_variables(factory: Any, found: dict[str, tuple[Any, str]], prefix: str) -> None:
