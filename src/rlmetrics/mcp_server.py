@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .backends.jsonl import SkippedLines, read_jsonl
 from .runstate import QueryError, run_state, select
 
 __all__ = ["MAX_ANSWER_BYTES", "MAX_LIST", "RunFolder", "build_server", "serve"]
@@ -29,6 +29,8 @@ MAX_ANSWER_BYTES = 256 * 1024
 MAX_LIST = 200
 #: How much of a file ``list_runs`` reads to tell a run's JSONL from other JSON lines.
 _PEEK_LINES, _PEEK_BYTES = 8, 1024 * 1024
+#: How every row the JSONL backend writes begins: its time, then its run id (a JSON string).
+_ROW_START = re.compile(rb'\{"time": [-+0-9.eE]+, "run_id": ("(?:[^"\\]|\\.)*")')
 
 
 class RunFolder:
@@ -75,13 +77,35 @@ class RunFolder:
             resolved = path.resolve()  # a link out of the folder is refused, as run_state does
             if not self.inside(resolved) or not resolved.is_file() or not _starts_a_run(resolved):
                 continue
-            rows = read_jsonl(resolved, skipped=SkippedLines())  # counted by run_state, not here
             # None when an older rlmetrics wrote the rows (no run id): still a run.
-            ids = list(dict.fromkeys(r["run_id"] for r in rows if isinstance(r.get("run_id"), str)))
+            ids = _run_ids(resolved)
             found.append({"jsonl": str(path.relative_to(self.root)), "run_ids": ids[-20:]})
             if len(found) == limit:
                 break
         return found
+
+
+def _run_ids(path: Path) -> list[str]:
+    """The run ids of ``path``'s rows, in the order first written. A row the JSONL backend
+    wrote names its run id at its start and is not parsed (a run of 10^5 steps is 90 MB);
+    any other line is, and one that is no JSON object is passed over (run_state counts it)."""
+    ids: dict[str, None] = {}
+    written: set[bytes] = set()  # the ids as the backend's rows spell them, each read once
+    with path.open("rb") as handle:
+        for line in handle:
+            start = _ROW_START.match(line)
+            if start is not None:
+                if start.group(1) in written:
+                    continue
+                written.add(start.group(1))
+            try:
+                row = json.loads(start.group(1) if start else line)
+            except (ValueError, RecursionError):
+                continue
+            run_id = row if start else row.get("run_id") if isinstance(row, dict) else None
+            if isinstance(run_id, str):
+                ids[run_id] = None
+    return list(ids)
 
 
 def _starts_a_run(path: Path) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from tools_support import RLMETRICS
 
+import rlmetrics
 from rlmetrics.demo.run import DemoOptions, run_demo
 from rlmetrics.mcp_server import RunFolder
 from rlmetrics.runstate import run_state
@@ -176,3 +177,29 @@ def test_list_runs_lists_a_run_of_rows_without_a_run_id(tmp_path: Path) -> None:
         {"jsonl": "old.jsonl", "run_ids": []},
     ]
     assert _answer(state)["steps"]["count"] == 2
+
+
+def test_list_runs_names_a_run_s_ids_without_parsing_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: every row of every run was parsed for its run id; a folder of runs of 10^5
+    steps (90 MB each) cost an agent's listing seconds per run. The rows the JSONL backend
+    writes name their run id at their start; another row is parsed as before."""
+    import rlmetrics.mcp_server as server
+
+    with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "a.jsonl"}}, run_id="a") as log:
+        log.log_hyperparams({"lr": 1e-6})
+        for step in range(200):
+            log.log_metrics({"reward": 0.5, "note": 'a "quoted" run_id'}, step=step, prefix="t")
+    with (tmp_path / "a.jsonl").open("a") as out:  # a row another writer put its own way
+        out.write(json.dumps({"run_id": 'b"c', "step": 1, "metrics": {}, "time": 2.0}) + "\n")
+    parsed: list[bytes] = []
+    loads = json.loads
+
+    def counted(text: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(text)
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(server.json, "loads", counted)
+    assert RunFolder(tmp_path).runs(".", 10) == [{"jsonl": "a.jsonl", "run_ids": ["a", 'b"c']}]
+    assert len(parsed) < 20
