@@ -17,9 +17,11 @@ from rlmetrics.backends.jsonl import read_jsonl
 WORLD = 2
 
 #: A rank that imports no torch (torchrun's agent does): it starts telemetry with no run id,
-#: logs one row to its own JSONL file and prints the id its resource carries.
+#: logs one row to its own JSONL file and writes the id its resource carries to a file of its
+#: own (parsed from the ranks' shared stdout instead, a line once did not split into a rank
+#: and an id, on a host under load).
 RANK = """
-import os, sys
+import os, pathlib, sys
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import rlmetrics
 folder = sys.argv[1]
@@ -28,7 +30,7 @@ with rlmetrics.start(readers=[InMemoryMetricReader()]) as handle:
     logger = rlmetrics.Logger(backends={"jsonl": {"path": f"{folder}/rank{rank}.jsonl"}})
     logger.log_metrics({"loss": 1.0}, step=0, prefix="train")
     logger.finish()
-    print("run id", rank, handle.run_id, flush=True)
+    (pathlib.Path(folder) / f"id{rank}.txt").write_text(handle.run_id)
 """
 
 
@@ -53,8 +55,7 @@ def _torchrun(folder: Path, *launch: str) -> dict[str, str]:
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    said = [line.split()[2:] for line in done.stdout.splitlines() if line.startswith("run id")]
-    return dict((rank, run_id) for rank, run_id in said)
+    return {path.stem[2:]: path.read_text() for path in folder.glob("id*.txt")}
 
 
 def test_ranks_under_torchrun_standalone_share_its_rendezvous_id(tmp_path: Path) -> None:
