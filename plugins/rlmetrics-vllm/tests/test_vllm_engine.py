@@ -778,6 +778,26 @@ def test_a_scrape_of_a_trickling_server_ends_within_its_timeout(
     assert "larger timeout_s" in warning, warning
 
 
+@pytest.mark.parametrize("timeout_s", [None, "5", -1.0])
+def test_a_scrape_given_no_usable_timeout_is_still_bounded_and_says_so(
+    timeout_s: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``scrape(url, timeout_s=None)`` (a config's ``null`` for "no timeout") waited for as
+    long as the server took, a server that never answers holding the training loop forever;
+    "5" failed with "Check the address". Such a timeout is said once and the default bounds
+    the scrape."""
+    server = TricklingServer(b'vllm:prompt_tokens_total{engine="0",model_name="m"} 1.0\n')
+    try:
+        with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+            assert scrape(server.url, timeout_s=timeout_s) == Snapshot()
+        assert not server.finished.is_set()  # returned while the server was still sending
+    finally:
+        server.close()
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "timeout_s must be a positive number of seconds" in said, said
+    assert "Check the address" not in said, said
+
+
 def test_two_scrapes_of_one_server_at_once_both_read_it(fixture_text: str) -> None:
     """Only a scrape that overran its timeout keeps its URL from being scraped again: two
     at once (a loop's reading and a monitor's, say) both get the server's answer."""

@@ -395,10 +395,29 @@ def _keep(part: dict[SampleKey, float], samples: Iterable[Any]) -> None:
         part[(name, labels)] = value
 
 
-def scrape(url: str, *, timeout_s: float = 5.0) -> Snapshot:
+#: How long a scrape may take when the caller gives no usable bound.
+_SCRAPE_TIMEOUT_S = 5.0
+
+
+def scrape(url: str, *, timeout_s: float = _SCRAPE_TIMEOUT_S) -> Snapshot:
     """A snapshot scraped over HTTP from a running vLLM server (``http://host:port/metrics``),
     the whole request (connection, answer and body) bounded by ``timeout_s``. Never raises:
-    an unreachable, slow or wrong server gives an empty snapshot."""
+    an unreachable, slow or wrong server gives an empty snapshot. A ``timeout_s`` that is no
+    positive number of seconds (None would wait for as long as the server takes) is said once
+    and the default bounds the scrape."""
+    if not (
+        isinstance(timeout_s, (int, float))
+        and not isinstance(timeout_s, bool)
+        and math.isfinite(timeout_s)
+        and timeout_s > 0
+    ):
+        warn_once(
+            "vllm:scrape-timeout",
+            f"rlmetrics-vllm: scrape(timeout_s=...) timeout_s must be a positive number of "
+            f"seconds, got {timeout_s!r:.40}; the scrape is bounded by {_SCRAPE_TIMEOUT_S:g} s "
+            "instead",
+        )
+        timeout_s = _SCRAPE_TIMEOUT_S
     try:
         text = _fetch_within(url, timeout_s)
     except Exception as exc:
