@@ -105,7 +105,7 @@ def torch_distributed(
     background: bool = True,
     max_pending: int = DEFAULT_MAX_PENDING,
     full_wait_s: float = DEFAULT_FULL_WAIT_S,
-    join_timeout_s: float = 60.0,
+    join_timeout_s: float = 300.0,
 ) -> RankMerger:
     """A merger over torch.distributed ``group`` (None: the default process group, which
     must be initialised). By default a Logger's merges run on the merger's own thread over a

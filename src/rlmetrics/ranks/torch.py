@@ -26,8 +26,10 @@ from .joining import join
 __all__ = ["DEFAULT_JOIN_TIMEOUT_S", "TorchCollective"]
 
 #: How long a rank waits, as its merger is bound, for every other rank to bind theirs (at
-#: most half the group's timeout: see :meth:`TorchCollective.join`).
-DEFAULT_JOIN_TIMEOUT_S = 60.0
+#: most half the group's timeout: see :meth:`TorchCollective.join`). Generous: a rank that
+#: comes later (rank 0 preparing data first, with no barrier after) merges no more in the run,
+#: while a Logger built on rank 0 only costs this wait once, at its start.
+DEFAULT_JOIN_TIMEOUT_S = 300.0
 #: Mergers joined in this process, by the ranks of their group: each joining's store key.
 _JOINED: Counter[tuple[int, ...]] = Counter()
 
