@@ -243,3 +243,13 @@ def test_a_pid_that_is_no_process_id_is_refused_saying_what_to_pass(pid: Any) ->
     with pytest.raises((TypeError, ValueError), match="root process id"):
         sampler.track("math_with_judge", "resources_servers", pid)
     assert sampler.tracked() == []
+
+
+@pytest.mark.parametrize("interval_s", [None, "5", float("inf"), True])
+def test_a_sampling_interval_that_is_no_number_of_seconds_is_refused_saying_so(
+    interval_s: Any,
+) -> None:
+    """None or "5" failed with Python's own "'>' not supported between instances of
+    'NoneType' and 'int'", naming neither the argument nor what to pass."""
+    with pytest.raises((TypeError, ValueError), match="interval_s must be positive"):
+        MemorySampler(interval_s=interval_s)

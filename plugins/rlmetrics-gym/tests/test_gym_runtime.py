@@ -443,3 +443,11 @@ def test_cpu_time_keeps_user_and_system_apart(runtime: Any) -> None:
     assert before.user <= by_mode["user"] <= after.user
     assert before.system <= by_mode["system"] <= after.system
     assert after.user - after.system > after.user - before.user + after.system - before.system
+
+
+@pytest.mark.parametrize("interval_s", [None, "5", float("inf"), True])
+def test_an_interval_that_is_no_number_of_seconds_is_refused_saying_so(interval_s: Any) -> None:
+    """None or "5" failed with Python's own "'>' not supported between instances of
+    'NoneType' and 'int'", naming neither the argument nor what to pass."""
+    with pytest.raises((TypeError, ValueError), match="interval_s must be positive"):
+        asyncio.run(_start("server", interval_s))

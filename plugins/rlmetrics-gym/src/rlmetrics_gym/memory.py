@@ -30,6 +30,7 @@ from rlmetrics import OPEN, Kind, MetricSpec, hookimpl, resets_process_state, wa
 from rlmetrics.spec import MAX, MIN, SUM
 
 from ._attribute_values import SERVER_NAME, bounded, member
+from ._intervals import checked_interval
 from .startup import SERVER_TYPES, UNKNOWN_SERVER
 
 __all__ = [
@@ -237,9 +238,7 @@ class MemorySampler:
     ``gym.host.memory.*`` gauges. Start it with :func:`start_memory_sampler`."""
 
     def __init__(self, *, interval_s: float = 5.0, pss: bool = False, host: bool = True) -> None:
-        if not interval_s > 0:
-            raise ValueError(f"MemorySampler: interval_s must be positive, not {interval_s}")
-        self.interval_s = interval_s
+        self.interval_s = checked_interval("MemorySampler", interval_s)
         self.memory_types: tuple[str, ...] = (RSS, PSS) if pss else (RSS,)
         self.host = host
         self._servers: dict[str, _Server] = {}

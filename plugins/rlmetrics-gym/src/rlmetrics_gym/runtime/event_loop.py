@@ -19,6 +19,7 @@ import rlmetrics
 from rlmetrics import Kind, MetricSpec, warn_once
 from rlmetrics.spec import SUM
 
+from .._intervals import checked_interval
 from ._switch import GROUP
 
 __all__ = [
@@ -169,8 +170,7 @@ def start_event_loop_sampler(
         raise ValueError(
             f"start_event_loop_sampler: role {role!r} is not one of {sorted(EVENT_LOOP_ROLES)}"
         )
-    if not interval_s > 0:
-        raise ValueError(f"start_event_loop_sampler: interval_s must be positive, not {interval_s}")
+    interval_s = checked_interval("start_event_loop_sampler", interval_s)
     loop = asyncio.get_running_loop()
     with _samplers_lock:
         sampler = _samplers.get(loop)
