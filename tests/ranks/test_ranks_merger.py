@@ -241,6 +241,9 @@ def test_a_failed_collective_stops_merging_said_once_and_rank_0_logs_its_own(
     assert merger.merge({"a": 2.0}, 1, "") == {"a": 2.0}
     assert merger.broken is not None
     assert caplog.text.count("ranks are merged no more") == 1
+    # gloo says "typically caused by a remote worker crashing" when a rank that logged fewer
+    # steps finished its Logger: the message says what else stops a rank taking part.
+    assert "finished its Logger, or logged fewer steps" in caplog.text
     other = RankMerger(ThreadCollective(shared, 1), raw_path=None)
     assert other.merge({"a": 1.0}, 0, "") is None
 

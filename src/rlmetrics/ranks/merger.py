@@ -608,11 +608,19 @@ class RankMerger:
                 merged = self._exchange(numbers, step, prefix if stream is None else stream)
             except Exception as exc:
                 self.broken = f"{type(exc).__name__}: {exc}"
+                # The engine's own words name a crash (gloo: "typically caused by a remote
+                # worker crashing") where a rank may only have ended its logging early.
+                why = (
+                    ""
+                    if isinstance(exc, RanksOutOfStep)
+                    else " (a rank stopped taking part: it died or hung, or it finished its "
+                    "Logger, or logged fewer steps, before this one)"
+                )
                 warn_once(
                     "ranks:broken",
                     f"rlmetrics: rank {self.global_rank}: the merge of step {step} across "
-                    f"{self.world_size} ranks failed ({self.broken}); ranks are merged no more "
-                    "in this run, and rank 0 logs its own values from this step on (each "
+                    f"{self.world_size} ranks failed ({self.broken}){why}; ranks are merged no "
+                    "more in this run, and rank 0 logs its own values from this step on (each "
                     "rank's raw rows are still written)",
                     expected=True,
                 )
