@@ -156,3 +156,18 @@ def test_two_columns_with_one_name_keep_both_values_said_once(caplog: Any) -> No
         [row] = to_samples([{1: "int key", "1": "str key"}])
     assert sorted(row.values()) == ["int key", "str key"]
     assert "column" in caplog.text
+
+
+def test_a_cell_whose_dict_holds_itself_twice_is_logged_at_once() -> None:
+    # {"self": d, "again": d}: walked for nested secrets without a cycle check, each level
+    # doubled (2**32 visits at the depth bound); str() itself prints {...} for it.
+    looped: dict[str, Any] = {"api_key": "sk-1", "x": 1}
+    looped["self"] = looped
+    looped["again"] = looped
+    shared = [{"token": "t", "n": 1}] * 50
+    wide: dict[str, Any] = {"a": shared, "b": shared}
+    for _ in range(6):  # each level refers to the one below twice: 2**6 copies of it
+        wide = {"left": wide, "right": wide}
+    [row] = to_samples([{"prompt": "p", "looped": looped, "wide": wide}], max_cell_bytes=4096)
+    assert "sk-1" not in row["looped"] and "<redacted>" in row["looped"]
+    assert "'t'" not in row["wide"] and len(row["wide"].encode()) <= 4096

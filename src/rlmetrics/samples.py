@@ -68,27 +68,54 @@ def _head(value: Any, max_bytes: int) -> Any:
 
 #: How deep a cell's dicts and lists are searched for keys that name a secret.
 _MAX_DEPTH = 32
+#: What stands for a container met again on its own path (str() prints a cycle so too), or
+#: for what lies past the entries the cell's text can show.
+_ELIDED = "..."
 
 
-def _without_secrets(value: Any, redact: Redaction, keep: int, depth: int = 0) -> Any:
+class _WithoutSecrets:
     """A cell's dict or list (an agent's environment settings, its tool calls) with every
     value under a nested key that names a secret as ``"<redacted>"``, for its ``str()``: the
-    key is as secret inside a cell as it is as a column. Each dict and list is kept to its
-    first ``keep`` entries: every entry's text takes at least 3 bytes, so the ones after them
-    begin past the cell's cut."""
-    if depth >= _MAX_DEPTH:
-        return value
-    if isinstance(value, Mapping):
-        return {
-            key: REDACTED
-            if entry is not None and redact.secret(key_text(key))
-            else _without_secrets(entry, redact, keep, depth + 1)
-            for key, entry in readable_items(value)[:keep]
-        }
-    if isinstance(value, (list, tuple)):
-        entries = [_without_secrets(e, redact, keep, depth + 1) for e in value[:keep]]
-        return tuple(entries) if isinstance(value, tuple) else entries
-    return value
+    key is as secret inside a cell as it is as a column.
+
+    At most ``keep`` entries are visited in all, in the order ``str()`` prints them: every
+    entry's text takes at least 3 bytes, so the ones after them begin past the cell's cut. A
+    container met again on its own path (a dict holding itself) is not entered again, so a
+    cycle or a structure that refers to one part many times costs ``keep`` visits, not one
+    per path through it."""
+
+    def __init__(self, redact: Redaction, keep: int) -> None:
+        self.redact = redact
+        self.left = keep
+        self.on_path: set[int] = set()
+
+    def __call__(self, value: Any, depth: int = 0) -> Any:
+        if not isinstance(value, (Mapping, list, tuple)) or depth >= _MAX_DEPTH:
+            return value
+        if id(value) in self.on_path:
+            return _ELIDED
+        self.on_path.add(id(value))
+        try:
+            if isinstance(value, Mapping):
+                out: dict[Any, Any] = {}
+                for key, entry in readable_items(value):
+                    if self.left <= 0:
+                        out[_ELIDED] = _ELIDED
+                        break
+                    self.left -= 1
+                    secret = entry is not None and self.redact.secret(key_text(key))
+                    out[key] = REDACTED if secret else self(entry, depth + 1)
+                return out
+            entries: list[Any] = []
+            for entry in value:
+                if self.left <= 0:
+                    entries.append(_ELIDED)
+                    break
+                self.left -= 1
+                entries.append(self(entry, depth + 1))
+            return tuple(entries) if isinstance(value, tuple) else entries
+        finally:
+            self.on_path.discard(id(value))
 
 
 class _Cells:
@@ -119,7 +146,8 @@ class _Cells:
             else:
                 try:
                     if isinstance(plain, (Mapping, list, tuple)) and self.redact.enabled:
-                        plain = _without_secrets(plain, self.redact, self.max_bytes // 3 + 2)
+                        keep = self.max_bytes // 3 + 2
+                        plain = _WithoutSecrets(self.redact, keep)(plain)
                     text = str(plain)
                 except Exception:
                     text = f"<{type(plain).__name__}>"
