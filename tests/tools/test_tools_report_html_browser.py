@@ -324,3 +324,32 @@ def test_the_demos_page_reads_well(browser: Any, tmp_path: Path) -> None:
         assert loaded.messages == []
     finally:
         loaded.page.close()
+
+
+def test_a_run_of_150_000_steps_draws_its_page(browser: Any, tmp_path: Path) -> None:
+    """Before: the goodput chart took the tallest step with Math.max(...steps), and the
+    goodput % curve (never thinned) its extremes the same way: past about 125 000 arguments
+    V8 throws "Maximum call stack size exceeded", so nothing was drawn and the page never
+    became ready."""
+    import json
+
+    jsonl = tmp_path / "m.jsonl"
+    with jsonl.open("w") as out:
+        for step in range(1, 150_001):
+            metrics = {
+                "reward": step % 7 / 7,
+                "efficiency/step_wall_time_s": 1.0 + step % 3,
+                "efficiency/idle/buffer_starvation_s": 0.25,
+            }
+            row = {"time": 1.0 + step, "run_id": "r", "step": step, "prefix": "train"}
+            out.write(json.dumps({**row, "metrics": metrics}) + "\n")
+    page = tmp_path / "m.html"
+    done = run_cli("report", jsonl, "--html", page, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = _open(browser, page)
+    try:
+        assert found.messages == []
+        assert found.page.locator("#curves svg path.curve").count() >= 2
+        assert found.page.locator("#goodput svg rect").count() >= 1
+    finally:
+        found.page.close()

@@ -76,7 +76,7 @@ def _curves(report: RunReport) -> dict[str, list[tuple[int, float]]]:
         if isinstance(row.get("goodput_pct"), (int, float))
     ]
     if goodput:
-        curves["goodput %"] = goodput
+        curves["goodput %"] = _thinned(goodput, CURVE_POINTS)
     return curves
 
 

@@ -33,6 +33,13 @@
     return v.toFixed(digits === undefined ? (a < 1 ? 4 : 2) : digits);
   }
   function title(text) { return svg("title", {}, text); }
+  // [least, greatest] of numbers by a loop: Math.min(...values) passes each as an argument,
+  // and past about 125 000 (a run's steps) V8 throws "Maximum call stack size exceeded".
+  function extent(values) {
+    let lo = Infinity, hi = -Infinity;
+    for (const v of values) { if (v < lo) lo = v; if (v > hi) hi = v; }
+    return [lo, hi];
+  }
   // Seconds with the digits their size needs: a step of milliseconds is not "0.0 s".
   function seconds(v) { return fmt(v, Math.abs(v) >= 10 ? 1 : undefined) + " s"; }
 
@@ -59,8 +66,8 @@
   function lineChart(name, points, unit) {
     const W = 330, H = 170, L = 52, R = 10, T = 10, B = 26;
     const xs = points.map(p => p[0]), ys = points.map(p => p[1]);
-    let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
-    let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+    let [x0, x1] = extent(xs);
+    let [y0, y1] = extent(ys);
     if (x0 === x1) { x0 -= 1; x1 += 1; }
     if (y0 === y1) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
     const X = x => L + (x - x0) / (x1 - x0) * (W - L - R);
@@ -99,7 +106,7 @@
     const cats = [...new Set(steps.flatMap(s => Object.keys(s.idle_s || {})))].sort();
     const colour = c => PALETTE[cats.indexOf(c) % PALETTE.length];
     const W = Math.max(680, Math.min(1400, steps.length * 18 + 80)), H = 240, L = 52, R = 10, T = 10, B = 26;
-    const top = Math.max(...steps.map(s => s.wall_time_s)) || 1;
+    const top = extent(steps.map(s => s.wall_time_s))[1] || 1;
     const bw = (W - L - R) / steps.length;
     const Y = v => T + (1 - v / top) * (H - T - B);
     const chart = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "goodput per step" });
