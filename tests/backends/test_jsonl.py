@@ -353,3 +353,17 @@ def test_a_config_s_list_of_dicts_stays_dicts_when_another_value_is_not_json(
         "max_grad_norm": "inf",
         "reward_functions": [{"name": "accuracy", "weight": 1.0}, {"name": "format", "w": [1]}],
     }
+
+
+def test_a_list_holding_a_dict_that_holds_itself_is_written_at_once(tmp_path: Path) -> None:
+    # The value-by-value conversion enters dicts inside lists; one holding itself twice would
+    # double at every level without a cycle check (2 ** 32 visits at the nesting bound).
+    looped: dict[str, Any] = {"n": 1}
+    looped["self"] = looped
+    looped["again"] = looped
+    backend = JsonlBackend(tmp_path / "m.jsonl")
+    backend.log_metrics({"bad": math.nan, "rows": [looped]}, step=1, prefix="train")
+    backend.finish()
+    [row] = read_jsonl(tmp_path / "m.jsonl")
+    [table] = row["metrics"]["rows"]
+    assert table["n"] == 1 and table["self"] == table["again"] == "..."

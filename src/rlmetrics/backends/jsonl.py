@@ -94,11 +94,16 @@ _MAX_INT_DIGITS: int = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or
 _INT_LIMIT = 10**_MAX_INT_DIGITS
 
 
-def to_json_value(value: Any, _depth: int = 0) -> Any:
+def to_json_value(value: Any, _depth: int = 0, _on_path: frozenset[int] = frozenset()) -> Any:
     """A JSON-safe stand-in for ``value``: numbers, bools and strings as they are (NumPy and
-    torch ones as their plain Python form), lists and dicts element by element, and what JSON
-    cannot hold faithfully as a string (see the module's docstring). Never raises."""
+    torch ones as their plain Python form), lists and dicts element by element (one met again
+    inside itself as ``"..."``, as ``repr`` prints a cycle), and what JSON cannot hold
+    faithfully as a string (see the module's docstring). Never raises."""
     value = as_plain(value)
+    if isinstance(value, (list, tuple, dict)):
+        if id(value) in _on_path:
+            return "..."  # a cycle: entered again, a dict holding itself twice would double
+        _on_path = _on_path | {id(value)}
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
@@ -108,10 +113,10 @@ def to_json_value(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
     if isinstance(value, (list, tuple)) and _depth < _MAX_NESTING:
-        return [to_json_value(v, _depth + 1) for v in value]
+        return [to_json_value(v, _depth + 1, _on_path) for v in value]
     if type(value) is dict and _depth < _MAX_NESTING:
         # A dict inside a list (a configuration's list of tables) stays a table.
-        return {key_text(k): to_json_value(v, _depth + 1) for k, v in value.items()}
+        return {key_text(k): to_json_value(v, _depth + 1, _on_path) for k, v in value.items()}
     try:
         return repr(value)
     except Exception:
