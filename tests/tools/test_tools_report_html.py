@@ -135,6 +135,19 @@ def test_a_generations_text_is_shown_as_it_was_given(
             assert UNICODE in generation["completion"]
 
 
+def test_the_page_holds_of_each_step_what_its_goodput_chart_draws(
+    recorded: TrajectoryRun, tmp_path: Path
+) -> None:
+    """Before: each step's whole report row was embedded (every column of every key), which
+    the page never reads: a run of 10^5 steps of 25 keys made a 20 MB page."""
+    out = _write(recorded, tmp_path / "run.html")
+    _, data = _page(out)
+    assert [step["step"] for step in data["steps"]] == [1, 2, 3]
+    drawn = {"step", "wall_time_s", "productive_s", "idle_s", "goodput_pct"}
+    assert all(set(step) <= drawn for step in data["steps"])
+    assert {"reward", "loss"} <= set(data["curves"])  # the columns are the curves
+
+
 @pytest.mark.parametrize(
     ("chosen", "steps"), [(("--steps", "2:3"), {2, 3}), (("--tail", "1"), {3})]
 )
