@@ -4,15 +4,17 @@ the run's files hold; exit codes a script can test; bad input is a clear answer.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import socket
+import statistics
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
 
 import jsonschema
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from stack_support import Run, Stack
 from tools_support import not_run_files, run_cli
@@ -21,6 +23,7 @@ import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.demo.run import DemoOptions, run_demo
 from rlmetrics.families.liveness import is_trainer_step
+from rlmetrics.liveness import MEDIAN_WINDOW, StallRule
 from rlmetrics.runstate import QueryError, run_state, select
 from rlmetrics.testing import isolated_state, wait_until
 
@@ -123,19 +126,34 @@ def test_a_stall_is_a_finding_and_exit_1(tmp_path: Path) -> None:
     assert result.returncode == 1
 
 
-def test_a_long_run_is_answered_in_a_pass_over_its_steps(tmp_path: Path) -> None:
-    """Each silence is judged against the pace of the 20 intervals before it; taking them from
-    a copy of every interval before it made a 10^5-step run's answer take a minute, 4 * 10^5
-    steps several. The bound guards against that, far above one pass (seconds)."""
-    times = [1000.0 + n for n in range(400_000)]
-    times[-1] += 500.0  # one stall, at the end
-    path = tmp_path / "m.jsonl"
+# Few distinct gaps, so medians of windows one interval apart differ and gaps fall between
+# their limits.
+@given(gaps=st.lists(st.sampled_from([0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]), max_size=80))
+# The 20 gaps before the last have the median 6 (a limit of 12), the 21 before it 8 (16).
+@example(gaps=[8.0] + [4.0] * 10 + [8.0] * 10 + [16.0])
+def test_each_silence_is_judged_by_the_pace_of_the_intervals_before_it(
+    tmp_path_factory: pytest.TempPathFactory, gaps: list[float]
+) -> None:
+    """A silence is a stall past the limit the median of the 20 intervals before it sets (the
+    bound before 20 are known). The pace is a window slid along the steps; it was a copy of
+    every interval before each one, which made a 10^5-step run's answer take a minute (the
+    time is in the CHANGELOG, not asserted here: what this holds is that the window is the
+    same 20 intervals)."""
+    times = [1000.0]
+    for gap in gaps:
+        times.append(times[-1] + gap)
+    path = tmp_path_factory.mktemp("query") / "m.jsonl"
     _rows(path, rows=_step_rows(times))
-    result = run_cli("query", path, "--field", "steps.count", "--field", "stalls", timeout=120)
-    assert result.returncode == 1, result.stderr
-    count, stalls = map(json.loads, result.stdout.splitlines())
-    assert count == 400_000
-    assert stalls == [{"after_step": 399_998, "gap_s": 501.0, "limit_s": 60.0}]
+    # Limits the drawn gaps cross often, so a window one interval off is seen.
+    rule = StallRule(factor=2.0, min_s=0.0, bound_s=50.0)
+    intervals = [b - a for a, b in itertools.pairwise(times)]
+    expected = []
+    for index, gap in enumerate(intervals):
+        before = intervals[:index][-MEDIAN_WINDOW:]
+        limit = rule.limit_s(statistics.median(before) if len(before) >= MEDIAN_WINDOW else None)
+        if gap > limit:
+            expected.append({"after_step": index, "gap_s": round(gap, 3), "limit_s": limit})
+    assert run_state(path, now=times[-1], rule=rule)["stalls"] == expected
 
 
 def test_the_row_a_running_loop_is_writing_is_no_finding(tmp_path: Path) -> None:
