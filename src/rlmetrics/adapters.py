@@ -28,6 +28,7 @@ A third-party adapter (for a trainer with its own logger interface) is built fro
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import threading
 import weakref
@@ -42,7 +43,7 @@ from .keymaps import KeyMap, resolve_key_map
 from .logger import Logger
 from .ranks import RankMerger
 
-__all__ = ["AdapterLogger", "HandedAgain", "guarded", "merges_ranks"]
+__all__ = ["AdapterLogger", "HandedAgain", "caller", "guarded", "merges_ranks", "stands_down"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -109,6 +110,46 @@ def _forget_open_loggers() -> None:
     global _open_lock
     _open_lock = threading.Lock()
     _open.clear()
+
+
+def caller(find: Callable[[Mapping[str, Any]], Any], depth: int) -> Any:
+    """The trainer (or accelerator) calling an adapter, found on the call stack, since the
+    extension points hand adapters none: what ``find`` makes of the nearest of ``depth``
+    frames' locals it returns something other than None for; None when there is none (a call
+    by hand). ``find`` reads plain locals and instance dicts only, so no property runs."""
+    frame = inspect.currentframe()
+    try:
+        frame = frame.f_back if frame is not None else None
+        for _ in range(depth):
+            if frame is None:
+                return None
+            found = find(frame.f_locals)
+            if found is not None:
+                return found
+            frame = frame.f_back
+        return None
+    finally:
+        del frame  # a frame held in a local keeps every frame above it alive
+
+
+def stands_down(
+    adapter: str, this: object, kind: type, siblings: Iterable[object], where: str
+) -> bool:
+    """Whether an earlier ``kind`` (``this``'s adapter class) among ``siblings`` (the trainer's
+    callbacks or loggers, the Accelerator's trackers) does the logging: each would build a
+    Logger of its own and write every row and the configuration to the run again (and every
+    value to the tee twice), so only the first logs; the others say so once. ``where`` names
+    the holder ("the trainer"), for the message."""
+    first = next((each for each in siblings if isinstance(each, kind)), this)
+    if first is this:
+        return False
+    warn_once(
+        f"adapter:{adapter}:twice",
+        f"rlmetrics: {adapter}: {where} has more than one {kind.__name__}; the first logs and "
+        f"the others do nothing (each would log every row to the run again). Give {where} "
+        "one, with every backend in its backends=",
+    )
+    return True
 
 
 class HandedAgain:

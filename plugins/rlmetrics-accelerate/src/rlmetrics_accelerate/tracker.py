@@ -17,15 +17,21 @@ where a ``StrictModeError`` stops the loop as asked.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from accelerate import Accelerator
 from accelerate.tracking import GeneralTracker, on_main_process
 
-from rlmetrics import KeyMap, Logger, warn_once
-from rlmetrics.adapters import AdapterLogger, HandedAgain, guarded, merges_ranks
+from rlmetrics import KeyMap, Logger
+from rlmetrics.adapters import (
+    AdapterLogger,
+    HandedAgain,
+    caller,
+    guarded,
+    merges_ranks,
+    stands_down,
+)
 
 __all__ = ["RLMetricsTracker", "calling_accelerator"]
 
@@ -38,18 +44,13 @@ _STACK_DEPTH = 8
 def calling_accelerator() -> Accelerator | None:
     """The ``Accelerator`` calling a tracker, found on the call stack (Accelerate hands its
     trackers none); None when called otherwise (by hand)."""
-    frame = inspect.currentframe()
-    try:
-        depth = 0
-        while frame is not None and depth < _STACK_DEPTH:
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, Accelerator):
-                return owner
-            frame = frame.f_back
-            depth += 1
-        return None
-    finally:
-        del frame  # a frame held in a local keeps every frame above it alive
+    found: Accelerator | None = caller(_an_accelerator, _STACK_DEPTH)
+    return found
+
+
+def _an_accelerator(local: Mapping[str, Any]) -> Accelerator | None:
+    owner = local.get("self")
+    return owner if isinstance(owner, Accelerator) else None
 
 
 class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
@@ -128,22 +129,10 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
             logger.log_metrics(values, step=step, prefix=self.prefix)
 
     def _stands_down(self) -> bool:
-        """Whether an earlier ``RLMetricsTracker`` on the calling Accelerator does the
-        logging: each would build a Logger of its own and write every row and the
-        configuration to the run again (and every value to the tee twice), so only the first
-        in its trackers logs."""
+        """Whether an earlier ``RLMetricsTracker`` on the calling Accelerator logs."""
         accelerator = calling_accelerator()
         trackers = accelerator.trackers if accelerator is not None else ()
-        first = next((each for each in trackers if isinstance(each, RLMetricsTracker)), self)
-        if first is self:
-            return False
-        warn_once(
-            f"adapter:{_ADAPTER}:twice",
-            f"rlmetrics: {_ADAPTER}: the Accelerator has more than one RLMetricsTracker; the "
-            "first logs and the others do nothing (each would log every row to the run "
-            "again). Give log_with one, with every backend in its backends=",
-        )
-        return True
+        return stands_down(_ADAPTER, self, RLMetricsTracker, trackers, "the Accelerator")
 
     @on_main_process  # type: ignore[untyped-decorator,misc]
     @guarded(_ADAPTER, "finish")

@@ -28,7 +28,6 @@ where a ``StrictModeError`` stops the run as asked.
 
 from __future__ import annotations
 
-import inspect
 from argparse import Namespace
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -39,7 +38,7 @@ from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from rlmetrics import KeyMap, Logger, warn_once
-from rlmetrics.adapters import AdapterLogger, HandedAgain, guarded
+from rlmetrics.adapters import AdapterLogger, HandedAgain, caller, guarded, stands_down
 from rlmetrics.ranks import RankMerger
 
 __all__ = ["EVAL_PREFIX", "TEST_PREFIX", "RLMetricsLogger", "calling_trainer"]
@@ -59,25 +58,21 @@ def calling_trainer() -> Trainer | None:
     loggers no trainer): a frame's ``trainer`` or ``self``, or the ``trainer`` its ``self``
     holds (the logger connector's); None when there is none (a call by hand). Only instance
     dicts are read, so no property runs."""
-    frame = inspect.currentframe()
-    try:
-        depth = 0
-        while frame is not None and depth < _STACK_DEPTH:
-            local = frame.f_locals
-            owner = local.get("self")
-            held = getattr(owner, "__dict__", None)
-            for candidate in (
-                local.get("trainer"),
-                owner,
-                held.get("trainer") if isinstance(held, dict) else None,
-            ):
-                if isinstance(candidate, Trainer):
-                    return candidate
-            frame = frame.f_back
-            depth += 1
-        return None
-    finally:
-        del frame  # a frame held in a local keeps every frame above it alive
+    found: Trainer | None = caller(_a_trainer, _STACK_DEPTH)
+    return found
+
+
+def _a_trainer(local: Mapping[str, Any]) -> Trainer | None:
+    owner = local.get("self")
+    held = getattr(owner, "__dict__", None)
+    for candidate in (
+        local.get("trainer"),
+        owner,
+        held.get("trainer") if isinstance(held, dict) else None,
+    ):
+        if isinstance(candidate, Trainer):
+            return candidate
+    return None
 
 
 class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
@@ -204,21 +199,9 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
             logger.log_metrics(metrics, step=step, prefix=self._stage_prefix(trainer))
 
     def _stands_down(self, trainer: Trainer | None) -> bool:
-        """Whether an earlier ``RLMetricsLogger`` on ``trainer`` does the logging: each would
-        build a Logger of its own and write every row and the hyperparameters to the run
-        again (and every value to the tee twice), so only the first on the trainer's
-        ``loggers`` logs."""
+        """Whether an earlier ``RLMetricsLogger`` on ``trainer``'s ``loggers`` logs."""
         loggers = trainer.loggers if trainer is not None else ()
-        first = next((each for each in loggers if isinstance(each, RLMetricsLogger)), self)
-        if first is self:
-            return False
-        warn_once(
-            f"adapter:{_ADAPTER}:twice",
-            f"rlmetrics: {_ADAPTER}: the trainer has more than one RLMetricsLogger; the first "
-            "logs and the others do nothing (each would log every row to the run again). Give "
-            "the trainer one, with every backend in its backends=",
-        )
-        return True
+        return stands_down(_ADAPTER, self, RLMetricsLogger, loggers, "the trainer")
 
     def _stage_prefix(self, trainer: Trainer | None) -> str:
         """``eval`` while the trainer validates (the validation loop in ``fit`` too), ``test``

@@ -45,8 +45,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from rlmetrics import KeyMap, Logger, warn_once
-from rlmetrics.adapters import AdapterLogger, guarded
+from rlmetrics import KeyMap, Logger
+from rlmetrics.adapters import AdapterLogger, guarded, stands_down
 from rlmetrics.keyplans import KeyPlans
 
 from .trajectories import CompletionReader, calling_trainer
@@ -194,20 +194,10 @@ class RLMetricsCallback(TrainerCallback):  # type: ignore[misc]
         return trainer
 
     def _stands_down(self, trainer: Any) -> bool:
-        """Whether an earlier ``RLMetricsCallback`` on ``trainer`` does the logging: each
-        would write every row, setup phase and hyperparameter to the run again (and count
-        every trajectory twice), so only the first on the trainer's list logs."""
+        """Whether an earlier ``RLMetricsCallback`` on ``trainer`` logs (each would also count
+        every setup phase and trajectory again)."""
         callbacks = getattr(getattr(trainer, "callback_handler", None), "callbacks", ())
-        first = next((c for c in callbacks if isinstance(c, RLMetricsCallback)), self)
-        if first is self:
-            return False
-        warn_once(
-            f"adapter:{_ADAPTER}:twice",
-            f"rlmetrics: {_ADAPTER}: the trainer has more than one RLMetricsCallback; the first "
-            "logs and the others do nothing (each would log every row to the run again). Add "
-            "one callback, with every backend in its backends=",
-        )
-        return True
+        return stands_down(_ADAPTER, self, RLMetricsCallback, callbacks, "the trainer")
 
     @guarded(_ADAPTER, "on_init_end")
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -24,11 +24,11 @@ the prompt and completion text are read only when the trajectory text policy kee
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlmetrics.adapters import caller
 from rlmetrics.trajectories import as_text, settings
 
 __all__ = ["CompletionReader", "calling_trainer", "completion_records"]
@@ -45,18 +45,12 @@ def calling_trainer() -> Any:
     ``callback_handler`` (a ``Trainer``: a callback's caller's caller), None when there is
     none. The nearest, not the one holding this callback: a callback wrapped in another (a
     profiler's, say) is called all the same."""
-    frame = inspect.currentframe()
-    try:
-        depth = 0
-        while frame is not None and depth < _STACK_DEPTH:
-            owner = frame.f_locals.get("self")
-            if getattr(owner, "callback_handler", None) is not None:
-                return owner
-            frame = frame.f_back
-            depth += 1
-        return None
-    finally:
-        del frame  # a frame held in a local keeps every frame above it alive
+    return caller(_a_trainer, _STACK_DEPTH)
+
+
+def _a_trainer(local: Mapping[str, Any]) -> Any:
+    owner = local.get("self")
+    return owner if getattr(owner, "callback_handler", None) is not None else None
 
 
 def _model_name(trainer: Any) -> str | None:
