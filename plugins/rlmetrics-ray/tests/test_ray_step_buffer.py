@@ -179,3 +179,18 @@ def test_steps_pushed_out_of_order_leave_in_step_order() -> None:
     assert buffer.release().gathered == []
     clock.now = 7.0
     assert [g.step for g in buffer.release().gathered] == [1, 2]
+
+
+def test_a_step_every_rank_of_which_exports_its_own_values_says_so() -> None:
+    """Workers given ``ray_rank(export_own=True)`` export their own series, which the recording
+    rules merge by run id: the driver must then not export the merged row as well, so the
+    step says whether every rank that gave it exports its own."""
+    buffer = StepBuffer(world_size=2, late_after_s=10.0, clock=Clock())
+    for step, exported in ((0, (True, True)), (1, (True, False)), (2, (False, False))):
+        for rank in range(2):
+            buffer.push(rank, "train", step, "train", {"x": 1.0}, exported[rank])
+    assert [(s.step, s.exported) for s in buffer.release().gathered] == [
+        (0, True),
+        (1, False),
+        (2, False),
+    ]

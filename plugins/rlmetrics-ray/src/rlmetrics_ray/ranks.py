@@ -136,7 +136,6 @@ class RayReducer:
     :param poll_s: how long one long poll of the buffer waits.
     """
 
-    export_own = False
     logs = True
 
     def __init__(
@@ -199,6 +198,15 @@ class RayReducer:
         self._logger = logger
         self._thread = threading.Thread(target=self._run, name="rlmetrics-ray-ranks", daemon=True)
         self._thread.start()
+
+    @property
+    def export_own(self) -> bool:
+        """Whether the step this reducer is delivering came from workers that each export
+        their own values (``ray_rank(export_own=True)``): the recording rules merge their
+        series by run id, so its run row goes to the driver's trackers only, as rank 0's
+        does on torch.distributed (the straggler series, which only the merge knows, are
+        recorded all the same). What the driver logs itself is its own, teed as usual."""
+        return bool(getattr(self._delivering, "exported", False))
 
     def merge(
         self, flat: Mapping[str, Any], step: int, prefix: str, stream: str | None = None
@@ -302,7 +310,13 @@ class RayReducer:
         logger = self._logger
         if logger is None:
             return
-        if gathered.stream == EFFICIENCY_STREAM:
+        if gathered.exported:
+            self._delivering.exported = True  # export_own, for the Logger, on this thread
+            try:
+                logger._log_merged_row(out, gathered.step, gathered.prefix, gathered.stream)
+            finally:
+                self._delivering.exported = False
+        elif gathered.stream == EFFICIENCY_STREAM:
             self._delivering.row = out  # what merge() gives the Logger back, on this thread
             try:
                 logger.log_efficiency_summary(EfficiencySummary.from_metrics(out), gathered.step)
@@ -419,7 +433,12 @@ class RayRank:
             warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
         try:
             ref = self.buffer.push.remote(
-                self.rank, prefix if stream is None else stream, step, prefix, numbers_of(flat)
+                self.rank,
+                prefix if stream is None else stream,
+                step,
+                prefix,
+                numbers_of(flat),
+                self.export_own,
             )
             self._in_flight.append(ref)
             if len(self._in_flight) > 64:  # forget the acknowledged ones, without waiting

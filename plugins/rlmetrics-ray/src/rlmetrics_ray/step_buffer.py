@@ -37,13 +37,15 @@ _REMEMBERED = 4096
 @attrs.frozen
 class Gathered:
     """One step of one stream: ``rows[rank]`` is that rank's numbers; ``missing`` the
-    expected ranks that had not pushed it when it was released."""
+    expected ranks that had not pushed it when it was released; ``exported`` whether every
+    rank that pushed it exports its own values (``ray_rank(export_own=True)``)."""
 
     stream: str
     step: int
     prefix: str
     rows: dict[int, dict[str, float]]
     missing: tuple[int, ...]
+    exported: bool = False
 
 
 @attrs.frozen
@@ -70,6 +72,7 @@ class _Pending:
     prefix: str
     first: float
     rows: dict[int, dict[str, float]] = attrs.Factory(dict)
+    exported: set[int] = attrs.Factory(set)  # the ranks that export their own values
 
 
 class StepBuffer:
@@ -145,9 +148,15 @@ class StepBuffer:
         return self._run
 
     def push(
-        self, rank: int, stream: str, step: int, prefix: str, numbers: dict[str, float]
+        self,
+        rank: int,
+        stream: str,
+        step: int,
+        prefix: str,
+        numbers: dict[str, float],
+        exported: bool = False,
     ) -> None:
-        """One rank's numbers of one logged dict."""
+        """One rank's numbers of one logged dict; ``exported``: the rank exports its own."""
         self._joined.add(rank)
         self._absent.discard(rank)  # a rank that missed steps is back
         if step in self._released_set.get(stream, ()):
@@ -159,6 +168,8 @@ class StepBuffer:
             pending = steps[step] = _Pending(prefix, self._clock())
         # The same step logged twice under one stream: one row, the later value wins.
         pending.rows.setdefault(rank, {}).update(numbers)
+        if exported:
+            pending.exported.add(rank)
         if self._arrived is not None:
             self._arrived.set()
 
@@ -210,7 +221,10 @@ class StepBuffer:
                 missing = tuple(sorted((everyone | self._joined) - pending.rows.keys()))
                 # Not waited for again until they push once more.
                 self._absent.update(r for r in missing if r in expected)
-                gathered.append(Gathered(stream, step, pending.prefix, pending.rows, missing))
+                exported = bool(pending.rows) and pending.rows.keys() <= pending.exported
+                gathered.append(
+                    Gathered(stream, step, pending.prefix, pending.rows, missing, exported)
+                )
                 self._remember(stream, step)
         late, self._late = self._late, []
         twice, self._twice = self._twice, []

@@ -72,14 +72,21 @@ def worker_class() -> Any:
     class Worker:
         """One rank: a Logger with ``ranks=`` and a tracker of its own (which must stay empty)."""
 
-        def __init__(self, folder: str, rank: int | None, by_name: bool) -> None:
+        def __init__(
+            self, folder: str, rank: int | None, by_name: bool, export_own: bool = False
+        ) -> None:
             os.chdir(folder)  # ranks="ray" writes its raw file in the working directory
             if by_name:
                 ranks: Any = "ray"
             else:
                 from rlmetrics_ray.ranks import ray_rank
 
-                ranks = ray_rank(rank=rank, world_size=WORLD, raw_path="rank{rank}.jsonl")
+                ranks = ray_rank(
+                    rank=rank,
+                    world_size=WORLD,
+                    raw_path="rank{rank}.jsonl",
+                    export_own=export_own,
+                )
             self.logger = rlmetrics.Logger(
                 backends={"jsonl": {"path": f"worker{os.getpid()}.jsonl"}}, ranks=ranks
             )
@@ -225,6 +232,38 @@ def test_the_workers_raw_rows_and_loggers_name_the_drivers_run(kinds: dict[str, 
         rows = list(read_jsonl(kinds["folder"] / f"rank{rank}.jsonl"))
         assert rows and {row["run_id"] for row in rows} == {"ray-ranks"}
     assert kinds["worker_runs"] == ["ray-ranks"] * WORLD
+
+
+def test_workers_that_export_their_own_values_leave_the_driver_s_merged_row_to_its_trackers(
+    cluster: None, tmp_path: Path
+) -> None:
+    """``ray_rank(export_own=True)``: each worker exports its own series and the recording
+    rules merge them by run id, so the driver's tee exporting the merged row beside them would
+    count every worker twice (the sum of num_samples doubled); its trackers still get the
+    row, as rank 0's do on torch.distributed."""
+    with isolated_state(), in_memory_telemetry(run_id="ray-own") as (_handle, reader):
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / "driver.jsonl")}},
+            ranks=ray_reducer(world_size=WORLD, late_after_s=CALL_S),
+        )
+        workers = [Worker.remote(str(tmp_path), rank, False, True) for rank in range(WORLD)]
+        for step in range(2):
+            ray.get(
+                [w.step.remote(step, values(r, step)) for r, w in enumerate(workers)],
+                timeout=CALL_S,
+            )
+        ray.get([w.finish.remote() for w in workers], timeout=CALL_S)
+        logger.log_metrics({"driver_only": 1.0}, step=5, prefix="train")
+        logger.finish()
+        exported = {p.name for p in points(reader)}
+    for worker in workers:
+        ray.kill(worker)
+    rows = tracker_rows(tmp_path / "driver.jsonl")
+    assert [row["step"] for row in rows] == [0, 1, 5]
+    assert rows[0]["metrics"]["num_samples"] == sum(values(r, 0)["num_samples"] for r in range(3))
+    merged_series = {"rl.train.samples", "rl.reward.mean", "rl.policy.loss", "rl.grad_norm"}
+    assert not exported & merged_series, exported
+    assert "rl.ranks.duration.max" in exported  # only the merge knows the straggler series
 
 
 def test_ranks_ray_by_name_on_the_driver_and_in_the_workers(cluster: None, tmp_path: Path) -> None:
