@@ -10,6 +10,7 @@ from unittest import mock
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
 import rlmetrics
@@ -207,6 +208,21 @@ def test_a_sampling_ratio_is_taken_exactly_when_the_sdk_samples_at_it(argument: 
         written = None
     if argument.strip():
         assert taken == (sdk_rate is not None and sdk_rate == written), (argument, sdk_rate)
+
+
+@pytest.mark.parametrize(
+    "value", [None, object(), {"lr": 1e-5}, ["a", None]], ids=["None", "object", "dict", "list"]
+)
+def test_a_resource_attribute_of_no_attribute_type_fails_start_naming_it(value: Any) -> None:
+    """A resource attribute is text, a bool, a number or a list of one of those (OpenTelemetry's
+    attribute types). Before: ``resource={"team": None}`` went out as an empty value on every
+    OTLP export (an object as None, with the SDK's warning only): the run's series without the
+    team a dashboard selects them by."""
+    from rlmetrics.configuration import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="resource attribute 'team'"):
+        rlmetrics.start(readers=[InMemoryMetricReader()], resource={"team": value})
+    assert rlmetrics.current() is None
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.util.types import Attributes
 
 from ._fork import forget_in_child
-from ._warn import warn_once
+from ._warn import describe_value, warn_once
 from .configuration import NON_NEGATIVE_INTEGER, ConfigurationError, check_variable
 from .exporters import Exporter
 from .identity import RUN_ID_ATTR, new_run_id
@@ -399,6 +399,14 @@ def resource_attributes(
     }
     attributes.update({k: v for k, v in explicit.items() if v is not None})
     for key, value in attributes.items():
+        if not _attribute_value(value):
+            # The SDK keeps None (an empty value on every OTLP export) and makes an object
+            # None: the run's series without the attribute a dashboard selects them by.
+            what = "None" if value is None else describe_value(value)
+            raise ConfigurationError(
+                f"resource attribute {key!r} is {what}: give text, a bool, a number or a list "
+                "of one of those, or leave it out"
+            )
         if isinstance(value, str) and utf8_text(value)[1]:
             # Decoded with surrogateescape (a variable or file name that is no UTF-8): no
             # exporter can encode it, and every scrape of the Prometheus endpoint would fail.
@@ -406,6 +414,19 @@ def resource_attributes(
                 f"resource attribute {key!r} is no UTF-8 text: {value!r}; give it as text"
             )
     return attributes
+
+
+_PRIMITIVES = (str, bool, int, float)
+
+
+def _attribute_value(value: Any) -> bool:
+    """Whether ``value`` is one of OpenTelemetry's attribute types: a primitive, or a list
+    (or tuple) of primitives of one type."""
+    if isinstance(value, _PRIMITIVES):
+        return True
+    if not isinstance(value, (list, tuple)):
+        return False
+    return all(isinstance(each, _PRIMITIVES) for each in value) and len(set(map(type, value))) <= 1
 
 
 class _NoExemplars(ExemplarReservoir):
