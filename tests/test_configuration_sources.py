@@ -406,6 +406,31 @@ def test_the_config_command_prints_every_setting_with_its_source(
     assert "logger.finish_timeout_s = 30.0  (default)" in out
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "shown"),
+    [
+        ("SLURM_JOB_ID", "4242", "'4242'  (SLURM_JOB_ID)"),
+        ("TORCHELASTIC_RUN_ID", "c0ffee", "'c0ffee'  (TORCHELASTIC_RUN_ID)"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "rlmetrics.run.id=r7", "'r7'  (OTEL_RESOURCE_ATTRIBUTES)"),
+    ],
+)
+def test_the_config_command_shows_the_run_id_a_launcher_gives(
+    config: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any, variable: str, value: str, shown: str
+) -> None:
+    """Before: ``telemetry.run_id = None  (default)`` under SLURM or torchrun, though start()
+    names the run by the launcher's id: the one check before a long job said the wrong run."""
+    from rlmetrics.cli import main
+
+    for name in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, value)
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert f"telemetry.run_id = {shown}" in out
+    with rlmetrics.start() as handle:
+        assert handle.run_id == value
+
+
 def test_a_configured_logger_identity_mistake_names_its_source(
     config: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,6 +22,7 @@ import attrs
 __all__ = [
     "RUN_ID_ATTR",
     "RunIdentity",
+    "launcher_run_id",
     "new_run_id",
     "tracker_init_kwargs",
     "with_tracker_setting",
@@ -32,19 +33,29 @@ RUN_ID_ATTR = "rlmetrics.run.id"
 
 
 def new_run_id() -> str:
-    """The id of a run nobody named here: the ``rlmetrics.run.id`` of
-    ``OTEL_RESOURCE_ATTRIBUTES`` (what ``rlmetrics.start()`` would take: a Ray worker's
-    ``runtime_env`` carries the driver's there, so a Logger built before the worker's
-    telemetry names the same run), else ``SLURM_JOB_ID`` (a requeued job keeps it), else
-    torchrun's rendezvous id ``TORCHELASTIC_RUN_ID`` (every rank of the job has the same, so
-    ranks that each start telemetry export one run; torchrun says ``none`` when the job gave
-    none, which names no run), else 12 hex digits of a random UUID."""
-    elastic = os.environ.get("TORCHELASTIC_RUN_ID")
-    if elastic == "none":
-        elastic = None
-    return (
-        _resource_env_run_id() or os.environ.get("SLURM_JOB_ID") or elastic or uuid.uuid4().hex[:12]
-    )
+    """The id of a run nobody named here: the one its launcher gives (:func:`launcher_run_id`),
+    else 12 hex digits of a random UUID."""
+    given = launcher_run_id()
+    return given[0] if given is not None else uuid.uuid4().hex[:12]
+
+
+def launcher_run_id() -> tuple[str, str] | None:
+    """The run id what launched this process gives every process of the run, with the
+    variable it is in: the ``rlmetrics.run.id`` of ``OTEL_RESOURCE_ATTRIBUTES`` (what
+    ``rlmetrics.start()`` would take: a Ray worker's ``runtime_env`` carries the driver's
+    there, so a Logger built before the worker's telemetry names the same run), else
+    ``SLURM_JOB_ID`` (a requeued job keeps it), else torchrun's rendezvous id
+    ``TORCHELASTIC_RUN_ID`` (every rank of the job has the same, so ranks that each start
+    telemetry export one run; torchrun says ``none`` when the job gave none, which names no
+    run). None when there is none."""
+    from_resource = _resource_env_run_id()
+    if from_resource:
+        return from_resource, "OTEL_RESOURCE_ATTRIBUTES"
+    for variable in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        value = os.environ.get(variable)
+        if value and value != "none":
+            return value, variable
+    return None
 
 
 def _resource_env_run_id() -> str | None:

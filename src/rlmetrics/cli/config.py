@@ -24,6 +24,7 @@ from ..configuration import (
     from_source,
     resolve,
 )
+from ..identity import launcher_run_id
 from ..plugins import check_overrides, installed_names, load_plugins
 from ..variables import variable_problems
 from ._output import add_format_options, print_json
@@ -57,6 +58,10 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
         "logger": resolve(found.logger, {}, LOGGER_DEFAULTS),
     }
     telemetry, logger = settings["telemetry"], settings["logger"]
+    launched = launcher_run_id()
+    for table in (telemetry, logger):
+        if launched is not None and table["run_id"] == (None, DEFAULT):
+            table["run_id"] = launched  # what start() and Logger() name the run by
     for name in ("plugins", "disable_plugins"):
         names, source = telemetry[name]
         if names is not None and source not in (CALL, DEFAULT):
@@ -68,7 +73,7 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
             resolve_key_map(key_map)
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"{exc}{from_source(source)}") from None
-    unnamed = telemetry["run_id"][0] is None and not os.environ.get("SLURM_JOB_ID")
+    unnamed = telemetry["run_id"][1] in (DEFAULT, "TORCHELASTIC_RUN_ID")
     if telemetry["resume"][0] and unnamed:
         raise ConfigurationError(
             f"resume = true continues the run its id names, and no run_id is configured "
