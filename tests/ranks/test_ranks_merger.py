@@ -27,6 +27,7 @@ from rlmetrics.plugins import register
 from rlmetrics.ranks import RankMerger, gathered
 from rlmetrics.ranks.joining import RanksNotJoined
 from rlmetrics.spec import MAX, SUM
+from rlmetrics.testing import isolated_state
 
 WORLD = 3
 
@@ -885,3 +886,13 @@ def test_ranks_that_did_not_all_bind_say_it_for_log_ranks_too_and_log_their_own(
     text = " ".join(r.getMessage() for r in caplog.records)
     assert "call log_ranks on every rank" in text and "accelerator.is_main_process" in text
     assert merger.merge({"loss": 1.0}, 0, "train") == {"loss": 1.0}
+
+
+@pytest.mark.parametrize("ranks", ["x", "Torch", object()], ids=["unknown", "case", "object"])
+def test_a_ranks_argument_no_engine_takes_is_a_configuration_error(ranks: Any) -> None:
+    """Before: a bare ValueError (a TypeError for an object), where every other mistake in
+    a Logger's arguments is a ConfigurationError saying what to pass."""
+    from rlmetrics.configuration import ConfigurationError
+
+    with isolated_state(), pytest.raises(ConfigurationError, match="'torch'"):
+        rlmetrics.Logger(backends={}, ranks=ranks)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from .._warn import describe_value
+from ..configuration import ConfigurationError
 from ..identity import RunIdentity
 from ..spec import Reduce, Reduction
 from .declared import Reductions
@@ -167,9 +168,11 @@ def resolve_ranks(ranks: str | Ranks | None) -> Ranks | None:
         # Looked up without running them: a merger's ``logs`` may ask its engine.
         if all(inspect.getattr_static(ranks, part, None) is not None for part in _MERGER_PARTS):
             return ranks
-        raise TypeError(f"Logger(ranks=...) takes {choices}; got {describe_value(ranks)}")
+        raise ConfigurationError(
+            f"Logger(ranks=...) takes {choices}; got {describe_value(ranks)}"
+        )
     if ranks != "torch" and ranks not in engines:
-        raise ValueError(f"Logger(ranks={ranks!r}): pass {choices}")
+        raise ConfigurationError(f"Logger(ranks={ranks!r}): pass {choices}")
     try:
         if ranks == "torch":
             return torch_distributed()
