@@ -168,9 +168,7 @@ def resolve_ranks(ranks: str | Ranks | None) -> Ranks | None:
         # Looked up without running them: a merger's ``logs`` may ask its engine.
         if all(inspect.getattr_static(ranks, part, None) is not None for part in _MERGER_PARTS):
             return ranks
-        raise ConfigurationError(
-            f"Logger(ranks=...) takes {choices}; got {describe_value(ranks)}"
-        )
+        raise ConfigurationError(f"Logger(ranks=...) takes {choices}; got {describe_value(ranks)}")
     if ranks != "torch" and ranks not in engines:
         raise ConfigurationError(f"Logger(ranks={ranks!r}): pass {choices}")
     try:
