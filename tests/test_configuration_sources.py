@@ -428,7 +428,7 @@ def test_the_config_command_shows_the_run_id_a_launcher_gives(
     out = capsys.readouterr().out
     assert f"telemetry.run_id = {shown}" in out
     with rlmetrics.start() as handle:
-        assert handle.run_id == value
+        assert f"{handle.run_id!r}  ({variable})" == shown
 
 
 def test_a_configured_logger_identity_mistake_names_its_source(
