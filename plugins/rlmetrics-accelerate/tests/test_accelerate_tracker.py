@@ -267,3 +267,56 @@ def test_a_misspelt_backend_option_fails_where_the_tracker_is_made() -> None:
     trainer starts"), as the Logger itself says it."""
     with pytest.raises(ValueError, match=r"has no option 'pathh' \(did you mean 'path'\?\)"):
         RLMetricsTracker(backends={"jsonl": {"pathh": "metrics.jsonl"}})
+
+
+# -- float steps -----------------------------------------------------------------------------
+
+
+def test_a_whole_float_step_is_that_step(recorder: type[Recorder]) -> None:
+    """``accelerator.log(values, step=step / accumulation)`` (a true division) or
+    ``step=torch.tensor(3.0)`` hands a float. Before, the Logger refused every float step and
+    logged the row at the step after the last: steps 1.0, 2.0, 3.0 became rows 0, 1, 2, each
+    row one step off its values, and a later step-less call counted on. Now a whole number is
+    that step."""
+    tracker = RLMetricsTracker(backends={"recorder": {}})
+    accelerator = Accelerator(cpu=True, log_with=[tracker])
+    accelerator.init_trackers("floats")
+    for step in (1.0, 2.0):
+        accelerator.log({"loss": step}, step=step)
+    accelerator.log({"loss": 3.0}, step=torch.tensor(3.0))
+    accelerator.log({"lr": 0.1})  # no step: the last one again
+    accelerator.end_training()
+    (run,) = recorder.made
+    assert [(step, metrics) for step, _, metrics in run.rows] == [
+        (1, {"loss": 1.0}),
+        (2, {"loss": 2.0}),
+        (3, {"loss": 3.0}),
+        (3, {"lr": 0.1}),
+    ]
+    assert all(type(step) is int for step, _, _ in run.rows)
+
+
+def test_epoch_fraction_steps_land_at_their_whole_part_in_order(
+    recorder: type[Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``step=epoch + batch / batches`` (0.0, 0.5, 1.0, 1.5, 2.0): a fraction is no trainer
+    step. Before, every float was logged at "the step after the last", so epoch 2.0 was row
+    4. Now a fraction lands at its whole part, as Accelerate's TensorBoard tracker writes it
+    (``int(step)``): in order and at the whole steps a whole float gives, said once."""
+    caplog.set_level(logging.WARNING, logger="rlmetrics")
+    tracker = RLMetricsTracker(backends={"recorder": {}})
+    accelerator = Accelerator(cpu=True, log_with=[tracker])
+    accelerator.init_trackers("fractions")
+    for step in (0.0, 0.5, 1.0, 1.5, 2.0):
+        accelerator.log({"epoch": step}, step=step)
+    accelerator.end_training()
+    (run,) = recorder.made
+    assert [(step, metrics["epoch"]) for step, _, metrics in run.rows] == [
+        (0, 0.0),
+        (0, 0.5),
+        (1, 1.0),
+        (1, 1.5),
+        (2, 2.0),
+    ]
+    (said,) = [r.getMessage() for r in caplog.records if "whole" in r.getMessage()]
+    assert "0.5" in said and "at step 0" in said

@@ -26,7 +26,7 @@ from rlmetrics import warn_once
 from rlmetrics.flatten import flatten
 from rlmetrics.ranks import RankMerger
 
-from .tracker import RLMetricsTracker
+from .tracker import RLMetricsTracker, whole_step
 
 __all__ = ["log_ranks"]
 
@@ -89,8 +89,9 @@ def log_ranks(
     try:
         found = _merger(accelerator, merger)
         if found is not None:
-            # The raw rows' step: the given one, else the last given (as RLMetricsTracker).
-            last = _STEPS.get(accelerator, 0) if step is None else step
+            # The raw rows' step: the given one (a float's whole part), else the last given,
+            # as RLMetricsTracker logs the merged row.
+            last = _STEPS.get(accelerator, 0) if step is None else whole_step(step)
             _STEPS[accelerator] = last
             merged = found.merge(flatten(values), last, _PREFIXES.get(accelerator, ""))
     except Exception:

@@ -17,13 +17,14 @@ where a ``StrictModeError`` stops the loop as asked.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from accelerate import Accelerator
 from accelerate.tracking import GeneralTracker, on_main_process
 
-from rlmetrics import KeyMap, Logger
+from rlmetrics import KeyMap, Logger, warn_once
 from rlmetrics.adapters import (
     AdapterLogger,
     HandedAgain,
@@ -32,8 +33,9 @@ from rlmetrics.adapters import (
     merges_ranks,
     stands_down,
 )
+from rlmetrics.values import as_real, as_step
 
-__all__ = ["RLMetricsTracker", "calling_accelerator"]
+__all__ = ["RLMetricsTracker", "calling_accelerator", "whole_step"]
 
 _ADAPTER = "rlmetrics-accelerate"
 #: How far up the call stack a tracker looks for the Accelerator calling it (the guard, the
@@ -46,6 +48,30 @@ def calling_accelerator() -> Accelerator | None:
     trackers none); None when called otherwise (by hand)."""
     found: Accelerator | None = caller(_an_accelerator, _STACK_DEPTH)
     return found
+
+
+def whole_step(step: Any) -> Any:
+    """Accelerate's ``step`` as the Logger's: an integer as it is; a float (``step /
+    accumulation`` is one, and so is ``epoch + batch / batches``) at its whole part, as
+    Accelerate's TensorBoard tracker writes it (``int(step)``), a fraction said once. The
+    Logger takes integer steps only and logs a float's row at the step after the last: every
+    row one off its step, and epoch fractions out of order with the whole ones. Anything else
+    (a negative or NaN step, a string) goes on as it is, for the Logger to say."""
+    if step is None or as_step(step) is not None:
+        return step
+    number = as_real(step)
+    if number is None or not math.isfinite(number) or number < 0:
+        return step
+    whole = int(number)
+    if whole != number:
+        warn_once(
+            f"{_ADAPTER}:fraction-step",
+            f"rlmetrics: {_ADAPTER}: Accelerator.log's step {number!r} is not a whole number; "
+            f"its row is logged at step {whole} (the whole part, as Accelerate's TensorBoard "
+            "tracker does), and so are later fractions' (pass the optimizer step as an integer "
+            "for one row per step)",
+        )
+    return whole
 
 
 def _an_accelerator(local: Mapping[str, Any]) -> Accelerator | None:
@@ -121,6 +147,7 @@ class RLMetricsTracker(GeneralTracker):  # type: ignore[misc]
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         if self._handed_again(values, step) or self._stands_down():
             return
+        step = whole_step(step)
         if step is None:  # Accelerator.log's step is optional; keep the last one
             step = self._last_step
         self._last_step = step
