@@ -385,10 +385,7 @@ def resource_attributes(
     ``service.version`` is the user's service's version: set only when given (rlmetrics' own
     version is the instrumentation scope's).
     """
-    attributes: dict[str, Any] = {
-        "service.name": "rlmetrics",
-        RUN_ID_ATTR: new_run_id(),
-    }
+    attributes: dict[str, Any] = {"service.name": "rlmetrics", RUN_ID_ATTR: None}
     _check_resource_variable()
     attributes.update(OTELResourceDetector().detect().attributes)
     attributes.update(caller or {})
@@ -398,6 +395,15 @@ def resource_attributes(
         RUN_ID_ATTR: run_id,
     }
     attributes.update({k: v for k, v in explicit.items() if v is not None})
+    if run_id is None and RUN_ID_ATTR not in (caller or {}):
+        # The launcher's (the variable's own, which the detector took: an empty one is
+        # refused, naming the variable), else a new one. Asked only when no id is given.
+        attributes[RUN_ID_ATTR] = new_run_id()
+    if isinstance(attributes[RUN_ID_ATTR], str) and not attributes[RUN_ID_ATTR].strip():
+        raise ConfigurationError(
+            f"resource attribute {RUN_ID_ATTR!r} is {attributes[RUN_ID_ATTR]!r}: a run id is "
+            "a non-empty string; give the run's id, or leave the attribute out"
+        )
     for key, value in attributes.items():
         if not _attribute_value(value):
             # The SDK keeps None (an empty value on every OTLP export) and makes an object

@@ -20,6 +20,7 @@ from urllib.parse import unquote
 import attrs
 
 __all__ = [
+    "RESUME_ID_SOURCES",
     "RUN_ID_ATTR",
     "RunIdentity",
     "launcher_run_id",
@@ -39,7 +40,12 @@ def new_run_id() -> str:
     return given[0] if given is not None else uuid.uuid4().hex[:12]
 
 
-def launcher_run_id() -> tuple[str, str] | None:
+#: Where a resumed process finds the id of the run it continues when none is given: what
+#: refusing ``resume=True`` without one names (torchrun's rendezvous id is not among them).
+RESUME_ID_SOURCES = "SLURM_JOB_ID, or rlmetrics.run.id in OTEL_RESOURCE_ATTRIBUTES"
+
+
+def launcher_run_id(*, resumable: bool = False) -> tuple[str, str] | None:
     """The run id what launched this process gives every process of the run, with the
     variable it is in: the ``rlmetrics.run.id`` of ``OTEL_RESOURCE_ATTRIBUTES`` (what
     ``rlmetrics.start()`` would take: a Ray worker's ``runtime_env`` carries the driver's
@@ -47,11 +53,19 @@ def launcher_run_id() -> tuple[str, str] | None:
     ``SLURM_JOB_ID`` (a requeued job keeps it), else torchrun's rendezvous id
     ``TORCHELASTIC_RUN_ID`` (every rank of the job has the same, so ranks that each start
     telemetry export one run; torchrun says ``none`` when the job gave none, which names no
-    run). None when there is none."""
+    run). None when there is none.
+
+    ``resumable`` leaves torchrun's id out: a relaunched ``torchrun --standalone`` makes a new
+    one, so it names no run a restarted job could continue (:data:`RESUME_ID_SOURCES`).
+
+    Raises :class:`~rlmetrics.configuration.ConfigurationError` when
+    ``OTEL_RESOURCE_ATTRIBUTES`` gives ``rlmetrics.run.id`` an empty value (``=$RUN_ID`` with
+    the variable unset): the SDK would name the run ``''``."""
     from_resource = _resource_env_run_id()
-    if from_resource:
+    if from_resource is not None:
         return from_resource, "OTEL_RESOURCE_ATTRIBUTES"
-    for variable in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
+    variables = ("SLURM_JOB_ID",) if resumable else ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
+    for variable in variables:
         value = os.environ.get(variable)
         if value and value != "none":
             return value, variable
@@ -59,12 +73,21 @@ def launcher_run_id() -> tuple[str, str] | None:
 
 
 def _resource_env_run_id() -> str | None:
-    """The run id ``OTEL_RESOURCE_ATTRIBUTES`` names, read as the SDK reads it."""
+    """The run id ``OTEL_RESOURCE_ATTRIBUTES`` names, read as the SDK's detector reads it
+    (items split at commas, the value stripped and URL-decoded, a key's last item winning)."""
+    found: str | None = None
     for item in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
-        key, found, value = item.partition("=")
-        if found and key.strip() == RUN_ID_ATTR and (run_id := unquote(value.strip())):
-            return run_id
-    return None
+        key, has_value, value = item.partition("=")
+        if has_value and key.strip() == RUN_ID_ATTR:
+            found = unquote(value.strip())
+    if found is not None and not found.strip():
+        from .configuration import ConfigurationError
+
+        raise ConfigurationError(
+            f"OTEL_RESOURCE_ATTRIBUTES gives {RUN_ID_ATTR} an empty value ({found!r}): give "
+            f"the run's id ({RUN_ID_ATTR}=<id>) or leave the attribute out"
+        )
+    return found
 
 
 def _check_id(_instance: object, _attribute: object, value: str) -> None:

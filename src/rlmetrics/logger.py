@@ -64,7 +64,7 @@ from .events import (
 from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
 from .hyperparams import to_hyperparams
-from .identity import RunIdentity, new_run_id
+from .identity import RESUME_ID_SOURCES, RunIdentity, launcher_run_id, new_run_id
 from .keymaps import KeyMap, KeyMapper, resolve_key_map
 from .known_keys import KeyChecker
 from .plugins import check_plugin_lists, get_plugins, hooks
@@ -151,7 +151,8 @@ class Logger:
 
     ``run_id`` names the run in every backend (each JSONL row, the W&B run id, the MLflow
     run's tag, the TensorBoard folder); by default it is the running telemetry's run id (the
-    OTel resource's ``rlmetrics.run.id``), else ``SLURM_JOB_ID``, else a generated one.
+    OTel resource's ``rlmetrics.run.id``), else the launcher's
+    (:func:`~rlmetrics.identity.launcher_run_id`), else a generated one.
     ``resume=True`` continues that run in every backend (default: what
     ``rlmetrics.start(resume=...)`` said, else False). A ``run_id`` other than the running
     telemetry's is a mistake and raises here.
@@ -615,9 +616,14 @@ class Logger:
             warn_once("logger:trajectories", "rlmetrics: Logger.log_trajectories failed")
         raise_if_strict()
 
-    def finish(self, timeout_s: float | None = None) -> None:
+    def finish(self, timeout_s: float | None = None, *, failed: bool = False) -> None:
         """Write what is queued and close every backend, once, waiting at most ``timeout_s``
         (default ``finish_timeout_s``) for the queued ones; says what did not make it.
+
+        ``failed=True`` finishes the run as a failed one in the trackers that keep a run's
+        outcome (W&B exit code 1, MLflow FAILED, SwanLab crashed), as the interpreter's exit
+        does after an uncaught exception or a failing ``sys.exit``: for a SIGTERM handler
+        that finishes the Logger before ``sys.exit(143)`` (a preempted job).
 
         A ``rlmetrics.step`` of this Logger still open (never left: the loop died inside it)
         ends first, with what was opened inside it, marked truncated, so its seconds and
@@ -634,7 +640,16 @@ class Logger:
                 f"Logger's own bound ({self.finish_timeout_s:g} s) is used",
             )
             timeout_s = None
-        if self._finish(timeout_s):
+        if type(failed) is not bool:
+            # Said, not raised: this is the loop's (or a signal handler's) last call. Marked
+            # failed, for what was passed is most likely an exception or an exit status.
+            warn_once(
+                "logger:finish-failed",
+                "rlmetrics: Logger.finish()'s failed must be True or False, got "
+                f"{describe_value(failed)}; the run is finished as failed",
+            )
+            failed = True
+        if self._finish(timeout_s, failed=failed):
             self._release_strict()
         raise_if_strict()
 
@@ -908,10 +923,11 @@ def _identity(run_id: str | None, resume: bool | None) -> RunIdentity:
                 "only, or leave it out here"
             )
         return RunIdentity(telemetry.run_id, telemetry.resume if resume is None else resume)
-    if resume and run_id is None and not os.environ.get("SLURM_JOB_ID"):
+    if resume and run_id is None and launcher_run_id(resumable=True) is None:
         raise ValueError(
             "Logger(resume=True) continues the run its id names: pass run_id= (or start "
-            "telemetry with rlmetrics.start(run_id=..., resume=True) first)"
+            "telemetry with rlmetrics.start(run_id=..., resume=True) first), or set "
+            f"{RESUME_ID_SOURCES}"
         )
     if run_id is None:  # generated here: with ranks, rank 0's wins (RunIdentity.given)
         return RunIdentity(new_run_id(), bool(resume), given=False)

@@ -31,6 +31,7 @@ from ._warn import (
     release_strict,
     warn_once,
 )
+from .identity import RESUME_ID_SOURCES, RUN_ID_ATTR, launcher_run_id
 from .plugins import check_plugin_lists, hooks, load_plugins
 from .registry import MetricRegistry, default_registry
 from .tracing import naming as _naming
@@ -422,8 +423,9 @@ def start(
         ``RLMETRICS_PLUGINS`` / ``RLMETRICS_DISABLE_PLUGINS``.
     :param service_version: the version of *your* service; unset unless given.
     :param run_id: the run's id (resource attribute ``rlmetrics.run.id``), which every Logger
-        created while telemetry runs also writes to its backends; default ``SLURM_JOB_ID``,
-        else a generated id.
+        created while telemetry runs also writes to its backends; default the launcher's
+        (:func:`~rlmetrics.identity.launcher_run_id`: ``OTEL_RESOURCE_ATTRIBUTES``,
+        ``SLURM_JOB_ID``, ``TORCHELASTIC_RUN_ID``), else a generated id.
     :param resume: this process continues the run ``run_id`` names (a job restarted from a
         checkpoint): Loggers created while telemetry runs continue the same tracker runs
         (docs/trackers.md, "Run identity and resume").
@@ -528,10 +530,15 @@ def start(
             f"export_interval_s must be a positive number, got {export_interval_s}"
             + from_source(None if interval_source == CALL else interval_source)
         )
-    if resume and run_id is None and not _run_id_elsewhere(resource):
+    if (
+        resume
+        and run_id is None
+        and not (resource or {}).get(RUN_ID_ATTR)
+        and launcher_run_id(resumable=True) is None
+    ):
         raise ConfigurationError(
             "start(resume=True) continues the run its id names: pass run_id= (the id of the "
-            "run to continue), or set SLURM_JOB_ID"
+            f"run to continue), or set {RESUME_ID_SOURCES}"
             + from_source(None if settings["resume"][1] == CALL else settings["resume"][1])
         )
     for names, source in ((plugins, plugins_source), (disable_plugins, disable_source)):
@@ -636,17 +643,6 @@ def _under_the_environment(resource: Mapping[str, Any] | None) -> Mapping[str, A
     text = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
     from_env = {part.split("=", 1)[0].strip() for part in text.split(",") if "=" in part}
     return {key: value for key, value in resource.items() if key not in from_env}
-
-
-def _run_id_elsewhere(resource: Mapping[str, Any] | None) -> bool:
-    """Whether the run id comes from the caller's resource or the environment."""
-    from .identity import RUN_ID_ATTR
-
-    return bool(
-        (resource or {}).get(RUN_ID_ATTR)
-        or os.environ.get("SLURM_JOB_ID")
-        or f"{RUN_ID_ATTR}=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
-    )
 
 
 def _given_exporters(

@@ -24,7 +24,7 @@ from ..configuration import (
     from_source,
     resolve,
 )
-from ..identity import launcher_run_id
+from ..identity import RESUME_ID_SOURCES, launcher_run_id
 from ..plugins import check_overrides, installed_names, load_plugins
 from ..variables import variable_problems
 from ._output import add_format_options, print_json
@@ -58,9 +58,8 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
         "logger": resolve(found.logger, {}, LOGGER_DEFAULTS),
     }
     telemetry, logger = settings["telemetry"], settings["logger"]
-    launched = launcher_run_id()
     for table in (telemetry, logger):
-        if launched is not None and table["run_id"] == (None, DEFAULT):
+        if table["run_id"] == (None, DEFAULT) and (launched := launcher_run_id()) is not None:
             table["run_id"] = launched  # what start() and Logger() name the run by
     for name in ("plugins", "disable_plugins"):
         names, source = telemetry[name]
@@ -73,11 +72,12 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
             resolve_key_map(key_map)
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"{exc}{from_source(source)}") from None
+    # torchrun's id names no run to continue (a relaunch makes a new one), as in start().
     unnamed = telemetry["run_id"][1] in (DEFAULT, "TORCHELASTIC_RUN_ID")
     if telemetry["resume"][0] and unnamed:
         raise ConfigurationError(
             f"resume = true continues the run its id names, and no run_id is configured "
-            f"(nor SLURM_JOB_ID){from_source(telemetry['resume'][1])}"
+            f"(nor {RESUME_ID_SOURCES}){from_source(telemetry['resume'][1])}"
         )
     # The variables the Prometheus exporter reads itself when the configuration gives no
     # value: checked even where no configuration names the exporter, since the code may
