@@ -238,3 +238,81 @@ def test_the_baseline_is_described_as_it_is_computed() -> None:
         section = text[text.index("regression") :]
         assert "p90 from 40" not in section and "its p90 40" not in section, page
         assert f"first {BASELINE_STEPS} steps" in section, page
+
+
+def _slow_tail_run(steps: int, slow_from: int) -> list[dict[str, Any]]:
+    """``steps`` steps of 50 s (a little noise), 75 s from ``slow_from`` on: a run that got
+    slower for good."""
+    return [
+        {
+            "time": 60.0 * step,
+            "step": step,
+            "prefix": "train",
+            "metrics": {
+                "efficiency/step_wall_time_s": (75.0 if step >= slow_from else 50.0)
+                + (step % 7) * 0.1
+            },
+        }
+        for step in range(steps)
+    ]
+
+
+def test_a_long_regression_is_judged_in_work_linear_in_its_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each confirmation window asked whether its steps were slow against a set of every slow
+    step made anew (and each merge re-sorted the whole regression): a run slower for its last
+    50 000 steps took about half an hour. The values the judgement copies into sets are
+    counted (the module's ``set``), not timed."""
+    from rlmetrics.report import regressions
+
+    copied = 0
+
+    def counting_set(values: Any = ()) -> set[Any]:
+        nonlocal copied
+        made = builtins_set(values)
+        copied += len(made)
+        return made
+
+    builtins_set = set
+    monkeypatch.setattr(regressions, "set", counting_set, raising=False)
+    steps = 2000
+    report = find_regressions(_slow_tail_run(steps, slow_from=500))
+    (regression,) = report.regressions
+    assert (regression.start, regression.end) == (500, steps - 1)
+    assert len(regression.slow_steps) == steps - 500
+    assert copied <= 10 * steps  # the old judgement copied ~5 * 1500 * 1500 values
+
+
+@given(
+    slow=st.lists(st.booleans(), min_size=BASELINE_STEPS + CONFIRM_WINDOW, max_size=120),
+)
+def test_the_confirmed_regressions_are_the_windows_of_3_slow_steps_in_5_merged(
+    slow: list[bool],
+) -> None:
+    """The definition, held on small runs: every window of 5 judged steps with at least 3 slow
+    ones is a regression's steps; windows that overlap one already found join it."""
+    base = [50.0 + (i % 3) * 0.1 for i in range(BASELINE_STEPS)]
+    walls = base + [100.0 if s else 50.0 for s in slow]
+    rows = [
+        {
+            "time": float(i),
+            "step": i,
+            "prefix": "train",
+            "metrics": {"efficiency/step_wall_time_s": wall},
+        }
+        for i, wall in enumerate(walls)
+    ]
+    judged = list(range(BASELINE_STEPS, len(walls)))
+    slow_steps = [s for s in judged if walls[s] > 60.0]
+    expected: list[list[int]] = []
+    for i in range(len(judged)):
+        hits = [s for s in judged[i : i + CONFIRM_WINDOW] if s in slow_steps]
+        if len(hits) >= 3:
+            if expected and hits[0] <= expected[-1][-1]:
+                expected[-1] = sorted(set(expected[-1]) | set(hits))
+            else:
+                expected.append(hits)
+    report = find_regressions(rows)
+    assert list(report.slow_steps) == slow_steps
+    assert [list(r.slow_steps) for r in report.regressions] == expected
