@@ -930,6 +930,43 @@ def test_a_finish_bound_that_is_no_bound_is_said_and_every_row_is_written(
     assert f"the Logger's own bound ({logger.finish_timeout_s:g} s) is used" in said.getMessage()
 
 
+class _Outcome(_Kept):
+    """A queued backend with a notion of a failed run, as W&B, MLflow and SwanLab have."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: bool | None = None
+
+    def finish(self, failed: bool = False) -> None:  # type: ignore[override]
+        self.finished, self.failed = True, failed
+
+
+@pytest.mark.parametrize(
+    ("given", "failed", "said"),
+    [(None, False, False), (False, False, False), (True, True, False), ("no", True, True)],
+)
+def test_finish_failed_tells_the_trackers_the_run_failed(
+    given: Any, failed: bool, said: bool
+) -> None:
+    """``finish(failed=True)`` (a SIGTERM handler's, before ``sys.exit(143)``) finishes the run
+    as failed; there was no way to say so, and a preempted run was finished as successful.
+    A value that is no bool is said once and taken as a failure (an exception, a status)."""
+    outcome = _Outcome()
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register("outcome", lambda: outcome)
+
+    register_plugin(Offers(), "offers-outcome")
+    logger = rlmetrics.Logger(backends=["outcome"])
+    logger.log_metrics({"loss": 1.0}, step=0)
+    with captured_log() as log:
+        logger.finish() if given is None else logger.finish(failed=given)
+    assert outcome.rows == [{"loss": 1.0}] and outcome.failed is failed
+    assert bool(log.matching("Logger.finish()'s failed must be True or False, got")) is said
+
+
 def test_a_backend_failing_to_start_with_an_unprintable_error_is_skipped_and_named(
     tmp_path: Path,
 ) -> None:

@@ -117,3 +117,73 @@ def test_a_failing_sys_exit_at_exit_marks_the_run_failed_in_every_tracker(
     (run_dir,) = (tmp_path / "swanlog").glob("run-*")
     (finish,) = [r["finish"] for r in swanlab_records(run_dir) if "finish" in r]
     assert finish["state"] == "RUN_STATE_CRASHED", err
+
+
+@pytest.mark.parametrize("failed", [True, False], ids=["failed", "default"])
+def test_finish_failed_marks_the_run_failed_in_every_tracker(
+    every_backend: dict[str, Any], failed: bool
+) -> None:
+    # A SIGTERM handler's Logger.finish() (the troubleshooting page's advice) could only
+    # finish the runs as successful: a preempted run showed Finished everywhere.
+    backends = {k: every_backend[k] for k in ("wandb", "mlflow", "swanlab")}
+    logger = rlmetrics.Logger(backends=backends, run_id="preempted")
+    logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+    logger.finish(failed=failed)
+    uri = every_backend["mlflow"]["tracking_uri"]
+    if failed:
+        assert _states(logger, uri) == (1, "FAILED", "RUN_STATE_CRASHED")
+    else:
+        assert _states(logger, uri) == (0, "FINISHED", "RUN_STATE_FINISHED")
+
+
+_SIGTERM_SCRIPT = """
+import signal, sys, time
+import rlmetrics
+
+root, uri = sys.argv[1:3]
+logger = rlmetrics.Logger(
+    backends={
+        "wandb": {"project": "exit", "dir": f"{root}/wandb", "mode": "offline"},
+        "mlflow": {"tracking_uri": uri, "experiment_name": "exit"},
+    },
+    run_id="preempted",
+    finish_timeout_s=120,
+)
+
+
+def on_sigterm(signum, frame):
+    logger.finish(failed=True)  # as docs/troubleshooting.md writes it
+    sys.exit(143)
+
+
+signal.signal(signal.SIGTERM, on_sigterm)
+step = 0
+logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
+print("ready", flush=True)
+while True:
+    step += 1
+    logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
+    time.sleep(0.01)
+"""
+
+
+def test_a_sigterm_handler_that_finishes_the_logger_as_failed_marks_the_run_failed(
+    migrated_store: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(migrated_store, db)
+    uri = f"sqlite:///{db}"
+    status, err = run_to_exit(
+        _SIGTERM_SCRIPT,
+        (str(tmp_path), uri),
+        sigterm_when_ready=True,
+        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1"},
+        timeout_s=240,
+    )
+    assert status == 143, err
+    (transaction_log,) = (tmp_path / "wandb").glob("wandb/offline-run-*/run-preempted.wandb")
+    (exit_record,) = [r["exit"] for r in read_run(transaction_log).records if r["type"] == "exit"]
+    assert exit_record.get("exit_code", 0) == 1, err
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("exit").experiment_id])
+    assert run.info.status == "FAILED", err
