@@ -17,7 +17,7 @@ import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec
 from rlmetrics._providers import _check_sampler
 from rlmetrics.backends.jsonl import read_jsonl
-from rlmetrics.testing import data_points, in_memory_telemetry
+from rlmetrics.testing import data_points, in_memory_telemetry, points
 
 
 @pytest.fixture(autouse=True)
@@ -244,3 +244,28 @@ def test_a_resource_attribute_that_is_no_utf8_text_fails_start_naming_it(
     with pytest.raises(ConfigurationError, match=f"resource attribute '{named}'"):
         rlmetrics.start(exporters=["prometheus"], prometheus_port=0, **given)
     assert rlmetrics.current() is None
+
+
+@pytest.mark.parametrize("attributes", ["team=rl,", "team=rl,,run.kind=sweep", "team=rl, "])
+def test_an_empty_item_of_the_resource_variable_is_not_said_at_every_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, attributes: str
+) -> None:
+    """Before: a trailing comma in OTEL_RESOURCE_ATTRIBUTES (which the SDK skips: it means
+    nothing) printed the SDK's 'Invalid key value resource attribute pair : not enough values
+    to unpack' twice per start (rlmetrics read the variable, then Resource.create read it
+    again). An empty item carries nothing, so nothing is said; the attributes are kept."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", attributes)
+    with (
+        caplog.at_level("WARNING"),
+        in_memory_telemetry(span_processors=[SimpleSpanProcessor(InMemorySpanExporter())]) as (
+            handle,
+            reader,
+        ),
+    ):
+        rlmetrics.record("test.exemplars", {"gauge": 1.0})
+        (point,) = [p for p in points(reader) if p.name == "test.exemplars.gauge"]
+    assert point.resource["team"] == "rl" and handle.resource["team"] == "rl"
+    assert "resource attribute pair" not in caplog.text

@@ -357,11 +357,30 @@ def _close(exporters: Mapping[str, Exporter]) -> None:
             warn_once(f"exporter:{name}:close", f"rlmetrics: exporter {name!r} failed to close")
 
 
+class _EmptyResourceItem(logging.Filter):
+    """Drops the SDK's 'Invalid key value resource attribute pair' line for an empty item of
+    ``OTEL_RESOURCE_ATTRIBUTES`` (a trailing or doubled comma): the detector skips it, so it
+    loses nothing, and the line came twice per start (rlmetrics reads the variable, then
+    ``Resource.create`` reads it again). An item with no ``=`` is refused before
+    (:func:`_check_resource_variable`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        pair = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        return not (
+            str(record.msg).startswith("Invalid key value resource attribute pair")
+            and isinstance(pair, str)
+            and not pair.strip()
+        )
+
+
+logging.getLogger("opentelemetry.sdk.resources").addFilter(_EmptyResourceItem())
+
+
 def _check_resource_variable() -> None:
     """Refuse, naming it, an ``OTEL_RESOURCE_ATTRIBUTES`` item with no ``=``: the SDK drops it
     with a line of its own (said once per resource made, three times a start), and every
     point of the run lacks the attribute meant (``rl.algorithm=grpo,rl.system``). An empty
-    item (a trailing comma) means nothing, and is left to the SDK."""
+    item (a trailing comma) means nothing: the SDK skips it, and its line is not shown."""
     text = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
     for item in text.split(","):  # as the SDK's OTELResourceDetector splits it
         if item.strip() and "=" not in item:
