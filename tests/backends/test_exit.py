@@ -369,6 +369,10 @@ elif how == "sigterm":
         time.sleep(0.01)
 elif how == "message":
     sys.exit("no checkpoint to resume from")
+elif how == "exit-builtin":  # site's exit(), as a script may end with it
+    exit(4)
+elif how == "quit-builtin":
+    quit(5)
 elif how != "end":
     sys.exit(int(how))
 """
@@ -381,6 +385,8 @@ _ENDINGS = {
     "sigterm": (143, True),
     "message": (1, True),
     "thread": (0, False),
+    "exit-builtin": (4, True),
+    "quit-builtin": (5, True),
 }
 
 

@@ -7,12 +7,17 @@ status of a ``SystemExit`` lives only in the interpreter's C code: no exit hook 
 So, as W&B's own client does, :func:`watch` puts a thin wrapper around ``sys.exit`` that notes
 the status asked for on the main thread and calls the ``sys.exit`` it found (W&B's wrapper,
 another library's, or Python's) with the same argument: the ``SystemExit`` raised, and what
-catches it, are unchanged. It is installed once, when a tracker that has a notion of a failed
-run starts; a ``raise SystemExit(3)`` written out, or the ``exit()`` builtin, is not seen.
+catches it, are unchanged. The ``exit()`` and ``quit()`` builtins (``site``'s, which raise
+``SystemExit`` without ``sys.exit``) are wrapped the same way. It is installed once, when a
+tracker that has a notion of a failed run starts. A ``raise SystemExit(3)`` written out is not
+seen (W&B's client does not see it either): before Python 3.12 no hook sees an exception that
+nothing catches but the interpreter, and ``sys.monitoring``'s would run on every exception the
+program raises.
 """
 
 from __future__ import annotations
 
+import builtins
 import functools
 import sys
 import threading
@@ -46,12 +51,37 @@ def watch() -> None:
 
         @functools.wraps(previous)
         def exit(status: object = None) -> Any:
-            global _status
-            if threading.current_thread() is threading.main_thread():
-                _status = as_status(status)
+            _note(status)
             return previous(status)
 
         sys.exit = exit
+        for name in ("exit", "quit"):
+            builtin = getattr(builtins, name, None)
+            if callable(builtin):  # absent under ``python -S``
+                setattr(builtins, name, _NotedQuitter(builtin))
+
+
+def _note(status: object) -> None:
+    """Note ``status`` as the one the process exits with, when asked on the main thread (a
+    thread's ``sys.exit`` ends that thread only)."""
+    global _status
+    if threading.current_thread() is threading.main_thread():
+        _status = as_status(status)
+
+
+class _NotedQuitter:
+    """``site``'s ``exit``/``quit`` builtin, noting the status it is called with: shown (in a
+    REPL that prints it) and called as the one it wraps."""
+
+    def __init__(self, quitter: Callable[..., Any]) -> None:
+        self._quitter = quitter
+
+    def __repr__(self) -> str:
+        return repr(self._quitter)
+
+    def __call__(self, code: object = None) -> Any:
+        _note(code)
+        return self._quitter(code)
 
 
 def exit_status() -> int | None:
