@@ -151,6 +151,40 @@ def test_ray_nodes_are_found_and_forgotten_as_the_discovery_file_changes(
             node.close()
 
 
+def test_a_new_ray_session_is_followed_through_the_discovery_files_link(
+    prometheus_binary: str, stacks: list[Stack], tmp_path: Path
+) -> None:
+    # Ray's /tmp/ray/prom_metrics_service_discovery.json is a link into the session folder
+    # of the cluster that last started; a cluster started later (a restart, the next job)
+    # points it at its own session. The stack reads the link, not the folder it pointed at
+    # when the stack started, which would be the ended session's nodes forever.
+    nodes = [_ray_node('ray_node_mem_used{ip="127.0.0.1"} 1.0e9\n') for _ in range(2)]
+    try:
+        addresses = [f"127.0.0.1:{node.port}" for node in nodes]
+        sessions = [tmp_path / f"session_{n}" for n in (1, 2)]
+        for session, address in zip(sessions, addresses, strict=True):
+            session.mkdir()
+            groups = [{"labels": {"job": "ray"}, "targets": [address]}]
+            (session / "prom_metrics_service_discovery.json").write_text(json.dumps(groups))
+        link = tmp_path / "prom_metrics_service_discovery.json"
+        link.symlink_to(sessions[0] / "prom_metrics_service_discovery.json")
+        stack = Stack(
+            *("--dir", str(tmp_path / "stack"), "--run", "127.0.0.1:9", "--ray-sd", str(link)),
+            *("--port", "0", "--scrape-interval", "1s", "--prometheus", prometheus_binary),
+        )
+        stacks.append(stack)
+        assert stack.report["ray_service_discovery"] == str(link)
+        wait_until(lambda: stack.active_targets("ray") == {addresses[0]: "up"}, 30, "session 1")
+        staging = tmp_path / "link.tmp"  # re-pointed in one step, as Ray replaces it
+        staging.symlink_to(sessions[1] / "prom_metrics_service_discovery.json")
+        staging.replace(link)
+        wait_until(lambda: stack.active_targets("ray") == {addresses[1]: "up"}, 30, "session 2")
+        assert stack.stop()[0] == 0
+    finally:
+        for node in nodes:
+            node.close()
+
+
 def test_without_prometheus_it_writes_the_files_and_says_how_to_install(tmp_path: Path) -> None:
     done = run_cli(
         "stack",

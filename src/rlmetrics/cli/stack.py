@@ -242,7 +242,9 @@ def _settings(args: argparse.Namespace, alertmanager: str | None) -> StackSettin
             "gym": args.gym_targets,
             "vllm": args.vllm_targets,
         },
-        ray_service_discovery=ray.resolve() if ray is not None else None,
+        # Absolute, not resolved: Ray's file is a link into the latest session's folder,
+        # re-pointed when a cluster starts, and Prometheus re-reads what the link names.
+        ray_service_discovery=ray.absolute() if ray is not None else None,
         scrape_interval_s=args.scrape_interval,
         evaluation_interval_s=args.evaluation_interval or args.scrape_interval,
         alertmanager=alertmanager,
