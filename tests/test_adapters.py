@@ -289,3 +289,49 @@ def test_a_given_logger_that_merges_ranks_is_called_on_every_rank(tmp_path: Path
     # What to do instead, either way: ranks= alone, or a Logger of yours built with ranks.
     assert "ranks= alone" in str(refused.value)
     assert "rlmetrics.Logger(ranks='torch')" in str(refused.value)
+
+
+# -- the run's id before the Logger is built ---------------------------------------------------
+
+
+@pytest.fixture
+def unnamed(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No launcher names the run."""
+    for variable in ("OTEL_RESOURCE_ATTRIBUTES", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(variable, raising=False)
+    return monkeypatch
+
+
+def test_the_run_id_told_before_the_logger_is_built_is_the_runs(
+    unnamed: pytest.MonkeyPatch,
+) -> None:
+    """A trainer names things by the run before it logs (Lightning's checkpoint folder is its
+    logger's version): the id told then is the one the Logger built later writes under —
+    made up here and handed to it, or the one that names the run (the launcher's); a Logger
+    gives its own. Nothing is built for it."""
+    logs = AdapterLogger(backends={"recorder": {}}, adapter="toy")
+    told = logs.run_id()
+    assert logs.logger is None and Recorder.made == []
+    assert logs.start().identity.run_id == told == logs.run_id()
+    logs.finish()
+    assert logs.run_id() == told  # the last run's, once finished
+    unnamed.setenv("SLURM_JOB_ID", "4242")
+    launched = AdapterLogger(backends={"recorder": {}}, adapter="toy")
+    assert launched.run_id() == "4242" == launched.start().identity.run_id
+    launched.finish()
+    with rlmetrics.Logger(backends={}, run_id="given") as given:
+        assert AdapterLogger(given, adapter="toy").run_id() == "given"
+
+
+@pytest.mark.usefixtures("unnamed")
+def test_telemetry_started_after_the_id_was_told_names_the_run() -> None:
+    """An id made up before ``rlmetrics.start()`` ran is dropped for the telemetry's (a Logger
+    given another id than the running telemetry's is refused: the rows would be lost)."""
+    logs = AdapterLogger(backends={"recorder": {}}, adapter="toy")
+    logs.run_id()
+    with in_memory_telemetry(run_id="telemetry-run"):
+        assert logs.run_id() == "telemetry-run"
+        assert logs.start().identity.run_id == "telemetry-run"
+        logs.finish()
+    (run,) = Recorder.made
+    assert run.finished == 1

@@ -37,11 +37,13 @@ from typing import Any, TypeVar
 
 from ._fork import reset_in_child
 from ._warn import StrictModeError, raise_if_strict, warn_once
-from .configuration import check_options, named_choice
+from .configuration import check_options, configured, named_choice
 from .hyperparams import to_hyperparams
+from .identity import launcher_run_id, new_run_id
 from .keymaps import KeyMap, resolve_key_map
 from .logger import Logger
 from .ranks import RankMerger
+from .telemetry import current
 
 __all__ = ["AdapterLogger", "HandedAgain", "caller", "guarded", "merges_ranks", "stands_down"]
 
@@ -110,6 +112,20 @@ def _forget_open_loggers() -> None:
     global _open_lock
     _open_lock = threading.Lock()
     _open.clear()
+
+
+def _named_run_id() -> str | None:
+    """The id a Logger built now would take without being given one, when something names
+    it: the running telemetry, the configuration's ``run_id``, the launcher
+    (:func:`~rlmetrics.logger.Logger`'s order); None when the Logger would make one up."""
+    telemetry = current()
+    if telemetry is not None:
+        return telemetry.run_id
+    configured_id = configured().logger.get("run_id")
+    if configured_id is not None and configured_id[0]:
+        return str(configured_id[0])
+    launched = launcher_run_id()
+    return launched[0] if launched is not None else None
 
 
 def caller(find: Callable[[Mapping[str, Any]], Any], depth: int) -> Any:
@@ -240,6 +256,10 @@ class AdapterLogger:
         self._finalizer: weakref.finalize[Any, Any] | None = None
         #: The configuration last logged through :meth:`log_hyperparams`, as plain values.
         self._last_hyperparams: dict[str, Any] | None = None
+        #: The run's id as :meth:`run_id` last told it; ``_reserved`` when it was made here
+        #: (the Logger built later takes it).
+        self._run_id: str | None = None
+        self._reserved: str | None = None
 
     @property
     def logger(self) -> Logger | None:
@@ -268,7 +288,13 @@ class AdapterLogger:
                 )
                 raise_if_strict()  # rows dropped: in strict mode, that stops the run
                 return None
-            built = Logger(self.backends, key_map=self.key_map, ranks=self._merger())
+            # An id run_id() made up before the Logger was built is the run's, unless the run
+            # has been named since (telemetry started: its id is the Logger's, and another
+            # one would be refused).
+            reserved = self._reserved if _named_run_id() is None else None
+            built = Logger(
+                self.backends, key_map=self.key_map, ranks=self._merger(), run_id=reserved
+            )
             with _open_lock:
                 _open.add(built)
             # The adapter gone (its trainer with it): the Logger is finished then. Not at
@@ -277,6 +303,25 @@ class AdapterLogger:
             self._finalizer.atexit = False
             self._built = built
         return self._built
+
+    def run_id(self, *, reserve: bool = True) -> str:
+        """The id of the run this adapter writes, for a trainer that names things by it
+        before anything is logged (Lightning's checkpoint folder is its logger's version):
+        the Logger's (the last one's, once finished); before it is built, the id it will
+        take — the running telemetry's, the configured one, the launcher's — else one made
+        here, which the Logger built later takes when ``reserve`` (pass False on a rank
+        whose Logger takes rank 0's id). Builds nothing."""
+        logger = self.logger
+        if logger is not None:
+            self._run_id = logger.identity.run_id
+        elif self._run_id is None or (self._reserved is not None and not self._finished):
+            named = _named_run_id()
+            if named is not None:
+                self._run_id, self._reserved = named, None
+            elif self._run_id is None:
+                self._run_id = new_run_id()
+                self._reserved = self._run_id if reserve else None
+        return self._run_id
 
     def log_hyperparams(self, config: Any) -> None:
         """``config`` as the run's hyperparameters, to the Logger (built if need be) — unless

@@ -74,7 +74,7 @@ def main() -> None:
         accelerator="cpu",
         devices=2,
         strategy=DDPStrategy(timeout=PG_TIMEOUT),
-        enable_checkpointing=False,
+        default_root_dir=folder,  # the checkpoint: <folder>/rlmetrics/<run id>/checkpoints
         enable_progress_bar=False,
         enable_model_summary=False,
     )

@@ -373,7 +373,7 @@ def test_the_trainers_log_dir_is_its_root_dir_as_without_a_logger(tmp_path: Path
     trainer.fit(Toy(), _data())
     logger.finish()
     (checkpoint,) = tmp_path.glob("**/*.ckpt")
-    assert checkpoint.parent == tmp_path / "rlmetrics" / "version_0" / "checkpoints"
+    assert checkpoint.parent == tmp_path / "rlmetrics" / str(logger.version) / "checkpoints"
 
 
 # -- each stage's hyperparameters, each logger once ---------------------------------------------
@@ -436,3 +436,67 @@ def test_one_rlmetrics_logger_listed_twice_writes_each_row_once(tmp_path: Path) 
     every = list(read_jsonl(path, every_row=True))
     assert [row["step"] for row in every if "train_loss" in row.get("metrics", {})] == [0, 1]
     assert len([row for row in every if "hyperparams" in row]) == 1
+
+
+# -- the version: the run's id ---------------------------------------------------------------
+
+
+def _checkpointed_fit(
+    root: Path, logger: RLMetricsLogger, steps: int, ckpt_path: str | None = None
+) -> lightning.Trainer:
+    trainer = lightning.Trainer(
+        max_steps=steps,
+        logger=logger,
+        log_every_n_steps=1,
+        default_root_dir=root,
+        callbacks=[lightning.pytorch.callbacks.ModelCheckpoint(save_last=True)],
+        accelerator="cpu",
+        devices=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Toy(), _data(), ckpt_path=ckpt_path)
+    logger.finish()
+    return trainer
+
+
+def test_each_run_checkpoints_in_the_folder_of_its_run_id(tmp_path: Path) -> None:
+    """Lightning names a run's checkpoint folder by its first logger's ``name`` and
+    ``version``: its CSV and TensorBoard loggers take the next free ``version_N``, W&B and
+    MLflow the run's id. Before, the version was always 0, so every run in a root folder
+    checkpointed into ``rlmetrics/version_0/checkpoints`` (the second run's ``last.ckpt``
+    replaced the first's, and Lightning warned that the folder was not empty). Now the
+    version is the rlmetrics run's id, the id every row of the run carries."""
+    path = tmp_path / "metrics.jsonl"
+    first, second = (RLMetricsLogger(backends={"jsonl": {"path": path}}) for _ in range(2))
+    for logger in (first, second):
+        _checkpointed_fit(tmp_path, logger, steps=2)
+    runs = list(dict.fromkeys(row["run_id"] for row in read_jsonl(path)))
+    assert [first.version, second.version] == runs and len(set(runs)) == 2
+    for run_id in runs:
+        folder = tmp_path / "rlmetrics" / run_id / "checkpoints"
+        assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "last.ckpt"]
+
+
+def test_a_run_restarted_under_its_id_resumes_from_its_last_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted job that keeps its run id (a requeued SLURM job, the id in
+    ``OTEL_RESOURCE_ATTRIBUTES``) has the same version, so ``fit(ckpt_path="last")`` finds
+    the checkpoint its first attempt left, and the rows go on from its step."""
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "rlmetrics.run.id=run-7")
+    path = tmp_path / "metrics.jsonl"
+    _checkpointed_fit(tmp_path, RLMetricsLogger(backends={"jsonl": {"path": path}}), steps=2)
+    resumed = RLMetricsLogger(backends={"jsonl": {"path": path}})
+    trainer = _checkpointed_fit(tmp_path, resumed, steps=4, ckpt_path="last")
+    assert resumed.version == "run-7" and trainer.global_step == 4
+    rows = [row for row in read_jsonl(path) if "train_loss" in row["metrics"]]
+    assert [(row["run_id"], row["step"]) for row in rows] == [("run-7", s) for s in range(4)]
+
+
+def test_a_version_given_is_the_version(tmp_path: Path) -> None:
+    """``RLMetricsLogger(version=0)`` keeps one folder for every run (as before)."""
+    logger = RLMetricsLogger(backends={}, version=0)
+    _checkpointed_fit(tmp_path, logger, steps=1)
+    assert logger.version == 0
+    assert (tmp_path / "rlmetrics" / "version_0" / "checkpoints" / "last.ckpt").is_file()

@@ -69,6 +69,12 @@ def test_a_ddp_fit_on_two_processes_logs_one_merged_row_per_step(tmp_path: Path,
     assert {row["run_id"] for found in raw_rows.values() for row in found} == {
         row["run_id"] for row in tracker
     }
+    # The checkpoint folder is the run's (the logger's version: rank zero's id, taken by the
+    # Logger built later on every rank).
+    (run_id,) = {row["run_id"] for row in tracker}
+    assert [p.parent for p in tmp_path.glob("**/*.ckpt")] == [
+        tmp_path / "rlmetrics" / run_id / "checkpoints"
+    ]
     raw = {rank: {row["step"]: row["metrics"] for row in found} for rank, found in raw_rows.items()}
     for row in rows:
         step, merged = row["step"], row["metrics"]

@@ -88,7 +88,10 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         :class:`rlmetrics.KeyMap`); Lightning's keys are yours, so there is no default.
     :param prefix: the prefix every dict is logged under (``train``: the prefix the training
         scalars and key maps read).
-    :param name: / :param version: what Lightning shows for this logger.
+    :param name: / :param version: what Lightning shows for this logger, and the folder
+        its checkpoints go to (``<default_root_dir>/<name>/<version>/checkpoints``); the
+        version is the rlmetrics run's id unless given, so each run has a folder of its own
+        and a run restarted under its id finds its checkpoints (``fit(ckpt_path="last")``).
     :param ranks: ``"torch"`` merges every rank's values over the trainer's default process
         group (or a merger, :func:`rlmetrics.ranks.torch_distributed`); None (the default)
         logs rank zero's values only. A run on one process logs its values as they are. A
@@ -103,7 +106,7 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
         key_map: str | KeyMap | None = None,
         prefix: str = "train",
         name: str = "rlmetrics",
-        version: str | int = 0,
+        version: str | int | None = None,
         ranks: str | RankMerger | None = None,
     ) -> None:
         super().__init__()
@@ -125,7 +128,18 @@ class RLMetricsLogger(LightningLogger):  # type: ignore[misc]
 
     @property
     def version(self) -> str | int:
-        return self._version
+        """The ``version`` given, else the run's id (as W&B's and MLflow's Lightning loggers
+        say theirs), known before the Logger is built: Lightning names the checkpoint folder
+        before the first step. On a rank whose Logger takes rank 0's id it is only that
+        rank's guess (Lightning takes rank zero's folder)."""
+        if self._version is not None:
+            return self._version
+        run_id = self._run_id()
+        return 0 if run_id is None else run_id  # (None: it failed, and said so)
+
+    @guarded(_ADAPTER, "version")
+    def _run_id(self) -> str | None:
+        return self.logs.run_id(reserve=getattr(rank_zero_only, "rank", 0) == 0)
 
     @property
     def save_dir(self) -> str | None:
