@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,23 @@ def test_every_option_has_help() -> None:
         assert command.HELP and sub.description
         for action in sub._actions:
             assert action.help, f"rlmetrics {command.NAME} {action.option_strings} has no help"
+
+
+def test_every_option_a_command_names_in_its_help_is_its_own() -> None:
+    # `rlmetrics stack --help` shares `--set` with `rlmetrics alerts`, whose help pointed at
+    # `--list`, an option stack does not have ("unrecognized arguments").
+    top = parser()
+    subparsers = next(a for a in top._actions if a.dest == "command")
+    for command in COMMANDS:
+        sub = subparsers.choices[command.NAME]  # type: ignore[attr-defined]
+        own = {option for action in sub._actions for option in action.option_strings}
+        # Another command's options are named with it (`rlmetrics alerts --list`);
+        # `--web.enable-lifecycle` is Prometheus' flag, not an option of ours.
+        text = re.sub(
+            r"rlmetrics\s+(?!" + command.NAME + r"\b)[a-z]+(\s+--[a-z-]+)+", "", sub.format_help()
+        )
+        named = set(re.findall(r"(?<![\w.-])(--[a-z][a-z0-9-]*)(?![\w.-])", text))
+        assert named <= own, f"rlmetrics {command.NAME} --help names {sorted(named - own)}"
 
 
 def test_json_and_markdown_are_mutually_exclusive() -> None:

@@ -69,7 +69,7 @@ def add_settings(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a threshold (repeatable; --list shows them with their defaults)",
+        help="a threshold (repeatable; `rlmetrics alerts --list` shows them with their defaults)",
     )
 
 
