@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
@@ -532,3 +534,71 @@ def test_backends_are_chosen_by_name_as_exporters_are(
         logger.log_metrics({"loss": 1.0}, step=1)
     assert list(logger.backends) == ["jsonl"]
     assert [row["metrics"] for row in read_jsonl(tmp_path / "rlmetrics.jsonl")] == [{"loss": 1.0}]
+
+
+#: Every setting an environment variable gives as one of a few words: the variable, the table
+#: and setting it gives, and each word with the value it reads as.
+_WORD_VARIABLES = [
+    ("RLMETRICS_UNKNOWN_KEYS", "logger", "unknown_keys", {"warn": "warn", "error": "error"}),
+    ("RLMETRICS_STRICT", "telemetry", "strict", {"true": True, "off": False, "yes": True}),
+    ("OTEL_TRACES_EXPORTER", "telemetry", "traces", {"none": False, "otlp": True}),
+    ("RLMETRICS_NAMING", "telemetry", "naming", {"rl_proposal": "rl_proposal"}),
+    ("RLMETRICS_KEY_MAP", "logger", "key_map", {"trl": "trl", "openrlhf": "openrlhf"}),
+]
+
+
+@given(
+    case=st.sampled_from(
+        [
+            (v, t, s, word, read)
+            for v, t, s, words in _WORD_VARIABLES
+            for word, read in words.items()
+        ]
+    ),
+    upper=st.lists(st.booleans(), min_size=11, max_size=11),
+)
+def test_a_word_a_variable_gives_is_read_whatever_its_case(
+    case: tuple[str, str, str, str, Any], upper: list[bool]
+) -> None:
+    """Before: RLMETRICS_UNKNOWN_KEYS=WARN was warn, but RLMETRICS_NAMING=RL_PROPOSAL and
+    RLMETRICS_KEY_MAP=TRL were refused by start() and Logger() (and `rlmetrics config` let
+    a misspelt naming through). A variable's word is read in any case, as OpenTelemetry
+    reads its own (the spec: enum values are case-insensitive)."""
+    from rlmetrics.cli.config import check
+
+    variable, table, name, word, read = case
+    upper = upper[: len(word)]
+    spelled = "".join(ch.upper() if up else ch for ch, up in zip(word, upper, strict=True))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("RLMETRICS_CONFIG", raising=False)
+        patch.setenv(variable, spelled)
+        assert check()[1][table][name] == (read, variable)
+
+
+def test_a_naming_or_key_map_variable_in_capitals_reaches_start_and_the_logger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLMETRICS_NAMING", "RL_PROPOSAL")
+    monkeypatch.setenv("RLMETRICS_KEY_MAP", "TRL")
+    path = tmp_path / "m.jsonl"
+    with rlmetrics.start() as handle:
+        assert handle.settings["naming"] == ("rl_proposal", "RLMETRICS_NAMING")
+        with rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}) as logger:
+            assert logger.settings["key_map"] == ("trl", "RLMETRICS_KEY_MAP")
+            logger.log_metrics({"loss": 0.5}, step=1)
+    assert [row["metrics"] for row in read_jsonl(path)] == [{"loss": 0.5}]
+
+
+def test_the_config_command_refuses_a_naming_start_refuses(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Before: `rlmetrics config` showed RLMETRICS_NAMING=rl-proposal and exited 0; start()
+    then refused it."""
+    from rlmetrics.cli import main
+
+    monkeypatch.delenv("RLMETRICS_CONFIG", raising=False)
+    monkeypatch.setenv("RLMETRICS_NAMING", "rl-proposal")
+    _raises(rlmetrics.start, "naming must be one of", "(from RLMETRICS_NAMING)")
+    assert main(["config"]) == 2
+    said = capsys.readouterr().err
+    assert "naming must be one of" in said and "RLMETRICS_NAMING" in said, said

@@ -92,6 +92,7 @@ __all__ = [
     "source_of",
     "configured",
     "declare_options",
+    "in_any_case",
     "declared_options",
     "from_source",
     "named_choice",
@@ -678,6 +679,28 @@ SETTING_VARIABLES: dict[str, dict[str, str]] = {
 }
 _ON = frozenset({"1", "true", "yes", "on"})
 _OFF = frozenset({"0", "false", "no", "off"})
+
+
+_SETTING_VARIABLE_NAMES = frozenset(
+    v for table in SETTING_VARIABLES.values() for v in table.values()
+)
+
+
+def in_any_case(setting: tuple[Any, str], choices: Callable[[], Iterable[str]]) -> tuple[Any, str]:
+    """``setting`` (``(value, source)``) with its value spelled as the one of ``choices`` it
+    names whatever its case, when an environment variable gave it: OpenTelemetry reads its
+    enum variables so, and ``RLMETRICS_UNKNOWN_KEYS=WARN`` was read as warn while
+    ``RLMETRICS_NAMING=RL_PROPOSAL`` was refused. ``choices`` (the names plugins register) is
+    asked only then. A value from the call or the file, or one that names no choice or
+    several, is kept as given (and refused where it is checked)."""
+    value, source = setting
+    if source not in _SETTING_VARIABLE_NAMES or not isinstance(value, str):
+        return setting
+    known = list(choices())
+    if value in known:
+        return setting
+    named = [choice for choice in known if choice.casefold() == value.casefold()]
+    return (named[0], source) if len(named) == 1 else setting
 
 
 def _setting_from_env(name: str, variable: str, file: Mapping[str, Any]) -> Any:

@@ -49,6 +49,7 @@ from .configuration import (
     choose,
     configured,
     from_source,
+    in_any_case,
     named_choice,
     resolve,
     suggest,
@@ -65,7 +66,7 @@ from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
 from .hyperparams import to_hyperparams
 from .identity import RESUME_ID_SOURCES, RunIdentity, launcher_run_id, new_run_id
-from .keymaps import KeyMap, KeyMapper, resolve_key_map
+from .keymaps import KeyMap, KeyMapper, available_key_maps, resolve_key_map
 from .known_keys import KeyChecker
 from .plugins import check_plugin_lists, get_plugins, hooks
 from .ranks import EFFICIENCY_STREAM, Ranks, resolve_ranks
@@ -242,6 +243,8 @@ class Logger:
             },
             SETTING_DEFAULTS,
         )
+        # RLMETRICS_KEY_MAP=TRL names the trl map, as RLMETRICS_UNKNOWN_KEYS=WARN is warn.
+        self.settings["key_map"] = in_any_case(self.settings["key_map"], available_key_maps)
         value = {name: found[0] for name, found in self.settings.items()}
         # The settings that can be mistakes are checked before strict mode is held: a Logger
         # that raises here leaves nothing held.

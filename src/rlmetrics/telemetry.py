@@ -458,6 +458,7 @@ def start(
         choose,
         configured,
         from_source,
+        in_any_case,
         resolve,
     )
     from .plugins import installed_names
@@ -556,11 +557,9 @@ def start(
         loaded = load_plugins(plugins, disable_plugins)
         warn_unknown_variables(loaded)  # a misspelt RLMETRICS_* variable does nothing
         # A profile is registered by the family that declares its series, loaded just now.
-        if naming not in _naming.names():
-            raise ConfigurationError(
-                f"naming must be one of {_naming.names()}, got {naming!r}"
-                + from_source(None if naming_source == CALL else naming_source)
-            )
+        settings["naming"] = in_any_case(settings["naming"], _naming.names)
+        naming = settings["naming"][0]
+        check_naming(naming, naming_source)
         profile = _naming.build(naming)
         from .exporters import available_exporters
 
@@ -633,6 +632,17 @@ def start(
             handle._release_strict()
         raise
     return handle
+
+
+def check_naming(naming: Any, source: str) -> None:
+    """Refuse, naming its ``source``, a ``naming`` no loaded family registers a profile for."""
+    from .configuration import CALL, ConfigurationError, from_source
+
+    if naming not in _naming.names():
+        raise ConfigurationError(
+            f"naming must be one of {_naming.names()}, got {naming!r}"
+            + from_source(None if source == CALL else source)
+        )
 
 
 def _under_the_environment(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -22,6 +22,7 @@ from ..configuration import (
     check_plugin_names,
     configured,
     from_source,
+    in_any_case,
     resolve,
 )
 from ..identity import RESUME_ID_SOURCES, launcher_run_id
@@ -44,9 +45,11 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
     when a call gives none of them; raises what ``start()`` or ``Logger()`` would."""
     from ..backends import available_backends
     from ..exporters import available_exporters
-    from ..keymaps import resolve_key_map
+    from ..keymaps import available_key_maps, resolve_key_map
     from ..logger import SETTING_DEFAULTS as LOGGER_DEFAULTS
     from ..telemetry import SETTING_DEFAULTS as TELEMETRY_DEFAULTS
+    from ..telemetry import check_naming
+    from ..tracing import naming as _naming
 
     plugins = load_plugins(quiet=True)
     exporters = available_exporters(plugins)
@@ -66,6 +69,9 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
         if names is not None and source not in (CALL, DEFAULT):
             check_plugin_names(names, source, installed_names())
     check_overrides()
+    telemetry["naming"] = in_any_case(telemetry["naming"], _naming.names)
+    check_naming(*telemetry["naming"])
+    logger["key_map"] = in_any_case(logger["key_map"], lambda: available_key_maps(plugins))
     key_map, source = logger["key_map"]
     if key_map is not None:
         try:
