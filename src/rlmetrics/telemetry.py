@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import functools
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,6 +30,7 @@ from ._warn import (
     release_strict,
     warn_once,
 )
+from .backends import exit_status
 from .identity import RESUME_ID_SOURCES, RUN_ID_ATTR, launcher_run_id
 from .plugins import check_plugin_lists, hooks, load_plugins
 from .registry import MetricRegistry, default_registry
@@ -356,10 +356,12 @@ def _shutdown_at_exit() -> None:
     if handle is None:
         return
     try:
-        # nobody is left to raise into; an exception nothing caught ended the process
-        # (sys.last_value): the run failed
-        failure = getattr(sys, "last_value", None)
-        handle._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S, clean=_ended_cleanly(failure))
+        # nobody is left to raise into; an exception nothing caught ended the process (not
+        # an interactive session's earlier error, a notebook cell's), or a failing sys.exit
+        # status (a SIGTERM handler's 143), as with a block's: the run failed
+        failure = exit_status.uncaught_exception()
+        clean = _ended_cleanly(failure) and not exit_status.exit_failed()
+        handle._shutdown(DEFAULT_SHUTDOWN_TIMEOUT_S, clean=clean)
     except Exception:
         warn_once("telemetry:exit", "rlmetrics: shutting telemetry down at exit failed")
     except BaseException as exc:
@@ -624,6 +626,7 @@ def start(
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
+        exit_status.watch()  # a sys.exit(3) at the end is a failed run's end, not a clean one
     hooks().telemetry_started(handle)
     try:
         raise_if_strict()  # a plugin that did not load, a hook that raised

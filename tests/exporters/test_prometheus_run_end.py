@@ -10,12 +10,13 @@ import re
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 import rlmetrics
 from rlmetrics.telemetry import _ended_cleanly
-from rlmetrics.testing import wait_until
+from rlmetrics.testing import run_to_exit, wait_until
 
 
 def _scrape(address: tuple[str, int], prometheus: bool = True) -> str | None:
@@ -117,3 +118,82 @@ def test_a_run_ended_by_an_exception_never_says_it_ended() -> None:
 )
 def test_which_ends_are_clean(exc: BaseException | None, clean: bool) -> None:
     assert _ended_cleanly(exc) is clean
+
+
+_EXIT_SCRIPT = """
+import os, signal, sys, threading, time, types, urllib.request
+import rlmetrics
+
+how, out = sys.argv[1:3]
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+telemetry = rlmetrics.start(run_id="exits", exporters=["prometheus"], prometheus_port=0)
+host, port = telemetry.prometheus_address
+
+
+def scrape():
+    # Prometheus' own scrape (its timeout header), until the endpoint is gone; each body's
+    # end marker noted on a line of its own.
+    url = f"http://{host}:{port}/metrics"
+    for _ in range(6000):
+        request = urllib.request.Request(url, headers={"X-Prometheus-Scrape-Timeout-Seconds": "5"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                body = response.read().decode()
+        except OSError:
+            return
+        with open(out, "a") as f:
+            f.write("ended\\n" if "rlmetrics_run_ended 1.0" in body else "running\\n")
+        time.sleep(0.05)
+
+
+threading.Thread(target=scrape, daemon=True).start()
+for _ in range(6000):  # the first scrape, so the end waits for a last one
+    if os.path.exists(out):
+        break
+    time.sleep(0.01)
+if how == "notebook":
+    # What a Jupyter kernel holds after a cell that raised and was shown, the user going on:
+    # IPython's shell, and the error in sys.last_value (sys.last_exc from 3.12).
+    ipython = types.ModuleType("IPython")
+    ipython.get_ipython = lambda: object()
+    sys.modules["IPython"] = ipython
+    try:
+        1 / 0
+    except ZeroDivisionError as error:
+        sys.last_type, sys.last_value, sys.last_traceback = type(error), error, error.__traceback__
+        sys.last_exc = error
+elif how == "exit":
+    sys.exit(3)
+elif how == "raise":
+    raise RuntimeError("the loop died")
+elif how == "sigterm":
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.01)
+"""
+
+#: How the script ends: its status, and whether the endpoint says the run ended.
+_EXITS = {
+    "end": (0, True),
+    "notebook": (0, True),
+    "exit": (3, False),
+    "raise": (1, False),
+    "sigterm": (143, False),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_EXITS))
+def test_the_end_served_at_exit_follows_how_the_process_ends(how: str, tmp_path: Path) -> None:
+    # A notebook's earlier error (sys.last_value, long gone) made a run that went on and
+    # finished count as failed: its end was never served and RLMetricsEndpointDown paged.
+    # sys.exit(3) and a SIGTERM handler's sys.exit(143) were a clean end here while the
+    # trackers (and a with block) count them as failed.
+    out = tmp_path / "scrapes.txt"
+    status, err = run_to_exit(
+        _EXIT_SCRIPT, (how, str(out)), sigterm_when_ready=how == "sigterm", timeout_s=120
+    )
+    expected_status, ended = _EXITS[how]
+    assert status == expected_status, err
+    scrapes = out.read_text().split()
+    assert scrapes[0] == "running", err
+    assert ("ended" in scrapes) is ended, (scrapes[-3:], err)

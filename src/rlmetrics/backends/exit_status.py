@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["as_status", "exit_failed", "exit_status", "watch"]
+__all__ = ["as_status", "exit_failed", "exit_status", "interactive", "uncaught_exception", "watch"]
 
 #: The status the main thread last asked ``sys.exit`` for; None when it has not.
 _status: int | None = None
@@ -90,5 +90,32 @@ def exit_status() -> int | None:
 
 
 def exit_failed() -> bool:
-    """Whether ``sys.exit`` was asked, on the main thread, for a nonzero status."""
-    return bool(_status)
+    """Whether ``sys.exit`` was asked, on the main thread, for a nonzero status; never in an
+    interactive session (:func:`interactive`), which outlives one."""
+    return bool(_status) and not interactive()
+
+
+def uncaught_exception() -> BaseException | None:
+    """The exception the interpreter is exiting on, which it printed and kept in
+    ``sys.last_exc`` (``sys.last_value`` before 3.12); None when there is none, and in an
+    interactive session (:func:`interactive`), where an earlier error the user went on from
+    (a notebook cell's) is kept there too."""
+    if interactive():
+        return None
+    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return error if isinstance(error, BaseException) else None
+
+
+def interactive() -> bool:
+    """Whether this is an interactive session: ``python -i``, the REPL, IPython or a Jupyter
+    kernel. It outlives the errors and the ``SystemExit`` statuses shown in it."""
+    return bool(sys.flags.interactive) or hasattr(sys, "ps1") or _in_ipython()
+
+
+def _in_ipython() -> bool:
+    """Whether an IPython shell (a notebook's kernel included) runs in this process."""
+    ipython = sys.modules.get("IPython")
+    try:
+        return ipython is not None and ipython.get_ipython() is not None
+    except Exception:
+        return False

@@ -291,31 +291,14 @@ def exits_failed() -> bool:
     """Whether the interpreter is exiting as a failed run: on an uncaught exception
     (:func:`ended_by_exception`) or with a nonzero status asked of ``sys.exit`` (a SIGTERM
     handler's ``sys.exit(143)``). Not in an interactive session, which outlives both."""
-    return ended_by_exception() or (not _interactive() and exit_status.exit_failed())
+    return ended_by_exception() or exit_status.exit_failed()
 
 
 def ended_by_exception() -> bool:
-    """Whether the interpreter is exiting on an uncaught exception: Python keeps the one it
-    printed in ``sys.last_exc`` (``sys.last_value`` before 3.12). Not in an interactive session
-    (``python -i``, the REPL, IPython or a Jupyter kernel), where an earlier error the user went
-    on from is kept there too."""
-    if _interactive():
-        return False
-    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    return isinstance(error, BaseException) and not isinstance(error, SystemExit)
-
-
-def _interactive() -> bool:
-    return bool(sys.flags.interactive) or hasattr(sys, "ps1") or _in_ipython()
-
-
-def _in_ipython() -> bool:
-    """Whether an IPython shell (a notebook's kernel included) runs in this process."""
-    ipython = sys.modules.get("IPython")
-    try:
-        return ipython is not None and ipython.get_ipython() is not None
-    except Exception:
-        return False
+    """Whether the interpreter is exiting on an uncaught exception
+    (:func:`.exit_status.uncaught_exception`; never in an interactive session)."""
+    error = exit_status.uncaught_exception()
+    return error is not None and not isinstance(error, SystemExit)
 
 
 class InlineBackend:
