@@ -335,3 +335,18 @@ def test_telemetry_started_after_the_id_was_told_names_the_run() -> None:
         logs.finish()
     (run,) = Recorder.made
     assert run.finished == 1
+
+
+def test_one_configuration_in_another_order_is_logged_once() -> None:
+    """Trainers hand the configuration again at each stage, rebuilt (Lightning's hparams,
+    Accelerate's ``init_trackers``): the same keys in another order, a set built in another
+    order (``{8, 0}`` iterates 8, 0 or 0, 8 as it was built), is the same configuration and
+    logged once; a changed value is logged."""
+    logs = AdapterLogger(backends={"recorder": {}}, adapter="toy")
+    logs.log_hyperparams({"lr": 0.1, "ids": set([8, 0]), "model": {"a": 1, "b": 2}})
+    logs.log_hyperparams({"model": {"b": 2, "a": 1}, "ids": set([0, 8]), "lr": 0.1})
+    logs.log_hyperparams({"lr": 0.2, "ids": {0, 8}, "model": {"a": 1, "b": 2}})
+    logs.finish()
+    (run,) = Recorder.made
+    assert [params["lr"] for params in run.hyperparams] == [0.1, 0.2]
+    assert run.hyperparams[0]["ids"] == [0, 8]

@@ -176,3 +176,33 @@ def test_a_huge_array_converts_only_the_elements_it_keeps(caplog: Any) -> None:
     assert params["embedding"] == [0.5] * MAX_HYPERPARAMS
     assert max(converted) <= MAX_HYPERPARAMS + 1
     assert f"more than {MAX_HYPERPARAMS} elements" in caplog.text
+
+
+# -- a set's order is no part of the configuration -----------------------------------------------
+
+
+_SET_ITEMS = st.lists(
+    st.one_of(st.integers(-20, 20), st.text(max_size=3), st.floats(), st.none(), st.booleans()),
+    unique_by=lambda item: "nan" if item != item else item,  # no two a set would merge
+    max_size=8,
+)
+
+
+@given(_SET_ITEMS)
+def test_a_set_is_the_same_hyperparameter_whatever_order_it_was_built_in(items: list[Any]) -> None:
+    """A set iterates in an order its insertion order and the process's string hashing decide
+    (``set([8, 0])`` iterates 8, 0 and ``set([0, 8])`` 0, 8; a set of names differs between
+    two runs of one script). Before, it was logged as a list in that order, so one
+    configuration read as two: an adapter logged it again, and a resumed run's MLflow params
+    "already had another value". Now a set's elements are in one order (numbers by value)."""
+    built, reversed_ = set(items), set(reversed(items))  # (equal items merge alike both ways)
+    params = to_hyperparams({"tags": built, "frozen": frozenset(built)})
+    assert params == to_hyperparams({"tags": reversed_, "frozen": frozenset(reversed_)})
+    assert params["tags"] == params["frozen"]
+
+
+def test_a_sets_numbers_are_in_order_and_a_set_of_tuples_too() -> None:
+    assert to_hyperparams({"ids": {8, 0, 3}, "pairs": {(8, 0), (0, 8)}}) == {
+        "ids": [0, 3, 8],
+        "pairs": [[0, 8], [8, 0]],
+    }

@@ -11,6 +11,8 @@ A value under a key that names a secret (``hub_token``, ``wandb_api_key``, ``pas
 :mod:`rlmetrics.redaction`) is ``"<redacted>"``, its key kept. Text UTF-8 cannot hold and ints
 too long to print are replaced (:mod:`rlmetrics.storable`), each costing only itself. A list
 of plain values (an array) is one value, kept to its first :data:`MAX_HYPERPARAMS` elements.
+A set is a list in one order (numbers by value), whatever order it was built in: one
+configuration is one set of values however it was assembled.
 
 Nothing here raises. A value that is not plain becomes its ``str()`` (a ``Path``, a class, a
 function), said once; a cycle is cut; nesting stops at 32 levels; at most
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -174,6 +177,15 @@ class _Walk:
         return out
 
     def sequence(self, items: Any, path: str, depth: int) -> Any:
+        converted = self.elements(items, path, depth)
+        if isinstance(items, (set, frozenset)) and type(converted) is list:
+            # A set's iteration order is its insertion order's and the process's string
+            # hashing's: one set would be two configurations (an adapter logging it again, a
+            # resumed run's MLflow param "changed"). Its elements go in one order.
+            converted.sort(key=_set_order)
+        return converted
+
+    def elements(self, items: Any, path: str, depth: int) -> Any:
         try:
             elements = list(items)
         except Exception:
@@ -196,6 +208,15 @@ class _Walk:
                 break
             out.append(converted)
         return out
+
+
+def _set_order(element: Any) -> tuple[int, float | int, str]:
+    """Where a set's (converted) element goes: numbers by value, then everything else (None,
+    bools, text, NaN, lists, dicts) by its type and JSON text, so any elements compare."""
+    if type(element) in (int, float) and element == element:
+        return (0, element, "")
+    text = json.dumps(element, sort_keys=True, default=str)
+    return (1, 0, f"{type(element).__name__}:{text}")
 
 
 def to_hyperparams(config: Any, redact: Redaction = DEFAULT_REDACTION) -> dict[str, Any]:
