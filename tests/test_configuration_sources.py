@@ -602,3 +602,37 @@ def test_the_config_command_refuses_a_naming_start_refuses(
     assert main(["config"]) == 2
     said = capsys.readouterr().err
     assert "naming must be one of" in said and "RLMETRICS_NAMING" in said, said
+
+
+@pytest.mark.parametrize("where", ["file", "variable"])
+def test_a_path_configured_under_home_is_under_home(
+    config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, where: str
+) -> None:
+    """Before: ``[backends.jsonl] path = "~/runs/m.jsonl"`` (or the option's variable, set
+    where no shell expands it: a container's ENV, a launcher's env table) wrote a folder named
+    ``~`` in the working directory, and the run's rows were not where the user looked. A path
+    the file or a variable gives takes ``~`` as the home folder, as a shell would."""
+    from rlmetrics.cli import main
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    if where == "file":
+        config("[backends.jsonl]\npath = '~/runs/m.jsonl'\n\n[exporters.otlp_file]\npath = '~/o'\n")
+        # The file itself named under home, as a container's ENV gives it.
+        (tmp_path / "rlmetrics.toml").rename(home / "rlmetrics.toml")
+        monkeypatch.setenv("RLMETRICS_CONFIG", "~/rlmetrics.toml")
+    else:
+        config("[exporters.otlp_file]\n")
+        monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PATH", "~/runs/m.jsonl")
+        monkeypatch.setenv("RLMETRICS_EXPORTER_OTLP_FILE_PATH", "~/o")
+    assert main(["config"]) == 0
+    shown = capsys.readouterr().out
+    assert f"jsonl.path = {str(home / 'runs' / 'm.jsonl')!r}" in shown, shown
+    assert f"otlp_file.path = {str(home / 'o')!r}" in shown, shown
+    with rlmetrics.Logger() as logger:
+        logger.log_metrics({"loss": 0.5}, step=1, prefix="train")
+    assert [row["metrics"] for row in read_jsonl(home / "runs" / "m.jsonl")] == [{"loss": 0.5}]
+    assert not (work / "~").exists()

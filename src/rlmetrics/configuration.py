@@ -752,7 +752,8 @@ def configured(
     name; given as ``{name: (plugin, factory)}``, each chosen one's options are checked
     against its factory too (:func:`check_options`). Without them, that kind's variables are
     not read (the file's choice is given as it is)."""
-    path = os.environ.get(CONFIG_ENV, "").strip()
+    # ``~`` as a shell would take it: a container's ENV or a launcher's env table does not.
+    path = os.path.expanduser(os.environ.get(CONFIG_ENV, "").strip())
     base = read_file(path) if path else Configured()
     tables: dict[str, dict[str, tuple[Any, str]]] = {
         "telemetry": dict(base.telemetry),
@@ -833,6 +834,7 @@ def _with_environment(
     for name, found in (table or {}).items():
         _check(kind, name, factories.get(name), found, provided)
         _yield_to_variables(factories.get(name), found, prefix)
+        _under_home(factories.get(name), found)
     return table, source
 
 
@@ -850,6 +852,18 @@ def _as_text_where_taken(factory: Any, given: dict[str, tuple[Any, str]]) -> Non
             continue
         if kind.problem(value) is not None:
             given[option] = (text, variable)
+
+
+def _under_home(factory: Any, found: dict[str, tuple[Any, str]]) -> None:
+    """A path option the file or a variable gives with a leading ``~`` (``~/runs``) under the
+    home folder, as a shell would have put it: nothing expands it there (TOML, a container's
+    ``ENV``), and the run wrote into a folder named ``~`` in the working directory."""
+    if isinstance(factory, tuple) and len(factory) == 2:
+        factory = factory[1]
+    for option, kind in declared_options(factory).items():
+        value, source = found.get(option, (None, ""))
+        if kind.what == PATH.what and isinstance(value, str) and value.startswith("~"):
+            found[option] = (os.path.expanduser(value), source)
 
 
 def _yield_to_variables(factory: Any, found: dict[str, tuple[Any, str]], prefix: str) -> None:
