@@ -23,14 +23,16 @@ import statistics
 import time
 import urllib.error
 import urllib.request
-from array import array
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backends.jsonl import HYPERPARAMS_KIND, RESUME_KIND, SkippedLines, named_lines, read_jsonl
 from .liveness import MEDIAN_WINDOW, StallRule
+
+if TYPE_CHECKING:
+    from .report.regressions import StepTimes
 
 __all__ = ["SCHEMA", "QueryError", "run_state", "select"]
 
@@ -68,28 +70,41 @@ def run_state(
     if not path.is_file():
         raise QueryError(f"{path}: not a regular file (give the run's JSONL, as Logger wrote it)")
     # The report's rules for a run's rows and for a file that holds none.
-    from .report.runs import DamagedRows, not_a_run_problem, run_rows
+    from .report.runs import DamagedRows, RowCensus, run_row_problem
 
-    skipped, damaged = SkippedLines(), DamagedRows()
+    skipped, damaged, census = SkippedLines(), DamagedRows(), RowCensus()
+    # The rows are taken as they are read, never held: a run of 10^5 steps is 100 MB of
+    # JSONL and was 500 MB of rows. Kept is what the answer says of one run: the one ``run``
+    # names, else the run whose id appeared last (a run first seen later takes its place).
+    run_ids: dict[str, None] = {}
+    facts, wanted = _RunFacts(), run
     try:
-        lines = array("q")  # each row's line, for the damaged ones' names
-        read = list(read_jsonl(path, every_row=True, skipped=skipped, lines=lines))
+        line: deque[int] = deque(maxlen=1)  # the row's line, to name a damaged one
+        for row in read_jsonl(path, every_row=True, skipped=skipped, lines=line):
+            census.add(row)
+            problem = run_row_problem(row)
+            if problem is not None:
+                damaged.add(problem, line[-1])
+                continue
+            run_id = row.get("run_id")
+            if run_id is not None and run_id not in run_ids:
+                run_ids[run_id] = None
+                if run is None:
+                    facts, wanted = _RunFacts(), run_id
+            if run_id == wanted:
+                facts.add(row)
     except (OSError, ValueError) as exc:
         raise QueryError(f"{path}: cannot be read: {exc}") from None
     # A traces, samples or empty file is a mistake in the question, not a run of no step
     # (judged before damaged rows are left out, as the report judges it).
-    problem = not_a_run_problem(path, read, skipped)
+    problem = census.problem(path, skipped)
     if problem is not None:
         raise QueryError(problem)
-    rows = run_rows(read, damaged, lines)
-    run_ids = list(dict.fromkeys(r.get("run_id") for r in rows if r.get("run_id") is not None))
     if run is not None and run not in run_ids:
-        raise QueryError(f"{path} has no run {run!r}; its runs: {run_ids}")
-    chosen = run if run is not None else (run_ids[-1] if run_ids else None)
-    mine = [r for r in rows if r.get("run_id") == chosen]
-    metric_rows = [r for r in mine if "kind" not in r and isinstance(r.get("metrics"), dict)]
+        raise QueryError(f"{path} has no run {run!r}; its runs: {list(run_ids)}")
+    chosen = wanted
     now = time.time() if now is None else now
-    steps, stalls, stalled_now = _steps(metric_rows, now, rule or StallRule())
+    steps, stalls, stalled_now = _steps(facts.first_seen, now, rule or StallRule())
     answer: dict[str, Any] = {
         "schema": SCHEMA,
         "source": {
@@ -100,17 +115,17 @@ def run_state(
         },
         "run": {
             "run_id": chosen,
-            "runs_in_file": run_ids,
-            "resumed": any(r.get("kind") == RESUME_KIND for r in mine),
-            "hyperparams": _hyperparams(mine),
+            "runs_in_file": list(run_ids),
+            "resumed": facts.resumed,
+            "hyperparams": facts.hyperparams or None,
         },
         "steps": steps,
         "stalls": stalls[-MAX_STALLS:],
         "stalled_now": stalled_now,
-        "last_values": _last_values(metric_rows),
+        "last_values": dict(sorted(facts.last_values.items())),
         "slowest_phases": [],
         "traces_other_runs": 0,
-        "regressions": _regressions(metric_rows),
+        "regressions": _regressions(facts.step_times),
         "alerts": None,
         "alerts_error": None,
         "findings": [],
@@ -149,20 +164,9 @@ def _number(value: Any) -> float | None:
 
 
 def _steps(
-    rows: Sequence[Mapping[str, Any]], now: float, rule: StallRule
+    first_seen: Mapping[int, float], now: float, rule: StallRule
 ) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
-    """When each trainer step first arrived, and what that says about the pace."""
-    # /health's rule, not a copy of it (imported here: importing a family declares its
-    # series, which reading a file must not do first).
-    from .families.liveness import is_trainer_step
-
-    first_seen: dict[int, float] = {}
-    for row in rows:
-        step, at = row.get("step"), _number(row.get("time"))
-        if type(step) is not int or at is None or step in first_seen:
-            continue
-        if is_trainer_step(row["metrics"], str(row.get("prefix") or "")):
-            first_seen[step] = at
+    """What the times each trainer step first arrived at say about the pace."""
     ordered = sorted(first_seen.items())
     times = [t for _, t in ordered]
     # A step that arrived before the one below it (a clock step back) counts as no wait.
@@ -219,33 +223,59 @@ def _trend(intervals: Sequence[float]) -> str | None:
     return "steady"
 
 
-def _hyperparams(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    merged: dict[str, Any] = {}
-    for row in rows:
-        if row.get("kind") == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):
-            merged.update(row["hyperparams"])
-    return merged or None
+class _RunFacts:
+    """What the answer says of one run, taken row by row (in the order written): when each
+    trainer step first arrived, whether it was resumed, its configuration, the newest value of
+    each key, and what its step-time regressions are judged on."""
 
+    def __init__(self) -> None:
+        from .report.regressions import StepTimes  # the report's judgement, as it is
 
-def _last_values(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The newest number of every logged key (``prefix/key``), with its step."""
-    latest: dict[str, dict[str, Any]] = {}
-    for row in rows:
+        self.first_seen: dict[int, float] = {}
+        self.resumed = False
+        self.hyperparams: dict[str, Any] = {}
+        #: ``prefix/key``: its newest number and step, the newest last; at most MAX_VALUES.
+        self.last_values: dict[str, dict[str, Any]] = {}
+        self.step_times = StepTimes()
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        kind = row.get("kind")
+        if kind == RESUME_KIND:
+            self.resumed = True
+        elif kind == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):
+            self.hyperparams.update(row["hyperparams"])
+        if "kind" in row or not isinstance(row.get("metrics"), dict):
+            return
+        self._first_seen(row)
+        self._last_values(row)
+        self.step_times.add(row)
+
+    def _first_seen(self, row: Mapping[str, Any]) -> None:
+        # /health's rule, not a copy of it (imported here: importing a family declares its
+        # series, which reading a file must not do first).
+        from .families.liveness import is_trainer_step
+
+        step, at = row.get("step"), _number(row.get("time"))
+        if type(step) is not int or at is None or step in self.first_seen:
+            return
+        if is_trainer_step(row["metrics"], str(row.get("prefix") or "")):
+            self.first_seen[step] = at
+
+    def _last_values(self, row: Mapping[str, Any]) -> None:
         prefix, step = row.get("prefix") or "", row.get("step")
+        latest = self.last_values
         for key, value in row["metrics"].items():
             number = _number(value)
             if number is not None:
                 name = f"{prefix}/{key}" if prefix else str(key)
                 latest.pop(name, None)  # newest last, so the cap keeps the newest keys
                 latest[name] = {"step": step if type(step) is int else None, "value": value}
-    items = list(latest.items())[-MAX_VALUES:]
-    return dict(sorted(items))
+                if len(latest) > MAX_VALUES:  # the oldest is older than the MAX_VALUES kept
+                    del latest[next(iter(latest))]
 
 
-def _regressions(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    from .report.regressions import find_regressions  # the report's judgement, as it is
-
-    report = find_regressions(rows).as_dict()
+def _regressions(taken: StepTimes) -> dict[str, Any]:
+    report = taken.judge().as_dict()
     return {
         "status": report["status"],
         "reason": report["reason"],

@@ -18,6 +18,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from stack_support import Run, Stack
 from tools_support import not_run_files, run_cli
+from whole_file_reference import jsonl_files, whole_file_state
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
@@ -301,3 +302,21 @@ def test_steps_are_counted_by_the_rule_health_applies(tmp_path: Path) -> None:
                 logger.log_rollout_checkpoint(CheckpointSave({"total_save_seconds": 2.0}))
     steps = run_state(path)["steps"]
     assert (steps["count"], steps["first"], steps["last"]) == (3, 1, 3)
+
+
+@given(text=jsonl_files(), run=st.sampled_from([None, "a", "b", "zz"]))
+def test_the_streamed_answer_is_the_answer_of_the_whole_file(
+    tmp_path_factory: pytest.TempPathFactory, text: str, run: str | None
+) -> None:
+    """``query`` takes a run's rows as it reads them (a run of 10^5 steps held 500 MB of rows
+    in memory); what it answers is what it answered from a list of every row."""
+    path = tmp_path_factory.mktemp("streamed") / "metrics.jsonl"
+    path.write_text(text)
+    expected = whole_file_state(path, run=run, now=5000.0)
+    try:
+        answer = run_state(path, run=run, now=5000.0)
+    except QueryError as exc:
+        assert isinstance(expected, QueryError), expected
+        assert str(exc) == str(expected)
+    else:
+        assert answer == expected

@@ -52,6 +52,7 @@ __all__ = [
     "SLOW_RATIO",
     "Regression",
     "RegressionReport",
+    "StepTimes",
     "find_regressions",
     "render_regressions",
 ]
@@ -195,54 +196,85 @@ class RegressionReport:
         )
 
 
-def _per_step(
-    rows: Iterable[Mapping[str, Any]],
-) -> tuple[dict[int, float], str | None, dict[Series, dict[int, float]]]:
-    """Step times, their source, and every grouped series' value per step (the mean of the
-    values a step logged; for a cumulative series, its increase since the step before)."""
-    walls: dict[int, float] = {}
-    first_time: dict[int, float] = {}
-    sums: dict[Series, dict[int, list[float]]] = {}
-    for row in rows:
+class StepTimes:
+    """What a judgement reads of a run's rows, taken one row at a time (:meth:`add`, in the
+    order they were written) so a caller streams a long run instead of holding it: each step's
+    time, and every grouped series' values per step. :meth:`judge` gives the verdict."""
+
+    def __init__(self) -> None:
+        self._walls: dict[int, float] = {}
+        self._first_time: dict[int, float] = {}
+        # A step's one value as itself, a list only once it logs a second (most log one).
+        self._sums: dict[Series, dict[int, float | list[float]]] = {}
+
+    def add(self, row: Mapping[str, Any]) -> None:
         metrics, step, prefix = row.get("metrics"), row.get("step"), row.get("prefix", "")
         if not isinstance(metrics, Mapping) or not isinstance(step, int) or isinstance(step, bool):
-            continue
+            return
         if WALL_TIME_KEY in metrics or not isinstance(prefix, str):
-            continue  # a wall-clock stream (rollout checkpoints): not on the step axis
+            return  # a wall-clock stream (rollout checkpoints): not on the step axis
         if prefix in TRAIN_PREFIXES:
             wall = _number(metrics.get(_STEP_WALL_KEY))
             if wall is not None and wall > 0:
-                walls[step] = wall
+                self._walls[step] = wall
             logged = _number(row.get("time"))
-            if logged is not None and step not in first_time:
-                first_time[step] = logged
+            if logged is not None and step not in self._first_time:
+                self._first_time[step] = logged
         for key, value in metrics.items():
             series = _classify(prefix, str(key))
             number = _number(value)
             if series is not None and number is not None:
-                sums.setdefault(series, {}).setdefault(step, []).append(number)
-    values: dict[Series, dict[int, float]] = {}
-    for series, by_step in sums.items():
-        means = {step: numbers.mean(v) for step, v in sorted(by_step.items())}
-        if series.cumulative:
-            ordered = sorted(means)
-            means = {b: means[b] - means[a] for a, b in itertools.pairwise(ordered)}
-        values[series] = means
-    if walls:
-        return walls, _STEP_WALL_KEY, values
-    ordered = sorted(first_time)
-    gaps = {
-        b: first_time[b] - first_time[a]
-        for a, b in itertools.pairwise(ordered)
-        if first_time[b] > first_time[a]
-    }
-    return gaps, ("time between logged steps" if gaps else None), values
+                by_step = self._sums.setdefault(series, {})
+                held = by_step.get(step)
+                if held is None:
+                    by_step[step] = number
+                elif isinstance(held, list):
+                    held.append(number)
+                else:
+                    by_step[step] = [held, number]
+
+    def per_step(self) -> tuple[dict[int, float], str | None, dict[Series, dict[int, float]]]:
+        """Step times, their source, and every grouped series' value per step (the mean of
+        the values a step logged; for a cumulative series, its increase since the step
+        before)."""
+        values: dict[Series, dict[int, float]] = {}
+        for series, by_step in self._sums.items():
+            means = {
+                step: numbers.mean(v) if isinstance(v, list) else v
+                for step, v in sorted(by_step.items())
+            }
+            if series.cumulative:
+                ordered = sorted(means)
+                means = {b: means[b] - means[a] for a, b in itertools.pairwise(ordered)}
+            values[series] = means
+        if self._walls:
+            return self._walls, _STEP_WALL_KEY, values
+        first_time = self._first_time
+        ordered = sorted(first_time)
+        gaps = {
+            b: first_time[b] - first_time[a]
+            for a, b in itertools.pairwise(ordered)
+            if first_time[b] > first_time[a]
+        }
+        return gaps, ("time between logged steps" if gaps else None), values
+
+    def judge(self) -> RegressionReport:
+        """The verdict on the rows added so far."""
+        return _judge(*self.per_step())
 
 
 def find_regressions(rows: Iterable[Mapping[str, Any]]) -> RegressionReport:
     """Judge a run's step times (rows as :func:`rlmetrics.backends.jsonl.read_jsonl` gives
     them, in the order they were written)."""
-    times, source, values = _per_step(rows)
+    taken = StepTimes()
+    for row in rows:
+        taken.add(row)
+    return taken.judge()
+
+
+def _judge(
+    times: dict[int, float], source: str | None, values: dict[Series, dict[int, float]]
+) -> RegressionReport:
     if source is None:
         return RegressionReport(
             "no_step_time",

@@ -43,6 +43,7 @@ __all__ = [
     "SAMPLES_SHOWN",
     "DamagedRows",
     "NotARunFile",
+    "RowCensus",
     "RunNotFound",
     "not_a_run_problem",
     "read_reports",
@@ -124,49 +125,70 @@ def run_rows(
     return kept
 
 
-def not_a_run_problem(
-    path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]], skipped: SkippedLines
-) -> str | None:
-    """Why the rows :func:`read_jsonl` read from ``path`` (``every_row``) are no run's metrics
-    JSONL, naming what the file looks like and what to give instead; None when a row carries
-    ``metrics`` or is a record about a run (its configuration, a resume: a run that has not
-    logged a step yet is still a run)."""
-    ranks = _ranks(rows)
-    if len(ranks) > 1:
-        # Ray Train's controller writes every rank's raw rows into one file: read as a run,
-        # each step would be the values of the rank written last.
-        named = ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")
+class RowCensus:
+    """What the rows of a file are, taken one row at a time (:meth:`add`) so a long file is
+    judged as it is read: whether any is a run's row, and otherwise what the file looks like
+    (:meth:`problem`)."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.ranks: set[int] = set()
+        self.of_a_run = self.spans = self.samples = False
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        self.rows += 1
+        if type(rank := row.get("rank")) is int:
+            self.ranks.add(rank)
+        if not self.of_a_run and (
+            isinstance(row.get("metrics"), Mapping)
+            or row.get("kind") in (HYPERPARAMS_KIND, RESUME_KIND)
+        ):
+            self.of_a_run = True
+        self.spans = self.spans or "resourceSpans" in row
+        self.samples = self.samples or "sample" in row
+
+    def problem(self, path: str | os.PathLike[str], skipped: SkippedLines) -> str | None:
+        """Why these rows (``every_row``) of ``path`` are no run's metrics JSONL, naming what
+        the file looks like and what to give instead; None when a row carries ``metrics`` or
+        is a record about a run (its configuration, a resume: a run that has not logged a step
+        yet is still a run)."""
+        ranks = sorted(self.ranks)
+        if len(ranks) > 1:
+            # Ray Train's controller writes every rank's raw rows into one file: read as a
+            # run, each step would be the values of the rank written last.
+            named = ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")
+            return (
+                f"{os.fspath(path)} is not a run's metrics JSONL: it holds the raw rows of "
+                f"{len(ranks)} ranks ({named}), each rank's own values; give the run's JSONL "
+                "(the one rank 0's Logger writes), or one rank's file (rlmetrics.rank1.jsonl)"
+            )
+        if self.of_a_run:
+            return None
+        if self.spans:
+            what = "it holds OTLP spans (a traces file: rlmetrics report takes it with --traces)"
+        elif self.samples:
+            what = "it holds sample rows (the samples file written beside a run's JSONL)"
+        elif self.rows:
+            what = f"none of its {self.rows} JSON objects is a metrics row"
+        elif skipped.count:
+            what = f"none of its {skipped.count} lines is a JSON object (another format?)"
+        else:
+            what = "it is empty"
         return (
-            f"{os.fspath(path)} is not a run's metrics JSONL: it holds the raw rows of "
-            f"{len(ranks)} ranks ({named}), each rank's own values; give the run's JSONL (the "
-            "one rank 0's Logger writes), or one rank's file (rlmetrics.rank1.jsonl)"
+            f"{os.fspath(path)} is not a run's metrics JSONL: {what}; give the file the "
+            "Logger's jsonl backend writes (run/metrics.jsonl)"
         )
-    if any(
-        isinstance(row.get("metrics"), Mapping)
-        or row.get("kind") in (HYPERPARAMS_KIND, RESUME_KIND)
-        for row in rows
-    ):
-        return None
-    if any("resourceSpans" in row for row in rows):
-        what = "it holds OTLP spans (a traces file: rlmetrics report takes it with --traces)"
-    elif any("sample" in row for row in rows):
-        what = "it holds sample rows (the samples file written beside a run's JSONL)"
-    elif rows:
-        what = f"none of its {len(rows)} JSON objects is a metrics row"
-    elif skipped.count:
-        what = f"none of its {skipped.count} lines is a JSON object (another format?)"
-    else:
-        what = "it is empty"
-    return (
-        f"{os.fspath(path)} is not a run's metrics JSONL: {what}; give the file the Logger's "
-        "jsonl backend writes (run/metrics.jsonl)"
-    )
 
 
-def _ranks(rows: Sequence[Mapping[str, Any]]) -> list[int]:
-    """The ranks whose raw rows (``rlmetrics.ranks``' files: each carries its ``rank``) these
-    are; none for a run's own rows."""
-    return sorted({rank for row in rows if type(rank := row.get("rank")) is int})
+def not_a_run_problem(
+    path: str | os.PathLike[str], rows: Iterable[Mapping[str, Any]], skipped: SkippedLines
+) -> str | None:
+    """:meth:`RowCensus.problem` of the rows :func:`read_jsonl` read from ``path``
+    (``every_row``)."""
+    census = RowCensus()
+    for row in rows:
+        census.add(row)
+    return census.problem(path, skipped)
 
 
 @attrs.define
