@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -193,6 +196,33 @@ def test_a_configuration_mistake_is_one_line_and_status_2(tmp_path: Path) -> Non
         "rlmetrics demo: OTEL_BSP_MAX_QUEUE_SIZE='abc' must be a positive integer; unset it for "
         "the SDK's default"
     ]
+
+
+def test_an_exporter_whose_package_is_missing_is_one_line_and_status_2(tmp_path: Path) -> None:
+    """docs/trajectories.md sends the demo to Phoenix with
+    OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf; in the README's virtualenv (`.[demo,otlp]`,
+    no `otlp-http`) the exporter's package is missing. That is the user's to install, said
+    in one line with the install command, not an ImportError's traceback, and nothing runs."""
+    program = (
+        "import sys\n"
+        "sys.modules['opentelemetry.exporter.otlp.proto.http'] = None  # not installed\n"
+        "from rlmetrics.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    args = ["--steps", "1", "--prometheus-port", "0", "--output", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-c", program, "demo", *args, "--otlp-endpoint", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines() == [
+        "rlmetrics demo: exporter 'otlp_http' needs the OTLP HTTP exporter: "
+        "pip install 'rlmetrics[otlp-http]'"
+    ]
+    assert not (tmp_path / "metrics.jsonl").exists()
 
 
 def test_otlp_endpoint_receives_the_run(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ import attrs
 
 from .. import Logger, account, phase, run, start, step, warn_once
 from ..backends.jsonl import samples_path
+from ..configuration import ConfigurationError
 from ..exporters.prometheus import PortTaken
 from ..exporters.prometheus import port_from_env as prometheus_port
 from ..hooks import collect_offers
@@ -248,6 +249,10 @@ def _start(options: DemoOptions, exporters: dict[str, dict[str, Any]], say: Text
         return attempt()
     except PortTaken:
         pass
+    except ImportError as exc:
+        # An exporter whose extra is not installed (`--otlp-endpoint` over HTTP without
+        # `rlmetrics[otlp-http]`): the message names the install, which is the user's to run.
+        raise ConfigurationError(str(exc)) from exc
     prometheus = exporters["prometheus"]
     port = prometheus.get("port", prometheus_port())
     say.write(
