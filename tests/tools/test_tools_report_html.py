@@ -5,6 +5,7 @@ the run with its turns from the spans, and carries kept text as data, never as m
 from __future__ import annotations
 
 import html.parser
+import itertools
 import json
 import re
 from pathlib import Path
@@ -369,3 +370,41 @@ def test_the_table_keeps_the_newest_rows_in_order(logged: int, limit: int) -> No
     assert found["total"] == logged
     kept = list(range(max(0, logged - limit), logged))
     assert [row["step"] for row in found["rows"]] == kept
+
+
+def _long_run(path: Path, steps: int, spike: int) -> None:
+    """``steps`` steps of 2 s (0.5 s of it refit bubble), step ``spike`` 40 s."""
+    with path.open("w") as out:
+        for step in range(steps):
+            wall = 40.0 if step == spike else 2.0 + (step % 3) * 0.1
+            metrics = {"efficiency/step_wall_time_s": wall, "efficiency/idle/refit_bubble_s": 0.5}
+            row = {"time": 1.0 + step, "run_id": "r", "step": step, "prefix": "train"}
+            out.write(json.dumps({**row, "metrics": metrics}) + "\n")
+
+
+def test_a_long_run_s_goodput_chart_is_a_bar_per_run_of_steps_that_keeps_its_spikes(
+    tmp_path: Path,
+) -> None:
+    """Before: a bar per step, whatever the run's length: 2*10^5 steps were 400 000 sub-pixel
+    rectangles in a 1400-px chart, 21 s to draw. Past GOODPUT_BARS steps each bar is a run of
+    consecutive steps: its parts the steps' means (so the bars still add up to the run's
+    seconds), its whisker the shortest and the longest step, so one slow step shows."""
+    from rlmetrics.report.html import GOODPUT_BARS
+
+    jsonl, out = tmp_path / "m.jsonl", tmp_path / "m.html"
+    _long_run(jsonl, steps=5000, spike=3210)
+    done = run_cli("report", jsonl, "--html", out)
+    assert done.returncode == 0, done.stderr
+    _, data = _page(out)
+    bars = data["steps"]
+    assert len(bars) == GOODPUT_BARS
+    assert [(b["step"], b["last_step"]) for b in bars][:2] == [(0, 7), (8, 15)]
+    assert sum(b["steps"] for b in bars) == 5000
+    assert all(b["last_step"] + 1 == c["step"] for b, c in itertools.pairwise(bars))
+    total = sum(2.0 + (step % 3) * 0.1 for step in range(5000) if step != 3210) + 40.0
+    assert sum(b["wall_time_s"] * b["steps"] for b in bars) == pytest.approx(total)
+    (spiked,) = [b for b in bars if b["step"] <= 3210 <= b["last_step"]]
+    assert (spiked["wall_max_s"], spiked["longest_step"]) == (40.0, 3210)
+    assert max(b["wall_max_s"] for b in bars if b is not spiked) == 2.2
+    assert spiked["idle_s"] == {"idle/refit_bubble": 0.5}
+    assert spiked["productive_s"] + 0.5 == pytest.approx(spiked["wall_time_s"])

@@ -353,3 +353,39 @@ def test_a_run_of_150_000_steps_draws_its_page(browser: Any, tmp_path: Path) -> 
         assert found.page.locator("#goodput svg rect").count() >= 1
     finally:
         found.page.close()
+
+
+def test_a_long_run_s_goodput_chart_draws_a_bar_per_run_of_steps(
+    browser: Any, tmp_path: Path
+) -> None:
+    """Before: a rectangle per step and category (2*10^5 steps took 21 s to draw). A run of
+    5000 steps draws at most GOODPUT_BARS bars, each naming its steps, and the one slow step
+    is a whisker that names it."""
+    import json
+
+    from rlmetrics.report.html import GOODPUT_BARS
+
+    jsonl = tmp_path / "m.jsonl"
+    with jsonl.open("w") as out:
+        for step in range(5000):
+            wall = 40.0 if step == 3210 else 2.0
+            metrics = {"efficiency/step_wall_time_s": wall, "efficiency/idle/refit_bubble_s": 0.5}
+            row = {"time": 1.0 + step, "run_id": "r", "step": step, "prefix": "train"}
+            out.write(json.dumps({**row, "metrics": metrics}) + "\n")
+    page = tmp_path / "m.html"
+    done = run_cli("report", jsonl, "--html", page)
+    assert done.returncode == 0, done.stderr
+    found = _open(browser, page)
+    try:
+        assert found.messages == []
+        rects = found.page.locator("#goodput svg rect")
+        assert rects.count() == 2 * GOODPUT_BARS  # productive and the bubble, a bar each
+        assert (
+            rects.first.locator("title").text_content().startswith("steps 0\N{EN DASH}7 (8, mean)")
+        )
+        whiskers = found.page.locator("#goodput svg line.whisker")
+        assert whiskers.count() == 1
+        assert "longest 40 s (step 3210)" in whiskers.first.locator("title").text_content()
+        assert found.page.locator("#goodput svg text").last.text_content() == "step 4999"
+    finally:
+        found.page.close()

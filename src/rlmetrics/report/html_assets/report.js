@@ -98,6 +98,8 @@
     box.append(el("div", { class: "charts" }, ...names.map(n => lineChart(n, DATA.curves[n]))));
   }
 
+  function lastStep(s) { return s.steps ? s.last_step : s.step; }
+
   // -- goodput: stacked seconds per step ---------------------------------------------------------
   function goodput() {
     const box = document.getElementById("goodput");
@@ -106,7 +108,11 @@
     const cats = [...new Set(steps.flatMap(s => Object.keys(s.idle_s || {})))].sort();
     const colour = c => PALETTE[cats.indexOf(c) % PALETTE.length];
     const W = Math.max(680, Math.min(1400, steps.length * 18 + 80)), H = 240, L = 52, R = 10, T = 10, B = 26;
-    const top = extent(steps.map(s => s.wall_time_s))[1] || 1;
+    // A long run's bars are runs of consecutive steps (s.steps of them, s.step to
+    // s.last_step): each part is the steps' mean, and a whisker spans the shortest to the
+    // longest step, so the axis reaches the longest step of all.
+    const top = extent(steps.map(s => (s.steps ? s.wall_max_s : s.wall_time_s)))[1] || 1;
+    const named = s => (s.steps ? `steps ${s.step}–${s.last_step} (${s.steps}, mean)` : `step ${s.step}`);
     const bw = (W - L - R) / steps.length;
     const Y = v => T + (1 - v / top) * (H - T - B);
     const chart = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "goodput per step" });
@@ -115,7 +121,7 @@
       svg("text", { x: L - 4, y: T + 9, "text-anchor": "end" }, seconds(top)),
       svg("text", { x: L - 4, y: H - B, "text-anchor": "end" }, "0"),
       svg("text", { x: L, y: H - 8 }, "step " + steps[0].step),
-      svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }, "step " + steps[steps.length - 1].step),
+      svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }, "step " + lastStep(steps[steps.length - 1])),
     );
     steps.forEach((s, i) => {
       const x = L + i * bw + bw * 0.1, w = Math.max(1, bw * 0.8);
@@ -127,8 +133,13 @@
       for (const [name, v, c] of parts) {
         if (!v) continue;
         chart.append(svg("rect", { x: x, y: Y(base + v), width: w, height: Y(base) - Y(base + v), fill: c },
-          title(`step ${s.step} · ${name}: ${seconds(v)}` + (name === "productive" ? ` · goodput ${fmt(s.goodput_pct, 1)} %` : ""))));
+          title(`${named(s)} · ${name}: ${seconds(v)}` + (name === "productive" ? ` · goodput ${fmt(s.goodput_pct, 1)} %` : ""))));
         base += v;
+      }
+      if (s.steps && s.wall_max_s > s.wall_min_s) {
+        const mid = x + w / 2;
+        chart.append(svg("line", { class: "whisker", x1: mid, x2: mid, y1: Y(s.wall_min_s), y2: Y(s.wall_max_s) },
+          title(`steps ${s.step}–${s.last_step}: shortest ${seconds(s.wall_min_s)}, longest ${seconds(s.wall_max_s)} (step ${s.longest_step})`)));
       }
     });
     const legend = el("div", { class: "legend" },
