@@ -13,7 +13,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from tools_support import not_run_files, run_cli
+from whole_file_reference import jsonl_files
 
+from rlmetrics.backends.jsonl import SkippedLines
 from rlmetrics.cli import main
 from rlmetrics.families.training import tee_scalar
 
@@ -295,3 +297,54 @@ def test_a_long_run_looks_for_the_keys_near_each_unknown_key_once(
     jsonl = _write(tmp_path / "run.jsonl", steps)
     assert main(["check", "--run", str(jsonl)]) == 1
     assert sorted(looked_at) == ["my_thing", "rewrad"]
+
+
+@given(text=jsonl_files())
+def test_the_keys_taken_as_read_give_the_findings_of_every_row(
+    tmp_path_factory: pytest.TempPathFactory, text: str
+) -> None:
+    """``check --run`` takes a run's rows as it reads them (a run of 10^5 steps held 460 MB
+    as a list): what it keeps of them (each key's first logging, and its first number at a
+    trainer step) finds what every row found, for the unexported keys, the keys kept to the
+    backends and the unknown keys alike."""
+    from rlmetrics.backends.jsonl import read_jsonl
+    from rlmetrics.cli.check import _KeysLogged
+    from rlmetrics.keymaps import resolve_key_map
+    from rlmetrics.known_keys import unknown_in_rows
+    from rlmetrics.report.runs import DamagedRows, run_rows
+    from rlmetrics.report.unexported import _logged
+
+    path = tmp_path_factory.mktemp("check-streamed") / "m.jsonl"
+    path.write_text(text)
+    rows = run_rows(read_jsonl(path, every_row=True, skipped=SkippedLines()), DamagedRows())
+    taken = _KeysLogged()
+    for row in rows:
+        taken.add(row)
+    assert _logged(taken.rows) == _logged(rows)
+    assert list(_logged(taken.rows)) == list(_logged(rows))  # in the order first logged
+    for key_map in (None, resolve_key_map("trl")):
+        assert unknown_in_rows(taken.rows, key_map) == unknown_in_rows(rows, key_map)
+
+
+def test_a_long_run_is_checked_without_holding_its_rows(tmp_path: Path) -> None:
+    """What ``check --run`` holds while it reads grows with the keys, not the rows: its peak
+    allocation stays below the file's size (a list of the rows was several times it)."""
+    import tracemalloc
+
+    from rlmetrics.cli.check import _unexported
+
+    path = tmp_path / "metrics.jsonl"
+    metrics = {f"extra/metric_{i}": i * 0.1 for i in range(25)}
+    with path.open("w") as out:
+        for step in range(3000):
+            row = {"time": 1000.0 + step, "run_id": "r", "step": step, "prefix": "train"}
+            out.write(json.dumps({**row, "metrics": {**metrics, "reward": step * 1e-3}}) + "\n")
+    _unexported(path, None)  # imports, plugins and first-call caches outside the measurement
+    tracemalloc.start()
+    try:
+        found = _unexported(path, None)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not isinstance(found, str) and found.tried == 26
+    assert peak < path.stat().st_size

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from array import array
+from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,28 +132,35 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
     from ..keymaps import resolve_key_map
     from ..known_keys import unknown_in_rows
     from ..report.keymap import found_key_map
-    from ..report.runs import DamagedRows, not_a_run_problem, run_rows
+    from ..report.runs import DamagedRows, RowCensus, run_row_problem
     from ..report.unexported import kept_to_backends, unexported_keys
 
     problem = input_problem(path)
     if problem is not None:
         return problem
     try:
-        skipped = SkippedLines()
-        lines = array("q")  # each row's line, for the damaged ones' names
-        rows = list(read_jsonl(path, every_row=True, skipped=skipped, lines=lines))
-        problem = not_a_run_problem(path, rows, skipped)
+        skipped, damaged, census = SkippedLines(), DamagedRows(), RowCensus()
+        hyperparams: dict[str, Any] = {}
+        keys = _KeysLogged()
+        line: deque[int] = deque(maxlen=1)  # the row's line, for a damaged one's name
+        # Rows are taken as they are read (a run of 10^5 steps held 460 MB as a list): what
+        # the findings read of them is each key's first logging.
+        for row in read_jsonl(path, every_row=True, skipped=skipped, lines=line):
+            census.add(row)
+            why = run_row_problem(row)  # report's and query's rule: a row no run holds
+            if why is not None:
+                damaged.add(why, line[-1])
+                continue
+            if row.get("kind") == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):
+                hyperparams.update(row["hyperparams"])
+            keys.add(row)
+        problem = census.problem(path, skipped)
         if problem is not None:
             return problem
-        damaged = DamagedRows()
-        rows = run_rows(rows, damaged, lines)  # report's and query's rule: a row no run holds
         for counted in (skipped, damaged):  # each cost only itself, and is said
             if counted.count:
                 sys.stderr.write(counted.summary(path) + "\n")
-        hyperparams: dict[str, Any] = {}
-        for row in rows:
-            if row.get("kind") == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):
-                hyperparams.update(row["hyperparams"])
+        rows = keys.rows
         found = found_key_map(hyperparams, key_map)
         missing, tried = unexported_keys(rows, None if found is None else found.name)
         kept = [] if found is None else kept_to_backends(rows, found.name)
@@ -161,6 +169,36 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
         return _RunFindings(missing, tried, found, kept, unknown, skipped.count + damaged.count)
     except (KeyError, ValueError) as exc:  # an unknown key map
         return str(exc.args[0] if exc.args else exc)
+
+
+class _KeysLogged:
+    """What ``check --run`` reads of a run's rows, taken one row at a time: each (prefix, key)
+    the first time it is logged, and the first number logged under it at a trainer step, as
+    rows of one key each, in the order first logged (what the findings of every row are
+    found from)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self._seen: set[tuple[Any, Any]] = set()
+        self._numbers: set[tuple[Any, Any]] = set()
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        from ..report.select import is_step_row
+        from ..values import as_number
+
+        metrics, prefix = row.get("metrics"), row.get("prefix", "")
+        if not isinstance(metrics, Mapping):
+            return
+        fresh = [key for key in metrics if (prefix, key) not in self._seen]
+        if fresh:  # the known-keys check reads each key's first logging, under any prefix
+            self._seen.update((prefix, key) for key in fresh)
+            self.rows.append({"prefix": prefix, "metrics": dict.fromkeys(fresh)})
+        if not is_step_row(row):
+            return
+        for key, value in metrics.items():
+            if (prefix, key) not in self._numbers and as_number(value) is not None:
+                self._numbers.add((prefix, key))
+                self.rows.append({"step": row["step"], "prefix": prefix, "metrics": {key: value}})
 
 
 @attrs.frozen
