@@ -408,3 +408,19 @@ def test_a_long_run_s_goodput_chart_is_a_bar_per_run_of_steps_that_keeps_its_spi
     assert max(b["wall_max_s"] for b in bars if b is not spiked) == 2.2
     assert spiked["idle_s"] == {"idle/refit_bubble": 0.5}
     assert spiked["productive_s"] + 0.5 == pytest.approx(spiked["wall_time_s"])
+
+
+def test_a_key_the_run_logged_as_goodput_keeps_its_curve(tmp_path: Path) -> None:
+    """A train key named ``goodput %`` (the name of the page's own goodput curve) was replaced
+    by the page's curve: its values were nowhere on the page. Both curves are drawn now."""
+    jsonl, out = tmp_path / "m.jsonl", tmp_path / "m.html"
+    with jsonl.open("w") as rows:
+        for step in range(3):
+            metrics = {"goodput %": 5.0 + step, "efficiency/step_wall_time_s": 2.0}
+            row = {"time": 1.0 + step, "run_id": "r", "step": step, "prefix": "train"}
+            rows.write(json.dumps({**row, "metrics": metrics}) + "\n")
+    done = run_cli("report", jsonl, "--html", out)
+    assert done.returncode == 0, done.stderr
+    _, data = _page(out)
+    assert data["curves"]["goodput %"] == [[0, 5.0], [1, 6.0], [2, 7.0]]
+    assert data["curves"]["goodput % (report)"] == [[0, 100.0], [1, 100.0], [2, 100.0]]

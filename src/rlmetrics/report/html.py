@@ -25,7 +25,15 @@ from .timeline import DEFAULT_STEPS, _depth, lanes, rank_window
 from .traces import Span, TraceSet
 from .trajectory_view import read_trajectories
 
-__all__ = ["CSP", "CURVE_POINTS", "GOODPUT_BARS", "build_page", "page_data", "write_html"]
+__all__ = [
+    "CSP",
+    "CURVE_POINTS",
+    "GOODPUT_BARS",
+    "GOODPUT_CURVE",
+    "build_page",
+    "page_data",
+    "write_html",
+]
 
 #: Nothing may be fetched: inline style and script only, images from data: URLs.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
@@ -44,6 +52,8 @@ def _finite(value: Any) -> Any:
     return value
 
 
+#: The curve of each step's goodput the page adds to the run's.
+GOODPUT_CURVE = "goodput %"
 #: The points a curve keeps: a chart is 330 px wide, and a run of 10⁵ steps in every one of
 #: a few hundred series would make a page no browser opens.
 CURVE_POINTS = 1000
@@ -76,7 +86,9 @@ def _curves(report: RunReport) -> dict[str, list[tuple[int, float]]]:
         if isinstance(row.get("goodput_pct"), (int, float))
     ]
     if goodput:
-        curves["goodput %"] = _thinned(goodput, CURVE_POINTS)
+        # The run's own key of that name (a loop may log one) keeps its curve beside this one.
+        name = GOODPUT_CURVE if GOODPUT_CURVE not in curves else f"{GOODPUT_CURVE} (report)"
+        curves[name] = _thinned(goodput, CURVE_POINTS)
     return curves
 
 
