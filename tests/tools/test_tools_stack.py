@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from stack_support import Run, Stack
-from tools_support import run_cli
+from tools_support import RLMETRICS, run_cli
 
 import rlmetrics
 from rlmetrics.testing import ExpositionServer, wait_until
@@ -183,6 +183,40 @@ def test_a_new_ray_session_is_followed_through_the_discovery_files_link(
     finally:
         for node in nodes:
             node.close()
+
+
+def test_the_stack_says_where_its_ray_nodes_come_from(
+    prometheus_binary: str, tmp_path: Path
+) -> None:
+    # Ray's file outlives the cluster that wrote it: on a machine where Ray ran earlier, the
+    # stack's `ray` job lists dead nodes, and the user must be able to tell where they came
+    # from and how to leave them out, as the stack says it for every other job.
+    discovery = tmp_path / "prom_metrics_service_discovery.json"
+    discovery.write_text(json.dumps([{"labels": {"job": "ray"}, "targets": ["127.0.0.1:9"]}]))
+    common = ("--dir", str(tmp_path / "stack"), "--run", "127.0.0.1:9", "--ray-sd", str(discovery))
+    said = f"Ray nodes: {discovery} (Ray's own list; --no-ray leaves them out)"
+    written = run_cli("stack", *common, "--no-start")
+    assert written.returncode == 0, written.stderr
+    assert said in written.stdout.splitlines()
+    started = ("--port", "0", "--no-alertmanager", "--prometheus", prometheus_binary)
+    stack = subprocess.Popen(
+        [RLMETRICS, "stack", *common, *started],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert stack.stdout is not None
+        lines = []
+        for line in stack.stdout:  # ends when the stack prints its last line, or dies
+            lines.append(line.rstrip("\n"))
+            if line.startswith("Ctrl-C stops the stack."):
+                break
+        assert said in lines, lines
+    finally:
+        stack.send_signal(signal.SIGTERM)
+        stack.communicate(timeout=60)
+    assert stack.returncode == 0
 
 
 def test_without_prometheus_it_writes_the_files_and_says_how_to_install(tmp_path: Path) -> None:

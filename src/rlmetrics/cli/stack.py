@@ -358,6 +358,7 @@ def run(args: argparse.Namespace) -> int:
             {**report, "prometheus": None, "start_with": start_with[-1], "start_all": start_with},
             [
                 f"Wrote {files.config} ({len(rules)} alert rules).",
+                *_ray_lines(settings),
                 *[f"Start Alertmanager first with: {command}" for command in start_with[:-1]],
                 f"Start it with: {start_with[-1]}",
             ],
@@ -427,12 +428,24 @@ def _lines(
     lines += [f"  run health: http://{a}/health" for a in settings.targets.get("rlmetrics", ())]
     lines += [
         f"Targets: {root}/targets/<job>.json (Prometheus re-reads them as you edit them)",
+        *_ray_lines(settings),
         f"Dashboard: import {dashboard} into Grafana (Dashboards > New > Import), with a "
         f"Prometheus data source at {url}; `rlmetrics dashboard --prometheus {url}` gives one "
         "clipped to what the run exported.",
         "Ctrl-C stops the stack.",
     ]
     return lines
+
+
+def _ray_lines(settings: StackSettings) -> list[str]:
+    """Where the ``ray`` job's nodes come from: Ray's file outlives the cluster that wrote
+    it, so on a machine where Ray ran earlier its dead nodes are listed, and the user must be
+    able to tell why, and how to leave them out."""
+    if settings.ray_service_discovery is None:
+        return []
+    return [
+        f"Ray nodes: {settings.ray_service_discovery} (Ray's own list; --no-ray leaves them out)"
+    ]
 
 
 def _say(args: argparse.Namespace, report: dict[str, Any], lines: list[str]) -> None:
