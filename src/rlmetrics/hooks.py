@@ -115,13 +115,17 @@ def collect_offers(
         losers = [offer for offer in ranked if offer is not winner]
         if not losers:
             continue
+        # An override that picked the winner is the user's deliberate choice: warned every run,
+        # it would read as if the choice had not taken (`rlmetrics plugins` lists the losers).
+        deliberate = bool(wanted) and wanted in plugins.names_of(winner[0])
         named = " and ".join(plugins.describe(owner) for owner, _ in ranked)
-        warn_once(
-            f"{what}-clash:{name}",
-            f"rlmetrics: {what} {name!r} is offered by {named}; {plugins.describe(winner[0])} "
-            f"is used. The core's built-in wins unless {OVERRIDE_ENV}={name}=<distribution> "
-            "chooses another",
-        )
+        if not deliberate:
+            warn_once(
+                f"{what}-clash:{name}",
+                f"rlmetrics: {what} {name!r} is offered by {named}; {plugins.describe(winner[0])} "
+                f"is used. The core's built-in wins unless {OVERRIDE_ENV}={name}=<distribution> "
+                "chooses another",
+            )
         for owner, _ in losers:
             plugins.shadow(what, name, owner, winner[0])
     return found

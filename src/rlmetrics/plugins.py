@@ -437,12 +437,15 @@ def _resolve_clashes(
         if not losers:
             continue
         offered = ", ".join(repr(c.distribution) for c in rivals)
-        warn_once(
-            f"plugin-clash:{name}",
-            f"rlmetrics: entry point {winner.entry_point.name!r} is offered by {offered}; "
-            f"{winner.distribution!r} is used. Entry-point names share one namespace with the "
-            f"core's: rename one, or choose with {OVERRIDE_ENV}={name}=<distribution>",
-        )
+        # An override that picked the winner is the user's deliberate choice: warned every run,
+        # it would read as if the choice had not taken (`rlmetrics plugins` lists the others).
+        if not (wanted and normalize(winner.distribution or "") == wanted):
+            warn_once(
+                f"plugin-clash:{name}",
+                f"rlmetrics: entry point {winner.entry_point.name!r} is offered by {offered}; "
+                f"{winner.distribution!r} is used. Entry-point names share one namespace with "
+                f"the core's: rename one, or choose with {OVERRIDE_ENV}={name}=<distribution>",
+            )
         for loser in losers:
             shadowed.append(
                 loser.row(
