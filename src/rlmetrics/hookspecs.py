@@ -309,8 +309,10 @@ def register_phases(register: Callable[[str, PhaseKind], None]) -> None:
     Call ``register("idle/refit_bubble", PhaseKind(bucket="idle"))`` for each: a phase of that
     name then carries that ``rl.bucket`` on its span (unless the caller names one) and its
     seconds go into the step's :class:`rlmetrics.events.EfficiencySummary` — per step, or
-    added up over the run when ``PhaseKind(cumulative=True)``. A name nobody offers is timed
-    as a span only. Read once per plugin load, never per phase.
+    added up over the run when ``PhaseKind(cumulative=True)``; with
+    ``PhaseKind(wall_clock=True)`` overlapping phases of the name count the time they cover
+    once (else every phase adds its own seconds). A name nobody offers is timed as a span
+    only. Read once per plugin load, never per phase.
     """
 
 

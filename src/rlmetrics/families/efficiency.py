@@ -166,16 +166,19 @@ def efficiency_pct(summary: EfficiencySummary) -> tuple[float, str] | None:
     if total <= 0:
         return 100.0, window
     if waste > total and window == STEP_WINDOW:
-        # More idle than the step lasted: phases of one category timed at once (concurrent
-        # tasks or threads add up) or one begun in an earlier step. How much of the step
-        # was idle cannot be told from the sum: 0 % would be a plausible wrong value.
+        # More idle than the step lasted: phases of different categories timed at once
+        # (overlapping phases of one category count once), seconds added by hand, or a
+        # phase begun before the step. How much of the step was idle cannot be told from
+        # the sum: 0 % would be a plausible wrong value.
         warn_once(
             "efficiency:overlap",
             f"rlmetrics: a step's wall-clock idle categories ({', '.join(sorted(counted))}) "
             f"add up to {waste:.3g} s, more than the step's wall time of {total:.3g} s: "
-            "phases of one category timed at once (by concurrent tasks or threads, whose "
-            "seconds add up) or begun in an earlier step. That step's efficiency pct is "
-            "unknown (no point); time the driver's wait once, on one task. Said once",
+            "phases of different categories timed at once (by concurrent tasks or threads; "
+            "overlapping phases of one category count once), seconds added with "
+            "rlmetrics.account or a timer's record(), or a phase begun before the step. That "
+            "step's efficiency pct is unknown (no point); time each moment of the driver's "
+            "wait in one category. Said once",
             expected=True,
         )
         return None
@@ -283,13 +286,16 @@ def on_efficiency_summary(summary: EfficiencySummary) -> None:
 @hookimpl
 def register_phases(register: Callable[[str, PhaseKind], None]) -> None:
     """Every category, to ``rlmetrics.phase``: per step in the ``step`` window, over the run
-    in the ``run`` window, its span with :func:`span_bucket`."""
+    in the ``run`` window, its span with :func:`span_bucket`; overlapping phases of a
+    wall-clock category (``wall_clock``, ``collector_wall_clock``) count once, those of a
+    ``thread_seconds`` one each."""
     for category, measurement in MEASUREMENTS.items():
         register(
             category,
             PhaseKind(
                 bucket=span_bucket(category),
                 cumulative=efficiency_window(category, measurement) == RUN_WINDOW,
+                wall_clock=measurement != THREAD_SECONDS,
             ),
         )
 

@@ -41,6 +41,9 @@ class _State:
         self.kinds: dict[str, PhaseKind] = {}
         #: Where each accounted name's seconds go (the step's accounting or the run's).
         self.targets: dict[str, PhaseSeconds] = {}
+        #: The names whose phases read one wall clock (``PhaseKind.wall_clock``): overlapping
+        #: phases of one count once.
+        self.wall_clock: frozenset[str] = frozenset()
         self.kinds_source: object = _NOT_LOADED
         self.step_timer = PhaseSeconds()
         self.run_timer = PhaseSeconds()
@@ -88,8 +91,10 @@ def reset() -> None:
 
 def new_session() -> None:
     """A telemetry session starts (``telemetry.start`` calls it): the run-wide totals of the
-    last session (cumulative phases, the run's wall time) do not carry into this one."""
+    last session (cumulative phases, the run's wall time) do not carry into this one, and the
+    phase table is read (a phase's start reads which names are wall-clock ones)."""
     state.new_session()
+    kinds()
 
 
 def kinds() -> dict[str, PhaseKind]:
@@ -103,6 +108,7 @@ def kinds() -> dict[str, PhaseKind]:
                 name: state.run_timer if kind.cumulative else state.step_timer
                 for name, kind in offered.items()
             }
+            state.wall_clock = frozenset(n for n, kind in offered.items() if kind.wall_clock)
             state.kinds_source = source
     return state.kinds
 

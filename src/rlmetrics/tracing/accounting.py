@@ -3,7 +3,9 @@ clocks phases read.
 
 A phase's two clock readings give its span (while tracing) and the seconds added here. What a
 plugin offers through ``register_phases`` (:class:`PhaseKind`) says whether a name's seconds
-are the step's own or add up over the run; the bucket is its span's ``rl.bucket``.
+are the step's own or add up over the run, and whether they are a wall clock's (overlapping
+phases count the time they cover once: the union of their intervals) or thread-seconds (every
+phase adds its own); the bucket is its span's ``rl.bucket``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable
+from operator import le
 from typing import Any
 
 import attrs
@@ -27,6 +30,7 @@ __all__ = [
     "Clock",
     "PhaseKind",
     "PhaseSeconds",
+    "WallClock",
     "clock_of",
 ]
 
@@ -45,10 +49,16 @@ class PhaseKind:
         trace has no way to tell apart, such as a collector loop's wait).
     :param cumulative: its seconds add up over the whole run and every step's summary carries
         the total so far; otherwise they are the step's own and start from zero each step.
+    :param wall_clock: its phases read one wall clock (the driver's, a collector loop's): phases
+        of it that overlap (concurrent asyncio tasks, threads) count the time they cover once,
+        the union of their intervals, so a step's seconds of it never exceed its wall time.
+        Otherwise its seconds are thread-seconds: every phase adds its own (4 threads backing
+        off 10 s at once give 40).
     """
 
     bucket: str | None
     cumulative: bool = False
+    wall_clock: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.bucket is not None and self.bucket not in BUCKETS:
@@ -113,12 +123,96 @@ def _duration(seconds: Any) -> float | None:
     return number if number is not None and number >= 0 else None
 
 
+class WallClock:
+    """The phases of one wall-clock name in one accounting: the seconds during which at least
+    one of them was open (the measure of the union of their intervals).
+
+    A phase appends its start to :attr:`starts` and its end to :attr:`ends`, from any thread:
+    a list's append is atomic, so no lock is taken on the timing path. Reading them
+    (:meth:`sweep`, under the accounting's lock) counts the phases open between one reading
+    and the next and adds the time during which one was; a busy stretch (some phase open
+    throughout) counts when it ends, as a phase's own seconds count when it ends.
+    """
+
+    __slots__ = ("ends", "last", "open", "since", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        #: Phases open after the readings taken so far, where their stretch began, and the
+        #: latest reading taken (a reading that lands later but is earlier is taken as it).
+        self.open = 0
+        self.since = 0
+        self.last: int | None = None
+
+    def sweep(self) -> int | None:
+        """Take the readings appended so far; the ns of the busy stretches they close (None
+        if they close none: 0 is a stretch of no length)."""
+        ends, starts = self.ends, self.starts
+        n_ends = len(ends)  # ends first: the start of every end taken is taken too
+        n_starts = len(starts)
+        if not n_starts and not n_ends:
+            return None
+        if n_starts == n_ends == 1 and not self.open:  # one phase (a step's, often)
+            begun_at, self.last = starts.pop(0), ends.pop(0)
+            return max(0, self.last - begun_at)
+        begun, ended = starts[:n_starts], ends[:n_ends]
+        del starts[:n_starts], ends[:n_ends]  # one step each: appends meanwhile stay
+        begun.sort()
+        ended.sort()
+        if not self.open and n_starts == n_ends and all(map(le, ended, begun[1:])):
+            # The common case, phases one after another (each ends before the next
+            # starts): the union is their sum. Read in C, as a fold of seconds is.
+            self.last = ended[-1]
+            return sum(ended) - sum(begun)
+        return self._merge(begun, ended)
+
+    def _merge(self, begun: list[int], ended: list[int]) -> int | None:
+        """The readings in time order, counting the phases open (overlapping phases)."""
+        open_, since, last = self.open, self.since, self.last
+        closed: int | None = None
+        i = j = 0
+        n_starts, n_ends = len(begun), len(ended)
+        while i < n_starts or j < n_ends:
+            if j == n_ends or (i < n_starts and begun[i] <= ended[j]):
+                t = begun[i]
+                i += 1
+                if last is not None and t < last:
+                    t = last
+                if not open_:
+                    since = t
+                open_ += 1
+            else:
+                t = ended[j]
+                j += 1
+                if last is not None and t < last:
+                    t = last
+                if open_:  # else an end whose start was never taken here: nothing opens
+                    open_ -= 1
+                    if not open_:
+                        closed = (closed or 0) + t - since
+            last = t
+        self.open, self.since, self.last = open_, since, last
+        return closed
+
+    def split(self, now: int) -> int | None:
+        """End the window at ``now``: the ns of the open stretch so far (it goes on from
+        ``now`` in the next window; None if none is open). Call after :meth:`sweep`."""
+        if not self.open:
+            return None
+        covered = max(0, now - self.since)
+        self.since = max(self.since, now)
+        self.last = now if self.last is None else max(self.last, now)
+        return covered
+
+
 class PhaseSeconds:
     """Seconds per phase name, added up across threads: the step's and the run's accounting,
     and what every :class:`~rlmetrics.tracing.PhaseTimer` adds its phases to.
 
     ``record(name, seconds)`` adds seconds from any thread without a lock; ``snapshot()`` and
-    ``take()`` read them.
+    ``take()`` read them. A phase of a wall-clock name (:class:`PhaseKind`) adds its start and
+    end to :meth:`wall_clock`'s instead: overlapping phases count once.
     """
 
     def __init__(self) -> None:
@@ -126,8 +220,25 @@ class PhaseSeconds:
         # What record() adds waits here until it is read: a deque's append is atomic, which
         # keeps a lock (a third of a phase's cost) off the timing path.
         self._pending: collections.deque[tuple[str, float]] = collections.deque()
+        #: The wall-clock names' phases, by name (:class:`WallClock`).
+        self._walls: dict[str, WallClock] = {}
+        #: The clock reading this accounting was closed at (a step that ended: its phases
+        #: still open end in the accounting that is current when they end); None while open.
+        self._closed_at: int | None = None
         self._lock = threading.Lock()
         forget_in_child(self)
+
+    def wall_clock(self, name: str) -> WallClock:
+        """The readings of wall-clock name ``name``'s phases here (made on first use)."""
+        wall = self._walls.get(name)
+        if wall is None:  # setdefault is atomic: two threads' first phases share one
+            wall = self._walls.setdefault(name, WallClock())
+        return wall
+
+    def close(self, now: int) -> dict[str, float]:
+        """:meth:`take` at ``now``, for good: a phase still open here ends elsewhere."""
+        self._closed_at = now
+        return self.take(now=now)
 
     def record(self, name: str, seconds: float) -> None:
         """Add ``seconds`` to ``name`` (from any thread). Seconds that are no duration (not a
@@ -154,24 +265,33 @@ class PhaseSeconds:
         with self._lock:
             return self._fold_locked()
 
-    def _fold_locked(self) -> dict[str, float]:
+    def _fold_locked(self, now: int | None = None) -> dict[str, float]:
         pending, seconds = self._pending, self._seconds
         while True:
             try:
                 name, value = pending.popleft()
             except IndexError:
-                return seconds
+                break
             seconds[name] = seconds.get(name, 0.0) + value
+        for name, wall in self._walls.items():
+            closed = wall.sweep()
+            split = None if now is None else wall.split(now)
+            if closed is not None or split is not None:  # a phase of no length counts: 0 s
+                covered = (closed or 0) + (split or 0)
+                seconds[name] = seconds.get(name, 0.0) + covered / 1e9
+        return seconds
 
     def snapshot(self) -> dict[str, float]:
-        """The seconds so far, per name."""
+        """The seconds so far, per name (a wall-clock name's stretch still open: not yet)."""
         with self._lock:
             return dict(self._fold_locked())
 
-    def take(self, keep: frozenset[str] = frozenset()) -> dict[str, float]:
-        """The seconds so far, then start from zero (except the names in ``keep``)."""
+    def take(self, keep: frozenset[str] = frozenset(), now: int | None = None) -> dict[str, float]:
+        """The seconds so far, then start from zero (except the names in ``keep``). With
+        ``now`` (a clock reading), a wall-clock name's phases still open count up to ``now``
+        here and from ``now`` in the next window."""
         with self._lock:
-            seconds = self._fold_locked()
+            seconds = self._fold_locked(now)
             self._seconds = {k: v for k, v in seconds.items() if k in keep}
         return seconds
 

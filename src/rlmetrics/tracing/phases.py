@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from .. import plugins as _plugins
 from .._warn import describe_key, describe_value, warn_once
 from ._state import kinds, state, target
-from .accounting import BUCKETS, MAX_PENDING, PhaseSeconds, clock_of
+from .accounting import BUCKETS, MAX_PENDING, PhaseSeconds, WallClock, clock_of
 from .naming import phase_seconds
 from .scopes import (
     BUCKET_ATTR,
@@ -77,6 +77,7 @@ class PhaseTimer(PhaseSeconds):
     def __init__(self, clock: Callable[[], float] | None = None) -> None:
         super().__init__()
         self._clock = clock_of(clock)
+        kinds()  # which names are wall-clock ones: its phases' starts read the table
 
     def time(
         self, name: str, bucket: str | None = None, tags: Mapping[str, Any] | None = None
@@ -103,7 +104,7 @@ class Phase(Scope):
     object times one block at a time: call ``rlmetrics.phase(...)`` for each.
     """
 
-    __slots__ = ("_bucket", "_phase", "_tags", "_timer")
+    __slots__ = ("_account", "_bucket", "_phase", "_tags", "_timer", "_wall")
 
     def __init__(
         self,
@@ -117,6 +118,8 @@ class Phase(Scope):
         self._phase = name
         self._tags = tags
         self._timer = timer
+        #: A wall-clock name's readings while it runs (see :meth:`__enter__`), else None.
+        self._wall: WallClock | None = None
         if bucket is not None and bucket not in BUCKETS:
             warn_once(
                 "phase:bucket",
@@ -129,11 +132,57 @@ class Phase(Scope):
     def __enter__(self) -> Phase:
         timer = self._timer
         clock = self._clock = state.clock if timer is None else timer._clock
+        t0: int | None
         if state.binding is None:  # not tracing: two clock readings and the accounting
-            self._t0 = clock.now()
+            self._t0 = t0 = clock.now()
         else:
             self._open(clock)
+            t0 = self._t0
+        # A wall-clock name's start is one of its readings (overlapping phases count once):
+        # written inline, as the exit's accounting is, for the path without tracing. The
+        # phase table is current: telemetry's start, a step's, a timer's making and every
+        # phase's end read it again when the plugins change.
+        try:
+            if self._phase not in state.wall_clock or t0 is None:
+                return self
+            name = self._phase
+            if timer is not None:
+                accounts: PhaseSeconds | None = timer
+            else:  # target(name), inlined
+                accounts = state.targets.get(name)
+                if accounts is state.step_timer:
+                    accounts = step_account(accounts)
+            if accounts is not None:  # the accounting its end goes to as well
+                wall = accounts._walls.get(name) or accounts.wall_clock(name)
+                self._wall = wall
+                self._account = accounts
+                wall.starts.append(t0)
+        except Exception:  # an unhashable name: said at the exit
+            pass
         return self
+
+    def _close_wall_clock(self, wall: WallClock, t1: int) -> None:
+        """End a wall-clock phase at ``t1`` in the accounting it started in; if that one was
+        closed meanwhile (its step ended, counting the phase up to then), in the one current
+        now, from the closing on."""
+        self._wall = None
+        accounts: PhaseSeconds = self._account
+        closed_at = accounts._closed_at
+        if closed_at is None:
+            wall.ends.append(t1)
+            if len(wall.ends) > MAX_PENDING:
+                accounts._fold()
+            return
+        name, t0 = self._phase, self._t0
+        start = closed_at if t0 is None else max(t0, closed_at)
+        later = self._timer if self._timer is not None else target(name)
+        if later is state.step_timer:
+            later = step_account(later)
+        if later is None or later._closed_at is not None:
+            return
+        wall = later.wall_clock(name)
+        wall.starts.append(start)
+        wall.ends.append(t1)
 
     def __exit__(
         self,
@@ -148,9 +197,29 @@ class Phase(Scope):
         if t0 is None:  # never entered, or exited twice
             exited_unentered(self)
             return
-        self._t0 = None
-        seconds = (self._clock.now() - t0) / 1e9
+        t1 = self._clock.now()
+        seconds = (t1 - t0) / 1e9
         name = self._phase
+        wall = self._wall
+        if wall is not None:  # a wall-clock phase: its end is one of its name's readings
+            if state.naming is not None:
+                phase_seconds(state.naming, name, seconds)
+            if self._account._closed_at is None:  # _close_wall_clock, inlined
+                self._wall = self._t0 = None
+                ends = wall.ends
+                ends.append(t1)
+                if len(ends) > MAX_PENDING:
+                    self._account._fold()
+                return
+            try:
+                self._close_wall_clock(wall, t1)
+            except Exception:
+                warn_once(
+                    "tracing:Phase", "rlmetrics: accounting a phase failed; its seconds are lost"
+                )
+            self._t0 = None
+            return
+        self._t0 = None
         if type(name) is not str:
             self._valid_name()  # reported once; accounted nowhere
             return
@@ -220,6 +289,10 @@ class Phase(Scope):
             return
         if state.naming is not None:
             phase_seconds(state.naming, name, (t1 - t0) / 1e9)
+        wall = self._wall
+        if wall is not None:
+            self._close_wall_clock(wall, t1)
+            return
         accounts = self._timer if self._timer is not None else target(name)
         if accounts is state.step_timer:
             accounts = step_account(accounts)

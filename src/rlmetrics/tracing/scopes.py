@@ -23,6 +23,7 @@ from ..events import EfficiencySummary
 from ..redaction import REDACTED, configured_redaction
 from ..storable import utf8_text
 from ..values import as_plain, as_step
+from ._state import kinds as phase_table
 from ._state import state
 from .accounting import Clock, PhaseSeconds, clock_of
 from .naming import LOOP, step_seconds
@@ -418,6 +419,8 @@ class Step(Scope):
             self._step = iteration
         self._iteration = iteration
         state.last_step = self._step
+        if _plugins._plugins is not state.kinds_source:  # the phase table its phases read
+            phase_table()
         self._open(state.clock)
         if state.run_start_ns is None:
             state.run_start_ns = self._t0
@@ -492,7 +495,9 @@ class Step(Scope):
         t0 = self._t0
         if state.naming is not None and t0 is not None:
             step_seconds(state.naming, (t1 - t0) / 1e9)
-        own, outside = self._seconds.take(), state.step_timer.take()
+        # A wall-clock phase still open counts up to the step's end here, the rest where it
+        # ends (a thread's phase outside the step, the next step's).
+        own, outside = self._seconds.close(t1), state.step_timer.take(now=t1)
         if not self._deliver or t0 is None:  # its window ends all the same: the next step
             return  # starts from zero
         run_start = state.run_start_ns if state.run_start_ns is not None else t0

@@ -1,0 +1,292 @@
+"""A wall-clock category timed by overlapping phases (concurrent asyncio tasks, threads)
+counts the time it covered, once: the union of the phases' intervals, never their sum. A
+thread-seconds category still adds every phase up. Read back from the real SDK's in-memory
+metric reader, on a simulated clock (no sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import rlmetrics
+from rlmetrics.families.efficiency import EfficiencyTimer
+from rlmetrics.testing import in_memory_telemetry, in_memory_tracing, points, span_records
+
+STARVED = "idle/buffer_starvation"
+
+
+class SimulatedClock:
+    """Seconds that move only when the test says so. Its origin is small and its steps are
+    binary fractions, so every reading in ns is exact and sums compare exactly."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@contextlib.contextmanager
+def telemetry(tracing: bool) -> Iterator[Any]:
+    """The reader, with telemetry exporting metrics (and tracing to memory if asked)."""
+    if tracing:
+        with in_memory_tracing() as (_handle, reader, exporter):
+            yield reader, exporter
+    else:
+        with in_memory_telemetry() as (_handle, reader):
+            yield reader, None
+
+
+def exported(reader: Any, name: str, **attributes: str) -> float:
+    [point] = [
+        p
+        for p in points(reader)
+        if p.name == name and all(p.attributes.get(k) == v for k, v in attributes.items())
+    ]
+    return float(point.value)
+
+
+def category_seconds(reader: Any, category: str) -> float:
+    return exported(reader, "rl.efficiency.seconds", **{"rl.efficiency.category": category})
+
+
+def step_pct(reader: Any) -> float:
+    return exported(reader, "rl.efficiency.pct", **{"rl.efficiency.window": "step"})
+
+
+@pytest.mark.parametrize("tracing", [False, True], ids=["untraced", "traced"])
+def test_concurrent_tasks_idle_together_count_the_wall_time_once(tracing: bool) -> None:
+    """Before: 8 asyncio tasks each starved for the same 0.25 s of a 1 s step read 2 s of
+    idle/buffer_starvation (and no pct). Now 0.25 s, and the step's pct is 75 %."""
+    clock = SimulatedClock()
+
+    async def loop(logger: rlmetrics.Logger) -> None:
+        with rlmetrics.run(clock=clock):
+            async with rlmetrics.step(1, logger=logger):
+                entered, go = 0, asyncio.Event()
+                all_in = asyncio.Event()
+
+                async def starve() -> None:
+                    nonlocal entered
+                    async with rlmetrics.phase(STARVED):
+                        entered += 1
+                        if entered == 8:
+                            all_in.set()
+                        await go.wait()
+
+                tasks = [asyncio.create_task(starve()) for _ in range(8)]
+                await all_in.wait()
+                clock.spend(0.25)
+                go.set()
+                await asyncio.gather(*tasks)
+                clock.spend(0.75)
+
+    with telemetry(tracing) as (reader, exporter):
+        logger = rlmetrics.Logger(backends={})
+        asyncio.run(loop(logger))
+        assert category_seconds(reader, STARVED) == 0.25
+        assert step_pct(reader) == 75.0
+        if exporter is not None:  # each task's span is still its own 0.25 s
+            spans = [s for s in span_records(exporter) if s.name == "rl.idle.buffer_starvation"]
+            assert [s.seconds for s in spans] == [0.25] * 8
+
+
+@pytest.mark.parametrize("tracing", [False, True], ids=["untraced", "traced"])
+def test_threads_idle_together_count_the_wall_time_once_thread_seconds_add_up(
+    tracing: bool,
+) -> None:
+    """4 threads, each in a wall-clock category (idle/refit_bubble) and a thread-seconds one
+    (idle/buffer_full_backoff) over the same 0.5 s of a 1 s step: the wall-clock category
+    covers 0.5 s; the thread-seconds category is 2 thread-seconds, as documented."""
+    clock = SimulatedClock()
+    inside, done = threading.Barrier(5), threading.Barrier(5)
+
+    def worker() -> None:
+        with rlmetrics.phase("idle/refit_bubble"), rlmetrics.phase("idle/buffer_full_backoff"):
+            inside.wait(timeout=60)
+            done.wait(timeout=60)  # the main thread moves the clock in between
+
+    with telemetry(tracing) as (reader, _exporter):
+        logger = rlmetrics.Logger(backends={})
+        with rlmetrics.run(clock=clock), rlmetrics.step(1, logger=logger):
+            threads = [threading.Thread(target=worker) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            inside.wait(timeout=60)
+            clock.spend(0.5)
+            done.wait(timeout=60)
+            for thread in threads:
+                thread.join(timeout=60)
+            clock.spend(0.5)
+        assert category_seconds(reader, "idle/refit_bubble") == 0.5
+        assert category_seconds(reader, "idle/buffer_full_backoff") == 2.0
+        assert step_pct(reader) == 50.0
+
+
+def test_the_driver_timers_overlapping_phases_count_once() -> None:
+    """``EfficiencyTimer.time(category)`` from concurrent tasks is the same wall clock."""
+    clock = SimulatedClock()
+    driver = EfficiencyTimer(clock=clock)
+    first, second = driver.time(STARVED), driver.time(STARVED)
+    first.__enter__()
+    clock.spend(1.0)
+    second.__enter__()
+    clock.spend(1.0)
+    first.__exit__(None, None, None)
+    clock.spend(1.0)
+    second.__exit__(None, None, None)
+    assert driver.step_summary().seconds[STARVED] == 3.0
+
+
+class Summaries:
+    """What a Logger's ``log_efficiency_summary`` is given, kept per step."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[int, dict[str, float]] = {}
+
+    def log_efficiency_summary(self, summary: Any, step: int) -> None:
+        self.seconds[step] = dict(summary.seconds)
+
+
+def union_measure(intervals: list[tuple[int, int]]) -> int:
+    """The length of the union of ``intervals`` (ticks)."""
+    covered, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            covered += end - start
+            reach = end
+        elif end > reach:
+            covered += end - reach
+            reach = end
+    return covered
+
+
+# Intervals on a grid of 1/64 s: readings in ns are exact, so equality is exact.
+intervals = st.lists(
+    st.tuples(st.integers(0, 200), st.integers(0, 40)).map(lambda t: (t[0], t[0] + t[1])),
+    max_size=12,
+)
+
+
+@given(wall=intervals, thread_seconds=intervals)
+def test_a_wall_clock_category_is_the_measure_of_its_phases_union(
+    wall: list[tuple[int, int]], thread_seconds: list[tuple[int, int]]
+) -> None:
+    """For any set of phases of a wall-clock category, entered and exited in time order (in
+    any nesting), the step accounts the measure of their union; a thread-seconds category's
+    phases add up."""
+    tick = 1 / 64
+    clock = SimulatedClock()
+    summaries = Summaries()
+    with (
+        rlmetrics.run(clock=clock),
+        rlmetrics.step(1, logger=summaries),  # type: ignore[arg-type]
+    ):
+        start = clock.now
+        edges = []
+        for i, (begin, end) in enumerate(wall):
+            phase = rlmetrics.phase("idle/refit_bubble")
+            edges += [(begin, 1, i, phase), (end, 0, i, phase)]
+        for i, (begin, end) in enumerate(thread_seconds):
+            phase = rlmetrics.phase("idle/buffer_full_backoff")
+            edges += [(begin, 1, 100 + i, phase), (end, 0, 100 + i, phase)]
+        # Enter before exit at one instant only for the same phase (its own 0-length span).
+        for at, entering, _i, phase in sorted(edges, key=lambda e: (e[0], e[2], -e[1])):
+            clock.now = start + at * tick
+            if entering:
+                phase.__enter__()
+            else:
+                phase.__exit__(None, None, None)
+        clock.now = start + 250 * tick
+    seconds = summaries.seconds[1]
+    assert seconds.get("idle/refit_bubble", 0.0) == union_measure(wall) * tick
+    backoff = sum(end - begin for begin, end in thread_seconds) * tick  # the run's, so far
+    assert seconds.get("idle/buffer_full_backoff", 0.0) == backoff
+
+
+def test_a_wall_clock_phase_open_across_a_step_end_splits_at_it() -> None:
+    """A collector thread's refit wait begun in step 1 and ended in step 2: step 1 counts it
+    up to its end, step 2 the rest; together they are the wait, once. A thread-seconds phase
+    across the same end counts whole in the step it ends in, as before."""
+    clock = SimulatedClock()
+    summaries = Summaries()
+    wall = rlmetrics.phase("idle/refit_bubble")
+    backoff = rlmetrics.phase("idle/buffer_full_backoff")
+    with rlmetrics.run(clock=clock):
+        with rlmetrics.step(1, logger=summaries):  # type: ignore[arg-type]
+            clock.spend(1.0)
+            wall.__enter__()
+            backoff.__enter__()
+            clock.spend(2.0)
+        with rlmetrics.step(2, logger=summaries):  # type: ignore[arg-type]
+            clock.spend(0.5)
+            wall.__exit__(None, None, None)
+            backoff.__exit__(None, None, None)
+            clock.spend(0.5)
+    assert summaries.seconds[1].get("idle/refit_bubble") == 2.0
+    assert summaries.seconds[2].get("idle/refit_bubble") == 0.5
+    assert "idle/buffer_full_backoff" not in summaries.seconds[1]
+    assert summaries.seconds[2]["idle/buffer_full_backoff"] == 2.5
+
+
+def test_many_overlapping_phases_past_the_pending_bound_still_count_once() -> None:
+    """More edges than a timer holds unread (so they are read in several batches), every
+    phase overlapping the first: the category is still the first phase's length."""
+    from rlmetrics.tracing.accounting import MAX_PENDING
+
+    clock = SimulatedClock()
+    driver = EfficiencyTimer(clock=clock)
+    outer = driver.time(STARVED)
+    outer.__enter__()
+    for _ in range(MAX_PENDING):
+        with driver.time(STARVED):
+            clock.spend(1 / 1024)
+    clock.spend(1.0)
+    outer.__exit__(None, None, None)
+    assert driver.step_summary().seconds[STARVED] == MAX_PENDING / 1024 + 1.0
+
+
+@given(
+    phases=st.lists(
+        st.tuples(st.integers(0, 200), st.integers(0, 40)).map(lambda t: (t[0], t[0] + t[1])),
+        max_size=12,
+    ),
+    reads=st.lists(st.tuples(st.integers(0, 250), st.booleans()), max_size=6),
+)
+def test_reading_between_phases_neither_loses_nor_counts_twice(
+    phases: list[tuple[int, int]], reads: list[tuple[int, bool]]
+) -> None:
+    """A timer read (``take``, which starts from zero, ending the window at that moment or
+    not) at any moment, however its phases overlap: the windows together are the measure of
+    the phases' union, nothing lost at a read and nothing counted twice."""
+    tick = 1 / 64
+    clock = SimulatedClock()
+    driver = EfficiencyTimer(clock=clock)
+    start = clock.now
+    events: list[tuple[int, int, Any]] = []
+    for begin, end in phases:
+        phase = driver.time(STARVED)
+        events += [(begin, 1, phase), (end, 3, phase)]
+    events += [(at, 2, split) for at, split in reads]  # at one instant: starts, reads, ends
+    windows: list[float] = []
+    for at, what, item in sorted(events, key=lambda e: (e[0], e[1])):
+        clock.now = start + at * tick
+        if what == 1:
+            item.__enter__()
+        elif what == 3:
+            item.__exit__(None, None, None)
+        else:
+            now = round(clock.now * 1e9) if item else None
+            windows.append(driver.take(now=now).get(STARVED, 0.0))
+    windows.append(driver.take().get(STARVED, 0.0))
+    assert sum(windows) == union_measure(phases) * tick
