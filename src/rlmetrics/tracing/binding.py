@@ -14,7 +14,7 @@ from typing import Any
 from .._warn import describe_value, warn_once
 from ._state import state
 from .propagation import TRACEPARENT_ENV, TRACESTATE_ENV
-from .scopes import close_open_scopes
+from .scopes import close_open_scopes, step_here
 
 __all__ = ["Binding", "bind", "tracing", "unbind"]
 
@@ -61,10 +61,19 @@ class Binding:
         """The context a new span starts in: the current one if it holds a span; else (with
         ``joins_open_step``: not for a step) the innermost open step's (a phase on another
         thread belongs to the step the loop is in); else the one this process was started
-        in (``TRACEPARENT``); else a new trace."""
+        in (``TRACEPARENT``); else a new trace. A current span that has ended is no parent:
+        this context's step is."""
         current = self.get_current()
-        if self.get_current_span(current).get_span_context().is_valid:
-            return current
+        span = self.get_current_span(current)
+        if span.get_span_context().is_valid:
+            if getattr(span, "end_time", None) is None:
+                return current
+            # The current span has ended (a phase ended in another context, such as an
+            # async generator's closed by the event loop): the span goes under this
+            # context's step instead, as a thread's does, not under an ended span.
+            step = step_here()
+            if step is not None and step._span is not None:
+                return self.set_span_in_context(step._span, current)
         steps = state.steps
         if steps and joins_open_step:
             span = steps[-1]._span

@@ -100,6 +100,21 @@ def exited_unentered(scope: Scope) -> None:
 
 _Scope = TypeVar("_Scope", bound="Scope")
 
+#: Set when a scope's span starts: resetting its token tells whether the scope ends in the
+#: context it started in (a token resets only there), before OpenTelemetry's own token is.
+_entered_here: contextvars.ContextVar[None] = contextvars.ContextVar("rlmetrics_entered")
+
+
+def _started_in_this_context(scope: Scope) -> bool:
+    """Whether ``scope`` ends in the context (the task's, the thread's) it started in."""
+    try:
+        _entered_here.reset(scope._entered)
+    except ValueError:  # created in another context
+        return False
+    except RuntimeError:  # used already: not reached (a scope ends once)
+        pass
+    return True
+
 
 class Scope:
     """A span rlmetrics opens and ends (a phase, a step, a rollout, the run). Subclasses say
@@ -109,6 +124,7 @@ class Scope:
         "__weakref__",
         "_binding",
         "_clock",
+        "_entered",
         "_order",
         "_span",
         "_t0",
@@ -185,6 +201,7 @@ class Scope:
                 self._span, self._token = binding.start(
                     self._name(), attributes, t0 + clock.offset, self._joins_open_step
                 )
+                self._entered = _entered_here.set(None)  # which context it started in
             except Exception:
                 self._span = self._token = None
                 warn_once("tracing:start", "rlmetrics: a span could not start; timing goes on")
@@ -209,10 +226,22 @@ class Scope:
         mine = state.open.pop(id(self), None) is not None  # else a closer ended it already
         if token is not None:
             if threading.get_ident() == self._thread:
-                try:
-                    binding.detach(token)
-                except Exception:
-                    warn_once("tracing:detach", "rlmetrics: a span's context could not be left")
+                if _started_in_this_context(self):
+                    try:
+                        binding.detach(token)
+                    except Exception:
+                        warn_once("tracing:detach", "rlmetrics: a span's context could not be left")
+                else:  # OpenTelemetry would log a ValueError traceback at ERROR
+                    warn_once(
+                        "tracing:context",
+                        f"rlmetrics: a {type(self).__name__.lower()} was ended in another "
+                        "context than the one it started in (an async generator left inside "
+                        "a phase, which the event loop closes later in a task of its own); "
+                        "its span ends and its seconds count, and the next spans of the task "
+                        "it started in go under that task's step. Leave a phase before the "
+                        "generator yields, or close the generator (`await gen.aclose()`)",
+                        expected=True,  # the GeneratorExit closing it is no error
+                    )
             else:  # a context can be left only on the thread that entered it
                 warn_once(
                     "tracing:thread",
