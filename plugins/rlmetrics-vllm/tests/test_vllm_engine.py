@@ -727,6 +727,25 @@ def test_a_scrape_of_no_vllm_metrics_endpoint_says_what_it_got(
     assert all(part in warning for part in said), warning
 
 
+def test_an_address_without_its_scheme_is_said_with_the_url_to_give(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``scrape("127.0.0.1:8000/metrics")``, the address as a server log prints it, was
+    "unknown url type: 127.0.0.1 ... Check the address and that a vLLM server listens there",
+    sending the user to look for a server that is there; it says to give the scheme."""
+    server = ExpositionServer(lambda: "vllm:prompt_tokens_total 5\n")
+    try:
+        url = server.url.removeprefix("http://")
+        with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+            assert scrape(url, timeout_s=5) == Snapshot()
+        assert any(scrape(server.url, timeout_s=5).parts)  # the server is there
+    finally:
+        server.close()
+    (warning,) = [r.getMessage() for r in caplog.records if url in r.getMessage()]
+    assert f"Give the URL with its scheme: http://{url}" in warning, warning
+    assert "Check the address" not in warning
+
+
 class TricklingServer:
     """An HTTP endpoint on 127.0.0.1 that answers 200 at once, then sends its body one line
     at a time, each well within a socket timeout, for a minute (or until closed): a loaded

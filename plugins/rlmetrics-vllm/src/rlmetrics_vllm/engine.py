@@ -425,7 +425,7 @@ def scrape(url: str, *, timeout_s: float = _SCRAPE_TIMEOUT_S) -> Snapshot:
         warn_once(
             f"vllm:scrape:{url}",
             f"rlmetrics-vllm: scraping {url} failed ({_scrape_failure(exc)}); this reading is "
-            f"empty, so the step's rl.vllm.* series are omitted. {_scrape_advice(exc)}",
+            f"empty, so the step's rl.vllm.* series are omitted. {_scrape_advice(exc, url)}",
             expected=True,
         )
         return Snapshot()
@@ -499,8 +499,10 @@ def _scrape_failure(error: BaseException) -> str:
     return f"{type(error).__name__}: {reason if reason is not None else error}"
 
 
-def _scrape_advice(error: BaseException) -> str:
+def _scrape_advice(error: BaseException, url: str) -> str:
     """What to change after a failed scrape."""
+    if "://" not in url:  # `host:port/metrics`, as a server's log prints its address
+        return f"Give the URL with its scheme: http://{url}"
     if isinstance(error, urllib.error.HTTPError):
         if error.code == 404:
             return "vLLM serves its metrics at /metrics: give http://host:port/metrics"
