@@ -290,3 +290,36 @@ def test_reading_between_phases_neither_loses_nor_counts_twice(
             windows.append(driver.take(now=now).get(STARVED, 0.0))
     windows.append(driver.take().get(STARVED, 0.0))
     assert sum(windows) == union_measure(phases) * tick
+
+
+@pytest.mark.parametrize("tracing", [False, True], ids=["untraced", "traced"])
+def test_a_clock_that_runs_back_in_a_phase_counts_it_as_no_time(
+    tracing: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A simulation's clock that runs back inside a phase (run window: the collector loop's
+    wall-clock wait, and a thread-seconds backoff). Before: the wall-clock category's
+    accounting stayed open for good (no step reported it again), and the thread-seconds one
+    added -5 s to the run's total, which every later summary then dropped with a warning
+    about the event. Now that phase is 0 s, said once, and the later phases count."""
+    import logging
+
+    clock = SimulatedClock()
+    summaries = Summaries()
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        in_memory_tracing() if tracing else contextlib.nullcontext(),
+        rlmetrics.run(clock=clock),
+    ):
+        with rlmetrics.phase("idle/refit_event_wait"), rlmetrics.phase("idle/buffer_full_backoff"):
+            clock.spend(-5.0)
+        for n in (1, 2):
+            with rlmetrics.step(n, logger=summaries):  # type: ignore[arg-type]
+                with rlmetrics.phase("idle/refit_event_wait"):
+                    clock.spend(1.0)
+                with rlmetrics.phase("idle/buffer_full_backoff"):
+                    clock.spend(0.5)
+    assert summaries.seconds[1]["idle/refit_event_wait"] == 1.0
+    assert summaries.seconds[2]["idle/refit_event_wait"] == 2.0
+    assert summaries.seconds[2]["idle/buffer_full_backoff"] == 1.0
+    said = [r.getMessage() for r in caplog.records if "ran back" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]

@@ -31,6 +31,7 @@ from .scopes import (
     ITERATION_ATTR,
     PHASE_ATTR,
     Scope,
+    clock_ran_back,
     exited_unentered,
     span_tags,
     step_account,
@@ -198,6 +199,8 @@ class Phase(Scope):
             exited_unentered(self)
             return
         t1 = self._clock.now()
+        if t1 < t0:
+            t1 = clock_ran_back(self, t0, t1)
         seconds = (t1 - t0) / 1e9
         name = self._phase
         wall = self._wall

@@ -47,6 +47,7 @@ __all__ = [
     "Scope",
     "Step",
     "Umbrella",
+    "clock_ran_back",
     "close_open_scopes",
     "current_step",
     "step_account",
@@ -96,6 +97,19 @@ def exited_unentered(scope: Scope) -> None:
         "exited twice); ignored. Time a block with `with rlmetrics.phase(...):` / "
         "`with rlmetrics.step(n):`, or call __enter__ before __exit__",
     )
+
+
+def clock_ran_back(scope: Scope, t0: int, t1: int) -> int:
+    """``scope`` started at clock reading ``t0`` and ends at ``t1``, earlier: its clock ran
+    back (a simulation's, a timer's). It lasted no time, said once; returns ``t0``."""
+    warn_once(
+        "tracing:clock-back",
+        f"rlmetrics: the clock ran back {(t0 - t1) / 1e9:.3g} s during a "
+        f"{type(scope).__name__.lower()}; it is counted as no time (its span ends where it "
+        "began). A clock passed to rlmetrics.run / a timer must never go back",
+        expected=True,
+    )
+    return t0
 
 
 _Scope = TypeVar("_Scope", bound="Scope")
@@ -212,10 +226,13 @@ class Scope:
             state.open[id(self)] = self
 
     def _close(self, error: BaseException | None) -> None:
-        if self._t0 is None:
+        t0 = self._t0
+        if t0 is None:
             exited_unentered(self)
             return
         t1 = self._clock.now()
+        if t1 < t0:
+            t1 = clock_ran_back(self, t0, t1)
         span = self._span
         if span is None:
             self._finish(t1)
@@ -267,6 +284,8 @@ class Scope:
         if state.open.pop(id(self), None) is None:
             return  # its owner ended it meanwhile
         t1 = self._clock.now()
+        if self._t0 is not None and t1 < self._t0:
+            t1 = clock_ran_back(self, self._t0, t1)
         span = self._span
         try:
             span.set_attribute(TRUNCATED_ATTR, True)
