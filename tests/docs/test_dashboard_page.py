@@ -7,7 +7,6 @@ and nowhere on the page."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
