@@ -323,3 +323,22 @@ def test_a_clock_that_runs_back_in_a_phase_counts_it_as_no_time(
     assert summaries.seconds[2]["idle/buffer_full_backoff"] == 1.0
     said = [r.getMessage() for r in caplog.records if "ran back" in r.getMessage()]
     assert len(said) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_a_driver_timers_wait_open_across_its_step_summary_splits_at_it() -> None:
+    """The driver's timer, as ``rlmetrics.step``: a wall-clock wait still open when the
+    step's summary is taken counts up to then in that step and the rest in the next. Before,
+    it counted whole in the next step (3 s of a 2 s step there, and no pct)."""
+    clock = SimulatedClock()
+    driver = EfficiencyTimer(clock=clock)
+    wait = driver.time(STARVED)
+    clock.spend(1.0)
+    wait.__enter__()
+    clock.spend(2.0)
+    first = driver.step_summary()
+    clock.spend(1.0)
+    wait.__exit__(None, None, None)
+    clock.spend(1.0)
+    second = driver.step_summary()
+    assert (first.seconds[STARVED], first.step_wall_time_s) == (2.0, 3.0)
+    assert (second.seconds[STARVED], second.step_wall_time_s) == (1.0, 2.0)

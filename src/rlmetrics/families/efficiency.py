@@ -352,7 +352,8 @@ class EfficiencyTimer(_CategoryTimer):
     def step_summary(self, collector: CollectorTimer | None = None) -> EfficiencySummary:
         """This step's summary (plus the collector's run totals), then reset for the next."""
         now = self._clock.now()
-        seconds = self.take(keep=_RUN_CONSTANTS)
+        # A wall-clock wait still open counts up to now here, the rest in the next step.
+        seconds = self.take(keep=_RUN_CONSTANTS, now=now)
         if collector is not None:
             seconds.update(collector.snapshot())
         summary = EfficiencySummary(
