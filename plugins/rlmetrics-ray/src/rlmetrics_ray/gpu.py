@@ -163,6 +163,12 @@ declare_keys([ANY], prefixes=[ROW_PREFIX], backend_only=True, note="NeMo-RL's GP
 declare_keys(
     [ANY], prefixes=[f"{WORKER_PREFIX}/*"], backend_only=True, note="each worker's own report"
 )
+declare_keys(
+    ["count", "workers", "ranks", "error"],
+    prefixes=["ray_train/failure"],  # rlmetrics_ray.train.FAILURE_PREFIX (imports Ray Train)
+    backend_only=True,
+    note="a Ray Train worker failure",
+)
 _GIB = 1024**3
 
 

@@ -13,6 +13,10 @@ callback travels to the controller as configuration only, and there it
   weighted by samples, token counts summed, phase seconds as stragglers), and every worker's
   raw dict is appended, with its rank, to one JSONL file (``raw_path``);
 - logs the run's ``train_loop_config`` as its hyperparameters, once;
+- logs each failure Ray hands it (``after_exception``: workers that raised or died) as one
+  row under ``ray_train/failure`` at the last reported step, before Ray retries
+  (``FailureConfig(max_failures=...)``, whose restarted workers report their steps again) or
+  ends the run;
 - with ``telemetry=`` (``rlmetrics.start``'s arguments), starts telemetry in the controller
   as part of the driver's run: the driver's run identity (:func:`rlmetrics_ray.runtime_env`,
   taken where the callback is made) is applied to the controller's environment first, so
@@ -43,10 +47,16 @@ from rlmetrics.spec import Reduce, Reduction
 
 from .workers import WORKER_PREFIX, runtime_env
 
-__all__ = ["CONTROLLER_GROUP", "WORKER_PREFIX", "RLMetricsTrainCallback"]
+__all__ = ["CONTROLLER_GROUP", "FAILURE_PREFIX", "WORKER_PREFIX", "RLMetricsTrainCallback"]
 
 #: The ``rl.worker_group`` of the Train controller's telemetry.
 CONTROLLER_GROUP = "ray_train_controller"
+#: The prefix of the row each worker failure makes: ``count`` (the run's failures so far),
+#: ``workers`` (how many raised or died), ``ranks`` (their world ranks, as text) and
+#: ``error`` (the first one's type and message's first line).
+FAILURE_PREFIX = "ray_train/failure"
+#: How much of a failure's message its row keeps.
+_ERROR_CHARS = 300
 _ADAPTER = "rlmetrics-ray train"
 
 
@@ -101,6 +111,8 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
         self._merger: RankMerger | None = None
         self._reports = 0
         self._started = False
+        self._last_step = 0
+        self._failures = 0
 
     def _start_telemetry(self) -> None:
         """In the controller, before its first row: telemetry as part of the driver's run."""
@@ -133,16 +145,12 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
     ) -> None:
         if not metrics:
             return
-        if not self._started:
-            self._started = True
-            self._start_telemetry()
-            self._log_config(run_context)
-        logger = self.logs.start()
+        logger = self._begin(run_context)
         if logger is None:  # never here: nothing finishes this callback's Logger but its exit
             return
         self._reports += 1
         first = metrics[0] or {}
-        step = self._step(first)
+        step = self._last_step = self._step(first)
         if self.ranks and len(metrics) > 1:
             merged = self._merged(logger, metrics, step)
             logger.log_metrics(merged, step=step, prefix=self.prefix)
@@ -151,6 +159,41 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
         if self.all_workers:
             for rank, reported in enumerate(metrics):
                 logger.log_metrics(reported or {}, step=step, prefix=f"{WORKER_PREFIX}/{rank}")
+
+    @guarded(_ADAPTER, "after_exception")
+    def after_exception(self, run_context: Any, worker_exceptions: Mapping[int, Any]) -> None:
+        """Workers raised or died: one row under :data:`FAILURE_PREFIX` at the last reported
+        step. Ray retries the run after it (restarted workers report their steps again) or
+        ends it, and without the row neither shows in the run's rows."""
+        if not worker_exceptions:
+            return
+        logger = self._begin(run_context)
+        if logger is None:
+            return
+        self._failures += 1
+        ranks = sorted(worker_exceptions)
+        first = worker_exceptions[ranks[0]]
+        message = str(first).strip().splitlines()
+        error = f"{type(first).__name__}: {message[0] if message else ''}"[:_ERROR_CHARS]
+        logger.log_metrics(
+            {
+                "count": self._failures,
+                "workers": len(ranks),
+                "ranks": ",".join(str(rank) for rank in ranks),
+                "error": error,
+            },
+            step=self._last_step,
+            prefix=FAILURE_PREFIX,
+        )
+
+    def _begin(self, run_context: Any) -> rlmetrics.Logger | None:
+        """The Logger, with the controller's telemetry and the run's configuration started on
+        the first call (a report, or a failure before any)."""
+        if not self._started:
+            self._started = True
+            self._start_telemetry()
+            self._log_config(run_context)
+        return self.logs.start()
 
     def _merged(
         self, logger: rlmetrics.Logger, metrics: list[dict[str, Any]], step: int
@@ -168,4 +211,6 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
         state["_merger"] = None
         state["_started"] = False
         state["_reports"] = 0
+        state["_last_step"] = 0
+        state["_failures"] = 0
         return state

@@ -21,9 +21,9 @@ from ray_support_cluster import RAY_ENV, RayHead, driver
 
 os.environ.update(RAY_ENV)  # before Ray is imported: it reads them at import
 
-from ray.train import RunConfig, ScalingConfig
+from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
-from rlmetrics_ray.train import CONTROLLER_GROUP, RLMetricsTrainCallback
+from rlmetrics_ray.train import CONTROLLER_GROUP, FAILURE_PREFIX, RLMetricsTrainCallback
 
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, isolated_state
@@ -193,3 +193,69 @@ def test_a_callback_never_fails_a_report(tmp_path: Path) -> None:
     callback.after_report(object(), [{"step": "x", "reward": object()}], None)
     rows = list(read_jsonl(tmp_path / "m.jsonl"))
     assert [row["step"] for row in rows] == [1, 2]  # no step key: the report count
+
+
+def test_a_worker_failure_ray_retries_is_a_row_before_the_restarted_steps(
+    cluster: RayHead, tmp_path: Path
+) -> None:
+    """Ray hands a ``UserCallback`` each failure (``after_exception``) before it retries the
+    run (``max_failures=1``: the restarted workers report from step 1 again) or ends it.
+    Before, the callback had no ``after_exception``: the rows showed step 1 again (or twice)
+    with nothing between, and a run that failed for good just stopped. Now each failure is
+    one row under ``ray_train/failure`` at the last reported step (0 before any), naming the
+    ranks and the error."""
+    path, marker = tmp_path / "metrics.jsonl", tmp_path / "failed-once"
+
+    def train_loop(config: dict[str, Any]) -> None:
+        """Rank 1 raises at step 2 of the first attempt only (the marker says it did)."""
+        import ray.train
+
+        rank = ray.train.get_context().get_world_rank()
+        for step in range(1, 4):
+            if step == 2 and rank == 1 and not os.path.exists(config["marker"]):
+                open(config["marker"], "w").close()  # the marker: empty
+                raise RuntimeError("worker 1 failed once")
+            ray.train.report({"step": step, "reward": step + 10.0 * rank})
+
+    with isolated_state():
+        callback = RLMetricsTrainCallback(backends={"jsonl": {"path": str(path)}})
+        result = TorchTrainer(
+            train_loop,
+            train_loop_config={"marker": str(marker)},
+            scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+            run_config=RunConfig(
+                name="rlmetrics-retry",
+                storage_path=str(tmp_path / "storage"),
+                callbacks=[callback],
+                failure_config=FailureConfig(max_failures=1),
+            ),
+        ).fit()
+        assert result.error is None  # the retry finished the run
+    rows = [(row["prefix"], row["step"], row["metrics"]) for row in read_jsonl(path)]
+    at = [prefix for prefix, _, _ in rows].index(FAILURE_PREFIX)
+    # Step 1 of the first attempt is there when Ray took both workers' reports before rank
+    # 1 failed (else Ray dropped it with the failed worker group); the failure is at it.
+    before, after = rows[:at], rows[at + 1 :]
+    assert [(prefix, step) for prefix, step, _ in before] in ([], [("train", 1)])
+    assert rows[at][1] == len(before)
+    assert [(prefix, step) for prefix, step, _ in after] == [("train", s) for s in (1, 2, 3)]
+    failure = rows[at][2]
+    assert failure["count"] == 1 and failure["workers"] == 1 and failure["ranks"] == "1"
+    assert failure["error"].endswith("worker 1 failed once")
+
+
+def test_a_failure_before_any_report_is_logged_with_the_configuration(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    callback = RLMetricsTrainCallback(backends={"jsonl": {"path": str(path)}})
+    context = type("Context", (), {"train_loop_config": {"lr": 0.1}})()
+    callback.after_exception(context, {})  # nothing failed: nothing logged
+    callback.after_exception(context, {0: ValueError("bad\nsecond line"), 1: OSError()})
+    every = list(read_jsonl(path, every_row=True))
+    assert [row.get("hyperparams") for row in every if "hyperparams" in row] == [{"lr": 0.1}]
+    (row,) = [row for row in every if row.get("prefix") == FAILURE_PREFIX]
+    assert row["step"] == 0 and row["metrics"] == {
+        "count": 1,
+        "workers": 2,
+        "ranks": "0,1",
+        "error": "ValueError: bad",
+    }
