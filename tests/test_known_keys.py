@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rlmetrics
+from rlmetrics import Kind, MetricSpec
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.configuration import ConfigurationError
 from rlmetrics.keymaps import KeyMap, KeyRule, resolve_key_map
@@ -478,3 +479,25 @@ def test_check_run_prints_and_writes_the_loggers_findings(
         ("trian", "kl_penalty", ["train"]),
     ]
     assert found[0]["message"] == unknown_in_rows(read_jsonl(path))[0].message()
+
+
+def test_a_series_recorded_through_its_api_has_no_logger_key(
+    tmp_path: Path, caught: pytest.LogCaptureFixture
+) -> None:
+    """Before: every declared series' registry key was known in a train dict, so a loop that
+    logged ``rl.step.number`` or ``gen_ai.execute_tool.duration`` by hand (keys no Logger dict
+    feeds: their families record through their APIs) was never told that the value reaches
+    the trackers only. A series' key is a Logger key when it is a key of its own (``key=``,
+    as ``tee_scalar`` gives), not its name."""
+    rlmetrics.declare("acme.api", [MetricSpec("acme.api.seconds", Kind.GAUGE, unit="s")])
+    rlmetrics.declare("acme.teed", [MetricSpec("acme.teed.depth", Kind.GAUGE, key="acme/depth")])
+    vocabulary = Vocabulary()
+    assert vocabulary.known("train", "acme/depth")
+    assert not vocabulary.known("train", "acme.api.seconds")
+    assert not vocabulary.known("train", "rl.step.number")  # the liveness family's
+    with _logger(tmp_path, unknown_keys="warn") as logger:
+        logger.log_metrics(
+            {"loss": 0.1, "acme/depth": 3, "rl.step.number": 7}, step=1, prefix="train"
+        )
+    [said] = _said(caught)
+    assert "'rl.step.number'" in said and "reaches the trackers only" in said

@@ -53,6 +53,15 @@ def _attributes(item: Declared) -> str:
     return "; ".join(parts) or "—"
 
 
+def _logger_key(item: Declared) -> str:
+    """The key a Logger's dict carries for the series, or ``—`` for one its family records
+    through its API (:func:`~rlmetrics.known_keys.logger_key`)."""
+    from .known_keys import logger_key
+
+    key = logger_key(item.spec)
+    return "—" if key is None else f"`{key}`"
+
+
 def metrics_table(declared: Sequence[Declared], modules: Iterable[str]) -> str:
     """A markdown table of what ``modules`` declare, module by module, in declaration order."""
     lines = [
@@ -70,7 +79,7 @@ def metrics_table(declared: Sequence[Declared], modules: Iterable[str]) -> str:
             description = table_cell(spec.description + buckets)
             lines.append(
                 f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | `{spec.unit}` | "
-                f"{_attributes(item)} | `{spec.key}` | {spec.reduction.describe()} | "
+                f"{_attributes(item)} | {_logger_key(item)} | {spec.reduction.describe()} | "
                 f"{description} |"
             )
     return "\n".join(lines) + "\n"

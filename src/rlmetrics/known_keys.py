@@ -3,9 +3,10 @@
 
 A key logged under a prefix is *known* when
 
-- a declared series reads it: a spec's registry key, in a dict logged under the train
-  prefixes (what :func:`~rlmetrics.families.training.tee_scalar` and ``record_declared``
-  read);
+- a declared series reads it: a spec's key of its own (:func:`logger_key`), in a dict
+  logged under the train prefixes (what :func:`~rlmetrics.families.training.tee_scalar` and
+  ``record_declared`` read); a series whose key is its name is recorded through its family's
+  API, and its key is no logged key;
 - the Logger's key map lists it (:mod:`rlmetrics.keymaps`), backend-only rules included;
 - a typed hook parses it (:data:`rlmetrics.routing.ROUTES`: every field of a setup-timing or
   rollout-checkpoint dict, the ``efficiency/*`` keys of a train dict);
@@ -43,6 +44,7 @@ from .registry import _caller_module, default_registry
 
 if TYPE_CHECKING:
     from .keymaps import KeyMap
+    from .spec import MetricSpec
 
 __all__ = [
     "ANY",
@@ -53,6 +55,7 @@ __all__ = [
     "Unknown",
     "Vocabulary",
     "declare_keys",
+    "logger_key",
     "unknown_in_rows",
 ]
 
@@ -107,6 +110,16 @@ def declare_keys(
     ]
     default_registry().declare_key_patterns(patterns, owner)
     return patterns
+
+
+def logger_key(spec: MetricSpec) -> str | None:
+    """The key a Logger's dict carries for ``spec``: its registry key when it is a key of its
+    own (``MetricSpec(key=...)``, as :func:`~rlmetrics.families.training.tee_scalar` gives:
+    ``reward``, ``vllm/prompt_tokens``), which the family reads from logged dicts. None for a
+    series whose key is its name: its family records it through its API (Gym's, gen_ai's,
+    Ray's, the liveness gauges), and no logged dict feeds it, so logging that key by hand
+    reaches the trackers only."""
+    return spec.key if spec.key != spec.name else None
 
 
 #: A key pattern of wildcards alone (``**``, ``*``, ``*/**``): every key, or every key of a
@@ -230,7 +243,7 @@ class Vocabulary:
         #: Prefixes something reads (exact), and prefix patterns.
         self._prefixes: set[str] = set(TRAIN_PREFIXES)
         self._prefix_patterns: list[re.Pattern[str]] = []
-        series_keys = {item.spec.key for item in registry.declared()}
+        series_keys = {key for item in registry.declared() if (key := logger_key(item.spec))}
         for prefix in TRAIN_PREFIXES:
             self._exact.setdefault(prefix, set()).update(series_keys)
         for route in routing.ROUTES:

@@ -56,10 +56,12 @@ def test_a_table_is_generated_between_its_markers(tmp_path: Path) -> None:
     assert updated == (
         f"intro\n{START}acme.family -->\n{metrics_table(declared, ['acme.family'])}{END}\noutro\n"
     )
-    assert (
-        "| `acme.depth` | gauge | `{batch}` | `acme.queue` (open) | `acme.depth` | mean | a \\| b |"
-        in (updated)
+    # No key of its own: recorded through its family's API, no Logger dict carries it.
+    assert "| `acme.depth` | gauge | `{batch}` | `acme.queue` (open) | — | mean | a \\| b |" in (
+        updated
     )
+    teed = Declared("acme", MetricSpec("acme.rate", Kind.GAUGE, key="acme/rate"), "acme.family")
+    assert "| `acme/rate` |" in metrics_table([teed], ["acme.family"])
 
 
 def test_the_command_checks_and_rewrites(tmp_path: Path) -> None:
