@@ -14,10 +14,13 @@ applying them in this order (docs/traces.md, "Goodput from spans and from metric
 
 1. ``other clocks``: leaves on other threads or in other processes (a collector's workers, Ray
    workers) count on spans; the metric's share is the driver's wall clock only;
-2. ``overhead and wasted leaves``: they count against goodput on spans, while the metric
+2. ``overlapping``: the driver's leaves of one wall-clock category open at once (concurrent
+   asyncio tasks waiting together) each count on spans; the metric counts the time the
+   category covered once (the union of their intervals);
+3. ``overhead and wasted leaves``: they count against goodput on spans, while the metric
    counts only idle time against the step — except ``idle/validation``, ``overhead`` on its
    span but idle as a metric (the spec's second documented disagreement);
-3. ``untimed step time``: step time in no leaf is outside the span rollup and productive for
+4. ``untimed step time``: step time in no leaf is outside the span rollup and productive for
    the metric.
 
 What is left after these is ``unexplained`` (an idle phase that is no efficiency category,
@@ -61,6 +64,8 @@ RANK_ATTRS = ("rlmetrics.rank", "rank")
 REASONS = {
     "other_clocks": "leaves on other threads or processes (spans count them; the metric is the "
     "driver's wall clock)",
+    "overlapping": "the driver's leaves of one wall-clock category open at once (concurrent "
+    "tasks: spans count each; the metric counts the time they cover once)",
     "overhead_and_wasted": "overhead and wasted leaves (against goodput on spans; the metric "
     "counts only idle time)",
     "untimed": "step time in no leaf (outside the span rollup; productive for the metric)",
@@ -227,7 +232,8 @@ class StepRollup:
     ``buckets`` sums every leaf below the step; ``driver`` only the leaves on the step's own
     process and thread; ``validation_s`` is the driver's ``idle/validation`` leaves (in
     ``driver["overhead"]``); ``unbucketed`` the seconds of phases whose span has no bucket
-    (the collector loop's), by phase.
+    (the collector loop's), by phase; ``overlap_s`` how much more the driver's idle leaves of
+    each wall-clock category add up to than the time they cover (leaves open at once).
     """
 
     step: int
@@ -236,6 +242,7 @@ class StepRollup:
     driver: dict[str, float]
     validation_s: float
     unbucketed: dict[str, float]
+    overlap_s: float = 0.0
 
 
 def _own_seconds(
@@ -275,14 +282,49 @@ def step_rollups(traces: TraceSet) -> dict[int, StepRollup]:
                 if leaf.attributes.get(PHASE_ATTR) == VALIDATION:
                     validation += seconds
         unbucketed: dict[str, float] = {}
+        overlap = _overlap_seconds(step, leaves, own)
         for span in below:
             phase = span.attributes.get(PHASE_ATTR)
             if span.bucket is None and isinstance(phase, str):
                 unbucketed[phase] = unbucketed.get(phase, 0.0) + span.seconds
         out[iteration] = StepRollup(
-            iteration, step.seconds, buckets, driver, validation, unbucketed
+            iteration, step.seconds, buckets, driver, validation, unbucketed, overlap
         )
     return out
+
+
+def _overlap_seconds(
+    step: Span, leaves: Sequence[Span], own: Mapping[tuple[str, str], float]
+) -> float:
+    """How much more the driver's idle leaves of each wall-clock category add up to (their
+    own seconds) than the time they cover: what the metric, which counts a wall-clock
+    category's time once, does not count."""
+    by_category: dict[str, list[Span]] = {}
+    for leaf in leaves:
+        phase = leaf.attributes.get(PHASE_ATTR)
+        if (
+            leaf.bucket == "idle"
+            and leaf.process == step.process
+            and leaf.thread == step.thread
+            and isinstance(phase, str)
+            and efficiency.MEASUREMENTS.get(phase) == efficiency.WALL_CLOCK
+        ):
+            by_category.setdefault(phase, []).append(leaf)
+    overlap = 0.0
+    for spans in by_category.values():
+        if len(spans) < 2:
+            continue
+        covered, reach = 0, None
+        for start, end in sorted((s.start_ns, max(s.start_ns, s.end_ns)) for s in spans):
+            if reach is None or start > reach:
+                covered += end - start
+                reach = end
+            elif end > reach:
+                covered += end - reach
+                reach = end
+        added = sum(own[(s.trace_id, s.span_id)] for s in spans)
+        overlap += max(0.0, added - covered / 1e9)
+    return overlap
 
 
 def _goodput(buckets: Mapping[str, float]) -> float | None:
@@ -310,11 +352,14 @@ def compare_step(rollup: StepRollup, metrics_pct: float | None) -> dict[str, Any
     if spans_pct is None or metrics_pct is None:
         return row
     driver = rollup.driver
-    total = sum(driver.values())
+    # The metric counts a wall-clock category's time once, however many leaves were open.
+    once = {**driver, "idle": max(0.0, driver["idle"] - rollup.overlap_s)}
+    total = sum(once.values())
     # The metric's idle: the driver's idle leaves, and validation, idle as a metric.
-    idle = driver["idle"] + rollup.validation_s
+    idle = once["idle"] + rollup.validation_s
     stages = {
         "other_clocks": _goodput(driver),
+        "overlapping": _goodput(once),
         "overhead_and_wasted": None if total <= 0 else 100.0 * (total - idle) / total,
         "untimed": None if rollup.wall_s <= 0 else 100.0 * (rollup.wall_s - idle) / rollup.wall_s,
     }
@@ -411,6 +456,7 @@ def compare_goodput(
 
 _SHORT = {
     "other_clocks": "other clocks",
+    "overlapping": "overlapping",
     "overhead_and_wasted": "overhead/wasted",
     "untimed": "untimed",
 }
