@@ -53,6 +53,17 @@ def test_every_option_a_command_names_in_its_help_is_its_own() -> None:
         assert named <= own, f"rlmetrics {command.NAME} --help names {sorted(named - own)}"
 
 
+def test_a_misspelt_option_is_said_by_its_command_with_the_nearest() -> None:
+    # `rlmetrics demo --stepz 3` was the top-level usage and "unrecognized arguments", naming
+    # neither the command whose options those are nor the option meant.
+    done = _run("demo", "--stepz", "3")
+    assert done.returncode == 2 and not done.stdout
+    assert done.stderr.startswith("usage: rlmetrics demo "), done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "rlmetrics demo: error: unrecognized arguments: --stepz 3 (did you mean --steps?)"
+    )
+
+
 def test_json_and_markdown_are_mutually_exclusive() -> None:
     done = _run("metrics", "--json", "--markdown")
     assert done.returncode == 2

@@ -18,6 +18,7 @@ rlmetrics docs        the metric tables marked in docs pages, regenerated
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -78,8 +79,31 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line's arguments. An argument the command does not take is said by the
+    command (its usage, its name) with the nearest option it has, not by the top parser,
+    which knows none of the command's options."""
+    top = parser()
+    args, extra = top.parse_known_args(argv)
+    if extra:
+        commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+        command: argparse.ArgumentParser = commands.choices[args.command]
+        options = [o for action in command._actions for o in action.option_strings]
+        near = [
+            match
+            for given in extra
+            if given.startswith("--")
+            for match in difflib.get_close_matches(
+                given.split("=", 1)[0], options, n=1, cutoff=0.75
+            )
+        ]
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = _parse(argv)
     try:
         status: int = args.run(args)
         sys.stdout.flush()
