@@ -391,6 +391,8 @@ def test_the_demos_output_folder_is_ignored_by_git(tmp_path: Path) -> None:
             "anything-a-later-demo-writes.svg",
         )
     ] + ["quickstart-run/metrics.jsonl", "rlmetrics.jsonl", "run/metrics.jsonl"]
+    # docs/trajectories.md's viewer commands: the demo and its page in demo-run/.
+    written += ["demo-run/report.png", "demo-run/timeline.png", "demo-run/run.html"]
     done = subprocess.run(
         ["git", "check-ignore", "--no-index", *written],
         cwd=root,
