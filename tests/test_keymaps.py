@@ -509,3 +509,39 @@ def test_a_logged_dict_reaches_the_jsonl_exactly_as_logged(tmp_path: Path) -> No
     logger.finish()
     (line,) = path.read_text().splitlines()
     assert json.loads(line)["metrics"] == {"timing_s/step": 1.0, "actor/kl_loss": 0.5}
+
+
+#: One step of TRL 1.16's RewardTrainer: transformers' keys and the reward model's scores.
+REWARD_TRAINER_STEP = {
+    "loss": 0.69,
+    "grad_norm": 2.5,
+    "learning_rate": 1e-5,
+    "num_tokens": 640.0,
+    "min_reward": -0.4,
+    "mean_reward": 0.02,
+    "max_reward": 0.5,
+    "accuracy": 0.5,
+    "margin": 0.01,
+    "epoch": 0.5,
+}
+
+
+def test_a_reward_trainers_loss_is_no_policy_loss(tmp_path: Path, tee: Tee) -> None:
+    """Before: the trl map made RewardTrainer's ``loss`` (the reward model's pairwise loss)
+    ``rl.policy.loss``: a dashboard of the policy showed a reward model's training. No series
+    means a reward model's loss (the spec names none), so beside the reward model's own keys
+    it reaches the backends only; a policy trainer's ``loss`` is the policy loss as before."""
+    path = tmp_path / "m.jsonl"
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={"jsonl": {"path": path}}, key_map="trl")
+        logger.log_metrics(REWARD_TRAINER_STEP, step=1, prefix="train")
+        reward_model = _values(points(reader))
+        logger.log_metrics({"loss": 0.25, "reward": 1.0}, step=2, prefix="train")
+        policy = _values(points(reader))
+        logger.finish()
+    assert "rl.policy.loss" not in reward_model
+    assert reward_model["rl.grad_norm"] == 2.5 and reward_model["rl.learning_rate"] == 1e-5
+    assert policy["rl.policy.loss"] == 0.25
+    assert [row["metrics"]["loss"] for row in read_jsonl(path)] == [0.69, 0.25]
+    # The plugins never get the reward model's loss under the policy's key either.
+    assert all("loss" not in metrics for metrics, _step, _prefix in tee.metrics)

@@ -18,11 +18,12 @@ from transformers_support import (
     tiny_tokenizer,
     trainer_args,
 )
-from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+from trl import DPOConfig, DPOTrainer, RewardConfig, RewardTrainer, SFTConfig, SFTTrainer
 
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.keymaps import resolve_key_map
 from rlmetrics.known_keys import Vocabulary
+from rlmetrics.testing import in_memory_telemetry, points
 
 
 @pytest.fixture
@@ -116,3 +117,34 @@ _KTO_AND_REWARD_KEYS = ["accuracy", "margin", "max_reward", "mean_reward", "min_
 
 def test_the_kto_and_reward_trainers_keys_are_known_too() -> None:
     assert _unknown(set(_KTO_AND_REWARD_KEYS)) == []
+
+
+def test_a_reward_trainers_loss_is_kept_from_the_policy_loss(
+    tmp_path: Path, typos_stop_the_run: None
+) -> None:
+    """A real RewardTrainer run: before, its ``loss`` (the reward model's pairwise loss) was
+    exported as ``rl.policy.loss``; it reaches the backends only, its grad norm and learning
+    rate are still their series, and every key it logs is known."""
+    path = tmp_path / "metrics.jsonl"
+    pairs = Dataset.from_dict(
+        {
+            "chosen": [f"w{i} w{i + 1} w{i + 2}" for i in range(8)],
+            "rejected": [f"w{i} w{i + 5} w{i + 3}" for i in range(8)],
+        }
+    )
+    with in_memory_telemetry() as (_handle, reader):
+        trainer = RewardTrainer(
+            model=save_tiny_model(tmp_path / "model"),
+            args=RewardConfig(**trainer_args(tmp_path, max_steps=2, max_length=16)),
+            train_dataset=pairs,
+            processing_class=tiny_tokenizer(),
+            callbacks=[RLMetricsCallback(backends={"jsonl": {"path": path}})],
+        )
+        trainer.train()
+        exported = {p.name for p in points(reader)}
+    assert trainer.state.global_step == 2
+    logged = _logged_keys(path)
+    assert {"loss", "margin", "accuracy", "mean_reward"} <= logged
+    assert _unknown(logged) == []
+    assert "rl.policy.loss" not in exported
+    assert {"rl.grad_norm", "rl.learning_rate"} <= exported

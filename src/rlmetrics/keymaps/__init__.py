@@ -103,6 +103,10 @@ def _is_text(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> Non
         raise ValueError(f"KeyRule.{attribute.name} must be a non-empty string, got {value!r}")
 
 
+def _key_tuple(keys: Iterable[str]) -> tuple[str, ...]:
+    return (keys,) if isinstance(keys, str) else tuple(keys)
+
+
 @attrs.frozen
 class KeyRule:
     """What one logged key is: a declared ``series``, an efficiency ``category``, or neither
@@ -118,6 +122,10 @@ class KeyRule:
         ``*`` matched becomes (its value set is the series' to bound).
     :param attributes: fixed attributes of every point the rule records.
     :param note: a word for the docs table (what the key holds, why it maps where it does).
+    :param backends_beside: exact keys another trainer logs beside this key when this key
+        means something else there: in a dict holding any of them, the key reaches the
+        backends only (TRL's RewardTrainer logs ``loss``, a reward model's, beside its
+        ``margin``; a policy trainer's ``loss`` is the policy loss).
     """
 
     key: str = attrs.field(validator=_is_text)
@@ -126,9 +134,18 @@ class KeyRule:
     attribute: str | None = attrs.field(default=None, validator=_is_text)
     attributes: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_attribute_pairs)
     note: str = ""
+    backends_beside: tuple[str, ...] = attrs.field(default=(), converter=_key_tuple)
 
     def __attrs_post_init__(self) -> None:
         where = f"KeyRule({self.key!r})"
+        if self.backends_beside and (
+            (self.series is None and self.category is None)
+            or not all(isinstance(k, str) and k and WILDCARD not in k for k in self.backends_beside)
+        ):
+            raise ValueError(
+                f"{where}: backends_beside= names exact keys (no {WILDCARD!r}) beside which a "
+                "key mapped to a series or a category reaches the backends only"
+            )
         rest = self.key.endswith(REST)
         stem = self.key[: -len(REST)] if rest else self.key
         if "**" in stem:
@@ -337,12 +354,15 @@ class KeyMapper:
         series: list[tuple[str, KeyRule, str | None]] = []
         categories: list[tuple[str, str]] = []
         listed: set[str] = set()
+        present = frozenset(keys)
         for key in keys:
             found = self.key_map.rule_for(key)
             if found is None:
                 continue
             rule, matched = found
             listed.add(key)
+            if not present.isdisjoint(rule.backends_beside):
+                continue  # another trainer's key of that name: the backends only
             if rule.series is not None:
                 series.append((key, rule, matched))
             elif rule.category is not None:

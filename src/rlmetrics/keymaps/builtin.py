@@ -36,7 +36,12 @@ def _backends(*keys: str, note: str = "") -> list[KeyRule]:
 TRL = KeyMap(
     "trl",
     [
-        KeyRule("loss", series=_LOSS),
+        KeyRule(
+            "loss",
+            series=_LOSS,
+            note="RewardTrainer's (beside its margin) is a reward model's: the backends only",
+            backends_beside=("margin", "mean_reward"),
+        ),
         KeyRule("reward", series=_REWARD, note="mean over the reward functions' weighted sum"),
         KeyRule("kl", series=_KL, note="logged only when beta > 0"),
         KeyRule("entropy", series=_ENTROPY),

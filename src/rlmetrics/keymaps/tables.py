@@ -62,6 +62,9 @@ def _row(rule: KeyRule, by_name: Mapping[str, Declared]) -> str:
         attributes.append(f"`rl.efficiency.category`=`{rule.category}`")
     else:
         becomes = "backends only"
+    if rule.backends_beside:
+        beside = ", ".join(f"`{key}`" for key in rule.backends_beside)
+        becomes += f" (backends only beside {beside})"
     return (
         f"| `{_cell(rule.key)}` | {becomes} | {kind} | {unit} | "
         f"{_cell(', '.join(attributes)) or '—'} | {_cell(rule.note)} |"
