@@ -342,3 +342,30 @@ def test_a_driver_timers_wait_open_across_its_step_summary_splits_at_it() -> Non
     second = driver.step_summary()
     assert (first.seconds[STARVED], first.step_wall_time_s) == (2.0, 3.0)
     assert (second.seconds[STARVED], second.step_wall_time_s) == (1.0, 2.0)
+
+
+def test_a_first_phase_of_a_name_arriving_while_a_step_is_read_loses_nothing() -> None:
+    """Another thread's first phase of a wall-clock name adds that name's readings without
+    the lock, possibly while the step's accounting is being read (here: during the read of
+    the other name). Before, the read raised "dictionary changed size during iteration" and
+    the step's summary was lost; now both are read (the newcomer when it is due)."""
+    from rlmetrics.tracing.accounting import PhaseSeconds, WallClock
+
+    accounts = PhaseSeconds()
+
+    class Interleaved(WallClock):
+        __slots__ = ()
+
+        def sweep(self) -> int | None:
+            late = accounts.wall_clock("idle/validation")  # the other thread's first phase
+            late.starts.append(10)
+            late.ends.append(15)
+            return super().sweep()
+
+    accounts._walls["idle/refit_bubble"] = early = Interleaved()
+    early.starts.append(0)
+    early.ends.append(4)
+    first = accounts.take(now=20)
+    second = accounts.take(now=30)
+    assert first.get("idle/refit_bubble") == 4e-9
+    assert first.get("idle/validation", 0.0) + second.get("idle/validation", 0.0) == 5e-9

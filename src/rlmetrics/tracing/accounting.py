@@ -273,7 +273,9 @@ class PhaseSeconds:
             except IndexError:
                 break
             seconds[name] = seconds.get(name, 0.0) + value
-        for name, wall in self._walls.items():
+        # A copy (one step under the GIL): a thread's first phase of a name adds its
+        # WallClock without the lock.
+        for name, wall in list(self._walls.items()):
             closed = wall.sweep()
             split = None if now is None else wall.split(now)
             if closed is not None or split is not None:  # a phase of no length counts: 0 s
