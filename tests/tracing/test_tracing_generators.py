@@ -78,3 +78,27 @@ def test_a_phase_left_in_a_sync_generator_still_unwinds_in_its_own_context(
         spans = {s.name: s for s in span_records(exporter)}
     assert spans["rl.reward"].parent_id == spans["rl.step"].span_id
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_generator_closed_after_its_step_leaves_no_ended_step_current() -> None:
+    """A sync generator kept open inside its phase past its step's end, closed after it:
+    leaving the phase's context then put the ended step's context back as the current one,
+    so the next step became a child of the step before (a chain of steps). Now the next step
+    is a root again (and its phases its own children)."""
+
+    def rows() -> Any:
+        with rlmetrics.phase("generation", bucket="productive"):
+            yield 1
+
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        with rlmetrics.step(1):
+            kept = rows()
+            next(kept)
+        kept.close()
+        with rlmetrics.step(2), rlmetrics.phase("reward"):
+            pass
+        spans = span_records(exporter)
+    steps = {s.attributes["rl.iteration"]: s for s in spans if s.name == "rl.step"}
+    [reward] = [s for s in spans if s.name == "rl.reward"]
+    assert steps[2].parent_id is None
+    assert reward.parent_id == steps[2].span_id

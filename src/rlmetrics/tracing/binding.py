@@ -90,6 +90,18 @@ class Binding:
         span = self.tracer.start_span(name, parent, attributes=attributes, start_time=start_ns)
         return span, self.attach(self.set_span_in_context(span, parent))
 
+    def leave(self, token: Any, span: Any) -> None:
+        """Leave the context that made ``span`` current. Left after the scope around it (a
+        generator closed after its step ended), that puts back a context whose span has
+        ended: the context current before is kept instead, so no later span starts under
+        an ended one."""
+        before = self.get_current()
+        self.detach(token)
+        if self.get_current_span(before) is span:  # it was the current one: in order
+            return
+        if getattr(self.get_current_span(), "end_time", None) is not None:
+            self.attach(before)
+
     def fail(self, span: Any, error: BaseException) -> None:
         span.set_status(self.status(self.error, type(error).__name__))
         span.record_exception(error)

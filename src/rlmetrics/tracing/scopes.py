@@ -245,7 +245,7 @@ class Scope:
             if threading.get_ident() == self._thread:
                 if _started_in_this_context(self):
                     try:
-                        binding.detach(token)
+                        binding.leave(token, span)
                     except Exception:
                         warn_once("tracing:detach", "rlmetrics: a span's context could not be left")
                 else:  # OpenTelemetry would log a ValueError traceback at ERROR
