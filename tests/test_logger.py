@@ -4,6 +4,7 @@ import logging
 import math
 import threading
 from collections.abc import Iterator, Mapping
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -887,6 +888,34 @@ def test_none_follows_the_one_rule_for_values_that_are_not_numbers(
         assert caplog.text.count(f"(key {key!r}) dropped a value") == 1, caplog.text
     assert "None is not a finite number" in caplog.text
     assert "my_thing" not in caplog.text
+
+
+def test_a_decimal_is_exported_as_the_number_it_is_and_its_nan_dropped_as_a_floats(
+    telemetry: tuple[Any, Any], tmp_path: Path, caplog: Any
+) -> None:
+    """Before: a Decimal of a series' key was dropped ('a Decimal is not a finite number',
+    said of Decimal('0.5')) while a Fraction was exported; a Decimal NaN is now dropped,
+    said and counted as a float NaN is."""
+    _, reader = telemetry
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger,
+    ):
+        logger.log_metrics(
+            {"reward": Decimal("0.5"), "loss": Fraction(1, 4), "lr": Decimal("NaN")},
+            step=1,
+            prefix="train",
+        )
+        logger.log_metrics({"lr": math.nan}, step=2, prefix="train")
+    found = points(reader)
+    assert single(found, "rl.reward.mean").value == 0.5
+    assert single(found, "rl.policy.loss").value == 0.25
+    assert "rl.learning_rate" not in {p.name for p in found}
+    assert caplog.text.count("(key 'lr') dropped a value") == 1, caplog.text
+    assert "(key 'reward')" not in caplog.text
+    dropped = single(found, "rlmetrics.values.dropped", **{"rlmetrics.series": "rl.learning_rate"})
+    assert dropped.value == 2  # the Decimal NaN and the float one, under one cause
+    assert dropped.attributes["rlmetrics.drop.reason"] == "nan"
 
 
 class _Kept:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -63,6 +64,14 @@ class _Raises:
         (float("nan"), "nan"),
         (Fraction(3, 2), 1.5),
         (Fraction(10**400), None),  # float() overflows: stands for nothing, never raises
+        # A Decimal is a number a user logs (money, a config read with parse_float=Decimal):
+        # before, it stood for nothing while a Fraction was a number.
+        (Decimal("0.25"), 0.25),
+        (Decimal("3"), 3.0),
+        (Decimal("NaN"), "nan"),
+        (Decimal("-Infinity"), float("-inf")),
+        (Decimal("sNaN"), None),  # float() refuses a signalling NaN
+        (Decimal("1e400"), float("inf")),
         (_Raises(), None),
         (True, None),
     ],

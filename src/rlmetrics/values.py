@@ -13,6 +13,7 @@ import numbers
 import re
 import threading
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from ._warn import describe_key, describe_value, warn_once
@@ -72,7 +73,8 @@ def as_real(value: Any) -> int | float | None:
     """The real number ``value`` stands for, NaN and infinities included, or None.
 
     Python ints and floats as they are; other reals (``Fraction``, NumPy scalars) through
-    ``int()`` or ``float()``; one-element NumPy arrays and torch tensors through ``.item()``.
+    ``int()`` or ``float()``, a ``Decimal`` through ``float()``; one-element NumPy arrays and
+    torch tensors through ``.item()``.
     Bools are not numbers here (a flag is not a measurement); neither are strings or bytes.
     """
     kind = type(value)
@@ -81,6 +83,11 @@ def as_real(value: Any) -> int | float | None:
     if value is None or kind is bool or isinstance(value, _NOT_SCALARS):
         return None  # (None first: an absent key, looked up every step, skips the ABC checks)
     try:
+        if kind is Decimal or isinstance(value, Decimal):
+            # Not a numbers.Real (it refuses to mix with floats), but the number a user logs
+            # (money, a config parsed with parse_float=Decimal): a float, NaN and infinities
+            # as a float's; a signalling NaN, which float() refuses, stands for nothing.
+            return float(value)
         if not isinstance(value, numbers.Real):
             item = getattr(value, "item", None)
             if not callable(item):
