@@ -269,3 +269,36 @@ def test_a_file_of_several_ranks_raw_rows_is_refused_in_one_line(tmp_path: Path)
     rows.log_metrics({"reward": 0.1}, 1, "train")
     rows.finish()
     assert run_cli("report", one_rank).returncode == 0
+
+
+@pytest.mark.parametrize("opener", ["gzip", "bz2", "lzma"])
+def test_a_compressed_run_is_read_as_the_run(tmp_path: Path, opener: str) -> None:
+    """A run's JSONL compressed where it lies (``logrotate``'s ``compress``, an archived run:
+    ``metrics.jsonl.1.gz``) was "not a run's metrics JSONL: none of its 183 lines is a JSON
+    object", and a pipe (``zcat ... | rlmetrics report /dev/stdin``) is refused: no way to
+    read it without writing it out. Read as the run now, its compression told by its first
+    bytes; one cut short (still being compressed) is read up to the cut, which is said."""
+    import importlib
+
+    plain = tmp_path / "metrics.jsonl"
+    _log_run(plain, "job", range(1, 31))
+    packed = tmp_path / f"metrics.jsonl.1.{opener}"
+    with importlib.import_module(opener).open(packed, "wb") as out:
+        out.write(plain.read_bytes())
+    for command in (("report", "--json"), ("query",), ("check", "--run")):
+        done = run_cli(*command, packed)
+        assert done.returncode in (0, 1), (command, done.stderr)
+        assert "Traceback" not in done.stderr and "not a run's" not in done.stderr, command
+    report = json.loads(run_cli("report", "--json", packed).stdout)
+    expected = json.loads(run_cli("report", "--json", plain).stdout)
+    assert report == {**expected, "source": str(packed), "samples": None}  # none beside it
+    query = json.loads(run_cli("query", packed).stdout)
+    assert (query["steps"]["count"], query["run"]["run_id"]) == (30, "job")
+    if opener == "bz2":
+        return  # a block of 900 kB: a cut small file holds no whole block, no row
+    cut = tmp_path / f"cut.jsonl.{opener}"
+    cut.write_bytes(packed.read_bytes()[: packed.stat().st_size * 2 // 3])
+    done = run_cli("report", "--json", cut)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "ends early" in done.stderr
+    assert 0 < len(json.loads(done.stdout)["steps"]) < 30

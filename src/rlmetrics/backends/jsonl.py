@@ -25,6 +25,8 @@ Values JSON cannot hold faithfully are written as strings: NaN and infinities as
 from __future__ import annotations
 
 import contextlib
+import importlib
+import io
 import json
 import math
 import os
@@ -345,10 +347,26 @@ def open_regular(path: str | os.PathLike[str]) -> TextIO:
                 "a JSONL metrics file is read from a regular file"
             )
         os.set_blocking(fd, True)
+        head = os.pread(fd, _MAGIC_BYTES, 0)
+        for magic, module in _COMPRESSED:
+            if head.startswith(magic):  # a rotated or archived run, compressed where it lies
+                opened: TextIO = importlib.import_module(module).open(
+                    os.fdopen(fd, "rb"), "rt", encoding="utf-8", errors="replace"
+                )
+                return opened
         return open(fd, encoding="utf-8", errors="replace", closefd=True)
     except BaseException:
-        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
         raise
+
+
+#: A compressed file's first bytes, and the module that reads it (gzip: logrotate's
+#: ``compress``; bz2 and xz beside it, as Gym's health report reads them).
+_COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma"))
+_MAGIC_BYTES = 6
+#: What a compressed stream raises where it is cut short or damaged.
+_CUT_STREAM = (EOFError, OSError, ValueError)
 
 
 class SkippedLines:
@@ -426,7 +444,7 @@ def read_jsonl(
     bad = SkippedLines() if skipped is None else skipped
     try:
         with open_regular(path) as handle:
-            for number, line in enumerate(handle, start=1):
+            for number, line in _numbered(handle, bad):
                 if not line.strip():
                     continue
                 try:
@@ -444,6 +462,26 @@ def read_jsonl(
     finally:
         if skipped is None and bad.count:
             logger.warning(bad.summary(path))
+
+
+def _numbered(handle: TextIO, skipped: SkippedLines) -> Iterator[tuple[int, str]]:
+    """``handle``'s lines with their numbers; a compressed file cut short (still being
+    compressed, copied in part) or damaged ends where it can no longer be read, counted as a
+    skipped line that says so."""
+    number = 0
+    lines = iter(handle)
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except _CUT_STREAM as exc:
+            if isinstance(getattr(handle, "buffer", None), io.BufferedReader):
+                raise  # a plain file's read error is no compressed stream's end
+            skipped.add(number + 1, f"the compressed file ends early ({exc})")
+            return
+        number += 1
+        yield number, line
 
 
 @hookimpl
