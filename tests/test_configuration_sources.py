@@ -636,3 +636,29 @@ def test_a_path_configured_under_home_is_under_home(
         logger.log_metrics({"loss": 0.5}, step=1, prefix="train")
     assert [row["metrics"] for row in read_jsonl(home / "runs" / "m.jsonl")] == [{"loss": 0.5}]
     assert not (work / "~").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            "[logger]\nunknown_keys = 'WARN'\n",
+            "must be one of 'ignore', 'warn', 'error', got str 'WARN'",
+        ),
+        ("[exporters.prometheus]\nport = '9464'\n", "got str '9464'"),
+        ("[logger]\nqueue_size = '" + "9" * 200 + "'\n", "got str '" + "9" * 40),
+    ],
+)
+def test_a_refused_text_value_is_shown(config: Any, text: str, said: str) -> None:
+    """Before: 'rlmetrics.toml [logger] unknown_keys must be one of 'ignore', 'warn', 'error',
+    got str': the value refused was not shown (a text value is shown, cut when long)."""
+    config(text)
+    caught = _raises(
+        lambda: (
+            rlmetrics.start(exporters=["prometheus"], prometheus_port=0)
+            if "exporters" in text
+            else rlmetrics.Logger(backends={})
+        ),
+        said,
+    )
+    assert len(str(caught)) < 300

@@ -127,6 +127,10 @@ def _finite_number(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
 
 
+#: How much of a refused text value a message shows.
+_SHOWN_TEXT = 40
+
+
 @attrs.frozen
 class Option:
     """What one option of an exporter or backend (or one setting) must be: ``accepts`` says
@@ -162,7 +166,11 @@ class Option:
         except Exception:
             pass
         kind = type(value).__name__
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, str):
+            # The text refused (a mode in capitals, a quoted number), cut when long: a text
+            # option takes any text, so a refused one is no secret a token option would hold.
+            shown = f" {value[:_SHOWN_TEXT]!r}" + ("..." if len(value) > _SHOWN_TEXT else "")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
             shown = ""
         elif isinstance(value, int) and value.bit_length() > 128:
             shown = f" of {value.bit_length()} bits"  # repr() raises past 4,300 digits
