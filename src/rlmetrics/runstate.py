@@ -28,7 +28,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .backends.jsonl import HYPERPARAMS_KIND, RESUME_KIND, SkippedLines, named_lines, read_jsonl
+from .backends.jsonl import (
+    HYPERPARAMS_KIND,
+    RESUME_KIND,
+    SkippedLines,
+    named_lines,
+    read_jsonl,
+    starts_over,
+)
 from .liveness import MEDIAN_WINDOW, StallRule
 
 if TYPE_CHECKING:
@@ -92,6 +99,8 @@ def run_state(
                 if run is None:
                     facts, wanted = _RunFacts(), run_id
             if run_id == wanted:
+                if starts_over(row):  # a rerun without resume: the earlier attempts left out
+                    facts = _RunFacts(reruns=facts.reruns + 1)
                 facts.add(row)
     except (OSError, ValueError) as exc:
         raise QueryError(f"{path}: cannot be read: {exc}") from None
@@ -117,6 +126,7 @@ def run_state(
             "run_id": chosen,
             "runs_in_file": list(run_ids),
             "resumed": facts.resumed,
+            "reruns": facts.reruns,
             "hyperparams": facts.hyperparams or None,
         },
         "steps": steps,
@@ -228,9 +238,12 @@ class _RunFacts:
     trainer step first arrived, whether it was resumed, its configuration, the newest value of
     each key, and what its step-time regressions are judged on."""
 
-    def __init__(self) -> None:
+    def __init__(self, reruns: int = 0) -> None:
         from .report.regressions import StepTimes  # the report's judgement, as it is
 
+        #: How often the run was started again without resume; these facts are the last
+        #: attempt's.
+        self.reruns = reruns
         self.first_seen: dict[int, float] = {}
         self.resumed = False
         self.hyperparams: dict[str, Any] = {}

@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlmetrics
-from rlmetrics.backends.jsonl import JsonlBackend, read_jsonl, to_json_value
+from rlmetrics.backends.jsonl import JsonlBackend, read_jsonl, starts_over, to_json_value
+from rlmetrics.testing import run_to_exit
 from rlmetrics.testing.disks import DEV_FULL, MountRefused, small_tmpfs
 
 
@@ -225,6 +226,70 @@ def test_every_row_carries_the_run_id_and_a_resumed_run_marks_where_it_continues
     assert [row.get("kind") for row in rows] == ["hyperparams", None, "resume", None]
     assert rows[0]["hyperparams"] == {"lr": 1e-6, "model": {"layers": [28]}}
     assert [row["step"] for row in rows if "metrics" in row] == [1, 2]
+
+
+_ATTEMPT_SCRIPT = """
+import sys
+import rlmetrics
+
+path, run_id, resume, steps = sys.argv[1:5]
+logger = rlmetrics.Logger(
+    backends={"jsonl": {"path": path}}, run_id=run_id, resume=resume == "resume"
+)
+for step in map(int, steps.split(",")):
+    logger.log_metrics({"reward": float(step)}, step=step, prefix="train")
+logger.finish()
+"""
+
+
+def _attempt(path: Path, run_id: str, steps: str, resume: str = "new") -> None:
+    """One process logging ``steps`` to ``path`` under ``run_id``: a script's run."""
+    status, err = run_to_exit(_ATTEMPT_SCRIPT, (str(path), run_id, resume, steps), timeout_s=120)
+    assert status == 0, err
+
+
+def test_a_run_started_again_without_resume_marks_a_new_attempt(tmp_path: Path) -> None:
+    # Its rows followed the earlier attempt's under the same id, which every reader took for
+    # one run (a resumed one): steps 0, 10, 20 then 0..4 read as 0..4, 10, 20.
+    path = tmp_path / "m.jsonl"
+    _attempt(path, "grpo-1", "0,10,20")
+    _attempt(path, "other", "0")  # another run in the same file: no attempt of grpo-1
+    _attempt(path, "grpo-1", "0,1,2")
+    _attempt(path, "grpo-1", "3", resume="resume")  # continues the attempt: no new one
+    rows = list(read_jsonl(path, every_row=True))
+    marks = [(r["run_id"], r.get("kind") or r["step"]) for r in rows]
+    assert marks == [
+        ("grpo-1", 0), ("grpo-1", 10), ("grpo-1", 20),
+        ("other", 0),
+        ("grpo-1", "rerun"), ("grpo-1", 0), ("grpo-1", 1), ("grpo-1", 2),
+        ("grpo-1", "resume"), ("grpo-1", 3),
+    ]  # fmt: skip
+    assert [starts_over(r) for r in rows].count(True) == 1
+
+
+def test_a_second_logger_of_the_same_run_and_file_in_one_process_is_no_new_attempt(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "m.jsonl"
+    train = rlmetrics.Logger(backends={"jsonl": {"path": path}}, run_id="grpo-1")
+    train.log_metrics({"reward": 1.0}, step=0, prefix="train")
+    evaluation = rlmetrics.Logger(backends={"jsonl": {"path": path}}, run_id="grpo-1")
+    evaluation.log_metrics({"reward": 0.5}, step=0, prefix="eval")
+    train.finish()
+    evaluation.finish()
+    assert not any(starts_over(r) for r in read_jsonl(path, every_row=True))
+    assert [r["prefix"] for r in read_jsonl(path)] == ["train", "eval"]
+
+
+def test_the_run_id_is_found_across_the_scan_s_chunks(tmp_path: Path) -> None:
+    from rlmetrics.backends.jsonl import _holds_run
+
+    path = tmp_path / "m.jsonl"
+    row = json.dumps({"run_id": "grpo-\u00e9"})  # as json writes it: escaped
+    for cut in (0, 3, len(row) - 3):
+        path.write_text(" " * ((1 << 20) - cut) + row + "\n")
+        assert _holds_run(path, "grpo-\u00e9"), cut
+        assert not _holds_run(path, "grpo-"), cut
 
 
 def test_samples_go_to_a_file_beside_the_metrics(tmp_path: Path) -> None:

@@ -14,7 +14,13 @@ from typing import Any
 from hypothesis import strategies as st
 
 from rlmetrics import runstate
-from rlmetrics.backends.jsonl import HYPERPARAMS_KIND, RESUME_KIND, SkippedLines, read_jsonl
+from rlmetrics.backends.jsonl import (
+    HYPERPARAMS_KIND,
+    RERUN_KIND,
+    RESUME_KIND,
+    SkippedLines,
+    read_jsonl,
+)
 from rlmetrics.families.liveness import is_trainer_step
 from rlmetrics.liveness import StallRule
 from rlmetrics.report.regressions import find_regressions
@@ -39,6 +45,10 @@ def whole_file_state(jsonl: str | os.PathLike[str], *, run: str | None, now: flo
         return runstate.QueryError(f"{path} has no run {run!r}; its runs: {run_ids}")
     chosen = run if run is not None else (run_ids[-1] if run_ids else None)
     mine = [r for r in rows if r.get("run_id") == chosen]
+    reruns = sum(r.get("kind") == RERUN_KIND for r in mine)
+    if reruns:  # the last attempt's rows: those after the run's last rerun row
+        last = max(i for i, r in enumerate(mine) if r.get("kind") == RERUN_KIND)
+        mine = mine[last + 1 :]
     metric_rows = [r for r in mine if "kind" not in r and isinstance(r.get("metrics"), dict)]
     first_seen: dict[int, float] = {}
     for row in metric_rows:
@@ -73,6 +83,7 @@ def whole_file_state(jsonl: str | os.PathLike[str], *, run: str | None, now: flo
             "run_id": chosen,
             "runs_in_file": run_ids,
             "resumed": any(r.get("kind") == RESUME_KIND for r in mine),
+            "reruns": reruns,
             "hyperparams": hyperparams or None,
         },
         "steps": steps,
@@ -118,7 +129,7 @@ _VALUES = st.one_of(
 @st.composite
 def _line(draw: st.DrawFn, at: float, step: int) -> str:
     run_id = draw(st.sampled_from(["a", "a", "b", "c", None, 5]))
-    kind = draw(st.sampled_from([None] * 12 + ["hyperparams", "resume", "junk", "rank"]))
+    kind = draw(st.sampled_from([None] * 12 + ["hyperparams", "resume", "rerun", "junk", "rank"]))
     row: dict[str, Any] = {"time": at}
     if run_id is not None or draw(st.booleans()):
         row["run_id"] = run_id
@@ -126,8 +137,8 @@ def _line(draw: st.DrawFn, at: float, step: int) -> str:
         return draw(st.sampled_from(["not json", "[1, 2]", '{"sample": {"a": 1}}', "{}"]))
     if kind == "hyperparams":
         row.update(kind="hyperparams", hyperparams={draw(st.sampled_from("xyz")): draw(_VALUES)})
-    elif kind == "resume":
-        row.update(kind="resume")
+    elif kind in ("resume", "rerun"):
+        row.update(kind=kind)
     else:
         if kind == "rank":
             row["rank"] = draw(st.sampled_from([0] * 8 + [1]))

@@ -11,7 +11,9 @@ Every row carries the run id (``run_id``, the OTel resource's ``rlmetrics.run.id
 file may hold several runs and a reader tells them apart. Besides the metric rows
 (``{"time", "run_id", "step", "prefix", "metrics"}``), a row with a ``kind`` is a record about
 the run: ``{"kind": "hyperparams", "hyperparams": {...}}`` from ``Logger.log_hyperparams``, and
-``{"kind": "resume"}`` where a resumed run (``RunIdentity.resume``) continues the file. Sample
+``{"kind": "resume"}`` where a resumed run (``RunIdentity.resume``) continues the file, and
+``{"kind": "rerun"}`` where a run started again under an id the file already holds, without
+resume, begins a new attempt of it (a reader shows the last attempt: :func:`starts_over`). Sample
 rows from ``Logger.log_samples`` go to a file beside it, ``<stem>.samples.jsonl`` (one line per
 sample: ``{"time", "run_id", "step", "name", "sample"}``), so the metrics file stays small; that
 file is written on a thread of its own (:class:`_SamplesFile`), the one write this backend does
@@ -40,6 +42,7 @@ from typing import Any, TextIO
 
 from .. import hookimpl
 from .._fork import forget_in_child
+from .._process_state import resets_process_state
 from .._warn import logger
 from ..configuration import PATH, declare_options
 from ..flatten import key_text
@@ -58,6 +61,7 @@ __all__ = [
     "read_jsonl",
     "register_backends",
     "samples_path",
+    "starts_over",
     "to_json_value",
 ]
 
@@ -69,6 +73,25 @@ SAMPLES_FINISH_S = 30.0
 #: The ``kind`` of a row that is not a metrics row.
 HYPERPARAMS_KIND = "hyperparams"
 RESUME_KIND = "resume"
+RERUN_KIND = "rerun"
+
+#: ``(file, run id)`` of every JSONL backend this process started (a forked child's
+#: included): a second Logger of the same run and file, in the same process, is no new
+#: attempt of it.
+_started: set[tuple[Path, str]] = set()
+
+
+@resets_process_state
+def _forget_started() -> None:
+    _started.clear()
+
+
+def starts_over(row: Mapping[str, Any]) -> bool:
+    """Whether ``row`` begins a new attempt of its run: a script started again under the run's
+    id without ``resume=True`` (a rerun after a fix, a requeued job that does not resume).
+    What the run logged before it is an earlier attempt's, which a reader leaves out, as the
+    trackers do (see docs/trackers.md, "Run identity and resume")."""
+    return row.get("kind") == RERUN_KIND
 
 
 def samples_path(path: str | os.PathLike[str]) -> Path:
@@ -179,8 +202,22 @@ class JsonlBackend:
         #: at the child's first write (see :meth:`_after_fork_in_child`).
         self._reopen = False
         forget_in_child(self)
-        if self.identity.resume:
-            self._write(_line({"time": time.time(), "run_id": self.run_id, "kind": RESUME_KIND}))
+        kind = RESUME_KIND if self.identity.resume else self._rerun_kind()
+        if kind is not None:
+            self._write(_line({"time": time.time(), "run_id": self.run_id, "kind": kind}))
+
+    def _rerun_kind(self) -> str | None:
+        """``rerun`` when this process starts the run anew in a file that holds rows of its id
+        already (an earlier attempt's); None for the run's first attempt, and for a run this
+        process already logs to this file (another Logger of it, a forked child's)."""
+        started = (self.path.resolve(), self.run_id)
+        if started in _started:
+            return None
+        _started.add(started)
+        try:
+            return RERUN_KIND if _holds_run(self.path, self.run_id) else None
+        except OSError:  # unreadable, though appendable: the run's rows are still written
+            return None
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         self._write(metrics_line(self.run_id, metrics, step, prefix))
@@ -312,6 +349,22 @@ def _open_for_append(path: Path) -> TextIO:
         handle.write("\n")
         handle.flush()
     return handle
+
+
+def _holds_run(path: Path, run_id: str) -> bool:
+    """Whether ``path`` holds a row of the run ``run_id``: its ``"run_id": "<id>"`` as this
+    backend writes it, found by a scan of the bytes (1 to 2 s a GB, once, at the start).
+    Only a regular file is read: ``/dev/full`` reads as zeros for ever, a FIFO blocks."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        return False
+    needle = f'"run_id": {json.dumps(run_id)}'.encode()
+    tail = b""
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            if needle in tail + chunk[: len(needle)] or needle in chunk:
+                return True
+            tail = chunk[-len(needle) :]
+    return False
 
 
 def _count_lines(path: Path) -> int:

@@ -33,6 +33,7 @@ from ..backends.jsonl import (
     named_lines,
     read_jsonl,
     samples_path,
+    starts_over,
 )
 from .keymap import RunKeys, found_key_map
 from .regressions import find_regressions
@@ -204,6 +205,8 @@ class _Run:
     latest: dict[str, int] = attrs.Factory(dict)
     #: The attempt that last logged each step.
     last_attempt: dict[int, int] = attrs.Factory(dict)
+    #: How often the run was started again without resume: only its last attempt is kept.
+    reruns: int = 0
 
     def add(self, row: Mapping[str, Any]) -> None:
         if is_step_row(row):
@@ -235,11 +238,18 @@ class _Run:
 
 
 def split_runs(rows: Iterable[Mapping[str, Any]]) -> dict[str | None, _Run]:
-    """``{run id: its rows, configuration, resume count and repeated steps}``, in order."""
+    """``{run id: its last attempt's rows, configuration, resume count and repeated steps}``,
+    in order."""
     runs: dict[str | None, _Run] = {}
     for row in rows:
         run_id = row.get("run_id")
-        run = runs.setdefault(run_id if isinstance(run_id, str) else None, _Run())
+        key = run_id if isinstance(run_id, str) else None
+        run = runs.setdefault(key, _Run())
+        if starts_over(row):
+            # A new attempt (a rerun without resume): what the earlier ones logged is theirs,
+            # left out, as each tracker keeps the attempts apart.
+            runs[key] = _Run(reruns=run.reruns + 1)
+            continue
         kind = row.get("kind")
         if kind == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), Mapping):
             run.hyperparams.update(row["hyperparams"])
@@ -348,6 +358,7 @@ def read_reports(
                 report,
                 run_id=run_id,
                 resumed=found.resumed,
+                reruns=found.reruns,
                 repeated_steps=tuple(sorted(found.repeated)),
                 hyperparams=found.hyperparams or None,
                 samples=samples.get(run_id),

@@ -84,6 +84,8 @@ class RunReport:
     #: The run's id (None for rows written without one) and how often it was resumed.
     run_id: str | None = None
     resumed: int = 0
+    #: How often it was started again without resume (only the last attempt is reported).
+    reruns: int = 0
     #: Trainer steps logged more than once in the run (the later values are shown).
     repeated_steps: tuple[int, ...] = ()
     #: The run's configuration (``Logger.log_hyperparams``), nested as logged.

@@ -99,6 +99,11 @@ def _identity(report: RunReport) -> list[str]:
             f"Run {report.run_id}"
             + (f", resumed {report.resumed} time(s)" if report.resumed else "")
             + f": {len(report.steps)} steps"
+            + (
+                f" (its last attempt: started again {report.reruns} time(s) without resume)"
+                if report.reruns
+                else ""
+            )
         )
     if report.repeated_steps:
         lines.append(
