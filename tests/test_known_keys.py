@@ -73,6 +73,28 @@ def test_a_misspelt_prefix_is_said_with_the_prefix_it_is_close_to(
     assert all("a prefix no family reads" in s and "prefix 'train'?" in s for s in said)
 
 
+def test_a_prefix_written_into_the_key_is_said_as_the_prefix_to_give(
+    tmp_path: Path, caught: pytest.LogCaptureFixture
+) -> None:
+    # A W&B-style loop: the prefix inside the keys of a dict logged without one. The hint
+    # must be the prefix= to give, not a train key that merely looks like the tail.
+    with _logger(tmp_path, unknown_keys="warn") as logger:
+        logger.log_metrics({"train/kl_penalty": 0.2, "train/reward": 0.9}, step=1)
+    said = _said(caught)
+    assert len(said) == 2, said
+    assert "'train/kl_penalty'" in said[0] and "did you mean" not in said[0]
+    assert "known as 'kl_penalty' under prefix 'train'" in said[0]
+    assert "log_metrics({'kl_penalty': ...}, prefix='train')" in said[0]
+    assert "known as 'reward' under prefix 'train'" in said[1]
+
+
+def test_a_key_unknown_under_every_split_keeps_its_close_keys() -> None:
+    [unknown] = Vocabulary().unknown("", ["train/kl_penalti"])
+    assert unknown.known_under is None
+    [unknown] = Vocabulary().unknown("", ["kl_penalti"])
+    assert unknown.known_under is None and unknown.close == ("kl_penalty",)
+
+
 def test_a_pattern_is_offered_only_where_its_written_parts_are_close() -> None:
     [unknown] = Vocabulary().unknown("train", ["extra/metric_0"])
     assert unknown.close == ()  # not 'reward/metric_0': 'extra' is no 'reward'

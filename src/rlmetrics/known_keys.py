@@ -177,6 +177,9 @@ class Unknown:
     close_prefixes: tuple[str, ...] = ()
     #: Offered key maps that list this key (the run may want one of them).
     key_maps: tuple[str, ...] = ()
+    #: The (prefix, key) it is known as when its leading segments are the prefix: a W&B-style
+    #: ``{"train/reward": r}`` logged without one is ``reward`` under ``train``.
+    known_under: tuple[str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -186,7 +189,13 @@ class Unknown:
     def hint(self) -> str:
         """What to check: the nearest known prefix or keys, the key maps that list it."""
         hints = []
-        if self.unread_prefix and self.close_prefixes:
+        if self.known_under is not None:
+            prefix, key = self.known_under
+            hints.append(
+                f"it is known as {key!r} under prefix {prefix!r}: "
+                f"log_metrics({{{key!r}: ...}}, prefix={prefix!r})"
+            )
+        elif self.unread_prefix and self.close_prefixes:
             hints.append(f"did you mean prefix {_either(self.close_prefixes)}?")
         elif self.close:
             hints.append(f"did you mean {_either(self.close)}?")
@@ -303,9 +312,23 @@ class Vocabulary:
                 unread_prefix=not read,
                 close_prefixes=close_prefixes,
                 key_maps=self._maps_listing(key) if prefix in TRAIN_PREFIXES else (),
+                known_under=self._known_under(prefix, key),
             )
             for key in missing
         )
+
+    def _known_under(self, prefix: str, key: str) -> tuple[str, str] | None:
+        """``key`` under ``prefix`` as the (prefix, key) it is known as when its leading
+        segments are the prefix (``train/reward`` without one is ``reward`` under
+        ``train``); None when no split of it is known."""
+        cut = key.find("/")
+        while cut > 0:
+            head, rest = key[:cut], key[cut + 1 :]
+            longer = f"{prefix}/{head}" if prefix else head
+            if rest and self.prefix_read(longer) and self.known(longer, rest):
+                return longer, rest
+            cut = key.find("/", cut + 1)
+        return None
 
     def _candidates(self, prefix: str) -> tuple[list[str], list[str]]:
         """The exact known keys under ``prefix``, and the key patterns that apply to it."""
