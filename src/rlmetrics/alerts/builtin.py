@@ -18,7 +18,16 @@ from collections.abc import Callable, Iterator
 from .. import hookimpl
 from ..dashboard.promql import RUN_ENDED, RUN_ID_LABEL
 from ..liveness import StallRule
-from .model import AlertContext, AlertExample, AlertRule, RuleBuilder, counted, with_run_id
+from .model import (
+    ENDED_RUNS,
+    AlertContext,
+    AlertExample,
+    AlertRule,
+    RuleBuilder,
+    counted,
+    while_running,
+    with_run_id,
+)
 
 __all__ = [
     "backend_rules",
@@ -123,6 +132,16 @@ def stall_rules(context: AlertContext) -> Iterator[AlertRule]:
     )
 
 
+def _ended(samples: int) -> list[tuple[str, str]]:
+    """A run's endpoint scraped ``samples`` times, a minute apart, whose run ended cleanly
+    at the last (``rlmetrics_run_ended`` 1), gone after it."""
+    info, _values = _TARGET_INFO
+    return [
+        (info, f"1x{samples - 1} stale"),
+        (f"{RUN_ENDED}{{{_RUN}}}", f"0x{samples - 2} 1 stale"),
+    ]
+
+
 def target_rules(context: AlertContext) -> Iterator[AlertRule]:
     # Only targets that exported an rlmetrics resource in the last hour (the run, Gym
     # servers): a vLLM engine or a raylet has alerts of its own. The run id is the one that
@@ -132,17 +151,15 @@ def target_rules(context: AlertContext) -> Iterator[AlertRule]:
         f"topk by (job, instance) (1, max by (job, instance, {RUN_ID_LABEL}) "
         f'(max_over_time(target_info{{{RUN_ID_LABEL}!=""}}[1h])))'
     )
-    # A run that ended cleanly served rlmetrics_run_ended 1 to a last scrape before its
-    # endpoint went (a range selector skips the staleness markers that followed); a run
+    # A run that ended cleanly said so before its endpoint went (ENDED_RUNS); a run
     # restarted on the same port serves 0 again, so its death still pages.
-    ended = f"last_over_time({RUN_ENDED}[1h]) == 1"
     up = f"up{{{_RUN}}}"
     info = f'target_info{{{_RUN},{RUN_ID_LABEL}="r1"}}'
     ended_series = f"{RUN_ENDED}{{{_RUN}}}"
     yield AlertRule(
         "RLMetricsEndpointDown",
         f"((up == 0) * on(job, instance) group_left({RUN_ID_LABEL}) {seen}) "
-        f"unless on(job, instance) ({ended})",
+        f"unless on(job, instance) ({ENDED_RUNS})",
         summary="rlmetrics endpoint {{ $labels.instance }} ({{ $labels.job }}) of run "
         "{{ $labels.rlmetrics_run_id }} does not answer",
         description="Prometheus cannot scrape an endpoint that was exporting rlmetrics series, "
@@ -191,7 +208,7 @@ def exporter_rules(context: AlertContext) -> Iterator[AlertRule]:
     series = f'{names.counter(EXPORTS)}{{{_RUN},{exporter}="otlp",{outcome}="failure"}}'
     yield AlertRule(
         "RLMetricsExportFailing",
-        with_run_id(counted(failures)),
+        with_run_id(while_running(counted(failures))),
         summary="Exporter {{ $labels.rlmetrics_exporter }} of run {{ $labels.rlmetrics_run_id }} "
         f"failed {_COUNT} exports in the last 5 min ({EXPORTS}, outcome failure)",
         description="A push exporter (OTLP) has failed exports for ten minutes: the collector "
@@ -216,6 +233,11 @@ def exporter_rules(context: AlertContext) -> Iterator[AlertRule]:
             ),
             AlertExample("one failure, long ago", [(series, "0 0 1x30"), _TARGET_INFO], 1200),
             AlertExample("its first failure only", [(series, "_ _ 1x30"), _TARGET_INFO], 1200),
+            AlertExample(
+                "failing until its run ended",
+                [(series, "0 0 1+1x20 stale"), *_ended(23)],
+                at_s=1500,
+            ),
         ),
     )
 
@@ -250,7 +272,7 @@ def backend_rules(context: AlertContext) -> Iterator[AlertRule]:
         series = f'{counter}{{{_RUN},{backend}="wandb"}}'
         yield AlertRule(
             alert,
-            with_run_id(counted(counter)),
+            with_run_id(while_running(counted(counter))),
             summary="Backend {{ $labels.rlmetrics_backend }} of run "
             f"{{{{ $labels.rlmetrics_run_id }}}} {did} {_COUNT} rows in the last 5 min "
             f"({spec}){why}",
@@ -273,6 +295,11 @@ def backend_rules(context: AlertContext) -> Iterator[AlertRule]:
                     alerts=[{**_ALERT, backend: "wandb"}],
                 ),
                 AlertExample("no loss", [(series, "0x30"), _TARGET_INFO], at_s=900),
+                AlertExample(
+                    "losing rows until its run ended",
+                    [(series, "0 0 5+5x10 stale"), *_ended(13)],
+                    at_s=840,
+                ),
                 AlertExample("one loss long ago", [(series, "_x6 40x30"), _TARGET_INFO], 1800),
             ),
         )
@@ -289,7 +316,7 @@ def value_rules(context: AlertContext) -> Iterator[AlertRule]:
     fired = {**_ALERT, series: "rl.policy.loss", reason: "nan"}
     yield AlertRule(
         "RLValuesNotFinite",
-        with_run_id(counted(not_finite)),
+        with_run_id(while_running(counted(not_finite))),
         summary="Run {{ $labels.rlmetrics_run_id }} logged "
         f"{_COUNT} {{{{ $labels.{reason} }}}} values of {{{{ $labels.{series} }}}} in the "
         f"last 5 min ({VALUES_DROPPED}): its series shows the last finite value",
@@ -315,6 +342,11 @@ def value_rules(context: AlertContext) -> Iterator[AlertRule]:
                 alerts=[fired],
             ),
             AlertExample("a NaN long ago", [(loss, "_x5 1x30"), _TARGET_INFO], at_s=1800),
+            AlertExample(
+                "a NaN loss until its run ended",
+                [(loss, "0 0 1+1x10 stale"), *_ended(13)],
+                at_s=840,
+            ),
             AlertExample(
                 "negative counts, not NaN",
                 [

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from ..dashboard.promql import RUN_ID_LABEL, Names
+from ..dashboard.promql import RUN_ENDED, RUN_ID_LABEL, Names
 
 __all__ = [
     "SCOPE_LABELS",
@@ -36,6 +36,7 @@ __all__ = [
     "duration",
     "parse_seconds",
     "threshold_problem",
+    "while_running",
     "with_run_id",
 ]
 
@@ -81,6 +82,20 @@ def counted(counter: str, window: str = "5m") -> str:
     ``window``, including a series that first appeared within it: a counter rlmetrics records
     when something happens starts at its first count, which ``increase`` alone never sees."""
     return f"(increase({counter}[{window}]) > 0 or ({counter} unless {counter} offset {window}))"
+
+
+#: The targets whose run ended cleanly: each served ``rlmetrics_run_ended`` 1 to a last scrape
+#: before its endpoint went (a range selector skips the staleness markers that followed); a run
+#: started again on the same port serves 0 again, and is no longer one of them.
+ENDED_RUNS = f"last_over_time({RUN_ENDED}[1h]) == 1"
+
+
+def while_running(vector: str) -> str:
+    """``vector`` without the targets whose run ended cleanly (:data:`ENDED_RUNS`). A rule
+    over a window of a counter or a histogram (``increase(...[5m])``) still sees a run for
+    the whole window after its end, and fired about a run that was over (without its run id
+    once ``target_info`` went stale); an ended run's alerts resolve at its end instead."""
+    return f"({vector}) unless on(job, instance) ({ENDED_RUNS})"
 
 
 def with_run_id(vector: str) -> str:
