@@ -389,3 +389,28 @@ def test_a_long_run_s_goodput_chart_draws_a_bar_per_run_of_steps(
         assert found.page.locator("#goodput svg text").last.text_content() == "step 4999"
     finally:
         found.page.close()
+
+
+def test_a_run_without_step_timings_counts_its_steps(browser: Any, tmp_path: Path) -> None:
+    """The README quickstart's run: three steps logged, none with efficiency keys. The header
+    says 3 steps (it said "0 steps" and "0 s step wall time", the count of timed steps) and
+    shows no wall time or goodput card it has nothing for."""
+    import rlmetrics
+
+    jsonl = tmp_path / "metrics.jsonl"
+    with rlmetrics.Logger(backends={"jsonl": {"path": jsonl}}) as logger:
+        for step in range(3):
+            logger.log_metrics({"reward": 0.5 + step, "loss": 1.0 / (step + 1)}, step, "train")
+    out = tmp_path / "run.html"
+    assert run_cli("report", jsonl, "--html", out).returncode == 0
+    loaded = _open(browser, out)
+    try:
+        cards = {
+            (card.locator("span").text_content() or ""): card.locator("b").text_content()
+            for card in loaded.page.locator(".card").all()
+        }
+        assert cards.get("steps") == "3", cards
+        assert "step wall time" not in cards and "goodput" not in cards, cards
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()

@@ -185,6 +185,8 @@ def page_data(
             "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "traces": list(traces.sources) if traces is not None else [],
             "steps": _bars(report.steps),
+            # Every step shown, timed or not (the goodput's count is of the timed ones).
+            "step_count": len(report.steps),
             "goodput": report.goodput,
             "curves": _curves(report),
             "timeline": None if traces is None else _timeline(traces, timeline_steps),

@@ -47,10 +47,13 @@
   function header() {
     const g = DATA.goodput || {};
     const t = DATA.trajectories;
+    // The run's steps, not the timed ones (g.steps): a run logging no efficiency keys read
+    // "0 steps" and "0 s step wall time"; its time cards are left out instead.
+    const timed = g.steps > 0;
     const cards = [
-      ["steps", g.steps],
-      ["goodput", g.goodput_pct === undefined || g.goodput_pct === null ? "" : fmt(g.goodput_pct, 1) + " %"],
-      ["step wall time", g.step_wall_time_s === undefined || g.step_wall_time_s === null ? "" : seconds(g.step_wall_time_s)],
+      ["steps", DATA.step_count],
+      ["goodput", !timed || g.goodput_pct === undefined || g.goodput_pct === null ? "" : fmt(g.goodput_pct, 1) + " %"],
+      ["step wall time", !timed || g.step_wall_time_s === undefined || g.step_wall_time_s === null ? "" : seconds(g.step_wall_time_s)],
       ["trajectories", t.total],
     ];
     const box = document.getElementById("header");
