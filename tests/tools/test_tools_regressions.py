@@ -155,6 +155,20 @@ def test_a_5_step_run_is_too_short_to_judge() -> None:
     assert report.reason.startswith("too short to judge: 5 steps")
 
 
+def test_a_short_run_timed_by_its_rows_says_where_its_step_times_come_from() -> None:
+    # The README quickstart's run: no step_wall_time_s, so the report's goodput says none
+    # carried one; the verdict here must not read as if some did ("2 steps with a step time").
+    rows = seeded_run(seed=0, steps=3)
+    for row in rows:
+        row["metrics"].pop("efficiency/step_wall_time_s", None)
+    report = find_regressions(rows)
+    assert report.status == "too_short" and report.steps == 2
+    assert report.reason.startswith(
+        "too short to judge: 2 step times, from the time between logged steps (no step "
+        "carries efficiency/step_wall_time_s);"
+    ), report.reason
+
+
 def test_without_a_step_wall_time_the_rows_times_are_the_step_time() -> None:
     rows = seeded_run(seed=2, slowdown_from=30)
     for row in rows:

@@ -283,9 +283,16 @@ def _judge(
     steps = sorted(times)
     needed = BASELINE_STEPS + CONFIRM_WINDOW
     if len(steps) < needed:
+        timed = (
+            f"{len(steps)} steps with a step time"
+            if source == _STEP_WALL_KEY
+            # Said, or beside the goodput's "no step carried step_wall_time_s" it reads as if
+            # some did.
+            else f"{len(steps)} step times, from the {source} (no step carries {_STEP_WALL_KEY})"
+        )
         return RegressionReport(
             "too_short",
-            f"too short to judge: {len(steps)} steps with a step time; a baseline needs "
+            f"too short to judge: {timed}; a baseline needs "
             f"{BASELINE_STEPS} (a p50 from fewer cannot be told from noise) and a regression "
             f"{CONFIRM_SLOW} slow steps in {CONFIRM_WINDOW} after it ({needed} in all)",
             step_time_source=source,
