@@ -368,3 +368,24 @@ def test_a_timeline_with_nothing_to_draw_is_no_picture_as_for_plot(
     said = [line for line in done.stderr.splitlines() if "no picture written" in line]
     assert len(said) == 1 and ("steps 100-200" in said[0] if steps else "no rl.step" in said[0])
     assert not picture.exists()
+
+
+def test_steps_whose_spans_hold_no_phases_say_there_is_nothing_to_compare(
+    tmp_path: Path,
+) -> None:
+    """The agent-loop example's run: steps traced, no phase in them (its trajectories are
+    spans of their own). The section said "-% productive" over a table of dashes and ended
+    on an empty "why they differ" heading; it now says why there is no comparison."""
+    jsonl, traces = tmp_path / "metrics.jsonl", tmp_path / "traces.jsonl"
+    with (
+        rlmetrics.start(exporters={"otlp_file": {"path": str(traces)}}),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger,
+    ):
+        for n in (1, 2, 3):
+            with rlmetrics.step(n, logger=logger):
+                logger.log_metrics({"reward": 0.5}, step=n, prefix="train")
+    text = run_cli("report", jsonl, "--traces", traces)
+    assert text.returncode == 0, text.stderr
+    section = text.stdout.split("Goodput from spans")[1]
+    assert "over 3 steps: their spans hold no phases (rlmetrics.phase)" in section, section
+    assert "-% productive" not in section and "why they differ" not in section, section

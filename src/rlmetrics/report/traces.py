@@ -490,6 +490,14 @@ def render(comparison: Mapping[str, Any], max_rows: int = 12) -> str:
     if not steps:
         return "\n".join([*lines, "  no rl.step spans with rl.iteration in the trace", ""])
     buckets = comparison["buckets_s"]
+    if comparison["spans_goodput_pct"] is None and not any(buckets.values()):
+        # Steps traced with nothing timed inside them (a loop whose rollouts are trajectory
+        # spans of their own): a table of dashes would read as a failed comparison.
+        lines.append(
+            f"  over {len(steps)} steps: their spans hold no phases (rlmetrics.phase), so there "
+            "is no span goodput to set beside the metrics' (docs/traces.md)"
+        )
+        return "\n".join([*lines, ""])
     lines.append(
         f"  over {len(steps)} steps: {_f(comparison['spans_goodput_pct'])}% productive of the "
         "leaves' time ("
