@@ -170,15 +170,32 @@ class Telemetry:
         )
         raise_if_strict()
 
-    def shutdown(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
+    def shutdown(
+        self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S, *, failed: bool = False
+    ) -> None:
         """Export what is left and stop, returning within ``timeout_s`` even if the collector
         is unreachable (what could not be sent by then is dropped). Idempotent. In strict
         mode, raises :class:`~rlmetrics.StrictModeError` once stopped if anything asked for
-        did not happen."""
+        did not happen.
+
+        ``failed=True`` ends the run as a failed one, as the interpreter's exit does after an
+        uncaught exception or a failing ``sys.exit``: the Prometheus endpoint never serves
+        ``rlmetrics_run_ended`` 1, so RLMetricsEndpointDown pages. For a SIGTERM handler that
+        shuts telemetry down before ``sys.exit(143)`` (a preempted job), as
+        ``Logger.finish(failed=True)``."""
         # Said, and stopped within the default bound: a raise here would leave what is still
         # batched unexported, and telemetry half closed.
         timeout_s = _bound_or_default(timeout_s, "shutdown")
-        if self._shutdown(timeout_s):
+        if type(failed) is not bool:
+            # Said, not raised (a signal handler's last call); taken as failed, for what was
+            # passed is most likely an exception or an exit status.
+            warn_once(
+                "telemetry:shutdown-failed",
+                "rlmetrics: Telemetry.shutdown()'s failed must be True or False, got "
+                f"{describe_value(failed)}; the run is ended as failed",
+            )
+            failed = True
+        if self._shutdown(timeout_s, clean=not failed):
             self._release_strict()
         raise_if_strict()
 

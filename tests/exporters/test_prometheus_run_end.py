@@ -125,8 +125,20 @@ import os, signal, sys, threading, time, types, urllib.request
 import rlmetrics
 
 how, out = sys.argv[1:3]
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 telemetry = rlmetrics.start(run_id="exits", exporters=["prometheus"], prometheus_port=0)
+
+
+def on_sigterm(signum, frame):
+    # docs/troubleshooting.md's handler: telemetry shut down within the grace period, told
+    # that the run failed (a preemption), or not told (the run's end, as shutdown() says).
+    if how == "sigterm-shutdown-failed":
+        telemetry.shutdown(failed=True, timeout_s=20)
+    elif how == "sigterm-shutdown":
+        telemetry.shutdown(timeout_s=20)
+    sys.exit(143)
+
+
+signal.signal(signal.SIGTERM, on_sigterm)
 host, port = telemetry.prometheus_address
 
 
@@ -166,7 +178,7 @@ elif how == "exit":
     sys.exit(3)
 elif how == "raise":
     raise RuntimeError("the loop died")
-elif how == "sigterm":
+elif how.startswith("sigterm"):
     print("ready", flush=True)
     while True:
         time.sleep(0.01)
@@ -179,6 +191,8 @@ _EXITS = {
     "exit": (3, False),
     "raise": (1, False),
     "sigterm": (143, False),
+    "sigterm-shutdown-failed": (143, False),
+    "sigterm-shutdown": (143, True),
 }
 
 
@@ -187,13 +201,30 @@ def test_the_end_served_at_exit_follows_how_the_process_ends(how: str, tmp_path:
     # A notebook's earlier error (sys.last_value, long gone) made a run that went on and
     # finished count as failed: its end was never served and RLMetricsEndpointDown paged.
     # sys.exit(3) and a SIGTERM handler's sys.exit(143) were a clean end here while the
-    # trackers (and a with block) count them as failed.
+    # trackers (and a with block) count them as failed. A SIGTERM handler that shut
+    # telemetry down itself could only publish a clean end: shutdown(failed=True) now says a
+    # preempted run failed, as Logger.finish(failed=True) does.
     out = tmp_path / "scrapes.txt"
     status, err = run_to_exit(
-        _EXIT_SCRIPT, (how, str(out)), sigterm_when_ready=how == "sigterm", timeout_s=120
+        _EXIT_SCRIPT, (how, str(out)), sigterm_when_ready=how.startswith("sigterm"), timeout_s=120
     )
     expected_status, ended = _EXITS[how]
     assert status == expected_status, err
     scrapes = out.read_text().split()
     assert scrapes[0] == "running", err
     assert ("ended" in scrapes) is ended, (scrapes[-3:], err)
+
+
+def test_a_shutdown_told_the_run_failed_never_says_it_ended(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What a SIGTERM handler passes by mistake (the signal number) is said once, and the run
+    # ends as failed: the endpoint never serves the end, as for shutdown(failed=True).
+    handle = rlmetrics.start(run_id="told", exporters=["prometheus"], prometheus_port=0)
+    assert handle.prometheus_address is not None
+    scraper = Scraper(handle.prometheus_address)
+    wait_until(lambda: len(scraper.bodies) >= 2, 60, "two scrapes")
+    handle.shutdown(failed=15)  # type: ignore[arg-type]
+    scraper.join()
+    assert not any("rlmetrics_run_ended 1.0" in body for body in scraper.bodies)
+    assert "shutdown()'s failed must be True or False, got an int" in caplog.text
