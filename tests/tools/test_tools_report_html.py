@@ -424,3 +424,46 @@ def test_a_key_the_run_logged_as_goodput_keeps_its_curve(tmp_path: Path) -> None
     _, data = _page(out)
     assert data["curves"]["goodput %"] == [[0, 5.0], [1, 6.0], [2, 7.0]]
     assert data["curves"]["goodput % (report)"] == [[0, 100.0], [1, 100.0], [2, 100.0]]
+
+
+def test_the_curves_lead_with_the_rl_signals_then_go_by_group(tmp_path: Path) -> None:
+    """Before: the curves came in the order the JSONL first held each key, so a run whose
+    engine logged first (the demo's) showed 13 ``vllm/*`` panels before reward, KL and loss
+    (the 17th to 19th). Now reward, its components, KL, loss and the other training scalars
+    lead, in that order, then the rest by group (ungrouped keys first), each group sorted: the
+    same page whatever order the keys were logged in."""
+    logged = [
+        ("vllm", {"prompt_tokens": 10.0, "kv_cache_usage": 0.5}),
+        ("ray", {"node.0.mem_gb": 2.0}),
+        ("train", {"zeta": 1.0, "lr": 1e-5, "grad_norm": 1.0, "loss": 0.3}),
+        ("train", {"validation/gsm8k/accuracy": 0.4, "efficiency/step_wall_time_s": 2.0}),
+        ("train", {"kl_penalty": 0.01, "reward/format": 1.0, "reward": 0.5, "alpha": 2.0}),
+        ("train", {"approx_entropy": 0.9, "reward/accuracy": 0.5}),
+    ]
+    jsonl, out = tmp_path / "m.jsonl", tmp_path / "m.html"
+    with jsonl.open("w") as rows:
+        for step in range(1, 4):
+            for prefix, metrics in logged:
+                row = {"time": float(step), "run_id": "r", "step": step, "prefix": prefix}
+                rows.write(json.dumps({**row, "metrics": metrics}) + "\n")
+    done = run_cli("report", jsonl, "--html", out)
+    assert done.returncode == 0, done.stderr
+    _, data = _page(out)
+    assert list(data["curves"]) == [
+        "reward",
+        "reward/accuracy",
+        "reward/format",
+        "kl_penalty",
+        "loss",
+        "approx_entropy",
+        "grad_norm",
+        "lr",
+        "alpha",
+        "goodput %",
+        "zeta",
+        "efficiency/step_wall_time_s",
+        "ray/node.0.mem_gb",
+        "validation/gsm8k/accuracy",
+        "vllm/kv_cache_usage",
+        "vllm/prompt_tokens",
+    ]

@@ -30,6 +30,7 @@ __all__ = [
     "CURVE_POINTS",
     "GOODPUT_BARS",
     "GOODPUT_CURVE",
+    "LEADING_CURVES",
     "build_page",
     "page_data",
     "write_html",
@@ -61,8 +62,8 @@ CURVE_POINTS = 1000
 
 def _curves(report: RunReport) -> dict[str, list[tuple[int, float]]]:
     """Every numeric per-step series of the run (:attr:`RunReport.curves`, else the report's
-    columns: reward, KL, loss...), what --keys chose, then goodput %; each thinned to
-    :data:`CURVE_POINTS`."""
+    columns: reward, KL, loss...) and goodput %, each thinned to :data:`CURVE_POINTS`: what
+    --keys chose first, in the order named, then the rest in :func:`_curve_rank` order."""
     curves: dict[str, list[tuple[int, float]]] = {}
     if report.curves is not None:
         curves.update(report.curves)
@@ -77,9 +78,8 @@ def _curves(report: RunReport) -> dict[str, list[tuple[int, float]]]:
                     continue
                 if math.isfinite(value):
                     curves.setdefault(key, []).append((row["step"], value))
-    for key, points in (report.series or {}).items():
-        curves[key] = list(points)
-    curves = {key: _thinned(points, CURVE_POINTS) for key, points in curves.items()}
+    # What --keys named leads, in the order named: the user chose those first.
+    named = {key: list(points) for key, points in (report.series or {}).items()}
     goodput = [
         (row["step"], row["goodput_pct"])
         for row in report.steps
@@ -87,9 +87,43 @@ def _curves(report: RunReport) -> dict[str, list[tuple[int, float]]]:
     ]
     if goodput:
         # The run's own key of that name (a loop may log one) keeps its curve beside this one.
-        name = GOODPUT_CURVE if GOODPUT_CURVE not in curves else f"{GOODPUT_CURVE} (report)"
-        curves[name] = _thinned(goodput, CURVE_POINTS)
-    return curves
+        taken = GOODPUT_CURVE in curves or GOODPUT_CURVE in named
+        name = f"{GOODPUT_CURVE} (report)" if taken else GOODPUT_CURVE
+        curves[name] = goodput
+    rest = sorted((key for key in curves if key not in named), key=_curve_rank)
+    return {
+        key: _thinned(points, CURVE_POINTS)
+        for key, points in {**named, **{key: curves[key] for key in rest}}.items()
+    }
+
+
+#: The curves a user looks at first, in this order (the training family's scalars: TRL's
+#: ``kl`` and ``entropy`` beside their rlmetrics keys); a run's other series follow them.
+LEADING_CURVES = (
+    "reward",
+    "kl_penalty",
+    "kl",
+    "loss",
+    "critic/loss",
+    "approx_entropy",
+    "entropy",
+    "mean_gen_tokens_per_sample",
+    "grad_norm",
+    "lr",
+)
+
+
+def _curve_rank(key: str) -> tuple[int, str, str]:
+    """Where ``key``'s curve comes on the page: the :data:`LEADING_CURVES`, each reward
+    component right after ``reward``; then the rest by group (the key's first ``/`` part;
+    ungrouped keys first), sorted within each. Not the order the JSONL first held each key: a
+    run whose engine logs first showed a dozen ``vllm/*`` curves before its reward."""
+    if key in LEADING_CURVES:
+        return (LEADING_CURVES.index(key), "", key)
+    if key.startswith("reward/"):
+        return (0, "reward", key)
+    group = key.split("/", 1)[0] if "/" in key else ""
+    return (len(LEADING_CURVES), group, key)
 
 
 def _thinned(points: list[tuple[int, float]], most: int) -> list[tuple[int, float]]:
