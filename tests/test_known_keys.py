@@ -88,6 +88,17 @@ def test_a_prefix_written_into_the_key_is_said_as_the_prefix_to_give(
     assert "known as 'reward' under prefix 'train'" in said[1]
 
 
+def test_an_evaluation_value_in_a_train_dict_is_not_offered_as_the_training_series() -> None:
+    # Accelerate hands everything under train: "did you mean 'reward'?" for eval_reward would
+    # make an evaluation value the training reward.
+    [unknown] = Vocabulary().unknown("train", ["eval_reward"])
+    assert unknown.known_under == ("eval", "reward")
+    assert "did you mean" not in unknown.message()
+    assert "log_metrics({'reward': ...}, prefix='eval')" in unknown.message()
+    [unknown] = Vocabulary().unknown("", ["test_loss"])
+    assert unknown.known_under == ("test", "loss")
+
+
 def test_a_key_unknown_under_every_split_keeps_its_close_keys() -> None:
     [unknown] = Vocabulary().unknown("", ["train/kl_penalti"])
     assert unknown.known_under is None
