@@ -663,6 +663,10 @@ class Logger:
         whether this call did. ``failed``: the run ended with an exception, which the trackers
         that keep a run's outcome are told (W&B, MLflow, SwanLab)."""
         close_open_scopes("still open at Logger.finish()", self)
+        if not self._finished:  # the rows of live trajectories it held (their steps did not end)
+            from .trajectories.held_rows import release_rows
+
+            release_rows(self)
         if self._ranks is not None and not self._finished:
             # An engine whose run rows arrive off this thread delivers them now, through this
             # Logger, so before its lock is taken.

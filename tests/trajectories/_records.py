@@ -81,12 +81,15 @@ class Rows:
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
+        #: Each log_samples call: its step, name and rows' sample ids (one table each).
+        self.tables: list[tuple[int, str, list[Any]]] = []
 
     def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
         pass
 
     def log_samples(self, rows: list[dict[str, Any]], step: int, name: str) -> None:
         self.rows.extend(rows)
+        self.tables.append((step, name, [row.get("sample_id") for row in rows]))
 
     def finish(self) -> None:
         pass

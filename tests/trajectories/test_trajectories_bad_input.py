@@ -263,6 +263,7 @@ def test_a_reward_without_a_value_is_said_and_the_rest_lands(
         with rlmetrics.trajectory("live", step=1, logger=logger) as t:
             t.reward(None, component="format")
             t.reward(2.0, component="correct")
+        logger.finish()  # a live trajectory's row is held until its step ends, or this
         spans = span_records(exporter)
         found = points(reader)
     assert warned(warnings_seen, "a trajectory reward has no value")

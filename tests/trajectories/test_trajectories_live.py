@@ -145,3 +145,36 @@ def test_a_live_trajectory_still_open_at_shutdown_is_delivered_truncated(rows: R
     assert not [p for p in before if p.name == "rl.trajectory.completed"]
     [completed] = data_points(last.data, "rl.trajectory.completed")
     assert (completed.attributes["rl.trajectory.outcome"], completed.value) == ("truncated", 1)
+
+
+def _live(sample_id: str, logger: rlmetrics.Logger, step: int | None = None) -> None:
+    with rlmetrics.trajectory(sample_id, step=step, logger=logger) as t:
+        t.reward(1.0)
+
+
+def test_a_steps_live_trajectories_reach_a_tracker_as_one_table(rows: Rows) -> None:
+    """Before: each live trajectory was a log_samples call of its own, so W&B, Trackio and
+    TensorBoard held a one-row table per rollout at the same step (W&B's latest table, what its
+    panel shows, had the last rollout of four). Now a step's rows are one table, given when
+    the step ends, when a trajectory of another step ends, at max_sample_rows, or when the
+    Logger finishes."""
+    logger = rlmetrics.Logger(backends={"rows": {}}, max_sample_rows=3)
+    with logger:
+        for n in (1, 2):
+            with rlmetrics.step(n, logger=logger):
+                for i in range(2):
+                    _live(f"{n}-{i}", logger)
+                assert all(step != n for step, _name, _ids in rows.tables)  # held
+        for i in range(4):  # no step scope; past max_sample_rows
+            _live(f"5-{i}", logger, step=5)
+        _live("6-0", logger, step=6)  # another step's: step 5's rows go first
+        _live("7-0", logger, step=7)
+        assert rows.tables[-1] == (6, "trajectories", ["6-0"])
+    assert rows.tables == [
+        (1, "trajectories", ["1-0", "1-1"]),
+        (2, "trajectories", ["2-0", "2-1"]),
+        (5, "trajectories", ["5-0", "5-1", "5-2"]),
+        (5, "trajectories", ["5-3"]),
+        (6, "trajectories", ["6-0"]),
+        (7, "trajectories", ["7-0"]),  # the Logger's finish gives what it still held
+    ]

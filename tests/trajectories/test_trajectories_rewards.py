@@ -75,7 +75,9 @@ CASES = {
 def test_the_total_is_the_same_in_the_span_the_row_and_the_metric(rows: Rows, case: str) -> None:
     log, total, components = CASES[case]
     with in_memory_tracing() as (_handle, reader, exporter):
-        log(rlmetrics.Logger(backends={"rows": {}}))
+        logger = rlmetrics.Logger(backends={"rows": {}})
+        log(logger)
+        logger.finish()  # a live trajectory's row is held until its step ends, or this
         spans = span_records(exporter)
         found = points(reader)
     [agent] = [s for s in spans if s.name == "invoke_agent"]

@@ -540,6 +540,10 @@ class Step(Scope):
     def _ended(self, t1: int) -> None:
         with contextlib.suppress(ValueError):
             state.steps.remove(self)
+        # The rows of the step's live trajectories, held to be one table, go to the trackers.
+        from ..trajectories.held_rows import release_step
+
+        release_step(self._step)
         t0 = self._t0
         if state.naming is not None and t0 is not None:
             step_seconds(state.naming, (t1 - t0) / 1e9)

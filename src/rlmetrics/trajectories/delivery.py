@@ -12,6 +12,7 @@ from .._warn import describe_value, warn_once
 from ..tracing._state import state
 from ..tracing.scopes import current_step
 from ..values import INT64_MAX, as_step
+from .held_rows import hold_rows
 from .records import Trajectory, TrajectoryBatch
 from .rows import row_of
 from .settings import settings
@@ -64,11 +65,13 @@ def deliver(
     budgeted: bool = True,
     parent: Any = None,
     call: str = "Logger.log_trajectories",
+    hold: bool = False,
 ) -> TrajectoryBatch:
     """Spans, rows and metrics of ``trajectories`` at ``step`` (see the module's docstring).
     ``parent`` is the context their spans start in (default: the current span's, else the
     open step's, else the process's ``TRACEPARENT``); ``call`` is what a bad ``step`` was
-    given to, for the warning. Never raises."""
+    given to, for the warning. ``hold`` (the live form's): the rows wait for the rest of
+    their step's (:mod:`.held_rows`). Never raises."""
     number: int | None
     if (
         step is not None
@@ -137,7 +140,10 @@ def deliver(
         try:
             if not logger._finished:
                 rows = [row_of(t, i) for t, i in zip(trajectories, trace_ids, strict=True)]
-                logger.log_samples(rows, number if number is not None else 0, name)
+                if hold:
+                    hold_rows(logger, rows, number if number is not None else 0, name)
+                else:
+                    logger.log_samples(rows, number if number is not None else 0, name)
         except Exception:
             warn_once("trajectory:rows", "rlmetrics: trajectory rows could not be logged")
         try:  # the backends that show traces of their own (Trackio) take the records too
