@@ -414,3 +414,34 @@ def test_a_run_without_step_timings_counts_its_steps(browser: Any, tmp_path: Pat
         assert loaded.messages == []
     finally:
         loaded.page.close()
+
+
+def test_the_timeline_says_which_steps_it_shows(browser: Any, tmp_path: Path) -> None:
+    """Before: the timeline drew the first 12 steps of a run of 15 with nothing to say so, and
+    a user read it as the whole run. It says now which steps of how many it shows, and how to
+    see others; a window asked for says so, and so does a timeline of every step."""
+    run = record_trajectory_run(tmp_path, steps=15, per_step=1)
+    said = {}
+    for name, extra in (("first", ()), ("asked", ("--timeline-steps", "4:6")), ("all", None)):
+        out = tmp_path / f"{name}.html"
+        if extra is None:
+            (tmp_path / "few").mkdir()
+            few = record_trajectory_run(tmp_path / "few", steps=3, per_step=1)
+            args: tuple[Any, ...] = (few.jsonl, "--traces", few.traces)
+        else:
+            args = (run.jsonl, "--traces", run.traces, *extra)
+        done = run_cli("report", *args, "--html", out)
+        assert done.returncode == 0, done.stderr
+        loaded = _open(browser, out)
+        try:
+            said[name] = loaded.page.locator("#timeline .note").inner_text()
+            assert loaded.messages == []
+        finally:
+            loaded.page.close()
+    to = "\u2013"  # the en dash the page puts between the first and last step
+    assert said["first"] == (
+        f"Steps 1{to}12 of the 15 traced (1{to}15): the first 12. "
+        "--timeline-steps FIRST:LAST draws others."
+    )
+    assert said["asked"] == f"Steps 4{to}6 of the 15 traced (1{to}15), as --timeline-steps chose."
+    assert said["all"] == f"All 3 traced steps (1{to}3)."

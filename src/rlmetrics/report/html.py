@@ -152,8 +152,18 @@ def _timeline(traces: TraceSet, steps: tuple[int, int] | None) -> dict[str, Any]
         window = list(by_step.values())[:DEFAULT_STEPS]
     else:
         window = [s for n, s in by_step.items() if steps[0] <= n <= steps[1]]
+    # Which of the traced steps the window is, for the caption: a window of the first 12
+    # with nothing said was read as the whole run.
+    numbers = list(by_step)
+    traced = {
+        "traced": len(numbers),
+        "first": min(numbers, default=None),
+        "last": max(numbers, default=None),
+        "asked": steps is not None,
+        "default_steps": DEFAULT_STEPS,
+    }
     if not window:
-        return {"steps": [], "lanes": [], "end": 0.0}
+        return {"steps": [], "lanes": [], "end": 0.0, **traced}
     t0 = min(s.start_ns for s in window)
     # With several ranks, each rank's own step spans hold its phases: every rank a lane.
     found = lanes(traces, rank_window(traces, window))
@@ -192,6 +202,7 @@ def _timeline(traces: TraceSet, steps: tuple[int, int] | None) -> dict[str, Any]
             for name, lane in found.items()
         ],
         "end": sec(end),
+        **traced,
     }
 
 

@@ -152,10 +152,27 @@
   }
 
   // -- timeline: phases by lane, steps shaded -----------------------------------------------------
+  // Which of the traced steps the timeline shows: by default a window of the first ones, which
+  // without a word was read as the whole run.
+  function windowCaption(tl) {
+    const range = (a, b) => (a === b ? String(a) : `${a}–${b}`);
+    const all = tl.traced ? ` (${range(tl.first, tl.last)})` : "";
+    const shown = tl.steps.map(s => s.step).filter(n => typeof n === "number");
+    if (!shown.length) {
+      return tl.asked ? `No traced step is in the window --timeline-steps chose; the ${tl.traced} traced are${all}.` : "";
+    }
+    const [lo, hi] = extent(shown);
+    if (!tl.asked && shown.length >= tl.traced) return `All ${tl.traced} traced steps${all}.`;
+    const steps = `Steps ${range(lo, hi)} of the ${tl.traced} traced${all}`;
+    return tl.asked ? `${steps}, as --timeline-steps chose.`
+      : `${steps}: the first ${tl.default_steps}. --timeline-steps FIRST:LAST draws others.`;
+  }
   function timeline() {
     const box = document.getElementById("timeline");
     const tl = DATA.timeline;
     if (!tl) { box.append(el("p", { class: "empty" }, "No spans: give the run's traces file with --traces to see its timeline.")); return; }
+    const caption = windowCaption(tl);
+    if (caption) box.append(el("p", { class: "note" }, caption));
     if (!tl.lanes.length) { box.append(el("p", { class: "empty" }, "The traces hold no phases for these steps.")); return; }
     const LANE = 22, L = 200, R = 10, T = 18, W = 1300;
     const H = T + tl.lanes.length * LANE + 24;
