@@ -24,7 +24,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["as_status", "exit_failed", "exit_status", "interactive", "uncaught_exception", "watch"]
+__all__ = [
+    "as_status",
+    "exit_failed",
+    "exit_status",
+    "failure",
+    "interactive",
+    "uncaught_exception",
+    "watch",
+]
+
+#: How long :func:`failure`'s text of an exception gets: a tracker's error field, not a log.
+_FAILURE_CHARS = 500
 
 #: The status the main thread last asked ``sys.exit`` for; None when it has not.
 _status: int | None = None
@@ -104,6 +115,23 @@ def uncaught_exception() -> BaseException | None:
         return None
     error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
     return error if isinstance(error, BaseException) else None
+
+
+def failure() -> str | None:
+    """How the process is ending as a failed run, for a tracker that keeps an error text
+    (SwanLab's): the exception nothing caught (its type and message) or the failing
+    ``sys.exit`` status; None when neither is known (a run finished as failed by its code, an
+    exception leaving a Logger's block)."""
+    error = uncaught_exception()
+    if error is not None and not isinstance(error, SystemExit):
+        text = f"the training loop ended with an exception: {type(error).__name__}"
+        message = str(error)
+        if message:
+            text += f": {message}"
+        return text if len(text) <= _FAILURE_CHARS else text[: _FAILURE_CHARS - 1] + "…"
+    if exit_failed():
+        return f"the process exited with status {_status}"
+    return None
 
 
 def interactive() -> bool:

@@ -38,6 +38,7 @@ from rlmetrics.backends import (
     BackendUnavailable,
     SharedRuns,
     StepAxis,
+    exit_status,
     first_line,
     full_key,
     merged_config,
@@ -340,16 +341,25 @@ class SwanLabBackend:
     def finish(self, failed: bool = False) -> None:
         """Finish the run, once, if a backend of this process started it and no other still
         logs into it (another Logger's); a run the script started is left to the script.
-        ``failed`` (the run ended with an exception): SwanLab's crashed state."""
+        ``failed`` (the run failed): SwanLab's crashed state, its error saying how."""
         if self._finished:
             return
         self._finished = True
         if not _RUNS.leave(self.run):
             return
         if failed:
-            self.run.finish(state="crashed", error="the training loop ended with an exception")
+            self.run.finish(state="crashed", error=_failure())
         else:
             self.run.finish()
+
+
+def _failure() -> str:
+    """How the run failed, for SwanLab's crashed state: what the exit tells (the exception
+    nothing caught, the failing status), else a run its code finished as failed."""
+    return exit_status.failure() or (
+        "the run was finished as failed (Logger.finish(failed=True), or an exception that "
+        "left the Logger's with block)"
+    )
 
 
 def _store_nulls(config: Any, keys: Sequence[str]) -> bool:
