@@ -445,3 +445,47 @@ def test_the_timeline_says_which_steps_it_shows(browser: Any, tmp_path: Path) ->
     )
     assert said["asked"] == f"Steps 4{to}6 of the 15 traced (1{to}15), as --timeline-steps chose."
     assert said["all"] == f"All 3 traced steps (1{to}3)."
+
+
+def _own_rows_page(browser: Any, tmp_path: Path, rows: list[dict[str, Any]]) -> Loaded:
+    """The page of a run whose ``trajectories`` table holds ``rows`` (at step 1), opened."""
+    import rlmetrics
+    from rlmetrics.testing import isolated_state
+
+    jsonl = tmp_path / "metrics.jsonl"
+    with isolated_state(), rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger:
+        logger.log_samples(rows, 1, name="trajectories")
+        logger.log_metrics({"reward": 1.0}, step=1)
+    out = tmp_path / "own.html"
+    done = run_cli("report", jsonl, "--html", out)
+    assert done.returncode == 0, done.stderr
+    return _open(browser, out)
+
+
+def _column(loaded: Loaded, label: str) -> list[str]:
+    labels = [
+        t.strip() for t in loaded.page.locator("#trajectory-table thead th").all_inner_texts()
+    ]
+    cells = loaded.page.locator(
+        f"#trajectory-table tr.traj td:nth-child({labels.index(label) + 1})"
+    )
+    return [t.strip() for t in cells.all_inner_texts()]
+
+
+def test_a_column_s_numbers_have_the_same_digits(browser: Any, tmp_path: Path) -> None:
+    """Before: the demo's reward column read ``0``, ``0.5000`` and ``1`` (a whole number lost
+    its decimals, a fraction got four), its latency ``1`` beside ``1.220``. Each column's
+    numbers now have the digits its most precise value needs (at most 4; latency 3)."""
+    rows = [
+        {"sample_id": "a", "reward": 0.0, "latency_s": 1.0, "turns": 2},
+        {"sample_id": "b", "reward": 0.5, "latency_s": 1.22, "turns": 1},
+        {"sample_id": "c", "reward": 1.0, "latency_s": 0.7654, "turns": 3},
+    ]
+    loaded = _own_rows_page(browser, tmp_path, rows)
+    try:
+        assert _column(loaded, "reward") == ["0.0", "0.5", "1.0"]
+        assert _column(loaded, "latency s") == ["1.000", "1.220", "0.765"]
+        assert _column(loaded, "turns") == ["2", "1", "3"]
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()

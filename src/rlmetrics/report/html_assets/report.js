@@ -210,6 +210,26 @@
     ["output_tokens", "tokens out", true], ["latency_s", "latency s", true], ["weight_version", "weights", true],
   ];
 
+  // A number shown in fixed decimals (not one too small or too large for them, which fmt
+  // writes as an exponent).
+  function fixable(v) {
+    if (typeof v !== "number" || !Number.isFinite(v)) return false;
+    const a = Math.abs(v);
+    return Number.isInteger(v) || a === 0 || (a >= 0.001 && a < 1e6);
+  }
+  // The decimals a column's numbers share: as many as its most precise one needs, at most
+  // `most`. Each number on its own read 0, 0.5000 and 1 in one column (a whole number lost
+  // its decimals, a fraction got four); the column reads 0.0, 0.5 and 1.0.
+  function columnDigits(values, most) {
+    let digits = 0;
+    for (const v of values) {
+      if (!fixable(v)) continue;
+      while (digits < most && Number(v.toFixed(digits)) !== Number(v.toFixed(most))) digits++;
+    }
+    return digits;
+  }
+  function cellText(v, digits) { return fixable(v) ? v.toFixed(digits) : fmt(v); }
+
   function textBlock(label, text) {
     if (text === undefined || text === null || text === "") return null;
     return el("div", {}, el("div", { class: "item" }, el("span", { class: "tag" }, label)),
@@ -295,13 +315,15 @@
     // Rows are built when first listed, and at most a page of them is listed at once: a
     // table of every row of a large run took seconds to open and to refilter.
     const nodes = new Array(rows.length);
+    const digits = Object.fromEntries(COLUMNS.filter(c => c[2]).map(([key]) =>
+      [key, columnDigits(rows.map(r => r[key]), key === "latency_s" ? 3 : 4)]));
     function node(i) {
       if (nodes[i]) return nodes[i];
       const row = rows[i];
       const cells = COLUMNS.map(([key, , num]) => {
         const v = row[key];
         if (key === "outcome") return el("td", { title: fmt(v) }, el("span", { class: "cut outcome " + v }, v));
-        const text = fmt(v, key === "latency_s" ? 3 : undefined);
+        const text = num ? cellText(v, digits[key]) : fmt(v);
         // An id or name can be hundreds of characters with nowhere to break: the cell shows its
         // start (CSS cuts it) and its title the whole value.
         return el("td", { class: num ? "num" : "", title: text }, el("span", { class: "cut" }, text));
