@@ -93,3 +93,23 @@ def test_keys_swanlab_would_cut_or_refuse_stay_apart_and_land(
     assert all(len(key) <= 512 for key in series)
     assert "a\\nb" in series
     assert _said(caplog, "rlmetrics-swanlab")
+
+
+def test_every_live_trajectory_of_a_step_reaches_swanlab(
+    swanlab_config: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: each live trajectory (``rlmetrics.trajectory``) was a table of its own, and
+    SwanLab keeps one table of a key at a step: of a step's four rollouts it kept the first
+    to finish (the other three dropped, said once). A step's live rows are now one table."""
+    logger = rlmetrics.Logger(backends={"swanlab": swanlab_config})
+    backend = logger.backends["swanlab"]
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        for step in (1, 2):
+            with rlmetrics.step(step, logger=logger):
+                for index in range(4):
+                    with rlmetrics.trajectory(f"{step}-{index}", logger=logger) as t:
+                        t.reward(float(index))
+        logger.finish()
+    kept = [(step, text.split("\n")[0]) for step, text, _ in texts(backend.run_dir, "trajectories")]
+    assert kept == [(step, f"sample_id: {step}-{i}") for step in (1, 2) for i in range(4)]
+    assert _said(caplog, "rlmetrics-swanlab") == []
