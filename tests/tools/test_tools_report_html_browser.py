@@ -489,3 +489,23 @@ def test_a_column_s_numbers_have_the_same_digits(browser: Any, tmp_path: Path) -
         assert loaded.messages == []
     finally:
         loaded.page.close()
+
+
+def test_every_column_header_says_what_it_holds(browser: Any, tmp_path: Path) -> None:
+    """Before: the ``weights`` column (the row's ``weight_version``) had no title, and a user
+    could not tell what its numbers were. Each header's tooltip now names the samples-file
+    column it shows and what that is."""
+    rows = [{"sample_id": "a", "reward": 1.0, "weight_version": 3}]
+    loaded = _own_rows_page(browser, tmp_path, rows)
+    try:
+        headers = loaded.page.locator("#trajectory-table thead th")
+        titles = {
+            headers.nth(i).inner_text().strip(): headers.nth(i).get_attribute("title") or ""
+            for i in range(headers.count())
+        }
+        assert all(titles.values()), titles
+        assert "weight_version" in titles["weights"] and "policy" in titles["weights"]
+        assert "latency_s" in titles["latency s"]
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()

@@ -203,11 +203,21 @@
   // -- trajectories ------------------------------------------------------------------------------
   // Trajectory rows listed at once; "show more" lists the next as many.
   const PAGE = 500;
+  // [row key, header, numeric, the header's tooltip: what the samples file's column holds].
   const COLUMNS = [
-    ["step", "step", true], ["sample_id", "sample", false], ["group_id", "group", false], ["env", "env", false],
-    ["outcome", "outcome", false], ["finish_reason", "finish", false], ["reward", "reward", true],
-    ["turns", "turns", true], ["tool_calls", "tool calls", true], ["input_tokens", "tokens in", true],
-    ["output_tokens", "tokens out", true], ["latency_s", "latency s", true], ["weight_version", "weights", true],
+    ["step", "step", true, "step: the training step the trajectory was logged at"],
+    ["sample_id", "sample", false, "sample_id: the rollout"],
+    ["group_id", "group", false, "group_id: the rollout's group (GRPO's prompt)"],
+    ["env", "env", false, "env: the environment or dataset"],
+    ["outcome", "outcome", false, "outcome: success, failure, error or truncated"],
+    ["finish_reason", "finish", false, "finish_reason: why the rollout ended"],
+    ["reward", "reward", true, "reward: the trajectory's total reward"],
+    ["turns", "turns", true, "turns: how many turns the rollout took"],
+    ["tool_calls", "tool calls", true, "tool_calls: how many tool calls it made"],
+    ["input_tokens", "tokens in", true, "input_tokens: prompt tokens, over its generations"],
+    ["output_tokens", "tokens out", true, "output_tokens: generated tokens, over its generations"],
+    ["latency_s", "latency s", true, "latency_s: the rollout's wall time, in seconds"],
+    ["weight_version", "weights", true, "weight_version: the version of the policy weights that generated it"],
   ];
 
   // A number shown in fixed decimals (not one too small or too large for them, which fmt
@@ -303,7 +313,7 @@
       el("span", { id: "shown" }));
     const body = el("tbody", {});
     const table = el("table", { id: "trajectory-table" },
-      el("thead", {}, el("tr", {}, ...COLUMNS.map(([, label, num]) => el("th", { class: num ? "num" : "" }, label)))), body);
+      el("thead", {}, el("tr", {}, ...COLUMNS.map(([, label, num, what]) => el("th", { class: num ? "num" : "", title: what }, label)))), body);
     const note = t.total > rows.length ? el("p", { class: "note" }, `The newest ${rows.length} of ${t.total} trajectories.`) : null;
     const spanNote = el("p", { class: "note" }, t.traced
       ? `${t.with_spans} of ${rows.length} trajectories have spans; click a row for its turns.`
