@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -178,3 +179,24 @@ def test_a_steps_live_trajectories_reach_a_tracker_as_one_table(rows: Rows) -> N
         (6, "trajectories", ["6-0"]),
         (7, "trajectories", ["7-0"]),  # the Logger's finish gives what it still held
     ]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_log_the_rows_its_parent_held(rows: Rows) -> None:
+    """A DataLoader worker forked mid-step has the parent's held rows in its memory: finishing
+    the Logger there logged the parent's rollouts a second time (into a shared JSONL file)."""
+    logger = rlmetrics.Logger(backends={"rows": {}})
+    _live("parent", logger, step=1)
+    pid = os.fork()
+    if pid == 0:  # the child: its own rows only
+        code = 1
+        try:
+            _live("child", logger, step=1)
+            logger.finish()
+            code = 0 if rows.tables == [(1, "trajectories", ["child"])] else 3
+        finally:
+            os._exit(code)
+    _pid, status = os.waitpid(pid, 0)
+    logger.finish()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert rows.tables == [(1, "trajectories", ["parent"])]

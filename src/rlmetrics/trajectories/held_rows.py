@@ -16,6 +16,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from .._fork import reset_in_child
 from .._warn import warn_once
 
 if TYPE_CHECKING:
@@ -43,6 +44,15 @@ class _Held:
 
 _held: weakref.WeakKeyDictionary[Logger, _Held] = weakref.WeakKeyDictionary()
 _held_lock = threading.Lock()
+
+
+@reset_in_child
+def _forget_after_fork() -> None:
+    """A forked child (a DataLoader worker) holds nothing: the rows it has in memory are its
+    parent's to give, and a lock another thread held at the fork stays locked."""
+    global _held, _held_lock
+    _held = weakref.WeakKeyDictionary()
+    _held_lock = threading.Lock()
 
 
 def _give(logger: Logger, key: tuple[str, int] | None, rows: list[dict[str, Any]]) -> None:
