@@ -217,7 +217,9 @@ def test_a_generation_without_token_counts_shows_none(browser: Any, tmp_path: Pa
 def test_a_large_table_lists_a_page_at_a_time(browser: Any, tmp_path: Path) -> None:
     """Thousands of trajectories: the filters count every row, but the table lists the first
     500 that match (building every row made a page of 10 000 take seconds to open and each
-    keystroke in the id filter a second), and "show more" lists the next 500."""
+    keystroke in the id filter a second), and "show more" lists the next 500. The count above
+    the table says how many are listed: it read "1234 of 1234 trajectories" over 500 rows,
+    the button below them the only word that more were not."""
     run = record_many_run(tmp_path, 1234)
     out = tmp_path / "many.html"
     done = run_cli("report", run.jsonl, "--html", out)
@@ -226,19 +228,25 @@ def test_a_large_table_lists_a_page_at_a_time(browser: Any, tmp_path: Path) -> N
     try:
         page = loaded.page
         more = page.locator("#more")
-        assert page.locator("#shown").inner_text() == "1234 of 1234 trajectories"
+        shown = page.locator("#shown")
+        listed = "1234 of 1234 trajectories ({} listed; 'show more' below the table lists more)"
+        assert shown.inner_text() == listed.format(500)
         assert loaded.rows() == 500 and more.is_visible()
         page.locator("tr.traj").nth(499).click()  # an open row stays open below the next page
         more.click()
         assert loaded.rows() == 1000 and page.locator("tr.detail").count() == 1
+        assert shown.inner_text() == listed.format(1000)
         more.click()
         assert loaded.rows() == 1234 and not more.is_visible()
+        assert shown.inner_text() == "1234 of 1234 trajectories"
         page.fill("#f-text", "s1")  # s1, s10..s19, s100..s199, s1000..s1233
         assert page.locator("#shown").inner_text() == "345 of 1234 trajectories"
         assert loaded.rows() == 345 and not more.is_visible()
         page.select_option("#f-env", "math")
         page.fill("#f-text", "")
-        assert page.locator("#shown").inner_text() == "617 of 1234 trajectories"
+        assert shown.inner_text() == (
+            "617 of 1234 trajectories (500 listed; 'show more' below the table lists more)"
+        )
         assert loaded.rows() == 500 and more.is_visible()
         assert loaded.messages == []
     finally:

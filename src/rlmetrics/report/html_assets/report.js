@@ -363,6 +363,9 @@
       const left = matching.length - listed;
       more.hidden = left <= 0;
       more.textContent = `show ${Math.min(PAGE, left)} more (${listed} of ${matching.length} listed)`;
+      // Said above the table too: "1280 of 1280 trajectories" over 500 rows read as all listed.
+      document.getElementById("shown").textContent = `${matching.length} of ${rows.length} trajectories`
+        + (left > 0 ? ` (${listed} listed; 'show more' below the table lists more)` : "");
     }
     more.addEventListener("click", () => list(PAGE));
 
@@ -384,7 +387,6 @@
       body.replaceChildren();
       listed = 0;
       list(PAGE);
-      document.getElementById("shown").textContent = `${matching.length} of ${rows.length} trajectories`;
     }
     for (const id of ["f-outcome", "f-env", "f-reward-min", "f-reward-max", "f-text"]) {
       document.getElementById(id).addEventListener("input", apply);
