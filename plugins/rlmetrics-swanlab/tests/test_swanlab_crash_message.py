@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swanlab_helpers import records
+from swanlab_helpers import records, scalars
 
 import rlmetrics
 from rlmetrics.testing import run_to_exit
@@ -49,8 +49,11 @@ logger = rlmetrics.Logger(
     exit_timeout_s=120,
 )
 logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+logger.log_metrics({"loss": 0.5}, step=2, prefix="train")
 if how == "exit":
     sys.exit(3)
+if how == "interrupt":
+    raise KeyboardInterrupt
 raise RuntimeError("the loop died")
 """
 
@@ -59,13 +62,13 @@ raise RuntimeError("the loop died")
     ("how", "status", "error"),
     [
         ("exit", 3, "the process exited with status 3"),
-        # SwanLab's own excepthook finishes the run first, with the traceback.
         ("raise", 1, "RuntimeError: the loop died"),
     ],
 )
 def test_a_run_ended_at_exit_says_how(how: str, status: int, error: str, tmp_path: Path) -> None:
-    # sys.exit(3) was told "the training loop ended with an exception", and an exception
-    # nothing caught did not say which.
+    # sys.exit(3) was told "the training loop ended with an exception". On an exception
+    # nothing caught, SwanLab's own excepthook finished the run before the exit wrote the
+    # rows still queued: the last steps were lost ("1 of 1 rows failed to write").
     env = {**os.environ, "SWANLAB_MODE": "offline", "DO_NOT_TRACK": "1"}
     code, err = run_to_exit(_SCRIPT, (how, str(tmp_path)), env=env, timeout_s=240)
     assert code == status, err
@@ -73,3 +76,15 @@ def test_a_run_ended_at_exit_says_how(how: str, status: int, error: str, tmp_pat
     finish = _finish(run_dir)
     assert finish["state"] == "RUN_STATE_CRASHED", err
     assert error in finish["error"], (finish, err)
+    assert scalars(run_dir, "train/loss") == [(1, 1.0), (2, 0.5)], err
+    assert "rows failed to write" not in err and "rows not written" not in err, err
+
+
+def test_an_interrupt_at_exit_is_an_aborted_run_with_its_rows(tmp_path: Path) -> None:
+    # Ctrl-C (a KeyboardInterrupt nothing caught) stays SwanLab's "aborted", rows written.
+    env = {**os.environ, "SWANLAB_MODE": "offline", "DO_NOT_TRACK": "1"}
+    code, err = run_to_exit(_SCRIPT, ("interrupt", str(tmp_path)), env=env, timeout_s=240)
+    assert code != 0, err
+    (run_dir,) = (tmp_path / "swanlog").glob("run-*")
+    assert _finish(run_dir)["state"] == "RUN_STATE_ABORTED", err
+    assert scalars(run_dir, "train/loss") == [(1, 1.0), (2, 0.5)], err

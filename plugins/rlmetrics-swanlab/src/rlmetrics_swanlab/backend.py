@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -127,6 +129,18 @@ def _start_off_the_main_thread(
     )
 
 
+def _leave_the_end_to_the_logger(run: Any) -> None:
+    """Take out the ``sys.excepthook`` SwanLab installs for a run it starts: on an exception
+    nothing caught it finishes the run (crashed, with the traceback) before the interpreter's
+    exit has the Logger write the rows still queued, which are then lost. The Logger's exit
+    finishes the run failed instead, after them (:meth:`SwanLabBackend.finish`). SwanLab
+    0.10's attributes (the plugin's pin); another hook installed since is left alone."""
+    hook = getattr(run, "_handle_except", None)
+    previous = getattr(run, "_sys_origin_excepthook", None)
+    if hook is not None and callable(previous) and sys.excepthook == hook:
+        sys.excepthook = previous
+
+
 def _end_abandoned_run(run: Any) -> None:
     """A run started after its backend gave up on the server: nothing will log to it."""
     run.finish(state="crashed", error="rlmetrics gave up waiting for SwanLab's start")
@@ -217,6 +231,7 @@ class SwanLabBackend:
         except Exception as exc:
             shown = {k: v for k, v in kwargs.items() if k != "config"}
             raise RuntimeError(f"rlmetrics-swanlab: swanlab.init({shown}) failed: {exc}") from exc
+        _leave_the_end_to_the_logger(self.run)
         _RUNS.join(self.run, started=True)
 
     @property
@@ -348,14 +363,20 @@ class SwanLabBackend:
         if not _RUNS.leave(self.run):
             return
         if failed:
-            self.run.finish(state="crashed", error=_failure())
+            interrupted = isinstance(exit_status.uncaught_exception(), KeyboardInterrupt)
+            # Ctrl-C: SwanLab's own "aborted", as its excepthook said it.
+            self.run.finish(state="aborted" if interrupted else "crashed", error=_failure())
         else:
             self.run.finish()
 
 
 def _failure() -> str:
-    """How the run failed, for SwanLab's crashed state: what the exit tells (the exception
-    nothing caught, the failing status), else a run its code finished as failed."""
+    """How the run failed, for SwanLab's crashed state: what the exit tells (the traceback of
+    the exception nothing caught, as SwanLab's excepthook gave it, or the failing status),
+    else a run its code finished as failed."""
+    error = exit_status.uncaught_exception()
+    if error is not None and not isinstance(error, SystemExit):
+        return "".join(traceback.format_exception(error))
     return exit_status.failure() or (
         "the run was finished as failed (Logger.finish(failed=True), or an exception that "
         "left the Logger's with block)"
