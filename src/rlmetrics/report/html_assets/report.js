@@ -53,7 +53,8 @@
     const cards = [
       ["steps", DATA.step_count],
       ["goodput", !timed || g.goodput_pct === undefined || g.goodput_pct === null ? "" : fmt(g.goodput_pct, 1) + " %"],
-      ["step wall time", !timed || g.step_wall_time_s === undefined || g.step_wall_time_s === null ? "" : seconds(g.step_wall_time_s)],
+      // The timed steps' sum: "977.9 s step wall time" beside "40 steps" read as one step's.
+      [`total step wall time (${g.steps} step${g.steps === 1 ? "" : "s"})`, !timed || g.step_wall_time_s === undefined || g.step_wall_time_s === null ? "" : seconds(g.step_wall_time_s)],
       ["trajectories", t.total],
     ];
     const box = document.getElementById("header");
