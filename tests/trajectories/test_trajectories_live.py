@@ -200,3 +200,26 @@ def test_a_forked_child_does_not_log_the_rows_its_parent_held(rows: Rows) -> Non
     logger.finish()
     assert os.waitstatus_to_exitcode(status) == 0
     assert rows.tables == [(1, "trajectories", ["parent"])]
+
+
+def test_a_step_ended_inside_hold_rows_does_not_block(rows: Rows) -> None:
+    """A SIGTERM handler that finishes the Logger runs on the loop's thread, maybe while a
+    live trajectory's row is being held: ending the open step there gives the held rows, and
+    must not wait for the lock its own thread holds (a plain Lock would never be released)."""
+    import threading
+
+    from rlmetrics.trajectories import held_rows
+
+    logger = rlmetrics.Logger(backends={"rows": {}})
+    _live("held", logger, step=1)
+
+    def handler_inside_hold_rows() -> None:
+        with held_rows._held_lock:  # where hold_rows is when the signal arrives
+            held_rows.release_step(1)
+
+    thread = threading.Thread(target=handler_inside_hold_rows, daemon=True)
+    thread.start()
+    thread.join(timeout=60)  # bounded: a deadlock fails the test instead of hanging it
+    assert not thread.is_alive()
+    assert rows.tables == [(1, "trajectories", ["held"])]
+    logger.finish()

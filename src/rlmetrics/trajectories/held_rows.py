@@ -43,7 +43,8 @@ class _Held:
 
 
 _held: weakref.WeakKeyDictionary[Logger, _Held] = weakref.WeakKeyDictionary()
-_held_lock = threading.Lock()
+# Reentrant: a SIGTERM handler that ends the step runs on the thread that may be holding it.
+_held_lock = threading.RLock()
 
 
 @reset_in_child
@@ -52,7 +53,7 @@ def _forget_after_fork() -> None:
     parent's to give, and a lock another thread held at the fork stays locked."""
     global _held, _held_lock
     _held = weakref.WeakKeyDictionary()
-    _held_lock = threading.Lock()
+    _held_lock = threading.RLock()
 
 
 def _give(logger: Logger, key: tuple[str, int] | None, rows: list[dict[str, Any]]) -> None:
