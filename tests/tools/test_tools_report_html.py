@@ -467,3 +467,19 @@ def test_the_curves_lead_with_the_rl_signals_then_go_by_group(tmp_path: Path) ->
         "vllm/kv_cache_usage",
         "vllm/prompt_tokens",
     ]
+
+
+def test_the_timeline_shows_the_steps_the_report_chose(tmp_path: Path) -> None:
+    """Before: with ``--tail 3`` the curves and the trajectory table were of the last 3 steps
+    but the timeline drew the run's first 12, none of them chosen. The timeline's window is now
+    of the chosen steps (the first 12 of them); ``--timeline-steps`` still picks any."""
+    run = record_trajectory_run(tmp_path, steps=15, per_step=1)
+
+    def drawn(*extra: str) -> list[int]:
+        out = _write(run, tmp_path / "run.html", "--traces", run.traces, *extra)
+        return [s["step"] for s in _page(out)[1]["timeline"]["steps"]]
+
+    assert drawn("--tail", "3") == [13, 14, 15]
+    assert drawn("--steps", "2:15") == list(range(2, 14))
+    assert drawn("--tail", "3", "--timeline-steps", "1:2") == [1, 2]
+    assert drawn() == list(range(1, 13))

@@ -431,7 +431,13 @@ def test_the_timeline_says_which_steps_it_shows(browser: Any, tmp_path: Path) ->
     see others; a window asked for says so, and so does a timeline of every step."""
     run = record_trajectory_run(tmp_path, steps=15, per_step=1)
     said = {}
-    for name, extra in (("first", ()), ("asked", ("--timeline-steps", "4:6")), ("all", None)):
+    cases = (
+        ("first", ()),
+        ("asked", ("--timeline-steps", "4:6")),
+        ("tail", ("--tail", "3")),
+        ("all", None),
+    )
+    for name, extra in cases:
         out = tmp_path / f"{name}.html"
         if extra is None:
             (tmp_path / "few").mkdir()
@@ -454,6 +460,10 @@ def test_the_timeline_says_which_steps_it_shows(browser: Any, tmp_path: Path) ->
     )
     assert said["asked"] == f"Steps 4{to}6 of the 15 traced (1{to}15), as --timeline-steps chose."
     assert said["all"] == f"All 3 traced steps (1{to}3)."
+    assert said["tail"] == (
+        f"Steps 13{to}15 of the 15 traced (1{to}15): those --steps or --tail chose. "
+        "--timeline-steps FIRST:LAST draws others."
+    )
 
 
 def _own_rows_page(browser: Any, tmp_path: Path, rows: list[dict[str, Any]]) -> Loaded:

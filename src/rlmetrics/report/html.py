@@ -144,12 +144,18 @@ def _thinned(points: list[tuple[int, float]], most: int) -> list[tuple[int, floa
     return kept
 
 
-def _timeline(traces: TraceSet, steps: tuple[int, int] | None) -> dict[str, Any]:
-    """The phases of a window of steps (the first ``DEFAULT_STEPS`` unless ``steps``), by lane,
-    in seconds from the window's start: what ``--timeline`` draws, as data."""
+def _timeline(
+    traces: TraceSet, steps: tuple[int, int] | None, chosen: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """The phases of a window of steps, by lane, in seconds from the window's start: what
+    ``--timeline`` draws, as data. The window is ``steps`` (``--timeline-steps``), else the
+    first ``DEFAULT_STEPS`` of the ``chosen`` ones (``--steps``, ``--tail``: the page's curves
+    and trajectories are of those), else of the run."""
     by_step = traces.steps()
     if steps is None:
-        window = list(by_step.values())[:DEFAULT_STEPS]
+        window = [s for n, s in by_step.items() if chosen is None or chosen[0] <= n <= chosen[1]][
+            :DEFAULT_STEPS
+        ]
     else:
         window = [s for n, s in by_step.items() if steps[0] <= n <= steps[1]]
     # Which of the traced steps the window is, for the caption: a window of the first 12
@@ -160,6 +166,7 @@ def _timeline(traces: TraceSet, steps: tuple[int, int] | None) -> dict[str, Any]
         "first": min(numbers, default=None),
         "last": max(numbers, default=None),
         "asked": steps is not None,
+        "chosen": None if steps is not None else chosen,
         "default_steps": DEFAULT_STEPS,
     }
     if not window:
@@ -223,6 +230,7 @@ def page_data(
     timeline_steps: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """What the page draws, as one JSON-able dict."""
+    chosen = _chosen_steps(report)
     data: dict[str, Any] = _finite(
         {
             "run_id": report.run_id,
@@ -234,10 +242,8 @@ def page_data(
             "step_count": len(report.steps),
             "goodput": report.goodput,
             "curves": _curves(report),
-            "timeline": None if traces is None else _timeline(traces, timeline_steps),
-            "trajectories": read_trajectories(
-                jsonl, report.run_id, traces, steps=_chosen_steps(report)
-            ),
+            "timeline": None if traces is None else _timeline(traces, timeline_steps, chosen),
+            "trajectories": read_trajectories(jsonl, report.run_id, traces, steps=chosen),
         }
     )
     return data

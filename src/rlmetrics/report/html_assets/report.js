@@ -164,9 +164,14 @@
     }
     const [lo, hi] = extent(shown);
     if (!tl.asked && shown.length >= tl.traced) return `All ${tl.traced} traced steps${all}.`;
+    if (!tl.asked && tl.chosen && shown.length < tl.default_steps) {
+      return `Steps ${range(lo, hi)} of the ${tl.traced} traced${all}: those --steps or --tail chose. `
+        + "--timeline-steps FIRST:LAST draws others.";
+    }
     const steps = `Steps ${range(lo, hi)} of the ${tl.traced} traced${all}`;
-    return tl.asked ? `${steps}, as --timeline-steps chose.`
-      : `${steps}: the first ${tl.default_steps}. --timeline-steps FIRST:LAST draws others.`;
+    if (tl.asked) return `${steps}, as --timeline-steps chose.`;
+    const of = tl.chosen ? ` of the steps --steps or --tail chose (${range(tl.chosen[0], tl.chosen[1])})` : "";
+    return `${steps}: the first ${tl.default_steps}${of}. --timeline-steps FIRST:LAST draws others.`;
   }
   function timeline() {
     const box = document.getElementById("timeline");
