@@ -10,6 +10,7 @@ Skipped without Playwright or the browser, unless ``RLMETRICS_REQUIRE_CHROMIUM=1
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -540,3 +541,27 @@ def test_the_wall_time_card_says_it_is_the_steps_total(loaded: Loaded) -> None:
     }
     assert "total step wall time (3 steps)" in cards, cards
     assert loaded.messages == []
+
+
+def test_a_curve_s_axis_ends_have_the_same_decimals(browser: Any, tmp_path: Path) -> None:
+    """Before: a curve's axis read "0.9000" at its foot and "1.10" at its top (the agent-loop
+    example's constant reward of 1: each end formatted on its own, by its size). Both ends
+    now have the same decimals."""
+    jsonl, out = tmp_path / "m.jsonl", tmp_path / "m.html"
+    with jsonl.open("w") as rows:
+        for step in range(1, 4):
+            metrics = {"reward": 1.0, "loss": 0.5 + step}
+            row = {"time": float(step), "run_id": "r", "step": step, "prefix": "train"}
+            rows.write(json.dumps({**row, "metrics": metrics}) + "\n")
+    done = run_cli("report", jsonl, "--html", out)
+    assert done.returncode == 0, done.stderr
+    loaded = _open(browser, out)
+    try:
+        ends = {}
+        for name in ("reward", "loss"):
+            labels = loaded.page.locator(f'#curves svg[aria-label="{name}"] > text')
+            ends[name] = [labels.nth(0).text_content(), labels.nth(1).text_content()]
+        assert ends == {"reward": ["1.1000", "0.9000"], "loss": ["3.50", "1.50"]}, ends
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()

@@ -32,7 +32,21 @@
     if (a !== 0 && (a < 0.001 || a >= 1e6)) return v.toExponential(2);
     return v.toFixed(digits === undefined ? (a < 1 ? 4 : 2) : digits);
   }
+  // A number shown in fixed decimals (not one too small or too large for them, which fmt
+  // writes as an exponent).
+  function fixable(v) {
+    if (typeof v !== "number" || !Number.isFinite(v)) return false;
+    const a = Math.abs(v);
+    return Number.isInteger(v) || a === 0 || (a >= 0.001 && a < 1e6);
+  }
   function title(text) { return svg("title", {}, text); }
+  // An axis's two ends with the same decimals: each formatted by its own size read "0.9000"
+  // under "1.10", as if on two scales.
+  function axisEnds(lo, hi) {
+    if (!fixable(lo) || !fixable(hi) || (Number.isInteger(lo) && Number.isInteger(hi))) return [fmt(lo), fmt(hi)];
+    const digits = Math.min(Math.abs(lo), Math.abs(hi)) < 1 ? 4 : 2;
+    return [lo.toFixed(digits), hi.toFixed(digits)];
+  }
   // [least, greatest] of numbers by a loop: Math.min(...values) passes each as an argument,
   // and past about 125 000 (a run's steps) V8 throws "Maximum call stack size exceeded".
   function extent(values) {
@@ -77,11 +91,12 @@
     const X = x => L + (x - x0) / (x1 - x0) * (W - L - R);
     const Y = y => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
     const chart = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": name });
+    const [foot, top] = axisEnds(y0, y1);
     chart.append(
       svg("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }),
       svg("line", { class: "axis", x1: L, y1: T, x2: L, y2: H - B }),
-      svg("text", { x: L - 4, y: T + 9, "text-anchor": "end" }, fmt(y1)),
-      svg("text", { x: L - 4, y: H - B, "text-anchor": "end" }, fmt(y0)),
+      svg("text", { x: L - 4, y: T + 9, "text-anchor": "end" }, top),
+      svg("text", { x: L - 4, y: H - B, "text-anchor": "end" }, foot),
       svg("text", { x: L, y: H - 8 }, "step " + fmt(x0)),
       svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }, fmt(x1)),
     );
@@ -226,13 +241,6 @@
     ["weight_version", "weights", true, "weight_version: the version of the policy weights that generated it"],
   ];
 
-  // A number shown in fixed decimals (not one too small or too large for them, which fmt
-  // writes as an exponent).
-  function fixable(v) {
-    if (typeof v !== "number" || !Number.isFinite(v)) return false;
-    const a = Math.abs(v);
-    return Number.isInteger(v) || a === 0 || (a >= 0.001 && a < 1e6);
-  }
   // The decimals a column's numbers share: as many as its most precise one needs, at most
   // `most`. Each number on its own read 0, 0.5000 and 1 in one column (a whole number lost
   // its decimals, a fraction got four); the column reads 0.0, 0.5 and 1.0.
