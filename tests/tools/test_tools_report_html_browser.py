@@ -565,3 +565,51 @@ def test_a_curve_s_axis_ends_have_the_same_decimals(browser: Any, tmp_path: Path
         assert loaded.messages == []
     finally:
         loaded.page.close()
+
+
+def test_a_long_lane_name_stays_inside_the_timeline(browser: Any, tmp_path: Path) -> None:
+    """Before: a lane's name was drawn right-aligned in a 200 px margin, so a thread pool's
+    lane ("driver / rollout-generation-worker-pool_0") lost its start past the chart's left
+    edge and read "r / rollout-...". The margin now grows with the names (to a bound past
+    which a name is cut in its middle), and each name's tooltip is the whole name."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import rlmetrics
+    from rlmetrics.testing import isolated_state
+
+    jsonl, traces, out = tmp_path / "m.jsonl", tmp_path / "t.jsonl", tmp_path / "m.html"
+    pools = ("rollout-generation-worker-pool", "x" * 120)
+
+    def generate() -> None:
+        with rlmetrics.phase("generation", bucket="productive"):
+            pass
+
+    with (
+        isolated_state(),
+        rlmetrics.start(exporters={"otlp_file": {"path": traces}}, run_id="lanes"),
+        rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger,
+        rlmetrics.step(1, logger=logger),
+    ):
+        for prefix in pools:
+            with ThreadPoolExecutor(1, thread_name_prefix=prefix) as pool:
+                pool.submit(generate).result()
+        logger.log_metrics({"reward": 1.0}, step=1)
+    done = run_cli("report", jsonl, "--traces", traces, "--html", out)
+    assert done.returncode == 0, done.stderr
+    loaded = _open(browser, out)
+    try:
+        chart = loaded.page.locator('#timeline svg[aria-label="timeline"]')
+        left = (chart.bounding_box() or {})["x"]
+        names = chart.locator("text.lane")
+        whole = {f"driver / {prefix}_0" for prefix in pools}
+        assert {names.nth(i).locator("title").text_content() for i in range(names.count())} >= whole
+        for i in range(names.count()):
+            box = names.nth(i).bounding_box()
+            assert box is not None and box["x"] >= left, i
+        shown = [
+            names.nth(i).evaluate("e => e.lastChild.textContent") for i in range(names.count())
+        ]
+        assert f"driver / {pools[0]}_0" in shown, shown
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()

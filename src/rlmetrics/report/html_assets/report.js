@@ -195,7 +195,16 @@
     const caption = windowCaption(tl);
     if (caption) box.append(el("p", { class: "note" }, caption));
     if (!tl.lanes.length) { box.append(el("p", { class: "empty" }, "The traces hold no phases for these steps.")); return; }
-    const LANE = 22, L = 200, R = 10, T = 18, W = 1300;
+    // The lanes' names fit the margin left of the chart: a name right-aligned in a fixed
+    // 200 px lost its start past the edge ("r / rollout-..." for "driver / rollout-...").
+    // The margin grows with the longest name up to NAMES px; a longer name is cut in its
+    // middle (its process and its thread stay) and its tooltip is the whole name.
+    const CHAR = 6.6, NAMES = 420;
+    const longest = Math.max(0, ...tl.lanes.map(lane => lane.name.length));
+    const LANE = 22, L = Math.min(NAMES, Math.max(120, 16 + longest * CHAR)), R = 10, T = 18, W = 1300;
+    const fits = Math.floor((L - 16) / CHAR);
+    const cut = name => (name.length <= fits ? name
+      : name.slice(0, Math.ceil((fits - 1) / 2)) + "…" + name.slice(name.length - Math.floor((fits - 1) / 2)));
     const H = T + tl.lanes.length * LANE + 24;
     const end = Math.max(tl.end, 1e-9);
     const X = t => L + t / end * (W - L - R);
@@ -207,7 +216,7 @@
     });
     tl.lanes.forEach((lane, i) => {
       const y = T + i * LANE;
-      chart.append(svg("text", { x: L - 6, y: y + 15, "text-anchor": "end" }, lane.name));
+      chart.append(svg("text", { class: "lane", x: L - 6, y: y + 15, "text-anchor": "end" }, title(lane.name), cut(lane.name)));
       for (const [start, stop, phase, bucket, depth] of lane.spans) {
         const inset = Math.min(depth, 3) * 3;
         chart.append(svg("rect", { x: X(start), y: y + 2 + inset, width: Math.max(0.5, X(stop) - X(start)),
