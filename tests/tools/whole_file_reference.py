@@ -11,6 +11,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import attrs
 from hypothesis import strategies as st
 
 from rlmetrics import runstate
@@ -26,7 +27,7 @@ from rlmetrics.liveness import StallRule
 from rlmetrics.report.regressions import find_regressions
 from rlmetrics.report.runs import DamagedRows, not_a_run_problem, run_rows
 
-__all__ = ["jsonl_files", "whole_file_state"]
+__all__ = ["jsonl_files", "whole_file_reports", "whole_file_state"]
 
 
 def whole_file_state(jsonl: str | os.PathLike[str], *, run: str | None, now: float) -> Any:
@@ -166,3 +167,159 @@ def jsonl_files(draw: st.DrawFn) -> str:
     if lines and draw(st.booleans()):
         text = text[:-1]  # a torn (or merely unterminated) last line
     return text
+
+
+def whole_file_reports(
+    jsonl: str | os.PathLike[str],
+    run: str | None = None,
+    *,
+    steps: Any = None,
+    keys: Any = None,
+    key_map: str | None = None,
+    curves: bool = False,
+) -> Any:
+    """``read_reports(jsonl, ...)`` as it was computed from a list of every row (each run's
+    rows split off, its shown rows read through its key map, the selection applied, the
+    report built from each step's every key); an exception is returned, not raised."""
+    from rlmetrics.report.keymap import RunKeys, found_key_map
+    from rlmetrics.report.runs import (
+        NotARunFile,
+        RunNotFound,
+        _Run,
+        _samples,
+        samples_path,
+        split_runs,
+    )
+    from rlmetrics.report.select import UnknownKeys, choose, is_step_row
+
+    path = Path(jsonl)
+    bad, broken = SkippedLines(), DamagedRows()
+    lines = array("q")
+    rows = list(read_jsonl(path, every_row=True, skipped=bad, lines=lines))
+    problem = not_a_run_problem(path, rows, bad)
+    if problem is not None:
+        return NotARunFile(problem)
+    rows = run_rows(rows, broken, lines)
+    runs = split_runs(rows) or {None: _Run()}
+    if run is not None:
+        if run not in runs:
+            held = ", ".join(str(r) for r in runs) or "none"
+            return RunNotFound(f"{path} holds no run {run!r} (runs: {held})")
+        runs = {run: runs[run]}
+    samples = _samples(samples_path(path))
+    reports = []
+    for run_id, found in runs.items():
+        read = found_key_map(found.hyperparams, key_map)
+        rows = found.shown_rows()
+        if read is not None:
+            rows = RunKeys(read.name).rows(rows)
+        shown = rows if steps is None else steps.apply(rows)
+        report = _whole_build_report(shown, source=str(path), skipped=bad.count + broken.count)
+        if steps is not None:
+            report = attrs.evolve(
+                report,
+                selection=steps.describe(),
+                steps_logged=len({r["step"] for r in rows if is_step_row(r)}),
+                regressions=find_regressions(rows).as_dict(),
+            )
+        try:
+            series = None if keys is None else choose(keys, _whole_numeric_series(shown))
+        except UnknownKeys as exc:
+            return exc
+        reports.append(
+            attrs.evolve(
+                report,
+                run_id=run_id,
+                resumed=found.resumed,
+                reruns=found.reruns,
+                repeated_steps=tuple(sorted(found.repeated)),
+                hyperparams=found.hyperparams or None,
+                samples=samples.get(run_id),
+                series=series,
+                key_map=None if read is None else read.as_dict(),
+                curves=_whole_numeric_series(shown) if curves else None,
+            )
+        )
+    return reports
+
+
+def _whole_numeric_series(rows: Any) -> dict[str, list[tuple[int, float]]]:
+    from rlmetrics.report.select import key_name, step_values
+    from rlmetrics.values import finite_float
+
+    found: dict[str, dict[int, float]] = {}
+    for step, prefix, key, value in step_values(rows):
+        number = finite_float(value)
+        if number is not None:
+            found.setdefault(key_name(prefix, key), {})[step] = number
+    return {name: sorted(points.items()) for name, points in found.items()}
+
+
+def _whole_build_report(rows: Any, source: str, skipped: int) -> Any:
+    """``build_report`` as it was: every step's train dicts merged whole."""
+    from rlmetrics.events import (
+        SETUP_TIMING_PREFIX,
+        TRAIN_PREFIXES,
+        CheckpointOutcome,
+        CheckpointRestore,
+        CheckpointSave,
+    )
+    from rlmetrics.report import summary as s
+    from rlmetrics.report.signals import GPU_PREFIX, summarise_signals
+
+    rows = list(rows)
+    by_step: dict[int, dict[str, Any]] = {}
+    setup = None
+    saves: list[dict[str, float]] = []
+    restores: list[dict[str, float]] = []
+    attempts: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    attempt_log: list[dict[str, Any]] = []
+    gpu_rows: list[Any] = []
+    for row in rows:
+        metrics = row.get("metrics")
+        prefix = row.get("prefix", "")
+        if not isinstance(metrics, dict):
+            continue
+        step = row.get("step")
+        if prefix in TRAIN_PREFIXES and isinstance(step, int):
+            by_step.setdefault(step, {}).update(metrics)
+        elif prefix == SETUP_TIMING_PREFIX:
+            setup = s._setup(metrics)
+        elif prefix == GPU_PREFIX:
+            gpu_rows.append(metrics)
+        elif prefix == CheckpointSave.PREFIX:
+            saves.append(s._numbers(metrics))
+        elif prefix == CheckpointRestore.PREFIX:
+            restores.append(s._numbers(metrics))
+        elif prefix == CheckpointOutcome.PREFIX:
+            outcome = CheckpointOutcome.from_metrics(metrics)
+            name = outcome.outcome or "unknown"
+            attempts[name] = attempts.get(name, 0) + 1
+            if outcome.reason:
+                reasons[outcome.reason] = reasons.get(outcome.reason, 0) + 1
+            attempt_log.append(
+                {
+                    "wall_time_s": outcome.wall_time_s,
+                    "outcome": outcome.outcome,
+                    "reason": outcome.reason,
+                }
+            )
+    step_rows = [s._step_row(step, by_step[step]) for step in sorted(by_step)]
+    return s.RunReport(
+        source=source,
+        rows=len(rows),
+        skipped_lines=skipped,
+        steps=tuple(step_rows),
+        goodput=s._goodput(step_rows, by_step),
+        setup=setup,
+        trends={
+            name: s._trend(values)
+            for key, name in s._TRENDS
+            if (values := [r[name] for r in step_rows if r.get(name) is not None])
+        },
+        vllm=s._vllm(by_step),
+        checkpoints=s._checkpoints(saves, restores, attempts, reasons, attempt_log),
+        regressions=find_regressions(rows).as_dict(),
+        signals=summarise_signals(by_step, gpu_rows),
+    )

@@ -32,6 +32,7 @@ and kept text (from the --traces spans). No extra is needed."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -206,6 +207,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     skipped, damaged = SkippedLines(), DamagedRows()
     selection = args.steps or args.tail
+    thin = None
+    if args.html is not None:
+        from ..report.html import CURVE_POINTS, _thinned
+
+        # The page draws a curve in at most CURVE_POINTS points: thinned (the page's own rule,
+        # so the page is the same) as the report is made, a long run's every point of every
+        # series is never held at once.
+        thin = functools.partial(_thinned, most=CURVE_POINTS)
     try:
         reports = read_reports(
             args.jsonl,
@@ -216,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
             key_map=args.key_map,
             damaged=damaged,
             curves=args.html is not None,
+            thin_curves=thin,
         )
     # ValueError: an unknown key map, or NotARunFile (a traces, samples or CSV file given).
     except (RunNotFound, UnknownKeys, ValueError) as exc:

@@ -16,12 +16,12 @@ which steps repeated.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -35,10 +35,11 @@ from ..backends.jsonl import (
     samples_path,
     starts_over,
 )
-from .keymap import RunKeys, found_key_map
-from .regressions import find_regressions
-from .select import StepSelection, choose, is_step_row, numeric_series
-from .summary import RunReport, build_report
+from ..events import TRAIN_PREFIXES
+from .keymap import FoundKeyMap, RunKeys, found_key_map
+from .regressions import StepTimes
+from .select import NumericSeries, StepSelection, Thinning, choose, is_step_row
+from .summary import ReportBuilder, RunReport
 
 __all__ = [
     "SAMPLES_SHOWN",
@@ -207,8 +208,11 @@ class _Run:
     last_attempt: dict[int, int] = attrs.Factory(dict)
     #: How often the run was started again without resume: only its last attempt is kept.
     reruns: int = 0
+    #: Whether ``rows`` keeps the rows (a report streamed from the file keeps only the rest).
+    keep_rows: bool = True
 
-    def add(self, row: Mapping[str, Any]) -> None:
+    def add(self, row: Mapping[str, Any]) -> int:
+        """Take ``row`` (kept in ``rows`` when ``keep_rows``); the attempt it belongs to."""
         if is_step_row(row):
             step, prefix = row["step"], row.get("prefix", "")
             if step < self.latest.get(prefix, step):
@@ -217,8 +221,10 @@ class _Run:
             if self.last_attempt.get(step, self.attempt) != self.attempt:
                 self.repeated.add(step)
             self.last_attempt[step] = self.attempt
-        self.rows.append(dict(row))
-        self.attempts.append(self.attempt)
+        if self.keep_rows:
+            self.rows.append(dict(row))
+            self.attempts.append(self.attempt)
+        return self.attempt
 
     def _next_attempt(self) -> None:
         self.attempt += 1
@@ -242,22 +248,33 @@ def split_runs(rows: Iterable[Mapping[str, Any]]) -> dict[str | None, _Run]:
     in order."""
     runs: dict[str | None, _Run] = {}
     for row in rows:
-        run_id = row.get("run_id")
-        key = run_id if isinstance(run_id, str) else None
-        run = runs.setdefault(key, _Run())
-        if starts_over(row):
-            # A new attempt (a rerun without resume): what the earlier ones logged is theirs,
-            # left out, as each tracker keeps the attempts apart.
-            runs[key] = _Run(reruns=run.reruns + 1)
-            continue
-        kind = row.get("kind")
-        if kind == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), Mapping):
-            run.hyperparams.update(row["hyperparams"])
-        elif kind == RESUME_KIND:
-            run.resume()
-        elif kind is None:
-            run.add(row)
+        _place(runs, row)
     return runs
+
+
+def _place(
+    runs: dict[str | None, _Run], row: Mapping[str, Any], keep_rows: bool = True
+) -> tuple[str | None, _Run, int] | None:
+    """File ``row`` under its run in ``runs``: its run id, run and attempt when it is one of the
+    run's rows, None when it is a record about the run (configuration, resume, rerun)."""
+    run_id = row.get("run_id")
+    key = run_id if isinstance(run_id, str) else None
+    run = runs.get(key)
+    if run is None:
+        run = runs[key] = _Run(keep_rows=keep_rows)
+    if starts_over(row):
+        # A new attempt (a rerun without resume): what the earlier ones logged is theirs,
+        # left out, as each tracker keeps the attempts apart.
+        runs[key] = _Run(reruns=run.reruns + 1, keep_rows=keep_rows)
+        return None
+    kind = row.get("kind")
+    if kind == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), Mapping):
+        run.hyperparams.update(row["hyperparams"])
+    elif kind == RESUME_KIND:
+        run.resume()
+    elif kind is None:
+        return key, run, run.add(row)
+    return None
 
 
 def _samples(path: Path) -> dict[str | None, dict[str, Any]]:
@@ -302,6 +319,7 @@ def read_reports(
     key_map: str | None = None,
     damaged: DamagedRows | None = None,
     curves: bool = False,
+    thin_curves: Thinning | None = None,
 ) -> list[RunReport]:
     """The report of every run in the JSONL at ``path`` (or of the one ``run`` names), each
     with its configuration, its latest samples (from the samples file beside it) and its
@@ -309,7 +327,9 @@ def read_reports(
 
     ``steps`` limits each report to those steps (its regressions are still judged on the whole
     run); ``keys`` adds those series (:class:`~.select.UnknownKeys` names any a run did not
-    log); ``curves`` every numeric series of the steps shown (the HTML page's). Each run is read
+    log); ``curves`` every numeric series of the steps shown (the HTML page's), each made fewer
+    by ``thin_curves`` when given (a series at a time: a long run's every point of every
+    series is never held as a list). Each run is read
     through ``key_map`` (a key map's name), else through the map its rows show its trainer
     applied (:func:`~.keymap.found_key_map`); an unknown name raises ``ValueError``, a file with
     no metrics row :class:`NotARunFile`. Lines that are no row are counted into ``skipped``,
@@ -318,40 +338,38 @@ def read_reports(
     first few."""
     path = Path(path)
     bad = SkippedLines() if skipped is None else skipped
-    lines = array("q")
-    rows = list(read_jsonl(path, every_row=True, skipped=bad, lines=lines))
-    problem = not_a_run_problem(path, rows, bad)
-    if problem is not None:
-        raise NotARunFile(problem)
     broken = DamagedRows() if damaged is None else damaged
-    rows = run_rows(rows, broken, lines)
+    runs, last_line = _first_pass(path, bad, broken)
     if skipped is None and bad.count:
         logger.warning(bad.summary(path))
     if damaged is None and broken.count:
         logger.warning(broken.summary(path))
-    runs = split_runs(rows) or {None: _Run()}
+    runs = runs or {None: _Run(keep_rows=False)}
     if run is not None:
         if run not in runs:
             held = ", ".join(str(r) for r in runs) or "none"
             raise RunNotFound(f"{path} holds no run {run!r} (runs: {held})")
         runs = {run: runs[run]}
-    samples = _samples(samples_path(path))
     readers: dict[str, RunKeys] = {}
-    reports = []
+    shown: dict[str | None, _ShownRows] = {}
     for run_id, found in runs.items():
         read = found_key_map(found.hyperparams, key_map)
-        rows = found.shown_rows()
+        reader = None
         if read is not None:
             reader = readers.get(read.name) or readers.setdefault(read.name, RunKeys(read.name))
-            rows = reader.rows(rows)
-        shown = rows if steps is None else steps.apply(rows)
-        report = build_report(shown, source=str(path), skipped=bad.count + broken.count)
-        if steps is not None:
+        shown[run_id] = _ShownRows(found, read, reader, steps, keys, curves)
+    _second_pass(path, last_line, runs, shown)
+    samples = _samples(samples_path(path))
+    reports = []
+    for run_id, found in runs.items():
+        taken = shown[run_id]
+        report = taken.builder.report(source=str(path), skipped=bad.count + broken.count)
+        if steps is not None and taken.all_step_times is not None:
             report = attrs.evolve(
                 report,
                 selection=steps.describe(),
-                steps_logged=len({r["step"] for r in rows if is_step_row(r)}),
-                regressions=find_regressions(rows).as_dict(),
+                steps_logged=len(found.last_attempt),
+                regressions=taken.all_step_times.judge().as_dict(),
             )
         reports.append(
             attrs.evolve(
@@ -362,9 +380,113 @@ def read_reports(
                 repeated_steps=tuple(sorted(found.repeated)),
                 hyperparams=found.hyperparams or None,
                 samples=samples.get(run_id),
-                series=None if keys is None else choose(keys, numeric_series(shown)),
-                key_map=None if read is None else read.as_dict(),
-                curves=numeric_series(shown) if curves else None,
+                series=None
+                if keys is None or taken.series is None
+                else choose(keys, taken.series.series()),
+                key_map=None if taken.read is None else taken.read.as_dict(),
+                curves=None if taken.curves is None else taken.curves.series(thin_curves),
             )
         )
     return reports
+
+
+class _LatestLine(list[int]):
+    """``read_jsonl(lines=)`` that keeps only the latest row's line number (a long file's
+    every line number is not held)."""
+
+    latest: int | None = None
+
+    def append(self, number: int) -> None:
+        self.latest = number
+
+
+def _first_pass(
+    path: Path, bad: SkippedLines, broken: DamagedRows
+) -> tuple[dict[str | None, _Run], int]:
+    """Every run of the file without its rows (its attempts, the attempt that last logged each
+    step, its configuration), taken as the file is read; and the line of the last row read,
+    where the second pass stops (a file still being written reads as it was read here).
+    Raises :class:`NotARunFile`."""
+    census = RowCensus()
+    runs: dict[str | None, _Run] = {}
+    line = _LatestLine()
+    for row in read_jsonl(path, every_row=True, skipped=bad, lines=line):
+        census.add(row)
+        problem = run_row_problem(row)
+        if problem is None:
+            _place(runs, row, keep_rows=False)
+        else:
+            broken.add(problem, line.latest)
+    problem = census.problem(path, bad)
+    if problem is not None:
+        raise NotARunFile(problem)
+    return runs, line.latest or 0
+
+
+class _ShownRows:
+    """What the report of one run takes of the rows it shows, as the second pass reads them:
+    each row read through the run's key map; the run's regressions judged on every step, the
+    report made of the steps ``steps`` selects."""
+
+    def __init__(
+        self,
+        run: _Run,
+        read: FoundKeyMap | None,
+        reader: RunKeys | None,
+        steps: StepSelection | None,
+        keys: Sequence[str] | None,
+        curves: bool,
+    ) -> None:
+        self.read, self.reader = read, reader
+        self.builder = ReportBuilder()
+        self.selected = None if steps is None else steps.steps(run.last_attempt)
+        self.all_step_times = None if steps is None else StepTimes()
+        self.series = None if keys is None else NumericSeries(keys)
+        self.curves = NumericSeries() if curves else None
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        metrics = row.get("metrics")
+        if (
+            self.reader is not None
+            and isinstance(metrics, Mapping)
+            and row.get("prefix", "") in TRAIN_PREFIXES
+        ):
+            row = {**row, "metrics": self.reader.read(metrics, row.get("prefix", ""))}
+        if self.all_step_times is not None:
+            self.all_step_times.add(row)
+        if self.selected is not None and is_step_row(row) and row["step"] not in self.selected:
+            return
+        self.builder.add(row)
+        for taken in (self.series, self.curves):
+            if taken is not None:
+                taken.add(row)
+
+
+def _second_pass(
+    path: Path,
+    last_line: int,
+    runs: Mapping[str | None, _Run],
+    shown: Mapping[str | None, _ShownRows],
+) -> None:
+    """Read the file again up to ``last_line``, giving each run's report the rows it shows:
+    those of the run's last attempt after its last rerun, and at each step, those of the
+    attempt that logged it last (the attempts are told again as in the first pass)."""
+    again: dict[str | None, _Run] = {}
+    line = _LatestLine()
+    rows = read_jsonl(path, every_row=True, skipped=SkippedLines(), lines=line)
+    with contextlib.closing(cast("Generator[dict[str, Any], None, None]", rows)):
+        for row in rows:
+            if line.latest is not None and line.latest > last_line:
+                break
+            if run_row_problem(row) is not None:
+                continue
+            placed = _place(again, row, keep_rows=False)
+            if placed is None:
+                continue
+            run_id, attempt_of, attempt = placed
+            taken = shown.get(run_id)
+            if taken is None or attempt_of.reruns != runs[run_id].reruns:
+                continue
+            if is_step_row(row) and runs[run_id].last_attempt[row["step"]] != attempt:
+                continue
+            taken.add(row)

@@ -10,7 +10,8 @@ prefix's with it (``validation/accuracy``).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -19,6 +20,8 @@ from ..events import ROLLOUT_EVENT_TYPES, SETUP_TIMING_PREFIX, TRAIN_PREFIXES
 from ..values import finite_float
 
 __all__ = [
+    "NumericSeries",
+    "Thinning",
     "StepSelection",
     "UnknownKeys",
     "choose",
@@ -109,15 +112,73 @@ def step_values(rows: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, str, s
             yield row["step"], prefix, key, value
 
 
+#: A curve's points made fewer (the HTML page's thinning), or None.
+Thinning = Callable[[list[tuple[int, float]]], list[tuple[int, float]]]
+
+
+class _Points:
+    """One series' points as logged: steps and values in two arrays (16 bytes a point, not a
+    dict entry, an int and a float), a step logged twice in both; a step no 64-bit integer
+    holds makes the steps a list."""
+
+    def __init__(self) -> None:
+        self.steps: array[int] | list[int] = array("q")
+        self.values = array("d")
+
+    def add(self, step: int, value: float) -> None:
+        try:
+            self.steps.append(step)
+        except OverflowError:
+            self.steps = [*self.steps, step]
+        self.values.append(value)
+
+    def ordered(self) -> list[tuple[int, float]]:
+        """In step order, a step logged twice at its later value."""
+        return sorted(dict(zip(self.steps, self.values, strict=True)).items())
+
+
+class NumericSeries:
+    """:func:`numeric_series` taken one row at a time (:meth:`add`): every number logged at a
+    trainer step of the series ``wanted`` names (of every series when None), and the names of
+    the others (a ``--keys`` mistake is told the names the run logged) without their points."""
+
+    def __init__(self, wanted: Collection[str] | None = None) -> None:
+        self.wanted = None if wanted is None else frozenset(wanted)
+        self._names: dict[str, None] = {}  # every name with a number, in the order first seen
+        self._points: dict[str, _Points] = {}
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        for step, prefix, key, value in step_values((row,)):
+            number = finite_float(value)  # an int no float holds is no point (no OverflowError)
+            if number is None:
+                continue
+            name = key_name(prefix, key)
+            self._names[name] = None
+            if self.wanted is None or name in self.wanted:
+                points = self._points.get(name)
+                if points is None:
+                    points = self._points[name] = _Points()
+                points.add(step, number)
+
+    def series(self, thin: Thinning | None = None) -> dict[str, list[tuple[int, float]]]:
+        """``{key name: [(step, value), ...]}`` in step order (each made fewer by ``thin``,
+        one series at a time, so every point of every series is never held at once); a series
+        not wanted has no points."""
+        out: dict[str, list[tuple[int, float]]] = {}
+        for name in self._names:
+            found = self._points.get(name)
+            points = [] if found is None else found.ordered()
+            out[name] = points if thin is None else thin(points)
+        return out
+
+
 def numeric_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[int, float]]]:
     """``{key name: [(step, value), ...]}`` of every number logged at a trainer step, in step
     order (a step logged twice keeps its later value)."""
-    found: dict[str, dict[int, float]] = {}
-    for step, prefix, key, value in step_values(rows):
-        number = finite_float(value)  # an int no float holds is no point (not an OverflowError)
-        if number is not None:
-            found.setdefault(key_name(prefix, key), {})[step] = number
-    return {name: sorted(points.items()) for name, points in found.items()}
+    taken = NumericSeries()
+    for row in rows:
+        taken.add(row)
+    return taken.series()
 
 
 def choose(

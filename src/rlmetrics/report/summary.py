@@ -36,10 +36,10 @@ from ..events import (
 from ..families import efficiency
 from ..values import finite_float
 from .numbers import mean, median
-from .regressions import find_regressions
+from .regressions import StepTimes
 from .signals import GPU_PREFIX, summarise_signals
 
-__all__ = ["RunReport", "build_report", "measurement_of", "read_report"]
+__all__ = ["ReportBuilder", "RunReport", "build_report", "measurement_of", "read_report"]
 
 _VLLM_COUNTERS = (
     "vllm/prompt_tokens",
@@ -49,6 +49,7 @@ _VLLM_COUNTERS = (
 )
 _VLLM_MEANS = ("vllm/prompt_length_mean", "vllm/generation_length_mean")
 _TRENDS = (("reward", "reward"), ("kl_penalty", "kl"), ("loss", "loss"))
+_TREND_KEYS = frozenset(key for key, _name in _TRENDS)
 _SECONDS_SUFFIX = "_s"
 _NOT_CATEGORIES = frozenset(
     {"step_wall_time", "total_wall_time", "total_waste", "productive_time", "thread_seconds_total"}
@@ -162,68 +163,114 @@ def _latency(values: Sequence[float]) -> dict[str, float] | None:
     }
 
 
-def build_report(
-    rows: Iterable[Mapping[str, Any]], source: str = "", skipped: int = 0
-) -> RunReport:
-    """Summarise the rows of one run's JSONL (in the order they were written)."""
-    rows = list(rows)
-    by_step: dict[int, dict[str, Any]] = {}
-    setup: dict[str, Any] | None = None
-    saves: list[dict[str, float]] = []
-    restores: list[dict[str, float]] = []
-    attempts: dict[str, int] = {}
-    reasons: dict[str, int] = {}
-    attempt_log: list[dict[str, Any]] = []
-    gpu_rows: list[Mapping[str, Any]] = []
-    count = 0
-    for row in rows:
-        count += 1
+class ReportBuilder:
+    """A run's report taken one row at a time (:meth:`add`, in the order the rows were written)
+    so a long run is summarised as it is read, not held: each step keeps only the keys the
+    report reads of it (efficiency, trends, vLLM, reward components, validation datasets), not
+    every key the trainer logged. :meth:`report` is :func:`build_report` of the rows added."""
+
+    def __init__(self) -> None:
+        self.by_step: dict[int, dict[str, Any]] = {}
+        self.setup: dict[str, Any] | None = None
+        self.saves: list[dict[str, float]] = []
+        self.restores: list[dict[str, float]] = []
+        self.attempts: dict[str, int] = {}
+        self.reasons: dict[str, int] = {}
+        self.attempt_log: list[dict[str, Any]] = []
+        self.gpu_rows: list[Mapping[str, Any]] = []
+        self.count = 0
+        self.step_times = StepTimes()
+        self._read: dict[Any, bool] = {}
+
+    def _reads(self, key: Any) -> bool:
+        """Whether a step's key is one the report reads (told once per key)."""
+        known = self._read.get(key)
+        if known is None:
+            known = self._read[key] = _read_at_a_step(key)
+        return known
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        self.count += 1
+        self.step_times.add(row)
         metrics = row.get("metrics")
         prefix = row.get("prefix", "")
         if not isinstance(metrics, Mapping):
-            continue
+            return
         step = row.get("step")
         if prefix in TRAIN_PREFIXES and isinstance(step, int):
-            by_step.setdefault(step, {}).update(metrics)
+            kept = {k: v for k, v in metrics.items() if self._reads(k)}
+            self.by_step.setdefault(step, {}).update(kept)
         elif prefix == SETUP_TIMING_PREFIX:
-            setup = _setup(metrics)
+            self.setup = _setup(metrics)
         elif prefix == GPU_PREFIX:
-            gpu_rows.append(metrics)
+            self.gpu_rows.append(metrics)
         elif prefix == CheckpointSave.PREFIX:
-            saves.append(_numbers(metrics))
+            self.saves.append(_numbers(metrics))
         elif prefix == CheckpointRestore.PREFIX:
-            restores.append(_numbers(metrics))
+            self.restores.append(_numbers(metrics))
         elif prefix == CheckpointOutcome.PREFIX:
             outcome = CheckpointOutcome.from_metrics(metrics)
             name = outcome.outcome or "unknown"  # (a dict's outcome is always one of three)
-            attempts[name] = attempts.get(name, 0) + 1
+            self.attempts[name] = self.attempts.get(name, 0) + 1
             if outcome.reason:
-                reasons[outcome.reason] = reasons.get(outcome.reason, 0) + 1
-            attempt_log.append(
+                self.reasons[outcome.reason] = self.reasons.get(outcome.reason, 0) + 1
+            self.attempt_log.append(
                 {
                     "wall_time_s": outcome.wall_time_s,
                     "outcome": outcome.outcome,
                     "reason": outcome.reason,
                 }
             )
-    steps = [_step_row(step, by_step[step]) for step in sorted(by_step)]
-    return RunReport(
-        source=source,
-        rows=count,
-        skipped_lines=skipped,
-        steps=tuple(steps),
-        goodput=_goodput(steps, by_step),
-        setup=setup,
-        trends={
-            name: _trend(values)
-            for key, name in _TRENDS
-            if (values := [s[name] for s in steps if s.get(name) is not None])
-        },
-        vllm=_vllm(by_step),
-        checkpoints=_checkpoints(saves, restores, attempts, reasons, attempt_log),
-        regressions=find_regressions(rows).as_dict(),
-        signals=summarise_signals(by_step, gpu_rows),
+
+    def report(self, source: str = "", skipped: int = 0) -> RunReport:
+        """The report of the rows added so far."""
+        by_step = self.by_step
+        steps = [_step_row(step, by_step[step]) for step in sorted(by_step)]
+        return RunReport(
+            source=source,
+            rows=self.count,
+            skipped_lines=skipped,
+            steps=tuple(steps),
+            goodput=_goodput(steps, by_step),
+            setup=self.setup,
+            trends={
+                name: _trend(values)
+                for key, name in _TRENDS
+                if (values := [s[name] for s in steps if s.get(name) is not None])
+            },
+            vllm=_vllm(by_step),
+            checkpoints=_checkpoints(
+                self.saves, self.restores, self.attempts, self.reasons, self.attempt_log
+            ),
+            regressions=self.step_times.judge().as_dict(),
+            signals=summarise_signals(by_step, self.gpu_rows),
+        )
+
+
+def _read_at_a_step(key: Any) -> bool:
+    """Whether the report reads ``key`` of a step's train dicts: an efficiency key, a trend, a
+    vLLM key, a reward component or a validation dataset's metric (each parser takes a key
+    alone, so a key it finds nothing in alone it finds nothing in beside others)."""
+    from ..families.training import dataset_metrics, reward_components
+
+    if not isinstance(key, str):
+        return True  # (no JSON row has one; a hand-made dict is read as it was)
+    return (
+        key.startswith((EFFICIENCY_PREFIX, "vllm/"))
+        or key in _TREND_KEYS
+        or bool(reward_components({key: None}))
+        or bool(dataset_metrics({key: None}))
     )
+
+
+def build_report(
+    rows: Iterable[Mapping[str, Any]], source: str = "", skipped: int = 0
+) -> RunReport:
+    """Summarise the rows of one run's JSONL (in the order they were written)."""
+    builder = ReportBuilder()
+    for row in rows:
+        builder.add(row)
+    return builder.report(source=source, skipped=skipped)
 
 
 def _numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
