@@ -389,3 +389,32 @@ def test_steps_whose_spans_hold_no_phases_say_there_is_nothing_to_compare(
     section = text.stdout.split("Goodput from spans")[1]
     assert "over 3 steps: their spans hold no phases (rlmetrics.phase)" in section, section
     assert "-% productive" not in section and "why they differ" not in section, section
+
+
+def test_the_timeline_picture_says_which_steps_it_shows(tmp_path: Path) -> None:
+    """Before: ``--timeline`` drew the first 12 steps of a run of 15 under the title
+    "rlmetrics timeline: traces.jsonl", read as the whole run. Its title now says which steps
+    of how many it shows, and how to see others."""
+    matplotlib = pytest.importorskip("matplotlib")
+    from report_html_support import record_trajectory_run
+
+    from rlmetrics.report.timeline import plot_timeline
+
+    run = record_trajectory_run(tmp_path, steps=15, per_step=1)
+    traces = read_traces([run.traces])
+
+    def title(steps: tuple[int, int] | None) -> str:
+        picture = tmp_path / "timeline.svg"
+        with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text, to read back
+            plot_timeline(traces, picture, steps)
+        text = picture.read_text(encoding="utf-8")
+        start = text.index("rlmetrics timeline")
+        return text[start : text.index("<", start)]
+
+    to = "\u2013"
+    assert title(None) == (
+        f"rlmetrics timeline: traces.jsonl, steps 1{to}12 of the 15 traced "
+        "(the first 12; --timeline-steps FIRST:LAST draws others)"
+    )
+    assert title((4, 6)) == f"rlmetrics timeline: traces.jsonl, steps 4{to}6 of the 15 traced"
+    assert title((1, 20)) == "rlmetrics timeline: traces.jsonl, all 15 traced steps"

@@ -129,12 +129,26 @@ def plot_timeline(
         title = ", ".join(os.path.basename(s) for s in traces.sources) or "trace"
         with unknown_glyphs_said_once():
             _draw(axes, traces, chosen, every, by_lane, all_steps)
-            axes.set_title(f"rlmetrics timeline: {title}", fontsize=12)
+            window = _window_said(chosen, all_steps, asked=steps is not None)
+            axes.set_title(f"rlmetrics timeline: {title}, {window}", fontsize=12)
             figure.tight_layout()
             figure.savefig(path, dpi=PLOT_DPI)  # in the format its suffix names
     finally:
         plt.close(figure)
     return len(chosen)
+
+
+def _window_said(chosen: Sequence[Span], all_steps: Mapping[int, Span], *, asked: bool) -> str:
+    """Which of the traced steps the picture shows: by default a window of the first ones,
+    which under a title of the file alone was read as the whole run."""
+    shown = {id(span) for span in chosen}
+    numbers = [n for n, span in all_steps.items() if id(span) in shown]
+    if len(numbers) == len(all_steps):
+        return f"all {len(all_steps)} traced steps"
+    said = f"steps {min(numbers)}\u2013{max(numbers)} of the {len(all_steps)} traced"
+    if asked:
+        return said
+    return f"{said} (the first {DEFAULT_STEPS}; --timeline-steps FIRST:LAST draws others)"
 
 
 def _draw(
