@@ -613,3 +613,18 @@ def test_a_long_lane_name_stays_inside_the_timeline(browser: Any, tmp_path: Path
         assert loaded.messages == []
     finally:
         loaded.page.close()
+
+
+def test_an_outcome_of_the_users_own_is_readable(browser: Any, tmp_path: Path) -> None:
+    """A ``trajectories`` table of the user's own (``log_samples``) may hold any outcome. Before:
+    one but the four rlmetrics writes was white text on no background, an empty-looking cell.
+    It is drawn on a neutral pill now."""
+    loaded = _own_rows_page(browser, tmp_path, [{"sample_id": "a", "outcome": "aborted"}])
+    try:
+        pill = loaded.page.locator("#trajectory-table tr.traj .outcome").first
+        assert pill.inner_text() == "aborted"
+        background = pill.evaluate("e => getComputedStyle(e).backgroundColor")
+        assert background not in ("rgba(0, 0, 0, 0)", "transparent"), background
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()

@@ -355,7 +355,11 @@
       const row = rows[i];
       const cells = COLUMNS.map(([key, , num]) => {
         const v = row[key];
-        if (key === "outcome") return el("td", { title: fmt(v) }, el("span", { class: "cut outcome " + v }, v));
+        if (key === "outcome") {
+          // No outcome, no pill (pills of an outcome but the four are grey).
+          return el("td", { title: fmt(v) }, v === undefined || v === null || v === "" ? null
+            : el("span", { class: "cut outcome " + v }, v));
+        }
         const text = num ? cellText(v, digits[key]) : fmt(v);
         // An id or name can be hundreds of characters with nowhere to break: the cell shows its
         // start (CSS cuts it) and its title the whole value.
