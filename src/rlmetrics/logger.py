@@ -663,9 +663,9 @@ class Logger:
         whether this call did. ``failed``: the run ended with an exception, which the trackers
         that keep a run's outcome are told (W&B, MLflow, SwanLab)."""
         close_open_scopes("still open at Logger.finish()", self)
-        if not self._finished:  # the rows of live trajectories it held (their steps did not end)
-            from .trajectories.held_rows import release_rows
+        from .trajectories.held_rows import release_rows
 
+        if not self._finished:  # the rows of live trajectories it held (their steps did not end)
             release_rows(self)
         if self._ranks is not None and not self._finished:
             # An engine whose run rows arrive off this thread delivers them now, through this
@@ -680,6 +680,8 @@ class Logger:
                 inline.finish(failed)
             if self._ranks is not None:
                 self._ranks.finish()
+        # A live trajectory's row held between the release above and _finished: said now.
+        release_rows(self)
         bound = self.finish_timeout_s if timeout_s is None else timeout_s
         deadline = (time.monotonic() if started is None else started) + bound
         try:

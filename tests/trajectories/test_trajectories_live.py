@@ -223,3 +223,25 @@ def test_a_step_ended_inside_hold_rows_does_not_block(rows: Rows) -> None:
     assert not thread.is_alive()
     assert rows.tables == [(1, "trajectories", ["held"])]
     logger.finish()
+
+
+def test_a_live_trajectory_ending_after_its_logger_finished_is_said(
+    rows: Rows, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rollout still running when the Logger finished (or ending while it finishes, after
+    it gave what it held): its row reaches no tracker, and that is said, as for any call
+    after finish(); held, it was kept for good without a word."""
+    from rlmetrics.trajectories import held_rows
+
+    logger = rlmetrics.Logger(backends={"rows": {}})
+    logger.finish()
+    with caplog.at_level("WARNING", logger="rlmetrics"):
+        _live("late", logger, step=1)
+    assert warned(caplog, "after Logger.finish()")
+    caplog.clear()
+    # One that passed the check while finish() ran, and is held after finish() gave what it
+    # held: given at once (and so said), never kept.
+    with caplog.at_level("WARNING", logger="rlmetrics"):
+        held_rows.hold_rows(logger, [{"sample_id": "racing"}], 1, "trajectories")
+    assert not held_rows._held[logger].rows
+    assert rows.tables == []

@@ -79,7 +79,10 @@ def hold_rows(logger: Logger, rows: list[dict[str, Any]], step: int, name: str) 
             given.append(held.take())
             held.key = (name, step)
         held.rows.extend(rows)
-        if len(held.rows) >= max(1, logger.max_sample_rows):
+        # A full table goes at once; so does a row held after its Logger finished (a rollout
+        # that passed the check while finish() ran): given, it is said as any call after
+        # finish() is, where held it would be kept for good without a word.
+        if len(held.rows) >= max(1, logger.max_sample_rows) or logger._finished:
             given.append(held.take())
     for key, taken in given:
         _give(logger, key, taken)
