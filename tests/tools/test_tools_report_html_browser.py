@@ -628,3 +628,15 @@ def test_an_outcome_of_the_users_own_is_readable(browser: Any, tmp_path: Path) -
         assert loaded.messages == []
     finally:
         loaded.page.close()
+
+
+def test_a_curve_of_one_step_names_only_that_step(browser: Any, tmp_path: Path) -> None:
+    """Before: a run of one step (step 1) had each curve's axis run from "step 0" to "2",
+    steps it never logged (the axis is widened around the one point). It names step 1 only."""
+    loaded = _own_rows_page(browser, tmp_path, [{"sample_id": "a"}])
+    try:
+        labels = loaded.page.locator('#curves svg[aria-label="reward"] > text').all_text_contents()
+        assert "step 1" in labels and "step 0" not in labels and "2" not in labels, labels
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()

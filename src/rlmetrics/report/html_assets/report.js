@@ -86,6 +86,9 @@
     const xs = points.map(p => p[0]), ys = points.map(p => p[1]);
     let [x0, x1] = extent(xs);
     let [y0, y1] = extent(ys);
+    // One step: the axis is widened around its point, but names that step only (it read
+    // "step 0" to "2", steps never logged).
+    const [first, last] = [x0, x1];
     if (x0 === x1) { x0 -= 1; x1 += 1; }
     if (y0 === y1) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
     const X = x => L + (x - x0) / (x1 - x0) * (W - L - R);
@@ -97,9 +100,9 @@
       svg("line", { class: "axis", x1: L, y1: T, x2: L, y2: H - B }),
       svg("text", { x: L - 4, y: T + 9, "text-anchor": "end" }, top),
       svg("text", { x: L - 4, y: H - B, "text-anchor": "end" }, foot),
-      svg("text", { x: L, y: H - 8 }, "step " + fmt(x0)),
-      svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }, fmt(x1)),
     );
+    if (first === last) chart.append(svg("text", { x: X(first), y: H - 8, "text-anchor": "middle" }, "step " + fmt(first)));
+    else chart.append(svg("text", { x: L, y: H - 8 }, "step " + fmt(first)), svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }, fmt(last)));
     const d = points.map((p, i) => (i ? "L" : "M") + X(p[0]).toFixed(1) + " " + Y(p[1]).toFixed(1)).join(" ");
     chart.append(svg("path", { class: "curve", d: d }));
     if (points.length <= 60) {
