@@ -640,3 +640,24 @@ def test_a_curve_of_one_step_names_only_that_step(browser: Any, tmp_path: Path) 
         assert loaded.messages == []
     finally:
         loaded.page.close()
+
+
+def test_a_row_without_counts_opens_into_a_sentence(browser: Any, tmp_path: Path) -> None:
+    """A ``trajectories`` row of the user's own may have no ``turns`` or ``tool_calls``.
+    Before: it opened into "turns, tool calls: give the run's traces file..." (the counts
+    left blank). The note says only the counts the row has."""
+    rows = [{"sample_id": "a"}, {"sample_id": "b", "turns": 3}]
+    loaded = _own_rows_page(browser, tmp_path, rows)
+    try:
+        said = []
+        for i in range(2):
+            loaded.page.locator("tr.traj").nth(i).click()
+            said.append(loaded.page.locator("tr.detail .note").first.inner_text())
+            loaded.page.locator("tr.traj").nth(i).click()
+        assert said == [
+            "Give the run's traces file with --traces to see its turns and tool calls.",
+            "3 turns: give the run's traces file with --traces to see each.",
+        ]
+        assert loaded.messages == []
+    finally:
+        loaded.page.close()

@@ -303,9 +303,14 @@
       if (!row.spans.turns.length) box.append(el("div", { class: "note" }, "No turns."));
       for (const r of row.spans.rewards) box.append(itemNode(r));
     } else {
+      // Only the counts the row has: a row of the user's own may have neither (it read
+      // "turns, tool calls: give ...", the counts left blank).
+      const counts = [["turns", "turns"], ["tool_calls", "tool calls"]]
+        .filter(([k]) => typeof row[k] === "number").map(([k, label]) => `${fmt(row[k])} ${label}`).join(", ");
       box.append(el("div", { class: "note" }, DATA.trajectories.traced
-        ? `No spans for this trajectory (the span budget kept rows only): ${fmt(row.turns)} turns, ${fmt(row.tool_calls)} tool calls.`
-        : `${fmt(row.turns)} turns, ${fmt(row.tool_calls)} tool calls: give the run's traces file with --traces to see each.`));
+        ? "No spans for this trajectory (the span budget kept rows only)" + (counts ? `: ${counts}.` : ".")
+        : counts ? `${counts}: give the run's traces file with --traces to see each.`
+          : "Give the run's traces file with --traces to see its turns and tool calls."));
       const parts = Object.keys(row).filter(k => k.startsWith("reward/"));
       for (const k of parts) box.append(itemNode({ kind: "reward", component: k.slice(7), value: row[k] }));
     }
