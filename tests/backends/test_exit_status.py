@@ -34,3 +34,15 @@ def test_the_uncaught_exception_is_named_and_bounded(monkeypatch: pytest.MonkeyP
     assert len(text) == 500
     monkeypatch.setattr(sys, "last_value", KeyError(), raising=False)
     assert exit_status.failure() == "the training loop ended with an exception: KeyError"
+
+
+def test_a_status_noted_is_forgotten_between_tests() -> None:
+    """A test that calls the watched sys.exit in-process (a CLI's main under
+    pytest.raises(SystemExit)) noted its status for the rest of the process: a later test's
+    finish(failed=True) read 'the process exited with status 3' (CI run 13, otel144)."""
+    from rlmetrics.testing import reset_process_state
+
+    exit_status._note(3)
+    assert exit_status.exit_status() == 3
+    reset_process_state()
+    assert exit_status.exit_status() is None

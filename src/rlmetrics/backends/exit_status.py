@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .._process_state import resets_process_state
+
 __all__ = [
     "as_status",
     "exit_failed",
@@ -41,6 +43,14 @@ _FAILURE_CHARS = 500
 _status: int | None = None
 _watching = False
 _lock = threading.Lock()
+
+
+@resets_process_state
+def _forget_status() -> None:
+    """A test suite's process: a status one test asked for (a CLI's ``main`` run in-process
+    under ``pytest.raises(SystemExit)``) is not the next test's exit."""
+    global _status
+    _status = None
 
 
 def as_status(code: object) -> int:
