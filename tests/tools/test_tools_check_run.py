@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from tools_support import not_run_files, run_cli
+from tools_support import not_run_files, run_cli, write_long_run
 from whole_file_reference import jsonl_files
 
 from rlmetrics.backends.jsonl import SkippedLines
@@ -333,12 +333,7 @@ def test_a_long_run_is_checked_without_holding_its_rows(tmp_path: Path) -> None:
 
     from rlmetrics.cli.check import _unexported
 
-    path = tmp_path / "metrics.jsonl"
-    metrics = {f"extra/metric_{i}": i * 0.1 for i in range(25)}
-    with path.open("w") as out:
-        for step in range(3000):
-            row = {"time": 1000.0 + step, "run_id": "r", "step": step, "prefix": "train"}
-            out.write(json.dumps({**row, "metrics": {**metrics, "reward": step * 1e-3}}) + "\n")
+    path = write_long_run(tmp_path / "metrics.jsonl")
     _unexported(path, None)  # imports, plugins and first-call caches outside the measurement
     tracemalloc.start()
     try:

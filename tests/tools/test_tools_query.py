@@ -17,7 +17,7 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from stack_support import Run, Stack
-from tools_support import not_run_files, run_cli
+from tools_support import not_run_files, run_cli, write_long_run
 from whole_file_reference import jsonl_files, whole_file_state
 
 import rlmetrics
@@ -328,12 +328,7 @@ def test_a_long_run_is_answered_without_holding_its_rows(tmp_path: Path) -> None
     list of the rows was six times it). Measured by tracemalloc, not timed."""
     import tracemalloc
 
-    path = tmp_path / "metrics.jsonl"
-    metrics = {f"extra/metric_{i}": i * 0.1 for i in range(25)}
-    with path.open("w") as out:
-        for step in range(3000):
-            row = {"time": 1000.0 + step, "run_id": "r", "step": step, "prefix": "train"}
-            out.write(json.dumps({**row, "metrics": {**metrics, "reward": step * 1e-3}}) + "\n")
+    path = write_long_run(tmp_path / "metrics.jsonl")
     run_state(path, now=5000.0)  # imports and first-call caches outside the measurement
     tracemalloc.start()
     try:

@@ -3,6 +3,7 @@ no other test folder uses, so it imports the same whichever folders pytest colle
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -53,3 +54,14 @@ def not_run_files(folder: Path) -> dict[str, Path]:
     files["binary"].write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
     files["empty"].write_bytes(b"")
     return files
+
+
+def write_long_run(path: Path, steps: int = 3000) -> Path:
+    """A run of ``steps`` train rows of 26 keys each at ``path`` (the memory tests' input: a
+    reader that held its rows would hold several times the file)."""
+    metrics = {f"extra/metric_{i}": i * 0.1 for i in range(25)}
+    with path.open("w") as out:
+        for step in range(steps):
+            row = {"time": 1000.0 + step, "run_id": "r", "step": step, "prefix": "train"}
+            out.write(json.dumps({**row, "metrics": {**metrics, "reward": step * 1e-3}}) + "\n")
+    return path
