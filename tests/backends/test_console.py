@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import io
 import json
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,15 @@ def test_json_format_prints_the_jsonl_row_of_every_call(tmp_path: Path) -> None:
     assert printed == written
     assert printed[0]["run_id"] == logger.identity.run_id
     assert printed[0]["metrics"] == {"reward": 0.5, "kl": "nan", "big": "<int of 5001 digits>"}
+
+
+def test_json_format_prints_a_decimal_as_its_number() -> None:
+    # Before, the row had "Decimal('0.25')": a script parsing the job's log got text.
+    stream = io.StringIO()
+    backend = ConsoleBackend(stream=stream, format="json")
+    backend.log_metrics({"lr": Decimal("0.25"), "share": Fraction(1, 4)}, step=1, prefix="")
+    [row] = _json_rows(stream.getvalue())
+    assert row["metrics"] == {"lr": 0.25, "share": 0.25}
 
 
 def test_both_prints_the_human_line_then_the_row() -> None:

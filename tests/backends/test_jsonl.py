@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +100,34 @@ def test_non_json_values_are_written_as_repr(tmp_path: Path) -> None:
         "b": True,
         "none": None,
         "text": "hi",
+    }
+
+
+def test_a_decimal_or_a_fraction_is_written_as_the_number_it_stands_for(tmp_path: Path) -> None:
+    # Before, the row had "Decimal('0.5')", which no reader (rlmetrics report) takes as a number.
+    path = tmp_path / "m.jsonl"
+    backend = JsonlBackend(path)
+    backend.log_metrics(
+        {
+            "lr": Decimal("0.5"),
+            "third": Fraction(1, 3),
+            "nan": Decimal("NaN"),
+            "nested": [Decimal("1.25"), Fraction(3, 2)],
+            "huge": Decimal("1e400"),  # no float holds it: its text, not "inf"
+            "loss": math.nan,  # forces the row through the value-by-value conversion
+        },
+        step=1,
+        prefix="",
+    )
+    backend.finish()
+    [row] = read_jsonl(path)
+    assert row["metrics"] == {
+        "lr": 0.5,
+        "third": 1 / 3,
+        "nan": "nan",
+        "nested": [1.25, 1.5],
+        "huge": "1E+400",
+        "loss": "nan",
     }
 
 

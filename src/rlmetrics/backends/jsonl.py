@@ -21,7 +21,8 @@ not make on the caller's thread.
 
 Values JSON cannot hold faithfully are written as strings: NaN and infinities as ``"nan"``,
 ``"inf"``, ``"-inf"``; an int with more digits than Python's JSON reader accepts (4300) as
-``"<int of N digits>"``; any other object as its ``repr``.
+``"<int of N digits>"``; any other object as its ``repr``. A ``Decimal`` or a ``Fraction`` is
+the float it stands for.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ import importlib
 import io
 import json
 import math
+import numbers
 import os
 import stat
 import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, MutableSequence, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -48,7 +51,7 @@ from ..configuration import PATH, declare_options
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
 from ..storable import decimal_digits
-from ..values import as_plain
+from ..values import as_plain, as_real
 from . import BackendUnavailable
 from .worker import BackendWorker
 
@@ -137,6 +140,13 @@ def to_json_value(value: Any, _depth: int = 0, _on_path: frozenset[int] = frozen
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (numbers.Real, Decimal)):
+        # A Fraction or a Decimal is the number it stands for (its repr, "Decimal('0.5')",
+        # is text no reader charts); one no float holds (Decimal('1e400')) is its text.
+        number = as_real(value)
+        if number is not None and (math.isfinite(number) or not _finite_decimal(value)):
+            return to_json_value(number)
+        return str(value)
     if isinstance(value, (list, tuple)) and _depth < _MAX_NESTING:
         return [to_json_value(v, _depth + 1, _on_path) for v in value]
     if type(value) is dict and _depth < _MAX_NESTING:
@@ -146,6 +156,11 @@ def to_json_value(value: Any, _depth: int = 0, _on_path: frozenset[int] = frozen
         return repr(value)
     except Exception:
         return f"<unrepresentable {type(value).__name__}>"
+
+
+def _finite_decimal(value: Any) -> bool:
+    """Whether ``value`` is a finite ``Decimal`` (its float may still be an infinity)."""
+    return isinstance(value, Decimal) and value.is_finite()
 
 
 def metrics_line(run_id: str, metrics: Mapping[str, Any], step: int, prefix: str) -> str:
