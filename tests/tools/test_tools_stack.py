@@ -484,3 +484,46 @@ def test_a_port_or_interval_out_of_range_is_one_line_and_status_2(
     assert "Traceback" not in done.stderr
     assert said in done.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_an_endpoint_given_as_the_url_the_demo_prints_is_scraped_at_host_port(
+    tmp_path: Path,
+) -> None:
+    """The demo prints its endpoint as http://HOST:PORT/metrics; that URL (the path Prometheus
+    scrapes anyway) names the same target as HOST:PORT, for --run as for --vllm."""
+    done = run_cli(
+        "stack",
+        "--dir",
+        tmp_path / "stack",
+        "--run",
+        "http://127.0.0.1:9464/metrics",
+        "--vllm",
+        "http://127.0.0.1:8000/metrics/",
+        "--no-ray",
+        "--no-start",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["targets"]["rlmetrics"] == ["127.0.0.1:9464"]
+    assert json.loads((tmp_path / "stack" / "targets" / "vllm.json").read_text())[0]["targets"] == [
+        "127.0.0.1:8000"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("https://127.0.0.1:9464", "https"),
+        ("http://127.0.0.1:9464/other/path", "/other/path"),
+        ("127.0.0.1", "HOST:PORT"),
+    ],
+)
+def test_an_endpoint_the_stack_cannot_scrape_as_given_is_refused_saying_why(
+    tmp_path: Path, given: str, said: str
+) -> None:
+    """A target file holds HOST:PORT only (scraped over http at /metrics): an https URL or
+    another path would be written as a target Prometheus drops, so it is refused."""
+    done = run_cli("stack", "--dir", tmp_path / "stack", "--run", given, "--no-start")
+    assert done.returncode == 2
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "stack").exists()

@@ -58,9 +58,21 @@ DEFAULT_ALERTMANAGER_PORT = 9093
 
 
 def _address(text: str) -> str:
-    host, colon, port = text.strip().removeprefix("http://").rstrip("/").rpartition(":")
+    """``HOST:PORT`` of an endpoint, also given as the URL the demo and the vLLM docs print
+    (``http://HOST:PORT/metrics``): a target file holds only the address, which Prometheus
+    scrapes over http at /metrics, so an https URL or another path is refused, not written
+    as a target Prometheus would drop or scrape at the wrong path."""
+    given = text.strip()
+    if given.startswith("https://"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the stack scrapes over http only; give HOST:PORT of an http endpoint"
+        )
+    address = given.removeprefix("http://").rstrip("/").removesuffix("/metrics")
+    host, colon, port = address.rpartition(":")
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not HOST:PORT (nor http://HOST:PORT/metrics)"
+        )
     return f"{host}:{int(port)}"
 
 
