@@ -589,12 +589,41 @@ class Logger:
                 )
                 name = "samples"
             if table:
-                self._call_backends(
-                    "log_samples", table, self._table_step(step, "log_samples"), name
-                )
+                at = self._table_step(step, "log_samples")
+                if self._ranks is not None and not self._ranks.logs:
+                    self._log_rank_samples(table, at, name)
+                else:
+                    self._call_backends("log_samples", table, at, name)
         except Exception:
             warn_once("logger:samples", "rlmetrics: Logger.log_samples failed")
         raise_if_strict()
+
+    def _takes_samples(self) -> bool:
+        """Whether a samples table logged now is written anywhere: by a backend, or (a rank
+        that writes no run rows, so has no tracker) beside the rank's raw file."""
+        return bool(self._inline or self._workers) or (
+            self._ranks is not None and not self._ranks.logs
+        )
+
+    def _log_rank_samples(self, table: list[dict[str, Any]], step: int, name: str) -> None:
+        """A samples table on a rank that writes no run rows: its engine keeps it with the
+        rank's raw rows (rank 0 writes only its own tables to the trackers, and the other
+        ranks' rollouts would vanish); an engine that cannot is said once."""
+        with self._lock:
+            if self._finished:
+                self._say_finished("log_samples")
+                return
+            keep = getattr(self._ranks, "log_samples", None)
+            if keep is None:
+                warn_once(
+                    "logger:ranks-samples",
+                    f"rlmetrics: this rank writes no tracker rows and its merger "
+                    f"({type(self._ranks).__name__}) keeps no samples, so the samples and "
+                    "trajectory rows it logs are not written; log them on the rank that "
+                    "writes the run's rows",
+                )
+                return
+            keep(table, step, name)
 
     def log_trajectories(
         self, records: Any, step: int | None = None, name: str = "trajectories"

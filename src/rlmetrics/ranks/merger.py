@@ -82,6 +82,7 @@ __all__ = [
     "SeparableCollective",
     "numbers_of",
     "run_row",
+    "write_rank_samples",
 ]
 
 #: Where each rank's raw rows go; ``{rank}`` is the rank.
@@ -167,6 +168,28 @@ class RankRows(JsonlBackend):
             "metrics": {key_text(k): to_json_value(v) for k, v in metrics.items()},
         }
         self._write(json.dumps(row, allow_nan=False) + "\n")
+
+
+def write_rank_samples(
+    rows_file: RankRows | None, rank: int, rows: Sequence[Mapping[str, Any]], step: int, name: str
+) -> None:
+    """A samples table (``log_samples``, ``log_trajectories``' rows) logged on ``rank``, a
+    rank that writes no run rows and so has no tracker: beside its raw file
+    (``rlmetrics.rank{rank}.samples.jsonl``), else (no raw file) said once, for a rank's
+    rollouts must not vanish unsaid. Never raises."""
+    if rows_file is None:
+        warn_once(
+            "ranks:samples-unwritten",
+            f"rlmetrics: rank {rank} writes no tracker rows and has no raw file "
+            "(raw_path=None), so its samples and trajectory rows are not written (its "
+            "trajectories' spans and metrics are): give the merger a raw_path to keep them "
+            "there, or log the tables on rank 0",
+        )
+        return
+    try:
+        rows_file.log_samples(rows, step, name)
+    except Exception:
+        warn_once("ranks:samples", f"rlmetrics: rank {rank} could not write its samples")
 
 
 def numbers_of(flat: Mapping[str, Any]) -> dict[str, float]:
@@ -530,6 +553,13 @@ class RankMerger:
                 "still waiting for its process group's timeout)"
                 + (f"; {_steps_text(steps)} in the raw file only" if steps else ""),
             )
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
+        """A samples table this rank logged while it writes no run rows (not rank 0): its
+        raw file's samples (:func:`write_rank_samples`)."""
+        with self._rows_lock:
+            if not self._rows_closed:
+                write_rank_samples(self._rows, self.global_rank, rows, step, name)
 
     def finish(self) -> None:
         if self._rows is not None:

@@ -133,9 +133,9 @@ def deliver(
     batch = TrajectoryBatch(
         number, tuple(trajectories), tuple(contexts), dropped, _trainer_weight_version()
     )
-    # Rows only for a Logger with backends (building them is most of a batch's own cost);
-    # a finished one says so below, as log_trajectories, not as the log_samples it makes.
-    if logger is not None and trajectories and (logger._inline or logger._workers):
+    # Rows only for a Logger that writes them (building them is most of a batch's own cost):
+    # its backends, or a rank's raw file; a finished one says so below, as log_trajectories.
+    if logger is not None and trajectories and logger._takes_samples():
         trace_ids = _trace_ids(contexts, binding, len(trajectories))
         try:
             if not logger._finished:

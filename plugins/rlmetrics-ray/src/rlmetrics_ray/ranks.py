@@ -43,6 +43,7 @@ from rlmetrics.ranks import (
     merge_columns,
     numbers_of,
     run_row,
+    write_rank_samples,
 )
 from rlmetrics.spec import Reduce, Reduction
 
@@ -452,6 +453,11 @@ class RayRank:
                 f"({type(exc).__name__}: {exc}); its raw rows are still written",
             )
         return None
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
+        """A samples table this worker logged (it has no tracker): beside its raw file, as a
+        torch rank's (:func:`rlmetrics.ranks.write_rank_samples`)."""
+        write_rank_samples(self._rows, self.rank, rows, step, name)
 
     def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) until the buffer has every push of this rank."""
