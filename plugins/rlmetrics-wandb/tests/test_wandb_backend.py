@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
@@ -120,6 +121,7 @@ def test_values_are_logged_the_way_wandb_log_takes_them(tmp_path: Path) -> None:
             "missing": None,
             "path": Path("/ckpt/7"),
             "fraction": Fraction(1, 4),
+            "decimal": Decimal("0.5"),  # was the text "0.5", a column W&B cannot chart
             "big": 2**40,
         },
         2,
@@ -137,6 +139,7 @@ def test_values_are_logged_the_way_wandb_log_takes_them(tmp_path: Path) -> None:
         "val/samples": [1, 2.5, None],
         "val/path": "/ckpt/7",
         "val/fraction": 0.25,
+        "val/decimal": 0.5,
         "val/big": 2**40,
         STEP_KEY: 2,
     }

@@ -29,7 +29,8 @@ def test_none_is_skipped_but_kept_inside_a_list() -> None:
 def test_objects_json_cannot_hold_become_text_or_floats() -> None:
     assert to_wandb(Path("/ckpt")) == "/ckpt"
     assert to_wandb(Fraction(1, 2)) == 0.5
-    assert to_wandb(Decimal("1.5")) == "1.5"
+    assert to_wandb(Decimal("1.5")) == 1.5  # the number, as every other tracker has it
+    assert to_wandb(Decimal("1e400")) == "1E+400"  # no float holds it
     assert to_wandb(complex(1, 2)) == "(1+2j)"
     assert to_wandb([Path("/a"), 1]) == ["/a", 1]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from decimal import Decimal
 from typing import Any
 
 from rlmetrics import as_real
@@ -45,9 +46,12 @@ def to_wandb(value: Any, _depth: int = 0) -> Any:
         return SKIP
     if isinstance(value, (bool, str, int, float)) or _is_native(value):
         return value
-    if isinstance(value, numbers.Real):  # Fraction, Decimal-like reals: JSON needs a float
-        number = as_real(value)  # None when float() overflows: then the text below
-        if number is not None:
+    if isinstance(value, (numbers.Real, Decimal)):  # Fraction, Decimal: JSON needs a float
+        # None when float() overflows, an infinity for a finite Decimal no float holds:
+        # then the text below, which keeps the number.
+        number = as_real(value)
+        finite_decimal = isinstance(value, Decimal) and value.is_finite()
+        if number is not None and (math.isfinite(number) or not finite_decimal):
             return number
     if isinstance(value, (list, tuple)) and _depth < 8:
         # None stays inside a list (it is a position); odd elements become text.
