@@ -7,15 +7,17 @@ import io
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tools_support import run_cli
+from tools_support import RLMETRICS, run_cli
 
 from rlmetrics.backends.jsonl import read_jsonl
 from rlmetrics.demo.run import DemoOptions, run_demo
@@ -488,3 +490,52 @@ def test_a_previous_demos_output_is_replaced_and_other_files_kept(tmp_path: Path
     run_ids = {row["run_id"] for row in read_jsonl(output / "metrics.jsonl", every_row=True)}
     assert run_ids == {json.loads(again.stdout)["run_id"]}  # its own log, not appended
     assert (output / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_served_demo_stopped_after_a_scrape_says_it_waits_for_a_last_scrape(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM ends a scraped endpoint's run cleanly, and the end waits (bounded) for one last
+    scrape to take it: the demo says so and for how long at most, not a silent pause."""
+    demo = subprocess.Popen(
+        [
+            RLMETRICS,
+            "demo",
+            "--steps",
+            "2",
+            "--interval",
+            "0",
+            "--no-plot",
+            "--prometheus-port",
+            "0",
+            "--output",
+            str(tmp_path),
+            "--serve",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        url = None
+        for line in demo.stdout:  # bounded by the demo's own lines: it ends them with Serving
+            if line.startswith("Prometheus endpoint:"):
+                url = line.split()[-1]
+            if line.startswith("Serving "):
+                break
+        assert url is not None
+        for _ in range(2):  # two scrapes, as a Prometheus makes: the end now waits for a third
+            request = urllib.request.Request(url)
+            request.add_header("X-Prometheus-Scrape-Timeout-Seconds", "5")
+            with urllib.request.urlopen(request, timeout=30) as response:
+                assert b"rlmetrics_run_ended 0.0" in response.read()
+        demo.send_signal(signal.SIGTERM)
+        rest, stderr = demo.communicate(timeout=120)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.communicate(timeout=30)
+    assert demo.returncode == 0, stderr
+    assert re.search(r"waiting for a last scrape .*\(at most \d+ s\)", rest), rest
+    assert "Traceback" not in stderr

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import socket
 import threading
@@ -30,7 +31,7 @@ import attrs
 from .. import Logger, account, phase, run, start, step, warn_once
 from ..backends.jsonl import samples_path
 from ..configuration import ConfigurationError
-from ..exporters.prometheus import PortTaken
+from ..exporters.prometheus import END_WAIT_LOGGER, PortTaken
 from ..exporters.prometheus import port_from_env as prometheus_port
 from ..hooks import collect_offers
 from ..plugins import load_plugins
@@ -360,7 +361,8 @@ def run_demo(
             _serve(stop)
         return result
     finally:
-        telemetry.shutdown(timeout_s=5)
+        with _told_on(say, END_WAIT_LOGGER):  # the end's wait for a last scrape, seconds long
+            telemetry.shutdown(timeout_s=5)
         for name, part in parts.items():
             _close(name, part)
 
@@ -390,6 +392,25 @@ def _run_step(
         if n % SAMPLES_EVERY == 0 or n == simulation.steps:
             logger.log_samples(demo_samples(simulated.demo), step=n)
     return {"reward": train["reward"], "goodput": simulated.goodput_pct}
+
+
+@contextlib.contextmanager
+def _told_on(say: TextIO, name: str) -> Iterator[None]:
+    """While in the block, what logger ``name`` says at INFO is written to ``say`` as a
+    line of the demo's own, so a pause it explains is not silent."""
+    handler = logging.StreamHandler(say)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    told = logging.getLogger(name)
+    level = told.level
+    told.addHandler(handler)
+    told.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        told.removeHandler(handler)
+        told.setLevel(level)
+        with contextlib.suppress(Exception):
+            say.flush()
 
 
 def _serve(stop: threading.Event | None) -> None:

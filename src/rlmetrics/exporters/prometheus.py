@@ -39,6 +39,8 @@ import errno
 import functools
 import itertools
 import json
+import logging
+import math
 import os
 import queue
 import socket
@@ -64,6 +66,7 @@ __all__ = [
     "DEFAULT_FINAL_SCRAPE_S",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "END_WAIT_LOGGER",
     "HOST_ENV",
     "IDLE_TIMEOUT_S",
     "MAX_HANDLERS",
@@ -98,6 +101,9 @@ IDLE_TIMEOUT_S = 10.0
 #: waits no longer than twice the interval the endpoint has been scraped at, plus a second,
 #: and not at all where nothing ever scraped it.
 DEFAULT_FINAL_SCRAPE_S = 30.0
+#: The logger that says, at INFO, that a clean end waits for a last scrape and how long at
+#: most: a pause of seconds at a run's end that a tool (the demo) shows its user.
+END_WAIT_LOGGER = "rlmetrics.prometheus.end"
 #: The header a Prometheus scrape carries (WSGI's name for ``X-Prometheus-Scrape-Timeout-
 #: Seconds``): what tells a scraper that will come again from a one-off request.
 SCRAPER_HEADER = "HTTP_X_PROMETHEUS_SCRAPE_TIMEOUT_SECONDS"
@@ -384,6 +390,9 @@ class _RunEnd:
         self.ended = True
         wait_s = self.wait_s()
         if wait_s > 0:
+            logging.getLogger(END_WAIT_LOGGER).info(
+                "waiting for a last scrape of the run's end (at most %d s)", math.ceil(wait_s)
+            )
             self.served.wait(wait_s)
 
 
