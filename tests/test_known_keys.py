@@ -73,19 +73,24 @@ def test_a_misspelt_prefix_is_said_with_the_prefix_it_is_close_to(
     assert all("a prefix no family reads" in s and "prefix 'train'?" in s for s in said)
 
 
-def test_a_prefix_written_into_the_key_is_said_as_the_prefix_to_give(
+def test_a_prefix_written_into_the_keys_of_an_unprefixed_dict_is_read_not_said(
     tmp_path: Path, caught: pytest.LogCaptureFixture
 ) -> None:
-    # A W&B-style loop: the prefix inside the keys of a dict logged without one. The hint
-    # must be the prefix= to give, not a train key that merely looks like the tail.
+    # A W&B-style loop: the prefix inside the keys of a dict logged without one is read as
+    # that prefix (rlmetrics.routing.by_prefix), so those keys are known; a typo among them is
+    # said as logged, with the key as logged to write instead.
     with _logger(tmp_path, unknown_keys="warn") as logger:
         logger.log_metrics({"train/kl_penalty": 0.2, "train/reward": 0.9}, step=1)
-    said = _said(caught)
-    assert len(said) == 2, said
-    assert "'train/kl_penalty'" in said[0] and "did you mean" not in said[0]
-    assert "known as 'kl_penalty' under prefix 'train'" in said[0]
-    assert "log_metrics({'kl_penalty': ...}, prefix='train')" in said[0]
-    assert "known as 'reward' under prefix 'train'" in said[1]
+        logger.log_metrics({"train": {"kl_penalti": 0.2}}, step=2)
+    [said] = _said(caught)
+    assert "'train/kl_penalti' logged without a prefix" in said
+    assert "did you mean 'train/kl_penalty'?" in said
+
+
+def test_a_prefix_split_between_prefix_and_key_is_said_as_the_prefix_to_give() -> None:
+    [unknown] = Vocabulary().unknown("timing", ["setup/model_load_time_s"])
+    assert unknown.known_under == ("timing/setup", "model_load_time_s")
+    assert "log_metrics({'model_load_time_s': ...}, prefix='timing/setup')" in unknown.message()
 
 
 def test_an_evaluation_value_in_a_train_dict_is_not_offered_as_the_training_series() -> None:

@@ -23,10 +23,12 @@ __all__ = [
     "ALERT_FIRING",
     "ALERT_RESOLVED",
     "EFFICIENCY_PREFIX",
+    "EVALUATION_PREFIXES",
     "ROLLOUT_EVENT_TYPES",
     "SETUP_TIMING_PREFIX",
     "STEP_KEY",
     "TRAIN_PREFIXES",
+    "VALIDATION_PREFIX",
     "WALL_TIME_KEY",
     "Alert",
     "CheckpointOutcome",
@@ -43,6 +45,12 @@ __all__ = [
 
 #: The prefixes per-step train dicts arrive under (NeMo-RL logs efficiency/* with "").
 TRAIN_PREFIXES = ("train", "")
+#: The prefix of per-dataset validation dicts (``<dataset>/<metric>`` keys;
+#: :mod:`rlmetrics.families.training`).
+VALIDATION_PREFIX = "validation"
+#: Prefixes of evaluation dicts (a trainer's ``eval_*`` / ``test_*`` keys, as the adapters log
+#: them): no series reads them (:mod:`rlmetrics.known_keys`).
+EVALUATION_PREFIXES = ("eval", "test")
 SETUP_TIMING_PREFIX = "timing/setup"
 EFFICIENCY_PREFIX = "efficiency/"
 #: Unix wall-clock time: the axis of the rollout-checkpoint streams, never the trainer step.

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .events import STEP_KEY, TRAIN_PREFIXES, WALL_TIME_KEY
+from . import routing
+from .events import EVALUATION_PREFIXES, STEP_KEY, TRAIN_PREFIXES, WALL_TIME_KEY
 from .key_patterns import ANY, is_pattern, pattern_regex
 from .keyplans import KeyPlans
 from .registry import _caller_module, default_registry
@@ -157,10 +158,9 @@ declare_keys(
     backend_only=True,
     note="counters and axes every trainer logs for the trackers",
 )
-#: Prefixes of evaluation dicts (a trainer's ``eval_*`` / ``test_*`` keys, as the adapters
-#: log them): no series reads them, every key of them reaches the trackers only. (Per-dataset
-#: validation metrics that are series go under ``validation``: docs/concepts.md.)
-EVALUATION_PREFIXES = ("eval", "test")
+# Evaluation dicts (EVALUATION_PREFIXES): no series reads them, every key of them reaches the
+# trackers only. (Per-dataset validation metrics that are series go under ``validation``:
+# docs/concepts.md.)
 declare_keys([ANY], prefixes=EVALUATION_PREFIXES, backend_only=True, note="evaluation dicts")
 
 
@@ -185,6 +185,18 @@ class Unknown:
     def name(self) -> str:
         """The key as a report names it: itself in a train dict, else under its prefix."""
         return self.key if self.prefix in TRAIN_PREFIXES else f"{self.prefix}/{self.key}"
+
+    def as_logged_without_prefix(self) -> Unknown:
+        """This finding of a key decided under its prefix, as the key a dict logged without
+        one carried it (``train/kl_penalti``, did you mean ``train/kl_penalty``)."""
+        if not self.prefix:
+            return self
+        return attrs.evolve(
+            self,
+            prefix="",
+            key=f"{self.prefix}/{self.key}",
+            close=tuple(f"{self.prefix}/{c}" for c in self.close),
+        )
 
     def hint(self) -> str:
         """What to check: the nearest known prefix or keys, the key maps that list it."""
@@ -231,6 +243,16 @@ class Unknown:
         }
 
 
+def _carried(key: str) -> tuple[str, str]:
+    """``(prefix, rest)`` of a key logged without a prefix that carries one, else ``("",
+    key)``."""
+    parts = routing.by_prefix((key,))
+    if parts is None:
+        return "", key
+    [(prefix, [(_logged, rest)])] = parts
+    return prefix, rest
+
+
 def _either(names: Iterable[str]) -> str:
     return " or ".join(repr(n) for n in names)
 
@@ -239,8 +261,6 @@ class Vocabulary:
     """Every known (prefix, key), from the declarations as they are now and ``key_map``."""
 
     def __init__(self, key_map: KeyMap | None = None) -> None:
-        from . import routing
-
         registry = default_registry()
         self.generation = registry.generation
         self._key_map = key_map
@@ -283,7 +303,10 @@ class Vocabulary:
             self._prefixes.add(prefix)
 
     def known(self, prefix: str, key: str) -> bool:
-        """Whether ``key`` logged under ``prefix`` is known (the module's rule)."""
+        """Whether ``key`` logged under ``prefix`` is known (the module's rule); without a
+        prefix, a key that carries one (``train/reward``) is known as its rest under it."""
+        if not prefix:
+            prefix, key = _carried(key)
         if key in self._exact.get(prefix, ()):
             return True
         return any(p.fullmatch(prefix) and k.fullmatch(key) for p, k in self._patterns)
@@ -297,7 +320,19 @@ class Vocabulary:
 
     def unknown(self, prefix: str, keys: Iterable[Any]) -> tuple[Unknown, ...]:
         """The keys of a dict logged under ``prefix`` that are unknown, each with what is
-        near it (a key that is not a string is none of them: flattening made it one)."""
+        near it (a key that is not a string is none of them: flattening made it one). Without
+        a prefix, the keys that carry one are decided under it, as the plugins read them
+        (:func:`rlmetrics.routing.by_prefix`), and named as logged."""
+        keys = tuple(keys)
+        if prefix or (parts := routing.by_prefix(keys)) is None:
+            return self._unknown(prefix, keys)
+        found: list[Unknown] = []
+        for carried, pairs in parts:
+            for unknown in self._unknown(carried, [key for _logged, key in pairs]):
+                found.append(unknown if not carried else unknown.as_logged_without_prefix())
+        return tuple(found)
+
+    def _unknown(self, prefix: str, keys: Iterable[Any]) -> tuple[Unknown, ...]:
         missing = [k for k in keys if type(k) is str and not self.known(prefix, k)]
         if not missing:
             return ()

@@ -459,8 +459,11 @@ class Logger:
                     # Every rank tees its own values, the logging one's too: the recording
                     # rules merge the ranks' series by run id (the run's row beside them
                     # would count the others twice). Only the trackers get the run's row.
-                    own = own if self._key_map is None else self._key_map.tee(own, prefix)
-                    hooks().log_metrics(own, step, prefix)
+                    plugins = hooks()
+                    for part_prefix, part in _by_prefix(own, prefix):
+                        if self._key_map is not None:
+                            part = self._key_map.tee(part, part_prefix)
+                        plugins.log_metrics(part, step, part_prefix)
                     if flat is not None:
                         self._to_backends(flat, step, prefix)
                     return
@@ -468,18 +471,36 @@ class Logger:
                     # delivers once merged (_log_merged_row)
                     return
             plugins = hooks()
-            hooks_keys = self._key_map is None  # the hooks get flat's keys, not a key map's
-            taken = routing.take(prefix, flat, plugins.wanted, hooks_keys)
-            # The backends get the trainer's keys; the plugins get the key map's (a new dict).
-            tee = flat if hooks_keys else self._key_map.tee(flat, prefix)  # type: ignore[union-attr]
-            # What _log does, written out: this is the call a loop makes every step.
-            self._to_backends(flat, step, prefix)
-            if taken:
-                routing.deliver(taken, plugins, prefix, tee, step, hooks_keys)
-            plugins.log_metrics(tee, step, prefix)
+            # {"train/reward": r} logged without a prefix: the plugins read it as prefix="train"
+            # has them read {"reward": r}; the backends get the keys as logged.
+            by_prefix = None if prefix else routing.by_prefix(tuple(flat))
+            if by_prefix is not None:
+                self._to_backends(flat, step, prefix)
+                for part_prefix, part in routing.split(flat, by_prefix):
+                    self._to_plugins(plugins, part, step, part_prefix)
+            else:
+                hooks_keys = self._key_map is None  # the hooks get flat's keys, not a key map's
+                taken = routing.take(prefix, flat, plugins.wanted, hooks_keys)
+                # The backends get the trainer's keys; the plugins the key map's (a new dict).
+                tee = flat if hooks_keys else self._key_map.tee(flat, prefix)  # type: ignore[union-attr]
+                # What _to_plugins does, written out: the call a loop makes every step.
+                self._to_backends(flat, step, prefix)
+                if taken:
+                    routing.deliver(taken, plugins, prefix, tee, step, hooks_keys)
+                plugins.log_metrics(tee, step, prefix)
         except Exception:
             warn_once("logger:log_metrics", "rlmetrics: Logger.log_metrics failed; step dropped")
         raise_if_strict()
+
+    def _to_plugins(self, plugins: Hooks, flat: dict[str, Any], step: int, prefix: str) -> None:
+        """A dict's typed hooks and ``log_metrics`` (with the key map's keys when there is
+        one), for a dict the backends already got (or that a route does not stamp)."""
+        hooks_keys = self._key_map is None
+        taken = routing.take(prefix, flat, plugins.wanted, hooks_keys)
+        tee = flat if hooks_keys else self._key_map.tee(flat, prefix)  # type: ignore[union-attr]
+        if taken:
+            routing.deliver(taken, plugins, prefix, tee, step, hooks_keys)
+        plugins.log_metrics(tee, step, prefix)
 
     def _log_merged_row(
         self, flat: dict[str, Any], step: int, prefix: str, stream: str | None
@@ -497,6 +518,12 @@ class Logger:
                 self._log(
                     flat, step, "", lambda plugins: plugins.on_efficiency_summary(summary, step)
                 )
+                return
+            if not prefix and routing.by_prefix(tuple(flat)) is not None:
+                self._to_backends(flat, step, prefix)  # keys that carry their prefix
+                plugins = hooks()
+                for part_prefix, part in _by_prefix(flat, prefix):
+                    self._to_plugins(plugins, part, step, part_prefix)
                 return
             taken = routing.take(prefix, flat, hooks().wanted)
             tee = flat if self._key_map is None else self._key_map.tee(flat, prefix)
@@ -1005,3 +1032,10 @@ def _names_identity(factory: BackendFactory) -> bool:
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
         inspect.Parameter.KEYWORD_ONLY,
     )
+
+
+def _by_prefix(flat: dict[str, Any], prefix: str) -> list[tuple[str, dict[str, Any]]]:
+    """``flat`` as the plugins read it: split by the prefixes its keys carry when it was
+    logged without one (:func:`rlmetrics.routing.by_prefix`), else whole under ``prefix``."""
+    parts = None if prefix else routing.by_prefix(tuple(flat))
+    return [(prefix, flat)] if parts is None else routing.split(flat, parts)

@@ -18,9 +18,11 @@ import attrs
 from ._warn import warn_once
 from .events import (
     EFFICIENCY_PREFIX,
+    EVALUATION_PREFIXES,
     ROLLOUT_EVENT_TYPES,
     SETUP_TIMING_PREFIX,
     TRAIN_PREFIXES,
+    VALIDATION_PREFIX,
     WALL_TIME_KEY,
     EfficiencySummary,
     SetupTimings,
@@ -30,7 +32,7 @@ from .hooks import Hooks
 from .key_patterns import ANY, pattern_regex
 from .keyplans import KeyPlans
 
-__all__ = ["ROUTES", "Route", "deliver", "routes_for", "take"]
+__all__ = ["KEY_PREFIXES", "ROUTES", "Route", "by_prefix", "deliver", "routes_for", "split", "take"]
 
 
 @attrs.frozen
@@ -173,3 +175,62 @@ def deliver(
 def routes_for(prefix: str) -> tuple[Route, ...]:
     """The routes a dict logged under ``prefix`` may take."""
     return _BY_PREFIX.get(prefix, ())
+
+
+# -- a prefix written into the keys -----------------------------------------------------------
+
+#: The prefixes a dict logged without one may carry in its keys' leading segments, the W&B way
+#: (``{"train/reward": r}``, ``{"train": {"reward": r}}``): the plugins read such a key as the
+#: rest of it logged under that prefix, as ``prefix="train"`` has them read it; the backends
+#: keep it as logged. The prefixes the Logger's routing and the training family read, and the
+#: evaluation ones (read by nothing, so ``eval/reward`` is never the training reward). Not the
+#: rollout-checkpoint streams: their axis is their own sample index, not the trainer step.
+KEY_PREFIXES = frozenset(
+    {
+        *(p for p in TRAIN_PREFIXES if p),
+        VALIDATION_PREFIX,
+        *EVALUATION_PREFIXES,
+        SETUP_TIMING_PREFIX,
+    }
+)
+
+#: A dict's keys by the prefix the plugins read them under: ``(prefix, ((logged key, key under
+#: the prefix), ...))`` per prefix, in the order first logged; the keys of no prefix first.
+Split = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+
+
+def _split(keys: tuple[Any, ...]) -> Split | None:
+    groups: dict[str, list[tuple[str, str]]] = {}
+    found = False
+    for key in keys:
+        prefix, rest = "", key
+        if type(key) is str:
+            cut = key.find("/")
+            while cut > 0:
+                if key[:cut] in KEY_PREFIXES and cut + 1 < len(key):
+                    prefix, rest = key[:cut], key[cut + 1 :]
+                    found = True
+                    break
+                cut = key.find("/", cut + 1)
+        groups.setdefault(prefix, []).append((key, rest))
+    if not found:
+        return None
+    unprefixed = groups.pop("", None)
+    ordered = [("", unprefixed)] if unprefixed else []
+    return tuple((prefix, tuple(pairs)) for prefix, pairs in [*ordered, *groups.items()])
+
+
+#: Once per key sequence of a dict logged without a prefix; None when none of its keys carries
+#: one (the common case: the step costs a tuple of its keys and a lookup).
+_splits = KeyPlans(lambda keys: _split(keys) or (), limit=64)
+
+
+def by_prefix(keys: tuple[Any, ...]) -> Split | None:
+    """How a dict of ``keys`` logged without a prefix splits by the prefixes its keys carry
+    (:data:`KEY_PREFIXES`), or None when none carries one."""
+    return _splits(keys) or None
+
+
+def split(flat: Mapping[str, Any], plan: Split) -> list[tuple[str, dict[str, Any]]]:
+    """``flat`` (whose keys ``plan`` was made from) as ``(prefix, dict)`` per prefix."""
+    return [(prefix, {key: flat[logged] for logged, key in pairs}) for prefix, pairs in plan]

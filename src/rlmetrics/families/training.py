@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import hookimpl
-from ..events import TRAIN_PREFIXES
+from ..events import TRAIN_PREFIXES, VALIDATION_PREFIX
 from ..key_patterns import ANY
 from ..keyplans import KeyPlans
 from ..known_keys import declare_keys
@@ -206,10 +206,9 @@ MAX_REWARD_COMPONENTS = 64
 MAX_DATASETS = 64
 
 _REWARD_PREFIX = "reward/"
-#: A dict logged under this prefix holds ``<dataset>/<metric>`` keys (NeMo-RL logs its
-#: validation dict so); under ``validation-<dataset>`` (DPO's per-dataset prefix), ``<metric>``
-#: keys; a train dict holds ``validation/<dataset>/<metric>``.
-VALIDATION_PREFIX = "validation"
+# A dict logged under VALIDATION_PREFIX holds ``<dataset>/<metric>`` keys (NeMo-RL logs its
+# validation dict so); under ``validation-<dataset>`` (DPO's per-dataset prefix), ``<metric>``
+# keys; a train dict holds ``validation/<dataset>/<metric>``.
 #: The ``rl.dataset`` of a validation dict that names no dataset (NeMo-RL's GRPO logs
 #: ``{"accuracy", "avg_length"}`` under ``validation``, SFT ``{"val_loss"}``): its one set.
 UNNAMED_DATASET = "default"
