@@ -24,8 +24,11 @@ callback travels to the controller as configuration only, and there it
   controller's own ``process.pid`` and Ray node.
 
 Nothing it does can fail a report: every call is guarded. Ray offers a ``UserCallback`` no
-end-of-run call; the JSONL backend writes each row as it comes, and telemetry started here is
-shut down (bounded) when the controller's process exits.
+end-of-run call, and kills the controller once the driver has the result, so its Logger
+would never be finished: :meth:`RLMetricsTrainCallback.run_callbacks` adds a controller
+callback (Ray Train's ``ControllerCallback``, a DeveloperAPI: Ray runs a ``UserCallback``'s
+report hooks only) whose ``after_controller_finish`` finishes it as the run ends. Telemetry
+started here is shut down (bounded) when the controller's process exits.
 
 Importing this module imports Ray Train; ``import rlmetrics_ray`` does not import it.
 """
@@ -37,6 +40,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ray.train import UserCallback
+
+try:  # Ray Train V2's controller hooks (2.60: a DeveloperAPI, not a UserCallback's)
+    from ray.train.v2._internal.execution.callback import ControllerCallback
+except ImportError:  # pragma: no cover - an older Ray Train: no run end to hook
+    ControllerCallback = None
 
 import rlmetrics
 from rlmetrics import KeyMap
@@ -205,6 +213,21 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
         flat = [flatten(reported or {}) for reported in metrics]
         return self._merger.merge_gathered(flat, step, self.prefix)
 
+    def run_callbacks(self) -> list[Any]:
+        """What to give ``RunConfig(callbacks=...)``: this callback and one that finishes its
+        Logger when the run ends (Ray calls a ``UserCallback`` at no run end, and kills the
+        controller then: a queued tracker's last rows would be lost). Shipped together, the
+        two are one callback in the controller. An older Ray Train without controller
+        callbacks gets this callback alone."""
+        if ControllerCallback is None:
+            return [self]
+        return [self, _RunEnd(self)]
+
+    @guarded(_ADAPTER, "the run's end")
+    def end_run(self, failed: bool) -> None:
+        """The run ended (``failed``: with an error): the Logger built here is finished."""
+        self.logs.finish()
+
     def __getstate__(self) -> dict[str, Any]:
         # Shipped to the controller as configuration: what was started here stays here.
         state = dict(self.__dict__)
@@ -214,3 +237,15 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
         state["_last_step"] = 0
         state["_failures"] = 0
         return state
+
+
+class _RunEnd(ControllerCallback or object):  # type: ignore[misc]
+    """The controller callback :meth:`RLMetricsTrainCallback.run_callbacks` adds: at the
+    run's end (``after_controller_finish``, before the driver gets the result) it ends the
+    callback's run, failed when the result holds an error."""
+
+    def __init__(self, callback: RLMetricsTrainCallback) -> None:
+        self.callback = callback
+
+    def after_controller_finish(self, result: Any) -> None:
+        self.callback.end_run(getattr(result, "error", None) is not None)

@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from ray_support_cluster import RAY_ENV, RayHead, driver
@@ -25,7 +25,9 @@ from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 from rlmetrics_ray.train import CONTROLLER_GROUP, FAILURE_PREFIX, RLMetricsTrainCallback
 
+import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl
+from rlmetrics.plugins import register
 from rlmetrics.testing import OtlpReceiver, in_memory_telemetry, isolated_state
 
 #: Starting Ray and a Train run's workers takes ~25 s on these machines.
@@ -259,3 +261,99 @@ def test_a_failure_before_any_report_is_logged_with_the_configuration(tmp_path: 
         "ranks": "0,1",
         "error": "ValueError: bad",
     }
+
+
+class _Outcome:
+    """A tracker that keeps its rows and how its run ended (``finish(failed=)``)."""
+
+    made: ClassVar[list[_Outcome]] = []
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.ended: list[bool] = []
+        _Outcome.made.append(self)
+
+    def log_metrics(self, metrics: dict[str, Any], step: int, prefix: str) -> None:
+        self.steps.append(step)
+
+    def finish(self, failed: bool = False) -> None:
+        self.ended.append(failed)
+
+
+class _OffersOutcome:
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        register("outcome", _Outcome)
+
+
+def _finished_run(error: BaseException | None) -> list[_Outcome]:
+    """A callback that logged two reports, then the run's end as Ray's controller tells its
+    controller callbacks (``after_controller_finish(result)``) through ``run_callbacks()``."""
+    _Outcome.made.clear()
+    with isolated_state():
+        register(_OffersOutcome(), "offers-outcome")
+        callback = RLMetricsTrainCallback(backends={"outcome": {}})
+        callbacks = callback.run_callbacks()
+        assert callbacks[0] is callback
+        callback.after_report(None, [{"step": 1}], None)
+        callback.after_report(None, [{"step": 2}], None)
+        for end in callbacks[1:]:
+            end.after_controller_finish(type("Result", (), {"error": error})())
+    return list(_Outcome.made)
+
+
+def test_the_run_s_end_finishes_the_controller_s_logger() -> None:
+    """Before, nothing finished the controller's Logger (Ray kills the controller when the
+    driver drops its handle): a queued tracker's last rows were lost and its run never
+    ended. ``run_callbacks()`` adds a controller callback that finishes it as the run ends."""
+    (tracker,) = _finished_run(None)
+    assert tracker.steps == [1, 2]
+    assert tracker.ended == [False]
+
+
+def test_the_run_s_end_is_offered_as_a_controller_callback_ray_calls() -> None:
+    from ray import cloudpickle  # what ships the controller's arguments
+    from ray.train import UserCallback
+    from ray.train.v2._internal.execution.callback import ControllerCallback
+
+    callback = RLMetricsTrainCallback()
+    callbacks = callback.run_callbacks()
+    # Ray runs a UserCallback's report hooks only, and another callback's controller hooks.
+    assert [isinstance(c, UserCallback) for c in callbacks] == [True, False]
+    assert isinstance(callbacks[1], ControllerCallback)
+    # Shipped together (one argument of the controller), the end finishes the same callback.
+    shipped = cloudpickle.loads(cloudpickle.dumps(callbacks))
+    assert shipped[1].callback is shipped[0]
+
+
+def test_a_finished_run_s_end_in_a_real_controller(cluster: RayHead, tmp_path: Path) -> None:
+    """In a real Ray Train run, the controller calls the end once the run is through."""
+    marker = tmp_path / "ended.txt"
+
+    def train_loop(config: dict[str, Any]) -> None:
+        import ray.train
+
+        for step in range(2):
+            ray.train.report({"step": step, "reward": 1.0})
+
+    class Marked(RLMetricsTrainCallback):  # shipped by value: says where its end ran
+        def end_run(self, failed: bool) -> None:
+            super().end_run(failed)
+            Path(self.marker).write_text(f"{os.getpid()} {failed}")
+
+    with isolated_state():
+        callback = Marked(backends={"jsonl": {"path": str(tmp_path / "m.jsonl")}})
+        callback.marker = str(marker)
+        result = TorchTrainer(
+            train_loop,
+            scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+            run_config=RunConfig(
+                name="rlmetrics-end",
+                storage_path=str(tmp_path / "storage"),
+                callbacks=callback.run_callbacks(),
+            ),
+        ).fit()
+        assert result.error is None
+    pid, failed = marker.read_text().split()
+    assert int(pid) != os.getpid() and failed == "False"  # in the controller, not failed
+    assert [row["step"] for row in read_jsonl(tmp_path / "m.jsonl")] == [0, 1]
