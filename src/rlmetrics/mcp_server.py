@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .backends.jsonl import open_regular
 from .runstate import QueryError, run_state, select
 
 __all__ = ["MAX_ANSWER_BYTES", "MAX_LIST", "RunFolder", "build_server", "serve"]
@@ -30,7 +31,12 @@ MAX_LIST = 200
 #: How much of a file ``list_runs`` reads to tell a run's JSONL from other JSON lines.
 _PEEK_LINES, _PEEK_BYTES = 8, 1024 * 1024
 #: How every row the JSONL backend writes begins: its time, then its run id (a JSON string).
-_ROW_START = re.compile(rb'\{"time": [-+0-9.eE]+, "run_id": ("(?:[^"\\]|\\.)*")')
+_ROW_START = re.compile(r'\{"time": [-+0-9.eE]+, "run_id": ("(?:[^"\\]|\\.)*")')
+#: A run's JSONL by its name: ``metrics.jsonl``, and as logrotate leaves it, numbered
+#: (``.1``) or dated (``-20261207``), compressed or not (``.gz``, ``.bz2``, ``.xz``: read
+#: as they are, :func:`~rlmetrics.backends.jsonl.open_regular`).
+_RUN_FILE = re.compile(r".+\.jsonl(?:[.-][0-9]+)?(?:\.(?:gz|bz2|xz))?")
+_SAMPLES_FILE = re.compile(r".+\.samples\.jsonl(?:[.-][0-9]+)?(?:\.(?:gz|bz2|xz))?")
 
 
 class RunFolder:
@@ -71,8 +77,8 @@ class RunFolder:
         found = []
         # Every file is a candidate (a cap on files looked at hid runs behind traces files);
         # one that is no run costs the read of its first lines.
-        for path in sorted(base.rglob("*.jsonl")):
-            if path.name.endswith(".samples.jsonl"):
+        for path in sorted(base.rglob("*.jsonl*")):
+            if not _RUN_FILE.fullmatch(path.name) or _SAMPLES_FILE.fullmatch(path.name):
                 continue
             resolved = path.resolve()  # a link out of the folder is refused, as run_state does
             if not self.inside(resolved) or not resolved.is_file() or not _starts_a_run(resolved):
@@ -90,21 +96,24 @@ def _run_ids(path: Path) -> list[str]:
     wrote names its run id at its start and is not parsed (a run of 10^5 steps is 90 MB);
     any other line is, and one that is no JSON object is passed over (run_state counts it)."""
     ids: dict[str, None] = {}
-    written: set[bytes] = set()  # the ids as the backend's rows spell them, each read once
-    with path.open("rb") as handle:
-        for line in handle:
-            start = _ROW_START.match(line)
-            if start is not None:
-                if start.group(1) in written:
+    written: set[str] = set()  # the ids as the backend's rows spell them, each read once
+    try:
+        with open_regular(path) as handle:
+            for line in handle:
+                start = _ROW_START.match(line)
+                if start is not None:
+                    if start.group(1) in written:
+                        continue
+                    written.add(start.group(1))
+                try:
+                    row = json.loads(start.group(1) if start else line)
+                except (ValueError, RecursionError):
                     continue
-                written.add(start.group(1))
-            try:
-                row = json.loads(start.group(1) if start else line)
-            except (ValueError, RecursionError):
-                continue
-            run_id = row if start else row.get("run_id") if isinstance(row, dict) else None
-            if isinstance(run_id, str):
-                ids[run_id] = None
+                run_id = row if start else row.get("run_id") if isinstance(row, dict) else None
+                if isinstance(run_id, str):
+                    ids[run_id] = None
+    except (OSError, EOFError, ValueError):  # gone, or compressed and cut short: what was read
+        pass
     return list(ids)
 
 
@@ -114,7 +123,7 @@ def _starts_a_run(path: Path) -> bool:
     rows none): a traces file or another tool's JSON lines is told apart without reading it
     whole."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:
             for _ in range(_PEEK_LINES):
                 line = handle.readline(_PEEK_BYTES)
                 if not line:
@@ -128,7 +137,7 @@ def _starts_a_run(path: Path) -> bool:
                 if "run_id" not in row:  # an older rlmetrics wrote its metric rows without one
                     return isinstance(row.get("metrics"), dict)
                 return isinstance(row["run_id"], str) and ("metrics" in row or "kind" in row)
-    except OSError:
+    except (OSError, EOFError, ValueError):  # unreadable, or compressed and cut or damaged
         return False
     return False
 

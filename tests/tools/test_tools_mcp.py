@@ -203,3 +203,36 @@ def test_list_runs_names_a_run_s_ids_without_parsing_every_row(
     monkeypatch.setattr(server.json, "loads", counted)
     assert RunFolder(tmp_path).runs(".", 10) == [{"jsonl": "a.jsonl", "run_ids": ["a", 'b"c']}]
     assert len(parsed) < 20
+
+
+def test_list_runs_lists_a_run_s_rotated_and_compressed_files(tmp_path: Path) -> None:
+    """logrotate leaves metrics.jsonl.1 and, with ``compress``, metrics.jsonl.2.gz (or bz2,
+    xz, a dated name); run_state reads them as they are, but list_runs listed ``*.jsonl``
+    only, so an agent never found a run's older steps."""
+    import bz2
+    import gzip
+    import lzma
+
+    row = {"time": 1.0, "step": 1, "prefix": "train", "metrics": {"x": 1}}
+
+    def text(run_id: str) -> bytes:
+        return (json.dumps({**row, "run_id": run_id}) + "\n").encode()
+
+    _run_file(tmp_path / "metrics.jsonl", "now")
+    (tmp_path / "metrics.jsonl.1").write_bytes(text("one"))
+    (tmp_path / "metrics.jsonl.2.gz").write_bytes(gzip.compress(text("two")))
+    (tmp_path / "metrics.jsonl.3.bz2").write_bytes(bz2.compress(text("three")))
+    (tmp_path / "metrics.jsonl-20261207.xz").write_bytes(lzma.compress(text("dated")))
+    (tmp_path / "metrics.samples.jsonl.1.gz").write_bytes(gzip.compress(b"{}\n"))  # no run
+    (tmp_path / "traces.jsonl.1.gz").write_bytes(gzip.compress(b'{"resourceSpans": []}\n'))
+    (tmp_path / "notes.gz").write_bytes(gzip.compress(text("not a jsonl name")))
+    listed = {entry["jsonl"]: entry["run_ids"] for entry in RunFolder(tmp_path).runs(".", 10)}
+    assert listed == {
+        "metrics.jsonl": ["now"],
+        "metrics.jsonl.1": ["one"],
+        "metrics.jsonl.2.gz": ["two"],
+        "metrics.jsonl.3.bz2": ["three"],
+        "metrics.jsonl-20261207.xz": ["dated"],
+    }
+    for name, [run_id] in listed.items():
+        assert RunFolder(tmp_path).state(name, None, None)["run"]["run_id"] == run_id
