@@ -36,7 +36,7 @@ from .redaction import DEFAULT_REDACTION, REDACTED, Redaction
 from .storable import printable_int, utf8_text
 from .values import as_plain, first_elements, readable_items
 
-__all__ = ["MAX_HYPERPARAMS", "flat_hyperparams", "to_hyperparams"]
+__all__ = ["MAX_HYPERPARAMS", "flat_hyperparams", "param_text", "to_hyperparams"]
 
 #: Values (leaves) one configuration may have; the rest are dropped, said once.
 MAX_HYPERPARAMS = 10_000
@@ -266,3 +266,22 @@ def flat_hyperparams(params: Mapping[str, Any]) -> dict[str, Any]:
     """``{"model": {"lr": 1e-6}}`` → ``{"model/lr": 1e-6}``, for trackers whose parameters are
     one level (MLflow, TensorBoard's hparams); lists stay values."""
     return flatten(params)
+
+
+def param_text(value: Any) -> str:
+    """A plain hyperparameter as the text a tracker whose params are text stores (MLflow's
+    params, TensorBoard's HParams for a list or None): a str as it is, anything else its
+    ``str()``, each dict inside a list with its keys sorted. A configuration built in another
+    order (a restarted job's stage dicts) is then the same text: MLflow refuses a param's
+    changed value, and the HParams table would show one configuration as two."""
+    if isinstance(value, str):
+        return value
+    return str(_keys_sorted(value))
+
+
+def _keys_sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _keys_sorted(value[key]) for key in sorted(value, key=str)}
+    if isinstance(value, list):
+        return [_keys_sorted(item) for item in value]
+    return value

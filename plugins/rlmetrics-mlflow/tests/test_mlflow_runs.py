@@ -120,6 +120,26 @@ def test_a_resumed_run_continues_the_mlflow_run_tagged_with_its_id(
     assert history(client, first.run_id, "train/loss") == [(s, float(s)) for s in range(1, 21)]
 
 
+def test_a_resumed_run_s_configuration_built_in_another_order_is_the_same_params(
+    tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A list of dicts was its str(): the restarted job's config, its stage dicts built in
+    # another order, was "already has another value" for a param that had not changed.
+    first = MlflowBackend(**_config(tracking_uri, tmp_path), identity=RunIdentity("grpo-9"))
+    first.log_hyperparams({"stages": [{"steps": 100, "lr": 1e-6, "opt": {"b": 1, "a": 2}}]})
+    first.finish()
+    resumed = MlflowBackend(
+        **_config(tracking_uri, tmp_path), identity=RunIdentity("grpo-9", resume=True)
+    )
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        resumed.log_hyperparams({"stages": [{"opt": {"a": 2, "b": 1}, "lr": 1e-6, "steps": 100}]})
+    resumed.finish()
+
+    params = MlflowClient(tracking_uri).get_run(first.run_id).data.params
+    assert params == {"stages": "[{'lr': 1e-06, 'opt': {'a': 2, 'b': 1}, 'steps': 100}]"}
+    assert "already has another value" not in caplog.text
+
+
 def test_resuming_a_run_the_store_has_not_seen_starts_it_and_says_so(
     tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

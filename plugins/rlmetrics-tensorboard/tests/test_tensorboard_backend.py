@@ -84,6 +84,21 @@ def test_hyperparams_reach_the_hparams_dashboard(tmp_path: Path) -> None:
     }
 
 
+def test_a_list_of_dicts_is_one_text_whatever_order_its_dicts_were_built_in(
+    tmp_path: Path,
+) -> None:
+    # It was the list's str(): two runs of one configuration, its stage dicts built in
+    # another order, showed two values in the HParams table.
+    shown = []
+    for stages in ([{"steps": 100, "lr": 1e-6}], [{"lr": 1e-6, "steps": 100}]):
+        folder = tmp_path / f"tb{len(shown)}"
+        logger = rlmetrics.Logger(backends={"tensorboard": {"log_dir": folder}})
+        logger.log_hyperparams({"stages": stages})
+        logger.finish()
+        shown.append(hparams(folder)["stages"])
+    assert shown == ["[{'lr': 1e-06, 'steps': 100}]"] * 2
+
+
 def test_a_second_call_adds_its_keys_to_the_one_session_the_dashboard_shows(
     tmp_path: Path,
 ) -> None:

@@ -33,7 +33,7 @@ from rlmetrics.backends import (
     full_key,
     start_within,
 )
-from rlmetrics.hyperparams import flat_hyperparams, to_hyperparams
+from rlmetrics.hyperparams import flat_hyperparams, param_text, to_hyperparams
 from rlmetrics.identity import RUN_ID_ATTR, RunIdentity
 from rlmetrics.samples import columns_of
 
@@ -73,14 +73,11 @@ def _chunks(items: Sequence[_T], size: int) -> Iterable[Sequence[_T]]:
         yield items[start : start + size]
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else repr(value) if value is None else str(value)
-
-
 def _param_text(value: Any) -> str:
-    """A param value as MLflow stores it: its ``str()`` (as ``mlflow.log_params`` does), of at
-    most ``MAX_PARAM_VAL_LENGTH`` characters, cut with one warning."""
-    text = _text(value)
+    """A param value as MLflow stores it: its ``str()`` (as ``mlflow.log_params`` does; dicts
+    in a list with their keys sorted: :func:`rlmetrics.hyperparams.param_text`), of at most
+    ``MAX_PARAM_VAL_LENGTH`` characters, cut with one warning."""
+    text = param_text(value)
     if len(text) <= MAX_PARAM_VAL_LENGTH:
         return text
     warn_once(
@@ -276,7 +273,7 @@ class MlflowBackend:
         for key, value in values.items():
             name = self._keys(str(key))
             if name is not None:
-                out[name] = _text(value)
+                out[name] = param_text(value)
         return out
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:

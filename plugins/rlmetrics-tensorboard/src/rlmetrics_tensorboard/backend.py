@@ -37,7 +37,7 @@ from tensorboardX.summary import histogram, hparams, text
 from rlmetrics import warn_once
 from rlmetrics.backends import StepAxis, full_key, storable_text
 from rlmetrics.events import SETUP_TIMING_PREFIX, STEP_KEY, WALL_TIME_KEY
-from rlmetrics.hyperparams import flat_hyperparams
+from rlmetrics.hyperparams import flat_hyperparams, param_text
 from rlmetrics.identity import RunIdentity, new_run_id
 from rlmetrics.samples import columns_of, markdown_table
 
@@ -57,15 +57,15 @@ EXACT_INT = 2**53
 
 def _hparam_value(value: Any, texts: list[str], key: str) -> bool | int | float | str:
     """A value the HParams dashboard takes: bool, int, float, str; lists and None as their
-    ``str()``, as MLflow's params are. An int past ±2⁵³ is its text too (appended to
-    ``texts`` for the one warning): a double would round it, and one past int64 made
-    tensorboardX refuse the whole session."""
+    text, as MLflow's params are (:func:`rlmetrics.hyperparams.param_text`). An int past ±2⁵³
+    is its text too (appended to ``texts`` for the one warning): a double would round it, and
+    one past int64 made tensorboardX refuse the whole session."""
     if type(value) is int and abs(value) > EXACT_INT:
         texts.append(key)
         return str(value)
     if isinstance(value, (bool, int, float, str)):
         return value
-    return str(value)
+    return param_text(value)
 
 
 #: The tag of an hparams session's start, which holds its hyperparameters.
