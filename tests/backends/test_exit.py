@@ -373,6 +373,52 @@ elif how == "exit-builtin":  # site's exit(), as a script may end with it
     exit(4)
 elif how == "quit-builtin":
     quit(5)
+elif how == "caught":  # a wrapper's main() exits; the wrapper catches it and goes on
+    try:
+        sys.exit(3)
+    except SystemExit:
+        pass
+elif how == "caught-then-logs":
+    try:
+        sys.exit(3)
+    except SystemExit:
+        pass
+    logger.log_metrics({"loss": 2.0}, step=2)
+elif how == "caught-in-asyncio":  # asyncio.run keeps the SystemExit on its task
+    import asyncio
+
+    async def main():
+        await asyncio.sleep(0)
+        sys.exit(3)
+
+    try:
+        asyncio.run(main())
+    except SystemExit:
+        pass
+    # The task, its exception and its frames hold one another: they go at the collector's
+    # next pass, which a program going on from here soon makes.
+    import gc
+
+    gc.collect()
+elif how == "asyncio":
+    import asyncio
+
+    async def main():
+        await asyncio.sleep(0)
+        sys.exit(3)
+
+    asyncio.run(main())
+elif how == "logged-then-reraised":  # a wrapper's cleanup, then the exit goes on
+    try:
+        sys.exit(3)
+    except SystemExit:
+        logger.log_metrics({"loss": 2.0}, step=2)
+        raise
+elif how == "finally":
+    try:
+        sys.exit(3)
+    finally:
+        logger.log_metrics({"loss": 2.0}, step=2)
 elif how != "end":
     sys.exit(int(how))
 """
@@ -387,6 +433,13 @@ _ENDINGS = {
     "thread": (0, False),
     "exit-builtin": (4, True),
     "quit-builtin": (5, True),
+    # A SystemExit the program caught and went on from is no exit: the script ends well.
+    "caught": (0, False),
+    "caught-then-logs": (0, False),
+    "caught-in-asyncio": (0, False),
+    "asyncio": (3, True),
+    "logged-then-reraised": (3, True),
+    "finally": (3, True),
 }
 
 

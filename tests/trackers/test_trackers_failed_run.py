@@ -93,30 +93,43 @@ logger = rlmetrics.Logger(
     exit_timeout_s=120,
 )
 logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
-sys.exit(3)  # e.g. no checkpoint written: the job script says so with its status
+if sys.argv[3] == "caught":
+    # A wrapper's try: main() except SystemExit: the job goes on and ends well.
+    try:
+        sys.exit(3)
+    except SystemExit:
+        pass
+    logger.log_metrics({"loss": 0.5}, step=2, prefix="train")
+else:
+    sys.exit(3)  # e.g. no checkpoint written: the job script says so with its status
 """
 
 
+@pytest.mark.parametrize("how", ["exits", "caught"])
 def test_a_failing_sys_exit_at_exit_marks_the_run_failed_in_every_tracker(
-    migrated_store: Path, tmp_path: Path
+    migrated_store: Path, tmp_path: Path, how: str
 ) -> None:
     # W&B showed the run Finished (exit code 0), MLflow FINISHED, SwanLab finished, for a
-    # process that exited with status 3.
+    # process that exited with status 3. And a sys.exit(3) the script caught and went on
+    # from marked a run that ended well (status 0) as failed.
     db = tmp_path / "mlflow.db"
     shutil.copyfile(migrated_store, db)
     uri = f"sqlite:///{db}"
-    status, err = run_to_exit(_EXIT_SCRIPT, (str(tmp_path), uri), env=os.environ, timeout_s=240)
-    assert status == 3, err
+    status, err = run_to_exit(
+        _EXIT_SCRIPT, (str(tmp_path), uri, how), env=os.environ, timeout_s=240
+    )
+    failed = how == "exits"
+    assert status == (3 if failed else 0), err
     (transaction_log,) = (tmp_path / "wandb").glob("wandb/offline-run-*/run-exits.wandb")
     records = read_run(transaction_log).records
     (exit_record,) = [r["exit"] for r in records if r["type"] == "exit"]
-    assert exit_record.get("exit_code", 0) == 1, err
+    assert exit_record.get("exit_code", 0) == (1 if failed else 0), err
     client = MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("exit").experiment_id])
-    assert run.info.status == "FAILED", err
+    assert run.info.status == ("FAILED" if failed else "FINISHED"), err
     (run_dir,) = (tmp_path / "swanlog").glob("run-*")
     (finish,) = [r["finish"] for r in swanlab_records(run_dir) if "finish" in r]
-    assert finish["state"] == "RUN_STATE_CRASHED", err
+    assert finish["state"] == ("RUN_STATE_CRASHED" if failed else "RUN_STATE_FINISHED"), err
 
 
 @pytest.mark.parametrize("failed", [True, False], ids=["failed", "default"])

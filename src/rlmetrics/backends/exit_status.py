@@ -9,16 +9,20 @@ the status asked for on the main thread and calls the ``sys.exit`` it found (W&B
 another library's, or Python's) with the same argument: the ``SystemExit`` raised, and what
 catches it, are unchanged. The ``exit()`` and ``quit()`` builtins (``site``'s, which raise
 ``SystemExit`` without ``sys.exit``) are wrapped the same way. It is installed once, when a
-tracker that has a notion of a failed run starts. A ``raise SystemExit(3)`` written out is not
-seen (W&B's client does not see it either): before Python 3.12 no hook sees an exception that
-nothing catches but the interpreter, and ``sys.monitoring``'s would run on every exception the
-program raises.
+tracker that has a notion of a failed run starts. A ``SystemExit`` the program catches and goes
+on from (a wrapper's ``try: main() except SystemExit: ...``) is no exit: the note is dropped
+when that exception is, while the program runs (:class:`_Caught`). A ``raise SystemExit(3)``
+written out is not seen (W&B's client does not see it either): before Python 3.12 no hook sees
+an exception that nothing catches but the interpreter, and ``sys.monitoring``'s would run on
+every exception the program raises.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -41,6 +45,8 @@ _FAILURE_CHARS = 500
 
 #: The status the main thread last asked ``sys.exit`` for; None when it has not.
 _status: int | None = None
+#: Which ``sys.exit`` call noted :data:`_status`: a dropped ``SystemExit`` forgets only its own.
+_noted = 0
 _watching = False
 _lock = threading.Lock()
 
@@ -72,8 +78,12 @@ def watch() -> None:
 
         @functools.wraps(previous)
         def exit(status: object = None) -> Any:
-            _note(status)
-            return previous(status)
+            noted = _note(status)
+            try:
+                return previous(status)
+            except SystemExit as raised:
+                _forget_if_caught(raised, noted)
+                raise
 
         sys.exit = exit
         for name in ("exit", "quit"):
@@ -82,12 +92,63 @@ def watch() -> None:
                 setattr(builtins, name, _NotedQuitter(builtin))
 
 
-def _note(status: object) -> None:
+def _note(status: object) -> int:
     """Note ``status`` as the one the process exits with, when asked on the main thread (a
-    thread's ``sys.exit`` ends that thread only)."""
-    global _status
-    if threading.current_thread() is threading.main_thread():
-        _status = as_status(status)
+    thread's ``sys.exit`` ends that thread only); which note this is, 0 for none."""
+    global _status, _noted
+    if threading.current_thread() is not threading.main_thread():
+        return 0
+    _status = as_status(status)
+    _noted += 1
+    return _noted
+
+
+def _forget_if_caught(raised: SystemExit, noted: int) -> None:
+    """Have ``raised`` forget note ``noted`` if the program drops it and goes on
+    (:class:`_Caught`)."""
+    if noted:
+        # A SystemExit subclass with slots takes no attribute: its note stays, as before.
+        with contextlib.suppress(Exception):
+            raised._rlmetrics_exit_noted = _Caught(noted)  # type: ignore[attr-defined]
+
+
+class _Caught:
+    """Held by a noted ``SystemExit``, it sees that exception dropped. Dropped by the
+    interpreter at its exit (the exception nothing caught) it is called with no Python code
+    running, or during the exit (a reference cycle's, asyncio's task, collected late): the
+    status is the process's. Dropped while the program's code runs, it was caught and the
+    program went on: the note is forgotten, so the trackers and telemetry are not told of a
+    failed exit that never was. The cost is one object per ``sys.exit`` call."""
+
+    def __init__(self, noted: int) -> None:
+        self._noted = noted
+        self._pid = os.getpid()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A pickled SystemExit (a process pool's worker sends its exception back) carries
+        # nothing that could forget a note in another process or another copy.
+        return (object, ())
+
+    def __del__(self) -> None:
+        global _status
+        try:
+            if (
+                self._noted == _noted
+                and self._pid == os.getpid()
+                and threading.current_thread() is threading.main_thread()
+                and not _exiting()
+                and sys._getframe(1) is not None  # raises ValueError when no code runs
+            ):
+                _status = None
+        except Exception:  # no code below: dropped by the interpreter's exit
+            pass
+
+
+def _exiting() -> bool:
+    """Whether the interpreter has begun its exit: its threads' shutdown, then atexit."""
+    return bool(getattr(threading, "_SHUTTING_DOWN", False)) or not (
+        threading.main_thread().is_alive()
+    )
 
 
 class _NotedQuitter:
@@ -101,8 +162,12 @@ class _NotedQuitter:
         return repr(self._quitter)
 
     def __call__(self, code: object = None) -> Any:
-        _note(code)
-        return self._quitter(code)
+        noted = _note(code)
+        try:
+            return self._quitter(code)
+        except SystemExit as raised:
+            _forget_if_caught(raised, noted)
+            raise
 
 
 def exit_status() -> int | None:
