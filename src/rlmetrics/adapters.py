@@ -361,10 +361,12 @@ class AdapterLogger:
 
         return torch_distributed()
 
-    def finish(self) -> None:
-        """Finish the Logger built here, once; later :meth:`start` calls return None. A given
-        Logger is its owner's to finish (it may outlive this trainer): it stays open, and
-        the adapter keeps writing to it. In strict mode, raises what ``Logger.finish`` does."""
+    def finish(self, *, failed: bool = False) -> None:
+        """Finish the Logger built here, once (``failed``: the run ended with an error, which
+        the trackers that keep a run's outcome are told); later :meth:`start` calls return
+        None. A given Logger is its owner's to finish (it may outlive this trainer): it stays
+        open, and the adapter keeps writing to it. In strict mode, raises what
+        ``Logger.finish`` does."""
         if self.given is not None:
             return
         self._finished = True
@@ -378,7 +380,7 @@ class AdapterLogger:
             if built not in _open:
                 return
             _open.discard(built)
-        built.finish()
+        built.finish(failed=failed)
 
     def __getstate__(self) -> dict[str, Any]:
         # An adapter may travel to another process (Ray ships its callbacks to the Train

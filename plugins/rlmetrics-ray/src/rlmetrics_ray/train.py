@@ -225,8 +225,9 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
 
     @guarded(_ADAPTER, "the run's end")
     def end_run(self, failed: bool) -> None:
-        """The run ended (``failed``: with an error): the Logger built here is finished."""
-        self.logs.finish()
+        """The run ended (``failed``: with an error, Ray's retries spent): the Logger built
+        here is finished, as a failed run when it failed (W&B exit code 1, MLflow FAILED)."""
+        self.logs.finish(failed=failed)
 
     def __getstate__(self) -> dict[str, Any]:
         # Shipped to the controller as configuration: what was started here stays here.

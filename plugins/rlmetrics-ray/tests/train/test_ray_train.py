@@ -357,3 +357,11 @@ def test_a_finished_run_s_end_in_a_real_controller(cluster: RayHead, tmp_path: P
     pid, failed = marker.read_text().split()
     assert int(pid) != os.getpid() and failed == "False"  # in the controller, not failed
     assert [row["step"] for row in read_jsonl(tmp_path / "m.jsonl")] == [0, 1]
+
+
+def test_a_run_that_ended_with_an_error_is_finished_as_failed() -> None:
+    """Before, a run Ray ended with an error (its retries spent) was never marked failed in
+    the trackers that keep a run's outcome; its end now finishes the Logger ``failed``."""
+    (tracker,) = _finished_run(RuntimeError("the workers failed for good"))
+    assert tracker.steps == [1, 2]
+    assert tracker.ended == [True]
