@@ -191,6 +191,29 @@ def test_a_wrong_type_option_from_the_call_is_refused_too(tmp_path: Path) -> Non
     )
 
 
+def test_a_wrong_shortcut_argument_names_the_argument_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A variable the argument replaces is not named either.
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+    # The user wrote prometheus_port=, not the exporter's option 'port': name what they wrote,
+    # and not a variable whose value the argument replaced.
+    error = _raises(
+        lambda: rlmetrics.start(exporters=["prometheus"], prometheus_port="9464"),
+        "option 'port' must be a port number",
+        "got str '9464' (from start(prometheus_port=))",
+    )
+    _raises(
+        lambda: rlmetrics.start(exporters=["prometheus"], prometheus_host=5),
+        "(from start(prometheus_host=))",
+    )
+    _raises(
+        lambda: rlmetrics.start(exporters=["otlp"], otlp_endpoint=4317),
+        "(from start(otlp_endpoint=))",
+    )
+    assert "RLMETRICS" not in str(error)
+
+
 @pytest.mark.parametrize("special", ["/dev/zero", "/dev/full", "fifo", "folder"])
 def test_the_configuration_file_is_read_only_when_it_is_a_regular_file(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, special: str

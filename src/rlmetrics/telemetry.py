@@ -588,7 +588,7 @@ def start(
         options_found = configured(exporter_names=offered)
         chosen, sources = choose("exporter", given, options_found.exporters)
         wanted = _exporter_options(
-            chosen or {}, given, prometheus_host, prometheus_port, otlp_endpoint
+            chosen or {}, given, prometheus_host, prometheus_port, otlp_endpoint, sources
         )
         check_names(
             "exporter",
@@ -691,20 +691,28 @@ def _exporter_options(
     prometheus_host: str | None,
     prometheus_port: int | None,
     otlp_endpoint: str | None,
+    sources: dict[str, dict[str, str]],
 ) -> dict[str, Any]:
     """``{exporter: options}``, the named ``start()`` arguments folded into the options of
-    the exporter they configure: over the configured ones, under the call's own mapping."""
+    the exporter they configure: over the configured ones, under the call's own mapping.
+    ``sources`` (option to where it came from, per exporter) then names the argument for
+    each option one gave: a wrong value is said as what the user wrote
+    (``start(prometheus_port=)``), not as the option or a variable it replaced."""
     wanted = {name: dict(o) if isinstance(o, Mapping) else o for name, o in chosen.items()}
-    shortcuts: dict[str, dict[str, Any]] = {
-        "prometheus": {"host": prometheus_host, "port": prometheus_port},
+    shortcuts: dict[str, dict[str, tuple[str, Any]]] = {
+        "prometheus": {
+            "host": ("prometheus_host", prometheus_host),
+            "port": ("prometheus_port", prometheus_port),
+        },
         # otlp_endpoint names the collector of either OTLP exporter (docs/exporters.md).
-        "otlp": {"endpoint": otlp_endpoint},
-        "otlp_http": {"endpoint": otlp_endpoint},
+        "otlp": {"endpoint": ("otlp_endpoint", otlp_endpoint)},
+        "otlp_http": {"endpoint": ("otlp_endpoint", otlp_endpoint)},
     }
     for name, options in shortcuts.items():
         if name in wanted and isinstance(wanted[name], dict):
             explicit = (given or {}).get(name)
-            for key, value in options.items():
+            for key, (argument, value) in options.items():
                 if value is not None and not (isinstance(explicit, Mapping) and key in explicit):
                     wanted[name][key] = value
+                    sources.setdefault(name, {})[key] = f"start({argument}=)"
     return wanted
