@@ -77,6 +77,37 @@ def test_samples_become_a_table_artifact_per_call(tracking_uri: str, tmp_path: P
     assert logged == [{"path": "eval/samples/step_7.json", "type": "table"}]
 
 
+def test_a_second_table_at_a_step_is_appended_with_every_cell_s_type_kept(
+    tracking_uri: str, tmp_path: Path
+) -> None:
+    # Trajectories finishing one by one at a step append to one table. MLflow's own append
+    # reads the table back through pandas: a column one call lacks became float64, so the
+    # earlier ints were written 3.0 and an int past 2**53 rounded (1.152921505e+18).
+    backend = MlflowBackend(**_config(tracking_uri, tmp_path))
+    backend.log_samples([{"prompt": "a", "turns": 3, "seed": 2**60 + 1}], 5, "trajectories")
+    backend.log_samples([{"prompt": "b", "turns": 4, "seed": 2**60 + 3}], 5, "trajectories")
+    backend.log_samples([{"prompt": "c", "error": "timeout"}], 5, "trajectories")
+    backend.finish()
+
+    client = MlflowClient(tracking_uri)
+    path = client.download_artifacts(backend.run_id, "trajectories/step_5.json", str(tmp_path))
+    table = json.loads(Path(path).read_text())
+    assert table["columns"] == ["prompt", "turns", "seed", "step", "error"]
+    assert table["data"] == [
+        ["a", 3, 2**60 + 1, 5, None],
+        ["b", 4, 2**60 + 3, 5, None],
+        ["c", None, None, 5, "timeout"],
+    ]
+    loaded = client.load_table(
+        client.get_run(backend.run_id).info.experiment_id,
+        "trajectories/step_5.json",
+        run_ids=[backend.run_id],
+    )
+    assert list(loaded["prompt"]) == ["a", "b", "c"]
+    logged = json.loads(client.get_run(backend.run_id).data.tags["mlflow.loggedArtifacts"])
+    assert logged == [{"path": "trajectories/step_5.json", "type": "table"}]
+
+
 def test_float_cells_pandas_would_round_are_said_once_and_the_rest_exact(
     tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -38,6 +38,7 @@ from rlmetrics.identity import RUN_ID_ATTR, RunIdentity
 from rlmetrics.samples import columns_of
 
 from .keys import KeyMap
+from .tables import appended, earlier_table, replace_table
 from .values import Skipped, metric_values
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MlflowBackend"]
@@ -354,21 +355,28 @@ class MlflowBackend:
             self.client.log_batch(self.run_id, params=chunk, synchronous=True)
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
-        """The rows as an MLflow table (``log_table``), one artifact per call:
+        """The rows as an MLflow table (``log_table``), one artifact per name and step:
         ``<name>/step_<step>.json`` (``rollouts/step_5.json``) with a ``step`` column; the
-        run's Evaluation view lists it."""
+        run's Evaluation view lists it. A later table of the name at the step is appended to
+        it, every cell's type kept (:mod:`.tables`)."""
         number = as_step(step)
         columns = columns_of(rows)
         data: dict[str, list[Any]] = {c: [row.get(c) for row in rows] for c in columns}
         data.setdefault("step", [number] * len(rows))
+        artifact = f"{_artifact_folder(name)}/step_{'none' if number is None else number}.json"
+        earlier = earlier_table(self.client, self.run_id, artifact)
+        if earlier is not None:
+            data = appended(earlier, data)
         # Columns of Python objects: pandas would make a column of ints and floats float64,
         # rounding an int past 2**53 (pandas' JSON writer keeps 10 significant digits of a
         # float whatever the column; docs/trackers.md says so).
         import pandas  # type: ignore[import-untyped]  # (log_table needs it; not at start)
 
         frame = pandas.DataFrame(data, columns=list(data), dtype=object)
-        artifact = f"{_artifact_folder(name)}/step_{'none' if number is None else number}.json"
-        self.client.log_table(self.run_id, data=frame, artifact_file=artifact)
+        if earlier is None:
+            self.client.log_table(self.run_id, data=frame, artifact_file=artifact)
+        else:
+            replace_table(self.client, self.run_id, frame, artifact)
         rounded = _rounded_floats(frame, data)
         if rounded:
             warn_once(
