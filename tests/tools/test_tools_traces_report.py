@@ -418,3 +418,44 @@ def test_the_timeline_picture_says_which_steps_it_shows(tmp_path: Path) -> None:
     )
     assert title((4, 6)) == f"rlmetrics timeline: traces.jsonl, steps 4{to}6 of the 15 traced"
     assert title((1, 20)) == "rlmetrics timeline: traces.jsonl, all 15 traced steps"
+
+
+@pytest.mark.parametrize(
+    ("chosen", "shown"),
+    [
+        (("--tail", "3"), "steps 13\u201315 of the 15 traced"),
+        (("--steps", "2:4"), "steps 2\u20134 of the 15 traced"),
+        (("--steps", "3:14"), "steps 3\u201314 of the 15 traced"),
+        (
+            ("--steps", "2:"),
+            "steps 2\u201313 of the 15 traced (the first 12 of steps 2\u201315 chosen; "
+            "--timeline-steps FIRST:LAST draws others)",
+        ),
+    ],
+)
+def test_the_timeline_picture_draws_the_steps_tail_or_steps_chose(
+    tmp_path: Path, chosen: tuple[str, str], shown: str
+) -> None:
+    """Before: ``report --tail 3 --timeline t.png`` drew the run's first 12 steps, while the
+    report, its curves and its page (``--html``) were of the last 3."""
+    pytest.importorskip("matplotlib")
+    from report_html_support import record_trajectory_run
+
+    run = record_trajectory_run(tmp_path, steps=15, per_step=1)
+    rc = tmp_path / "matplotlibrc"
+    rc.write_text("svg.fonttype: none\n")  # text as text, to read the title back
+    picture = tmp_path / "timeline.svg"
+    done = run_cli(
+        "report",
+        run.jsonl,
+        "--traces",
+        run.traces,
+        "--timeline",
+        picture,
+        *chosen,
+        env={"MATPLOTLIBRC": str(rc)},
+    )
+    assert done.returncode == 0, done.stderr
+    text = picture.read_text(encoding="utf-8")
+    start = text.index("rlmetrics timeline")
+    assert text[start : text.index("<", start)] == f"rlmetrics timeline: traces.jsonl, {shown}"

@@ -132,7 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeline-steps",
         type=_step_range,
         metavar="FIRST:LAST",
-        help="the steps the timeline shows (default: the first 12)",
+        help="the steps the timeline shows (default: the first 12 of the steps shown)",
     )
     add_format_options(parser)
 
@@ -279,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
         if args.timeline is not None and traces is not None:
             from ..report.timeline import plot_timeline
 
-            plot_timeline(traces, args.timeline, args.timeline_steps)
+            plot_timeline(traces, args.timeline, args.timeline_steps, report.chosen_steps)
     except MissingExtra as exc:
         sys.stderr.write(f"rlmetrics report: {exc}\n")
         return 1

@@ -213,16 +213,6 @@ def _timeline(
     }
 
 
-def _chosen_steps(report: RunReport) -> tuple[int, int] | None:
-    """The steps ``--steps`` or ``--tail`` chose (from the first shown to the last), or None
-    when the report shows every step: the trajectory table holds the same steps as the curves.
-    A selection no step matched is an empty range."""
-    if report.selection is None:
-        return None
-    shown = [row["step"] for row in report.steps if type(row.get("step")) is int]
-    return (min(shown), max(shown)) if shown else (1, 0)
-
-
 def page_data(
     report: RunReport,
     jsonl: str | os.PathLike[str],
@@ -230,7 +220,7 @@ def page_data(
     timeline_steps: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """What the page draws, as one JSON-able dict."""
-    chosen = _chosen_steps(report)
+    chosen = report.chosen_steps
     data: dict[str, Any] = _finite(
         {
             "run_id": report.run_id,

@@ -109,6 +109,17 @@ class RunReport:
     #: ``--html`` asks; not in ``as_dict``: in ``--json``, ``--keys`` chooses the series).
     curves: dict[str, list[tuple[int, float]]] | None = None
 
+    @property
+    def chosen_steps(self) -> tuple[int, int] | None:
+        """The steps ``--steps`` or ``--tail`` chose (from the first shown to the last), or
+        None when the report shows every step: what the page's trajectory table and timeline
+        and the ``--timeline`` picture draw, the same steps as the curves. A selection no step
+        matched is an empty range."""
+        if self.selection is None:
+            return None
+        shown = [row["step"] for row in self.steps if type(row.get("step")) is int]
+        return (min(shown), max(shown)) if shown else (1, 0)
+
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(
             self,

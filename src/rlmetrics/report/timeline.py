@@ -103,22 +103,24 @@ def plot_timeline(
     traces: TraceSet,
     path: str | os.PathLike[str],
     steps: tuple[int, int] | None = None,
+    among: tuple[int, int] | None = None,
 ) -> int:
     """Write the timeline of the steps ``steps`` (first, last; default the first
-    :data:`DEFAULT_STEPS`) to ``path`` as a PNG; returns how many steps it shows. Raises
+    :data:`DEFAULT_STEPS` of the steps ``among``, the ones ``--steps`` or ``--tail`` chose,
+    else of the run) to ``path`` as a PNG; returns how many steps it shows. Raises
     :class:`~.plot.NothingToPlot` (nothing written) when no step is there to draw, as the
     report's picture does: an empty picture would look like a run that did nothing."""
     plt = _pyplot()
     all_steps = traces.steps()
-    chosen = [
-        span
-        for n, span in all_steps.items()
-        if (steps is None and len(all_steps) and n in list(all_steps)[:DEFAULT_STEPS])
-        or (steps is not None and steps[0] <= n <= steps[1])
-    ]
+    if steps is None:
+        chosen = [s for n, s in all_steps.items() if among is None or among[0] <= n <= among[1]]
+        chosen = chosen[:DEFAULT_STEPS]
+    else:
+        chosen = [s for n, s in all_steps.items() if steps[0] <= n <= steps[1]]
     if not chosen:
         held = f"steps {min(all_steps)}-{max(all_steps)}" if all_steps else "no rl.step span"
-        asked = "" if steps is None else f" in steps {steps[0]}-{steps[1]}"
+        wanted = steps if steps is not None else among
+        asked = "" if wanted is None else f" in steps {wanted[0]}-{wanted[1]}"
         raise NothingToPlot(f"no step to draw{asked}: the traces hold {held}")
     every = rank_window(traces, chosen)
     by_lane = lanes(traces, every)
@@ -129,7 +131,7 @@ def plot_timeline(
         title = ", ".join(os.path.basename(s) for s in traces.sources) or "trace"
         with unknown_glyphs_said_once():
             _draw(axes, traces, chosen, every, by_lane, all_steps)
-            window = _window_said(chosen, all_steps, asked=steps is not None)
+            window = _window_said(chosen, all_steps, asked=steps is not None, among=among)
             axes.set_title(f"rlmetrics timeline: {title}, {window}", fontsize=12)
             figure.tight_layout()
             figure.savefig(path, dpi=PLOT_DPI)  # in the format its suffix names
@@ -138,9 +140,16 @@ def plot_timeline(
     return len(chosen)
 
 
-def _window_said(chosen: Sequence[Span], all_steps: Mapping[int, Span], *, asked: bool) -> str:
-    """Which of the traced steps the picture shows: by default a window of the first ones,
-    which under a title of the file alone was read as the whole run."""
+def _window_said(
+    chosen: Sequence[Span],
+    all_steps: Mapping[int, Span],
+    *,
+    asked: bool,
+    among: tuple[int, int] | None = None,
+) -> str:
+    """Which of the traced steps the picture shows: by default a window of the first ones
+    (of the steps ``among``), which under a title of the file alone was read as the whole
+    run."""
     shown = {id(span) for span in chosen}
     numbers = [n for n, span in all_steps.items() if id(span) in shown]
     if len(numbers) == len(all_steps):
@@ -148,6 +157,11 @@ def _window_said(chosen: Sequence[Span], all_steps: Mapping[int, Span], *, asked
     said = f"steps {min(numbers)}\u2013{max(numbers)} of the {len(all_steps)} traced"
     if asked:
         return said
+    if among is not None:
+        if len(numbers) == sum(among[0] <= n <= among[1] for n in all_steps):
+            return said  # every step chosen is drawn
+        of = f"the first {DEFAULT_STEPS} of steps {among[0]}\u2013{among[1]} chosen"
+        return f"{said} ({of}; --timeline-steps FIRST:LAST draws others)"
     return f"{said} (the first {DEFAULT_STEPS}; --timeline-steps FIRST:LAST draws others)"
 
 
