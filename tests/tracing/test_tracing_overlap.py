@@ -239,6 +239,66 @@ def test_a_wall_clock_phase_open_across_a_step_end_splits_at_it() -> None:
     assert summaries.seconds[2]["idle/buffer_full_backoff"] == 2.5
 
 
+@pytest.mark.parametrize("tracing", [False, True], ids=["untraced", "traced"])
+def test_a_phase_begun_before_the_step_overlapping_one_inside_counts_once(tracing: bool) -> None:
+    """A collector thread waits for the refit from before the step begins (no step open: its
+    phase is the next step's) while the driver waits inside the step: the step's category is
+    the union of the two, once. It read the overlap twice (4 s of a 3 s stretch)."""
+    clock = SimulatedClock()
+    waiting, step_open, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def collector() -> None:
+        with rlmetrics.phase("idle/refit_bubble"):  # 1000 to 1003
+            waiting.set()
+            step_open.wait(timeout=60)
+        ended.set()
+
+    with telemetry(tracing) as (reader, _exporter):
+        logger = rlmetrics.Logger(backends={})
+        with rlmetrics.run(clock=clock):
+            thread = threading.Thread(target=collector)
+            thread.start()
+            assert waiting.wait(timeout=60)
+            clock.spend(1.0)
+            with rlmetrics.step(1, logger=logger):  # 1001 to 1004
+                clock.spend(0.5)
+                with rlmetrics.phase("idle/refit_bubble"):  # 1001.5 to 1002.5
+                    clock.spend(1.0)
+                clock.spend(0.5)
+                step_open.set()
+                assert ended.wait(timeout=60)
+                thread.join(timeout=60)
+                clock.spend(1.0)
+        assert category_seconds(reader, "idle/refit_bubble") == 3.0
+
+
+_INTERVALS = st.lists(
+    st.tuples(st.integers(0, 200), st.integers(0, 40)).map(lambda t: (t[0], t[0] + t[1])),
+    max_size=8,
+)
+
+
+@given(ours=_INTERVALS, theirs=_INTERVALS)
+def test_two_accountings_stretches_overlap_by_what_both_cover(
+    ours: list[tuple[int, int]], theirs: list[tuple[int, int]]
+) -> None:
+    """The step's own stretches and those timed outside it, each a union's, minus the time
+    both cover: the union of all the phases."""
+    from rlmetrics.tracing.accounting import PhaseSeconds, overlap_ns
+
+    stretches: list[dict[str, list[tuple[int, int]]]] = []
+    for phases in (ours, theirs):
+        accounts = PhaseSeconds()
+        wall = accounts.wall_clock("idle/refit_bubble")
+        for start, end in phases:
+            wall.starts.append(start)
+            wall.ends.append(end)
+        stretches.append({})
+        accounts.take(now=250, stretches=stretches[-1])
+    a, b = (s.get("idle/refit_bubble", []) for s in stretches)
+    assert union_measure(a) + union_measure(b) - overlap_ns(a, b) == union_measure(ours + theirs)
+
+
 def test_many_overlapping_phases_past_the_pending_bound_still_count_once() -> None:
     """More edges than a timer holds unread (so they are read in several batches), every
     phase overlapping the first: the category is still the first phase's length."""
@@ -356,11 +416,11 @@ def test_a_first_phase_of_a_name_arriving_while_a_step_is_read_loses_nothing() -
     class Interleaved(WallClock):
         __slots__ = ()
 
-        def sweep(self) -> int | None:
+        def sweep(self, stretches: list[tuple[int, int]] | None = None) -> int | None:
             late = accounts.wall_clock("idle/validation")  # the other thread's first phase
             late.starts.append(10)
             late.ends.append(15)
-            return super().sweep()
+            return super().sweep(stretches)
 
     accounts._walls["idle/refit_bubble"] = early = Interleaved()
     early.starts.append(0)

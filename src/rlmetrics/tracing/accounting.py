@@ -32,6 +32,7 @@ __all__ = [
     "PhaseSeconds",
     "WallClock",
     "clock_of",
+    "overlap_ns",
 ]
 
 #: The goodput buckets a leaf span may carry (NeMo-RL's ``Bucket``).
@@ -145,9 +146,10 @@ class WallClock:
         self.since = 0
         self.last: int | None = None
 
-    def sweep(self) -> int | None:
+    def sweep(self, stretches: list[tuple[int, int]] | None = None) -> int | None:
         """Take the readings appended so far; the ns of the busy stretches they close (None
-        if they close none: 0 is a stretch of no length)."""
+        if they close none: 0 is a stretch of no length), each also appended to
+        ``stretches`` when given (as (start, end) in ns)."""
         ends, starts = self.ends, self.starts
         n_ends = len(ends)  # ends first: the start of every end taken is taken too
         n_starts = len(starts)
@@ -155,6 +157,8 @@ class WallClock:
             return None
         if n_starts == n_ends == 1 and not self.open:  # one phase (a step's, often)
             begun_at, self.last = starts.pop(0), ends.pop(0)
+            if stretches is not None:
+                stretches.append((begun_at, self.last))
             return max(0, self.last - begun_at)
         begun, ended = starts[:n_starts], ends[:n_ends]
         del starts[:n_starts], ends[:n_ends]  # one step each: appends meanwhile stay
@@ -164,10 +168,14 @@ class WallClock:
             # The common case, phases one after another (each ends before the next
             # starts): the union is their sum. Read in C, as a fold of seconds is.
             self.last = ended[-1]
+            if stretches is not None:
+                stretches.extend(zip(begun, ended, strict=True))
             return sum(ended) - sum(begun)
-        return self._merge(begun, ended)
+        return self._merge(begun, ended, stretches)
 
-    def _merge(self, begun: list[int], ended: list[int]) -> int | None:
+    def _merge(
+        self, begun: list[int], ended: list[int], stretches: list[tuple[int, int]] | None
+    ) -> int | None:
         """The readings in time order, counting the phases open (overlapping phases)."""
         open_, since, last = self.open, self.since, self.last
         closed: int | None = None
@@ -191,19 +199,38 @@ class WallClock:
                     open_ -= 1
                     if not open_:
                         closed = (closed or 0) + t - since
+                        if stretches is not None:
+                            stretches.append((since, t))
             last = t
         self.open, self.since, self.last = open_, since, last
         return closed
 
-    def split(self, now: int) -> int | None:
+    def split(self, now: int, stretches: list[tuple[int, int]] | None = None) -> int | None:
         """End the window at ``now``: the ns of the open stretch so far (it goes on from
-        ``now`` in the next window; None if none is open). Call after :meth:`sweep`."""
+        ``now`` in the next window; None if none is open), appended to ``stretches`` when
+        given. Call after :meth:`sweep`."""
         if not self.open:
             return None
         covered = max(0, now - self.since)
+        if stretches is not None:
+            stretches.append((self.since, now))
         self.since = max(self.since, now)
         self.last = now if self.last is None else max(self.last, now)
         return covered
+
+
+def overlap_ns(ours: list[tuple[int, int]], theirs: list[tuple[int, int]]) -> int:
+    """The ns that two sets of busy stretches (each a union's: disjoint) cover both."""
+    ours, theirs = sorted(ours), sorted(theirs)
+    both = i = j = 0
+    while i < len(ours) and j < len(theirs):
+        (a0, a1), (b0, b1) = ours[i], theirs[j]
+        both += max(0, min(a1, b1) - max(a0, b0))
+        if a1 <= b1:
+            i += 1
+        else:
+            j += 1
+    return both
 
 
 class PhaseSeconds:
@@ -235,10 +262,12 @@ class PhaseSeconds:
             wall = self._walls.setdefault(name, WallClock())
         return wall
 
-    def close(self, now: int) -> dict[str, float]:
+    def close(
+        self, now: int, stretches: dict[str, list[tuple[int, int]]] | None = None
+    ) -> dict[str, float]:
         """:meth:`take` at ``now``, for good: a phase still open here ends elsewhere."""
         self._closed_at = now
-        return self.take(now=now)
+        return self.take(now=now, stretches=stretches)
 
     def record(self, name: str, seconds: float) -> None:
         """Add ``seconds`` to ``name`` (from any thread). Seconds that are no duration (not a
@@ -265,7 +294,11 @@ class PhaseSeconds:
         with self._lock:
             return self._fold_locked()
 
-    def _fold_locked(self, now: int | None = None) -> dict[str, float]:
+    def _fold_locked(
+        self, now: int | None = None, stretches: dict[str, list[tuple[int, int]]] | None = None
+    ) -> dict[str, float]:
+        """Add what is pending to the totals; with ``stretches``, each wall-clock name's busy
+        stretches counted here go into it too, by name."""
         pending, seconds = self._pending, self._seconds
         while True:
             try:
@@ -276,8 +309,9 @@ class PhaseSeconds:
         # A copy (one step under the GIL): a thread's first phase of a name adds its
         # WallClock without the lock.
         for name, wall in list(self._walls.items()):
-            closed = wall.sweep()
-            split = None if now is None else wall.split(now)
+            covered_here = None if stretches is None else stretches.setdefault(name, [])
+            closed = wall.sweep(covered_here)
+            split = None if now is None else wall.split(now, covered_here)
             if closed is not None or split is not None:  # a phase of no length counts: 0 s
                 covered = (closed or 0) + (split or 0)
                 seconds[name] = seconds.get(name, 0.0) + covered / 1e9
@@ -288,12 +322,18 @@ class PhaseSeconds:
         with self._lock:
             return dict(self._fold_locked())
 
-    def take(self, keep: frozenset[str] = frozenset(), now: int | None = None) -> dict[str, float]:
+    def take(
+        self,
+        keep: frozenset[str] = frozenset(),
+        now: int | None = None,
+        stretches: dict[str, list[tuple[int, int]]] | None = None,
+    ) -> dict[str, float]:
         """The seconds so far, then start from zero (except the names in ``keep``). With
         ``now`` (a clock reading), a wall-clock name's phases still open count up to ``now``
-        here and from ``now`` in the next window."""
+        here and from ``now`` in the next window. With ``stretches``, the busy stretches of
+        each wall-clock name counted go into it, by name (:func:`overlap_ns`)."""
         with self._lock:
-            seconds = self._fold_locked(now)
+            seconds = self._fold_locked(now, stretches)
             self._seconds = {k: v for k, v in seconds.items() if k in keep}
         return seconds
 

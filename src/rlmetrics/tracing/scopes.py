@@ -25,7 +25,7 @@ from ..storable import utf8_text
 from ..values import as_plain, as_step
 from ._state import kinds as phase_table
 from ._state import state
-from .accounting import Clock, PhaseSeconds, clock_of
+from .accounting import Clock, PhaseSeconds, clock_of, overlap_ns
 from .naming import LOOP, step_seconds
 
 if TYPE_CHECKING:
@@ -549,13 +549,20 @@ class Step(Scope):
             step_seconds(state.naming, (t1 - t0) / 1e9)
         # A wall-clock phase still open counts up to the step's end here, the rest where it
         # ends (a thread's phase outside the step, the next step's).
-        own, outside = self._seconds.close(t1), state.step_timer.take(now=t1)
+        # A wall-clock name timed both in the step and outside any step (a collector thread's
+        # wait begun before the step) counts the time both covered once: their stretches say.
+        ours: dict[str, list[tuple[int, int]]] = {}
+        theirs: dict[str, list[tuple[int, int]]] = {}
+        own = self._seconds.close(t1, ours)
+        outside = state.step_timer.take(now=t1, stretches=theirs)
         if not self._deliver or t0 is None:  # its window ends all the same: the next step
             return  # starts from zero
         run_start = state.run_start_ns if state.run_start_ns is not None else t0
         seconds = state.run_timer.snapshot()
         for name, value in outside.items():  # timed outside any step, since the last one
-            own[name] = own.get(name, 0.0) + value
+            both = ours.get(name) and theirs.get(name)
+            counted_twice = overlap_ns(ours[name], theirs[name]) / 1e9 if both else 0.0
+            own[name] = own.get(name, 0.0) + value - counted_twice
         seconds.update(own)
         try:
             summary = EfficiencySummary(
