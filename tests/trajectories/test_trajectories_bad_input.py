@@ -301,6 +301,7 @@ def test_keys_that_are_not_read_are_said_once_with_the_keys_that_are(
     with in_memory_tracing() as (_handle, reader, exporter):
         logger = rlmetrics.Logger(backends={"rows": {}})
         logger.log_trajectories([record, record], step=1)
+        logger.finish()  # the step's rows are held to be one table until its end, or this
         spans = span_records(exporter)
         found = points(reader)
     said = [r.getMessage() for r in warnings_seen.records if "not read" in r.getMessage()]
@@ -353,6 +354,7 @@ def test_tool_calls_past_the_caps_are_counted_everywhere(
     with in_memory_tracing() as (_handle, reader, exporter):
         logger = rlmetrics.Logger(backends={"rows": {}})
         logger.log_trajectories([wide, long], step=1)
+        logger.finish()  # the step's rows are held to be one table until its end, or this
         spans = span_records(exporter)
         found = points(reader)
     agents = {s.attributes["rl.sample.id"]: s for s in spans if s.name == "invoke_agent"}

@@ -245,3 +245,31 @@ def test_a_live_trajectory_ending_after_its_logger_finished_is_said(
         held_rows.hold_rows(logger, [{"sample_id": "racing"}], 1, "trajectories")
     assert not held_rows._held[logger].rows
     assert rows.tables == []
+
+
+def test_a_steps_batches_and_live_rows_reach_a_tracker_as_one_table(rows: Rows) -> None:
+    """Before: only live rows were held, so a step whose rollouts came as two
+    ``log_trajectories`` calls (a loop logging each group as it completes), or as live
+    trajectories and a batch, reached W&B, Trackio and TensorBoard as two tables at one step
+    (W&B's panel shows the later one; SwanLab kept the first and dropped the other). Now a
+    batch's rows join the step's held rows: one table per (name, step), given when the step
+    ends, when rows of another step come, at max_sample_rows (a batch that would pass it gives
+    what was held first, so holding cuts nothing) or when the Logger finishes."""
+    logger = rlmetrics.Logger(backends={"rows": {}}, max_sample_rows=4)
+    with logger:
+        with rlmetrics.step(1, logger=logger):
+            _live("1-live", logger)
+            logger.log_trajectories([{"sample_id": "1-a"}])
+            logger.log_trajectories([{"sample_id": "1-b"}])
+            assert rows.tables == []  # held until the step ends
+        logger.log_trajectories([{"sample_id": "2-a"}], step=2)  # no step scope
+        logger.log_trajectories([{"sample_id": "2-b"}], step=2)
+        _live("2-live", logger, step=2)
+        logger.log_trajectories([{"sample_id": f"3-{i}"} for i in range(3)], step=3)
+        logger.log_trajectories([{"sample_id": f"3-{i}"} for i in range(3, 5)], step=3)
+    assert rows.tables == [
+        (1, "trajectories", ["1-live", "1-a", "1-b"]),
+        (2, "trajectories", ["2-a", "2-b", "2-live"]),
+        (3, "trajectories", ["3-0", "3-1", "3-2"]),  # 5 rows would pass 4: given as held
+        (3, "trajectories", ["3-3", "3-4"]),
+    ]

@@ -242,7 +242,8 @@ def test_a_record_that_says_no_time_records_no_duration(rows: Rows) -> None:
     }
     timed = {"sample_id": "b", "latency_s": 2.0}
     with in_memory_tracing() as (_handle, reader, _exporter):
-        rlmetrics.Logger(backends={"rows": {}}).log_trajectories([untimed, timed], step=1)
+        with rlmetrics.Logger(backends={"rows": {}}) as logger:  # gives the held rows
+            logger.log_trajectories([untimed, timed], step=1)
         found = points(reader)
     [duration] = [p for p in found if p.name == "rl.trajectory.duration"]
     assert (duration.count, duration.sum) == (1, 2.0)
@@ -259,8 +260,8 @@ def test_a_record_whose_generations_count_no_tokens_has_no_token_cells(rows: Row
         {"sample_id": "output", "turns": [{"generations": [{"output_tokens": 3}, {}]}]},
         {"sample_id": "no generation", "turns": [{"tool_calls": [{"name": "search"}]}]},
     ]
-    with in_memory_tracing():
-        rlmetrics.Logger(backends={"rows": {}}).log_trajectories(records, step=1)
+    with in_memory_tracing(), rlmetrics.Logger(backends={"rows": {}}) as logger:
+        logger.log_trajectories(records, step=1)  # the Logger's end gives the held rows
     tokens = {r["sample_id"]: (r["input_tokens"], r["output_tokens"]) for r in rows.rows}
     assert tokens == {"none": (None, None), "output": (None, 3), "no generation": (0, 0)}
 

@@ -389,8 +389,10 @@ def _run_step(
         for event in simulated.events:
             logger.log_rollout_checkpoint(event)
         logger.log_metrics(train, step=n, prefix="train")
-        if n % SAMPLES_EVERY == 0 or n == simulation.steps:
-            logger.log_samples(demo_samples(simulated.demo), step=n)
+    # After the step's end, which gives its trajectories' table: the step's last table, what
+    # `rlmetrics report` shows, is then these samples.
+    if n % SAMPLES_EVERY == 0 or n == simulation.steps:
+        logger.log_samples(demo_samples(simulated.demo), step=n)
     return {"reward": train["reward"], "goodput": simulated.goodput_pct}
 
 

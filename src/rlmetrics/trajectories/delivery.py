@@ -65,13 +65,12 @@ def deliver(
     budgeted: bool = True,
     parent: Any = None,
     call: str = "Logger.log_trajectories",
-    hold: bool = False,
 ) -> TrajectoryBatch:
     """Spans, rows and metrics of ``trajectories`` at ``step`` (see the module's docstring).
     ``parent`` is the context their spans start in (default: the current span's, else the
     open step's, else the process's ``TRACEPARENT``); ``call`` is what a bad ``step`` was
-    given to, for the warning. ``hold`` (the live form's): the rows wait for the rest of
-    their step's (:mod:`.held_rows`). Never raises."""
+    given to, for the warning. The rows wait for the rest of their step's, to be one table
+    (:mod:`.held_rows`). Never raises."""
     number: int | None
     if (
         step is not None
@@ -140,10 +139,7 @@ def deliver(
         try:
             if not logger._finished:
                 rows = [row_of(t, i) for t, i in zip(trajectories, trace_ids, strict=True)]
-                if hold:
-                    hold_rows(logger, rows, number if number is not None else 0, name)
-                else:
-                    logger.log_samples(rows, number if number is not None else 0, name)
+                hold_rows(logger, rows, number if number is not None else 0, name)
         except Exception:
             warn_once("trajectory:rows", "rlmetrics: trajectory rows could not be logged")
         try:  # the backends that show traces of their own (Trackio) take the records too

@@ -1,13 +1,15 @@
-"""The rows of live trajectories, held until their step is done and then given to the
-trackers as one table.
+"""The rows of trajectories, held until their step is done and then given to the trackers
+as one table.
 
 A live trajectory (``rlmetrics.trajectory``) ends on its own, so each would be a
-``log_samples`` call of one row: W&B, Trackio and TensorBoard keep a table per call, and
-W&B's panel shows the latest, the last rollout of the step. Held here, a step's rollouts are
-one table. What a Logger holds is one table's rows, at most ``max_sample_rows`` (a full table
-is given at once); it is given when the step ends (any ``rlmetrics.step`` of that number),
-when a live trajectory of another step (or table) ends, and when the Logger finishes. Spans
-and metrics are not held: they are recorded when the block ends.
+``log_samples`` call of one row, and a loop may log a step's batch in parts (each group as it
+completes) or beside live ones: W&B, Trackio and TensorBoard keep a table per call, W&B's
+panel shows the latest, SwanLab keeps the first. Held here, a step's rollouts, of either form,
+are one table. What a Logger holds is one table's rows, at most ``max_sample_rows`` (a full
+table is given at once; rows that would pass it give what was held first, so holding cuts no
+row a call of their own would have kept); it is given when the step ends (any
+``rlmetrics.step`` of that number), when trajectories of another step (or table) come, and
+when the Logger finishes. Spans and metrics are not held: they are recorded at once.
 """
 
 from __future__ import annotations
@@ -67,15 +69,15 @@ def _give(logger: Logger, key: tuple[str, int] | None, rows: list[dict[str, Any]
 
 
 def hold_rows(logger: Logger, rows: list[dict[str, Any]], step: int, name: str) -> None:
-    """Hold ``rows`` of live trajectories for the table ``name`` at ``step``; what the
-    Logger held for another table, or a full table, is given now."""
+    """Hold ``rows`` of trajectories for the table ``name`` at ``step``; what the Logger
+    held for another table, or a full table, is given now."""
     with _held_lock:
         held = _held.get(logger)
         if held is None:
             held = _held[logger] = _Held()
     given: list[tuple[tuple[str, int] | None, list[dict[str, Any]]]] = []
     with held.lock:
-        if held.key != (name, step):
+        if held.key != (name, step) or len(held.rows) + len(rows) > max(1, logger.max_sample_rows):
             given.append(held.take())
             held.key = (name, step)
         held.rows.extend(rows)

@@ -252,7 +252,6 @@ class LiveTrajectory(Block):
                 budgeted=False,
                 parent=self._parent,
                 call="rlmetrics.trajectory",
-                hold=True,
             )
         except Exception:
             warn_once("trajectory:live", "rlmetrics: a live trajectory could not be logged")
