@@ -4,6 +4,7 @@ environment over the file; every mistake found as the Python call's is (issue 25
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 import urllib.request
@@ -194,6 +195,29 @@ def test_a_variable_that_does_nothing_is_a_mistake(
         monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=mistake):
         rlmetrics.Logger()
+
+
+def test_an_option_variable_configures_what_the_call_chooses(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The code chooses the exporter or backend, the job's environment sets one option of it:
+    # the variable applies (the call's own options still win), as a file table's would.
+    monkeypatch.setenv("RLMETRICS_EXPORTER_PROMETHEUS_PORT", "0")
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PATH", str(tmp_path / "env.jsonl"))
+    telemetry = rlmetrics.start(exporters=["prometheus"])
+    try:
+        address = telemetry.prometheus_address
+        assert address is not None and address[1] != 9464  # 0 picked a free one
+    finally:
+        telemetry.shutdown(timeout_s=5)
+    monkeypatch.setenv("RLMETRICS_BACKEND_CONSOLE_MAX_KEYS", "2")
+    stream = io.StringIO()
+    with rlmetrics.Logger(backends={"console": {"stream": stream}, "jsonl": {}}) as logger:
+        logger.log_metrics({"a": 1, "b": 2, "c": 3}, step=1)
+    assert "1 more" in stream.getvalue()
+    assert (tmp_path / "env.jsonl").exists()
+    with pytest.raises(ValueError, match="RLMETRICS_BACKEND_CONSOLE_MAX_KEYS configures backend"):
+        rlmetrics.Logger(backends=["jsonl"])  # the call chose no console: it does nothing
 
 
 @pytest.mark.parametrize(

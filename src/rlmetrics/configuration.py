@@ -751,6 +751,8 @@ def _setting_from_env(name: str, variable: str, file: Mapping[str, Any]) -> Any:
 def configured(
     exporter_names: Iterable[str] | Mapping[str, Any] | None = None,
     backend_names: Iterable[str] | Mapping[str, Any] | None = None,
+    exporters_chosen: Iterable[str] = (),
+    backends_chosen: Iterable[str] = (),
 ) -> Configured:
     """What the configuration file (``RLMETRICS_CONFIG``) and the environment say, the
     environment winning: ``RLMETRICS_EXPORTERS`` / ``RLMETRICS_BACKENDS`` replace the file's
@@ -759,7 +761,9 @@ def configured(
     ``backend_names`` are the ones available, which a choice and an option variable must
     name; given as ``{name: (plugin, factory)}``, each chosen one's options are checked
     against its factory too (:func:`check_options`). Without them, that kind's variables are
-    not read (the file's choice is given as it is)."""
+    not read (the file's choice is given as it is). ``exporters_chosen`` and
+    ``backends_chosen`` are the names the call chose: an option variable of one of them
+    configures it (a call's choice is one as much as ``RLMETRICS_EXPORTERS`` is)."""
     # ``~`` as a shell would take it: a container's ENV or a launcher's env table does not.
     path = os.path.expanduser(os.environ.get(CONFIG_ENV, "").strip())
     base = read_file(path) if path else Configured()
@@ -781,6 +785,7 @@ def configured(
         base.exporters_source,
         ("export_interval_s",),
         None,
+        frozenset(exporters_chosen),
     )
     backends, backends_source = _with_environment(
         "backend",
@@ -791,6 +796,7 @@ def configured(
         base.backends_source,
         ("identity",),
         "jsonl",
+        frozenset(backends_chosen),
     )
     return Configured(
         tables["telemetry"],
@@ -811,10 +817,12 @@ def _with_environment(
     source: str | None,
     provided: Iterable[str],
     default: str | None,
+    call_chose: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, dict[str, tuple[Any, str]]] | None, str | None]:
     """The file's choice of ``kind`` with the environment's over it, every name and option
     checked where it was read (``default``: the one used when nothing chose any, which an
-    option variable may configure alone)."""
+    option variable may configure alone; ``call_chose``: the names the call chose, whose
+    option variables configure them whatever the file and ``chooser`` chose)."""
     if names is None:
         return table, source
     factories = dict(names) if isinstance(names, Mapping) else {n: None for n in names}
@@ -832,11 +840,15 @@ def _with_environment(
         _check(kind, name, factories.get(name), given, provided)  # the misspelling first
         if table is None and name == default:
             table, source = {name: {}}, next(iter(given.values()))[1]
+        if name in call_chose and (table is None or name not in table):
+            table = {} if table is None else table
+            table[name] = {}
         if table is None or name not in table:
             variable = next(iter(given.values()))[1]
             raise ConfigurationError(
                 f"{variable} configures {kind} {name!r}, which is not chosen: name it in "
-                f"{chooser} (or give it a [{kind}s.{name}] table in the configuration file)"
+                f"{chooser} or in the call's {kind}s= (or give it a [{kind}s.{name}] table in "
+                "the configuration file)"
             )
         table[name].update(given)
     for name, found in (table or {}).items():

@@ -337,10 +337,9 @@ class Logger:
         warn_unknown_variables(get_plugins())  # a misspelt RLMETRICS_* variable does nothing
         # The call's backends, else RLMETRICS_BACKENDS, else the file's, else JSONL; each with
         # the options the environment and the file give it under the call's own.
-        found = configured(backend_names=factories)
-        chosen, sources = choose(
-            "backend", named_choice("backend", "Logger", backends), found.backends
-        )
+        given = named_choice("backend", "Logger", backends)
+        found = configured(backend_names=factories, backends_chosen=given or ())
+        chosen, sources = choose("backend", given, found.backends)
         config = {"jsonl": {}} if chosen is None else chosen
         check_names(
             "backend",

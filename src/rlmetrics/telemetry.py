@@ -585,7 +585,7 @@ def start(
         offered = available_exporters(loaded)
         # The call's exporters, else RLMETRICS_EXPORTERS, else the file's; each with the
         # options the environment and the file give it under the call's own.
-        options_found = configured(exporter_names=offered)
+        options_found = configured(exporter_names=offered, exporters_chosen=given or ())
         chosen, sources = choose("exporter", given, options_found.exporters)
         wanted = _exporter_options(
             chosen or {}, given, prometheus_host, prometheus_port, otlp_endpoint, sources
