@@ -527,3 +527,44 @@ def test_an_endpoint_the_stack_cannot_scrape_as_given_is_refused_saying_why(
     assert done.returncode == 2
     assert said in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "stack").exists()
+
+
+def test_ray_s_discovery_file_is_named_before_ray_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the stack named Ray's file only when it existed as the stack started, so a
+    stack started before the Ray job (the usual order) never scraped Ray's nodes. Prometheus'
+    file discovery finds a file that appears later (the next test), so it is always named."""
+    import rlmetrics.cli.stack as stack_cli
+    from rlmetrics.cli import main
+
+    later = tmp_path / "ray" / "prom_metrics_service_discovery.json"  # no folder yet either
+    monkeypatch.setattr(stack_cli, "RAY_SERVICE_DISCOVERY", later)
+    assert main(["stack", "--dir", str(tmp_path / "stack"), "--no-start", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ray_service_discovery"] == str(later)
+    assert str(later) in (tmp_path / "stack" / "prometheus.yml").read_text()
+    assert main(["stack", "--dir", str(tmp_path / "stack"), "--no-start"]) == 0
+    said = f"Ray nodes: {later} (Ray's own list, read once Ray writes it; --no-ray leaves them out)"
+    assert said in capsys.readouterr().out.splitlines()
+
+
+def test_ray_nodes_are_found_once_ray_writes_its_discovery_file(
+    prometheus_binary: str, stacks: list[Stack], tmp_path: Path
+) -> None:
+    node = _ray_node('ray_node_mem_used{ip="127.0.0.1"} 1.0e9\n')
+    try:
+        discovery = tmp_path / "ray" / "prom_metrics_service_discovery.json"
+        stack = Stack(
+            *("--dir", str(tmp_path / "stack"), "--run", "127.0.0.1:9", "--ray-sd", str(discovery)),
+            *("--port", "0", "--scrape-interval", "1s", "--prometheus", prometheus_binary),
+        )
+        stacks.append(stack)
+        assert stack.active_targets("ray") == {}
+        discovery.parent.mkdir()  # Ray's head starts after the stack
+        groups = [{"labels": {"job": "ray"}, "targets": [f"127.0.0.1:{node.port}"]}]
+        discovery.write_text(json.dumps(groups))
+        address = f"127.0.0.1:{node.port}"
+        wait_until(lambda: stack.active_targets("ray") == {address: "up"}, 60, "the Ray node")
+        assert stack.stop()[0] == 0
+    finally:
+        node.close()

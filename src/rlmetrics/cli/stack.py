@@ -1,6 +1,6 @@
 """A local Prometheus for a run, in one command: writes DIR/prometheus.yml scraping the run's
 endpoint (--run, default 127.0.0.1:9464), Gym servers (--gym), vLLM engines (--vllm) and every
-Ray node (Ray's own service-discovery file, when Ray runs here), each job's targets in
+Ray node (Ray's own service-discovery file, read once Ray writes it), each job's targets in
 DIR/targets/<job>.json (Prometheus re-reads them: edit them as servers come and go), the
 generated alert rules in DIR/rules/ and the Grafana dashboard in DIR/grafana/; then starts
 Debian's `prometheus` on 127.0.0.1 and keeps it running until Ctrl-C (or SIGTERM).
@@ -125,7 +125,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ray-sd",
         type=Path,
         metavar="FILE",
-        help=f"Ray's service-discovery file (default {RAY_SERVICE_DISCOVERY}, when it exists)",
+        help=f"Ray's service-discovery file (default {RAY_SERVICE_DISCOVERY}; read once Ray "
+        "writes it, so the stack may start first)",
     )
     parser.add_argument("--no-ray", action="store_true", help="no Ray job")
     parser.add_argument(
@@ -245,9 +246,9 @@ def _die_with_parent() -> None:
 
 
 def _settings(args: argparse.Namespace, alertmanager: str | None) -> StackSettings:
-    ray: Path | None = None
-    if not args.no_ray:
-        ray = args.ray_sd or (RAY_SERVICE_DISCOVERY if RAY_SERVICE_DISCOVERY.exists() else None)
+    # Named whether or not it exists yet: Prometheus' file discovery finds a file that
+    # appears later, as Ray's does when its head starts after the stack.
+    ray: Path | None = None if args.no_ray else (args.ray_sd or RAY_SERVICE_DISCOVERY)
     return StackSettings(
         targets={
             "rlmetrics": args.run_targets or [DEFAULT_RUN],
@@ -453,11 +454,11 @@ def _ray_lines(settings: StackSettings) -> list[str]:
     """Where the ``ray`` job's nodes come from: Ray's file outlives the cluster that wrote
     it, so on a machine where Ray ran earlier its dead nodes are listed, and the user must be
     able to tell why, and how to leave them out."""
-    if settings.ray_service_discovery is None:
+    found = settings.ray_service_discovery
+    if found is None:
         return []
-    return [
-        f"Ray nodes: {settings.ray_service_discovery} (Ray's own list; --no-ray leaves them out)"
-    ]
+    when = "" if found.exists() else ", read once Ray writes it"
+    return [f"Ray nodes: {found} (Ray's own list{when}; --no-ray leaves them out)"]
 
 
 def _say(args: argparse.Namespace, report: dict[str, Any], lines: list[str]) -> None:
