@@ -86,6 +86,25 @@ class PhaseTimer(PhaseSeconds):
         """A phase whose seconds this timer adds up (a ``with`` block or a decorator)."""
         return Phase(name, bucket, tags, self)
 
+    def _after_fork_in_child(self) -> None:
+        """A forked child goes on with this timer (a worker given the driver's) and only the
+        thread that forked: a wall-clock phase the parent's other threads had open never ends
+        here, and would count for as long as the child lives. Each phase open at the fork
+        ends at it; one the forking thread itself has open then counts up to the fork only
+        (which thread opened a phase is not kept: it would cost every phase)."""
+        super()._after_fork_in_child()
+        try:
+            now = self._clock.now()
+            for wall in list(self._walls.values()):
+                still_open = wall.open + len(wall.starts) - len(wall.ends)
+                if still_open > 0:
+                    wall.ends.extend([now] * still_open)
+            self._fold()
+        except Exception:
+            warn_once(
+                "tracing:fork", "rlmetrics: a timer's phases open at the fork could not be ended"
+            )
+
 
 class Phase(Scope):
     """One timed phase of a step: ``with rlmetrics.phase("generation", bucket="productive"):``
