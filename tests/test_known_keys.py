@@ -104,6 +104,18 @@ def test_an_evaluation_value_in_a_train_dict_is_not_offered_as_the_training_seri
     assert unknown.known_under == ("test", "loss")
 
 
+@pytest.mark.parametrize("key", ["eval/reward", "eval/loss", "test/kl_penalty"])
+def test_an_evaluation_path_in_a_train_dict_is_not_offered_as_the_training_series(
+    key: str,
+) -> None:
+    # Accelerate hands {"eval/reward": r} under train as it hands eval_reward: "did you mean
+    # 'reward'?" would make the evaluation value the training reward.
+    [unknown] = Vocabulary().unknown("train", [key])
+    evaluation, _, rest = key.partition("/")
+    assert unknown.known_under == (evaluation, rest)
+    assert "did you mean" not in unknown.message()
+
+
 def test_a_key_unknown_under_every_split_keeps_its_close_keys() -> None:
     [unknown] = Vocabulary().unknown("", ["train/kl_penalti"])
     assert unknown.known_under is None

@@ -354,9 +354,10 @@ class Vocabulary:
 
     def _known_under(self, prefix: str, key: str) -> tuple[str, str] | None:
         """``key`` under ``prefix`` as the (prefix, key) it is known as when its leading
-        segments are the prefix (``train/reward`` without one is ``reward`` under
-        ``train``), or an evaluation prefix its name begins with (``eval_reward`` in a train
-        dict is ``reward`` under ``eval``); None when neither is known."""
+        segments continue the prefix (``setup/x_s`` under ``timing`` is ``x_s`` under
+        ``timing/setup``), or an evaluation prefix its name begins with (``eval_reward`` or
+        ``eval/reward`` in a train dict is ``reward`` under ``eval``); None when neither is
+        known."""
         cut = key.find("/")
         while cut > 0:
             head, rest = key[:cut], key[cut + 1 :]
@@ -365,13 +366,15 @@ class Vocabulary:
                 return longer, rest
             cut = key.find("/", cut + 1)
         if prefix in TRAIN_PREFIXES:
-            # ``eval_reward`` in a train dict (Accelerate hands everything under train; the
-            # transformers Trainer's own naming): an evaluation value, not a misspelt
-            # training series ("did you mean 'reward'?" would make it the training reward).
+            # ``eval_reward`` or ``eval/reward`` in a train dict (Accelerate hands everything
+            # under train; the transformers Trainer's own naming): an evaluation value, not a
+            # misspelt training series ("did you mean 'reward'?" would make it the training
+            # reward).
             for evaluation in EVALUATION_PREFIXES:
-                rest = key.removeprefix(f"{evaluation}_")
-                if rest and rest != key and self.known(evaluation, rest):
-                    return evaluation, rest
+                for sep in ("_", "/"):
+                    rest = key.removeprefix(evaluation + sep)
+                    if rest and rest != key and self.known(evaluation, rest):
+                        return evaluation, rest
         return None
 
     def _candidates(self, prefix: str) -> tuple[list[str], list[str]]:
