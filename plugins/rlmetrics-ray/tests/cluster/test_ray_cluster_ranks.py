@@ -96,6 +96,14 @@ def worker_class() -> Any:
             self.logger.log_metrics(metrics, step=step, prefix="train")
             return int(self.rank)
 
+        def tables(self, step: int) -> None:
+            """A samples table and a trajectory, which a worker (no tracker) keeps beside
+            its raw file."""
+            self.logger.log_samples([{"prompt": f"p{self.rank}"}], step=step)
+            self.logger.log_trajectories(
+                [{"sample_id": f"s{self.rank}-{step}", "reward": 1.0}], step=step
+            )
+
         def efficiency(self, step: int, seconds: float) -> None:
             from rlmetrics.events import EfficiencySummary
 
@@ -157,6 +165,7 @@ def kinds(cluster: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
                 [w.step.remote(step, values(r, step)) for r, w in enumerate(workers)],
                 timeout=CALL_S,
             )
+            ray.get([w.tables.remote(step) for w in workers], timeout=CALL_S)
         worker_runs = ray.get([w.run_id.remote() for w in workers], timeout=CALL_S)
         ray.get([w.finish.remote() for w in workers], timeout=CALL_S)
         logger.finish()
@@ -205,6 +214,24 @@ def test_the_trackers_get_one_row_per_step_on_the_driver_and_none_on_the_workers
     assert all(tracker_rows(path) == [] for path in folder.glob("worker*.jsonl"))
     reducer: RayReducer = kinds["reducer"]
     assert reducer.steps_logged == STEPS
+
+
+def test_each_worker_keeps_its_samples_and_trajectory_rows_beside_its_raw_file(
+    kinds: dict[str, Any],
+) -> None:
+    """Before, a worker's ``log_samples`` and ``log_trajectories`` rows went nowhere (it
+    opens no tracker), unsaid."""
+    folder = kinds["folder"]
+    for rank in range(WORLD):
+        rows = read_jsonl(folder / f"rank{rank}.samples.jsonl")
+        assert sorted(
+            (row["step"], row["name"], row["sample"].get("prompt") or row["sample"]["sample_id"])
+            for row in rows
+        ) == [
+            (step, name, value)
+            for step in range(STEPS)
+            for name, value in (("samples", f"p{rank}"), ("trajectories", f"s{rank}-{step}"))
+        ]
 
 
 def test_the_straggler_series_name_the_slow_rank(kinds: dict[str, Any]) -> None:
