@@ -23,12 +23,15 @@ threads that hit it are never the ones raised into.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import logging
 import math
 import os
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ._fork import reset_in_child
 
@@ -43,6 +46,7 @@ __all__ = [
     "hold_strict",
     "informational",
     "logger",
+    "not_our_exception",
     "note_unmet",
     "raise_if_strict",
     "release_strict",
@@ -52,6 +56,37 @@ __all__ = [
 ]
 
 logger = logging.getLogger("rlmetrics")
+
+_Call = TypeVar("_Call", bound=Callable[..., Any])
+#: The exception the caller was handling when it called into rlmetrics (see
+#: :func:`not_our_exception`): not a failure of ours, so no warning carries it.
+_callers_exception: contextvars.ContextVar[BaseException | None] = contextvars.ContextVar(
+    "rlmetrics_callers_exception", default=None
+)
+
+
+def not_our_exception(call: _Call) -> _Call:
+    """``call``, whose warnings do not carry the exception its caller is handling.
+
+    A loop calls some of rlmetrics inside its own ``except`` (a live trajectory's failed tool
+    call) or as its exception leaves a block (``__exit__``); a warning said there about what
+    the loop passed would otherwise carry the loop's exception, traceback and message (which
+    may quote a prompt), as if rlmetrics had failed. An exception raised inside ``call`` is
+    ours and keeps its traceback."""
+
+    @functools.wraps(call)
+    def called(*args: Any, **kwargs: Any) -> Any:
+        handled = sys.exc_info()[1]
+        if handled is None:  # the common case: nothing to keep out
+            return call(*args, **kwargs)
+        token = _callers_exception.set(handled)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            _callers_exception.reset(token)
+
+    return called  # type: ignore[return-value]
+
 
 #: Distinct warn-once keys remembered per process; past it, new causes are logged at DEBUG.
 MAX_WARNING_KEYS = 4096
@@ -146,7 +181,8 @@ def warn_once(key: str, message: str, *, expected: bool = False) -> None:
                 _raised.add(key)
         if not noted:
             note_unmet(message)
-    in_except = sys.exc_info()[0] is not None
+    handled = sys.exc_info()[1]
+    in_except = handled is not None and handled is not _callers_exception.get()
     if expected and first:
         logger.warning(message)
         if in_except:

@@ -273,3 +273,30 @@ def test_a_steps_batches_and_live_rows_reach_a_tracker_as_one_table(rows: Rows) 
         (3, "trajectories", ["3-0", "3-1", "3-2"]),  # 5 rows would pass 4: given as held
         (3, "trajectories", ["3-3", "3-4"]),
     ]
+
+
+def test_a_warning_said_while_the_loop_handles_its_own_exception_carries_no_traceback(
+    rows: Rows, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: a live call's field warning said inside the loop's own ``except`` (where a
+    failed tool call is reported), or at the end of a block its exception left, carried the
+    loop's exception as if rlmetrics had failed: its traceback and its message (a tool's error
+    may quote the model's code or prompt), whatever the text policy. Now such a warning is its
+    one line; a failure of rlmetrics' own inside those calls keeps its traceback."""
+    marker = "SECRET-tool-output-7c1d"
+    logger = rlmetrics.Logger(backends={"rows": {}})
+    with caplog.at_level("DEBUG", logger="rlmetrics"):
+        with rlmetrics.trajectory("in-except", step=1, logger=logger) as t:
+            try:
+                raise ValueError(marker)
+            except ValueError:
+                t.tool_call("python", outcome="crashed", latency_s=0.1)
+        with pytest.raises(KeyError), rlmetrics.trajectory("raised", step="one", logger=logger):
+            raise KeyError(marker)
+        logger.finish()
+    said = [r for r in caplog.records if r.name.startswith("rlmetrics")]
+    assert warned(caplog, "'tool_call.outcome' must be one of")
+    assert warned(caplog, "rlmetrics.trajectory must be an integer from 0")
+    assert [r.getMessage() for r in said if r.exc_info] == []
+    assert not [r for r in said if marker in caplog.handler.format(r)]
+    assert [r["sample_id"] for r in rows.rows] == ["in-except", "raised"]

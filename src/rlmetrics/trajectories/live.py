@@ -27,7 +27,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .._warn import warn_once
+from .._warn import not_our_exception, warn_once
 from ..blocks import Block
 from ..tracing._state import state
 from ..tracing.scopes import current_step
@@ -211,6 +211,7 @@ class LiveTrajectory(Block):
         self._start_ns = now_ns()
         return self
 
+    @not_our_exception
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -342,6 +343,7 @@ class LiveTrajectory(Block):
 
     # -- what happened ------------------------------------------------------------------------
 
+    @not_our_exception
     def generation(
         self,
         model: Any = None,
@@ -391,6 +393,7 @@ class LiveTrajectory(Block):
         except Exception:
             warn_once("trajectory:generation", "rlmetrics: a generation could not be recorded")
 
+    @not_our_exception
     def tool_call(
         self,
         name: Any,
@@ -442,6 +445,7 @@ class LiveTrajectory(Block):
         except Exception:
             warn_once("trajectory:tool_call", "rlmetrics: a tool call could not be recorded")
 
+    @not_our_exception
     def reward(self, value: Any, component: Any = None, *, latency_s: Any = None) -> None:
         """A reward check that just ended: inside ``t.turn()`` the turn's, else the whole
         trajectory's. A value that is not a finite number is dropped with a warning."""
@@ -468,6 +472,7 @@ class LiveTrajectory(Block):
         except Exception:
             warn_once("trajectory:reward", "rlmetrics: a reward could not be recorded")
 
+    @not_our_exception
     def finish(
         self,
         outcome: str | None = None,
