@@ -9,6 +9,8 @@ shutdown.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import threading
 from typing import Any
@@ -29,6 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import rlmetrics
 from rlmetrics import OPEN, Kind, MetricSpec, instruments
+from rlmetrics.registry import record_values
 from rlmetrics.testing import data_points, in_memory_telemetry
 
 GROUP = "test.held"
@@ -148,6 +151,46 @@ def test_held_values_export_the_raw_sdks_points(
                 rlmetrics.record(GROUP, {"latency": value}, attributes)
                 raw.histogram.record(value, attributes)
         collect("both")
+        raw.provider.shutdown()
+
+
+# A batch's values for record_values: valid ones, and ones record() drops (said) or skips.
+_DROPPED = (None, math.nan, -1.0, math.inf)
+_batch_values = st.lists(st.one_of(_values, _values, _values, st.sampled_from(_DROPPED)))
+_batches = st.tuples(st.just("values"), _batch_values, st.integers(0, len(ENVS) - 1), st.booleans())
+
+
+@given(
+    operations=st.lists(st.one_of(_batches, _records, _collections), max_size=30),
+    cap=st.sampled_from([2, 3, 5, instruments.HELD_VALUES_MAX]),
+)
+def test_record_values_exports_what_recording_each_value_does(
+    operations: list[tuple[Any, ...]], cap: int
+) -> None:
+    # record_values (a family's batch of one histogram's values under one prepared set)
+    # against the raw SDK fed each value record() keeps, one by one, in order: through the
+    # first value's write, the cap's hand-over, a change of type and values it drops.
+    tracer = TracerProvider(shutdown_on_exit=False).get_tracer("test")
+    with (
+        mock.patch.object(instruments, "HELD_VALUES_MAX", cap),
+        in_memory_telemetry() as (_handle, ours),
+    ):
+        raw = _Raw()
+        for operation in operations:
+            if operation[0] == "collect":
+                assert _points(ours.get_metrics_data()) == _points(
+                    raw.cumulative.get_metrics_data()
+                )
+                continue
+            kind, values, env, in_span = operation
+            attributes = ENVS[env]
+            batch = values if kind == "values" else [values]
+            with tracer.start_as_current_span("rollout") if in_span else contextlib.nullcontext():
+                record_values(GROUP, "latency", batch, frozenset(attributes.items()))
+                for value in batch:
+                    if value is not None and math.isfinite(value) and value >= 0:
+                        raw.histogram.record(value, attributes)
+        assert _points(ours.get_metrics_data()) == _points(raw.cumulative.get_metrics_data())
         raw.provider.shutdown()
 
 

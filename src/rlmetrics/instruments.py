@@ -570,6 +570,30 @@ class Session:
             self._hand_over(series, slot)
             series.write(number, attributes, current or self.outside_spans)  # type: ignore[misc]
 
+    def hold_values(
+        self, series: _Series, numbers: list[int | float], key: AttributeSet, attributes: Any
+    ) -> None:
+        """``_hold`` of each of ``numbers`` in order (a batch's values of one histogram under
+        one attribute set), with its checks and its lock once for the run of them its held
+        array takes; the rest (a first value, at the cap, a change of type, in a span) one
+        by one, as ``_hold`` does them."""
+        done = 0
+        slot = series.held.get(key)
+        if slot is not None and not self.in_context() and not _observing.active:  # type: ignore[misc]
+            last = HELD_VALUES_MAX - 1
+            with series.sum_lock:
+                values = slot[0]
+                for number in numbers:
+                    code = "d" if type(number) is float else "q"
+                    if values.typecode != code and not values:
+                        values = slot[0] = array(code)
+                    if values.typecode != code or len(values) >= last:
+                        break
+                    values.append(number)
+                    done += 1
+        for number in numbers[done:] if done else numbers:
+            self._hold(series, number, key, attributes)
+
     def _hand_over(self, series: _Series, slot: list[Any]) -> None:
         """Record what one attribute set holds into the SDK, in order (``flush_lock`` held)."""
         with series.sum_lock:
@@ -836,6 +860,55 @@ class Recorder:
                         series.pend(series, value, labelled, known)  # type: ignore[misc]
                 elif value is not None:
                     session.write(series, group, key, value, attributes)
+        except Exception:
+            _record_failed(group)
+
+    def record_values(
+        self, group: str, key: str, values: list[Any], attributes: AttributeSet
+    ) -> None:
+        """Record each of ``values`` into one series by registry key under ``attributes`` (a
+        prepared attribute set: a frozenset of pairs), as ``record`` would one by one, in
+        order: a family's histogram values of a batch, checked and held in one call. A no-op
+        unless telemetry is exporting. Never raises; skips None."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            series = session.groups[group][key]
+        except KeyError:
+            for value in values:
+                self.record(group, {key: value}, attributes)  # says what is missing
+            return
+        try:
+            # Unlabelled: held under no set with no attributes, as record() holds it.
+            key_set, given = (attributes, attributes) if attributes else (_NO_KEY, None)
+            known = series.admitted.get(attributes) if attributes else None
+            if (
+                (attributes and known is None)  # a set not admitted yet: record() admits it
+                or not series.recordable
+                or series.direct
+                or series.gauge
+                or not series.holds
+            ):
+                for value in values:
+                    self.record(group, {key: value}, attributes)
+                return
+            least, good = series.least, []
+            for value in values:
+                if (
+                    ((kind := type(value)) is float and value - value == 0.0)
+                    or (kind is int and value <= 2**30 - 1 and value >= -(2**30 - 1))
+                ) and value >= least:
+                    good.append(value)
+                elif value is not None:
+                    # record()'s checked path (a value it drops is said), after the ones
+                    # before it: the SDK gets them in the order given.
+                    if good:
+                        session.hold_values(series, good, key_set, known)
+                        good = []
+                    session.write(series, group, key, value, given)
+            if good:
+                session.hold_values(series, good, key_set, known)
         except Exception:
             _record_failed(group)
 

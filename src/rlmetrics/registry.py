@@ -353,6 +353,8 @@ record = _default.record
 activate = _default.activate
 record_points = _default.record_points
 record_declared = _default.record_declared
+#: A family's batch of one histogram's values under one prepared attribute set (not public).
+record_values = _default.record_values
 retract = _default.retract
 
 

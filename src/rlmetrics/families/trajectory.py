@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import hookimpl
-from ..registry import declare, record
+from ..registry import declare, record, record_values
 from ..spec import OPEN, SUM, Kind, MetricSpec
 from ..trajectories import OUTCOMES, TOOL_OUTCOMES, TrajectoryBatch, inside
 from ..trajectories.spans import (
@@ -291,7 +291,9 @@ _memos: tuple[dict[Any, Any], ...] = (*_BY_RAW_NAME, _env_sets, _reward_sets, _t
 
 def record_batch(batch: TrajectoryBatch) -> None:
     """Record the metrics of ``batch`` (what the hook does). Counters are added up over the
-    batch first (one point per attribute set); histograms take one value per trajectory.
+    batch first (one point per attribute set); histograms take one value per trajectory, the
+    values outside every span gathered per attribute set and handed over in one call each
+    (``record_values``: the same values, without a call per value).
 
     What depends only on a name (its bounded value, the attribute sets it is in) is found once
     per session (``_memos``), not once per trajectory or batch: a run's rollouts hold a few
@@ -303,6 +305,9 @@ def record_batch(batch: TrajectoryBatch) -> None:
     calls: dict[tuple[str, str], int] = {}
     # (component, env): [sum, count], recorded once per batch like the counters.
     reward_sums: dict[tuple[str | None, str | None], list[float]] = {}
+    # Histogram values by attribute set: turns and tool calls by env, durations outside a span.
+    counts: dict[frozenset[tuple[str, str]], tuple[list[int], list[int]]] = {}
+    durations: dict[frozenset[tuple[str, str]], list[float]] = {}
     contexts = batch.contexts
     trained = batch.trainer_weight_version
     envs, reasons, tools, components = _env_of, _reason_of, _tool_of, _component_of
@@ -324,7 +329,11 @@ def record_batch(batch: TrajectoryBatch) -> None:
         env_set = by_env.get(env)
         if env_set is None:
             env_set = by_env[env] = _attributes((ENV_ATTR, env))
-        record(GROUP, {TURNS: t.turn_count, TOOL_CALLS: t.tool_call_count}, env_set)
+        per_env = counts.get(env_set)
+        if per_env is None:
+            per_env = counts[env_set] = ([], [])
+        per_env[0].append(t.turn_count)
+        per_env[1].append(t.tool_call_count)
         given = taken = 0
         for turn in t.turns:
             for generation in turn.generations:
@@ -378,7 +387,6 @@ def record_batch(batch: TrajectoryBatch) -> None:
         seconds = duration_s(t)
         if seconds is None:  # a record that says no time: no duration to count
             continue
-        duration = {DURATION: seconds}
         outcome = timed.get((outcome_name, env))
         if outcome is None:
             outcome = timed[(outcome_name, env)] = _attributes(
@@ -386,10 +394,18 @@ def record_batch(batch: TrajectoryBatch) -> None:
             )
         context = contexts[index] if index < len(contexts) else None
         if context is None:
-            record(GROUP, duration, outcome)
+            timed_values = durations.get(outcome)
+            if timed_values is None:
+                timed_values = durations[outcome] = []
+            timed_values.append(seconds)
         else:
             with inside(context):
-                record(GROUP, duration, outcome)
+                record(GROUP, {DURATION: seconds}, outcome)
+    for env_set, (turn_counts, tool_call_counts) in counts.items():
+        record_values(GROUP, TURNS, turn_counts, env_set)
+        record_values(GROUP, TOOL_CALLS, tool_call_counts, env_set)
+    for outcome, seconds_list in durations.items():
+        record_values(GROUP, DURATION, seconds_list, outcome)
     for (outcome_name, reason, env), n in completed.items():
         attributes = _attributes(
             (OUTCOME_ATTR, outcome_name), (TRAJECTORY_FINISH_REASON_ATTR, reason), (ENV_ATTR, env)
