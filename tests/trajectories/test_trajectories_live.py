@@ -300,3 +300,26 @@ def test_a_warning_said_while_the_loop_handles_its_own_exception_carries_no_trac
     assert [r.getMessage() for r in said if r.exc_info] == []
     assert not [r for r in said if marker in caplog.handler.format(r)]
     assert [r["sample_id"] for r in rows.rows] == ["in-except", "raised"]
+
+
+def test_a_live_error_given_as_the_exception_is_its_class(caplog: pytest.LogCaptureFixture) -> None:
+    """Before: ``t.tool_call(..., error=exc)`` and ``t.finish("error", error=exc)`` with the
+    exception a loop just caught (or its class) dropped the field, said once, and the spans
+    said ``error.type`` ``error``. Now the exception's class name is the error; its message is
+    never read."""
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        with caplog.at_level("WARNING", logger="rlmetrics"), rlmetrics.trajectory("e", step=1) as t:
+            try:
+                raise TimeoutError("SECRET message")
+            except TimeoutError as exc:
+                t.tool_call("python", outcome="timeout", error=exc)
+                t.tool_call("search", outcome="error", error=ConnectionError)
+            t.finish("error", error=RuntimeError("SECRET"))
+        spans = span_records(exporter)
+    errors = {s.name: s.attributes.get("error.type") for s in spans if "error.type" in s.attributes}
+    assert errors == {
+        "execute_tool python": "TimeoutError",
+        "execute_tool search": "ConnectionError",
+        "invoke_agent": "RuntimeError",
+    }
+    assert not warned(caplog, "error")

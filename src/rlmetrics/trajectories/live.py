@@ -111,6 +111,17 @@ class _TurnParts:
         )
 
 
+def _error_class(error: Any) -> Any:
+    """An ``error=`` given as the exception a loop caught (or its class) is its class's
+    name, what the record's ``error`` holds; its message is never read (it may quote a
+    prompt). Anything else is left to the field's check."""
+    if isinstance(error, BaseException):
+        return type(error).__name__
+    if isinstance(error, type) and issubclass(error, BaseException):
+        return error.__name__
+    return error
+
+
 class LiveTurn(Block):
     """``with t.turn():`` (or ``async with``): one turn of the trajectory."""
 
@@ -416,7 +427,7 @@ class LiveTrajectory(Block):
                     "name": name,
                     "outcome": outcome,
                     "latency_s": latency_s,
-                    "error": error,
+                    "error": _error_class(error),
                     "arguments": arguments,
                     "result": result,
                 },
@@ -479,13 +490,14 @@ class LiveTrajectory(Block):
         *,
         finish_reason: str | None = None,
         reward: float | None = None,
-        error: str | None = None,
+        error: str | BaseException | type[BaseException] | None = None,
         logprob_mismatch: float | None = None,
         importance_ratio: float | None = None,
     ) -> None:
         """Say how the trajectory ended (checked when the block ends): ``outcome`` (one of
         ``success``, ``failure``, ``error``, ``truncated``), why, its total reward (else the
-        sum of its rewards), for an error the error's class, and its off-policy signals
+        sum of its rewards), for an error the error's class (its name, or the exception or
+        its class), and its off-policy signals
         (the record's ``logprob_mismatch`` and ``importance_ratio``). Outside the open
         block, it warns once and does nothing."""
         if not self._open:
@@ -502,7 +514,7 @@ class LiveTrajectory(Block):
         if reward is not None:
             self.reward_total = reward
         if error is not None:
-            self.error = error
+            self.error = _error_class(error)
 
 
 def trajectory(
