@@ -366,3 +366,56 @@ def test_a_sigterm_handler_that_shuts_telemetry_down_mid_step_exits() -> None:
     status, err = run_to_exit(_SHUTDOWN_IN_HANDLER, timeout_s=30)
     assert status == 0, err
     assert "shut down" in err and "Traceback" not in err, err
+
+
+_SHUTDOWN_SIGNAL_SCRIPT = """
+import importlib, os, signal, sys
+import rlmetrics
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+SOURCE = importlib.import_module("rlmetrics.telemetry").__file__
+state = {"line": 0, "at": -1, "telemetry": None}
+
+def on_sigterm(*_):
+    state["at"] = -1  # once
+    state["telemetry"].shutdown(failed=True, timeout_s=10)  # docs/troubleshooting.md's handler
+
+def fire_at_line(frame, event, arg):
+    # Sends the SIGTERM at the at-th line the loop's thread runs in telemetry.py's shutdown.
+    if frame.f_code.co_filename != SOURCE:
+        return None
+    if event == "line":
+        state["line"] += 1
+        if state["line"] == state["at"]:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return fire_at_line
+
+signal.signal(signal.SIGTERM, on_sigterm)
+
+def one_call(at):
+    telemetry = rlmetrics.start(run_id="preempted", readers=[InMemoryMetricReader()])
+    state.update(line=0, at=at, telemetry=telemetry)
+    sys.settrace(fire_at_line)
+    try:
+        telemetry.shutdown(timeout_s=10)  # the end of the job, as the preemption comes
+    finally:
+        sys.settrace(None)
+    return state["line"]
+
+lines = one_call(-1)
+for at in range(1, lines + 1):
+    one_call(at)
+print(lines, "lines", file=sys.stderr)
+"""
+
+
+def test_a_sigterm_handler_that_shuts_telemetry_down_returns_wherever_the_signal_lands() -> None:
+    """The handler's ``telemetry.shutdown(failed=True)`` is run at every line of telemetry.py
+    that the loop's own ``shutdown()`` runs: it returns each time. Landing while the loop's
+    shutdown held the handle's lock (to mark it closed), it waited for that lock for ever:
+    the job hung until its SIGKILL."""
+    from rlmetrics.testing import run_to_exit
+
+    status, err = run_to_exit(_SHUTDOWN_SIGNAL_SCRIPT, (), timeout_s=120)
+    assert status == 0, err
+    assert "lines" in err and "Traceback" not in err, err

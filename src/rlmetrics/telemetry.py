@@ -88,7 +88,8 @@ class Telemetry:
         self.resume = resume
         self._registry = registry
         self.resource: dict[str, Any] = dict(resource)
-        self._lock = threading.Lock()
+        #: Held by the one shutdown that stops this handle (:meth:`_shutdown`).
+        self._once = threading.Lock()
         self._closed = False
         #: Each ``start()`` setting as ``(value, source)``: ``"the call"``, the variable or
         #: file setting that gave it, or ``"default"`` (docs/configuration.md).
@@ -204,10 +205,12 @@ class Telemetry:
         (an exception unwinding), so each exporter is told (:attr:`Exporter.end_run`: the
         Prometheus endpoint serves the end to one last scrape, waiting within its own bound)."""
         global _active
-        with self._lock:
-            if self._closed:
-                return False
-            self._closed = True
+        # Taken once and never given back, without waiting: a SIGTERM handler's shutdown
+        # landing while this thread's own shutdown holds it returns at once (that shutdown
+        # goes on) where waiting for it would wait for ever.
+        if not self._once.acquire(blocking=False):
+            return False
+        self._closed = True
         try:
             # Spans still open (a phase on a thread that never ended) end first, so they and
             # the step summaries they complete are exported by the shutdown below.
