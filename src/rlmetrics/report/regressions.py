@@ -32,7 +32,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -196,16 +197,76 @@ class RegressionReport:
         )
 
 
+class _Column:
+    """Numbers by step in the order added, held compactly: steps in an ``array('q')`` (a
+    list once one no int64 holds: a hand-made file's), readings in an ``array('d')``. A long
+    run's every step of every grouped series is 16 bytes, not a dict entry and a float."""
+
+    def __init__(self) -> None:
+        self.steps: array[int] | list[int] = array("q")
+        self.readings = array("d")
+
+    def add(self, step: int, value: float) -> None:
+        try:
+            self.steps.append(step)
+        except OverflowError:
+            self.steps = [*self.steps, step]
+        self.readings.append(value)
+
+    def pairs(self) -> Iterator[tuple[int, float]]:
+        return zip(self.steps, self.readings, strict=True)
+
+    def by_step(self, pick: Callable[[Sequence[float]], float]) -> _ByStep:
+        """One value a step, in step order: ``pick`` of the values added at it (in the order
+        added)."""
+        steps, readings = self.steps, self.readings
+        order: Iterable[int] = range(len(steps))
+        if any(a > b for a, b in itertools.pairwise(steps)):
+            order = sorted(order, key=steps.__getitem__)  # stable: a step's values in order
+        kept = _ByStep()
+        for step, group in itertools.groupby(order, key=steps.__getitem__):
+            kept.add(step, pick([readings[i] for i in group]))
+        return kept
+
+
+class _ByStep(Mapping[int, float], _Column):
+    """One value a step, its steps ascending: a mapping read by bisection."""
+
+    def __getitem__(self, step: int) -> float:
+        at = bisect.bisect_left(self.steps, step)
+        if at == len(self.steps) or self.steps[at] != step:
+            raise KeyError(step)
+        return self.readings[at]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+def _first(values: Sequence[float]) -> float:
+    return values[0]
+
+
+def _last(values: Sequence[float]) -> float:
+    return values[-1]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return values[0] if len(values) == 1 else numbers.mean(values)
+
+
 class StepTimes:
     """What a judgement reads of a run's rows, taken one row at a time (:meth:`add`, in the
     order they were written) so a caller streams a long run instead of holding it: each step's
-    time, and every grouped series' values per step. :meth:`judge` gives the verdict."""
+    time, and every grouped series' values per step, in arrays (:class:`_Column`).
+    :meth:`judge` gives the verdict."""
 
     def __init__(self) -> None:
-        self._walls: dict[int, float] = {}
-        self._first_time: dict[int, float] = {}
-        # A step's one value as itself, a list only once it logs a second (most log one).
-        self._sums: dict[Series, dict[int, float | list[float]]] = {}
+        self._walls = _Column()  # a step's last positive wall time counts
+        self._first_time = _Column()  # a step's first row's time counts
+        self._sums: dict[Series, _Column] = {}
 
     def add(self, row: Mapping[str, Any]) -> None:
         metrics, step, prefix = row.get("metrics"), row.get("step"), row.get("prefix", "")
@@ -216,51 +277,49 @@ class StepTimes:
         if prefix in TRAIN_PREFIXES:
             wall = _number(metrics.get(_STEP_WALL_KEY))
             if wall is not None and wall > 0:
-                self._walls[step] = wall
+                self._walls.add(step, wall)
             logged = _number(row.get("time"))
-            if logged is not None and step not in self._first_time:
-                self._first_time[step] = logged
+            if logged is not None:
+                self._first_time.add(step, logged)
         for key, value in metrics.items():
             series = _classify(prefix, str(key))
             number = _number(value)
             if series is not None and number is not None:
-                by_step = self._sums.setdefault(series, {})
-                held = by_step.get(step)
-                if held is None:
-                    by_step[step] = number
-                elif isinstance(held, list):
-                    held.append(number)
-                else:
-                    by_step[step] = [held, number]
+                column = self._sums.get(series)
+                if column is None:
+                    column = self._sums[series] = _Column()
+                column.add(step, number)
 
-    def per_step(self) -> tuple[dict[int, float], str | None, dict[Series, dict[int, float]]]:
+    def per_step(
+        self,
+    ) -> tuple[Mapping[int, float], str | None, dict[Series, Mapping[int, float]]]:
         """Step times, their source, and every grouped series' value per step (the mean of
         the values a step logged; for a cumulative series, its increase since the step
         before)."""
-        values: dict[Series, dict[int, float]] = {}
-        for series, by_step in self._sums.items():
-            means = {
-                step: numbers.mean(v) if isinstance(v, list) else v
-                for step, v in sorted(by_step.items())
-            }
-            if series.cumulative:
-                ordered = sorted(means)
-                means = {b: means[b] - means[a] for a, b in itertools.pairwise(ordered)}
-            values[series] = means
-        if self._walls:
-            return self._walls, _STEP_WALL_KEY, values
-        first_time = self._first_time
-        ordered = sorted(first_time)
-        gaps = {
-            b: first_time[b] - first_time[a]
-            for a, b in itertools.pairwise(ordered)
-            if first_time[b] > first_time[a]
-        }
-        return gaps, ("time between logged steps" if gaps else None), values
+        values: dict[Series, Mapping[int, float]] = {}
+        for series, column in self._sums.items():
+            means = column.by_step(_mean)
+            values[series] = _increases(means) if series.cumulative else means
+        if len(self._walls.steps):
+            return self._walls.by_step(_last), _STEP_WALL_KEY, values
+        first_time = self._first_time.by_step(_first)
+        gaps = _ByStep()
+        for (_a, at_a), (b, at_b) in itertools.pairwise(first_time.pairs()):
+            if at_b > at_a:
+                gaps.add(b, at_b - at_a)
+        return gaps, ("time between logged steps" if len(gaps) else None), values
 
     def judge(self) -> RegressionReport:
         """The verdict on the rows added so far."""
         return _judge(*self.per_step())
+
+
+def _increases(by_step: _ByStep) -> _ByStep:
+    """A cumulative series' increase at each step since the step before (none at the first)."""
+    increases = _ByStep()
+    for (_a, before), (b, after) in itertools.pairwise(by_step.pairs()):
+        increases.add(b, after - before)
+    return increases
 
 
 def find_regressions(rows: Iterable[Mapping[str, Any]]) -> RegressionReport:
@@ -273,7 +332,7 @@ def find_regressions(rows: Iterable[Mapping[str, Any]]) -> RegressionReport:
 
 
 def _judge(
-    times: dict[int, float], source: str | None, values: dict[Series, dict[int, float]]
+    times: Mapping[int, float], source: str | None, values: Mapping[Series, Mapping[int, float]]
 ) -> RegressionReport:
     if source is None:
         return RegressionReport(
