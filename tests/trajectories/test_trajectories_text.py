@@ -164,3 +164,32 @@ def test_as_text_never_raises() -> None:
     cycle: list[Any] = []
     cycle.append(cycle)
     assert as_text(cycle) is None
+
+
+def test_a_conversation_is_kept_as_its_json_text(caplog: pytest.LogCaptureFixture) -> None:
+    """Before: a prompt or completion given as a conversation's messages (the chat format TRL,
+    verl and the OpenAI-style agent frameworks hold) or tool arguments given as their dict
+    were not kept under ``full``, ``hash`` or ``redacted`` (said once: "must be a str"), though
+    the TRL and Gym integrations keep the same values as their JSON (``as_text``). Now a list
+    or dict is kept as its JSON text, as they keep it."""
+    configure(text="full")
+    messages = [{"role": "user", "content": "What is 2+2?"}]
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        with caplog.at_level("WARNING", logger="rlmetrics"):
+            logger = rlmetrics.Logger(backends={})
+            logger.log_trajectories(
+                [{"sample_id": "s", "prompt": messages, "completion": {"content": "4"}}], step=1
+            )
+            with rlmetrics.trajectory("live") as t, t.turn():
+                t.generation("m", prompt=messages)
+                t.tool_call("python", arguments={"code": "2+2"}, result=["4"])
+        spans = span_records(exporter)
+    assert not [r.getMessage() for r in caplog.records if "must be a str" in r.getMessage()]
+    [agent] = [s for s in spans if s.attributes.get("rl.sample.id") == "s"]
+    prompt = json.loads(agent.attributes["gen_ai.input.messages"])[0]["parts"][0]["content"]
+    assert json.loads(prompt) == messages
+    [chat] = [s for s in spans if s.name == "chat m"]
+    assert "What is 2+2?" in chat.attributes["gen_ai.input.messages"]
+    [tool] = [s for s in spans if s.name == "execute_tool python"]
+    assert json.loads(tool.attributes["gen_ai.tool.call.arguments"]) == {"code": "2+2"}
+    assert json.loads(tool.attributes["gen_ai.tool.call.result"]) == ["4"]

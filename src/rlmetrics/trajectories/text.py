@@ -82,6 +82,10 @@ class TextPolicy:
         raises: a redactor that raises or returns no string costs that text only."""
         if value is None or self.mode == "off":
             return None
+        if isinstance(value, (list, tuple, dict)):
+            # A conversation's messages, a message, a tool's arguments: their JSON, as the
+            # TRL and Gym integrations keep them (as_text).
+            value = as_text(value) or value  # JSON cannot write it: said below
         if type(value) is not str:
             warn_once(
                 f"trajectory:text:{field}",
