@@ -575,9 +575,16 @@ class Logger:
         if not_a_payload(event, RolloutEvent, "log_rollout_checkpoint"):
             return raise_if_strict()
         try:
+            metrics, sample = event.to_metrics(), self._next_sample(event.prefix)
+            if self._ranks is not None and not self._ranks.logs:
+                # Not merged (each rank's stream is its own), and no tracker on this rank:
+                # the rank's raw file keeps it, as it keeps the rank's merged dicts.
+                keep = getattr(self._ranks, "log_unmerged", None)
+                if keep is not None:
+                    keep(metrics, sample, event.prefix)
             self._log(
-                event.to_metrics(),
-                self._next_sample(event.prefix),
+                metrics,
+                sample,
                 event.prefix,
                 lambda plugins: plugins.on_rollout_checkpoint(event),
             )

@@ -13,6 +13,7 @@ from test_ranks_merger import WORLD, ThreadCollective, in_rank_threads
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl, samples_path
+from rlmetrics.events import CheckpointSave
 from rlmetrics.ranks import RankMerger
 
 
@@ -76,3 +77,37 @@ def test_without_a_raw_file_the_other_ranks_say_their_tables_are_not_written(
     _rank_logs_tables(tmp_path, None)
     assert len(_tables(tmp_path / "tracker0.jsonl")) == 6
     assert caplog.text.count("writes no tracker rows and has no raw file (raw_path=None)") == 1
+
+
+def test_every_rank_s_rollout_checkpoints_are_written_once(tmp_path: Path) -> None:
+    """A rollout checkpoint is not merged (its stream's samples are each rank's own): rank 0's
+    reach its trackers; before, another rank's went nowhere, unsaid. Now its raw file has it."""
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        merger = RankMerger(
+            ThreadCollective(shared, rank), raw_path=tmp_path / "raw{rank}.jsonl", background=False
+        )
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}},
+            ranks=merger,
+            run_id="r1",
+        )
+        logger.log_metrics({"num_samples": 4 + rank}, step=0)
+        for saved in range(2):
+            event = CheckpointSave({"total_save_seconds": rank + saved / 10}, wall_time_s=5.0)
+            logger.log_rollout_checkpoint(event)
+        logger.finish()
+
+    in_rank_threads(rank_loop)
+
+    def checkpoints(path: Path) -> list[tuple[int, float]]:
+        return [
+            (row["step"], row["metrics"]["total_save_seconds"])
+            for row in read_jsonl(path)
+            if row["prefix"] == CheckpointSave.PREFIX
+        ]
+
+    assert checkpoints(tmp_path / "tracker0.jsonl") == [(0, 0.0), (1, 0.1)]
+    for rank in (1, 2):
+        assert checkpoints(tmp_path / f"raw{rank}.jsonl") == [(0, rank), (1, rank + 0.1)]

@@ -554,6 +554,11 @@ class RankMerger:
                 + (f"; {_steps_text(steps)} in the raw file only" if steps else ""),
             )
 
+    def log_unmerged(self, flat: Mapping[str, Any], step: int, prefix: str) -> None:
+        """A row no merge takes (a rollout checkpoint's sample: each rank's stream is its
+        own) that this rank logged while it writes no run rows: its raw file keeps it."""
+        self._write_raw(flat, step, prefix)
+
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """A samples table this rank logged while it writes no run rows (not rank 0): its
         raw file's samples (:func:`write_rank_samples`)."""

@@ -454,6 +454,14 @@ class RayRank:
             )
         return None
 
+    def log_unmerged(self, flat: Mapping[str, Any], step: int, prefix: str) -> None:
+        """A row no merge takes (a rollout checkpoint's sample): this worker's raw file."""
+        try:
+            if self._rows is not None:
+                self._rows.log_metrics(flat, step, prefix)
+        except Exception:
+            warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
+
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """A samples table this worker logged (it has no tracker): beside its raw file, as a
         torch rank's (:func:`rlmetrics.ranks.write_rank_samples`)."""
