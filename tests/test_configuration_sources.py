@@ -386,6 +386,12 @@ def test_the_config_command_checks_the_prometheus_variables_when_code_chooses_it
             "RLMETRICS_STALL_AFTER_S",
         ),
         ("", {"RLMETRICS_STRICT": "maybe"}, "RLMETRICS_STRICT='maybe'"),
+        (
+            "[telemetry]\nresource = {team = {name = 'rl'}}\n",
+            {},
+            "rlmetrics.toml [telemetry] resource must be a table of resource attributes",
+        ),
+        ("[telemetry]\nresource = {tags = [1, 'a']}\n", {}, "[telemetry] resource"),
     ],
 )
 def test_the_config_command_exits_2_on_what_start_or_logger_refuses(
@@ -517,7 +523,10 @@ def test_a_redact_list_the_logger_refuses_is_refused_naming_its_source(
             lambda: rlmetrics.start(export_interval_s="5"),
             "start(): export_interval_s must be a positive number, got str",
         ),
-        (lambda: rlmetrics.start(resource=5), "start(): resource must be a table, got int 5"),
+        (
+            lambda: rlmetrics.start(resource=5),
+            "start(): resource must be a table of resource attributes, got int 5",
+        ),
         (
             lambda: rlmetrics.start(service_name=5),
             "start(): service_name must be a string, got int 5",

@@ -52,7 +52,12 @@ from opentelemetry.util.types import Attributes
 
 from ._fork import forget_in_child
 from ._warn import describe_value, warn_once
-from .configuration import NON_NEGATIVE_INTEGER, ConfigurationError, check_variable
+from .configuration import (
+    NON_NEGATIVE_INTEGER,
+    ConfigurationError,
+    check_variable,
+    is_attribute_value,
+)
 from .exporters import Exporter
 from .identity import RUN_ID_ATTR, new_run_id
 from .storable import utf8_text
@@ -424,7 +429,7 @@ def resource_attributes(
             "a non-empty string; give the run's id, or leave the attribute out"
         )
     for key, value in attributes.items():
-        if not _attribute_value(value):
+        if not is_attribute_value(value):
             # The SDK keeps None (an empty value on every OTLP export) and makes an object
             # None: the run's series without the attribute a dashboard selects them by.
             what = "None" if value is None else describe_value(value)
@@ -439,19 +444,6 @@ def resource_attributes(
                 f"resource attribute {key!r} is no UTF-8 text: {value!r}; give it as text"
             )
     return attributes
-
-
-_PRIMITIVES = (str, bool, int, float)
-
-
-def _attribute_value(value: Any) -> bool:
-    """Whether ``value`` is one of OpenTelemetry's attribute types: a primitive, or a list
-    (or tuple) of primitives of one type."""
-    if isinstance(value, _PRIMITIVES):
-        return True
-    if not isinstance(value, (list, tuple)):
-        return False
-    return all(isinstance(each, _PRIMITIVES) for each in value) and len(set(map(type, value))) <= 1
 
 
 class _NoExemplars(ExemplarReservoir):

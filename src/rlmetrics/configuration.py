@@ -69,6 +69,7 @@ __all__ = [
     "PATH",
     "PORT",
     "POSITIVE_INTEGER",
+    "RESOURCE",
     "POSITIVE_NUMBER",
     "TELEMETRY_SETTINGS",
     "SETTING_VARIABLES",
@@ -93,6 +94,7 @@ __all__ = [
     "configured",
     "declare_options",
     "in_any_case",
+    "is_attribute_value",
     "declared_options",
     "from_source",
     "named_choice",
@@ -207,6 +209,40 @@ TEXT_LIST = Option(
     lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v),
 )
 TABLE = Option("a table", lambda v: isinstance(v, Mapping))
+_ATTRIBUTE_PRIMITIVES = (str, bool, int, float)
+
+
+def is_attribute_value(value: Any) -> bool:
+    """Whether ``value`` is one of OpenTelemetry's attribute types: a primitive, or a list
+    (or tuple) of primitives of one type."""
+    if isinstance(value, _ATTRIBUTE_PRIMITIVES):
+        return True
+    if not isinstance(value, (list, tuple)):
+        return False
+    return (
+        all(isinstance(v, _ATTRIBUTE_PRIMITIVES) for v in value) and len(set(map(type, value))) <= 1
+    )
+
+
+class _Attributes(Option):
+    """A table of resource attributes, whose refusal names the attribute that is none."""
+
+    def problem(self, value: Any) -> str | None:
+        if not isinstance(value, Mapping):
+            return super().problem(value)
+        for key, each in value.items():
+            if not is_attribute_value(each):
+                what = "None" if each is None else describe_value(each)
+                return (
+                    f"must be {self.what}: resource attribute {key!r} is {what}; give text, a "
+                    "bool, a number or a list of one of those, or leave it out"
+                )
+        return None
+
+
+#: ``[telemetry] resource``: refused where the file is read (naming it, and by ``rlmetrics
+#: config`` too), not only when ``start()`` builds the resource.
+RESOURCE = _Attributes("a table of resource attributes", lambda v: isinstance(v, Mapping))
 #: ``redact``: true or false, or a list of key names or glob patterns (rlmetrics.redaction).
 # What rlmetrics.redaction.redaction() takes, checked where the setting is read so a refused
 # one names its source: an empty list (nothing more, or nothing at all?) and an empty name
@@ -389,7 +425,7 @@ TELEMETRY_SETTINGS: dict[str, Option] = {
     "traces": FLAG,
     "plugins": TEXT_LIST,
     "disable_plugins": TEXT_LIST,
-    "resource": TABLE,
+    "resource": RESOURCE,
     "strict": FLAG,
     "naming": TEXT,
 }
