@@ -363,6 +363,12 @@ class BackendWorker:
         self.written = 0
         self.failed = 0
         self.dropped = 0
+        #: Rows the backend's thread holds, taken from the queue and not yet written or failed:
+        #: a request under way, which a give-up cannot stop (it may still land).
+        self._under_way = 0
+        #: Rows under way when ``finish()`` gave up, not counted as lost then: the process
+        #: goes on, and they may land; counted once they cannot (:meth:`wait_given_up`).
+        self._pending = 0
         self._said = False  # what it did not write has been reported
         self._finishing = False  # finishing was asked for: the finish marker is queued
         self._finished = False  # finish() was called (it reports, once)
@@ -393,22 +399,35 @@ class BackendWorker:
         """Rows handed to the backend and neither written, failed nor dropped (yet)."""
         return max(0, self.rows - self.written - self.failed - self.dropped)
 
+    def _give_up(self, ending: bool) -> tuple[int, str]:
+        """Give up on the rows not written: those still queued are never written (the thread
+        skips them), counted as dropped now. Those under way are too when the process is
+        ``ending`` (the exit, an interrupted finish); otherwise they may still land, which
+        counts them as written or failed (:meth:`wait_given_up` counts them if they cannot).
+        Returns how many are lost and the phrase for the rest."""
+        self._given_up = True
+        under_way = 0 if ending else self._under_way
+        self._pending = under_way
+        lost = max(0, self.unwritten() - under_way)
+        if lost:
+            _lose(self.name, "dropped", lost)
+        return lost, f", {under_way} under way (they may still land)" if under_way else ""
+
     def say_unwritten(self, why: str) -> None:
         """Report, once, the rows the backend has not written, when ``finish()`` cannot
         (``why``: it was interrupted, or the process is exiting without it)."""
         if self._said or os.getpid() != self._pid:
             return
         self._said = True
-        self._given_up = True
-        unwritten = self.unwritten()
-        if unwritten:
-            _lose(self.name, "dropped", unwritten)
+        unwritten, under_way = self._give_up(ending=True)
+        if unwritten or under_way:
             lost = _lost(self.rows, self.failed, self.dropped)
             logger.warning(
-                "rlmetrics: backend %r: %s: %d rows not written%s",
+                "rlmetrics: backend %r: %s: %d rows not written%s%s",
                 self.name,
                 why,
                 unwritten,
+                under_way,
                 "".join(f", {phrase}" for phrase in lost),
             )
 
@@ -476,16 +495,14 @@ class BackendWorker:
         lost = _lost(self.rows, self.failed, self.dropped)
         self._said = True
         if self._thread.is_alive():
-            self._given_up = True
-            unwritten = self.unwritten()
-            if unwritten:
-                _lose(self.name, "dropped", unwritten)
+            unwritten, under_way = self._give_up(ending=exiting is not None)
             logger.warning(
-                "rlmetrics: %sbackend %r did not finish within %.1f s: %d rows not written%s",
+                "rlmetrics: %sbackend %r did not finish within %.1f s: %d rows not written%s%s",
                 why,
                 self.name,
                 timeout_s,
                 unwritten,
+                under_way,
                 "".join(f", {phrase}" for phrase in lost),
             )
         elif lost:
@@ -497,6 +514,15 @@ class BackendWorker:
         handlers tear its client down, and before the daemon thread is cut off."""
         if self._given_up and os.getpid() == self._pid:
             _waiting.join(self._thread, deadline - time.monotonic())
+            pending, self._pending = self._pending, 0
+            if pending and self._thread.is_alive():
+                _lose(self.name, "dropped", pending)
+                logger.warning(
+                    "rlmetrics: backend %r: the %d rows under way when its finish gave up did "
+                    "not land before the exit",
+                    self.name,
+                    pending,
+                )
 
     # -- the backend's thread ------------------------------------------------------------
 
@@ -518,7 +544,9 @@ class BackendWorker:
                 item = self._take_rows(rows)
                 self._write_rows(rows)
             else:
+                self._under_way = int(method == "log_metrics")
                 self._write(method, args)
+                self._under_way = self._pending = 0  # written or failed: counted either way
 
     def _take_rows(self, rows: list[Any]) -> Any:
         """Add to ``rows`` the rows queued right behind them (up to :data:`MAX_BATCH_ROWS`)
@@ -539,6 +567,7 @@ class BackendWorker:
         as a backlog again. Once a row alone fails too, the rest go row by row: a tracker
         that is down costs one failed request a row, as without batches."""
         batches = True
+        self._under_way = len(rows)
         while rows and not self._given_up:
             if batches and len(rows) > 1:
                 done = 0
@@ -550,10 +579,18 @@ class BackendWorker:
                     pass
                 self.written += done
                 rows = rows[done:]
+                self._under_way = len(rows)
                 if not rows:
-                    return
+                    break
             batches = self._write("log_metrics", rows[0]) and batches
             rows = rows[1:]
+            self._under_way = len(rows)
+        # Given up on with rows of a batch still held, which will not be written now: lost,
+        # unless they were counted so at the give-up (not said to be under way).
+        self._under_way = 0
+        pending, self._pending = self._pending, 0
+        if rows and pending:
+            _lose(self.name, "dropped", min(len(rows), pending))
 
     def _write(self, method: str, args: Any) -> bool:
         """``backend.<method>(*args)``, counted; whether it was written."""
