@@ -189,10 +189,12 @@ def test_long_values_stay_inside_the_window(browser: Any, tmp_path: Path) -> Non
         width = page.evaluate("window.innerWidth")
         assert loaded.rows() == 4
         assert page.evaluate("document.documentElement.scrollWidth") <= width
-        page.locator("tr.traj").first.click()
+        # The batch's rows (held to the step's end) follow the user's own row of the step.
+        batch_row = page.locator("tr.traj").filter(has_not_text="own").first
+        batch_row.click()
         assert page.locator("tr.detail .item.tool").count() == 1
         assert page.evaluate("document.documentElement.scrollWidth") <= width
-        sample = page.locator("tr.traj").first.locator("td").nth(1)
+        sample = batch_row.locator("td").nth(1)
         assert sample.get_attribute("title") in {sample_id for sample_id, _ in run.records}
         assert loaded.messages == []
     finally:
@@ -207,7 +209,7 @@ def test_a_generation_without_token_counts_shows_none(browser: Any, tmp_path: Pa
     assert run_cli("report", run.jsonl, "--traces", run.traces, "--html", out).returncode == 0
     loaded = _open(browser, out)
     try:
-        loaded.page.locator("tr.traj").first.click()
+        loaded.page.locator("tr.traj").filter(has_not_text="own").first.click()
         line = loaded.page.locator("tr.detail .item.generation > div").first.inner_text()
         assert "tokens" not in line and "→" not in line, line
         assert loaded.messages == []
