@@ -545,3 +545,33 @@ def test_a_reward_trainers_loss_is_no_policy_loss(tmp_path: Path, tee: Tee) -> N
     assert [row["metrics"]["loss"] for row in read_jsonl(path)] == [0.69, 0.25]
     # The plugins never get the reward model's loss under the policy's key either.
     assert all("loss" not in metrics for metrics, _step, _prefix in tee.metrics)
+
+
+#: Keys verl logs beside its mapped ones that its map did not list: multi-turn and tool-call
+#: counts (trainer/ppo/metric_utils.py compute_data_metrics), the gradient-variance proxies
+#: (compute_variance_proxy_metrics), the rollout-vs-actor probability check
+#: (calculate_log_probs=True) and the rollout-correction metrics (rollout_corr/<name>).
+VERL_UNLISTED = (
+    *(f"num_turns/{s}" for s in ("min", "max", "mean")),
+    *(f"tool_call_counts/{s}" for s in ("min", "max", "mean")),
+    "variance_proxy/proxy1_signal_strength",
+    "variance_proxy/expected_w",
+    *(f"training/rollout_probs_diff_{s}" for s in ("valid", "max", "mean", "std")),
+    "training/rollout_actor_probs_pearson_corr",
+    "rollout_corr/kl",
+    "rollout_corr/rollout_is_mean",
+)
+
+
+def test_verl_keys_beside_the_mapped_ones_are_known_to_its_map(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        rlmetrics.Logger(
+            backends={"jsonl": {"path": tmp_path / "m.jsonl"}}, key_map="verl", unknown_keys="warn"
+        ) as logger,
+    ):
+        logger.log_metrics({key: 1.0 for key in VERL_UNLISTED}, step=1)
+    said = [r.getMessage() for r in caplog.records if "unknown_keys" in r.getMessage()]
+    assert said == []

@@ -154,6 +154,15 @@ VERL = KeyMap(
         KeyRule("response_length_non_aborted/*", note="the same without the aborted samples"),
         *_backends("response/aborted_ratio"),
         KeyRule("prompt_length/*", note="mean, max, min and clip_ratio"),
+        KeyRule("num_turns/*", note="multi-turn rollouts: turns per sample, mean, max and min"),
+        KeyRule("tool_call_counts/*", note="tool calls per sample, mean, max and min"),
+        KeyRule("variance_proxy/*", note="the gradient-variance proxies"),
+        KeyRule(
+            "training/rollout_probs_diff_*",
+            note="calculate_log_probs: rollout vs actor token probabilities",
+        ),
+        *_backends("training/rollout_actor_probs_pearson_corr"),
+        KeyRule("rollout_corr/*", note="rollout correction: importance weights, KL, PPL"),
         KeyRule("global_seqlen/*", note="the sequence-length balance across data-parallel ranks"),
         *_backends("training/global_step", "training/epoch"),
         KeyRule(
