@@ -103,6 +103,9 @@ def worker_class() -> Any:
             self.logger.log_trajectories(
                 [{"sample_id": f"s{self.rank}-{step}", "reward": 1.0}], step=step
             )
+            from rlmetrics.events import CheckpointSave
+
+            self.logger.log_rollout_checkpoint(CheckpointSave({"total_save_seconds": step}))
 
         def efficiency(self, step: int, seconds: float) -> None:
             from rlmetrics.events import EfficiencySummary
@@ -139,12 +142,14 @@ def tracker_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def raw_rows(folder: Path, ranks: range) -> dict[int, dict[int, dict[str, Any]]]:
-    """``{rank: {step: metrics}}`` from each worker's raw file (rank and host checked)."""
+    """``{rank: {step: metrics}}`` of the ``train`` rows of each worker's raw file (rank and
+    host checked on every row)."""
     out: dict[int, dict[int, dict[str, Any]]] = {}
     for rank in ranks:
         for row in read_jsonl(folder / f"rank{rank}.jsonl"):
             assert (row["rank"], row["host"]) == (rank, socket.gethostname())
-            out.setdefault(rank, {})[row["step"]] = row["metrics"]
+            if row["prefix"] == "train":
+                out.setdefault(rank, {})[row["step"]] = row["metrics"]
     return out
 
 
@@ -216,11 +221,11 @@ def test_the_trackers_get_one_row_per_step_on_the_driver_and_none_on_the_workers
     assert reducer.steps_logged == STEPS
 
 
-def test_each_worker_keeps_its_samples_and_trajectory_rows_beside_its_raw_file(
+def test_each_worker_keeps_its_tables_and_rollout_checkpoints_beside_its_raw_rows(
     kinds: dict[str, Any],
 ) -> None:
-    """Before, a worker's ``log_samples`` and ``log_trajectories`` rows went nowhere (it
-    opens no tracker), unsaid."""
+    """Before, a worker's ``log_samples``, ``log_trajectories`` and ``log_rollout_checkpoint``
+    rows went nowhere (it opens no tracker), unsaid."""
     folder = kinds["folder"]
     for rank in range(WORLD):
         rows = read_jsonl(folder / f"rank{rank}.samples.jsonl")
@@ -232,6 +237,13 @@ def test_each_worker_keeps_its_samples_and_trajectory_rows_beside_its_raw_file(
             for step in range(STEPS)
             for name, value in (("samples", f"p{rank}"), ("trajectories", f"s{rank}-{step}"))
         ]
+        # Its rollout checkpoints (not merged) in its raw file, under their prefix.
+        saved = [
+            row["metrics"]["total_save_seconds"]
+            for row in read_jsonl(folder / f"rank{rank}.jsonl")
+            if row["prefix"] == "timing/rollout_checkpoint"
+        ]
+        assert saved == list(range(STEPS))
 
 
 def test_the_straggler_series_name_the_slow_rank(kinds: dict[str, Any]) -> None:
