@@ -121,25 +121,39 @@ def _starts_a_run(path: Path) -> bool:
     """Whether the first JSON object among the first lines of ``path`` is a row of a run's
     metrics JSONL (every row the JSONL backend writes carries its run id; an older one's metric
     rows none): a traces file or another tool's JSON lines is told apart without reading it
-    whole."""
+    whole. A file of several ranks' raw rows (Ray Train's ``rlmetrics.ranks.jsonl``, whose
+    rows carry their ``rank``), which run_state refuses, is told by two ranks among its first
+    rows."""
+    starts: bool | None = None
+    ranks: set[int] = set()
     try:
         with open_regular(path) as handle:
             for _ in range(_PEEK_LINES):
                 line = handle.readline(_PEEK_BYTES)
                 if not line:
-                    return False
+                    break
                 try:
                     row = json.loads(line)
                 except (ValueError, RecursionError):
                     continue  # a torn or foreign line: the next one may be a row
                 if not isinstance(row, dict):
+                    return bool(starts)
+                if starts is None:
+                    starts = _a_run_row(row)
+                if type(rank := row.get("rank")) is not int:
+                    return starts  # a run's own rows carry no rank: no need to look further
+                ranks.add(rank)
+                if len(ranks) > 1:
                     return False
-                if "run_id" not in row:  # an older rlmetrics wrote its metric rows without one
-                    return isinstance(row.get("metrics"), dict)
-                return isinstance(row["run_id"], str) and ("metrics" in row or "kind" in row)
     except (OSError, EOFError, ValueError):  # unreadable, or compressed and cut or damaged
         return False
-    return False
+    return bool(starts)
+
+
+def _a_run_row(row: dict[str, Any]) -> bool:
+    if "run_id" not in row:  # an older rlmetrics wrote its metric rows without one
+        return isinstance(row.get("metrics"), dict)
+    return isinstance(row["run_id"], str) and ("metrics" in row or "kind" in row)
 
 
 def _bounded(answer: dict[str, Any]) -> dict[str, Any]:

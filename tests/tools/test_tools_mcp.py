@@ -236,3 +236,23 @@ def test_list_runs_lists_a_run_s_rotated_and_compressed_files(tmp_path: Path) ->
     }
     for name, [run_id] in listed.items():
         assert RunFolder(tmp_path).state(name, None, None)["run"]["run_id"] == run_id
+
+
+def test_list_runs_leaves_out_a_file_of_several_ranks_raw_rows(tmp_path: Path) -> None:
+    """Ray Train's controller writes every rank's raw rows into rlmetrics.ranks.jsonl, which
+    run_state refuses (its steps would mix the ranks' values); list_runs listed it as a run,
+    so an agent's next call was refused. One rank's file is a run and stays listed."""
+    _run_file(tmp_path / "metrics.jsonl", "r")
+    with (tmp_path / "rlmetrics.ranks.jsonl").open("w") as out:
+        for step in range(3):
+            for rank in range(4):
+                row = {"time": 1.0, "run_id": "r", "rank": rank, "host": "h", "step": step}
+                out.write(json.dumps({**row, "prefix": "train", "metrics": {"loss": 1.0}}) + "\n")
+    with (tmp_path / "rlmetrics.rank1.jsonl").open("w") as out:
+        for step in range(3):
+            row = {"time": 1.0, "run_id": "r", "rank": 1, "host": "h", "step": step}
+            out.write(json.dumps({**row, "prefix": "train", "metrics": {"loss": 1.0}}) + "\n")
+    listed = [entry["jsonl"] for entry in RunFolder(tmp_path).runs(".", 10)]
+    assert listed == ["metrics.jsonl", "rlmetrics.rank1.jsonl"]
+    for name in listed:
+        RunFolder(tmp_path).state(name, None, None)  # each listed run is answered
