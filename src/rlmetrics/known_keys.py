@@ -243,16 +243,6 @@ class Unknown:
         }
 
 
-def _carried(key: str) -> tuple[str, str]:
-    """``(prefix, rest)`` of a key logged without a prefix that carries one, else ``("",
-    key)``."""
-    parts = routing.by_prefix((key,))
-    if parts is None:
-        return "", key
-    [(prefix, [(_logged, rest)])] = parts
-    return prefix, rest
-
-
 def _either(names: Iterable[str]) -> str:
     return " or ".join(repr(n) for n in names)
 
@@ -306,7 +296,7 @@ class Vocabulary:
         """Whether ``key`` logged under ``prefix`` is known (the module's rule); without a
         prefix, a key that carries one (``train/reward``) is known as its rest under it."""
         if not prefix:
-            prefix, key = _carried(key)
+            prefix, key = routing.carried(key)
         if key in self._exact.get(prefix, ()):
             return True
         return any(p.fullmatch(prefix) and k.fullmatch(key) for p, k in self._patterns)

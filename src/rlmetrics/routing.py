@@ -32,7 +32,17 @@ from .hooks import Hooks
 from .key_patterns import ANY, pattern_regex
 from .keyplans import KeyPlans
 
-__all__ = ["KEY_PREFIXES", "ROUTES", "Route", "by_prefix", "deliver", "routes_for", "split", "take"]
+__all__ = [
+    "KEY_PREFIXES",
+    "ROUTES",
+    "Route",
+    "by_prefix",
+    "carried",
+    "deliver",
+    "routes_for",
+    "split",
+    "take",
+]
 
 
 @attrs.frozen
@@ -234,3 +244,13 @@ def by_prefix(keys: tuple[Any, ...]) -> Split | None:
 def split(flat: Mapping[str, Any], plan: Split) -> list[tuple[str, dict[str, Any]]]:
     """``flat`` (whose keys ``plan`` was made from) as ``(prefix, dict)`` per prefix."""
     return [(prefix, {key: flat[logged] for logged, key in pairs}) for prefix, pairs in plan]
+
+
+def carried(key: str) -> tuple[str, str]:
+    """``(prefix, rest)`` of one key logged without a prefix that carries one
+    (``("train", "reward")`` for ``train/reward``), else ``("", key)``."""
+    parts = by_prefix((key,))
+    if parts is None:
+        return "", key
+    [(prefix, [(_logged, rest)])] = parts
+    return prefix, rest

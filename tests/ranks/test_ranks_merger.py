@@ -896,3 +896,23 @@ def test_a_ranks_argument_no_engine_takes_is_a_configuration_error(ranks: Any) -
 
     with isolated_state(), pytest.raises(ConfigurationError, match="'torch'"):
         rlmetrics.Logger(backends={}, ranks=ranks)
+
+
+def test_keys_that_carry_their_prefix_merge_as_under_it() -> None:
+    """{"train/reward": r} logged without a prefix is the training reward (docs/concepts.md):
+    across ranks it merges as reward does under train, weighted by the same dict's
+    train/num_samples, and train/grad_norm as grad_norm (the largest)."""
+    rows = [
+        {"num_samples": 1, "reward": 0.0, "grad_norm": 1.0},
+        {"num_samples": 3, "reward": 1.0, "grad_norm": 5.0},
+        {"num_samples": 4, "reward": 0.5, "grad_norm": 2.0},
+    ]
+    merger = gathered()
+    merger.bind(None)
+    under_train = merger.merge_gathered(rows, 0, "train", ["h0"])
+    carried = [{f"train/{k}": v for k, v in row.items()} for row in rows]
+    in_keys = merger.merge_gathered(carried, 1, "", ["h0"])
+    merger.finish()
+    assert under_train["reward"] == pytest.approx(5.0 / 8.0)
+    assert under_train["grad_norm"] == 5.0
+    assert {k.removeprefix("train/"): v for k, v in in_keys.items()} == under_train

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ..events import EFFICIENCY_PREFIX
+from .. import routing
+from ..events import EFFICIENCY_PREFIX, TRAIN_PREFIXES
 from ..key_patterns import is_pattern, pattern_regex
 from ..plugins import hooks
 from ..registry import default_registry
@@ -61,12 +62,22 @@ class Reductions:
 
     def _column(self, key: str) -> Column:
         reduction = self._declared.get(key) or self._matched(key) or self._given.get(key)
+        carried = ""
         if reduction is None:
-            kind = efficiency_reduction(key)
+            # {"train/reward": r} logged without a prefix is read as reward under train
+            # (rlmetrics.routing.by_prefix): it merges as reward does, its weight the same
+            # dict's train/num_samples.
+            carried, rest = _carried_train_key(key)
+            if carried:
+                reduction = self._declared.get(rest) or self._matched(rest)
+        if reduction is None:
+            carried, kind = "", efficiency_reduction(key)
             reduction = Reduction(kind if kind is not None else Reduce.MEAN)
         weight = None
         if reduction.kind is Reduce.WEIGHTED_MEAN:
             weight = self._by_name.get(str(reduction.weight), reduction.weight)
+            if carried and weight is not None:
+                weight = f"{carried}/{weight}"
         return Column(key, reduction.kind, weight)
 
     def _matched(self, key: str) -> Reduction | None:
@@ -74,3 +85,10 @@ class Reductions:
             if pattern_regex(pattern).fullmatch(key):
                 return reduction
         return None
+
+
+def _carried_train_key(key: str) -> tuple[str, str]:
+    """``("train", "reward")`` for ``train/reward``: a key that carries a train prefix, as a
+    dict logged without one is read; ``("", key)`` for any other."""
+    prefix, rest = routing.carried(key)
+    return (prefix, rest) if prefix in TRAIN_PREFIXES else ("", key)
