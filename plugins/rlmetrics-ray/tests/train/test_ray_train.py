@@ -365,3 +365,39 @@ def test_a_run_that_ended_with_an_error_is_finished_as_failed() -> None:
     (tracker,) = _finished_run(RuntimeError("the workers failed for good"))
     assert tracker.steps == [1, 2]
     assert tracker.ended == [True]
+
+
+def test_a_run_that_fails_for_good_ends_failed_in_a_real_controller(
+    cluster: RayHead, tmp_path: Path
+) -> None:
+    """Ray calls the end of a run whose worker raised with no retry left too, with the error:
+    the controller's Logger is finished as a failed run before ``fit()`` raises."""
+    marker = tmp_path / "ended.txt"
+
+    def train_loop(config: dict[str, Any]) -> None:
+        import ray.train
+
+        ray.train.report({"step": 0, "reward": 1.0})
+        raise RuntimeError("the run fails for good")
+
+    class Marked(RLMetricsTrainCallback):  # shipped by value: says how its end ran
+        def end_run(self, failed: bool) -> None:
+            super().end_run(failed)
+            Path(self.marker).write_text(str(failed))
+
+    with isolated_state():
+        callback = Marked(backends={"jsonl": {"path": str(tmp_path / "m.jsonl")}})
+        callback.marker = str(marker)
+        trainer = TorchTrainer(
+            train_loop,
+            scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+            run_config=RunConfig(
+                name="rlmetrics-failed",
+                storage_path=str(tmp_path / "storage"),
+                callbacks=callback.run_callbacks(),
+                failure_config=FailureConfig(max_failures=0),
+            ),
+        )
+        with pytest.raises(Exception, match="the run fails for good"):
+            trainer.fit()
+    assert marker.read_text() == "True"
