@@ -16,6 +16,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from tools_support import not_run_files, run_cli
 
+import rlmetrics
 from rlmetrics.events import WALL_TIME_KEY as WALL
 from rlmetrics.report.plot import PLOT_SIZE_PX
 from rlmetrics.report.summary import build_report
@@ -583,3 +584,22 @@ def test_a_mean_and_a_median_of_finite_values_are_finite_and_between_them(
 
     for middle in (mean(values), median(values)):
         assert min(values) <= middle <= max(values)
+
+
+@pytest.mark.parametrize("tool", [("report",), ("query",), ("check", "--run")])
+def test_a_run_that_logged_only_samples_yet_is_said_so_not_called_the_wrong_file(
+    tmp_path: Path, tool: tuple[str, ...]
+) -> None:
+    """Before: a run that had logged only samples so far (its metrics.jsonl empty, its rows in
+    metrics.samples.jsonl) was told "is not a run's metrics JSONL: it is empty; give the file
+    the Logger's jsonl backend writes (run/metrics.jsonl)": the very file given."""
+    jsonl = tmp_path / "metrics.jsonl"
+    with rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}, run_id="early") as logger:
+        logger.log_samples([{"prompt": "2+2", "completion": "4", "reward": 1.0}], step=1)
+    assert jsonl.read_bytes() == b""
+    done = run_cli(*tool, jsonl)
+    assert done.returncode == 2, done.stdout
+    [line] = done.stderr.splitlines()
+    assert f"{jsonl} is empty: its run has logged no metrics row yet, only samples " in line
+    assert str(tmp_path / "metrics.samples.jsonl") in line
+    assert "give the file the Logger's jsonl backend writes" not in line

@@ -175,6 +175,12 @@ class RowCensus:
         elif skipped.count:
             what = f"none of its {skipped.count} lines is a JSON object (another format?)"
         else:
+            samples = samples_path(path)
+            if samples.is_file():  # the file its run writes, before its first metrics row
+                return (
+                    f"{os.fspath(path)} is empty: its run has logged no metrics row yet, only "
+                    f"samples ({samples}); give it again once the run logs a step"
+                )
             what = "it is empty"
         return (
             f"{os.fspath(path)} is not a run's metrics JSONL: {what}; give the file the "
