@@ -401,3 +401,39 @@ def test_each_kind_of_batch_that_is_no_list_is_said(
         logger.log_trajectories(rollout(1), step=1)
     assert warned(warnings_seen, "got a generator; nothing logged")
     assert warned(warnings_seen, "got one trajectory's dict, not a list of them")
+
+
+def test_numpy_strings_are_read_as_the_strings_they_are(
+    rows: Rows, warnings_seen: pytest.LogCaptureFixture
+) -> None:
+    """Before: a NumPy ``str_`` (what a verl batch's ``non_tensor_batch`` holds: its ``uid``,
+    the GRPO group, and ``data_source``) was refused wherever a record takes a str (sample
+    and group id, env, tool name, outcome, text): "must be a str ..., got a str_", the field
+    dropped, so a batch's rollouts had no ids or env. A str subclass is its str."""
+    np = pytest.importorskip("numpy")
+    configure(text="full")
+    record = {
+        "sample_id": np.str_("s0"),
+        "group_id": np.str_("uid-7"),
+        "env": np.str_("gsm8k"),
+        "outcome": np.str_("failure"),
+        "prompt": np.str_("question"),
+        "turns": [{"tool_calls": [{"name": np.str_("python"), "outcome": np.str_("error")}]}],
+        "rewards": [{"value": np.float32(0.5), "component": np.str_("acc")}],
+    }
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        with rlmetrics.Logger(backends={"rows": {}}) as logger:
+            logger.log_trajectories([record], step=1)
+        spans = span_records(exporter)
+    assert not [r.getMessage() for r in warnings_seen.records]
+    [row] = rows.rows
+    assert (row["sample_id"], row["group_id"], row["env"], row["outcome"]) == (
+        "s0",
+        "uid-7",
+        "gsm8k",
+        "failure",
+    )
+    assert row["prompt"] == "question" and row["reward/acc"] == 0.5
+    assert all(type(row[k]) is str for k in ("sample_id", "group_id", "env", "prompt"))
+    [tool] = [s for s in spans if s.name.startswith("execute_tool")]
+    assert tool.name == "execute_tool python" and tool.attributes["rl.tool.outcome"] == "error"

@@ -324,9 +324,11 @@ def _bad(field: str, expected: str, value: Any) -> None:
 def _identifier(field: str, value: Any) -> str | int | None:
     if value is None:
         return None
-    if type(value) is str and 0 < len(value) <= 256:
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, str):  # a str subclass too: NumPy's str_ (a verl batch's uid)
+        text: str = str.__str__(value)
+        if 0 < len(text) <= 256:
+            return text
+    elif isinstance(value, int) and not isinstance(value, bool):
         if INT64_MIN <= value <= INT64_MAX:  # what a span attribute can carry
             return int(value)
     else:
@@ -340,8 +342,8 @@ def _identifier(field: str, value: Any) -> str | int | None:
 def _name(field: str, value: Any) -> str | None:
     if value is None:
         return None
-    if type(value) is str and 0 < len(value) <= 128:
-        return value
+    if isinstance(value, str) and 0 < len(value) <= 128:
+        return str.__str__(value)  # a str subclass (NumPy's str_) as the str it is
     _bad(field, "a str of at most 128 characters", value)
     return None
 
@@ -438,8 +440,8 @@ def _real(field: str, value: Any) -> float | None:
 def _choice(field: str, value: Any, allowed: tuple[str, ...], default: str) -> str:
     if value is None:
         return default
-    if value in allowed and type(value) is str:
-        return value  # type: ignore[no-any-return]
+    if isinstance(value, str) and value in allowed:
+        return str.__str__(value)  # a str subclass (NumPy's str_) as the str it is
     _bad(field, f"one of {list(allowed)}", value)
     return default
 

@@ -86,6 +86,8 @@ class TextPolicy:
             # A conversation's messages, a message, a tool's arguments: their JSON, as the
             # TRL and Gym integrations keep them (as_text).
             value = as_text(value) or value  # JSON cannot write it: said below
+        elif isinstance(value, str):
+            value = str.__str__(value)  # a str subclass (NumPy's str_) as the str it is
         if type(value) is not str:
             warn_once(
                 f"trajectory:text:{field}",
