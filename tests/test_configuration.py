@@ -220,6 +220,18 @@ def test_an_option_variable_configures_what_the_call_chooses(
         rlmetrics.Logger(backends=["jsonl"])  # the call chose no console: it does nothing
 
 
+def test_names_run_together_say_how_a_list_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    # "jsonl console" is two backends written as one name: not "did you mean 'console'?",
+    # which would drop the other.
+    monkeypatch.setenv("RLMETRICS_BACKENDS", "jsonl console")
+    with pytest.raises(ValueError, match=r"comma-separated: 'jsonl,console'") as caught:
+        rlmetrics.Logger()
+    assert "did you mean" not in str(caught.value)
+    monkeypatch.delenv("RLMETRICS_BACKENDS")
+    with pytest.raises(ValueError, match=r"one name each: \['otlp', 'prometheus'\]"):
+        rlmetrics.start(exporters="otlp prometheus")
+
+
 @pytest.mark.parametrize(
     ("text", "mistake"),
     [

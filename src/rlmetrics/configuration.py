@@ -371,11 +371,24 @@ def check_names(
     ``source``; None for the call) is none a plugin offers, with the closest and ``hint``."""
     unknown = [name for name in names if name not in offered]
     if unknown:
-        close = "".join(suggest(str(n), offered) for n in unknown[:1])
+        close = _run_together(str(unknown[0]), offered, source) or suggest(str(unknown[0]), offered)
         raise ConfigurationError(
             f"unknown {kind}(s) {unknown}{close}{from_source(source)}; available: "
             f"{sorted(offered)}. {hint}"
         )
+
+
+def _run_together(name: str, offered: Mapping[str, Any], source: str | None) -> str:
+    """How to write ``name`` when it is several offered names in one (``"jsonl console"``):
+    comma-separated in a choosing variable, one name each in the call; else nothing."""
+    parts = [part for part in re.split(r"[\s;]+", name) if part]
+    if len(parts) < 2 or not all(part in offered for part in parts):
+        return ""
+    if source is None:
+        return f" (one name each: {parts!r})"
+    if source.startswith("RLMETRICS_"):  # a choosing variable, not the file's tables
+        return f" (names are comma-separated: {','.join(parts)!r})"
+    return ""
 
 
 def check_plugin_names(names: Iterable[str] | None, source: str, known: Mapping[str, str]) -> None:
