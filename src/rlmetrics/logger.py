@@ -23,6 +23,7 @@ from ._warn import (
     StrictModeError,
     describe_value,
     hold_strict,
+    not_our_exception,
     raise_if_strict,
     release_strict,
     warn_once,
@@ -658,6 +659,7 @@ class Logger:
                 return
             keep(table, step, name)
 
+    @not_our_exception  # a loop logs the rollouts that finished inside its own except
     def log_trajectories(
         self, records: Any, step: int | None = None, name: str = "trajectories"
     ) -> None:

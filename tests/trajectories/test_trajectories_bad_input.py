@@ -437,3 +437,23 @@ def test_numpy_strings_are_read_as_the_strings_they_are(
     assert all(type(row[k]) is str for k in ("sample_id", "group_id", "env", "prompt"))
     [tool] = [s for s in spans if s.name.startswith("execute_tool")]
     assert tool.name == "execute_tool python" and tool.attributes["rl.tool.outcome"] == "error"
+
+
+def test_a_batch_logged_while_the_loop_handles_its_exception_is_warned_without_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: ``log_trajectories`` called inside the loop's own ``except`` (the rollouts that
+    finished before a worker died) said a bad field with the loop's exception attached, its
+    traceback and message (which may quote a prompt), as if rlmetrics had failed."""
+    marker = "SECRET-worker-output-51e0"
+    logger = rlmetrics.Logger(backends={})
+    with caplog.at_level("DEBUG", logger="rlmetrics"):
+        try:
+            raise RuntimeError(marker)
+        except RuntimeError:
+            logger.log_trajectories([{"sample_id": "s", "reward": "high"}], step=1)
+        logger.finish()
+    said = [r for r in caplog.records if r.name.startswith("rlmetrics")]
+    assert warned(caplog, "trajectory field 'reward' must be a finite number")
+    assert [r.getMessage() for r in said if r.exc_info] == []
+    assert not [r for r in said if marker in caplog.handler.format(r)]
