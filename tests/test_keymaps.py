@@ -575,3 +575,17 @@ def test_verl_keys_beside_the_mapped_ones_are_known_to_its_map(
         logger.log_metrics({key: 1.0 for key in VERL_UNLISTED}, step=1)
     said = [r.getMessage() for r in caplog.records if "unknown_keys" in r.getMessage()]
     assert said == []
+
+
+def test_trl_grpo_with_the_liger_loss_logs_a_key_its_map_lists(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GRPOTrainer with use_liger_kernel=True logs one clip_ratio, not clip_ratio/<region>.
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        rlmetrics.Logger(
+            backends={"jsonl": {"path": tmp_path / "m.jsonl"}}, key_map="trl", unknown_keys="warn"
+        ) as logger,
+    ):
+        logger.log_metrics({"loss": 0.1, "clip_ratio": 0.02}, step=1, prefix="train")
+    assert [r.getMessage() for r in caplog.records if "unknown_keys" in r.getMessage()] == []

@@ -65,6 +65,7 @@ TRL = KeyMap(
             "completions/max_terminated_length",
         ),
         KeyRule("clip_ratio/*", note="importance-ratio clipping (low, high, region)"),
+        KeyRule("clip_ratio", note="use_liger_kernel: the Liger loss's one clipping ratio"),
         KeyRule("cispo_clip_ratio", note="loss_type='cispo': its clipping instead"),
         KeyRule("vespo/phi_seq_mean", note="loss_type='vespo'"),
         KeyRule(
