@@ -589,3 +589,31 @@ def test_trl_grpo_with_the_liger_loss_logs_a_key_its_map_lists(
     ):
         logger.log_metrics({"loss": 0.1, "clip_ratio": 0.02}, step=1, prefix="train")
     assert [r.getMessage() for r in caplog.records if "unknown_keys" in r.getMessage()] == []
+
+
+#: Keys OpenRLHF's PPOTrainer status carries beside the mapped ones that its map did not list:
+#: the reward function's score, the per-sample KL estimate's log-prob difference, the group
+#: reward spread, the dynamic-filtering pass rate (trainer/ppo_trainer.py,
+#: trainer/ppo_utils/experience_maker.py) and the episode field truncated (ppo_utils/experience.py).
+OPENRLHF_UNLISTED = (
+    "score",
+    "logprobs_diff",
+    "group_reward_std",
+    "dynamic_filtering_pass_rate",
+    "truncated",
+)
+
+
+def test_openrlhf_status_keys_beside_the_mapped_ones_are_known_to_its_map(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        rlmetrics.Logger(
+            backends={"jsonl": {"path": tmp_path / "m.jsonl"}},
+            key_map="openrlhf",
+            unknown_keys="warn",
+        ) as logger,
+    ):
+        logger.log_metrics({key: 0.5 for key in OPENRLHF_UNLISTED}, step=1, prefix="train")
+    assert [r.getMessage() for r in caplog.records if "unknown_keys" in r.getMessage()] == []

@@ -208,6 +208,11 @@ OPENRLHF = KeyMap(
         KeyRule("vllm_kl", note="with vLLM's importance-sampling correction"),
         KeyRule("values", note="PPO with a critic: the critic's mean value"),
         *_backends("critic_lr", "critic_grad_norm", note="the critic's own optimizer"),
+        KeyRule("score", note="the reward function's score (before any penalty)"),
+        KeyRule("logprobs_diff", note="policy vs reference log-probs, the KL estimate's input"),
+        KeyRule("group_reward_std", note="the reward's spread within a prompt's group"),
+        KeyRule("dynamic_filtering_pass_rate", note="with dynamic filtering"),
+        KeyRule("truncated", note="the share of samples cut at the generation limit"),
     ],
     title="OpenRLHF (PPOTrainer status)",
 )
