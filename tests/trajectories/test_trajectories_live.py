@@ -323,3 +323,37 @@ def test_a_live_error_given_as_the_exception_is_its_class(caplog: pytest.LogCapt
         "invoke_agent": "RuntimeError",
     }
     assert not warned(caplog, "error")
+
+
+def test_a_cancelled_rollout_is_truncated_not_an_error(rows: Rows) -> None:
+    """Before: a rollout task cancelled mid-turn (an async trainer aborting its in-flight
+    rollouts at a weight update, a timeout around the agent) left its block with
+    CancelledError and was counted as an ``error`` (``error.type`` CancelledError), so each
+    abort showed as a burst of failed rollouts. Now it is ``truncated``, finish reason
+    ``cancelled``, as a rollout cut before its end; the cancellation still propagates."""
+    import asyncio
+
+    async def rollout(started: asyncio.Event) -> None:
+        async with rlmetrics.trajectory("cut", step=1) as t, t.turn():
+            t.generation("policy", output_tokens=3)
+            started.set()
+            await asyncio.Event().wait()  # the inference server, never answering
+
+    async def main() -> None:
+        started = asyncio.Event()
+        task = asyncio.create_task(rollout(started))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with in_memory_tracing() as (_handle, reader, exporter):
+        asyncio.run(main())
+        spans = span_records(exporter)
+        found = points(reader)
+    [agent] = [s for s in spans if s.name == "invoke_agent"]
+    assert agent.attributes["rl.trajectory.outcome"] == "truncated"
+    assert agent.attributes["rl.trajectory.finish_reason"] == "cancelled"
+    assert "error.type" not in agent.attributes
+    [completed] = [p for p in found if p.name == "rl.trajectory.completed"]
+    assert completed.attributes["rl.trajectory.outcome"] == "truncated"

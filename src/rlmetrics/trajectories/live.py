@@ -19,11 +19,14 @@ logger's trackers, the metrics. Its spans are always kept (the span budget is fo
 Called outside an open trajectory, or after it ended, a method warns once and does nothing.
 A generation outside ``t.turn()`` opens a turn of its own; a tool call outside one joins the
 last turn; a reward outside one belongs to the whole trajectory. An exception leaving the
-block makes the outcome ``error`` (its class is ``error.type``) and is not swallowed.
+block makes the outcome ``error`` (its class is ``error.type``) and is not swallowed; a task
+cancelled inside it (asyncio's ``CancelledError``) makes it ``truncated``, finish reason
+``cancelled``.
 """
 
 from __future__ import annotations
 
+import sys
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +112,13 @@ class _TurnParts:
             start_ns=self.start_ns,
             end_ns=self.end_ns,
         )
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is asyncio's cancellation (asyncio is not imported for the check: a
+    process that never imported it has no task to cancel)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
 
 
 def _error_class(error: Any) -> Any:
@@ -234,7 +244,14 @@ class LiveTrajectory(Block):
             return
         end_ns = now_ns()
         self._open = False
-        if exc is not None and not isinstance(exc, GeneratorExit):
+        if exc is not None and _cancelled(exc):
+            # Cut, not failed: an async trainer aborting its in-flight rollouts (a weight
+            # update, a timeout around the agent) would otherwise show as a burst of errors.
+            if self.outcome is None:
+                self.outcome = "truncated"
+            if self.finish_reason is None:
+                self.finish_reason = "cancelled"
+        elif exc is not None and not isinstance(exc, GeneratorExit):
             if self.outcome is None:
                 self.outcome = "error"
             if self.error is None:
