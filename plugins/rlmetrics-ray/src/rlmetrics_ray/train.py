@@ -28,7 +28,7 @@ end-of-run call, and kills the controller once the driver has the result, so its
 would never be finished: :meth:`RLMetricsTrainCallback.run_callbacks` adds a controller
 callback (Ray Train's ``ControllerCallback``, a DeveloperAPI: Ray runs a ``UserCallback``'s
 report hooks only) whose ``after_controller_finish`` finishes it as the run ends. Telemetry
-started here is shut down (bounded) when the controller's process exits.
+started here is shut down (bounded) then too, exporting the last reports.
 
 Importing this module imports Ray Train; ``import rlmetrics_ray`` does not import it.
 """
@@ -121,6 +121,8 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
         self._started = False
         self._last_step = 0
         self._failures = 0
+        #: The telemetry this callback started in the controller (shut down at the run's end).
+        self._telemetry: Any = None
 
     def _start_telemetry(self) -> None:
         """In the controller, before its first row: telemetry as part of the driver's run."""
@@ -128,7 +130,7 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
             return
         os.environ.update(self.identity)
         try:
-            rlmetrics.start(**self.telemetry)
+            self._telemetry = rlmetrics.start(**self.telemetry)
         except Exception:
             rlmetrics.warn_once(
                 "ray-train:telemetry",
@@ -226,8 +228,15 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
     @guarded(_ADAPTER, "the run's end")
     def end_run(self, failed: bool) -> None:
         """The run ended (``failed``: with an error, Ray's retries spent): the Logger built
-        here is finished, as a failed run when it failed (W&B exit code 1, MLflow FAILED)."""
-        self.logs.finish(failed=failed)
+        here is finished, as a failed run when it failed (W&B exit code 1, MLflow FAILED),
+        and the telemetry started here shut down, exporting the reports since its last
+        export (Ray kills the controller next: its exit would export nothing)."""
+        try:
+            self.logs.finish(failed=failed)
+        finally:
+            started, self._telemetry = self._telemetry, None
+            if started is not None:
+                started.shutdown(failed=failed)
 
     def __getstate__(self) -> dict[str, Any]:
         # Shipped to the controller as configuration: what was started here stays here.
@@ -237,6 +246,7 @@ class RLMetricsTrainCallback(UserCallback):  # type: ignore[misc]
         state["_reports"] = 0
         state["_last_step"] = 0
         state["_failures"] = 0
+        state["_telemetry"] = None
         return state
 
 

@@ -401,3 +401,44 @@ def test_a_run_that_fails_for_good_ends_failed_in_a_real_controller(
         with pytest.raises(Exception, match="the run fails for good"):
             trainer.fit()
     assert marker.read_text() == "True"
+
+
+def test_the_run_s_end_exports_the_controller_s_last_report(
+    cluster: RayHead, tmp_path: Path
+) -> None:
+    """Before, telemetry started in the controller was left to the process's exit, which Ray's
+    kill of the controller skips: the reports since the last periodic export (a minute here)
+    never reached the collector. The run's end now shuts it down, exporting them."""
+    receiver = OtlpReceiver().start()
+
+    def train_loop(config: dict[str, Any]) -> None:
+        import ray.train
+
+        for step in range(3):
+            ray.train.report({"step": step, "reward": 10.0 + step})
+
+    try:
+        with isolated_state(), in_memory_telemetry(service_name="grpo", run_id="run-end"):
+            callback = RLMetricsTrainCallback(
+                backends={"jsonl": {"path": str(tmp_path / "m.jsonl")}},
+                telemetry={
+                    "exporters": ["otlp"],
+                    "otlp_endpoint": receiver.endpoint,
+                    "export_interval_s": 60.0,
+                },
+            )
+            result = TorchTrainer(
+                train_loop,
+                scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+                run_config=RunConfig(
+                    name="rlmetrics-export",
+                    storage_path=str(tmp_path / "storage"),
+                    callbacks=callback.run_callbacks(),
+                ),
+            ).fit()
+            assert result.error is None
+        # Exported before fit() returned: nothing later is awaited.
+        rewards = [p.value for p in receiver.points() if p.name == "rl.reward.mean"]
+    finally:
+        receiver.close()
+    assert rewards and rewards[-1] == 12.0
