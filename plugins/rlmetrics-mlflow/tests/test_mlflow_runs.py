@@ -171,6 +171,32 @@ def test_a_resumed_run_s_configuration_built_in_another_order_is_the_same_params
     assert "already has another value" not in caplog.text
 
 
+def test_two_loggers_of_one_run_share_one_mlflow_run(tracking_uri: str, tmp_path: Path) -> None:
+    # A trainer callback's Logger and the script's own each created an MLflow run tagged with
+    # the one run id: the run split in two (the loss in one, the evaluation in the other), and
+    # a later resume=True continued only the newer.
+    trainer = rlmetrics.Logger(backends={"mlflow": _config(tracking_uri, tmp_path)})
+    script = rlmetrics.Logger(
+        backends={"mlflow": _config(tracking_uri, tmp_path)}, run_id=trainer.identity.run_id
+    )
+    trainer.log_hyperparams({"lr": 1e-6})
+    script.log_hyperparams({"seed": 3})
+    trainer.log_metrics({"loss": 1.0}, step=1, prefix="train")
+    script.log_metrics({"accuracy": 0.5}, step=1, prefix="eval")
+    trainer.finish()
+    client = MlflowClient(tracking_uri)
+    run_id = trainer.backends["mlflow"].run_id
+    assert client.get_run(run_id).info.status == "RUNNING"  # the script still logs into it
+    script.log_metrics({"accuracy": 0.75}, step=2, prefix="eval")
+    script.finish()
+
+    (run,) = client.search_runs([client.get_run(run_id).info.experiment_id])
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"
+    assert run.data.params == {"lr": "1e-06", "seed": "3"}
+    assert history(client, run_id, "train/loss") == [(1, 1.0)]
+    assert history(client, run_id, "eval/accuracy") == [(1, 0.5), (2, 0.75)]
+
+
 def test_resuming_a_run_the_store_has_not_seen_starts_it_and_says_so(
     tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

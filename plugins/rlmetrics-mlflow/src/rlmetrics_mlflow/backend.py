@@ -2,7 +2,8 @@
 
 It talks to the tracking store through an ``MlflowClient`` of its own and never touches
 MLflow's fluent "active run", so it cannot end or log into a run the training script
-manages itself, and two Loggers in one process do not share state.
+manages itself. Two Loggers of one run in one process log into one MLflow run, which the last
+of them to finish ends (:data:`_created`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
-from rlmetrics import warn_once
+from rlmetrics import resets_process_state, warn_once
 from rlmetrics.backends import (
     BackendUnavailable,
+    SharedRuns,
     StepAxis,
     as_step,
     first_line,
@@ -52,6 +54,19 @@ _T = TypeVar("_T")
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: Tracking-URI schemes of a store on this machine's disk, which no server can stall.
 _LOCAL_SCHEMES = frozenset({"file", "sqlite"})
+
+#: The MLflow runs this process's backends log into and have not all finished, by (store,
+#: experiment, rlmetrics run id): a second Logger of the run (a trainer callback's beside the
+#: script's own) logs into the same MLflow run instead of splitting the run in two, and the
+#: last backend to finish ends it.
+_created: dict[tuple[str, str, str], tuple[str, object]] = {}  # key: (MLflow run id, token)
+_RUNS = SharedRuns()
+
+
+@resets_process_state
+def _forget_created() -> None:
+    _created.clear()
+    _RUNS.forget()
 
 
 def _is_local(uri: str) -> bool:
@@ -154,6 +169,9 @@ class MlflowBackend:
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
         self._keys = KeyMap()
         self._finished = False
+        #: The token of the MLflow run this backend shares with the process's other backends
+        #: of the rlmetrics run (:data:`_created`), or None: a run given by its MLflow id.
+        self._shared: object | None = None
         self._step = StepAxis("mlflow")
         run_id = run_id or os.environ.get("MLFLOW_RUN_ID") or None
         experiment_name = experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or None
@@ -214,9 +232,14 @@ class MlflowBackend:
         """Create (or resume) the run in the store; its id."""
         self.client = client
         experiment_id: str | None = None
-        if run_id is None and identity is not None and identity.resume:
+        shared: tuple[str, str, str] | None = None
+        if run_id is None and identity is not None:
             experiment_id = self._experiment_id(experiment_name, artifact_location)
-            run_id = self._tagged_run(experiment_id, identity.run_id)
+            shared = (str(client.tracking_uri), experiment_id, identity.run_id)
+            if shared in _created:  # another Logger of this process started it: join it
+                run_id, self._shared = _created[shared]
+            elif identity.resume:
+                run_id = self._tagged_run(experiment_id, identity.run_id)
         if run_id is not None:
             self.run_id = client.get_run(run_id).info.run_id
             client.update_run(self.run_id, status=RunStatus.to_string(RunStatus.RUNNING))
@@ -227,6 +250,11 @@ class MlflowBackend:
             run = client.create_run(experiment_id, tags=run_tags, run_name=run_name)
             self.run_id = run.info.run_id
             initial_tags = []
+        if shared is not None:
+            if self._shared is None:
+                self._shared = object()
+                _created[shared] = (self.run_id, self._shared)
+            _RUNS.join(self._shared, started=True)
         if params:
             self.log_hyperparams(to_hyperparams(params))
         for tag_chunk in _chunks(initial_tags, MAX_PARAMS_TAGS_PER_BATCH):
@@ -393,6 +421,13 @@ class MlflowBackend:
         if self._finished:
             return
         self._finished = True
+        if self._shared is not None:
+            if not _RUNS.leave(self._shared):
+                return  # another Logger of the process still logs into the run: it ends it
+            # Ended: a Logger of the run made after this is a new attempt, as in a new process.
+            for key, (_run_id, token) in list(_created.items()):
+                if token is self._shared:
+                    del _created[key]
         status = RunStatus.FAILED if failed else RunStatus.FINISHED
         self.client.set_terminated(self.run_id, RunStatus.to_string(status))
 
