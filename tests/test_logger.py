@@ -996,6 +996,44 @@ def test_finish_failed_tells_the_trackers_the_run_failed(
     assert bool(log.matching("Logger.finish()'s failed must be True or False, got")) is said
 
 
+class _Caused(_Kept):
+    """A backend whose finish takes the ``cause`` too (SwanLab's error text)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished_with: tuple[bool, BaseException | None] | None = None
+
+    def finish(self, failed: bool = False, cause: BaseException | None = None) -> None:  # type: ignore[override]
+        self.finished, self.finished_with = True, (failed, cause)
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["queued", "inline"])
+def test_an_exception_leaving_the_logger_block_is_the_cause_told_to_a_backend_that_takes_it(
+    inline: bool,
+) -> None:
+    # The backends were told only failed=True: SwanLab's crashed state could not say which
+    # exception (nor a Ctrl-C's "aborted"). A backend whose finish takes only failed is
+    # finished as before; an explicit finish(failed=True) has no cause.
+    caused, outcome = _Caused(), _Outcome()
+    caused.inline = inline  # type: ignore[attr-defined]
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_backends(self, register: Any) -> None:
+            register("caused", lambda: caused)
+            register("outcome", lambda: outcome)
+
+    register_plugin(Offers(), "offers-caused")
+    error = RuntimeError("the loop died")
+    with pytest.raises(RuntimeError), rlmetrics.Logger(backends=["caused", "outcome"]):
+        raise error
+    assert caused.finished_with == (True, error)
+    assert outcome.failed is True
+    logger = rlmetrics.Logger(backends=["caused"])
+    logger.finish(failed=True)
+    assert caused.finished_with == (True, None)
+
+
 def test_a_backend_failing_to_start_with_an_unprintable_error_is_skipped_and_named(
     tmp_path: Path,
 ) -> None:

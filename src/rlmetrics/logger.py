@@ -721,11 +721,15 @@ class Logger:
         raise_if_strict()
 
     def _finish(
-        self, timeout_s: float | None, started: float | None = None, failed: bool = False
+        self,
+        timeout_s: float | None,
+        started: float | None = None,
+        failed: bool = False,
+        cause: BaseException | None = None,
     ) -> bool:
         """Close everything, once, waiting ``timeout_s`` from ``started`` (default: now);
-        whether this call did. ``failed``: the run ended with an exception, which the trackers
-        that keep a run's outcome are told (W&B, MLflow, SwanLab)."""
+        whether this call did. ``failed``: the run ended with an exception (``cause``, when
+        known), which the trackers that keep a run's outcome are told (W&B, MLflow, SwanLab)."""
         close_open_scopes("still open at Logger.finish()", self)
         from .trajectories.held_rows import release_rows
 
@@ -741,7 +745,7 @@ class Logger:
             self._finished = True
             _unfinished.discard(self)
             for inline in self._inline.values():
-                inline.finish(failed)
+                inline.finish(failed, cause)
             if self._ranks is not None:
                 self._ranks.finish()
         # A live trajectory's row held between the release above and _finished: said now.
@@ -750,9 +754,9 @@ class Logger:
         deadline = (time.monotonic() if started is None else started) + bound
         try:
             for worker in self._workers.values():
-                worker.request_finish(failed)  # all at once: they finish side by side
+                worker.request_finish(failed, cause)  # all at once: side by side
             for worker in self._workers.values():
-                worker.finish(deadline, bound, failed)
+                worker.finish(deadline, bound, failed, cause)
         except BaseException as exc:  # a SIGTERM handler's SystemExit, a KeyboardInterrupt
             waiting = "Logger.finish()" if started is None else "the exit's wait"
             for worker in self._workers.values():
@@ -771,7 +775,7 @@ class Logger:
     ) -> None:
         if exc is None:
             self.finish()
-        elif self._finish(None, failed=_is_failure(exc)):
+        elif self._finish(None, failed=_is_failure(exc), cause=exc):
             self._release_strict()  # the block's own exception is the one to see
 
     # -- internals ------------------------------------------------------------------------

@@ -32,6 +32,29 @@ def test_a_run_finished_as_failed_says_so(swanlab_config: dict[str, Any]) -> Non
     assert finish["error"].startswith("the run was finished as failed"), finish
 
 
+@pytest.mark.parametrize(
+    ("error", "state", "said"),
+    [
+        (RuntimeError("the loop died"), "RUN_STATE_CRASHED", "RuntimeError: the loop died"),
+        (KeyboardInterrupt(), "RUN_STATE_ABORTED", "KeyboardInterrupt"),
+    ],
+    ids=["raise", "interrupt"],
+)
+def test_a_logger_block_left_by_an_exception_says_which(
+    swanlab_config: dict[str, Any], error: BaseException, state: str, said: str
+) -> None:
+    # The with block's own exception never reached SwanLab: its error read "the run was
+    # finished as failed (Logger.finish(failed=True), or an exception that left the Logger's
+    # with block)", and a Ctrl-C leaving the block was "crashed", not SwanLab's "aborted".
+    logger = rlmetrics.Logger(backends={"swanlab": swanlab_config}, run_id="left")
+    with pytest.raises(type(error)), logger:
+        logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+        raise error
+    finish = _finish(logger.backends["swanlab"].run_dir)
+    assert finish["state"] == state, finish
+    assert said in finish["error"] and "Traceback" in finish["error"], finish
+
+
 _SCRIPT = """
 import sys
 import rlmetrics

@@ -254,11 +254,18 @@ def _report_method_failure(name: str, method: str) -> None:
 
 
 def _finish(
-    name: str, backend: Any, catching: type[BaseException] = Exception, failed: bool = False
+    name: str,
+    backend: Any,
+    catching: type[BaseException] = Exception,
+    failed: bool = False,
+    cause: BaseException | None = None,
 ) -> None:
     try:
         if failed and _takes_failed(backend):
-            backend.finish(failed=True)
+            if cause is not None and _takes(backend, "cause"):
+                backend.finish(failed=True, cause=cause)
+            else:
+                backend.finish(failed=True)
         else:
             backend.finish()
     except catching:
@@ -274,8 +281,15 @@ def _takes_failed(backend: Any) -> bool:
     """Whether ``backend.finish`` takes ``failed``: a tracker with a notion of a failed run (W&B's
     exit code, MLflow's FAILED, SwanLab's crashed) is told when the run ended with an
     exception; any other backend is finished as always."""
+    return _takes(backend, "failed")
+
+
+def _takes(backend: Any, parameter: str) -> bool:
+    """Whether ``backend.finish`` takes ``parameter``. A failed run's ``cause`` (the exception
+    that left the Logger's ``with`` block) goes only to a finish that takes it (SwanLab's
+    error text): one that takes only ``failed`` is finished as before."""
     try:
-        return "failed" in inspect.signature(backend.finish).parameters
+        return parameter in inspect.signature(backend.finish).parameters
     except Exception:  # no finish (said when it is called), or one with no signature
         return False
 
@@ -342,11 +356,11 @@ class InlineBackend:
         except Exception:
             _report_method_failure(self.name, method)
 
-    def finish(self, failed: bool = False) -> None:
-        """Finish the backend (``failed``: the run ended with an exception) and say how many
-        rows it failed to write."""
+    def finish(self, failed: bool = False, cause: BaseException | None = None) -> None:
+        """Finish the backend (``failed``: the run ended with an exception, ``cause``) and say
+        how many rows it failed to write."""
         self._finished = True
-        _finish(self.name, self.backend, failed=failed)
+        _finish(self.name, self.backend, failed=failed, cause=cause)
         lost = _lost(self.rows, self.failed, 0)
         if lost:
             logger.warning("rlmetrics: backend %r finished; %s", self.name, ", ".join(lost))
@@ -373,6 +387,7 @@ class BackendWorker:
         self._finishing = False  # finishing was asked for: the finish marker is queued
         self._finished = False  # finish() was called (it reports, once)
         self._failed_run = False  # the run ended with an exception: said to the backend
+        self._failure: BaseException | None = None  # that exception, when known
         #: The rows still queued were said to be lost (a finish past its bound): they are not
         #: written later, behind that word, into the tracker's own exit teardown; the thread
         #: goes straight to finishing the backend.
@@ -465,7 +480,7 @@ class BackendWorker:
                 expected=True,
             )
 
-    def request_finish(self, failed: bool = False) -> None:
+    def request_finish(self, failed: bool = False, cause: BaseException | None = None) -> None:
         """Queue the finish behind the rows, without waiting (past a full queue's bound: it
         is one item): every backend of a Logger is asked first and then waited for, so
         one whose finish takes seconds (W&B syncing its run) does not spend the bound of the
@@ -474,9 +489,16 @@ class BackendWorker:
             return
         self._finishing = True
         self._failed_run = failed
+        self._failure = cause
         self._queue.put(_FINISH)
 
-    def finish(self, deadline: float, timeout_s: float, failed: bool = False) -> None:
+    def finish(
+        self,
+        deadline: float,
+        timeout_s: float,
+        failed: bool = False,
+        cause: BaseException | None = None,
+    ) -> None:
         """Write what is queued, then finish the backend, waiting until ``deadline``
         (``time.monotonic()``, ``timeout_s`` after the Logger's finish began; never past the
         interpreter's exit bound); report what was dropped, failed or left unwritten, once.
@@ -484,7 +506,7 @@ class BackendWorker:
         if os.getpid() != self._pid or self._finished:
             return
         self._finished = True
-        self.request_finish(failed)
+        self.request_finish(failed, cause)
         exiting = _exiting
         why = ""
         if exiting is not None:
@@ -533,7 +555,7 @@ class BackendWorker:
             if item is None:
                 item = self._queue.get()
             if item is _FINISH:
-                _finish(self.name, self.backend, BaseException, self._failed_run)
+                _finish(self.name, self.backend, BaseException, self._failed_run, self._failure)
                 return
             method, args = item
             item = None

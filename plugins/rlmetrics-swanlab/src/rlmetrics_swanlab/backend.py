@@ -353,34 +353,36 @@ class SwanLabBackend:
             columns = columns_of(rows)
             self.run.log({kept: [_sample_text(row, columns) for row in rows]}, step=number)
 
-    def finish(self, failed: bool = False) -> None:
+    def finish(self, failed: bool = False, cause: BaseException | None = None) -> None:
         """Finish the run, once, if a backend of this process started it and no other still
         logs into it (another Logger's); a run the script started is left to the script.
-        ``failed`` (the run failed): SwanLab's crashed state, its error saying how."""
+        ``failed`` (the run failed): SwanLab's crashed state, its error saying how (``cause``:
+        the exception that left the Logger's ``with`` block; a Ctrl-C's is aborted)."""
         if self._finished:
             return
         self._finished = True
         if not _RUNS.leave(self.run):
             return
         if failed:
-            interrupted = isinstance(exit_status.uncaught_exception(), KeyboardInterrupt)
+            error = cause if cause is not None else exit_status.uncaught_exception()
+            interrupted = isinstance(error, KeyboardInterrupt)
             # Ctrl-C: SwanLab's own "aborted", as its excepthook said it.
-            self.run.finish(state="aborted" if interrupted else "crashed", error=_failure())
+            state = "aborted" if interrupted else "crashed"
+            self.run.finish(state=state, error=_failure(cause))
         else:
             self.run.finish()
 
 
-def _failure() -> str:
-    """How the run failed, for SwanLab's crashed state: what the exit tells (the traceback of
-    the exception nothing caught, as SwanLab's excepthook gave it, or the failing status),
-    else a run its code finished as failed."""
-    error = exit_status.uncaught_exception()
-    if error is not None and not isinstance(error, SystemExit):
+def _failure(cause: BaseException | None = None) -> str:
+    """How the run failed, for SwanLab's crashed state: the traceback of the exception that
+    left the Logger's block (``cause``) or that nothing caught (as SwanLab's excepthook gave
+    it), the failing exit status, else a run its code finished as failed."""
+    error = cause if cause is not None else exit_status.uncaught_exception()
+    if isinstance(error, SystemExit):
+        return f"the process exited with status {exit_status.as_status(error.code)}"
+    if error is not None:
         return "".join(traceback.format_exception(error))
-    return exit_status.failure() or (
-        "the run was finished as failed (Logger.finish(failed=True), or an exception that "
-        "left the Logger's with block)"
-    )
+    return exit_status.failure() or "the run was finished as failed (Logger.finish(failed=True))"
 
 
 def _store_nulls(config: Any, keys: Sequence[str]) -> bool:
