@@ -351,3 +351,29 @@ def test_dataset_metrics_property(keys: list[str], prefix: str) -> None:
             metric = {"val_loss": "loss"}.get(parts[1], parts[1])
             expected.append((training.UNNAMED_DATASET, metric, value))
     assert training.dataset_metrics(metrics, prefix) == expected
+
+
+#: Keys NeMo-RL's GRPO loop logs in its train dict beside the ones NEMO_RL_BACKEND_ONLY already
+#: listed (nemo_rl/algorithms/grpo.py, loss/loss_functions.py ClippedPGLossFn,
+#: experience/rollouts.py): the sequence log-prob error metrics it always logs, the truncated
+#: importance-sampling ratio, tool-call and thinking penalties, dynamic sampling, the
+#: baseline's reward mix and the async multi-turn rollout's statistics.
+NEMO_RL_GRPO_KEYS = (
+    *("max_seq_mult_prob_error", "mean_seq_mult_prob_error", "min_seq_mult_prob_error"),
+    "max_seq_mult_prob_error_after_mask",
+    "mean_seq_mult_prob_error_after_mask",
+    "min_seq_mult_prob_error_after_mask",
+    *("num_masked_seqs_by_logprob_error", "masked_correct_pct", "is_oob_ratio"),
+    *("invalid_tool_call_rate", "malformed_thinking_rate", "num_invalid_tool_calls"),
+    *("num_malformed_thinking", "num_assistant_messages"),
+    *("dynamic_sampling_num_gen_batches", "dynamic_sampling_num_discarded_valid_samples"),
+    *("baseline_reward/pct_0", "baseline_reward/pct_1", "baseline_reward/pct_mixed"),
+    *("max_turns_per_sample", "max_gen_tokens_per_turn/max", "max_gen_tokens_per_turn/mean"),
+    *("mean_total_reward", "max_total_reward", "min_total_reward"),
+)
+
+
+def test_nemo_rl_grpo_train_keys_are_known_backend_only() -> None:
+    from rlmetrics.known_keys import Vocabulary
+
+    assert [u.key for u in Vocabulary().unknown("train", NEMO_RL_GRPO_KEYS)] == []

@@ -181,6 +181,15 @@ NEMO_RL_BACKEND_ONLY = (
     *("total_turns", "avg_turns_per_sample", "natural_termination_rate", "truncation_rate"),
     *("max_turns_reached_rate", "critic/grad_norm", "critic/explained_var"),
     *("critic/returns_mean", "critic/values_mean"),
+    # GRPO's sequence log-prob error checks (always logged), truncated importance sampling,
+    # tool-call and thinking penalties, dynamic sampling, the baseline's reward mix, and the
+    # async multi-turn rollout's statistics.
+    *(f"{s}_seq_mult_prob_error{m}" for s in ("max", "mean", "min") for m in ("", "_after_mask")),
+    *("num_masked_seqs_by_logprob_error", "masked_correct_pct", "is_oob_ratio"),
+    *("invalid_tool_call_rate", "malformed_thinking_rate", "num_invalid_tool_calls"),
+    *("num_malformed_thinking", "num_assistant_messages", "dynamic_sampling_*"),
+    *("baseline_reward/*", "max_turns_per_sample", "max_gen_tokens_per_turn/*"),
+    *("mean_total_reward", "max_total_reward", "min_total_reward"),
 )
 declare_keys(NEMO_RL_BACKEND_ONLY, backend_only=True, note="NeMo-RL's own train keys")
 #: The prefixes of NeMo-RL's step timers and throughput summary: every key of them reaches
