@@ -116,6 +116,13 @@ def test_an_evaluation_path_in_a_train_dict_is_not_offered_as_the_training_serie
     assert "did you mean" not in unknown.message()
 
 
+def test_a_key_is_never_offered_as_its_own_correction() -> None:
+    # {"reward": {"": r}} flattens to 'reward/', which reward/* does not match (a component
+    # has a name): filling the pattern's * from the key gave the key itself back.
+    [unknown] = Vocabulary().unknown("train", ["reward/"])
+    assert "reward/" not in unknown.close
+
+
 def test_a_key_unknown_under_every_split_keeps_its_close_keys() -> None:
     [unknown] = Vocabulary().unknown("", ["train/kl_penalti"])
     assert unknown.known_under is None

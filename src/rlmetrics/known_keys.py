@@ -406,8 +406,10 @@ def _instances(key: str, candidates: tuple[list[str], list[str]]) -> list[str]:
         # Only where the written parts are close: ``extra/metric_0`` is no ``reward/*``.
         written = "/".join(p for p in parts if p != "*")
         logged = "/".join(s for p, s in zip(parts, segments, strict=True) if p != "*")
-        if difflib.SequenceMatcher(None, written, logged).ratio() >= _SIMILARITY:
-            out.append("/".join(s if p == "*" else p for p, s in zip(parts, segments, strict=True)))
+        filled = "/".join(s if p == "*" else p for p, s in zip(parts, segments, strict=True))
+        # A filled pattern that is the key itself (an empty segment: ``reward/``) is no fix.
+        if filled != key and difflib.SequenceMatcher(None, written, logged).ratio() >= _SIMILARITY:
+            out.append(filled)
     return out
 
 
