@@ -4,6 +4,7 @@ marker's step, in every tag."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -89,3 +90,29 @@ def test_the_hparams_dashboard_shows_the_latest_process_configuration(
     expected = {"lr": 5e-7, "steps": 200.0, **({"seed": 1.0} if resume else {})}
     assert hparams(tmp_path / "r") == expected
     assert len(list((tmp_path / "r" / "hparams").iterdir())) == 1
+
+
+def test_a_second_logger_of_the_run_in_the_process_hides_none_of_the_first_s_points(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A trainer callback's Logger and the script's own evaluation Logger, made once the first
+    # had written: the second took the first's events for an earlier process's, wrote a
+    # restart marker at its first step, and TensorBoard hid train/loss from step 2 on.
+    from rlmetrics_tensorboard import TensorBoardBackend
+
+    from rlmetrics.identity import RunIdentity
+
+    folder = tmp_path / "tb"
+    trainer = TensorBoardBackend(log_dir=folder, identity=RunIdentity("grpo-1"))
+    for step in range(5):
+        trainer.log_metrics({"loss": float(step)}, step, "train")
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        evaluation = TensorBoardBackend(log_dir=folder, identity=RunIdentity("grpo-1"))
+    evaluation.log_metrics({"accuracy": 0.5}, 2, "eval")
+    trainer.log_metrics({"loss": 5.0}, 5, "train")
+    evaluation.finish()
+    trainer.finish()
+
+    assert scalars(folder, "train/loss") == [(s, float(s)) for s in range(6)]
+    assert scalars(folder, "eval/accuracy") == [(2, 0.5)]
+    assert "earlier process" not in caplog.text

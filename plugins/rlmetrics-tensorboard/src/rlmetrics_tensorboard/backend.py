@@ -17,7 +17,8 @@ starts the folder over the same way, said once: TensorBoard shows its points, no
 processes' interleaved. What a restarted job logs before its first trainer step is no restart point:
 its setup timing (step 0 of every process) and the rollout-checkpoint streams (their own
 sample index, from 0 in every process); a marker at their step would hide, in every tag, all
-the earlier run logged from that step on.
+the earlier run logged from that step on. Nor is a second Logger of the run in this process
+(a trainer callback's and the script's own): it writes beside the first, no marker.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.summary import histogram, hparams, text
 
-from rlmetrics import warn_once
+from rlmetrics import resets_process_state, warn_once
 from rlmetrics.backends import StepAxis, full_key, storable_text
 from rlmetrics.events import SETUP_TIMING_PREFIX, STEP_KEY, WALL_TIME_KEY
 from rlmetrics.hyperparams import flat_hyperparams, param_text
@@ -49,6 +50,34 @@ __all__ = ["HPARAMS_FOLDER", "TensorBoardBackend"]
 #: The sub-folder of the run's log folder that holds its hyperparameters (TensorBoard's
 #: HParams dashboard reads each folder with an hparams event as one session).
 HPARAMS_FOLDER = "hparams"
+
+
+#: The log folders this process's backends write into and have not all finished, each with how
+#: many do: a second Logger of the run in the process (a trainer callback's beside the script's
+#: evaluation Logger) writes beside the first, which is no earlier process's run to start over.
+_writing: dict[Path, int] = {}
+_writing_lock = threading.Lock()
+
+
+@resets_process_state
+def _forget_writing() -> None:
+    with _writing_lock:
+        _writing.clear()
+
+
+def _join_folder(folder: Path) -> bool:
+    """Count a backend writing into ``folder``; whether another of this process already was."""
+    with _writing_lock:
+        users = _writing.get(folder, 0)
+        _writing[folder] = users + 1
+    return users > 0
+
+
+def _leave_folder(folder: Path) -> None:
+    with _writing_lock:
+        users = _writing.pop(folder, 0) - 1
+        if users > 0:
+            _writing[folder] = users
 
 
 #: The largest int the HParams dashboard holds exactly (it stores numbers as doubles).
@@ -142,9 +171,16 @@ class TensorBoardBackend:
         self._finished = False
         #: A restart marker is still to be written, at the first trainer step: a resumed
         #: run's, and a run's started again (without resume) where an earlier process of it
-        #: wrote, which starts the folder over instead of interleaving the two.
-        again = not self.identity.resume and any(self.log_dir.glob("events.out.tfevents.*"))
-        self._restart_pending = self.identity.resume or again
+        #: wrote, which starts the folder over instead of interleaving the two. Neither for a
+        #: second backend of the folder in this process: the first one's points are this run's.
+        self._folder = self.log_dir.resolve()
+        beside = _join_folder(self._folder)
+        again = (
+            not beside
+            and not self.identity.resume
+            and any(self.log_dir.glob("events.out.tfevents.*"))
+        )
+        self._restart_pending = not beside and (self.identity.resume or again)
         if again:
             warn_once(
                 f"tensorboard:again:{self.log_dir}",
@@ -271,6 +307,7 @@ class TensorBoardBackend:
             if self._finished:
                 return
             self._finished = True
+            _leave_folder(self._folder)
             if self._file is not None:
                 self._file.close()
 
