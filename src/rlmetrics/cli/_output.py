@@ -7,7 +7,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +36,56 @@ def positive_count(text: str) -> int:
 def print_json(value: Any, command: str = "rlmetrics", *, indent: int | None = 2) -> None:
     """``value`` as strict JSON on stdout. A number past float's range (a sum of step times
     of 1e308, say) is printed as null, and one line on stderr names where: ``Infinity`` and
-    ``NaN`` are not JSON, and jq, ``JSON.parse`` and Go refuse a whole document over one."""
+    ``NaN`` are not JSON, and jq, ``JSON.parse`` and Go refuse a whole document over one.
+
+    Written a part at a time (:func:`_parts`): a long run's steps are never held again as a
+    copy and as one string beside the answer itself."""
     past: list[str] = []
-    sys.stdout.write(json.dumps(_finite(value, "", past), indent=indent) + "\n")
+    for part in _parts(value, "", past, indent, 0):
+        sys.stdout.write(part)
+    sys.stdout.write("\n")
     if past:
         named = ", ".join(past[:5]) + (f" and {len(past) - 5} more" if len(past) > 5 else "")
         sys.stderr.write(
             f"{command}: {len(past)} values past float's range printed as null: {named}\n"
         )
+
+
+#: A dict or list deeper than the answer's own fields is written whole unless it has more
+#: items than this (a run's steps): a part a small one at a time would only be slower.
+_WHOLE_UP_TO = 256
+
+
+def _parts(value: Any, path: str, past: list[str], indent: int | None, level: int) -> Iterator[str]:
+    """``json.dumps(_finite(value), indent=indent)`` in parts: the items of the answer's
+    dict, of its fields and of any long list one at a time, each made finite as it is
+    written."""
+    mapping = isinstance(value, dict)
+    items: Iterable[tuple[Any, Any]] = ()
+    if mapping:
+        items = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    if not items or not value or (level > 1 and len(value) <= _WHOLE_UP_TO):
+        yield _dumps(_finite(value, path, past), indent, level)
+        return
+    inner = "" if indent is None else "\n" + " " * (indent * (level + 1))
+    yield "{" if mapping else "["
+    for n, (key, item) in enumerate(items):
+        yield ("," if indent is not None else ", ") * (n > 0) + inner
+        if mapping:  # the key as json.dumps writes it (an int's as a string)
+            yield _dumps({key: None}, None, 0)[1 : -len(": null}")] + ": "
+            where = f"{path}.{key}" if path else str(key)
+        else:
+            where = f"{path}[{key}]"
+        yield from _parts(item, where, past, indent, level + 1)
+    yield ("" if indent is None else "\n" + " " * (indent * level)) + ("}" if mapping else "]")
+
+
+def _dumps(value: Any, indent: int | None, level: int) -> str:
+    """``value``'s JSON as it reads ``level`` containers deep in an indented document."""
+    text = json.dumps(value, indent=indent)
+    return text if not indent or not level else text.replace("\n", "\n" + " " * (indent * level))
 
 
 def _finite(value: Any, path: str, past: list[str]) -> Any:
