@@ -77,6 +77,24 @@ def test_a_key_map_makes_the_loops_keys_series(telemetry: tuple[Any, Any]) -> No
     assert exported["rl.reward.mean"] == 0.75 and exported["rl.kl.divergence"] == 0.5
 
 
+def test_a_loop_that_writes_its_prefix_into_the_keys_uses_no_tracker_prefix(
+    tmp_path: Path, telemetry: tuple[Any, Any]
+) -> None:
+    # What Accelerate's own W&B tracker takes as written: with prefix="", the trackers keep
+    # the keys and the series read train/ as the train prefix, eval/ as evaluation.
+    _handle, reader = telemetry
+    path = tmp_path / "m.jsonl"
+    tracker = RLMetricsTracker(backends={"jsonl": {"path": path}}, prefix="")
+    accelerator = Accelerator(cpu=True, log_with=[tracker])
+    accelerator.init_trackers("wandb-style")
+    accelerator.log({"train/reward": 0.25, "train/loss": 1.5, "eval/reward": 0.9}, step=1)
+    exported = {p.name: p.value for p in points(reader) if not p.attributes}
+    accelerator.end_training()
+    assert exported["rl.reward.mean"] == 0.25 and exported["rl.policy.loss"] == 1.5
+    [row] = [r for r in read_jsonl(path) if "metrics" in r]
+    assert row["prefix"] == "" and set(row["metrics"]) >= {"train/reward", "eval/reward"}
+
+
 class BrokenLogger(rlmetrics.Logger):
     def log_metrics(self, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a bug in rlmetrics")
