@@ -286,3 +286,43 @@ def test_a_row_names_the_trace_of_its_spans_only_when_they_are_exported(
         "batch": None,
         "live": None,
     }
+
+
+def test_an_error_given_without_an_outcome_is_a_failure_of_that_error() -> None:
+    """Before: a tool call or a trajectory given an ``error`` but no ``outcome`` (the docs'
+    "error= when it failed") was a success, its error dropped without a word: rl.tool.calls
+    counted the failed call under success, no span said error.type. Now an error given
+    makes the default outcome ``error``."""
+    with in_memory_tracing() as (_handle, reader, exporter):
+        with rlmetrics.trajectory("live", step=1) as t:
+            t.tool_call("python", error="ValueError")
+            t.finish(error=KeyError)
+        record = {"sample_id": "batch", "error": "Boom"}
+        record["turns"] = [{"tool_calls": [{"name": "search", "error": "OSError"}]}]
+        rlmetrics.Logger(backends={}).log_trajectories([record], step=1)
+        spans = span_records(exporter)
+        found = points(reader)
+    said = {
+        s.name.split(" ")[-1]
+        if s.name.startswith("execute_tool")
+        else s.attributes["rl.sample.id"]: (
+            s.attributes.get("rl.tool.outcome") or s.attributes.get("rl.trajectory.outcome"),
+            s.attributes.get("error.type"),
+        )
+        for s in spans
+        if s.name.startswith(("execute_tool", "invoke_agent"))
+    }
+    assert said == {
+        "python": ("error", "ValueError"),
+        "live": ("error", "KeyError"),
+        "search": ("error", "OSError"),
+        "batch": ("error", "Boom"),
+    }
+    tools = {
+        p.attributes["gen_ai.tool.name"]: p.attributes["rl.tool.outcome"]
+        for p in found
+        if p.name == "rl.tool.calls"
+    }
+    assert tools == {"python": "error", "search": "error"}
+    [completed] = [p for p in found if p.name == "rl.trajectory.completed"]
+    assert (completed.attributes["rl.trajectory.outcome"], completed.value) == ("error", 2)

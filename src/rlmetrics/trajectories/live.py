@@ -299,7 +299,9 @@ class LiveTrajectory(Block):
             group_id=_identifier("group_id", group),
             env=_name("env", env),
             agent=_name("agent", self.agent),
-            outcome=_choice("outcome", self.outcome, OUTCOMES, "success"),
+            outcome=_choice(
+                "outcome", self.outcome, OUTCOMES, "success" if self.error is None else "error"
+            ),
             finish_reason=_name("finish_reason", self.finish_reason),
             weight_version=_identifier("weight_version", weight_version),
             reward=_real("reward", self.reward_total),

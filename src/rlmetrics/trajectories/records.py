@@ -531,8 +531,8 @@ def _tool_call(item: Any, text: TextPolicy, end_ns: int | None = None) -> ToolCa
             )
         name = _name("tool_call.name", name)
     outcome = get("outcome")
-    if outcome is None:
-        outcome = "success"
+    if outcome is None:  # an error given says the call failed
+        outcome = "success" if get("error") is None else "error"
     elif not (type(outcome) is str and outcome in TOOL_OUTCOMES):
         outcome = _choice("tool_call.outcome", outcome, TOOL_OUTCOMES, "success")
     latency = get("latency_s")
@@ -708,8 +708,8 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
     if agent is not None and not (type(agent) is str and 0 < len(agent) <= 128):
         agent = _name("agent", agent)
     outcome = get("outcome")
-    if outcome is None:
-        outcome = "success"
+    if outcome is None:  # an error given says the rollout failed
+        outcome = "success" if get("error") is None else "error"
     elif not (type(outcome) is str and outcome in OUTCOMES):
         outcome = _choice("outcome", outcome, OUTCOMES, "success")
     reason = get("finish_reason")
