@@ -116,3 +116,25 @@ def test_a_second_logger_of_the_run_in_the_process_hides_none_of_the_first_s_poi
     assert scalars(folder, "train/loss") == [(s, float(s)) for s in range(6)]
     assert scalars(folder, "eval/accuracy") == [(2, 0.5)]
     assert "earlier process" not in caplog.text
+
+
+def test_two_loggers_of_the_run_in_the_process_share_its_one_hparams_session(
+    tmp_path: Path,
+) -> None:
+    # Each backend rewrote a session of its own keys and removed the other's (or left two,
+    # of which TensorBoard shows the first): one Logger's configuration was lost.
+    from rlmetrics_tensorboard import TensorBoardBackend
+
+    from rlmetrics.identity import RunIdentity
+
+    folder = tmp_path / "tb"
+    trainer = TensorBoardBackend(log_dir=folder, identity=RunIdentity("grpo-1"))
+    script = TensorBoardBackend(log_dir=folder, identity=RunIdentity("grpo-1"))
+    trainer.log_hyperparams({"lr": 1e-6})
+    script.log_hyperparams({"seed": 3})
+    trainer.log_hyperparams({"lr": 2e-6})
+    trainer.finish()
+    script.finish()
+
+    assert hparams(folder) == {"lr": 2e-6, "seed": 3.0}
+    assert len(list((folder / "hparams").iterdir())) == 1

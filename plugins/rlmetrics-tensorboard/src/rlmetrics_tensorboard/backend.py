@@ -55,8 +55,23 @@ HPARAMS_FOLDER = "hparams"
 #: The log folders this process's backends write into and have not all finished, each with how
 #: many do: a second Logger of the run in the process (a trainer callback's beside the script's
 #: evaluation Logger) writes beside the first, which is no earlier process's run to start over.
-_writing: dict[Path, int] = {}
+_writing: dict[Path, _Folder] = {}
 _writing_lock = threading.Lock()
+
+
+class _Folder:
+    """A log folder this process's backends write into: how many do, and the run's one
+    hparams session, which they share (each rewriting it with its own keys would lose the
+    other's)."""
+
+    def __init__(self) -> None:
+        self.users = 0
+        self.lock = threading.Lock()
+        #: Every hyperparameter logged so far (a later value wins), and the event file that
+        #: holds them: TensorBoard's reader shows the first session it meets in a folder, so
+        #: each call rewrites the one session instead of adding a second it would hide.
+        self.hparams: dict[str, bool | int | float | str] = {}
+        self.hparams_file: Path | None = None
 
 
 @resets_process_state
@@ -65,19 +80,22 @@ def _forget_writing() -> None:
         _writing.clear()
 
 
-def _join_folder(folder: Path) -> bool:
-    """Count a backend writing into ``folder``; whether another of this process already was."""
+def _join_folder(folder: Path) -> tuple[_Folder, bool]:
+    """Count a backend writing into ``folder``: its shared state, and whether another backend
+    of this process already was."""
     with _writing_lock:
-        users = _writing.get(folder, 0)
-        _writing[folder] = users + 1
-    return users > 0
+        shared = _writing.setdefault(folder, _Folder())
+        shared.users += 1
+    return shared, shared.users > 1
 
 
 def _leave_folder(folder: Path) -> None:
     with _writing_lock:
-        users = _writing.pop(folder, 0) - 1
-        if users > 0:
-            _writing[folder] = users
+        shared = _writing.get(folder)
+        if shared is not None:
+            shared.users -= 1
+            if shared.users <= 0:
+                del _writing[folder]
 
 
 #: The largest int the HParams dashboard holds exactly (it stores numbers as doubles).
@@ -174,7 +192,7 @@ class TensorBoardBackend:
         #: wrote, which starts the folder over instead of interleaving the two. Neither for a
         #: second backend of the folder in this process: the first one's points are this run's.
         self._folder = self.log_dir.resolve()
-        beside = _join_folder(self._folder)
+        self._shared, beside = _join_folder(self._folder)
         again = (
             not beside
             and not self.identity.resume
@@ -190,11 +208,6 @@ class TensorBoardBackend:
                 "on, not the earlier ones). Pass resume=True to continue the earlier run, or "
                 "a new run id to keep both",
             )
-        #: Every hyperparameter logged so far (a later value wins), and the event file that
-        #: holds them: TensorBoard's reader shows the first session it meets in a folder, so
-        #: each call rewrites the one session instead of adding a second it would hide.
-        self._hparams: dict[str, bool | int | float | str] = {}
-        self._hparams_file: Path | None = None
 
     def _open(self) -> EventFile:
         """The run's event file, opened at the first write."""
@@ -264,16 +277,17 @@ class TensorBoardBackend:
                 "logged as their text",
             )
         folder = self.log_dir / HPARAMS_FOLDER
-        with self._lock:
+        shared = self._shared
+        with shared.lock:
             replaced: list[Path] = []
-            if self._hparams_file is None:
+            if shared.hparams_file is None:
                 # This process's first session replaces an earlier process's (TensorBoard
                 # would show that one, the first of the folder): a resumed run keeps its
                 # keys, later values winning; a run started again begins with its own.
                 earlier, replaced = _earlier_sessions(folder)
                 if self.identity.resume:
-                    self._hparams = {**earlier, **self._hparams}
-            merged = {**self._hparams, **flat}
+                    shared.hparams = {**earlier, **shared.hparams}
+            merged = {**shared.hparams, **flat}
             experiment, start, end = hparams(merged, {})
             file = EventFile(folder, _unique_suffix(), self.flush_secs)
             try:
@@ -284,8 +298,8 @@ class TensorBoardBackend:
                 file.close()
             # Only once the merged session is on disk is the one it replaces removed: a
             # failed write keeps the previous session whole.
-            self._hparams = merged
-            previous, self._hparams_file = self._hparams_file, file.path
+            shared.hparams = merged
+            previous, shared.hparams_file = shared.hparams_file, file.path
             if previous is not None:
                 replaced.append(previous)
             for path in replaced:
