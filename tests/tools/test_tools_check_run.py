@@ -343,3 +343,18 @@ def test_a_long_run_is_checked_without_holding_its_rows(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert not isinstance(found, str) and found.tried == 26
     assert peak < path.stat().st_size
+
+
+def test_a_run_that_logged_no_key_yet_is_said_so_not_every_one_of_0(tmp_path: Path) -> None:
+    """Before: a run that had logged only its configuration so far was told 'every one of the
+    0 keys logged reaches a series', which reads as a check that passed."""
+    import rlmetrics
+
+    jsonl = tmp_path / "metrics.jsonl"
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}, run_id="early")
+    logger.log_hyperparams({"lr": 1e-6})
+    logger.finish()
+    done = run_cli("check", "--run", jsonl)
+    assert done.returncode == 0, done.stderr
+    assert f"{jsonl}: no metric key logged yet: nothing to check" in done.stdout.splitlines()
+    assert "every one of the 0" not in done.stdout

@@ -240,6 +240,9 @@ def _print_unexported(path: Path, found: _RunFindings) -> None:
             hint = unknown.hint() or "no known key is close"
             sys.stdout.write(f"  {unknown.name:<{width}}  {hint}\n")
     unexported, tried = found.unexported, found.tried
+    if not tried:  # a run that has logged only its configuration, or nothing numeric, so far
+        sys.stdout.write(f"{path}: no metric key logged yet: nothing to check\n")
+        return
     if not unexported:
         sys.stdout.write(f"{path}: every one of the {tried} keys logged reaches a series\n")
         return
