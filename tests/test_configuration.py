@@ -220,6 +220,23 @@ def test_an_option_variable_configures_what_the_call_chooses(
         rlmetrics.Logger(backends=["jsonl"])  # the call chose no console: it does nothing
 
 
+def test_an_option_variable_s_text_is_taken_without_surrounding_blanks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A trailing blank an env file or a copied line left wrote "m.jsonl " (a file name that
+    # looks like m.jsonl and is not found by that name), a leading one a folder " " in the
+    # working directory; quoted TOML text keeps its blanks.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PATH", f" {tmp_path / 'm.jsonl'} ")
+    with rlmetrics.Logger() as logger:
+        logger.log_metrics({"a": 1}, step=0)
+    assert [p.name for p in tmp_path.iterdir()] == ["m.jsonl"]
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PATH", f'"{tmp_path / "q.jsonl"} "')
+    with rlmetrics.Logger() as logger:
+        logger.log_metrics({"a": 1}, step=0)
+    assert (tmp_path / "q.jsonl ").exists()
+
+
 def test_names_run_together_say_how_a_list_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
     # "jsonl console" is two backends written as one name: not "did you mean 'console'?",
     # which would drop the other.

@@ -668,13 +668,15 @@ def read_file(path: str) -> Configured:
 
 def _env_value(text: str) -> Any:
     """An option's value from the environment: a TOML value (``5``, ``0.5``, ``true``,
-    ``"x"``, ``[1, 2]``) when it reads as one, else the text itself (a path, a host)."""
+    ``"x"``, ``[1, 2]``) when it reads as one, else the text itself (a path, a host) without
+    the blanks around it (an env file's trailing blank made a file ``m.jsonl `` that no one
+    finds by its name; quoted TOML text keeps them)."""
     try:
         import tomllib  # type: ignore[import-not-found,unused-ignore]
 
         return tomllib.loads(f"v = {text}")["v"]
     except Exception:
-        return text
+        return text.strip()
 
 
 def _spelled(name: str) -> str:
@@ -920,7 +922,7 @@ def _as_text_where_taken(factory: Any, given: dict[str, tuple[Any, str]]) -> Non
         if kind is None or kind.what != PATH.what or text is None or isinstance(value, str):
             continue
         if kind.problem(value) is not None:
-            given[option] = (text, variable)
+            given[option] = (text.strip(), variable)
 
 
 def _under_home(factory: Any, found: dict[str, tuple[Any, str]]) -> None:
