@@ -25,6 +25,40 @@ def test_one_line_per_call_with_prefixed_keys() -> None:
     ]
 
 
+class _ScalarTensor:
+    """A one-element tensor as torch prints it: its str() is not its number."""
+
+    def item(self) -> float:
+        return 0.123456789
+
+    def __str__(self) -> str:
+        return "tensor(0.1235, device='cuda:0', grad_fn=<MeanBackward0>)"
+
+
+def test_a_scalar_tensor_numpy_scalar_or_decimal_is_printed_as_its_number() -> None:
+    # The line had "loss=tensor(0.1235, device='cuda:0', grad_fn=<MeanBackward0>)", a NumPy
+    # float32 all its digits, where a float is 6 significant digits.
+    np = pytest.importorskip("numpy")
+    stream = io.StringIO()
+    backend = ConsoleBackend(stream=stream)
+    backend.log_metrics(
+        {
+            "loss": _ScalarTensor(),
+            "kl": np.float32(0.123456789),
+            "lr": np.array(0.5),
+            "share": Decimal("0.25"),
+            "done": True,
+            "note": "ok",
+        },
+        step=3,
+        prefix="train",
+    )
+    assert stream.getvalue() == (
+        "step 3 | train/loss=0.123457 train/kl=0.123457 train/lr=0.5 train/share=0.25 "
+        "train/done=True train/note=ok\n"
+    )
+
+
 def _json_rows(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 

@@ -10,6 +10,7 @@ from typing import Any, Literal, TextIO
 from .. import hookimpl
 from ..configuration import POSITIVE_INTEGER, Option, declare_options
 from ..identity import RunIdentity, new_run_id
+from ..values import as_real
 from . import full_key
 from .jsonl import metrics_line
 
@@ -22,6 +23,12 @@ _FORMATS: tuple[ConsoleFormat, ...] = ("text", "json", "both")
 
 
 def _format(value: Any) -> str:
+    if type(value) is not bool and type(value) is not str:
+        # A torch or NumPy scalar, a 0-d array, a Decimal: the number it stands for, as a
+        # float prints, not its str() ("tensor(0.1235, device='cuda:0', grad_fn=...)").
+        number = as_real(value)
+        if number is not None:
+            value = number
     if isinstance(value, float):
         return f"{value:.6g}"
     try:
