@@ -4,6 +4,8 @@ logprob mismatch is kept by that lag, the importance ratio as it is; read back f
 
 from __future__ import annotations
 
+import pytest
+
 import rlmetrics
 from rlmetrics.testing import in_memory_telemetry, points, single
 
@@ -76,3 +78,18 @@ def test_a_rollout_versioned_only_on_its_generations_has_its_staleness() -> None
         found = points(reader)
     staleness = single(found, "rl.offpolicy.staleness")
     assert (staleness.count, staleness.sum) == (2, 2 + 2)
+
+
+def test_a_step_whose_weight_version_is_a_numpy_int_measures_staleness() -> None:
+    """Before: ``rlmetrics.step(n, weight_version=np.int64(10))`` tagged the step's span with
+    10 but gave the trajectories no trainer version (only a Python int was read), so
+    rl.offpolicy.staleness stayed empty and RLRolloutsStale silent. A NumPy or torch integer
+    counts, as it does for the span and for the step."""
+    np = pytest.importorskip("numpy")
+    with in_memory_telemetry() as (_handle, reader):
+        logger = rlmetrics.Logger(backends={})
+        with rlmetrics.step(10, logger=logger, weight_version=np.int64(10), summary=False):
+            logger.log_trajectories([{"sample_id": "a", "weight_version": np.int64(7)}])
+        found = points(reader)
+    staleness = single(found, "rl.offpolicy.staleness")
+    assert (staleness.count, staleness.sum) == (1, 3)

@@ -48,12 +48,17 @@ def _trace_ids(contexts: Sequence[Any], binding: Any, count: int) -> list[str | 
 
 
 def _trainer_weight_version() -> int | None:
-    """The open step's ``weight_version``, when it is an int: the policy being trained."""
+    """The open step's ``weight_version``, when it is an integer (a NumPy or torch one too):
+    the policy being trained."""
     steps = state.steps
     if not steps:
         return None
     version = steps[-1]._tag_values[0]
-    return version if type(version) is int else None
+    if type(version) is int:
+        return version
+    if version is None or isinstance(version, (str, bool)):
+        return None
+    return as_step(version)  # a NumPy or torch integer, as the step's span takes it
 
 
 def deliver(
