@@ -117,3 +117,13 @@ def test_unknown_keys_and_check_agree_on_a_prefix_in_the_keys(
     assert [u.key for u in unknown_in_rows(rows)] == ["train/kl_penalti"]
     assert Vocabulary().known("", "train/reward")
     assert not Vocabulary().known("train", "train/reward")
+
+
+def test_asking_for_one_key_leaves_the_loops_table_alone() -> None:
+    from rlmetrics import routing
+
+    loop = ("train/reward", "lr")
+    routing.by_prefix(loop)
+    before = len(routing._splits)
+    assert [routing.carried(f"train/k{i}") for i in range(100)][0] == ("train", "k0")
+    assert len(routing._splits) == before

@@ -248,8 +248,9 @@ def split(flat: Mapping[str, Any], plan: Split) -> list[tuple[str, dict[str, Any
 
 def carried(key: str) -> tuple[str, str]:
     """``(prefix, rest)`` of one key logged without a prefix that carries one
-    (``("train", "reward")`` for ``train/reward``), else ``("", key)``."""
-    parts = by_prefix((key,))
+    (``("train", "reward")`` for ``train/reward``), else ``("", key)``. Not through the
+    per-sequence table: one-key sequences asked for key by key would crowd a loop's own out."""
+    parts = _split((key,))
     if parts is None:
         return "", key
     [(prefix, [(_logged, rest)])] = parts
