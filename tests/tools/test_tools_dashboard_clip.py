@@ -9,6 +9,7 @@ import json
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from exporters._peers import PrometheusServer
@@ -125,3 +126,27 @@ def test_a_clipping_option_without_prometheus_is_refused_in_one_line(
         f"rlmetrics dashboard: {option[0]} is about the run a Prometheus scraped: give its URL "
         "with --prometheus (without it, the whole dashboard is printed)"
     ]
+
+
+@pytest.mark.parametrize("tool", ["dashboard", "query"])
+def test_a_prometheus_given_as_host_port_is_asked_over_http(tmp_path: Path, tool: str) -> None:
+    """Before: ``--prometheus 127.0.0.1:9090`` (an address, as ``stack --run`` takes them) was
+    "<urlopen error unknown url type: 127.0.0.1>"; it is now asked at http://HOST:PORT, and
+    a URL of another scheme is refused in one line."""
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on: refused, at once
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_text(
+        json.dumps({"time": 1.0, "run_id": "r", "step": 1, "metrics": {"x": 1}}) + "\n"
+    )
+    given = [jsonl] if tool == "query" else []
+    done = run_cli(tool, *given, "--prometheus", f"127.0.0.1:{port}")
+    said = done.stdout + done.stderr
+    assert "unknown url type" not in said
+    assert f"http://127.0.0.1:{port}" in said and "Traceback" not in said
+    refused = run_cli(tool, *given, "--prometheus", "ftp://127.0.0.1:9090")
+    assert refused.returncode == 2
+    assert "http:// or https://" in refused.stderr and "Traceback" not in refused.stderr

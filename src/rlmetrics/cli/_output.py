@@ -11,7 +11,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_format_options", "input_problem", "positive_count", "print_json", "print_table"]
+__all__ = [
+    "add_format_options",
+    "input_problem",
+    "positive_count",
+    "print_json",
+    "print_table",
+    "prometheus_url",
+]
 
 
 def add_format_options(parser: argparse.ArgumentParser, *, markdown: bool = False) -> None:
@@ -31,6 +38,20 @@ def positive_count(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
     return value
+
+
+def prometheus_url(text: str) -> str:
+    """An argument's Prometheus server (``--prometheus``): a URL, or ``HOST:PORT`` as the
+    stack's targets are given, asked over http (urllib calls a bare address an unknown URL
+    type)."""
+    given = text.strip()
+    if "://" not in given:
+        given = f"http://{given}"
+    if not given.startswith(("http://", "https://")) or len(given) <= len("https://"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no Prometheus server: give its http:// or https:// URL (or HOST:PORT)"
+        )
+    return given
 
 
 def print_json(value: Any, command: str = "rlmetrics", *, indent: int | None = 2) -> None:

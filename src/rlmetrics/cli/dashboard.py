@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from ..dashboard.grafana import build_dashboard, collect_rows, dashboard_json
+from ._output import prometheus_url
 from .alerts import parse_duration
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="rlmetrics", help="the dashboard's title")
     parser.add_argument(
         "--prometheus",
+        type=prometheus_url,
         metavar="URL",
         help="clip the dashboard to a run this Prometheus scraped (http://127.0.0.1:9090)",
     )

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ..runstate import QueryError, run_state, select
-from ._output import input_problem, print_json
+from ._output import input_problem, print_json, prometheus_url
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -28,7 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("jsonl", type=Path, help="the run's JSONL file (Logger's jsonl backend)")
     parser.add_argument("--traces", type=Path, help="its OTLP/JSON traces file (otlp_file)")
     parser.add_argument(
-        "--prometheus", metavar="URL", help="a Prometheus server whose alerts to read"
+        "--prometheus",
+        type=prometheus_url,
+        metavar="URL",
+        help="a Prometheus server whose alerts to read",
     )
     parser.add_argument(
         "--run", dest="run_id", metavar="RUN_ID", help="the run (default: the file's last)"
