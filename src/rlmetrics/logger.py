@@ -392,6 +392,8 @@ class Logger:
             for n, b in self.backends.items()
             if n not in self._inline
         }
+        for worker in self._workers.values():
+            worker.exit_timeout_s = exit_timeout_s
         # Reentrant: a signal's handler runs on the thread it interrupts, and one that calls
         # finish() (a SIGTERM handler) while that thread is inside log_metrics, holding the
         # lock, would otherwise wait for it for ever.
@@ -964,7 +966,15 @@ def _finish_at_exit() -> None:
     exported. Never raises."""
     loggers = [lg for lg in list(_unfinished) if lg._pid == os.getpid()]
     failed = _worker.exits_failed()
-    bound = max((lg.exit_timeout_s for lg in loggers), default=DEFAULT_EXIT_TIMEOUT_S)
+    # A finished Logger whose finish gave up on a tracker is waited for too (the tracker's
+    # thread goes on to finishing its run): within that Logger's bound, not the default.
+    bounds = [lg.exit_timeout_s for lg in loggers] + [
+        worker.exit_timeout_s
+        for worker in _worker.live_backends()
+        if isinstance(worker, BackendWorker) and worker.given_up
+        if worker.exit_timeout_s is not None
+    ]
+    bound = max(bounds, default=DEFAULT_EXIT_TIMEOUT_S)
     deadline, bound = _worker.begin_exit(bound)
     started = deadline - bound
     for logger in loggers:

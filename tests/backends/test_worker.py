@@ -737,3 +737,20 @@ def test_a_row_under_way_when_finish_gives_up_is_not_said_lost(
     assert backend.steps == [0]  # the row under way landed; the queued ones were not written
     assert "did not finish within 0.1 s: 3 rows not written, 1 under way" in caplog.text
     assert lost == [("dropped", 3)]
+
+
+def test_the_exit_waits_for_a_given_up_tracker_within_its_logger_s_exit_bound(
+    offered: None,
+) -> None:
+    # A Logger(exit_timeout_s=1) whose finish() had given up on a stalled tracker was waited
+    # for at the exit with the default bound (10 s), not the one its user set.
+    from rlmetrics import logger as logger_module
+    from rlmetrics.backends import worker as worker_module
+
+    logger = rlmetrics.Logger(backends={"stalling": {}}, exit_timeout_s=1.0)
+    logger.log_metrics({"loss": 1.0}, step=1, prefix="train")
+    logger.finish(timeout_s=0.05)  # gives up: the tracker's thread still hangs
+
+    logger_module._finish_at_exit()  # what the interpreter's exit runs first
+    assert worker_module._exiting is not None
+    assert worker_module._exiting[1] == 1.0  # the exit's bound: the Logger's own

@@ -383,6 +383,9 @@ class BackendWorker:
         #: Rows under way when ``finish()`` gave up, not counted as lost then: the process
         #: goes on, and they may land; counted once they cannot (:meth:`wait_given_up`).
         self._pending = 0
+        #: Its Logger's ``exit_timeout_s``: how long the exit waits for it once its finish
+        #: gave up (the Logger, finished, no longer sets the exit's bound). None: the default.
+        self.exit_timeout_s: float | None = None
         self._said = False  # what it did not write has been reported
         self._finishing = False  # finishing was asked for: the finish marker is queued
         self._finished = False  # finish() was called (it reports, once)
@@ -529,6 +532,11 @@ class BackendWorker:
             )
         elif lost:
             logger.warning("rlmetrics: %sbackend %r finished; %s", why, self.name, ", ".join(lost))
+
+    @property
+    def given_up(self) -> bool:
+        """Whether its finish gave up on it (its thread may still be writing or finishing)."""
+        return self._given_up
 
     def wait_given_up(self, deadline: float) -> None:
         """Wait, until ``deadline``, for a backend whose rows were given up on to finish (its
