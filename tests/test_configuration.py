@@ -237,6 +237,25 @@ def test_an_option_variable_s_text_is_taken_without_surrounding_blanks(
     assert (tmp_path / "q.jsonl ").exists()
 
 
+def test_an_empty_option_variable_counts_as_unset(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # As OpenTelemetry reads its own (OTEL_EXPORTER_PROMETHEUS_PORT=) and RLMETRICS_EXPORTERS=:
+    # an empty JSONL path skipped the default backend ("cannot append to ."), an empty port
+    # failed start() as "got str ''".
+    from rlmetrics.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RLMETRICS_BACKEND_JSONL_PATH", "")
+    monkeypatch.setenv("RLMETRICS_EXPORTERS", "prometheus")
+    monkeypatch.setenv("RLMETRICS_EXPORTER_PROMETHEUS_PORT", " ")
+    assert main(["config"]) == 0
+    monkeypatch.delenv("RLMETRICS_EXPORTERS")
+    with rlmetrics.Logger() as logger:
+        logger.log_metrics({"a": 1}, step=0)
+    assert (tmp_path / "rlmetrics.jsonl").exists()
+
+
 def test_names_run_together_say_how_a_list_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
     # "jsonl console" is two backends written as one name: not "did you mean 'console'?",
     # which would drop the other.

@@ -693,7 +693,9 @@ def _option_variables(
     by_spelling = sorted(((_spelled(n), n) for n in names), key=lambda p: -len(p[0]))
     found: dict[str, dict[str, tuple[Any, str]]] = {}
     for variable, text in sorted(os.environ.items()):
-        if not variable.startswith(prefix):
+        # An empty one is unset, as OpenTelemetry reads its own variables and as an empty
+        # RLMETRICS_EXPORTERS is: a launcher's env table often lists every variable.
+        if not variable.startswith(prefix) or not text.strip():
             continue
         rest = variable[len(prefix) :]
         for spelling, name in by_spelling:
