@@ -185,6 +185,12 @@ def test_a_wrong_type_option_from_the_call_is_refused_too(tmp_path: Path) -> Non
         lambda: rlmetrics.Logger(backends={"jsonl": {"path": 3}}),
         "backend 'jsonl' option 'path' must be a path",
     )
+    # An empty path is no file (the backend was skipped: "cannot append to .").
+    _raises(
+        lambda: rlmetrics.Logger(backends={"jsonl": {"path": " "}}),
+        "backend 'jsonl' option 'path' must be a path",
+        "got str ' '",
+    )
     _raises(
         lambda: rlmetrics.Logger(backends={"console": {"max_keys": "50"}}),
         "option 'max_keys' must be a positive integer",

@@ -58,6 +58,7 @@ __all__ = [
     "CONFIG_ENV",
     "EXPORTERS_ENV",
     "EXPORTER_OPTION_ENV",
+    "FILE_PATH",
     "FLAG",
     "INTEGER",
     "KEY_MAP_ENV",
@@ -193,6 +194,11 @@ def one_of(*choices: str) -> Option:
 
 TEXT = Option("a string", lambda v: isinstance(v, str))
 PATH = Option("a path (a string)", lambda v: isinstance(v, (str, os.PathLike)))
+#: A file rlmetrics itself writes: a blank one is no file (the JSONL backend was skipped with
+#: "cannot append to ."), where a tracker's directory option may leave "" to its library.
+FILE_PATH = Option(
+    PATH.what, lambda v: isinstance(v, os.PathLike) or (isinstance(v, str) and bool(v.strip()))
+)
 FLAG = Option("true or false", lambda v: isinstance(v, bool))
 NUMBER = Option("a number", _finite_number)
 POSITIVE_NUMBER = Option("a positive number", lambda v: _finite_number(v) and v > 0)

@@ -47,7 +47,7 @@ from .. import hookimpl
 from .._fork import forget_in_child
 from .._process_state import resets_process_state
 from .._warn import logger
-from ..configuration import PATH, declare_options
+from ..configuration import FILE_PATH, declare_options
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
 from ..storable import decimal_digits
@@ -184,7 +184,7 @@ def metrics_line(run_id: str, metrics: Mapping[str, Any], step: int, prefix: str
         return json.dumps(row, allow_nan=False) + "\n"
 
 
-@declare_options(path=PATH)
+@declare_options(path=FILE_PATH)
 class JsonlBackend:
     """Appends ``{"time", "run_id", "step", "prefix", "metrics"}`` per call to ``path``.
 

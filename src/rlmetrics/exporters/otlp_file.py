@@ -26,7 +26,7 @@ from typing import Any
 from .. import hookimpl
 from .._warn import warn_once
 from ..backends.jsonl import SkippedLines
-from ..configuration import PATH, declare_options
+from ..configuration import FILE_PATH, declare_options
 from ..telemetry import TelemetryError
 from . import Exporter, ForkSafeSpans, batch_span_processor
 
@@ -184,7 +184,7 @@ def _exporter_class() -> type:
     return OtlpJsonFileSpanExporter
 
 
-@declare_options(path=PATH)
+@declare_options(path=FILE_PATH)
 def make_exporter(
     export_interval_s: float | None = None, path: str | os.PathLike[str] = DEFAULT_PATH
 ) -> Exporter:
