@@ -459,3 +459,21 @@ def test_the_timeline_picture_draws_the_steps_tail_or_steps_chose(
     text = picture.read_text(encoding="utf-8")
     start = text.index("rlmetrics timeline")
     assert text[start : text.index("<", start)] == f"rlmetrics timeline: traces.jsonl, {shown}"
+
+
+def test_a_timeline_of_a_selection_that_chose_no_step_says_so(tmp_path: Path) -> None:
+    """``--steps 100:200`` of a run of 15: no picture, and the line says the steps chosen hold
+    none (not "in steps 1-0", the empty range standing for no step)."""
+    pytest.importorskip("matplotlib")
+    from report_html_support import record_trajectory_run
+
+    run = record_trajectory_run(tmp_path, steps=15, per_step=1)
+    picture = tmp_path / "timeline.png"
+    done = run_cli(
+        "report", run.jsonl, "--traces", run.traces, "--timeline", picture, "--steps", "100:200"
+    )
+    assert done.returncode == 1 and not picture.exists()
+    assert (
+        "rlmetrics report: no picture written: no step to draw: the steps chosen hold none; "
+        "the traces hold steps 1-15"
+    ) in done.stderr.splitlines()

@@ -120,8 +120,13 @@ def plot_timeline(
     if not chosen:
         held = f"steps {min(all_steps)}-{max(all_steps)}" if all_steps else "no rl.step span"
         wanted = steps if steps is not None else among
-        asked = "" if wanted is None else f" in steps {wanted[0]}-{wanted[1]}"
-        raise NothingToPlot(f"no step to draw{asked}: the traces hold {held}")
+        if wanted is None:
+            asked = ""
+        elif wanted[0] > wanted[1]:  # the empty range: --steps or --tail chose no step
+            asked = ": the steps chosen hold none;"
+        else:
+            asked = f" in steps {wanted[0]}-{wanted[1]}:"
+        raise NothingToPlot(f"no step to draw{asked or ':'} the traces hold {held}")
     every = rank_window(traces, chosen)
     by_lane = lanes(traces, every)
     height = max(4.0, 1.6 + 0.55 * max(1, len(by_lane)))
