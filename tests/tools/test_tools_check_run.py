@@ -358,3 +358,21 @@ def test_a_run_that_logged_no_key_yet_is_said_so_not_every_one_of_0(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert f"{jsonl}: no metric key logged yet: nothing to check" in done.stdout.splitlines()
     assert "every one of the 0" not in done.stdout
+
+
+def test_keys_that_carry_their_prefix_are_tried_under_it() -> None:
+    """A W&B-style row (prefix in the keys, none given) is read as the Logger reads it:
+    train/reward reaches rl.reward.mean, and what does not is offered under its prefix, not
+    as a tee_scalar of the whole key (a second series for the training reward)."""
+    from rlmetrics.report.unexported import unexported_keys
+
+    rows = [
+        {"step": 1, "prefix": "", "metrics": {"train/reward": 0.5, "train/my_stat": 1.0}},
+        {"step": 1, "prefix": "", "metrics": {"eval/reward": 0.3}},
+    ]
+    missing, tried = unexported_keys(rows)
+    assert tried == 3
+    by_name = {u.name: u for u in missing}
+    assert set(by_name) == {"train/my_stat", "eval/reward"}
+    assert by_name["train/my_stat"].line == 'tee_scalar("my_stat", "rl.my_stat", description="...")'
+    assert "no family reads dicts logged under 'eval'" in by_name["eval/reward"].remedy

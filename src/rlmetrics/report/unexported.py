@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .. import routing
 from ..events import TRAIN_PREFIXES
 from ..families.training import dataset_metrics
 from ..keymaps import PREFIXES as KEY_MAP_PREFIXES
@@ -250,14 +251,21 @@ def unexported_keys(
     baselines: dict[str, set[str]] = {}
     missing = []
     tried = 0
-    for (prefix, key), value in logged.items():
+    for (logged_prefix, logged_key), value in logged.items():
+        # {"train/reward": r} logged without a prefix is read as reward under train, as the
+        # Logger reads it (rlmetrics.routing.by_prefix); it is tried and offered so.
+        prefix, key = (
+            routing.carried(logged_key) if not logged_prefix else (logged_prefix, logged_key)
+        )
         if mapper is not None and _kept_to_backends(mapper.key_map, prefix, key):
             continue
         tried += 1
         if prefix not in baselines:
             baselines[prefix] = _exported(prefix, {}, mapper)
         if not _exported(prefix, {key: value}, mapper) - baselines[prefix]:
-            missing.append(suggest(prefix, key))
+            found = suggest(prefix, key)
+            # Named as logged: the row holds train/my_stat, not my_stat.
+            missing.append(attrs.evolve(found, prefix=logged_prefix, key=logged_key))
     return missing, tried
 
 
@@ -274,7 +282,7 @@ def kept_to_backends(rows: Iterable[Mapping[str, Any]], key_map: str | KeyMap) -
     return [
         key_name(prefix, key)
         for prefix, key in _logged(rows)
-        if _kept_to_backends(resolved, prefix, key)
+        if _kept_to_backends(resolved, *(routing.carried(key) if not prefix else (prefix, key)))
     ]
 
 
