@@ -109,3 +109,39 @@ def test_a_stall_bound_variable_that_is_no_number_is_said_not_silently_replaced(
         rule = stall_watch._current_rule()
     assert rule == liveness.StallRule()
     assert "RLMETRICS_STALL_AFTER_S" in caplog.text and "600" in caplog.text
+
+
+def test_a_prometheus_exporter_that_cannot_listen_leaves_the_stall_rule_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the exporter set the process's stall rule before it bound its port, so a
+    start() refused for a taken port left its rule to the in-process RLStepStalled alert of
+    every later telemetry of the process (and to the next test: CI run 15's one failure, an
+    ordering where RLMETRICS_STALL_AFTER_S was never read again)."""
+    import socket
+
+    from rlmetrics.telemetry import TelemetryError
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(TelemetryError, match="cannot listen"):
+            rlmetrics.start(
+                exporters={
+                    "prometheus": {"host": "127.0.0.1", "port": port, "stall_after_s": 1234.0}
+                }
+            )
+    monkeypatch.setenv("RLMETRICS_STALL_AFTER_S", "77")
+    assert stall_watch._current_rule().bound_s == 77.0
+
+
+def test_the_rule_an_exporter_configured_is_process_state_the_next_test_does_not_see(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rlmetrics.testing import reset_process_state
+
+    stall_watch.configure_rule(liveness.StallRule(bound_s=1234.0))
+    reset_process_state()
+    monkeypatch.setenv("RLMETRICS_STALL_AFTER_S", "77")
+    assert stall_watch._current_rule().bound_s == 77.0

@@ -24,6 +24,7 @@ from . import _waiting
 from . import hooks as _hooks
 from . import liveness as _liveness
 from . import plugins as _plugins
+from ._process_state import resets_process_state
 from ._warn import warn_once
 from .events import ALERT_FIRING, ALERT_RESOLVED, Alert
 from .liveness import StallRule
@@ -55,6 +56,13 @@ def configure_rule(rule: StallRule | None) -> None:
     """The rule the watch applies from now (the Prometheus exporter's); None: the default."""
     global _rule
     _rule = rule
+
+
+@resets_process_state
+def _forget_rule() -> None:
+    # A telemetry whose start failed after its exporter configured the rule never stops the
+    # watch that would clear it: between tests, the next reads the variables afresh.
+    configure_rule(None)
 
 
 def _current_rule() -> StallRule:

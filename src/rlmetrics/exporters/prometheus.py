@@ -498,7 +498,6 @@ def make_exporter(
     host = host or os.environ.get(HOST_ENV, "").strip() or DEFAULT_HOST
     port = port_from_env() if port is None else port
     rule = stall_rule(stall_after_s, stall_factor, stall_min_s)
-    configure_rule(rule)  # the in-process RLStepStalled alert applies the same rule
     # A registry of our own: a second start in one process must not find the first's collector.
     registry = CollectorRegistry()
     reader = make_reader(registry)
@@ -520,6 +519,10 @@ def make_exporter(
         raise (PortTaken if held else TelemetryError)(
             f"the Prometheus exporter cannot listen on {host}:{port}: {reason}. {remedy}"
         ) from None  # the message says all the exception did
+
+    # The in-process RLStepStalled alert applies the same rule, once the endpoint listens: an
+    # exporter refused here (a taken port) must leave the process's rule as it was.
+    configure_rule(rule)
 
     def close() -> None:
         server.shutdown()
