@@ -568,3 +568,11 @@ def test_ray_nodes_are_found_once_ray_writes_its_discovery_file(
         assert stack.stop()[0] == 0
     finally:
         node.close()
+
+
+def test_the_help_names_the_url_form_an_endpoint_may_take() -> None:
+    # The URL the demo prints (http://HOST:PORT/metrics) is taken: the help says so, not
+    # HOST:PORT alone.
+    done = run_cli("stack", "--help")
+    assert done.returncode == 0
+    assert done.stdout.count("http://HOST:PORT/metrics") >= 3, done.stdout

@@ -119,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             type=_address,
             default=[],
             metavar="HOST:PORT",
-            help=f"{what} (repeatable)",
+            help=f"{what}, as HOST:PORT or http://HOST:PORT/metrics (repeatable)",
         )
     parser.add_argument(
         "--ray-sd",
