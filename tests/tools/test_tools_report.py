@@ -225,7 +225,7 @@ def test_the_command_reads_a_torn_file_and_prints_json(tmp_path: Path) -> None:
     text = run_cli("report", jsonl)
     assert text.returncode == 0
     assert "Goodput over 2 steps: 65.0%" in text.stdout
-    assert "1 unreadable lines skipped" in text.stdout
+    assert "1 unreadable line skipped" in text.stdout
     assert "no engine reading at steps [2, 4]" in text.stdout
 
 

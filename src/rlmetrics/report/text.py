@@ -36,7 +36,7 @@ def _seconds(values: Mapping[str, float]) -> str:
 def render(report: RunReport, table_rows: int = TABLE_ROWS) -> str:
     lines = [
         f"Run report: {report.source or '(rows)'} ({report.rows} rows"
-        + (f", {report.skipped_lines} unreadable lines skipped" if report.skipped_lines else "")
+        + (f", {n} unreadable line{'s' * (n != 1)} skipped" if (n := report.skipped_lines) else "")
         + ")"
     ]
     if report.selection is not None:
