@@ -147,7 +147,7 @@ def test_the_budget_keeps_failures_and_extremes_and_counts_every_drop(
         if s.name.startswith("invoke_agent") and s.attributes["rl.iteration"] == 1
     }
     failures = {f"s{i}" for i in range(0, 40, 10)}
-    extremes = {"s0", "s1", "s2", "s38", "s39"}
+    extremes = {"s1", "s2", "s3", "s38", "s39"}  # of the successes: s0 is a failure
     assert traced == failures | extremes
     dropped = 40 - len(traced)
     assert single(found, "rl.trajectory.spans.dropped").value == dropped
@@ -457,3 +457,20 @@ def test_a_batch_logged_while_the_loop_handles_its_exception_is_warned_without_i
     assert warned(caplog, "trajectory field 'reward' must be a finite number")
     assert [r.getMessage() for r in said if r.exc_info] == []
     assert not [r for r in said if marker in caplog.handler.format(r)]
+
+
+def test_the_budget_s_extremes_are_of_the_successes_the_failures_being_kept_anyway() -> None:
+    """A GRPO batch whose failures scored 0: the bottom_k were the failures (kept anyway), so
+    no low-reward success was traced. The top and bottom k are now of the successes."""
+    configure(budget=SpanBudget(top_k=2, bottom_k=3, sample_rate=0.0, trace_all_below=4))
+    records = [rollout(i, outcome="failure", reward=0.0 if i % 2 else 9.0) for i in range(10)] + [
+        rollout(i, outcome="success", reward=float(i)) for i in range(10, 40)
+    ]
+    with in_memory_tracing() as (_handle, reader, exporter):
+        rlmetrics.Logger(backends={}).log_trajectories(records, step=1)
+        spans = span_records(exporter)
+        found = points(reader)
+    traced = {s.attributes["rl.sample.id"] for s in spans if s.name.startswith("invoke_agent")}
+    failures = {f"s{i}" for i in range(10)}
+    assert traced == failures | {"s10", "s11", "s12"} | {"s38", "s39"}
+    assert single(found, "rl.trajectory.spans.dropped").value == 40 - 15

@@ -2,7 +2,9 @@
 
 A step of a large run holds thousands of rollouts; a trace backend wants the ones worth
 opening. The budget keeps every trajectory that did not succeed, the ``top_k`` and
-``bottom_k`` by reward, and ``sample_rate`` of the rest (chosen by a hash of the sample id,
+``bottom_k`` by reward of the ones that did (a failure, kept anyway, takes no place among
+them: a batch whose failures scored lowest still traces its lowest-scoring successes), and
+``sample_rate`` of the rest (chosen by a hash of the sample id,
 so the same rollout is chosen in every process and every rerun). A trajectory without spans
 still counts in every metric and still has its row; how many lost their spans is counted in
 a declared series (``rl.trajectory.spans.dropped``) and said once.
@@ -39,7 +41,8 @@ def _rate(budget: SpanBudget, attribute: attrs.Attribute[Any], value: Any) -> No
 class SpanBudget:
     """Which trajectories of a batch are traced (see the module's docstring). A batch of at
     most ``trace_all_below`` trajectories is traced whole; a larger one keeps its failures,
-    its ``top_k`` and ``bottom_k`` by reward and ``sample_rate`` of the rest."""
+    the ``top_k`` and ``bottom_k`` by reward of its successes and ``sample_rate`` of the
+    rest."""
 
     top_k: int = attrs.field(default=8, validator=_count)
     bottom_k: int = attrs.field(default=8, validator=_count)
@@ -56,7 +59,7 @@ class SpanBudget:
             scored = [
                 (reward, i)
                 for i, t in enumerate(trajectories)
-                if (reward := t.total_reward()) is not None
+                if not t.failed and (reward := t.total_reward()) is not None
             ]
             scored.sort()
             for _, i in scored[: self.bottom_k]:
