@@ -268,6 +268,17 @@ def test_names_run_together_say_how_a_list_is_written(monkeypatch: pytest.Monkey
         rlmetrics.start(exporters="otlp prometheus")
 
 
+@pytest.mark.parametrize("given", ["otlp,prometheus", ["otlp,prometheus"], "otlp, prometheus"])
+def test_names_a_call_gives_comma_separated_say_to_give_one_each(given: object) -> None:
+    # As RLMETRICS_EXPORTERS=otlp,prometheus is written: not "did you mean 'prometheus'?",
+    # which would drop otlp.
+    with pytest.raises(ValueError, match=r"one name each: \['otlp', 'prometheus'\]") as caught:
+        rlmetrics.start(exporters=given)
+    assert "did you mean" not in str(caught.value)
+    with pytest.raises(ValueError, match=r"one name each: \['jsonl', 'console'\]"):
+        rlmetrics.Logger(backends="jsonl,console")
+
+
 @pytest.mark.parametrize(
     ("text", "mistake"),
     [

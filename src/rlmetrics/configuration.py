@@ -385,9 +385,10 @@ def check_names(
 
 
 def _run_together(name: str, offered: Mapping[str, Any], source: str | None) -> str:
-    """How to write ``name`` when it is several offered names in one (``"jsonl console"``):
-    comma-separated in a choosing variable, one name each in the call; else nothing."""
-    parts = [part for part in re.split(r"[\s;]+", name) if part]
+    """How to write ``name`` when it is several offered names in one (``"jsonl console"``,
+    or ``"otlp,prometheus"`` given to the call as the variable takes it): comma-separated in a
+    choosing variable, one name each in the call; else nothing."""
+    parts = [part for part in re.split(r"[\s;,]+", name) if part]
     if len(parts) < 2 or not all(part in offered for part in parts):
         return ""
     if source is None:
