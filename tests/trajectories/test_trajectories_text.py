@@ -17,7 +17,7 @@ from rlmetrics.testing import points, wait_until
 from rlmetrics.testing.traces import in_memory_tracing, span_records
 from rlmetrics.trajectories import TextPolicy, configure
 
-from ._records import rollout
+from ._records import Rows, rollout
 
 MARKER = "SECRET-MARKER-7f3a"
 
@@ -193,3 +193,34 @@ def test_a_conversation_is_kept_as_its_json_text(caplog: pytest.LogCaptureFixtur
     [tool] = [s for s in spans if s.name == "execute_tool python"]
     assert json.loads(tool.attributes["gen_ai.tool.call.arguments"]) == {"code": "2+2"}
     assert json.loads(tool.attributes["gen_ai.tool.call.result"]) == ["4"]
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_a_row_shows_the_text_its_generations_kept(tmp_path: Path, rows: Rows, live: bool) -> None:
+    """Before: under ``full`` the live form's row (the W&B / MLflow / JSONL table) had no
+    prompt or completion: the live API takes text only on its generations, and the row read
+    only a record's own ``prompt`` / ``completion``. A row without them now shows its first
+    generation's prompt and its last generation's completion (a record's own win)."""
+    configure(text="full")
+    with in_memory_tracing() as (_handle, _reader, _exporter):
+        logger = rlmetrics.Logger(backends={"rows": {}})
+        if live:
+            with rlmetrics.trajectory("s0", logger=logger, step=1) as t:
+                for turn in range(3):
+                    with t.turn():
+                        t.generation("m", prompt=f"ask {turn}", completion=f"say {turn}")
+                        t.tool_call("calc", arguments="1+1", result="2")
+        else:
+            record = rollout(0)
+            del record["prompt"], record["completion"]
+            record["turns"][-1]["generations"][0]["completion"] = "the last"
+            logger.log_trajectories([record, rollout(1, text=MARKER)], step=1)
+        logger.finish()
+    first = next(r for r in rows.rows if r["sample_id"] == "s0")
+    if live:
+        assert (first["prompt"], first["completion"]) == ("ask 0", "say 2")
+    else:
+        assert (first["prompt"], first["completion"]) == ("turn prompt ", "the last")
+        own = next(r for r in rows.rows if r["sample_id"] == "s1")
+        assert own["prompt"] == f"question 1 {MARKER}"  # the record's own
+        assert own["completion"] == f"answer 1 {MARKER}"
