@@ -227,6 +227,28 @@ def test_an_exporter_whose_package_is_missing_is_one_line_and_status_2(tmp_path:
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
+def test_the_demo_without_protobuf_runs_without_its_spans_file(tmp_path: Path) -> None:
+    """`pip install -e .` (no `otlp` extra, so no `google` package at all) then `rlmetrics
+    demo`: asking whether `google.protobuf` is there imported `google`, and the demo died
+    with a ModuleNotFoundError traceback before its first step."""
+    program = (
+        "import sys\n"
+        "sys.modules['google'] = None  # no google.* package installed\n"
+        "from rlmetrics.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    args = ["--steps", "2", "--interval", "0", "--prometheus-port", "0", "--no-plot"]
+    done = subprocess.run(
+        [sys.executable, "-c", program, "demo", *args, "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert [row["step"] for row in read_jsonl(tmp_path / "metrics.jsonl")].count(2) > 0
+    assert not (tmp_path / "traces.jsonl").exists()
+
+
 def test_otlp_endpoint_receives_the_run(tmp_path: Path) -> None:
     receiver = OtlpReceiver().start()
     try:

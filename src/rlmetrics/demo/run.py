@@ -159,10 +159,13 @@ class DemoResult:
 
 def _can_write_traces() -> bool:
     """Whether the ``otlp_file`` exporter can encode spans (the ``otlp`` extra)."""
-    return all(
-        importlib.util.find_spec(name) is not None
-        for name in ("google.protobuf", "opentelemetry.exporter.otlp.proto.common")
-    )
+    try:  # asking for a submodule imports its parent, which may be missing too (``google``)
+        return all(
+            importlib.util.find_spec(name) is not None
+            for name in ("google.protobuf", "opentelemetry.exporter.otlp.proto.common")
+        )
+    except ImportError:
+        return False
 
 
 def _build_parts(settings: DemoSettings) -> dict[str, DemoPart]:
