@@ -387,6 +387,17 @@ def test_declare_rejects_a_non_spec() -> None:
         rlmetrics.declare(GROUP, ["rl.reward.mean"])  # type: ignore[list-item]
 
 
+@pytest.mark.parametrize("given", ["one spec", "a name"])
+def test_declare_given_one_spec_not_a_list_says_to_put_it_in_one(given: str) -> None:
+    # Before: "TypeError: 'MetricSpec' object is not iterable", and a name was taken
+    # letter by letter ("expected MetricSpec, got 't'").
+    spec = MetricSpec("t.single", Kind.GAUGE)
+    specs: Any = spec if given == "one spec" else "t.single"
+    with pytest.raises(DeclarationError, match=r"in a list: rlmetrics\.declare\('t', \[") as e:
+        rlmetrics.declare(GROUP, specs)
+    assert "test_registry" in str(e.value)  # the declaring module, as every declare error
+
+
 def test_an_observable_callback_past_max_series_exports_the_cap_and_warns_once(
     caplog: Any,
 ) -> None:

@@ -119,6 +119,14 @@ class MetricRegistry(Recorder):
         Identical re-declaration (a module imported twice, a reload) is a no-op.
         """
         owner = owner or _caller_module(1)
+        if isinstance(specs, (MetricSpec, str)) or not isinstance(specs, Iterable):
+            one = isinstance(specs, MetricSpec)
+            shown = f"MetricSpec({specs.name!r}, ...)" if one else "..."
+            got = "one MetricSpec" if one else f"{type(specs).__name__} {specs!r}"
+            raise DeclarationError(
+                f"rlmetrics.declare({group!r}) from {owner} takes its specs in a list: "
+                f"rlmetrics.declare({group!r}, [{shown}]); got {got}"
+            )
         specs = list(specs)
         if not isinstance(group, str) or not group:
             raise DeclarationError(
