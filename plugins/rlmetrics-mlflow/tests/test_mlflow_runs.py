@@ -108,6 +108,30 @@ def test_a_second_table_at_a_step_is_appended_with_every_cell_s_type_kept(
     assert logged == [{"path": "trajectories/step_5.json", "type": "table"}]
 
 
+def test_appending_at_a_step_prints_nothing_and_keeps_every_row(
+    tracking_uri: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Each append read the table back with download_artifacts, whose tqdm bar printed
+    # "Downloading artifacts: 100%|...| 1/1" on stderr once per call (a step's trajectories
+    # finishing one by one: one bar per trajectory), and whose cost grew with the table.
+    backend = MlflowBackend(**_config(tracking_uri, tmp_path))
+    other = MlflowBackend(**_config(tracking_uri, tmp_path), run_id=backend.run_id)
+    for i in range(6):  # two writers of one run (two Loggers) append to one table in turn
+        (backend if i % 2 else other).log_samples([{"i": i, "group_id": 7}], 3, "rollouts")
+    backend.log_samples([{"i": 6}], 4, "rollouts")
+    backend.log_samples([{"i": 7, "group_id": 7}], 4, "rollouts")
+    err = capfd.readouterr().err
+    backend.finish()
+
+    assert "Downloading artifacts" not in err
+    client = MlflowClient(tracking_uri)
+    for step, rows in ((3, [[i, 7, 3] for i in range(6)]), (4, [[6, 4, None], [7, 4, 7]])):
+        path = client.download_artifacts(
+            backend.run_id, f"rollouts/step_{step}.json", str(tmp_path)
+        )
+        assert json.loads(Path(path).read_text())["data"] == rows
+
+
 def test_float_cells_pandas_would_round_are_said_once_and_the_rest_exact(
     tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

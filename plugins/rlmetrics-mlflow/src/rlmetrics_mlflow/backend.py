@@ -40,7 +40,7 @@ from rlmetrics.identity import RUN_ID_ATTR, RunIdentity
 from rlmetrics.samples import columns_of
 
 from .keys import KeyMap
-from .tables import appended, earlier_table, replace_table
+from .tables import WRITING, appended, earlier_table, forget_run, remember, replace_table
 from .values import Skipped, metric_values
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MlflowBackend"]
@@ -392,19 +392,21 @@ class MlflowBackend:
         data: dict[str, list[Any]] = {c: [row.get(c) for row in rows] for c in columns}
         data.setdefault("step", [number] * len(rows))
         artifact = f"{_artifact_folder(name)}/step_{'none' if number is None else number}.json"
-        earlier = earlier_table(self.client, self.run_id, artifact)
-        if earlier is not None:
-            data = appended(earlier, data)
         # Columns of Python objects: pandas would make a column of ints and floats float64,
         # rounding an int past 2**53 (pandas' JSON writer keeps 10 significant digits of a
         # float whatever the column; docs/trackers.md says so).
         import pandas  # type: ignore[import-untyped]  # (log_table needs it; not at start)
 
-        frame = pandas.DataFrame(data, columns=list(data), dtype=object)
-        if earlier is None:
-            self.client.log_table(self.run_id, data=frame, artifact_file=artifact)
-        else:
-            replace_table(self.client, self.run_id, frame, artifact)
+        with WRITING:
+            earlier = earlier_table(self.client, self.run_id, artifact)
+            if earlier is not None:
+                data = appended(earlier, data)
+            frame = pandas.DataFrame(data, columns=list(data), dtype=object)
+            if earlier is None:
+                self.client.log_table(self.run_id, data=frame, artifact_file=artifact)
+            else:
+                replace_table(self.client, self.run_id, frame, artifact)
+            remember(self.client, self.run_id, artifact, data)
         rounded = _rounded_floats(frame, data)
         if rounded:
             warn_once(
@@ -428,6 +430,7 @@ class MlflowBackend:
             for key, (_run_id, token) in list(_created.items()):
                 if token is self._shared:
                     del _created[key]
+        forget_run(self.client, self.run_id)
         status = RunStatus.FAILED if failed else RunStatus.FINISHED
         self.client.set_terminated(self.run_id, RunStatus.to_string(status))
 

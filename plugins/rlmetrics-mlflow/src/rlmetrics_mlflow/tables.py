@@ -6,24 +6,77 @@ it reads the earlier rows back through pandas, which makes a column of ints that
 lack (or the earlier ones lacked) float64: ``3`` is written back as ``3.0`` and an int past
 2**53 rounded. So the backend appends itself: it reads the earlier rows with Python's exact JSON
 parser, writes the whole table as ``log_table`` writes one, and puts it in place of the old.
+
+The rows it wrote last are kept in memory for the few tables written last (:func:`remember`), so
+appending to the table of the current step reads nothing back: ``download_artifacts`` printed a
+progress bar on stderr for each call and cost more with every row. Only a table this process
+has not written (a resumed run logging its step again) is downloaded.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from mlflow.tracking import MlflowClient
 
-__all__ = ["appended", "earlier_table", "replace_table"]
+from rlmetrics import resets_process_state
+
+__all__ = ["WRITING", "appended", "earlier_table", "forget_run", "remember", "replace_table"]
+
+#: Held while a table is read, appended to and written: two backends logging into one run (two
+#: Loggers) append to one table in turn, each seeing the other's rows.
+WRITING = threading.Lock()
+#: How many tables' rows are kept: a step's tables (samples, trajectories, an evaluation's) and
+#: the step before's. An older one is read back if it is appended to again.
+KEPT_TABLES = 4
+# The rows last written, by (tracking store, MLflow run id, artifact), the newest last.
+_written: OrderedDict[tuple[str, str, str], dict[str, Any]] = OrderedDict()
+
+
+@resets_process_state
+def _forget_tables() -> None:
+    _written.clear()
+
+
+def _key(client: MlflowClient, run_id: str, artifact: str) -> tuple[str, str, str]:
+    return (str(client.tracking_uri), run_id, artifact)
+
+
+def remember(
+    client: MlflowClient, run_id: str, artifact: str, data: Mapping[str, list[Any]]
+) -> None:
+    """Keep the rows just written to ``artifact`` (column by column, as given to the writer)
+    for the next append to it; call with :data:`WRITING` held."""
+    key = _key(client, run_id, artifact)
+    _written[key] = {
+        "columns": list(data),
+        "data": [list(row) for row in zip(*data.values(), strict=True)],
+    }
+    _written.move_to_end(key)
+    while len(_written) > KEPT_TABLES:
+        _written.popitem(last=False)
+
+
+def forget_run(client: MlflowClient, run_id: str) -> None:
+    """Drop the rows kept for ``run_id``'s tables (its backend finished)."""
+    with WRITING:
+        for key in [k for k in _written if k[:2] == _key(client, run_id, "")[:2]]:
+            del _written[key]
 
 
 def earlier_table(client: MlflowClient, run_id: str, artifact: str) -> dict[str, Any] | None:
     """The table ``artifact`` of the run as written (``{"columns", "data"}``), or None when the
-    run has no such artifact or it is not a table of that form."""
+    run has no such artifact or it is not a table of that form: the rows this process wrote
+    last when it has them (:func:`remember`), else read back from the run."""
+    kept = _written.get(_key(client, run_id, artifact))
+    if kept is not None:
+        return kept
     folder = artifact.rpartition("/")[0] or None
     if artifact not in {info.path for info in client.list_artifacts(run_id, folder)}:
         return None
