@@ -916,3 +916,45 @@ def test_keys_that_carry_their_prefix_merge_as_under_it() -> None:
     assert under_train["reward"] == pytest.approx(5.0 / 8.0)
     assert under_train["grad_norm"] == 5.0
     assert {k.removeprefix("train/"): v for k, v in in_keys.items()} == under_train
+
+
+def test_each_key_merges_as_the_series_it_is_read_as_under_its_prefix(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key merges as what reads it under the prefix it is logged under (docs/ranks.md): a
+    reward component (``reward/<component>``) weighs by the step's samples as
+    rl.reward.component_mean declares, not a plain mean; ``reward`` under ``validation-<dataset>``
+    is rl.validation.reward.mean's plain mean, said nowhere as a weighted mean missing its
+    weight; and an evaluation dict's keys merge alike whether the prefix is given or carried in
+    the keys ({"eval/num_samples": n} sums, as under prefix="eval")."""
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+    samples, rewards = [10.0, 30.0, 60.0], [1.0, 0.0, 0.5]
+
+    def rank_loop(rank: int) -> None:
+        merger = RankMerger(ThreadCollective(shared, rank), raw_path=None)
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}}, ranks=merger
+        )
+        n, r = samples[rank], rewards[rank]
+        logger.log_metrics(
+            {"reward": r, "num_samples": n, "reward/math": r}, step=0, prefix="train"
+        )
+        logger.log_metrics({"reward": r, "accuracy": r}, step=0, prefix="validation-math")
+        logger.log_metrics({"reward": r, "num_samples": n}, step=0, prefix="eval")
+        logger.log_metrics({"eval/reward": r, "eval/num_samples": n}, step=0)
+        logger.finish()
+
+    with isolated_state():
+        in_rank_threads(rank_loop)
+    rows = {
+        row["prefix"]: row["metrics"]
+        for row in read_jsonl(tmp_path / "tracker0.jsonl")
+        if "metrics" in row
+    }
+    weighted = math.fsum(n * r for n, r in zip(samples, rewards, strict=True)) / sum(samples)
+    plain = math.fsum(rewards) / WORLD
+    assert rows["train"] == {"reward": weighted, "num_samples": 100.0, "reward/math": weighted}
+    assert rows["validation-math"] == {"reward": plain, "accuracy": plain}
+    assert rows["eval"] == {"reward": weighted, "num_samples": 100.0}
+    assert rows[""] == {"eval/reward": weighted, "eval/num_samples": 100.0}
+    assert "weighted mean" not in caplog.text

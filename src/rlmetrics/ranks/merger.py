@@ -360,8 +360,8 @@ class RankMerger:
         #: rank logging under another prefix than the others still sends a row as wide as
         #: theirs (gloo aborts the process that receives a longer one than it expects).
         self._width = _HEADER
-        #: Each key's merge column, for :meth:`merge_gathered` (no table there).
-        self._columns: dict[str, Column] = {}
+        #: Each key's merge column by prefix, for :meth:`merge_gathered` (no table there).
+        self._columns: dict[str, dict[str, Column]] = {}
         self._rows: RankRows | None = None
         self.broken: str | None = None
         #: The last merged step's phases (rank 0).
@@ -640,7 +640,7 @@ class RankMerger:
         or its own values once the merging broke; None on the other ranks."""
         if self.broken is None:
             try:
-                merged = self._exchange(numbers, step, prefix if stream is None else stream)
+                merged = self._exchange(numbers, step, prefix if stream is None else stream, prefix)
             except Exception as exc:
                 self.broken = f"{type(exc).__name__}: {exc}"
                 # The engine's own words name a crash (gloo: "typically caused by a remote
@@ -752,10 +752,11 @@ class RankMerger:
         try:
             numbers = [numbers_of(flat) for flat in dicts]
             keys = sorted({key for found in numbers for key in found})
-            new = [key for key in keys if key not in self._columns]
+            known = self._columns.setdefault(prefix, {})
+            new = [key for key in keys if key not in known]
             if new:  # declarations read only when a key is new, as a table is agreed
-                self._columns.update(zip(new, self.reductions.columns(new), strict=True))
-            columns = [self._columns[key] for key in keys]
+                known.update(zip(new, self.reductions.columns(new, prefix), strict=True))
+            columns = [known[key] for key in keys]
             merged = merge_columns(columns, {key: [n.get(key) for n in numbers] for key in keys})
             out = run_row(first, numbers[0] if numbers else {}, merged, step)
             self.stragglers = merged.stragglers
@@ -768,7 +769,9 @@ class RankMerger:
             )
             return dict(first)
 
-    def _exchange(self, numbers: Mapping[str, float], step: int, stream: str) -> Merged | None:
+    def _exchange(
+        self, numbers: Mapping[str, float], step: int, stream: str, prefix: str
+    ) -> Merged | None:
         table = self._tables.get(stream, _EMPTY)
         pack = table.packs(tuple(numbers))
         call = (_step_number(step), _stream_number(stream))
@@ -802,7 +805,7 @@ class RankMerger:
         self.exchanges["objects"] += 1
         dicts: list[Mapping[str, float]] = self.collective.all_gather_object(dict(numbers))
         keys = sorted({key for d in dicts for key in d})
-        columns = self.reductions.columns(keys)
+        columns = self.reductions.columns(keys, prefix)
         self._tables[stream] = agreed = _Table(keys, columns)
         self._width = max(self._width, agreed.width)
         if not self.logs:

@@ -159,7 +159,7 @@ class RayReducer:
         self.name = name
         self.poll_s = float(poll_s)
         self.reductions = Reductions(reductions)
-        self._columns: dict[tuple[str, ...], list[Column]] = {}
+        self._columns: dict[tuple[str, tuple[str, ...]], list[Column]] = {}
         node = ray.get_runtime_context().get_node_id()
         # On the driver's node, owned by the driver: it ends with the driver.
         try:
@@ -331,12 +331,13 @@ class RayReducer:
 def merge_step(
     gathered: Gathered,
     reductions: Reductions,
-    columns: dict[tuple[str, ...], list[Column]] | None = None,
+    columns: dict[tuple[str, tuple[str, ...]], list[Column]] | None = None,
 ) -> dict[str, Any]:
     """The run's row of one gathered step: every key any rank sent, merged as declared
-    (the straggler series recorded, what was left out said once per key). ``columns``
-    keeps each key set's columns, so the declarations are read when a key set is new, as
-    the torch path reads them when its ranks agree on a new table."""
+    under the step's prefix (the straggler series recorded, what was left out said once per
+    key). ``columns`` keeps each prefix's key set's columns, so the declarations are read
+    when a key set is new, as the torch path reads them when its ranks agree on a new
+    table."""
     rows = gathered.rows
     width = max(rows) + 1 if rows else 0
     keys = tuple(sorted({key for numbers in rows.values() for key in numbers}))
@@ -349,11 +350,12 @@ def merge_step(
     ]
     by_key = zip(*per_rank, strict=True)
     values: dict[str, Sequence[float | None]] = dict(zip(keys, by_key, strict=True))
-    found = None if columns is None else columns.get(keys)
+    plan = (gathered.prefix, keys)
+    found = None if columns is None else columns.get(plan)
     if found is None:
-        found = reductions.columns(keys)
+        found = reductions.columns(keys, gathered.prefix)
         if columns is not None:
-            columns[keys] = found
+            columns[plan] = found
     merged = merge_columns(found, values)
     return run_row({}, {}, merged, gathered.step)
 
