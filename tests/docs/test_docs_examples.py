@@ -36,6 +36,7 @@ from typing import Any
 
 import attrs
 import pytest
+from test_plugin_page import _unbound
 
 import rlmetrics
 from rlmetrics.plugins import register
@@ -45,7 +46,11 @@ from rlmetrics.testing import in_memory_telemetry, points
 from rlmetrics.testing.peers import OtlpReceiver
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "integrations").glob("*.md")),
+]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 _MARKER = re.compile(r"<!--\s*example:\s*(reaches|optional|given|skip)\b(.*?)-->", re.S)
 _SERIES_NAME = re.compile(r"[\"'`]([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+)[\"'`]")
@@ -91,6 +96,32 @@ def test_the_docs_have_examples_and_every_marker_is_understood() -> None:
     for page in PAGES:  # a misspelt marker would silently run (or skip) nothing
         for comment in re.findall(r"<!--\s*example\b.*?-->", page.read_text(), re.S):
             assert _MARKER.search(comment), f"{page.name}: unknown marker {comment!r}"
+
+
+#: The pages whose blocks are programs to copy whole (a trainer's page, the quickstart): each
+#: binds every name it uses, but for the pages' common context and what its ``given`` binds.
+_COPIED_WHOLE = (
+    "README.md",
+    "docs/architecture.md",
+    "docs/concepts.md",
+    "docs/configuration.md",
+    "docs/conventions.md",
+    "docs/families.md",
+    "docs/integrations.md",
+    "docs/integrations/",
+    "docs/writing-a-plugin.md",
+)
+
+
+@pytest.mark.parametrize(
+    "example", [e for e in ALL if e.page.startswith(_COPIED_WHOLE)], ids=lambda e: e.id
+)
+def test_a_block_imports_every_name_it_uses(example: Example) -> None:
+    """docs/integrations/trl.md used ``GRPOTrainer`` and ray-train.md ``TorchTrainer`` without
+    importing them, and nemo-rl.md's call did not compile: a skipped block (a trainer, a
+    cluster) is never run, so a copied one failed at its first line."""
+    code = "\n".join([*example.marked("given"), example.code])
+    assert _unbound(code, example.id) - {"rlmetrics", "logger"} == set(), example.id
 
 
 @pytest.fixture
