@@ -55,6 +55,17 @@ class SimulatedClock:
         return self.now
 
 
+def _exporting_to(receiver: OtlpReceiver, run_id: str) -> rlmetrics.Telemetry:
+    """Telemetry exporting its spans and metrics to ``receiver`` every INTERVAL_S."""
+    return rlmetrics.start(
+        "trajectories-test",
+        run_id=run_id,
+        exporters=["otlp"],
+        otlp_endpoint=receiver.endpoint,
+        export_interval_s=INTERVAL_S,
+    )
+
+
 def _completed(receiver: OtlpReceiver) -> dict[str, float]:
     counts: dict[str, float] = Counter()
     for (name, _), point in receiver.latest().items():
@@ -67,13 +78,7 @@ def test_a_batch_and_live_trajectories_reach_one_collector_as_spans_and_metrics(
     otlp_receiver: OtlpReceiver,
 ) -> None:
     expected_trajectories = BATCH + 2
-    with rlmetrics.start(
-        "trajectories-test",
-        run_id="run-traj",
-        exporters=["otlp"],
-        otlp_endpoint=otlp_receiver.endpoint,
-        export_interval_s=INTERVAL_S,
-    ):
+    with _exporting_to(otlp_receiver, "run-traj"):
         logger = rlmetrics.Logger(backends={})
         clock = SimulatedClock()
         with rlmetrics.run(clock=clock), rlmetrics.step(4, logger=logger, summary=False):
@@ -184,3 +189,43 @@ def test_trajectories_on_a_worker_are_children_of_the_carried_step_context() -> 
     assert len(roots) == 2
     assert {s.parent_id for s in roots} == {step.span_id}
     assert {s.trace_id for s in spans} == {step.trace_id}
+
+
+def test_a_budgeted_batch_s_duration_exemplars_name_its_traced_trajectories(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    """Before: inside an ``rlmetrics.step``, the durations of the trajectories the span budget
+    left without spans were recorded after the traced ones, in the step span's context, and
+    every bucket they reached kept the step span as its exemplar: a batch of 200 rollouts
+    pointed its latency exemplars at the step, not at a rollout. They now add to the
+    histogram without making an exemplar, so every exemplar names a traced trajectory."""
+    batch = [rollout(i, outcome="success", reward=float(i)) for i in range(200)]
+    with _exporting_to(otlp_receiver, "run-budget"):
+        logger = rlmetrics.Logger(backends={})
+        with rlmetrics.step(1, logger=logger, summary=False):
+            logger.log_trajectories(batch, step=1)
+        otlp_receiver.wait_for(
+            lambda r: any(s.name == "rl.step" for s in r.spans()), what="the step span"
+        )
+        # Every trajectory's duration is counted, traced or not (cumulative: the latest).
+        otlp_receiver.wait_for(
+            lambda r: (
+                sum(
+                    p.count or 0
+                    for (n, _), p in r.latest().items()
+                    if n == "rl.trajectory.duration"
+                )
+                == 200
+            ),
+            what="200 durations",
+        )
+        duration: list[OtlpPoint] = otlp_receiver.wait_for(
+            lambda r: [p for p in r.points() if p.name == "rl.trajectory.duration" and p.exemplars],
+            what="the duration histogram's exemplars",
+        )
+        spans = otlp_receiver.spans()
+    traced = {s.span_id for s in spans if s.name.startswith("invoke_agent")}
+    assert 16 <= len(traced) < 200  # the budget dropped most
+    exemplars = [e for point in duration for e in point.exemplars]
+    assert exemplars
+    assert {e.span_id for e in exemplars} <= traced

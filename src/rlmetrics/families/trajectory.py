@@ -404,8 +404,14 @@ def record_batch(batch: TrajectoryBatch) -> None:
     for env_set, (turn_counts, tool_call_counts) in counts.items():
         record_values(GROUP, TURNS, turn_counts, env_set)
         record_values(GROUP, TOOL_CALLS, tool_call_counts, env_set)
-    for outcome, seconds_list in durations.items():
-        record_values(GROUP, DURATION, seconds_list, outcome)
+    if durations:
+        # Durations of trajectories without a span (the budget dropped it): in a context with
+        # no span, so they make no exemplar. In the current one (the step's span, inside an
+        # rlmetrics.step) each bucket they reach would take the step span as its exemplar,
+        # over the traced trajectories' spans recorded above.
+        with inside(_no_span()):
+            for outcome, seconds_list in durations.items():
+                record_values(GROUP, DURATION, seconds_list, outcome)
     for (outcome_name, reason, env), n in completed.items():
         attributes = _attributes(
             (OUTCOME_ATTR, outcome_name), (TRAJECTORY_FINISH_REASON_ATTR, reason), (ENV_ATTR, env)
@@ -429,6 +435,14 @@ def record_batch(batch: TrajectoryBatch) -> None:
     for memo in _BY_RAW_NAME:
         if len(memo) > _MEMO_MAX:
             memo.clear()
+
+
+def _no_span() -> Any:
+    """An OpenTelemetry context holding no span (a new one each time: cheap, and a context
+    is a mapping a caller could fill)."""
+    from opentelemetry.context import Context
+
+    return Context()
 
 
 @hookimpl(tee=True)
