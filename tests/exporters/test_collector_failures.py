@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -655,3 +656,49 @@ def test_the_samplers_the_sdk_knows_are_taken_in_any_case(monkeypatch: pytest.Mo
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
     handle = rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
     handle.shutdown(timeout_s=1)
+
+
+class _RefusesThenHangs(OtlpReceiver):
+    """A collector that refuses the first request (``status``, which the exporter retries)
+    and answers no later one until :attr:`release` is set."""
+
+    def __init__(self, status: grpc.StatusCode) -> None:
+        super().__init__()
+        self.status = status
+        self.calls = 0
+        self.release = threading.Event()
+
+    def _handle(self, request: Any, context: Any, into: list[Any] | None = None) -> None:
+        with self._cond:
+            self.calls += 1
+            first = self.calls == 1
+            self._cond.notify_all()
+        if first:
+            context.abort(self.status, "collector overloaded, retry later")
+        self.release.wait(EXPORT_HANG_S)
+
+
+@pytest.mark.parametrize(
+    "status", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED]
+)
+def test_a_retry_that_runs_out_of_time_does_not_hide_why_the_export_was_retried(
+    default_timeout: None, rlmetrics_log: CapturedLog, status: grpc.StatusCode
+) -> None:
+    """The exporter retries a refused export until its timeout: the last attempt, given what
+    was left of it, ended DEADLINE_EXCEEDED, and the one warning said the collector "did not
+    answer within the export timeout" (raise it), not that it refused the export."""
+    peer = _RefusesThenHangs(status).start()
+    try:
+        declare_test_series()
+        with _start(peer.endpoint, traces=False):
+            record_test_series()
+            failed = f"OTLP export to 127.0.0.1:{peer.port} failed ("
+            rlmetrics_log.wait_for(failed)
+            assert peer.calls >= 2  # refused, then retried into the silence
+            (said,) = [r.getMessage() for r in rlmetrics_log.matching(failed, logging.WARNING)]
+            assert f"failed ({status.name}: collector overloaded" in said, said
+            assert "DEADLINE_EXCEEDED" not in said, said
+            peer.release.set()
+    finally:
+        peer.release.set()
+        peer.stop()

@@ -387,6 +387,15 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
         _rlmetrics_last_error: BaseException | None = None
 
         def _remember(self, error: BaseException) -> None:
+            # A retry runs on what is left of the export's timeout: its DEADLINE_EXCEEDED
+            # says only that time ran out, not why the export was retried.
+            earlier = self._rlmetrics_last_error
+            if (
+                earlier is not None
+                and _describe_rpc_error(error)[0] == "DEADLINE_EXCEEDED"
+                and _describe_rpc_error(earlier)[0] != "DEADLINE_EXCEEDED"
+            ):
+                return
             self._rlmetrics_last_error = error
 
         def _initialize_channel_and_stub(self) -> None:
