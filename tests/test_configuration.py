@@ -302,6 +302,38 @@ def test_a_file_mistake_names_itself(config: Any, text: str, mistake: str) -> No
     assert rlmetrics.current() is None
 
 
+@pytest.mark.parametrize(
+    ("text", "goes"),
+    [
+        # A start() / Logger() argument that the file spells as tables: before, "[telemetry]
+        # has no setting 'exporters' (did you mean 'export_interval_s'?)".
+        (
+            "[telemetry]\nexporters = ['otlp', 'prometheus']\n",
+            r"'exporters': an exporter is chosen by a table of its own: \[exporters\.otlp\] and "
+            r"\[exporters\.prometheus\]",
+        ),
+        (
+            "[logger]\nbackends = ['jsonl']\n",
+            r"'backends': a backend is chosen by a table of its own: \[backends\.jsonl\]",
+        ),
+        (
+            "exporters = ['prometheus']\n",
+            r"\[exporters\] holds one table per exporter: \[exporters\.prometheus\],",
+        ),
+        ("[telemetry]\notlp_endpoint = 'x:4317'\n", r"it is \[exporters\.otlp\] endpoint"),
+        ("[telemetry]\nprometheus_port = 9465\n", r"it is \[exporters\.prometheus\] port"),
+        ("[telemetry]\nkey_map = 'trl'\n", r"'key_map': it is a \[logger\] setting"),
+        ("[logger]\nservice_name = 'x'\n", r"'service_name': it is a \[telemetry\] setting"),
+    ],
+)
+def test_a_setting_in_the_wrong_place_says_where_it_goes(config: Any, text: str, goes: str) -> None:
+    config(text)
+    for call in (rlmetrics.start, rlmetrics.Logger):
+        with pytest.raises(ValueError, match=goes) as caught:
+            call()
+        assert "did you mean" not in str(caught.value)
+
+
 def test_a_value_the_call_refuses_is_refused_from_the_file(config: Any) -> None:
     with pytest.raises(ValueError, match="export_interval_s must be a positive number"):
         rlmetrics.start(export_interval_s=-1)

@@ -641,8 +641,9 @@ def read_file(path: str) -> Configured:
         found: dict[str, tuple[Any, str]] = {}
         for key, value in given.items():
             if key not in known:
+                goes = _where_it_goes(table, key, value) or suggest(key, known)
                 raise ConfigurationError(
-                    f"{path}: [{table}] has no setting {key!r}{suggest(key, known)}; its "
+                    f"{path}: [{table}] has no setting {key!r}{goes}; its "
                     f"settings: {', '.join(known)}"
                 )
             source = f"{where} [{table}] {key}"
@@ -656,8 +657,7 @@ def read_file(path: str) -> Configured:
             continue
         if not isinstance(given, dict) or not all(isinstance(v, dict) for v in given.values()):
             raise ConfigurationError(
-                f"{path}: [{table}] holds one table per {table[:-1]}, "
-                f"[{table}.<name>], with its options"
+                f"{path}: [{table}] holds one table per {table[:-1]}: {_as_tables(table, given)}"
             )
         chosen[table] = {
             name: {k: (v, f"{where} [{table}.{name}] {k}") for k, v in options.items()}
@@ -671,6 +671,37 @@ def read_file(path: str) -> Configured:
         chosen["backends"],
         f"{where} [backends]" if chosen["backends"] is not None else None,
     )
+
+
+#: ``start()`` arguments that set an exporter's option: in the file, that option.
+_OPTION_ARGUMENTS = {
+    "otlp_endpoint": ("otlp", "endpoint"),
+    "prometheus_host": ("prometheus", "host"),
+    "prometheus_port": ("prometheus", "port"),
+}
+
+
+def _as_tables(table: str, value: Any) -> str:
+    """How the file chooses ``table``'s entries (``exporters``) that ``value`` lists, as a
+    call would (``["otlp", "prometheus"]``): a table each."""
+    names = list(value) if isinstance(value, (list, dict)) else []
+    shown = " and ".join(f"[{table}.{n}]" for n in names if isinstance(n, str))
+    return f"{shown or f'[{table}.<name>]'}, holding its options (an empty one: the defaults)"
+
+
+def _where_it_goes(table: str, key: str, value: Any) -> str:
+    """Where the file takes ``key``, a ``start()`` or ``Logger()`` argument written under
+    ``[table]`` that the file spells elsewhere; nothing for a key no call takes."""
+    if key in ("exporters", "backends"):
+        one = "an exporter" if key == "exporters" else "a backend"
+        return f": {one} is chosen by a table of its own: {_as_tables(key, value)}"
+    if key in _OPTION_ARGUMENTS:
+        exporter, option = _OPTION_ARGUMENTS[key]
+        return f": it is [exporters.{exporter}] {option}"
+    other, settings = (
+        ("logger", LOGGER_SETTINGS) if table == "telemetry" else ("telemetry", TELEMETRY_SETTINGS)
+    )
+    return f": it is a [{other}] setting" if key in settings else ""
 
 
 def _env_value(text: str) -> Any:
