@@ -178,7 +178,7 @@ def test_an_unknown_name_is_the_same_mistake_from_each_source(
     [
         (
             {"RLMETRICS_BACKEND_JSONN_PATH": "x"},
-            "RLMETRICS_BACKEND_JSONN_PATH names no backend: RLMETRICS_BACKEND_<NAME>_<OPTION> "
+            "RLMETRICS_BACKEND_JSONN_PATH names no backend .*: RLMETRICS_BACKEND_<NAME>_<OPTION> "
             "takes one of",
         ),
         (
@@ -195,6 +195,25 @@ def test_a_variable_that_does_nothing_is_a_mistake(
         monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=mistake):
         rlmetrics.Logger()
+
+
+@pytest.mark.parametrize(
+    ("variable", "meant"),
+    [
+        ("RLMETRICS_BACKEND_JSON_PATH", "RLMETRICS_BACKEND_JSONL_PATH"),
+        ("RLMETRICS_BACKEND_JSONN_PATH", "RLMETRICS_BACKEND_JSONL_PATH"),
+        ("RLMETRICS_EXPORTER_PROMETHEUSS_PORT", "RLMETRICS_EXPORTER_PROMETHEUS_PORT"),
+        ("RLMETRICS_EXPORTER_OTLPFILE_PATH", "RLMETRICS_EXPORTER_OTLP_FILE_PATH"),
+    ],
+)
+def test_an_option_variable_with_a_misspelt_name_says_the_variable_meant(
+    monkeypatch: pytest.MonkeyPatch, variable: str, meant: str
+) -> None:
+    # Before: "names no backend: ... takes one of CONSOLE, JSONL as NAME", the variable to
+    # write left to the reader.
+    monkeypatch.setenv(variable, "9")
+    with pytest.raises(ValueError, match=rf"{variable} names no .*\(did you mean {meant}\?\)"):
+        rlmetrics.Logger() if "BACKEND" in variable else rlmetrics.start()
 
 
 def test_an_option_variable_configures_what_the_call_chooses(

@@ -743,10 +743,23 @@ def _option_variables(
                 break
         else:
             raise ConfigurationError(
-                f"{variable} names no {what}: {prefix}<NAME>_<OPTION> takes one of "
+                f"{variable} names no {what}{_meant_variable(prefix, rest, by_spelling)}: "
+                f"{prefix}<NAME>_<OPTION> takes one of "
                 f"{', '.join(_spelled(n) for n in sorted(names)) or 'none'} as NAME"
             )
     return found
+
+
+def _meant_variable(prefix: str, rest: str, spellings: Iterable[tuple[str, str]]) -> str:
+    """`` (did you mean RLMETRICS_BACKEND_JSONL_PATH?)`` for an option variable whose NAME
+    part (``JSON`` of ``JSON_PATH``, cut at any ``_``) is close to an offered name's."""
+    offered = [spelling for spelling, _ in spellings]
+    parts = rest.split("_")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest NAME first (OTLP_FILE)
+        close = difflib.get_close_matches("_".join(parts[:cut]), offered, n=1, cutoff=0.75)
+        if close:
+            return f" (did you mean {prefix}{close[0]}_{'_'.join(parts[cut:])}?)"
+    return ""
 
 
 def _chosen_by_env(variable: str) -> list[str] | None:
