@@ -492,6 +492,7 @@ def test_an_exporter_that_raises_is_reported_once_and_contained(
 
 QUICKSTART = """
 import sys
+import threading
 import time
 
 import rlmetrics
@@ -656,6 +657,37 @@ def test_the_samplers_the_sdk_knows_are_taken_in_any_case(monkeypatch: pytest.Mo
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
     handle = rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
     handle.shutdown(timeout_s=1)
+
+
+def test_an_export_larger_than_the_collector_takes_names_the_limit_and_the_batch_size(
+    default_timeout: None, otlp_receiver: OtlpReceiver, rlmetrics_log: CapturedLog
+) -> None:
+    """A collector refuses a request above its size limit (max_recv_msg_size_mib, 4 MiB
+    unless set) with RESOURCE_EXHAUSTED: a batch of trajectory spans carrying their text goes
+    over it. The warning said "the collector refuses these requests: its own log says why",
+    which it does not; it now names the limit, and for spans the batch size that keeps an
+    export under it."""
+    otlp_receiver.stop()
+    otlp_receiver.max_receive_bytes = 1000
+    otlp_receiver.start()
+    declare_test_series()
+    with _start(otlp_receiver.endpoint) as handle:
+        record_test_series()
+        tracer = handle.tracer_provider.get_tracer("big")  # type: ignore[union-attr]
+        for n in range(40):
+            tracer.start_span(f"turn {n} " + "text " * 20).end()
+        handle.tracer_provider.force_flush()  # type: ignore[union-attr]
+        metrics = _failed(otlp_receiver, "RESOURCE_EXHAUSTED")
+        spans = f"OTLP trace export to 127.0.0.1:{otlp_receiver.port} failed (RESOURCE_EXHAUSTED"
+        rlmetrics_log.wait_for(metrics)
+        rlmetrics_log.wait_for(spans)
+    (said_metrics,) = [r.getMessage() for r in rlmetrics_log.matching(metrics, logging.WARNING)]
+    (said_spans,) = [r.getMessage() for r in rlmetrics_log.matching(spans, logging.WARNING)]
+    for said in (said_metrics, said_spans):
+        assert otlp.REFUSAL_ADVICE not in said, said
+        assert "larger than the collector takes" in said and "max_recv_msg_size_mib" in said
+    assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE" in said_spans
+    assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE" not in said_metrics
 
 
 class _RefusesThenHangs(OtlpReceiver):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import rlmetrics
@@ -169,6 +169,25 @@ def test_a_refusing_receiver_is_one_warning(
     assert len(said) == 1 and receiver.endpoint + "/v1/metrics" in said[0].getMessage()
 
 
+def test_an_export_larger_than_the_collector_takes_names_the_limit(
+    receiver: OtlpHttpReceiver, rlmetrics_log: CapturedLog
+) -> None:
+    """HTTP 413 is a request above the collector's size limit (max_request_body_size), not a
+    refusal its log explains: the warning names the limit, and for spans the batch size."""
+    receiver.reject_with = 413
+    with _start(receiver.endpoint, "name") as handle:
+        handle.tracer_provider.get_tracer("big").start_span("turn").end()  # type: ignore[union-attr]
+        handle.tracer_provider.force_flush()  # type: ignore[union-attr]
+        receiver.wait_for(lambda r: r.rejected >= 2, what="refused metrics and spans")
+        for signal in ("metrics", "traces"):
+            rlmetrics_log.wait_for(f"OTLP/HTTP {signal} export to {receiver.endpoint}")
+    for signal in ("metrics", "traces"):
+        this = f"OTLP/HTTP {signal} export to {receiver.endpoint}"
+        (said,) = [r.getMessage() for r in rlmetrics_log.matching(this, logging.WARNING)]
+        assert "HTTP 413" in said and "max_request_body_size" in said, said
+        assert ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE" in said) == (signal == "traces"), said
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
@@ -318,6 +337,7 @@ def test_an_error_escaping_the_sdk_does_not_hide_the_request_s_cause(
     assert "ValueError" not in said and receiver.requests == []
 
 
+@example(status=413, reason="Request Entity Too Large", signal="traces")
 @given(
     status=st.integers(min_value=400, max_value=599),
     reason=st.text(max_size=40),
@@ -329,6 +349,8 @@ def test_every_refusal_is_advised_by_its_status(status: int, reason: str, signal
         assert f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS" in advice
     elif status == 404:
         assert f"/v1/{signal} is added" in advice
+    elif status == 413:
+        assert "max_request_body_size" in advice
     else:
         assert advice == "The collector refuses these requests: its own log says why"
 

@@ -61,6 +61,7 @@ __all__ = [
     "otlp_timeout_s",
     "register_exporters",
     "signal_variables",
+    "size_advice",
 ]
 
 INSTALL_HINT = "pip install 'rlmetrics[otlp]'"
@@ -285,6 +286,22 @@ def credentials_advice(signal: str) -> str:
     return f"The collector refuses this process's credentials: give them in {shared} (or {own})"
 
 
+def size_advice(signal: str, limit: str) -> str:
+    """What to change when one export was larger than the collector takes (``limit``: its
+    setting and default), for ``signal``: a span batch can be made smaller, a metrics export
+    (every series at once) cannot, so it fails each time until the limit is raised."""
+    said = f"One export is larger than the collector takes ({limit} unless set)"
+    if signal == "traces":
+        return (
+            f"{said}: a smaller OTEL_BSP_MAX_EXPORT_BATCH_SIZE (spans per export, 512 unless "
+            "set) keeps each export under it, or raise the limit"
+        )
+    return (
+        f"{said}: every export of this run's series fails so until the collector's limit is "
+        "raised (or the run records fewer series)"
+    )
+
+
 def export_advice(signal: str, details: str, cause: str = "") -> str:
     """What to change after a failed OTLP export, from its gRPC status (``cause``) and what
     gRPC (or, for OTLP/HTTP, ``requests``) said of it (``details``): a refusal names the
@@ -292,6 +309,8 @@ def export_advice(signal: str, details: str, cause: str = "") -> str:
     since "a collector listens there" is then true."""
     if cause in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
         return credentials_advice(signal)
+    if "larger than max" in details:
+        return size_advice(signal, "max_recv_msg_size_mib of its OTLP gRPC receiver, 4 MiB")
     if cause == "UNIMPLEMENTED" and signal == "traces":
         return (
             "The collector takes no spans (a Prometheus OTLP receiver takes metrics only): "

@@ -51,6 +51,7 @@ from .otlp import (
     histogram_preference,
     otlp_timeout_s,
     signal_variables,
+    size_advice,
 )
 
 __all__ = [
@@ -139,6 +140,8 @@ def failure_advice(signal: str, cause: str) -> str:
             f"(http://host:4318), to which {_PATHS[signal]} is added; "
             f"{signal_variables(signal, 'ENDPOINT')[0]} alone is used as it is"
         )
+    if status == "HTTP 413":
+        return size_advice(signal, "max_request_body_size of its OTLP/HTTP receiver, 20 MiB")
     if status.startswith("HTTP "):
         return REFUSAL_ADVICE
     return export_advice(signal, cause)

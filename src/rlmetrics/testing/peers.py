@@ -353,7 +353,9 @@ class OtlpReceiver:
     it back on the same port. ``tls``, a (private key, certificate chain) pair in PEM, serves
     over TLS (its endpoint is ``https://``), as a collector with a certificate of a private
     CA does. ``answer_after_s`` answers each request that long after it arrived (recorded at
-    once), as a collector that is slow, not dead, does.
+    once), as a collector that is slow, not dead, does. ``max_receive_bytes`` (set before
+    ``start()``) refuses a larger request with RESOURCE_EXHAUSTED, as a collector's
+    ``max_recv_msg_size_mib`` (4 MiB unless set) does.
     """
 
     #: How long :meth:`wait_for` waits unless told.
@@ -369,6 +371,7 @@ class OtlpReceiver:
         self.rejected = 0
         self.reject_with: Any = None
         self.answer_after_s = 0.0
+        self.max_receive_bytes: int | None = None
 
     @property
     def endpoint(self) -> str:
@@ -397,7 +400,9 @@ class OtlpReceiver:
                 receiver._handle(request, context, receiver.trace_requests)
                 return trace_service_pb2.ExportTraceServiceResponse()
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        limit = self.max_receive_bytes
+        options = [] if limit is None else [("grpc.max_receive_message_length", limit)]
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=options)
         add_servicer = metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server
         add_servicer(Servicer(), server)  # type: ignore[no-untyped-call]
         add_traces = trace_service_pb2_grpc.add_TraceServiceServicer_to_server
