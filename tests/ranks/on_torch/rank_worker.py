@@ -162,6 +162,49 @@ def _registered(group: object) -> bool:
     return True
 
 
+#: The budget scenario: each rank's batch of trajectories, larger than trace_all_below, with
+#: a few failures; rewards distinct per rank and trajectory.
+BUDGET_BATCH, BUDGET_FAILED = 100, 3
+
+
+def budget_batch(rank: int) -> list[dict[str, object]]:
+    """Rank ``rank``'s batch of one step (the test rebuilds it to compute the budget)."""
+    return [
+        {
+            "sample_id": f"r{rank}-{i}",
+            "reward": rank + i / BUDGET_BATCH,
+            "outcome": "error" if i < BUDGET_FAILED else "success",
+        }
+        for i in range(BUDGET_BATCH)
+    ]
+
+
+def budget(rank: int, folder: Path, group: object) -> None:
+    """Each rank logs its share of the step's rollouts through a Logger with ranks=: the
+    span budget applies to that batch, in that process."""
+    from rlmetrics.testing.traces import in_memory_tracing, span_records
+    from rlmetrics.trajectories.spans import SAMPLE_ID_ATTR
+
+    with in_memory_tracing(run_id="ranks-budget") as (_handle, reader, spans):
+        dist.barrier(group=group)  # type: ignore[arg-type]
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(folder / f"tracker{rank}.jsonl")}},
+            ranks=torch_distributed(group, raw_path=folder / "rank{rank}.jsonl"),
+        )
+        logger.log_metrics({"num_samples": float(BUDGET_BATCH)}, step=0, prefix="train")
+        logger.log_trajectories(budget_batch(rank), step=0)
+        logger.finish()
+        traced = sorted(
+            {
+                str(s.attributes[SAMPLE_ID_ATTR])
+                for s in span_records(spans)
+                if SAMPLE_ID_ATTR in s.attributes
+            }
+        )
+        dropped = sum(p.value for p in points(reader) if p.name == "rl.trajectory.spans.dropped")
+    (folder / f"result{rank}.json").write_text(json.dumps({"traced": traced, "dropped": dropped}))
+
+
 def main() -> None:
     scenario, folder = sys.argv[1], Path(sys.argv[2])
     rank = int(os.environ["RANK"])
@@ -172,6 +215,10 @@ def main() -> None:
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
     if scenario in ("straggler", "busy"):
         (straggle if scenario == "straggler" else busy)(rank, folder, group)
+        dist.destroy_process_group()
+        return
+    if scenario == "budget":
+        budget(rank, folder, group)
         dist.destroy_process_group()
         return
     if scenario == "subgroups":

@@ -248,6 +248,30 @@ def test_merges_off_the_loop_s_thread_leave_its_own_collectives_alone_and_arrive
         assert row["metrics"]["loss"] == math.fsum(float(r * step) for r in range(WORLD)) / WORLD
 
 
+def test_the_span_budget_keeps_each_rank_s_own_failures_and_extremes(tmp_path: Path) -> None:
+    """The span budget is each process's, applied to the batch it logs (docs/ranks.md): a
+    rank's spans are its own failures, top_k and bottom_k by reward and sample of the rest,
+    so a run of four ranks keeps four times one batch's budget (each rank's best among them,
+    not only the run's best eight)."""
+    from rlmetrics.trajectories import SpanBudget, Trajectory
+
+    assert run_ranks("budget", tmp_path) == [0] * WORLD
+    run_traced = 0
+    for rank in range(WORLD):
+        found = json.loads((tmp_path / f"result{rank}.json").read_text())
+        batch = [Trajectory(**row) for row in rank_worker.budget_batch(rank)]  # type: ignore[arg-type]
+        keep = SpanBudget().select(batch)
+        assert keep is not None
+        expected = sorted(t.sample_id for t, kept in zip(batch, keep, strict=True) if kept)
+        assert found["traced"] == expected
+        assert found["dropped"] == rank_worker.BUDGET_BATCH - len(expected)
+        # every failure, and this rank's own best and worst eight
+        assert {f"r{rank}-{i}" for i in range(rank_worker.BUDGET_FAILED)} <= set(expected)
+        assert f"r{rank}-{rank_worker.BUDGET_BATCH - 1}" in expected
+        run_traced += len(expected)
+    assert run_traced >= WORLD * (rank_worker.BUDGET_FAILED + 16)
+
+
 def test_a_rank_that_joins_late_is_waited_for(tmp_path: Path) -> None:
     assert run_ranks("late", tmp_path) == [0] * WORLD
     rows = tracker_rows(tmp_path, 0)
