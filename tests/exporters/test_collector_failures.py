@@ -734,3 +734,25 @@ def test_a_retry_that_runs_out_of_time_does_not_hide_why_the_export_was_retried(
     finally:
         peer.release.set()
         peer.stop()
+
+
+@pytest.mark.parametrize("preference", ["DELTA", "lowmemory"])
+def test_with_delta_counters_a_failed_export_is_not_said_to_be_sent_again(
+    default_timeout: None,
+    dead_endpoint: OtlpReceiver,
+    rlmetrics_log: CapturedLog,
+    monkeypatch: pytest.MonkeyPatch,
+    preference: str,
+) -> None:
+    """With delta temporality a failed export's counts are lost for good (the next export
+    carries only what was recorded since); the warning said "cumulative totals are sent again
+    by the next export that succeeds", which only cumulative points are."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", preference)
+    unavailable = _failed(dead_endpoint, "UNAVAILABLE")
+    declare_test_series()
+    with _start(dead_endpoint.endpoint, traces=False):
+        rlmetrics.record(GROUP, {"tokens": 5}, attributes={"gen_ai.token.type": "input"})
+        rlmetrics_log.wait_for(unavailable)
+        (said,) = [r.getMessage() for r in rlmetrics_log.matching(unavailable, logging.WARNING)]
+    assert "cumulative totals are sent again" not in said, said
+    assert "lost for good" in said and "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE" in said

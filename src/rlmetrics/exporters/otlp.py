@@ -271,6 +271,19 @@ _LOSS = {
 }
 
 
+def _metrics_loss() -> str:
+    """What a failed metrics export loses, by the temporality the environment asks for: with
+    delta counters (``DELTA``, ``LOWMEMORY``) no later export carries them again."""
+    name = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
+    if os.environ.get(name, "").strip().lower() in ("delta", "lowmemory"):
+        return (
+            f"these points are dropped and training goes on (with {name} delta or lowmemory, "
+            "the counts and histograms recorded since the last export that succeeded are "
+            "lost for good: the default, cumulative, sends them again)"
+        )
+    return _LOSS["metrics"]
+
+
 #: gRPC statuses of a connection that failed or timed out, not of a collector's refusal (and
 #: FAILURE, the cause said when the exporter gave up without an RPC error).
 _CONNECTION_STATUSES = frozenset(
@@ -405,6 +418,10 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
     class Reporting(fork_safe, base):  # type: ignore[misc,valid-type]
         _rlmetrics_last_error: BaseException | None = None
 
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._rlmetrics_loss = _metrics_loss() if signal == "metrics" else loss
+
         def _remember(self, error: BaseException) -> None:
             # A retry runs on what is left of the export's timeout: its DEADLINE_EXCEEDED
             # says only that time ran out, not why the export was retried.
@@ -431,7 +448,8 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
             except Exception as exc:
                 warn_once(
                     f"{prefix}:{self._endpoint}:{type(exc).__name__}",
-                    f"rlmetrics: OTLP {label}export to {self._endpoint} raised {exc!r}; {loss}",
+                    f"rlmetrics: OTLP {label}export to {self._endpoint} raised {exc!r}; "
+                    f"{self._rlmetrics_loss}",
                 )
                 return result.FAILURE
             finally:
@@ -447,8 +465,8 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
             advice = export_advice(signal, details, cause)
             message = (
                 f"rlmetrics: OTLP {label}export to {self._endpoint} failed ({cause}: "
-                f"{details}); {loss}. {advice}. Later failures with this cause are logged at "
-                "DEBUG."
+                f"{details}); {self._rlmetrics_loss}. {advice}. Later failures with this cause "
+                "are logged at DEBUG."
             )
             if getattr(self, "_shutdown", False):
                 # The export outlived shutdown's bound, which telemetry already reported.
