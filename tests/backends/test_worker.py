@@ -754,3 +754,50 @@ def test_the_exit_waits_for_a_given_up_tracker_within_its_logger_s_exit_bound(
     logger_module._finish_at_exit()  # what the interpreter's exit runs first
     assert worker_module._exiting is not None
     assert worker_module._exiting[1] == 1.0  # the exit's bound: the Logger's own
+
+
+class _GatedTables:
+    """A tracker whose first table write is under way until the test releases it."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.tables: list[int] = []
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        pass
+
+    def log_hyperparams(self, params: Any) -> None:
+        pass
+
+    def log_samples(self, rows: Any, step: int, name: str) -> None:
+        self.entered.set()
+        self.release.wait(60)
+        self.tables.append(step)
+
+    def finish(self) -> None:
+        pass
+
+
+def test_tables_and_configs_a_finish_gives_up_on_are_said_not_written(caplog: Any) -> None:
+    # MLflow appending 200 tables at a step outlasted finish(): it said "did not finish within
+    # 30.0 s: 0 rows not written", as if nothing were lost, and the tables still queued were
+    # never written. Only log_metrics calls were counted.
+    from rlmetrics.backends import worker as worker_module
+
+    backend = _GatedTables()
+    runner = worker_module.BackendWorker("gated-tables", backend, queue_size=10)
+    for step in range(5):
+        runner.call("log_samples", [{"prompt": "p"}], step, "samples")
+    runner.call("log_hyperparams", {"lr": 0.1})
+    assert backend.entered.wait(60)
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        runner.finish(time.monotonic() + 0.05, 0.05)
+    backend.release.set()
+    runner._thread.join(60)
+
+    assert backend.tables == [0]  # the table under way landed; the queued ones were not written
+    assert (
+        "did not finish within 0.1 s: 0 rows not written, nor 4 log_samples calls, "
+        "1 log_hyperparams call" in caplog.text
+    )

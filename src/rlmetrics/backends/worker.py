@@ -386,6 +386,11 @@ class BackendWorker:
         #: Its Logger's ``exit_timeout_s``: how long the exit waits for it once its finish
         #: gave up (the Logger, finished, no longer sets the exit's bound). None: the default.
         self.exit_timeout_s: float | None = None
+        #: Calls other than rows (``log_samples``, ``log_hyperparams``…) by method: queued by
+        #: the callers, and taken off the queue by the backend's thread. Those queued and not
+        #: taken when a finish gives up are never written: its report names them.
+        self._calls_queued: dict[str, int] = {}
+        self._calls_taken: dict[str, int] = {}
         self._said = False  # what it did not write has been reported
         self._finishing = False  # finishing was asked for: the finish marker is queued
         self._finished = False  # finish() was called (it reports, once)
@@ -429,7 +434,13 @@ class BackendWorker:
         lost = max(0, self.unwritten() - under_way)
         if lost:
             _lose(self.name, "dropped", lost)
-        return lost, f", {under_way} under way (they may still land)" if under_way else ""
+        rest = f", {under_way} under way (they may still land)" if under_way else ""
+        calls = [
+            f"{left} {method} call{'s' if left > 1 else ''}"
+            for method, queued in list(self._calls_queued.items())
+            if (left := queued - self._calls_taken.get(method, 0)) > 0
+        ]
+        return lost, f"{rest}, nor {', '.join(calls)}" if calls else rest
 
     def say_unwritten(self, why: str) -> None:
         """Report, once, the rows the backend has not written, when ``finish()`` cannot
@@ -469,6 +480,8 @@ class BackendWorker:
             return
         self.rows += method == "log_metrics"
         if self._queue.qsize() < self.queue_size:
+            if method != "log_metrics":
+                self._calls_queued[method] = self._calls_queued.get(method, 0) + 1
             self._queue.put((method, args))
         else:
             self.dropped += method == "log_metrics"
@@ -567,6 +580,8 @@ class BackendWorker:
                 return
             method, args = item
             item = None
+            if method != "log_metrics":
+                self._calls_taken[method] = self._calls_taken.get(method, 0) + 1
             if self._given_up:
                 continue  # said to be lost (see __init__)
             if method == "log_metrics" and takes_rows:
