@@ -253,6 +253,14 @@ def test_an_unknown_map_name_fails_early_with_the_choices() -> None:
         rlmetrics.Logger(backends={}, key_map="nope")
 
 
+@pytest.mark.parametrize(("given", "meant"), [("tlr", "trl"), ("Trl", "trl"), ("verll", "verl")])
+def test_a_misspelt_map_name_says_the_name_meant(given: str, meant: str) -> None:
+    with pytest.raises(
+        ValueError, match=rf"unknown key map '{given}' \(did you mean '{meant}'\?\)"
+    ):
+        rlmetrics.Logger(backends={}, key_map=given)
+
+
 def test_the_core_offers_its_maps_through_the_hook() -> None:
     offered = available_key_maps()
     assert {name: owner for name, (owner, _map) in offered.items()} == {

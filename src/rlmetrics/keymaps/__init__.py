@@ -28,6 +28,7 @@ writes a map's key table into a page.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -288,9 +289,11 @@ def resolve_key_map(key_map: str | KeyMap) -> KeyMap:
         raise TypeError(f"key_map must be a KeyMap or a name, got {type(key_map).__name__}")
     offered = available_key_maps()
     if key_map not in offered:
+        close = difflib.get_close_matches(key_map.lower(), list(offered), n=1, cutoff=0.6)
+        meant = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(
-            f"unknown key map {key_map!r}; available: {sorted(offered)}. A key map comes from "
-            "a plugin's register_key_maps hook (the core offers trl, verl and openrlhf)"
+            f"unknown key map {key_map!r}{meant}; available: {sorted(offered)}. A key map comes "
+            "from a plugin's register_key_maps hook (the core offers trl, verl and openrlhf)"
         )
     return offered[key_map][1]
 
