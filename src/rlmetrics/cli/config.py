@@ -4,7 +4,9 @@ rlmetrics.start() and Logger() check it: an unknown table, setting, exporter, ba
 key map or plugin name, a value of the wrong type, a variable that does nothing or an
 OpenTelemetry SDK variable start() refuses is one line naming its source, and exit status 2.
 Run it before a long job. The settings a call passes in code win over these
-(docs/configuration.md)."""
+(docs/configuration.md). An option variable of an exporter or backend nothing here chooses is
+checked and shown apart: the call may choose it (``start(exporters=["prometheus"])`` with
+``RLMETRICS_EXPORTER_PROMETHEUS_PORT``), which this command cannot see."""
 
 from __future__ import annotations
 
@@ -14,9 +16,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from ..configuration import (
+    BACKEND_OPTION_ENV,
     CALL,
     DEFAULT,
+    EXPORTER_OPTION_ENV,
     ConfigurationError,
     Configured,
     check_plugin_names,
@@ -40,9 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format_options(parser)
 
 
-def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
-    """What is configured, and each ``start()`` / ``Logger()`` setting as ``(value, source)``
-    when a call gives none of them; raises what ``start()`` or ``Logger()`` would."""
+#: An exporter's or backend's options a call's choice takes: ``{kind: {name: {option: (value,
+#: variable)}}}``.
+IfChosen = dict[str, dict[str, dict[str, tuple[Any, str]]]]
+
+
+def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]], IfChosen]:
+    """What is configured, each ``start()`` / ``Logger()`` setting as ``(value, source)``
+    when a call gives none of them, and the option variables of exporters and backends only a
+    call can choose; raises what ``start()`` or ``Logger()`` would."""
     from ..backends import available_backends
     from ..exporters import available_exporters
     from ..keymaps import available_key_maps, resolve_key_map
@@ -54,8 +66,16 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
     plugins = load_plugins(quiet=True)
     exporters = available_exporters(plugins)
     backends = available_backends(plugins)
-    # Names, options and their types, each checked where it is read (configured() raises).
-    found = configured(exporter_names=exporters, backend_names=backends)
+    # Names, options and their types, each checked where it is read (configured() raises),
+    # as for a call that chose every exporter and backend: an option variable of one that
+    # nothing here chooses configures what the call chooses, and only the call is refused.
+    found = configured(
+        exporter_names=exporters,
+        backend_names=backends,
+        exporters_chosen=exporters,
+        backends_chosen=backends,
+    )
+    found, if_chosen = _chosen_by_the_call_only(found, exporters, backends)
     settings = {
         "telemetry": resolve(found.telemetry, {}, TELEMETRY_DEFAULTS),
         "logger": resolve(found.logger, {}, LOGGER_DEFAULTS),
@@ -108,12 +128,42 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]]]:
     problems = variable_problems(os.environ, plugins)
     if problems:
         raise ConfigurationError("\n".join(problems))
-    return found, settings
+    return found, settings, if_chosen
+
+
+def _chosen_by_the_call_only(
+    found: Configured, exporters: Mapping[str, Any], backends: Mapping[str, Any]
+) -> tuple[Configured, IfChosen]:
+    """``found`` (read as if the call chose every name) without each exporter and backend
+    that only option variables name and nothing here chooses — ``configured()`` refuses it
+    when the call's choice lacks it —, and those by kind."""
+    if_chosen: IfChosen = {"exporters": {}, "backends": {}}
+    for kind, prefix, names in (
+        ("exporters", EXPORTER_OPTION_ENV, exporters),
+        ("backends", BACKEND_OPTION_ENV, backends),
+    ):
+        table = getattr(found, kind)
+        for name, options in list((table or {}).items()):
+            if not any(source.startswith(prefix) for _, source in options.values()):
+                continue
+            chosen = {
+                "exporters_chosen": exporters,
+                "backends_chosen": backends,
+                f"{kind}_chosen": [n for n in names if n != name],
+            }
+            try:
+                configured(exporter_names=exporters, backend_names=backends, **chosen)
+            except ConfigurationError:
+                if_chosen[kind][name] = table.pop(name)
+        if table == {} and getattr(found, f"{kind}_source") is None:
+            nothing: dict[str, Any] = {kind: None}
+            found = attrs.evolve(found, **nothing)
+    return found, if_chosen
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        found, settings = check()
+        found, settings, if_chosen = check()
     except (TypeError, ValueError) as exc:
         sys.stderr.writelines(f"rlmetrics config: {line}\n" for line in str(exc).splitlines())
         return 2
@@ -123,6 +173,13 @@ def run(args: argparse.Namespace) -> int:
             name: {"value": value, "from": source}
             for name, (value, source) in settings[table].items()
         }
+    document["if_the_call_chooses"] = {
+        kind: {
+            name: {key: {"value": v, "from": src} for key, (v, src) in options.items()}
+            for name, options in names.items()
+        }
+        for kind, names in if_chosen.items()
+    }
     if args.json:
         print_json(document)
         return 0
@@ -139,9 +196,16 @@ def _text(document: Mapping[str, Any]) -> str:
         chosen = document[kind]
         if chosen is None:
             lines.append(f"{kind}: none configured (the call's, or the default)")
-            continue
-        lines.append(f"{kind}: {', '.join(chosen['options']) or 'none'}  ({chosen['from']})")
-        for name, options in chosen["options"].items():
+        else:
+            lines.append(f"{kind}: {', '.join(chosen['options']) or 'none'}  ({chosen['from']})")
+            for name, options in chosen["options"].items():
+                for key, setting in options.items():
+                    lines.append(f"  {name}.{key} = {setting['value']!r}  ({setting['from']})")
+        call = "start()" if kind == "exporters" else "Logger()"
+        for name, options in document["if_the_call_chooses"][kind].items():
             for key, setting in options.items():
-                lines.append(f"  {name}.{key} = {setting['value']!r}  ({setting['from']})")
+                lines.append(
+                    f"  {name}.{key} = {setting['value']!r}  ({setting['from']}; only where "
+                    f"the call chooses {kind[:-1]} {name!r}, which {call} otherwise refuses)"
+                )
     return "\n".join(lines) + "\n"
