@@ -132,6 +132,34 @@ def test_appending_at_a_step_prints_nothing_and_keeps_every_row(
         assert json.loads(Path(path).read_text())["data"] == rows
 
 
+def test_tables_past_what_mlflows_table_list_holds_still_land_said_once(
+    tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # log_table lists each table in the run tag mlflow.loggedArtifacts, a JSON list MLflow
+    # cuts to 8000 characters: past ~150 tables (a table every step) the tag was cut mid-JSON
+    # and every later log_table raised JSONDecodeError ("failed in log_samples").
+    name = "n" * 200  # ~240 characters a table in the list: it is full after about 33
+    logger = rlmetrics.Logger(backends={"mlflow": _config(tracking_uri, tmp_path)})
+    run_id = logger.backends["mlflow"].run_id
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        for step in range(40):
+            logger.log_samples([{"prompt": "p", "reward": float(step)}], step=step, name=name)
+        logger.finish()
+
+    assert "failed" not in caplog.text
+    (said,) = [r.getMessage() for r in caplog.records if "mlflow.loggedArtifacts" in r.getMessage()]
+    assert f"{name}/step_" in said
+    client = MlflowClient(tracking_uri)
+    listed = json.loads(client.get_run(run_id).data.tags["mlflow.loggedArtifacts"])
+    assert 30 <= len(listed) < 40
+    assert listed == [
+        {"path": f"{name}/step_{s}.json", "type": "table"} for s in range(len(listed))
+    ]
+    for step in range(40):
+        path = client.download_artifacts(run_id, f"{name}/step_{step}.json", str(tmp_path))
+        assert json.loads(Path(path).read_text())["data"] == [["p", float(step), step]]
+
+
 def test_float_cells_pandas_would_round_are_said_once_and_the_rest_exact(
     tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -40,7 +40,15 @@ from rlmetrics.identity import RUN_ID_ATTR, RunIdentity
 from rlmetrics.samples import columns_of
 
 from .keys import KeyMap
-from .tables import WRITING, appended, earlier_table, forget_run, remember, replace_table
+from .tables import (
+    WRITING,
+    appended,
+    earlier_table,
+    forget_run,
+    listable,
+    remember,
+    replace_table,
+)
 from .values import Skipped, metric_values
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MlflowBackend"]
@@ -402,9 +410,18 @@ class MlflowBackend:
             if earlier is not None:
                 data = appended(earlier, data)
             frame = pandas.DataFrame(data, columns=list(data), dtype=object)
-            if earlier is None:
+            if earlier is None and listable(self.client, self.run_id, artifact):
                 self.client.log_table(self.run_id, data=frame, artifact_file=artifact)
             else:
+                if earlier is None:
+                    warn_once(
+                        "mlflow:tables-unlisted",
+                        f"rlmetrics-mlflow: table {artifact!r} and later ones are artifacts "
+                        "of the run but not in its list of tables (the run tag "
+                        "mlflow.loggedArtifacts, which MLflow keeps to 8000 characters and "
+                        "its Evaluation view reads); load_table and the Artifacts view read "
+                        "them",
+                    )
                 replace_table(self.client, self.run_id, frame, artifact)
             remember(self.client, self.run_id, artifact, data)
         rounded = _rounded_floats(frame, data)

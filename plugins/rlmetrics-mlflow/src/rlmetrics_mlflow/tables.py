@@ -24,10 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
 from rlmetrics import resets_process_state
 
-__all__ = ["WRITING", "appended", "earlier_table", "forget_run", "remember", "replace_table"]
+__all__ = [
+    "WRITING",
+    "appended",
+    "earlier_table",
+    "forget_run",
+    "listable",
+    "remember",
+    "replace_table",
+]
 
 #: Held while a table is read, appended to and written: two backends logging into one run (two
 #: Loggers) append to one table in turn, each seeing the other's rows.
@@ -107,9 +117,26 @@ def appended(earlier: Mapping[str, Any], data: Mapping[str, list[Any]]) -> dict[
     return out
 
 
+def listable(client: MlflowClient, run_id: str, artifact: str) -> bool:
+    """Whether ``log_table`` can list ``artifact`` among the run's tables: the run tag
+    ``mlflow.loggedArtifacts`` (a JSON list, which the Evaluation view reads) holds at most
+    MLflow's 8000 characters of a tag, and MLflow cuts a longer one mid-JSON, after which every
+    ``log_table`` of the run fails reading it."""
+    tag = client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]")
+    try:
+        listed = json.loads(tag)
+    except ValueError:  # cut by an earlier writer: log_table would fail on it
+        return False
+    entry = {"path": artifact, "type": "table"}
+    if not isinstance(listed, list):
+        return False
+    return entry in listed or len(json.dumps([*listed, entry])) <= MAX_TAG_VAL_LENGTH
+
+
 def replace_table(client: MlflowClient, run_id: str, frame: Any, artifact: str) -> None:
     """``frame`` written as ``log_table`` writes a table, in place of the run's ``artifact``
-    (which ``log_table`` listed among the run's tables when it first wrote it)."""
+    if it has one (``log_table`` listed it among the run's tables when it first wrote it, if
+    the list had room: :func:`listable`)."""
     folder, _, name = artifact.rpartition("/")
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / name
