@@ -157,8 +157,8 @@ def test_a_steps_live_trajectories_reach_a_tracker_as_one_table(rows: Rows) -> N
     """Before: each live trajectory was a log_samples call of its own, so W&B, Trackio and
     TensorBoard held a one-row table per rollout at the same step (W&B's latest table, what its
     panel shows, had the last rollout of four). Now a step's rows are one table, given when
-    the step ends, when a trajectory of another step ends, at max_sample_rows, or when the
-    Logger finishes."""
+    the step ends, when a trajectory of a third step ends (two steps are held at once), at
+    max_sample_rows, or when the Logger finishes."""
     logger = rlmetrics.Logger(backends={"rows": {}}, max_sample_rows=3)
     with logger:
         for n in (1, 2):
@@ -168,16 +168,16 @@ def test_a_steps_live_trajectories_reach_a_tracker_as_one_table(rows: Rows) -> N
                 assert all(step != n for step, _name, _ids in rows.tables)  # held
         for i in range(4):  # no step scope; past max_sample_rows
             _live(f"5-{i}", logger, step=5)
-        _live("6-0", logger, step=6)  # another step's: step 5's rows go first
-        _live("7-0", logger, step=7)
-        assert rows.tables[-1] == (6, "trajectories", ["6-0"])
+        _live("6-0", logger, step=6)  # another step's: held beside step 5's
+        _live("7-0", logger, step=7)  # a third step's: step 5's rows go
+        assert rows.tables[-1] == (5, "trajectories", ["5-3"])
     assert rows.tables == [
         (1, "trajectories", ["1-0", "1-1"]),
         (2, "trajectories", ["2-0", "2-1"]),
         (5, "trajectories", ["5-0", "5-1", "5-2"]),
         (5, "trajectories", ["5-3"]),
-        (6, "trajectories", ["6-0"]),
-        (7, "trajectories", ["7-0"]),  # the Logger's finish gives what it still held
+        (6, "trajectories", ["6-0"]),  # the Logger's finish gives what it still held
+        (7, "trajectories", ["7-0"]),
     ]
 
 
@@ -243,7 +243,7 @@ def test_a_live_trajectory_ending_after_its_logger_finished_is_said(
     # held: given at once (and so said), never kept.
     with caplog.at_level("WARNING", logger="rlmetrics"):
         held_rows.hold_rows(logger, [{"sample_id": "racing"}], 1, "trajectories")
-    assert not held_rows._held[logger].rows
+    assert not held_rows._held[logger].tables
     assert rows.tables == []
 
 
@@ -253,7 +253,7 @@ def test_a_steps_batches_and_live_rows_reach_a_tracker_as_one_table(rows: Rows) 
     trajectories and a batch, reached W&B, Trackio and TensorBoard as two tables at one step
     (W&B's panel shows the later one; SwanLab kept the first and dropped the other). Now a
     batch's rows join the step's held rows: one table per (name, step), given when the step
-    ends, when rows of another step come, at max_sample_rows (a batch that would pass it gives
+    ends, when rows of a third step come, at max_sample_rows (a batch that would pass it gives
     what was held first, so holding cuts nothing) or when the Logger finishes."""
     logger = rlmetrics.Logger(backends={"rows": {}}, max_sample_rows=4)
     with logger:
@@ -269,8 +269,8 @@ def test_a_steps_batches_and_live_rows_reach_a_tracker_as_one_table(rows: Rows) 
         logger.log_trajectories([{"sample_id": f"3-{i}"} for i in range(3, 5)], step=3)
     assert rows.tables == [
         (1, "trajectories", ["1-live", "1-a", "1-b"]),
-        (2, "trajectories", ["2-a", "2-b", "2-live"]),
         (3, "trajectories", ["3-0", "3-1", "3-2"]),  # 5 rows would pass 4: given as held
+        (2, "trajectories", ["2-a", "2-b", "2-live"]),  # held beside step 3's until finish
         (3, "trajectories", ["3-3", "3-4"]),
     ]
 
@@ -357,3 +357,28 @@ def test_a_cancelled_rollout_is_truncated_not_an_error(rows: Rows) -> None:
     assert "error.type" not in agent.attributes
     [completed] = [p for p in found if p.name == "rl.trajectory.completed"]
     assert completed.attributes["rl.trajectory.outcome"] == "truncated"
+
+
+def test_rollouts_of_two_steps_ending_interleaved_reach_a_tracker_as_a_table_per_step(
+    rows: Rows,
+) -> None:
+    """Before: an async trainer's rollouts of steps 1 and 2 ending interleaved (each tagged
+    with the step that trains on it; a long rollout of step 1 ends after step 2's began)
+    gave the held table at every change of step: 8 rollouts were 6 tables, W&B's panel
+    showed a part of each step and SwanLab, which keeps a step's first table, lost the rest.
+    Two steps' tables are now held at once, each given whole."""
+    logger = rlmetrics.Logger(backends={"rows": {}})
+    with logger:
+        for sample_id, step in [
+            ("1-0", 1), ("1-1", 1), ("2-0", 2), ("1-2", 1),
+            ("2-1", 2), ("1-3", 1), ("2-2", 2), ("2-3", 2),
+        ]:  # fmt: skip
+            _live(sample_id, logger, step=step)
+        with rlmetrics.step(3, logger=logger):  # the loop goes on: step 1's table goes out
+            _live("3-0", logger)
+            assert rows.tables == [(1, "trajectories", ["1-0", "1-1", "1-2", "1-3"])]
+        assert rows.tables == [  # step 3's end gives its table and the earlier steps'
+            (1, "trajectories", ["1-0", "1-1", "1-2", "1-3"]),
+            (2, "trajectories", ["2-0", "2-1", "2-2", "2-3"]),
+            (3, "trajectories", ["3-0"]),
+        ]

@@ -5,11 +5,14 @@ A live trajectory (``rlmetrics.trajectory``) ends on its own, so each would be a
 ``log_samples`` call of one row, and a loop may log a step's batch in parts (each group as it
 completes) or beside live ones: W&B, Trackio and TensorBoard keep a table per call, W&B's
 panel shows the latest, SwanLab keeps the first. Held here, a step's rollouts, of either form,
-are one table. What a Logger holds is one table's rows, at most ``max_sample_rows`` (a full
-table is given at once; rows that would pass it give what was held first, so holding cuts no
-row a call of their own would have kept); it is given when the step ends (any
-``rlmetrics.step`` of that number), when trajectories of another step (or table) come, and
-when the Logger finishes. Spans and metrics are not held: they are recorded at once.
+are one table. A Logger holds the tables of two steps at once: an async trainer's rollouts of
+consecutive steps end interleaved (a long rollout of step n ends after step n+1's began), and
+giving the held table at every change of step cut each step into parts. Each table holds at
+most ``max_sample_rows`` rows (a full table is given at once; rows that would pass it give
+what was held first, so holding cuts no row a call of their own would have kept); a table is
+given when its step ends (the end of an ``rlmetrics.step`` of that number or a later one),
+when rows of a third step come (the oldest step's goes), and when the Logger finishes. Spans
+and metrics are not held: they are recorded at once.
 """
 
 from __future__ import annotations
@@ -27,21 +30,33 @@ if TYPE_CHECKING:
 __all__ = ["hold_rows", "release_rows", "release_step"]
 
 
-class _Held:
-    """One Logger's held rows: those of one table ``(name, step)``."""
+#: The steps whose tables a Logger holds at once (see the module's docstring).
+HELD_STEPS = 2
 
-    __slots__ = ("key", "lock", "rows")
+_Table = tuple[tuple[str, int], list[dict[str, Any]]]
+
+
+class _Held:
+    """One Logger's held rows: a table ``(name, step)`` each, at most HELD_STEPS steps."""
+
+    __slots__ = ("lock", "tables")
 
     def __init__(self) -> None:
         # Reentrant: a signal handler that finishes the Logger may run inside hold_rows.
         self.lock = threading.RLock()
-        self.key: tuple[str, int] | None = None
-        self.rows: list[dict[str, Any]] = []
+        self.tables: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
-    def take(self) -> tuple[tuple[str, int] | None, list[dict[str, Any]]]:
+    def take(self, key: tuple[str, int]) -> _Table:
+        """The table ``key``'s rows, no longer held (``lock`` held)."""
+        return key, self.tables.pop(key, [])
+
+    def take_through(self, step: int | None) -> list[_Table]:
+        """Every table of a step up to ``step`` (every one: None), oldest step first."""
         with self.lock:
-            taken, self.rows = self.rows, []
-            return self.key, taken
+            keys = sorted(
+                (k for k in self.tables if step is None or k[1] <= step), key=lambda k: k[1]
+            )
+            return [self.take(k) for k in keys]
 
 
 _held: weakref.WeakKeyDictionary[Logger, _Held] = weakref.WeakKeyDictionary()
@@ -58,8 +73,8 @@ def _forget_after_fork() -> None:
     _held_lock = threading.RLock()
 
 
-def _give(logger: Logger, key: tuple[str, int] | None, rows: list[dict[str, Any]]) -> None:
-    if key is None or not rows:
+def _give(logger: Logger, key: tuple[str, int], rows: list[dict[str, Any]]) -> None:
+    if not rows:
         return
     name, step = key
     try:
@@ -69,42 +84,52 @@ def _give(logger: Logger, key: tuple[str, int] | None, rows: list[dict[str, Any]
 
 
 def hold_rows(logger: Logger, rows: list[dict[str, Any]], step: int, name: str) -> None:
-    """Hold ``rows`` of trajectories for the table ``name`` at ``step``; what the Logger
-    held for another table, or a full table, is given now."""
+    """Hold ``rows`` of trajectories for the table ``name`` at ``step``; a full table, or the
+    oldest step's when this makes a third, is given now."""
     with _held_lock:
         held = _held.get(logger)
         if held is None:
             held = _held[logger] = _Held()
-    given: list[tuple[tuple[str, int] | None, list[dict[str, Any]]]] = []
+    given: list[_Table] = []
+    limit = max(1, logger.max_sample_rows)
+    key = (name, step)
     with held.lock:
-        if held.key != (name, step) or len(held.rows) + len(rows) > max(1, logger.max_sample_rows):
-            given.append(held.take())
-            held.key = (name, step)
-        held.rows.extend(rows)
+        tables = held.tables
+        table = tables.get(key)
+        if table is not None and len(table) + len(rows) > limit:
+            given.append(held.take(key))
+            table = None
+        if table is None:
+            table = tables[key] = []
+        table.extend(rows)
+        steps = {k[1] for k in tables}
+        if len(steps) > HELD_STEPS:  # a third step's rows: the oldest step's tables go
+            oldest = min(steps)
+            given.extend(held.take(k) for k in list(tables) if k[1] == oldest)
         # A full table goes at once; so does a row held after its Logger finished (a rollout
         # that passed the check while finish() ran): given, it is said as any call after
         # finish() is, where held it would be kept for good without a word.
-        if len(held.rows) >= max(1, logger.max_sample_rows) or logger._finished:
-            given.append(held.take())
-    for key, taken in given:
-        _give(logger, key, taken)
+        if key in tables and (len(table) >= limit or logger._finished):
+            given.append(held.take(key))
+    for taken in given:
+        _give(logger, *taken)
 
 
 def release_rows(logger: Logger) -> None:
-    """Give what ``logger`` holds (it finishes)."""
+    """Give what ``logger`` holds (it finishes), oldest step first."""
     held = _held.get(logger)
     if held is not None:
-        _give(logger, *held.take())
+        for taken in held.take_through(None):
+            _give(logger, *taken)
 
 
 def release_step(step: int | None) -> None:
-    """Give what any Logger holds of ``step`` (an ``rlmetrics.step`` of it ended)."""
+    """Give what any Logger holds of ``step`` or an earlier step (an ``rlmetrics.step`` of
+    ``step`` ended: the loop is past them)."""
     if step is None or not _held:
         return
     with _held_lock:
         helds = list(_held.items())
     for logger, held in helds:
-        with held.lock:
-            taken = held.take() if held.key is not None and held.key[1] == step else None
-        if taken is not None:
+        for taken in held.take_through(step):
             _give(logger, *taken)
