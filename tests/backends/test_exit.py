@@ -384,7 +384,7 @@ elif how == "caught-then-logs":
     except SystemExit:
         pass
     logger.log_metrics({"loss": 2.0}, step=2)
-elif how == "caught-in-asyncio":  # asyncio.run keeps the SystemExit on its task
+elif how.startswith("caught-in-asyncio"):  # asyncio.run keeps the SystemExit on its task
     import asyncio
 
     async def main():
@@ -395,11 +395,18 @@ elif how == "caught-in-asyncio":  # asyncio.run keeps the SystemExit on its task
         asyncio.run(main())
     except SystemExit:
         pass
-    # The task, its exception and its frames hold one another: they go at the collector's
-    # next pass, which a program going on from here soon makes.
-    import gc
+    if how == "caught-in-asyncio":
+        # The task, its exception and its frames hold one another: they go at the
+        # collector's next pass, which a program going on from here soon makes (or not:
+        # caught-in-asyncio-no-collection ends first).
+        import gc
 
-    gc.collect()
+        gc.collect()
+elif how == "caught-and-kept":  # the wrapper keeps what it caught, to report it
+    try:
+        sys.exit(3)
+    except SystemExit as exc:
+        caught = exc
 elif how == "asyncio":
     import asyncio
 
@@ -437,6 +444,8 @@ _ENDINGS = {
     "caught": (0, False),
     "caught-then-logs": (0, False),
     "caught-in-asyncio": (0, False),
+    "caught-in-asyncio-no-collection": (0, False),
+    "caught-and-kept": (0, False),
     "asyncio": (3, True),
     "logged-then-reraised": (3, True),
     "finally": (3, True),

@@ -11,7 +11,9 @@ catches it, are unchanged. The ``exit()`` and ``quit()`` builtins (``site``'s, w
 ``SystemExit`` without ``sys.exit``) are wrapped the same way. It is installed once, when a
 tracker that has a notion of a failed run starts. A ``SystemExit`` the program catches and goes
 on from (a wrapper's ``try: main() except SystemExit: ...``) is no exit: the note is dropped
-when that exception is, while the program runs (:class:`_Caught`). A ``raise SystemExit(3)``
+when that exception is, while the program runs (:class:`_Caught`), and at the exit when the
+main thread's outermost frame returned (:func:`_returned`): no exception ended the program,
+whoever still holds the one it caught (an asyncio task, a variable). A ``raise SystemExit(3)``
 written out is not seen (W&B's client does not see it either): before Python 3.12 no hook sees
 an exception that nothing catches but the interpreter, and ``sys.monitoring``'s would run on
 every exception the program raises.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dis
 import functools
 import os
 import sys
@@ -49,6 +52,11 @@ _status: int | None = None
 _noted = 0
 _watching = False
 _lock = threading.Lock()
+#: The main thread's outermost frame when :func:`watch` ran (None where it had none): at the
+#: exit it says whether the program returned or an exception (a ``SystemExit``) ended it.
+_outermost: Any = None
+#: The instructions a frame that returned last ran.
+_RETURNS = frozenset({"RETURN_VALUE", "RETURN_CONST"})
 
 
 @resets_process_state
@@ -74,6 +82,7 @@ def watch() -> None:
         if _watching:
             return
         _watching = True
+        _keep_outermost()
         previous: Callable[..., Any] = sys.exit
 
         @functools.wraps(previous)
@@ -90,6 +99,29 @@ def watch() -> None:
             builtin = getattr(builtins, name, None)
             if callable(builtin):  # absent under ``python -S``
                 setattr(builtins, name, _NotedQuitter(builtin))
+
+
+def _keep_outermost() -> None:
+    """Keep the main thread's outermost frame (:data:`_outermost`)."""
+    global _outermost
+    with contextlib.suppress(Exception):  # no frame (an embedding), or none to read
+        if threading.current_thread() is threading.main_thread():
+            frame = sys._getframe()
+        else:
+            frame = sys._current_frames()[threading.main_thread().ident]  # type: ignore[index]
+        while frame.f_back is not None:
+            frame = frame.f_back
+        _outermost = frame
+
+
+def _returned() -> bool:
+    """Whether the main thread's outermost frame has returned: the program ended without an
+    exception, so with status 0 (a ``SystemExit`` ends that frame as any exception does)."""
+    frame = _outermost
+    try:
+        return frame is not None and dis.opname[frame.f_code.co_code[frame.f_lasti]] in _RETURNS
+    except Exception:  # a frame of an interpreter that reads otherwise: not known
+        return False
 
 
 def _note(status: object) -> int:
@@ -177,8 +209,10 @@ def exit_status() -> int | None:
 
 def exit_failed() -> bool:
     """Whether ``sys.exit`` was asked, on the main thread, for a nonzero status; never in an
-    interactive session (:func:`interactive`), which outlives one."""
-    return bool(_status) and not interactive()
+    interactive session (:func:`interactive`), which outlives one, nor once the program has
+    returned (:func:`_returned`): the ``SystemExit`` was caught, though something still holds
+    it."""
+    return bool(_status) and not interactive() and not _returned()
 
 
 def uncaught_exception() -> BaseException | None:
