@@ -145,6 +145,34 @@ def test_values_are_logged_the_way_wandb_log_takes_them(tmp_path: Path) -> None:
     }
 
 
+def test_ints_past_int64_are_logged_as_their_text_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # W&B keeps an int64 exactly, but its JSON writer made a wider int a double: a hash-like
+    # id 2**64+1 arrived as 1.8446744073709552e+19, and 10**400 as Infinity.
+    backend = _backend(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        backend.log_metrics(
+            {"tokens": 2**53 + 1, "low": -(2**63), "id": 2**64 + 1, "huge": 10**400}, 1, "t"
+        )
+        backend.log_metrics({"id": -(2**63) - 1}, 2, "t")
+    backend.finish()
+
+    rows = read_run(backend.transaction_log).history
+    assert rows == [
+        {
+            "t/tokens": 2**53 + 1,
+            "t/low": -(2**63),
+            "t/id": str(2**64 + 1),
+            "t/huge": "1" + "0" * 400,
+            STEP_KEY: 1,
+        },
+        {"t/id": str(-(2**63) - 1), STEP_KEY: 2},
+    ]
+    (said,) = [r.getMessage() for r in caplog.records if "past int64" in r.getMessage()]
+    assert "'t/id'" in said
+
+
 def test_config_reaches_wandb_init(tmp_path: Path) -> None:
     backend = _backend(
         tmp_path,

@@ -25,7 +25,7 @@ from rlmetrics.identity import RunIdentity, tracker_init_kwargs, with_tracker_se
 from rlmetrics.samples import columns_of
 
 from .axes import StepAxes
-from .values import SKIP, config_value, to_wandb
+from .values import SKIP, WideInt, config_value, to_wandb
 
 __all__ = ["REFUSED_ID_CHARACTERS", "ROW_FIELDS", "WandbBackend"]
 
@@ -83,6 +83,17 @@ def _not_a_row_field(name: str) -> str:
         f"it is logged as {'_' + name!r} (the JSONL backend has it as logged)",
     )
     return "_" + name
+
+
+def _wide_int(text: WideInt, name: str) -> str:
+    """An int past int64 as its text, said once."""
+    warn_once(
+        "wandb:wide-int",
+        f"rlmetrics-wandb: {name!r} is an int past int64, which W&B's history would store as "
+        "a double, rounded; it is logged as its text (later ones too; the JSONL backend has "
+        "them as ints)",
+    )
+    return str(text)
 
 
 class WandbBackend:
@@ -192,9 +203,12 @@ class WandbBackend:
         for key, value in metrics.items():
             converted = to_wandb(value)
             if converted is not SKIP:
-                if type(converted) is str:
+                name = _not_a_row_field(storable_text(full_key(prefix, key)))
+                if type(converted) is WideInt:
+                    converted = _wide_int(converted, name)
+                elif type(converted) is str:
                     converted = storable_text(converted)  # W&B's JSON would make it U+FFFD
-                row[_not_a_row_field(storable_text(full_key(prefix, key)))] = converted
+                row[name] = converted
         if not row:
             return
         if WALL_TIME_KEY in row:

@@ -8,7 +8,10 @@ untouched. Two exceptions:
 
 * ``None`` is skipped: nothing was measured, and a null would break a chart's line;
 * a value ``wandb.log`` cannot serialise (any other object) would make W&B refuse the whole
-  row, so it is logged as its ``str()`` instead.
+  row, so it is logged as its ``str()`` instead;
+* an int past int64 (a hash-like id) is its text: W&B keeps an int64 exactly but writes a
+  wider one as a double, rounded (``2**64 + 1`` as ``1.8446744073709552e+19``; ``10**400``
+  as Infinity). The backend says so once (:data:`WIDE_INT`).
 
 The run's config (:func:`config_value`) is JSON that W&B reads as doubles: an int past ±2⁵³
 would arrive rounded and NaN as null, so those are given as their text, which arrives exactly.
@@ -22,11 +25,23 @@ from decimal import Decimal
 from typing import Any
 
 from rlmetrics import as_real
+from rlmetrics.storable import printable_int
 
-__all__ = ["EXACT_INT", "SKIP", "config_value", "to_wandb"]
+__all__ = ["EXACT_INT", "INT64", "SKIP", "WideInt", "config_value", "to_wandb"]
 
 #: The largest int a double holds exactly: W&B's config stores numbers as doubles.
 EXACT_INT = 2**53
+
+#: The ints W&B's history keeps exactly: int64.
+INT64 = range(-(2**63), 2**63)
+
+
+class WideInt(str):
+    """An int past :data:`INT64`, as its text (``"<int of N digits>"`` for one too long to
+    print): the backend says the first once."""
+
+    __slots__ = ()
+
 
 #: Returned for a value that should not appear in the row at all.
 SKIP: Any = object()
@@ -44,6 +59,8 @@ def to_wandb(value: Any, _depth: int = 0) -> Any:
     """``value`` as ``run.log`` should get it, or :data:`SKIP`."""
     if value is None:
         return SKIP
+    if type(value) is int and value not in INT64:
+        return WideInt(printable_int(value))
     if isinstance(value, (bool, str, int, float)) or _is_native(value):
         return value
     if isinstance(value, (numbers.Real, Decimal)):  # Fraction, Decimal: JSON needs a float
