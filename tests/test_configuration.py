@@ -448,6 +448,25 @@ def test_a_factory_taking_any_keyword_takes_the_options_it_declared() -> None:
     assert check_options("backend", "acme", _takes_anything, {"ulr": 1}) == {"ulr": 1}
 
 
+def test_a_declared_option_the_factory_does_not_take_fails_where_it_is_declared() -> None:
+    # Before: taken silently, so 'path' went unchecked (and 'pth' was refused from users).
+    with pytest.raises(TypeError, match=r"'pth' is no option of Tsv \(did you mean 'path'\?\)"):
+
+        @declare_options(pth=TEXT)
+        class Tsv:
+            def __init__(self, path: str = "acme.tsv") -> None: ...
+
+    @declare_options(path=TEXT, url=TEXT)  # a factory taking **options takes what it declares
+    def make(path: str = "x", **options: Any) -> None: ...
+
+
+def test_an_option_declared_without_an_option_kind_fails_where_it_is_declared() -> None:
+    # Before: taken, and the first Logger() that chose the backend raised AttributeError
+    # ('str' object has no attribute 'checked_variables') out of rlmetrics.
+    with pytest.raises(TypeError, match=r"option 'path' .* PATH, .* got str 'path'"):
+        declare_options(path="path")  # type: ignore[arg-type]
+
+
 def _sdk_takes_count(text: str) -> bool:
     """What the SDK's BatchSpanProcessor takes from a count variable: ``int()`` of the text,
     above 0 (anything else raises there, or logs a traceback and uses its default)."""

@@ -278,9 +278,33 @@ def declare_options(**options: Option) -> Callable[[_Factory], _Factory]:
 
     A factory that takes ``**options`` (a tracker's, which imports the tracker only when a
     Logger asks for it) takes exactly the ones it declares: declare every one, so a misspelt
-    name is refused too. One that declares none has its names unchecked."""
+    name is refused too. One that declares none has its names unchecked.
+
+    A declaration the factory cannot honour raises ``TypeError`` where it is written (a
+    plugin's import): a value that is no :class:`Option`, a name the factory does not take."""
+    for name, kind in options.items():
+        if not isinstance(kind, Option):
+            raise TypeError(
+                f"declare_options: option {name!r} is declared with an Option (TEXT, PATH, "
+                "FLAG, NUMBER, POSITIVE_NUMBER, NON_NEGATIVE_NUMBER, INTEGER, POSITIVE_INTEGER, "
+                "PORT, TEXT_LIST, TABLE, ANYTHING, one_of(...) or Option(what, accepts)), got "
+                f"{type(kind).__name__} {kind!r:.60}"
+            )
 
     def declare(factory: _Factory) -> _Factory:
+        try:
+            parameters = list(inspect.signature(factory).parameters.values())
+        except (TypeError, ValueError):  # unreadable: checked where it is used, as before
+            parameters = []
+        if parameters and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            takes = [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+            for name in options:
+                if name not in takes:
+                    raise TypeError(
+                        f"declare_options on {getattr(factory, '__qualname__', factory)}: "
+                        f"{name!r} is no option of {getattr(factory, '__name__', factory)}"
+                        f"{suggest(name, takes)}; it takes: {', '.join(takes)}"
+                    )
         setattr(factory, _DECLARED, dict(options))
         return factory
 
