@@ -27,7 +27,7 @@ from rlmetrics.plugins import register
 from rlmetrics.ranks import RankMerger, gathered
 from rlmetrics.ranks.joining import RanksNotJoined
 from rlmetrics.spec import MAX, SUM
-from rlmetrics.testing import isolated_state
+from rlmetrics.testing import in_memory_telemetry, isolated_state, points
 
 WORLD = 3
 
@@ -958,3 +958,27 @@ def test_each_key_merges_as_the_series_it_is_read_as_under_its_prefix(
     assert rows["eval"] == {"reward": weighted, "num_samples": 100.0}
     assert rows[""] == {"eval/reward": weighted, "eval/num_samples": 100.0}
     assert "weighted mean" not in caplog.text
+
+
+def test_a_straggler_phase_is_named_as_read_under_its_prefix() -> None:
+    """The straggler series name a phase by its key as the train dict reads it: a loop that
+    carries its prefix in the keys ({"train/policy_time": t}) gets the series prefix="train"
+    gets (rl.ranks.phase="policy_time"), and an evaluation dict's phase is its own
+    ("eval/policy_time"), not the training phase's series overwritten by it."""
+    rows = [{"policy_time": 0.1}, {"policy_time": 0.4}, {"policy_time": 0.1}]
+    with isolated_state(), in_memory_telemetry() as (_handle, reader):
+        merger = gathered(raw_path=None)
+        merger.bind(None)
+        under_train = merger.merge_gathered(rows, 0, "train")
+        carried = [{"train/policy_time": row["policy_time"]} for row in rows]
+        in_keys = merger.merge_gathered(carried, 1, "")
+        evaluation = [{"policy_time": 2.0 * row["policy_time"]} for row in rows]
+        merger.merge_gathered(evaluation[::-1], 1, "eval")
+        merger.finish()
+        found = {
+            (p.attributes.get("rl.ranks.phase"), p.value)
+            for p in points(reader)
+            if p.name == "rl.ranks.duration.max"
+        }
+    assert under_train["policy_time/slowest_rank"] == in_keys["train/policy_time/slowest_rank"]
+    assert found == {("policy_time", 0.4), ("eval/policy_time", 0.8)}

@@ -47,9 +47,11 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Protocol
 
+from .. import routing
 from .._warn import warn_once
 from ..backends.jsonl import JsonlBackend, to_json_value
 from ..backends.worker import snapshot
+from ..events import TRAIN_PREFIXES
 from ..flatten import key_text
 from ..identity import RunIdentity, new_run_id
 from ..keyplans import KeyPlans
@@ -210,11 +212,16 @@ def numbers_of(flat: Mapping[str, Any]) -> dict[str, float]:
 
 
 def run_row(
-    flat: Mapping[str, Any], numbers: Mapping[str, float], merged: Merged, step: int
+    flat: Mapping[str, Any],
+    numbers: Mapping[str, float],
+    merged: Merged,
+    step: int,
+    prefix: str = "",
 ) -> dict[str, Any]:
-    """The run's row of a merged step: ``flat``'s values that are not numbers (the logging
-    rank's), every merged number, each straggler phase's entries; the straggler series are
-    recorded and what the merge left out is said once per key."""
+    """The run's row of a merged step of a dict logged under ``prefix``: ``flat``'s values
+    that are not numbers (the logging rank's), every merged number, each straggler phase's
+    entries; the straggler series are recorded (each phase named by :func:`phase_of`) and
+    what the merge left out is said once per key."""
     for rank, key in merged.dropped:
         warn_once(
             f"ranks:dropped:{key}",
@@ -249,8 +256,19 @@ def run_row(
             STRAGGLER_SLOWEST: straggler.slowest_rank,
             STRAGGLER_SKEW: straggler.skew,
         }
-        record(STRAGGLER_GROUP, values, {PHASE_ATTR: key})
+        record(STRAGGLER_GROUP, values, {PHASE_ATTR: phase_of(key, prefix)})
     return out
+
+
+def phase_of(key: str, prefix: str) -> str:
+    """The straggler series' ``rl.ranks.phase`` of ``key`` logged under ``prefix``: the key as
+    a train dict reads it (``policy_time`` whether logged under ``train`` or as
+    ``train/policy_time`` without a prefix), else the key under its prefix
+    (``eval/policy_time``), so another dict's phase never overwrites the training one's."""
+    if not prefix:
+        carried, rest = routing.carried(key)
+        return rest if carried in TRAIN_PREFIXES else key
+    return key if prefix in TRAIN_PREFIXES else f"{prefix}/{key}"
 
 
 class _Table:
@@ -662,7 +680,7 @@ class RankMerger:
             else:
                 if merged is None:
                     return None
-                out = run_row(flat, numbers, merged, step)
+                out = run_row(flat, numbers, merged, step, prefix)
                 self.stragglers = merged.stragglers
                 return out
         return dict(flat) if self.logs else None
@@ -758,7 +776,7 @@ class RankMerger:
                 known.update(zip(new, self.reductions.columns(new, prefix), strict=True))
             columns = [known[key] for key in keys]
             merged = merge_columns(columns, {key: [n.get(key) for n in numbers] for key in keys})
-            out = run_row(first, numbers[0] if numbers else {}, merged, step)
+            out = run_row(first, numbers[0] if numbers else {}, merged, step, prefix)
             self.stragglers = merged.stragglers
             return out
         except Exception as exc:

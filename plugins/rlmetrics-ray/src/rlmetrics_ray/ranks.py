@@ -357,7 +357,7 @@ def merge_step(
         if columns is not None:
             columns[plan] = found
     merged = merge_columns(found, values)
-    return run_row({}, {}, merged, gathered.step)
+    return run_row({}, {}, merged, gathered.step, gathered.prefix)
 
 
 class RayRank:
