@@ -690,6 +690,20 @@ def test_an_export_larger_than_the_collector_takes_names_the_limit_and_the_batch
     assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE" not in said_metrics
 
 
+def _the_first_failure_said(peer: OtlpReceiver, log: CapturedLog, status: str) -> str:
+    """The one warning that a metrics export to ``peer`` failed (with ``status``, when given),
+    once the test series were recorded and sent there."""
+    declare_test_series()
+    with _start(peer.endpoint, traces=False):
+        record_test_series()
+        failed = f"OTLP export to 127.0.0.1:{peer.port} failed ({status}"
+        log.wait_for(failed)
+        (said,) = [r.getMessage() for r in log.matching(failed, logging.WARNING)]
+        if isinstance(peer, _RefusesThenHangs):
+            peer.release.set()  # the hung export ends before shutdown waits on it
+    return said
+
+
 class _RefusesThenHangs(OtlpReceiver):
     """A collector that refuses the first request (``status``, which the exporter retries)
     and answers no later one until :attr:`release` is set."""
@@ -721,16 +735,10 @@ def test_a_retry_that_runs_out_of_time_does_not_hide_why_the_export_was_retried(
     answer within the export timeout" (raise it), not that it refused the export."""
     peer = _RefusesThenHangs(status).start()
     try:
-        declare_test_series()
-        with _start(peer.endpoint, traces=False):
-            record_test_series()
-            failed = f"OTLP export to 127.0.0.1:{peer.port} failed ("
-            rlmetrics_log.wait_for(failed)
-            assert peer.calls >= 2  # refused, then retried into the silence
-            (said,) = [r.getMessage() for r in rlmetrics_log.matching(failed, logging.WARNING)]
-            assert f"failed ({status.name}: collector overloaded" in said, said
-            assert "DEADLINE_EXCEEDED" not in said, said
-            peer.release.set()
+        said = _the_first_failure_said(peer, rlmetrics_log, "")
+        assert peer.calls >= 2  # refused, then retried into the silence
+        assert f"failed ({status.name}: collector overloaded" in said, said
+        assert "DEADLINE_EXCEEDED" not in said, said
     finally:
         peer.release.set()
         peer.stop()
@@ -756,3 +764,55 @@ def test_with_delta_counters_a_failed_export_is_not_said_to_be_sent_again(
         (said,) = [r.getMessage() for r in rlmetrics_log.matching(unavailable, logging.WARNING)]
     assert "cumulative totals are sent again" not in said, said
     assert "lost for good" in said and "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE" in said
+
+
+class _Overloaded(OtlpReceiver):
+    """A collector that refuses every request with ``status``, as its memory limiter does
+    under load, asking (``retry_after_s``) to be sent the data again later."""
+
+    def __init__(self, status: grpc.StatusCode, retry_after_s: int | None) -> None:
+        super().__init__()
+        self.status, self.retry_after_s = status, retry_after_s
+
+    def _handle(self, request: Any, context: Any, into: list[Any] | None = None) -> None:
+        from google.protobuf.duration_pb2 import Duration
+        from google.rpc.error_details_pb2 import RetryInfo
+
+        with self._cond:
+            self.rejected += 1
+            self._cond.notify_all()
+        if self.retry_after_s is not None:
+            delay = RetryInfo(retry_delay=Duration(seconds=self.retry_after_s))
+            context.set_trailing_metadata(
+                (("google.rpc.retryinfo-bin", delay.SerializeToString()),)
+            )
+        context.abort(self.status, "data refused due to high memory usage")
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after_s"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, 30),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, 30),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, None),
+    ],
+)
+def test_a_collector_that_is_overloaded_is_said_to_be_so_not_missing_or_refusing(
+    default_timeout: None,
+    rlmetrics_log: CapturedLog,
+    status: grpc.StatusCode,
+    retry_after_s: int | None,
+) -> None:
+    """A collector's memory limiter refuses data under load, asking for it again later: the
+    warning said "check the endpoint and that a collector listens there" (UNAVAILABLE) or
+    "the collector refuses these requests: its own log says why" (RESOURCE_EXHAUSTED), though
+    it listens, and nothing here is to be changed. It now says the collector is overloaded,
+    and when it asked to be sent the data again."""
+    peer = _Overloaded(status, retry_after_s).start()
+    try:
+        said = _the_first_failure_said(peer, rlmetrics_log, status.name)
+    finally:
+        peer.stop()
+    assert "a collector listens there" not in said and otlp.REFUSAL_ADVICE not in said, said
+    assert "overloaded" in said, said
+    assert ("retry after 30 s" in said) == (retry_after_s is not None), said

@@ -14,7 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rlmetrics
-from rlmetrics.exporters.otlp import REFUSAL_ADVICE, credentials_advice, export_advice
+from rlmetrics.exporters.otlp import (
+    REFUSAL_ADVICE,
+    credentials_advice,
+    export_advice,
+    overloaded_advice,
+)
 from rlmetrics.testing import OtlpHttpReceiver, OtlpReceiver
 from rlmetrics.testing.peers import flatten_request
 
@@ -407,6 +412,8 @@ def test_every_grpc_status_is_advised_by_what_it_means(
         assert advice == credentials_advice(signal)
     elif status == "UNIMPLEMENTED" and signal == "traces":
         assert "start(traces=False)" in advice
+    elif status == "RESOURCE_EXHAUSTED":  # a memory limiter under load
+        assert advice == overloaded_advice()
     elif status in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN", "CANCELLED"):
         assert advice != REFUSAL_ADVICE and "credentials" not in advice
     else:

@@ -338,6 +338,8 @@ def test_an_error_escaping_the_sdk_does_not_hide_the_request_s_cause(
 
 
 @example(status=413, reason="Request Entity Too Large", signal="traces")
+@example(status=429, reason="Too Many Requests", signal="metrics")
+@example(status=503, reason="Service Unavailable", signal="traces")
 @given(
     status=st.integers(min_value=400, max_value=599),
     reason=st.text(max_size=40),
@@ -351,6 +353,8 @@ def test_every_refusal_is_advised_by_its_status(status: int, reason: str, signal
         assert f"/v1/{signal} is added" in advice
     elif status == 413:
         assert "max_request_body_size" in advice
+    elif status in (429, 503):
+        assert "overloaded" in advice and "Nothing in this process is to change" in advice
     else:
         assert advice == "The collector refuses these requests: its own log says why"
 

@@ -59,6 +59,8 @@ __all__ = [
     "export_advice",
     "make_exporter",
     "otlp_timeout_s",
+    "overloaded_advice",
+    "retry_after_s",
     "register_exporters",
     "signal_variables",
     "size_advice",
@@ -315,7 +317,40 @@ def size_advice(signal: str, limit: str) -> str:
     )
 
 
-def export_advice(signal: str, details: str, cause: str = "") -> str:
+def overloaded_advice(retry_after_s: float | None = None) -> str:
+    """What to say when the collector answered that it takes no data for now (its memory
+    limiter under load: gRPC RESOURCE_EXHAUSTED, or a status with the delay it asks for;
+    HTTP 429 or 503): it listens, and nothing in this process is wrong."""
+    asked = "" if retry_after_s is None else f"; it asked to retry after {retry_after_s:g} s"
+    return (
+        f"The collector is there but overloaded: it takes no data for now{asked}. Nothing in "
+        "this process is to change: each export tries again; if it goes on, the collector "
+        "needs more memory or replicas (its memory_limiter refuses data under load)"
+    )
+
+
+def retry_after_s(error: BaseException | None) -> float | None:
+    """The delay a collector asked for in its gRPC answer's ``RetryInfo`` (what says it
+    answered, busy, rather than that no connection was made); None when it gave none."""
+    trailing = getattr(error, "trailing_metadata", None)
+    if not callable(trailing):
+        return None
+    try:
+        found = dict(trailing() or ()).get("google.rpc.retryinfo-bin")
+        if found is None:
+            return None
+        from google.rpc.error_details_pb2 import RetryInfo
+
+        info = RetryInfo()
+        info.ParseFromString(found)
+        return float(info.retry_delay.seconds + info.retry_delay.nanos / 1e9)
+    except Exception:
+        return None
+
+
+def export_advice(
+    signal: str, details: str, cause: str = "", retry_after: float | None = None
+) -> str:
     """What to change after a failed OTLP export, from its gRPC status (``cause``) and what
     gRPC (or, for OTLP/HTTP, ``requests``) said of it (``details``): a refusal names the
     credentials or the collector's log, a TLS failure the scheme or the certificate variable,
@@ -324,6 +359,8 @@ def export_advice(signal: str, details: str, cause: str = "") -> str:
         return credentials_advice(signal)
     if "larger than max" in details:
         return size_advice(signal, "max_recv_msg_size_mib of its OTLP gRPC receiver, 4 MiB")
+    if cause == "RESOURCE_EXHAUSTED" or retry_after is not None:
+        return overloaded_advice(retry_after)
     if cause == "UNIMPLEMENTED" and signal == "traces":
         return (
             "The collector takes no spans (a Prometheus OTLP receiver takes metrics only): "
@@ -462,7 +499,7 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
             error = self._rlmetrics_last_error
             cause, details = _describe_rpc_error(error)
             key = f"{prefix}:{self._endpoint}:{cause}"
-            advice = export_advice(signal, details, cause)
+            advice = export_advice(signal, details, cause, retry_after_s(error))
             message = (
                 f"rlmetrics: OTLP {label}export to {self._endpoint} failed ({cause}: "
                 f"{details}); {self._rlmetrics_loss}. {advice}. Later failures with this cause "

@@ -50,6 +50,7 @@ from .otlp import (
     export_advice,
     histogram_preference,
     otlp_timeout_s,
+    overloaded_advice,
     signal_variables,
     size_advice,
 )
@@ -142,6 +143,8 @@ def failure_advice(signal: str, cause: str) -> str:
         )
     if status == "HTTP 413":
         return size_advice(signal, "max_request_body_size of its OTLP/HTTP receiver, 20 MiB")
+    if status in ("HTTP 429", "HTTP 503"):
+        return overloaded_advice()
     if status.startswith("HTTP "):
         return REFUSAL_ADVICE
     return export_advice(signal, cause)
