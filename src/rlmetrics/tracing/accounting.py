@@ -252,7 +252,11 @@ class PhaseSeconds:
         #: The clock reading this accounting was closed at (a step that ended: its phases
         #: still open end in the accounting that is current when they end); None while open.
         self._closed_at: int | None = None
-        self._lock = threading.Lock()
+        # Reentrant: a KeyboardInterrupt raised at the end of a ``with self._lock:`` block
+        # before the lock's release (CPython's bpo-29988: a tracer's, a debugger's, a
+        # notebook's line event) leaves it held by the thread that reads the accounting,
+        # which takes it again at its next read instead of waiting for ever.
+        self._lock = threading.RLock()
         forget_in_child(self)
 
     def wall_clock(self, name: str) -> WallClock:
@@ -289,10 +293,14 @@ class PhaseSeconds:
         if len(pending) > MAX_PENDING:  # a timer nobody reads stays bounded
             self._fold()
 
-    def _fold(self) -> dict[str, float]:
-        """Add what is pending to the totals; the caller holds the lock or takes it here."""
-        with self._lock:
-            return self._fold_locked()
+    def _fold(self) -> None:
+        """Add what is pending to the totals, unless another thread holds the lock (it is
+        reading them: what it leaves waits for the next read)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._fold_locked()
+            finally:
+                self._lock.release()
 
     def _fold_locked(
         self, now: int | None = None, stretches: dict[str, list[tuple[int, int]]] | None = None
@@ -338,4 +346,4 @@ class PhaseSeconds:
         return seconds
 
     def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
