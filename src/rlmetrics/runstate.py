@@ -387,7 +387,8 @@ def _findings(answer: Mapping[str, Any], bad_lines: str = "") -> list[str]:
 
 def select(answer: Any, path: str) -> Any:
     """The part of ``answer`` a field path names: dotted keys and ``[n]`` indexes
-    (``steps.last``, ``stalls[0].gap_s``, ``last_values["train/loss"].value``)."""
+    (``steps.last``, ``stalls[0].gap_s``, ``last_values["train/loss"].value``); a quoted key
+    is any text, its quote and backslashes escaped with a backslash (``["a\\"b"]``)."""
     current = answer
     for part in _parts(path):
         try:
@@ -414,13 +415,16 @@ def _parts(path: str) -> list[str | int]:
             if word:
                 parts.append(word)
             word = ""
+            opened = len(text) - len(text[index + 1 :].lstrip())
+            if text[opened : opened + 1] in ("'", '"'):
+                key, index = _quoted_key(path, text, opened)
+                parts.append(key)
+                continue
             close = text.find("]", index)
             if close < 0:
                 raise QueryError(f"field path {path!r}: '[' without ']'")
             inner = text[index + 1 : close].strip()
-            if inner[:1] in "\"'" and inner[-1:] == inner[:1] and len(inner) >= 2:
-                parts.append(inner[1:-1])
-            elif inner.lstrip("-").isdigit():
+            if inner.lstrip("-").isdigit():
                 parts.append(int(inner))
             else:
                 raise QueryError(f"field path {path!r}: [{inner}] is neither an index nor a key")
@@ -433,3 +437,19 @@ def _parts(path: str) -> list[str | int]:
     if not parts:
         raise QueryError("an empty field path")
     return parts
+
+
+def _quoted_key(path: str, text: str, opened: int) -> tuple[str, int]:
+    """The key quoted at ``text[opened]`` up to its closing quote (a backslash takes the next
+    character as it is: ``\\"``, ``\\\\``; before any other it is itself), and the index
+    past the ``]`` that must follow it."""
+    quote, key, index = text[opened], [], opened + 1
+    while index < len(text) and text[index] != quote:
+        escaped = text[index] == "\\" and text[index + 1 : index + 2] in (quote, "\\")
+        index += escaped
+        key.append(text[index])
+        index += 1
+    close = len(text) - len(text[index + 1 :].lstrip())
+    if index >= len(text) or text[close : close + 1] != "]":
+        raise QueryError(f"field path {path!r}: a quoted key without its closing {quote}]")
+    return "".join(key), close + 1

@@ -270,11 +270,26 @@ def test_a_traces_file_of_another_run_is_left_out(demo: Path, tmp_path: Path) ->
     assert answer["slowest_phases"] == [] and answer["traces_other_runs"] > 0
 
 
-@given(st.lists(st.one_of(st.text(max_size=5), st.integers(-3, 3)), max_size=4))
-def test_select_reads_what_the_path_names_or_says_why_not(parts: list[str | int]) -> None:
-    answer = {"a": [{"b": 1}, {"c": [2, 3]}], "x.y": 4}
-    path = "".join(f"[{p}]" if isinstance(p, int) else f'["{p}"]' for p in parts)
-    assume(path and not any(isinstance(p, str) and ('"' in p or "]" in p) for p in parts))
+def _quoted(key: str, quote: str) -> str:
+    """``key`` in ``quote``, its backslashes and that quote escaped with a backslash."""
+    return quote + key.replace("\\", "\\\\").replace(quote, "\\" + quote) + quote
+
+
+@given(
+    st.lists(st.one_of(st.text(max_size=5), st.integers(-3, 3)), max_size=4),
+    st.sampled_from(['"', "'"]),
+)
+@example(["a]b"], '"')
+@example(['a"b'], '"')
+@example(["a\\b"], "'")
+def test_select_reads_what_the_path_names_or_says_why_not(
+    parts: list[str | int], quote: str
+) -> None:
+    """Before, a key holding ']' or '"' (``train/x]y``) could not be named at all: the key
+    ended at the first ']' and no escape was read."""
+    answer = {"a": [{"b": 1}, {"c": [2, 3]}], "x.y": 4, "a]b": 5, 'a"b': 6, "a\\b": 7}
+    path = "".join(f"[{p}]" if isinstance(p, int) else f"[{_quoted(p, quote)}]" for p in parts)
+    assume(path)
     current: Any = answer
     try:
         for part in parts:
@@ -284,6 +299,30 @@ def test_select_reads_what_the_path_names_or_says_why_not(parts: list[str | int]
             select(answer, path)
         return
     assert select(answer, path) == current
+
+
+@given(st.text(alphabet=st.sampled_from("ab.[]\"'\\ 0-$"), max_size=12))
+def test_any_field_path_is_a_value_or_one_query_error(path: str) -> None:
+    answer = {"a": [{"b": 1}], "b": {"a": 2}, "": 3}
+    try:
+        select(answer, path)
+    except QueryError as exc:
+        assert "\n" not in str(exc)
+
+
+def test_a_key_of_any_characters_is_a_field_the_command_prints(tmp_path: Path) -> None:
+    """Keys a Logger wrote, named in ``--field`` with their quotes and backslashes escaped;
+    before, ``train/x]y`` was '[\"train/x] is neither an index nor a key' and ``train/a\"b``
+    no field (exit 2 both)."""
+    path = tmp_path / "metrics.jsonl"
+    keys = ['a"b', "x]y", "back\\slash", "['q']", "it's"]
+    with rlmetrics.Logger(backends={"jsonl": {"path": str(path)}}) as logger:
+        logger.log_metrics({key: float(i) for i, key in enumerate(keys)}, step=1, prefix="train")
+    fields = ["last_values[" + _quoted("train/" + key, '"') + "].value" for key in keys]
+    fields.append("last_values['train/it\\'s'].value")
+    done = run_cli("query", path, *(a for field in fields for a in ("--field", field)))
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [0.0, 1.0, 2.0, 3.0, 4.0, 4.0]
 
 
 def test_steps_are_counted_by_the_rule_health_applies(tmp_path: Path) -> None:
