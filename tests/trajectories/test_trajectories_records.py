@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -326,3 +327,31 @@ def test_an_error_given_without_an_outcome_is_a_failure_of_that_error() -> None:
     assert tools == {"python": "error", "search": "error"}
     [completed] = [p for p in found if p.name == "rl.trajectory.completed"]
     assert (completed.attributes["rl.trajectory.outcome"], completed.value) == ("error", 2)
+
+
+def test_an_error_given_with_another_outcome_is_in_the_span_as_in_the_row(rows: Rows) -> None:
+    """Before: a rollout whose error was given beside another outcome (a record's
+    ``{"outcome": "failure", "error": ...}``; a live block raising after ``t.finish("success")``)
+    had the error in its row and none in its span (``error.type`` was set for ``error`` only):
+    the table and the trace UI disagreed. The span now names it too; its status stays
+    ERROR for the ``error`` outcome only."""
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        logger = rlmetrics.Logger(backends={"rows": {}})
+        logger.log_trajectories(
+            [{"sample_id": "given", "outcome": "failure", "error": "WrongAnswer"}], step=1
+        )
+        with pytest.raises(ValueError), rlmetrics.trajectory("live", step=1, logger=logger) as t:
+            t.finish("success", reward=1.0)
+            raise ValueError("after the rollout")
+        logger.finish()
+        spans = span_records(exporter)
+    agents = {s.attributes["rl.sample.id"]: s for s in spans if s.name == "invoke_agent"}
+    by_id = {r["sample_id"]: r for r in rows.rows}
+    for sample_id, error, outcome in (
+        ("given", "WrongAnswer", "failure"),
+        ("live", "ValueError", "success"),
+    ):
+        assert by_id[sample_id]["error"] == error and by_id[sample_id]["outcome"] == outcome
+        assert agents[sample_id].attributes["error.type"] == error
+        assert agents[sample_id].attributes["rl.trajectory.outcome"] == outcome
+        assert agents[sample_id].status != "ERROR"

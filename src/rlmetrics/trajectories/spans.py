@@ -294,6 +294,8 @@ def trajectory_attributes(t: Trajectory, step: int | None) -> dict[str, Any]:
         attributes[REWARD_ATTR] = reward
     if t.outcome == "error":
         attributes[ERROR_TYPE_ATTR] = t.error or "error"
+    elif t.error is not None:  # given beside another outcome: named, as its row names it
+        attributes[ERROR_TYPE_ATTR] = t.error
     if t.prompt is not None:
         attributes[INPUT_MESSAGES_ATTR] = _messages("user", t.prompt)
     if t.completion is not None:
