@@ -367,11 +367,11 @@ class Logger:
         for name, options in checked.items():
             owner, factory = factories[name]
             try:
-                self.backends[name] = _build(factory, options, self.identity)
+                self.backends[name] = _build(factory, options, self.identity, name)
             except Exception as exc:
                 # A condition of the world (a path that cannot be written) is one line that
                 # says what to change; anything else is a plugin's bug, with its traceback.
-                expected = isinstance(exc, (BackendUnavailable, OSError))
+                expected = isinstance(exc, (BackendUnavailable, OSError, _Shape))
                 # Keyed by the run and the reason too: each run says which tracker it goes
                 # without (a notebook's next cell, a sweep's next trial), and a new reason is
                 # said; the same one for the same run is said once.
@@ -1030,19 +1030,33 @@ def _reason(exc: BaseException) -> str:
         return type(exc).__name__
 
 
-def _build(factory: BackendFactory, options: Mapping[str, Any], identity: RunIdentity) -> Backend:
+def _build(
+    factory: BackendFactory, options: Mapping[str, Any], identity: RunIdentity, name: str = "NAME"
+) -> Backend:
     """``factory(**options)``, with ``identity=`` when the factory names that parameter; a
-    TypeError if what it built has no ``log_metrics`` (refused now, not at every step)."""
+    :class:`_Shape` error if the offer is no factory or what it built has no
+    ``log_metrics`` (refused now, not at every step)."""
+    if not callable(factory):
+        kind = type(factory).__name__
+        raise _Shape(
+            f"register_backends offered a {kind} instance, not a factory: "
+            f"register({name!r}, {kind}) (the class, or a function "
+            "returning a backend)"
+        )
     if "identity" not in options and _names_identity(factory):
         backend = factory(**options, identity=identity)
     else:
         backend = factory(**options)
     if not callable(getattr(backend, "log_metrics", None)):
-        raise TypeError(
+        raise _Shape(
             f"{type(backend).__name__} has no log_metrics(): a backend provides "
             "log_metrics(metrics, step, prefix) and finish() (docs/writing-a-plugin.md)"
         )
     return backend
+
+
+class _Shape(TypeError):
+    """A plugin's backend offered in a shape the Logger cannot use: said in one line."""
 
 
 def _names_identity(factory: BackendFactory) -> bool:
