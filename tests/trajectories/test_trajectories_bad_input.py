@@ -474,3 +474,33 @@ def test_the_budget_s_extremes_are_of_the_successes_the_failures_being_kept_anyw
     failures = {f"s{i}" for i in range(10)}
     assert traced == failures | {"s10", "s11", "s12"} | {"s38", "s39"}
     assert single(found, "rl.trajectory.spans.dropped").value == 40 - 15
+
+
+def test_an_outcome_that_is_none_of_the_names_is_taken_as_a_missing_one_and_said(
+    rows: Rows, warnings_seen: pytest.LogCaptureFixture
+) -> None:
+    """Before: an outcome misspelt beside an error (``{"outcome": "failed", "error":
+    "TimeoutError"}``, a tool call's ``outcome="crashed"`` with its error) counted as a
+    success in rl.trajectory.completed and rl.tool.calls, where the same record without the
+    outcome counted as an error, and the warning did not say what it counted as. It is now
+    taken as a missing one (error when an error is given, else success), and said so."""
+    records = [
+        {
+            "sample_id": "a",
+            "outcome": "failed",
+            "error": "TimeoutError",
+            "turns": [{"tool_calls": [{"name": "python", "outcome": "crashed", "error": "E"}]}],
+        },
+        {"sample_id": "b", "outcome": "failed"},
+    ]
+    with in_memory_tracing() as (_handle, reader, _exporter):
+        logger = rlmetrics.Logger(backends={"rows": {}})
+        logger.log_trajectories(records, step=1)
+        logger.finish()
+        found = points(reader)
+    assert {r["sample_id"]: r["outcome"] for r in rows.rows} == {"a": "error", "b": "success"}
+    assert completed(found) == {"error": 1, "success": 1}
+    call = single(found, "rl.tool.calls", **{"gen_ai.tool.name": "python"})
+    assert call.attributes["rl.tool.outcome"] == "error"
+    assert warned(warnings_seen, "'outcome' must be one of")
+    assert warned(warnings_seen, "it is taken as 'error' (as without one: 'error' when an error")

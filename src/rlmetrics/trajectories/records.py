@@ -438,11 +438,18 @@ def _real(field: str, value: Any) -> float | None:
 
 
 def _choice(field: str, value: Any, allowed: tuple[str, ...], default: str) -> str:
+    """``value`` if one of ``allowed``, else ``default``: what a missing one is taken as (an
+    outcome's depends on whether an error is given), said."""
     if value is None:
         return default
     if isinstance(value, str) and value in allowed:
         return str.__str__(value)  # a str subclass (NumPy's str_) as the str it is
-    _bad(field, f"one of {list(allowed)}", value)
+    warn_once(
+        f"trajectory:field:{field}",
+        f"rlmetrics: trajectory field {field!r} must be one of {list(allowed)}, got "
+        f"{describe_number(value)}; it is taken as {default!r} (as without one: 'error' when "
+        "an error is given, else 'success') and the rest of the trajectory is logged",
+    )
     return default
 
 
@@ -534,7 +541,12 @@ def _tool_call(item: Any, text: TextPolicy, end_ns: int | None = None) -> ToolCa
     if outcome is None:  # an error given says the call failed
         outcome = "success" if get("error") is None else "error"
     elif not (type(outcome) is str and outcome in TOOL_OUTCOMES):
-        outcome = _choice("tool_call.outcome", outcome, TOOL_OUTCOMES, "success")
+        outcome = _choice(
+            "tool_call.outcome",
+            outcome,
+            TOOL_OUTCOMES,
+            "success" if get("error") is None else "error",
+        )
     latency = get("latency_s")
     if not (type(latency) is float and 0.0 <= latency < _INF):
         latency = _seconds("tool_call.latency_s", latency) or 0.0
@@ -711,7 +723,9 @@ def parse_trajectory(record: Any, text: TextPolicy) -> Trajectory | None:
     if outcome is None:  # an error given says the rollout failed
         outcome = "success" if get("error") is None else "error"
     elif not (type(outcome) is str and outcome in OUTCOMES):
-        outcome = _choice("outcome", outcome, OUTCOMES, "success")
+        outcome = _choice(
+            "outcome", outcome, OUTCOMES, "success" if get("error") is None else "error"
+        )
     reason = get("finish_reason")
     if reason is not None and not (type(reason) is str and 0 < len(reason) <= 128):
         reason = _name("finish_reason", reason)
