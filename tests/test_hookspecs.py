@@ -273,6 +273,38 @@ def test_hook_register_exporters() -> None:
     assert options == [(2, {"flavour": "x"})]
 
 
+@pytest.mark.parametrize(
+    ("built", "said"),
+    [
+        # Before: "its factory returned a InMemoryMetricReader, not an ...Exporter".
+        ("reader", r"returned an InMemoryMetricReader, .*: return Exporter\(reader\)"),
+        ("processor", r"returned a SimpleSpanProcessor, .*: return Exporter\(span_processor="),
+        ("nothing", r"returned None, not an rlmetrics\.exporters\.Exporter"),
+    ],
+)
+def test_an_exporter_factory_returning_a_bare_reader_says_how_to_wrap_it(
+    built: str, said: str
+) -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    def make(export_interval_s: float | None = None) -> Any:
+        if built == "reader":
+            return InMemoryMetricReader()
+        return SimpleSpanProcessor(InMemorySpanExporter()) if built == "processor" else None
+
+    class Offers:
+        @rlmetrics.hookimpl
+        def register_exporters(self, register: Any) -> None:
+            register("bare", make)
+
+    register(Offers(), "offers-bare")
+    with pytest.raises(TypeError, match=said):
+        rlmetrics.start(exporters=["bare"])
+    assert rlmetrics.current() is None
+
+
 def test_an_exporter_factory_without_export_interval_s_is_refused_naming_the_exporter() -> None:
     """``start()`` raised Python's own "make() got an unexpected keyword argument
     'export_interval_s'", naming neither the exporter nor what a factory takes."""

@@ -597,10 +597,7 @@ def build_provider(
                     exc.add_note(f"rlmetrics: raised by the factory of exporter {name!r}")
                 raise
             if not isinstance(exporter, Exporter):
-                raise TypeError(
-                    f"exporter {name!r}: its factory returned a {type(exporter).__name__}, "
-                    "not an rlmetrics.exporters.Exporter"
-                )
+                raise TypeError(f"exporter {name!r}: {_not_an_exporter(exporter)}")
             built[name] = exporter
         if not traces:
             _drop_span_processors(built)
@@ -675,3 +672,20 @@ def _abandon(built: Mapping[str, Exporter]) -> None:
         except Exception:
             warn_once(f"exporter:{name}:abandon", f"rlmetrics: exporter {name!r} did not stop")
     _close(built)
+
+
+def _not_an_exporter(built: object) -> str:
+    """What an exporter factory returned instead of an ``Exporter``, and how to wrap it."""
+    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    if built is None:
+        return "its factory returned None, not an rlmetrics.exporters.Exporter"
+    kind = type(built).__name__
+    shown = f"{'an' if kind[:1] in 'AEIOU' else 'a'} {kind}"
+    wrap = ""
+    if isinstance(built, MetricReader):
+        wrap = ": return Exporter(reader) (rlmetrics.exporters.Exporter)"
+    elif isinstance(built, SpanProcessor):
+        wrap = ": return Exporter(span_processor=processor) (rlmetrics.exporters.Exporter)"
+    return f"its factory returned {shown}, not an rlmetrics.exporters.Exporter{wrap}"
