@@ -6,11 +6,8 @@ record log, read back with SwanLab's own reader, or counted as failed
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,36 +17,16 @@ from swanlab_helpers import scalars
 
 import rlmetrics
 from rlmetrics.testing import in_memory_telemetry, own_records, points, wait_until
-from rlmetrics.testing.disks import MountRefused, small_tmpfs
+from rlmetrics.testing.disks import fill, run_folder_fault
 
 ROWS = 40
-
-
-@contextlib.contextmanager
-def _disk(tmp_path: Path, how: str) -> Iterator[Path]:
-    if how == "deleted":
-        yield tmp_path
-        return
-    try:
-        with small_tmpfs(tmp_path / "disk", size="8m") as disk:
-            yield disk
-    except MountRefused as refused:
-        pytest.skip(str(refused))
-
-
-def _fill(disk: Path) -> None:
-    """Leave less than the backend's reserve free on ``disk``."""
-    stats = os.statvfs(disk)
-    free = stats.f_bavail * stats.f_frsize
-    with (disk / "filler").open("wb") as handle:
-        handle.write(b"x" * max(0, free - MIN_FREE_BYTES // 2))
 
 
 @pytest.mark.parametrize("how", ["deleted", "full"])
 def test_rows_swanlab_cannot_write_are_counted_and_it_stops_trying(
     how: str, tmp_path: Path, swanlab_config: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    with _disk(tmp_path, how) as disk, in_memory_telemetry() as (_handle, reader):
+    with run_folder_fault(tmp_path, how, "8m") as disk, in_memory_telemetry() as (_handle, reader):
         config = {**swanlab_config, "log_dir": disk / "swanlog"}
         with caplog.at_level(logging.WARNING, logger="rlmetrics"):
             logger = rlmetrics.Logger(backends={"swanlab": config})
@@ -62,7 +39,7 @@ def test_rows_swanlab_cannot_write_are_counted_and_it_stops_trying(
                     if how == "deleted":
                         shutil.rmtree(run_dir)
                     else:
-                        _fill(disk)
+                        fill(disk, MIN_FREE_BYTES // 2)
             logger.finish(timeout_s=60)
         failed = [p.value for p in points(reader) if p.name == "rlmetrics.backend.failed"]
         on_disk = None if how == "deleted" else scalars(run_dir, "loss")

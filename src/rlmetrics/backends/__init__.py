@@ -15,6 +15,7 @@ step, trace_ids)`` (:class:`TakesTrajectories`) and ``log_alert(alert)``
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
@@ -48,6 +49,7 @@ __all__ = [
     "first_line",
     "full_key",
     "merged_config",
+    "no_room",
     "start_within",
     "storable_text",
 ]
@@ -162,6 +164,24 @@ def storable_text(text: str) -> str:
             "it as its \\udXXX escape (the JSONL file has it as logged)",
         )
     return stored
+
+
+def no_room(folder: os.PathLike[str] | str, min_free: int, tracker: str) -> str | None:
+    """Why ``tracker`` could not write another row into its run ``folder``, or None: the folder
+    is gone (deleted mid-run), or its disk has less than ``min_free`` bytes free. For a tracker
+    that writes on a thread or process of its own and never tells its caller a write failed
+    (SwanLab, W&B offline): checked before each row is handed to it."""
+    try:
+        disk = os.statvfs(folder)
+    except OSError as exc:
+        return f"{tracker}'s run folder {folder} is gone ({exc.strerror or exc})"
+    free = disk.f_bavail * disk.f_frsize
+    if free < min_free:
+        return (
+            f"the disk holding {tracker}'s run folder {folder} has {free} bytes free "
+            f"(less than {min_free})"
+        )
+    return None
 
 
 def merged_config(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["DEV_FULL", "MountRefused", "small_tmpfs"]
+__all__ = ["DEV_FULL", "MountRefused", "fill", "run_folder_fault", "small_tmpfs"]
 
 #: A device every write to fails with ``ENOSPC`` ("No space left on device").
 DEV_FULL = Path("/dev/full")
@@ -41,3 +41,28 @@ def small_tmpfs(folder: Path, size: str = "64k") -> Iterator[Path]:
         subprocess.run(
             ["umount", "-l", os.fspath(folder)], capture_output=True, check=False, timeout=30
         )
+
+
+@contextlib.contextmanager
+def run_folder_fault(tmp_path: Path, how: str, size: str = "16m") -> Iterator[Path]:
+    """Where a tracker's run folder goes for a fault test: ``tmp_path`` itself for ``how ==
+    "deleted"`` (the test deletes the folder), else a tmpfs of ``size`` the test fills
+    (:func:`fill`); skips the test where mounting is not permitted."""
+    import pytest  # (only tests use this)
+
+    if how == "deleted":
+        yield tmp_path
+        return
+    try:
+        with small_tmpfs(tmp_path / "disk", size=size) as disk:
+            yield disk
+    except MountRefused as refused:
+        pytest.skip(str(refused))
+
+
+def fill(disk: Path, leave: int) -> None:
+    """Fill ``disk`` until about ``leave`` bytes are free."""
+    stats = os.statvfs(disk)
+    free = stats.f_bavail * stats.f_frsize
+    with (disk / "filler").open("wb") as handle:
+        handle.write(b"x" * max(0, free - leave))

@@ -44,6 +44,7 @@ from rlmetrics.backends import (
     first_line,
     full_key,
     merged_config,
+    no_room,
     start_within,
     storable_text,
 )
@@ -243,18 +244,7 @@ class SwanLabBackend:
         """Raise :class:`BackendUnavailable` if SwanLab could not write another row: the run
         folder was deleted, or its disk is (nearly) full; from then on at once, every time."""
         if self._broken is None:
-            folder = self.run_dir
-            try:
-                disk = os.statvfs(folder)
-                free = disk.f_bavail * disk.f_frsize
-            except OSError as exc:
-                self._broken = f"SwanLab's run folder {folder} is gone ({exc.strerror or exc})"
-            else:
-                if free < MIN_FREE_BYTES:
-                    self._broken = (
-                        f"the disk holding SwanLab's run folder {folder} has {free} bytes free "
-                        f"(less than {MIN_FREE_BYTES})"
-                    )
+            self._broken = no_room(self.run_dir, MIN_FREE_BYTES, "SwanLab")
         if self._broken is not None:
             raise BackendUnavailable(
                 f"{self._broken}; this backend hands SwanLab nothing more in this run (the "

@@ -18,6 +18,7 @@ from rlmetrics.backends import (
     first_line,
     full_key,
     merged_config,
+    no_room,
     storable_text,
 )
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
@@ -27,8 +28,12 @@ from rlmetrics.samples import columns_of
 from .axes import StepAxes
 from .values import SKIP, WideInt, config_value, to_wandb
 
-__all__ = ["REFUSED_ID_CHARACTERS", "ROW_FIELDS", "WandbBackend"]
+__all__ = ["MIN_FREE_BYTES", "REFUSED_ID_CHARACTERS", "ROW_FIELDS", "WandbBackend"]
 
+#: The free space an offline run's disk must have for the backend to hand W&B another row:
+#: room for what W&B's own process still holds (it writes the run's transaction log later, and
+#: says a write the disk refuses only in its debug-internal.log, the row lost).
+MIN_FREE_BYTES = 1 << 20
 #: What W&B refuses in a run id.
 REFUSED_ID_CHARACTERS = "/\\#?%:"
 #: The fields W&B writes into every history row itself: a logged key of one of these names
@@ -187,6 +192,21 @@ class WandbBackend:
             # Another Logger's run (W&B has one active run): the last backend finishes it.
             _RUNS.join(self.run, started=self._owns_run)
         self.axes = StepAxes(self.run.define_metric)
+        #: Why W&B can write no more of this offline run (its folder deleted, its disk full).
+        self._broken: str | None = None
+
+    def _check_writable(self) -> None:
+        """Raise :class:`BackendUnavailable` if an offline run could not take another row:
+        its folder was deleted, or its disk is (nearly) full; from then on at once, every time.
+        (An online run's rows go to W&B's server as well, so they are handed over.)"""
+        if self._broken is None and self.run.offline:
+            self._broken = no_room(self.run_dir, MIN_FREE_BYTES, "W&B")
+        if self._broken is not None:
+            raise BackendUnavailable(
+                f"{self._broken}; W&B would lose the rows without a word (in its "
+                "debug-internal.log only), so this backend hands it nothing more in this run "
+                "(the other backends go on)"
+            )
 
     @property
     def run_dir(self) -> Path:
@@ -199,6 +219,7 @@ class WandbBackend:
         return self.run_dir / f"run-{self.run.id}.wandb"
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        self._check_writable()
         row: dict[str, Any] = {}
         for key, value in metrics.items():
             converted = to_wandb(value)
@@ -236,6 +257,7 @@ class WandbBackend:
         replaces the earlier one, as a resumed run's may; a nested section gets new keys). A
         number W&B would round (an int past ±2⁵³, NaN, an infinity) is given as its text,
         said once."""
+        self._check_writable()
         texts: list[str] = []
         config = {key: config_value(value, texts, key) for key, value in params.items()}
         if texts:
@@ -251,6 +273,7 @@ class WandbBackend:
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """The rows as a ``wandb.Table`` under ``name``, in a history row at ``rlmetrics/step``
         (a table per call: W&B shows each step's table, and the latest by default)."""
+        self._check_writable()
         columns = columns_of(rows)
         # Mixed types in a column (a judge's score, then its "n/a") are one table, not a
         # TypeError that loses every row.
