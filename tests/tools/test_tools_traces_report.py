@@ -302,6 +302,31 @@ def test_unreadable_lines_of_a_traces_file_are_counted_and_said(tmp_path: Path) 
     assert f"; {len(damaged) + 1} unreadable skipped" in text
 
 
+@pytest.mark.parametrize("module", ["gzip", "bz2", "lzma"])
+def test_a_compressed_traces_file_is_read_as_the_run_s_metrics_are(
+    tmp_path: Path, module: str
+) -> None:
+    """Before: logrotate's ``traces.jsonl.1.gz`` read as text, '0 spans in traces.jsonl.1.gz;
+    2608 unreadable skipped' in the report and ``slowest_phases: []`` in query, though the
+    metrics file beside it, compressed the same way, is read as the run."""
+    import importlib
+
+    jsonl, traces = record_run(tmp_path, worker=False)
+    plain = json.loads(run_cli("report", jsonl, "--traces", traces, "--json").stdout)["traces"]
+    packed = tmp_path / "traces.jsonl.1.gz"
+    packed.write_bytes(importlib.import_module(module).compress(traces.read_bytes()))
+    done = run_cli("report", jsonl, "--traces", packed, "--json")
+    assert done.returncode == 0, done.stderr
+    comparison = json.loads(done.stdout)["traces"]
+    assert comparison["skipped_spans"] == 0
+    assert comparison["steps"] == plain["steps"]
+    answers = [
+        json.loads(run_cli("query", jsonl, "--traces", path, "--field", "slowest_phases").stdout)
+        for path in (traces, packed)
+    ]
+    assert answers[0] and answers[1] == answers[0]
+
+
 #: A line the otlp_file exporter writes: one request of one span, its name the marker.
 def _span_line(name: str) -> str:
     span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": name}

@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import hookimpl
 from .._warn import warn_once
-from ..backends.jsonl import SkippedLines
+from ..backends.jsonl import SkippedLines, _numbered, open_regular
 from ..configuration import FILE_PATH, declare_options
 from ..telemetry import TelemetryError
 from . import Exporter, ForkSafeSpans, batch_span_processor
@@ -73,10 +73,13 @@ def read_spans(
     """``(resource attributes, span)`` for every span of an OTLP/JSON lines file, the span as
     its JSON object. A line that is no trace request (torn by a crash, not JSON, another
     tool's output) is skipped, and counted into ``skipped`` when given: a reader says how
-    many, so a damaged line costs only itself and is never lost unsaid."""
+    many, so a damaged line costs only itself and is never lost unsaid. A file compressed
+    where it lies (logrotate's ``traces.jsonl.1.gz``, bz2, xz) is read as the metrics JSONL is
+    (:func:`~rlmetrics.backends.jsonl.open_regular`), one cut short up to the cut, counted as
+    a skipped line; a path that is no regular file (a FIFO, a device) is ``ValueError``."""
     bad = SkippedLines() if skipped is None else skipped
-    with Path(path).open(encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
+    with open_regular(path) as handle:
+        for number, line in _numbered(handle, bad):
             if not line.strip():
                 continue
             try:
