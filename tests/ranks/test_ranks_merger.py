@@ -5,6 +5,7 @@ mask (past one mask word too); a failed collective stops merging, said once."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import threading
@@ -982,3 +983,36 @@ def test_a_straggler_phase_is_named_as_read_under_its_prefix() -> None:
         }
     assert under_train["policy_time/slowest_rank"] == in_keys["train/policy_time/slowest_rank"]
     assert found == {("policy_time", 0.4), ("eval/policy_time", 0.8)}
+
+
+def test_check_run_knows_the_straggler_entries_of_a_merged_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The entries a merge adds beside a straggler key (``policy_time/rank_min`` ...) are the
+    merger's own, exported as the rl.ranks.* series: ``rlmetrics check --run`` on rank 0's
+    tracker file names none of them as a typo ("did you mean 'policy_time'?"), as
+    ``Logger(unknown_keys="warn")`` would not."""
+    from rlmetrics.cli import main
+
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        merger = RankMerger(ThreadCollective(shared, rank), raw_path=None)
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}}, ranks=merger
+        )
+        for step in range(2):
+            logger.log_metrics({"loss": 1.0, "policy_time": 0.1 * (rank + 1)}, step=step)
+        logger.log_efficiency_summary(
+            EfficiencySummary({"train/policy": 0.5 + rank}, step_wall_time_s=4.0), step=1
+        )
+        logger.finish()
+
+    with isolated_state():
+        in_rank_threads(rank_loop)
+    path = tmp_path / "tracker0.jsonl"
+    logged = {k for row in read_jsonl(path) if "metrics" in row for k in row["metrics"]}
+    assert "policy_time/rank_skew" in logged
+    main(["check", "--run", str(path), "--json"])
+    unknown = json.loads(capsys.readouterr().out)["run"]["unknown_keys"]
+    assert [u["key"] for u in unknown] == []

@@ -4,12 +4,17 @@ not a label) and the skew (slowest over mean) — never one series per rank.
 
 The rank merger (:mod:`rlmetrics.ranks.merger`) records them on the logging rank for every
 key declared ``reduce=STRAGGLER`` (and the efficiency dict's phase seconds); the phase is the
-logged key, bounded by ``max_series``. ``RLStragglerRank`` (:mod:`rlmetrics.alerts.ranks`)
-fires on the skew.
+key as a train dict reads it (:func:`rlmetrics.ranks.merger.phase_of`), bounded by
+``max_series``. ``RLStragglerRank`` (:mod:`rlmetrics.alerts.ranks`) fires on the skew.
+
+The entries the merge adds to the run's row beside each straggler key
+(``<key>/rank_min`` ... ``<key>/rank_skew``) are declared as reaching the trackers only: these
+series carry them, so ``rlmetrics check --run`` names none of them as a typo.
 """
 
 from __future__ import annotations
 
+from ..known_keys import declare_keys
 from ..ranks.reduce import (
     PHASE_ATTR,
     STRAGGLER_GROUP,
@@ -18,6 +23,7 @@ from ..ranks.reduce import (
     STRAGGLER_MIN,
     STRAGGLER_SKEW,
     STRAGGLER_SLOWEST,
+    STRAGGLER_SUFFIXES,
 )
 from ..registry import declare
 from ..spec import LAST, MAX, MEAN, MIN, OPEN, Kind, MetricSpec
@@ -80,4 +86,11 @@ declare(
             reduce=MAX,
         ),
     ],
+)
+
+declare_keys(
+    [f"**{suffix}" for suffix in STRAGGLER_SUFFIXES],
+    prefixes=["**"],
+    backend_only=True,
+    note="the ranks' straggler entries beside a phase (rl.ranks.* carries them)",
 )
