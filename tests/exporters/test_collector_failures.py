@@ -816,3 +816,46 @@ def test_a_collector_that_is_overloaded_is_said_to_be_so_not_missing_or_refusing
     assert "a collector listens there" not in said and otlp.REFUSAL_ADVICE not in said, said
     assert "overloaded" in said, said
     assert ("retry after 30 s" in said) == (retry_after_s is not None), said
+
+
+def test_a_span_queue_smaller_than_the_default_batch_sends_batches_that_fit_it(
+    monkeypatch: pytest.MonkeyPatch, otlp_receiver: OtlpReceiver
+) -> None:
+    """OTEL_BSP_MAX_QUEUE_SIZE=100 alone (spans kept in memory, bounded lower) made start()
+    raise the SDK's bare "max_export_batch_size must be less than or equal to max_queue_size"
+    (the batch's own default is 512): a batch now takes at most the queue."""
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "100")
+    monkeypatch.delenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", raising=False)
+    with _start(otlp_receiver.endpoint) as handle:
+        tracer = handle.tracer_provider.get_tracer("small queue")  # type: ignore[union-attr]
+        for n in range(60):
+            tracer.start_span(f"span {n}").end()
+        handle.tracer_provider.force_flush()  # type: ignore[union-attr]
+        otlp_receiver.wait_for(lambda r: len(r.spans()) == 60, what="the 60 spans")
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        (
+            {"OTEL_BSP_MAX_QUEUE_SIZE": "100", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "200"},
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE='200' is more spans than the span queue holds "
+            "(OTEL_BSP_MAX_QUEUE_SIZE, 100)",
+        ),
+        (
+            {"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "4096"},
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE='4096' is more spans than the span queue holds "
+            "(OTEL_BSP_MAX_QUEUE_SIZE, 2048 unless set)",
+        ),
+    ],
+)
+def test_a_span_batch_larger_than_the_queue_names_both_variables(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], said: str
+) -> None:
+    monkeypatch.delenv("OTEL_BSP_MAX_QUEUE_SIZE", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(rlmetrics.ConfigurationError) as raised:
+        rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
+    assert said in str(raised.value)
+    assert rlmetrics.current() is None

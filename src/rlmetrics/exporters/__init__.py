@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..configuration import POSITIVE_INTEGER, POSITIVE_NUMBER, check_variable
+from ..configuration import (
+    POSITIVE_INTEGER,
+    POSITIVE_NUMBER,
+    ConfigurationError,
+    check_variable,
+)
 from ..hooks import collect_offers
 from ..plugins import Plugins, get_plugins
 from .tally import ExportTally, SpanDrops
@@ -152,6 +157,39 @@ def check_processor_variables(delay_given: bool = False) -> None:
     check_variable("OTEL_BSP_EXPORT_TIMEOUT", POSITIVE_INTEGER, int, "milliseconds")
     check_variable("OTEL_BSP_MAX_QUEUE_SIZE", POSITIVE_INTEGER, int)
     check_variable("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", POSITIVE_INTEGER, int)
+    queue, batch = _span_queue_and_batch()
+    if batch is not None and batch > queue:
+        raise ConfigurationError(
+            f"{_BATCH}={os.environ[_BATCH].strip()!r} is more spans than the span queue "
+            f"holds ({_QUEUE}, {queue}{'' if _set(_QUEUE) else ' unless set'}): "
+            "give a batch size of at most the queue's, or a larger queue"
+        )
+
+
+_QUEUE, _BATCH = "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+#: The SDK's batch span processor's defaults for those two.
+_SDK_QUEUE, _SDK_BATCH = 2048, 512
+
+
+def _set(name: str) -> bool:
+    return bool(os.environ.get(name, "").strip())
+
+
+def _span_queue_and_batch() -> tuple[int, int | None]:
+    """The span queue's size and the batch size the environment gives (None: not given), as
+    the SDK reads them (checked as positive integers before)."""
+    queue = int(os.environ[_QUEUE]) if _set(_QUEUE) else _SDK_QUEUE
+    return queue, int(os.environ[_BATCH]) if _set(_BATCH) else None
+
+
+def _span_batch_size() -> dict[str, int]:
+    """The batch size a batch span processor is given: none (the SDK reads its variable, or
+    takes 512) unless the queue is smaller than that default, whose batches then take the
+    queue's size (the SDK raised a bare ValueError for a queue of 100 alone)."""
+    queue, batch = _span_queue_and_batch()
+    if batch is None and queue < _SDK_BATCH:
+        return {"max_export_batch_size": queue}
+    return {}
 
 
 def periodic_reader(
@@ -184,7 +222,7 @@ def batch_span_processor(
     check_processor_variables(delay_given=export_interval_s is not None)
     delay_ms = None if export_interval_s is None else export_interval_s * 1000.0
     processor: SpanProcessor = (processor_class or BatchSpanProcessor)(
-        exporter, schedule_delay_millis=delay_ms
+        exporter, schedule_delay_millis=delay_ms, **_span_batch_size()
     )
     _count_drops(processor)
     return processor
