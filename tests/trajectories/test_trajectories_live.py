@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
@@ -382,3 +383,25 @@ def test_rollouts_of_two_steps_ending_interleaved_reach_a_tracker_as_a_table_per
             (2, "trajectories", ["2-0", "2-1", "2-2", "2-3"]),
             (3, "trajectories", ["3-0"]),
         ]
+
+
+def test_a_turn_opened_inside_a_turn_ends_it_and_the_turns_do_not_overlap() -> None:
+    """Before: ``with t.turn():`` inside another ended the outer turn where the inner began,
+    then the outer block's end moved that end to its own: the outer rl.turn span overlapped
+    the inner one (turns are laid end to end). The outer turn now ends where the inner
+    began; what follows the inner block in the outer one is a turn of its own."""
+    with in_memory_tracing() as (_handle, _reader, exporter):
+        with rlmetrics.trajectory("s0", step=1) as t, t.turn():
+            t.generation("outer")
+            with t.turn():
+                t.generation("inner")
+            t.generation("after")
+        spans = span_records(exporter)
+    [agent] = [s for s in spans if s.name == "invoke_agent"]
+    turns = sorted((s for s in spans if s.name == "rl.turn"), key=lambda s: s.start_ns)
+    assert agent.attributes["rl.trajectory.turns"] == len(turns) == 3
+    for earlier, later in itertools.pairwise(turns):
+        assert earlier.end_ns <= later.start_ns
+    by_name = {s.name: s for s in spans}
+    for name, turn in zip(("chat outer", "chat inner", "chat after"), turns, strict=True):
+        assert by_name[name].parent_id == turn.span_id

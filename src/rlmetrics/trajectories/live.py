@@ -155,7 +155,8 @@ class LiveTurn(Block):
     ) -> None:
         parts = self._parts
         if parts is not None and self._owner is not None:
-            parts.end_ns = now_ns()
+            if parts.end_ns is None:  # else a turn opened inside it ended it where it began
+                parts.end_ns = now_ns()
             self._owner._close_turn(parts)
 
 
