@@ -353,6 +353,23 @@ def test_a_setting_in_the_wrong_place_says_where_it_goes(config: Any, text: str,
         assert "did you mean" not in str(caught.value)
 
 
+def test_a_logger_made_before_start_runs_under_the_files_run_id(
+    config: Any, tmp_path: Path
+) -> None:
+    # Before: the Logger generated an id of its own, so its JSONL rows and the telemetry
+    # started next (under job-1234) named two runs, and nothing said so.
+    config("[telemetry]\nrun_id = 'job-1234'\n")
+    logger = rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}})
+    with rlmetrics.start() as telemetry:
+        logger.log_metrics({"reward": 0.5}, step=1)
+        logger.finish()
+    assert telemetry.run_id == "job-1234"
+    assert [row["run_id"] for row in read_jsonl(tmp_path / "m.jsonl")] == ["job-1234"]
+    # The call's id wins over the file's, and a Logger after start() takes the running one's.
+    with rlmetrics.start(run_id="from-the-call"), rlmetrics.Logger(backends={}) as logger:
+        assert logger.identity.run_id == "from-the-call"
+
+
 def test_a_value_the_call_refuses_is_refused_from_the_file(config: Any) -> None:
     with pytest.raises(ValueError, match="export_interval_s must be a positive number"):
         rlmetrics.start(export_interval_s=-1)

@@ -227,8 +227,9 @@ class Logger:
         # (A bad RLMETRICS_STRICT is a mistake: configured() raises it before anything starts.)
         #: Each setting as ``(value, source)``: ``"the call"``, the variable or file setting
         #: that gave it, or ``"default"`` (docs/configuration.md).
+        found = configured()
         self.settings = resolve(
-            configured().logger,
+            _with_the_runs_identity(found.logger, found.telemetry),
             {
                 "queue_size": queue_size,
                 "finish_timeout_s": finish_timeout_s,
@@ -997,6 +998,19 @@ def _is_failure(exc: BaseException) -> bool:
     """Whether a Logger's block ended the run with ``exc`` as a failure: any exception but a
     ``SystemExit`` of status 0."""
     return not (isinstance(exc, SystemExit) and exc.code in (0, None))
+
+
+def _with_the_runs_identity(
+    logger: Mapping[str, tuple[Any, str]], telemetry: Mapping[str, tuple[Any, str]]
+) -> Mapping[str, tuple[Any, str]]:
+    """The configured [logger] settings, with the file's [telemetry] ``run_id`` and
+    ``resume`` where [logger] gives none and no telemetry runs yet: what ``start()`` will
+    name the run, so a Logger made first writes under the same id (a running telemetry's
+    is taken in :func:`_identity`)."""
+    if current() is not None:
+        return logger
+    taken = {name: telemetry[name] for name in ("run_id", "resume") if name in telemetry}
+    return {**taken, **logger}
 
 
 def _identity(run_id: str | None, resume: bool | None) -> RunIdentity:
