@@ -453,3 +453,29 @@ def test_a_signal_s_own_headers_variable_is_the_one_checked(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization")
     with pytest.raises(rlmetrics.ConfigurationError, match="OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
         rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
+
+
+def test_a_new_cause_of_failure_is_said_though_another_was_said_before(
+    rlmetrics_log: CapturedLog,
+) -> None:
+    """Exports failed while the collector was down (said once); it came back refusing every
+    export with 413, and that was logged at DEBUG only: the one warning of the run named a
+    connection that had long been fixed. Each cause is now said once, as over gRPC."""
+    peer = OtlpHttpReceiver().start()
+    peer.stop()  # down at start
+    try:
+        declare_test_series()
+        with _start(peer.endpoint, "name") as handle:
+            record_test_series()
+            this = f"OTLP/HTTP metrics export to {peer.endpoint}/v1/metrics failed"
+            rlmetrics_log.wait_for(f"{this} (ConnectionError")
+            peer.reject_with = 413
+            peer.start()
+            handle.force_flush(timeout_s=5)
+            peer.wait_for(lambda r: r.rejected >= 1, what="a refused export")
+            rlmetrics_log.wait_for(f"{this} (HTTP 413")
+        warned = [r.getMessage() for r in rlmetrics_log.matching(this, logging.WARNING)]
+        assert [w for w in warned if "(HTTP 413" in w], warned
+        assert len([w for w in warned if "(ConnectionError" in w]) == 1, warned
+    finally:
+        peer.stop()

@@ -181,13 +181,16 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: 
                 said, advice = f" ({cause})", failure_advice(signal, cause)
             message = (
                 f"rlmetrics: OTLP/HTTP {signal} export to {endpoint} failed{said}; these "
-                f"{what} are dropped and training goes on. {advice}. Later failures are logged "
-                "at DEBUG."
+                f"{what} are dropped and training goes on. {advice}. Later failures with this "
+                "cause are logged at DEBUG."
             )
+            # Said once per cause (its HTTP status, or the error's type), as over gRPC: a
+            # collector down at start that came back refusing the exports is a new warning.
+            kind = "unknown" if cause is None else cause.split(":", 1)[0]
             if getattr(self, "_shutdown", False):
                 logger.debug(message)  # past shutdown's bound, which telemetry reported
             else:
-                warn_once(f"otlp_http:{signal}:{endpoint}", message, expected=True)
+                warn_once(f"otlp_http:{signal}:{endpoint}:{kind}", message, expected=True)
             return result.FAILURE
 
     Reporting.__name__ = Reporting.__qualname__ = f"Reporting{base.__name__}"
