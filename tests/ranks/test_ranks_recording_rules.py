@@ -158,3 +158,66 @@ def test_a_weighted_mean_without_its_weight_is_the_plain_mean_as_the_merger_take
         [promtool, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_a_weighted_mean_weighs_only_the_ranks_that_export_the_value(
+    promtool: str, tmp_path: Path
+) -> None:
+    """A reward component one rank logs and another does not: the merger weighs it over the
+    ranks that logged it (docs/ranks.md), so the rule does too. Before, every rank's samples
+    were in the denominator: rank 0's code reward 0.2 over its 10 samples came out 0.05 (its
+    10 over both ranks' 40), and each component's denominator ignored its own label."""
+    rules = [r for r in recording_rules(_specs()) if r["record"].endswith("weighted_mean")]
+    (tmp_path / "rules.yml").write_text(
+        render_yaml({"groups": [{"name": "ranks", "rules": rules}]})
+    )
+    series = []
+    for i, (samples, components) in enumerate(
+        [(10, {"math": 1.0, "code": 0.2}), (30, {"math": 0.0})]
+    ):
+        labels = f'job="run",instance="{i}"'
+        series += [
+            {"series": _INFO.format(i=i), "values": "1x10"},
+            {"series": f"rl_train_samples{{{labels}}}", "values": f"{samples}x10"},
+        ]
+        series += [
+            {
+                "series": f'rl_reward_component_mean{{{labels},rl_reward_component="{name}"}}',
+                "values": f"{value}x10",
+            }
+            for name, value in components.items()
+        ]
+    record = "rlmetrics_run:rl_reward_component_mean:weighted_mean"
+    tests = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": record,
+                        "eval_time": "8m",
+                        "exp_samples": [
+                            {
+                                "labels": f'{record}{{rl_reward_component="code",'
+                                'rlmetrics_run_id="r1"}',
+                                "value": 0.2,
+                            },
+                            {
+                                "labels": f'{record}{{rl_reward_component="math",'
+                                'rlmetrics_run_id="r1"}',
+                                "value": (1.0 * 10 + 0.0 * 30) / 40,
+                            },
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tests.yml").write_text(render_yaml(tests))
+    tested = subprocess.run(
+        [promtool, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr

@@ -7,8 +7,8 @@ from their ``target_info``) into ``rlmetrics_run:<series>:<kind>``, keeping the 
 declared labels: gauges and totals by their kind (``sum``, ``avg``, ``min``, ``max``; ``last``
 is the ``max``, as every rank holds that one value), counters and histograms as the sum of
 their per-rank rates over ``window``, a weighted mean as ``sum(value * weight) / sum(weight)``
-per run (the plain mean for a run that exports no weight), and a straggler as its ``max``,
-``min`` and ``avg`` across ranks.
+over the ranks that export the value (the plain mean for a run that exports no weight), and a
+straggler as its ``max``, ``min`` and ``avg`` across ranks.
 """
 
 from __future__ import annotations
@@ -84,14 +84,18 @@ def _rules_for(names: Names, spec: MetricSpec, window: str) -> list[dict[str, An
         weight = _sample(names, weight_spec, window)
         by = _by(spec)
         weighted = f"{sample} * on(job, instance) group_left() ({weight})"
+        # The weights of the ranks that export this value (each set of its labels), as the
+        # merger weighs a key over the ranks that logged it: a rank's weight beside each of
+        # its value's series, not every rank's weight of the run.
+        weights = f"{sample} * 0 + on(job, instance) group_left() ({weight})"
         # A run that exports no weight (a trainer logging no num_samples) is the plain mean
         # of its ranks, as the in-process merger takes it: without it the rule matched
         # nothing for that run.
         return [
             {
                 "record": f"{record}:weighted_mean",
-                "expr": f"(sum by ({by}) ({_with_run(weighted)}) / on({RUN_ID_LABEL}) "
-                f"group_left() sum by ({RUN_ID_LABEL}) ({_with_run(weight)})) "
+                "expr": f"(sum by ({by}) ({_with_run(weighted)}) / "
+                f"sum by ({by}) ({_with_run(weights)})) "
                 f"or avg by ({by}) ({_with_run(sample)})",
             }
         ]
