@@ -603,3 +603,34 @@ def test_a_run_that_logged_only_samples_yet_is_said_so_not_called_the_wrong_file
     assert f"{jsonl} is empty: its run has logged no metrics row yet, only samples " in line
     assert str(tmp_path / "metrics.samples.jsonl") in line
     assert "give the file the Logger's jsonl backend writes" not in line
+
+
+@pytest.mark.parametrize("tail", [".1", ".1.gz", "-20261207.xz"])
+def test_a_rotated_run_is_reported_with_its_samples_rotated_beside_it(
+    tmp_path: Path, tail: str
+) -> None:
+    """Before: ``report metrics.jsonl.1.gz`` looked for its samples in
+    ``metrics.jsonl.1.samples.gz`` (the writer's name for a file called ``metrics.jsonl.1``),
+    so a run logrotate had rotated lost its Samples section unsaid, though the samples file was
+    rotated beside it as ``metrics.samples.jsonl.1.gz`` (the name `rlmetrics mcp` lists)."""
+    import bz2
+    import gzip
+    import lzma
+
+    jsonl = tmp_path / "metrics.jsonl"
+    with rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger:
+        for step in (1, 2):
+            logger.log_metrics({"reward": step / 10}, step=step, prefix="train")
+            logger.log_samples([{"prompt": "2+2", "completion": "4", "reward": 1.0}], step=step)
+    plain = json.loads(run_cli("report", jsonl, "--json").stdout)["samples"]
+    assert plain["rows"] == 2
+    pack = {".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress}
+    for name in ("metrics.jsonl", "metrics.samples.jsonl"):
+        data = (tmp_path / name).read_bytes()
+        for suffix, compress in pack.items():
+            if tail.endswith(suffix):
+                data = compress(data)
+        (tmp_path / f"{name}{tail}").write_bytes(data)
+    done = run_cli("report", tmp_path / f"metrics.jsonl{tail}", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["samples"] == plain

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -51,11 +52,28 @@ __all__ = [
     "read_reports",
     "run_row_problem",
     "run_rows",
+    "samples_beside",
     "split_runs",
 ]
 
 #: Sample rows a report keeps (the first rows of the latest table of the run).
 SAMPLES_SHOWN = 3
+
+
+#: A run's file as logrotate leaves it: its ``.jsonl`` name, then a number (``.1``) or a date
+#: (``-20261207``), compressed or not — the names ``rlmetrics mcp`` lists as runs.
+_ROTATED = re.compile(r"(?P<stem>.+)\.jsonl(?P<tail>(?:[.-][0-9]+)?(?:\.(?:gz|bz2|xz))?)")
+
+
+def samples_beside(path: str | os.PathLike[str]) -> Path:
+    """The samples file of the run's JSONL ``path``: the writer's name
+    (:func:`~rlmetrics.backends.jsonl.samples_path`), or for a rotated file
+    (``metrics.jsonl.1.gz``) the samples file rotated beside it (``metrics.samples.jsonl.1.gz``)."""
+    path = Path(path)
+    rotated = _ROTATED.fullmatch(path.name)
+    if rotated is not None and rotated["tail"]:
+        return path.with_name(f"{rotated['stem']}.samples.jsonl{rotated['tail']}")
+    return samples_path(path)
 
 
 class RunNotFound(LookupError):
@@ -175,7 +193,7 @@ class RowCensus:
         elif skipped.count:
             what = f"none of its {skipped.count} lines is a JSON object (another format?)"
         else:
-            samples = samples_path(path)
+            samples = samples_beside(path)
             if samples.is_file():  # the file its run writes, before its first metrics row
                 return (
                     f"{os.fspath(path)} is empty: its run has logged no metrics row yet, only "
@@ -365,7 +383,7 @@ def read_reports(
             reader = readers.get(read.name) or readers.setdefault(read.name, RunKeys(read.name))
         shown[run_id] = _ShownRows(found, read, reader, steps, keys, curves)
     _second_pass(path, last_line, runs, shown)
-    samples = _samples(samples_path(path))
+    samples = _samples(samples_beside(path))
     reports = []
     for run_id, found in runs.items():
         taken = shown[run_id]
