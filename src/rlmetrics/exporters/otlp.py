@@ -339,7 +339,7 @@ def retry_after_s(error: BaseException | None) -> float | None:
         found = dict(trailing() or ()).get("google.rpc.retryinfo-bin")
         if found is None:
             return None
-        from google.rpc.error_details_pb2 import RetryInfo
+        from google.rpc.error_details_pb2 import RetryInfo  # type: ignore[import-untyped]
 
         info = RetryInfo()
         info.ParseFromString(found)
