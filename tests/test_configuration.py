@@ -275,6 +275,25 @@ def test_an_empty_option_variable_counts_as_unset(
     assert (tmp_path / "rlmetrics.jsonl").exists()
 
 
+@pytest.mark.parametrize("tracker", ["wandb", "mlflow", "tensorboard", "swanlab", "trackio"])
+def test_a_tracker_whose_distribution_is_missing_says_how_to_install_it(tracker: str) -> None:
+    # Before: "install its distribution (for example rlmetrics-wandb)", whatever was asked.
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution(f"rlmetrics-{tracker}")
+        pytest.skip(f"rlmetrics-{tracker} is installed here")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    with pytest.raises(ValueError) as caught:
+        rlmetrics.Logger(backends={tracker: {}})
+    assert (
+        f"unknown backend(s) ['{tracker}'] (its distribution rlmetrics-{tracker} is not "
+        f"installed: pip install 'rlmetrics[{tracker}]', from a clone pip install "
+        f"'.[{tracker}]' ./plugins/rlmetrics-{tracker})"
+    ) in str(caught.value)
+
+
 def test_names_run_together_say_how_a_list_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
     # "jsonl console" is two backends written as one name: not "did you mean 'console'?",
     # which would drop the other.

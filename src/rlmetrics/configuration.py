@@ -401,11 +401,43 @@ def check_names(
     ``source``; None for the call) is none a plugin offers, with the closest and ``hint``."""
     unknown = [name for name in names if name not in offered]
     if unknown:
-        close = _run_together(str(unknown[0]), offered, source) or suggest(str(unknown[0]), offered)
+        close = (
+            _missing_distribution(str(unknown[0]))
+            or _run_together(str(unknown[0]), offered, source)
+            or suggest(str(unknown[0]), offered)
+        )
         raise ConfigurationError(
             f"unknown {kind}(s) {unknown}{close}{from_source(source)}; available: "
             f"{sorted(offered)}. {hint}"
         )
+
+
+def _missing_distribution(name: str) -> str:
+    """How to install ``name`` when it is an extra of rlmetrics that stands for a plugin
+    distribution not installed (``wandb`` is ``rlmetrics-wandb``); else nothing."""
+    import importlib.metadata
+
+    try:
+        requirements = importlib.metadata.metadata("rlmetrics").get_all("Requires-Dist") or []
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+    for requirement in requirements:
+        found = re.match(
+            r"(rlmetrics-[\w.-]+)[^;]*;\s*extra\s*==\s*['\"]([\w.-]+)['\"]", requirement
+        )
+        if found is None or found.group(2) != name:
+            continue
+        distribution = found.group(1)
+        try:
+            importlib.metadata.distribution(distribution)
+            return ""  # installed: its plugin failed or is disabled (`rlmetrics plugins`)
+        except importlib.metadata.PackageNotFoundError:
+            return (
+                f" (its distribution {distribution} is not installed: pip install "
+                f"'rlmetrics[{name}]', from a clone pip install '.[{name}]' ./plugins/"
+                f"{distribution})"
+            )
+    return ""
 
 
 def _run_together(name: str, offered: Mapping[str, Any], source: str | None) -> str:
