@@ -859,3 +859,28 @@ def test_a_span_batch_larger_than_the_queue_names_both_variables(
         rlmetrics.start(exporters=["otlp"], otlp_endpoint="http://127.0.0.1:9")
     assert said in str(raised.value)
     assert rlmetrics.current() is None
+
+
+def test_a_collector_that_comes_back_overloaded_is_said_though_its_absence_was(
+    default_timeout: None, rlmetrics_log: CapturedLog
+) -> None:
+    """Down at start (UNAVAILABLE, connection refused: said), then back but overloaded
+    (UNAVAILABLE with a retry delay): the second condition shared the first's status, so it
+    went to DEBUG and the run's one warning said to check an endpoint that was right."""
+    peer = _Overloaded(grpc.StatusCode.UNAVAILABLE, 30).start()
+    peer.stop()
+    try:
+        declare_test_series()
+        with _start(peer.endpoint, traces=False) as handle:
+            record_test_series()
+            failed = _failed(peer, "UNAVAILABLE")
+            rlmetrics_log.wait_for(failed)
+            peer.start()
+            handle.force_flush(timeout_s=5)
+            peer.wait_for(lambda r: r.rejected >= 1, what="a refused export")
+            rlmetrics_log.wait_for("asked to retry after 30 s")
+        said = [r.getMessage() for r in rlmetrics_log.matching(failed, logging.WARNING)]
+        assert len([s for s in said if "a collector listens there" in s]) == 1, said
+        assert len([s for s in said if "asked to retry after 30 s" in s]) == 1, said
+    finally:
+        peer.stop()

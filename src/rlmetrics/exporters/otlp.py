@@ -498,8 +498,12 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
         def _report_failure(self) -> None:
             error = self._rlmetrics_last_error
             cause, details = _describe_rpc_error(error)
-            key = f"{prefix}:{self._endpoint}:{cause}"
-            advice = export_advice(signal, details, cause, retry_after_s(error))
+            retry_after = retry_after_s(error)
+            # A status the collector answered with a delay (overloaded) is another condition
+            # than the same status of a connection that failed: each is said once.
+            asked = "" if retry_after is None else ":asked-later"
+            key = f"{prefix}:{self._endpoint}:{cause}{asked}"
+            advice = export_advice(signal, details, cause, retry_after)
             message = (
                 f"rlmetrics: OTLP {label}export to {self._endpoint} failed ({cause}: "
                 f"{details}); {self._rlmetrics_loss}. {advice}. Later failures with this cause "
