@@ -171,3 +171,28 @@ def test_a_plugins_check_that_raises_is_said_naming_the_variable_and_the_plugin(
         "RLMETRICS_ACME_URL: the check of plugin 'acme-reads' raised ValueError('check "
         "exploded'), so the value is not known to be right"
     ) in err
+
+
+@pytest.mark.parametrize("returned", [True, False])
+def test_a_plugins_check_that_returns_a_bool_is_said_as_the_checks_mistake(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], returned: bool
+) -> None:
+    """A predicate (``lambda v: v.startswith("http")``) where a check returns what is wrong:
+    before, a right value was refused as ``RLMETRICS_ACME_URL='http://...': True``."""
+    from rlmetrics.plugins import register
+    from rlmetrics.variables import Variable
+
+    class Reads:
+        @rlmetrics.hookimpl
+        def register_variables(self, register: object) -> None:
+            check = lambda value: returned  # noqa: E731
+            register(Variable("RLMETRICS_ACME_URL", check))  # type: ignore[operator]
+
+    register(Reads(), "acme-reads")
+    monkeypatch.setenv("RLMETRICS_ACME_URL", "http://127.0.0.1:9")
+    assert main(["config"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"RLMETRICS_ACME_URL: the check of plugin 'acme-reads' returned {returned}, not what "
+        "is wrong with the value (a str) or None, so the value is not known to be right"
+    ) in err

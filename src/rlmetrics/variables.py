@@ -193,7 +193,12 @@ def variable_problems(environ: Mapping[str, str], plugins: Plugins) -> list[str]
                 "known to be right"
             )
             continue
-        if wrong:
+        if wrong is not None and not isinstance(wrong, str):  # a predicate's True or False
+            problems.append(
+                f"{name}: the check of plugin {plugin!r} returned {wrong!r:.40}, not what is "
+                "wrong with the value (a str) or None, so the value is not known to be right"
+            )
+        elif wrong:
             problems.append(f"{name}={value!r}: {wrong}")
     return problems
 
