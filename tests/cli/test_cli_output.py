@@ -106,3 +106,42 @@ def test_long_lists_deep_in_the_answer_are_printed_as_json_dumps_prints_them(
     assert out == expected
     assert err.startswith("cmd: 300 values past float's range printed as null: ")
     assert "runs[0].steps[0].v[1]" in err
+
+
+@given(st.integers(-(10**6), 10**6), st.sampled_from(["", "http://", "https://"]))
+def test_a_prometheus_address_names_its_own_port_or_is_refused(port: int, scheme: str) -> None:
+    """Before: ``--prometheus 127.0.0.1:99999`` was taken, and urllib asked port 34463
+    (99999 mod 65536): ``query`` and ``dashboard`` read whatever server listened there, or
+    said 'Connection refused' about a port that cannot exist. A port outside 1-65535 is now
+    a usage mistake (exit 2), as ``stack --run`` already said it."""
+    import argparse
+    from urllib.parse import urlsplit
+
+    from rlmetrics.cli._output import prometheus_url
+
+    given = f"{scheme}127.0.0.1:{port}"
+    if 1 <= port <= 65535:
+        assert urlsplit(prometheus_url(given)).port == port
+    else:
+        with pytest.raises(argparse.ArgumentTypeError, match="port"):
+            prometheus_url(given)
+
+
+def test_the_commands_refuse_a_port_that_cannot_exist(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rlmetrics = str(Path(sys.executable).with_name("rlmetrics"))
+    jsonl = tmp_path / "m.jsonl"
+    row = {"time": 1.0, "run_id": "r", "step": 1, "prefix": "train", "metrics": {"reward": 1}}
+    jsonl.write_text(json.dumps(row) + "\n")
+    for args in (["query", str(jsonl)], ["dashboard"]):
+        done = subprocess.run(
+            [rlmetrics, *args, "--prometheus", "127.0.0.1:99999"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, (args, done.stderr)
+        assert "99999" in done.stderr and "port" in done.stderr

@@ -51,6 +51,17 @@ def prometheus_url(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text!r} is no Prometheus server: give its http:// or https:// URL (or HOST:PORT)"
         )
+    # urllib takes a port past 65535 modulo 65536 (99999 asks 34463): another server.
+    from urllib.parse import urlsplit
+
+    try:
+        port = urlsplit(given).port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no Prometheus server: its port is no port number (1-65535)"
+        )
     return given
 
 
