@@ -194,6 +194,7 @@ def test_a_marker_naming_what_nothing_declares_or_offers_is_refused_naming_it(
     done = run_cli("docs", page)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"rlmetrics docs: {page}: no key map named 'trll' is offered")
+    assert "(did you mean 'trl'?)" in done.stderr  # as a misspelt module is
     assert "Traceback" not in done.stderr
 
 

@@ -13,6 +13,7 @@ tables (:mod:`rlmetrics.catalogue`).
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 
@@ -91,7 +92,11 @@ def update_key_map_tables(
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
         if name not in maps:
-            raise KeyError(f"no key map named {name!r} is offered (available: {sorted(maps)})")
+            close = difflib.get_close_matches(name, list(maps), n=1, cutoff=0.6)
+            meant = f" (did you mean {close[0]!r}?)" if close else ""
+            raise KeyError(
+                f"no key map named {name!r} is offered{meant} (available: {sorted(maps)})"
+            )
         return match.group("open") + key_map_table(maps[name], declared) + match.group("close")
 
     return _BLOCK.sub(replace, text)
