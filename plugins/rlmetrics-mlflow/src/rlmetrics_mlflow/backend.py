@@ -12,7 +12,7 @@ import json
 import os
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import mlflow
@@ -33,6 +33,7 @@ from rlmetrics.backends import (
     as_step,
     first_line,
     full_key,
+    no_room,
     start_within,
 )
 from rlmetrics.hyperparams import flat_hyperparams, param_text, to_hyperparams
@@ -51,7 +52,7 @@ from .tables import (
 )
 from .values import Skipped, metric_values
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MlflowBackend"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MIN_FREE_BYTES", "MlflowBackend"]
 
 _T = TypeVar("_T")
 
@@ -60,6 +61,10 @@ _T = TypeVar("_T")
 #: black-holed server for about 125 s and a refused port for about 251 s; a healthy server
 #: creates a run in well under a second.
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: The free space a local sqlite store's disk must have for the backend to send it another
+#: request: sqlite refuses a write on a full disk ("database or disk is full"), each refusal
+#: logged by MLflow as an ERROR with its traceback.
+MIN_FREE_BYTES = 1 << 20
 #: Tracking-URI schemes of a store on this machine's disk, which no server can stall.
 _LOCAL_SCHEMES = frozenset({"file", "sqlite"})
 
@@ -69,6 +74,22 @@ _LOCAL_SCHEMES = frozenset({"file", "sqlite"})
 #: last backend to finish ends it.
 _created: dict[tuple[str, str, str], tuple[str, object]] = {}  # key: (MLflow run id, token)
 _RUNS = SharedRuns()
+
+
+def _sqlite_folder(uri: str) -> str | None:
+    """The folder of a ``sqlite:///`` store's database file, or None (another store, an
+    in-memory database)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :].partition("?")[0]
+    if not path or path == ":memory:":
+        return None
+    return os.path.dirname(path) or "."
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is sqlite refusing a write on a full disk (``SQLITE_FULL``)."""
+    return "database or disk is full" in str(exc)
 
 
 @resets_process_state
@@ -202,6 +223,9 @@ class MlflowBackend:
             )
 
         uri = self.tracking_uri or mlflow.get_tracking_uri()
+        #: Why the store can take nothing more (its disk full); checked before each request.
+        self._broken: str | None = None
+        self._db_folder = _sqlite_folder(str(uri))
         try:
             if _is_local(uri):
                 self.client, self.run_id = connect()  # a local store: disk work that ends
@@ -313,6 +337,34 @@ class MlflowBackend:
                 out[name] = param_text(value)
         return out
 
+    def _check_room(self) -> None:
+        """Raise :class:`BackendUnavailable` if a sqlite store's disk has (nearly) no room
+        left, or refused a write as full: from then on at once, every time. Each refused
+        request would be MLflow's ERROR and traceback, and a row that cannot be written."""
+        if self._broken is None and self._db_folder is not None:
+            self._broken = no_room(self._db_folder, MIN_FREE_BYTES, "MLflow's sqlite store")
+        if self._broken is not None:
+            raise BackendUnavailable(
+                f"{self._broken}; this backend sends MLflow nothing more in this run (the "
+                "other backends go on)"
+            )
+
+    def _request(self, send: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """``send(*args, **kwargs)``, after :meth:`_check_room`; sqlite refusing it as full
+        breaks the backend as a full disk does."""
+        self._check_room()
+        try:
+            return send(*args, **kwargs)
+        except MlflowException as exc:
+            if not _disk_full(exc):
+                raise
+            self._broken = (
+                f"MLflow's sqlite store in {self._db_folder} is full (sqlite refused a write: "
+                "database or disk is full)"
+            )
+            self._check_room()
+            raise
+
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         # One request per logged dict (split only past MLflow's 1000-metric batch limit).
         self._log_batch(self._metrics(metrics, step, prefix))
@@ -340,7 +392,7 @@ class MlflowBackend:
     def _log_batch(self, metrics: Sequence[Metric]) -> None:
         """``metrics`` in requests of at most MLflow's 1000."""
         for chunk in _chunks(metrics, MAX_METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=chunk, synchronous=True)
+            self._request(self.client.log_batch, self.run_id, metrics=chunk, synchronous=True)
 
     def _metrics(self, metrics: Mapping[str, Any], step: Any, prefix: str) -> list[Metric]:
         """A logged dict as MLflow metrics at its trainer step, stamped now."""
@@ -388,13 +440,14 @@ class MlflowBackend:
                     "(the JSONL and W&B backends have the new one); later ones at DEBUG",
                 )
         for chunk in _chunks([Param(k, v) for k, v in fresh.items()], MAX_PARAMS_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=chunk, synchronous=True)
+            self._request(self.client.log_batch, self.run_id, params=chunk, synchronous=True)
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """The rows as an MLflow table (``log_table``), one artifact per name and step:
         ``<name>/step_<step>.json`` (``rollouts/step_5.json``) with a ``step`` column; the
         run's Evaluation view lists it. A later table of the name at the step is appended to
         it, every cell's type kept (:mod:`.tables`)."""
+        self._check_room()
         number = as_step(step)
         columns = columns_of(rows)
         data: dict[str, list[Any]] = {c: [row.get(c) for row in rows] for c in columns}
@@ -449,7 +502,15 @@ class MlflowBackend:
                     del _created[key]
         forget_run(self.client, self.run_id)
         status = RunStatus.FAILED if failed else RunStatus.FINISHED
-        self.client.set_terminated(self.run_id, RunStatus.to_string(status))
+        try:
+            self.client.set_terminated(self.run_id, RunStatus.to_string(status))
+        except MlflowException as exc:
+            if self._broken is None and not _disk_full(exc):
+                raise
+            raise BackendUnavailable(
+                f"the MLflow run could not be marked {RunStatus.to_string(status)}: "
+                f"{self._broken or first_line(exc)}"
+            ) from exc
 
 
 def _rounded_floats(frame: Any, data: Mapping[str, list[Any]]) -> list[float]:
