@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -1016,3 +1017,29 @@ def test_check_run_knows_the_straggler_entries_of_a_merged_run(
     main(["check", "--run", str(path), "--json"])
     unknown = json.loads(capsys.readouterr().out)["run"]["unknown_keys"]
     assert [u["key"] for u in unknown] == []
+
+
+def test_the_merge_works_with_the_training_family_disabled() -> None:
+    """With the training family left out (RLMETRICS_DISABLE_PLUGINS=training) and telemetry
+    started, the merge reads the declarations it has: looking up how a key merges must not
+    import that family (its declarations would come after the freeze and fail the merge)."""
+    import subprocess
+
+    code = (
+        "import rlmetrics\n"
+        "from rlmetrics.ranks import gathered\n"
+        "handle = rlmetrics.start(service_name='t', exporters=[])\n"
+        "merger = gathered(raw_path=None)\n"
+        "merger.bind(None)\n"
+        "rows = [{'reward/math': 1.0, 'x': 1.0}, {'reward/math': 0.0, 'x': 3.0}]\n"
+        "print(merger.merge_gathered(rows, 0, 'validation-math'))\n"
+        "print(merger.merge_gathered(rows, 1, 'train'))\n"
+        "handle.shutdown(timeout_s=2)\n"
+    )
+    env = {**os.environ, "RLMETRICS_DISABLE_PLUGINS": "training"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["{'reward/math': 0.5, 'x': 2.0}"] * 2, done.stderr
+    assert "merge of 2 ranks' values failed" not in done.stderr

@@ -7,10 +7,12 @@ merges the same way whichever engine carried it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .. import routing
-from ..events import EFFICIENCY_PREFIX
+from ..events import EFFICIENCY_PREFIX, VALIDATION_PREFIX
 from ..key_patterns import is_pattern, pattern_regex
 from ..plugins import hooks
 from ..registry import default_registry
@@ -18,6 +20,8 @@ from ..spec import Reduce, Reduction
 from .reduce import Column
 
 __all__ = ["Reductions", "efficiency_reduction"]
+
+_TRAINING = "rlmetrics.families.training"
 
 
 def efficiency_reduction(key: str) -> Reduce | None:
@@ -59,22 +63,25 @@ class Reductions:
         #: components' series (keys a family reads by their shape, not their spec's key).
         self._datasets: dict[str, Reduction] = {}
         self._component: Reduction | None = None
+        self._training: Any = None
         self._by_name: dict[str, str] = {}
 
     def columns(self, keys: Iterable[str], prefix: str = "") -> list[Column]:
         """A column per key of a dict logged under ``prefix``, in order. The declarations
         are read now (and the families loaded, if nothing has yet): called when a key set is
         new, rarely, so a family activated late is seen too."""
-        from ..families import training
-
         hooks()
+        # The family that reads components and datasets, when it is loaded; never imported
+        # here: left out (RLMETRICS_DISABLE_PLUGINS), its declarations would come after the
+        # freeze and fail the merge, and it declares nothing to look up.
+        training = self._training = sys.modules.get(_TRAINING)
         for item in default_registry().declared():
             spec = item.spec
             self._by_name.setdefault(spec.name, spec.key)
-            if item.group == training.DATASET_GROUP:
+            if training is not None and item.group == training.DATASET_GROUP:
                 self._datasets.setdefault(spec.key, spec.reduction)
                 continue
-            if spec.name == training.REWARD_COMPONENT:
+            if training is not None and spec.name == training.REWARD_COMPONENT:
                 self._component = spec.reduction
             declared = self._declared_patterns if is_pattern(spec.key) else self._declared
             declared.setdefault(spec.key, spec.reduction)
@@ -107,17 +114,17 @@ class Reductions:
         """The reduction of the series that reads ``key`` under ``prefix``, and what its
         weight's key is under in the same dict (a dataset's weight beside its metric), or
         None when no series reads it."""
-        from ..families import training
-
-        validation = prefix == training.VALIDATION_PREFIX or prefix.startswith(
-            training.VALIDATION_PREFIX + "-"
-        )
+        validation = prefix == VALIDATION_PREFIX or prefix.startswith(VALIDATION_PREFIX + "-")
         if not validation:
             found = self._declared.get(key) or self._matched(key)
             if found is not None:
                 return found, ""
-            if self._component is not None and training.reward_components({key: 0.0}):
-                return self._component, ""
+        training = self._training
+        if training is None:
+            return None
+        component = self._component
+        if not validation and component is not None and training.reward_components({key: 0.0}):
+            return component, ""
         in_dataset = training.dataset_metrics({key: 0.0}, prefix if validation else "")
         if in_dataset:
             found = self._datasets.get(in_dataset[0][1])
