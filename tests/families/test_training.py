@@ -377,3 +377,19 @@ def test_nemo_rl_grpo_train_keys_are_known_backend_only() -> None:
     from rlmetrics.known_keys import Vocabulary
 
     assert [u.key for u in Vocabulary().unknown("train", NEMO_RL_GRPO_KEYS)] == []
+
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [
+        # Before: declared, then {"train/acc": v} logged without a prefix (read as "acc"
+        # under train) and {"acc": v} under prefix="train" both missed it, silently.
+        ("train/acc", r"tee_scalar\('acc', 'rl\.my\.acc'\)"),
+        ("eval/acc", r"'eval/' .* never the training scalars"),
+    ],
+)
+def test_tee_scalar_of_a_key_carrying_its_prefix_says_the_key_to_declare(
+    key: str, said: str
+) -> None:
+    with pytest.raises(rlmetrics.DeclarationError, match=said):
+        tee_scalar(key, "rl.my.acc")

@@ -91,11 +91,38 @@ def tee_scalar(
         ...
         logger.log_metrics({ACCURACY: acc}, step, prefix="train")
     """
+    _refuse_a_carried_prefix(logger_key, name)
     spec = MetricSpec(
         name, Kind.GAUGE, unit=unit, description=description, key=logger_key, reduce=reduce
     )
     default_registry().declare(GROUP, [spec], owner=_caller_module(1))
     return spec
+
+
+def _refuse_a_carried_prefix(logger_key: str, name: str) -> None:
+    """A key written with the prefix a dict's keys may carry (``train/acc``) is read as the
+    rest of it under that prefix, so a scalar declared with it would never be teed."""
+    from ..registry import DeclarationError
+    from ..routing import KEY_PREFIXES
+
+    if not isinstance(logger_key, str):
+        return  # MetricSpec says what a key must be
+    for prefix in sorted(KEY_PREFIXES, key=len, reverse=True):
+        if not logger_key.startswith(f"{prefix}/") or len(logger_key) == len(prefix) + 1:
+            continue
+        rest = logger_key[len(prefix) + 1 :]
+        if prefix in TRAIN_PREFIXES:
+            raise DeclarationError(
+                f"tee_scalar({logger_key!r}, {name!r}): a dict's {prefix}/ keys are read as "
+                f"logged under prefix {prefix!r}, so declare the key without it: "
+                f"tee_scalar({rest!r}, {name!r}) reads {{{logger_key!r}: v}} logged without a "
+                f"prefix and {{{rest!r}: v}} with prefix={prefix!r}"
+            )
+        raise DeclarationError(
+            f"tee_scalar({logger_key!r}, {name!r}): keys under '{prefix}/' are read as logged "
+            f"under prefix {prefix!r}, never the training scalars (they read 'train' and ''); "
+            "declare the training key, or tee_dataset_metric for a validation metric"
+        )
 
 
 #: The series a rank's per-sample means are weighted by when ranks merge: the samples the
