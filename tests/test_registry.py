@@ -376,6 +376,17 @@ def test_late_declaration_says_how_to_fix_it() -> None:
     assert __name__ in message
 
 
+def test_late_declaration_in_a_script_says_to_move_it_above_start() -> None:
+    # Before: "Import __main__ before rlmetrics.start()", which a script cannot do.
+    from rlmetrics.registry import default_registry
+
+    with in_memory_telemetry(), pytest.raises(LateDeclarationError) as raised:
+        default_registry().declare(GROUP, [MetricSpec("t.late", Kind.GAUGE)], owner="__main__")
+    message = str(raised.value)
+    assert "Import __main__" not in message
+    assert "In the script, declare it above the rlmetrics.start() call" in message
+
+
 def test_declaration_reopens_after_shutdown() -> None:
     with in_memory_telemetry():
         pass

@@ -144,8 +144,14 @@ class MetricRegistry(Recorder):
                     f"rlmetrics.declare({group!r}) from {owner} came after telemetry started, "
                     f"so {names} would never be exported: declarations freeze at "
                     "rlmetrics.start(). "
-                    f"Import {owner} before rlmetrics.start(), or register it as an entry point in "
-                    "the 'rlmetrics' group so it loads at start."
+                    + (
+                        "In the script, declare it above the rlmetrics.start() call (beside the "
+                        "imports), or move it to a module registered as an entry point in the "
+                        "'rlmetrics' group so it loads at start."
+                        if owner == "__main__"
+                        else f"Import {owner} before rlmetrics.start(), or register it as an "
+                        "entry point in the 'rlmetrics' group so it loads at start."
+                    )
                 )
             if on_use != (group in self._on_use) and any(g == group for g, _ in self._by_key):
                 raise DeclarationError(
