@@ -634,3 +634,20 @@ def test_a_rotated_run_is_reported_with_its_samples_rotated_beside_it(
     done = run_cli("report", tmp_path / f"metrics.jsonl{tail}", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["samples"] == plain
+
+
+@pytest.mark.parametrize("wall", [False, True])
+def test_one_of_a_thing_is_said_as_one(tmp_path: Path, wall: bool) -> None:
+    """Before: 'Run report: m.jsonl (1 rows)' and 'too short to judge: 1 step times, from the
+    time between logged steps' (or '1 steps with a step time')."""
+    jsonl = tmp_path / "m.jsonl"
+    metrics = {"reward": 0.5, **({"efficiency/step_wall_time_s": 2.0} if wall else {})}
+    with rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger:
+        logger.log_metrics(metrics, step=1, prefix="train")
+        if not wall:  # one time between two logged steps
+            logger.log_metrics(metrics, step=2, prefix="train")
+    done = run_cli("report", jsonl)
+    assert done.returncode == 0, done.stderr
+    assert f"Run report: {jsonl} ({1 if wall else 2} row{'' if wall else 's'})" in done.stdout
+    said = "1 step with a step time;" if wall else "1 step time, from the time between"
+    assert f"too short to judge: {said}" in done.stdout

@@ -342,12 +342,14 @@ def _judge(
     steps = sorted(times)
     needed = BASELINE_STEPS + CONFIRM_WINDOW
     if len(steps) < needed:
+        plural = "s" * (len(steps) != 1)
         timed = (
-            f"{len(steps)} steps with a step time"
+            f"{len(steps)} step{plural} with a step time"
             if source == _STEP_WALL_KEY
             # Said, or beside the goodput's "no step carried step_wall_time_s" it reads as if
             # some did.
-            else f"{len(steps)} step times, from the {source} (no step carries {_STEP_WALL_KEY})"
+            else f"{len(steps)} step time{plural}, from the {source} (no step carries "
+            f"{_STEP_WALL_KEY})"
         )
         return RegressionReport(
             "too_short",

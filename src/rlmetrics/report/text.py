@@ -35,7 +35,7 @@ def _seconds(values: Mapping[str, float]) -> str:
 
 def render(report: RunReport, table_rows: int = TABLE_ROWS) -> str:
     lines = [
-        f"Run report: {report.source or '(rows)'} ({report.rows} rows"
+        f"Run report: {report.source or '(rows)'} ({report.rows} row{'s' * (report.rows != 1)}"
         + (f", {n} unreadable line{'s' * (n != 1)} skipped" if (n := report.skipped_lines) else "")
         + ")"
     ]
