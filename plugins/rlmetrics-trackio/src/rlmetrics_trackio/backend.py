@@ -39,6 +39,7 @@ from rlmetrics.backends import (
     first_line,
     full_key,
     merged_config,
+    no_room,
     start_within,
     storable_text,
 )
@@ -51,6 +52,7 @@ from .traces import TRACE_KEY, alert_level, alert_title, trace_of
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
+    "MIN_FREE_BYTES",
     "REFUSED_NAME_CHARACTERS",
     "TrackioBackend",
     "trackio_cell",
@@ -61,6 +63,10 @@ __all__ = [
 #: W&B's own bound. Against a Hub that accepts and never answers, Trackio's start held
 #: ``Logger()`` for over 5 minutes; a first start that creates the Space uploads its app.
 DEFAULT_CONNECT_TIMEOUT_S = 90.0
+#: The free space a local store's disk must have for the backend to hand Trackio another
+#: record: room for what Trackio's own thread still holds and its sqlite write-ahead log
+#: (with 0.5 MiB left, Trackio could not write the rows it held: "database or disk is full").
+MIN_FREE_BYTES = 16 << 20
 #: The HTTP stacks whose exceptions (or OSError) say a remote start could not reach its host
 #: or was refused there: one line, not a plugin's traceback.
 _HTTP_STACKS = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3", "huggingface_hub"})
@@ -149,6 +155,10 @@ class TrackioBackend:
         self._finished = False
         self._number = StepAxis("trackio")
         self._logged = False
+        #: The local store's folder, checked for room before each record (None: not known to
+        #: be local); why it can take nothing more, once it cannot.
+        self._store: Path | None = None
+        self._broken: str | None = None
         if run is None:
             run = trackio.context_vars.current_run.get()  # the script's own run, if any
         self._shared_as: tuple[str, str] | None = None
@@ -206,6 +216,8 @@ class TrackioBackend:
         finally:
             current.set(script_run)
         _RUNS.join(self.run, started=True)
+        if remote is None:
+            self._store = Path(trackio.utils.TRACKIO_DIR)
         if self._shared_as is not None:
             _started_runs[self._shared_as] = self.run
         if identity is not None and identity.resume and remote is None:
@@ -251,6 +263,15 @@ class TrackioBackend:
             self._log(row, self._number(step))
 
     def _log(self, row: dict[str, Any], step: int) -> None:
+        # Trackio writes its store later, on its own thread, and says a write the disk refuses
+        # only as a warning that a batch "could not be persisted": the row counted as written.
+        if self._broken is None and self._store is not None:
+            self._broken = no_room(self._store, MIN_FREE_BYTES, "Trackio")
+        if self._broken is not None:
+            raise BackendUnavailable(
+                f"{self._broken}; this backend hands Trackio nothing more in this run (the "
+                "other backends go on)"
+            )
         self.run.log(row, step=step)
         self._logged = True
 
