@@ -387,6 +387,19 @@ def test_late_declaration_in_a_script_says_to_move_it_above_start() -> None:
     assert "In the script, declare it above the rlmetrics.start() call" in message
 
 
+def test_recording_by_the_series_name_says_the_key_to_record_by(caplog: Any) -> None:
+    # Before: "'t.depth' is not a declared key of group 't'", the key left to be found.
+    rlmetrics.declare(GROUP, [MetricSpec("t.depth", Kind.GAUGE, key="t/depth")])
+    with in_memory_telemetry() as (_handle, reader), caplog.at_level(logging.WARNING):
+        rlmetrics.record(GROUP, {"t.depth": 3.0})
+        rlmetrics.record(GROUP, {"t/depth": 4.0})
+        assert single(points(reader), "t.depth").value == 4.0
+    assert (
+        "'t.depth' is not a declared key of group 't' (it is the name of the series whose "
+        "key is 't/depth': record {'t/depth': value})"
+    ) in caplog.text
+
+
 def test_declaration_reopens_after_shutdown() -> None:
     with in_memory_telemetry():
         pass

@@ -170,11 +170,21 @@ def _no_group(group: Any) -> None:
     )
 
 
-def _unknown(group: str, key: Any) -> None:
+def _unknown(group: str, key: Any, series_by_key: Mapping[str, Any] | None = None) -> None:
+    # A series' name given for its key (``acme.queue.depth`` for ``acme/queue_depth``) says
+    # the key to record by.
+    named = next(
+        (k for k, s in (series_by_key or {}).items() if s.spec.name == key and k != key), None
+    )
+    hint = (
+        ""
+        if named is None
+        else f" (it is the name of the series whose key is {named!r}: record {{{named!r}: value}})"
+    )
     warn_once(
         f"record:{group}:unknown-key",
-        f"rlmetrics.record: {describe_key(key)} is not a declared key of group {group!r}; "
-        "dropped (later unknown keys of this group are reported at DEBUG)",
+        f"rlmetrics.record: {describe_key(key)} is not a declared key of group {group!r}"
+        f"{hint}; dropped (later unknown keys of this group are reported at DEBUG)",
     )
 
 
@@ -772,7 +782,7 @@ class Recorder:
                         series = series_by_key[key]
                     except KeyError:
                         if value is not None:
-                            _unknown(group, key)
+                            _unknown(group, key, series_by_key)
                         continue
                     if (
                         series.recordable
@@ -833,7 +843,7 @@ class Recorder:
                     series = series_by_key[key]
                 except KeyError:
                     if value is not None:
-                        _unknown(group, key)
+                        _unknown(group, key, series_by_key)
                     continue
                 if (
                     # Under an attribute set this series already admitted (checked against
@@ -926,7 +936,7 @@ class Recorder:
                 return
             series = series_by_key.get(key)
             if series is None:
-                _unknown(group, key)
+                _unknown(group, key, series_by_key)
                 return
             last_value, admitted = session.last_value, series.admitted
             table = series.table if series.gauge else None
