@@ -604,6 +604,11 @@ class Logger:
         to plain values now (:func:`rlmetrics.hyperparams.to_hyperparams`). Never raises."""
         try:
             params = to_hyperparams(config, self._redact)
+            if params and self._ranks is not None and not self._ranks.logs:
+                # No tracker on a rank that writes no run rows: its raw file keeps it.
+                keep = getattr(self._ranks, "log_hyperparams", None)
+                if keep is not None:
+                    keep(params)
             if params:
                 self._call_backends("log_hyperparams", params)
         except Exception:

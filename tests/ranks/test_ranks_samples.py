@@ -111,3 +111,38 @@ def test_every_rank_s_rollout_checkpoints_are_written_once(tmp_path: Path) -> No
     assert checkpoints(tmp_path / "tracker0.jsonl") == [(0, 0.0), (1, 0.1)]
     for rank in (1, 2):
         assert checkpoints(tmp_path / f"raw{rank}.jsonl") == [(0, rank), (1, rank + 0.1)]
+
+
+def test_a_rank_s_hyperparameters_are_kept_in_its_raw_file(tmp_path: Path) -> None:
+    """log_hyperparams on a rank that writes no run rows (no tracker there): before, its
+    configuration went nowhere, unsaid; its raw file now keeps it as a hyperparams row (rank
+    0's reach its trackers as before)."""
+    shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
+
+    def rank_loop(rank: int) -> None:
+        merger = RankMerger(ThreadCollective(shared, rank), raw_path=tmp_path / "raw{rank}.jsonl")
+        logger = rlmetrics.Logger(
+            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}},
+            ranks=merger,
+            run_id="r1",
+        )
+        logger.log_hyperparams({"seed": rank, "optim": {"lr": 0.1}})
+        logger.log_metrics({"num_samples": 4 + rank}, step=0)
+        logger.finish()
+
+    in_rank_threads(rank_loop)
+    tracker = [
+        r
+        for r in read_jsonl(tmp_path / "tracker0.jsonl", every_row=True)
+        if r.get("kind") == "hyperparams"
+    ]
+    assert [r["hyperparams"]["seed"] for r in tracker] == [0]
+    for rank in (1, 2):
+        raw = [
+            r
+            for r in read_jsonl(tmp_path / f"raw{rank}.jsonl", every_row=True)
+            if r.get("kind") == "hyperparams"
+        ]
+        assert [(r["run_id"], r["hyperparams"]) for r in raw] == [
+            ("r1", {"seed": rank, "optim": {"lr": 0.1}})
+        ]

@@ -30,6 +30,7 @@ from .merger import (
     SeparableCollective,
     numbers_of,
     run_row,
+    write_rank_hyperparams,
     write_rank_samples,
 )
 from .reduce import Column, Merged, Straggler, merge_columns
@@ -62,6 +63,7 @@ __all__ = [
     "resolve_ranks",
     "run_row",
     "torch_distributed",
+    "write_rank_hyperparams",
     "write_rank_samples",
 ]
 

@@ -84,6 +84,7 @@ __all__ = [
     "SeparableCollective",
     "numbers_of",
     "run_row",
+    "write_rank_hyperparams",
     "write_rank_samples",
 ]
 
@@ -192,6 +193,21 @@ def write_rank_samples(
         rows_file.log_samples(rows, step, name)
     except Exception:
         warn_once("ranks:samples", f"rlmetrics: rank {rank} could not write its samples")
+
+
+def write_rank_hyperparams(
+    rows_file: RankRows | None, rank: int, params: Mapping[str, Any]
+) -> None:
+    """The configuration logged on ``rank``, a rank with no tracker: a hyperparams row of
+    its raw file (none without one, as its metrics). Never raises."""
+    if rows_file is None:
+        return
+    try:
+        rows_file.log_hyperparams(params)
+    except Exception:
+        warn_once(
+            "ranks:hyperparams", f"rlmetrics: rank {rank} could not write its hyperparameters"
+        )
 
 
 def numbers_of(flat: Mapping[str, Any]) -> dict[str, float]:
@@ -576,6 +592,13 @@ class RankMerger:
         """A row no merge takes (a rollout checkpoint's sample: each rank's stream is its
         own) that this rank logged while it writes no run rows: its raw file keeps it."""
         self._write_raw(flat, step, prefix)
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """The configuration this rank logged while it writes no run rows (not rank 0, so
+        no tracker): a hyperparams row of its raw file. Never raises."""
+        with self._rows_lock:
+            if not self._rows_closed:
+                write_rank_hyperparams(self._rows, self.global_rank, params)
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """A samples table this rank logged while it writes no run rows (not rank 0): its

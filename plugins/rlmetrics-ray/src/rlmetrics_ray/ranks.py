@@ -43,6 +43,7 @@ from rlmetrics.ranks import (
     merge_columns,
     numbers_of,
     run_row,
+    write_rank_hyperparams,
     write_rank_samples,
 )
 from rlmetrics.spec import Reduce, Reduction
@@ -463,6 +464,11 @@ class RayRank:
                 self._rows.log_metrics(flat, step, prefix)
         except Exception:
             warn_once("ranks:raw", f"rlmetrics: rank {self.rank} could not write its raw rows")
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """The configuration this worker logged (it has no tracker): a hyperparams row of
+        its raw file, as a torch rank's."""
+        write_rank_hyperparams(self._rows, self.rank, params)
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, name: str) -> None:
         """A samples table this worker logged (it has no tracker): beside its raw file, as a
