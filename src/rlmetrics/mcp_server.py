@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .backends.jsonl import open_regular
+from .cli._output import input_problem
 from .runstate import QueryError, run_state, select
 
 __all__ = ["MAX_ANSWER_BYTES", "MAX_LIST", "RunFolder", "build_server", "serve"]
@@ -56,8 +57,9 @@ class RunFolder:
         resolved = (candidate if candidate.is_absolute() else self.root / candidate).resolve()
         if not self.inside(resolved):
             raise QueryError(f"{given!r} is outside the run folder {self.root}: refused")
-        if what == "file" and not resolved.is_file():
-            raise QueryError(f"{given!r}: no such file in the run folder")
+        # Said as `rlmetrics query` says it: a folder is named as one, with its JSONL files.
+        if what == "file" and (problem := input_problem(resolved)) is not None:
+            raise QueryError(problem)
         if what == "folder" and not resolved.is_dir():  # else: listed as holding no run
             raise QueryError(f"{given!r}: no such folder in the run folder")
         return resolved

@@ -97,11 +97,21 @@ def test_the_tools_answer_a_demo_run_as_query_does(runs: Path) -> None:
         # Before: a folder that is none was listed as holding no run.
         ("list_runs", {"folder": "nowhere"}, "'nowhere': no such folder in the run folder"),
         ("list_runs", {"folder": "demo/metrics.jsonl"}, "no such folder in the run folder"),
+        # Before: 'demo': no such file in the run folder (it is there, a folder; the command
+        # names the files in it), and the same for a file missing and a FIFO.
+        ("run_state", {"jsonl": "demo"}, "is a folder: give a JSONL file (in it: "),
+        ("run_state", {"jsonl": "demo/nothere.jsonl"}, "demo/nothere.jsonl: no such file"),
+        ("run_state", {"jsonl": "fifo"}, "fifo is not a regular file (a device or a FIFO)"),
+        ("run_state", {"jsonl": "demo/metrics.jsonl", "traces": "demo"}, "demo is a folder"),
     ],
 )
 def test_a_hostile_argument_is_refused_in_one_line(
     runs: Path, tool: str, arguments: dict[str, Any], message: str
 ) -> None:
+    import os
+
+    if not (runs / "fifo").exists():
+        os.mkfifo(runs / "fifo")
     _tools, (result,) = asyncio.run(_session(runs, [(tool, arguments)]))
     assert result.is_error
     text = result.content[0].text
