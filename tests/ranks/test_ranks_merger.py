@@ -93,6 +93,17 @@ def merge_calls(
     return results, mergers, shared
 
 
+def thread_rank_logger(shared: dict[str, Any], rank: int, folder: Path) -> rlmetrics.Logger:
+    """Rank ``rank``'s Logger of run ``r1`` over the threads' collective: its tracker file
+    ``tracker{rank}.jsonl`` and raw file ``raw{rank}.jsonl`` in ``folder``."""
+    merger = RankMerger(ThreadCollective(shared, rank), raw_path=folder / "raw{rank}.jsonl")
+    return rlmetrics.Logger(
+        backends={"jsonl": {"path": str(folder / f"tracker{rank}.jsonl")}},
+        ranks=merger,
+        run_id="r1",
+    )
+
+
 #: ``run_ranks``' default: each dict at its own number as its step.
 NUMBERED: Any = object()
 
@@ -288,12 +299,7 @@ def test_a_logger_on_rank_0_writes_the_run_s_row_and_each_rank_its_raw_rows(
     shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
 
     def rank_loop(rank: int) -> None:
-        merger = RankMerger(ThreadCollective(shared, rank), raw_path=tmp_path / "raw{rank}.jsonl")
-        logger = rlmetrics.Logger(
-            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}},
-            ranks=merger,
-            run_id="r1",
-        )
+        logger = thread_rank_logger(shared, rank, tmp_path)
         for step in range(2):
             logger.log_metrics({"num_samples": 4 + rank, "reward": 0.5 * rank}, step=step)
         logger.finish()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_ranks_merger import WORLD, ThreadCollective, in_rank_threads
+from test_ranks_merger import WORLD, ThreadCollective, in_rank_threads, thread_rank_logger
 
 import rlmetrics
 from rlmetrics.backends.jsonl import read_jsonl, samples_path
@@ -120,12 +120,7 @@ def test_a_rank_s_hyperparameters_are_kept_in_its_raw_file(tmp_path: Path) -> No
     shared: dict[str, Any] = {"slots": [None] * WORLD, "barrier": threading.Barrier(WORLD)}
 
     def rank_loop(rank: int) -> None:
-        merger = RankMerger(ThreadCollective(shared, rank), raw_path=tmp_path / "raw{rank}.jsonl")
-        logger = rlmetrics.Logger(
-            backends={"jsonl": {"path": str(tmp_path / f"tracker{rank}.jsonl")}},
-            ranks=merger,
-            run_id="r1",
-        )
+        logger = thread_rank_logger(shared, rank, tmp_path)
         logger.log_hyperparams({"seed": rank, "optim": {"lr": 0.1}})
         logger.log_metrics({"num_samples": 4 + rank}, step=0)
         logger.finish()
