@@ -158,7 +158,9 @@ def send(alert: Alert) -> None:
 _watch: StallWatch | None = None
 #: Whether telemetry exports: the watch may run (once something listens).
 _wanted = False
-_lock = threading.Lock()
+# Reentrant: a KeyboardInterrupt at a with block's end under a tracer (bpo-29988) leaves
+# it held by its thread, which takes it again instead of waiting for ever.
+_lock = threading.RLock()
 
 
 def watch(on: bool) -> StallWatch | None:

@@ -353,7 +353,9 @@ def _bounded(actions: Sequence[Callable[[], Any]], timeout_s: float, what: str) 
 
 
 _active: Telemetry | None = None
-_start_lock = threading.Lock()
+# Reentrant: a KeyboardInterrupt at a with block's end under a tracer (bpo-29988) leaves
+# it held by its thread, which takes it again instead of waiting for ever.
+_start_lock = threading.RLock()
 _atexit_registered = False
 
 
@@ -363,7 +365,7 @@ def _forget_after_fork() -> None:
     exit does not shut the parent's exporter down) until the child calls ``start()``."""
     global _active, _start_lock
     _active = None
-    _start_lock = threading.Lock()
+    _start_lock = threading.RLock()
 
 
 def current() -> Telemetry | None:

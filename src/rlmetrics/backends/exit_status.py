@@ -51,7 +51,9 @@ _status: int | None = None
 #: Which ``sys.exit`` call noted :data:`_status`: a dropped ``SystemExit`` forgets only its own.
 _noted = 0
 _watching = False
-_lock = threading.Lock()
+# Reentrant: a KeyboardInterrupt at a with block's end under a tracer (bpo-29988) leaves
+# it held by its thread, which takes it again instead of waiting for ever.
+_lock = threading.RLock()
 #: The main thread's outermost frame when :func:`watch` ran (None where it had none): at the
 #: exit it says whether the program returned or an exception (a ``SystemExit``) ended it.
 _outermost: Any = None
