@@ -558,3 +558,21 @@ def test_a_series_recorded_through_its_api_has_no_logger_key(
         )
     [said] = _said(caught)
     assert "'rl.step.number'" in said and "reaches the trackers only" in said
+
+
+def test_declare_keys_of_a_key_carrying_its_prefix_says_the_key_to_declare(
+    caught: pytest.LogCaptureFixture,
+) -> None:
+    # Before: declared, and {"train/acme": v} logged without a prefix (read as "acme" under
+    # train) was still said as unknown, with the advice to declare it with declare_keys.
+    with pytest.raises(
+        rlmetrics.DeclarationError,
+        match=r"declare_keys\(\['acme'\]\) .*\{'train/acme': v\}",
+    ):
+        declare_keys(["train/acme"], backend_only=True)
+    declare_keys(["acme"], backend_only=True)  # what it says: both forms are then known
+    logger = rlmetrics.Logger(backends={}, unknown_keys="warn")
+    logger.log_metrics({"train/acme": 1}, step=1)
+    logger.log_metrics({"acme": 1}, step=2, prefix="train")
+    logger.finish()
+    assert _said(caught) == []

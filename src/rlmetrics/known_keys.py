@@ -106,6 +106,7 @@ def declare_keys(
     keys, prefixes = list(keys), list(prefixes)
     owner = _caller_module(1)
     _refuse_every_train_key(keys, prefixes, owner)
+    _refuse_a_carried_prefix(keys, prefixes, owner)
     patterns = [
         KeyPattern(key, prefix, backend_only, note, owner) for prefix in prefixes for key in keys
     ]
@@ -126,6 +127,27 @@ def logger_key(spec: MetricSpec) -> str | None:
 #: A key pattern of wildcards alone (``**``, ``*``, ``*/**``): every key, or every key of a
 #: depth.
 _WILDCARDS_ONLY = re.compile(r"[*/]+")
+
+
+def _refuse_a_carried_prefix(keys: list[str], prefixes: list[str], owner: str) -> None:
+    """A key declared for dicts logged without a prefix (``""``) but written with the train
+    prefix such dicts' keys carry (``train/acme``) is never looked up: the Logger reads it as
+    the rest under that prefix (``acme`` under ``train``). Raise naming the key to declare."""
+    if "" not in prefixes:
+        return
+    for key in keys:
+        for prefix in (p for p in TRAIN_PREFIXES if p):
+            if isinstance(key, str) and key.startswith(f"{prefix}/") and key != f"{prefix}/":
+                from .registry import DeclarationError
+
+                rest = key[len(prefix) + 1 :]
+                raise DeclarationError(
+                    f"declare_keys([{key!r}]) from {owner}: a dict logged without a prefix "
+                    f"has its '{prefix}/' keys read as logged under prefix {prefix!r}, so "
+                    f"this key is never looked up; declare_keys([{rest!r}]) covers "
+                    f"{{{key!r}: v}} logged so and {{{rest!r}: v}} logged with "
+                    f"prefix={prefix!r}"
+                )
 
 
 def _refuse_every_train_key(keys: list[str], prefixes: list[str], owner: str) -> None:
