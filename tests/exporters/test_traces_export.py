@@ -362,3 +362,33 @@ def test_spans_a_failed_export_drops_are_counted(
         if p.name == "rlmetrics.exporter.spans.dropped"
         and p.attributes.get("rlmetrics.drop.reason") == "queue_full"
     ]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_a_span_file_on_a_full_disk_says_why_once_and_shutdown_does_not_fail(
+    rlmetrics_log: CapturedLog,
+) -> None:
+    """Every write to a full disk fails (``/dev/full`` answers ENOSPC): the warning did not
+    say why, the line stayed in the file object's buffer (to be written later, after it had
+    been counted as dropped), and shutdown's close() failed on it: "telemetry shutdown
+    failed", with a traceback. The warning now names the cause and nothing is kept back."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    handle = rlmetrics.start(exporters={"otlp_file": {"path": "/dev/full"}}, readers=[reader])
+    tracer = handle.tracer_provider.get_tracer("full disk")  # type: ignore[union-attr]
+    for n in range(5):
+        tracer.start_span(f"lost {n}").end()
+    handle.tracer_provider.force_flush()  # type: ignore[union-attr]
+    lost = single(
+        points(reader),
+        "rlmetrics.exporter.spans.dropped",
+        **{"rlmetrics.exporter": "otlp_file", "rlmetrics.drop.reason": "export_failed"},
+    )
+    handle.shutdown(timeout_s=5)
+    assert lost.value == 5
+    (said,) = [
+        r for r in rlmetrics_log.matching("writing spans to /dev/full failed", logging.WARNING)
+    ]
+    assert "No space left on device" in said.getMessage() and said.exc_info is None
+    assert not rlmetrics_log.matching("shutdown failed", logging.WARNING)

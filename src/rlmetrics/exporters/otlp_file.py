@@ -8,7 +8,7 @@ reads back. ``rlmetrics report RUN.jsonl --traces run/traces.jsonl`` reads it.
 
 The encoding is the OTLP exporter's own (``encode_spans``, from the ``otlp`` extra), turned
 into JSON by protobuf's ``json_format`` with the ids rewritten from base64 to hex, as OTLP/JSON
-requires. Lines are appended with one ``write`` each on a file opened for appending, so
+requires. Lines are appended with one ``write(2)`` each on a descriptor opened for appending, so
 several processes of a run (the driver, its workers) may share one file; a torn last line (a
 crash mid-write) is skipped by the reader. Spans carry no metrics: the run's JSONL does.
 """
@@ -16,6 +16,7 @@ crash mid-write) is skipped by the reader. Spans carry no metrics: the run's JSO
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import threading
@@ -155,17 +156,34 @@ def _exporter_class() -> type:
             super().__init__()
             self.path = Path(path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file: Any = self.path.open("a", encoding="utf-8")
+            # A descriptor, not a buffered file: each line is one write(2) of its own, and a
+            # write that fails (a full disk) keeps nothing back to be written later (after its
+            # spans were counted as dropped) or to fail again at close.
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+            self._fd: int | None = os.open(self.path, flags, 0o666)
+            self._torn = False  # the last line was written only in part: end it first
             self._lock = threading.Lock()
 
         def export(self, spans: Sequence[Any]) -> Any:
             try:
-                line = encode_line(spans)
+                data = encode_line(spans).encode("utf-8")
                 with self._lock:
-                    if self._file is None:
+                    if self._fd is None:
                         return SpanExportResult.FAILURE
-                    self._file.write(line)
-                    self._file.flush()
+                    if self._torn:
+                        data = b"\n" + data  # the torn line stays one line, skipped alone
+                    written = os.write(self._fd, data)
+                    self._torn = 0 < written < len(data)
+                    if written < len(data):
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            except OSError as error:
+                warn_once(
+                    f"otlp_file:export:{self.path}",
+                    f"rlmetrics: writing spans to {self.path} failed "
+                    f"({error.strerror or error}); these spans are dropped and training goes on",
+                    expected=True,
+                )
+                return SpanExportResult.FAILURE
             except Exception:
                 warn_once(
                     f"otlp_file:export:{self.path}",
@@ -177,9 +195,9 @@ def _exporter_class() -> type:
 
         def shutdown(self) -> None:
             with self._lock:
-                handle, self._file = self._file, None
-            if handle is not None:
-                handle.close()
+                fd, self._fd = self._fd, None
+            if fd is not None:
+                os.close(fd)
 
         def force_flush(self, timeout_millis: int = 30_000) -> bool:
             return True
