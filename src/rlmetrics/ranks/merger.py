@@ -7,9 +7,10 @@ exchange their numbers in one collective and the logging rank (rank 0) gets the 
 dict, which its trackers and the OpenTelemetry tee receive — one row per step, not one per
 rank. The other ranks' tee gets their own values only when asked (``export_own=True``).
 
-How each key merges is declared (:class:`~rlmetrics.ranks.declared.Reductions`): the spec
-whose logger key it is, else the ``reductions`` given here, else the efficiency dict's own
-rule (category seconds are phase times: stragglers), else a mean.
+How each key merges is declared (:class:`~rlmetrics.ranks.declared.Reductions`): the series
+that reads it under the dict's prefix (or the prefix its key carries), else the
+``reductions`` given here, else the efficiency dict's own rule (category seconds are phase
+times: stragglers), else a mean.
 
 The exchange (the steady state, one fixed-width collective): each rank packs its numbers in
 the order of a key table the ranks agreed on for the dict's prefix, a presence mask beside
