@@ -132,6 +132,27 @@ def test_appending_at_a_step_prints_nothing_and_keeps_every_row(
         assert json.loads(Path(path).read_text())["data"] == rows
 
 
+def test_a_resumed_run_appends_to_its_step_s_table_without_a_progress_bar(
+    tracking_uri: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A resumed run logging its step again reads the earlier process's table back:
+    # download_artifacts printed "Downloading artifacts: 100%" on stderr. A store on this
+    # disk (file artifacts) is read in place.
+    first = MlflowBackend(**_config(tracking_uri, tmp_path))
+    first.log_samples([{"i": 0}], 5, "rollouts")
+    first.finish()
+    resumed = MlflowBackend(**_config(tracking_uri, tmp_path), run_id=first.run_id)
+    capfd.readouterr()
+    resumed.log_samples([{"i": 1}], 5, "rollouts")
+    err = capfd.readouterr().err
+    resumed.finish()
+
+    assert "Downloading artifacts" not in err
+    client = MlflowClient(tracking_uri)
+    path = client.download_artifacts(first.run_id, "rollouts/step_5.json", str(tmp_path))
+    assert json.loads(Path(path).read_text())["data"] == [[0, 5], [1, 5]]
+
+
 def test_tables_past_what_mlflows_table_list_holds_still_land_said_once(
     tracking_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

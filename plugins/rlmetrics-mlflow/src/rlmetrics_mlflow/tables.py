@@ -10,7 +10,8 @@ parser, writes the whole table as ``log_table`` writes one, and puts it in place
 The rows it wrote last are kept in memory for the few tables written last (:func:`remember`), so
 appending to the table of the current step reads nothing back: ``download_artifacts`` printed a
 progress bar on stderr for each call and cost more with every row. Only a table this process
-has not written (a resumed run logging its step again) is downloaded.
+has not written (a resumed run logging its step again) is read back: in place from artifacts on
+this disk, else downloaded.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
+import urllib.parse
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from mlflow.tracking import MlflowClient
+from mlflow.utils.file_utils import local_file_uri_to_path
 from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
@@ -90,17 +93,27 @@ def earlier_table(client: MlflowClient, run_id: str, artifact: str) -> dict[str,
     folder = artifact.rpartition("/")[0] or None
     if artifact not in {info.path for info in client.list_artifacts(run_id, folder)}:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path = client.download_artifacts(run_id, artifact, tmp)
-        try:
-            table = json.loads(Path(path).read_text(encoding="utf-8"))
-        except ValueError:  # not JSON: MLflow's own append says what it makes of it
-            return None
+    try:
+        table = json.loads(_artifact_text(client, run_id, artifact))
+    except ValueError:  # not JSON: MLflow's own append says what it makes of it
+        return None
     if not isinstance(table, dict) or not isinstance(table.get("columns"), list):
         return None
     if not isinstance(table.get("data"), list):
         return None
     return table
+
+
+def _artifact_text(client: MlflowClient, run_id: str, artifact: str) -> str:
+    """The text of the run's ``artifact``: read in place from artifacts on this disk (a path
+    or ``file:`` URI), else downloaded (``download_artifacts`` prints a progress bar)."""
+    root = client.get_run(run_id).info.artifact_uri or ""
+    if urllib.parse.urlparse(root).scheme in ("", "file"):
+        local = Path(local_file_uri_to_path(root)) / artifact
+        if local.is_file():
+            return local.read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        return Path(client.download_artifacts(run_id, artifact, tmp)).read_text(encoding="utf-8")
 
 
 def appended(earlier: Mapping[str, Any], data: Mapping[str, list[Any]]) -> dict[str, list[Any]]:
