@@ -625,3 +625,25 @@ def test_openrlhf_status_keys_beside_the_mapped_ones_are_known_to_its_map(
     ):
         logger.log_metrics({key: 0.5 for key in OPENRLHF_UNLISTED}, step=1, prefix="train")
     assert [r.getMessage() for r in caplog.records if "unknown_keys" in r.getMessage()] == []
+
+
+def test_a_map_onto_a_misspelt_series_names_the_series_meant(caplog: Any) -> None:
+    # Before: "maps 'kl' to 'rl.kl.divergance', which no loaded plugin declares", at run
+    # time and in rlmetrics check alike, the right name left to be found.
+    from rlmetrics.check import efficiency_categories
+    from rlmetrics.plugins import get_plugins
+    from rlmetrics.registry import default_registry
+
+    key_map = KeyMap("mine", [KeyRule("kl", series="rl.kl.divergance")])
+    meant = "(did you mean 'rl.kl.divergence'?)"
+    [finding] = check_key_maps(
+        [("acme:maps", key_map)],
+        default_registry().declared(),
+        efficiency_categories(get_plugins()),
+    )
+    assert meant in finding.message
+    with in_memory_telemetry(), caplog.at_level(logging.WARNING, logger="rlmetrics"):
+        logger = rlmetrics.Logger(backends={}, key_map=key_map)
+        logger.log_metrics({"kl": 0.1}, step=1, prefix="train")
+        logger.finish()
+    assert meant in caplog.text

@@ -45,6 +45,7 @@ Rules:
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -644,9 +645,11 @@ def efficiency_categories(plugins: Plugins) -> frozenset[str]:
 _EFFICIENCY_SERIES = "rl.efficiency.seconds"
 
 
-def _series_problems(rule: KeyRule, item: Declared | None) -> list[str]:
+def _series_problems(rule: KeyRule, item: Declared | None, names: Iterable[str] = ()) -> list[str]:
     if item is None:
-        return [f"maps to {rule.series!r}, which no loaded plugin declares"]
+        close = difflib.get_close_matches(rule.series or "", list(names), n=1, cutoff=0.8)
+        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        return [f"maps to {rule.series!r}, which no loaded plugin declares{meant}"]
     spec = item.spec
     if spec.kind.observable:
         return [
@@ -694,7 +697,7 @@ def check_key_maps(
 
         for rule in key_map.rules:
             if rule.series is not None:
-                for problem in _series_problems(rule, by_name.get(rule.series)):
+                for problem in _series_problems(rule, by_name.get(rule.series), by_name):
                     add(rule, problem)
                 target: tuple[Any, ...] = ("series", rule.series, rule.attributes, rule.attribute)
             elif rule.category is not None:

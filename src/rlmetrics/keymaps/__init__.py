@@ -446,11 +446,13 @@ class KeyMapper:
             if value is None:
                 continue
             if declared is None:
+                close = difflib.get_close_matches(rule.series or "", list(targets), 1, 0.8)
                 warn_once(
                     f"keymap:{self.key_map.name}:{rule.series}",
                     f"rlmetrics: key map {self.key_map.name!r} maps {rule.key!r} to "
-                    f"{rule.series!r}, which no loaded plugin declares; the key reaches the "
-                    "backends only (rlmetrics check lints the map)",
+                    f"{rule.series!r}, which no loaded plugin declares"
+                    + (f" (did you mean {close[0]!r}?)" if close else "")
+                    + "; the key reaches the backends only (rlmetrics check lints the map)",
                 )
             elif rule.attribute is None and not rule.attributes:
                 unlabelled.setdefault(declared.group, {})[declared.spec.key] = value
