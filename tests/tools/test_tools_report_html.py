@@ -23,6 +23,7 @@ from report_html_support import (
 )
 from tools_support import run_cli
 
+import rlmetrics
 from rlmetrics.report.html import CSP
 
 
@@ -483,3 +484,23 @@ def test_the_timeline_shows_the_steps_the_report_chose(tmp_path: Path) -> None:
     assert drawn("--steps", "2:15") == list(range(2, 14))
     assert drawn("--tail", "3", "--timeline-steps", "1:2") == [1, 2]
     assert drawn() == list(range(1, 13))
+
+
+def test_a_rotated_run_s_page_holds_the_trajectories_rotated_beside_it(tmp_path: Path) -> None:
+    """Before: ``report metrics.jsonl.1.gz --html`` read its trajectory rows from
+    ``metrics.jsonl.1.samples.gz`` (the writer's name for a file called ``metrics.jsonl.1``),
+    so the page of a run logrotate had rotated showed no trajectory, though its rows were
+    rotated beside it as ``metrics.samples.jsonl.1.gz`` (what the text report reads)."""
+    import gzip
+
+    from rlmetrics.report.trajectory_view import read_trajectories
+
+    jsonl = tmp_path / "metrics.jsonl"
+    with rlmetrics.Logger(backends={"jsonl": {"path": str(jsonl)}}) as logger:
+        logger.log_trajectories([{"sample_id": f"s{n}", "reward": 1.0} for n in range(3)], step=1)
+    for name in ("metrics.jsonl", "metrics.samples.jsonl"):
+        (tmp_path / f"{name}.1.gz").write_bytes(gzip.compress((tmp_path / name).read_bytes()))
+    plain = read_trajectories(jsonl, None)
+    assert plain["total"] == 3
+    rotated = read_trajectories(tmp_path / "metrics.jsonl.1.gz", None)
+    assert (rotated["total"], rotated["rows"]) == (3, plain["rows"])

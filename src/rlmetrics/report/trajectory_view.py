@@ -12,11 +12,11 @@ import collections
 import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from ..backends.jsonl import read_jsonl, samples_path
+from ..backends.jsonl import read_jsonl
 from ..tracing import ITERATION_ATTR
+from .runs import samples_beside
 from .traces import Span, TraceSet
 
 __all__ = ["MAX_ROWS", "TABLE", "TEXT_BUDGET", "read_trajectories"]
@@ -236,7 +236,7 @@ def read_trajectories(
     own ``rewards``. Kept texts past ``text_budget`` characters in all are cut
     (``texts_cut_to`` says to how many characters; None when none was);
     ``spans_without_rows`` counts the trajectory spans no row took."""
-    path = samples_path(Path(jsonl))
+    path = samples_beside(jsonl)  # a rotated run's (metrics.samples.jsonl.1.gz) too
     # The newest ``limit``: a bounded deque drops the oldest in O(1), where deleting a list's
     # head moved every kept row (0.95 s of reading 300 000 rows).
     newest: collections.deque[dict[str, Any]] = collections.deque(maxlen=max(0, limit))
