@@ -484,6 +484,17 @@ def test_a_factory_taking_any_keyword_takes_the_options_it_declared() -> None:
     assert check_options("backend", "acme", _takes_anything, {"ulr": 1}) == {"ulr": 1}
 
 
+def test_options_given_as_a_bare_value_say_how_to_write_them() -> None:
+    # Before: "backend 'jsonl': options are a mapping of option names to values, got a str".
+    with pytest.raises(ConfigurationError, match=r"give \{'jsonl': \{'path': 'x\.jsonl'\}\}"):
+        rlmetrics.Logger(backends={"jsonl": "x.jsonl"})
+    with pytest.raises(
+        ConfigurationError,
+        match=r"its options: host, port, .* as \{'prometheus': \{option: value\}\}",
+    ):
+        rlmetrics.start(exporters={"prometheus": 9464})
+
+
 def test_a_declared_option_the_factory_does_not_take_fails_where_it_is_declared() -> None:
     # Before: taken silently, so 'path' went unchecked (and 'pth' was refused from users).
     with pytest.raises(TypeError, match=r"'pth' is no option of Tsv \(did you mean 'path'\?\)"):

@@ -374,12 +374,19 @@ def check_options(
     if options is None:
         return {}
     sources = sources or {}
+    valid = option_names(factory, provided)
     if not isinstance(options, Mapping):
+        how = ""
+        if valid and len(valid) == 1:  # the one option it takes: that value for it
+            how = f"; give {{{name!r}: {{{valid[0]!r}: {options!r:.60}}}}}"
+        elif valid:
+            how = (
+                f"; its options: {', '.join(valid)}, each given as {{{name!r}: {{option: value}}}}"
+            )
         raise ConfigurationError(
             f"{what} {name!r}: options are a mapping of option names to values, "
-            f"got a {type(options).__name__}"
+            f"got a {type(options).__name__}{how}"
         )
-    valid = option_names(factory, provided)
     for option, value in options.items():
         source = from_source(sources.get(option))
         if valid is not None and option not in valid:
