@@ -884,3 +884,23 @@ def test_a_collector_that_comes_back_overloaded_is_said_though_its_absence_was(
         assert len([s for s in said if "asked to retry after 30 s" in s]) == 1, said
     finally:
         peer.stop()
+
+
+def test_points_and_spans_a_collector_took_but_rejected_are_said(
+    default_timeout: None, otlp_receiver: OtlpReceiver, rlmetrics_log: CapturedLog
+) -> None:
+    """A collector (or the backend behind it) answers an export it partly refused as a
+    success with OTLP's partial_success: the SDK reads nothing of it, so those points and
+    spans were lost without a word. Each signal's rejections are now said once."""
+    otlp_receiver.partly_rejects = (3, "out of order samples")
+    declare_test_series()
+    with _start(otlp_receiver.endpoint) as handle:
+        record_test_series()
+        handle.tracer_provider.get_tracer("t").start_span("s").end()  # type: ignore[union-attr]
+        handle.force_flush(timeout_s=5)
+        for what in ("points", "spans"):
+            rlmetrics_log.wait_for(f"but rejected 3 {what} of it (out of order samples)")
+    for what in ("points", "spans"):
+        said = rlmetrics_log.matching(f"rejected 3 {what}", logging.WARNING)
+        assert len(said) == 1, said
+        assert f"127.0.0.1:{otlp_receiver.port}" in said[0].getMessage()

@@ -235,16 +235,24 @@ class _RecordingStub:
     UNAUTHENTICATED...), so it is what a report is keyed on.
     """
 
-    def __init__(self, stub: Any, remember: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self,
+        stub: Any,
+        remember: Callable[[BaseException], None],
+        answered: Callable[[Any], None],
+    ) -> None:
         self._stub = stub
         self._remember = remember
+        self._answered = answered
 
     def Export(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return self._stub.Export(*args, **kwargs)
+            response = self._stub.Export(*args, **kwargs)
         except Exception as error:
             self._remember(error)
             raise
+        self._answered(response)
+        return response
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stub, name)
@@ -451,6 +459,9 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
     loss = _LOSS[signal]
     # The metrics wording and keys predate traces: kept, so reports stay recognisable.
     label, prefix = ("", "otlp:export") if signal == "metrics" else ("trace ", "otlp:traces")
+    what, rejected_field = (
+        ("points", "rejected_data_points") if signal == "metrics" else ("spans", "rejected_spans")
+    )
 
     class Reporting(fork_safe, base):  # type: ignore[misc,valid-type]
         _rlmetrics_last_error: BaseException | None = None
@@ -475,7 +486,30 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
             # Called at construction and again when the SDK rebuilds a channel after UNAVAILABLE.
             super()._initialize_channel_and_stub()
             if self._client is not None:  # type: ignore[has-type]
-                self._client = _RecordingStub(self._client, self._remember)  # type: ignore[has-type]
+                self._client = _RecordingStub(  # type: ignore[has-type]
+                    self._client,  # type: ignore[has-type]
+                    self._remember,
+                    self._answered,
+                )
+
+        def _answered(self, response: Any) -> None:
+            # A collector that took the export but refused part of it answers a success
+            # whose partial_success counts what it rejected; the SDK reads none of it.
+            try:
+                partial = response.partial_success
+                rejected = int(getattr(partial, rejected_field, 0) or 0)
+                reason = str(partial.error_message or "it gave no reason")
+            except Exception:
+                return
+            if rejected:
+                warn_once(
+                    f"{prefix}:{self._endpoint}:partial",
+                    f"rlmetrics: the collector at {self._endpoint} took an OTLP {label}export "
+                    f"but rejected {rejected} {what} of it ({reason}); those are lost and "
+                    "training goes on. The collector's (or its backend's) log says more. "
+                    "Later rejections are logged at DEBUG.",
+                    expected=True,
+                )
 
         def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
             self._rlmetrics_last_error = None

@@ -355,7 +355,9 @@ class OtlpReceiver:
     CA does. ``answer_after_s`` answers each request that long after it arrived (recorded at
     once), as a collector that is slow, not dead, does. ``max_receive_bytes`` (set before
     ``start()``) refuses a larger request with RESOURCE_EXHAUSTED, as a collector's
-    ``max_recv_msg_size_mib`` (4 MiB unless set) does.
+    ``max_recv_msg_size_mib`` (4 MiB unless set) does. ``partly_rejects`` (a count and a
+    message) answers each request as a success that rejected that many points or spans, as
+    a collector or its backend does with OTLP's ``partial_success``.
     """
 
     #: How long :meth:`wait_for` waits unless told.
@@ -372,6 +374,7 @@ class OtlpReceiver:
         self.reject_with: Any = None
         self.answer_after_s = 0.0
         self.max_receive_bytes: int | None = None
+        self.partly_rejects: tuple[int, str] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -390,15 +393,29 @@ class OtlpReceiver:
 
         receiver = self
 
+        def answer(response: Any, partial: Any, rejected: str) -> Any:
+            if receiver.partly_rejects is None:
+                return response()
+            count, message = receiver.partly_rejects
+            return response(partial_success=partial(**{rejected: count, "error_message": message}))
+
         class Servicer(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
             def Export(self, request: Any, context: Any) -> Any:
                 receiver._handle(request, context)
-                return metrics_service_pb2.ExportMetricsServiceResponse()
+                return answer(
+                    metrics_service_pb2.ExportMetricsServiceResponse,
+                    metrics_service_pb2.ExportMetricsPartialSuccess,
+                    "rejected_data_points",
+                )
 
         class TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
             def Export(self, request: Any, context: Any) -> Any:
                 receiver._handle(request, context, receiver.trace_requests)
-                return trace_service_pb2.ExportTraceServiceResponse()
+                return answer(
+                    trace_service_pb2.ExportTraceServiceResponse,
+                    trace_service_pb2.ExportTracePartialSuccess,
+                    "rejected_spans",
+                )
 
         limit = self.max_receive_bytes
         options = [] if limit is None else [("grpc.max_receive_message_length", limit)]
