@@ -432,10 +432,11 @@ SOURCES = {telemetry.__file__, exit_status.__file__}
 state = {"line": 0, "at": -1}
 
 def interrupt_at_line(frame, event, arg):
-    # Sends SIGINT at the at-th line start() runs in telemetry.py and exit_status.py; under
-    # a Python tracer (a debugger's, a notebook's) the KeyboardInterrupt can be raised at any
-    # line, the end of a with block before its lock is released too.
-    if frame.f_code.co_filename not in SOURCES:
+    # Sends SIGINT at the at-th line of start() and of exit_status.watch(), which take
+    # locks; under a Python tracer (a debugger's, a notebook's) the KeyboardInterrupt can be
+    # raised at any line, the end of a with block before its lock is released too.
+    code = frame.f_code
+    if code.co_filename not in SOURCES or code.co_name not in ("start", "watch"):
         return None
     if event == "line":
         state["line"] += 1
@@ -465,8 +466,8 @@ print(lines, "lines", file=sys.stderr)
 
 
 def test_telemetry_starts_again_after_a_start_interrupted_at_any_line() -> None:
-    """A notebook's interrupt landing in ``rlmetrics.start()``, at any line of telemetry.py or
-    exit_status.py, leaves the next cell's shutdown and start working. A
+    """A notebook's interrupt landing at any line of ``rlmetrics.start()`` or of the exit watch
+    it starts leaves the next cell's shutdown and start working. A
     KeyboardInterrupt at the end of a ``with`` block before its lock's release (CPython's
     bpo-29988, under a tracer) left the start lock or the exit watch's held: the next
     ``start()`` waited for it for ever."""
