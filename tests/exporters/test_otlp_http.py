@@ -479,3 +479,21 @@ def test_a_new_cause_of_failure_is_said_though_another_was_said_before(
         assert len([w for w in warned if "(ConnectionError" in w]) == 1, warned
     finally:
         peer.stop()
+
+
+def test_points_and_spans_the_collector_took_but_rejected_are_said(
+    receiver: OtlpHttpReceiver, rlmetrics_log: CapturedLog
+) -> None:
+    """OTLP's partial_success over HTTP, as over gRPC: the SDK reads nothing of the answer."""
+    receiver.partly_rejects = (2, "too old")
+    declare_test_series()
+    with _start(receiver.endpoint, "name") as handle:
+        record_test_series()
+        handle.tracer_provider.get_tracer("t").start_span("s").end()  # type: ignore[union-attr]
+        handle.force_flush(timeout_s=5)
+        for what in ("points", "spans"):
+            rlmetrics_log.wait_for(f"but rejected 2 {what} of it (too old)")
+    for signal, what in (("metrics", "points"), ("traces", "spans")):
+        (said,) = rlmetrics_log.matching(f"rejected 2 {what}", logging.WARNING)
+        assert f"OTLP/HTTP {signal} export" in said.getMessage()
+        assert f"{receiver.endpoint}/v1/{signal}" in said.getMessage()

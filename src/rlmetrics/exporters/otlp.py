@@ -63,6 +63,7 @@ __all__ = [
     "retry_after_s",
     "register_exporters",
     "signal_variables",
+    "say_rejected",
     "size_advice",
 ]
 
@@ -451,6 +452,30 @@ def _quiet_own_exports() -> None:
             sdk_logger.addFilter(_OwnExportLines())
 
 
+def say_rejected(response: Any, export: str, where: str, key: str) -> None:
+    """Say once (per ``key`` and ``where``) what a collector at ``where`` rejected of
+    ``export`` that it took: OTLP's ``partial_success`` of its ``response`` counts the points
+    or spans it refused, which the SDK's exporters read nothing of."""
+    try:
+        partial = response.partial_success
+        rejected, what = next(
+            (getattr(partial, field), field.rsplit("_", 1)[-1])
+            for field in ("rejected_data_points", "rejected_spans", "rejected_log_records")
+            if hasattr(partial, field)
+        )
+        reason = str(partial.error_message or "it gave no reason")
+    except Exception:
+        return
+    if rejected:
+        warn_once(
+            f"{key}:{where}:partial",
+            f"rlmetrics: the collector at {where} took {export} but rejected {rejected} "
+            f"{what} of it ({reason}); those are lost and training goes on. The collector's "
+            "(or its backend's) log says more. Later rejections are logged at DEBUG.",
+            expected=True,
+        )
+
+
 def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
     """``base`` (an SDK OTLP gRPC exporter) reporting failed exports through ``warn_once``:
     once per signal, endpoint and cause at WARNING, at DEBUG afterwards, and quiet in a
@@ -459,9 +484,6 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
     loss = _LOSS[signal]
     # The metrics wording and keys predate traces: kept, so reports stay recognisable.
     label, prefix = ("", "otlp:export") if signal == "metrics" else ("trace ", "otlp:traces")
-    what, rejected_field = (
-        ("points", "rejected_data_points") if signal == "metrics" else ("spans", "rejected_spans")
-    )
 
     class Reporting(fork_safe, base):  # type: ignore[misc,valid-type]
         _rlmetrics_last_error: BaseException | None = None
@@ -493,23 +515,7 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
                 )
 
         def _answered(self, response: Any) -> None:
-            # A collector that took the export but refused part of it answers a success
-            # whose partial_success counts what it rejected; the SDK reads none of it.
-            try:
-                partial = response.partial_success
-                rejected = int(getattr(partial, rejected_field, 0) or 0)
-                reason = str(partial.error_message or "it gave no reason")
-            except Exception:
-                return
-            if rejected:
-                warn_once(
-                    f"{prefix}:{self._endpoint}:partial",
-                    f"rlmetrics: the collector at {self._endpoint} took an OTLP {label}export "
-                    f"but rejected {rejected} {what} of it ({reason}); those are lost and "
-                    "training goes on. The collector's (or its backend's) log says more. "
-                    "Later rejections are logged at DEBUG.",
-                    expected=True,
-                )
+            say_rejected(response, f"an OTLP {label}export", self._endpoint, prefix)
 
         def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
             self._rlmetrics_last_error = None

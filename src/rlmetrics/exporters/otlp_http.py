@@ -51,6 +51,7 @@ from .otlp import (
     histogram_preference,
     otlp_timeout_s,
     overloaded_advice,
+    say_rejected,
     signal_variables,
     size_advice,
 )
@@ -157,7 +158,7 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: 
 
     class Reporting(fork_safe, base):  # type: ignore[misc,valid-type]
         def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
-            _exporting.active, _exporting.cause = True, None
+            _exporting.active, _exporting.cause, _exporting.answer = True, None, None
             try:
                 outcome = super().export(data, *args, **kwargs)
             except Exception as exc:
@@ -165,6 +166,7 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: 
             finally:
                 _exporting.active = False
             if outcome is result.SUCCESS:
+                self._say_rejected(_exporting.answer)
                 return outcome
             # A request's failure outranks what escaped the SDK after it: SDK 1.44 retries
             # past its deadline with a negative timeout, and urllib3's ValueError then hid
@@ -193,9 +195,29 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: 
                 warn_once(f"otlp_http:{signal}:{endpoint}:{kind}", message, expected=True)
             return result.FAILURE
 
+        def _say_rejected(self, answer: bytes | None) -> None:
+            if not answer:
+                return
+            try:
+                response = _response_type(signal).FromString(answer)
+            except Exception:
+                return  # an answer that is no OTLP response: nothing to read of it
+            say_rejected(response, f"an OTLP/HTTP {signal} export", endpoint, "otlp_http")
+
     Reporting.__name__ = Reporting.__qualname__ = f"Reporting{base.__name__}"
     _quiet_own_exports()
     return Reporting
+
+
+def _response_type(signal: str) -> Any:
+    """The protobuf type of the collector's answer to an export of ``signal``."""
+    if signal == "metrics":
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+
+        return metrics_service_pb2.ExportMetricsServiceResponse
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    return trace_service_pb2.ExportTraceServiceResponse
 
 
 def _signal_endpoint(endpoint: str | None, signal: str) -> str | None:
@@ -287,6 +309,8 @@ def _session_class() -> type:
                 raise
             if response.status_code >= 400:
                 _first_cause(f"HTTP {response.status_code}: {response.reason}")
+            elif getattr(_exporting, "active", False):
+                _exporting.answer = response.content  # what it rejected of it, if anything
             return response
 
     return ExportSession

@@ -344,6 +344,19 @@ def flatten_request(request: Any) -> list[OtlpPoint]:
     return out
 
 
+def _answer(response_type: Any, partly_rejects: tuple[int, str] | None) -> Any:
+    """An export's answer: a success, which rejected a count of points or spans (with a
+    message) when ``partly_rejects`` says so."""
+    response = response_type()
+    if partly_rejects is not None:
+        count, message = partly_rejects
+        partial = response.partial_success
+        rejected = next(f.name for f in partial.DESCRIPTOR.fields if f.name.startswith("rejected"))
+        setattr(partial, rejected, count)
+        partial.error_message = message
+    return response
+
+
 class OtlpReceiver:
     """A real OTLP gRPC endpoint on 127.0.0.1 (metrics and traces, as a collector serves both
     on one port), recording what it receives.
@@ -393,28 +406,18 @@ class OtlpReceiver:
 
         receiver = self
 
-        def answer(response: Any, partial: Any, rejected: str) -> Any:
-            if receiver.partly_rejects is None:
-                return response()
-            count, message = receiver.partly_rejects
-            return response(partial_success=partial(**{rejected: count, "error_message": message}))
-
         class Servicer(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
             def Export(self, request: Any, context: Any) -> Any:
                 receiver._handle(request, context)
-                return answer(
-                    metrics_service_pb2.ExportMetricsServiceResponse,
-                    metrics_service_pb2.ExportMetricsPartialSuccess,
-                    "rejected_data_points",
+                return _answer(
+                    metrics_service_pb2.ExportMetricsServiceResponse, receiver.partly_rejects
                 )
 
         class TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
             def Export(self, request: Any, context: Any) -> Any:
                 receiver._handle(request, context, receiver.trace_requests)
-                return answer(
-                    trace_service_pb2.ExportTraceServiceResponse,
-                    trace_service_pb2.ExportTracePartialSuccess,
-                    "rejected_spans",
+                return _answer(
+                    trace_service_pb2.ExportTraceServiceResponse, receiver.partly_rejects
                 )
 
         limit = self.max_receive_bytes
@@ -533,7 +536,8 @@ class OtlpHttpReceiver(OtlpReceiver):
     :class:`OtlpReceiver`. ``reject_with`` is an HTTP status (400: a collector that refuses
     our data, without retries); :attr:`endpoint` is the base URL the exporter adds paths to.
     ``tls`` serves HTTPS with that (private key, certificate chain) pair, as the gRPC
-    receiver does. :attr:`headers` holds each accepted request's HTTP headers.
+    receiver does. :attr:`headers` holds each accepted request's HTTP headers;
+    ``partly_rejects`` answers as the gRPC receiver's does.
     """
 
     def __init__(self, tls: tuple[bytes, bytes] | None = None) -> None:
@@ -585,7 +589,7 @@ class OtlpHttpReceiver(OtlpReceiver):
                 if status is not None:
                     self.send_error(int(status), "rlmetrics test receiver rejects this request")
                     return
-                answer = response_type().SerializeToString()
+                answer = _answer(response_type, receiver.partly_rejects).SerializeToString()
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "application/x-protobuf")
