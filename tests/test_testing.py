@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -245,6 +246,16 @@ def test_the_profile_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatc
     finally:
         monkeypatch.delenv(HYPOTHESIS_PROFILE_ENV)
         assert load_hypothesis_profile() == "suite"
+
+
+def test_the_profile_without_hypothesis_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A plugin's conftest calls it at its top (docs/writing-a-plugin.md): before, a bare
+    # "ModuleNotFoundError: No module named 'hypothesis'" from inside rlmetrics.testing.
+    monkeypatch.setitem(sys.modules, "hypothesis", None)  # not installed
+    with pytest.raises(ImportError, match=r"pip install hypothesis"):
+        load_hypothesis_profile()
 
 
 def test_every_test_folder_loads_the_profile() -> None:

@@ -246,7 +246,13 @@ def load_hypothesis_profile() -> str:
     """
     import os
 
-    from hypothesis import HealthCheck, settings
+    try:
+        from hypothesis import HealthCheck, settings
+    except ImportError:
+        raise ImportError(
+            "rlmetrics.testing.load_hypothesis_profile() sets hypothesis' profiles, and "
+            "hypothesis is not installed: pip install hypothesis (in the test environment)"
+        ) from None
 
     settings.register_profile(
         "suite", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
