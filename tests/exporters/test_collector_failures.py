@@ -26,7 +26,8 @@ import pytest
 import rlmetrics
 from rlmetrics.exporters import otlp
 from rlmetrics.plugins import register
-from rlmetrics.testing import BlackHole, CapturedLog, OtlpReceiver
+from rlmetrics.testing import BlackHole, CapturedLog, OtlpReceiver, points, single
+from rlmetrics.testing.peers import flatten_trace_request
 
 from ._peers import (
     COUNTER,
@@ -892,14 +893,29 @@ def test_points_and_spans_a_collector_took_but_rejected_are_said(
     """A collector (or the backend behind it) answers an export it partly refused as a
     success with OTLP's partial_success: the SDK reads nothing of it, so those points and
     spans were lost without a word. Each signal's rejections are now said once."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
     otlp_receiver.partly_rejects = (3, "out of order samples")
     declare_test_series()
-    with _start(otlp_receiver.endpoint) as handle:
+    reader = InMemoryMetricReader()
+    with _start(otlp_receiver.endpoint, readers=[reader]) as handle:
         record_test_series()
-        handle.tracer_provider.get_tracer("t").start_span("s").end()  # type: ignore[union-attr]
+        tracer = handle.tracer_provider.get_tracer("t")  # type: ignore[union-attr]
+        for n in range(5):
+            tracer.start_span(f"s{n}").end()
         handle.force_flush(timeout_s=5)
         for what in ("points", "spans"):
             rlmetrics_log.wait_for(f"but rejected 3 {what} of it (out of order samples)")
+        # The spans it rejected are lost as a failed export's are, and counted so: 3 of
+        # each request (of fewer, all).
+        handle.force_flush(timeout_s=5)  # each export has returned, and been counted
+        rejected = sum(min(3, len(flatten_trace_request(r))) for r in otlp_receiver.trace_requests)
+        lost = single(
+            points(reader),
+            "rlmetrics.exporter.spans.dropped",
+            **{"rlmetrics.exporter": "otlp", "rlmetrics.drop.reason": "export_failed"},
+        )
+        assert lost.value == rejected >= 3
     for what in ("points", "spans"):
         said = rlmetrics_log.matching(f"rejected 3 {what}", logging.WARNING)
         assert len(said) == 1, said

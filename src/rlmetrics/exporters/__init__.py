@@ -251,7 +251,8 @@ class _CountingProcessorMetrics:
 
 
 def _counting_export(export: Callable[..., Any], drops: SpanDrops) -> Callable[..., Any]:
-    """``export`` (a span exporter's) counting the spans of each export that fails."""
+    """``export`` (a span exporter's) counting the spans of each export that fails, and
+    those a collector took but rejected (the OTLP exporters' ``rlmetrics_rejected``)."""
 
     def counted(spans: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -261,6 +262,10 @@ def _counting_export(export: Callable[..., Any], drops: SpanDrops) -> Callable[.
             raise
         if getattr(result, "name", None) != "SUCCESS":
             drops.failed(len(spans))
+        else:
+            rejected = getattr(getattr(export, "__self__", None), "rlmetrics_rejected", 0)
+            if isinstance(rejected, int) and rejected > 0:
+                drops.failed(min(rejected, len(spans)))
         return result
 
     return counted

@@ -452,10 +452,10 @@ def _quiet_own_exports() -> None:
             sdk_logger.addFilter(_OwnExportLines())
 
 
-def say_rejected(response: Any, export: str, where: str, key: str) -> None:
+def say_rejected(response: Any, export: str, where: str, key: str) -> int:
     """Say once (per ``key`` and ``where``) what a collector at ``where`` rejected of
     ``export`` that it took: OTLP's ``partial_success`` of its ``response`` counts the points
-    or spans it refused, which the SDK's exporters read nothing of."""
+    or spans it refused, which the SDK's exporters read nothing of. Returns that count."""
     try:
         partial = response.partial_success
         rejected, what = next(
@@ -464,8 +464,9 @@ def say_rejected(response: Any, export: str, where: str, key: str) -> None:
             if hasattr(partial, field)
         )
         reason = str(partial.error_message or "it gave no reason")
+        rejected = int(rejected)
     except Exception:
-        return
+        return 0
     if rejected:
         warn_once(
             f"{key}:{where}:partial",
@@ -474,6 +475,7 @@ def say_rejected(response: Any, export: str, where: str, key: str) -> None:
             "(or its backend's) log says more. Later rejections are logged at DEBUG.",
             expected=True,
         )
+    return rejected
 
 
 def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
@@ -515,10 +517,14 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str) -> type:
                 )
 
         def _answered(self, response: Any) -> None:
-            say_rejected(response, f"an OTLP {label}export", self._endpoint, prefix)
+            # What the collector rejected of this export (the span processor counts it).
+            self.rlmetrics_rejected = say_rejected(
+                response, f"an OTLP {label}export", self._endpoint, prefix
+            )
 
         def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
             self._rlmetrics_last_error = None
+            self.rlmetrics_rejected = 0
             _exporting.active = True  # the SDK's lines of this export: DEBUG, said below
             try:
                 outcome = super().export(data, *args, **kwargs)

@@ -159,6 +159,7 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: 
     class Reporting(fork_safe, base):  # type: ignore[misc,valid-type]
         def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
             _exporting.active, _exporting.cause, _exporting.answer = True, None, None
+            self.rlmetrics_rejected = 0
             try:
                 outcome = super().export(data, *args, **kwargs)
             except Exception as exc:
@@ -202,7 +203,9 @@ def _reporting(base: type, fork_safe: type, result: Any, signal: str, endpoint: 
                 response = _response_type(signal).FromString(answer)
             except Exception:
                 return  # an answer that is no OTLP response: nothing to read of it
-            say_rejected(response, f"an OTLP/HTTP {signal} export", endpoint, "otlp_http")
+            self.rlmetrics_rejected = say_rejected(
+                response, f"an OTLP/HTTP {signal} export", endpoint, "otlp_http"
+            )
 
     Reporting.__name__ = Reporting.__qualname__ = f"Reporting{base.__name__}"
     _quiet_own_exports()
