@@ -17,7 +17,7 @@ from rlmetrics.events import SetupTimings
 from rlmetrics.known_keys import Vocabulary, unknown_in_rows
 from rlmetrics.plugins import register as register_plugin
 from rlmetrics.routing import by_prefix
-from rlmetrics.testing import in_memory_telemetry, points
+from rlmetrics.testing import in_memory_telemetry, points, single
 
 
 def _logger(tmp_path: Path, **kwargs: Any) -> rlmetrics.Logger:
@@ -128,3 +128,26 @@ def test_asking_for_one_key_leaves_the_loops_table_alone() -> None:
     found = [routing.carried(f"train/k{i}") for i in range(100)]
     assert found[99] == ("train", "k99")
     assert len(routing._splits) == before
+
+
+def test_a_dropped_value_is_said_by_the_key_as_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: {"train/reward": nan} was said as "(key 'reward') dropped a value", a key the
+    user never wrote, and as the same said-once message as reward under prefix="train"."""
+    with (
+        caplog.at_level(logging.WARNING, logger="rlmetrics"),
+        in_memory_telemetry() as (_handle, reader),
+        _logger(tmp_path) as logger,
+    ):
+        logger.log_metrics({"train/reward": float("nan"), "train/loss": 0.3}, step=1)
+        logger.log_metrics({"reward": float("nan")}, step=2, prefix="train")
+        found = points(reader)
+    said = [r.getMessage() for r in caplog.records if "dropped a value" in r.getMessage()]
+    assert len(said) == 2, said
+    assert "rl.reward.mean (key 'train/reward') dropped a value" in said[0]
+    assert "rl.reward.mean (key 'reward') dropped a value" in said[1]
+    dropped = single(found, "rlmetrics.values.dropped", **{"rlmetrics.series": "rl.reward.mean"})
+    assert dropped.value == 2
+    assert dropped.attributes["rlmetrics.drop.reason"] == "nan"
+    assert single(found, "rl.policy.loss").value == 0.3

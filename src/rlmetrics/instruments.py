@@ -134,6 +134,12 @@ def _not_finite(value: Any) -> str:
 _BEYOND_INT64 = "an int beyond the int64 range an exporter can encode"
 
 
+#: The ``(logged key, key read)`` pairs of the dict the plugins are reading on this thread,
+#: when its keys carry their prefix (:func:`rlmetrics.routing.split`): a value dropped is
+#: said by the key as logged. Read on the warning path only.
+logged_keys = threading.local()
+
+
 def _drop_cause(value: Any, reason: str) -> str:
     """Which cause a dropped point is, for its warn-once key: one of a few words, so a key
     warns once per cause (a string, then a None, then a NaN each say so) and the keys stay
@@ -471,6 +477,8 @@ class Session:
         point = series.point(value, attributes, series.admitted)
         if isinstance(point, str):
             cause = _drop_cause(value, point)
+            # The key as the user logged it: train/reward, read by the family as reward.
+            key = next((k for k, rest in getattr(logged_keys, "pairs", ()) if rest == key), key)
             warn_once(
                 f"record:{group}:{key}:dropped:{cause}",
                 f"rlmetrics.record: {series.spec.name} (key {key!r}) dropped a value: {point}",

@@ -67,6 +67,7 @@ from .flatten import MAX_FLAT_KEYS, flatten, key_text
 from .hooks import Hooks
 from .hyperparams import to_hyperparams
 from .identity import RESUME_ID_SOURCES, RunIdentity, launcher_run_id, new_run_id
+from .instruments import logged_keys
 from .keymaps import KeyMap, KeyMapper, available_key_maps, resolve_key_map
 from .known_keys import KeyChecker
 from .plugins import check_plugin_lists, get_plugins, hooks
@@ -463,10 +464,14 @@ class Logger:
                     # rules merge the ranks' series by run id (the run's row beside them
                     # would count the others twice). Only the trackers get the run's row.
                     plugins = hooks()
-                    for part_prefix, part in _by_prefix(own, prefix):
+                    for part_prefix, part, logged in _by_prefix(own, prefix):
                         if self._key_map is not None:
                             part = self._key_map.tee(part, part_prefix)
-                        plugins.log_metrics(part, step, part_prefix)
+                        logged_keys.pairs = logged  # a value dropped is said as logged
+                        try:
+                            plugins.log_metrics(part, step, part_prefix)
+                        finally:
+                            logged_keys.pairs = ()
                     if flat is not None:
                         self._to_backends(flat, step, prefix)
                     return
@@ -479,8 +484,8 @@ class Logger:
             by_prefix = None if prefix else routing.by_prefix(tuple(flat))
             if by_prefix is not None:
                 self._to_backends(flat, step, prefix)
-                for part_prefix, part in routing.split(flat, by_prefix):
-                    self._to_plugins(plugins, part, step, part_prefix)
+                for part_prefix, part, logged in routing.split(flat, by_prefix):
+                    self._to_plugins(plugins, part, step, part_prefix, logged)
             else:
                 hooks_keys = self._key_map is None  # the hooks get flat's keys, not a key map's
                 taken = routing.take(prefix, flat, plugins.wanted, hooks_keys)
@@ -495,15 +500,27 @@ class Logger:
             warn_once("logger:log_metrics", "rlmetrics: Logger.log_metrics failed; step dropped")
         raise_if_strict()
 
-    def _to_plugins(self, plugins: Hooks, flat: dict[str, Any], step: int, prefix: str) -> None:
+    def _to_plugins(
+        self,
+        plugins: Hooks,
+        flat: dict[str, Any],
+        step: int,
+        prefix: str,
+        logged: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         """A dict's typed hooks and ``log_metrics`` (with the key map's keys when there is
-        one), for a dict the backends already got (or that a route does not stamp)."""
+        one), for a dict the backends already got (or that a route does not stamp); ``logged``
+        its keys as logged when they carried ``prefix`` (:func:`rlmetrics.routing.split`)."""
         hooks_keys = self._key_map is None
         taken = routing.take(prefix, flat, plugins.wanted, hooks_keys)
         tee = flat if hooks_keys else self._key_map.tee(flat, prefix)  # type: ignore[union-attr]
-        if taken:
-            routing.deliver(taken, plugins, prefix, tee, step, hooks_keys)
-        plugins.log_metrics(tee, step, prefix)
+        logged_keys.pairs = logged  # a value dropped is said by the key as logged
+        try:
+            if taken:
+                routing.deliver(taken, plugins, prefix, tee, step, hooks_keys)
+            plugins.log_metrics(tee, step, prefix)
+        finally:
+            logged_keys.pairs = ()
 
     def _log_merged_row(
         self, flat: dict[str, Any], step: int, prefix: str, stream: str | None
@@ -525,8 +542,8 @@ class Logger:
             if not prefix and routing.by_prefix(tuple(flat)) is not None:
                 self._to_backends(flat, step, prefix)  # keys that carry their prefix
                 plugins = hooks()
-                for part_prefix, part in _by_prefix(flat, prefix):
-                    self._to_plugins(plugins, part, step, part_prefix)
+                for part_prefix, part, logged in _by_prefix(flat, prefix):
+                    self._to_plugins(plugins, part, step, part_prefix, logged)
                 return
             taken = routing.take(prefix, flat, hooks().wanted)
             tee = flat if self._key_map is None else self._key_map.tee(flat, prefix)
@@ -1089,8 +1106,10 @@ def _names_identity(factory: BackendFactory) -> bool:
     )
 
 
-def _by_prefix(flat: dict[str, Any], prefix: str) -> list[tuple[str, dict[str, Any]]]:
+def _by_prefix(
+    flat: dict[str, Any], prefix: str
+) -> list[tuple[str, dict[str, Any], tuple[tuple[str, str], ...]]]:
     """``flat`` as the plugins read it: split by the prefixes its keys carry when it was
     logged without one (:func:`rlmetrics.routing.by_prefix`), else whole under ``prefix``."""
     parts = None if prefix else routing.by_prefix(tuple(flat))
-    return [(prefix, flat)] if parts is None else routing.split(flat, parts)
+    return [(prefix, flat, ())] if parts is None else routing.split(flat, parts)

@@ -241,9 +241,13 @@ def by_prefix(keys: tuple[Any, ...]) -> Split | None:
     return _splits(keys) or None
 
 
-def split(flat: Mapping[str, Any], plan: Split) -> list[tuple[str, dict[str, Any]]]:
-    """``flat`` (whose keys ``plan`` was made from) as ``(prefix, dict)`` per prefix."""
-    return [(prefix, {key: flat[logged] for logged, key in pairs}) for prefix, pairs in plan]
+def split(
+    flat: Mapping[str, Any], plan: Split
+) -> list[tuple[str, dict[str, Any], tuple[tuple[str, str], ...]]]:
+    """``flat`` (whose keys ``plan`` was made from) as ``(prefix, dict, pairs)`` per prefix,
+    ``pairs`` the plan's ``(logged key, key under the prefix)`` of that dict (to set as
+    :data:`rlmetrics.instruments.logged_keys` while the plugins read it)."""
+    return [(prefix, {key: flat[logged] for logged, key in pairs}, pairs) for prefix, pairs in plan]
 
 
 def carried(key: str) -> tuple[str, str]:
