@@ -364,15 +364,69 @@ def test_keys_that_carry_their_prefix_are_tried_under_it() -> None:
     """A W&B-style row (prefix in the keys, none given) is read as the Logger reads it:
     train/reward reaches rl.reward.mean, and what does not is offered under its prefix, not
     as a tee_scalar of the whole key (a second series for the training reward)."""
-    from rlmetrics.report.unexported import unexported_keys
+    from rlmetrics.report.unexported import declared_backend_only, unexported_keys
 
     rows = [
         {"step": 1, "prefix": "", "metrics": {"train/reward": 0.5, "train/my_stat": 1.0}},
         {"step": 1, "prefix": "", "metrics": {"eval/reward": 0.3}},
     ]
     missing, tried = unexported_keys(rows)
-    assert tried == 3
+    assert tried == 2
     by_name = {u.name: u for u in missing}
-    assert set(by_name) == {"train/my_stat", "eval/reward"}
+    assert set(by_name) == {"train/my_stat"}
     assert by_name["train/my_stat"].line == 'tee_scalar("my_stat", "rl.my_stat", description="...")'
-    assert "no family reads dicts logged under 'eval'" in by_name["eval/reward"].remedy
+    # eval/reward is read under eval, whose every key is declared as reaching the trackers
+    # only: counted, not tried.
+    assert declared_backend_only(rows) == ["eval/reward"]
+
+
+# -- keys declared as reaching the trackers only (declare_keys(..., backend_only=True)) ------
+
+
+def test_keys_declared_backend_only_are_counted_not_listed(tmp_path: Path, capsys: Any) -> None:
+    """A run that logs what rlmetrics documents as reaching the trackers only — the counters
+    every trainer logs, the ranks merger's straggler entries, evaluation dicts (docs/concepts.md:
+    every key under ``eval`` and ``test``), a loop's own ``backend_only`` declaration — is a
+    normal run: none is offered a tee_scalar line and the exit status is 0."""
+    from rlmetrics import Logger, declare_keys
+
+    path = tmp_path / "metrics.jsonl"
+    logger = Logger({"jsonl": {"path": str(path)}})
+    train = {"reward": 0.5, "epoch": 1, "policy_time/rank_min": 1.0, "my_debug/queue": 3.0}
+    logger.log_metrics(train, step=1)
+    logger.log_metrics({"policy_time/rank_max": 2.0}, step=1, prefix="train")
+    logger.log_metrics({"reward": 0.4, "accuracy": 0.3}, step=1, prefix="eval")
+    logger.log_metrics({"reward": 0.2}, step=1, prefix="test")
+    logger.finish()
+    declare_keys(["my_debug/*"], backend_only=True, note="the loop's own")
+
+    assert main(["check", "--run", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "reach the trackers only" not in out and "tee_scalar" not in out, out
+    assert "every one of the 1 keys logged reaches a series" in out
+    assert "7 keys declared as reaching the trackers only are not listed" in out
+    assert main(["check", "--run", str(path), "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert run["unexported"] == [] and run["keys_tried"] == 1
+    assert sorted(run["declared_backend_only"]) == sorted(
+        [
+            "epoch",
+            "policy_time/rank_min",
+            "my_debug/queue",
+            "policy_time/rank_max",
+            "eval/reward",
+            "eval/accuracy",
+            "test/reward",
+        ]
+    )
+
+    # A key no declaration covers, logged beside them, is still the one listed.
+    with_mine = tmp_path / "mine.jsonl"
+    logger = Logger({"jsonl": {"path": str(with_mine)}})
+    logger.log_metrics({**train, "my_custom_thing": 3.0}, step=1)
+    logger.log_metrics({"reward": 0.4}, step=1, prefix="eval")
+    logger.finish()
+    assert main(["check", "--run", str(with_mine)]) == 1
+    out = capsys.readouterr().out
+    section = out.split("keys logged reach the trackers only")[1].splitlines()[1:]
+    assert [line.split()[0] for line in section] == ["my_custom_thing"]

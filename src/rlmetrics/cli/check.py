@@ -133,7 +133,7 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
     from ..known_keys import unknown_in_rows
     from ..report.keymap import found_key_map
     from ..report.runs import DamagedRows, RowCensus, run_row_problem
-    from ..report.unexported import kept_to_backends, unexported_keys
+    from ..report.unexported import declared_backend_only, kept_to_backends, unexported_keys
 
     problem = input_problem(path)
     if problem is not None:
@@ -164,9 +164,13 @@ def _unexported(path: Path, key_map: str | None) -> _RunFindings | str:
         found = found_key_map(hyperparams, key_map)
         missing, tried = unexported_keys(rows, None if found is None else found.name)
         kept = [] if found is None else kept_to_backends(rows, found.name)
+        # Declared as reaching the trackers only (a key map's rule counts first): not tried.
+        backend_only = [name for name in declared_backend_only(rows) if name not in kept]
         mapped = None if found is None else resolve_key_map(found.name)
         unknown = unknown_in_rows(rows, mapped)
-        return _RunFindings(missing, tried, found, kept, unknown, skipped.count + damaged.count)
+        return _RunFindings(
+            missing, tried, found, kept, unknown, skipped.count + damaged.count, backend_only
+        )
     except (KeyError, ValueError) as exc:  # an unknown key map
         return str(exc.args[0] if exc.args else exc)
 
@@ -211,6 +215,9 @@ class _RunFindings:
     unknown: list[Unknown]
     #: Lines of the file that were no row (torn, not JSON): said, and in --json.
     skipped_lines: int = 0
+    #: The keys declared as reaching the trackers only (declare_keys(..., backend_only=True)):
+    #: counted, not listed.
+    backend_only: list[str] = attrs.Factory(list)
 
     def as_dict(self, path: Path) -> dict[str, Any]:
         return {
@@ -218,6 +225,7 @@ class _RunFindings:
             "keys_tried": self.tried,
             "key_map": None if self.key_map is None else self.key_map.as_dict(),
             "kept_to_backends": self.kept,
+            "declared_backend_only": self.backend_only,
             "unexported": [u.as_dict() for u in self.unexported],
             "unknown_keys": [u.as_dict() for u in self.unknown],
             "skipped_lines": self.skipped_lines,
@@ -240,7 +248,15 @@ def _print_unexported(path: Path, found: _RunFindings) -> None:
             hint = unknown.hint() or "no known key is close"
             sys.stdout.write(f"  {unknown.name:<{width}}  {hint}\n")
     unexported, tried = found.unexported, found.tried
+    if found.backend_only:
+        sys.stdout.write(
+            f"{path}: {len(found.backend_only)} keys declared as reaching the trackers only "
+            "are not listed (declare_keys(..., backend_only=True): the counters every trainer "
+            "logs, eval and test dicts, ...)\n"
+        )
     if not tried:  # a run that has logged only its configuration, or nothing numeric, so far
+        if found.backend_only or found.kept:
+            return  # every key it logged is one said above
         sys.stdout.write(f"{path}: no metric key logged yet: nothing to check\n")
         return
     if not unexported:

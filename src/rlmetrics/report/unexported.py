@@ -6,7 +6,10 @@ plugins' own hooks), so each logged key is tried through the installed plugins t
 the key alone, logged under its prefix into a throwaway in-memory session, is teed when it
 makes a series export a point that the same prefix logged empty does not. Setup and
 rollout-checkpoint dicts are events whose every field belongs to its payload; they are not
-tried.
+tried. Nor is a key a ``backend_only`` declaration matches (``declare_keys(...,
+backend_only=True)``: the counters every trainer logs, the ranks' straggler entries, every key
+of an ``eval`` or ``test`` dict, a loop's own): it reaches the trackers only on purpose, and
+is counted, not listed (:func:`declared_backend_only`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ if TYPE_CHECKING:
     from ..keymaps import KeyMap
     from ..registry import Declared
 
-__all__ = ["Suggestions", "Unexported", "declaring_line", "kept_to_backends", "unexported_keys"]
+__all__ = [
+    "Suggestions",
+    "Unexported",
+    "declared_backend_only",
+    "declaring_line",
+    "kept_to_backends",
+    "unexported_keys",
+]
 
 _NOT_NAME = re.compile(r"[^a-z0-9_]+")
 #: A key's last segment (or its ``_<word>`` ending) that names a unit: the series takes the
@@ -247,6 +257,7 @@ def unexported_keys(
 
     mapper = None if key_map is None else KeyMapper(resolve_key_map(key_map))
     logged = _logged(rows)
+    backend_only = _BackendOnly()
     suggest = Suggestions()
     baselines: dict[str, set[str]] = {}
     missing = []
@@ -259,6 +270,8 @@ def unexported_keys(
         )
         if mapper is not None and _kept_to_backends(mapper.key_map, prefix, key):
             continue
+        if backend_only(prefix, key):
+            continue
         tried += 1
         if prefix not in baselines:
             baselines[prefix] = _exported(prefix, {}, mapper)
@@ -267,6 +280,36 @@ def unexported_keys(
             # Named as logged: the row holds train/my_stat, not my_stat.
             missing.append(attrs.evolve(found, prefix=logged_prefix, key=logged_key))
     return missing, tried
+
+
+class _BackendOnly:
+    """Whether a (prefix, key) is one a ``backend_only`` declaration matches, as the
+    declarations are now (:func:`rlmetrics.declare_keys`)."""
+
+    def __init__(self) -> None:
+        from ..key_patterns import pattern_regex
+        from ..registry import default_registry
+
+        self._patterns = [
+            (pattern_regex(p.prefix), pattern_regex(p.key))
+            for p in default_registry().key_patterns()
+            if p.backend_only
+        ]
+
+    def __call__(self, prefix: str, key: str) -> bool:
+        return any(p.fullmatch(prefix) and k.fullmatch(key) for p, k in self._patterns)
+
+
+def declared_backend_only(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The keys of ``rows`` declared as reaching the trackers only (``declare_keys(...,
+    backend_only=True)``), named as a report names them; :func:`unexported_keys` leaves them
+    out."""
+    matches = _BackendOnly()
+    return [
+        key_name(prefix, key)
+        for prefix, key in _logged(rows)
+        if matches(*(routing.carried(key) if not prefix else (prefix, key)))
+    ]
 
 
 def _kept_to_backends(key_map: KeyMap, prefix: str, key: str) -> bool:
