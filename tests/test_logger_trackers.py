@@ -92,8 +92,8 @@ def test_hyperparams_reach_every_backend_that_keeps_them(tmp_path: Path) -> None
     assert isinstance(keeper, TakesHyperparams) and isinstance(keeper, TakesSamples)
     assert keeper.params == [{"lr": 1e-6, "layers": [28]}]
     assert keeper.threads == {"rlmetrics-backend-keeper"}  # queued: never the loop's thread
-    (row,) = read_jsonl(tmp_path / "m.jsonl", every_row=True)
-    assert row["hyperparams"] == {"lr": 1e-6, "layers": [28]}
+    row, end = read_jsonl(tmp_path / "m.jsonl", every_row=True)
+    assert row["hyperparams"] == {"lr": 1e-6, "layers": [28]} and end["kind"] == "end"
     assert logger.backends["plain"].options == {}  # no identity forced on it
 
 
@@ -145,7 +145,8 @@ def test_start_with_resume_makes_every_logger_resume(tmp_path: Path) -> None:
         logger.finish()
     assert Keeper.made[0].identity == RunIdentity("run-42", resume=True)
     assert [row.get("kind") for row in read_jsonl(tmp_path / "m.jsonl", every_row=True)] == [
-        "resume"
+        "resume",
+        "end",
     ]
 
 
@@ -182,8 +183,8 @@ def test_a_backend_that_fails_in_an_optional_method_costs_only_that_call(
     wait_until(lambda: len(keeper.tables) == 1, 30, "the samples after the failure")
     logger.finish()
     assert "failed in log_hyperparams" in caplog.text
-    (row,) = read_jsonl(tmp_path / "m.jsonl", every_row=True)
-    assert row["hyperparams"] == {"lr": 1.0}
+    row, end = read_jsonl(tmp_path / "m.jsonl", every_row=True)
+    assert row["hyperparams"] == {"lr": 1.0} and end["kind"] == "end"
 
 
 @pytest.mark.parametrize("step", ["x", -1, 2.5, True, 2**70])

@@ -49,7 +49,8 @@ def _jsonl(tmp_path: Path, **kwargs: Any) -> rlmetrics.Logger:
 
 
 def _hyperparams(tmp_path: Path) -> dict[str, Any]:
-    (row,) = [r for r in read_jsonl(tmp_path / "m.jsonl", every_row=True) if r.get("kind")]
+    rows = read_jsonl(tmp_path / "m.jsonl", every_row=True)
+    (row,) = [r for r in rows if r.get("kind") == "hyperparams"]
     return row["hyperparams"]  # type: ignore[no-any-return]
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .backends.jsonl import (
+    END_KIND,
     HYPERPARAMS_KIND,
     RESUME_KIND,
     SkippedLines,
@@ -114,6 +115,7 @@ def run_state(
     chosen = wanted
     now = time.time() if now is None else now
     steps, stalls, stalled_now = _steps(facts.first_seen, now, rule or StallRule())
+    stalled_now = stalled_now and facts.ended is None  # a finished run is silent, not stalled
     answer: dict[str, Any] = {
         "schema": SCHEMA,
         "source": {
@@ -128,6 +130,7 @@ def run_state(
             "resumed": facts.resumed,
             "reruns": facts.reruns,
             "hyperparams": facts.hyperparams or None,
+            "ended": facts.ended,
         },
         "steps": steps,
         "stalls": stalls[-MAX_STALLS:],
@@ -247,12 +250,23 @@ class _RunFacts:
         self.first_seen: dict[int, float] = {}
         self.resumed = False
         self.hyperparams: dict[str, Any] = {}
+        #: ``{"time", "status"}`` of the run's ``end`` row (its Logger finished it), while no
+        #: row came after it (another Logger of the run, a resume); else None.
+        self.ended: dict[str, Any] | None = None
         #: ``prefix/key``: its newest number and step, the newest last; at most MAX_VALUES.
         self.last_values: dict[str, dict[str, Any]] = {}
         self.step_times = StepTimes()
 
     def add(self, row: Mapping[str, Any]) -> None:
         kind = row.get("kind")
+        if kind == END_KIND:
+            status = row.get("status")
+            self.ended = {
+                "time": _number(row.get("time")),
+                "status": status if status in ("finished", "failed") else "finished",
+            }
+            return
+        self.ended = None  # the run went on after an end
         if kind == RESUME_KIND:
             self.resumed = True
         elif kind == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):
@@ -354,6 +368,9 @@ def _findings(answer: Mapping[str, Any], bad_lines: str = "") -> list[str]:
     steps = answer["steps"]
     if steps["count"] == 0:
         found.append("no trainer step in the file")
+    ended = answer["run"]["ended"]
+    if ended is not None and ended["status"] == "failed":
+        found.append("the run ended failed: its Logger finished with the exception that ended it")
     if answer["stalled_now"]:
         found.append(
             f"stalled: no step for {steps['seconds_since_last']:.0f} s after step "

@@ -55,8 +55,8 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path: Path, caplog: Any) -
     backend.log_metrics({"x": 1.0}, step=1, prefix="train")
     backend.log_metrics({"x": 2.0}, step=2, prefix="train")
     backend.finish()
-    # A crash mid-write leaves a prefix of the last line and no newline.
-    text = path.read_text()
+    # A crash mid-write leaves a prefix of the last line and no newline (and no end row).
+    text = "".join(line for line in path.open() if '"kind": "end"' not in line)
     path.write_text(text[: len(text) - 10])
     with caplog.at_level(logging.WARNING, logger="rlmetrics"):
         rows = list(read_jsonl(path))
@@ -200,7 +200,7 @@ def test_a_row_appended_after_a_torn_line_is_not_lost(tmp_path: Path, caplog: An
     # Said by its line when the file is continued: once closed off by a newline, readers
     # can only call it "not JSON", and the restart was silent about what it found.
     said = [r.getMessage() for r in caplog.records if "torn" in r.getMessage()]
-    assert len(said) == 1 and f"{path} ends in a torn line 2" in said[0], caplog.text
+    assert len(said) == 1 and f"{path} ends in a torn line 3" in said[0], caplog.text  # 2: end
 
 
 def test_a_row_is_on_disk_when_log_metrics_returns(tmp_path: Path) -> None:
@@ -253,7 +253,7 @@ def test_every_row_carries_the_run_id_and_a_resumed_run_marks_where_it_continues
 
     rows = list(read_jsonl(path, every_row=True))
     assert {row["run_id"] for row in rows} == {"run-a"}
-    assert [row.get("kind") for row in rows] == ["hyperparams", None, "resume", None]
+    assert [row.get("kind") for row in rows] == ["hyperparams", None, "end", "resume", None, "end"]
     assert rows[0]["hyperparams"] == {"lr": 1e-6, "model": {"layers": [28]}}
     assert [row["step"] for row in rows if "metrics" in row] == [1, 2]
 
@@ -289,10 +289,10 @@ def test_a_run_started_again_without_resume_marks_a_new_attempt(tmp_path: Path) 
     rows = list(read_jsonl(path, every_row=True))
     marks = [(r["run_id"], r.get("kind") or r["step"]) for r in rows]
     assert marks == [
-        ("grpo-1", 0), ("grpo-1", 10), ("grpo-1", 20),
-        ("other", 0),
-        ("grpo-1", "rerun"), ("grpo-1", 0), ("grpo-1", 1), ("grpo-1", 2),
-        ("grpo-1", "resume"), ("grpo-1", 3),
+        ("grpo-1", 0), ("grpo-1", 10), ("grpo-1", 20), ("grpo-1", "end"),
+        ("other", 0), ("other", "end"),
+        ("grpo-1", "rerun"), ("grpo-1", 0), ("grpo-1", 1), ("grpo-1", 2), ("grpo-1", "end"),
+        ("grpo-1", "resume"), ("grpo-1", 3), ("grpo-1", "end"),
     ]  # fmt: skip
     assert [starts_over(r) for r in rows].count(True) == 1
 
@@ -443,7 +443,8 @@ def test_a_config_s_list_of_dicts_stays_dicts_when_another_value_is_not_json(
     }
     with rlmetrics.Logger(backends={"jsonl": {"path": tmp_path / "m.jsonl"}}) as logger:
         logger.log_hyperparams(config)
-    [row] = list(read_jsonl(tmp_path / "m.jsonl", every_row=True))
+    [row, end] = list(read_jsonl(tmp_path / "m.jsonl", every_row=True))
+    assert end["kind"] == "end"
     assert row["hyperparams"] == {
         "max_grad_norm": "inf",
         "reward_functions": [{"name": "accuracy", "weight": 1.0}, {"name": "format", "w": [1]}],

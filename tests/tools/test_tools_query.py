@@ -3,6 +3,7 @@ the run's files hold; exit codes a script can test; bad input is a clear answer.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
@@ -377,3 +378,50 @@ def test_a_long_run_is_answered_without_holding_its_rows(tmp_path: Path) -> None
         tracemalloc.stop()
     assert answer["steps"]["count"] == 3000
     assert peak < path.stat().st_size
+
+
+@pytest.mark.parametrize("failed", [False, True])
+def test_a_finished_run_is_ended_not_stalled(tmp_path: Path, failed: bool) -> None:
+    """Before: a run whose Logger finished (cleanly, or with the exception that ended it) read
+    as stalled for ever once its pace's limit had passed: ``query`` exited 1 with "stalled: no
+    step for 91 s", and MCP ``run_state`` told an agent the run was stuck. The JSONL backend
+    now ends the run's rows with an ``end`` row saying how it ended; a run killed before its
+    finish has none and is still judged by its silence."""
+    path = tmp_path / "m.jsonl"
+    jsonl = {"jsonl": {"path": str(path)}}
+    with (
+        isolated_state(),
+        contextlib.suppress(ValueError),
+        rlmetrics.Logger(backends=jsonl, run_id="r1") as logger,
+    ):
+        for step in range(3):
+            logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
+        if failed:
+            raise ValueError("the loop's own error")
+    [end] = [row for row in read_jsonl(path, every_row=True) if row.get("kind") == "end"]
+    assert end == {
+        "time": ANY,
+        "run_id": "r1",
+        "kind": "end",
+        "status": "failed" if failed else "finished",
+    }
+    later = end["time"] + 3600.0
+    answer = run_state(path, now=later)
+    jsonschema.validate(answer, SCHEMA)
+    assert answer["run"]["ended"] == {"time": end["time"], "status": end["status"]}
+    assert not answer["stalled_now"]
+    assert not any(finding.startswith("stalled") for finding in answer["findings"])
+    assert ("the run ended failed" in " ".join(answer["findings"])) is failed
+    # Its rows gone on after the end (a second Logger of the run, a resume): running again.
+    with path.open("a") as out:
+        for row in _step_rows([later, later + 1.0]):
+            out.write(json.dumps({**row, "step": row["step"] + 3}) + "\n")
+    again = run_state(path, now=later + 3600.0)
+    assert again["run"]["ended"] is None and again["stalled_now"]
+
+
+def test_a_killed_run_has_no_end_row_and_stays_stalled(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    _rows(path, rows=_step_rows([1000.0 + n for n in range(30)]))
+    answer = run_state(path, now=1000.0 + 29 + 3600.0)
+    assert answer["run"]["ended"] is None and answer["stalled_now"]

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from rlmetrics import runstate
 from rlmetrics.backends.jsonl import (
+    END_KIND,
     HYPERPARAMS_KIND,
     RERUN_KIND,
     RESUME_KIND,
@@ -59,6 +60,14 @@ def whole_file_state(jsonl: str | os.PathLike[str], *, run: str | None, now: flo
         if is_trainer_step(row["metrics"], str(row.get("prefix") or "")):
             first_seen[step] = at
     steps, stalls, stalled_now = runstate._steps(first_seen, now, StallRule())
+    ended = None  # the run's end row, when no row of it came after
+    if mine and mine[-1].get("kind") == END_KIND:
+        status = mine[-1].get("status")
+        ended = {
+            "time": runstate._number(mine[-1].get("time")),
+            "status": status if status in ("finished", "failed") else "finished",
+        }
+    stalled_now = stalled_now and ended is None
     hyperparams: dict[str, Any] = {}
     for row in mine:
         if row.get("kind") == HYPERPARAMS_KIND and isinstance(row.get("hyperparams"), dict):
@@ -86,6 +95,7 @@ def whole_file_state(jsonl: str | os.PathLike[str], *, run: str | None, now: flo
             "resumed": any(r.get("kind") == RESUME_KIND for r in mine),
             "reruns": reruns,
             "hyperparams": hyperparams or None,
+            "ended": ended,
         },
         "steps": steps,
         "stalls": stalls[-runstate.MAX_STALLS :],

@@ -65,7 +65,7 @@ def test_bad_configs_and_samples_cost_only_themselves(
     (params,) = [
         r["hyperparams"]
         for r in read_jsonl(tmp_path / "metrics.jsonl", every_row=True)
-        if r.get("kind")
+        if r.get("kind") == "hyperparams"
     ]
     assert params["lr"] == 1e-6 and params["odd"] == "<unserialisable>"
     assert [r["metrics"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [{"loss": 0.5}]
@@ -128,7 +128,7 @@ def test_one_bad_hyperparameter_or_sample_cell_costs_only_itself_in_every_tracke
     (params,) = [
         r["hyperparams"]
         for r in read_jsonl(tmp_path / "metrics.jsonl", every_row=True)
-        if r.get("kind")
+        if r.get("kind") == "hyperparams"
     ]
     assert params == {
         "lr": 1e-6,

@@ -249,7 +249,8 @@ def test_any_configuration_arrives_exactly_where_the_tracker_can_take_it(
         store.finish()
     merged = {k: v for params in logged for k, v in params.items()}
     if name == "jsonl":
-        rows = [r for r in read_jsonl(store.tmp_path / "m.jsonl", every_row=True) if r.get("kind")]
+        rows = read_jsonl(store.tmp_path / "m.jsonl", every_row=True)
+        rows = [r for r in rows if r.get("kind") == "hyperparams"]
         got = {k: v for r in rows for k, v in r["hyperparams"].items()}
         assert _same(got, _nonfinite_text(merged))
     if name == "wandb":

@@ -23,7 +23,7 @@ def _logged(path: Path, config: Any, redact: bool) -> dict[str, Any]:
     logger = rlmetrics.Logger(backends={"jsonl": {"path": path}}, redact=redact)
     logger.log_hyperparams(config)
     logger.finish()
-    (row,) = [r for r in read_jsonl(path, every_row=True) if r.get("kind")]
+    (row,) = [r for r in read_jsonl(path, every_row=True) if r.get("kind") == "hyperparams"]
     return row["hyperparams"]  # type: ignore[no-any-return]
 
 

@@ -13,7 +13,9 @@ file may hold several runs and a reader tells them apart. Besides the metric row
 the run: ``{"kind": "hyperparams", "hyperparams": {...}}`` from ``Logger.log_hyperparams``, and
 ``{"kind": "resume"}`` where a resumed run (``RunIdentity.resume``) continues the file, and
 ``{"kind": "rerun"}`` where a run started again under an id the file already holds, without
-resume, begins a new attempt of it (a reader shows the last attempt: :func:`starts_over`). Sample
+resume, begins a new attempt of it (a reader shows the last attempt: :func:`starts_over`), and
+``{"kind": "end", "status": "finished" | "failed"}`` where the Logger finished it (a run
+killed before has none: a reader tells a finished run from a silent one by it). Sample
 rows from ``Logger.log_samples`` go to a file beside it, ``<stem>.samples.jsonl`` (one line per
 sample: ``{"time", "run_id", "step", "name", "sample"}``), so the metrics file stays small; that
 file is written on a thread of its own (:class:`_SamplesFile`), the one write this backend does
@@ -77,6 +79,7 @@ SAMPLES_FINISH_S = 30.0
 HYPERPARAMS_KIND = "hyperparams"
 RESUME_KIND = "resume"
 RERUN_KIND = "rerun"
+END_KIND = "end"
 
 #: ``(file, run id)`` of every JSONL backend this process started (a forked child's
 #: included): a second Logger of the same run and file, in the same process, is no new
@@ -216,6 +219,11 @@ class JsonlBackend:
         #: A forked child's: the file object is the parent's, dropped; a new one is opened
         #: at the child's first write (see :meth:`_after_fork_in_child`).
         self._reopen = False
+        #: In a forked child: its run's end is its parent's to write.
+        self._child = False
+        #: Whether it wrote a row: a run that logged none (only samples) gets no end row, and
+        #: its file stays empty, as a reader expects of a run that has logged no step.
+        self._wrote = False
         forget_in_child(self)
         kind = RESUME_KIND if self.identity.resume else self._rerun_kind()
         if kind is not None:
@@ -272,6 +280,7 @@ class JsonlBackend:
             file = self._file  # a signal's handler may finish the backend between the two
             file.write(line)
             file.flush()
+            self._wrote = True
 
     def _after_fork_in_child(self) -> None:
         # A thread of the parent may have been inside _write at the fork: its lock stays held
@@ -280,6 +289,7 @@ class JsonlBackend:
         # into the parent's file. So the child forsakes that file object unflushed and appends
         # through one of its own: a row per write, each a whole line (O_APPEND).
         self._lock = threading.RLock()
+        self._child = True
         if self._file is not None:
             _forsake(self._file)
             self._reopen = True
@@ -289,8 +299,15 @@ class JsonlBackend:
         if samples is not None:
             samples.backend.forsake()
 
-    def finish(self) -> None:
+    def finish(self, failed: bool = False) -> None:
+        """Write the run's ``end`` row (``failed``: the run ended with an exception) and close
+        the file. A forked child writes none: the run goes on in its parent."""
         with self._lock:
+            if self._file is not None and self._wrote and not self._child:
+                end = {"time": time.time(), "run_id": self.run_id, "kind": END_KIND}
+                end["status"] = "failed" if failed else "finished"
+                with contextlib.suppress(OSError, RuntimeError):  # see below
+                    self._write(_line(end))
             # RuntimeError: finish() from a signal's handler that interrupted this thread
             # inside the file's own write ("reentrant call"); that write goes on when the
             # handler returns, and the interpreter closes the file at its exit.

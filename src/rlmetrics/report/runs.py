@@ -28,6 +28,7 @@ import attrs
 
 from .._warn import logger
 from ..backends.jsonl import (
+    END_KIND,
     HYPERPARAMS_KIND,
     RESUME_KIND,
     SkippedLines,
@@ -161,7 +162,7 @@ class RowCensus:
             self.ranks.add(rank)
         if not self.of_a_run and (
             isinstance(row.get("metrics"), Mapping)
-            or row.get("kind") in (HYPERPARAMS_KIND, RESUME_KIND)
+            or row.get("kind") in (HYPERPARAMS_KIND, RESUME_KIND, END_KIND)
         ):
             self.of_a_run = True
         self.spans = self.spans or "resourceSpans" in row
