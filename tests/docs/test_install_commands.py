@@ -18,7 +18,7 @@ else:  # pragma: no cover - the config extra's tomli
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The first-hour pages (docs/trackers.md's install lines are its own page's to follow).
+#: The first-hour pages and the trackers' page.
 PAGES = [
     ROOT / "README.md",
     *(
@@ -30,6 +30,7 @@ PAGES = [
             "conventions",
             "families",
             "integrations",
+            "trackers",
             "troubleshooting",
             "writing-a-plugin",
         )
