@@ -179,6 +179,9 @@ KNOWN = [
     ("train", "epoch"),
     ("perf", "epoch"),  # the documented list holds under any prefix
     ("eval", "loss"),
+    ("eval/gsm8k", "accuracy"),  # per-dataset evaluation: still an evaluation dict
+    ("test/mmlu/stem", "accuracy"),
+    ("", "eval/gsm8k/accuracy"),
 ]
 
 
@@ -195,6 +198,8 @@ def test_keys_the_families_read_or_document_are_known(prefix: str, key: str) -> 
         ("train", "reward/format/meen"),
         ("train", "validation/gsm8k/acuracy"),
         ("train", "kl"),  # TRL's and OpenRLHF's: known only through their key map
+        ("evaluation", "accuracy"),  # no evaluation prefix, only its first letters
+        ("tests/mmlu", "accuracy"),
     ],
 )
 def test_keys_nothing_declares_are_unknown(prefix: str, key: str) -> None:

@@ -180,10 +180,15 @@ declare_keys(
     backend_only=True,
     note="counters and axes every trainer logs for the trackers",
 )
-# Evaluation dicts (EVALUATION_PREFIXES): no series reads them, every key of them reaches the
-# trackers only. (Per-dataset validation metrics that are series go under ``validation``:
-# docs/concepts.md.)
-declare_keys([ANY], prefixes=EVALUATION_PREFIXES, backend_only=True, note="evaluation dicts")
+# Evaluation dicts (EVALUATION_PREFIXES, and a per-dataset one nested under them:
+# ``eval/gsm8k``): no series reads them, every key of them reaches the trackers only.
+# (Per-dataset validation metrics that are series go under ``validation``: docs/concepts.md.)
+declare_keys(
+    [ANY],
+    prefixes=[*EVALUATION_PREFIXES, *(f"{p}/**" for p in EVALUATION_PREFIXES)],
+    backend_only=True,
+    note="evaluation dicts",
+)
 
 
 @attrs.frozen

@@ -430,3 +430,33 @@ def test_keys_declared_backend_only_are_counted_not_listed(tmp_path: Path, capsy
     out = capsys.readouterr().out
     section = out.split("keys logged reach the trackers only")[1].splitlines()[1:]
     assert [line.split()[0] for line in section] == ["my_custom_thing"]
+
+
+def test_keys_under_a_nested_evaluation_prefix_are_counted_not_listed(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """Per-dataset evaluation (``prefix="eval/gsm8k"``, ``prefix="test/mmlu"``) is logged under
+    eval and test, whose every key docs/concepts.md says reaches the trackers only: a normal
+    run, exit 0. A prefix that only begins with the same letters (``evaluation``) is not."""
+    from rlmetrics import Logger
+
+    path = tmp_path / "metrics.jsonl"
+    logger = Logger({"jsonl": {"path": str(path)}})
+    logger.log_metrics({"reward": 0.5}, step=1)
+    logger.log_metrics({"accuracy": 0.7, "pass@1": 0.6}, step=1, prefix="eval/gsm8k")
+    logger.log_metrics({"accuracy": 0.4}, step=1, prefix="test/mmlu/stem")
+    logger.finish()
+    assert main(["check", "--run", str(path), "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert run["unexported"] == [] and run["keys_tried"] == 1
+    assert sorted(run["declared_backend_only"]) == [
+        "eval/gsm8k/accuracy",
+        "eval/gsm8k/pass@1",
+        "test/mmlu/stem/accuracy",
+    ]
+
+    other = tmp_path / "other.jsonl"
+    logger = Logger({"jsonl": {"path": str(other)}})
+    logger.log_metrics({"accuracy": 0.7}, step=1, prefix="evaluation")
+    logger.finish()
+    assert main(["check", "--run", str(other)]) == 1
