@@ -93,3 +93,36 @@ def test_a_wrong_option_variable_of_the_call_s_exporter_is_still_refused(
     with pytest.raises(rlmetrics.ConfigurationError, match=said):
         rlmetrics.start(exporters=["prometheus"])
     assert rlmetrics.current() is None
+
+
+def test_the_loggers_run_id_is_the_files_telemetry_run_id_as_the_logger_takes_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any, tmp_path: Any
+) -> None:
+    """Before: 'logger.run_id = None  (default)' for a file that sets only [telemetry] run_id,
+    while a Logger made before start() writes its rows under that id: the check before a long
+    job showed another run id than the one the rows carry."""
+    from rlmetrics.backends.jsonl import read_jsonl
+    from rlmetrics.cli import main
+
+    config = tmp_path / "rlmetrics.toml"
+    config.write_text('[telemetry]\nrun_id = "job-1234"\nresume = true\n')
+    monkeypatch.setenv("RLMETRICS_CONFIG", str(config))
+    assert main(["config", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    shown = document["logger"]["run_id"]
+    assert shown == {"value": "job-1234", "from": "rlmetrics.toml [telemetry] run_id"}
+    assert document["logger"]["resume"]["value"] is True
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert "logger.run_id = 'job-1234'" in out, out
+    # ... which is the id the Logger's rows carry.
+    path = tmp_path / "m.jsonl"
+    logger = rlmetrics.Logger({"jsonl": {"path": str(path)}})
+    logger.log_metrics({"reward": 0.5}, step=1)
+    logger.finish()
+    assert {row["run_id"] for row in read_jsonl(path) if "run_id" in row} == {"job-1234"}
+
+    # A [logger] run_id of its own still wins, in both.
+    config.write_text('[telemetry]\nrun_id = "job-1234"\n[logger]\nrun_id = "mine"\n')
+    assert main(["config", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["logger"]["run_id"]["value"] == "mine"

@@ -59,6 +59,7 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]], IfChosen
     from ..exporters import available_exporters
     from ..keymaps import available_key_maps, resolve_key_map
     from ..logger import SETTING_DEFAULTS as LOGGER_DEFAULTS
+    from ..logger import _with_the_runs_identity
     from ..telemetry import SETTING_DEFAULTS as TELEMETRY_DEFAULTS
     from ..telemetry import check_naming
     from ..tracing import naming as _naming
@@ -78,7 +79,11 @@ def check() -> tuple[Configured, dict[str, dict[str, tuple[Any, str]]], IfChosen
     found, if_chosen = _chosen_by_the_call_only(found, exporters, backends)
     settings = {
         "telemetry": resolve(found.telemetry, {}, TELEMETRY_DEFAULTS),
-        "logger": resolve(found.logger, {}, LOGGER_DEFAULTS),
+        # A Logger made before start() takes the file's [telemetry] run_id and resume where
+        # [logger] gives none: show the id its rows will carry.
+        "logger": resolve(
+            _with_the_runs_identity(found.logger, found.telemetry), {}, LOGGER_DEFAULTS
+        ),
     }
     telemetry, logger = settings["telemetry"], settings["logger"]
     for table in (telemetry, logger):
