@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import pytest
 
@@ -801,3 +801,44 @@ def test_tables_and_configs_a_finish_gives_up_on_are_said_not_written(caplog: An
         "did not finish within 0.1 s: 0 rows not written, nor 4 log_samples calls, "
         "1 log_hyperparams call" in caplog.text
     )
+
+
+class _NoFinish:
+    """A backend that writes each row at once and so has nothing to finish: no finish()."""
+
+    rows: ClassVar[list[tuple[int, dict[str, Any]]]] = []
+
+    def __init__(self) -> None:
+        _NoFinish.rows = []
+
+    def log_metrics(self, metrics: Any, step: int, prefix: str) -> None:
+        _NoFinish.rows.append((step, dict(metrics)))
+
+
+class _OffersNoFinish:
+    """The backend queued, and inline (run on the caller's thread)."""
+
+    @rlmetrics.hookimpl
+    def register_backends(self, register: Any) -> None:
+        for name, inline in (("no-finish", False), ("no-finish-inline", True)):
+            register(name, type(name, (_NoFinish,), {"inline": inline}))
+
+
+@pytest.mark.parametrize("name", ["no-finish", "no-finish-inline"])
+def test_a_backend_without_finish_is_finished_as_one_with_nothing_to_finish(
+    name: str, tmp_path: Path, caplog: Any
+) -> None:
+    """Before: accepted at start, then 'backend ... failed to finish' with an AttributeError
+    traceback at Logger.finish(), for a backend that lost nothing. A missing finish() is now
+    nothing to call: no warning, every row written."""
+    register(_OffersNoFinish(), "offers-no-finish")
+    with caplog.at_level(logging.DEBUG, logger="rlmetrics"):
+        logger = rlmetrics.Logger(backends={name: {}, "jsonl": {"path": tmp_path / "m.jsonl"}})
+        for step in range(3):
+            logger.log_metrics({"loss": 1.0}, step=step, prefix="train")
+        logger.finish(timeout_s=30)
+    assert [step for step, _ in _NoFinish.rows] == [0, 1, 2]
+    assert len(list(read_jsonl(tmp_path / "m.jsonl"))) == 3
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said == [], said
+    assert "AttributeError" not in caplog.text

@@ -260,6 +260,10 @@ def _finish(
     failed: bool = False,
     cause: BaseException | None = None,
 ) -> None:
+    if not callable(getattr(backend, "finish", None)):
+        # A backend that writes each row at once may have nothing to finish: no finish() is
+        # nothing to call, not a failure (docs/writing-a-plugin.md).
+        return
     try:
         if failed and _takes_failed(backend):
             if cause is not None and _takes(backend, "cause"):
@@ -290,7 +294,7 @@ def _takes(backend: Any, parameter: str) -> bool:
     error text): one that takes only ``failed`` is finished as before."""
     try:
         return parameter in inspect.signature(backend.finish).parameters
-    except Exception:  # no finish (said when it is called), or one with no signature
+    except Exception:  # no finish (nothing to call), or one with no signature
         return False
 
 
