@@ -476,3 +476,81 @@ def test_telemetry_starts_again_after_a_start_interrupted_at_any_line() -> None:
     status, err = run_to_exit(_INTERRUPTED_START_SCRIPT, (), timeout_s=300)
     assert status == 0, err
     assert "lines" in err and "Traceback" not in err, err
+
+
+_INTERRUPTED_SHUTDOWN_SCRIPT = """
+import os, signal, sys
+import rlmetrics
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from rlmetrics import telemetry
+from rlmetrics.registry import default_registry
+
+SOURCE = telemetry.__file__
+state = {"line": 0, "at": (), "fired": 0}
+
+def in_shutdown(code):
+    return code.co_filename == SOURCE and code.co_name in ("shutdown", "_shutdown")
+
+def interrupt_at_line(frame, event, arg):
+    # Sends SIGINT at the lines of shutdown() numbered in state["at"]; under a Python tracer
+    # (a debugger's, a notebook's) the KeyboardInterrupt is raised at that line, before it runs.
+    if not in_shutdown(frame.f_code):
+        return None
+    if event == "line":
+        state["line"] += 1
+        if state["line"] in state["at"]:
+            state["fired"] += 1
+            os.kill(os.getpid(), signal.SIGINT)
+    return interrupt_at_line
+
+def rearm(frame, event, arg):
+    # An exception out of a tracer unsets it: for a second interrupt (pressed again, landing
+    # in the finally the first one runs) the tracer is put back in the frames still running.
+    if state["fired"] and sys.gettrace() is None:
+        running = frame
+        while running is not None:
+            if in_shutdown(running.f_code):
+                running.f_trace = interrupt_at_line
+            running = running.f_back
+        sys.settrace(interrupt_at_line)
+
+def one_cell(at=()):
+    handle = rlmetrics.current()
+    if handle is not None:  # what the interrupted cell left running: the next cell stops it
+        handle.shutdown(timeout_s=10)
+    assert rlmetrics.current() is None, f"interrupts at {state['at']}: shutdown left it running"
+    assert not default_registry().exporting, f"interrupts at {state['at']}: registry left bound"
+    handle = rlmetrics.start(run_id="cell", readers=[InMemoryMetricReader()])
+    state.update(line=0, at=at, fired=0)
+    sys.setprofile(rearm)
+    sys.settrace(interrupt_at_line)
+    try:
+        handle.shutdown(timeout_s=10)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.setprofile(None)  # first: it would put the tracer back
+        sys.settrace(None)
+    return state["line"]
+
+lines = one_cell()
+for first in range(1, lines + 1):
+    for second in range(first + 1, first + 4):
+        one_cell((first, second))
+        one_cell()  # the next cell
+print(lines, "lines", file=sys.stderr)
+"""
+
+
+def test_telemetry_shuts_down_and_starts_again_after_a_shutdown_interrupted_at_any_line() -> None:
+    """A notebook's interrupt (under a tracer) landing at any line of ``shutdown()``, and a
+    second one at any of the few lines after it (the ``finally`` the first runs), leaves the
+    next cell's ``shutdown()`` and ``start()`` working. Landing just after the once-gate was
+    taken (before its ``try:``), or twice in its ``finally``, left the gate taken and the handle
+    current: every later shutdown returned at once and ``start()`` raised "called while
+    telemetry is running" until the kernel restarted."""
+    from rlmetrics.testing import run_to_exit
+
+    status, err = run_to_exit(_INTERRUPTED_SHUTDOWN_SCRIPT, (), timeout_s=300)
+    assert status == 0, err
+    assert "lines" in err and "Traceback" not in err, err

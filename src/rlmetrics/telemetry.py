@@ -10,10 +10,11 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _waiting
@@ -88,8 +89,10 @@ class Telemetry:
         self.resume = resume
         self._registry = registry
         self.resource: dict[str, Any] = dict(resource)
-        #: Held by the one shutdown that stops this handle (:meth:`_shutdown`).
-        self._once = threading.Lock()
+        #: The shutdowns that took this handle over (:meth:`_claim`): turn -> (thread, frame).
+        self._claims: dict[int, tuple[int, FrameType]] = {}
+        #: Whether a shutdown began stopping the exporters (:meth:`_shutdown`'s ``try``).
+        self._began = False
         self._closed = False
         #: Each ``start()`` setting as ``(value, source)``: ``"the call"``, the variable or
         #: file setting that gave it, or ``"default"`` (docs/configuration.md).
@@ -205,13 +208,13 @@ class Telemetry:
         (an exception unwinding), so each exporter is told (:attr:`Exporter.end_run`: the
         Prometheus endpoint serves the end to one last scrape, waiting within its own bound)."""
         global _active
-        # Taken once and never given back, without waiting: a SIGTERM handler's shutdown
-        # landing while this thread's own shutdown holds it returns at once (that shutdown
-        # goes on) where waiting for it would wait for ever.
-        if not self._once.acquire(blocking=False):
+        if not self._claim():
             return False
         self._closed = True
         try:
+            if self._began:  # an interrupted shutdown's: what is left is below, in finally
+                return True
+            self._began = True
             # Spans still open (a phase on a thread that never ended) end first, so they and
             # the step summaries they complete are exported by the shutdown below.
             _tracing.unbind()
@@ -237,6 +240,21 @@ class Telemetry:
             with _start_lock:
                 if _active is self:
                     _active = None
+        return True
+
+    def _claim(self) -> bool:
+        """Whether the calling shutdown is the one to stop this handle, without waiting: a
+        SIGTERM handler's shutdown landing in this thread's own (found on the stack) or a
+        shutdown running on another thread returns at once, where waiting would wait for ever.
+        One interrupted and gone (a KeyboardInterrupt under a tracer, just after its claim or
+        twice in its ``finally``) left the handle current: a later call takes it over."""
+        mine = (threading.get_ident(), sys._getframe(1))
+        turn = 0
+        # dict.setdefault claims a turn atomically (under the GIL): one caller wins each.
+        while (holder := self._claims.setdefault(turn, mine)) is not mine:
+            if _running(*holder) or _active is not self:
+                return False
+            turn += 1
         return True
 
     def __enter__(self) -> Telemetry:
@@ -350,6 +368,16 @@ def _bounded(actions: Sequence[Callable[[], Any]], timeout_s: float, what: str) 
         )
         logger.warning(message)
         note_unmet(message)
+
+
+def _running(thread: int, frame: FrameType) -> bool:
+    """Whether ``frame`` is on ``thread``'s stack (the caller's own thread too)."""
+    running: FrameType | None = sys._current_frames().get(thread)
+    while running is not None:
+        if running is frame:
+            return True
+        running = running.f_back
+    return False
 
 
 _active: Telemetry | None = None
