@@ -74,8 +74,9 @@ DROPPED_NEVER = (
     "cap; rounds of 2 caps)"
 )
 DROPPED_IN_STEP = (
-    "the same inside an rlmetrics.step span (reference: its values go straight to the SDK, "
-    "exemplars on the step span; the step's own span included)"
+    "the same inside an rlmetrics.step span (reference: its turn and tool-call values go "
+    "straight to the SDK, exemplars on the step span; its duration is held, no exemplar; the "
+    "step's own span included)"
 )
 DROPPED_SPANS = "a budget-dropped trajectory, span side only (reference)"
 DROPPED_FLOOR = "its 3 histogram points by hand on the raw SDK (reference: the floor)"
