@@ -263,7 +263,7 @@ def test_the_tracker_rows_are_nemo_rls(serve: Serve, started: Any, tmp_path: Pat
         "node.1.mem_gb": 3.0,
         "node.1.mem_total_gb": 16.0,
     }
-    (line,) = [json.loads(raw) for raw in path.read_text().splitlines()]
+    (line,) = [row for row in map(json.loads, path.read_text().splitlines()) if "metrics" in row]
     assert line["prefix"] == "ray"
     logged = line["metrics"]
     assert {k: v for k, v in logged.items() if k.startswith("node.")} == collected
