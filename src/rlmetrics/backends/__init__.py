@@ -49,6 +49,7 @@ __all__ = [
     "first_line",
     "full_key",
     "merged_config",
+    "RoomCheck",
     "no_room",
     "start_within",
     "storable_text",
@@ -182,6 +183,30 @@ def no_room(folder: os.PathLike[str] | str, min_free: int, tracker: str) -> str 
             f"(less than {min_free})"
         )
     return None
+
+
+class RoomCheck:
+    """A tracker's check, before each row, that it can still write: once its run folder is
+    gone or its disk is (nearly) full (:func:`no_room`), or the tracker set :attr:`broken`
+    itself (a write refused as full), every later row is refused at once, for good."""
+
+    __slots__ = ("broken", "min_free", "then", "tracker")
+
+    def __init__(self, tracker: str, min_free: int, then: str) -> None:
+        self.tracker = tracker
+        self.min_free = min_free
+        #: What the refusal goes on to say (what the backend does now), after the cause.
+        self.then = then
+        #: Why the tracker can write no more of this run; None while it can.
+        self.broken: str | None = None
+
+    def check(self, folder: os.PathLike[str] | str | None) -> None:
+        """Raise :class:`BackendUnavailable` if no row can go to the tracker any more;
+        ``folder`` None: nothing to look at (the check only repeats an earlier refusal)."""
+        if self.broken is None and folder is not None:
+            self.broken = no_room(folder, self.min_free, self.tracker)
+        if self.broken is not None:
+            raise BackendUnavailable(f"{self.broken}; {self.then}")
 
 
 def merged_config(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,12 +28,12 @@ from mlflow.utils.validation import (
 from rlmetrics import resets_process_state, warn_once
 from rlmetrics.backends import (
     BackendUnavailable,
+    RoomCheck,
     SharedRuns,
     StepAxis,
     as_step,
     first_line,
     full_key,
-    no_room,
     start_within,
 )
 from rlmetrics.hyperparams import flat_hyperparams, param_text, to_hyperparams
@@ -223,8 +223,12 @@ class MlflowBackend:
             )
 
         uri = self.tracking_uri or mlflow.get_tracking_uri()
-        #: Why the store can take nothing more (its disk full); checked before each request.
-        self._broken: str | None = None
+        #: Whether the store can take more (its disk not full); checked before each request.
+        self._room = RoomCheck(
+            "MLflow's sqlite store",
+            MIN_FREE_BYTES,
+            "this backend sends MLflow nothing more in this run (the other backends go on)",
+        )
         self._db_folder = _sqlite_folder(str(uri))
         try:
             if _is_local(uri):
@@ -341,13 +345,7 @@ class MlflowBackend:
         """Raise :class:`BackendUnavailable` if a sqlite store's disk has (nearly) no room
         left, or refused a write as full: from then on at once, every time. Each refused
         request would be MLflow's ERROR and traceback, and a row that cannot be written."""
-        if self._broken is None and self._db_folder is not None:
-            self._broken = no_room(self._db_folder, MIN_FREE_BYTES, "MLflow's sqlite store")
-        if self._broken is not None:
-            raise BackendUnavailable(
-                f"{self._broken}; this backend sends MLflow nothing more in this run (the "
-                "other backends go on)"
-            )
+        self._room.check(self._db_folder)
 
     def _request(self, send: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``send(*args, **kwargs)``, after :meth:`_check_room`; sqlite refusing it as full
@@ -358,7 +356,7 @@ class MlflowBackend:
         except MlflowException as exc:
             if not _disk_full(exc):
                 raise
-            self._broken = (
+            self._room.broken = (
                 f"MLflow's sqlite store in {self._db_folder} is full (sqlite refused a write: "
                 "database or disk is full)"
             )
@@ -505,11 +503,11 @@ class MlflowBackend:
         try:
             self.client.set_terminated(self.run_id, RunStatus.to_string(status))
         except MlflowException as exc:
-            if self._broken is None and not _disk_full(exc):
+            if self._room.broken is None and not _disk_full(exc):
                 raise
             raise BackendUnavailable(
                 f"the MLflow run could not be marked {RunStatus.to_string(status)}: "
-                f"{self._broken or first_line(exc)}"
+                f"{self._room.broken or first_line(exc)}"
             ) from exc
 
 

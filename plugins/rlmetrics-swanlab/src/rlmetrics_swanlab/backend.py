@@ -38,13 +38,13 @@ import swanlab
 from rlmetrics import as_plain, as_real, warn_once
 from rlmetrics.backends import (
     BackendUnavailable,
+    RoomCheck,
     SharedRuns,
     StepAxis,
     exit_status,
     first_line,
     full_key,
     merged_config,
-    no_room,
     start_within,
     storable_text,
 )
@@ -184,7 +184,11 @@ class SwanLabBackend:
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
         self._finished = False
-        self._broken: str | None = None
+        self._room = RoomCheck(
+            "SwanLab",
+            MIN_FREE_BYTES,
+            "this backend hands SwanLab nothing more in this run (the other backends go on)",
+        )
         self._columns = Columns()
         self._number = StepAxis("swanlab")
         if run is None and swanlab.has_run():
@@ -243,13 +247,7 @@ class SwanLabBackend:
     def _check_writable(self) -> None:
         """Raise :class:`BackendUnavailable` if SwanLab could not write another row: the run
         folder was deleted, or its disk is (nearly) full; from then on at once, every time."""
-        if self._broken is None:
-            self._broken = no_room(self.run_dir, MIN_FREE_BYTES, "SwanLab")
-        if self._broken is not None:
-            raise BackendUnavailable(
-                f"{self._broken}; this backend hands SwanLab nothing more in this run (the "
-                "other backends go on)"
-            )
+        self._room.check(self.run_dir)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
         self._check_writable()

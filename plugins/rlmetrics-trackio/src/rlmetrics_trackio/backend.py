@@ -34,12 +34,12 @@ from trackio.sqlite_storage import SQLiteStorage
 from rlmetrics import as_plain, as_real, resets_process_state, warn_once
 from rlmetrics.backends import (
     BackendUnavailable,
+    RoomCheck,
     SharedRuns,
     StepAxis,
     first_line,
     full_key,
     merged_config,
-    no_room,
     start_within,
     storable_text,
 )
@@ -158,7 +158,11 @@ class TrackioBackend:
         #: The local store's folder, checked for room before each record (None: not known to
         #: be local); why it can take nothing more, once it cannot.
         self._store: Path | None = None
-        self._broken: str | None = None
+        self._room = RoomCheck(
+            "Trackio",
+            MIN_FREE_BYTES,
+            "this backend hands Trackio nothing more in this run (the other backends go on)",
+        )
         if run is None:
             run = trackio.context_vars.current_run.get()  # the script's own run, if any
         self._shared_as: tuple[str, str] | None = None
@@ -265,13 +269,7 @@ class TrackioBackend:
     def _log(self, row: dict[str, Any], step: int) -> None:
         # Trackio writes its store later, on its own thread, and says a write the disk refuses
         # only as a warning that a batch "could not be persisted": the row counted as written.
-        if self._broken is None and self._store is not None:
-            self._broken = no_room(self._store, MIN_FREE_BYTES, "Trackio")
-        if self._broken is not None:
-            raise BackendUnavailable(
-                f"{self._broken}; this backend hands Trackio nothing more in this run (the "
-                "other backends go on)"
-            )
+        self._room.check(self._store)
         self.run.log(row, step=step)
         self._logged = True
 

@@ -13,12 +13,12 @@ import wandb
 from rlmetrics import describe_value, resets_process_state, warn_once
 from rlmetrics.backends import (
     BackendUnavailable,
+    RoomCheck,
     SharedRuns,
     as_step,
     first_line,
     full_key,
     merged_config,
-    no_room,
     storable_text,
 )
 from rlmetrics.events import STEP_KEY, WALL_TIME_KEY
@@ -192,21 +192,19 @@ class WandbBackend:
             # Another Logger's run (W&B has one active run): the last backend finishes it.
             _RUNS.join(self.run, started=self._owns_run)
         self.axes = StepAxes(self.run.define_metric)
-        #: Why W&B can write no more of this offline run (its folder deleted, its disk full).
-        self._broken: str | None = None
+        #: Whether W&B can write more of this offline run (its folder deleted, its disk full).
+        self._room = RoomCheck(
+            "W&B",
+            MIN_FREE_BYTES,
+            "W&B would lose the rows without a word (in its debug-internal.log only), so this "
+            "backend hands it nothing more in this run (the other backends go on)",
+        )
 
     def _check_writable(self) -> None:
         """Raise :class:`BackendUnavailable` if an offline run could not take another row:
         its folder was deleted, or its disk is (nearly) full; from then on at once, every time.
         (An online run's rows go to W&B's server as well, so they are handed over.)"""
-        if self._broken is None and self.run.offline:
-            self._broken = no_room(self.run_dir, MIN_FREE_BYTES, "W&B")
-        if self._broken is not None:
-            raise BackendUnavailable(
-                f"{self._broken}; W&B would lose the rows without a word (in its "
-                "debug-internal.log only), so this backend hands it nothing more in this run "
-                "(the other backends go on)"
-            )
+        self._room.check(self.run_dir if self.run.offline else None)
 
     @property
     def run_dir(self) -> Path:
