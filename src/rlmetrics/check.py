@@ -45,7 +45,6 @@ Rules:
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -53,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .configuration import suggest
 from .dashboard.promql import prometheus_name, prometheus_unit
 from .plugins import FAILED, PluginInfo, Plugins, normalize
 from .registry import Declared
@@ -647,8 +647,7 @@ _EFFICIENCY_SERIES = "rl.efficiency.seconds"
 
 def _series_problems(rule: KeyRule, item: Declared | None, names: Iterable[str] = ()) -> list[str]:
     if item is None:
-        close = difflib.get_close_matches(rule.series or "", list(names), n=1, cutoff=0.8)
-        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        meant = suggest(rule.series or "", names, cutoff=0.8)
         return [f"maps to {rule.series!r}, which no loaded plugin declares{meant}"]
     spec = item.spec
     if spec.kind.observable:

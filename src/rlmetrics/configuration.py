@@ -317,9 +317,10 @@ def declared_options(factory: Any) -> dict[str, Option]:
     return dict(declared) if isinstance(declared, Mapping) else {}
 
 
-def suggest(name: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'path'?)`` for the closest of ``choices``, or nothing."""
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+def suggest(name: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
+    """`` (did you mean 'path'?)`` for the closest of ``choices``, or nothing (``cutoff``:
+    difflib's, higher for names that share long prefixes, as series names do)."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=cutoff)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

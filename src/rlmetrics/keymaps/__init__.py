@@ -28,7 +28,6 @@ writes a map's key table into a page.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._warn import describe_value, warn_once
+from ..configuration import suggest
 from ..events import EFFICIENCY_PREFIX, TRAIN_PREFIXES
 from ..hooks import collect_offers
 from ..keyplans import KeyPlans
@@ -289,8 +289,7 @@ def resolve_key_map(key_map: str | KeyMap) -> KeyMap:
         raise TypeError(f"key_map must be a KeyMap or a name, got {type(key_map).__name__}")
     offered = available_key_maps()
     if key_map not in offered:
-        close = difflib.get_close_matches(key_map.lower(), list(offered), n=1, cutoff=0.6)
-        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        meant = suggest(key_map.lower(), offered)
         raise ValueError(
             f"unknown key map {key_map!r}{meant}; available: {sorted(offered)}. A key map comes "
             "from a plugin's register_key_maps hook (the core offers trl, verl and openrlhf)"
@@ -446,13 +445,12 @@ class KeyMapper:
             if value is None:
                 continue
             if declared is None:
-                close = difflib.get_close_matches(rule.series or "", list(targets), 1, 0.8)
+                meant = suggest(rule.series or "", targets, cutoff=0.8)
                 warn_once(
                     f"keymap:{self.key_map.name}:{rule.series}",
                     f"rlmetrics: key map {self.key_map.name!r} maps {rule.key!r} to "
-                    f"{rule.series!r}, which no loaded plugin declares"
-                    + (f" (did you mean {close[0]!r}?)" if close else "")
-                    + "; the key reaches the backends only (rlmetrics check lints the map)",
+                    f"{rule.series!r}, which no loaded plugin declares{meant}; the key reaches "
+                    "the backends only (rlmetrics check lints the map)",
                 )
             elif rule.attribute is None and not rule.attributes:
                 unlabelled.setdefault(declared.group, {})[declared.spec.key] = value

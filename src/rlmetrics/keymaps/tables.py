@@ -13,10 +13,10 @@ tables (:mod:`rlmetrics.catalogue`).
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 
+from ..configuration import suggest
 from ..registry import Declared
 from . import RUN_WALL_TIME, STEP_WALL_TIME, WILDCARD, KeyMap, KeyRule
 
@@ -92,8 +92,7 @@ def update_key_map_tables(
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
         if name not in maps:
-            close = difflib.get_close_matches(name, list(maps), n=1, cutoff=0.6)
-            meant = f" (did you mean {close[0]!r}?)" if close else ""
+            meant = suggest(name, maps)
             raise KeyError(
                 f"no key map named {name!r} is offered{meant} (available: {sorted(maps)})"
             )
